@@ -1,0 +1,51 @@
+package abi
+
+import "fmt"
+
+// Code classifies a failure. Codes cross the wire as strings, so a guest in
+// any language can switch on them, and the host maps them to exit statuses
+// and HTTP statuses.
+type Code string
+
+const (
+	// Failures an op reports to the guest.
+	CodeInvalidArgument Code = "invalid_argument" // the request is malformed or a field is out of range
+	CodeNotFound        Code = "not_found"        // the named thing does not exist
+	CodeUnknownOp       Code = "unknown_op"       // no op of that name in this host
+	CodeDenied          Code = "denied"           // policy refused the op or the action
+	CodeTooLarge        Code = "too_large"        // a key, value or message exceeds its limit
+	CodeUnavailable     Code = "unavailable"      // a backing service failed; retrying may help
+	CodeInternal        Code = "internal"         // a bug or an unexpected host failure
+
+	// Failures of a whole invocation, reported by the host to its caller.
+	CodeBadModule      Code = "bad_module"       // the bytes are not a valid or usable module
+	CodeABIVersion     Code = "abi_version"      // the guest speaks another ABI version
+	CodeNoSuchAction   Code = "no_such_action"   // the module does not export the action
+	CodeInputTooLarge  Code = "input_too_large"  // the input exceeds the invoke's cap
+	CodeOutputTooLarge Code = "output_too_large" // the output exceeds the invoke's cap
+	CodeTimeout        Code = "timeout"          // the wall-clock deadline passed
+	CodeCanceled       Code = "canceled"         // the caller canceled the invocation
+	CodeMemoryLimit    Code = "memory_limit"     // the guest tried to grow memory past its limit
+	CodeTrap           Code = "trap"             // the guest trapped or exited during an action
+	CodeGuestFault     Code = "guest_fault"      // the guest broke the ABI (bad pointer, bad reply)
+	CodeGuestError     Code = "guest_error"      // the action returned an error of its own
+)
+
+// Error is the wire form of a failure: an op's error reply, or an action's
+// error output.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

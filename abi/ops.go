@@ -1,0 +1,92 @@
+package abi
+
+// Op names. An op family is the part before the dot.
+const (
+	OpLogWrite  = "log.write"
+	OpConfigGet = "config.get"
+	OpKVGet     = "kv.get"
+	OpKVPut     = "kv.put"
+	OpKVDelete  = "kv.delete"
+	OpKVList    = "kv.list"
+)
+
+// Empty is the request or response of an op that carries nothing.
+type Empty struct{}
+
+// Log levels accepted by log.write.
+const (
+	LevelDebug = "debug"
+	LevelInfo  = "info"
+	LevelWarn  = "warn"
+	LevelError = "error"
+)
+
+// LogWriteRequest writes one record to the host's structured log. The host
+// adds the module, action, principal and correlation id.
+type LogWriteRequest struct {
+	Level   string         `json:"level,omitempty"` // debug, info (default), warn or error
+	Message string         `json:"message"`
+	Fields  map[string]any `json:"fields,omitempty"`
+}
+
+// ConfigGetRequest reads one value of the module's configuration.
+type ConfigGetRequest struct {
+	Key string `json:"key"`
+}
+
+// ConfigGetResponse answers a ConfigGetRequest; Found is false for a key the
+// configuration does not have.
+type ConfigGetResponse struct {
+	Value string `json:"value"`
+	Found bool   `json:"found"`
+}
+
+// Key-value limits, enforced by the host.
+const (
+	MaxKVKeyLen    = 512
+	MaxKVValueLen  = 1 << 20
+	MaxKVListLimit = 1000
+)
+
+// KVGetRequest reads one key of the caller's organization and module.
+type KVGetRequest struct {
+	Key string `json:"key"`
+}
+
+// KVGetResponse answers a KVGetRequest. Value is base64 in JSON.
+type KVGetResponse struct {
+	Value []byte `json:"value,omitempty"`
+	Found bool   `json:"found"`
+}
+
+// KVPutRequest writes one key, replacing any value it had.
+type KVPutRequest struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+}
+
+// KVDeleteRequest removes one key.
+type KVDeleteRequest struct {
+	Key string `json:"key"`
+}
+
+// KVDeleteResponse says whether the key existed.
+type KVDeleteResponse struct {
+	Deleted bool `json:"deleted"`
+}
+
+// KVListRequest lists keys in lexical order: those starting with Prefix and
+// sorting after After, at most Limit of them (default and maximum
+// MaxKVListLimit).
+type KVListRequest struct {
+	Prefix string `json:"prefix,omitempty"`
+	After  string `json:"after,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+}
+
+// KVListResponse answers a KVListRequest. More is true when further keys
+// follow the last one returned; pass it as After to continue.
+type KVListResponse struct {
+	Keys []string `json:"keys"`
+	More bool     `json:"more"`
+}

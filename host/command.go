@@ -1,0 +1,165 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// RunRequest runs a WASI command module once, on a fresh instance.
+type RunRequest struct {
+	Stdin          io.Reader // nil: empty
+	Stdout, Stderr io.Writer // nil: discarded
+	Args           []string  // after argv[0], which is the module name
+	Env            map[string]string
+	Principal      policy.Principal
+	CorrelationID  string
+	// Limits override the module's. MaxOutputBytes caps stdout and stderr
+	// each; a command that writes more is stopped with output_too_large.
+	Limits Limits
+}
+
+// RunResult is how a command ended. A non-zero exit code is a result, not
+// an error: the command ran and said it failed.
+type RunResult struct {
+	ExitCode uint32
+	Duration time.Duration
+}
+
+// Run executes a WASI command's _start with the given stdio, args and env.
+// Timeouts, memory limits, output caps and traps are *Error values; an
+// exit code (zero or not) is a RunResult.
+func (m *Module) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	fail := func(code abi.Code, err error, format string, args ...any) (RunResult, error) {
+		return RunResult{}, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
+	if m.kind != KindCommand {
+		return fail(abi.CodeNoSuchAction, nil, "the module is a plugin, not a WASI command: name an action (%s)", strings.Join(m.actions, ", "))
+	}
+	if err := req.Principal.Validate(); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	lim := req.Limits.Or(m.limits)
+	if err := lim.validate(); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fail(abi.CodeInvalidArgument, nil, "environment variable name %q is invalid (empty, or contains '=' or NUL)", k)
+		}
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	var over capState
+	stdout := &capWriter{w: orDiscard(req.Stdout), left: lim.MaxOutputBytes, state: &over, stream: "stdout", cancel: cancel}
+	stderr := &capWriter{w: orDiscard(req.Stderr), left: lim.MaxOutputBytes, state: &over, stream: "stderr", cancel: cancel}
+	stdin := req.Stdin
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+
+	inst := &instance{m: m}
+	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
+	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
+	inst.env.Begin(cctx, abi.ExportStart, req.Principal, req.CorrelationID)
+	inst.sess.Begin(cctx, inst) // commands may import moat too
+	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
+
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithArgs(append([]string{m.name}, req.Args...)...).
+		WithStdin(stdin).WithStdout(stdout).WithStderr(stderr).
+		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithRandSource(rand.Reader)
+	for _, k := range sortedKeys(req.Env) {
+		mc = mc.WithEnv(k, req.Env[k])
+	}
+	start := time.Now()
+	mod, err := m.host.runtime.InstantiateModule(experimental.WithMemoryAllocator(&inst.sess, alloc), m.cm, mc)
+	took := time.Since(start)
+	inst.sess.End()
+	if mod != nil {
+		_ = mod.Close(context.Background())
+	}
+	inst.mem = alloc.last
+	if inst.mem == nil {
+		inst.mem = &limitedMemory{}
+	}
+
+	var exit *sys.ExitError
+	switch {
+	case err == nil:
+		if inst.mem.hit {
+			return fail(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
+		}
+		return RunResult{ExitCode: 0, Duration: took}, nil
+	case over.stream != "":
+		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
+	case inst.mem.hit:
+		return fail(abi.CodeMemoryLimit, err, "the guest tried to grow its memory past the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
+	case inst.sess.Fault() != nil:
+		return fail(abi.CodeGuestFault, inst.sess.Fault(), "%s", inst.sess.Fault().Error())
+	case isDeadline(err, cctx):
+		return fail(abi.CodeTimeout, err, "did not finish within %s", lim.Timeout)
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
+		return fail(abi.CodeCanceled, err, "the caller canceled the run")
+	case errors.As(err, &exit):
+		return RunResult{ExitCode: exit.ExitCode(), Duration: took}, nil
+	default:
+		return fail(abi.CodeTrap, err, "%s", firstLine(err))
+	}
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// capState records which stream first exceeded its cap.
+type capState struct {
+	mu     sync.Mutex
+	stream string
+}
+
+// capWriter passes at most left bytes to w. Past the cap it stops the
+// command (a guest flooding its output would otherwise run to its
+// deadline, ignoring write errors).
+type capWriter struct {
+	w      io.Writer
+	left   int
+	state  *capState
+	stream string
+	cancel context.CancelFunc
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if len(p) > c.left {
+		if c.left > 0 {
+			_, _ = c.w.Write(p[:c.left])
+			c.left = 0
+		}
+		c.state.mu.Lock()
+		if c.state.stream == "" {
+			c.state.stream = c.stream
+		}
+		c.state.mu.Unlock()
+		c.cancel()
+		return 0, fmt.Errorf("%s: output limit reached", c.stream)
+	}
+	c.left -= len(p)
+	return c.w.Write(p)
+}

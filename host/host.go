@@ -1,0 +1,259 @@
+// Package host is moat's embedding API: load a WebAssembly module once,
+// invoke its actions many times, each for a principal and under limits.
+//
+//	h, err := host.New(ctx, host.Config{DataDir: "moat-data"})
+//	mod, err := h.Load(ctx, wasmBytes, host.LoadOptions{Name: "hello", Config: cfg})
+//	res, err := mod.Invoke(ctx, host.Request{Action: "greet", Input: []byte("World"),
+//		Principal: policy.Principal{User: "ann", Org: "acme"}})
+//
+// A Host owns one wazero runtime (the optimizing compiler, with a
+// compilation cache on disk keyed by the module's content), the store, and
+// the op table. A Module is compiled once; instances are taken from a pool
+// per module, or made fresh for each call with IsolationFresh. Every failure
+// is an *Error carrying the module, the action and an abi.Code.
+//
+// Three kinds of module load:
+//   - moat plugins (KindPlugin): reactors that import "moat" and export
+//     moat_invoke, moat_alloc, moat_actions and moat_abi_version; Go guests
+//     built with -buildmode=c-shared have their _initialize run once per
+//     instance;
+//   - WASI commands (KindCommand): a _start export, run with Module.Run on a
+//     fresh instance with stdin, stdout, stderr, args and env.
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	_ "github.com/moat-sandbox/moat/host/ops" // the op table registers itself
+)
+
+// DefaultDataDir is where the store and the compilation cache live when
+// Config.DataDir is empty: $MOAT_DATA, or ./moat-data (the same default as
+// `moat serve`, so the CLI and the server see the same data when started in
+// the same directory).
+func DefaultDataDir() string {
+	if d := os.Getenv("MOAT_DATA"); d != "" {
+		return d
+	}
+	return "moat-data"
+}
+
+// Config configures a Host. The zero value is usable.
+type Config struct {
+	// DataDir holds the store (moat.db) and, unless CacheDir is set, the
+	// compilation cache. Default: DefaultDataDir().
+	DataDir string
+	// CacheDir holds compiled machine code, keyed by module content.
+	// Default: DataDir/cache.
+	CacheDir string
+	// Store replaces the store the host would open in DataDir. The caller
+	// keeps ownership: Close does not close it.
+	Store *store.Store
+	// Logger receives the host's records and the guests' log.write calls.
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Limits are the defaults for every module; LoadOptions and Request
+	// may lower or raise them. Zero fields take DefaultLimits.
+	Limits Limits
+}
+
+// Limits bound one invocation.
+type Limits struct {
+	Timeout          time.Duration // wall clock, including instance creation
+	MemoryLimitPages uint32        // linear memory, 64 KiB pages
+	MaxInputBytes    int
+	MaxOutputBytes   int
+}
+
+// DefaultLimits apply where nothing else is set.
+var DefaultLimits = Limits{
+	Timeout:          10 * time.Second,
+	MemoryLimitPages: 2048, // 128 MiB
+	MaxInputBytes:    1 << 20,
+	MaxOutputBytes:   1 << 20,
+}
+
+// MaxMemoryLimitPages is the most a 32-bit WebAssembly memory can hold (4 GiB).
+const MaxMemoryLimitPages = 65536
+
+// Or returns l with each zero field taken from d.
+func (l Limits) Or(d Limits) Limits {
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.MemoryLimitPages == 0 {
+		l.MemoryLimitPages = d.MemoryLimitPages
+	}
+	if l.MaxInputBytes <= 0 {
+		l.MaxInputBytes = d.MaxInputBytes
+	}
+	if l.MaxOutputBytes <= 0 {
+		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	return l
+}
+
+func (l Limits) validate() error {
+	if l.MemoryLimitPages > MaxMemoryLimitPages {
+		return fmt.Errorf("memory limit is %d pages (%d MiB): the most a module can address is %d pages (4096 MiB)",
+			l.MemoryLimitPages, l.MemoryLimitPages/16, MaxMemoryLimitPages)
+	}
+	if l.MaxOutputBytes > abi.MaxOutputLen {
+		return fmt.Errorf("output cap is %d bytes: the ABI allows at most %d", l.MaxOutputBytes, abi.MaxOutputLen)
+	}
+	return nil
+}
+
+// Host runs modules. It is safe for concurrent use.
+type Host struct {
+	cfg       Config
+	log       *slog.Logger
+	store     *store.Store
+	ownStore  bool
+	cacheDir  string
+	cache     wazero.CompilationCache
+	runtime   wazero.Runtime
+	compileMu sync.Mutex
+	compiled  map[string]*compiled // by digest
+}
+
+type compiled struct {
+	cm        wazero.CompiledModule
+	fromCache bool
+	took      time.Duration
+}
+
+// New starts a host: it opens (or creates) the data directory, the store
+// and the compilation cache, and prepares the runtime.
+func New(ctx context.Context, cfg Config) (*Host, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir()
+	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(cfg.DataDir, "cache")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Limits = cfg.Limits.Or(DefaultLimits)
+	if err := cfg.Limits.validate(); err != nil {
+		return nil, fmt.Errorf("host: config limits: %w", err)
+	}
+	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}}
+	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+		return nil, fmt.Errorf("host: create cache dir %s: %w (choose another with --data or MOAT_DATA)", cfg.CacheDir, err)
+	}
+	if h.store == nil {
+		s, err := store.Open(ctx, cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("host: %w", err)
+		}
+		h.store, h.ownStore = s, true
+	}
+	cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+	if err != nil {
+		h.closeStore()
+		return nil, fmt.Errorf("host: compilation cache in %s: %w", cfg.CacheDir, err)
+	}
+	h.cache = cache
+	// One runtime for all modules: compiled code, WASI and the moat import
+	// are shared. Memory limits are per instance (see memory.go), and
+	// CloseOnContextDone is what lets a deadline stop a guest stuck in a
+	// loop (it costs a check on every loop back-edge; see RATIONALE).
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCompilationCache(cache).
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(MaxMemoryLimitPages)
+	h.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.runtime); err != nil {
+		h.Close(ctx)
+		return nil, fmt.Errorf("host: instantiate WASI: %w", err)
+	}
+	if err := transport.Instantiate(ctx, h.runtime); err != nil {
+		h.Close(ctx)
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	return h, nil
+}
+
+// Store is the host's store.
+func (h *Host) Store() *store.Store { return h.store }
+
+// Limits are the host's default limits.
+func (h *Host) Limits() Limits { return h.cfg.Limits }
+
+// Close releases the runtime, every module and instance, and the store if
+// the host opened it.
+func (h *Host) Close(ctx context.Context) error {
+	var errs []error
+	if h.runtime != nil {
+		errs = append(errs, h.runtime.Close(ctx))
+	}
+	if h.cache != nil {
+		errs = append(errs, h.cache.Close(ctx))
+	}
+	errs = append(errs, h.closeStore())
+	return errors.Join(errs...)
+}
+
+func (h *Host) closeStore() error {
+	if h.ownStore && h.store != nil {
+		return h.store.Close()
+	}
+	return nil
+}
+
+// Digest is the content address of module bytes: hex SHA-256.
+func Digest(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return hex.EncodeToString(sum[:])
+}
+
+// compile returns the compiled module for wasm, compiling at most once per
+// digest in this process and, through the disk cache, once per machine.
+// Whether the disk cache answered is observed, not assumed: wazero writes a
+// cache file only when it compiled, so a compile that adds no file was
+// served from the cache.
+func (h *Host) compile(ctx context.Context, digest string, wasm []byte) (*compiled, error) {
+	h.compileMu.Lock()
+	defer h.compileMu.Unlock()
+	if c, ok := h.compiled[digest]; ok {
+		return c, nil
+	}
+	before := countFiles(h.cacheDir)
+	start := time.Now()
+	cm, err := h.runtime.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{cm: cm, took: time.Since(start), fromCache: countFiles(h.cacheDir) == before && before > 0}
+	h.compiled[digest] = c
+	return c, nil
+}
+
+func countFiles(dir string) int {
+	n := 0
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,129 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/ops"
+	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// instance is one live instantiation of a module with everything an
+// invocation needs preallocated: the cached export functions (looking them
+// up per call costs microseconds), the call stack, the transport session,
+// the ops environment and the output streams.
+type instance struct {
+	m      *Module
+	mod    api.Module
+	alloc  api.Function
+	invoke api.Function
+	mem    *limitedMemory
+	sess   transport.Session
+	env    ops.Env
+	stdout guestStream
+	stderr guestStream
+	stack  [3]uint64
+}
+
+// newInstance instantiates the module. Instantiation (and _initialize, for
+// reactors) runs under the invocation's timeout and memory limit: a guest
+// that loops or balloons in its initializer is stopped like any other.
+func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error) {
+	h := m.host
+	inst := &instance{m: m}
+	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log}
+	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
+	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
+	inst.sess.Context = context.Background()
+
+	ictx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
+	ictx = experimental.WithMemoryAllocator(ictx, alloc)
+	inst.sess.Begin(ictx, nil) // moat.call during _initialize is a fault
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithStdout(&inst.stdout).
+		WithStderr(&inst.stderr).
+		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithRandSource(rand.Reader).
+		WithStartFunctions()
+	if m.hasInit {
+		mc = mc.WithStartFunctions(abi.ExportInitWASI)
+	}
+	inst.stderr.begin(ictx, inst.env.Log)
+	mod, err := h.runtime.InstantiateModule(&inst.sess, m.cm, mc)
+	inst.stderr.end()
+	inst.sess.End()
+	inst.mem = alloc.last
+	if err != nil {
+		e := &Error{Module: m.name, Err: err}
+		switch {
+		case inst.mem != nil && inst.mem.hit:
+			e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("instantiation needs more memory than the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
+		case isDeadline(err, ictx):
+			e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("instantiation (%s) did not finish within %s", abi.ExportInitWASI, lim.Timeout)
+		default:
+			e.Code, e.Reason = abi.CodeTrap, "instantiation failed: "+firstLine(err)+inst.stderrNote()
+		}
+		return nil, e
+	}
+	inst.mod = mod
+	if inst.mem != nil && inst.mem.hit {
+		inst.close()
+		return nil, &Error{Module: m.name, Code: abi.CodeMemoryLimit,
+			Reason: fmt.Sprintf("the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)}
+	}
+	inst.alloc = mod.ExportedFunction(abi.ExportAlloc)
+	inst.invoke = mod.ExportedFunction(abi.ExportInvoke)
+	return inst, nil
+}
+
+func (inst *instance) close() {
+	if inst.mod != nil {
+		_ = inst.mod.Close(context.Background())
+	}
+}
+
+func (inst *instance) stderrNote() string {
+	if t := inst.stderr.lastLines(); t != "" {
+		return "; guest stderr: " + t
+	}
+	return ""
+}
+
+// Dispatch implements transport.Dispatcher: it runs one op for the current
+// invocation. A panicking op is a host bug; it becomes an internal error
+// for the guest and a log record with the stack, not a crashed host.
+func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byte, err error) {
+	o, ok := ops.Lookup(op)
+	if !ok {
+		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q in this host (ABI v%d)", op, abi.Version)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if f, ok := r.(*transport.FaultError); ok {
+				panic(f)
+			}
+			inst.env.Log().Error("op panicked", "op", o.Name, "panic", r, "stack", string(debug.Stack()))
+			reply, err = nil, abi.Errorf(abi.CodeInternal, "op %s failed inside the host", o.Name)
+		}
+	}()
+	return o.Func(&inst.env, req)
+}
+
+func isDeadline(err error, ctx context.Context) bool {
+	if ee, ok := err.(*sys.ExitError); ok && ee.ExitCode() == sys.ExitCodeDeadlineExceeded {
+		return true
+	}
+	return ctx.Err() == context.DeadlineExceeded
+}
+

@@ -1,0 +1,196 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Request is one invocation of a plugin action.
+type Request struct {
+	Action        string
+	Input         []byte
+	Principal     policy.Principal
+	CorrelationID string
+	// Limits override the module's for this call; zero fields keep them.
+	Limits Limits
+}
+
+// Result is a successful invocation's output. It is a copy: it stays valid
+// after the instance serves other calls.
+type Result struct {
+	Output []byte
+}
+
+// Invoke runs one action. Instances come from the module's pool (or are
+// made fresh with IsolationFresh). After a timeout, trap, fault or memory
+// limit the instance is discarded, never reused; the module keeps serving.
+func (m *Module) Invoke(ctx context.Context, req Request) (Result, error) {
+	fail := func(code abi.Code, err error, format string, args ...any) (Result, error) {
+		return Result{}, &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
+	if m.kind != KindPlugin {
+		return fail(abi.CodeNoSuchAction, nil, "the module is a WASI command with no actions: run it without an action (Module.Run, or `moat run MODULE`)")
+	}
+	idx, ok := m.actionIdx[req.Action]
+	if !ok {
+		return fail(abi.CodeNoSuchAction, nil, "no action %q; the module's actions are: %s", req.Action, strings.Join(m.actions, ", "))
+	}
+	if err := req.Principal.Validate(); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	lim := req.Limits.Or(m.limits)
+	if err := lim.validate(); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	if len(req.Input) > lim.MaxInputBytes {
+		return fail(abi.CodeInputTooLarge, nil, "input is %d bytes; the limit is %d", len(req.Input), lim.MaxInputBytes)
+	}
+
+	inst, err := m.get(ctx, lim)
+	if err != nil {
+		if e, ok := err.(*Error); ok {
+			e.Action = req.Action
+		}
+		return Result{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	out, cerr := inst.call(cctx, idx, &req, lim)
+	cancel()
+	if cerr != nil {
+		if cerr.reusable {
+			m.put(inst)
+		} else {
+			inst.close()
+		}
+		return Result{}, cerr.Error
+	}
+	m.put(inst)
+	return Result{Output: out}, nil
+}
+
+// callError is an invocation failure and whether the instance survived it.
+type callError struct {
+	*Error
+	reusable bool
+}
+
+func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Limits) ([]byte, *callError) {
+	m := inst.m
+	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
+	inst.sess.Begin(ctx, inst)
+	inst.stdout.begin(ctx, inst.env.Log)
+	inst.stderr.begin(ctx, inst.env.Log)
+	inst.mem.limit, inst.mem.hit = uint64(lim.MemoryLimitPages)*65536, false
+	defer func() {
+		inst.stdout.end()
+		inst.stderr.end()
+		inst.sess.End()
+		inst.env.Begin(nil, "", policy.Principal{}, "")
+	}()
+	fail := func(code abi.Code, reusable bool, err error, format string, args ...any) ([]byte, *callError) {
+		return nil, &callError{Error: &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}, reusable: reusable}
+	}
+
+	mem := inst.mod.Memory()
+	var inPtr uint32
+	inLen := uint32(len(req.Input))
+	if inLen > 0 {
+		inst.stack[0] = uint64(inLen)
+		if err := inst.alloc.CallWithStack(&inst.sess, inst.stack[:]); err != nil {
+			return inst.classify(ctx, err, lim)
+		}
+		inPtr = uint32(inst.stack[0])
+		if !mem.Write(inPtr, req.Input) {
+			return fail(abi.CodeGuestFault, false, nil, "%s(%d) returned %d: the buffer is outside guest memory (%d bytes)",
+				abi.ExportAlloc, inLen, inPtr, mem.Size())
+		}
+	}
+	inst.stack[0], inst.stack[1], inst.stack[2] = uint64(idx), uint64(inPtr), uint64(inLen)
+	if err := inst.invoke.CallWithStack(&inst.sess, inst.stack[:]); err != nil {
+		return inst.classify(ctx, err, lim)
+	}
+	outPtr, outLen, failed := abi.UnpackOutput(inst.stack[0])
+	if int(outLen) > lim.MaxOutputBytes {
+		return fail(abi.CodeOutputTooLarge, true, nil, "output is %d bytes; the limit is %d", outLen, lim.MaxOutputBytes)
+	}
+	b, ok := mem.Read(outPtr, outLen)
+	if !ok {
+		return fail(abi.CodeGuestFault, false, nil, "%s returned output [%d, +%d) outside guest memory (%d bytes)",
+			abi.ExportInvoke, outPtr, outLen, mem.Size())
+	}
+	out := make([]byte, len(b))
+	copy(out, b)
+	if failed {
+		var ge abi.Error
+		if err := abi.Unmarshal(out, &ge); err != nil || ge.Code == "" {
+			return fail(abi.CodeGuestError, true, nil, "%s", strings.TrimSpace(string(out)))
+		}
+		return fail(ge.Code, true, &ge, "%s", ge.Message)
+	}
+	return out, nil
+}
+
+// classify turns an error from a guest call into a *callError. The order
+// matters: a guest that died after a refused memory.grow is a memory limit
+// whatever it printed; a host-detected ABI fault beats the panic text
+// wazero wraps around it; a deadline is reported as a timeout.
+func (inst *instance) classify(ctx context.Context, err error, lim Limits) ([]byte, *callError) {
+	m := inst.m
+	e := &Error{Module: m.name, Action: inst.env.Action, Err: err}
+	var exit *sys.ExitError
+	switch {
+	case inst.mem.hit:
+		e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("the guest tried to grow its memory past the limit of %d pages (%d MiB)%s",
+			lim.MemoryLimitPages, lim.MemoryLimitPages/16, inst.stderrNote())
+	case inst.sess.Fault() != nil:
+		e.Code, e.Reason, e.Err = abi.CodeGuestFault, inst.sess.Fault().Error(), inst.sess.Fault()
+	case isDeadline(err, ctx):
+		e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("did not finish within %s", lim.Timeout)
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled || ctx.Err() == context.Canceled:
+		e.Code, e.Reason = abi.CodeCanceled, "the caller canceled the invocation"
+	case errors.As(err, &exit):
+		e.Code, e.Reason = abi.CodeTrap, fmt.Sprintf("the guest exited with code %d during the action%s", exit.ExitCode(), inst.stderrNote())
+	default:
+		e.Code, e.Reason = abi.CodeTrap, firstLine(err)+inst.stderrNote()
+	}
+	m.host.log.Debug("invocation failed", "module", m.name, "action", inst.env.Action, "code", e.Code, "err", err)
+	return nil, &callError{Error: e}
+}
+
+// get takes an idle instance or makes one.
+func (m *Module) get(ctx context.Context, lim Limits) (*instance, error) {
+	if m.isolation == IsolationPooled {
+		m.mu.Lock()
+		if n := len(m.idle); n > 0 {
+			inst := m.idle[n-1]
+			m.idle[n-1] = nil
+			m.idle = m.idle[:n-1]
+			m.mu.Unlock()
+			return inst, nil
+		}
+		m.mu.Unlock()
+	}
+	return m.newInstance(ctx, lim)
+}
+
+// put returns a healthy instance to the pool, or closes it when the pool is
+// full, the module is closed or isolation is fresh. The pool is LIFO so the
+// busiest instances stay warm in the CPU caches.
+func (m *Module) put(inst *instance) {
+	if m.isolation == IsolationPooled {
+		m.mu.Lock()
+		if len(m.idle) < m.maxIdle {
+			m.idle = append(m.idle, inst)
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+	}
+	inst.close()
+}

@@ -1,0 +1,51 @@
+package ops
+
+import "github.com/moat-sandbox/moat/abi"
+
+// The kv family: a small key-value store per organization and module. The
+// scope comes from Env (the caller's organization and the module's name),
+// never from the request, so a guest cannot ask for another scope.
+
+func init() {
+	Register(Op{Name: abi.OpKVGet, Func: Typed(kvGet)})
+	Register(Op{Name: abi.OpKVPut, Func: Typed(kvPut), Mutates: true})
+	Register(Op{Name: abi.OpKVDelete, Func: Typed(kvDelete), Mutates: true})
+	Register(Op{Name: abi.OpKVList, Func: Typed(kvList)})
+}
+
+func kvGet(env *Env, req *abi.KVGetRequest) (*abi.KVGetResponse, error) {
+	v, found, err := env.Store.KVGet(env.Context, env.Scope(), req.Key)
+	if err != nil {
+		return nil, storeError(env, abi.OpKVGet, err)
+	}
+	return &abi.KVGetResponse{Value: v, Found: found}, nil
+}
+
+func kvPut(env *Env, req *abi.KVPutRequest) (*abi.Empty, error) {
+	if err := env.Store.KVPut(env.Context, env.Scope(), req.Key, req.Value); err != nil {
+		return nil, storeError(env, abi.OpKVPut, err)
+	}
+	return &abi.Empty{}, nil
+}
+
+func kvDelete(env *Env, req *abi.KVDeleteRequest) (*abi.KVDeleteResponse, error) {
+	deleted, err := env.Store.KVDelete(env.Context, env.Scope(), req.Key)
+	if err != nil {
+		return nil, storeError(env, abi.OpKVDelete, err)
+	}
+	return &abi.KVDeleteResponse{Deleted: deleted}, nil
+}
+
+func kvList(env *Env, req *abi.KVListRequest) (*abi.KVListResponse, error) {
+	if req.Limit < 0 || req.Limit > abi.MaxKVListLimit {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "kv.list: limit %d is outside 0..%d", req.Limit, abi.MaxKVListLimit)
+	}
+	keys, more, err := env.Store.KVList(env.Context, env.Scope(), req.Prefix, req.After, req.Limit)
+	if err != nil {
+		return nil, storeError(env, abi.OpKVList, err)
+	}
+	if keys == nil {
+		keys = []string{}
+	}
+	return &abi.KVListResponse{Keys: keys, More: more}, nil
+}

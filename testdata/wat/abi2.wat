@@ -1,0 +1,8 @@
+;; abi2.wat: a plugin claiming ABI v2, which this host must refuse at load.
+(module
+  (memory (export "memory") 1)
+  (data (i32.const 0) "noop\0a")
+  (func (export "moat_abi_version") (result i32) (i32.const 2))
+  (func (export "moat_actions") (result i64) (i64.const 5))
+  (func (export "moat_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "moat_invoke") (param i32 i32 i32) (result i64) (i64.const 0)))
