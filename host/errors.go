@@ -19,14 +19,14 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	where := "moat"
+	var where string
 	if e.Module != "" {
-		where += ": module " + e.Module
+		where = "module " + e.Module + ": "
 	}
 	if e.Action != "" {
-		where += ": action " + e.Action
+		where += "action " + e.Action + ": "
 	}
-	return fmt.Sprintf("%s: %s: %s", where, e.Code, e.Reason)
+	return fmt.Sprintf("%s%s: %s", where, e.Code, e.Reason)
 }
 
 func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/moat-sandbox/moat/host"
+	"github.com/spf13/cobra"
+)
+
+func newInspectCmd(g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect MODULE",
+		Short: "Show a module's kind, digest, actions, imports and exports",
+		Long: `Inspect compiles MODULE (a .wasm file or a plugin directory), checks it as
+moat would before running it, and prints what it is: its kind (moat-plugin or
+wasi-command), its sha256 digest, its actions, imports and exports, and
+whether its machine code came from the compilation cache.`,
+		Example: "  moat inspect examples/hello-go\n  moat inspect --json prog.wasm | jq .exports",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			wasm, name, err := host.ReadModule(args[0])
+			if err != nil {
+				return usagef("%v", err)
+			}
+			h, err := newHost(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer h.Close(context.Background())
+			mod, err := h.Load(cmd.Context(), wasm, host.LoadOptions{Name: name})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(mod.Info())
+			}
+			printInfo(cmd.OutOrStdout(), mod.Info())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printInfo(w io.Writer, info host.Info) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "name:\t%s\n", info.Name)
+	fmt.Fprintf(tw, "kind:\t%s\n", info.Kind)
+	fmt.Fprintf(tw, "digest:\tsha256:%s\n", info.Digest)
+	fmt.Fprintf(tw, "size:\t%d bytes\n", info.Size)
+	mem := fmt.Sprintf("%d pages initial", info.MemoryMin)
+	if info.MemoryMax > 0 {
+		mem += fmt.Sprintf(", %d max", info.MemoryMax)
+	}
+	fmt.Fprintf(tw, "memory:\t%s\n", mem)
+	if info.Reactor {
+		fmt.Fprintf(tw, "reactor:\tyes (_initialize runs once per instance)\n")
+	}
+	src := "compiled now"
+	if info.Compile.FromDiskCache {
+		src = "from the disk cache"
+	}
+	fmt.Fprintf(tw, "machine code:\t%s (%s)\n", src, info.Compile.Duration.Round(10000))
+	if len(info.Actions) > 0 {
+		fmt.Fprintf(tw, "actions:\t%s\n", strings.Join(info.Actions, ", "))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "imports (%d):\n", len(info.Imports))
+	for _, s := range info.Imports {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+	fmt.Fprintf(w, "exports (%d):\n", len(info.Exports))
+	for _, s := range info.Exports {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+}

@@ -1,0 +1,100 @@
+// Command moat is the one binary of the moat sandbox host: it runs
+// WebAssembly plugins and commands, inspects modules, and (as the project
+// grows) serves the HTTP API. It wires packages together and holds no logic
+// of its own.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+)
+
+// Exit statuses of moat itself. A WASI command's own exit code passes
+// through unchanged.
+const (
+	exitFailure = 1   // the invocation failed (trap, guest error, bad module, ...)
+	exitUsage   = 2   // bad flags or arguments
+	exitTimeout = 124 // the deadline passed (as timeout(1))
+	exitMemory  = 125 // the guest hit its memory limit
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string) (code int) {
+	defer func() {
+		// Never a Go stack trace for a user: one line, and a request to
+		// report it, since reaching here is a moat bug.
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "moat: internal error: %v (please report this)\n", r)
+			code = exitFailure
+		}
+	}()
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var exit exitError
+	if errors.As(err, &exit) {
+		return exit.code
+	}
+	fmt.Fprintf(os.Stderr, "moat: %s\n", oneLine(err))
+	switch host.CodeOf(err) {
+	case "":
+		var ue usageError
+		if errors.As(err, &ue) || isCobraUsage(err) {
+			return exitUsage
+		}
+		return exitFailure
+	case abi.CodeTimeout:
+		return exitTimeout
+	case abi.CodeMemoryLimit:
+		return exitMemory
+	case abi.CodeInvalidArgument:
+		return exitUsage
+	default:
+		return exitFailure
+	}
+}
+
+// exitError carries a WASI command's exit code out of cobra.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError is a mistake in the command line.
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func isCobraUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "accepts at most"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func oneLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}

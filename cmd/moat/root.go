@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// globalFlags are shared by every subcommand.
+type globalFlags struct {
+	dataDir   string
+	logLevel  string
+	logFormat string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "moat",
+		Short: "moat runs untrusted code as WebAssembly, with host functions as the only door out",
+		Long: `moat is a WebAssembly-first sandbox host. Plugins are WASM modules that export
+actions and reach storage, logs and configuration only through moat's op table;
+WASI command modules run like programs, with stdin, stdout, args and env.
+
+Start here:
+  moat run examples/hello-go greet --input World     invoke a plugin action
+  moat run prog.wasm -- arg1 arg2 < input.txt        run a WASI command
+  moat inspect prog.wasm                             show kind, imports, exports, digest
+
+Data (the key-value store and the compilation cache) lives in --data, default
+$MOAT_DATA or ./moat-data.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.dataDir, "data", "", "data directory for the store and the compile cache (default $MOAT_DATA or ./moat-data)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
+	root.AddCommand(newRunCmd(g), newInspectCmd(g), newVersionCmd())
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usagef("%v (see `%s --help`)", err, c.CommandPath())
+	})
+	return root
+}
+
+func (g *globalFlags) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, usagef("--log-format %q: use text or json", g.logFormat)
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print moat's version, ABI version and runtime versions",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), versionString())
+		},
+	}
+}

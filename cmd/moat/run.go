@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+type runFlags struct {
+	input      string
+	inputSet   bool
+	inputFile  string
+	config     []string
+	env        []string
+	inheritEnv bool
+	org, usr   string
+	roles      []string
+	timeout    time.Duration
+	memoryMB   int
+	maxOutput  int
+	correlate  string
+}
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run MODULE [ACTION] [flags] [-- ARGS...]",
+		Short: "Invoke a plugin action, or run a WASI command module",
+		Long: `Run a module. MODULE is a .wasm file or a plugin directory (holding DIR.wasm
+or exactly one .wasm file).
+
+With an ACTION, MODULE must be a moat plugin: the action's input comes from
+--input, --input-file, or stdin (when it is not a terminal), and its output is
+printed on stdout. The guest's log.write records go to stderr.
+
+Without an ACTION, MODULE must be a WASI command: its _start runs with moat's
+stdin, the ARGS after --, and the variables given with --env; its stdout and
+stderr are printed, and moat exits with the module's exit code.
+
+Exit status: the command's own code; 1 when the invocation fails (trap, guest
+error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
+		Example: `  moat run examples/hello-go greet --input World --config greeting=Hi
+  echo -n World | moat run examples/hello-go greet --org acme --user ann
+  moat run hello.wasm --env GREETING=hi -- a b < in.txt`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.inputSet = cmd.Flags().Changed("input")
+			if d := cmd.ArgsLenAtDash(); d >= 0 {
+				if d == 0 || d > 2 {
+					return usagef("put MODULE [ACTION] before --; the words after -- are the command's arguments")
+				}
+				return runModule(cmd.Context(), g, f, args[:d], args[d:])
+			}
+			return runModule(cmd.Context(), g, f, args, nil)
+		},
+	}
+	cmd.Flags().SetInterspersed(true)
+	fl := cmd.Flags()
+	fl.StringVar(&f.input, "input", "", "the action's input as text")
+	fl.StringVar(&f.inputFile, "input-file", "", "read the action's input from this file")
+	fl.StringArrayVar(&f.config, "config", nil, "module configuration key=value, read by config.get (repeatable)")
+	fl.StringArrayVar(&f.env, "env", nil, "command environment: NAME=VALUE, or NAME to pass moat's own value (repeatable)")
+	fl.BoolVar(&f.inheritEnv, "inherit-env", false, "pass moat's whole environment to a command (off by default: env often holds secrets)")
+	fl.StringVar(&f.org, "org", "local", "organization the call runs for; it scopes the module's storage")
+	fl.StringVar(&f.usr, "user", "", "user the call runs for (default: your login name)")
+	fl.StringArrayVar(&f.roles, "role", nil, "a role of the user (repeatable)")
+	fl.DurationVar(&f.timeout, "timeout", host.DefaultLimits.Timeout, "wall-clock limit, e.g. 500ms, 30s")
+	fl.IntVar(&f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
+	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
+	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs (default: a random one)")
+	return cmd
+}
+
+func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs []string) error {
+	limits, err := f.limits()
+	if err != nil {
+		return err
+	}
+	cfg, err := keyValues("--config", f.config)
+	if err != nil {
+		return err
+	}
+	principal := policy.Principal{User: f.usr, Org: f.org, Roles: f.roles}
+	if principal.User == "" {
+		principal.User = loginName()
+	}
+	if err := principal.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	if f.correlate == "" {
+		f.correlate = newCorrelationID()
+	}
+	wasm, name, err := host.ReadModule(args[0])
+	if err != nil {
+		return usagef("%v", err)
+	}
+	h, err := newHost(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer h.Close(context.Background())
+	mod, err := h.Load(ctx, wasm, host.LoadOptions{Name: name, Config: cfg, Limits: limits, Isolation: host.IsolationFresh})
+	if err != nil {
+		return err
+	}
+
+	if len(args) == 2 {
+		if len(cmdArgs) > 0 {
+			return usagef("arguments after -- are for WASI commands; an action takes --input")
+		}
+		input, err := f.readInput()
+		if err != nil {
+			return err
+		}
+		res, err := mod.Invoke(ctx, host.Request{Action: args[1], Input: input, Principal: principal, CorrelationID: f.correlate})
+		if err != nil {
+			return err
+		}
+		return writeOutput(os.Stdout, res.Output)
+	}
+
+	if mod.Kind() == host.KindPlugin {
+		return usagef("%s is a plugin: name an action (%s)", args[0], strings.Join(mod.Actions(), ", "))
+	}
+	if f.inputSet || f.inputFile != "" {
+		return usagef("--input and --input-file are for actions; a command reads stdin")
+	}
+	env, err := f.environment()
+	if err != nil {
+		return err
+	}
+	res, err := mod.Run(ctx, host.RunRequest{
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Args: cmdArgs, Env: env, Principal: principal, CorrelationID: f.correlate,
+	})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return exitError{code: int(res.ExitCode)}
+	}
+	return nil
+}
+
+func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, err
+	}
+	return host.New(ctx, host.Config{DataDir: g.dataDir, Logger: log})
+}
+
+func (f *runFlags) limits() (host.Limits, error) {
+	switch {
+	case f.timeout <= 0:
+		return host.Limits{}, usagef("--timeout %s: give a positive duration such as 500ms or 30s", f.timeout)
+	case f.memoryMB <= 0 || f.memoryMB > 4096:
+		return host.Limits{}, usagef("--memory %d: give a size in MiB between 1 and 4096", f.memoryMB)
+	case f.maxOutput <= 0:
+		return host.Limits{}, usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
+	}
+	return host.Limits{Timeout: f.timeout, MemoryLimitPages: uint32(f.memoryMB) * 16, MaxOutputBytes: f.maxOutput}, nil
+}
+
+// readInput takes the action's input from --input, --input-file or a
+// non-terminal stdin, in that order; giving two of them is a mistake.
+func (f *runFlags) readInput() ([]byte, error) {
+	if f.inputSet && f.inputFile != "" {
+		return nil, usagef("give --input or --input-file, not both")
+	}
+	switch {
+	case f.inputSet:
+		return []byte(f.input), nil
+	case f.inputFile != "":
+		b, err := os.ReadFile(f.inputFile)
+		if err != nil {
+			return nil, usagef("--input-file: %v", err)
+		}
+		return b, nil
+	case !term.IsTerminal(int(os.Stdin.Fd())):
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read input from stdin: %w", err)
+		}
+		return b, nil
+	default:
+		return nil, nil
+	}
+}
+
+func (f *runFlags) environment() (map[string]string, error) {
+	env := map[string]string{}
+	if f.inheritEnv {
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+				env[k] = v
+			}
+		}
+	}
+	for _, e := range f.env {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			v, ok = os.LookupEnv(k)
+			if !ok {
+				return nil, usagef("--env %s: moat's environment has no %s; write --env %s=VALUE", e, e, e)
+			}
+		}
+		if k == "" {
+			return nil, usagef("--env %q: the name is empty; write NAME=VALUE", e)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+func keyValues(flag string, pairs []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, usagef("%s %q: write key=value", flag, p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// writeOutput prints an action's output, ending it with a newline on a
+// terminal so the shell prompt does not run into it.
+func writeOutput(w *os.File, out []byte) error {
+	if _, err := w.Write(out); err != nil {
+		return err
+	}
+	if len(out) > 0 && !bytes.HasSuffix(out, []byte("\n")) && term.IsTerminal(int(w.Fd())) {
+		_, err := w.Write([]byte("\n"))
+		return err
+	}
+	return nil
+}
+
+func loginName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return host.SanitizeModuleName(u.Username)
+	}
+	return "local"
+}
+
+func newCorrelationID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

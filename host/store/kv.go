@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/moat-sandbox/moat/abi"
+)
+
+// Scope is who owns a row: an organization and a module name. Both must be
+// non-empty. Every store method takes one and confines itself to it.
+type Scope struct{ Org, Module string }
+
+func (sc Scope) validate() error {
+	if sc.Org == "" {
+		return abi.Errorf(abi.CodeInvalidArgument, "scope org is empty; every store call must name the organization that owns the data")
+	}
+	if sc.Module == "" {
+		return abi.Errorf(abi.CodeInvalidArgument, "scope module is empty; every kv call must name the module that owns the data")
+	}
+	return nil
+}
+
+// wrap names the operation and scope of a database error.
+func (sc Scope) wrap(op string, err error) error {
+	return fmt.Errorf("store: %s org=%q module=%q: %w", op, sc.Org, sc.Module, err)
+}
+
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return abi.Errorf(abi.CodeInvalidArgument, "kv key is empty; use a key of 1 to %d bytes", abi.MaxKVKeyLen)
+	case len(key) > abi.MaxKVKeyLen:
+		return abi.Errorf(abi.CodeTooLarge, "kv key is %d bytes, over the limit of %d; use a shorter key", len(key), abi.MaxKVKeyLen)
+	case !utf8.ValidString(key):
+		return abi.Errorf(abi.CodeInvalidArgument, "kv key is not valid UTF-8; encode the key as UTF-8 text and keep binary data in the value")
+	}
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return abi.Errorf(abi.CodeInvalidArgument, "kv key contains a NUL byte at offset %d; remove it from the key", i)
+	}
+	return nil
+}
+
+func validateValue(value []byte) error {
+	if len(value) > abi.MaxKVValueLen {
+		return abi.Errorf(abi.CodeTooLarge, "kv value is %d bytes, over the limit of %d; split it across several keys", len(value), abi.MaxKVValueLen)
+	}
+	return nil
+}
+
+// KVGet returns the value of key in sc. found is false, with a nil error,
+// when the key does not exist. A stored empty value comes back as a
+// non-nil empty slice.
+func (s *Store) KVGet(ctx context.Context, sc Scope, key string) (value []byte, found bool, err error) {
+	if err := sc.validate(); err != nil {
+		return nil, false, err
+	}
+	if err := validateKey(key); err != nil {
+		return nil, false, err
+	}
+	err = s.r.QueryRowContext(ctx,
+		`SELECT value FROM kv WHERE org = ? AND module = ? AND key = ?`,
+		sc.Org, sc.Module, key).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, sc.wrap(abi.OpKVGet, err)
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return value, true, nil
+}
+
+// KVPut sets key in sc to value, replacing any value it had. A nil value is
+// stored as an empty one.
+func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) error {
+	if err := sc.validate(); err != nil {
+		return err
+	}
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateValue(value); err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{} // the driver binds a nil slice as NULL
+	}
+	// coalesce guards the empty blob the same way in SQL: an empty value is
+	// a value, never NULL.
+	_, err := s.w.ExecContext(ctx, `
+INSERT INTO kv (org, module, key, value, updated_at)
+VALUES (?, ?, ?, coalesce(?, x''), ?)
+ON CONFLICT (org, module, key) DO UPDATE SET
+	value = excluded.value,
+	updated_at = excluded.updated_at`,
+		sc.Org, sc.Module, key, value, time.Now().UnixMilli())
+	if err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	return nil
+}
+
+// KVDelete removes key from sc and reports whether it existed.
+func (s *Store) KVDelete(ctx context.Context, sc Scope, key string) (deleted bool, err error) {
+	if err := sc.validate(); err != nil {
+		return false, err
+	}
+	if err := validateKey(key); err != nil {
+		return false, err
+	}
+	res, err := s.w.ExecContext(ctx,
+		`DELETE FROM kv WHERE org = ? AND module = ? AND key = ?`,
+		sc.Org, sc.Module, key)
+	if err != nil {
+		return false, sc.wrap(abi.OpKVDelete, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, sc.wrap(abi.OpKVDelete, err)
+	}
+	return n > 0, nil
+}
+
+// KVList returns the keys of sc that start with prefix and sort strictly
+// after after, in bytewise order, at most limit of them (limit <= 0 means
+// abi.MaxKVListLimit, and larger limits are capped to it). more reports
+// whether further keys follow the last one returned; pass that key as after
+// to continue.
+//
+// prefix is matched byte for byte: '%', '_' and any other byte stand for
+// themselves.
+func (s *Store) KVList(ctx context.Context, sc Scope, prefix, after string, limit int) (keys []string, more bool, err error) {
+	if err := sc.validate(); err != nil {
+		return nil, false, err
+	}
+	if limit <= 0 || limit > abi.MaxKVListLimit {
+		limit = abi.MaxKVListLimit
+	}
+
+	// The keys with a prefix are the range [prefix, prefixEnd(prefix)) under
+	// the key column's BINARY collation; no LIKE, so no wildcards to escape.
+	// The lower bound is whichever of prefix (inclusive) and after
+	// (exclusive) is tighter.
+	var q strings.Builder
+	args := []any{sc.Org, sc.Module}
+	q.WriteString(`SELECT key FROM kv WHERE org = ? AND module = ?`)
+	if after >= prefix {
+		q.WriteString(` AND key > ?`)
+		args = append(args, after)
+	} else {
+		q.WriteString(` AND key >= ?`)
+		args = append(args, prefix)
+	}
+	if end, ok := prefixEnd(prefix); ok {
+		q.WriteString(` AND key < ?`)
+		args = append(args, end)
+	}
+	q.WriteString(` ORDER BY key LIMIT ?`)
+	args = append(args, limit+1)
+
+	rows, err := s.r.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, false, sc.wrap(abi.OpKVList, err)
+	}
+	defer rows.Close()
+	keys = make([]string, 0, min(limit, 64))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, false, sc.wrap(abi.OpKVList, err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, sc.wrap(abi.OpKVList, err)
+	}
+	if len(keys) > limit {
+		return keys[:limit], true, nil
+	}
+	return keys, false, nil
+}
+
+// prefixEnd returns the smallest string greater than every string that
+// starts with prefix: prefix with trailing 0xFF bytes dropped and its last
+// byte incremented. ok is false when there is no such bound (prefix is
+// empty or all 0xFF), and the range is unbounded above.
+func prefixEnd(prefix string) (end string, ok bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xFF {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}

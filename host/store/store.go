@@ -1,0 +1,188 @@
+// Package store is moat's persistence layer: the data a host keeps between
+// invocations. This first version holds the key-value data of sandboxed
+// modules (the kv.* ops); later schema versions add modules, API keys,
+// documents and the audit log.
+//
+// # Why SQLite
+//
+// The default store is one embedded SQLite file, dir/moat.db, driven by the
+// pure-Go driver modernc.org/sqlite, so a moat host is a single static binary
+// with no cgo and no database server to run. SQLite in WAL mode gives
+// durable, transactional writes and readers that never wait for the writer,
+// which is all one host needs. Open configures every connection the same way:
+// WAL journal, busy_timeout 5000 ms, foreign_keys on, synchronous NORMAL.
+//
+// # Schema and migrations
+//
+// The schema is an ordered list of migrations. Open applies the ones the
+// file has not seen yet, in order, inside one IMMEDIATE transaction, and
+// records the schema version in PRAGMA user_version. A file written by a
+// newer moat (a version this package does not know) is refused rather than
+// guessed at.
+//
+// # Scoping
+//
+// Every row carries the organization (and, for module data, the module) that
+// owns it, and the store applies that scope itself: each method takes a
+// Scope, refuses an empty one, and puts both columns into every statement it
+// runs. A caller never writes a WHERE clause, so no caller can forget one,
+// and one organization's data cannot reach another's through this package.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Writes go through a pool of a single
+// connection, so writers in one process queue in Go instead of contending for
+// SQLite's lock (no SQLITE_BUSY between goroutines); reads use a separate
+// pool of read-only connections and run in parallel with the writer.
+//
+// Bad input (an empty scope, an over-long key, an oversized value) is
+// reported as an *abi.Error with abi.CodeInvalidArgument or abi.CodeTooLarge,
+// ready to go back to a guest. Database failures wrap the driver's error with
+// %w and name the operation and scope.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// FileName is the name of the database file inside the store's directory.
+const FileName = "moat.db"
+
+// busyTimeoutMS is how long a connection waits for a lock held by another
+// connection (or another process) before reporting SQLITE_BUSY.
+const busyTimeoutMS = 5000
+
+// Store is moat's persistent state in one SQLite file. It is safe for
+// concurrent use by several goroutines. Create it with Open.
+type Store struct {
+	path string
+	w    *sql.DB // the single writer connection; also runs migrations
+	r    *sql.DB // read-only connections for queries
+}
+
+// Open opens the store in dir, the file dir/moat.db, creating the directory
+// (mode 0700) and the file (mode 0600) when they do not exist. It applies any
+// pending schema migrations and configures WAL mode, busy_timeout 5000,
+// foreign_keys on and synchronous NORMAL. Errors wrap the cause with %w and
+// name the path.
+func Open(ctx context.Context, dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("store: open: empty directory; pass the directory that holds (or will hold) " + FileName)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: open %s: create directory: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	// Create the file ourselves so it is private to this user: SQLite would
+	// create it 0644, and its -wal and -shm files copy the main file's mode.
+	// An empty file is a valid empty database. An existing file keeps its mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+
+	w, err := openPool(path, false)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+
+	if err := checkWAL(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+
+	r, err := openPool(path, true)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	n := min(max(runtime.GOMAXPROCS(0), 2), 8)
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	if err := r.PingContext(ctx); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: read pool: %w", path, err)
+	}
+	return &Store{path: path, w: w, r: r}, nil
+}
+
+// openPool opens a database/sql pool on path whose every connection carries
+// the store's pragmas. A readOnly pool's connections refuse writes.
+func openPool(path string, readOnly bool) (*sql.DB, error) {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		// journal_mode is persistent in the file; setting it on the writer
+		// is enough, and readers must not try to change it.
+		q.Add("_pragma", "journal_mode(WAL)")
+		// Take the write lock at BEGIN: a deferred transaction that
+		// upgrades from read to write can fail with SQLITE_BUSY at once,
+		// without waiting out busy_timeout, when another process writes.
+		q.Set("_txlock", "immediate")
+	}
+	return sql.Open("sqlite", dsn(path, q))
+}
+
+// dsn builds a file: URI for path. Escaping the path keeps a '?' or '#' in a
+// directory name from being read as the start of the query.
+func dsn(path string, q url.Values) string {
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		if abs, err := filepath.Abs(path); err == nil {
+			p = filepath.ToSlash(abs)
+		}
+		if !strings.HasPrefix(p, "/") { // a Windows drive path: file:///C:/...
+			p = "/" + p
+		}
+	}
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+// checkWAL confirms the file is in WAL mode. Some file systems (network
+// mounts) cannot hold a WAL; the store would then serialize readers behind
+// the writer, so say so at Open instead of degrading quietly.
+func checkWAL(ctx context.Context, db *sql.DB) error {
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal_mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal_mode is %q, not WAL; put the store on a local file system", mode)
+	}
+	return nil
+}
+
+// Close closes the store. Calls made after Close fail.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// Path is the path of the database file, dir/moat.db.
+func (s *Store) Path() string { return s.path }
