@@ -126,4 +126,3 @@ func isDeadline(err error, ctx context.Context) bool {
 	}
 	return ctx.Err() == context.DeadlineExceeded
 }
-
