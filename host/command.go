@@ -74,7 +74,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
 	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
 	inst.env.Begin(cctx, abi.ExportStart, req.Principal, req.CorrelationID)
-	inst.sess.Begin(cctx, inst) // commands may import moat too
+	inst.sess.Begin(inst) // commands may import moat too
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
 
 	mc := wazero.NewModuleConfig().
@@ -87,7 +87,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
 	start := time.Now()
-	mod, err := m.host.runtime.InstantiateModule(experimental.WithMemoryAllocator(&inst.sess, alloc), m.cm, mc)
+	mod, err := m.host.runtime.InstantiateModule(inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc)), m.cm, mc)
 	took := time.Since(start)
 	inst.sess.End()
 	if mod != nil {

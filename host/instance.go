@@ -42,13 +42,12 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log}
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
 	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
-	inst.sess.Context = context.Background()
 
 	ictx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
 	ictx = experimental.WithMemoryAllocator(ictx, alloc)
-	inst.sess.Begin(ictx, nil) // moat.call during _initialize is a fault
+	inst.sess.Begin(nil) // moat.call during _initialize is a fault
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStdout(&inst.stdout).
@@ -60,7 +59,7 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 		mc = mc.WithStartFunctions(abi.ExportInitWASI)
 	}
 	inst.stderr.begin(ictx, inst.env.Log)
-	mod, err := h.runtime.InstantiateModule(&inst.sess, m.cm, mc)
+	mod, err := h.runtime.InstantiateModule(inst.sess.Attach(ictx), m.cm, mc)
 	inst.stderr.end()
 	inst.sess.End()
 	inst.mem = alloc.last

@@ -82,8 +82,9 @@ type callError struct {
 
 func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Limits) ([]byte, *callError) {
 	m := inst.m
+	ctx = inst.sess.Attach(ctx)
 	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
-	inst.sess.Begin(ctx, inst)
+	inst.sess.Begin(inst)
 	inst.stdout.begin(ctx, inst.env.Log)
 	inst.stderr.begin(ctx, inst.env.Log)
 	inst.mem.limit, inst.mem.hit = uint64(lim.MemoryLimitPages)*65536, false
@@ -102,7 +103,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	inLen := uint32(len(req.Input))
 	if inLen > 0 {
 		inst.stack[0] = uint64(inLen)
-		if err := inst.alloc.CallWithStack(&inst.sess, inst.stack[:]); err != nil {
+		if err := inst.alloc.CallWithStack(ctx, inst.stack[:]); err != nil {
 			return inst.classify(ctx, err, lim)
 		}
 		inPtr = uint32(inst.stack[0])
@@ -112,7 +113,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 		}
 	}
 	inst.stack[0], inst.stack[1], inst.stack[2] = uint64(idx), uint64(inPtr), uint64(inLen)
-	if err := inst.invoke.CallWithStack(&inst.sess, inst.stack[:]); err != nil {
+	if err := inst.invoke.CallWithStack(ctx, inst.stack[:]); err != nil {
 		return inst.classify(ctx, err, lim)
 	}
 	outPtr, outLen, failed := abi.UnpackOutput(inst.stack[0])

@@ -38,7 +38,11 @@ func (m *limitedMemory) Reallocate(size uint64) []byte {
 		// result), so grant it and let the host refuse the instance.
 		m.init = true
 		m.hit = size > m.limit
-		m.buf = make([]byte, size, max(size, uint64(cap(m.buf))))
+		if size <= uint64(cap(m.buf)) {
+			m.buf = m.buf[:size]
+		} else {
+			m.buf = make([]byte, size)
+		}
 		return m.buf
 	}
 	if size > m.limit || size > m.max {

@@ -28,12 +28,11 @@ type Dispatcher interface {
 	Dispatch(ctx context.Context, op, req []byte) ([]byte, error)
 }
 
-// Session is the per-instance state of the transport. The host keeps one per
-// live instance and passes it as the context of every guest call, so the
-// host function finds its session without a map lookup or an allocation:
-// Session is itself a context.Context that wraps the invocation's context.
+// Session is the per-instance state of the transport: the dispatcher of the
+// current invocation and a reply waiting to be fetched. The host keeps one
+// per live instance and attaches it to each guest call's context with
+// Attach.
 type Session struct {
-	context.Context
 	Dispatcher Dispatcher
 
 	pending       []byte      // a reply that did not fit the guest's buffer
@@ -41,26 +40,37 @@ type Session struct {
 	fault         *FaultError // the first ABI violation seen in this invocation
 }
 
-type sessionKey struct{}
-
-// Value returns the session itself for the transport's key and defers to the
-// wrapped context for every other key.
-func (s *Session) Value(key any) any {
-	if key == (sessionKey{}) {
-		return s
-	}
-	return s.Context.Value(key)
+// sessionCtx carries a Session on a call's context. It is a small struct
+// rather than context.WithValue so that finding the session is a type
+// assertion, not a walk up the context chain. It must be immutable: wazero
+// watches the context from another goroutine (CloseOnContextDone), which
+// may still be reading it after the call has returned.
+type sessionCtx struct {
+	context.Context
+	s *Session
 }
 
-// Begin prepares the session for a new invocation running under ctx.
-func (s *Session) Begin(ctx context.Context, d Dispatcher) {
-	s.Context, s.Dispatcher, s.pending, s.fault = ctx, d, nil, nil
+type sessionKey struct{}
+
+func (c *sessionCtx) Value(key any) any {
+	if key == (sessionKey{}) {
+		return c.s
+	}
+	return c.Context.Value(key)
+}
+
+// Attach returns a context for guest calls of this session.
+func (s *Session) Attach(ctx context.Context) context.Context { return &sessionCtx{ctx, s} }
+
+// Begin prepares the session for a new invocation.
+func (s *Session) Begin(d Dispatcher) {
+	s.Dispatcher, s.pending, s.fault = d, nil, nil
 }
 
 // End drops references to the finished invocation so a pooled instance does
-// not keep its context or reply alive.
+// not keep its reply alive.
 func (s *Session) End() {
-	s.Context, s.Dispatcher, s.pending = context.Background(), nil, nil
+	s.Dispatcher, s.pending = nil, nil
 }
 
 // Fault returns the ABI violation that aborted the invocation, if any. The
@@ -103,7 +113,12 @@ func Instantiate(ctx context.Context, r wazero.Runtime) error {
 // call is moat.call. It is a GoModuleFunc, the cheapest kind of wazero host
 // function (no reflection), because every op crosses it.
 func call(ctx context.Context, mod api.Module, stack []uint64) {
-	s, _ := ctx.Value(sessionKey{}).(*Session)
+	var s *Session
+	if c, ok := ctx.(*sessionCtx); ok {
+		s = c.s
+	} else {
+		s, _ = ctx.Value(sessionKey{}).(*Session)
+	}
 	if s == nil || s.Dispatcher == nil {
 		// Called outside an invocation: during _initialize, or by a host
 		// that did not set up a session.
@@ -134,7 +149,7 @@ func call(ctx context.Context, mod api.Module, stack []uint64) {
 		if !ok {
 			s.abort(&FaultError{Op: string(op), Reason: fmt.Sprintf("request [%d, +%d) is outside guest memory (%d bytes)", reqPtr, reqLen, mem.Size())})
 		}
-		out, err := s.Dispatcher.Dispatch(s, op, req)
+		out, err := s.Dispatcher.Dispatch(ctx, op, req)
 		if err != nil {
 			if f, ok := err.(*FaultError); ok {
 				s.abort(f)

@@ -1,0 +1,108 @@
+// Command benchtable reads `go test -bench` output on stdin, passes it
+// through, and then prints the side-by-side table that `make bench` shows
+// and the README quotes: each moat figure next to its baseline from the
+// same run, with the ratio the issue's goals are stated in.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// result is one benchmark line: ns/op and any custom metrics.
+type result map[string]float64
+
+var line = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
+
+func parse(r io.Reader, echo io.Writer) (map[string]result, string) {
+	results := map[string]result{}
+	cpu := ""
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		text := sc.Text()
+		fmt.Fprintln(echo, text)
+		if strings.HasPrefix(text, "cpu: ") {
+			cpu = strings.TrimSpace(strings.TrimPrefix(text, "cpu: "))
+		}
+		m := line.FindStringSubmatch(text)
+		if m == nil {
+			continue
+		}
+		res := result{}
+		fields := strings.Fields(m[3])
+		for i := 0; i+1 < len(fields); i += 2 {
+			if v, err := strconv.ParseFloat(fields[i], 64); err == nil {
+				res[fields[i+1]] = v
+			}
+		}
+		results[strings.TrimPrefix(m[1], "Benchmark")] = res
+	}
+	return results, cpu
+}
+
+func main() {
+	results, cpu := parse(os.Stdin, os.Stdout)
+	get := func(name, unit string) (float64, bool) {
+		r, ok := results[name]
+		if !ok {
+			return 0, false
+		}
+		v, ok := r[unit]
+		return v, ok
+	}
+	type row struct{ what, moat, baseline, ratio, goal string }
+	var rows []row
+	if m, ok := get("Invoke/moat", "ns/op"); ok {
+		if raw, ok := get("Invoke/raw-wazero", "ns/op"); ok {
+			rows = append(rows, row{"invoke, pooled, deadline on (vs raw wazero CallWithStack)", ns(m), ns(raw),
+				fmt.Sprintf("+%s overhead", ns(m-raw)), verdict(m-raw < 1000, "< 1 µs overhead")})
+		}
+		if ex, ok := get("Invoke/extism", "ns/op"); ok {
+			rows = append(rows, row{"invoke, pooled (vs extism go-sdk Plugin.Call)", ns(m), ns(ex),
+				fmt.Sprintf("%.1fx faster", ex/m), verdict(ex/m >= 10, ">= 10x")})
+		}
+	}
+	if m, ok := get("OpRoundTrip/moat-config.get", "ns/call"); ok {
+		if raw, ok := get("OpRoundTrip/raw-host-function", "ns/call"); ok {
+			rows = append(rows, row{"op round trip config.get (vs raw host function)", ns(m), ns(raw),
+				fmt.Sprintf("%.1fx", m/raw), verdict(m < 1500, "< 1.5 µs")})
+		}
+	}
+	if m, ok := get("FreshInvoke/wat", "ns/op"); ok {
+		raw, _ := get("FreshInvoke/raw-wat-instantiate", "ns/op")
+		rows = append(rows, row{"fresh instance + invoke, small WAT module (vs raw instantiate+close)", us(m), us(raw),
+			fmt.Sprintf("%.1fx", m/raw), "report"})
+	}
+	if m, ok := get("FreshInvoke/go-reactor", "ns/op"); ok {
+		raw, _ := get("FreshInvoke/raw-go-instantiate+init", "ns/op")
+		noInit, _ := get("FreshInvoke/raw-go-instantiate-no-init", "ns/op")
+		rows = append(rows, row{"fresh instance + invoke, Go reactor (vs raw instantiate + _initialize)", ms(m), ms(raw),
+			fmt.Sprintf("%.2fx", m/raw), fmt.Sprintf("report: _initialize %s, instantiate %s", ms(raw-noInit), ms(noInit))})
+	}
+	if len(rows) == 0 {
+		fmt.Println("\nbenchtable: no known benchmarks in the input")
+		os.Exit(1)
+	}
+	fmt.Printf("\nmoat side by side (%s)\n\n", cpu)
+	fmt.Println("| what | moat | baseline | ratio | goal |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.what, r.moat, r.baseline, r.ratio, r.goal)
+	}
+}
+
+func verdict(ok bool, goal string) string {
+	if ok {
+		return "met (" + goal + ")"
+	}
+	return "MISSED (" + goal + ")"
+}
+
+func ns(v float64) string { return fmt.Sprintf("%.0f ns", v) }
+func us(v float64) string { return fmt.Sprintf("%.1f µs", v/1e3) }
+func ms(v float64) string { return fmt.Sprintf("%.2f ms", v/1e6) }
