@@ -1,0 +1,38 @@
+package host_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFixturesUpToDate: the committed .wasm fixtures are what their WAT
+// sources compile to, so a test never runs a stale binary.
+func TestFixturesUpToDate(t *testing.T) {
+	wat2wasm, err := exec.LookPath("wat2wasm")
+	if err != nil {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatal("wat2wasm is not installed; `make tools` installs it (apt package wabt)")
+		}
+		t.Skip("wat2wasm (apt package wabt) is not installed; `make tools` installs it")
+	}
+	sources, _ := filepath.Glob("../testdata/wat/*.wat")
+	if len(sources) == 0 {
+		t.Fatal("no WAT sources in testdata/wat")
+	}
+	for _, src := range sources {
+		out := filepath.Join(t.TempDir(), "out.wasm")
+		if msg, err := exec.Command(wat2wasm, src, "-o", out).CombinedOutput(); err != nil {
+			t.Fatalf("wat2wasm %s: %v\n%s", src, err, msg)
+		}
+		want, _ := os.ReadFile(out)
+		committed := "../testdata/" + strings.TrimSuffix(filepath.Base(src), ".wat") + ".wasm"
+		got, err := os.ReadFile(committed)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s is stale or missing: run `make fixtures`", committed)
+		}
+	}
+}
