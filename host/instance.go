@@ -93,7 +93,7 @@ func (inst *instance) close() {
 }
 
 func (inst *instance) stderrNote() string {
-	if t := inst.stderr.lastLines(); t != "" {
+	if t := inst.stderr.summary(); t != "" {
 		return "; guest stderr: " + t
 	}
 	return ""

@@ -22,6 +22,7 @@ type guestStream struct {
 	tail    []byte
 	budget  int // bytes still forwarded to the log in this invocation
 	dropped int
+	fatal   string // the first "panic: " or "fatal error: " line of the invocation
 }
 
 const (
@@ -31,7 +32,7 @@ const (
 
 func (s *guestStream) begin(ctx context.Context, log func() *slog.Logger) {
 	s.mu.Lock()
-	s.ctx, s.log, s.line, s.tail, s.budget, s.dropped = ctx, log, s.line[:0], s.tail[:0], logBudgetByte, 0
+	s.ctx, s.log, s.line, s.tail, s.budget, s.dropped, s.fatal = ctx, log, s.line[:0], s.tail[:0], logBudgetByte, 0, ""
 	s.mu.Unlock()
 }
 
@@ -49,6 +50,9 @@ func (s *guestStream) end() {
 	s.mu.Unlock()
 }
 
+// Write buffers guest output and emits it as one log record per write
+// that ends a line: a Go guest writes a panic and its stack in one call,
+// and that becomes one record rather than thirty.
 func (s *guestStream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -56,44 +60,45 @@ func (s *guestStream) Write(p []byte) (int, error) {
 	if len(s.tail) > tailBytes {
 		s.tail = append(s.tail[:0], s.tail[len(s.tail)-tailBytes:]...)
 	}
-	rest := p
-	for len(rest) > 0 {
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			s.line = append(s.line, rest...)
-			if len(s.line) > tailBytes { // a very long line: emit in pieces
-				s.emit(s.line)
-				s.line = s.line[:0]
-			}
-			break
-		}
-		s.line = append(s.line, rest[:i]...)
-		s.emit(s.line)
+	s.line = append(s.line, p...)
+	if bytes.HasSuffix(s.line, []byte("\n")) || len(s.line) > tailBytes {
+		s.emit(bytes.TrimRight(s.line, "\n"))
 		s.line = s.line[:0]
-		rest = rest[i+1:]
 	}
 	return len(p), nil
 }
 
-func (s *guestStream) emit(line []byte) {
+func (s *guestStream) emit(text []byte) {
+	if s.fatal == "" {
+		for _, line := range bytes.Split(text, []byte("\n")) {
+			if bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: ")) {
+				s.fatal = string(line)
+				break
+			}
+		}
+	}
 	if s.log == nil { // written outside an invocation, e.g. by _initialize
 		return
 	}
-	if len(line) > s.budget {
-		s.dropped += len(line)
+	if len(text) > s.budget {
+		s.dropped += len(text)
 		return
 	}
-	s.budget -= len(line)
-	s.log().LogAttrs(s.ctx, s.level, string(line), slog.String("source", "guest"), slog.String("stream", s.name))
+	s.budget -= len(text)
+	s.log().LogAttrs(s.ctx, s.level, string(text), slog.String("source", "guest"), slog.String("stream", s.name))
 }
 
-// lastLines returns the kept tail, trimmed to whole lines where possible.
-func (s *guestStream) lastLines() string {
+// summary is one line saying how the guest went down: its first panic or
+// fatal error line (Go prints stacks after it), else its last line.
+func (s *guestStream) summary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fatal != "" {
+		return s.fatal
+	}
 	t := bytes.TrimSpace(s.tail)
-	if i := bytes.LastIndex(t, []byte("\n\n")); i >= 0 && len(t)-i > 16 {
-		t = t[i+2:]
+	if i := bytes.LastIndexByte(t, '\n'); i >= 0 {
+		t = t[i+1:]
 	}
 	return string(t)
 }

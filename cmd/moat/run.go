@@ -54,16 +54,17 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 		Example: `  moat run examples/hello-go greet --input World --config greeting=Hi
   echo -n World | moat run examples/hello-go greet --org acme --user ann
   moat run hello.wasm --env GREETING=hi -- a b < in.txt`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.inputSet = cmd.Flags().Changed("input")
+			own, cmdArgs := args, []string(nil)
 			if d := cmd.ArgsLenAtDash(); d >= 0 {
-				if d == 0 || d > 2 {
-					return usagef("put MODULE [ACTION] before --; the words after -- are the command's arguments")
-				}
-				return runModule(cmd.Context(), g, f, args[:d], args[d:])
+				own, cmdArgs = args[:d], args[d:]
 			}
-			return runModule(cmd.Context(), g, f, args, nil)
+			if len(own) == 0 || len(own) > 2 {
+				return usagef("give MODULE and at most one ACTION before --, got %d words; the words after -- are a command's arguments", len(own))
+			}
+			return runModule(cmd.Context(), g, f, own, cmdArgs)
 		},
 	}
 	cmd.Flags().SetInterspersed(true)

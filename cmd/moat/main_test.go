@@ -1,0 +1,189 @@
+package main_test
+
+// End-to-end tests of the moat binary: built once, run as a user would run
+// it, checking stdout, stderr and the exit status.
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testwasm"
+)
+
+var moatBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "moat-cli-test")
+	if err != nil {
+		panic(err)
+	}
+	moatBin = filepath.Join(dir, "moat")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", moatBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		panic("build moat: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func moat(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(moatBin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// writeModule puts wasm into a plugin directory named name.
+func writeModule(t *testing.T, name string, wasm []byte) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestHelloGoCountRises(t *testing.T) {
+	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
+	data := t.TempDir()
+	for i, want := range []string{"Hello, World! (call #1)", "Hi, World! (call #2)", "Hello, stdin! (call #3)"} {
+		args := []string{"run", plugin, "greet", "--data", data}
+		stdin := ""
+		switch i {
+		case 0:
+			args = append(args, "--input", "World")
+		case 1:
+			args = append(args, "--input", "World", "--config", "greeting=Hi")
+		case 2:
+			stdin = "stdin"
+		}
+		r := moat(t, stdin, args...)
+		if r.code != 0 || r.stdout != want {
+			t.Fatalf("run %d: exit %d stdout %q stderr %q; want %q", i+1, r.code, r.stdout, r.stderr, want)
+		}
+		if !strings.Contains(r.stderr, "msg=greeting") || !strings.Contains(r.stderr, "module=hello-go") {
+			t.Fatalf("the guest's log record is missing from stderr: %q", r.stderr)
+		}
+	}
+	// Another organization has its own count.
+	if r := moat(t, "", "run", plugin, "greet", "--input", "World", "--org", "globex", "--data", data); r.stdout != "Hello, World! (call #1)" {
+		t.Fatalf("other org: %+v", r)
+	}
+}
+
+func TestCommandModule(t *testing.T) {
+	cmdWasm := filepath.Join(t.TempDir(), "gocmd.wasm")
+	os.WriteFile(cmdWasm, testwasm.BuildGo(t, "./testdata/gocmd", false), 0o644)
+	data := t.TempDir()
+	t.Setenv("GREETING", "from-parent")
+	t.Setenv("HOME", "/root/secret-home")
+
+	r := moat(t, "some input", "run", "--data", data, cmdWasm, "--env", "GREETING", "--", "a", "b c")
+	want := `stdin="some input" args=["a" "b c"] GREETING="from-parent" HOME=""` + "\n"
+	if r.code != 0 || r.stdout != want || r.stderr != "to stderr\n" {
+		t.Fatalf("got %+v; want stdout %q", r, want)
+	}
+	if r := moat(t, "", "run", "--data", data, cmdWasm, "--", "exit", "7"); r.code != 7 || r.stderr != "exiting with 7\n" {
+		t.Fatalf("exit code: %+v", r)
+	}
+}
+
+// TestFailuresAreOneLine: every failure exits non-zero with one line from
+// moat on stderr and never a stack trace of moat's.
+func TestFailuresAreOneLine(t *testing.T) {
+	dir := t.TempDir()
+	cmdWasm := filepath.Join(dir, "gocmd.wasm")
+	os.WriteFile(cmdWasm, testwasm.BuildGo(t, "./testdata/gocmd", false), 0o644)
+	notWasm := filepath.Join(dir, "script.wasm")
+	os.WriteFile(notWasm, []byte("#!/bin/sh\n"), 0o644)
+	plugin := filepath.Join(testwasm.RepoRoot(t), "testdata", "plugin.wasm")
+	data := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"timeout", []string{"run", cmdWasm, "--timeout", "200ms", "--", "loop"}, 124, "timeout: did not finish within 200ms"},
+		{"memory", []string{"run", cmdWasm, "--memory", "32", "--", "alloc"}, 125, "memory_limit"},
+		{"output flood", []string{"run", cmdWasm, "--max-output", "1000", "--", "flood"}, 1, "output_too_large"},
+		{"trap", []string{"run", plugin, "trap"}, 1, "trap: wasm error: unreachable"},
+		{"guest fault", []string{"run", plugin, "badptr"}, 1, "guest_fault"},
+		{"no such action", []string{"run", plugin, "nope"}, 1, `no action "nope"`},
+		{"plugin without action", []string{"run", plugin}, 2, "is a plugin: name an action"},
+		{"missing file", []string{"run", filepath.Join(dir, "nope.wasm"), "x"}, 2, "no such file or directory"},
+		{"not wasm", []string{"run", notWasm}, 1, "not a WebAssembly binary"},
+		{"bad flag", []string{"run", plugin, "noop", "--bogus"}, 2, "unknown flag: --bogus"},
+		{"bad memory", []string{"run", plugin, "noop", "--memory", "9999"}, 2, "--memory 9999"},
+		{"bad config", []string{"run", plugin, "noop", "--config", "novalue"}, 2, `--config "novalue": write key=value`},
+		{"bad org", []string{"run", plugin, "noop", "--org", "a b"}, 2, "principal org"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{tt.args[0], "--data", data}, tt.args[1:]...)
+			r := moat(t, "", args...)
+			lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+			last := lines[len(lines)-1]
+			if r.code != tt.code || !strings.HasPrefix(last, "moat: ") || !strings.Contains(last, tt.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and a line with %q", r.code, r.stderr, tt.code, tt.want)
+			}
+			// A command's own stderr passes through (a Go guest prints its
+			// stacks there); moat's must not appear, nor wazero's trace.
+			for _, leak := range []string{"moat-sandbox/moat/host", "moat-sandbox/moat/cmd", "wasm stack trace", "(recovered by wazero)"} {
+				if strings.Contains(r.stderr, leak) {
+					t.Fatalf("stack trace leaked (%q): %q", leak, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestSecondProcessUsesCompileCache: a second moat process does not
+// recompile a module it has seen.
+func TestSecondProcessUsesCompileCache(t *testing.T) {
+	plugin := writeModule(t, "goguest", testwasm.BuildGo(t, "./testdata/goguest", true))
+	data := t.TempDir()
+	first := moat(t, "", "inspect", plugin, "--data", data)
+	second := moat(t, "", "inspect", plugin, "--data", data)
+	if !strings.Contains(first.stdout, "machine code:  compiled now") || !strings.Contains(second.stdout, "machine code:  from the disk cache") {
+		t.Fatalf("first:\n%s\nsecond:\n%s", first.stdout, second.stdout)
+	}
+	for _, want := range []string{"kind:          moat-plugin", "digest:        sha256:", "actions:       echo, upper, config", "moat.call(i32, i32, i32, i32, i32, i32) -> (i64)", "moat_invoke(i32, i32, i32) -> (i64)"} {
+		if !strings.Contains(second.stdout, want) {
+			t.Errorf("inspect lacks %q:\n%s", want, second.stdout)
+		}
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	if r := moat(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "ABI v1") || !strings.Contains(r.stdout, "wazero v1.12.0") {
+		t.Fatalf("version: %+v", r)
+	}
+	if r := moat(t, "", "run", "--help"); r.code != 0 || !strings.Contains(r.stdout, "Exit status") || !strings.Contains(r.stdout, "--input-file") {
+		t.Fatalf("help: %+v", r)
+	}
+}
