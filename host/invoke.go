@@ -92,7 +92,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 		inst.stdout.end()
 		inst.stderr.end()
 		inst.sess.End()
-		inst.env.Begin(nil, "", policy.Principal{}, "")
+		inst.env.Begin(context.Background(), "", policy.Principal{}, "")
 	}()
 	fail := func(code abi.Code, reusable bool, err error, format string, args ...any) ([]byte, *callError) {
 		return nil, &callError{Error: &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}, reusable: reusable}

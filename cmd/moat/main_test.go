@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -23,7 +22,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	moatBin = filepath.Join(dir, "moat")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", moatBin, ".")
+	build := exec.Command("go", "build", "-o", moatBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		panic("build moat: " + err.Error() + "\n" + string(out))

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 )
@@ -37,8 +36,7 @@ func BuildGo(t testing.TB, pkg string, reactor bool) []byte {
 	if reactor {
 		args = append(args, "-buildmode=c-shared")
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.Command(gobin, append(args, pkg)...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
