@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/spf13/cobra"
@@ -68,7 +69,7 @@ func printInfo(w io.Writer, info host.Info) {
 	if info.Compile.FromDiskCache {
 		src = "from the disk cache"
 	}
-	fmt.Fprintf(tw, "machine code:\t%s (%s)\n", src, info.Compile.Duration.Round(10000))
+	fmt.Fprintf(tw, "machine code:\t%s (%s)\n", src, info.Compile.Duration.Round(100*time.Microsecond))
 	if len(info.Actions) > 0 {
 		fmt.Fprintf(tw, "actions:\t%s\n", strings.Join(info.Actions, ", "))
 	}
