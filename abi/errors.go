@@ -29,6 +29,10 @@ const (
 	CodeTrap           Code = "trap"             // the guest trapped or exited during an action
 	CodeGuestFault     Code = "guest_fault"      // the guest broke the ABI (bad pointer, bad reply)
 	CodeGuestError     Code = "guest_error"      // the action returned an error of its own
+
+	// Policy outcomes of an invocation.
+	CodeConfirmationRequired Code = "confirmation_required" // the action (or a sensitive op) must be confirmed first
+	CodeRateLimited          Code = "rate_limited"          // the module's calls-per-minute limit is used up
 )
 
 // Error is the wire form of a failure: an op's error reply, or an action's

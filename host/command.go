@@ -40,7 +40,7 @@ type RunResult struct {
 // Run executes a WASI command's _start with the given stdio, args and env.
 // Timeouts, memory limits, output caps and traps are *Error values; an
 // exit code (zero or not) is a RunResult.
-func (m *Module) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err error) {
 	fail := func(code abi.Code, err error, format string, args ...any) (RunResult, error) {
 		return RunResult{}, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
@@ -60,6 +60,10 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 		}
 	}
 
+	start := time.Now()
+	defer func() {
+		m.auditInvocation(ctx, &Request{Action: abi.ExportStart, Principal: req.Principal, CorrelationID: req.CorrelationID}, start, err)
+	}()
 	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	var over capState
@@ -86,9 +90,9 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	for _, k := range sortedKeys(req.Env) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
-	start := time.Now()
+	runStart := time.Now()
 	mod, err := m.host.runtime.InstantiateModule(inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc)), m.cm, mc)
-	took := time.Since(start)
+	took := time.Since(runStart)
 	inst.sess.End()
 	if mod != nil {
 		_ = mod.Close(context.Background())

@@ -16,6 +16,8 @@ type Error struct {
 	Code   abi.Code
 	Reason string
 	Err    error // the underlying cause, if any
+	// Confirmation is set when Code is confirmation_required.
+	Confirmation *ConfirmationRequest
 }
 
 func (e *Error) Error() string {
@@ -52,6 +54,9 @@ var (
 	ErrGuestFault     = &Error{Code: abi.CodeGuestFault}
 	ErrGuestError     = &Error{Code: abi.CodeGuestError}
 	ErrInvalidRequest = &Error{Code: abi.CodeInvalidArgument}
+	ErrDenied         = &Error{Code: abi.CodeDenied}
+	ErrNeedsConfirm   = &Error{Code: abi.CodeConfirmationRequired}
+	ErrRateLimited    = &Error{Code: abi.CodeRateLimited}
 )
 
 // CodeOf returns the abi.Code of err, or "" when err is not a moat error.

@@ -17,16 +17,29 @@ import (
 
 func loadGoGuest(t testing.TB, h *host.Host, name string) *host.Module {
 	t.Helper()
+	mf, err := policy.ParseManifest("moat.yaml", []byte("name: "+name+goguestManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := h.Load(context.Background(), testwasm.BuildGo(t, "./testdata/goguest", true), host.LoadOptions{
-		Name:   name,
-		Config: map[string]string{"greeting": "hi"},
-		Limits: host.Limits{MemoryLimitPages: 1024, Timeout: 5 * time.Second},
+		Manifest: mf,
+		Config:   map[string]string{"greeting": "hi"},
+		Limits:   host.Limits{MemoryLimitPages: 1024, Timeout: 5 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
+
+// goguestManifest declares every action of testdata/goguest and the kv
+// capability; the name is prepended.
+const goguestManifest = `
+version: 1.0.0
+actions: [{name: echo}, {name: upper}, {name: config}, {name: kv}, {name: log}, {name: fail}, {name: panic},
+  {name: loop}, {name: grow}, {name: big}, {name: unknownop}, {name: bigcall}, {name: exit}]
+capabilities: {kv: true}
+`
 
 // TestGoGuest drives the Go SDK fixture through every path, in order, on
 // one pooled module: each failure must leave the module serving.

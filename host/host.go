@@ -35,8 +35,10 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
@@ -71,6 +73,14 @@ type Config struct {
 	// Limits are the defaults for every module; LoadOptions and Request
 	// may lower or raise them. Zero fields take DefaultLimits.
 	Limits Limits
+	// Profile is the operator's policy: what modules may do, which keys
+	// are trusted. Default: the built-in "minimal" profile.
+	Profile *policy.Profile
+	// OmitAllowedInvocationAudit leaves allowed, successful invocations
+	// out of the audit trail (denials, failures, mutations, signature
+	// checks and confirmations are always recorded). For hosts where a
+	// store write per call is too much; off by default.
+	OmitAllowedInvocationAudit bool
 }
 
 // Limits bound one invocation.
@@ -131,6 +141,8 @@ type Host struct {
 	runtime   wazero.Runtime
 	compileMu sync.Mutex
 	compiled  map[string]*compiled // by digest
+	profile   *policy.Profile
+	audit     *audit.Log
 }
 
 type compiled struct {
@@ -155,7 +167,14 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err := cfg.Limits.validate(); err != nil {
 		return nil, fmt.Errorf("host: config limits: %w", err)
 	}
-	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}}
+	if cfg.Profile == nil {
+		p, err := policy.LoadProfile("minimal")
+		if err != nil {
+			return nil, fmt.Errorf("host: built-in profile: %w", err)
+		}
+		cfg.Profile = p
+	}
+	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}, profile: cfg.Profile}
 	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("host: create cache dir %s: %w (choose another with --data or MOAT_DATA)", cfg.CacheDir, err)
 	}
@@ -166,6 +185,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		}
 		h.store, h.ownStore = s, true
 	}
+	h.audit = audit.New(h.store, h.log)
 	cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 	if err != nil {
 		h.closeStore()
@@ -195,6 +215,12 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 // Store is the host's store.
 func (h *Host) Store() *store.Store { return h.store }
 
+// Audit is the host's audit trail.
+func (h *Host) Audit() *audit.Log { return h.audit }
+
+// Profile is the operator profile the host enforces.
+func (h *Host) Profile() *policy.Profile { return h.profile }
+
 // Limits are the host's default limits.
 func (h *Host) Limits() Limits { return h.cfg.Limits }
 
@@ -202,6 +228,9 @@ func (h *Host) Limits() Limits { return h.cfg.Limits }
 // the host opened it.
 func (h *Host) Close(ctx context.Context) error {
 	var errs []error
+	if h.audit != nil {
+		errs = append(errs, h.audit.Close(ctx))
+	}
 	if h.runtime != nil {
 		errs = append(errs, h.runtime.Close(ctx))
 	}

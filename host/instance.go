@@ -3,13 +3,16 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -31,6 +34,9 @@ type instance struct {
 	stdout guestStream
 	stderr guestStream
 	stack  [3]uint64
+
+	confirmed    bool   // the invocation was confirmed: sensitive ops may run
+	needsConfirm string // the sensitive op refused for want of a confirmation
 }
 
 // newInstance instantiates the module. Instantiation (and _initialize, for
@@ -39,7 +45,7 @@ type instance struct {
 func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error) {
 	h := m.host
 	inst := &instance{m: m}
-	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log}
+	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log, DiskQuota: m.diskQuota}
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
 	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
 
@@ -100,12 +106,34 @@ func (inst *instance) stderrNote() string {
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the current
-// invocation. A panicking op is a host bug; it becomes an internal error
-// for the guest and a log record with the stack, not a crashed host.
+// invocation after checking it against the module's effective grants and
+// the profile's sensitive ops. Refusals go back to the guest as an
+// abi.Error with code denied (or confirmation_required) and into the
+// audit trail. Ops that mutate storage or leave the sandbox are audited
+// with a mutation id. A panicking op is a host bug: it becomes an internal
+// error for the guest and a log record with the stack, not a crashed host.
 func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byte, err error) {
 	o, ok := ops.Lookup(op)
 	if !ok {
 		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q in this host (ABI v%d)", op, abi.Version)
+	}
+	mp := inst.m.policy
+	if err := mp.eval.CheckOp(o.Name, ""); err != nil {
+		msg := err.Error()
+		var de *policy.DeniedError
+		if errors.As(err, &de) {
+			msg = fmt.Sprintf("op %s: %s (rule: %s)", o.Name, de.Reason, de.Rule)
+		}
+		inst.auditOp(ctx, o.Name, audit.Deny, ruleOf(err), msg, "")
+		return nil, &abi.Error{Code: abi.CodeDenied, Message: msg}
+	}
+	if !inst.confirmed && mp.profile.IsSensitive(o.Name) {
+		if inst.needsConfirm == "" {
+			inst.needsConfirm = o.Name
+		}
+		reason := o.Name + " is a sensitive op: the invocation must be confirmed first"
+		inst.auditOp(ctx, o.Name, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "")
+		return nil, &abi.Error{Code: abi.CodeConfirmationRequired, Message: reason}
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -116,7 +144,25 @@ func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byt
 			reply, err = nil, abi.Errorf(abi.CodeInternal, "op %s failed inside the host", o.Name)
 		}
 	}()
-	return o.Func(&inst.env, req)
+	reply, err = o.Func(&inst.env, req)
+	if err == nil && (o.Mutates || o.LeavesSandbox) {
+		inst.auditOp(ctx, o.Name, audit.Allow, "grant", "", audit.NewID())
+	}
+	return reply, err
+}
+
+func (inst *instance) auditOp(ctx context.Context, op, decision, rule, reason, mutation string) {
+	e := &inst.env
+	inst.m.host.audit.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: decision, CorrelationID: e.CorrelationID, Module: e.Module,
+		Action: e.Action, Op: op, User: e.Principal.User, Org: e.Principal.Org, Rule: rule, Reason: reason, MutationID: mutation})
+}
+
+func ruleOf(err error) string {
+	var de *policy.DeniedError
+	if errors.As(err, &de) {
+		return de.Rule
+	}
+	return ""
 }
 
 func isDeadline(err error, ctx context.Context) bool {

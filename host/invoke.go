@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -27,31 +29,50 @@ type Result struct {
 	Output []byte
 }
 
-// Invoke runs one action. Instances come from the module's pool (or are
-// made fresh with IsolationFresh). After a timeout, trap, fault or memory
-// limit the instance is discarded, never reused; the module keeps serving.
+// Invoke runs one action. It checks the principal against the manifest and
+// profile, asks for a confirmation when the action needs one, and takes
+// an instance from the module's pool (or a fresh one with IsolationFresh).
+// After a timeout, trap, fault or memory limit the instance is discarded,
+// never reused; the module keeps serving. Every invocation and every
+// refusal is in the audit trail.
 func (m *Module) Invoke(ctx context.Context, req Request) (Result, error) {
+	return m.invoke(ctx, req, false)
+}
+
+func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res Result, err error) {
 	fail := func(code abi.Code, err error, format string, args ...any) (Result, error) {
 		return Result{}, &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
 	if m.kind != KindPlugin {
 		return fail(abi.CodeNoSuchAction, nil, "the module is a WASI command with no actions: run it without an action (Module.Run, or `moat run MODULE`)")
 	}
-	idx, ok := m.actionIdx[req.Action]
+	idx, ok := m.publicIdx[req.Action]
 	if !ok {
-		return fail(abi.CodeNoSuchAction, nil, "no action %q; the module's actions are: %s", req.Action, strings.Join(m.actions, ", "))
+		return fail(abi.CodeNoSuchAction, nil, "no action %q; the module's actions are: %s", req.Action, strings.Join(m.public, ", "))
 	}
 	if err := req.Principal.Validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
-	lim := req.Limits.Or(m.limits)
+	lim := req.Limits.Or(m.actionLimits(req.Action)).Or(m.limits)
 	if err := lim.validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 	if len(req.Input) > lim.MaxInputBytes {
 		return fail(abi.CodeInputTooLarge, nil, "input is %d bytes; the limit is %d", len(req.Input), lim.MaxInputBytes)
 	}
+	if err := m.authorize(ctx, &req, confirmed); err != nil {
+		return Result{}, err
+	}
 
+	start := time.Now()
+	defer func() { m.auditInvocation(ctx, &req, start, err) }()
+	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	release, err := m.acquire(cctx, &req)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 	inst, err := m.get(ctx, lim)
 	if err != nil {
 		if e, ok := err.(*Error); ok {
@@ -59,19 +80,58 @@ func (m *Module) Invoke(ctx context.Context, req Request) (Result, error) {
 		}
 		return Result{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	inst.confirmed, inst.needsConfirm = confirmed, ""
 	out, cerr := inst.call(cctx, idx, &req, lim)
-	cancel()
+	needsConfirm := inst.needsConfirm
+	if cerr != nil && !cerr.reusable {
+		inst.close()
+	} else {
+		m.put(inst)
+	}
+	if needsConfirm != "" {
+		// A sensitive op was refused for want of a confirmation: the
+		// caller gets a token to run the whole action again, confirmed.
+		return Result{}, m.requestConfirmation(ctx, &req,
+			fmt.Sprintf("run %s.%s for %s, which calls the sensitive op %s", m.name, req.Action, req.Principal, needsConfirm),
+			"profile "+m.policy.profile.Name+": sensitive_ops")
+	}
 	if cerr != nil {
-		if cerr.reusable {
-			m.put(inst)
-		} else {
-			inst.close()
-		}
 		return Result{}, cerr.Error
 	}
-	m.put(inst)
 	return Result{Output: out}, nil
+}
+
+// actionLimits are the manifest's limits for one action.
+func (m *Module) actionLimits(action string) Limits {
+	a, ok := m.policy.manifest.Action(action)
+	if !ok {
+		return Limits{}
+	}
+	return Limits{Timeout: time.Duration(a.Timeout), MaxInputBytes: int(min(uint64(a.MaxInput), abi.MaxOutputLen)), MaxOutputBytes: int(min(uint64(a.MaxOutput), abi.MaxOutputLen))}
+}
+
+// auditInvocation records how an invocation ended. Allowed, successful
+// invocations can be left out (Config.OmitAllowedInvocationAudit);
+// refusals were recorded where they happened.
+func (m *Module) auditInvocation(ctx context.Context, req *Request, start time.Time, err error) {
+	code := "ok"
+	if err != nil {
+		code = string(CodeOf(err))
+		if code == "" {
+			code = string(abi.CodeInternal)
+		}
+		if code == string(abi.CodeDenied) || code == string(abi.CodeRateLimited) || code == string(abi.CodeConfirmationRequired) {
+			return // already recorded as the decision that refused it
+		}
+	} else if m.host.cfg.OmitAllowedInvocationAudit {
+		return
+	}
+	ev := audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, CorrelationID: req.CorrelationID, Module: m.name, Action: req.Action,
+		User: req.Principal.User, Org: req.Principal.Org, Code: code, DurationNS: int64(time.Since(start))}
+	if err != nil {
+		ev.Reason = err.Error()
+	}
+	m.host.audit.Record(ctx, ev)
 }
 
 // callError is an invocation failure and whether the instance survived it.
@@ -84,6 +144,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	m := inst.m
 	ctx = inst.sess.Attach(ctx)
 	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
+	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst)
 	inst.stdout.begin(ctx, inst.env.Log)
 	inst.stderr.begin(ctx, inst.env.Log)

@@ -1,47 +1,131 @@
 package host
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/moat-sandbox/moat/policy"
 )
 
-// ReadModule reads a module from path: a .wasm file, or a plugin directory
-// holding DIRNAME.wasm or exactly one .wasm file. It returns the bytes and
-// a module name derived from the file or directory name.
-func ReadModule(path string) (wasm []byte, name string, err error) {
+// ManifestFile is the name of a module's manifest beside it.
+const ManifestFile = "moat.yaml"
+
+// Bundle is a module as it lies on disk: the WebAssembly bytes, and the
+// manifest and signature beside them when there are any.
+type Bundle struct {
+	Path          string // the .wasm file
+	Wasm          []byte
+	Name          string
+	Manifest      *policy.Manifest
+	ManifestPath  string
+	ManifestBytes []byte
+	Signature     []byte // the .minisig file, nil when unsigned
+	SignaturePath string
+}
+
+// Options returns LoadOptions carrying the bundle's name, manifest and
+// signature.
+func (b *Bundle) Options() LoadOptions {
+	return LoadOptions{Name: b.Name, Manifest: b.Manifest, ManifestBytes: b.ManifestBytes, Signature: b.Signature}
+}
+
+// ReadBundle reads a module from path: a plugin directory (holding
+// moat.yaml and the module it names, or DIRNAME.wasm, or exactly one .wasm
+// file), or a .wasm file (with the moat.yaml beside it when that manifest
+// names this file). The signature is the module file plus ".minisig".
+func ReadBundle(path string) (*Bundle, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("module %s: %w", path, unwrapPathError(err))
+		return nil, fmt.Errorf("module %s: %w", path, unwrapPathError(err))
 	}
-	file := path
-	if st.IsDir() {
-		base := filepath.Base(filepath.Clean(path))
-		if abs, err := filepath.Abs(path); err == nil {
-			base = filepath.Base(abs)
+	b := &Bundle{}
+	dir := path
+	if !st.IsDir() {
+		dir = filepath.Dir(path)
+	}
+	if mf, raw, mpath, err := readManifest(dir); err != nil {
+		return nil, err
+	} else if mf != nil {
+		file := mf.Module
+		if file == "" {
+			file = mf.Name + ".wasm"
 		}
-		file = filepath.Join(path, base+".wasm")
-		if _, err := os.Stat(file); err != nil {
-			matches, _ := filepath.Glob(filepath.Join(path, "*.wasm"))
-			switch len(matches) {
-			case 0:
-				return nil, "", fmt.Errorf("module %s: the directory holds no .wasm file; build the plugin first (for Go: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o %s .)", path, file)
-			case 1:
-				file = matches[0]
-			default:
-				return nil, "", fmt.Errorf("module %s: the directory holds %d .wasm files and none is named %s.wasm; name the file to run", path, len(matches), base)
+		if st.IsDir() || filepath.Base(path) == file {
+			b.Manifest, b.ManifestBytes, b.ManifestPath = mf, raw, mpath
+			b.Path, b.Name = filepath.Join(dir, file), mf.Name
+		}
+	}
+	if b.Path == "" {
+		if st.IsDir() {
+			if b.Path, err = findWasm(path); err != nil {
+				return nil, err
 			}
+		} else {
+			b.Path = path
 		}
-		name = base
-	} else {
-		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		b.Name = SanitizeModuleName(strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path)))
+		if st.IsDir() {
+			b.Name = SanitizeModuleName(dirName(path))
+		}
 	}
-	wasm, err = os.ReadFile(file)
+	if b.Wasm, err = os.ReadFile(b.Path); err != nil {
+		hint := ""
+		if errors.Is(err, fs.ErrNotExist) && b.Manifest != nil {
+			hint = fmt.Sprintf(" (named by %s; build the module first)", b.ManifestPath)
+		}
+		return nil, fmt.Errorf("module %s: %w%s", b.Path, unwrapPathError(err), hint)
+	}
+	b.SignaturePath = policy.SignatureFile(b.Path)
+	if sig, err := os.ReadFile(b.SignaturePath); err == nil {
+		b.Signature = sig
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("signature %s: %w", b.SignaturePath, unwrapPathError(err))
+	}
+	return b, nil
+}
+
+func readManifest(dir string) (*policy.Manifest, []byte, string, error) {
+	p := filepath.Join(dir, ManifestFile)
+	raw, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, "", nil
+	}
 	if err != nil {
-		return nil, "", fmt.Errorf("module %s: %w", file, unwrapPathError(err))
+		return nil, nil, "", fmt.Errorf("manifest %s: %w", p, unwrapPathError(err))
 	}
-	return wasm, SanitizeModuleName(name), nil
+	mf, err := policy.ParseManifest(p, raw)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return mf, raw, p, nil
+}
+
+func dirName(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return filepath.Base(abs)
+	}
+	return filepath.Base(filepath.Clean(path))
+}
+
+func findWasm(dir string) (string, error) {
+	base := dirName(dir)
+	file := filepath.Join(dir, base+".wasm")
+	if _, err := os.Stat(file); err == nil {
+		return file, nil
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.wasm"))
+	switch len(matches) {
+	case 0:
+		return "", fmt.Errorf("module %s: the directory holds no .wasm file and no %s; build the plugin first (for Go: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o %s .)", dir, ManifestFile, file)
+	case 1:
+		return matches[0], nil
+	default:
+		return "", fmt.Errorf("module %s: the directory holds %d .wasm files and none is named %s.wasm; name the file to run, or add a %s", dir, len(matches), base, ManifestFile)
+	}
 }
 
 // SanitizeModuleName turns a file name into a valid module name: lower

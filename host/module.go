@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -52,8 +53,20 @@ type LoadOptions struct {
 	// MaxIdle bounds the pooled instances kept between invocations.
 	// Default 8.
 	MaxIdle int
-	// Limits override the host's defaults for this module.
+	// Limits override the manifest's and the host's for this module.
 	Limits Limits
+	// Manifest declares the module's actions, requirements and requested
+	// capabilities (moat.yaml). Without one, the module's actions are
+	// whatever it exports, with no role requirements and no capabilities
+	// beyond log.write and config.get.
+	Manifest *policy.Manifest
+	// ManifestBytes are the manifest as it was signed; Signature is the
+	// module's .minisig file. Both are checked against the profile's
+	// trusted keys.
+	ManifestBytes []byte
+	Signature     []byte
+	// CorrelationID tags the load's audit events.
+	CorrelationID string
 }
 
 // Module is a compiled module ready to run. It is safe for concurrent use.
@@ -70,8 +83,12 @@ type Module struct {
 	hasInit   bool
 	info      Info
 
-	actions   []string
-	actionIdx map[string]uint32
+	actions   []string          // as the module registers them (moat_actions)
+	actionIdx map[string]uint32 // module action name -> index
+	public    []string          // action names callers use (the manifest's)
+	publicIdx map[string]uint32 // public name -> index
+	policy    *modulePolicy
+	diskQuota int64
 
 	mu   sync.Mutex
 	idle []*instance
@@ -88,6 +105,8 @@ type Info struct {
 	Imports   []Signature `json:"imports"`
 	Exports   []Signature `json:"exports"`
 	Compile   CompileInfo `json:"compile"`
+	Mode      string      `json:"mode,omitempty"`   // trusted or sandboxed
+	Signer    string      `json:"signer,omitempty"` // the trusted key that signed it
 	MemoryMin uint32      `json:"memory_min_pages"`
 	MemoryMax uint32      `json:"memory_max_pages,omitempty"`
 }
@@ -132,6 +151,12 @@ var pluginExports = map[string][2][]api.ValueType{
 func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module, error) {
 	digest := Digest(wasm)
 	name := opts.Name
+	if mf := opts.Manifest; mf != nil {
+		if name != "" && name != mf.Name {
+			return nil, &Error{Module: name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("the manifest names the module %q, the load names it %q: use one name", mf.Name, name)}
+		}
+		name = mf.Name
+	}
 	if name == "" {
 		name = "module-" + digest[:12]
 	}
@@ -141,20 +166,22 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if err := ValidateModuleName(name); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
-	limits := opts.Limits.Or(h.cfg.Limits)
-	if err := limits.validate(); err != nil {
-		return fail(abi.CodeInvalidArgument, err, "%v", err)
-	}
 	if err := checkMagic(wasm); err != nil {
 		return fail(abi.CodeBadModule, nil, "%v", err)
+	}
+	// The signature is checked before anything of the module runs, or is
+	// even compiled.
+	signer, err := h.verifySignature(ctx, name, wasm, opts, opts.CorrelationID)
+	if err != nil {
+		return nil, err
 	}
 	c, err := h.compile(ctx, digest, wasm)
 	if err != nil {
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
 	}
 	m := &Module{
-		host: h, name: name, digest: digest, cm: c.cm, config: opts.Config, limits: limits,
-		isolation: opts.Isolation, maxIdle: opts.MaxIdle,
+		host: h, name: name, digest: digest, cm: c.cm, isolation: opts.Isolation, maxIdle: opts.MaxIdle,
+		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil},
 	}
 	if m.isolation == "" {
 		m.isolation = IsolationPooled
@@ -188,18 +215,101 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		if _, ok := c.cm.ExportedMemories()[abi.ExportMemory]; !ok {
 			return fail(abi.CodeBadModule, nil, "exports no memory named %q; the host passes input and output through it", abi.ExportMemory)
 		}
-		if err := m.prepare(ctx); err != nil {
-			return nil, err
-		}
 	case hasStart:
 		m.kind = KindCommand
 	default:
 		return fail(abi.CodeBadModule, nil, "exports neither %s (a moat plugin) nor %s (a WASI command); exports are: %s",
 			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
 	}
+	if mf := opts.Manifest; mf != nil {
+		want := policy.KindMoat
+		if m.kind == KindCommand {
+			want = policy.KindWASICommand
+		}
+		if mf.Kind != "" && mf.Kind != want {
+			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is a %s", mf.Kind, m.kind)
+		}
+	}
+
+	// Policy first for declared modules, so a refused module never runs;
+	// an implicit manifest needs the action list, so it is built after the
+	// first instance.
+	m.limits = opts.Limits.Or(h.cfg.Limits)
+	if !m.policy.implicit {
+		if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
+			return nil, err
+		}
+		m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
+	}
+	if err := m.limits.validate(); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	m.config = map[string]string{}
+	if mf := opts.Manifest; mf != nil {
+		for k, v := range mf.Config {
+			m.config[k] = v
+		}
+	}
+	for k, v := range opts.Config {
+		m.config[k] = v
+	}
+	if m.kind == KindPlugin {
+		if err := m.prepare(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if m.policy.implicit {
+		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: policy.KindMoat}
+		if m.kind == KindCommand {
+			mf.Kind = policy.KindWASICommand
+		}
+		for _, a := range m.actions {
+			mf.Actions = append(mf.Actions, policy.Action{Name: a, Export: a})
+		}
+		m.policy.manifest = mf
+		if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
+			m.Close(ctx)
+			return nil, err
+		}
+	}
+	if err := m.mapActions(); err != nil {
+		m.Close(ctx)
+		return fail(abi.CodeBadModule, nil, "%v", err)
+	}
+	m.diskQuota = int64(m.policy.eval.Limits.Disk)
 	m.info.Kind = m.kind
-	m.info.Actions = m.actions
+	m.info.Actions = m.public
+	m.info.Mode = string(m.policy.eval.Mode)
+	m.info.Signer = m.policy.eval.Signer
 	return m, nil
+}
+
+// mapActions maps the manifest's action names to the module's action
+// indexes, checking that each declared export exists.
+func (m *Module) mapActions() error {
+	m.publicIdx = map[string]uint32{}
+	for _, a := range m.policy.manifest.Actions {
+		export := a.Export
+		if export == "" {
+			export = a.Name
+		}
+		idx, ok := m.actionIdx[export]
+		if !ok {
+			return fmt.Errorf("the manifest declares action %s (export %s), which the module does not register; it registers: %s",
+				a.Name, export, strings.Join(m.actions, ", "))
+		}
+		m.publicIdx[a.Name] = idx
+		m.public = append(m.public, a.Name)
+	}
+	return nil
+}
+
+// manifestLimits converts the policy's effective limits to host limits.
+func manifestLimits(l policy.Limits) Limits {
+	return Limits{
+		Timeout:          time.Duration(l.Timeout),
+		MemoryLimitPages: uint32(min(uint64(l.Memory)/65536, MaxMemoryLimitPages)),
+	}
 }
 
 func checkMagic(wasm []byte) error {
@@ -286,8 +396,16 @@ func (m *Module) Digest() string { return m.digest }
 // Kind says whether the module is a plugin or a command.
 func (m *Module) Kind() Kind { return m.kind }
 
-// Actions lists a plugin's actions in the order it registered them.
-func (m *Module) Actions() []string { return append([]string(nil), m.actions...) }
+// Actions lists a plugin's actions as callers name them: the manifest's
+// names, or the module's own when it has no manifest.
+func (m *Module) Actions() []string { return append([]string(nil), m.public...) }
+
+// Manifest is the module's manifest (an implicit one when it was loaded
+// without moat.yaml).
+func (m *Module) Manifest() *policy.Manifest { return m.policy.manifest }
+
+// Evaluation is what the profile granted the module.
+func (m *Module) Evaluation() *policy.Evaluation { return m.policy.eval }
 
 // Info describes the module.
 func (m *Module) Info() Info { return m.info }

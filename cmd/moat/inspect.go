@@ -25,7 +25,7 @@ whether its machine code came from the compilation cache.`,
 		Example: "  moat inspect examples/hello-go\n  moat inspect --json prog.wasm | jq .exports",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			wasm, name, err := host.ReadModule(args[0])
+			b, err := host.ReadBundle(args[0])
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -34,7 +34,7 @@ whether its machine code came from the compilation cache.`,
 				return err
 			}
 			defer h.Close(context.Background())
-			mod, err := h.Load(cmd.Context(), wasm, host.LoadOptions{Name: name})
+			mod, err := h.Load(cmd.Context(), b.Wasm, b.Options())
 			if err != nil {
 				return err
 			}
@@ -70,6 +70,11 @@ func printInfo(w io.Writer, info host.Info) {
 		src = "from the disk cache"
 	}
 	fmt.Fprintf(tw, "machine code:\t%s (%s)\n", src, info.Compile.Duration.Round(100*time.Microsecond))
+	mode := info.Mode
+	if info.Signer != "" {
+		mode += " (signed by " + info.Signer + ")"
+	}
+	fmt.Fprintf(tw, "mode:\t%s\n", mode)
 	if len(info.Actions) > 0 {
 		fmt.Fprintf(tw, "actions:\t%s\n", strings.Join(info.Actions, ", "))
 	}

@@ -22,6 +22,8 @@ import (
 const (
 	exitFailure = 1   // the invocation failed (trap, guest error, bad module, ...)
 	exitUsage   = 2   // bad flags or arguments
+	exitDenied  = 3   // policy refused it (roles, grants, signature, token)
+	exitConfirm = 4   // the action needs a confirmation; the token is on stderr
 	exitTimeout = 124 // the deadline passed (as timeout(1))
 	exitMemory  = 125 // the guest hit its memory limit
 )
@@ -53,6 +55,12 @@ func run(ctx context.Context, args []string) (code int) {
 		return exit.code
 	}
 	fmt.Fprintf(os.Stderr, "moat: %s\n", oneLine(err))
+	var he *host.Error
+	if errors.As(err, &he) && he.Confirmation != nil {
+		c := he.Confirmation
+		fmt.Fprintf(os.Stderr, "moat: to %s, run the same command with --confirm %s (no input; single use; same --org and --user; expires at %s)\n",
+			c.Summary, c.Token, c.ExpiresAt.Local().Format("15:04:05"))
+	}
 	switch host.CodeOf(err) {
 	case "":
 		var ue usageError
@@ -66,6 +74,10 @@ func run(ctx context.Context, args []string) (code int) {
 		return exitMemory
 	case abi.CodeInvalidArgument:
 		return exitUsage
+	case abi.CodeDenied:
+		return exitDenied
+	case abi.CodeConfirmationRequired:
+		return exitConfirm
 	default:
 		return exitFailure
 	}

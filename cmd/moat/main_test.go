@@ -66,8 +66,20 @@ func writeModule(t *testing.T, name string, wasm []byte) string {
 	return dir
 }
 
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestHelloGoCountRises(t *testing.T) {
 	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
+	copyFile(t, filepath.Join(testwasm.RepoRoot(t), "examples", "hello-go", "moat.yaml"), filepath.Join(plugin, "moat.yaml"))
 	data := t.TempDir()
 	for i, want := range []string{"Hello, World! (call #1)", "Hi, World! (call #2)", "Hello, stdin! (call #3)"} {
 		args := []string{"run", plugin, "greet", "--data", data}

@@ -5,11 +5,13 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/spf13/cobra"
 )
 
 // globalFlags are shared by every subcommand.
 type globalFlags struct {
+	profile   string
 	dataDir   string
 	logLevel  string
 	logFormat string
@@ -28,6 +30,9 @@ Start here:
   moat run examples/hello-go greet --input World     invoke a plugin action
   moat run prog.wasm -- arg1 arg2 < input.txt        run a WASI command
   moat inspect prog.wasm                             show kind, imports, exports, digest
+  moat policy check examples/hello-go/moat.yaml      what the profile grants a module
+  moat keygen --out release; moat sign DIR --key release.key
+  moat audit --decision deny                         what was refused, and why
 
 Data (the key-value store and the compilation cache) lives in --data, default
 $MOAT_DATA or ./moat-data.`,
@@ -36,9 +41,11 @@ $MOAT_DATA or ./moat-data.`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dataDir, "data", "", "data directory for the store and the compile cache (default $MOAT_DATA or ./moat-data)")
+	pf.StringVar(&g.profile, "profile", "minimal", "operator profile: a built-in name (minimal, dev) or a YAML file")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
-	root.AddCommand(newRunCmd(g), newInspectCmd(g), newVersionCmd())
+	root.AddCommand(newRunCmd(g), newInspectCmd(g), newVersionCmd(),
+		newKeygenCmd(), newSignCmd(), newVerifyCmd(g), newAuditCmd(g), newPolicyCmd(g))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})
@@ -59,6 +66,14 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	default:
 		return nil, usagef("--log-format %q: use text or json", g.logFormat)
 	}
+}
+
+func (g *globalFlags) loadProfile() (*policy.Profile, error) {
+	p, err := policy.LoadProfile(g.profile)
+	if err != nil {
+		return nil, usagef("--profile %s: %v", g.profile, err)
+	}
+	return p, nil
 }
 
 func newVersionCmd() *cobra.Command {

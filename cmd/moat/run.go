@@ -31,6 +31,8 @@ type runFlags struct {
 	memoryMB   int
 	maxOutput  int
 	correlate  string
+	confirm    string
+	changed    func(string) bool
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -57,6 +59,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.inputSet = cmd.Flags().Changed("input")
+			f.changed = cmd.Flags().Changed
 			own, cmdArgs := args, []string(nil)
 			if d := cmd.ArgsLenAtDash(); d >= 0 {
 				own, cmdArgs = args[:d], args[d:]
@@ -80,7 +83,8 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.DurationVar(&f.timeout, "timeout", host.DefaultLimits.Timeout, "wall-clock limit, e.g. 500ms, 30s")
 	fl.IntVar(&f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
-	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs (default: a random one)")
+	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
+	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
 	return cmd
 }
 
@@ -103,7 +107,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if f.correlate == "" {
 		f.correlate = newCorrelationID()
 	}
-	wasm, name, err := host.ReadModule(args[0])
+	b, err := host.ReadBundle(args[0])
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -112,9 +116,21 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		return err
 	}
 	defer h.Close(context.Background())
-	mod, err := h.Load(ctx, wasm, host.LoadOptions{Name: name, Config: cfg, Limits: limits, Isolation: host.IsolationFresh})
+	opts := b.Options()
+	opts.Config, opts.Limits, opts.Isolation, opts.CorrelationID = cfg, limits, host.IsolationFresh, f.correlate
+	mod, err := h.Load(ctx, b.Wasm, opts)
 	if err != nil {
 		return err
+	}
+	if f.confirm != "" {
+		if len(args) != 2 || f.inputSet || f.inputFile != "" {
+			return usagef("--confirm runs the action and input the token was issued for: give MODULE ACTION and no input")
+		}
+		res, err := mod.Confirm(ctx, host.ConfirmRequest{Token: f.confirm, Principal: principal, CorrelationID: f.correlate})
+		if err != nil {
+			return err
+		}
+		return writeOutput(os.Stdout, res.Output)
 	}
 
 	if len(args) == 2 {
@@ -160,9 +176,15 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return host.New(ctx, host.Config{DataDir: g.dataDir, Logger: log})
+	profile, err := g.loadProfile()
+	if err != nil {
+		return nil, err
+	}
+	return host.New(ctx, host.Config{DataDir: g.dataDir, Logger: log, Profile: profile})
 }
 
+// limits returns the limits given on the command line; flags left at
+// their defaults do not override the manifest.
 func (f *runFlags) limits() (host.Limits, error) {
 	switch {
 	case f.timeout <= 0:
@@ -172,7 +194,17 @@ func (f *runFlags) limits() (host.Limits, error) {
 	case f.maxOutput <= 0:
 		return host.Limits{}, usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
 	}
-	return host.Limits{Timeout: f.timeout, MemoryLimitPages: uint32(f.memoryMB) * 16, MaxOutputBytes: f.maxOutput}, nil
+	var l host.Limits
+	if f.changed == nil || f.changed("timeout") {
+		l.Timeout = f.timeout
+	}
+	if f.changed == nil || f.changed("memory") {
+		l.MemoryLimitPages = uint32(f.memoryMB) * 16
+	}
+	if f.changed == nil || f.changed("max-output") {
+		l.MaxOutputBytes = f.maxOutput
+	}
+	return l, nil
 }
 
 // readInput takes the action's input from --input, --input-file or a

@@ -22,7 +22,7 @@ func kvGet(env *Env, req *abi.KVGetRequest) (*abi.KVGetResponse, error) {
 }
 
 func kvPut(env *Env, req *abi.KVPutRequest) (*abi.Empty, error) {
-	if err := env.Store.KVPut(env.Context, env.Scope(), req.Key, req.Value); err != nil {
+	if err := env.Store.KVPutWithin(env.Context, env.Scope(), req.Key, req.Value, env.DiskQuota); err != nil {
 		return nil, storeError(env, abi.OpKVPut, err)
 	}
 	return &abi.Empty{}, nil

@@ -33,6 +33,7 @@ type Env struct {
 	Config        map[string]string
 	Store         *store.Store
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
+	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
 
 	tagged *slog.Logger
 }

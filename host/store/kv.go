@@ -202,3 +202,98 @@ func prefixEnd(prefix string) (end string, ok bool) {
 	}
 	return "", false
 }
+
+// KVPutWithin is KVPut with a quota: the total bytes of keys plus values
+// stored under sc after the put must not exceed quota (quota <= 0 means no
+// quota, and KVPutWithin is KVPut). Replacing a key counts the difference
+// between the old and the new value. A put that would exceed the quota is
+// refused with an *abi.Error of abi.CodeTooLarge saying the quota, the
+// bytes in use and what the put adds; a put that does not grow the scope
+// (a same-size or smaller replacement) is always allowed, so a scope that
+// is over a lowered quota can still shrink. The check and the write happen
+// in one write transaction, so concurrent puts cannot overshoot.
+//
+// The usage is summed over the scope's keys on every call, so the cost of
+// a put grows with the number of keys in the scope.
+func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []byte, quota int64) (err error) {
+	if quota <= 0 {
+		return s.KVPut(ctx, sc, key, value)
+	}
+	if err := sc.validate(); err != nil {
+		return err
+	}
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateValue(value); err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{} // the driver binds a nil slice as NULL
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	inUse, err := kvUsage(ctx, tx, sc)
+	if err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	var old int64 // bytes of the key and value being replaced, if any
+	err = tx.QueryRowContext(ctx,
+		`SELECT octet_length(key) + length(value) FROM kv WHERE org = ? AND module = ? AND key = ?`,
+		sc.Org, sc.Module, key).Scan(&old)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	adds := int64(len(key)+len(value)) - old
+	if adds > 0 && inUse+adds > quota {
+		return abi.Errorf(abi.CodeTooLarge,
+			"%s: the disk quota of %d bytes for module %s in org %s would be exceeded (in use %d, this put adds %d)",
+			abi.OpKVPut, quota, sc.Module, sc.Org, inUse, adds)
+	}
+	if _, err := tx.ExecContext(ctx, `
+INSERT INTO kv (org, module, key, value, updated_at)
+VALUES (?, ?, ?, coalesce(?, x''), ?)
+ON CONFLICT (org, module, key) DO UPDATE SET
+	value = excluded.value,
+	updated_at = excluded.updated_at`,
+		sc.Org, sc.Module, key, value, time.Now().UnixMilli()); err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	return nil
+}
+
+// KVUsage returns the bytes sc stores: the sum of the lengths of its keys
+// (in UTF-8 bytes) and values, the measure KVPutWithin's quota applies to.
+func (s *Store) KVUsage(ctx context.Context, sc Scope) (int64, error) {
+	if err := sc.validate(); err != nil {
+		return 0, err
+	}
+	n, err := kvUsage(ctx, s.r, sc)
+	if err != nil {
+		return 0, sc.wrap("kv.usage", err)
+	}
+	return n, nil
+}
+
+// queryRower is a *sql.DB or *sql.Tx.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func kvUsage(ctx context.Context, q queryRower, sc Scope) (n int64, err error) {
+	err = q.QueryRowContext(ctx,
+		`SELECT coalesce(sum(octet_length(key) + length(value)), 0) FROM kv WHERE org = ? AND module = ?`,
+		sc.Org, sc.Module).Scan(&n)
+	return n, err
+}

@@ -32,6 +32,61 @@ CREATE TABLE kv (
 ) STRICT, WITHOUT ROWID;
 `,
 	},
+	{
+		name: "audit_events",
+		// time is unix nanoseconds. Empty strings, not NULL, stand for an
+		// absent field; attrs is a JSON object or NULL.
+		sql: `
+CREATE TABLE audit_events (
+	id             TEXT    NOT NULL PRIMARY KEY,
+	time           INTEGER NOT NULL,
+	kind           TEXT    NOT NULL,
+	decision       TEXT    NOT NULL DEFAULT '',
+	correlation_id TEXT    NOT NULL DEFAULT '',
+	module         TEXT    NOT NULL DEFAULT '',
+	action         TEXT    NOT NULL DEFAULT '',
+	op             TEXT    NOT NULL DEFAULT '',
+	user           TEXT    NOT NULL DEFAULT '',
+	org            TEXT    NOT NULL DEFAULT '',
+	rule           TEXT    NOT NULL DEFAULT '',
+	reason         TEXT    NOT NULL DEFAULT '',
+	code           TEXT    NOT NULL DEFAULT '',
+	mutation_id    TEXT    NOT NULL DEFAULT '',
+	task_id        TEXT    NOT NULL DEFAULT '',
+	model_call_id  TEXT    NOT NULL DEFAULT '',
+	duration_ns    INTEGER NOT NULL DEFAULT 0,
+	attrs          TEXT
+) STRICT;
+CREATE INDEX audit_events_correlation_id ON audit_events (correlation_id);
+CREATE INDEX audit_events_module_time ON audit_events (module, time);
+CREATE INDEX audit_events_decision_time ON audit_events (decision, time);
+CREATE INDEX audit_events_org_time ON audit_events (org, time);
+CREATE INDEX audit_events_time ON audit_events (time);
+`,
+	},
+	{
+		name: "confirmations",
+		// Times are unix nanoseconds; used_at is NULL until the
+		// confirmation is used. Only a hash of the token is stored.
+		sql: `
+CREATE TABLE confirmations (
+	token_hash   TEXT    NOT NULL PRIMARY KEY,
+	org          TEXT    NOT NULL,
+	user         TEXT    NOT NULL,
+	module       TEXT    NOT NULL,
+	action       TEXT    NOT NULL,
+	input        BLOB    NOT NULL,
+	input_sha256 TEXT    NOT NULL,
+	summary      TEXT    NOT NULL,
+	created_at   INTEGER NOT NULL,
+	expires_at   INTEGER NOT NULL,
+	used_at      INTEGER
+) STRICT;
+CREATE INDEX confirmations_pending ON confirmations (org, created_at) WHERE used_at IS NULL;
+CREATE INDEX confirmations_expires_at ON confirmations (expires_at);
+CREATE INDEX confirmations_used_at ON confirmations (used_at) WHERE used_at IS NOT NULL;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

@@ -1,7 +1,9 @@
 // Package store is moat's persistence layer: the data a host keeps between
-// invocations. This first version holds the key-value data of sandboxed
-// modules (the kv.* ops); later schema versions add modules, API keys,
-// documents and the audit log.
+// invocations: the key-value data of sandboxed modules (the kv.* ops, with
+// an optional per-scope disk quota), the audit trail (AuditInsert,
+// AuditQuery) and pending confirmations of confirm-required actions
+// (ConfirmationCreate, ConfirmationUse). Later schema versions add modules,
+// API keys and documents.
 //
 // # Why SQLite
 //

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/spf13/cobra"
+)
+
+func newAuditCmd(g *globalFlags) *cobra.Command {
+	var f audit.Filter
+	var since time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "audit [--correlation ID] [--module M] [--decision deny]",
+		Short: "Query the audit trail: decisions, invocations, mutations, signatures, confirmations",
+		Long: `Audit prints events from the audit trail in --data, oldest first: every
+policy decision (allow and deny), invocation, storage mutation, signature
+check and confirmation, with its correlation id.`,
+		Example: "  moat audit --decision deny\n  moat audit --correlation 9f1c2a... --json\n  moat audit --module hello-go --since 1h",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch f.Decision {
+			case "", audit.Allow, audit.Deny:
+			default:
+				return usagef("--decision %q: use allow or deny", f.Decision)
+			}
+			if since < 0 {
+				return usagef("--since %s: give a positive duration such as 1h", since)
+			}
+			if since > 0 {
+				f.Since = time.Now().Add(-since)
+			}
+			dir := g.dataDir
+			if dir == "" {
+				dir = defaultDataDir()
+			}
+			st, err := store.Open(cmd.Context(), dir)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			events, err := st.AuditQuery(context.Background(), f)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				for _, e := range events {
+					if err := enc.Encode(e); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			printEvents(cmd.OutOrStdout(), events)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.CorrelationID, "correlation", "", "only events of this correlation id")
+	fl.StringVar(&f.Module, "module", "", "only events of this module")
+	fl.StringVar(&f.Decision, "decision", "", "only allow or deny decisions")
+	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load")
+	fl.StringVar(&f.Org, "org", "", "only events of this organization")
+	fl.DurationVar(&since, "since", 0, "only events newer than this, e.g. 1h")
+	fl.IntVar(&f.Limit, "limit", 100, "at most this many (the most recent)")
+	fl.BoolVar(&asJSON, "json", false, "print JSON lines")
+	return cmd
+}
+
+func printEvents(w io.Writer, events []audit.Event) {
+	if len(events) == 0 {
+		fmt.Fprintln(w, "no matching audit events")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tKIND\tDECISION\tMODULE\tACTION/OP\tWHO\tCORRELATION\tDETAIL")
+	for _, e := range events {
+		what := e.Action
+		if e.Op != "" {
+			what += "/" + e.Op
+		}
+		who := ""
+		if e.User != "" || e.Org != "" {
+			who = e.User + "@" + e.Org
+		}
+		detail := e.Reason
+		if e.Code != "" && e.Code != "ok" || e.Kind == audit.KindInvocation {
+			detail = strings.TrimSpace(e.Code + " " + detail)
+		}
+		if e.Rule != "" && e.Decision == audit.Deny {
+			detail += " [rule: " + e.Rule + "]"
+		}
+		if e.MutationID != "" {
+			detail += " mutation=" + e.MutationID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Kind, e.Decision,
+			e.Module, what, who, e.CorrelationID, detail)
+	}
+	tw.Flush()
+}

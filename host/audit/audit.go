@@ -1,0 +1,226 @@
+// Package audit records what moat decided and did: every policy decision
+// (allow and deny), every invocation, every op that mutates storage or
+// leaves the sandbox, every signature check and confirmation. Each event
+// carries its correlation id and, where they apply, the action, mutation,
+// task and model-call ids, so one request can be followed end to end.
+//
+// Events go to the structured log at once (denials at warn, everything else
+// at debug) and to the store in batches: the
+// invocation path pays a channel send, not a database write. The queue is
+// bounded and blocks when full (backpressure) rather than drop an event; a
+// failed write is reported on the log at error level. Nothing is silent.
+package audit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// Event is one audit entry; see store.AuditEvent for the fields.
+type Event = store.AuditEvent
+
+// Filter selects events; see store.AuditFilter.
+type Filter = store.AuditFilter
+
+// Event kinds and decisions.
+const (
+	KindDecision     = "decision"
+	KindInvocation   = "invocation"
+	KindOp           = "op"
+	KindSignature    = "signature"
+	KindConfirmation = "confirmation"
+	KindLoad         = "load"
+
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+const (
+	queueSize = 4096
+	batchSize = 512
+)
+
+// Log is the audit trail of one host. It is safe for concurrent use.
+type Log struct {
+	store  *store.Store
+	log    *slog.Logger
+	queue  chan Event
+	flush  chan chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+}
+
+// New starts an audit trail writing to st and logger.
+func New(st *store.Store, logger *slog.Logger) *Log {
+	l := &Log{
+		store: st, log: logger,
+		queue: make(chan Event, queueSize),
+		flush: make(chan chan struct{}),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go l.run()
+	return l
+}
+
+// Record adds an event. It fills in the id and time when they are empty,
+// writes the event to the log (denials at warn level), and queues it for
+// the store.
+func (l *Log) Record(ctx context.Context, e Event) {
+	if e.ID == "" {
+		e.ID = NewID()
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	// Denials are news; the allows are the trail. Allows log at debug so a
+	// CLI run is not buried in them; all of them are in the store.
+	level := slog.LevelDebug
+	if e.Decision == Deny {
+		level = slog.LevelWarn
+	}
+	if l.log.Enabled(ctx, level) {
+		attrs := []slog.Attr{slog.String("audit", e.Kind), slog.String("id", e.ID)}
+		add := func(k, v string) {
+			if v != "" {
+				attrs = append(attrs, slog.String(k, v))
+			}
+		}
+		add("decision", e.Decision)
+		add("correlation_id", e.CorrelationID)
+		add("module", e.Module)
+		add("action", e.Action)
+		add("op", e.Op)
+		add("user", e.User)
+		add("org", e.Org)
+		add("rule", e.Rule)
+		add("code", e.Code)
+		add("mutation_id", e.MutationID)
+		add("reason", e.Reason)
+		l.log.LogAttrs(ctx, level, "audit", attrs...)
+	}
+	select {
+	case <-l.done:
+		l.writeNow(e)
+		return
+	default:
+	}
+	select {
+	case l.queue <- e:
+	case <-l.done:
+		l.writeNow(e)
+	}
+}
+
+// writeNow stores an event recorded after Close, so a late event is kept.
+func (l *Log) writeNow(e Event) {
+	if err := l.store.AuditInsert(context.Background(), []Event{e}); err != nil {
+		l.log.Error("audit: event not stored", "id", e.ID, "err", err)
+	}
+}
+
+// Flush returns once every event recorded before the call is stored.
+func (l *Log) Flush(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case l.flush <- ack:
+	case <-l.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Query flushes pending events and returns those matching f.
+func (l *Log) Query(ctx context.Context, f Filter) ([]Event, error) {
+	if err := l.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return l.store.AuditQuery(ctx, f)
+}
+
+// Close stores every pending event and stops the writer.
+func (l *Log) Close(ctx context.Context) error {
+	l.closed.Do(func() { close(l.stop) })
+	select {
+	case <-l.done:
+		return nil
+	case <-ctx.Done():
+		return errors.New("audit: close: pending events not all stored before the deadline")
+	}
+}
+
+func (l *Log) run() {
+	defer close(l.done)
+	batch := make([]Event, 0, batchSize)
+	write := func() {
+		if len(batch) == 0 {
+			return
+		}
+		if err := l.store.AuditInsert(context.Background(), batch); err != nil {
+			// One bad event must not cost the batch: store them one by
+			// one, and report each that still fails.
+			for _, e := range batch {
+				if err := l.store.AuditInsert(context.Background(), []Event{e}); err != nil {
+					l.log.Error("audit: event not stored", "id", e.ID, "kind", e.Kind, "module", e.Module, "err", err)
+				}
+			}
+		}
+		batch = batch[:0]
+	}
+	// drain takes what is queued now, writing full batches as it goes.
+	drain := func() {
+		for {
+			select {
+			case e := <-l.queue:
+				batch = append(batch, e)
+				if len(batch) == batchSize {
+					write()
+				}
+			default:
+				write()
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case e := <-l.queue:
+			batch = append(batch, e)
+			drain()
+		case ack := <-l.flush:
+			drain()
+			close(ack)
+		case <-l.stop:
+			drain()
+			return
+		}
+	}
+}
+
+// NewID returns a sortable unique id: 12 hex digits of milliseconds since
+// the epoch, then 8 random bytes.
+func NewID() string {
+	var b [14]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	_, _ = rand.Read(b[6:])
+	return hex.EncodeToString(b[:])
+}

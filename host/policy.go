@@ -1,0 +1,278 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// This file is where the host applies policy: at load (signature, grants),
+// at each invocation (principal, confirmation, concurrency, rate) and at
+// each op (effective grants, sensitive ops). Every decision is audited;
+// every refusal is both an *Error for the caller and a deny event.
+
+// modulePolicy is what the policy decided for one loaded module.
+type modulePolicy struct {
+	profile  *policy.Profile
+	manifest *policy.Manifest
+	implicit bool // no moat.yaml: actions are whatever the module exports, capabilities none
+	eval     *policy.Evaluation
+	slots    chan struct{} // concurrency limit; nil when unlimited
+	rate     *rateLimiter  // calls per minute per organization; nil when unlimited
+}
+
+// ConfirmationRequest is returned (inside an *Error with code
+// confirmation_required) when an action must be confirmed before it runs.
+// The token is single-use, bound to the principal, module, action and
+// input, and expires at ExpiresAt.
+type ConfirmationRequest struct {
+	Token     string    `json:"token"`
+	Module    string    `json:"module"`
+	Action    string    `json:"action"`
+	Summary   string    `json:"summary"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// verifySignature checks the module's signature against the profile's
+// trusted keys. It returns the signer's key name ("" for a module that runs
+// sandboxed) or a refusal.
+func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, opts LoadOptions, correlation string) (string, error) {
+	p := h.profile
+	ev := audit.Event{Kind: audit.KindSignature, Module: name, CorrelationID: correlation, Rule: "profile " + p.Name + ": require_signature"}
+	deny := func(reason string, err error) (string, error) {
+		ev.Decision, ev.Reason = audit.Deny, reason
+		h.audit.Record(ctx, ev)
+		return "", &Error{Module: name, Code: abi.CodeDenied, Reason: reason, Err: err}
+	}
+	if opts.Signature == nil {
+		if p.RequireSignature {
+			return deny(fmt.Sprintf("unsigned (no %s.wasm.minisig); profile %s requires a signature from a trusted key", name, p.Name), nil)
+		}
+		return "", nil // unsigned modules run sandboxed; nothing to record
+	}
+	trusted := map[string]policy.PublicKey{}
+	for _, k := range p.TrustedKeys {
+		pub, err := policy.ParsePublicKey(k.Key)
+		if err != nil {
+			return deny(fmt.Sprintf("profile %s: trusted key %s: %v", p.Name, k.Name, err), err)
+		}
+		trusted[k.Name] = pub
+	}
+	v, err := policy.Verify(trusted, policy.Signed{Name: name, Module: wasm, Manifest: opts.ManifestBytes}, opts.Signature)
+	if err != nil {
+		var se *policy.SignatureError
+		if errors.As(err, &se) && strings.Contains(se.Reason, "not in the profile's trusted_keys") && !p.RequireSignature {
+			// Signed, but by a key this operator does not trust: the
+			// module runs sandboxed, and the audit trail says why.
+			ev.Decision, ev.Reason, ev.Rule = audit.Allow, se.Reason+"; running sandboxed", "profile "+p.Name+": trusted_keys"
+			h.audit.Record(ctx, ev)
+			return "", nil
+		}
+		return deny(err.Error(), err)
+	}
+	ev.Decision, ev.Reason, ev.Rule = audit.Allow, "signed by trusted key "+v.KeyName+" ("+v.KeyID+")", "profile "+p.Name+": trusted_keys"
+	h.audit.Record(ctx, ev)
+	return v.KeyName, nil
+}
+
+// applyPolicy evaluates the manifest against the profile at load and
+// refuses the module when a request is not granted (on_ungranted: refuse).
+func (h *Host) applyPolicy(ctx context.Context, m *Module, signer, correlation string) error {
+	mp := m.policy
+	mp.eval = h.profile.Evaluate(mp.manifest, signer)
+	ev := audit.Event{Kind: audit.KindLoad, Module: m.name, CorrelationID: correlation, Rule: "profile " + h.profile.Name,
+		Attrs: map[string]string{"digest": m.digest, "mode": string(mp.eval.Mode)}}
+	if mp.eval.Refused {
+		var why []string
+		for _, r := range mp.eval.Refusals {
+			why = append(why, r.Capability+": "+r.Reason)
+		}
+		reason := fmt.Sprintf("%d request(s) not granted by profile %s: %s (see `moat policy check`)", len(why), h.profile.Name, strings.Join(why, "; "))
+		ev.Decision, ev.Reason = audit.Deny, reason
+		h.audit.Record(ctx, ev)
+		return &Error{Module: m.name, Code: abi.CodeDenied, Reason: reason}
+	}
+	ev.Decision, ev.Reason = audit.Allow, "loaded "+string(mp.eval.Mode)
+	if n := len(mp.eval.Refusals); n > 0 {
+		ev.Reason += fmt.Sprintf("; %d request(s) not granted will be denied at call time", n)
+	}
+	h.audit.Record(ctx, ev)
+	if c := mp.eval.Limits.Concurrency; c > 0 {
+		mp.slots = make(chan struct{}, c)
+	}
+	if r := mp.eval.Limits.CallsPerMinute; r > 0 {
+		mp.rate = newRateLimiter(r)
+	}
+	return nil
+}
+
+// authorize runs the per-invocation checks in order: the principal's roles
+// and permissions, then the confirmation requirement.
+func (m *Module) authorize(ctx context.Context, req *Request, confirmed bool) error {
+	mp := m.policy
+	if mp.implicit {
+		return nil
+	}
+	if err := mp.profile.Authorize(mp.manifest, req.Action, req.Principal); err != nil {
+		var de *policy.DeniedError
+		rule, reason := "", err.Error()
+		if errors.As(err, &de) {
+			rule, reason = de.Rule, de.Reason
+		}
+		m.deny(ctx, req, audit.KindDecision, "", rule, reason)
+		return &Error{Module: m.name, Action: req.Action, Code: abi.CodeDenied, Reason: reason, Err: err}
+	}
+	if a, ok := mp.manifest.Action(req.Action); ok && a.Confirm && !confirmed {
+		return m.requestConfirmation(ctx, req, fmt.Sprintf("run %s.%s for %s", m.name, req.Action, req.Principal), "manifest: confirm: true")
+	}
+	return nil
+}
+
+func (m *Module) deny(ctx context.Context, req *Request, kind, op, rule, reason string) {
+	m.host.audit.Record(ctx, audit.Event{Kind: kind, Decision: audit.Deny, CorrelationID: req.CorrelationID, Module: m.name,
+		Action: req.Action, Op: op, User: req.Principal.User, Org: req.Principal.Org, Rule: rule, Reason: reason})
+}
+
+// requestConfirmation stores a single-use token for this exact request and
+// returns the confirmation_required error that carries it.
+func (m *Module) requestConfirmation(ctx context.Context, req *Request, summary, rule string) error {
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return &Error{Module: m.name, Action: req.Action, Code: abi.CodeInternal, Reason: "cannot make a confirmation token", Err: err}
+	}
+	token := base64.RawURLEncoding.EncodeToString(raw[:])
+	now := time.Now().UTC()
+	ttl := time.Duration(m.policy.profile.ConfirmTTL)
+	if ttl <= 0 {
+		ttl = 10 * time.Minute
+	}
+	sum := sha256.Sum256(req.Input)
+	c := store.Confirmation{
+		TokenHash: hashToken(token), Org: req.Principal.Org, User: req.Principal.User, Module: m.name, Action: req.Action,
+		Input: req.Input, InputSHA256: hex.EncodeToString(sum[:]), Summary: summary, CreatedAt: now, ExpiresAt: now.Add(ttl),
+	}
+	if err := m.host.store.ConfirmationCreate(ctx, c); err != nil {
+		return &Error{Module: m.name, Action: req.Action, Code: abi.CodeUnavailable, Reason: "cannot store the confirmation", Err: err}
+	}
+	m.host.audit.Record(ctx, audit.Event{Kind: audit.KindConfirmation, Decision: audit.Deny, CorrelationID: req.CorrelationID, Module: m.name,
+		Action: req.Action, User: req.Principal.User, Org: req.Principal.Org, Rule: rule,
+		Reason: "confirmation requested: " + summary, Attrs: map[string]string{"input_sha256": c.InputSHA256, "expires_at": c.ExpiresAt.Format(time.RFC3339)}})
+	return &Error{Module: m.name, Action: req.Action, Code: abi.CodeConfirmationRequired,
+		Reason: fmt.Sprintf("%s needs confirmation (%s); confirm with the token within %s", req.Action, rule, ttl),
+		Confirmation: &ConfirmationRequest{Token: token, Module: m.name, Action: req.Action, Summary: summary, ExpiresAt: c.ExpiresAt}}
+}
+
+func hashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// ConfirmRequest confirms a pending confirmation and runs its action once.
+type ConfirmRequest struct {
+	Token         string
+	Principal     policy.Principal
+	CorrelationID string
+}
+
+// Confirm runs the action a confirmation token stands for, with the input it
+// was requested with, for the principal it was issued to, exactly once. A
+// replayed, expired, unknown or other principal's token is refused.
+func (m *Module) Confirm(ctx context.Context, req ConfirmRequest) (Result, error) {
+	fake := Request{Principal: req.Principal, CorrelationID: req.CorrelationID}
+	c, err := m.host.store.ConfirmationUse(ctx, hashToken(req.Token), req.Principal.Org, req.Principal.User, time.Now().UTC())
+	if err != nil {
+		var reason string
+		switch {
+		case errors.Is(err, store.ErrConfirmationUsed):
+			reason = "the confirmation token was already used"
+		case errors.Is(err, store.ErrConfirmationExpired):
+			reason = "the confirmation token has expired; invoke the action again for a new one"
+		case errors.Is(err, store.ErrConfirmationPrincipal):
+			reason = "the confirmation token was issued to another principal"
+		case errors.Is(err, store.ErrConfirmationNotFound):
+			reason = "no such confirmation token"
+		default:
+			return Result{}, &Error{Module: m.name, Code: abi.CodeUnavailable, Reason: "cannot read confirmations", Err: err}
+		}
+		m.deny(ctx, &fake, audit.KindConfirmation, "", "confirmation token", reason)
+		return Result{}, &Error{Module: m.name, Code: abi.CodeDenied, Reason: reason, Err: err}
+	}
+	fake.Action = c.Action
+	if c.Module != m.name {
+		reason := fmt.Sprintf("the confirmation token is for module %s, not %s", c.Module, m.name)
+		m.deny(ctx, &fake, audit.KindConfirmation, "", "confirmation token", reason)
+		return Result{}, &Error{Module: m.name, Action: c.Action, Code: abi.CodeDenied, Reason: reason}
+	}
+	m.host.audit.Record(ctx, audit.Event{Kind: audit.KindConfirmation, Decision: audit.Allow, CorrelationID: req.CorrelationID, Module: m.name,
+		Action: c.Action, User: req.Principal.User, Org: req.Principal.Org, Rule: "confirmation token", Reason: "confirmed: " + c.Summary,
+		Attrs: map[string]string{"input_sha256": c.InputSHA256}})
+	return m.invoke(ctx, Request{Action: c.Action, Input: c.Input, Principal: req.Principal, CorrelationID: req.CorrelationID}, true)
+}
+
+// acquire takes a concurrency slot and a rate token for the invocation.
+func (m *Module) acquire(ctx context.Context, req *Request) (release func(), err error) {
+	mp := m.policy
+	if mp.rate != nil && !mp.rate.allow(req.Principal.Org) {
+		reason := fmt.Sprintf("the limit of %d calls per minute for organization %s is used up", mp.eval.Limits.CallsPerMinute, req.Principal.Org)
+		m.deny(ctx, req, audit.KindDecision, "", "limits.calls_per_minute", reason)
+		return nil, &Error{Module: m.name, Action: req.Action, Code: abi.CodeRateLimited, Reason: reason}
+	}
+	if mp.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case mp.slots <- struct{}{}:
+		return func() { <-mp.slots }, nil
+	case <-ctx.Done():
+		reason := fmt.Sprintf("no free slot within the deadline (limits.concurrency %d)", cap(mp.slots))
+		m.deny(ctx, req, audit.KindDecision, "", "limits.concurrency", reason)
+		return nil, &Error{Module: m.name, Action: req.Action, Code: abi.CodeTimeout, Reason: reason}
+	}
+}
+
+// rateLimiter is a token bucket per organization: perMinute tokens, refilled
+// continuously, so one organization cannot use up another's calls.
+type rateLimiter struct {
+	mu        sync.Mutex
+	perMinute float64
+	buckets   map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func newRateLimiter(perMinute int) *rateLimiter {
+	return &rateLimiter{perMinute: float64(perMinute), buckets: map[string]*bucket{}}
+}
+
+func (r *rateLimiter) allow(org string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	b, ok := r.buckets[org]
+	if !ok {
+		b = &bucket{tokens: r.perMinute, last: now}
+		r.buckets[org] = b
+	}
+	b.tokens = min(r.perMinute, b.tokens+now.Sub(b.last).Minutes()*r.perMinute)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

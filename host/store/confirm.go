@@ -1,0 +1,256 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+)
+
+// Confirmation is a pending request to run a confirm-required action once.
+// Only a hash of its token is stored.
+type Confirmation struct {
+	TokenHash            string // hex sha256 of the token the caller holds
+	Org, User            string // the principal it is bound to
+	Module               string
+	Action               string
+	Input                []byte // the input the action will run with
+	InputSHA256          string // hex sha256 of Input; ConfirmationCreate fills it in when empty
+	Summary              string
+	CreatedAt, ExpiresAt time.Time
+	UsedAt               time.Time // zero until used
+}
+
+// The errors of ConfirmationUse. They come wrapped; test with errors.Is.
+var (
+	ErrConfirmationNotFound  = errors.New("no such confirmation")
+	ErrConfirmationUsed      = errors.New("confirmation already used")
+	ErrConfirmationExpired   = errors.New("confirmation expired")
+	ErrConfirmationPrincipal = errors.New("confirmation belongs to another principal")
+)
+
+// Confirmation list limits.
+const (
+	DefaultConfirmationLimit = 100
+	MaxConfirmationLimit     = 1000
+)
+
+// confirmationRetention is how long an expired or used confirmation is kept
+// before ConfirmationCreate may delete it.
+const confirmationRetention = 24 * time.Hour
+
+// confirmationSweep bounds how many old rows one ConfirmationCreate deletes.
+const confirmationSweep = 100
+
+func validHexSHA256(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ConfirmationCreate stores c. TokenHash must be 64 lowercase hex digits;
+// Org, User, Module and Action must be set; CreatedAt defaults to now and
+// ExpiresAt must follow it; UsedAt must be zero. An empty InputSHA256 is
+// computed from Input, and a given one must match it. Bad fields are
+// *abi.Error with abi.CodeInvalidArgument naming the field.
+//
+// It also deletes a bounded number of confirmations that expired, or were
+// used, more than 24 hours before c.CreatedAt.
+func (s *Store) ConfirmationCreate(ctx context.Context, c Confirmation) (err error) {
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = time.Now()
+	}
+	sum := sha256.Sum256(c.Input)
+	inputSum := hex.EncodeToString(sum[:])
+	created, okCreated := nanos(c.CreatedAt)
+	expires, okExpires := nanos(c.ExpiresAt)
+	switch {
+	case !validHexSHA256(c.TokenHash):
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation token hash is not 64 lowercase hex digits; pass the hex sha256 of the token")
+	case c.Org == "":
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation org is empty; a confirmation is bound to a principal")
+	case c.User == "":
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation user is empty; a confirmation is bound to a principal")
+	case c.Module == "":
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation module is empty")
+	case c.Action == "":
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation action is empty")
+	case c.InputSHA256 != "" && c.InputSHA256 != inputSum:
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation input_sha256 %q does not match the input (sha256 %s)", c.InputSHA256, inputSum)
+	case !okCreated:
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation created_at %s is out of range", c.CreatedAt)
+	case c.ExpiresAt.IsZero() || !okExpires || expires <= created:
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation expires_at %s is not after created_at %s", c.ExpiresAt, c.CreatedAt)
+	case !c.UsedAt.IsZero():
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation used_at is set; a new confirmation is unused")
+	}
+	input := c.Input
+	if input == nil {
+		input = []byte{} // the driver binds a nil slice as NULL
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: confirmation.create: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	cutoff := created - int64(confirmationRetention)
+	if _, err := tx.ExecContext(ctx, `
+DELETE FROM confirmations WHERE token_hash IN (
+	SELECT token_hash FROM confirmations WHERE expires_at < ?1
+	UNION ALL
+	SELECT token_hash FROM confirmations WHERE used_at < ?1
+	LIMIT ?2)`, cutoff, confirmationSweep); err != nil {
+		return fmt.Errorf("store: confirmation.create: sweep: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, `
+INSERT INTO confirmations (token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, coalesce(?, x''), ?, ?, ?, ?)
+ON CONFLICT (token_hash) DO NOTHING`,
+		c.TokenHash, c.Org, c.User, c.Module, c.Action, input, inputSum, c.Summary, created, expires)
+	if err != nil {
+		return fmt.Errorf("store: confirmation.create: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("store: confirmation.create: %w", err)
+	} else if n == 0 {
+		return errors.New("store: confirmation.create: a confirmation with this token hash already exists; use a fresh random token")
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: confirmation.create: commit: %w", err)
+	}
+	return nil
+}
+
+const confirmationColumns = `token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at, used_at`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanConfirmation(r rowScanner) (*Confirmation, error) {
+	var (
+		c                Confirmation
+		created, expires int64
+		used             sql.NullInt64
+	)
+	if err := r.Scan(&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &created, &expires, &used); err != nil {
+		return nil, err
+	}
+	if c.Input == nil {
+		c.Input = []byte{}
+	}
+	c.CreatedAt, c.ExpiresAt = fromNanos(created), fromNanos(expires)
+	if used.Valid {
+		c.UsedAt = fromNanos(used.Int64)
+	}
+	return &c, nil
+}
+
+// ConfirmationUse atomically claims the confirmation whose token hash is
+// tokenHash for the principal org/user at time now, and returns it with
+// UsedAt set. It succeeds at most once per token, even with concurrent
+// callers (in this process or another): the check and the claim run in one
+// write transaction.
+//
+// The errors wrap ErrConfirmationNotFound, ErrConfirmationPrincipal (the
+// confirmation is bound to another org or user; it stays unused),
+// ErrConfirmationUsed (a replay) or ErrConfirmationExpired (now is at or
+// after ExpiresAt), checked in that order.
+func (s *Store) ConfirmationUse(ctx context.Context, tokenHash, org, user string, now time.Time) (_ *Confirmation, err error) {
+	usedAt, ok := nanos(now)
+	if !ok {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmation use: time %s is out of range", now)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: confirmation.use: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	c, err := scanConfirmation(tx.QueryRowContext(ctx,
+		`SELECT `+confirmationColumns+` FROM confirmations WHERE token_hash = ?`, tokenHash))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("store: confirmation.use: %w", err)
+	case c.Org != org || c.User != user:
+		return nil, fmt.Errorf("store: confirmation.use: requested by user %q in org %q: %w", user, org, ErrConfirmationPrincipal)
+	case !c.UsedAt.IsZero():
+		return nil, fmt.Errorf("store: confirmation.use: used at %s: %w", c.UsedAt.Format(time.RFC3339Nano), ErrConfirmationUsed)
+	case !now.Before(c.ExpiresAt):
+		return nil, fmt.Errorf("store: confirmation.use: expired at %s: %w", c.ExpiresAt.Format(time.RFC3339Nano), ErrConfirmationExpired)
+	}
+	// used_at IS NULL again: the claim stays exactly-once even if the
+	// transaction were ever not exclusive.
+	res, err := tx.ExecContext(ctx,
+		`UPDATE confirmations SET used_at = ? WHERE token_hash = ? AND used_at IS NULL`, usedAt, tokenHash)
+	if err != nil {
+		return nil, fmt.Errorf("store: confirmation.use: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("store: confirmation.use: %w", err)
+	} else if n != 1 {
+		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationUsed)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("store: confirmation.use: commit: %w", err)
+	}
+	c.UsedAt = fromNanos(usedAt)
+	return c, nil
+}
+
+// ConfirmationsPending lists the unexpired (ExpiresAt after now), unused
+// confirmations of org, newest first, at most limit of them (limit <= 0
+// means 100; at most 1000).
+func (s *Store) ConfirmationsPending(ctx context.Context, org string, now time.Time, limit int) ([]Confirmation, error) {
+	if org == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmations pending: org is empty; name the organization whose confirmations to list")
+	}
+	if limit <= 0 {
+		limit = DefaultConfirmationLimit
+	}
+	limit = min(limit, MaxConfirmationLimit)
+	at, ok := nanos(now)
+	if !ok {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmations pending: time %s is out of range", now)
+	}
+	rows, err := s.r.QueryContext(ctx, `
+SELECT `+confirmationColumns+` FROM confirmations
+WHERE org = ? AND used_at IS NULL AND expires_at > ?
+ORDER BY created_at DESC, token_hash DESC LIMIT ?`, org, at, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
+	}
+	defer rows.Close()
+	out := []Confirmation{}
+	for rows.Next() {
+		c, err := scanConfirmation(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
+		}
+		out = append(out, *c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,534 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/moat-sandbox/moat/abi"
+)
+
+// Mode is how much a module is trusted.
+type Mode string
+
+const (
+	// ModeTrusted: the module is signed by one of the profile's trusted
+	// keys, so the trusted parts of the grants apply.
+	ModeTrusted Mode = "trusted"
+	// ModeSandboxed: unsigned, or signed by a key the profile does not
+	// trust. Only the ordinary grants apply.
+	ModeSandboxed Mode = "sandboxed"
+)
+
+// Evaluation is what a module gets under a profile: the decision made once
+// at load, and consulted by CheckOp on every op.
+type Evaluation struct {
+	Module     string
+	Profile    string
+	Mode       Mode
+	Signer     string // the trusted key name; "" when unsigned or not trusted
+	ModeReason string // why the mode, in words: "signed by trusted key acme-release"
+
+	Requested Capabilities // what the manifest asks for
+	Effective Capabilities // requested ∩ granted: what ops may use
+
+	// Limits are the limits to enforce: each requested limit clamped to the
+	// granted maximum, an unset one being the maximum itself. Zero means
+	// neither side set it, and the host's default applies.
+	Limits Limits
+
+	// Refusals lists each requested thing not granted: the signature when
+	// one is required, then capabilities in the order of the Capabilities
+	// fields, then limits.
+	Refusals []Refusal
+
+	// Refused is true when the module must not load: something was refused
+	// and the profile's on_ungranted is refuse, or the profile requires a
+	// signature and the module has no trusted one.
+	Refused bool
+
+	httpTargets []httpTarget // Effective.HTTP.Targets, parsed once
+	maxLimits   Limits       // the granted maximums, for Report
+}
+
+// Refusal is one requested thing that was not granted.
+type Refusal struct {
+	Capability string // what was asked for: "kv", "http https://evil.com:443", "limits.memory 512 MiB"
+	Rule       string // which part of the profile decided: "profile minimal: default grant"
+	Reason     string // why, and what would change it
+}
+
+func (r Refusal) String() string {
+	return r.Capability + ": " + r.Reason + " (" + r.Rule + ")"
+}
+
+// grantPart is one layer of a profile that applies to a module.
+type grantPart struct {
+	name string // "default", "modules.hello-go.trusted", ...
+	g    *Grant
+}
+
+// Evaluate decides what m gets under p. signer is the name of the trusted
+// key whose signature over the module verified, or "" when there is none;
+// verifying signatures is not Evaluate's job, and a name that is not one of
+// the profile's trusted keys counts as unsigned.
+//
+// Evaluate never fails: a manifest asking for too much yields Refusals, and
+// Refused tells whether the module may load at all.
+func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
+	e := &Evaluation{Module: m.Name, Profile: p.Name, Mode: ModeSandboxed, Requested: m.Capabilities}
+	trusted := signer != "" && p.trustedKey(signer)
+	switch {
+	case trusted:
+		e.Mode, e.Signer, e.ModeReason = ModeTrusted, signer, "signed by trusted key "+signer
+	case signer != "":
+		e.ModeReason = fmt.Sprintf("signer %q is not a trusted key of profile %s", signer, p.Name)
+	default:
+		e.ModeReason = "not signed by a trusted key"
+	}
+
+	var base, extra []grantPart // extra: the trusted parts
+	add := func(name string, g *Grant) {
+		base = append(base, grantPart{name, g})
+		if g.Trusted != nil {
+			extra = append(extra, grantPart{name + ".trusted", g.Trusted})
+		}
+	}
+	if p.Default != nil {
+		add("default", p.Default)
+	}
+	if g, ok := p.Modules[m.Name]; ok {
+		add("modules."+m.Name, &g)
+	}
+	if g, ok := p.Keys[signer]; ok && trusted {
+		add("keys."+signer, &g)
+	}
+	applied := base
+	if trusted {
+		applied = append(applied, extra...)
+	}
+	var granted Capabilities
+	for _, part := range applied {
+		granted = union(granted, part.g.Capabilities)
+	}
+	rule := e.rule(applied)
+
+	if p.RequireSignature && !trusted {
+		e.Refusals = append(e.Refusals, Refusal{
+			Capability: "signature",
+			Rule:       "profile " + p.Name + ": require_signature",
+			Reason:     e.ModeReason + "; sign the module with one of " + strings.Join(keyNames(p), ", "),
+		})
+	}
+
+	// check records a refusal when the request is not covered by granted,
+	// naming a trusted part that would have covered it.
+	check := func(what string, covered func(*Capabilities) bool, reason string) bool {
+		if covered(&granted) {
+			return true
+		}
+		r := Refusal{Capability: what, Rule: rule, Reason: reason}
+		if !trusted {
+			for _, part := range extra {
+				if covered(&part.g.Capabilities) {
+					r.Rule = "profile " + p.Name + ": " + part.name + " grant"
+					r.Reason = "granted only to modules signed by a trusted key"
+					if signer != "" {
+						r.Reason += "; " + e.ModeReason
+					}
+					break
+				}
+			}
+		}
+		e.Refusals = append(e.Refusals, r)
+		return false
+	}
+	req := m.Capabilities
+	eff := &e.Effective
+	flag := func(name string, asked bool, get func(*Capabilities) bool) bool {
+		return asked && check(name, get, "the profile does not grant "+name)
+	}
+	eff.KV = flag("kv", req.KV, func(c *Capabilities) bool { return c.KV })
+	for _, name := range req.DB {
+		if check("db "+name, func(c *Capabilities) bool { return nameCovered(c.DB, name) },
+			fmt.Sprintf("collection %s is not granted (granted: %s)", name, list(granted.DB))) {
+			eff.DB = append(eff.DB, name)
+		}
+	}
+	for _, s := range req.HTTP.Targets {
+		r, err := parseTarget(s)
+		if err != nil { // ParseManifest rejects these; a hand-built manifest may not
+			e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: "manifest", Reason: err.Error()})
+			continue
+		}
+		if check("http "+s, func(c *Capabilities) bool { return targetCovered(c.HTTP.Targets, r) },
+			fmt.Sprintf("no granted target covers it (granted: %s)", list(granted.HTTP.Targets))) {
+			eff.HTTP.Targets = append(eff.HTTP.Targets, s)
+			e.httpTargets = append(e.httpTargets, r)
+			eff.HTTP.AllowAny = eff.HTTP.AllowAny || r.wild()
+		}
+	}
+	eff.Media = flag("media", req.Media, func(c *Capabilities) bool { return c.Media })
+	for _, name := range req.AI {
+		if check("ai "+name, func(c *Capabilities) bool { return nameCovered(c.AI, name) },
+			fmt.Sprintf("model %s is not granted (granted: %s)", name, list(granted.AI))) {
+			eff.AI = append(eff.AI, name)
+		}
+	}
+	eff.Knowledge = flag("knowledge", req.Knowledge, func(c *Capabilities) bool { return c.Knowledge })
+	eff.Tasks = flag("tasks", req.Tasks, func(c *Capabilities) bool { return c.Tasks })
+	for _, fp := range req.Filesystem {
+		if check("filesystem "+fp, func(c *Capabilities) bool { return pathCovered(c.Filesystem, fp) },
+			fmt.Sprintf("not under a granted path (granted: %s)", list(granted.Filesystem))) {
+			eff.Filesystem = append(eff.Filesystem, fp)
+		}
+	}
+
+	for _, f := range limitFields {
+		asked := f.get(m.Limits)
+		var most uint64
+		from := ""
+		for _, part := range applied {
+			if v := f.get(part.g.Limits); v > most {
+				most, from = v, part.name
+			}
+		}
+		v := asked
+		switch {
+		case asked == 0:
+			v = most
+		case most != 0 && asked > most:
+			v = most
+			r := Refusal{
+				Capability: "limits." + f.name + " " + f.format(asked),
+				Rule:       "profile " + p.Name + ": " + from + " grant",
+				Reason:     "exceeds the profile's maximum " + f.format(most),
+			}
+			if !trusted {
+				for _, part := range extra {
+					if t := f.get(part.g.Limits); t >= asked {
+						r.Reason += "; " + part.name + " allows it for modules signed by a trusted key"
+						break
+					}
+				}
+			}
+			e.Refusals = append(e.Refusals, r)
+		}
+		f.set(&e.Limits, v)
+		f.set(&e.maxLimits, most)
+	}
+
+	for _, r := range e.Refusals {
+		if r.Capability == "signature" || p.OnUngranted != OnUngrantedDenyAtCall {
+			e.Refused = true
+		}
+	}
+	return e
+}
+
+// rule names the profile layers that made up the grant.
+func (e *Evaluation) rule(parts []grantPart) string {
+	if len(parts) == 0 {
+		return "profile " + e.Profile + ": no grant applies to this module"
+	}
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.name
+	}
+	return "profile " + e.Profile + ": " + strings.Join(names, " + ") + " grant"
+}
+
+func keyNames(p *Profile) []string {
+	var names []string
+	for _, k := range p.TrustedKeys {
+		names = append(names, k.Name)
+	}
+	return names
+}
+
+// union adds b to a. Lists keep a's order, then b's new entries.
+func union(a, b Capabilities) Capabilities {
+	merge := func(x, y []string) []string {
+		out := slices.Clone(x)
+		for _, s := range y {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return Capabilities{
+		KV:         a.KV || b.KV,
+		DB:         merge(a.DB, b.DB),
+		HTTP:       HTTPCaps{Targets: merge(a.HTTP.Targets, b.HTTP.Targets), AllowAny: a.HTTP.AllowAny || b.HTTP.AllowAny},
+		Media:      a.Media || b.Media,
+		AI:         merge(a.AI, b.AI),
+		Knowledge:  a.Knowledge || b.Knowledge,
+		Tasks:      a.Tasks || b.Tasks,
+		Filesystem: merge(a.Filesystem, b.Filesystem),
+	}
+}
+
+// nameCovered: a collection or model is granted by name or by "*".
+func nameCovered(granted []string, name string) bool {
+	return slices.Contains(granted, name) || slices.Contains(granted, "*")
+}
+
+func targetCovered(granted []string, r httpTarget) bool {
+	for _, s := range granted {
+		if g, err := parseTarget(s); err == nil && g.covers(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// pathCovered: a path is granted when it is a granted path or lies under
+// one. Comparing whole path elements keeps /data from granting /database.
+func pathCovered(granted []string, p string) bool {
+	p = path.Clean(p)
+	for _, g := range granted {
+		if p == g || g == "/" || strings.HasPrefix(p, g+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	if len(s) > 4 {
+		return strings.Join(s[:4], ", ") + ", …"
+	}
+	return strings.Join(s, ", ")
+}
+
+// opCapability maps every op name, present and planned, to the capability
+// it needs ("" for none). It is the single list that profiles' sensitive_ops
+// and CheckOp consult, so that a typo in either is caught.
+var opCapability = map[string]string{
+	abi.OpLogWrite:  "",
+	abi.OpConfigGet: "",
+	abi.OpKVGet:     "kv", abi.OpKVPut: "kv", abi.OpKVDelete: "kv", abi.OpKVList: "kv",
+	"db.insert": "db", "db.get": "db", "db.query": "db", "db.update": "db", "db.delete": "db",
+	"http.fetch":  "http",
+	"media.fetch": "media", "media.put": "media", "media.get": "media", "media.info": "media", "media.thumbnail": "media",
+	"ai.complete": "ai", "ai.embed": "ai",
+	"knowledge.add": "knowledge", "knowledge.search": "knowledge",
+	"task.enqueue": "tasks", "task.status": "tasks",
+}
+
+func knownOps() []string { return sortedKeys(opCapability) }
+
+// CheckOp decides whether the module may perform op now. target is what the
+// op acts on, where the capability is per target: the collection for db.*,
+// the URL for http.fetch, the model for ai.*; other ops ignore it.
+//
+// It returns nil or a *DeniedError whose Rule says whether the manifest did
+// not ask (fix: request it in moat.yaml) or the profile did not grant (fix:
+// grant it, or accept the denial). The host fills in Action and Principal.
+//
+// CheckOp runs on every op, so the allowed path does no more than a map
+// lookup and a comparison (plus parsing the URL for http.fetch). It does not
+// modify e, so one Evaluation may serve concurrent invocations.
+func (e *Evaluation) CheckOp(op, target string) error {
+	capName, ok := opCapability[op]
+	if !ok {
+		reason := fmt.Sprintf("no op is named %q; known ops are %s", op, strings.Join(knownOps(), ", "))
+		if m := suggest(op, knownOps()); m != "" {
+			reason = fmt.Sprintf("no op is named %q; did you mean %s?", op, m)
+		}
+		return &DeniedError{Module: e.Module, Op: op, Rule: "unknown op", Reason: reason}
+	}
+	var asked bool
+	what, ask := capName, capName+": true"
+	var dest httpTarget
+	switch capName {
+	case "":
+		return nil
+	case "kv":
+		if e.Effective.KV {
+			return nil
+		}
+		asked = e.Requested.KV
+	case "media":
+		if e.Effective.Media {
+			return nil
+		}
+		asked = e.Requested.Media
+	case "knowledge":
+		if e.Effective.Knowledge {
+			return nil
+		}
+		asked = e.Requested.Knowledge
+	case "tasks":
+		if e.Effective.Tasks {
+			return nil
+		}
+		asked = e.Requested.Tasks
+	case "db", "ai":
+		kind, eff, req := "collection", e.Effective.DB, e.Requested.DB
+		if capName == "ai" {
+			kind, eff, req = "model", e.Effective.AI, e.Requested.AI
+		}
+		if target == "" {
+			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: op + " names no " + kind}
+		}
+		if slices.Contains(eff, target) {
+			return nil
+		}
+		asked = slices.Contains(req, target)
+		what, ask = capName+" "+target, capName+": ["+target+"]"
+	case "http":
+		var err error
+		dest, err = urlTarget(target)
+		if err != nil {
+			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: err.Error()}
+		}
+		if e.httpTargets != nil {
+			for _, g := range e.httpTargets {
+				if g.covers(dest) {
+					return nil
+				}
+			}
+		} else if targetCovered(e.Effective.HTTP.Targets, dest) { // an Evaluation built by hand
+			return nil
+		}
+		asked = targetCovered(e.Requested.HTTP.Targets, dest)
+		what, ask = "http "+dest.String(), "http: ["+dest.String()+"]"
+	}
+	if !asked {
+		return &DeniedError{Module: e.Module, Op: op, Rule: "manifest capabilities",
+			Reason: fmt.Sprintf("%s is not among the capabilities the module requests; add %s under capabilities in %s", what, ask, ManifestFile)}
+	}
+	d := &DeniedError{Module: e.Module, Op: op, Rule: "profile " + e.Profile,
+		Reason: what + " was requested but the profile does not grant it"}
+	for _, r := range e.Refusals {
+		if r.Capability == what || capName == "http" && refusalCovers(r.Capability, dest) {
+			d.Rule, d.Reason = r.Rule, what+" was requested but not granted: "+r.Reason
+			break
+		}
+	}
+	return d
+}
+
+// refusalCovers reports whether the refused http target in capability
+// ("http scheme://host:port") covers the URL target u.
+func refusalCovers(capability string, u httpTarget) bool {
+	s, ok := strings.CutPrefix(capability, "http ")
+	if !ok {
+		return false
+	}
+	r, err := parseTarget(s)
+	return err == nil && r.covers(u)
+}
+
+// Authorize decides whether who may invoke action of module m: the action
+// must be declared in the manifest, who must hold at least one of its roles
+// (when it lists any), and who's roles must together hold every permission
+// it lists, according to p's role_permissions. A WASI command has no
+// actions; it is authorized with action "".
+//
+// Confirmation (Action.Confirm, Profile.SensitiveOps) is checked by the
+// host, which holds the tokens. Authorize returns nil or a *DeniedError.
+func (p *Profile) Authorize(m *Manifest, action string, who Principal) error {
+	user := who.User + "@" + who.Org
+	d := &DeniedError{Module: m.Name, Action: action, Principal: user}
+	if err := who.Validate(); err != nil {
+		d.Rule, d.Reason = "principal", err.Error()
+		return d
+	}
+	if action == "" && m.Kind == KindWASICommand {
+		return nil
+	}
+	i := m.actionIndex(action)
+	if i < 0 {
+		names := make([]string, len(m.Actions))
+		for j, a := range m.Actions {
+			names[j] = a.Name
+		}
+		d.Rule = "manifest actions"
+		if len(names) == 0 {
+			d.Reason = fmt.Sprintf("action %q is not declared: %s declares no actions", action, manifestName(m))
+		} else {
+			d.Reason = fmt.Sprintf("action %q is not declared in %s%s; declared actions are %s", action, manifestName(m), didYouMean(action, names), strings.Join(names, ", "))
+		}
+		return d
+	}
+	a := &m.Actions[i]
+	if len(a.Roles) > 0 && !slices.ContainsFunc(a.Roles, who.HasRole) {
+		d.Rule = fmt.Sprintf("manifest actions[%d].roles", i)
+		has := "has no roles"
+		if len(who.Roles) > 0 {
+			has = fmt.Sprintf("has %v", who.Roles)
+		}
+		d.Reason = fmt.Sprintf("requires one of roles %v; %s %s", a.Roles, user, has)
+		return d
+	}
+	if len(a.Permissions) > 0 {
+		held := p.Permissions(who.Roles)
+		for _, perm := range a.Permissions {
+			if !slices.Contains(held, perm) {
+				name := "(none)"
+				if p != nil {
+					name = p.Name
+				}
+				d.Rule = fmt.Sprintf("manifest actions[%d].permissions", i)
+				if len(who.Roles) == 0 {
+					d.Reason = fmt.Sprintf("requires permission %s; %s has no roles, so no permissions in profile %s", perm, user, name)
+				} else {
+					d.Reason = fmt.Sprintf("requires permission %s, which none of %s's roles %v grants in profile %s", perm, user, who.Roles, name)
+				}
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+func manifestName(m *Manifest) string {
+	if m.File != "" {
+		return m.File
+	}
+	return ManifestFile
+}
+
+// DeniedError is a refusal by policy at call time: an op the module may not
+// perform, or an action the caller may not invoke. Rule names the manifest
+// or profile entry that decided, so the message says where to look.
+type DeniedError struct {
+	Module    string
+	Action    string // "" for an op checked outside an invocation
+	Op        string // "" for an action refused before it ran
+	Principal string // "user@org", when known
+	Rule      string
+	Reason    string
+}
+
+// Error returns one line, like
+//
+//	denied: module hello-go action greet: requires one of roles [admin]; ann@acme has [user] (rule: manifest actions[0].roles)
+func (e *DeniedError) Error() string {
+	var b strings.Builder
+	b.WriteString("denied")
+	if e.Module != "" {
+		b.WriteString(": module " + e.Module)
+	}
+	if e.Action != "" {
+		b.WriteString(" action " + e.Action)
+	}
+	if e.Op != "" {
+		b.WriteString(" op " + e.Op)
+	}
+	b.WriteString(": " + e.Reason)
+	if e.Rule != "" {
+		b.WriteString(" (rule: " + e.Rule + ")")
+	}
+	return b.String()
+}
+
+// Code classifies the error for the wire: abi.CodeDenied.
+func (e *DeniedError) Code() abi.Code { return abi.CodeDenied }

@@ -1,0 +1,402 @@
+package policy
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ManifestFile is the name of a module's manifest, kept beside the module.
+const ManifestFile = "moat.yaml"
+
+// Manifest is what a module says about itself in moat.yaml: its name and
+// version, how to run it, the actions it offers and who may call them, and
+// the capabilities and limits it asks for.
+//
+// A manifest only asks. What a module actually gets is decided by the
+// operator's Profile (see Profile.Evaluate): the author of a module is not
+// the person who decides what it may touch on someone else's host.
+type Manifest struct {
+	Name         string            `yaml:"name"`
+	Version      string            `yaml:"version"`
+	Language     string            `yaml:"language,omitempty"`
+	Module       string            `yaml:"module,omitempty"` // default Name + ".wasm"
+	Kind         Kind              `yaml:"kind,omitempty"`   // default KindMoat
+	Actions      []Action          `yaml:"actions,omitempty"`
+	Capabilities Capabilities      `yaml:"capabilities,omitempty"`
+	Limits       Limits            `yaml:"limits,omitempty"`
+	Config       map[string]string `yaml:"config,omitempty"`
+
+	// File is the path the manifest was read from, for messages.
+	File string `yaml:"-"`
+}
+
+// Kind says how the host runs a module.
+type Kind string
+
+const (
+	// KindMoat is a moat plugin: it exports moat_invoke and calls the host
+	// through the moat.call import.
+	KindMoat Kind = "moat"
+	// KindWASICommand is a WASI program run from _start, with stdin, stdout
+	// and arguments. It has no actions.
+	KindWASICommand Kind = "wasi-command"
+	// KindExtism is an Extism plug-in: each action is an exported function.
+	KindExtism Kind = "extism"
+)
+
+var kinds = []string{string(KindMoat), string(KindWASICommand), string(KindExtism)}
+
+// Action is one entry point of a module, and who may call it.
+//
+// Roles and Permissions combine differently on purpose: Roles name who the
+// action is for (any one suffices), while Permissions name what it does (each
+// is needed), so that an operator can withdraw one permission from a role
+// without editing every manifest.
+type Action struct {
+	Name        string   `yaml:"name"`
+	Export      string   `yaml:"export,omitempty"`      // default Name
+	Roles       []string `yaml:"roles,omitempty"`       // the caller needs at least one
+	Permissions []string `yaml:"permissions,omitempty"` // the caller's roles must grant all
+	Confirm     bool     `yaml:"confirm,omitempty"`     // a confirmation must precede the call
+	Timeout     Duration `yaml:"timeout,omitempty"`
+	MaxInput    ByteSize `yaml:"max_input,omitempty"`
+	MaxOutput   ByteSize `yaml:"max_output,omitempty"`
+}
+
+// Capabilities is a set of things a module may use beyond its own memory.
+// In a manifest it is a request; in a profile, a grant; in an Evaluation,
+// their intersection. The zero value is nothing: log.write and config.get
+// are always available and need no capability.
+type Capabilities struct {
+	KV         bool     `yaml:"kv,omitempty"`         // the module's key-value store
+	DB         []string `yaml:"db,omitempty"`         // document collections; "*" in a grant for any
+	HTTP       HTTPCaps `yaml:"http,omitempty"`       // outgoing HTTP targets
+	Media      bool     `yaml:"media,omitempty"`      // media storage and processing
+	AI         []string `yaml:"ai,omitempty"`         // model names; "*" in a grant for any
+	Knowledge  bool     `yaml:"knowledge,omitempty"`  // the knowledge base
+	Tasks      bool     `yaml:"tasks,omitempty"`      // background tasks
+	Filesystem []string `yaml:"filesystem,omitempty"` // absolute path prefixes, read-write
+}
+
+// IsZero reports whether c holds no capability.
+func (c Capabilities) IsZero() bool {
+	return !c.KV && len(c.DB) == 0 && len(c.HTTP.Targets) == 0 && !c.Media && len(c.AI) == 0 &&
+		!c.Knowledge && !c.Tasks && len(c.Filesystem) == 0
+}
+
+// HTTPCaps lists HTTP targets as "scheme://host:port". A host may be a
+// wildcard like "*.example.com"; a host of "*", or the target "*", matches
+// any server and is accepted only with AllowAny set, so that "everything"
+// is never written by accident.
+//
+// In YAML it is either a list of targets or a mapping
+// {targets: [...], allow_any: true}.
+type HTTPCaps struct {
+	Targets  []string
+	AllowAny bool
+}
+
+// httpCapsObject is the mapping form of HTTPCaps.
+type httpCapsObject struct {
+	Targets  []string `yaml:"targets,omitempty"`
+	AllowAny bool     `yaml:"allow_any,omitempty"`
+}
+
+// UnmarshalYAML accepts the list form and the mapping form.
+func (h *HTTPCaps) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		*h = HTTPCaps{}
+		return n.Decode(&h.Targets)
+	case yaml.MappingNode:
+		var o httpCapsObject
+		if err := n.Decode(&o); err != nil {
+			return err
+		}
+		*h = HTTPCaps(o)
+		return nil
+	}
+	return newNodeError(n, "expected a list of targets or {targets: [...], allow_any: true}")
+}
+
+// MarshalYAML writes the list form unless AllowAny is set.
+func (h HTTPCaps) MarshalYAML() (any, error) {
+	if h.AllowAny {
+		return httpCapsObject(h), nil
+	}
+	return h.Targets, nil
+}
+
+// IsZero lets yaml omit an empty HTTPCaps.
+func (h HTTPCaps) IsZero() bool { return len(h.Targets) == 0 && !h.AllowAny }
+
+// Limits bounds a module's resources. A zero field is unset. In a manifest
+// the fields are what the module asks for; in a profile they are maximums;
+// in an Evaluation they are what the host enforces, zero meaning the host's
+// own default.
+type Limits struct {
+	Memory         ByteSize `yaml:"memory,omitempty"`           // linear memory per instance
+	Timeout        Duration `yaml:"timeout,omitempty"`          // wall clock per invocation
+	Disk           ByteSize `yaml:"disk,omitempty"`             // storage quota
+	Concurrency    int      `yaml:"concurrency,omitempty"`      // invocations at once
+	CallsPerMinute int      `yaml:"calls_per_minute,omitempty"` // invocations per minute
+}
+
+// ParseManifest parses and validates a manifest. file names the source in
+// errors and is stored in Manifest.File. Defaults are filled in: Module,
+// Kind and each action's Export.
+//
+// Every error is a *FileError naming the file, line and field, and saying how
+// to fix it.
+func ParseManifest(file string, data []byte) (*Manifest, error) {
+	root, err := document(file, data, "a manifest needs at least name: and version:")
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	ix, err := decodeStrict(file, data, root, &m)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.check(ix); err != nil {
+		return nil, err
+	}
+	m.File = file
+	return &m, nil
+}
+
+// LoadManifest reads and parses the manifest at path. When path is a
+// directory, it reads the moat.yaml inside it.
+func LoadManifest(path string) (*Manifest, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		path = filepath.Join(path, ManifestFile)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest: %w", err)
+	}
+	return ParseManifest(path, data)
+}
+
+// Action returns the action named name.
+func (m *Manifest) Action(name string) (*Action, bool) {
+	for i := range m.Actions {
+		if m.Actions[i].Name == name {
+			return &m.Actions[i], true
+		}
+	}
+	return nil, false
+}
+
+// actionIndex returns the index of the action named name, or -1.
+func (m *Manifest) actionIndex(name string) int {
+	return slices.IndexFunc(m.Actions, func(a Action) bool { return a.Name == name })
+}
+
+var (
+	// Module and profile names end up in file names, URLs, log fields and
+	// storage scopes, so they are kept to a small portable alphabet.
+	moduleNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	// Action names travel newline-separated through moat_actions and are
+	// typed on command lines; Extism exports are often camelCase.
+	actionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	// Roles, permissions, config keys, model names: printable tokens.
+	tokenRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$`)
+	versionRE    = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+	collectionRE = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+)
+
+const (
+	nameChars      = "1-64 characters a-z 0-9 . _ - starting with a letter or digit"
+	moduleNameRule = "use " + nameChars + ", like hello-go"
+)
+
+// check validates m and fills in defaults.
+func (m *Manifest) check(ix *index) error {
+	switch {
+	case m.Name == "":
+		return ix.errorf("name", "required; add a line like name: hello-go (%s)", nameChars)
+	case !moduleNameRE.MatchString(m.Name):
+		return ix.errorf("name", "%q is not a valid module name; %s", m.Name, moduleNameRule)
+	case m.Version == "":
+		return ix.errorf("version", "required; add a line like version: 1.0.0")
+	case !versionRE.MatchString(m.Version):
+		return ix.errorf("version", "%q is not a version; write MAJOR.MINOR.PATCH with an optional -suffix, like 1.2.0 or 1.2.0-rc.1", m.Version)
+	}
+	if m.Module == "" {
+		m.Module = m.Name + ".wasm"
+	} else if strings.ContainsAny(m.Module, `/\`) || strings.Contains(m.Module, "..") || m.Module == "." || strings.TrimSpace(m.Module) != m.Module {
+		return ix.errorf("module", "%q must be a plain file name beside moat.yaml, like %s.wasm (no directories, no ..)", m.Module, m.Name)
+	}
+	if m.Kind == "" {
+		m.Kind = KindMoat
+	} else if !slices.Contains(kinds, string(m.Kind)) {
+		return ix.errorf("kind", "%q is not a module kind%s; write one of %s", m.Kind, didYouMean(string(m.Kind), kinds), strings.Join(kinds, ", "))
+	}
+	if m.Kind == KindWASICommand && len(m.Actions) > 0 {
+		return ix.errorf("actions", "a wasi-command module has no actions (it runs from _start); remove actions, or set kind: moat")
+	}
+	seen := map[string]int{}
+	for i := range m.Actions {
+		a := &m.Actions[i]
+		p := fmt.Sprintf("actions[%d]", i)
+		switch {
+		case a.Name == "":
+			return ix.errorf(p+".name", "an action needs a name; add name: greet")
+		case !actionNameRE.MatchString(a.Name):
+			return ix.errorf(p+".name", "%q is not a valid action name; use 1-64 characters A-Z a-z 0-9 . _ - starting with a letter or digit", a.Name)
+		}
+		if j, dup := seen[a.Name]; dup {
+			return ix.errorf(p+".name", "action %q is already declared as actions[%d]; action names must be unique", a.Name, j)
+		}
+		seen[a.Name] = i
+		if a.Export == "" {
+			a.Export = a.Name
+		} else if strings.ContainsFunc(a.Export, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return ix.errorf(p+".export", "%q contains spaces or control characters; write the exported function name exactly", a.Export)
+		}
+		if err := checkTokens(ix, p+".roles", "role", a.Roles); err != nil {
+			return err
+		}
+		if err := checkTokens(ix, p+".permissions", "permission", a.Permissions); err != nil {
+			return err
+		}
+		if ix.has(p+".timeout") && a.Timeout == 0 {
+			return ix.errorf(p+".timeout", "must be more than 0; remove the line to use the module's limit")
+		}
+		if ix.has(p+".max_input") && a.MaxInput == 0 {
+			return ix.errorf(p+".max_input", "must be more than 0; remove the line to use the host's default")
+		}
+		if ix.has(p+".max_output") && a.MaxOutput == 0 {
+			return ix.errorf(p+".max_output", "must be more than 0; remove the line to use the host's default")
+		}
+	}
+	if err := checkCaps(ix, "capabilities", &m.Capabilities, false); err != nil {
+		return err
+	}
+	if err := checkLimits(ix, "limits", m.Limits); err != nil {
+		return err
+	}
+	for _, k := range sortedKeys(m.Config) {
+		if !tokenRE.MatchString(k) {
+			return ix.errorf("config."+k, "%q is not a valid config key; use letters, digits and . _ - : / @ +", k)
+		}
+	}
+	return nil
+}
+
+// checkTokens validates a list of roles, permissions or similar names.
+func checkTokens(ix *index, path, what string, list []string) error {
+	for i, s := range list {
+		if !tokenRE.MatchString(s) {
+			return ix.errorf(fmt.Sprintf("%s[%d]", path, i), "%q is not a valid %s name; use letters, digits and . _ - : / @ + (no spaces)", s, what)
+		}
+	}
+	return nil
+}
+
+// checkCaps validates capabilities at path. In a grant, "*" may stand for
+// any collection or model; a manifest must name what it uses, so that the
+// operator sees it.
+func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
+	for i, name := range c.DB {
+		p := fmt.Sprintf("%s.db[%d]", base, i)
+		switch {
+		case name == "*" && grant:
+		case name == "*":
+			return ix.errorf(p, `a module names the collections it uses; "*" is only for profiles`)
+		case !collectionRE.MatchString(name):
+			return ix.errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like orders", name)
+		}
+	}
+	for i, name := range c.AI {
+		p := fmt.Sprintf("%s.ai[%d]", base, i)
+		switch {
+		case name == "*" && grant:
+		case name == "*":
+			return ix.errorf(p, `a module names the models it uses; "*" is only for profiles`)
+		case !tokenRE.MatchString(name):
+			return ix.errorf(p, "%q is not a model name; use letters, digits and . _ - : / @ +, like gpt-small", name)
+		}
+	}
+	hp := base + ".http"
+	tp := hp + ".targets"
+	if n := ix.values[hp]; n != nil && n.Kind == yaml.SequenceNode {
+		tp = hp
+	}
+	for i, s := range c.HTTP.Targets {
+		p := fmt.Sprintf("%s[%d]", tp, i)
+		t, err := parseTarget(s)
+		if err != nil {
+			return ix.errorf(p, "%v", err)
+		}
+		if t.wild() && !c.HTTP.AllowAny {
+			return ix.errorf(p, "%q allows any server; if that is intended, use the mapping form and say so: http: {targets: [%q], allow_any: true}", s, s)
+		}
+	}
+	for i, fp := range c.Filesystem {
+		p := fmt.Sprintf("%s.filesystem[%d]", base, i)
+		if !path.IsAbs(fp) || path.Clean(fp) != fp {
+			return ix.errorf(p, "%q must be an absolute, clean path (no .., no //, no trailing /), like %s", fp, cleanAbs(fp))
+		}
+	}
+	return nil
+}
+
+func cleanAbs(p string) string {
+	return path.Clean("/" + p)
+}
+
+// checkLimits requires set limits to be positive (a negative count reads
+// as 0 through limitFields, so it is caught too) and memory to fit a 32-bit
+// WebAssembly memory.
+func checkLimits(ix *index, base string, l Limits) error {
+	for _, f := range limitFields {
+		p := base + "." + f.name
+		if ix.has(p) && f.get(l) == 0 {
+			return ix.errorf(p, "must be more than 0; remove the line to leave it unset")
+		}
+	}
+	if l.Memory > 4<<30 {
+		return ix.errorf(base+".memory", "%s is more than 4 GiB, the most a 32-bit WebAssembly memory can address", l.Memory)
+	}
+	return nil
+}
+
+// limitFields lets evaluation and reports treat the limits uniformly.
+var limitFields = []struct {
+	name   string
+	get    func(Limits) uint64
+	set    func(*Limits, uint64)
+	format func(uint64) string
+}{
+	{"memory", func(l Limits) uint64 { return uint64(l.Memory) }, func(l *Limits, v uint64) { l.Memory = ByteSize(v) }, func(v uint64) string { return ByteSize(v).String() }},
+	{"timeout", func(l Limits) uint64 { return uint64(max(l.Timeout, 0)) }, func(l *Limits, v uint64) { l.Timeout = Duration(v) }, func(v uint64) string { return Duration(v).String() }},
+	{"disk", func(l Limits) uint64 { return uint64(l.Disk) }, func(l *Limits, v uint64) { l.Disk = ByteSize(v) }, func(v uint64) string { return ByteSize(v).String() }},
+	{"concurrency", func(l Limits) uint64 { return uint64(max(l.Concurrency, 0)) }, func(l *Limits, v uint64) { l.Concurrency = int(v) }, func(v uint64) string { return fmt.Sprint(v) }},
+	{"calls_per_minute", func(l Limits) uint64 { return uint64(max(l.CallsPerMinute, 0)) }, func(l *Limits, v uint64) { l.CallsPerMinute = int(v) }, func(v uint64) string { return fmt.Sprint(v) }},
+}
+
+// didYouMean returns " (did you mean X?)" or "".
+func didYouMean(s string, names []string) string {
+	if m := suggest(s, names); m != "" {
+		return " (did you mean " + m + "?)"
+	}
+	return ""
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
