@@ -170,7 +170,7 @@ func (m *Module) requestConfirmation(ctx context.Context, req *Request, summary,
 		Action: req.Action, User: req.Principal.User, Org: req.Principal.Org, Rule: rule,
 		Reason: "confirmation requested: " + summary, Attrs: map[string]string{"input_sha256": c.InputSHA256, "expires_at": c.ExpiresAt.Format(time.RFC3339)}})
 	return &Error{Module: m.name, Action: req.Action, Code: abi.CodeConfirmationRequired,
-		Reason: fmt.Sprintf("%s needs confirmation (%s); confirm with the token within %s", req.Action, rule, ttl),
+		Reason:       fmt.Sprintf("%s needs confirmation (%s); confirm with the token within %s", req.Action, rule, ttl),
 		Confirmation: &ConfirmationRequest{Token: token, Module: m.name, Action: req.Action, Summary: summary, ExpiresAt: c.ExpiresAt}}
 }
 
