@@ -14,8 +14,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// FileError is a problem in a manifest or a profile. It always names the
-// file, the line and the field, and its message says how to fix the problem:
+// FileError is a problem in a manifest or a profile. It names the file, the
+// line and (except for YAML syntax errors) the field path, and its message
+// says how to fix the problem:
 // the person reading it is editing that file, and should not have to guess
 // which of three "timeout" lines is meant or what the parser wanted instead.
 //
@@ -46,10 +47,10 @@ func (e *FileError) Error() string {
 }
 
 // document parses data as exactly one YAML document whose top level is a
-// mapping, and returns that mapping. Syntax errors are located by parsing
-// growing prefixes of the file, because yaml.v3 reports the line where the
-// enclosing block started (or no line at all on line 1), which sends people
-// to the wrong place.
+// mapping, and returns that mapping. Syntax errors are located again by
+// parsing prefixes of the file (see syntaxError), because yaml.v3 reports the
+// line where the enclosing block started, or no line at all on line 1, which
+// sends people to the wrong place.
 func document(file string, data []byte, what string) (*yaml.Node, error) {
 	if len(data) > MaxFileSize {
 		return nil, &FileError{File: file, Line: 1, Msg: fmt.Sprintf("the file is %d bytes; the limit is %d, far above any real manifest or profile", len(data), MaxFileSize)}

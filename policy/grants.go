@@ -77,7 +77,7 @@ type grantPart struct {
 // Evaluate never fails: a manifest asking for too much yields Refusals, and
 // Refused tells whether the module may load at all.
 func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
-	e := &Evaluation{Module: m.Name, Profile: p.Name, Mode: ModeSandboxed, Requested: m.Capabilities}
+	e := &Evaluation{Module: m.Name, Profile: p.Name, Mode: ModeSandboxed, Requested: union(Capabilities{}, m.Capabilities)}
 	trusted := signer != "" && p.trustedKey(signer)
 	switch {
 	case trusted:

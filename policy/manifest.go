@@ -306,6 +306,21 @@ func checkTokens(ix *index, path, what string, list []string) error {
 // any collection or model; a manifest must name what it uses, so that the
 // operator sees it.
 func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
+	hp := base + ".http"
+	tp := hp + ".targets"
+	if n := ix.values[hp]; n != nil && n.Kind == yaml.SequenceNode {
+		tp = hp
+	}
+	for _, l := range []struct {
+		path string
+		list []string
+	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".filesystem", c.Filesystem}} {
+		for i, s := range l.list {
+			if j := slices.Index(l.list, s); j < i {
+				return ix.errorf(fmt.Sprintf("%s[%d]", l.path, i), "%q is listed twice (also at [%d]); remove one", s, j)
+			}
+		}
+	}
 	for i, name := range c.DB {
 		p := fmt.Sprintf("%s.db[%d]", base, i)
 		switch {
@@ -325,11 +340,6 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 		case !tokenRE.MatchString(name):
 			return ix.errorf(p, "%q is not a model name; use letters, digits and . _ - : / @ +, like gpt-small", name)
 		}
-	}
-	hp := base + ".http"
-	tp := hp + ".targets"
-	if n := ix.values[hp]; n != nil && n.Kind == yaml.SequenceNode {
-		tp = hp
 	}
 	for i, s := range c.HTTP.Targets {
 		p := fmt.Sprintf("%s[%d]", tp, i)

@@ -200,6 +200,7 @@ var manifestErrors = []struct {
 	{"http star target in object", "name: a\nversion: 1.0.0\ncapabilities:\n  http:\n    targets: [\"*\"]\n", 5, "capabilities.http.targets[0]", "allow_any: true"},
 	{"http bad wildcard", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [\"https://api.*.com:443\"]\n", 4, "capabilities.http[0]", "whole first label"},
 	{"db star", "name: a\nversion: 1.0.0\ncapabilities:\n  db: [\"*\"]\n", 4, "capabilities.db[0]", `"*" is only for profiles`},
+	{"db listed twice", "name: a\nversion: 1.0.0\ncapabilities:\n  db: [orders, customers, orders]\n", 4, "capabilities.db[2]", `"orders" is listed twice (also at [0])`},
 	{"db bad name", "name: a\nversion: 1.0.0\ncapabilities:\n  db: [Orders]\n", 4, "capabilities.db[0]", "not a collection name"},
 	{"relative path", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [data/in]\n", 4, "capabilities.filesystem[0]", "absolute, clean path"},
 	{"trailing slash", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/data/in/]\n", 4, "capabilities.filesystem[0]", "like /data/in"},
