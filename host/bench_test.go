@@ -7,7 +7,6 @@ package host_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -22,10 +22,28 @@ import (
 
 const benchTimeout = 10 * time.Second
 
-func quietHost(b *testing.B) *host.Host {
+// benchProfile grants what the fixtures use and sets no rate or
+// concurrency limit, so the benchmarks measure the invoke path, not a
+// limiter.
+const benchProfile = `
+name: bench
+default:
+  capabilities: {kv: true}
+  limits: {memory: 128MiB, timeout: 10s}
+`
+
+func quietHost(b *testing.B, cfgs ...func(*host.Config)) *host.Host {
 	b.Helper()
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := policy.ParseProfile("bench.yaml", []byte(benchProfile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := host.Config{DataDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), Profile: p, OmitAllowedInvocationAudit: true}
+	for _, f := range cfgs {
+		f(&cfg)
+	}
+	h, err := host.New(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,6 +96,19 @@ func BenchmarkInvoke(b *testing.B) {
 	})
 	b.Run("moat", func(b *testing.B) {
 		m := loadPlugin(b, quietHost(b), host.LoadOptions{Limits: host.Limits{Timeout: benchTimeout}})
+		req := host.Request{Action: "noop", Principal: ann, CorrelationID: "bench"}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := m.Invoke(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The same with every allowed invocation written to the audit trail
+	// (the default): the price of an audit row per call.
+	b.Run("moat-audited", func(b *testing.B) {
+		m := loadPlugin(b, quietHost(b, func(c *host.Config) { c.OmitAllowedInvocationAudit = false }), host.LoadOptions{Limits: host.Limits{Timeout: benchTimeout}})
 		req := host.Request{Action: "noop", Principal: ann, CorrelationID: "bench"}
 		b.ReportAllocs()
 		b.ResetTimer()

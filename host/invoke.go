@@ -101,13 +101,24 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	return Result{Output: out}, nil
 }
 
-// actionLimits are the manifest's limits for one action.
+// actionLimits are the manifest's limits for one action. An action may
+// only tighten the module's limits, never loosen them.
 func (m *Module) actionLimits(action string) Limits {
 	a, ok := m.policy.manifest.Action(action)
 	if !ok {
 		return Limits{}
 	}
-	return Limits{Timeout: time.Duration(a.Timeout), MaxInputBytes: int(min(uint64(a.MaxInput), abi.MaxOutputLen)), MaxOutputBytes: int(min(uint64(a.MaxOutput), abi.MaxOutputLen))}
+	tighter := func(action, module int64) int64 {
+		if action <= 0 || module > 0 && module < action {
+			return module
+		}
+		return action
+	}
+	return Limits{
+		Timeout:        time.Duration(tighter(int64(a.Timeout), int64(m.limits.Timeout))),
+		MaxInputBytes:  int(tighter(int64(min(uint64(a.MaxInput), abi.MaxOutputLen)), int64(m.limits.MaxInputBytes))),
+		MaxOutputBytes: int(tighter(int64(min(uint64(a.MaxOutput), abi.MaxOutputLen)), int64(m.limits.MaxOutputBytes))),
+	}
 }
 
 // auditInvocation records how an invocation ended. Allowed, successful

@@ -62,13 +62,9 @@ func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, op
 		}
 		return "", nil // unsigned modules run sandboxed; nothing to record
 	}
-	trusted := map[string]policy.PublicKey{}
-	for _, k := range p.TrustedKeys {
-		pub, err := policy.ParsePublicKey(k.Key)
-		if err != nil {
-			return deny(fmt.Sprintf("profile %s: trusted key %s: %v", p.Name, k.Name, err), err)
-		}
-		trusted[k.Name] = pub
+	trusted, err := p.TrustedPublicKeys()
+	if err != nil {
+		return deny(err.Error(), err)
 	}
 	v, err := policy.Verify(trusted, policy.Signed{Name: name, Module: wasm, Manifest: opts.ManifestBytes}, opts.Signature)
 	if err != nil {

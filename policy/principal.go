@@ -1,6 +1,10 @@
 // Package policy decides what a caller may do: who the caller is (a
-// Principal), and, as the project grows, what a module asks for, what the
-// operator grants, and how each decision is recorded. It imports only abi.
+// Principal), what a module asks for (its Manifest, moat.yaml), what the
+// operator grants (a Profile), what that leaves in effect (an Evaluation),
+// and whether a module is signed by a key the operator trusts (Sign,
+// Verify). It imports abi and no other package of ours, so it can be read,
+// tested and reused without the runtime; its only outside dependencies are
+// gopkg.in/yaml.v3 and aead.dev/minisign.
 package policy
 
 import (

@@ -143,12 +143,8 @@ changed module, changed manifest, signature of another module).`,
 				if err != nil {
 					return err
 				}
-				for _, tk := range p.TrustedKeys {
-					k, err := policy.ParsePublicKey(tk.Key)
-					if err != nil {
-						return fmt.Errorf("profile %s: trusted key %s: %w", p.Name, tk.Name, err)
-					}
-					trusted[tk.Name] = k
+				if trusted, err = p.TrustedPublicKeys(); err != nil {
+					return err
 				}
 				if len(trusted) == 0 {
 					return usagef("profile %s trusts no keys; pass --key NAME.pub or a --profile with trusted_keys", p.Name)

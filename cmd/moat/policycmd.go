@@ -66,11 +66,9 @@ func signerOf(dir string, p *policy.Profile) string {
 	if err != nil || b.Signature == nil {
 		return ""
 	}
-	trusted := map[string]policy.PublicKey{}
-	for _, tk := range p.TrustedKeys {
-		if k, err := policy.ParsePublicKey(tk.Key); err == nil {
-			trusted[tk.Name] = k
-		}
+	trusted, err := p.TrustedPublicKeys()
+	if err != nil {
+		return ""
 	}
 	v, err := policy.Verify(trusted, policy.Signed{Name: b.Name, Module: b.Wasm, Manifest: b.ManifestBytes}, b.Signature)
 	if err != nil {

@@ -62,6 +62,10 @@ func main() {
 			rows = append(rows, row{"invoke, pooled, deadline on (vs raw wazero CallWithStack)", ns(m), ns(raw),
 				fmt.Sprintf("+%s overhead", ns(m-raw)), verdict(m-raw < 1000, "< 1 µs overhead")})
 		}
+		if au, ok := get("Invoke/moat-audited", "ns/op"); ok {
+			rows = append(rows, row{"invoke, pooled, every allowed call written to the audit trail (the default)", ns(au), ns(m),
+				fmt.Sprintf("+%s per audit row", ns(au-m)), "report"})
+		}
 		if ex, ok := get("Invoke/extism", "ns/op"); ok {
 			rows = append(rows, row{"invoke, pooled (vs extism go-sdk Plugin.Call)", ns(m), ns(ex),
 				fmt.Sprintf("%.1fx faster", ex/m), verdict(ex/m >= 10, ">= 10x")})
