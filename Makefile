@@ -40,8 +40,8 @@ tools: ## install the tools the tests use (wabt for the WAT fixtures), as root v
 
 test: deps tools vet test-only ## set up and run every test
 test-only:
-	@echo "==> go test ./... (kernel-free; builds Go guests for wasip1 on the way)"
-	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
+	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
+	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
 	@echo "==> go test -race (store, transport, host pool)"
 	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV' ./host/...
 

@@ -59,7 +59,7 @@ func main() {
 	var rows []row
 	if m, ok := get("Invoke/moat", "ns/op"); ok {
 		if raw, ok := get("Invoke/raw-wazero", "ns/op"); ok {
-			rows = append(rows, row{"invoke, pooled, deadline on (vs raw wazero CallWithStack)", ns(m), ns(raw),
+			rows = append(rows, row{"invoke, pooled, deadline on, allowed-call audit off (vs raw wazero CallWithStack)", ns(m), ns(raw),
 				fmt.Sprintf("+%s overhead", ns(m-raw)), verdict(m-raw < 1000, "< 1 µs overhead")})
 		}
 		if au, ok := get("Invoke/moat-audited", "ns/op"); ok {

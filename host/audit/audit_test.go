@@ -1,0 +1,70 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+func newLog(t *testing.T) (*audit.Log, *bytes.Buffer, *store.Store) {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var buf bytes.Buffer
+	return audit.New(st, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))), &buf, st
+}
+
+func TestRecordQueryClose(t *testing.T) {
+	ctx := context.Background()
+	l, logs, st := newLog(t)
+	for i := 0; i < 1000; i++ {
+		l.Record(ctx, audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, Module: "m", CorrelationID: fmt.Sprint("c", i%10)})
+	}
+	l.Record(ctx, audit.Event{Kind: audit.KindDecision, Decision: audit.Deny, Module: "m", CorrelationID: "c-deny", Rule: "manifest actions[0].roles", Reason: "requires one of roles [admin]"})
+	got, err := l.Query(ctx, audit.Filter{CorrelationID: "c-deny"})
+	if err != nil || len(got) != 1 || got[0].Rule != "manifest actions[0].roles" || got[0].ID == "" || got[0].Time.IsZero() {
+		t.Fatalf("query after flush: %+v, %v", got, err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN msg=audit audit=decision") || !strings.Contains(logs.String(), `rule="manifest actions[0].roles"`) {
+		t.Fatalf("the denial is not in the log:\n%s", logs.String()[max(0, logs.Len()-500):])
+	}
+	all, _ := l.Query(ctx, audit.Filter{Module: "m", Limit: 5000})
+	if len(all) != 1001 {
+		t.Fatalf("stored %d events, want 1001", len(all))
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// An event recorded after Close is still stored, not dropped.
+	l.Record(ctx, audit.Event{Kind: audit.KindLoad, Decision: audit.Deny, Module: "late"})
+	if late, _ := st.AuditQuery(ctx, audit.Filter{Module: "late"}); len(late) != 1 {
+		t.Fatalf("late event: %+v", late)
+	}
+}
+
+// TestBadEventDoesNotCostTheBatch: an invalid event is reported on the log;
+// the valid events queued with it are stored.
+func TestBadEventDoesNotCostTheBatch(t *testing.T) {
+	ctx := context.Background()
+	l, logs, _ := newLog(t)
+	l.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: audit.Allow, Module: "good1"})
+	l.Record(ctx, audit.Event{Kind: "bogus", Module: "bad"})
+	l.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: audit.Allow, Module: "good2"})
+	for _, m := range []string{"good1", "good2"} {
+		if got, _ := l.Query(ctx, audit.Filter{Module: m}); len(got) != 1 {
+			t.Errorf("%s not stored", m)
+		}
+	}
+	if !strings.Contains(logs.String(), "audit: event not stored") {
+		t.Fatalf("the bad event's failure is not reported:\n%s", logs.String())
+	}
+}
