@@ -266,3 +266,61 @@ func TestLimitsFromManifest(t *testing.T) {
 		t.Fatalf("another org has its own budget: %v", err)
 	}
 }
+
+// TestTrustedOnlyGrant: a grant marked trusted reaches only a module signed
+// by a key the profile trusts; the same module unsigned, or signed by an
+// unknown key, is refused at load because kv is not granted to it.
+func TestTrustedOnlyGrant(t *testing.T) {
+	pubFile, privFile, err := policy.GenerateKey("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := policy.ParsePublicKey(string(pubFile))
+	priv, err := policy.ParsePrivateKey(privFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, strangerFile, _ := policy.GenerateKey("")
+	stranger, _ := policy.ParsePrivateKey(strangerFile, "")
+	h := policyHost(t, `
+name: trusting
+trusted_keys:
+  - name: release
+    key: `+pub.String()+`
+default:
+  limits: {memory: 256MiB, timeout: 30s}
+  trusted:
+    capabilities: {kv: true}
+`)
+	raw, mf := manifest(t, "name: goguest"+goguestManifest)
+	wasm := testwasm.BuildGo(t, "./testdata/goguest", true)
+	sign := func(k policy.PrivateKey) []byte {
+		sig, err := policy.Sign(k, policy.Signed{Name: "goguest", Module: wasm, Manifest: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig
+	}
+	load := func(sig []byte) (*host.Module, error) {
+		return h.Load(context.Background(), wasm, host.LoadOptions{Manifest: mf, ManifestBytes: raw, Signature: sig, CorrelationID: "corr-trust"})
+	}
+	for name, sig := range map[string][]byte{"unsigned": nil, "unknown key": sign(stranger)} {
+		if _, err := load(sig); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv") {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	m, err := load(sign(priv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Evaluation().Mode != policy.ModeTrusted || m.Info().Signer != "release" {
+		t.Fatalf("mode %s signer %q", m.Evaluation().Mode, m.Info().Signer)
+	}
+	if res, err := m.Invoke(context.Background(), host.Request{Action: "kv", Input: []byte("put a 1"), Principal: ann}); err != nil || string(res.Output) != "ok" {
+		t.Fatalf("kv in trusted mode: %q, %v", res.Output, err)
+	}
+	ev := auditEvents(t, h, audit.Filter{CorrelationID: "corr-trust", Kind: audit.KindSignature, Decision: audit.Allow})
+	if len(ev) != 2 || !strings.Contains(ev[1].Reason, "signed by trusted key release") {
+		t.Fatalf("signature audit: %+v", ev)
+	}
+}
