@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -87,7 +89,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		WithStdin(stdin).WithStdout(stdout).WithStderr(stderr).
 		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
 		WithRandSource(rand.Reader)
-	for _, k := range sortedKeys(req.Env) {
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
 	runStart := time.Now()

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -430,7 +431,7 @@ func describe(name, digest string, size int, c *compiled) Info {
 		info.Imports = append(info.Imports, Signature{Module: mod, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}
 	exports := c.cm.ExportedFunctions()
-	for _, n := range sortedKeys(exports) {
+	for _, n := range slices.Sorted(maps.Keys(exports)) {
 		def := exports[n]
 		info.Exports = append(info.Exports, Signature{Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}
@@ -475,20 +476,11 @@ func typeList(ts []api.ValueType) []string {
 
 func typeNames(ts []api.ValueType) string { return strings.Join(typeList(ts), ", ") }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 func exportNames(exports map[string]api.FunctionDefinition) string {
 	if len(exports) == 0 {
 		return "(none)"
 	}
-	return strings.Join(sortedKeys(exports), ", ")
+	return strings.Join(slices.Sorted(maps.Keys(exports)), ", ")
 }
 
 // firstLine drops wazero's wasm stack trace from an error message: callers

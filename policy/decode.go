@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -543,7 +544,7 @@ func suggest(s string, names []string) string {
 	if bestD <= max(1, len(s)/3) {
 		return best
 	}
-	for _, k := range sortedKeys(fieldHints) {
+	for _, k := range slices.Sorted(maps.Keys(fieldHints)) {
 		h := fieldHints[k]
 		if slices.Contains(names, h) && (ls == k || len(k) >= 4 && editDistance(ls, k) <= 1) {
 			return h

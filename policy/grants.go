@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -321,7 +322,7 @@ var opCapability = map[string]string{
 	"task.enqueue": "tasks", "task.status": "tasks",
 }
 
-func knownOps() []string { return sortedKeys(opCapability) }
+func knownOps() []string { return slices.Sorted(maps.Keys(opCapability)) }
 
 // CheckOp decides whether the module may perform op now. target is what the
 // op acts on, where the capability is per target: the collection for db.*,

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -284,7 +285,7 @@ func (m *Manifest) check(ix *index) error {
 	if err := checkLimits(ix, "limits", m.Limits); err != nil {
 		return err
 	}
-	for _, k := range sortedKeys(m.Config) {
+	for _, k := range slices.Sorted(maps.Keys(m.Config)) {
 		if !tokenRE.MatchString(k) {
 			return ix.errorf("config."+k, "%q is not a valid config key; use letters, digits and . _ - : / @ +", k)
 		}
@@ -400,13 +401,4 @@ func didYouMean(s string, names []string) string {
 		return " (did you mean " + m + "?)"
 	}
 	return ""
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -200,7 +201,7 @@ func (p *Profile) check(ix *index) error {
 	if p.RequireSignature && len(p.TrustedKeys) == 0 {
 		return ix.errorf("require_signature", "true, but trusted_keys is empty, so no module could load; add a trusted key or set require_signature: false")
 	}
-	for _, role := range sortedKeys(p.RolePermissions) {
+	for _, role := range slices.Sorted(maps.Keys(p.RolePermissions)) {
 		path := "role_permissions." + role
 		if !tokenRE.MatchString(role) {
 			return ix.errorf(path, "%q is not a valid role name; use letters, digits and . _ - : / @ + (no spaces)", role)
@@ -214,7 +215,7 @@ func (p *Profile) check(ix *index) error {
 			return err
 		}
 	}
-	for _, name := range sortedKeys(p.Modules) {
+	for _, name := range slices.Sorted(maps.Keys(p.Modules)) {
 		path := "modules." + name
 		if !moduleNameRE.MatchString(name) {
 			return ix.errorf(path, "%q is not a valid module name; %s", name, moduleNameRule)
@@ -228,7 +229,7 @@ func (p *Profile) check(ix *index) error {
 	for i, k := range p.TrustedKeys {
 		keyNames[i] = k.Name
 	}
-	for _, name := range sortedKeys(p.Keys) {
+	for _, name := range slices.Sorted(maps.Keys(p.Keys)) {
 		path := "keys." + name
 		if _, ok := names[name]; !ok {
 			if len(keyNames) == 0 {

@@ -46,6 +46,24 @@ func validateKey(key string) error {
 	return nil
 }
 
+// validatePut checks a put's scope, key and value, and returns the value
+// to bind: never nil, because the driver binds a nil slice as NULL.
+func validatePut(sc Scope, key string, value []byte) ([]byte, error) {
+	if err := sc.validate(); err != nil {
+		return nil, err
+	}
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if err := validateValue(value); err != nil {
+		return nil, err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	return value, nil
+}
+
 func validateValue(value []byte) error {
 	if len(value) > abi.MaxKVValueLen {
 		return abi.Errorf(abi.CodeTooLarge, "kv value is %d bytes, over the limit of %d; split it across several keys", len(value), abi.MaxKVValueLen)
@@ -80,22 +98,14 @@ func (s *Store) KVGet(ctx context.Context, sc Scope, key string) (value []byte, 
 
 // KVPut sets key in sc to value, replacing any value it had. A nil value is
 // stored as an empty one.
-func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) error {
-	if err := sc.validate(); err != nil {
+func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) (err error) {
+	value, err = validatePut(sc, key, value)
+	if err != nil {
 		return err
-	}
-	if err := validateKey(key); err != nil {
-		return err
-	}
-	if err := validateValue(value); err != nil {
-		return err
-	}
-	if value == nil {
-		value = []byte{} // the driver binds a nil slice as NULL
 	}
 	// coalesce guards the empty blob the same way in SQL: an empty value is
 	// a value, never NULL.
-	_, err := s.w.ExecContext(ctx, `
+	_, err = s.w.ExecContext(ctx, `
 INSERT INTO kv (org, module, key, value, updated_at)
 VALUES (?, ?, ?, coalesce(?, x''), ?)
 ON CONFLICT (org, module, key) DO UPDATE SET
@@ -219,17 +229,9 @@ func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []b
 	if quota <= 0 {
 		return s.KVPut(ctx, sc, key, value)
 	}
-	if err := sc.validate(); err != nil {
+	value, err = validatePut(sc, key, value)
+	if err != nil {
 		return err
-	}
-	if err := validateKey(key); err != nil {
-		return err
-	}
-	if err := validateValue(value); err != nil {
-		return err
-	}
-	if value == nil {
-		value = []byte{} // the driver binds a nil slice as NULL
 	}
 
 	tx, err := s.w.BeginTx(ctx, nil)
