@@ -28,9 +28,9 @@ examples: deps ## build the example plugins
 
 run: build examples ## build moat and the example, and invoke its greet action
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"
-	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello; echo
+	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
 	@echo "==> again: the count lives in ./moat-data and rises across runs"
-	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello; echo
+	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
 
 tools: ## install the tools the tests use (wabt for the WAT fixtures), as root via apt
 	@command -v wat2wasm >/dev/null 2>&1 || { \
