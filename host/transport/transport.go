@@ -1,7 +1,9 @@
-// Package transport binds moat's op table to guests. This file holds the
+// Package transport binds moat's op table to guests. transport.go holds the
 // import transport: the one host function compiled guests import
-// ("moat"."call"). The device-file and pipe transports of interpreters and
-// native fallbacks will sit beside it and share Session and Dispatcher.
+// ("moat"."call"). pipe.go holds the pipe transport of native workers
+// (newline-delimited JSON over inherited pipes). Both hand ops to the same
+// Dispatcher, so a native worker meets the same grants and audit as a WASM
+// guest. The device-file transport of interpreters will sit beside them.
 //
 // The transport knows nothing about what an op does. It copies the op name
 // and request out of guest memory, hands them to the session's Dispatcher,
@@ -182,11 +184,7 @@ func (s *Session) abort(f *FaultError) {
 }
 
 func encodeError(err error) []byte {
-	e, ok := err.(*abi.Error)
-	if !ok {
-		e = &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
-	}
-	b, mErr := abi.Marshal(e)
+	b, mErr := abi.Marshal(asABIError(err))
 	if mErr != nil {
 		return []byte(`{"code":"internal","message":"unencodable error"}`)
 	}

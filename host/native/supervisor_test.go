@@ -1,0 +1,170 @@
+package native_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/ops"
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// buildWorker compiles testdata/pipeworker for this machine.
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "pipeworker")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/pipeworker")
+	cmd.Dir = testwasm.RepoRoot(t)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build pipeworker: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// opsDispatcher runs the real op table against a real store, as the host
+// does for WASM guests (without policy, which the host adds on top).
+type opsDispatcher struct{ env *ops.Env }
+
+func (d opsDispatcher) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
+	o, ok := ops.Lookup(op)
+	if !ok {
+		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q", op)
+	}
+	d.env.Context = ctx
+	return o.Func(d.env, req)
+}
+
+func newDispatcher(t *testing.T) opsDispatcher {
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	env := &ops.Env{Module: "pipeworker", Store: st, Logger: slog.New(slog.DiscardHandler)}
+	env.Begin(context.Background(), "count", policy.Principal{User: "ann", Org: "acme"}, "c1")
+	return opsDispatcher{env}
+}
+
+func supervise(t *testing.T, spec native.WorkerSpec) *native.Supervisor {
+	t.Helper()
+	spec.Name = "pipeworker"
+	spec.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := native.Supervise(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSupervisorProtocolAndRestarts(t *testing.T) {
+	bin := buildWorker(t)
+	d := newDispatcher(t)
+	s := supervise(t, native.WorkerSpec{Command: []string{bin}, HealthInterval: 100 * time.Millisecond})
+	ctx := context.Background()
+	invoke := func(action, input string, timeout time.Duration) (string, error) {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		out, err := s.Invoke(cctx, d, action, []byte(input), "corr")
+		return string(out), err
+	}
+	if got := strings.Join(s.Actions(), ","); got != "echo,count,fail,crash,hang,garbage" {
+		t.Fatalf("actions %s", got)
+	}
+	if out, err := invoke("echo", "hi", time.Second); err != nil || out != "hi" {
+		t.Fatalf("echo: %q %v", out, err)
+	}
+	// Ops from a native worker reach the real op table and store.
+	for want := 1; want <= 3; want++ {
+		if out, err := invoke("count", "", time.Second); err != nil || out != string(rune('0'+want)) {
+			t.Fatalf("count: %q %v", out, err)
+		}
+	}
+	pid := s.Pid()
+	var ae *abi.Error
+	if _, err := invoke("fail", "", time.Second); !errors.As(err, &ae) || ae.Code != abi.CodeGuestError || s.Pid() != pid {
+		t.Fatalf("fail: %v (pid %d→%d)", err, pid, s.Pid())
+	}
+
+	tests := []struct {
+		action string
+		want   string
+	}{
+		{"crash", "exited during the call (exit status 3)"},
+		{"hang", "context deadline exceeded"},
+		{"garbage", "malformed line"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.action, func(t *testing.T) {
+			before := s.Pid()
+			if _, err := invoke(tt.action, "", 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			waitFor(t, "a new worker", func() bool { p := s.Pid(); return p != 0 && p != before })
+			if out, err := invoke("echo", "back", time.Second); err != nil || out != "back" {
+				t.Fatalf("after %s: %q %v", tt.action, out, err)
+			}
+			if syscall.Kill(before, 0) == nil {
+				t.Fatalf("the old worker %d is still alive", before)
+			}
+		})
+	}
+	// A worker killed from outside is noticed and replaced.
+	before := s.Pid()
+	syscall.Kill(before, syscall.SIGKILL)
+	waitFor(t, "a replacement", func() bool { p := s.Pid(); return p != 0 && p != before })
+}
+
+// TestSupervisorGivesUp: a worker that keeps crashing is not restarted
+// forever; the error says so.
+func TestSupervisorGivesUp(t *testing.T) {
+	bin := buildWorker(t)
+	d := newDispatcher(t)
+	s := supervise(t, native.WorkerSpec{Command: []string{bin}, MaxRestarts: 2, RestartWindow: time.Minute})
+	var err error
+	waitFor(t, "the supervisor to give up", func() bool {
+		_, err = s.Invoke(context.Background(), d, "crash", nil, "")
+		return errors.Is(err, native.ErrGaveUp)
+	})
+	if !strings.Contains(err.Error(), "2 restarts within 1m0s") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestSupervisorBadWorker(t *testing.T) {
+	for _, tt := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"/bin/false"}, "exited before saying ready (exit status 1)"},
+		{[]string{"/nonexistent/worker"}, "no such file or directory"},
+	} {
+		_, err := native.Supervise(context.Background(), native.WorkerSpec{Name: "bad", Command: tt.cmd, StartTimeout: 2 * time.Second,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: got %v, want %q", tt.cmd, err, tt.want)
+		}
+	}
+}
