@@ -32,11 +32,15 @@ run: build examples ## build moat and the example, and invoke its greet action
 	@echo "==> again: the count lives in ./moat-data and rises across runs"
 	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
 
-tools: ## install the tools the tests use (wabt for the WAT fixtures), as root via apt
-	@command -v wat2wasm >/dev/null 2>&1 || { \
-		echo "==> apt-get install wabt (wat2wasm)"; \
-		if [ "$$(id -u)" = 0 ]; then apt-get install -y -q wabt >/dev/null; \
-		else sudo apt-get install -y -q wabt >/dev/null; fi; }
+# Debian packages the tests use: wabt (wat2wasm, for the WAT fixtures),
+# iptables (per-cgroup egress rules), python3 (native fallback workloads).
+APT_PACKAGES := wabt iptables python3
+tools: ## install the Debian packages the tests use (as root via apt; sudo otherwise)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "==> apt-get install$$missing"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
+		else sudo apt-get install -y -q $$missing >/dev/null; fi; fi
 
 test: deps tools vet test-only ## set up and run every test
 test-only:
