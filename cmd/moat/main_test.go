@@ -198,3 +198,18 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Fatalf("help: %+v", r)
 	}
 }
+
+// TestConfineCheck: the confined host cannot execve, read /etc/shadow, write
+// outside its data directory, connect over TCP, ptrace, unshare, setuid or
+// open an MPTCP socket; every refusal has the expected errno.
+func TestConfineCheck(t *testing.T) {
+	r := moat(t, "", "confine-check", "--data", t.TempDir())
+	if r.code != 0 || strings.Contains(r.stdout, "NOT HELD") || strings.Count(r.stdout, "held") != 9 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// And moat run works strictly confined.
+	plugin := filepath.Join(testwasm.RepoRoot(t), "testdata", "plugin.wasm")
+	if r := moat(t, "", "run", "--data", t.TempDir(), "--confine", "strict", plugin, "echo", "--input", "confined"); r.code != 0 || r.stdout != "confined" {
+		t.Fatalf("strict run: %+v", r)
+	}
+}

@@ -12,6 +12,7 @@ import (
 // globalFlags are shared by every subcommand.
 type globalFlags struct {
 	profile   string
+	loaded    *policy.Profile // read once, before the process confines itself
 	dataDir   string
 	logLevel  string
 	logFormat string
@@ -45,7 +46,7 @@ $MOAT_DATA or ./moat-data.`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
 	root.AddCommand(newRunCmd(g), newInspectCmd(g), newVersionCmd(),
-		newKeygenCmd(), newSignCmd(), newVerifyCmd(g), newAuditCmd(g), newPolicyCmd(g))
+		newKeygenCmd(), newSignCmd(), newVerifyCmd(g), newAuditCmd(g), newPolicyCmd(g), newConfineCheckCmd(g))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})
@@ -69,10 +70,14 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 }
 
 func (g *globalFlags) loadProfile() (*policy.Profile, error) {
+	if g.loaded != nil {
+		return g.loaded, nil
+	}
 	p, err := policy.LoadProfile(g.profile)
 	if err != nil {
 		return nil, usagef("--profile %s: %v", g.profile, err)
 	}
+	g.loaded = p
 	return p, nil
 }
 

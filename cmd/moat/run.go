@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -32,6 +34,7 @@ type runFlags struct {
 	maxOutput  int
 	correlate  string
 	confirm    string
+	confine    string
 	changed    func(string) bool
 }
 
@@ -84,6 +87,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.IntVar(&f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
 	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
+	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
 	return cmd
 }
@@ -111,6 +115,24 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if err != nil {
 		return usagef("%v", err)
 	}
+	var input []byte
+	if len(args) == 2 && f.confirm == "" {
+		if len(cmdArgs) > 0 {
+			return usagef("arguments after -- are for WASI commands; an action takes --input")
+		}
+		if input, err = f.readInput(); err != nil {
+			return err
+		}
+	}
+	// Everything moat reads from outside its data directory has been read
+	// (module, manifest, signature, input, profile): from here on the
+	// process confines itself.
+	if _, err := g.loadProfile(); err != nil {
+		return err
+	}
+	if err := confineHost(g, f.confine, []string{filepath.Dir(b.Path)}); err != nil {
+		return err
+	}
 	h, err := newHost(ctx, g)
 	if err != nil {
 		return err
@@ -134,13 +156,6 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	}
 
 	if len(args) == 2 {
-		if len(cmdArgs) > 0 {
-			return usagef("arguments after -- are for WASI commands; an action takes --input")
-		}
-		input, err := f.readInput()
-		if err != nil {
-			return err
-		}
 		res, err := mod.Invoke(ctx, host.Request{Action: args[1], Input: input, Principal: principal, CorrelationID: f.correlate})
 		if err != nil {
 			return err
@@ -294,4 +309,26 @@ func newCorrelationID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// confineHost applies the host's own kernel layers (Landlock, seccomp) with
+// the data directory writable and the module's directory readable. The
+// report goes to the debug log; strict mode refuses to go on without them.
+func confineHost(g *globalFlags, mode string, readOnly []string) error {
+	m, err := kernel.ParseConfineMode(mode)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	data := g.dataDir
+	if data == "" {
+		data = host.DefaultDataDir()
+	}
+	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}})
+	if err != nil {
+		return err
+	}
+	if log, lerr := g.logger(); lerr == nil {
+		log.Debug("host confinement", "mode", m, "applied", rep.Applied, "missing", rep.Missing)
+	}
+	return nil
 }

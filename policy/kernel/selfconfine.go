@@ -1,0 +1,159 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+// ConfineMode says how hard the host confines itself.
+type ConfineMode string
+
+const (
+	ConfineOff        ConfineMode = "off"         // no self-confinement (debugging)
+	ConfineBestEffort ConfineMode = "best-effort" // apply what the kernel offers; report the rest
+	ConfineStrict     ConfineMode = "strict"      // refuse to run unless every layer applies
+)
+
+// ParseConfineMode checks a --confine value.
+func ParseConfineMode(s string) (ConfineMode, error) {
+	switch m := ConfineMode(s); m {
+	case ConfineOff, ConfineBestEffort, ConfineStrict:
+		return m, nil
+	}
+	return "", fmt.Errorf("--confine %q: use off, best-effort or strict", s)
+}
+
+// HostConfinement is what the confined host process may still do once its
+// start-up is done: read the system and its module trees, read and write
+// its data and cache directories, and nothing else on the filesystem; no
+// execve (native children come from a launcher started earlier), no
+// ptrace, namespaces, setuid, bpf, io_uring, mount or MPTCP.
+type HostConfinement struct {
+	Mode      ConfineMode
+	ReadOnly  []string // module trees and other inputs
+	ReadWrite []string // data dir, cache dir
+	BindTCP   []uint16 // ports the host serves on (moat serve); none: no TCP at all
+	// AllowExec keeps execve allowed (for a host that still starts native
+	// children itself); the launcher design makes this unnecessary.
+	AllowExec bool
+}
+
+// HostEtc are the parts of /etc the confined host may read: name
+// resolution and TLS roots, not the user database or secrets.
+var HostEtc = append([]string{"/etc/hosts", "/etc/resolv.conf", "/etc/ssl", "/etc/ca-certificates"}, SystemEtc...)
+
+// HostReport says which layers the host applied, and why any are missing.
+type HostReport struct {
+	Applied []string
+	Missing map[string]string
+}
+
+// ConfineHost applies the host's own Landlock layer (broad) and seccomp
+// filter to every thread of the calling process. Call it after start-up
+// (files opened, listeners bound, launcher started), before running guest
+// code. In strict mode a missing layer is an error and nothing is applied
+// past it; in best-effort mode it is reported.
+func ConfineHost(c HostConfinement) (*HostReport, error) {
+	r := &HostReport{Missing: map[string]string{}}
+	if c.Mode == ConfineOff || c.Mode == "" {
+		r.Missing["all"] = "--confine=off"
+		return r, nil
+	}
+	missing := func(layer, why string) error {
+		r.Missing[layer] = why
+		if c.Mode == ConfineStrict {
+			return fmt.Errorf("confine (strict): %s is unavailable: %s", layer, why)
+		}
+		return nil
+	}
+
+	if abi, err := LandlockABI(); err != nil || abi < 1 {
+		if err := missing("landlock", fmt.Sprintf("the kernel offers no Landlock (%v)", err)); err != nil {
+			return r, err
+		}
+	} else if err := restrictHost(c); err != nil {
+		if err := missing("landlock", err.Error()); err != nil {
+			return r, err
+		}
+	} else {
+		r.Applied = append(r.Applied, fmt.Sprintf("landlock (ABI %d)", abi))
+	}
+
+	if !SeccompSupported() {
+		if err := missing("seccomp", "the kernel does not support seccomp filters"); err != nil {
+			return r, err
+		}
+	} else {
+		deny := HostDenyList
+		if c.AllowExec {
+			deny = ChildDenyList
+		}
+		if err := loadFilters(deny); err != nil {
+			if err := missing("seccomp", err.Error()); err != nil {
+				return r, err
+			}
+		} else {
+			r.Applied = append(r.Applied, "seccomp")
+		}
+	}
+	return r, nil
+}
+
+// restrictHost is the broad Landlock layer: read the system, read (never
+// write) the module trees, read and write the data directories, no TCP
+// except the ports the host serves, and IPC scoping.
+func restrictHost(c HostConfinement) error {
+	cfg := landlock.V7.BestEffort()
+	read := landlock.AccessFSSet(ll.AccessFSReadFile | ll.AccessFSReadDir)
+	rules := []landlock.Rule{
+		landlock.PathAccess(read, append(append([]string{}, SystemDirs...), "/proc")...).IgnoreIfMissing(),
+		landlock.PathAccess(accessDev, DeviceFiles...).IgnoreIfMissing(),
+	}
+	var roDirs, roFiles []string
+	for _, p := range append(append([]string{}, HostEtc...), c.ReadOnly...) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			continue // a missing optional path
+		}
+		if isDir(abs) {
+			roDirs = append(roDirs, abs)
+		} else {
+			roFiles = append(roFiles, abs)
+		}
+	}
+	if len(roDirs) > 0 {
+		rules = append(rules, landlock.PathAccess(read, roDirs...))
+	}
+	if len(roFiles) > 0 {
+		rules = append(rules, landlock.PathAccess(ll.AccessFSReadFile, roFiles...))
+	}
+	if len(c.ReadWrite) > 0 {
+		var rw []string
+		for _, p := range c.ReadWrite {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(abs, 0o700); err != nil {
+				return fmt.Errorf("create %s before confining: %w", abs, err)
+			}
+			rw = append(rw, abs)
+		}
+		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoJob, rw...))
+	}
+	for _, p := range c.BindTCP {
+		rules = append(rules, landlock.BindTCP(p))
+	}
+	if err := cfg.Restrict(rules...); err != nil {
+		return errors.New("landlock: " + err.Error())
+	}
+	return nil
+}
