@@ -15,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
 // Exit statuses of moat itself. A WASI command's own exit code passes
@@ -29,6 +30,9 @@ const (
 )
 
 func main() {
+	// A native child is this binary re-executed with MOAT_CONFINE set: it
+	// confines itself and execs the target, and never returns here.
+	kernel.ConfineMain()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
 	stop()

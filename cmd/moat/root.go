@@ -46,7 +46,7 @@ $MOAT_DATA or ./moat-data.`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
 	root.AddCommand(newRunCmd(g), newInspectCmd(g), newVersionCmd(),
-		newKeygenCmd(), newSignCmd(), newVerifyCmd(g), newAuditCmd(g), newPolicyCmd(g), newConfineCheckCmd(g), newDoctorCmd())
+		newKeygenCmd(), newSignCmd(), newVerifyCmd(g), newAuditCmd(g), newPolicyCmd(g), newConfineCheckCmd(g), newDoctorCmd(), newExecCmd(g))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})

@@ -1,0 +1,545 @@
+// Package native runs a program that has no WebAssembly path (an
+// interpreter with a script, a compiled binary, a toolchain) as a confined
+// native child: the fallback runner.
+//
+// The child is moat's own binary re-executed as a wrapper (see
+// kernel.ConfineMain), which confines itself and then execs the target. In
+// order:
+//
+//  1. own cgroup (memory, CPU, pids), joined by the wrapper before it execs
+//     (v1 has no race-free "start inside"); on pure v2 the child is born in
+//     it (clone3 CLONE_INTO_CGROUP);
+//  2. new pid, mount, net, ipc and uts namespaces (plus a user namespace
+//     when not root); the network namespace is empty (lo down): zero egress;
+//  3. rlimits (AS, CPU, FSIZE, NOFILE, NPROC, CORE=0);
+//  4. a dedicated unprivileged uid and gid (as root; default 65534 nobody);
+//  5. Landlock: read-only system dirs, execute only the target, its loader
+//     and Spec.ExtraExec, read-write only the job dir; no TCP; IPC scoped;
+//  6. the child seccomp filter (kernel.ChildDenyList);
+//  7. exec.
+//
+// Every run gets a fresh job dir (unless Spec.Dir is given) and a fresh
+// cgroup, and both are removed when Run returns, also when the child
+// crashed or was killed. The child is the init of its pid namespace: when
+// it dies, the kernel kills everything else in the namespace, and the
+// cgroup kill catches anything left.
+package native
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/policy/kernel"
+	"golang.org/x/sys/unix"
+)
+
+// Spec describes one native run. Zero fields take the defaults shown.
+type Spec struct {
+	// Command is the argv. Command[0], when it has no slash, is looked up
+	// in the PATH of Env (default /usr/bin:/bin), not moat's own PATH, and
+	// symlinks are resolved; a "#!" script's interpreter is allowed to
+	// execute as well.
+	Command []string
+	// Dir is the job dir: the working directory and the only writable
+	// place. Empty: a fresh directory under os.TempDir()/moat-jobs, mode
+	// 0700, owned by the job uid, removed after the run. A given Dir is
+	// used as is and kept.
+	Dir   string
+	Stdin []byte
+	// Env is the whole environment of the command. Default: PATH=/usr/bin:/bin,
+	// HOME and TMPDIR = the job dir, LANG=C.UTF-8.
+	Env         []string
+	Timeout     time.Duration // wall clock; default 10s
+	MemoryBytes int64         // cgroup memory limit; default 256 MiB
+	Pids        int64         // processes and threads; default 64
+	CPUQuota    float64       // cores; default 1
+	MaxOutput   int           // per stream; default 1 MiB; the rest is dropped (Result.Truncated), the run goes on
+	ExtraExec   []string      // more binaries the command may execute (e.g. /usr/bin/cat for a sh script)
+	// UID and GID the command runs as when moat is root; default 65534
+	// (nobody). Ignored when moat is not root: the command then keeps
+	// moat's uid (inside its own user namespace, without capabilities).
+	UID, GID uint32
+}
+
+// Defaults.
+const (
+	DefaultTimeout   = 10 * time.Second
+	DefaultMemory    = 256 << 20
+	DefaultPids      = 64
+	DefaultCPUQuota  = 1.0
+	DefaultMaxOutput = 1 << 20
+	DefaultUID       = 65534
+	DefaultGID       = 65534
+	DefaultPath      = "/usr/bin:/bin"
+)
+
+// Status is the outcome of a run.
+type Status string
+
+const (
+	StatusOK           Status = "ok"            // exit code 0
+	StatusTimeout      Status = "timeout"       // the wall-clock limit passed; the job was killed
+	StatusMemoryLimit  Status = "memory-limit"  // the cgroup's OOM killer killed a member
+	StatusKilled       Status = "killed"        // ended by a signal (or the caller's context)
+	StatusRuntimeError Status = "runtime-error" // non-zero exit code
+	StatusRefused      Status = "refused"       // confinement failed before the exec: Reason says why
+)
+
+// Result is what a run produced.
+type Result struct {
+	Status    Status        `json:"status"`
+	ExitCode  int           `json:"exit_code"`        // -1 when killed by a signal
+	Signal    string        `json:"signal,omitempty"` // e.g. "killed"
+	Stdout    []byte        `json:"stdout"`
+	Stderr    []byte        `json:"stderr"`
+	Truncated bool          `json:"truncated,omitempty"` // a stream passed MaxOutput
+	Wall      time.Duration `json:"wall_ns"`
+	CPU       time.Duration `json:"cpu_ns"`
+	// PeakMemory is the cgroup's peak usage, or the child's max RSS when
+	// there is no cgroup.
+	PeakMemory uint64 `json:"peak_memory"`
+	// PidsLimitHit: a fork or thread creation failed at the pids limit.
+	PidsLimitHit bool     `json:"pids_limit_hit,omitempty"`
+	Layers       []string `json:"layers"`                // applied, in order
+	Unavailable  []string `json:"unavailable,omitempty"` // "layer: why"
+	Reason       string   `json:"reason,omitempty"`      // refused / killed / runtime-error by moat: why
+}
+
+// Run runs spec.Command confined and waits for it. An error means the run
+// could not be set up (no command, no such binary, no job dir, fork
+// failed); everything that happens to the command is in the Result.
+func Run(ctx context.Context, spec Spec) (*Result, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, errors.New("native: no command")
+	}
+	s := withDefaults(spec)
+	root := os.Geteuid() == 0
+	uid, gid := int(s.UID), int(s.GID)
+	if !root {
+		uid, gid = os.Getuid(), os.Getgid()
+	}
+
+	target, err := lookPath(s.Command[0], envPath(s.Env))
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+	extra := append([]string{}, s.ExtraExec...)
+	if interp := shebang(target); interp != "" {
+		extra = append(extra, interp)
+	}
+	for i, p := range extra {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			extra[i] = r
+		}
+	}
+
+	id := newID()
+	dir := s.Dir
+	if dir == "" {
+		if dir, err = makeJobDir(id, root, uid, gid); err != nil {
+			return nil, fmt.Errorf("native: job dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+	}
+	env := s.Env
+	if len(spec.Env) == 0 {
+		env = []string{"PATH=" + DefaultPath, "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8"}
+	}
+
+	res := &Result{}
+	var cg *kernel.Cgroup
+	if root {
+		cg, err = kernel.NewJobCgroup("job-"+id, kernel.JobLimits{MemoryBytes: s.MemoryBytes, CPUQuota: s.CPUQuota, Pids: s.Pids})
+		if err != nil {
+			res.Unavailable = append(res.Unavailable, "cgroup: "+err.Error())
+			cg = nil
+		} else {
+			res.Layers = append(res.Layers, "cgroup")
+			defer cg.Destroy()
+		}
+	} else {
+		res.Unavailable = append(res.Unavailable, "cgroup: not root (memory, CPU and pids limits need root; rlimits still apply)")
+	}
+
+	cs := kernel.ConfineSpec{
+		Path: target, Args: append([]string{s.Command[0]}, s.Command[1:]...), Env: env, Dir: dir,
+		MountProc: true, Hostname: "moat",
+		Rlimits: rlimitsFor(s, cg != nil, uid, root),
+		SetIDs:  root, UID: uid, GID: gid,
+		FS:       kernel.ChildFS{Target: target, ExtraExec: extra, ReadWrite: []string{dir}},
+		StatusFD: 3,
+	}
+	attr := &syscall.SysProcAttr{
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGKILL,
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+	}
+	if !root {
+		// uid 0 of the new user namespace is the caller's uid: the wrapper
+		// is root there (it mounts /proc), then drops every capability for
+		// good (bounding set, securebits) so the command holds none.
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
+		cs.DropCaps = true
+		attr.GidMappingsEnableSetgroups = false
+		res.Layers = append(res.Layers, "userns")
+	}
+	res.Layers = append(res.Layers, "pidns", "mntns", "netns", "ipcns", "utsns", "rlimits")
+	if root {
+		res.Layers = append(res.Layers, "uid")
+	} else {
+		res.Unavailable = append(res.Unavailable, "uid: not root (runs as the caller's uid "+strconv.Itoa(uid)+", uid 0 of its own user namespace, without capabilities)")
+	}
+	if cg != nil {
+		if cg.V2() {
+			fd, err := unix.Open(cg.Dir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("native: cgroup fd: %w", err)
+			}
+			defer unix.Close(fd)
+			attr.UseCgroupFD, attr.CgroupFD = true, fd
+		} else {
+			cs.CgroupProcs = cg.ProcsFiles()
+		}
+	}
+	if abi, err := kernel.LandlockABI(); err == nil && abi > 0 {
+		cs.Landlock = true
+		res.Layers = append(res.Layers, "landlock")
+	} else {
+		res.Unavailable = append(res.Unavailable, fmt.Sprintf("landlock: %v", err))
+	}
+	if kernel.SeccompSupported() {
+		cs.Seccomp = true
+		res.Layers = append(res.Layers, "seccomp")
+	} else {
+		res.Unavailable = append(res.Unavailable, "seccomp: not supported by the kernel")
+	}
+	js, err := json.Marshal(cs)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+	defer statusR.Close()
+	stdout, stderr := &cappedBuffer{max: s.MaxOutput}, &cappedBuffer{max: s.MaxOutput}
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        append([]string{"moat-confine"}, s.Command...),
+		Env:         []string{kernel.ConfineEnv + "=" + string(js)},
+		Dir:         dir,
+		Stdin:       bytes.NewReader(s.Stdin),
+		Stdout:      stdout,
+		Stderr:      stderr,
+		ExtraFiles:  []*os.File{statusW},
+		SysProcAttr: attr,
+		WaitDelay:   2 * time.Second,
+	}
+	start := time.Now()
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("native: start: %w", err)
+	}
+	pid := cmd.Process.Pid
+	reason := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(statusR, 4096))
+		reason <- strings.TrimSpace(string(b))
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	kill := func() {
+		if cg != nil {
+			_ = cg.Kill()
+		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	timer := time.NewTimer(s.Timeout)
+	defer timer.Stop()
+	var timedOut, canceled bool
+	select {
+	case err = <-done:
+	case <-timer.C:
+		timedOut = true
+		kill()
+		err = <-done
+	case <-ctx.Done():
+		canceled = true
+		kill()
+		err = <-done
+	}
+	res.Wall = time.Since(start)
+	// The init of the pid namespace is gone, so the kernel has killed the
+	// rest; the cgroup kill (in the deferred Destroy) is the backstop.
+
+	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+	res.Truncated = stdout.truncated || stderr.truncated
+	ps := cmd.ProcessState
+	if ps != nil {
+		res.CPU = ps.UserTime() + ps.SystemTime()
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			res.PeakMemory = uint64(ru.Maxrss) * 1024
+		}
+	}
+	var oom bool
+	if cg != nil {
+		peak, oomKilled, pidsHit, cpuNS := cg.Stats()
+		if peak > 0 {
+			res.PeakMemory = peak
+		}
+		if cpuNS > 0 {
+			res.CPU = time.Duration(cpuNS)
+		}
+		oom, res.PidsLimitHit = oomKilled, pidsHit
+	}
+	res.Reason = <-reason
+
+	res.ExitCode = -1
+	var ws syscall.WaitStatus
+	if ps != nil {
+		ws, _ = ps.Sys().(syscall.WaitStatus)
+		res.ExitCode = ps.ExitCode()
+		if ws.Signaled() {
+			res.Signal = ws.Signal().String()
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("native: wait: %w", err)
+	}
+	switch {
+	case timedOut:
+		res.Status = StatusTimeout
+		res.Reason = fmt.Sprintf("wall-clock limit %s passed", s.Timeout)
+	case canceled:
+		res.Status = StatusKilled
+		res.Reason = ctx.Err().Error()
+	case oom:
+		res.Status = StatusMemoryLimit
+		res.Reason = fmt.Sprintf("memory limit %d bytes: the OOM killer ended a process", s.MemoryBytes)
+	case res.Reason != "" && res.ExitCode == kernel.ConfineExitCode:
+		res.Status = StatusRefused
+	case ws.Signaled():
+		res.Status = StatusKilled
+	case res.ExitCode != 0:
+		res.Status = StatusRuntimeError
+	default:
+		res.Status = StatusOK
+	}
+	if res.Status != StatusRefused {
+		res.Reason = strings.TrimPrefix(res.Reason, kernel.ConfinePrefix)
+	}
+	return res, nil
+}
+
+func withDefaults(s Spec) Spec {
+	if s.Timeout <= 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if s.MemoryBytes <= 0 {
+		s.MemoryBytes = DefaultMemory
+	}
+	if s.Pids <= 0 {
+		s.Pids = DefaultPids
+	}
+	if s.CPUQuota <= 0 {
+		s.CPUQuota = DefaultCPUQuota
+	}
+	if s.MaxOutput <= 0 {
+		s.MaxOutput = DefaultMaxOutput
+	}
+	if s.UID == 0 {
+		s.UID = DefaultUID
+	}
+	if s.GID == 0 {
+		s.GID = DefaultGID
+	}
+	if len(s.Env) == 0 {
+		s.Env = []string{"PATH=" + DefaultPath}
+	}
+	return s
+}
+
+// rlimitsFor: with a cgroup the memory limit is the cgroup's (so that an
+// overrun is an OOM kill, reported as memory-limit) and RLIMIT_AS is only a
+// generous backstop; without one RLIMIT_AS is the memory limit (an overrun
+// is then an allocation failure, a runtime error). NPROC counts every
+// process of the uid system-wide, so the processes the uid already has are
+// added to the budget.
+func rlimitsFor(s Spec, cgroup bool, uid int, root bool) kernel.Rlimits {
+	as := uint64(s.MemoryBytes) + 64<<20
+	if cgroup {
+		as = max(4*uint64(s.MemoryBytes), 1<<30)
+	}
+	r := kernel.Rlimits{
+		AddressSpace: as,
+		CPUSeconds:   uint64(s.Timeout/time.Second) + 2,
+		FileSize:     max(uint64(s.MemoryBytes), 64<<20),
+		OpenFiles:    256,
+	}
+	if uid != 0 {
+		r.Procs = uint64(s.Pids) + uint64(countProcs(uid))
+		if cgroup {
+			r.Procs += 8 // a backstop only: let the cgroup's pids limit bite first, so it is reported
+		}
+		if !root {
+			r.Procs++ // the wrapper, not yet counted, becomes the command
+		}
+	}
+	return r
+}
+
+// countProcs counts the processes whose /proc entry belongs to uid.
+func countProcs(uid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if c := e.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+			n++
+		}
+	}
+	return n
+}
+
+// JobsDir is where job dirs are created.
+func JobsDir() string { return filepath.Join(os.TempDir(), "moat-jobs") }
+
+func makeJobDir(id string, root bool, uid, gid int) (string, error) {
+	base := JobsDir()
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(base, "job-"+id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", err
+	}
+	if root {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.Remove(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func envPath(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+			return v
+		}
+	}
+	return DefaultPath
+}
+
+// lookPath finds name in path (the command's own PATH, not moat's) and
+// resolves symlinks, so Landlock allows the real file.
+func lookPath(name, path string) (string, error) {
+	var found string
+	if strings.Contains(name, "/") {
+		found = name
+	} else {
+		for _, d := range filepath.SplitList(path) {
+			if d == "" || !filepath.IsAbs(d) {
+				continue
+			}
+			p := filepath.Join(d, name)
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+				found = p
+				break
+			}
+		}
+		if found == "" {
+			return "", fmt.Errorf("%s: not found in PATH %s", name, path)
+		}
+	}
+	abs, err := filepath.Abs(found)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s: not an executable file", real)
+	}
+	return real, nil
+}
+
+// shebang returns the interpreter of a "#!" script, or "".
+func shebang(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := io.ReadFull(f, buf)
+	line := buf[:n]
+	if !bytes.HasPrefix(line, []byte("#!")) {
+		return ""
+	}
+	if i := bytes.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	fields := strings.Fields(string(line[2:]))
+	if len(fields) == 0 {
+		return ""
+	}
+	return fields[0]
+}
+
+// cappedBuffer keeps the first max bytes written and drops the rest,
+// without failing the writer (the command goes on).
+type cappedBuffer struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room < len(p) {
+		c.truncated = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return c.buf.Write(p)
+}
+
+func (c *cappedBuffer) Bytes() []byte { return c.buf.Bytes() }

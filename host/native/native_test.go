@@ -1,0 +1,517 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/policy/kernel"
+)
+
+func TestMain(m *testing.M) {
+	kernel.ConfineMain()
+	os.Exit(m.Run())
+}
+
+const python = "/usr/bin/python3"
+
+// needPython skips when Debian's python3 is absent. It never falls back to
+// a python3 found on PATH (a pyenv shim is a bash script Landlock would not
+// let run).
+func needPython(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("%s not installed (%v): this case needs the system python3", python, err)
+	}
+}
+
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: cgroups and the uid switch are exercised here (CI runs as root)")
+	}
+}
+
+// run runs spec with a per-test deadline and checks afterwards that the
+// run left nothing behind.
+func run(t *testing.T, spec Spec) *Result {
+	t.Helper()
+	before := uidProcs(jobUID())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, spec)
+	if err != nil {
+		t.Fatalf("Run(%q): %v", spec.Command, err)
+	}
+	t.Logf("%q: status=%s exit=%d signal=%q wall=%s cpu=%s peak=%d pidsHit=%v layers=%v unavailable=%v reason=%q\nstdout: %q\nstderr: %q",
+		spec.Command, res.Status, res.ExitCode, res.Signal, res.Wall, res.CPU, res.PeakMemory, res.PidsLimitHit,
+		res.Layers, res.Unavailable, res.Reason, clip(res.Stdout), clip(res.Stderr))
+	assertClean(t, before)
+	return res
+}
+
+func clip(b []byte) string {
+	if len(b) > 600 {
+		return string(b[:600]) + "..."
+	}
+	return string(b)
+}
+
+func jobUID() int {
+	if os.Geteuid() == 0 {
+		return DefaultUID
+	}
+	return os.Getuid()
+}
+
+// uidProcs lists the pids of uid's processes.
+func uidProcs(uid int) map[int]bool {
+	out := map[int]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+			out[pid] = true
+		}
+	}
+	return out
+}
+
+// assertClean: no job cgroup under the moat parent, no job dir, and no new
+// process of the job uid.
+func assertClean(t *testing.T, before map[int]bool) {
+	t.Helper()
+	for _, pat := range []string{"/sys/fs/cgroup/*/" + kernel.CgroupParent + "/job-*", "/sys/fs/cgroup/" + kernel.CgroupParent + "/job-*"} {
+		if left, _ := filepath.Glob(pat); len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-*")); len(left) > 0 {
+		t.Errorf("job dirs left behind: %v", left)
+	}
+	if os.Geteuid() != 0 {
+		return // the job uid is our own uid: our own processes come and go
+	}
+	// Only processes in another pid namespace: jobs are, while other test
+	// binaries running as the same uid at the same time (go test runs
+	// packages in parallel) are not.
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	for pid := range uidProcs(jobUID()) {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+		if !before[pid] && err == nil && ns != self {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Errorf("process of uid %d left behind: pid %d %q", jobUID(), pid, cmdline)
+		}
+	}
+}
+
+func TestReadOutsideTree(t *testing.T) {
+	cases := []struct {
+		name       string
+		python     bool
+		spec       Spec
+		wantStderr string
+	}{
+		{"sh-cat-shadow", false, Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}, "Permission denied"},
+		{"sh-cat-passwd", false, Spec{Command: []string{"sh", "-c", "cat /etc/passwd"}, ExtraExec: []string{"/usr/bin/cat"}}, "Permission denied"},
+		{"sh-exec-not-allowed", false, Spec{Command: []string{"sh", "-c", "cat /usr/share/common-licenses/GPL-3"}}, "Permission denied"},
+		{"python-open-passwd", true, Spec{Command: []string{python, "-c", "open('/etc/passwd')"}}, "PermissionError: [Errno 13]"},
+		{"python-write-outside", true, Spec{Command: []string{python, "-c", "open('/usr/moat-test','w')"}}, "PermissionError: [Errno 13]"},
+		{"python-list-root", true, Spec{Command: []string{python, "-c", "import os; os.listdir('/root')"}}, "PermissionError: [Errno 13]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.python {
+				needPython(t)
+			}
+			res := run(t, c.spec)
+			if res.Status != StatusRuntimeError || res.ExitCode == 0 {
+				t.Errorf("status %s exit %d, want runtime-error with a non-zero exit", res.Status, res.ExitCode)
+			}
+			if !strings.Contains(string(res.Stderr), c.wantStderr) {
+				t.Errorf("stderr %q lacks %q", res.Stderr, c.wantStderr)
+			}
+		})
+	}
+}
+
+func TestJobDirWritable(t *testing.T) {
+	res := run(t, Spec{Command: []string{"sh", "-c", `echo data > f && read x < f && echo "$x" && cd / && pwd && case "$HOME" in */moat-jobs/job-*) echo home-ok;; esac`}})
+	if res.Status != StatusOK || string(res.Stdout) != "data\n/\nhome-ok\n" {
+		t.Fatalf("status %s stdout %q stderr %q, want ok and data, /, home-ok", res.Status, res.Stdout, res.Stderr)
+	}
+	if !slices.Equal(res.Layers, wantLayers()) {
+		t.Errorf("layers %v, want %v", res.Layers, wantLayers())
+	}
+}
+
+func wantLayers() []string {
+	if os.Geteuid() == 0 {
+		return []string{"cgroup", "pidns", "mntns", "netns", "ipcns", "utsns", "rlimits", "uid", "landlock", "seccomp"}
+	}
+	return []string{"userns", "pidns", "mntns", "netns", "ipcns", "utsns", "rlimits", "landlock", "seccomp"}
+}
+
+func TestStdinOutputAndTruncation(t *testing.T) {
+	res := run(t, Spec{Command: []string{"sh", "-c", "read x; echo \"got $x\"; echo err >&2"}, Stdin: []byte("hello\n")})
+	if res.Status != StatusOK || string(res.Stdout) != "got hello\n" || string(res.Stderr) != "err\n" || res.Truncated {
+		t.Errorf("got %s %q %q truncated=%v", res.Status, res.Stdout, res.Stderr, res.Truncated)
+	}
+	res = run(t, Spec{Command: []string{"sh", "-c", "i=0; while [ $i -lt 200 ]; do echo 0123456789; i=$((i+1)); done; echo done >&2"}, MaxOutput: 100})
+	if res.Status != StatusOK || len(res.Stdout) != 100 || !res.Truncated || string(res.Stderr) != "done\n" {
+		t.Errorf("got %s stdout %d bytes truncated=%v stderr %q; want ok, 100 bytes, truncated, the run not killed", res.Status, len(res.Stdout), res.Truncated, res.Stderr)
+	}
+}
+
+func TestZeroEgress(t *testing.T) {
+	needPython(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	script := fmt.Sprintf(`
+import socket, errno
+def attempt(f):
+    try:
+        f()
+        print("connected")
+    except OSError as e:
+        print(e.errno)
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+attempt(lambda: s.connect(("127.0.0.1", %d)))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+attempt(lambda: u.sendto(b"x", ("127.0.0.1", %d)))
+attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262))
+`, port, port)
+	res := run(t, Spec{Command: []string{python, "-c", script}})
+	lines := strings.Fields(string(res.Stdout))
+	if res.Status != StatusOK || len(lines) != 3 {
+		t.Fatalf("status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+	}
+	if lines[0] != "101" && lines[0] != "13" {
+		t.Errorf("tcp connect to the parent's listener: %s, want ENETUNREACH (101) or EACCES (13)", lines[0])
+	}
+	if lines[1] != "101" {
+		t.Errorf("udp send: %s, want ENETUNREACH (101): the namespace has no route", lines[1])
+	}
+	if lines[2] != "1" {
+		t.Errorf("MPTCP socket: %s, want EPERM (1) from seccomp", lines[2])
+	}
+	select {
+	case <-accepted:
+		t.Error("the parent's listener accepted a connection from the job")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestForkBomb(t *testing.T) {
+	res := run(t, Spec{
+		Command:   []string{"sh", "-c", "for i in $(seq 1 100); do sleep 1 & done; wait"},
+		ExtraExec: []string{"/usr/bin/seq", "/usr/bin/sleep"},
+		Pids:      16,
+		Timeout:   8 * time.Second,
+	})
+	if !strings.Contains(string(res.Stderr), "Cannot fork") && !strings.Contains(string(res.Stderr), "Resource temporarily unavailable") {
+		t.Errorf("stderr %q: want a fork failure", res.Stderr)
+	}
+	if res.Status != StatusRuntimeError && res.Status != StatusOK {
+		t.Errorf("status %s, want runtime-error (or ok with the limit reported)", res.Status)
+	}
+	if os.Geteuid() == 0 && !res.PidsLimitHit {
+		t.Error("PidsLimitHit false: the cgroup's pids.events should count the refused forks")
+	}
+	if res.Wall > 5*time.Second {
+		t.Errorf("wall %s: the bomb should stop at once", res.Wall)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	needRoot(t)
+	cases := []struct {
+		name   string
+		python bool
+		cmd    []string
+		extra  []string
+	}{
+		{"python-512MiB", true, []string{python, "-c", "x = b'a' * (512 << 20); print(len(x))"}, nil},
+		{"sh-head-tr", false, []string{"sh", "-c", `x=$(head -c 300000000 /dev/zero | tr "\0" a); echo ${#x}`}, []string{"/usr/bin/head", "/usr/bin/tr"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.python {
+				needPython(t)
+			}
+			res := run(t, Spec{Command: c.cmd, ExtraExec: c.extra, MemoryBytes: 64 << 20, Timeout: 15 * time.Second})
+			if res.Status != StatusMemoryLimit {
+				t.Errorf("status %s, want memory-limit", res.Status)
+			}
+			if res.PeakMemory < 60<<20 || res.PeakMemory > 65<<20 {
+				t.Errorf("peak %d, want about the 64 MiB limit", res.PeakMemory)
+			}
+		})
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	const timeout, quota = time.Second, 0.5
+	res := run(t, Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: timeout, CPUQuota: quota})
+	if res.Status != StatusTimeout {
+		t.Errorf("status %s, want timeout", res.Status)
+	}
+	if res.Wall < timeout || res.Wall > timeout+time.Second {
+		t.Errorf("wall %s, want within [%s, %s]", res.Wall, timeout, timeout+time.Second)
+	}
+	limit := time.Duration(float64(res.Wall) * quota)
+	if os.Geteuid() != 0 {
+		limit = res.Wall // no cgroup: no CPU quota
+	}
+	if res.CPU > limit+150*time.Millisecond {
+		t.Errorf("cpu %s over wall*quota %s + 150ms", res.CPU, limit)
+	}
+	if res.CPU < 200*time.Millisecond {
+		t.Errorf("cpu %s: the loop should have burned CPU", res.CPU)
+	}
+}
+
+func TestPrivilegedSyscallsRefused(t *testing.T) {
+	t.Run("unshare", func(t *testing.T) {
+		res := run(t, Spec{Command: []string{"unshare", "-r", "true"}, ExtraExec: []string{"/usr/bin/true"}})
+		if res.Status != StatusRuntimeError || !strings.Contains(string(res.Stderr), "Operation not permitted") {
+			t.Errorf("status %s stderr %q, want runtime-error with EPERM", res.Status, res.Stderr)
+		}
+	})
+	t.Run("python-ctypes", func(t *testing.T) {
+		needPython(t)
+		script := `
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    r = getattr(libc, name)(*args)
+    return str(ctypes.get_errno()) if r == -1 else "ok"
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+print("ptrace", call("ptrace", 0, 0, 0, 0))
+print("unshare", call("unshare", 0x10000000))
+print("setuid", call("setuid", 0))
+print("mount", call("mount", b"none", b"/tmp", b"tmpfs", 0, None))
+print("clone3", call("syscall", 435, None, 0))
+print("thread ok")
+`
+		res := run(t, Spec{Command: []string{python, "-c", script}})
+		want := "ptrace 1\nunshare 1\nsetuid 1\nmount 1\nclone3 38\nthread ok\n"
+		if res.Status != StatusOK || string(res.Stdout) != want {
+			t.Errorf("status %s stdout %q stderr %q, want ok and\n%s", res.Status, res.Stdout, res.Stderr, want)
+		}
+	})
+	t.Run("signal-outside", func(t *testing.T) {
+		// Landlock scoping: no signal to a process outside the domain (our pid
+		// is not even visible from the job's pid namespace).
+		res := run(t, Spec{Command: []string{"sh", "-c", "kill -0 1 && echo self-ok; kill -9 -1; echo alive"}})
+		if res.Status != StatusOK || !strings.Contains(string(res.Stdout), "alive") {
+			t.Errorf("status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+		}
+	})
+}
+
+func TestRefused(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir() // 0700 root: the job uid cannot enter it
+	res := run(t, Spec{Command: []string{"true"}, Dir: dir})
+	if res.Status != StatusRefused || res.ExitCode != kernel.ConfineExitCode || !strings.HasPrefix(res.Reason, "moat-confine: chdir") {
+		t.Errorf("status %s exit %d reason %q, want refused, 125 and a moat-confine chdir line", res.Status, res.ExitCode, res.Reason)
+	}
+}
+
+func TestContextCancel(t *testing.T) {
+	before := uidProcs(jobUID())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := Run(ctx, Spec{Command: []string{"sh", "-c", "sleep 30 & sleep 30"}, ExtraExec: []string{"/usr/bin/sleep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusKilled || res.Wall > 2*time.Second {
+		t.Errorf("status %s wall %s, want killed promptly", res.Status, res.Wall)
+	}
+	assertClean(t, before)
+}
+
+// TestNonRoot re-runs Run as uid 65534 (a copy of this test binary, with
+// TestNonRootHelper) and checks it works with the unprivileged layers.
+func TestNonRoot(t *testing.T) {
+	needRoot(t)
+	// t.TempDir's parent is 0700: the helper needs directories it can enter.
+	bin, err := os.MkdirTemp("", "moat-nonroot-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(bin)
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bin, "native.test")
+	var src []byte
+	src, err = os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("", "moat-nonroot-tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chown(tmp, DefaultUID, DefaultGID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestNonRootHelper$", "-test.count=1")
+	cmd.Env = []string{"MOAT_TEST_NONROOT=1", "TMPDIR=" + tmp, "PATH=/usr/bin:/bin", "HOME=" + tmp}
+	cmd.Dir = tmp
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: DefaultUID, Gid: DefaultGID, Groups: []uint32{}}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helper as uid %d: %v\nstdout: %s\nstderr: %s", DefaultUID, err, out.String(), errb.String())
+	}
+	var results map[string]*Result
+	for _, line := range strings.Split(out.String(), "\n") {
+		if j, ok := strings.CutPrefix(line, "RESULTS "); ok {
+			if err := json.Unmarshal([]byte(j), &results); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if results == nil {
+		t.Fatalf("no results from the helper:\n%s\n%s", out.String(), errb.String())
+	}
+	for name, r := range results {
+		t.Logf("%s: status=%s exit=%d layers=%v unavailable=%v stdout=%q stderr=%q", name, r.Status, r.ExitCode, r.Layers, r.Unavailable, r.Stdout, r.Stderr)
+		if !slices.Contains(r.Layers, "userns") || !slices.Contains(r.Layers, "landlock") || !slices.Contains(r.Layers, "seccomp") || slices.Contains(r.Layers, "cgroup") {
+			t.Errorf("%s: layers %v, want userns, landlock, seccomp and no cgroup", name, r.Layers)
+		}
+		if len(r.Unavailable) < 2 || !strings.HasPrefix(r.Unavailable[0], "cgroup: not root") || !strings.HasPrefix(r.Unavailable[1], "uid: not root") {
+			t.Errorf("%s: unavailable %v, want cgroup and uid listed", name, r.Unavailable)
+		}
+	}
+	if r := results["shadow"]; r == nil || r.Status != StatusRuntimeError || string(r.Stdout) != "uid=0\n" || !strings.Contains(string(r.Stderr), "Permission denied") {
+		t.Errorf("shadow: %+v, want uid=0 (of its user namespace) and Permission denied", r)
+	}
+	if r := results["egress"]; r != nil && (r.Status != StatusOK || !slices.Contains([]string{"101\n", "13\n"}, string(r.Stdout))) {
+		t.Errorf("egress: %s %q %q, want ENETUNREACH or EACCES", r.Status, r.Stdout, r.Stderr)
+	}
+	if r := results["caps"]; r != nil && (r.Status != StatusOK || string(r.Stdout) != "0 0\n") {
+		t.Errorf("caps: %s %q %q, want capget to report no capability at all", r.Status, r.Stdout, r.Stderr)
+	}
+	if r := results["unshare"]; r == nil || r.Status != StatusRuntimeError || !strings.Contains(string(r.Stderr), "Operation not permitted") {
+		t.Errorf("unshare: %+v, want EPERM", r)
+	}
+	if r := results["timeout"]; r == nil || r.Status != StatusTimeout {
+		t.Errorf("timeout: %+v, want timeout", r)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "moat-jobs", "job-*")); len(left) > 0 {
+		t.Errorf("job dirs left behind by the unprivileged run: %v", left)
+	}
+}
+
+func TestNonRootHelper(t *testing.T) {
+	if os.Getenv("MOAT_TEST_NONROOT") != "1" {
+		t.Skip("run by TestNonRoot as uid 65534")
+	}
+	specs := map[string]Spec{
+		"shadow":  {Command: []string{"sh", "-c", "echo uid=$(id -u); cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat", "/usr/bin/id"}},
+		"unshare": {Command: []string{"unshare", "-r", "true"}},
+		"timeout": {Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: 300 * time.Millisecond},
+	}
+	if _, err := os.Stat(python); err == nil {
+		specs["egress"] = Spec{Command: []string{python, "-c", `
+import socket
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=2)
+    print("connected")
+except OSError as e:
+    print(e.errno)`}}
+		specs["caps"] = Spec{Command: []string{python, "-c", `
+import ctypes
+libc = ctypes.CDLL(None)
+hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+data = (ctypes.c_uint32 * 6)()
+print(libc.capget(hdr, data), sum(data))`}}
+	}
+	results := map[string]*Result{}
+	for name, spec := range specs {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := Run(ctx, spec)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		results[name] = r
+	}
+	j, _ := json.Marshal(results)
+	fmt.Fprintf(os.Stdout, "\nRESULTS %s\n", j)
+}
+
+func BenchmarkSpawn(b *testing.B) {
+	bench := func(name string, py bool, f func() error) {
+		b.Run(name, func(b *testing.B) {
+			if py {
+				needPython(b)
+			}
+			for b.Loop() {
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	native := func(cmd ...string) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := Run(ctx, Spec{Command: cmd})
+			if err == nil && r.Status != StatusOK {
+				err = fmt.Errorf("%s: %s %s", r.Status, r.Stderr, r.Reason)
+			}
+			return err
+		}
+	}
+	plain := func(cmd ...string) func() error {
+		return func() error {
+			c := exec.Command(cmd[0], cmd[1:]...)
+			c.Stdout, c.Stderr = io.Discard, io.Discard
+			return c.Run()
+		}
+	}
+	bench("plain-true", false, plain("/usr/bin/true"))
+	bench("native-true", false, native("/usr/bin/true"))
+	bench("plain-python", true, plain(python, "-c", "pass"))
+	bench("native-python", true, native(python, "-c", "pass"))
+}

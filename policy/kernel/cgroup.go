@@ -1,0 +1,383 @@
+package kernel
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cgroups "github.com/containerd/cgroups/v3"
+)
+
+// CgroupParent is the cgroup under which every job cgroup is created, in
+// each v1 hierarchy (memory, cpu, cpuacct, pids, freezer) or in the v2 tree.
+const CgroupParent = "moat"
+
+// JobLimits are the resource limits of one job's cgroup. Zero means no limit.
+type JobLimits struct {
+	MemoryBytes int64   // memory.limit_in_bytes (v1) / memory.max (v2)
+	CPUQuota    float64 // cores: 0.5 = half a core over each 100 ms period
+	Pids        int64   // pids.max (tasks, threads included)
+}
+
+// Cgroup is one job's cgroup. On this machine kind (hybrid: controllers on
+// v1) it is a directory in each v1 hierarchy; on a pure v2 host it is one
+// directory in the unified tree. Controllers are written through the
+// cgroup filesystem directly (they are a handful of files); only the mode
+// detection comes from containerd/cgroups.
+type Cgroup struct {
+	id   string
+	v2   bool
+	dirs map[string]string // controller → job dir (v1); "" → job dir (v2)
+
+	mu        sync.Mutex
+	destroyed bool
+}
+
+var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
+
+// CgroupUnified reports whether the host runs the pure cgroup v2 hierarchy.
+func CgroupUnified() bool { return cgroups.Mode() == cgroups.Unified }
+
+// NewJobCgroup creates the job cgroup CgroupParent/<id> with the limits.
+// It needs root (or a delegated tree). On error nothing is left behind.
+func NewJobCgroup(id string, lim JobLimits) (*Cgroup, error) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return nil, fmt.Errorf("cgroup: bad job id %q", id)
+	}
+	c := &Cgroup{id: id, dirs: map[string]string{}}
+	switch cgroups.Mode() {
+	case cgroups.Unavailable:
+		return nil, errors.New("cgroup: no cgroup filesystem mounted")
+	case cgroups.Unified:
+		c.v2 = true
+		if err := c.createV2(lim); err != nil {
+			c.remove()
+			return nil, err
+		}
+	default:
+		if err := c.createV1(lim); err != nil {
+			c.remove()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// V2 reports whether the cgroup lives in the unified (v2) hierarchy.
+func (c *Cgroup) V2() bool { return c.v2 }
+
+// Dir returns the job directory of a v1 controller, or the v2 directory for "".
+func (c *Cgroup) Dir(controller string) string { return c.dirs[controller] }
+
+// ProcsFiles returns the cgroup.procs files to write a pid into (one per
+// hierarchy), for a re-exec'd wrapper that joins by itself.
+func (c *Cgroup) ProcsFiles() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range c.dirs {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, filepath.Join(d, "cgroup.procs"))
+		}
+	}
+	return out
+}
+
+func (c *Cgroup) createV1(lim JobLimits) error {
+	mounts, err := v1Mounts()
+	if err != nil {
+		return err
+	}
+	for _, ctl := range v1Controllers {
+		mp, ok := mounts[ctl]
+		if !ok {
+			return fmt.Errorf("cgroup: v1 controller %s is not mounted", ctl)
+		}
+		parent := filepath.Join(mp, CgroupParent)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		dir := filepath.Join(parent, c.id)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		c.dirs[ctl] = dir
+	}
+	if lim.MemoryBytes > 0 {
+		if err := writeFile(c.dirs["memory"], "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+			return err
+		}
+		_ = writeFile(c.dirs["memory"], "memory.swappiness", "0") // best effort
+	}
+	if lim.CPUQuota > 0 {
+		const period = 100000
+		if err := writeFile(c.dirs["cpu"], "cpu.cfs_period_us", strconv.Itoa(period)); err != nil {
+			return err
+		}
+		if err := writeFile(c.dirs["cpu"], "cpu.cfs_quota_us", strconv.Itoa(int(lim.CPUQuota*period))); err != nil {
+			return err
+		}
+	}
+	if lim.Pids > 0 {
+		if err := writeFile(c.dirs["pids"], "pids.max", strconv.FormatInt(lim.Pids, 10)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cgroup) createV2(lim JobLimits) error {
+	const root = "/sys/fs/cgroup"
+	parent := filepath.Join(root, CgroupParent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	for _, d := range []string{root, parent} {
+		if err := writeFile(d, "cgroup.subtree_control", "+memory +pids +cpu"); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(parent, c.id)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	c.dirs[""] = dir
+	if lim.MemoryBytes > 0 {
+		if err := writeFile(dir, "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+			return err
+		}
+		_ = writeFile(dir, "memory.swap.max", "0")
+	}
+	if lim.CPUQuota > 0 {
+		if err := writeFile(dir, "cpu.max", fmt.Sprintf("%d 100000", int(lim.CPUQuota*100000))); err != nil {
+			return err
+		}
+	}
+	if lim.Pids > 0 {
+		if err := writeFile(dir, "pids.max", strconv.FormatInt(lim.Pids, 10)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddSelf moves the calling process (all its threads) into the job cgroup.
+func (c *Cgroup) AddSelf() error { return c.Add(0) }
+
+// Add moves process pid (0: the caller) into the job cgroup.
+func (c *Cgroup) Add(pid int) error { return JoinCgroup(c.ProcsFiles(), pid) }
+
+// JoinCgroup writes pid (0: the caller) into each cgroup.procs file.
+func JoinCgroup(procsFiles []string, pid int) error {
+	for _, f := range procsFiles {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("cgroup: join: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stats returns the job's peak memory (bytes), whether the OOM killer killed
+// a member, whether a fork failed at the pids limit, and the CPU time used
+// by all members (ns).
+func (c *Cgroup) Stats() (peakMemory uint64, oomKilled bool, pidsMaxHit bool, cpuNS uint64) {
+	if c.v2 {
+		d := c.dirs[""]
+		peakMemory = readUint(d, "memory.peak")
+		oomKilled = readKey(d, "memory.events", "oom_kill") > 0
+		pidsMaxHit = readKey(d, "pids.events", "max") > 0
+		cpuNS = readKey(d, "cpu.stat", "usage_usec") * 1000
+		return
+	}
+	peakMemory = readUint(c.dirs["memory"], "memory.max_usage_in_bytes")
+	oomKilled = readKey(c.dirs["memory"], "memory.oom_control", "oom_kill") > 0
+	pidsMaxHit = readKey(c.dirs["pids"], "pids.events", "max") > 0
+	cpuNS = readUint(c.dirs["cpuacct"], "cpuacct.usage")
+	return
+}
+
+// Pids returns the pids of the job's processes.
+func (c *Cgroup) Pids() []int {
+	d := c.dirs["pids"]
+	if c.v2 {
+		d = c.dirs[""]
+	}
+	return readPids(d)
+}
+
+// Kill kills every process of the job and waits (up to 2 s) until the
+// cgroup is empty. v2 uses cgroup.kill; v1 has none, so it freezes the
+// group, sends SIGKILL to each member, and thaws it (a frozen member cannot
+// fork between the listing and the kill).
+func (c *Cgroup) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return nil
+	}
+	return c.kill()
+}
+
+func (c *Cgroup) kill() error {
+	if c.v2 {
+		d := c.dirs[""]
+		if len(readPids(d)) == 0 {
+			return nil
+		}
+		if err := writeFile(d, "cgroup.kill", "1"); err != nil {
+			for _, p := range readPids(d) {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		return c.waitEmpty(d)
+	}
+	fz := c.dirs["freezer"]
+	if len(readPids(fz)) == 0 {
+		return nil
+	}
+	frozen := writeFile(fz, "freezer.state", "FROZEN") == nil
+	if frozen {
+		for i := 0; i < 100 && !strings.HasPrefix(readString(fz, "freezer.state"), "FROZEN"); i++ {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for _, p := range readPids(fz) {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	if frozen {
+		_ = writeFile(fz, "freezer.state", "THAWED")
+	}
+	return c.waitEmpty(fz)
+}
+
+func (c *Cgroup) waitEmpty(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		ps := readPids(dir)
+		if len(ps) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup: %d processes still in %s after SIGKILL", len(ps), dir)
+		}
+		for _, p := range ps {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Destroy kills every member and removes the cgroup. It is idempotent.
+func (c *Cgroup) Destroy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return nil
+	}
+	kerr := c.kill()
+	rerr := c.remove()
+	if rerr == nil {
+		c.destroyed = true
+	}
+	return errors.Join(kerr, rerr)
+}
+
+// remove deletes the job directories, retrying while the kernel still
+// counts exiting tasks (EBUSY).
+func (c *Cgroup) remove() error {
+	var errs []error
+	for _, d := range c.dirs {
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			err := syscall.Rmdir(d)
+			if err == nil || errors.Is(err, syscall.ENOENT) {
+				break
+			}
+			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				errs = append(errs, fmt.Errorf("cgroup: rmdir %s: %w", d, err))
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// v1Mounts maps each v1 controller to its mount point, from mountinfo.
+func v1Mounts() (map[string]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range fields {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+3 >= len(fields) || fields[sep+1] != "cgroup" || len(fields) < 5 {
+			continue
+		}
+		for _, opt := range strings.Split(fields[sep+3], ",") {
+			for _, ctl := range v1Controllers {
+				if opt == ctl {
+					out[ctl] = fields[4]
+				}
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func writeFile(dir, name, value string) error {
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(value), 0); err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	return nil
+}
+
+func readString(dir, name string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, name))
+	return string(bytes.TrimSpace(b))
+}
+
+func readUint(dir, name string) uint64 {
+	n, _ := strconv.ParseUint(readString(dir, name), 10, 64)
+	return n
+}
+
+// readKey reads "key value" lines (memory.events, oom_control, cpu.stat).
+func readKey(dir, name, key string) uint64 {
+	for _, line := range strings.Split(readString(dir, name), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == key {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func readPids(dir string) []int {
+	var out []int
+	for _, f := range strings.Fields(readString(dir, "cgroup.procs")) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,240 @@
+package kernel
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ConfineEnv is the environment variable that turns the moat binary into
+// the confinement wrapper: it holds a ConfineSpec as JSON.
+const ConfineEnv = "MOAT_CONFINE"
+
+// ConfineExitCode is the exit status of a wrapper that failed before it
+// could exec the target; its reason is a "moat-confine: ..." line on
+// stderr (and on the status fd, when given).
+const ConfineExitCode = 125
+
+// ConfinePrefix starts the wrapper's one-line failure report.
+const ConfinePrefix = "moat-confine: "
+
+// ConfineSpec tells the re-exec'd wrapper how to confine itself before it
+// executes the target. The runner (host/native) builds it.
+type ConfineSpec struct {
+	Path string   // resolved target binary
+	Args []string // argv, Args[0] included
+	Env  []string // the target's whole environment
+	Dir  string   // working directory (the job dir)
+
+	CgroupProcs []string // cgroup.procs files to join (v1); empty when the parent placed the child
+	MountProc   bool     // in a new mount+pid namespace: make / rprivate and mount a fresh /proc
+	Hostname    string   // in a new UTS namespace: set this host name (best effort)
+	Rlimits     Rlimits
+	SetIDs      bool // switch to UID/GID (the wrapper runs as root)
+	DropCaps    bool // root of its own user namespace only: drop every capability for good before the exec
+	UID, GID    int
+	FS          ChildFS
+	Landlock    bool
+	Seccomp     bool
+	StatusFD    int // > 2: write the failure reason here too; close-on-exec, so EOF means the exec happened
+}
+
+// ConfineMain runs the confinement wrapper when ConfineEnv is set, and
+// returns at once otherwise. Call it first thing in main() of the moat
+// binary and in TestMain of test packages that start confined children:
+//
+//	func main() { kernel.ConfineMain(); ... }
+//
+// When it is the wrapper it never returns: it joins the job cgroup, makes
+// the mount namespace private and mounts a fresh /proc, sets rlimits, drops
+// to the job uid and gid, applies Landlock and the seccomp filter, and execs
+// the target with its clean environment. Any failure before the exec
+// writes one "moat-confine: ..." line to stderr and exits with
+// ConfineExitCode.
+func ConfineMain() {
+	raw, ok := os.LookupEnv(ConfineEnv)
+	if !ok {
+		return
+	}
+	var spec ConfineSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		confineFail(0, fmt.Errorf("bad %s: %w", ConfineEnv, err))
+	}
+	err := confine(&spec)
+	confineFail(spec.StatusFD, err)
+}
+
+// confine applies every layer and execs; it returns only with an error.
+func confine(s *ConfineSpec) error {
+	runtime.LockOSThread()
+	if s.StatusFD > 2 {
+		unix.CloseOnExec(s.StatusFD)
+	}
+	if len(s.CgroupProcs) > 0 {
+		if err := JoinCgroup(s.CgroupProcs, 0); err != nil {
+			return err
+		}
+	}
+	if s.MountProc {
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("mount --make-rprivate /: %w", err)
+		}
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount /proc: %w", err)
+		}
+	}
+	if s.Hostname != "" {
+		_ = unix.Sethostname([]byte(s.Hostname))
+	}
+	uid := os.Getuid()
+	if s.SetIDs {
+		uid = s.UID
+	}
+	// RLIMIT_AS comes last, just before the exec: the wrapper's own Go
+	// runtime may already hold more address space than the command may.
+	early := s.Rlimits
+	early.AddressSpace = 0
+	if err := ApplyRlimits(early, uid); err != nil {
+		return err
+	}
+	if s.SetIDs {
+		if err := unix.Setgroups(nil); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := unix.Setresgid(s.GID, s.GID, s.GID); err != nil {
+			return fmt.Errorf("setresgid %d: %w", s.GID, err)
+		}
+		if err := unix.Setresuid(s.UID, s.UID, s.UID); err != nil {
+			return fmt.Errorf("setresuid %d: %w", s.UID, err)
+		}
+		if os.Getuid() != s.UID || os.Geteuid() != s.UID || os.Getgid() != s.GID {
+			return fmt.Errorf("uid switch to %d:%d did not take", s.UID, s.GID)
+		}
+	}
+	if s.DropCaps {
+		if err := dropCaps(); err != nil {
+			return err
+		}
+	}
+	// A credential change clears the parent-death signal; set it again so a
+	// crash of the runner still kills the job.
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0)
+	if s.Dir != "" {
+		if err := os.Chdir(s.Dir); err != nil {
+			return fmt.Errorf("chdir: %w", err)
+		}
+	}
+	if s.Landlock {
+		if err := RestrictChild(s.FS); err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+	}
+	if s.Seccomp {
+		if err := LoadChildFilter(); err != nil {
+			return err
+		}
+	}
+	return execWithAS(s)
+}
+
+// execWithAS sets RLIMIT_AS and execs with no Go allocation in between (an
+// allocation could fail under the new limit); an exec failure is reported
+// with raw writes and exit_group.
+func execWithAS(s *ConfineSpec) error {
+	if len(s.Args) == 0 {
+		return errors.New("no argv")
+	}
+	path, err := syscall.BytePtrFromString(s.Path)
+	if err != nil {
+		return err
+	}
+	argv, err := syscall.SlicePtrFromStrings(s.Args)
+	if err != nil {
+		return err
+	}
+	envv, err := syscall.SlicePtrFromStrings(s.Env)
+	if err != nil {
+		return err
+	}
+	prefix := ConfinePrefix + "exec " + s.Path + ": "
+	if as := s.Rlimits.AddressSpace; as > 0 {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_AS, &cur); err != nil {
+			return fmt.Errorf("getrlimit AS: %w", err)
+		}
+		lim := unix.Rlimit{Cur: min(as, cur.Max), Max: min(as, cur.Max)}
+		if err := unix.Setrlimit(unix.RLIMIT_AS, &lim); err != nil {
+			return fmt.Errorf("setrlimit AS=%d: %w", as, err)
+		}
+	}
+	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(path)),
+		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	for _, fd := range []int{2, s.StatusFD} {
+		if fd == 2 || fd > 2 {
+			rawWrite(fd, prefix)
+			rawWrite(fd, errno.Error()) // a static string: no allocation
+			rawWrite(fd, "\n")
+		}
+	}
+	syscall.RawSyscall(syscall.SYS_EXIT_GROUP, ConfineExitCode, 0, 0)
+	return nil // not reached
+}
+
+func rawWrite(fd int, s string) {
+	if len(s) > 0 {
+		syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(len(s)))
+	}
+}
+
+func confineFail(fd int, err error) {
+	if err == nil {
+		err = errors.New("exec returned without an error")
+	}
+	msg := ConfinePrefix + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
+	os.Stderr.WriteString(msg)
+	if fd > 2 {
+		_, _ = unix.Write(fd, []byte(msg))
+	}
+	os.Exit(ConfineExitCode)
+}
+
+// Securebits (linux/securebits.h).
+const (
+	secbitNoRoot              = 1 << 0
+	secbitNoRootLocked        = 1 << 1
+	secbitNoSetuidFixup       = 1 << 2
+	secbitNoSetuidFixupLocked = 1 << 3
+	secbitKeepCapsLocked      = 1 << 5
+	secbitNoCapAmbientRaise   = 1 << 6
+	secbitNoCapAmbientLocked  = 1 << 7
+)
+
+// dropCaps makes sure the exec'd program holds no capability although it
+// runs as uid 0 of its user namespace: it empties the bounding and ambient
+// sets and sets the NOROOT securebits (locked), so execve grants nothing.
+func dropCaps() error {
+	for c := 0; c < 64; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				break // past CAP_LAST_CAP
+			}
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	bits := secbitNoRoot | secbitNoRootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked |
+		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("set securebits: %w", err)
+	}
+	return nil
+}
