@@ -65,9 +65,9 @@ staticcheck: ## staticcheck (pinned as a tool in go.mod), for linux and for the 
 
 lint: fmt vet staticcheck ## gofmt, go vet, staticcheck
 
-bench: deps ## benchmarks side by side with raw wazero and extism, as a table
+bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec, as a table
 	@echo "==> go test -bench (benchtime $(BENCHTIME); about a minute)"
-	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/ | $(GO) run ./internal/benchtable
+	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/ ./host/native/ | $(GO) run ./internal/benchtable
 
 fixtures: tools ## rebuild the WAT fixtures in testdata/
 	@for f in testdata/wat/*.wat; do \

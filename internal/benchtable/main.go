@@ -88,6 +88,21 @@ func main() {
 		rows = append(rows, row{"fresh instance + invoke, Go reactor (vs raw instantiate + _initialize)", ms(m), ms(raw),
 			fmt.Sprintf("%.2fx", m/raw), fmt.Sprintf("report: _initialize %s, instantiate %s", ms(raw-noInit), ms(noInit))})
 	}
+	for _, sp := range []struct{ what, native, plain string }{
+		{"spawn-to-exit /usr/bin/true through the full native runner (vs plain os/exec)", "Spawn/native-true", "Spawn/plain-true"},
+		{"spawn-to-exit python3 -c pass through the full native runner (vs plain os/exec)", "Spawn/native-python", "Spawn/plain-python"},
+	} {
+		n, ok1 := get(sp.native, "ns/op")
+		p, ok2 := get(sp.plain, "ns/op")
+		if !ok1 || !ok2 {
+			continue
+		}
+		goal := "report"
+		if strings.Contains(sp.native, "python") {
+			goal = verdict(n/p <= 1.5, "layers add <= 50%")
+		}
+		rows = append(rows, row{sp.what, ms(n), ms(p), fmt.Sprintf("%.2fx", n/p), goal})
+	}
 	if len(rows) == 0 {
 		fmt.Println("\nbenchtable: no known benchmarks in the input")
 		os.Exit(1)
