@@ -27,6 +27,7 @@ type execFlags struct {
 	memoryMB  int
 	pids      int
 	allowExec []string
+	allowNet  []string
 	json      bool
 }
 
@@ -43,7 +44,9 @@ network, ipc and uts namespaces (and a user namespace when moat is not root);
 rlimits; the unprivileged uid 65534 (when moat is root); Landlock (system
 directories read-only, execute only CMD, its loader and --allow-exec, write
 only the job dir); a seccomp filter. The network namespace is empty: no
-egress at all. CMD without a slash is looked up in /usr/bin:/bin.
+egress at all, unless --allow-net grants targets: then CMD shares the host's
+network and a per-job iptables chain (matched by its cgroup) and Landlock let
+it reach exactly those targets. CMD without a slash is looked up in /usr/bin:/bin.
 
 stdin is passed through (up to 16 MiB). CMD's stdout and stderr are printed,
 then one summary line on stderr. Layers that could not be applied (as
@@ -71,6 +74,7 @@ Exit status: CMD's own exit code; 124 on timeout; 125 at the memory limit;
 	fl.IntVar(&f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (cgroup; needs root)")
 	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads")
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable)")
+	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times, layers) as JSON on stdout")
 	return cmd
 }
@@ -102,6 +106,7 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 		MemoryBytes: int64(f.memoryMB) << 20,
 		Pids:        int64(f.pids),
 		ExtraExec:   f.allowExec,
+		AllowNet:    f.allowNet,
 	}
 	correlation := newCorrelationID()
 	res, err := native.Run(cmd.Context(), spec)

@@ -68,6 +68,12 @@ type Spec struct {
 	CPUQuota    float64       // cores; default 1
 	MaxOutput   int           // per stream; default 1 MiB; the rest is dropped (Result.Truncated), the run goes on
 	ExtraExec   []string      // more binaries the command may execute (e.g. /usr/bin/cat for a sh script)
+	// AllowNet grants TCP targets ("host:port"; names are resolved by the
+	// host, now). Without it the command has an empty network namespace:
+	// zero egress. With it the command shares the host's network, and a
+	// per-job iptables chain (matched by its cgroup) plus Landlock's TCP
+	// rules let it reach exactly these targets. Needs root.
+	AllowNet []string
 	// UID and GID the command runs as when moat is root; default 65534
 	// (nobody). Ignored when moat is not root: the command then keeps
 	// moat's uid (inside its own user namespace, without capabilities).
@@ -160,6 +166,26 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	}
 
 	res := &Result{}
+	// Egress first, so its cleanup (deferred earlier) runs after the job
+	// cgroup has killed every process in it.
+	var egress *kernel.Egress
+	var ports []uint16
+	if len(s.AllowNet) > 0 {
+		if !root {
+			return nil, errors.New("native: --allow-net needs root (iptables rules per job); without it a job has no network at all")
+		}
+		targets, err := kernel.ParseEgressTargets(s.AllowNet)
+		if err != nil {
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		if egress, err = kernel.NewEgress("e"+id[:min(len(id), 12)], targets); err != nil {
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		defer egress.Close()
+		for _, t := range targets {
+			ports = append(ports, uint16(t.Port))
+		}
+	}
 	var cg *kernel.Cgroup
 	if root {
 		cg, err = kernel.NewJobCgroup("job-"+id, kernel.JobLimits{MemoryBytes: s.MemoryBytes, CPUQuota: s.CPUQuota, Pids: s.Pids})
@@ -179,13 +205,18 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		MountProc: true, Hostname: "moat",
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
-		FS:       kernel.ChildFS{Target: target, ExtraExec: extra, ReadWrite: []string{dir}},
+		FS:       kernel.ChildFS{Target: target, ExtraExec: extra, ReadWrite: []string{dir}, ConnectTCP: ports},
 		StatusFD: 3,
 	}
 	attr := &syscall.SysProcAttr{
 		Setpgid:    true,
 		Pdeathsig:  syscall.SIGKILL,
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+	}
+	netLayer := "netns"
+	if egress != nil {
+		attr.Cloneflags &^= syscall.CLONE_NEWNET
+		netLayer = "egress(" + strings.Join(s.AllowNet, ",") + ")"
 	}
 	if !root {
 		// uid 0 of the new user namespace is the caller's uid: the wrapper
@@ -198,7 +229,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		attr.GidMappingsEnableSetgroups = false
 		res.Layers = append(res.Layers, "userns")
 	}
-	res.Layers = append(res.Layers, "pidns", "mntns", "netns", "ipcns", "utsns", "rlimits")
+	res.Layers = append(res.Layers, "pidns", "mntns", netLayer, "ipcns", "utsns", "rlimits")
 	if root {
 		res.Layers = append(res.Layers, "uid")
 	} else {
@@ -215,6 +246,14 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		} else {
 			cs.CgroupProcs = cg.ProcsFiles()
 		}
+	}
+	if egress != nil {
+		if cg != nil && cg.V2() {
+			return nil, errors.New("native: egress allowlists on a pure cgroup v2 system are not implemented yet (the job cgroup would have to carry the iptables match)")
+		}
+		// The wrapper joins the v2 egress cgroup with the v1 job cgroups,
+		// before anything of the command runs.
+		cs.CgroupProcs = append(cs.CgroupProcs, filepath.Join(egress.CgroupDir(), "cgroup.procs"))
 	}
 	if abi, err := kernel.LandlockABI(); err == nil && abi > 0 {
 		cs.Landlock = true

@@ -229,6 +229,66 @@ attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262))
 	}
 }
 
+// TestAllowNet: with targets granted, the job reaches exactly those (the
+// per-job iptables chain and Landlock's TCP rules), and nothing else; the
+// chain and its cgroup are gone afterwards.
+func TestAllowNet(t *testing.T) {
+	needPython(t)
+	if os.Geteuid() != 0 {
+		t.Skip("egress allowlists need root (iptables); CI runs as root")
+	}
+	listen := func() int {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	allowed, other := listen(), listen()
+	script := fmt.Sprintf(`
+import socket
+for port in (%d, %d):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect(("127.0.0.1", port)); print("connected")
+    except OSError as e:
+        print(e.errno)
+`, allowed, other)
+	res := run(t, Spec{Command: []string{python, "-c", script}, AllowNet: []string{fmt.Sprintf("127.0.0.1:%d", allowed)}})
+	lines := strings.Fields(string(res.Stdout))
+	if res.Status != StatusOK || len(lines) != 2 {
+		t.Fatalf("status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+	}
+	if lines[0] != "connected" {
+		t.Errorf("allowed target: %s, want connected", lines[0])
+	}
+	if lines[1] != "13" && lines[1] != "111" {
+		t.Errorf("other port: %s, want EACCES (13, Landlock) or ECONNREFUSED (111, iptables)", lines[1])
+	}
+	if !strings.Contains(strings.Join(res.Layers, ","), "egress(127.0.0.1:") {
+		t.Errorf("layers %v lack egress", res.Layers)
+	}
+	rules, _ := exec.Command("iptables", "-S").CombinedOutput()
+	if strings.Contains(string(rules), "MOAT-E") {
+		t.Errorf("an egress chain was left behind:\n%s", rules)
+	}
+	left, _ := filepath.Glob("/sys/fs/cgroup/unified/moat-egress/*/cgroup.procs")
+	if len(left) > 0 {
+		t.Errorf("egress cgroups left behind: %v", left)
+	}
+}
+
 func TestForkBomb(t *testing.T) {
 	res := run(t, Spec{
 		Command:   []string{"sh", "-c", "for i in $(seq 1 100); do sleep 1 & done; wait"},
