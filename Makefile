@@ -46,8 +46,8 @@ test: deps tools vet test-only ## set up and run every test
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
-	@echo "==> go test -race (store, transport, host pool)"
-	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV' ./host/...
+	@echo "==> go test -race (store, host pool, supervisor)"
+	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV|Supervisor' ./host/...
 
 vet:
 	@echo "==> go vet"

@@ -127,7 +127,51 @@ type Result struct {
 // Run runs spec.Command confined and waits for it. An error means the run
 // could not be set up (no command, no such binary, no job dir, fork
 // failed); everything that happens to the command is in the Result.
-func Run(ctx context.Context, spec Spec) (*Result, error) {
+// job is a started confined child and what must be undone after it.
+type job struct {
+	spec     Spec
+	cmd      *exec.Cmd
+	cg       *kernel.Cgroup
+	res      *Result
+	statusR  *os.File
+	stdout   *cappedBuffer
+	stderr   *cappedBuffer
+	started  time.Time
+	cleanups []func()
+}
+
+// cleanup undoes the job's setup in reverse order: the cgroup's processes
+// die before the egress chain and the job dir go.
+func (j *job) cleanup() {
+	for i := len(j.cleanups) - 1; i >= 0; i-- {
+		j.cleanups[i]()
+	}
+	j.cleanups = nil
+}
+
+// kill ends every process of the job.
+func (j *job) kill() {
+	if j.cg != nil {
+		_ = j.cg.Kill()
+	}
+	if j.cmd.Process != nil {
+		pid := j.cmd.Process.Pid
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// start sets up every layer and starts the confined child. extra files
+// become the child's fds 3, 4, ... (the pipe transport of a worker); the
+// wrapper's status pipe follows them. With stdout or stderr nil, the
+// output is captured (capped) in the job.
+func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
+	j = &job{}
+	defer func() {
+		if err != nil {
+			j.cleanup()
+		}
+	}()
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
@@ -158,7 +202,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		if dir, err = makeJobDir(id, root, uid, gid); err != nil {
 			return nil, fmt.Errorf("native: job dir: %w", err)
 		}
-		defer os.RemoveAll(dir)
+		j.cleanups = append(j.cleanups, func() { os.RemoveAll(dir) })
 	}
 	env := s.Env
 	if len(spec.Env) == 0 {
@@ -181,7 +225,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		if egress, err = kernel.NewEgress("e"+id[:min(len(id), 12)], targets); err != nil {
 			return nil, fmt.Errorf("native: %w", err)
 		}
-		defer egress.Close()
+		j.cleanups = append(j.cleanups, func() { egress.Close() })
 		for _, t := range targets {
 			ports = append(ports, uint16(t.Port))
 		}
@@ -194,7 +238,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 			cg = nil
 		} else {
 			res.Layers = append(res.Layers, "cgroup")
-			defer cg.Destroy()
+			j.cleanups = append(j.cleanups, func() { cg.Destroy() })
 		}
 	} else {
 		res.Unavailable = append(res.Unavailable, "cgroup: not root (memory, CPU and pids limits need root; rlimits still apply)")
@@ -206,7 +250,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
 		FS:       kernel.ChildFS{Target: target, ExtraExec: extra, ReadWrite: []string{dir}, ConnectTCP: ports},
-		StatusFD: 3,
+		StatusFD: 3 + len(extraFiles),
 	}
 	attr := &syscall.SysProcAttr{
 		Setpgid:    true,
@@ -241,7 +285,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("native: cgroup fd: %w", err)
 			}
-			defer unix.Close(fd)
+			j.cleanups = append(j.cleanups, func() { unix.Close(fd) })
 			attr.UseCgroupFD, attr.CgroupFD = true, fd
 		} else {
 			cs.CgroupProcs = cg.ProcsFiles()
@@ -276,7 +320,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("native: %w", err)
 	}
-	defer statusR.Close()
+	j.cleanups = append(j.cleanups, func() { statusR.Close() })
 	stdout, stderr := &cappedBuffer{max: s.MaxOutput}, &cappedBuffer{max: s.MaxOutput}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
@@ -286,17 +330,39 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		Stdin:       bytes.NewReader(s.Stdin),
 		Stdout:      stdout,
 		Stderr:      stderr,
-		ExtraFiles:  []*os.File{statusW},
+		ExtraFiles:  append(append([]*os.File{}, extraFiles...), statusW),
 		SysProcAttr: attr,
 		WaitDelay:   2 * time.Second,
 	}
-	start := time.Now()
+	if stdoutW != nil {
+		cmd.Stdout = stdoutW
+	}
+	if stderrW != nil {
+		cmd.Stderr = stderrW
+	}
+	startTime := time.Now()
 	err = cmd.Start()
 	statusW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("native: start: %w", err)
 	}
-	pid := cmd.Process.Pid
+	j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, cmd, cg, res, statusR, stdout, stderr, startTime
+	return j, nil
+}
+
+// Run runs one command to completion under every layer the machine offers
+// and returns how it ended. It leaves nothing behind: cgroup, job dir,
+// egress rules and processes are gone when it returns.
+func Run(ctx context.Context, spec Spec) (*Result, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, errors.New("native: no command")
+	}
+	j, err := start(spec, nil, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer j.cleanup()
+	s, cmd, cg, res, statusR, stdout, stderr, began := j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started
 	reason := make(chan string, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(statusR, 4096))
@@ -305,13 +371,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 
-	kill := func() {
-		if cg != nil {
-			_ = cg.Kill()
-		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	kill := j.kill
 	timer := time.NewTimer(s.Timeout)
 	defer timer.Stop()
 	var timedOut, canceled bool
@@ -326,7 +386,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 		kill()
 		err = <-done
 	}
-	res.Wall = time.Since(start)
+	res.Wall = time.Since(began)
 	// The init of the pid namespace is gone, so the kernel has killed the
 	// rest; the cgroup kill (in the deferred Destroy) is the backstop.
 

@@ -397,3 +397,46 @@ func (l *logWriter) Write(p []byte) (int, error) {
 	l.log.Warn("native worker stderr", "text", string(p))
 	return len(p), nil
 }
+
+// ConfinedLauncher starts supervised workers under the same kernel layers
+// as Run (cgroup, namespaces, rlimits, uid, Landlock, seccomp, zero egress
+// or the granted targets), with base's limits and the WorkerSpec's command
+// and environment. There is no timeout: a worker lives until the supervisor
+// stops it; its invocations have their own deadlines.
+func ConfinedLauncher(base Spec) WorkerLauncher {
+	return func(ctx context.Context, ws *WorkerSpec, extra []*os.File, stderr io.Writer) (WorkerProcess, error) {
+		spec := base
+		spec.Command = ws.Command
+		if ws.Env != nil {
+			spec.Env = ws.Env
+		}
+		if ws.Dir != "" {
+			spec.Dir = ws.Dir
+		}
+		j, err := start(spec, extra, stderr, stderr)
+		if err != nil {
+			return nil, err
+		}
+		return &confinedProcess{j: j}, nil
+	}
+}
+
+type confinedProcess struct {
+	j    *job
+	once sync.Once
+	err  error
+}
+
+// Wait waits for the worker, then removes its cgroup, egress rules and job
+// dir: nothing of a dead worker is left behind.
+func (p *confinedProcess) Wait() error {
+	p.once.Do(func() {
+		p.err = p.j.cmd.Wait()
+		p.j.kill() // anything it left running in its cgroup
+		p.j.cleanup()
+	})
+	return p.err
+}
+
+func (p *confinedProcess) Kill()    { p.j.kill() }
+func (p *confinedProcess) Pid() int { return p.j.cmd.Process.Pid }

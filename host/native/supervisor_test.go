@@ -3,8 +3,10 @@ package native_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -166,5 +168,54 @@ func TestSupervisorBadWorker(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: got %v, want %q", tt.cmd, err, tt.want)
 		}
+	}
+}
+
+// TestSupervisorConfined: a supervised worker runs under the kernel layers
+// (its own cgroup, the job uid), keeps serving ops through the pipe
+// transport, is restarted confined after a crash, and leaves nothing behind.
+func TestSupervisorConfined(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the confined worker test checks the uid switch and cgroup, which need root; CI runs as root")
+	}
+	bin := buildWorker(t)
+	// The job uid must be able to reach and run the binary.
+	dir, err := os.MkdirTemp("", "moat-worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	exe := filepath.Join(dir, "pipeworker")
+	b, _ := os.ReadFile(bin)
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := newDispatcher(t)
+	s := supervise(t, native.WorkerSpec{Command: []string{exe}, Launch: native.ConfinedLauncher(native.Spec{MemoryBytes: 128 << 20})})
+	if out, err := s.Invoke(context.Background(), d, "count", nil, ""); err != nil || string(out) != "1" {
+		t.Fatalf("count: %q %v", out, err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
+	if err != nil || !strings.Contains(string(status), "Uid:\t65534") {
+		t.Fatalf("the worker does not run as uid 65534:\n%s", status)
+	}
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s.Pid()))
+	if !strings.Contains(string(cg), ":memory:/moat/job-") {
+		t.Fatalf("the worker is not in a job cgroup:\n%s", cg)
+	}
+	before := s.Pid()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.Invoke(ctx, d, "crash", nil, ""); err == nil {
+		t.Fatal("crash did not fail")
+	}
+	waitFor(t, "a confined replacement", func() bool { p := s.Pid(); return p != 0 && p != before })
+	if out, err := s.Invoke(context.Background(), d, "count", nil, ""); err != nil || string(out) != "2" {
+		t.Fatalf("count after restart: %q %v", out, err)
+	}
+	s.Close()
+	if left, _ := filepath.Glob("/sys/fs/cgroup/memory/moat/job-*"); len(left) > 0 {
+		t.Fatalf("job cgroups left behind: %v", left)
 	}
 }
