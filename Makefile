@@ -18,9 +18,10 @@ deps: ## download the pinned Go modules
 	@echo "==> go modules"
 	@$(GO) mod download
 
-build: deps ## build bin/moat (static, no cgo)
-	@echo "==> build $(MOAT)"
+build: deps ## build bin/moat and its confinement wrapper bin/moat-confine (static, no cgo)
+	@echo "==> build $(MOAT) and $(BIN)/moat-confine"
 	@$(GO) build -trimpath -o $(MOAT) ./cmd/moat
+	@$(GO) build -trimpath -o $(BIN)/moat-confine ./cmd/moat-confine
 
 examples: deps ## build the example plugins
 	@echo "==> build examples/hello-go/hello-go.wasm (GOOS=wasip1, c-shared)"

@@ -539,7 +539,26 @@ print(libc.capget(hdr, data), sum(data))`}}
 	fmt.Fprintf(os.Stdout, "\nRESULTS %s\n", j)
 }
 
+// buildWrapper builds cmd/moat-confine, the slim wrapper the moat binary
+// uses when it lies beside it.
+func buildWrapper(b testing.TB) string {
+	b.Helper()
+	out := filepath.Join(b.TempDir(), "moat-confine")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/moat-confine")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build moat-confine: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// BenchmarkSpawn: spawn-to-exit through the full runner next to plain
+// os/exec. native-* use the slim moat-confine wrapper (what an installed
+// moat uses); native-python-selfexe re-executes this (large) test binary as
+// the wrapper, to show what the wrapper's start-up costs.
 func BenchmarkSpawn(b *testing.B) {
+	wrapper := buildWrapper(b)
 	bench := func(name string, py bool, f func() error) {
 		b.Run(name, func(b *testing.B) {
 			if py {
@@ -552,11 +571,11 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 		})
 	}
-	native := func(cmd ...string) func() error {
+	native := func(wrapper string, cmd ...string) func() error {
 		return func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			r, err := Run(ctx, Spec{Command: cmd})
+			r, err := Run(ctx, Spec{Command: cmd, Wrapper: wrapper})
 			if err == nil && r.Status != StatusOK {
 				err = fmt.Errorf("%s: %s %s", r.Status, r.Stderr, r.Reason)
 			}
@@ -571,7 +590,21 @@ func BenchmarkSpawn(b *testing.B) {
 		}
 	}
 	bench("plain-true", false, plain("/usr/bin/true"))
-	bench("native-true", false, native("/usr/bin/true"))
+	bench("native-true", false, native(wrapper, "/usr/bin/true"))
 	bench("plain-python", true, plain(python, "-c", "pass"))
-	bench("native-python", true, native(python, "-c", "pass"))
+	bench("native-python", true, native(wrapper, python, "-c", "pass"))
+	bench("native-python-selfexe", true, native("/proc/self/exe", python, "-c", "pass"))
+}
+
+// TestSlimWrapper: the moat-confine binary confines exactly like the
+// re-executed moat binary.
+func TestSlimWrapper(t *testing.T) {
+	wrapper := buildWrapper(t)
+	res := run(t, Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}, Wrapper: wrapper})
+	if res.Status != StatusRuntimeError || !strings.Contains(string(res.Stderr), "cat: /etc/shadow: Permission denied") {
+		t.Fatalf("status %s stderr %q", res.Status, res.Stderr)
+	}
+	if got := strings.Join(res.Layers, ","); !strings.Contains(got, "landlock,seccomp") {
+		t.Fatalf("layers %s", got)
+	}
 }
