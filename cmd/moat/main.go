@@ -15,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -33,6 +34,9 @@ func main() {
 	// A native child is this binary re-executed with MOAT_CONFINE set: it
 	// confines itself and execs the target, and never returns here.
 	kernel.ConfineMain()
+	// A launcher is this binary started by a host before it confined
+	// itself: it runs native jobs on the host's behalf.
+	native.LauncherMain()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
 	stop()

@@ -130,9 +130,6 @@ type Result struct {
 	Reason       string   `json:"reason,omitempty"`      // refused / killed / runtime-error by moat: why
 }
 
-// Run runs spec.Command confined and waits for it. An error means the run
-// could not be set up (no command, no such binary, no job dir, fork
-// failed); everything that happens to the command is in the Result.
 // job is a started confined child and what must be undone after it.
 type job struct {
 	spec     Spec
@@ -356,9 +353,11 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 	return j, nil
 }
 
-// Run runs one command to completion under every layer the machine offers
-// and returns how it ended. It leaves nothing behind: cgroup, job dir,
-// egress rules and processes are gone when it returns.
+// Run runs spec.Command confined and waits for it. An error means the run
+// could not be set up (no command, no such binary, no job dir, fork
+// failed); everything that happens to the command is in the Result. It
+// leaves nothing behind: cgroup, job dir, egress rules and processes are
+// gone when it returns.
 func Run(ctx context.Context, spec Spec) (*Result, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")

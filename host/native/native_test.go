@@ -22,6 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
+	LauncherMain()
 	os.Exit(m.Run())
 }
 
