@@ -53,7 +53,7 @@ Exit status 0 when every check holds, 1 otherwise.`,
 				return err
 			}
 			defer os.RemoveAll(outside) // runs after confinement: may fail, harmless
-			rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadWrite: []string{data}})
+			rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadWrite: []string{data}, MemoryBytes: 1 << 30, Pids: 256})
 			if err != nil {
 				return err
 			}

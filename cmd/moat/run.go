@@ -130,7 +130,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f.confine, []string{filepath.Dir(b.Path)}); err != nil {
+	if err := confineHost(g, f.confine, f.memoryMB, []string{filepath.Dir(b.Path)}); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -314,7 +314,7 @@ func newCorrelationID() string {
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
 // the data directory writable and the module's directory readable. The
 // report goes to the debug log; strict mode refuses to go on without them.
-func confineHost(g *globalFlags, mode string, readOnly []string) error {
+func confineHost(g *globalFlags, mode string, memoryMB int, readOnly []string) error {
 	m, err := kernel.ParseConfineMode(mode)
 	if err != nil {
 		return usagef("%v", err)
@@ -323,7 +323,10 @@ func confineHost(g *globalFlags, mode string, readOnly []string) error {
 	if data == "" {
 		data = host.DefaultDataDir()
 	}
-	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}})
+	// The host's own cgroup: the guest's memory limit plus room for the
+	// runtime and compiled code, and enough pids for Go's threads.
+	hostMemory := int64(memoryMB)<<20 + 512<<20
+	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256})
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,10 @@ type HostConfinement struct {
 	ReadOnly  []string // module trees and other inputs
 	ReadWrite []string // data dir, cache dir
 	BindTCP   []uint16 // ports the host serves on (moat serve); none: no TCP at all
+	// MemoryBytes and Pids limit the host's own cgroup (moat/host-<pid>),
+	// a backstop for the whole host process. Zero: no cgroup. Needs root.
+	MemoryBytes int64
+	Pids        int64
 	// AllowExec keeps execve allowed (for a host that still starts native
 	// children itself); the launcher design makes this unnecessary.
 	AllowExec bool
@@ -70,6 +74,20 @@ func ConfineHost(c HostConfinement) (*HostReport, error) {
 			return fmt.Errorf("confine (strict): %s is unavailable: %s", layer, why)
 		}
 		return nil
+	}
+
+	if c.MemoryBytes > 0 || c.Pids > 0 {
+		if os.Geteuid() != 0 {
+			if err := missing("cgroup", "not root: the host cannot create its own cgroup"); err != nil {
+				return r, err
+			}
+		} else if err := joinHostCgroup(c.MemoryBytes, c.Pids); err != nil {
+			if err := missing("cgroup", err.Error()); err != nil {
+				return r, err
+			}
+		} else {
+			r.Applied = append(r.Applied, "cgroup")
+		}
 	}
 
 	if abi, err := LandlockABI(); err != nil || abi < 1 {
@@ -156,4 +174,39 @@ func restrictHost(c HostConfinement) error {
 		return errors.New("landlock: " + err.Error())
 	}
 	return nil
+}
+
+// joinHostCgroup moves the host into a cgroup of its own with the given
+// limits. A process cannot remove the cgroup it is in, so each host's
+// cgroup outlives it; the next host to start removes the empty ones.
+func joinHostCgroup(memory, pids int64) error {
+	removeStaleHostCgroups()
+	cg, err := NewJobCgroup(fmt.Sprintf("host-%d", os.Getpid()), JobLimits{MemoryBytes: memory, Pids: pids})
+	if err != nil {
+		return err
+	}
+	return cg.AddSelf()
+}
+
+// removeStaleHostCgroups removes the empty moat/host-* cgroups that hosts
+// which have exited left behind.
+func removeStaleHostCgroups() {
+	var roots []string
+	if CgroupUnified() {
+		roots = []string{"/sys/fs/cgroup"}
+	} else if mounts, err := v1Mounts(); err == nil {
+		for _, ctl := range v1Controllers {
+			if mp, ok := mounts[ctl]; ok {
+				roots = append(roots, mp)
+			}
+		}
+	}
+	for _, root := range roots {
+		dirs, _ := filepath.Glob(filepath.Join(root, CgroupParent, "host-*"))
+		for _, d := range dirs {
+			if len(readPids(d)) == 0 {
+				_ = os.Remove(d)
+			}
+		}
+	}
 }
