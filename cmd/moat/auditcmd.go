@@ -38,10 +38,7 @@ check and confirmation, with its correlation id.`,
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			dir := g.dataDir
-			if dir == "" {
-				dir = defaultDataDir()
-			}
+			dir := g.data()
 			st, err := store.Open(cmd.Context(), dir)
 			if err != nil {
 				return err

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -37,10 +36,7 @@ Exit status 0 when every check holds, 1 otherwise.`,
 			if err != nil {
 				return usagef("%v", err)
 			}
-			data := g.dataDir
-			if data == "" {
-				data = host.DefaultDataDir()
-			}
+			data := g.data()
 			// A listener opened before confinement, to connect to after.
 			l, err := net.Listen("tcp4", "127.0.0.1:0")
 			if err != nil {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
@@ -198,10 +197,7 @@ func execJSON(r *native.Result) any {
 // auditNative records the run and every kernel denial the host observed in
 // the audit trail of the data directory, under one correlation id.
 func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *native.Spec, res *native.Result) error {
-	dir := g.dataDir
-	if dir == "" {
-		dir = host.DefaultDataDir()
-	}
+	dir := g.data()
 	st, err := store.Open(ctx, dir)
 	if err != nil {
 		return err

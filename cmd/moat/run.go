@@ -319,10 +319,7 @@ func confineHost(g *globalFlags, mode string, memoryMB int, readOnly []string) e
 	if err != nil {
 		return usagef("%v", err)
 	}
-	data := g.dataDir
-	if data == "" {
-		data = host.DefaultDataDir()
-	}
+	data := g.data()
 	// The host's own cgroup: the guest's memory limit plus room for the
 	// runtime and compiled code, and enough pids for Go's threads.
 	hostMemory := int64(memoryMB)<<20 + 512<<20
