@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -309,7 +310,11 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 		res.Unavailable = append(res.Unavailable, fmt.Sprintf("landlock: %v", err))
 	}
 	if kernel.SeccompSupported() {
-		cs.Seccomp = true
+		filters, err := childFilters()
+		if err != nil {
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		cs.Seccomp, cs.SeccompFilters = true, filters
 		res.Layers = append(res.Layers, "seccomp")
 	} else {
 		res.Unavailable = append(res.Unavailable, "seccomp: not supported by the kernel")
@@ -664,3 +669,6 @@ func wrapperPath(given string) string {
 	}
 	return "/proc/self/exe"
 }
+
+// childFilters compiles the child seccomp filters once per process.
+var childFilters = sync.OnceValues(kernel.ChildFilters)

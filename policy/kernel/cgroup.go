@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/policy/kernel/child"
+
 	cgroups "github.com/containerd/cgroups/v3"
 )
 
@@ -176,14 +178,7 @@ func (c *Cgroup) AddSelf() error { return c.Add(0) }
 func (c *Cgroup) Add(pid int) error { return JoinCgroup(c.ProcsFiles(), pid) }
 
 // JoinCgroup writes pid (0: the caller) into each cgroup.procs file.
-func JoinCgroup(procsFiles []string, pid int) error {
-	for _, f := range procsFiles {
-		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
-			return fmt.Errorf("cgroup: join: %w", err)
-		}
-	}
-	return nil
-}
+func JoinCgroup(procsFiles []string, pid int) error { return child.JoinCgroup(procsFiles, pid) }
 
 // Stats returns the job's peak memory (bytes), whether the OOM killer killed
 // a member, whether a fork failed at the pids limit, and the CPU time used

@@ -92,11 +92,15 @@ echo x > /usr/moat-test 2>/dev/null || echo usr-readonly
 cp /usr/bin/true ./t && (./t 2>/dev/null && echo jobdir-exec || echo jobdir-noexec)
 unshare -r true 2>/dev/null || echo unshare-denied
 `
+	filters, err := ChildFilters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, stderr, code := confined(t, ConfineSpec{
 		Path: "/usr/bin/sh", Args: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: job,
 		Rlimits:  Rlimits{OpenFiles: 32},
 		FS:       ChildFS{Target: "/usr/bin/sh", ExtraExec: []string{"/usr/bin/cat", "/usr/bin/cp", "/usr/bin/unshare", "/usr/bin/true"}, ReadWrite: []string{job}},
-		Landlock: true, Seccomp: true,
+		Landlock: true, Seccomp: true, SeccompFilters: filters,
 	})
 	want := "32\n0\ndata\npasswd-denied\nusr-readable\nusr-readonly\njobdir-noexec\nunshare-denied\n"
 	if code != 0 || stdout != want {

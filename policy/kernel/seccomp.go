@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/moat-sandbox/moat/policy/kernel/child"
+	"golang.org/x/net/bpf"
+
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 )
@@ -64,6 +67,28 @@ func childPolicies(deny []string) []seccomp.Policy {
 		},
 	}}}
 	return []seccomp.Policy{enosys, eperm}
+}
+
+// ChildFilters compiles the child filter (as LoadChildFilter installs it)
+// for the wrapper, which loads it with child.LoadFilters.
+func ChildFilters() ([]child.Filter, error) {
+	var out []child.Filter
+	for _, p := range childPolicies(ChildDenyList) {
+		insts, err := p.Assemble()
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: assemble: %w", err)
+		}
+		raw, err := bpf.Assemble(insts)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: assemble BPF: %w", err)
+		}
+		f := make(child.Filter, len(raw))
+		for i, r := range raw {
+			f[i] = child.Instruction{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // LoadChildFilter installs the child filter (ChildDenyList, namespace

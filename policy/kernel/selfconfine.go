@@ -122,6 +122,19 @@ func ConfineHost(c HostConfinement) (*HostReport, error) {
 	return r, nil
 }
 
+// Access rights of the host's layer (the child's are in package child).
+const (
+	accessDev   = landlock.AccessFSSet(ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate)
+	accessNoJob = landlock.AccessFSSet(ll.AccessFSExecute | ll.AccessFSIoctlDev | ll.AccessFSMakeChar | ll.AccessFSMakeBlock)
+)
+
+// isDir reports whether p (after symlinks) is a directory; Landlock refuses
+// directory rights on a regular file.
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
 // restrictHost is the broad Landlock layer: read the system, read (never
 // write) the module trees, read and write the data directories, no TCP
 // except the ports the host serves, and IPC scoping.

@@ -1,4 +1,4 @@
-package kernel
+package child
 
 import (
 	"os"

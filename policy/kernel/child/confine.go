@@ -1,4 +1,4 @@
-package kernel
+package child
 
 import (
 	"encoding/json"
@@ -25,6 +25,14 @@ const ConfineExitCode = 125
 // ConfinePrefix starts the wrapper's one-line failure report.
 const ConfinePrefix = "moat-confine: "
 
+// Package child is the confinement wrapper's side of moat's kernel layers:
+// what a native child applies to itself, in order, before it execs its
+// target (cgroup, mount namespace, rlimits, uid, Landlock, seccomp). It is a
+// leaf package so the wrapper binary (cmd/moat-confine) links nothing else:
+// every millisecond of its start-up is paid by every native run. The
+// parent's side (building the cgroup, compiling the seccomp filters,
+// probing) is package kernel.
+
 // ConfineSpec tells the re-exec'd wrapper how to confine itself before it
 // executes the target. The runner (host/native) builds it.
 type ConfineSpec struct {
@@ -43,7 +51,11 @@ type ConfineSpec struct {
 	FS          ChildFS
 	Landlock    bool
 	Seccomp     bool
-	StatusFD    int // > 2: write the failure reason here too; close-on-exec, so EOF means the exec happened
+	// SeccompFilters are the compiled child filters, one per action, built
+	// by the parent (policy/kernel.ChildFilters): the wrapper loads them
+	// without linking a BPF assembler, which keeps its start-up short.
+	SeccompFilters []Filter
+	StatusFD       int // > 2: write the failure reason here too; close-on-exec, so EOF means the exec happened
 }
 
 // ConfineMain runs the confinement wrapper when ConfineEnv is set, and
@@ -137,7 +149,7 @@ func confine(s *ConfineSpec) error {
 		}
 	}
 	if s.Seccomp {
-		if err := LoadChildFilter(); err != nil {
+		if err := LoadFilters(s.SeccompFilters); err != nil {
 			return err
 		}
 	}
