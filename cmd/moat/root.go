@@ -34,6 +34,8 @@ Start here:
   moat policy check examples/hello-go/moat.yaml      what the profile grants a module
   moat keygen --out release; moat sign DIR --key release.key
   moat audit --decision deny                         what was refused, and why
+  moat doctor                                        which kernel layers this machine offers
+  moat exec --native -- python3 script.py            a native program under those layers
 
 Data (the key-value store and the compilation cache) lives in --data, default
 $MOAT_DATA or ./moat-data.`,
