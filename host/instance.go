@@ -45,7 +45,7 @@ type instance struct {
 func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error) {
 	h := m.host
 	inst := &instance{m: m}
-	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log, DiskQuota: m.diskQuota}
+	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log} // DiskQuota: set per call
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
 	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
 

@@ -69,7 +69,7 @@ func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, op
 	v, err := policy.Verify(trusted, policy.Signed{Name: name, Module: wasm, Manifest: opts.ManifestBytes}, opts.Signature)
 	if err != nil {
 		var se *policy.SignatureError
-		if errors.As(err, &se) && strings.Contains(se.Reason, "not in the profile's trusted_keys") && !p.RequireSignature {
+		if errors.As(err, &se) && se.UnknownKey && !p.RequireSignature {
 			// Signed, but by a key this operator does not trust: the
 			// module runs sandboxed, and the audit trail says why.
 			ev.Decision, ev.Reason, ev.Rule = audit.Allow, se.Reason+"; running sandboxed", "profile "+p.Name+": trusted_keys"

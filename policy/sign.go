@@ -309,6 +309,9 @@ type SignatureError struct {
 	Module string // the module name being verified
 	Reason string
 	KeyID  string // the key id the signature names; "" when unknown
+	// UnknownKey: the signature is well-formed but names a key that is not
+	// trusted, so it could not be checked at all (as opposed to failing).
+	UnknownKey bool
 }
 
 func (e *SignatureError) Error() string {
@@ -369,10 +372,11 @@ func Verify(trusted map[string]PublicKey, s Signed, sig []byte) (*Verified, erro
 		}
 	}
 	if len(names) == 0 {
+		reason := fmt.Sprintf("not signed by a trusted key (key id %s is not in the profile's trusted_keys)", keyID)
 		if len(trusted) == 0 {
-			return refuse(keyID, "not signed by a trusted key (key id %s is not in the profile's trusted_keys, which is empty)", keyID)
+			reason = fmt.Sprintf("not signed by a trusted key (key id %s is not in the profile's trusted_keys, which is empty)", keyID)
 		}
-		return refuse(keyID, "not signed by a trusted key (key id %s is not in the profile's trusted_keys)", keyID)
+		return nil, &SignatureError{Module: s.Name, KeyID: keyID, Reason: reason, UnknownKey: true}
 	}
 	sort.Strings(names)
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/spf13/cobra"
@@ -151,11 +152,11 @@ changed module, changed manifest, signature of another module).`,
 				}
 			}
 			if b.Signature == nil {
-				return &host.Error{Module: b.Name, Code: "denied", Reason: "unsigned: no " + b.SignaturePath}
+				return &host.Error{Module: b.Name, Code: abi.CodeDenied, Reason: "unsigned: no " + b.SignaturePath + "; sign it with `moat sign`"}
 			}
 			v, err := policy.Verify(trusted, policy.Signed{Name: b.Name, Module: b.Wasm, Manifest: b.ManifestBytes}, b.Signature)
 			if err != nil {
-				return &host.Error{Module: b.Name, Code: "denied", Reason: err.Error(), Err: err}
+				return &host.Error{Module: b.Name, Code: abi.CodeDenied, Reason: err.Error(), Err: err}
 			}
 			manifest := "no manifest"
 			if v.ManifestSHA256 != "" && b.ManifestPath != "" {

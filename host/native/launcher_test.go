@@ -62,8 +62,9 @@ func TestConfinedHostHelper(t *testing.T) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer ccancel()
 	start := time.Now()
-	if _, err := l.Run(cctx, Spec{Command: []string{"sleep", "30"}, ExtraExec: []string{"/usr/bin/sleep"}}); err == nil && time.Since(start) > 5*time.Second {
-		t.Fatal("cancel did not stop the job")
+	res, err = l.Run(cctx, Spec{Command: []string{"sleep", "30"}, ExtraExec: []string{"/usr/bin/sleep"}})
+	if took := time.Since(start); took > 5*time.Second || err == nil && res.Status != StatusKilled {
+		t.Fatalf("cancel: after %s, err %v, result %+v; want the job killed promptly", took, err, res)
 	}
 	if err := l.Close(); err != nil {
 		t.Logf("launcher exit: %v", err)

@@ -69,8 +69,9 @@ func childPolicies(deny []string) []seccomp.Policy {
 	return []seccomp.Policy{enosys, eperm}
 }
 
-// ChildFilters compiles the child filter (as LoadChildFilter installs it)
-// for the wrapper, which loads it with child.LoadFilters.
+// ChildFilters compiles the child filter (ChildDenyList, namespace clones
+// and MPTCP sockets → EPERM, clone3 → ENOSYS) for the wrapper, which loads
+// it with child.LoadFilters.
 func ChildFilters() ([]child.Filter, error) {
 	var out []child.Filter
 	for _, p := range childPolicies(ChildDenyList) {
@@ -90,11 +91,6 @@ func ChildFilters() ([]child.Filter, error) {
 	}
 	return out, nil
 }
-
-// LoadChildFilter installs the child filter (ChildDenyList, namespace
-// clones and MPTCP sockets → EPERM, clone3 → ENOSYS) on every thread of the
-// calling process, with no_new_privs set. It survives execve.
-func LoadChildFilter() error { return loadFilters(ChildDenyList) }
 
 func loadFilters(deny []string) error {
 	runtime.LockOSThread()
