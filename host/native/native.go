@@ -153,15 +153,17 @@ func (j *job) cleanup() {
 	j.cleanups = nil
 }
 
-// kill ends every process of the job.
+// kill ends every process of the job. The child is the init of its pid
+// namespace, so its death takes every other member with it; the cgroup
+// kill is the backstop. It signals through os.Process (a pidfd), never
+// by number: after Wait a raw pid may name another process, and a pid of
+// 0 would name the caller's own process group.
 func (j *job) kill() {
 	if j.cg != nil {
 		_ = j.cg.Kill()
 	}
 	if j.cmd.Process != nil {
-		pid := j.cmd.Process.Pid
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		_ = j.cmd.Process.Kill()
 	}
 }
 

@@ -120,7 +120,8 @@ func TestSupervisorProtocolAndRestarts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.action, func(t *testing.T) {
-			before := s.Pid()
+			var before int
+			waitFor(t, "a running worker", func() bool { before = s.Pid(); return before > 0 })
 			if _, err := invoke(tt.action, "", 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want %q", err, tt.want)
 			}
@@ -133,9 +134,14 @@ func TestSupervisorProtocolAndRestarts(t *testing.T) {
 			}
 		})
 	}
-	// A worker killed from outside is noticed and replaced.
-	before := s.Pid()
-	syscall.Kill(before, syscall.SIGKILL)
+	// A worker killed from outside is noticed and replaced. Pid is 0 while
+	// a worker restarts, and kill(0, SIGKILL) would end this test's whole
+	// process group (go test, make, CI): wait for a real pid first.
+	var before int
+	waitFor(t, "a running worker", func() bool { before = s.Pid(); return before > 0 })
+	if err := syscall.Kill(before, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill worker %d: %v", before, err)
+	}
 	waitFor(t, "a replacement", func() bool { p := s.Pid(); return p != 0 && p != before })
 }
 
