@@ -367,10 +367,16 @@ func readKey(dir, name, key string) uint64 {
 	return 0
 }
 
+// readPids lists the members of a cgroup. A reader in another pid
+// namespace sees 0 for members it cannot name; those are dropped, as
+// kill(0) would signal the reader's own process group.
 func readPids(dir string) []int {
+	if dir == "" {
+		return nil
+	}
 	var out []int
 	for _, f := range strings.Fields(readString(dir, "cgroup.procs")) {
-		if n, err := strconv.Atoi(f); err == nil {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
 			out = append(out, n)
 		}
 	}
