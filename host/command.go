@@ -30,6 +30,20 @@ type RunRequest struct {
 	// Limits override the module's. MaxOutputBytes caps stdout and stderr
 	// each; a command that writes more is stopped with output_too_large.
 	Limits Limits
+	// Mounts are the host directories the command sees in its WASI
+	// filesystem (an interpreter's script directory, say). Nothing is
+	// mounted by default: a command without mounts has no files at all.
+	Mounts []Mount
+	// FS, when set, is added after Mounts: a filesystem the caller builds
+	// itself, such as one carrying a device file for the op table.
+	FS func(wazero.FSConfig) wazero.FSConfig
+}
+
+// Mount exposes HostDir at GuestPath inside a command's WASI filesystem.
+type Mount struct {
+	HostDir   string
+	GuestPath string
+	ReadOnly  bool
 }
 
 // RunResult is how a command ended. A non-zero exit code is a result, not
@@ -91,6 +105,23 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		WithRandSource(rand.Reader)
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])
+	}
+	if len(req.Mounts) > 0 || req.FS != nil {
+		fsc := wazero.NewFSConfig()
+		for _, mt := range req.Mounts {
+			if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
+				return fail(abi.CodeInvalidArgument, nil, "mount %q at %q: want a host directory and an absolute guest path", mt.HostDir, mt.GuestPath)
+			}
+			if mt.ReadOnly {
+				fsc = fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
+			} else {
+				fsc = fsc.WithDirMount(mt.HostDir, mt.GuestPath)
+			}
+		}
+		if req.FS != nil {
+			fsc = req.FS(fsc)
+		}
+		mc = mc.WithFSConfig(fsc)
 	}
 	runStart := time.Now()
 	mod, err := m.host.runtime.InstantiateModule(inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc)), m.cm, mc)

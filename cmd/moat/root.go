@@ -9,6 +9,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// registered holds the subcommands that files of this package add with
+// registerCommand from their init functions, so a new command is one new
+// file rather than an edit here.
+var registered []func(*globalFlags) *cobra.Command
+
+// registerCommand adds a subcommand to the root command. Call it from init.
+func registerCommand(c func(*globalFlags) *cobra.Command) { registered = append(registered, c) }
+
 // globalFlags are shared by every subcommand.
 type globalFlags struct {
 	profile   string
@@ -49,6 +57,9 @@ $MOAT_DATA or ./moat-data.`,
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
 	root.AddCommand(newRunCmd(g), newInspectCmd(g), newVersionCmd(),
 		newKeygenCmd(), newSignCmd(), newVerifyCmd(g), newAuditCmd(g), newPolicyCmd(g), newConfineCheckCmd(g), newDoctorCmd(), newExecCmd(g))
+	for _, c := range registered {
+		root.AddCommand(c(g))
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})

@@ -1,0 +1,238 @@
+// Package languages turns source code into something moat can run: a WASM
+// module (compiled languages), an interpreter WASM plus a script
+// (interpreted languages), or a command for the native runner (languages
+// without a WASM path). Each language is one package under languages/ that
+// registers itself from init, as Caddy modules do; importing
+// languages/all brings every one in.
+//
+// The flow for code execution is Lookup → Validate → Build → Run. Build
+// results are cached by the hash of everything that goes into them (the
+// language, its toolchain version and the source), so a second run of the
+// same source does not rebuild.
+package languages
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Path is how a language reaches execution.
+type Path string
+
+const (
+	// PathCompiled: source is compiled to a WASI module and run by wazero.
+	PathCompiled Path = "compiled"
+	// PathInterpreted: an interpreter compiled to WASM runs the script.
+	PathInterpreted Path = "interpreted"
+	// PathNative: the program runs as a confined native process (the
+	// kernel runner of host/native), for languages with no WASM path.
+	PathNative Path = "native"
+)
+
+// Info describes a language for `moat langs`, the Piston runtimes list and
+// error messages.
+type Info struct {
+	Name       string   // canonical name: "python", "c", "cpp"
+	Aliases    []string // other names clients use: "py", "python3", "c++"
+	Version    string   // the compiler's or interpreter's version
+	Path       Path
+	Extensions []string // file extensions, with the dot: ".py"
+	// Toolchain names what builds or interprets the code, for humans:
+	// "clang 19 + wasi-libc", "CPython 3.12.0 (WASI)".
+	Toolchain string
+}
+
+// File is one file of a submission. Name is a relative slash-separated
+// path without "..".
+type File struct {
+	Name    string
+	Content []byte
+}
+
+// Source is a submission: one or more files, the first being the entry
+// point unless Main names another.
+type Source struct {
+	Files []File
+	Main  string
+}
+
+// Entry returns the entry file.
+func (s Source) Entry() File {
+	if s.Main != "" {
+		for _, f := range s.Files {
+			if f.Name == s.Main {
+				return f
+			}
+		}
+	}
+	if len(s.Files) == 0 {
+		return File{}
+	}
+	return s.Files[0]
+}
+
+// Violation is one reason a submission is refused before it is built.
+// Rule is a stable identifier ("size", "encoding", "path", "import"...),
+// Message says what is wrong and how to fix it.
+type Violation struct {
+	Rule    string `json:"rule"`
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Message string `json:"message"`
+}
+
+func (v Violation) String() string {
+	loc := v.File
+	if v.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", v.File, v.Line)
+	}
+	if loc != "" {
+		return fmt.Sprintf("%s: %s (%s)", loc, v.Message, v.Rule)
+	}
+	return fmt.Sprintf("%s (%s)", v.Message, v.Rule)
+}
+
+// ValidationProfile configures Validate: the generic limits every
+// language enforces and the language-specific static checks an operator
+// can turn on.
+type ValidationProfile struct {
+	MaxSourceBytes int64 // total over all files; 0: DefaultMaxSourceBytes
+	MaxFiles       int   // 0: DefaultMaxFiles
+	// Deny lists language-specific constructs to refuse, by the names the
+	// language documents (Python: "import:os", "import:subprocess"; C:
+	// "include:sys/socket.h"...). Unknown names are ignored by languages
+	// that do not define them.
+	Deny []string
+}
+
+const (
+	DefaultMaxSourceBytes = 1 << 20
+	DefaultMaxFiles       = 64
+)
+
+// Language is implemented by each language package.
+type Language interface {
+	Info() Info
+	// Validate checks a submission without building it. The generic
+	// checks (size, file count, UTF-8, paths) are in ValidateCommon; a
+	// language adds its own static checks.
+	Validate(src Source, p ValidationProfile) []Violation
+	// Build turns the source into an Artifact. A compile error is a
+	// *CompileError carrying the compiler's message; any other error means
+	// the toolchain itself failed.
+	Build(ctx context.Context, env BuildEnv, src Source) (*Artifact, error)
+}
+
+// BuildEnv is what Build may use: a scratch directory of its own and the
+// directories where toolchains and interpreter WASMs were provisioned.
+type BuildEnv struct {
+	WorkDir      string // empty, owned by this build, removed afterwards
+	ToolchainDir string // see package toolchains
+}
+
+// ArtifactKind says how an Artifact runs.
+type ArtifactKind string
+
+const (
+	ArtifactWASM        ArtifactKind = "wasm"        // WASM is a WASI command
+	ArtifactInterpreted ArtifactKind = "interpreted" // Interpreter runs Files
+	ArtifactNative      ArtifactKind = "native"      // Command runs under host/native
+)
+
+// Artifact is the result of a build: what to run and how.
+type Artifact struct {
+	Kind ArtifactKind
+	// WASM is the compiled WASI command (ArtifactWASM), or the interpreter
+	// module's bytes (ArtifactInterpreted).
+	WASM []byte
+	// Files are written into a directory mounted read-only at /src for an
+	// interpreted or native run (the script and its sibling files).
+	Files []File
+	// Args come before the user's arguments: for an interpreter, the
+	// script path as the guest sees it ("/src/main.py").
+	Args []string
+	// Env is added to the run's environment (PYTHONPATH and the like).
+	Env map[string]string
+	// Command is the native command line (ArtifactNative); "/src/..." in
+	// it names the job's copy of Files.
+	Command []string
+	// BuildLog is the compiler's output on success (warnings).
+	BuildLog string
+}
+
+// CompileError is a build refused by the compiler: the user's code is
+// wrong, not moat. Output is the compiler's message.
+type CompileError struct {
+	Language string
+	Output   string
+}
+
+func (e *CompileError) Error() string {
+	return fmt.Sprintf("%s: compile error:\n%s", e.Language, strings.TrimRight(e.Output, "\n"))
+}
+
+var (
+	mu      sync.RWMutex
+	byName  = map[string]Language{}
+	aliases = map[string]string{}
+)
+
+// Register adds a language. It panics on a duplicate name or alias: two
+// packages claiming one name is a programming error found at start-up.
+func Register(l Language) {
+	mu.Lock()
+	defer mu.Unlock()
+	in := l.Info()
+	for _, n := range append([]string{in.Name}, in.Aliases...) {
+		n = strings.ToLower(n)
+		if _, dup := aliases[n]; dup {
+			panic(fmt.Sprintf("languages: %q registered twice", n))
+		}
+		aliases[n] = in.Name
+	}
+	byName[in.Name] = l
+}
+
+// UnknownLanguageError is returned by Lookup.
+type UnknownLanguageError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownLanguageError) Error() string {
+	return fmt.Sprintf("unknown language %q: use one of %s (see `moat langs`)", e.Name, strings.Join(e.Known, ", "))
+}
+
+// Lookup finds a language by name or alias, case-insensitively.
+func Lookup(name string) (Language, error) {
+	mu.RLock()
+	defer mu.RUnlock()
+	if canon, ok := aliases[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return byName[canon], nil
+	}
+	return nil, &UnknownLanguageError{Name: name, Known: names()}
+}
+
+// All returns every registered language, sorted by name.
+func All() []Language {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Language, 0, len(byName))
+	for _, n := range names() {
+		out = append(out, byName[n])
+	}
+	return out
+}
+
+func names() []string {
+	ns := make([]string, 0, len(byName))
+	for n := range byName {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return slices.Clip(ns)
+}
