@@ -9,6 +9,12 @@ BENCHTIME ?= 1s
 
 .PHONY: all run build examples test test-only lint fmt vet staticcheck bench fixtures tools deps clean help
 
+# Each part of moat that needs its own set-up (toolchains, interpreter
+# WASMs, a browser) brings a fragment in mk/ that defines its targets and
+# adds them to SETUP (run by `make test` and `make run`) and APT_PACKAGES.
+SETUP :=
+include $(sort $(wildcard mk/*.mk))
+
 all: build
 
 help: ## list the targets
@@ -27,7 +33,7 @@ examples: deps ## build the example plugins
 	@echo "==> build examples/hello-go/hello-go.wasm (GOOS=wasip1, c-shared)"
 	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/hello-go/hello-go.wasm ./examples/hello-go
 
-run: build examples ## build moat and the example, and invoke its greet action
+run: build examples $(SETUP) ## build moat and the example, and invoke its greet action
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"
 	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
 	@echo "==> again: the count lives in ./moat-data and rises across runs"
@@ -35,7 +41,7 @@ run: build examples ## build moat and the example, and invoke its greet action
 
 # Debian packages the tests use: wabt (wat2wasm, for the WAT fixtures),
 # iptables (per-cgroup egress rules), python3 (native fallback workloads).
-APT_PACKAGES := wabt iptables python3
+APT_PACKAGES += wabt iptables python3
 tools: ## install the Debian packages the tests use (as root via apt; sudo otherwise)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -43,7 +49,7 @@ tools: ## install the Debian packages the tests use (as root via apt; sudo other
 		if [ "$$(id -u)" = 0 ]; then apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
 		else sudo apt-get install -y -q $$missing >/dev/null; fi; fi
 
-test: deps tools vet test-only ## set up and run every test
+test: deps tools $(SETUP) vet test-only ## set up and run every test
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
