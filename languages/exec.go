@@ -1,0 +1,64 @@
+package languages
+
+import (
+	"time"
+
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Status is how a code-execution job ended, in the vocabulary of Judge0
+// and Piston users: the first four are the program's doing, the rest the
+// limits'.
+type Status string
+
+const (
+	StatusOK           Status = "ok"
+	StatusInvalid      Status = "invalid"       // refused by Validate; see Violations
+	StatusCompileError Status = "compile-error" // the compiler refused the source
+	StatusRuntimeError Status = "runtime-error" // non-zero exit, trap or signal
+	StatusTimeout      Status = "timeout"
+	StatusMemoryLimit  Status = "memory-limit"
+	StatusOutputLimit  Status = "output-limit"
+)
+
+// ExecLimits bound one job. Zero values take the executor's defaults.
+type ExecLimits struct {
+	Timeout        time.Duration // the run stage
+	CompileTimeout time.Duration // the build stage
+	MemoryBytes    int64
+	MaxOutputBytes int64 // stdout and stderr, each
+}
+
+// ExecRequest is one code-execution job: `moat exec --lang`, POST /v1/runs
+// and the Piston-compatible /api/v2/execute all build one.
+type ExecRequest struct {
+	Language      string // a name or alias, as Lookup takes it
+	Source        Source
+	Stdin         []byte
+	Args          []string
+	Env           map[string]string
+	Limits        ExecLimits
+	Validation    ValidationProfile
+	Principal     policy.Principal
+	CorrelationID string
+}
+
+// ExecResult is what a job produced. A failing program is a result with a
+// status, not an error; Exec returns an error only when moat itself could
+// not do the job (a toolchain is missing, the disk is full).
+type ExecResult struct {
+	Language      string        `json:"language"`
+	Version       string        `json:"version"`
+	Status        Status        `json:"status"`
+	Stdout        []byte        `json:"stdout"`
+	Stderr        []byte        `json:"stderr"`
+	ExitCode      int           `json:"exit_code"`
+	Signal        string        `json:"signal,omitempty"`
+	Message       string        `json:"message,omitempty"` // why, for any status but ok
+	CompileOutput string        `json:"compile_output,omitempty"`
+	Violations    []Violation   `json:"violations,omitempty"`
+	CompileTime   time.Duration `json:"compile_time_ns"`
+	RunTime       time.Duration `json:"run_time_ns"`
+	PeakMemory    uint64        `json:"peak_memory_bytes"`
+	BuildCached   bool          `json:"build_cached"`
+}
