@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/moat-sandbox/moat/host"
 )
 
 // Path is how a language reaches execution.
@@ -235,4 +237,36 @@ func names() []string {
 	}
 	sort.Strings(ns)
 	return slices.Clip(ns)
+}
+
+// ArtifactRunner is implemented by a language whose artifacts are not an
+// ordinary WASI command: Ruby's interpreter is a reactor that a Go driver
+// initializes and feeds. The executor calls RunArtifact for the run stage
+// instead of running Artifact.WASM as a command; everything else (cache,
+// limits, statuses) stays the executor's.
+type ArtifactRunner interface {
+	RunArtifact(ctx context.Context, env RunEnv, a *Artifact, in RunInput) (*RunOutput, error)
+}
+
+// RunEnv is what a run may use: the host whose runtime, compilation cache
+// and limits apply.
+type RunEnv struct {
+	Host *host.Host
+}
+
+// RunInput is the run stage's input. SrcDir holds the artifact's Files (to
+// be seen at /src, read-only).
+type RunInput struct {
+	Stdin  []byte
+	Args   []string
+	Env    map[string]string
+	Limits ExecLimits
+	SrcDir string
+}
+
+// RunOutput is what a run produced. Limits hit are returned as *host.Error
+// values (timeout, memory_limit, output_too_large), not here.
+type RunOutput struct {
+	Stdout, Stderr []byte
+	ExitCode       int
 }
