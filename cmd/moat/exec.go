@@ -211,9 +211,9 @@ func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *
 	defer a.Close(context.Background())
 	module := "native:" + filepath.Base(spec.Command[0])
 	who := loginName()
+	deny := native.AuditDenials(a, audit.Event{CorrelationID: correlation, Module: module, Action: "exec", User: who, Org: "local"})
 	for _, d := range res.Denials(spec) {
-		a.Record(ctx, audit.Event{Kind: audit.KindDecision, Decision: audit.Deny, CorrelationID: correlation, Module: module,
-			Action: "exec", User: who, Org: "local", Rule: d.Rule, Reason: d.Reason})
+		deny(d, correlation)
 	}
 	a.Record(ctx, audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, CorrelationID: correlation, Module: module,
 		Action: "exec", User: who, Org: "local", Code: string(res.Status), DurationNS: int64(res.Wall),

@@ -1,6 +1,11 @@
 package native
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+
+	"github.com/moat-sandbox/moat/host/audit"
+)
 
 // Denial is a refusal by a kernel layer that the host observed in a run:
 // the audit trail records each, correlated with the invocation.
@@ -28,4 +33,19 @@ func (r *Result) Denials(spec *Spec) []Denial {
 		d = append(d, Denial{"kernel: confinement", "the confined child refused to start: " + r.Reason})
 	}
 	return d
+}
+
+// AuditDenials returns an OnDenial hook (WorkerSpec.OnDenial) that records
+// each denial in the audit trail as a deny decision of the template event's
+// module, action and principal, under the invocation's correlation id.
+func AuditDenials(a *audit.Log, template audit.Event) func(Denial, string) {
+	return func(d Denial, correlationID string) {
+		ev := template
+		ev.Kind, ev.Decision = audit.KindDecision, audit.Deny
+		ev.Rule, ev.Reason = d.Rule, d.Reason
+		if correlationID != "" {
+			ev.CorrelationID = correlationID
+		}
+		a.Record(context.Background(), ev)
+	}
 }

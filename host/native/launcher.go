@@ -3,9 +3,11 @@ package native
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -22,6 +24,7 @@ import (
 type Launcher struct {
 	cmd  *exec.Cmd
 	w    *os.File
+	sock *os.File // unix seqpacket socket: the pipe ends of workers go over it
 	wmu  sync.Mutex
 	mu   sync.Mutex
 	next uint64
@@ -36,13 +39,20 @@ const LauncherEnv = "MOAT_LAUNCHER"
 type launchRequest struct {
 	ID     uint64 `json:"id"`
 	Spec   *Spec  `json:"spec,omitempty"`
-	Cancel bool   `json:"cancel,omitempty"`
+	Cancel bool   `json:"cancel,omitempty"` // a run: cancel it; a worker: kill it
+	// Worker starts Spec as a supervised worker: its inherited files (the
+	// pipe ends, then stderr) arrive on the socket just before this line.
+	Worker bool `json:"worker,omitempty"`
 }
 
 type launchReply struct {
 	ID     uint64  `json:"id"`
 	Result *Result `json:"result,omitempty"`
 	Error  string  `json:"error,omitempty"`
+	// Started: a worker is running as Pid; its exit comes as a second
+	// reply with Result and, for a non-zero exit, Error.
+	Started bool `json:"started,omitempty"`
+	Pid     int  `json:"pid,omitempty"`
 }
 
 // StartLauncher starts the launcher: the running executable (which must
@@ -58,21 +68,31 @@ func StartLauncher() (*Launcher, error) {
 		reqW.Close()
 		return nil, err
 	}
-	cmd := exec.Command("/proc/self/exe", "moat-launcher")
-	cmd.Env = append(os.Environ(), LauncherEnv+"=1")
-	cmd.ExtraFiles = []*os.File{reqR, repW} // fds 3 and 4
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
 		reqR.Close()
 		reqW.Close()
 		repR.Close()
 		repW.Close()
-		return nil, fmt.Errorf("native: start the launcher: %w", err)
+		return nil, fmt.Errorf("native: launcher socket: %w", err)
 	}
+	hostSock, launcherSock := os.NewFile(uintptr(sp[0]), "launcher-socket"), os.NewFile(uintptr(sp[1]), "launcher-socket")
+	cmd := exec.Command("/proc/self/exe", "moat-launcher")
+	cmd.Env = append(os.Environ(), LauncherEnv+"=1")
+	cmd.ExtraFiles = []*os.File{reqR, repW, launcherSock} // fds 3, 4 and 5
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
 	reqR.Close()
 	repW.Close()
-	l := &Launcher{cmd: cmd, w: reqW, wait: map[uint64]chan launchReply{}, dead: make(chan struct{})}
+	launcherSock.Close()
+	if err != nil {
+		reqW.Close()
+		repR.Close()
+		hostSock.Close()
+		return nil, fmt.Errorf("native: start the launcher: %w", err)
+	}
+	l := &Launcher{cmd: cmd, w: reqW, sock: hostSock, wait: map[uint64]chan launchReply{}, dead: make(chan struct{})}
 	go l.read(repR)
 	return l, nil
 }
@@ -88,7 +108,9 @@ func (l *Launcher) read(r *os.File) {
 		}
 		l.mu.Lock()
 		ch := l.wait[rep.ID]
-		delete(l.wait, rep.ID)
+		if !rep.Started {
+			delete(l.wait, rep.ID)
+		}
 		l.mu.Unlock()
 		if ch != nil {
 			ch <- rep
@@ -149,12 +171,123 @@ func (l *Launcher) Run(ctx context.Context, spec Spec) (*Result, error) {
 	}
 }
 
-// Close stops the launcher.
+// Close stops the launcher, which kills every job and worker it runs.
 func (l *Launcher) Close() error {
 	l.w.Close()
 	<-l.dead
+	l.sock.Close()
 	return l.cmd.Wait()
 }
+
+// Workers returns a WorkerLauncher that starts supervised workers through
+// the launcher, under the same kernel layers as ConfinedLauncher: what a
+// confined host (which cannot execve) uses for native plugins. The
+// worker's pipe ends and a stderr pipe travel to the launcher as
+// SCM_RIGHTS over a unix socket; the worker inherits them as fds 3, 4, ...
+// and the host keeps its own ends, so the pipe transport runs host to
+// worker directly, never through the launcher.
+func (l *Launcher) Workers(base Spec) WorkerLauncher {
+	return func(ctx context.Context, ws *WorkerSpec, extra []*os.File, stderr io.Writer) (WorkerProcess, error) {
+		spec := base
+		spec.Command = ws.Command
+		if ws.Env != nil {
+			spec.Env = ws.Env
+		}
+		if ws.Dir != "" {
+			spec.Dir = ws.Dir
+		}
+		er, ew, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			_, _ = io.Copy(stderr, er)
+			er.Close()
+		}()
+		files := append(append([]*os.File{}, extra...), ew)
+		ch := make(chan launchReply, 2)
+		l.mu.Lock()
+		if l.err != nil {
+			l.mu.Unlock()
+			ew.Close()
+			return nil, l.err
+		}
+		l.next++
+		id := l.next
+		l.wait[id] = ch
+		l.mu.Unlock()
+		err = l.sendWithFiles(launchRequest{ID: id, Spec: &spec, Worker: true}, files)
+		ew.Close() // the launcher has its copy
+		if err != nil {
+			return nil, fmt.Errorf("native: launcher: %w", err)
+		}
+		select {
+		case rep := <-ch:
+			if rep.Error != "" {
+				return nil, errors.New(rep.Error)
+			}
+			return &launchedWorker{l: l, id: id, pid: rep.Pid, ch: ch}, nil
+		case <-l.dead:
+			return nil, l.err
+		}
+	}
+}
+
+// sendWithFiles sends files over the socket, then the request line; one
+// lock keeps the pair in order for the launcher, which reads the socket
+// when the line says files came with it.
+func (l *Launcher) sendWithFiles(req launchRequest, files []*os.File) error {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], req.ID)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := syscall.Sendmsg(int(l.sock.Fd()), id[:], syscall.UnixRights(fds...), nil, 0); err != nil {
+		return fmt.Errorf("pass the worker's files: %w", err)
+	}
+	_, err = l.w.Write(append(b, '\n'))
+	return err
+}
+
+// launchedWorker is a worker that the launcher started and watches.
+type launchedWorker struct {
+	l    *Launcher
+	id   uint64
+	pid  int
+	ch   chan launchReply
+	once sync.Once
+	err  error
+	res  *Result
+}
+
+func (w *launchedWorker) Wait() error {
+	w.once.Do(func() {
+		select {
+		case rep := <-w.ch:
+			w.res = rep.Result
+			if rep.Error != "" {
+				w.err = errors.New(rep.Error)
+			}
+		case <-w.l.dead:
+			w.err = w.l.err
+		}
+		if w.res == nil {
+			w.res = &Result{Status: StatusKilled, ExitCode: -1}
+		}
+	})
+	return w.err
+}
+
+func (w *launchedWorker) Kill()           { _ = w.l.send(launchRequest{ID: w.id, Cancel: true}) }
+func (w *launchedWorker) Pid() int        { return w.pid }
+func (w *launchedWorker) Result() *Result { return w.res }
 
 // LauncherMain serves launch requests when this process was started by
 // StartLauncher, and returns at once otherwise. Call it first thing in
@@ -166,6 +299,8 @@ func LauncherMain() {
 	os.Unsetenv(LauncherEnv)
 	in := os.NewFile(3, "launch-requests")
 	out := os.NewFile(4, "launch-replies")
+	sock := os.NewFile(5, "launcher-socket")
+	workers := map[uint64]*job{}
 	var wmu sync.Mutex
 	reply := func(r launchReply) {
 		b, _ := json.Marshal(r)
@@ -188,11 +323,51 @@ func LauncherMain() {
 			if c := cancels[req.ID]; c != nil {
 				c()
 			}
+			if j := workers[req.ID]; j != nil {
+				j.kill()
+			}
 			mu.Unlock()
 			continue
 		}
 		if req.Spec == nil {
 			reply(launchReply{ID: req.ID, Error: "native: launcher: request without a spec"})
+			continue
+		}
+		if req.Worker {
+			files, err := receiveFiles(sock, req.ID)
+			if err != nil {
+				reply(launchReply{ID: req.ID, Error: "native: launcher: " + err.Error()})
+				continue
+			}
+			stderr := files[len(files)-1]
+			j, err := start(*req.Spec, files[:len(files)-1], stderr, stderr)
+			for _, f := range files {
+				f.Close() // the worker has its copies
+			}
+			if err != nil {
+				reply(launchReply{ID: req.ID, Error: err.Error()})
+				continue
+			}
+			mu.Lock()
+			workers[req.ID] = j
+			mu.Unlock()
+			reply(launchReply{ID: req.ID, Started: true, Pid: j.cmd.Process.Pid})
+			wg.Add(1)
+			go func(id uint64, j *job) {
+				defer wg.Done()
+				werr := j.cmd.Wait()
+				j.kill()
+				res := j.exitResult()
+				j.cleanup()
+				mu.Lock()
+				delete(workers, id)
+				mu.Unlock()
+				rep := launchReply{ID: id, Result: res}
+				if werr != nil {
+					rep.Error = werr.Error()
+				}
+				reply(rep)
+			}(req.ID, j)
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -220,7 +395,43 @@ func LauncherMain() {
 	for _, c := range cancels {
 		c()
 	}
+	for _, j := range workers {
+		j.kill()
+	}
 	mu.Unlock()
 	wg.Wait()
 	os.Exit(0)
+}
+
+// receiveFiles reads one message of files from the host: its payload is
+// the request id, so a mix-up cannot hand one worker another's pipes.
+func receiveFiles(sock *os.File, id uint64) ([]*os.File, error) {
+	const maxFiles = 8
+	var buf [8]byte
+	oob := make([]byte, syscall.CmsgSpace(maxFiles*4))
+	n, oobn, _, _, err := syscall.Recvmsg(int(sock.Fd()), buf[:], oob, syscall.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("receive the worker's files: %w", err)
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, fmt.Errorf("receive the worker's files: %w", err)
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), "worker-pipe"))
+		}
+	}
+	if n != 8 || binary.LittleEndian.Uint64(buf[:]) != id || len(files) < 2 {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, fmt.Errorf("the files for request %d did not arrive with it (%d files)", id, len(files))
+	}
+	return files, nil
 }

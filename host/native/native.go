@@ -167,6 +167,29 @@ func (j *job) kill() {
 	}
 }
 
+// exitResult summarizes a job that has exited (after cmd.Wait), for a
+// worker: its exit, and what its cgroup observed.
+func (j *job) exitResult() *Result {
+	res := &Result{Status: StatusOK, ExitCode: -1, Layers: j.res.Layers, Unavailable: j.res.Unavailable}
+	if ps := j.cmd.ProcessState; ps != nil {
+		res.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal, res.Status = ws.Signal().String(), StatusKilled
+		} else if res.ExitCode != 0 {
+			res.Status = StatusRuntimeError
+		}
+	}
+	if j.cg != nil {
+		peak, oom, pidsHit, cpu := j.cg.Stats()
+		res.PeakMemory, res.PidsLimitHit, res.CPU = peak, pidsHit, time.Duration(cpu)
+		if oom {
+			res.Status = StatusMemoryLimit
+		}
+	}
+	res.Wall = time.Since(j.started)
+	return res
+}
+
 // start sets up every layer and starts the confined child. extra files
 // become the child's fds 3, 4, ... (the pipe transport of a worker); the
 // wrapper's status pipe follows them. With stdout or stderr nil, the

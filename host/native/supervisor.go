@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -58,6 +59,12 @@ type WorkerSpec struct {
 	RestartWindow time.Duration
 	Logger        *slog.Logger
 	Stderr        io.Writer // the worker's stderr; default: the log
+	// OnDenial is told of every refusal by a kernel layer or a deadline
+	// that the supervisor observes (an OOM kill, the pids limit, an
+	// invocation past its deadline), with the correlation id of the
+	// invocation in flight, if any. Hosts point it at the audit trail
+	// (AuditDenials).
+	OnDenial func(d Denial, correlationID string)
 }
 
 // WorkerLauncher starts a worker process with extra files (the pipe ends)
@@ -69,6 +76,12 @@ type WorkerProcess interface {
 	Wait() error // waits for exit and releases resources
 	Kill()       // ends the worker and everything it started
 	Pid() int
+}
+
+// workerResult is implemented by confined worker processes: after Wait,
+// what the kernel layers observed (OOM kill, pids limit, peak memory).
+type workerResult interface {
+	Result() *Result
 }
 
 // ExecLauncher starts the worker with plain os/exec, without kernel layers.
@@ -89,12 +102,13 @@ func (p *execProcess) Kill()       { _ = p.cmd.Process.Kill() }
 func (p *execProcess) Pid() int    { return p.cmd.Process.Pid }
 
 type worker struct {
-	proc   WorkerProcess
-	conn   *transport.PipeConn
-	exited chan struct{}
-	exit   error
-	toW    *os.File // host's write end
-	fromW  *os.File // host's read end
+	inflight atomic.Pointer[string] // correlation id of the call in flight
+	proc     WorkerProcess
+	conn     *transport.PipeConn
+	exited   chan struct{}
+	exit     error
+	toW      *os.File // host's write end
+	fromW    *os.File // host's read end
 }
 
 // ErrGaveUp wraps the error of a supervisor that stopped restarting.
@@ -164,6 +178,15 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 	w := &worker{proc: proc, conn: transport.NewPipeConn(hr, hw), exited: make(chan struct{}), toW: hw, fromW: hr}
 	go func() {
 		w.exit = proc.Wait()
+		if r, ok := proc.(workerResult); ok {
+			corr := ""
+			if c := w.inflight.Load(); c != nil {
+				corr = *c
+			}
+			for _, d := range r.Result().Denials(nil) {
+				s.denied(d, corr)
+			}
+		}
 		close(w.exited)
 	}()
 	// Wait for ready, for the deadline, or for the process to exit (a
@@ -238,18 +261,41 @@ func (s *Supervisor) Invoke(ctx context.Context, d transport.Dispatcher, action 
 	if err != nil {
 		return nil, err
 	}
+	w.inflight.Store(&correlationID)
 	out, err := w.conn.Invoke(ctx, d, action, input, correlationID)
 	var ae *abi.Error
+	if err == nil || errors.As(err, &ae) {
+		// Answered: the worker is idle again. A failed call keeps its id,
+		// for the exit that usually follows (an OOM kill ends the call
+		// before the supervisor learns why).
+		w.inflight.Store(nil)
+	}
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		s.denied(Denial{Rule: "supervisor: invocation deadline", Reason: fmt.Sprintf("action %s did not answer within its deadline; the worker was replaced", action)}, correlationID)
+	}
 	if err != nil && !errors.As(err, &ae) {
 		// Timeout, crash or protocol break: this worker is done.
 		reason := err
-		if errors.Is(err, transport.ErrWorkerGone) {
+		exited := false
+		select {
+		case <-w.exited: // the watcher may have closed the conn first
+			exited = true
+		default:
+		}
+		if exited || errors.Is(err, transport.ErrWorkerGone) {
 			reason = fmt.Errorf("the worker exited during the call (%v)", w.exitErr())
 		}
 		s.replace(w, reason)
 		return nil, fmt.Errorf("native worker %s: action %s: %w", s.spec.Name, action, reason)
 	}
 	return out, err
+}
+
+func (s *Supervisor) denied(d Denial, correlationID string) {
+	s.log.Warn("native worker denial", "rule", d.Rule, "reason", d.Reason, "correlation_id", correlationID)
+	if s.spec.OnDenial != nil {
+		s.spec.OnDenial(d, correlationID)
+	}
 }
 
 func (s *Supervisor) worker() (*worker, error) {
@@ -425,6 +471,7 @@ type confinedProcess struct {
 	j    *job
 	once sync.Once
 	err  error
+	res  *Result
 }
 
 // Wait waits for the worker, then removes its cgroup, egress rules and job
@@ -433,10 +480,14 @@ func (p *confinedProcess) Wait() error {
 	p.once.Do(func() {
 		p.err = p.j.cmd.Wait()
 		p.j.kill() // anything it left running in its cgroup
+		p.res = p.j.exitResult()
 		p.j.cleanup()
 	})
 	return p.err
 }
+
+// Result is what the kernel layers observed of the worker; valid after Wait.
+func (p *confinedProcess) Result() *Result { return p.res }
 
 func (p *confinedProcess) Kill()    { p.j.kill() }
 func (p *confinedProcess) Pid() int { return p.j.cmd.Process.Pid }

@@ -92,7 +92,7 @@ func TestSupervisorProtocolAndRestarts(t *testing.T) {
 		out, err := s.Invoke(cctx, d, action, []byte(input), "corr")
 		return string(out), err
 	}
-	if got := strings.Join(s.Actions(), ","); got != "echo,count,fail,crash,hang,garbage" {
+	if got := strings.Join(s.Actions(), ","); got != "echo,count,fail,crash,hang,garbage,hog" {
 		t.Fatalf("actions %s", got)
 	}
 	if out, err := invoke("echo", "hi", time.Second); err != nil || out != "hi" {
@@ -198,7 +198,9 @@ func TestSupervisorConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newDispatcher(t)
-	s := supervise(t, native.WorkerSpec{Command: []string{exe}, Launch: native.ConfinedLauncher(native.Spec{MemoryBytes: 128 << 20})})
+	denials := make(chan string, 8)
+	s := supervise(t, native.WorkerSpec{Command: []string{exe}, Launch: native.ConfinedLauncher(native.Spec{MemoryBytes: 128 << 20}),
+		OnDenial: func(d native.Denial, corr string) { denials <- corr + " " + d.Rule }})
 	if out, err := s.Invoke(context.Background(), d, "count", nil, ""); err != nil || string(out) != "1" {
 		t.Fatalf("count: %q %v", out, err)
 	}
@@ -220,6 +222,23 @@ func TestSupervisorConfined(t *testing.T) {
 	if out, err := s.Invoke(context.Background(), d, "count", nil, ""); err != nil || string(out) != "2" {
 		t.Fatalf("count after restart: %q %v", out, err)
 	}
+	// A worker OOM-killed at its cgroup limit during a call is a kernel
+	// denial, audited with the call's correlation id.
+	before = s.Pid()
+	hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer hcancel()
+	if _, err := s.Invoke(hctx, d, "hog", nil, "corr-hog"); err == nil {
+		t.Fatal("hog did not fail")
+	}
+	select {
+	case got := <-denials:
+		if got != "corr-hog kernel: cgroup memory limit" {
+			t.Fatalf("denial %q, want the memory limit correlated with corr-hog", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no denial reported for the OOM kill")
+	}
+	waitFor(t, "a confined replacement", func() bool { p := s.Pid(); return p != 0 && p != before })
 	s.Close()
 	if left, _ := filepath.Glob("/sys/fs/cgroup/memory/moat/job-*"); len(left) > 0 {
 		t.Fatalf("job cgroups left behind: %v", left)

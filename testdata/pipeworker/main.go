@@ -1,7 +1,8 @@
 // Command pipeworker is a native worker for moat's tests: it speaks the pipe
 // transport (abi.PipeMessage lines on fds 3 and 4) and offers actions that
 // exercise it: echo, count (kv.get then kv.put through the host), fail,
-// crash (exits), hang (never answers), garbage (writes a malformed line).
+// crash (exits), hang (never answers), garbage (writes a malformed line),
+// hog (allocates memory until its cgroup's OOM killer ends it).
 package main
 
 import (
@@ -56,7 +57,7 @@ func call(op string, req, resp any) error {
 
 func main() {
 	in.Buffer(make([]byte, 64<<10), abi.MaxPipeLine)
-	send(abi.PipeMessage{Type: abi.PipeReady, Version: abi.Version, Actions: []string{"echo", "count", "fail", "crash", "hang", "garbage"}})
+	send(abi.PipeMessage{Type: abi.PipeReady, Version: abi.Version, Actions: []string{"echo", "count", "fail", "crash", "hang", "garbage", "hog"}})
 	for {
 		m := recv()
 		switch m.Type {
@@ -101,6 +102,15 @@ func invoke(action string, input []byte) ([]byte, error) {
 	case "garbage":
 		out.Write([]byte("this is not json\n"))
 		time.Sleep(time.Hour)
+	case "hog":
+		var keep [][]byte
+		for {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = 1
+			}
+			keep = append(keep, b)
+		}
 	}
 	return nil, &abi.Error{Code: abi.CodeNoSuchAction, Message: "no action " + action}
 }
