@@ -113,6 +113,8 @@ const (
 
 // Result is what a run produced.
 type Result struct {
+	// Warm: the job ran in a wrapper a Pool had started ahead of time.
+	Warm      bool          `json:"warm,omitempty"`
 	Status    Status        `json:"status"`
 	ExitCode  int           `json:"exit_code"`        // -1 when killed by a signal
 	Signal    string        `json:"signal,omitempty"` // e.g. "killed"
@@ -167,6 +169,29 @@ func (j *job) kill() {
 	}
 }
 
+// childAttr is how a confined child is cloned: its own pid, mount, ipc,
+// uts and (without egress rules) net namespaces, its own process group,
+// killed with its parent; without root, a user namespace whose uid 0 is
+// the caller (the wrapper is root there to mount /proc, then drops every
+// capability for good, so the command holds none).
+func childAttr(root bool, uid, gid int, ownNet bool) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Setpgid:    true,
+		Pdeathsig:  syscall.SIGKILL,
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+	}
+	if ownNet {
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+	}
+	if !root {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+	return attr
+}
+
 // exitResult summarizes a job that has exited (after cmd.Wait), for a
 // worker: its exit, and what its cgroup observed.
 func (j *job) exitResult() *Result {
@@ -195,6 +220,12 @@ func (j *job) exitResult() *Result {
 // wrapper's status pipe follows them. With stdout or stderr nil, the
 // output is captured (capped) in the job.
 func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
+	return startWith(nil, spec, extraFiles, stdoutW, stderrW)
+}
+
+// startWith is start, taking a warm wrapper from pool when the spec allows
+// (no extra files, captured output, no egress rules).
+func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
 	j = &job{}
 	defer func() {
 		if err != nil {
@@ -281,26 +312,18 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 		FS:       kernel.ChildFS{Target: target, ExtraExec: extra, ReadWrite: []string{dir}, ConnectTCP: ports},
 		StatusFD: 3 + len(extraFiles),
 	}
-	attr := &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
-		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-	}
+	attr := childAttr(root, uid, gid, egress == nil)
 	netLayer := "netns"
 	if egress != nil {
-		attr.Cloneflags &^= syscall.CLONE_NEWNET
 		netLayer = "egress(" + strings.Join(s.AllowNet, ",") + ")"
 	}
 	if !root {
-		// uid 0 of the new user namespace is the caller's uid: the wrapper
-		// is root there (it mounts /proc), then drops every capability for
-		// good (bounding set, securebits) so the command holds none.
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
 		cs.DropCaps = true
-		attr.GidMappingsEnableSetgroups = false
 		res.Layers = append(res.Layers, "userns")
+	}
+	var warm *warmWrapper
+	if len(extraFiles) == 0 && stdoutW == nil && stderrW == nil {
+		warm = pool.take(wrapperPath(s.Wrapper), attr.Cloneflags)
 	}
 	res.Layers = append(res.Layers, "pidns", "mntns", netLayer, "ipcns", "utsns", "rlimits")
 	if root {
@@ -309,7 +332,7 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 		res.Unavailable = append(res.Unavailable, "uid: not root (runs as the caller's uid "+strconv.Itoa(uid)+", uid 0 of its own user namespace, without capabilities)")
 	}
 	if cg != nil {
-		if cg.V2() {
+		if cg.V2() && warm == nil {
 			fd, err := unix.Open(cg.Dir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return nil, fmt.Errorf("native: cgroup fd: %w", err)
@@ -349,12 +372,31 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 		return nil, fmt.Errorf("native: %w", err)
 	}
 
+	stdout, stderr := &cappedBuffer{max: s.MaxOutput}, &cappedBuffer{max: s.MaxOutput}
+	if warm != nil {
+		res.Warm = true
+		cs.StatusFD = warmStatusFD
+		js, err := json.Marshal(cs)
+		if err != nil {
+			warm.discard()
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		j.cleanups = append(j.cleanups, func() { warm.statusR.Close() })
+		startTime := time.Now()
+		if err := warm.claim(js, s.Stdin, stdout, stderr); err != nil {
+			j.cmd = warm.cmd
+			j.kill()
+			_ = warm.cmd.Wait()
+			return nil, fmt.Errorf("native: hand the spec to a warm wrapper: %w", err)
+		}
+		j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, warm.cmd, cg, res, warm.statusR, stdout, stderr, startTime
+		return j, nil
+	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("native: %w", err)
 	}
 	j.cleanups = append(j.cleanups, func() { statusR.Close() })
-	stdout, stderr := &cappedBuffer{max: s.MaxOutput}, &cappedBuffer{max: s.MaxOutput}
 	cmd := &exec.Cmd{
 		Path:        wrapperPath(s.Wrapper),
 		Args:        append([]string{"moat-confine"}, s.Command...),
@@ -392,7 +434,14 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
-	j, err := start(spec, nil, nil, nil)
+	return runPooled(ctx, nil, spec)
+}
+
+func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, errors.New("native: no command")
+	}
+	j, err := startWith(pool, spec, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -595,6 +595,116 @@ func BenchmarkSpawn(b *testing.B) {
 	bench("plain-python", true, plain(python, "-c", "pass"))
 	bench("native-python", true, native(wrapper, python, "-c", "pass"))
 	bench("native-python-selfexe", true, native("/proc/self/exe", python, "-c", "pass"))
+	pool := NewPool(2, wrapper)
+	defer pool.Close()
+	warm := func(cmd ...string) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := pool.Run(ctx, Spec{Command: cmd, Wrapper: wrapper})
+			if err == nil && (r.Status != StatusOK || !r.Warm) {
+				err = fmt.Errorf("%s warm=%v: %s %s", r.Status, r.Warm, r.Stderr, r.Reason)
+			}
+			return err
+		}
+	}
+	waitWarm(b, pool, 2)
+	bench("native-warm-true", false, warm("/usr/bin/true"))
+	waitWarm(b, pool, 2)
+	bench("native-warm-python", true, warm(python, "-c", "pass"))
+}
+
+// waitWarm waits until the pool holds n idle wrappers.
+func waitWarm(t testing.TB, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		idle := len(p.idle)
+		p.mu.Unlock()
+		if idle >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool has %d warm wrappers after 10s, want %d", idle, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPool: a run in a warm wrapper is confined exactly as a cold one
+// (Landlock, zero egress, cgroup limits, uid, deadline), gets its stdin and
+// output, and leaves nothing behind; runs the pool cannot serve start cold.
+func TestPool(t *testing.T) {
+	pool := NewPool(1, "")
+	cases := []struct {
+		name  string
+		spec  Spec
+		check func(t *testing.T, r *Result)
+	}{
+		{"landlock", Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}, func(t *testing.T, r *Result) {
+			if r.Status != StatusRuntimeError || !strings.Contains(string(r.Stderr), "Permission denied") {
+				t.Errorf("status %s stderr %q, want Permission denied", r.Status, r.Stderr)
+			}
+		}},
+		{"stdio-and-layers", Spec{Command: []string{"sh", "-c", "read x; echo \"got $x\"; echo err >&2"}, Stdin: []byte("warm\n")}, func(t *testing.T, r *Result) {
+			if r.Status != StatusOK || string(r.Stdout) != "got warm\n" || string(r.Stderr) != "err\n" {
+				t.Errorf("got %s %q %q", r.Status, r.Stdout, r.Stderr)
+			}
+			if !slices.Equal(r.Layers, wantLayers()) {
+				t.Errorf("layers %v, want %v", r.Layers, wantLayers())
+			}
+		}},
+		{"zero-egress", Spec{Command: []string{"sh", "-c", "echo > /dev/tcp/127.0.0.1/22 && echo connected || echo refused"}}, func(t *testing.T, r *Result) {
+			if strings.Contains(string(r.Stdout), "connected") {
+				t.Errorf("stdout %q: the job reached the network", r.Stdout)
+			}
+		}},
+		{"uid", Spec{Command: []string{"sh", "-c", "id -u"}, ExtraExec: []string{"/usr/bin/id"}}, func(t *testing.T, r *Result) {
+			want := strconv.Itoa(jobUID()) + "\n"
+			if os.Geteuid() != 0 {
+				want = "0\n" // uid 0 of its own user namespace
+			}
+			if string(r.Stdout) != want {
+				t.Errorf("uid %q, want %q", r.Stdout, want)
+			}
+		}},
+		{"timeout", Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: 300 * time.Millisecond}, func(t *testing.T, r *Result) {
+			if r.Status != StatusTimeout {
+				t.Errorf("status %s, want timeout", r.Status)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			waitWarm(t, pool, 1)
+			before := uidProcs(jobUID())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			r, err := pool.Run(ctx, c.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Warm {
+				t.Error("the run did not use the warm wrapper")
+			}
+			c.check(t, r)
+			assertClean(t, before)
+		})
+	}
+	// Streamed output (a worker's) cannot use a warm wrapper: cold start.
+	j, err := startWith(pool, Spec{Command: []string{"true"}}, nil, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.cmd.Wait()
+	j.cleanup()
+	if j.res.Warm {
+		t.Error("a run with streamed output took a warm wrapper")
+	}
+	before := uidProcs(jobUID())
+	pool.Close()
+	assertClean(t, before)
 }
 
 // TestSlimWrapper: the moat-confine binary confines exactly like the
