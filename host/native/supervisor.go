@@ -398,7 +398,7 @@ func (s *Supervisor) restart() bool {
 		return true // counts as a crash; the next round backs off further
 	}
 	if s.closed {
-		go w.kill()
+		w.kill() // before Close returns: nothing of it may outlive the supervisor
 		return false
 	}
 	s.cur = w
