@@ -106,6 +106,9 @@ typedef struct {
     size_t len, cap;
 } moat_buf;
 
+/* An empty moat_buf, for initializers (C can also write {0}). */
+#define MOAT_BUF_INIT {NULL, 0, 0}
+
 /* A failure: an abi code and a message. */
 typedef struct {
     char code[40];
@@ -340,7 +343,7 @@ static inline bool moat_json_skip(moat_json *j) { return moat__skip(j, 0); }
  * has no such member. */
 static inline bool moat_json_find(const char *text, size_t n, const char *key, moat_json *v) {
     moat_json j = {text, text + n};
-    moat_buf name = {0};
+    moat_buf name = MOAT_BUF_INIT;
     bool found = false;
     moat__ws(&j);
     if (j.p >= j.end || *j.p++ != '{') goto done;
@@ -438,7 +441,7 @@ static moat_buf moat__resp;
 
 /* moat__fill_error decodes an error reply into the error record. */
 static inline moat_error *moat__fill_error(const char *op, const uint8_t *body, size_t n) {
-    moat_buf code = {0}, msg = {0};
+    moat_buf code = MOAT_BUF_INIT, msg = MOAT_BUF_INIT;
     moat_error *e;
     if (moat_json_get_string((const char *)body, n, "code", &code) && code.len) {
         moat_json_get_string((const char *)body, n, "message", &msg);
@@ -513,7 +516,7 @@ static inline void moat__key_request(moat_buf *req, const char *key) {
  * C string). *found is false when the configuration has no such key; the
  * error is non-NULL only when the op itself fails. */
 static inline moat_error *moat_config_get(const char *key, moat_buf *value, bool *found) {
-    moat_buf req = {0};
+    moat_buf req = MOAT_BUF_INIT;
     moat_bytes reply;
     moat__key_request(&req, key);
     moat_buf_putc(&req, '}');
@@ -530,7 +533,7 @@ static inline moat_error *moat_config_get(const char *key, moat_buf *value, bool
  * tags it with the module, action, principal and correlation id. level is
  * a MOAT_LEVEL_*; fields_json is a JSON object of extra fields, or NULL. */
 static inline moat_error *moat_log_write(const char *level, const char *msg, const char *fields_json) {
-    moat_buf req = {0};
+    moat_buf req = MOAT_BUF_INIT;
     moat_buf_puts(&req, "{\"level\":");
     moat_json_string(&req, level, strlen(level));
     moat_buf_puts(&req, ",\"message\":");
@@ -546,7 +549,7 @@ static inline moat_error *moat_log_write(const char *level, const char *msg, con
 /* moat_log_fields logs msg with string fields given as key, value, ...,
  * NULL. Use the moat_log_debug/info/warn/error macros, which add the NULL. */
 static inline moat_error *moat_log_fields(const char *level, const char *msg, ...) {
-    moat_buf fields = {0};
+    moat_buf fields = MOAT_BUF_INIT;
     va_list ap;
     va_start(ap, msg);
     for (const char *k; (k = va_arg(ap, const char *)) != NULL;) {
@@ -576,7 +579,7 @@ static inline moat_error *moat_log_fields(const char *level, const char *msg, ..
  * host to the caller's organization and this module) into value. *found
  * is false when the key does not exist. */
 static inline moat_error *moat_kv_get(const char *key, moat_buf *value, bool *found) {
-    moat_buf req = {0}, enc = {0};
+    moat_buf req = MOAT_BUF_INIT, enc = MOAT_BUF_INIT;
     moat_bytes reply;
     moat__key_request(&req, key);
     moat_buf_putc(&req, '}');
@@ -594,7 +597,7 @@ static inline moat_error *moat_kv_get(const char *key, moat_buf *value, bool *fo
 
 /* moat_kv_put sets key to the n bytes at value, replacing any value. */
 static inline moat_error *moat_kv_put(const char *key, const void *value, size_t n) {
-    moat_buf req = {0};
+    moat_buf req = MOAT_BUF_INIT;
     moat__key_request(&req, key);
     moat_buf_puts(&req, ",\"value\":\"");
     moat__b64encode(&req, (const uint8_t *)value, n);
@@ -604,7 +607,7 @@ static inline moat_error *moat_kv_put(const char *key, const void *value, size_t
 
 /* moat_kv_delete removes key; *deleted (may be NULL) says if it existed. */
 static inline moat_error *moat_kv_delete(const char *key, bool *deleted) {
-    moat_buf req = {0};
+    moat_buf req = MOAT_BUF_INIT;
     moat_bytes reply;
     moat__key_request(&req, key);
     moat_buf_putc(&req, '}');
@@ -617,10 +620,10 @@ static inline moat_error *moat_kv_delete(const char *key, bool *deleted) {
  * order, following the host's pagination; fn returns false to stop. fn may
  * call other ops: each page is copied out of the shared reply buffer. */
 static inline moat_error *moat_kv_list(const char *prefix, bool (*fn)(const char *key, void *ctx), void *ctx) {
-    moat_buf after = {0}, page = {0}, key = {0};
+    moat_buf after = MOAT_BUF_INIT, page = MOAT_BUF_INIT, key = MOAT_BUF_INIT;
     moat_error *e = NULL;
     for (;;) {
-        moat_buf req = {0};
+        moat_buf req = MOAT_BUF_INIT;
         moat_bytes reply;
         moat_buf_puts(&req, "{\"prefix\":");
         moat_json_string(&req, prefix ? prefix : "", prefix ? strlen(prefix) : 0);
