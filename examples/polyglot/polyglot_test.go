@@ -364,6 +364,28 @@ func TestGreetErrors(t *testing.T) {
 	}
 }
 
+// TestCSDK runs moat.h's unit tests (guests/c/moat_test.c: JSON, base64,
+// the ops against a fake host), built natively with clang-19 under the
+// address and undefined-behavior sanitizers.
+func TestCSDK(t *testing.T) {
+	clang, err := toolchains.Binary("clang-19", "clang-19")
+	if err != nil {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	root := testwasm.RepoRoot(t)
+	bin := filepath.Join(t.TempDir(), "moat_test")
+	if err := run(root, nil, clang, "-Wall", "-Wextra", "-Werror", "-Wno-unknown-attributes", "-fsanitize=address,undefined",
+		"-fno-sanitize-recover=all", "-g", "-o", bin, "guests/c/moat_test.c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(root, nil, bin); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRustSDK runs the Rust crate's own unit tests (JSON, base64, the
 // transport against a fake host) with Debian's cargo, natively.
 func TestRustSDK(t *testing.T) {

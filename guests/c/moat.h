@@ -174,6 +174,7 @@ __attribute__((format(printf, 2, 3))) static inline void moat_buf_printf(moat_bu
 static inline void moat_buf_reset(moat_buf *b) {
     b->len = 0;
     moat_buf_reserve(b, 0);
+    b->data[0] = 0;
 }
 
 static inline void moat_buf_free(moat_buf *b) {
@@ -215,9 +216,9 @@ static inline void moat_json_string(moat_buf *b, const char *s, size_t n) {
     moat_buf_putc(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            moat_buf_append(b, e, 2);
+        const char *short_esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+        if (short_esc) {
+            moat_buf_append(b, short_esc, 2);
         } else if (c < 0x20) {
             char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
             moat_buf_append(b, e, 6);
