@@ -26,51 +26,75 @@ import (
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
-// guest is one example plugin and how to build it from source. The
-// commands match mk/guests.mk, which builds the same examples in place.
+// guest is one plugin written with a guest SDK, and how to build it from
+// source. The commands match mk/guests.mk, which builds the examples in
+// place.
 type guest struct {
 	lang string // the subtest name
-	dir  string // the example, relative to the repository root
-	// build compiles the example into out; root is the repository root
-	// and tmp a scratch directory. It returns errMissing (wrapped) when a
-	// toolchain is not provisioned.
+	dir  string // the plugin's directory (with its moat.yaml), relative to the repository root
+	// build compiles the plugin into out; root is the repository root and
+	// tmp a scratch directory. It returns an error wrapping
+	// toolchains.ErrMissing when a toolchain is not provisioned.
 	build func(root, tmp, out string) error
 }
 
+// guests are the example plugins: the same plugin in every language.
 var guests = []guest{
-	{"go", "examples/hello-go", func(root, _, out string) error {
-		return run(root, []string{"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0"},
-			"go", "build", "-buildmode=c-shared", "-o", out, "./examples/hello-go")
-	}},
-	{"c", "examples/hello-c", func(root, _, out string) error {
-		clang, err := toolchains.Binary("clang-19", "clang-19")
+	{"go", "examples/hello-go", buildGo("./examples/hello-go")},
+	{"c", "examples/hello-c", buildC("examples/hello-c/hello.c", false)},
+	{"cpp", "examples/hello-cpp", buildC("examples/hello-cpp/hello.cpp", true)},
+	{"rust", "examples/hello-rust", buildRust("examples/hello-rust", "hello_rust")},
+	{"assemblyscript", "examples/hello-as", buildAS("examples/hello-as")},
+}
+
+// sdkFixtures exercise every part of each SDK with one action per part
+// (testdata/sdk-*; the same actions in every language).
+var sdkFixtures = []guest{
+	{"c", "examples/polyglot/testdata/sdk-c", buildC("examples/polyglot/testdata/sdk-c/sdk.c", false)},
+	{"rust", "examples/polyglot/testdata/sdk-rust", buildRust("examples/polyglot/testdata/sdk-rust", "sdk_rust")},
+	{"assemblyscript", "examples/polyglot/testdata/sdk-as", buildAS("examples/polyglot/testdata/sdk-as")},
+}
+
+func buildGo(pkg string) func(root, tmp, out string) error {
+	return func(root, _, out string) error {
+		return run(root, []string{"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0"}, "go", "build", "-buildmode=c-shared", "-o", out, pkg)
+	}
+}
+
+func buildC(src string, cpp bool) func(root, tmp, out string) error {
+	return func(root, _, out string) error {
+		name, args := "clang-19", []string{}
+		if cpp {
+			// The wasm32-wasi libc++ has no exception support.
+			name, args = "clang++-19", []string{"-fno-exceptions"}
+		}
+		clang, err := toolchains.Binary(name, "clang-19")
 		if err != nil {
 			return err
 		}
-		return run(root, nil, clang, "--target=wasm32-wasi", "-mexec-model=reactor", "-O2", "-Wall", "-Wextra", "-Werror",
-			"-Wl,--strip-all", "-I", "guests/c", "-o", out, "examples/hello-c/hello.c")
-	}},
-	{"cpp", "examples/hello-cpp", func(root, _, out string) error {
-		clang, err := toolchains.Binary("clang++-19", "clang-19")
-		if err != nil {
-			return err
-		}
-		return run(root, nil, clang, "--target=wasm32-wasi", "-mexec-model=reactor", "-fno-exceptions", "-O2", "-Wall", "-Wextra", "-Werror",
-			"-Wl,--strip-all", "-I", "guests/c", "-o", out, "examples/hello-cpp/hello.cpp")
-	}},
-	{"rust", "examples/hello-rust", func(root, tmp, out string) error {
+		args = append(args, "--target=wasm32-wasi", "-mexec-model=reactor", "-O2", "-Wall", "-Wextra", "-Werror",
+			"-Wl,--strip-all", "-I", "guests/c", "-o", out, src)
+		return run(root, nil, clang, args...)
+	}
+}
+
+func buildRust(dir, crate string) func(root, tmp, out string) error {
+	return func(root, tmp, out string) error {
 		rustc, cargo, err := rustTools()
 		if err != nil {
 			return err
 		}
 		target := filepath.Join(tmp, "cargo")
 		if err := run(root, []string{"RUSTC=" + rustc, "CARGO_TARGET_DIR=" + target}, cargo, "build", "--quiet", "--offline", "--release",
-			"--target", "wasm32-wasi", "--manifest-path", "examples/hello-rust/Cargo.toml"); err != nil {
+			"--target", "wasm32-wasi", "--manifest-path", filepath.Join(dir, "Cargo.toml")); err != nil {
 			return err
 		}
-		return os.Rename(filepath.Join(target, "wasm32-wasi", "release", "hello_rust.wasm"), out)
-	}},
-	{"assemblyscript", "examples/hello-as", func(root, _, out string) error {
+		return os.Rename(filepath.Join(target, "wasm32-wasi", "release", crate+".wasm"), out)
+	}
+}
+
+func buildAS(dir string) func(root, tmp, out string) error {
+	return func(root, _, out string) error {
 		asc, err := toolchains.NPMFile("assemblyscript/bin/asc.js")
 		if err != nil {
 			return err
@@ -79,10 +103,10 @@ var guests = []guest{
 		if err != nil {
 			return fmt.Errorf("%w: node is not installed (this machine kind ships it)", toolchains.ErrMissing)
 		}
-		// In the example's directory: its asconfig.json names the SDK's
+		// In the plugin's directory: its asconfig.json names the SDK's
 		// abort by a relative path.
-		return run(filepath.Join(root, "examples/hello-as"), nil, node, asc, "--config", "asconfig.json", "-o", out)
-	}},
+		return run(filepath.Join(root, dir), nil, node, asc, "--config", "asconfig.json", "-o", out)
+	}
 }
 
 func rustTools() (rustc, cargo string, err error) {
@@ -124,7 +148,7 @@ func TestMain(m *testing.M) {
 
 var (
 	buildMu sync.Mutex
-	built   = map[string]string{} // lang -> bundle directory
+	built   = map[string]string{} // plugin directory -> bundle directory
 )
 
 // bundle builds g and returns a plugin directory holding the module and a
@@ -135,7 +159,7 @@ func bundle(t testing.TB, g guest) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if d, ok := built[g.lang]; ok {
+	if d, ok := built[g.dir]; ok {
 		return d
 	}
 	root := testwasm.RepoRoot(t)
@@ -147,7 +171,7 @@ func bundle(t testing.TB, g guest) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(buildDir, g.lang)
+	dir := filepath.Join(buildDir, mf.Name)
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +184,7 @@ func bundle(t testing.TB, g guest) string {
 	if err := os.WriteFile(filepath.Join(dir, policy.ManifestFile), manifest, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	built[g.lang] = dir
+	built[g.dir] = dir
 	return dir
 }
 
@@ -359,6 +383,83 @@ func TestGreetErrors(t *testing.T) {
 			}
 			if res, err := m.Invoke(ctx, host.Request{Action: "greet", Input: []byte("again"), Principal: ann}); err != nil || string(res.Output) != "Hello, again! (call #42)" {
 				t.Fatalf("after the failure: %q, %v", res.Output, err)
+			}
+		})
+	}
+}
+
+// TestSDK drives every part of the C, Rust and AssemblyScript SDKs
+// through their conformance fixtures, with one table: kv (including a
+// value and a key list larger than one reply buffer or one page), config,
+// log, the raw call, error codes both ways, and binary input.
+func TestSDK(t *testing.T) {
+	ctx := context.Background()
+	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB: StatusTooSmall, then a fetch
+	var keys []string
+	for i := range 1001 { // one more than a kv.list page
+		keys = append(keys, fmt.Sprintf("p/%04d", i))
+	}
+	for _, g := range sdkFixtures {
+		t.Run(g.lang, func(t *testing.T) {
+			logs := newCapture()
+			h := newHost(t, slog.New(logs))
+			m := load(t, h, bundle(t, g), func(o *host.LoadOptions) { o.Config = map[string]string{"greeting": "hi"} })
+			for _, k := range keys {
+				if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, k, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tests := []struct {
+				action, input string
+				want          string
+				code          abi.Code
+				reason        string
+			}{
+				{action: "kv", input: "put color blue", want: "ok"},
+				{action: "kv", input: "put colour gr\\een \"x\"", want: "ok"},
+				{action: "kv", input: "get color", want: "blue"},
+				{action: "kv", input: "get colour", want: "gr\\een \"x\""},
+				{action: "kv", input: "list col", want: "color\ncolour"},
+				{action: "kv", input: "del color", want: "deleted"},
+				{action: "kv", input: "get color", want: "<not found>"},
+				{action: "kv", input: "del color", want: "<not found>"},
+				{action: "kv", input: "put big " + big, want: "ok"},
+				{action: "kv", input: "get big", want: big},
+				{action: "kv", input: "list p/", want: strings.Join(keys, "\n")},
+				{action: "kv", input: "put " + strings.Repeat("k", abi.MaxKVKeyLen+1) + " v", code: abi.CodeTooLarge},
+				{action: "config", input: "greeting", want: "hi"},
+				{action: "config", input: "missing", code: abi.CodeNotFound, reason: "no config key missing"},
+				{action: "log", input: "warn hello there", want: "ok"},
+				{action: "log", input: "loud hello", code: abi.CodeInvalidArgument, reason: `level "loud"`},
+				{action: "call", input: `config.get {"key":"greeting"}`, want: `{"value":"hi","found":true}`},
+				{action: "call", input: "no.such.op {}", code: abi.CodeUnknownOp, reason: "no.such.op"},
+				{action: "fail", input: "not_found the thing is gone", code: abi.CodeNotFound, reason: "the thing is gone"},
+				{action: "fail", input: "denied \"quoted\"\n\tand \\ escaped ü", code: abi.CodeDenied, reason: "\"quoted\"\n\tand \\ escaped ü"},
+				{action: "echo", input: "", want: ""},
+				{action: "echo", input: "a\x00b\xff\n", want: "a\x00b\xff\n"},
+			}
+			for _, tt := range tests {
+				res, err := m.Invoke(ctx, host.Request{Action: tt.action, Input: []byte(tt.input), Principal: ann})
+				name := fmt.Sprintf("%s %.40q", tt.action, tt.input)
+				if tt.code == "" {
+					if err != nil || string(res.Output) != tt.want {
+						t.Errorf("%s: got %d bytes %.60q, %v; want %d bytes %.60q", name, len(res.Output), res.Output, err, len(tt.want), tt.want)
+					}
+					continue
+				}
+				var he *host.Error
+				if !errors.As(err, &he) || he.Code != tt.code || !strings.Contains(he.Reason, tt.reason) {
+					t.Errorf("%s: got %v; want %s with %q", name, err, tt.code, tt.reason)
+				}
+			}
+			var warn []record
+			for _, r := range logs.guestRecords() {
+				if r.level == slog.LevelWarn {
+					warn = append(warn, r)
+				}
+			}
+			if len(warn) != 1 || warn[0].msg != "hello there" || warn[0].attrs["guest.k"] != "v" || warn[0].attrs["action"] != "log" {
+				t.Errorf("warn records %+v; want one \"hello there\" with guest.k=v", warn)
 			}
 		})
 	}
