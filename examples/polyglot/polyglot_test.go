@@ -325,19 +325,40 @@ func TestGreet(t *testing.T) {
 	}
 }
 
-// TestGreetLargeConfig: a configuration value larger than the SDKs' first
-// response buffer (16 KiB) makes config.get answer StatusTooSmall, and the
-// SDK must fetch the reply with a second crossing.
-func TestGreetLargeConfig(t *testing.T) {
-	greeting := strings.Repeat("Hi", 20<<10) // 40 KiB
+// TestGreetConfig: the greeting comes from config.get: overridden at
+// load, absent (the plugin's default), or larger than the SDKs' first
+// response buffer (16 KiB), which makes config.get answer StatusTooSmall
+// and the SDK fetch the reply with a second crossing.
+func TestGreetConfig(t *testing.T) {
+	large := strings.Repeat("Hi", 20<<10) // 40 KiB
+	tests := []struct {
+		name   string
+		config map[string]string
+		unset  bool // drop the manifest's default greeting
+		want   string
+	}{
+		{name: "override", config: map[string]string{"greeting": "Hi"}, want: "Hi, you! (call #1)"},
+		{name: "unset", unset: true, want: "Hello, you! (call #1)"},
+		{name: "large", config: map[string]string{"greeting": large}, want: large + ", you! (call #1)"},
+	}
 	for _, g := range guests {
 		t.Run(g.lang, func(t *testing.T) {
-			m := load(t, newHost(t, slog.New(slog.DiscardHandler)), bundle(t, g), func(o *host.LoadOptions) {
-				o.Config = map[string]string{"greeting": greeting}
-			})
-			res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("big"), Principal: ann})
-			if want := greeting + ", big! (call #1)"; err != nil || string(res.Output) != want {
-				t.Fatalf("got %d bytes (%.40q...), %v; want %d bytes", len(res.Output), res.Output, err, len(want))
+			h := newHost(t, slog.New(slog.DiscardHandler))
+			for _, tt := range tests {
+				m := load(t, h, bundle(t, g), func(o *host.LoadOptions) {
+					o.Config = tt.config
+					if tt.unset {
+						mf := *o.Manifest
+						mf.Config = nil
+						o.Manifest, o.ManifestBytes = &mf, nil
+					}
+				})
+				// A fresh organization per case, so each count starts at 1.
+				res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("you"),
+					Principal: policy.Principal{User: "ann", Org: "org-" + tt.name}})
+				if err != nil || string(res.Output) != tt.want {
+					t.Errorf("%s: got %d bytes (%.40q...), %v; want %d bytes (%.40q...)", tt.name, len(res.Output), res.Output, err, len(tt.want), tt.want)
+				}
 			}
 		})
 	}
