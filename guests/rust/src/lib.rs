@@ -199,7 +199,7 @@ macro_rules! actions {
     ($($name:literal => $handler:expr),+ $(,)?) => {
         const __MOAT_NAMES: &[&str] = &[$($name),+];
         const __MOAT_HANDLERS: &[$crate::__rt::Handler] = &[
-            $(|input: &[u8]| $handler(input).map(::std::convert::Into::<::std::vec::Vec<u8>>::into)),+
+            $(|input: &[u8]| ($handler)(input).map(::std::convert::Into::<::std::vec::Vec<u8>>::into)),+
         ];
 
         #[no_mangle]
