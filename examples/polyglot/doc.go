@@ -1,0 +1,10 @@
+// Package polyglot holds the tests and benchmarks of the example plugins
+// written with the guest SDKs: examples/hello-go (guests/go), hello-c and
+// hello-cpp (guests/c), hello-rust (guests/rust) and hello-as
+// (guests/assemblyscript). Every example is the same plugin, so one table
+// of assertions runs over all of them: each is built from source with its
+// real compiler, loaded with its moat.yaml the way `moat run` loads it, and
+// invoked through the import transport, calling config, log and kv.
+//
+// The package has no API; it exists for `go test ./examples/polyglot`.
+package polyglot

@@ -1,0 +1,715 @@
+// The moat guest SDK for AssemblyScript (ABI version 1).
+//
+// A plugin is a WebAssembly module that declares named actions; the moat
+// host invokes them with an input and returns their output. Inside an
+// action the plugin reaches the host through ops: its configuration
+// (config.get), the structured log (log.info...), a key-value store
+// (kv.get/put/remove/list) and, for any other op, call.
+//
+//   import * as moat from "../../guests/assemblyscript/moat";
+//   export { moat_abi_version, moat_actions, moat_alloc, moat_invoke } from "../../guests/assemblyscript/moat";
+//
+//   moat.action("greet", (input: Uint8Array): moat.Output => {
+//     const name = moat.text(input);
+//     moat.log.info("greeting", ["name", name]);
+//     return moat.Output.text("Hello, " + name + "!");
+//   });
+//
+// The entry file must re-export the four exports (AssemblyScript exports
+// only what the entry file exports) and build with this file's abort:
+//
+//   asc index.ts --use abort=<path to this file without .ts>/abort -O3 -o plugin.wasm
+//
+// (examples/hello-as/asconfig.json does both). The module then imports only
+// moat.call and, for abort's message, wasi_snapshot_preview1.fd_write; no
+// WASI shim is needed, because a plugin talks to the world through ops.
+//
+// Conventions:
+//   - AssemblyScript has no exceptions, so ops return a Result<T> (or a
+//     MoatError | null) and actions return an Output. Output.fail(err)
+//     passes an op's error code (for example "denied") to the host's caller.
+//   - An abort (a failed assertion, an out-of-bounds index, running out of
+//     memory) ends the instance: the host reports a trap carrying the
+//     message, which abort writes to stderr.
+//   - The host reuses an instance for many invocations, one at a time, so
+//     globals persist. The input is valid only during the call. Ops work
+//     only while an action runs; register actions at the top level.
+
+// ---- the ABI ----------------------------------------------------------------
+
+/** The ABI version this SDK implements; the host refuses other versions. */
+export const ABI_VERSION: i32 = 1;
+
+/** Error codes of the ABI. They cross the wire as strings. */
+export namespace Code {
+  export const INVALID_ARGUMENT = "invalid_argument";
+  export const NOT_FOUND = "not_found";
+  export const UNKNOWN_OP = "unknown_op";
+  export const DENIED = "denied";
+  export const TOO_LARGE = "too_large";
+  export const UNAVAILABLE = "unavailable";
+  export const INTERNAL = "internal";
+  export const GUEST_ERROR = "guest_error";
+  export const CONFIRMATION_REQUIRED = "confirmation_required";
+}
+
+/** A failure: an ABI code and a message. */
+export class MoatError {
+  constructor(public code: string, public message: string) {
+    if (code.length == 0) this.code = Code.GUEST_ERROR;
+  }
+  /** Whether the error has the given code. */
+  is(code: string): bool {
+    return this.code == code;
+  }
+  toString(): string {
+    return this.message.length ? this.code + ": " + this.message : this.code;
+  }
+}
+
+/** The outcome of an op: a value, or an error (then ok is false). */
+export class Result<T> {
+  constructor(public value: T, public error: MoatError | null) {}
+  get ok(): bool {
+    return this.error === null;
+  }
+}
+
+function success<T>(value: T): Result<T> {
+  return new Result<T>(value, null);
+}
+
+function failure<T>(e: MoatError): Result<T> {
+  // The value of a failed result is never read: zero (null) will do.
+  if (isReference<T>()) return new Result<T>(changetype<T>(0), e);
+  return new Result<T>(<T>0, e);
+}
+
+/** What an action returns: its output, or an error that fails the call. */
+export class Output {
+  private constructor(public bytes: Uint8Array, public error: MoatError | null) {}
+  /** Output of raw bytes. */
+  static bytes(b: Uint8Array): Output {
+    return new Output(b, null);
+  }
+  /** Output of a string, as UTF-8. */
+  static text(s: string): Output {
+    return new Output(Uint8Array.wrap(String.UTF8.encode(s)), null);
+  }
+  /** Fails the invocation with err's code, e.g. an op's error. */
+  static fail(err: MoatError): Output {
+    return new Output(new Uint8Array(0), err);
+  }
+  /** Fails the invocation with a code (see Code) and a message. */
+  static error(code: string, message: string): Output {
+    return new Output(new Uint8Array(0), new MoatError(code, message));
+  }
+}
+
+/** The UTF-8 text in b (an action's input, a kv value). */
+export function text(b: Uint8Array): string {
+  return String.UTF8.decodeUnsafe(b.dataStart, b.length);
+}
+
+/** An action's handler. The input is valid only during the call. */
+export type Handler = (input: Uint8Array) => Output;
+
+// ---- byte buffers and JSON ---------------------------------------------------
+// Requests are built and replies read as UTF-8 bytes, so a large kv value
+// is never copied through a UTF-16 string.
+
+/** A growable byte buffer. */
+class Buf {
+  data: Uint8Array = new Uint8Array(64);
+  len: i32 = 0;
+
+  reserve(n: i32): void {
+    if (this.len + n <= this.data.length) return;
+    let cap = this.data.length * 2;
+    while (cap < this.len + n) cap *= 2;
+    const d = new Uint8Array(cap);
+    memory.copy(d.dataStart, this.data.dataStart, this.len);
+    this.data = d;
+  }
+  byte(b: i32): void {
+    this.reserve(1);
+    unchecked((this.data[this.len++] = <u8>b));
+  }
+  raw(p: usize, n: i32): void {
+    this.reserve(n);
+    memory.copy(this.data.dataStart + this.len, p, n);
+    this.len += n;
+  }
+  str(s: string): void {
+    const b = String.UTF8.encode(s);
+    this.raw(changetype<usize>(b), b.byteLength);
+  }
+  json(s: string): void {
+    this.byte(0x22);
+    let start = 0;
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if (c != 0x22 && c != 0x5c && c >= 0x20) continue;
+      if (i > start) this.str(s.substring(start, i));
+      if (c == 0x22) this.str('\\"');
+      else if (c == 0x5c) this.str("\\\\");
+      else this.str("\\u00" + (c < 16 ? "0" : "") + c.toString(16));
+      start = i + 1;
+    }
+    if (start < s.length) this.str(start == 0 ? s : s.substring(start));
+    this.byte(0x22);
+  }
+  bytes(): Uint8Array {
+    return this.data.subarray(0, this.len);
+  }
+  text(): string {
+    return String.UTF8.decodeUnsafe(this.data.dataStart, this.len);
+  }
+}
+
+const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+function b64encode(out: Buf, b: Uint8Array): void {
+  out.reserve(((b.length + 2) / 3) * 4);
+  for (let i = 0; i < b.length; i += 3) {
+    const v = (<u32>b[i] << 16) | (i + 1 < b.length ? <u32>b[i + 1] << 8 : 0) | (i + 2 < b.length ? <u32>b[i + 2] : 0);
+    out.byte(B64.charCodeAt(v >> 18));
+    out.byte(B64.charCodeAt((v >> 12) & 63));
+    out.byte(i + 1 < b.length ? B64.charCodeAt((v >> 6) & 63) : 0x3d);
+    out.byte(i + 2 < b.length ? B64.charCodeAt(v & 63) : 0x3d);
+  }
+}
+
+function b64digit(c: i32): i32 {
+  if (c >= 0x41 && c <= 0x5a) return c - 0x41;
+  if (c >= 0x61 && c <= 0x7a) return c - 0x61 + 26;
+  if (c >= 0x30 && c <= 0x39) return c - 0x30 + 52;
+  if (c == 0x2b) return 62;
+  if (c == 0x2f) return 63;
+  return -1;
+}
+
+/** Decodes padded standard base64, or returns null. */
+function b64decode(s: Uint8Array): Uint8Array | null {
+  if (s.length % 4 != 0) return null;
+  const out = new Buf();
+  for (let i = 0; i < s.length; i += 4) {
+    let v: u32 = 0;
+    let pad = 0;
+    for (let k = 0; k < 4; k++) {
+      const c = <i32>s[i + k];
+      let d = b64digit(c);
+      if (c == 0x3d && i + 4 == s.length && k >= 2) {
+        pad++;
+        d = 0;
+      } else if (d < 0 || pad > 0) return null;
+      v = (v << 6) | <u32>d;
+    }
+    out.byte(v >> 16);
+    if (pad < 2) out.byte(v >> 8);
+    if (pad < 1) out.byte(v);
+  }
+  return out.bytes();
+}
+
+/**
+ * A cursor over a JSON reply (UTF-8 bytes). Every method returns false or
+ * null on malformed input. Exported for users of call with ops this SDK
+ * does not wrap.
+ */
+export class JSONReader {
+  i: i32 = 0;
+  constructor(public b: Uint8Array) {}
+
+  ws(): void {
+    while (this.i < this.b.length) {
+      const c = this.b[this.i];
+      if (c != 0x20 && c != 0x09 && c != 0x0a && c != 0x0d) break;
+      this.i++;
+    }
+  }
+  eat(c: i32): bool {
+    this.ws();
+    if (this.i < this.b.length && this.b[this.i] == c) {
+      this.i++;
+      return true;
+    }
+    return false;
+  }
+  peek(): i32 {
+    this.ws();
+    return this.i < this.b.length ? <i32>this.b[this.i] : -1;
+  }
+
+  private hex4(): i32 {
+    if (this.i + 4 > this.b.length) return -1;
+    let v = 0;
+    for (let k = 0; k < 4; k++) {
+      const c = <i32>this.b[this.i++];
+      let d = -1;
+      if (c >= 0x30 && c <= 0x39) d = c - 0x30;
+      else if (c >= 0x61 && c <= 0x66) d = c - 0x61 + 10;
+      else if (c >= 0x41 && c <= 0x46) d = c - 0x41 + 10;
+      if (d < 0) return -1;
+      v = (v << 4) | d;
+    }
+    return v;
+  }
+
+  private utf8(out: Buf, r: i32): void {
+    if (r < 0x80) out.byte(r);
+    else if (r < 0x800) {
+      out.byte(0xc0 | (r >> 6));
+      out.byte(0x80 | (r & 0x3f));
+    } else if (r < 0x10000) {
+      out.byte(0xe0 | (r >> 12));
+      out.byte(0x80 | ((r >> 6) & 0x3f));
+      out.byte(0x80 | (r & 0x3f));
+    } else {
+      out.byte(0xf0 | (r >> 18));
+      out.byte(0x80 | ((r >> 12) & 0x3f));
+      out.byte(0x80 | ((r >> 6) & 0x3f));
+      out.byte(0x80 | (r & 0x3f));
+    }
+  }
+
+  /** Reads a string literal's unescaped UTF-8 bytes into out (or skips it). */
+  stringBytes(out: Buf | null): bool {
+    if (!this.eat(0x22)) return false;
+    while (this.i < this.b.length) {
+      const start = this.i;
+      while (this.i < this.b.length) {
+        const c = this.b[this.i];
+        if (c == 0x22 || c == 0x5c || c < 0x20) break;
+        this.i++;
+      }
+      if (out !== null) out.raw(this.b.dataStart + start, this.i - start);
+      if (this.i >= this.b.length || this.b[this.i] < 0x20) return false;
+      if (this.b[this.i++] == 0x22) return true;
+      if (this.i >= this.b.length) return false;
+      const e = <i32>this.b[this.i++];
+      let plain = -1;
+      if (e == 0x22 || e == 0x5c || e == 0x2f) plain = e;
+      else if (e == 0x62) plain = 8;
+      else if (e == 0x66) plain = 12;
+      else if (e == 0x6e) plain = 10;
+      else if (e == 0x72) plain = 13;
+      else if (e == 0x74) plain = 9;
+      if (plain >= 0) {
+        if (out !== null) out.byte(plain);
+        continue;
+      }
+      if (e != 0x75) return false;
+      let r = this.hex4();
+      if (r < 0) return false;
+      if (r >= 0xd800 && r < 0xdc00 && this.i + 6 <= this.b.length && this.b[this.i] == 0x5c && this.b[this.i + 1] == 0x75) {
+        const save = this.i;
+        this.i += 2;
+        const lo = this.hex4();
+        if (lo >= 0xdc00 && lo < 0xe000) r = 0x10000 + ((r - 0xd800) << 10) + (lo - 0xdc00);
+        else this.i = save;
+      }
+      if (r >= 0xd800 && r < 0xe000) r = 0xfffd; // a lone surrogate, as Go decodes it
+      if (out !== null) this.utf8(out, r);
+    }
+    return false;
+  }
+
+  /** Reads a string literal, or returns null. */
+  string(): string | null {
+    const out = new Buf();
+    return this.stringBytes(out) ? out.text() : null;
+  }
+
+  /** Steps over one value of any type (nesting is bounded). */
+  skip(depth: i32 = 0): bool {
+    if (depth > 64) return false;
+    const c = this.peek();
+    if (c == 0x22) return this.stringBytes(null);
+    if (c == 0x7b || c == 0x5b) {
+      const close = c == 0x7b ? 0x7d : 0x5d;
+      this.i++;
+      if (this.eat(close)) return true;
+      while (true) {
+        if (c == 0x7b && !(this.stringBytes(null) && this.eat(0x3a))) return false;
+        if (!this.skip(depth + 1)) return false;
+        if (this.eat(0x2c)) continue;
+        return this.eat(close);
+      }
+    }
+    const start = this.i;
+    while (this.i < this.b.length) {
+      const d = this.b[this.i];
+      if (!((d >= 0x30 && d <= 0x39) || d == 0x2b || d == 0x2d || d == 0x2e || (d >= 0x61 && d <= 0x7a) || d == 0x45)) break;
+      this.i++;
+    }
+    return this.i > start;
+  }
+
+  /**
+   * Positions the cursor at the value of member key of the top-level
+   * object; false when the text is not an object or lacks the member.
+   */
+  find(key: string): bool {
+    this.i = 0;
+    if (!this.eat(0x7b)) return false;
+    if (this.eat(0x7d)) return false;
+    while (true) {
+      const name = this.string();
+      if (name === null || !this.eat(0x3a)) return false;
+      if (name == key) {
+        this.ws();
+        return true;
+      }
+      if (!this.skip() || !this.eat(0x2c)) return false;
+    }
+  }
+
+  /** The boolean member key; absent or malformed is false. */
+  bool(key: string): bool {
+    if (!this.find(key) || this.i + 4 > this.b.length) return false;
+    return this.b[this.i] == 0x74 && this.b[this.i + 1] == 0x72 && this.b[this.i + 2] == 0x75 && this.b[this.i + 3] == 0x65;
+  }
+}
+
+// ---- the transport ------------------------------------------------------------
+
+@external("moat", "call")
+declare function hostCall(opPtr: usize, opLen: i32, reqPtr: usize, reqLen: i32, respPtr: usize, respCap: i32): u64;
+
+const STATUS_OK: u32 = 0;
+const STATUS_ERROR: u32 = 1;
+const STATUS_TOO_SMALL: u32 = 2;
+
+// The first response buffer is large enough that almost every reply arrives
+// in one crossing; it grows to the largest reply seen, and a buffer past
+// MAX_RETAINED is dropped when the invocation ends.
+const INITIAL_RESP = 16 << 10;
+const MAX_RETAINED = 1 << 20;
+
+let respBuf = new Uint8Array(INITIAL_RESP);
+
+function decodeError(op: string, body: Uint8Array): MoatError {
+  const r = new JSONReader(body);
+  if (r.find("code")) {
+    const code = r.string();
+    if (code !== null && code.length > 0) {
+      let msg: string | null = null;
+      if (r.find("message")) msg = r.string();
+      return new MoatError(code, msg !== null ? msg : "");
+    }
+  }
+  return new MoatError(Code.INTERNAL, "op " + op + " failed with an undecodable error reply: " + String.UTF8.decode(body.slice(0).buffer));
+}
+
+/**
+ * Sends one op and returns the reply body, which aliases the shared
+ * response buffer: it is valid until the next op.
+ */
+function roundTrip(op: string, req: Buf): Result<Uint8Array> {
+  if (op.length == 0) return failure<Uint8Array>(new MoatError(Code.INVALID_ARGUMENT, "op name is empty"));
+  const name = String.UTF8.encode(op);
+  let v = hostCall(changetype<usize>(name), name.byteLength, req.data.dataStart, req.len, respBuf.dataStart, respBuf.length);
+  let status = <u32>(v >> 32);
+  let n = <i32>(<u32>v);
+  if (status == STATUS_TOO_SMALL) {
+    // The host kept the reply; fetch it with an empty op name into a
+    // buffer of the size it asked for.
+    if (n <= respBuf.length) {
+      return failure<Uint8Array>(new MoatError(Code.INTERNAL, "op " + op + ": host asked for a " + n.toString() + "-byte buffer but " + respBuf.length.toString() + " bytes were offered"));
+    }
+    respBuf = new Uint8Array(n);
+    v = hostCall(0, 0, 0, 0, respBuf.dataStart, respBuf.length);
+    status = <u32>(v >> 32);
+    n = <i32>(<u32>v);
+    if (status == STATUS_TOO_SMALL) return failure<Uint8Array>(new MoatError(Code.INTERNAL, "op " + op + ": host asked for a larger buffer twice"));
+  }
+  if (n > respBuf.length) return failure<Uint8Array>(new MoatError(Code.INTERNAL, "op " + op + ": host reported a reply larger than the buffer"));
+  const body = respBuf.subarray(0, n);
+  if (status == STATUS_OK) return success<Uint8Array>(body);
+  if (status == STATUS_ERROR) return failure<Uint8Array>(decodeError(op, body));
+  return failure<Uint8Array>(new MoatError(Code.INTERNAL, "op " + op + ": host returned unknown status " + status.toString()));
+}
+
+function keyRequest(key: string): Buf {
+  const b = new Buf();
+  b.str('{"key":');
+  b.json(key);
+  return b;
+}
+
+/**
+ * Runs an op by name with a JSON request ("" means {}) and returns the
+ * JSON reply: the door to any op this SDK does not wrap.
+ */
+export function call(op: string, request: string): Result<string> {
+  const req = new Buf();
+  req.str(request.length ? request : "{}");
+  const r = roundTrip(op, req);
+  if (!r.ok) return failure<string>(r.error!);
+  return success<string>(String.UTF8.decodeUnsafe(r.value.dataStart, r.value.length));
+}
+
+// ---- ops ----------------------------------------------------------------------
+
+/** The module's configuration, set by whoever loads the module. */
+export namespace config {
+  /** The value of key, or null when the configuration has no such key. */
+  export function get(key: string): Result<string | null> {
+    const req = keyRequest(key);
+    req.byte(0x7d);
+    const r = roundTrip("config.get", req);
+    if (!r.ok) return failure<string | null>(r.error!);
+    const j = new JSONReader(r.value);
+    if (!j.bool("found")) return success<string | null>(null);
+    if (!j.find("value")) return success<string | null>("");
+    const v = j.string();
+    if (v === null) return failure<string | null>(new MoatError(Code.INTERNAL, "op config.get: reply value is not a string"));
+    return success<string | null>(v);
+  }
+}
+
+/**
+ * The host's structured log; the host tags each record with the module,
+ * action, principal and correlation id. Fields are alternating keys and
+ * string values, as in log.info("greeted", ["name", name]). debug, info,
+ * warn and error drop the record if the op fails (logging should never
+ * fail an action); write returns the error.
+ */
+export namespace log {
+  export const DEBUG = "debug";
+  export const INFO = "info";
+  export const WARN = "warn";
+  export const ERROR = "error";
+
+  /** Writes one record; level is DEBUG, INFO, WARN or ERROR. */
+  export function write(level: string, message: string, fields: string[] = []): MoatError | null {
+    const req = new Buf();
+    req.str('{"level":');
+    req.json(level);
+    req.str(',"message":');
+    req.json(message);
+    if (fields.length > 0) {
+      req.str(',"fields":{');
+      for (let i = 0; i < fields.length; i += 2) {
+        if (i > 0) req.byte(0x2c);
+        if (i + 1 < fields.length) {
+          req.json(fields[i]);
+          req.byte(0x3a);
+          req.json(fields[i + 1]);
+        } else {
+          req.str('"!BADKEY":'); // a key without a value, as log/slog does
+          req.json(fields[i]);
+        }
+      }
+      req.byte(0x7d);
+    }
+    req.byte(0x7d);
+    const r = roundTrip("log.write", req);
+    return r.error;
+  }
+  export function debug(message: string, fields: string[] = []): void {
+    write(DEBUG, message, fields);
+  }
+  export function info(message: string, fields: string[] = []): void {
+    write(INFO, message, fields);
+  }
+  export function warn(message: string, fields: string[] = []): void {
+    write(WARN, message, fields);
+  }
+  export function error(message: string, fields: string[] = []): void {
+    write(ERROR, message, fields);
+  }
+}
+
+/**
+ * The module's key-value store, scoped by the host to the caller's
+ * organization and this module. Keys are at most 512 bytes and values at
+ * most 1 MiB; the host enforces both (Code.TOO_LARGE).
+ */
+export namespace kv {
+  /** The value of key, or null if the key does not exist. */
+  export function get(key: string): Result<Uint8Array | null> {
+    const req = keyRequest(key);
+    req.byte(0x7d);
+    const r = roundTrip("kv.get", req);
+    if (!r.ok) return failure<Uint8Array | null>(r.error!);
+    const j = new JSONReader(r.value);
+    if (!j.bool("found")) return success<Uint8Array | null>(null);
+    if (!j.find("value")) return success<Uint8Array | null>(new Uint8Array(0));
+    const enc = new Buf();
+    const v = j.stringBytes(enc) ? b64decode(enc.bytes()) : null;
+    if (v === null) return failure<Uint8Array | null>(new MoatError(Code.INTERNAL, "op kv.get: the value is not a base64 string"));
+    return success<Uint8Array | null>(v);
+  }
+
+  /** The value of key as UTF-8 text, or null if the key does not exist. */
+  export function getString(key: string): Result<string | null> {
+    const r = get(key);
+    if (!r.ok) return failure<string | null>(r.error!);
+    const v = r.value;
+    if (v === null) return success<string | null>(null);
+    return success<string | null>(String.UTF8.decodeUnsafe(v.dataStart, v.length));
+  }
+
+  /** Sets key to value, replacing any value it had. */
+  export function put(key: string, value: Uint8Array): MoatError | null {
+    const req = keyRequest(key);
+    req.str(',"value":"');
+    b64encode(req, value);
+    req.str('"}');
+    return roundTrip("kv.put", req).error;
+  }
+
+  /** Sets key to the UTF-8 bytes of value. */
+  export function putString(key: string, value: string): MoatError | null {
+    return put(key, Uint8Array.wrap(String.UTF8.encode(value)));
+  }
+
+  /** Removes key and reports whether it existed. (delete is a reserved word.) */
+  export function remove(key: string): Result<bool> {
+    const req = keyRequest(key);
+    req.byte(0x7d);
+    const r = roundTrip("kv.delete", req);
+    if (!r.ok) return failure<bool>(r.error!);
+    return success<bool>(new JSONReader(r.value).bool("deleted"));
+  }
+
+  /**
+   * Every key that starts with prefix, in lexical order, following the
+   * host's pagination (at most 1000 keys per op).
+   */
+  export function list(prefix: string): Result<string[]> {
+    const keys = new Array<string>();
+    let after: string | null = null;
+    while (true) {
+      const req = new Buf();
+      req.str('{"prefix":');
+      req.json(prefix);
+      if (after !== null) {
+        req.str(',"after":');
+        req.json(after);
+      }
+      req.byte(0x7d);
+      const r = roundTrip("kv.list", req);
+      if (!r.ok) return failure<string[]>(r.error!);
+      const j = new JSONReader(r.value);
+      const more = j.bool("more");
+      if (!j.find("keys") || !j.eat(0x5b)) return failure<string[]>(new MoatError(Code.INTERNAL, "op kv.list: reply has no keys array"));
+      let count = 0;
+      if (!j.eat(0x5d)) {
+        while (true) {
+          const k = j.string();
+          if (k === null) return failure<string[]>(new MoatError(Code.INTERNAL, "op kv.list: malformed keys array"));
+          keys.push(k);
+          after = k;
+          count++;
+          if (j.eat(0x2c)) continue;
+          if (j.eat(0x5d)) break;
+          return failure<string[]>(new MoatError(Code.INTERNAL, "op kv.list: malformed keys array"));
+        }
+      }
+      if (!more) return success<string[]>(keys);
+      if (count == 0) return failure<string[]>(new MoatError(Code.INTERNAL, "op kv.list: the host said more keys follow but returned none"));
+    }
+    return success<string[]>(keys); // unreachable; AssemblyScript wants a return
+  }
+}
+
+// ---- actions and the exports --------------------------------------------------
+
+const names = new Array<string>();
+const handlers = new Array<Handler>();
+let actionList: ArrayBuffer | null = null;
+// The input buffer moat_alloc hands out, and the last output: both live in
+// globals so the garbage collector keeps them while the host holds their
+// addresses (it never moves objects).
+let inputBuf = new ArrayBuffer(0);
+let lastOutput = new Uint8Array(0);
+
+/**
+ * Registers fn as the action called name. Call it at the top level of the
+ * entry file: the host reads the action list once, after instantiation,
+ * and addresses actions by their index in registration order.
+ */
+export function action(name: string, fn: Handler): void {
+  assert(name.length > 0 && name.indexOf("\n") < 0, "moat.action: the name is empty or contains a newline");
+  assert(names.indexOf(name) < 0, "moat.action: action " + name + " is registered twice");
+  assert(actionList === null, "moat.action: action " + name + " registered after the host read the action list");
+  names.push(name);
+  handlers.push(fn);
+}
+
+/** Export: the ABI version. */
+export function moat_abi_version(): i32 {
+  return ABI_VERSION;
+}
+
+/** Export: the action list, "name\nname\n", as Pack(ptr, len). */
+export function moat_actions(): u64 {
+  if (actionList === null) actionList = String.UTF8.encode(names.length ? names.join("\n") + "\n" : "");
+  const l = actionList!;
+  return (<u64>changetype<usize>(l) << 32) | <u64>l.byteLength;
+}
+
+/** Export: a buffer of size bytes for the host to write the input to. */
+export function moat_alloc(size: i32): usize {
+  if (inputBuf.byteLength < size) inputBuf = new ArrayBuffer(size);
+  return changetype<usize>(inputBuf);
+}
+
+function encodeError(e: MoatError): Uint8Array {
+  const b = new Buf();
+  b.str('{"code":');
+  b.json(e.code);
+  b.str(',"message":');
+  b.json(e.message);
+  b.byte(0x7d);
+  return b.bytes();
+}
+
+/** Export: runs action number action on the input at [ptr, +len). */
+export function moat_invoke(action: i32, ptr: usize, len: i32): u64 {
+  const base = changetype<usize>(inputBuf);
+  let out: Output;
+  if (action < 0 || action >= handlers.length) {
+    out = Output.error("no_such_action", "no action at index " + action.toString() + "; the module has " + handlers.length.toString() + " actions");
+  } else if (len > 0 && (ptr < base || <u64>(ptr - base) + <u64>len > <u64>inputBuf.byteLength)) {
+    out = Output.error(Code.INVALID_ARGUMENT, "moat_invoke: the input is not inside the buffer returned by moat_alloc");
+  } else {
+    const input = len > 0 ? Uint8Array.wrap(inputBuf, <i32>(ptr - base), len) : new Uint8Array(0);
+    out = handlers[action](input);
+  }
+  let failed: u64 = 0;
+  const err = out.error;
+  if (err !== null) {
+    lastOutput = encodeError(err);
+    failed = 1 << 31;
+  } else {
+    lastOutput = out.bytes;
+  }
+  if (inputBuf.byteLength > MAX_RETAINED) inputBuf = new ArrayBuffer(0);
+  if (respBuf.length > MAX_RETAINED) respBuf = new Uint8Array(INITIAL_RESP);
+  return (<u64>lastOutput.dataStart << 32) | <u64>lastOutput.length | failed;
+}
+
+// ---- abort --------------------------------------------------------------------
+
+@external("wasi_snapshot_preview1", "fd_write")
+declare function fdWrite(fd: i32, iovs: usize, iovsLen: i32, written: usize): i32;
+
+/**
+ * The abort of a plugin (selected with --use abort=.../moat/abort): writes
+ * the message to stderr, which the host attaches to the trap it reports,
+ * and traps. It needs no WASI shim.
+ */
+export function abort(message: string | null, fileName: string | null, line: u32, column: u32): void {
+  let text = "abort: " + (message !== null ? message : "(no message)");
+  if (fileName !== null) text += " at " + fileName + ":" + line.toString() + ":" + column.toString();
+  const b = String.UTF8.encode(text + "\n");
+  const iov = memory.data(16);
+  store<usize>(iov, changetype<usize>(b));
+  store<usize>(iov, <usize>b.byteLength, sizeof<usize>());
+  fdWrite(2, iov, 1, iov + 8);
+  unreachable();
+}
