@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
@@ -37,6 +38,13 @@ type RunRequest struct {
 	// FS, when set, is added after Mounts: a filesystem the caller builds
 	// itself, such as one carrying a device file for the op table.
 	FS func(wazero.FSConfig) wazero.FSConfig
+	// Ops gives the command the op table through the device-file
+	// transport: transport.DevicePath (/dev/moat/ops) appears in its
+	// filesystem and $MOAT_OPS names it. Interpreters (QuickJS, CPython),
+	// whose binaries cannot import moat.call, write one JSON request line
+	// to it and read one reply line per op. The ops run for Principal,
+	// under the module's grants and with the same audit as moat.call.
+	Ops bool
 }
 
 // Mount exposes HostDir at GuestPath inside a command's WASI filesystem.
@@ -94,6 +102,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
 	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
 	inst.env.Begin(cctx, abi.ExportStart, req.Principal, req.CorrelationID)
+	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
 
@@ -106,7 +115,10 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
-	if len(req.Mounts) > 0 || req.FS != nil {
+	if _, set := req.Env[transport.DeviceEnv]; req.Ops && !set {
+		mc = mc.WithEnv(transport.DeviceEnv, transport.DevicePath)
+	}
+	if len(req.Mounts) > 0 || req.FS != nil || req.Ops {
 		fsc := wazero.NewFSConfig()
 		for _, mt := range req.Mounts {
 			if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
@@ -120,6 +132,9 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		}
 		if req.FS != nil {
 			fsc = req.FS(fsc)
+		}
+		if req.Ops {
+			fsc = transport.NewDevice(cctx, inst).Mount(fsc)
 		}
 		mc = mc.WithFSConfig(fsc)
 	}
