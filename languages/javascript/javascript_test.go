@@ -50,10 +50,10 @@ std.exit(3);`},
 			wantCode:   1,
 		},
 		{
-			name:       "the source is read-only",
-			files:      []string{"main.js", `const f = std.open("/src/new.txt", "w"); print(f === null ? "refused" : "written");`},
-			wantOut:    "refused\n",
-			wantCode:   0,
+			name:     "the source is read-only",
+			files:    []string{"main.js", `const f = std.open("/src/new.txt", "w"); print(f === null ? "refused" : "written");`},
+			wantOut:  "refused\n",
+			wantCode: 0,
 		},
 	}
 	for _, tt := range tests {
