@@ -47,6 +47,12 @@ type RunRequest struct {
 	Ops bool
 }
 
+// CacheDir is the directory of the host's compilation cache. Drivers that
+// need a wazero runtime of their own, for a guest importing modules this
+// host does not provide (the Ruby interpreter's reactor), keep its machine
+// code there too, so it is compiled once per machine, not once per process.
+func (h *Host) CacheDir() string { return h.cacheDir }
+
 // Mount exposes HostDir at GuestPath inside a command's WASI filesystem.
 type Mount struct {
 	HostDir   string
