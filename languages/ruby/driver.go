@@ -228,8 +228,12 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	code, err := drive(rctx, e.rt, cm, mc, a.Args[0], append(slices.Clone(a.Args[1:]), in.Args...))
 	var exit *sys.ExitError
 	switch {
-	case err == nil && alloc.hit:
+	case err == nil && alloc.initHit:
 		return fail(abi.CodeMemoryLimit, nil, "the interpreter's initial memory exceeds the limit of %d MiB", lim.memory>>20)
+	case err == nil && alloc.hit && code != 0:
+		// A script that failed after a refused grow (NoMemoryError) failed
+		// for want of memory, whatever it printed.
+		return fail(abi.CodeMemoryLimit, nil, "the script tried to grow its memory past the limit of %d MiB: %s", lim.memory>>20, firstLineOf(stderr.String()))
 	case err == nil:
 	case over.stream != "":
 		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the script was stopped", over.stream, lim.output)
@@ -437,10 +441,13 @@ func (c *capWriter) Write(p []byte) (int, error) {
 }
 
 // memoryAllocator backs the instance's memory and refuses to grow it past
-// limit, recording that the guest hit it.
+// limit, recording that the guest hit it. A refused grow the guest
+// survives (CRuby collects garbage and carries on) is not a failure; a run
+// that fails after one is memory_limit.
 type memoryAllocator struct {
-	limit uint64
-	hit   bool
+	limit   uint64
+	hit     bool // a grow was refused
+	initHit bool // the initial size was over the limit
 }
 
 func (a *memoryAllocator) Allocate(capacity, max uint64) experimental.LinearMemory {
@@ -459,7 +466,8 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		// wazero cannot take a refused initial allocation: grant it, and
 		// the run fails after.
 		m.init = true
-		m.a.hit = m.a.hit || size > m.a.limit
+		m.a.initHit = size > m.a.limit
+		m.a.hit = m.a.hit || m.a.initHit
 	} else if size > m.max || size > m.a.limit {
 		m.a.hit = true
 		return nil
@@ -475,6 +483,11 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 }
 
 func (m *linearMemory) Free() { m.buf = nil }
+
+func firstLineOf(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
 
 func firstLine(err error) string {
 	s := err.Error()

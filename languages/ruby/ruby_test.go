@@ -2,11 +2,13 @@ package ruby_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
@@ -14,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
+// The package's tests share one host, and so one compiled interpreter.
 var testHost *host.Host
 
 func TestMain(m *testing.M) {
@@ -23,6 +26,8 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		defer os.RemoveAll(dir)
+		// Keep the 30 MB interpreter's machine code between test runs when
+		// `make toolchains` made a .toolchains directory.
 		cache := filepath.Join(dir, "cache")
 		if d := toolchains.Dir(); d != "" {
 			cache = filepath.Join(d, "cache", "wazero")
@@ -50,7 +55,8 @@ func interpreter(t testing.TB) {
 	}
 }
 
-// run builds files (name, content...) and runs them as the executor does.
+// run builds files (name, content...) and runs them as the executor does:
+// Files in a directory that becomes /src, then RunArtifact.
 func run(t testing.TB, in languages.RunInput, files ...string) (*languages.RunOutput, error) {
 	t.Helper()
 	interpreter(t)
@@ -66,7 +72,9 @@ func run(t testing.TB, in languages.RunInput, files ...string) (*languages.RunOu
 	in.SrcDir = t.TempDir()
 	for _, f := range a.Files {
 		p := filepath.Join(in.SrcDir, filepath.FromSlash(f.Name))
-		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -75,17 +83,97 @@ func run(t testing.TB, in languages.RunInput, files ...string) (*languages.RunOu
 }
 
 func TestRun(t *testing.T) {
-	out, err := run(t, languages.RunInput{Stdin: []byte("world\n"), Args: []string{"a", "-b"}, Env: map[string]string{"GREETING": "hi"}},
-		"main.rb", `line = $stdin.gets.chomp
+	tests := []struct {
+		name       string
+		in         languages.RunInput
+		files      []string
+		wantOut    string
+		wantErrOut string
+		wantCode   int
+	}{
+		{
+			name: "stdin args env exit",
+			in:   languages.RunInput{Stdin: []byte("world\n"), Args: []string{"a", "-b"}, Env: map[string]string{"GREETING": "hi"}},
+			files: []string{"main.rb", `line = $stdin.gets.chomp
 require "json"
-puts "hello #{line} #{ARGV.join(",")} #{ENV["GREETING"]} #{JSON.generate([RUBY_VERSION])}"
-exit 3`)
-	if err != nil {
-		t.Fatal(err)
+puts "hello #{line} #{ARGV.join(",")} #{ENV["GREETING"]} #{JSON.generate([RUBY_VERSION, $0])}"
+exit 3`},
+			wantOut:  "hello world a,-b hi [\"3.4.1\",\"/src/main.rb\"]\n",
+			wantCode: 3,
+		},
+		{
+			name:     "require_relative and a clean end",
+			files:    []string{"main.rb", "require_relative 'lib/util'\nputs Util.twice(21)", "lib/util.rb", "module Util\n  def self.twice(n) = 2 * n\nend\n"},
+			wantOut:  "42\n",
+			wantCode: 0,
+		},
+		{
+			name:       "uncaught exception",
+			files:      []string{"main.rb", "puts 'before'\nraise ArgumentError, 'boom'"},
+			wantOut:    "before\n",
+			wantErrOut: "boom (ArgumentError)",
+			wantCode:   1,
+		},
+		{
+			name:       "syntax error",
+			files:      []string{"main.rb", "def f(\n"},
+			wantErrOut: "SyntaxError",
+			wantCode:   1,
+		},
+		{
+			name:     "exit! skips the wrapper",
+			files:    []string{"main.rb", "print 'bye'\nexit!(7)"},
+			wantOut:  "bye",
+			wantCode: 7,
+		},
 	}
-	if string(out.Stdout) != "hello world a,-b hi [\"3.4.1\"]\n" || out.ExitCode != 3 {
-		t.Fatalf("exit %d, stdout %q, stderr %q", out.ExitCode, out.Stdout, out.Stderr)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := run(t, tt.in, tt.files...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.ExitCode != tt.wantCode || !strings.Contains(string(out.Stdout), tt.wantOut) || !strings.Contains(string(out.Stderr), tt.wantErrOut) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+					out.ExitCode, out.Stdout, out.Stderr, tt.wantCode, tt.wantOut, tt.wantErrOut)
+			}
+		})
 	}
-	t.Logf("%q", out.Stderr)
-	_ = strings.Contains
+}
+
+func TestRunLimits(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits languages.ExecLimits
+		script string
+		want   *host.Error
+	}{
+		{"timeout", languages.ExecLimits{Timeout: time.Second}, "loop { }", host.ErrTimeout},
+		{"output", languages.ExecLimits{MaxOutputBytes: 1000}, "loop { puts 'x' * 100 }", host.ErrOutputTooLarge},
+		{"memory", languages.ExecLimits{MemoryBytes: 64 << 20}, "a = []\nloop { a << ('x' * (1 << 20)) }", host.ErrMemoryLimit},
+	}
+	// The memory case's limit is enough for the interpreter itself.
+	if out, err := run(t, languages.RunInput{Limits: languages.ExecLimits{MemoryBytes: 64 << 20}}, "main.rb", "puts 1"); err != nil || string(out.Stdout) != "1\n" {
+		t.Fatalf("a small script under 64 MiB: %v", err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.limits.Timeout == 0 {
+				tt.limits.Timeout = 20 * time.Second
+			}
+			_, err := run(t, languages.RunInput{Limits: tt.limits}, "main.rb", tt.script)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestNoJavaScript: the browser interop of ruby.wasm has nothing behind it;
+// using it stops the run with a message that says so.
+func TestNoJavaScript(t *testing.T) {
+	_, err := run(t, languages.RunInput{}, "main.rb", "require 'js'\nJS.global")
+	if !errors.Is(err, host.ErrTrap) || !strings.Contains(err.Error(), "JavaScript interop") {
+		t.Fatalf("err = %v, want a trap about JavaScript interop", err)
+	}
 }
