@@ -125,9 +125,13 @@ func instantiateImports(ctx context.Context, rt wazero.Runtime, cm wazero.Compil
 			var fn api.GoModuleFunc
 			switch name {
 			case "resource_new_rb-abi-value":
-				fn = func(ctx context.Context, _ api.Module, stack []uint64) { stack[0] = uint64(handlesOf(ctx).add(uint32(stack[0]))) }
+				fn = func(ctx context.Context, _ api.Module, stack []uint64) {
+					stack[0] = uint64(handlesOf(ctx).add(uint32(stack[0])))
+				}
 			case "resource_get_rb-abi-value":
-				fn = func(ctx context.Context, _ api.Module, stack []uint64) { stack[0] = uint64(handlesOf(ctx).get(uint32(stack[0]))) }
+				fn = func(ctx context.Context, _ api.Module, stack []uint64) {
+					stack[0] = uint64(handlesOf(ctx).get(uint32(stack[0])))
+				}
 			case "resource_drop_js-abi-value":
 				fn = func(context.Context, api.Module, []uint64) {} // no JS values are ever made
 			default:
