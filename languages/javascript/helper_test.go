@@ -79,6 +79,7 @@ type runOpts struct {
 	env      map[string]string
 	ops      bool
 	manifest string // moat.yaml text; empty: no manifest (no kv grant)
+	mf       *policy.Manifest
 	user     string // principal user, org "acme"
 	limits   host.Limits
 }
@@ -101,6 +102,9 @@ func run(t testing.TB, a *languages.Artifact, o runOpts) (runResult, error) {
 			t.Fatal(err)
 		}
 		lo = host.LoadOptions{Manifest: mf}
+	}
+	if o.mf != nil {
+		lo = host.LoadOptions{Manifest: o.mf}
 	}
 	m, err := testHost.Load(ctx, a.WASM, lo)
 	if err != nil {
