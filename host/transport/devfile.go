@@ -89,8 +89,12 @@ func NewDevice(ctx context.Context, d Dispatcher) *Device {
 // Mount adds the device directory to fsc at DeviceDir. It needs wazero's
 // experimental sys.FS mounts, which every wazero.FSConfig offers.
 func (dev *Device) Mount(fsc wazero.FSConfig) wazero.FSConfig {
-	return fsc.(sysfs.FSConfig).WithSysFSMount(deviceFS{dev: dev}, DeviceDir)
+	return fsc.(sysfs.FSConfig).WithSysFSMount(dev.FS(), DeviceDir)
 }
+
+// FS is the device directory as a wazero file system, for a caller that
+// mounts it itself: it holds DeviceName, and each open of it is a channel.
+func (dev *Device) FS() experimentalsys.FS { return deviceFS{dev: dev} }
 
 // Serve answers one request line (without its newline) with one reply line
 // (with its newline). It is the whole protocol; the files only frame it.
