@@ -70,14 +70,8 @@ func run(t testing.TB, in languages.RunInput, files ...string) (*languages.RunOu
 		t.Fatal(err)
 	}
 	in.SrcDir = t.TempDir()
-	for _, f := range a.Files {
-		p := filepath.Join(in.SrcDir, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := writeFiles(in.SrcDir, a.Files); err != nil {
+		t.Fatal(err)
 	}
 	return l.RunArtifact(context.Background(), languages.RunEnv{Host: testHost}, a, in)
 }
@@ -176,4 +170,17 @@ func TestNoJavaScript(t *testing.T) {
 	if !errors.Is(err, host.ErrTrap) || !strings.Contains(err.Error(), "JavaScript interop") {
 		t.Fatalf("err = %v, want a trap about JavaScript interop", err)
 	}
+}
+
+func writeFiles(dir string, files []languages.File) error {
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
