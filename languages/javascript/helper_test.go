@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // toolchains` made a .toolchains directory, so a second `go test` does not
 // recompile them.
 func cacheDir(tmp string) string {
-	if d := toolchains.Dir(); d != "" {
+	if d := toolchains.Dir(); isDir(d) {
 		return filepath.Join(d, "cache", "wazero")
 	}
 	return filepath.Join(tmp, "cache")
@@ -168,4 +168,9 @@ func build(t testing.TB, files ...string) *languages.Artifact {
 		t.Fatal(err)
 	}
 	return a
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return p != "" && err == nil && fi.IsDir()
 }

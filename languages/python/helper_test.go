@@ -3,6 +3,7 @@ package python_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 // toolchains` made a .toolchains directory, so a second `go test` does not
 // recompile them.
 func cacheDir(tmp string) string {
-	if d := toolchains.Dir(); d != "" {
+	if d := toolchains.Dir(); isDir(d) {
 		return filepath.Join(d, "cache", "wazero")
 	}
 	return filepath.Join(tmp, "cache")
@@ -164,8 +165,16 @@ func build(t testing.TB, files ...string) *languages.Artifact {
 		t.Fatalf("validate: %v", vs)
 	}
 	a, err := l.Build(context.Background(), languages.BuildEnv{WorkDir: t.TempDir()}, src)
+	if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
+		t.Skip(err) // in CI (MOAT_REQUIRE_TOOLS=1) a missing interpreter fails
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return p != "" && err == nil && fi.IsDir()
 }

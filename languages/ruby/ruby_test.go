@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		// Keep the 30 MB interpreter's machine code between test runs when
 		// `make toolchains` made a .toolchains directory.
 		cache := filepath.Join(dir, "cache")
-		if d := toolchains.Dir(); d != "" {
+		if d := toolchains.Dir(); isDir(d) {
 			cache = filepath.Join(d, "cache", "wazero")
 		}
 		ctx := context.Background()
@@ -183,4 +183,9 @@ func writeFiles(dir string, files []languages.File) error {
 		}
 	}
 	return nil
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return p != "" && err == nil && fi.IsDir()
 }
