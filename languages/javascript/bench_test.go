@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
@@ -33,18 +34,21 @@ func BenchmarkRun(b *testing.B) {
 		}
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Stdout: io.Discard, Mounts: []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}}
 		b.ResetTimer()
+		cpu := startCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {
 			req.Stdin = strings.NewReader("World\n")
 			if res, err := m.Run(context.Background(), req); err != nil || res.ExitCode != 0 {
 				b.Fatal(res, err)
 			}
 		}
+		cpu.report(b)
 	})
 	b.Run("node-e", func(b *testing.B) {
 		node, err := exec.LookPath("node")
 		if err != nil {
 			b.Skip("node is not installed")
 		}
+		cpu := startCPU(syscall.RUSAGE_CHILDREN)
 		for b.Loop() {
 			cmd := exec.Command(node, "-e", `const name = require("fs").readFileSync(0, "utf8").trim(); console.log("Hello, " + name + "!");`)
 			cmd.Stdin = strings.NewReader("World\n")
@@ -52,5 +56,6 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		cpu.report(b)
 	})
 }

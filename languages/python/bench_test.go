@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
@@ -34,12 +35,14 @@ func BenchmarkRun(b *testing.B) {
 		}
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Mounts: []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}}
 		b.ResetTimer()
+		cpu := startCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {
 			req.Stdin = strings.NewReader("World\n")
 			if res, err := m.Run(context.Background(), req); err != nil || res.ExitCode != 0 {
 				b.Fatal(res, err)
 			}
 		}
+		cpu.report(b)
 	})
 	b.Run("python3-c", func(b *testing.B) {
 		// The interpreter itself, not a version manager's shim script.
@@ -48,6 +51,7 @@ func BenchmarkRun(b *testing.B) {
 			b.Skip("python3 is not installed")
 		}
 		py := strings.TrimSpace(string(out))
+		cpu := startCPU(syscall.RUSAGE_CHILDREN)
 		for b.Loop() {
 			cmd := exec.Command(py, "-c", script)
 			cmd.Stdin = strings.NewReader("World\n")
@@ -55,5 +59,6 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		cpu.report(b)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/languages"
@@ -32,17 +33,20 @@ func BenchmarkRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
+		cpu := startCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {
 			if out, err := l.RunArtifact(context.Background(), env, a, in); err != nil || out.ExitCode != 0 {
 				b.Fatal(out, err)
 			}
 		}
+		cpu.report(b)
 	})
 	b.Run("ruby-e", func(b *testing.B) {
 		rb, err := exec.LookPath("ruby")
 		if err != nil {
 			b.Skip("ruby is not installed")
 		}
+		cpu := startCPU(syscall.RUSAGE_CHILDREN)
 		for b.Loop() {
 			cmd := exec.Command(rb, "-e", script)
 			cmd.Stdin = strings.NewReader("World\n")
@@ -50,5 +54,6 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		cpu.report(b)
 	})
 }
