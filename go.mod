@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/extism/go-sdk v1.7.1
+	github.com/paralin/go-quickjs-wasi v0.11.0
 	github.com/spf13/cobra v1.10.2
 	github.com/tetratelabs/wazero v1.12.0
 	golang.org/x/term v0.47.0

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
@@ -37,7 +38,20 @@ type RunRequest struct {
 	// FS, when set, is added after Mounts: a filesystem the caller builds
 	// itself, such as one carrying a device file for the op table.
 	FS func(wazero.FSConfig) wazero.FSConfig
+	// Ops gives the command the op table through the device-file
+	// transport: transport.DevicePath (/dev/moat/ops) appears in its
+	// filesystem and $MOAT_OPS names it. Interpreters (QuickJS, CPython),
+	// whose binaries cannot import moat.call, write one JSON request line
+	// to it and read one reply line per op. The ops run for Principal,
+	// under the module's grants and with the same audit as moat.call.
+	Ops bool
 }
+
+// CacheDir is the directory of the host's compilation cache. Drivers that
+// need a wazero runtime of their own, for a guest importing modules this
+// host does not provide (the Ruby interpreter's reactor), keep its machine
+// code there too, so it is compiled once per machine, not once per process.
+func (h *Host) CacheDir() string { return h.cacheDir }
 
 // Mount exposes HostDir at GuestPath inside a command's WASI filesystem.
 type Mount struct {
@@ -94,6 +108,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
 	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
 	inst.env.Begin(cctx, abi.ExportStart, req.Principal, req.CorrelationID)
+	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
 
@@ -106,7 +121,10 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
-	if len(req.Mounts) > 0 || req.FS != nil {
+	if _, set := req.Env[transport.DeviceEnv]; req.Ops && !set {
+		mc = mc.WithEnv(transport.DeviceEnv, transport.DevicePath)
+	}
+	if len(req.Mounts) > 0 || req.FS != nil || req.Ops {
 		fsc := wazero.NewFSConfig()
 		for _, mt := range req.Mounts {
 			if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
@@ -120,6 +138,9 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		}
 		if req.FS != nil {
 			fsc = req.FS(fsc)
+		}
+		if req.Ops {
+			fsc = transport.NewDevice(cctx, inst).Mount(fsc)
 		}
 		mc = mc.WithFSConfig(fsc)
 	}

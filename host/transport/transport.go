@@ -3,7 +3,9 @@
 // ("moat"."call"). pipe.go holds the pipe transport of native workers
 // (newline-delimited JSON over inherited pipes). Both hand ops to the same
 // Dispatcher, so a native worker meets the same grants and audit as a WASM
-// guest. The device-file transport of interpreters will sit beside them.
+// guest. devfile.go holds the device-file transport of interpreters
+// (QuickJS, CPython): a character device in their WASI filesystem carrying
+// the same ops as newline-delimited JSON.
 //
 // The transport knows nothing about what an op does. It copies the op name
 // and request out of guest memory, hands them to the session's Dispatcher,

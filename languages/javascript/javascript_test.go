@@ -1,0 +1,166 @@
+package javascript_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name       string
+		files      []string
+		opts       runOpts
+		wantOut    string
+		wantErrOut string
+		wantCode   uint32
+	}{
+		{
+			name: "stdin args env exit",
+			files: []string{"main.js", `
+const line = std.in.getline();
+print("hello " + line + " " + scriptArgs.slice(1).join(",") + " " + std.getenv("GREETING"));
+std.exit(3);`},
+			opts:     runOpts{stdin: "world\n", args: []string{"a", "-b"}, env: map[string]string{"GREETING": "hi"}},
+			wantOut:  "hello world a,-b hi\n",
+			wantCode: 3,
+		},
+		{
+			name:     "module importing a sibling file",
+			files:    []string{"main.mjs", `import { twice } from "./lib/util.js"; print(twice(21));`, "lib/util.js", `export const twice = (n) => 2 * n;`},
+			wantOut:  "42\n",
+			wantCode: 0,
+		},
+		{
+			name:       "syntax error",
+			files:      []string{"main.js", "let x = ;"},
+			wantErrOut: "SyntaxError",
+			wantCode:   1,
+		},
+		{
+			name:       "uncaught exception",
+			files:      []string{"main.js", `throw new Error("boom");`},
+			wantErrOut: "boom",
+			wantCode:   1,
+		},
+		{
+			name:     "the source is read-only",
+			files:    []string{"main.js", `const f = std.open("/src/new.txt", "w"); print(f === null ? "refused" : "written");`},
+			wantOut:  "refused\n",
+			wantCode: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := run(t, build(t, tt.files...), tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.code != tt.wantCode || !strings.Contains(res.stdout, tt.wantOut) || !strings.Contains(res.stderr, tt.wantErrOut) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+					res.code, res.stdout, res.stderr, tt.wantCode, tt.wantOut, tt.wantErrOut)
+			}
+		})
+	}
+}
+
+func TestRunTimeout(t *testing.T) {
+	_, err := run(t, build(t, "main.js", "for (;;) {}"), runOpts{limits: host.Limits{Timeout: 200e6}})
+	if !errors.Is(err, host.ErrTimeout) {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+}
+
+const kvManifest = `name: js-ops
+version: 0.1.0
+kind: wasi-command
+capabilities: {kv: true}
+config: {greeting: Hej}
+`
+
+// TestOps drives the SDK through the device file: kv, log and config
+// reach the host's store and log, and an error carries its code.
+func TestOps(t *testing.T) {
+	script := `import * as moat from "./moat.js";
+moat.kv.put("count", "41");
+const n = Number(moat.kv.get("count")) + 1;
+moat.kv.put("count", String(n));
+moat.kv.put("bytes", new Uint8Array([0, 255, 128]));
+const b = moat.kv.getBytes("bytes");
+moat.log.info("js counted", { n, unicode: "żółw" });
+print(n, moat.kv.get("missing"), moat.config("greeting"), moat.config("nope"), b.join("."),
+  moat.kv.list({ prefix: "c" }).keys.join(","), moat.kv.delete("bytes"));
+try {
+  moat.kv.put("", "x");
+} catch (e) {
+  print(e instanceof moat.MoatError, e.code);
+}
+`
+	res, err := run(t, build(t, "main.js", script), runOpts{ops: true, manifest: kvManifest, user: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "42 null Hej undefined 0.255.128 count true\ntrue invalid_argument\n"; res.stdout != want || res.code != 0 {
+		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.code, res.stdout, res.stderr, want)
+	}
+	v, found, err := testHost.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "js-ops"}, "count")
+	if err != nil || !found || string(v) != "42" {
+		t.Fatalf("kv row count = %q, %v, %v; want 42", v, found, err)
+	}
+	if log := testLog.String(); !strings.Contains(log, `"msg":"js counted"`) || !strings.Contains(log, `"guest.unicode":"żółw"`) ||
+		!strings.Contains(log, `"user":"bob"`) {
+		t.Fatalf("the host log lacks the guest's record:\n%s", log)
+	}
+}
+
+// TestOpsDenied: a module without the kv grant gets the typed denial, and
+// the refusal is in the audit trail.
+func TestOpsDenied(t *testing.T) {
+	script := `import * as moat from "./moat.js";
+try {
+  moat.kv.put("count", "1");
+  print("written");
+} catch (e) {
+  print(e.code);
+  std.exit(2);
+}
+`
+	res, err := run(t, build(t, "main.js", script), runOpts{ops: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.stdout != string(abi.CodeDenied)+"\n" || res.code != 2 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.code, res.stdout, res.stderr)
+	}
+	ctx := context.Background()
+	if err := testHost.Audit().Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := testHost.Audit().Query(ctx, audit.Filter{Module: "js-test", Decision: audit.Deny, Kind: audit.KindOp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || evs[0].Op != abi.OpKVPut {
+		t.Fatalf("audit has %+v; want a denied kv.put", evs)
+	}
+}
+
+// TestOpsDisabled: without RunRequest.Ops there is no device, and the SDK
+// says so.
+func TestOpsDisabled(t *testing.T) {
+	script := `import * as moat from "./moat.js";
+try { moat.log.info("x"); } catch (e) { print(e.code, e.message); }`
+	res, err := run(t, build(t, "main.js", script), runOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.stdout, "unavailable ") || !strings.Contains(res.stdout, "MOAT_OPS") {
+		t.Fatalf("stdout %q, stderr %q; want unavailable naming $MOAT_OPS", res.stdout, res.stderr)
+	}
+}

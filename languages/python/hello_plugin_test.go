@@ -1,0 +1,51 @@
+package python_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// TestHelloPlugin runs examples/hello-python through the interpreter with the
+// device file, twice: the counter in kv goes up and the log has the
+// guest's record, tagged with the module and the caller.
+func TestHelloPlugin(t *testing.T) {
+	mf, err := policy.LoadManifest("../../examples/hello-python/moat.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The interpreter is a WASI command: the plugin's one action is the
+	// script, run with the manifest's grants.
+	mf.Kind, mf.Actions = policy.KindWASICommand, nil
+	script, err := os.ReadFile("../../examples/hello-python/main.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := build(t, "main.py", string(script))
+	for i, want := range []string{"Hello, World! (call #1)\n", "Hello, World! (call #2)\n"} {
+		res, err := run(t, a, runOpts{stdin: "World\n", ops: true, mf: mf, user: "carol"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.stdout != want || res.code != 0 {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q; want %q", i+1, res.code, res.stdout, res.stderr, want)
+		}
+	}
+	v, found, err := testHost.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "hello-python"}, "count")
+	if err != nil || !found || string(v) != "2" {
+		t.Fatalf("kv row count = %q, %v, %v; want 2", v, found, err)
+	}
+	var record string
+	for _, line := range strings.Split(testLog.String(), "\n") {
+		if strings.Contains(line, `"module":"hello-python"`) && strings.Contains(line, `"msg":"greeting"`) {
+			record = line
+		}
+	}
+	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) {
+		t.Fatalf("no guest log record for hello-python with the name and the caller; log:\n%s", testLog.String())
+	}
+}

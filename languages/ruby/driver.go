@@ -1,0 +1,513 @@
+package ruby
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// The reactor's exports and imports, named as wit-bindgen named them.
+const (
+	exportRealloc      = "cabi_realloc"
+	exportInit         = "ruby-init: func(args: list<string>) -> ()"
+	exportInitLoadpath = "ruby-init-loadpath: func() -> ()"
+	exportEval         = "rb-eval-string-protect: func(str: string) -> tuple<handle<rb-abi-value>, s32>"
+	exportRStringPtr   = "rstring-ptr: func(value: handle<rb-abi-value>) -> string"
+	exportPostRString  = "cabi_post_rstring-ptr"
+
+	importJSHost       = "rb-js-abi-host"
+	importCanonicalABI = "canonical_abi"
+)
+
+// engine is a wazero runtime with the reactor's imports, and the compiled
+// interpreters, for one compilation-cache directory.
+type engine struct {
+	rt       wazero.Runtime
+	mu       sync.Mutex
+	compiled map[[32]byte]wazero.CompiledModule
+	stubbed  bool // the import modules are instantiated
+
+	// last remembers the bytes of the last compile: artifacts from Build
+	// share Interpreter's slice, and hashing 30 MB on every run costs
+	// milliseconds.
+	last   []byte
+	lastCM wazero.CompiledModule
+}
+
+var (
+	enginesMu sync.Mutex
+	engines   = map[string]*engine{} // by cache directory
+)
+
+// engineFor returns the engine of h's cache directory, making it once.
+// Engines live as long as the process: the compiled interpreter is the
+// expensive part, and a host is usually the process's only one.
+func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
+	enginesMu.Lock()
+	defer enginesMu.Unlock()
+	dir := h.CacheDir()
+	if e, ok := engines[dir]; ok {
+		return e, nil
+	}
+	cache, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("ruby: compilation cache in %s: %w", dir, err)
+	}
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCompilationCache(cache).
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(host.MaxMemoryLimitPages)
+	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
+		return nil, fmt.Errorf("ruby: instantiate WASI: %w", err)
+	}
+	e := &engine{rt: rt, compiled: map[[32]byte]wazero.CompiledModule{}}
+	engines[dir] = e
+	return e, nil
+}
+
+// compile returns the compiled interpreter, compiling (or loading from the
+// disk cache) once per engine, and provides its imports.
+func (e *engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(wasm) > 0 && len(wasm) == len(e.last) && &wasm[0] == &e.last[0] {
+		return e.lastCM, nil
+	}
+	key := sha256.Sum256(wasm)
+	if cm, ok := e.compiled[key]; ok {
+		e.last, e.lastCM = wasm, cm
+		return cm, nil
+	}
+	cm, err := e.rt.CompileModule(context.WithoutCancel(ctx), wasm)
+	if err != nil {
+		return nil, &host.Error{Module: "ruby", Code: abi.CodeBadModule, Reason: "compile the interpreter: " + firstLine(err), Err: err}
+	}
+	if _, ok := cm.ExportedFunctions()[exportEval]; !ok {
+		return nil, &host.Error{Module: "ruby", Code: abi.CodeBadModule, Reason: "the module does not export " + exportEval + ": not a ruby.wasm reactor"}
+	}
+	if !e.stubbed {
+		if err := instantiateImports(ctx, e.rt, cm); err != nil {
+			return nil, err
+		}
+		e.stubbed = true
+	}
+	e.compiled[key] = cm
+	e.last, e.lastCM = wasm, cm
+	return cm, nil
+}
+
+// instantiateImports provides rb-js-abi-host (every function traps: there
+// is no JavaScript engine) and canonical_abi (the handle table), with the
+// signatures the module declares.
+func instantiateImports(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule) error {
+	jsHost := rt.NewHostModuleBuilder(importJSHost)
+	canon := rt.NewHostModuleBuilder(importCanonicalABI)
+	for _, def := range cm.ImportedFunctions() {
+		mod, name, _ := def.Import()
+		params, results := def.ParamTypes(), def.ResultTypes()
+		switch mod {
+		case importJSHost:
+			fn := api.GoModuleFunc(func(context.Context, api.Module, []uint64) {
+				panic(fmt.Errorf("ruby: JavaScript interop (%s) is not available: there is no JavaScript engine in moat's Ruby; do not require \"js\"", strings.SplitN(name, ":", 2)[0]))
+			})
+			jsHost.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
+		case importCanonicalABI:
+			var fn api.GoModuleFunc
+			switch name {
+			case "resource_new_rb-abi-value":
+				fn = func(ctx context.Context, _ api.Module, stack []uint64) {
+					stack[0] = uint64(handlesOf(ctx).add(uint32(stack[0])))
+				}
+			case "resource_get_rb-abi-value":
+				fn = func(ctx context.Context, _ api.Module, stack []uint64) {
+					stack[0] = uint64(handlesOf(ctx).get(uint32(stack[0])))
+				}
+			case "resource_drop_js-abi-value":
+				fn = func(context.Context, api.Module, []uint64) {} // no JS values are ever made
+			default:
+				return fmt.Errorf("ruby: the interpreter imports %s.%s, which this driver does not know", mod, name)
+			}
+			canon.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
+		}
+	}
+	if _, err := jsHost.Instantiate(ctx); err != nil {
+		return fmt.Errorf("ruby: provide %s: %w", importJSHost, err)
+	}
+	if _, err := canon.Instantiate(ctx); err != nil {
+		return fmt.Errorf("ruby: provide %s: %w", importCanonicalABI, err)
+	}
+	return nil
+}
+
+// handles is one run's canonical-ABI table: wit-bindgen hands Ruby values
+// to the host as handles, and the host hands them back.
+type handles struct{ raw []uint32 }
+
+type handlesKey struct{}
+
+func handlesOf(ctx context.Context) *handles {
+	h, ok := ctx.Value(handlesKey{}).(*handles)
+	if !ok {
+		panic(errors.New("ruby: canonical_abi called outside a run"))
+	}
+	return h
+}
+
+func (h *handles) add(raw uint32) uint32 {
+	h.raw = append(h.raw, raw)
+	return uint32(len(h.raw)) // handles start at 1
+}
+
+func (h *handles) get(handle uint32) uint32 {
+	if handle == 0 || int(handle) > len(h.raw) {
+		panic(fmt.Errorf("ruby: the interpreter used handle %d, which it was never given", handle))
+	}
+	return h.raw[handle-1]
+}
+
+// RunArtifact implements languages.ArtifactRunner: one fresh instance of
+// the interpreter runs the script, with stdin, ARGV, the environment and
+// /src. Limits hit are *host.Error values (timeout, memory_limit,
+// output_too_large), as Module.Run reports them.
+func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *languages.Artifact, in languages.RunInput) (*languages.RunOutput, error) {
+	if env.Host == nil {
+		return nil, errors.New("ruby: RunEnv.Host is nil")
+	}
+	if len(a.Args) == 0 {
+		return nil, errors.New("ruby: the artifact names no script (Args[0])")
+	}
+	e, err := engineFor(ctx, env.Host)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := e.compile(ctx, a.WASM)
+	if err != nil {
+		return nil, err
+	}
+	lim := limitsOf(in.Limits, env.Host.Limits())
+	fail := func(code abi.Code, err error, format string, args ...any) (*languages.RunOutput, error) {
+		return nil, &host.Error{Module: "ruby", Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
+	for k := range in.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fail(abi.CodeInvalidArgument, nil, "environment variable name %q is invalid (empty, or contains '=' or NUL)", k)
+		}
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, lim.timeout)
+	defer cancel()
+	var over overState
+	var stdout, stderr bytes.Buffer
+	out := &capWriter{w: &stdout, left: lim.output, state: &over, stream: "stdout", cancel: cancel}
+	errw := &capWriter{w: &stderr, left: lim.output, state: &over, stream: "stderr", cancel: cancel}
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithArgs("ruby").
+		WithStdin(bytes.NewReader(in.Stdin)).WithStdout(out).WithStderr(errw).
+		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithRandSource(rand.Reader).
+		WithStartFunctions("_initialize") // wasi-vfs unpacks the stdlib
+	envs := map[string]string{}
+	maps.Copy(envs, a.Env)
+	maps.Copy(envs, in.Env)
+	for _, k := range slices.Sorted(maps.Keys(envs)) {
+		mc = mc.WithEnv(k, envs[k])
+	}
+	if in.SrcDir != "" {
+		mc = mc.WithFSConfig(wazero.NewFSConfig().WithReadOnlyDirMount(in.SrcDir, "/src"))
+	}
+
+	alloc := &memoryAllocator{limit: lim.memory}
+	rctx := context.WithValue(experimental.WithMemoryAllocator(cctx, alloc), handlesKey{}, &handles{})
+	code, err := drive(rctx, e.rt, cm, mc, a.Args[0], append(slices.Clone(a.Args[1:]), in.Args...))
+	var exit *sys.ExitError
+	switch {
+	case err == nil && alloc.initHit:
+		return fail(abi.CodeMemoryLimit, nil, "the interpreter's initial memory exceeds the limit of %d MiB", lim.memory>>20)
+	case err == nil && alloc.hit && code != 0:
+		// A script that failed after a refused grow (NoMemoryError) failed
+		// for want of memory, whatever it printed.
+		return fail(abi.CodeMemoryLimit, nil, "the script tried to grow its memory past the limit of %d MiB: %s", lim.memory>>20, firstLineOf(stderr.String()))
+	case err == nil:
+	case over.stream != "":
+		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the script was stopped", over.stream, lim.output)
+	case alloc.hit:
+		return fail(abi.CodeMemoryLimit, err, "the interpreter tried to grow its memory past the limit of %d MiB", lim.memory>>20)
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		return fail(abi.CodeTimeout, err, "did not finish within %s", lim.timeout)
+	case ctx.Err() != nil:
+		return fail(abi.CodeCanceled, err, "the caller canceled the run")
+	case errors.As(err, &exit):
+		code = int(exit.ExitCode()) // exit! or a WASI proc_exit
+	default:
+		return fail(abi.CodeTrap, err, "%s", firstLine(err))
+	}
+	return &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code}, nil
+}
+
+// drive instantiates the interpreter and runs script with argv, returning
+// the exit status the wrapper computed.
+func drive(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, mc wazero.ModuleConfig, script string, argv []string) (int, error) {
+	mod, err := rt.InstantiateModule(ctx, cm, mc)
+	if err != nil {
+		return 0, err
+	}
+	defer mod.Close(context.Background())
+	g := guest{ctx: ctx, mod: mod, realloc: mod.ExportedFunction(exportRealloc)}
+
+	args := append([]string{"ruby", "--disable-gems", "-EUTF-8", "-e_=0", "--"}, argv...)
+	list, err := g.stringList(args)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := mod.ExportedFunction(exportInit).Call(ctx, uint64(list), uint64(len(args))); err != nil {
+		return 0, err
+	}
+	if _, err := mod.ExportedFunction(exportInitLoadpath).Call(ctx); err != nil {
+		return 0, err
+	}
+	src, n, err := g.cstring(wrapper(script))
+	if err != nil {
+		return 0, err
+	}
+	r, err := mod.ExportedFunction(exportEval).Call(ctx, uint64(src), uint64(n))
+	if err != nil {
+		return 0, err
+	}
+	handle, state, err := g.pair(uint32(r[0]))
+	if err != nil {
+		return 0, err
+	}
+	if state != 0 {
+		// The wrapper rescues every exception, so this is a fatal error of
+		// the interpreter itself (a throw without catch, say).
+		return 0, fmt.Errorf("ruby: the script ended with an uncaught non-exception (protect state %d)", state)
+	}
+	r, err = mod.ExportedFunction(exportRStringPtr).Call(ctx, uint64(handle))
+	if err != nil {
+		return 0, err
+	}
+	ptr, n2, err := g.pair(uint32(r[0]))
+	if err != nil {
+		return 0, err
+	}
+	status, ok := mod.Memory().Read(ptr, uint32(n2))
+	if !ok {
+		return 0, fmt.Errorf("ruby: rstring-ptr returned [%d, +%d), outside memory", ptr, n2)
+	}
+	code, err := strconv.Atoi(string(status))
+	if err != nil {
+		return 0, fmt.Errorf("ruby: the wrapper returned %q, not an exit status", status)
+	}
+	if post := mod.ExportedFunction(exportPostRString); post != nil {
+		_, _ = post.Call(ctx, r[0])
+	}
+	return code, nil
+}
+
+// wrapper is the Ruby that runs the script: it loads it as the main
+// program and turns its end into an exit status string, printing an
+// uncaught exception as ruby would.
+func wrapper(script string) string {
+	return `$stdout.sync = true
+$stderr.sync = true
+$0 = ` + rubyQuote(script) + `
+begin
+  load($0)
+  0
+rescue SystemExit => e
+  e.status
+rescue Exception => e
+  $stderr.print(e.full_message(highlight: false))
+  1
+end.to_s`
+}
+
+// rubyQuote is a single-quoted Ruby literal (no interpolation).
+func rubyQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// guest writes canonical-ABI values into the instance's memory.
+type guest struct {
+	ctx     context.Context
+	mod     api.Module
+	realloc api.Function
+}
+
+func (g guest) alloc(size, align uint32) (uint32, error) {
+	r, err := g.realloc.Call(g.ctx, 0, 0, uint64(align), uint64(size))
+	if err != nil {
+		return 0, err
+	}
+	return uint32(r[0]), nil
+}
+
+// cstring copies s with a NUL after it (CRuby reads argv and source as C
+// strings) and returns its address and length without the NUL.
+func (g guest) cstring(s string) (uint32, uint32, error) {
+	p, err := g.alloc(uint32(len(s)+1), 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !g.mod.Memory().Write(p, append([]byte(s), 0)) {
+		return 0, 0, fmt.Errorf("ruby: cabi_realloc returned %d, outside memory", p)
+	}
+	return p, uint32(len(s)), nil
+}
+
+// stringList lays out a list<string>: (pointer, length) pairs.
+func (g guest) stringList(ss []string) (uint32, error) {
+	list, err := g.alloc(uint32(8*len(ss)), 4)
+	if err != nil {
+		return 0, err
+	}
+	for i, s := range ss {
+		p, n, err := g.cstring(s)
+		if err != nil {
+			return 0, err
+		}
+		if !g.mod.Memory().WriteUint32Le(list+uint32(8*i), p) || !g.mod.Memory().WriteUint32Le(list+uint32(8*i)+4, n) {
+			return 0, fmt.Errorf("ruby: the argument list at %d is outside memory", list)
+		}
+	}
+	return list, nil
+}
+
+// pair reads two 32-bit values at a return area.
+func (g guest) pair(at uint32) (uint32, int32, error) {
+	a, ok1 := g.mod.Memory().ReadUint32Le(at)
+	b, ok2 := g.mod.Memory().ReadUint32Le(at + 4)
+	if !ok1 || !ok2 {
+		return 0, 0, fmt.Errorf("ruby: a return area at %d is outside memory", at)
+	}
+	return a, int32(b), nil
+}
+
+type limits struct {
+	timeout time.Duration
+	memory  uint64
+	output  int
+}
+
+func limitsOf(l languages.ExecLimits, d host.Limits) limits {
+	out := limits{timeout: l.Timeout, memory: uint64(l.MemoryBytes), output: int(l.MaxOutputBytes)}
+	if out.timeout <= 0 {
+		out.timeout = d.Timeout
+	}
+	if out.memory == 0 {
+		out.memory = uint64(d.MemoryLimitPages) * 65536
+	}
+	if out.output <= 0 {
+		out.output = d.MaxOutputBytes
+	}
+	return out
+}
+
+type overState struct {
+	mu     sync.Mutex
+	stream string
+}
+
+// capWriter passes at most left bytes and stops the run past them.
+type capWriter struct {
+	w      io.Writer
+	left   int
+	state  *overState
+	stream string
+	cancel context.CancelFunc
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if len(p) > c.left {
+		_, _ = c.w.Write(p[:c.left])
+		c.left = 0
+		c.state.mu.Lock()
+		if c.state.stream == "" {
+			c.state.stream = c.stream
+		}
+		c.state.mu.Unlock()
+		c.cancel()
+		return 0, fmt.Errorf("%s: output limit reached", c.stream)
+	}
+	c.left -= len(p)
+	return c.w.Write(p)
+}
+
+// memoryAllocator backs the instance's memory and refuses to grow it past
+// limit, recording that the guest hit it. A refused grow the guest
+// survives (CRuby collects garbage and carries on) is not a failure; a run
+// that fails after one is memory_limit.
+type memoryAllocator struct {
+	limit   uint64
+	hit     bool // a grow was refused
+	initHit bool // the initial size was over the limit
+}
+
+func (a *memoryAllocator) Allocate(capacity, max uint64) experimental.LinearMemory {
+	return &linearMemory{a: a, max: max, buf: make([]byte, 0, min(capacity, max, a.limit))}
+}
+
+type linearMemory struct {
+	a    *memoryAllocator
+	max  uint64
+	buf  []byte
+	init bool
+}
+
+func (m *linearMemory) Reallocate(size uint64) []byte {
+	if !m.init {
+		// wazero cannot take a refused initial allocation: grant it, and
+		// the run fails after.
+		m.init = true
+		m.a.initHit = size > m.a.limit
+		m.a.hit = m.a.hit || m.a.initHit
+	} else if size > m.max || size > m.a.limit {
+		m.a.hit = true
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	buf := make([]byte, size, max(size, min(uint64(cap(m.buf))*2, m.max)))
+	copy(buf, m.buf)
+	m.buf = buf
+	return buf
+}
+
+func (m *linearMemory) Free() { m.buf = nil }
+
+func firstLineOf(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func firstLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSuffix(s, " (recovered by wazero)")
+}

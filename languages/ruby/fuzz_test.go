@@ -1,0 +1,36 @@
+package ruby_test
+
+import (
+	"testing"
+
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/languages/ruby"
+)
+
+// FuzzValidate: the static checks take any bytes (they run before the
+// UTF-8 check has refused anything) without panicking or looping, and
+// every violation names a line of the file.
+func FuzzValidate(f *testing.F) {
+	f.Add(`x = <<~EOS
+  #{system('a')}
+EOS
+%x(ls) + ` + "`" + `pwd` + "`" + ` + :sym + ?a + /re/i + "#{IO.popen('x')}"
+=begin
+=end`)
+	f.Add("")
+	f.Fuzz(func(t *testing.T, src string) {
+		s := languages.Source{Files: []languages.File{{Name: "main.rb", Content: []byte(src)}}}
+		lines := 1
+		for _, c := range src {
+			if c == '\n' {
+				lines++
+			}
+		}
+		deny := []string{"import:os", "os.exec", "std.popen", "eval", "system", "backticks", "IO.popen", "import:socket"}
+		for _, v := range (ruby.Language{}).Validate(s, languages.ValidationProfile{Deny: deny}) {
+			if v.Line < 1 || v.Line > lines {
+				t.Fatalf("violation %v on line %d of a %d-line file", v, v.Line, lines)
+			}
+		}
+	})
+}
