@@ -79,7 +79,7 @@ type Spec struct {
 	// (Result.Truncated and Status killed), rather than letting a program
 	// that floods its output run on to its timeout.
 	StopAtMaxOutput bool
-	ExtraExec   []string      // more binaries (or directories of them) the command may execute (e.g. /usr/bin/cat for a sh script)
+	ExtraExec       []string // more binaries (or directories of them) the command may execute (e.g. /usr/bin/cat for a sh script)
 	// ReadOnly are more paths (files or directories) the command may read,
 	// beyond the system directories: a toolchain tree outside /usr, a
 	// submission's source files.

@@ -52,7 +52,7 @@ func testHost(t testing.TB) *host.Host {
 		}
 		sharedHost, sharedErr = host.New(context.Background(), host.Config{
 			DataDir: dir, CacheDir: persistentDir(t, "wazero-cache"),
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+			Logger:                     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 			OmitAllowedInvocationAudit: true,
 		})
 	})
@@ -296,7 +296,7 @@ func TestCompileErrors(t *testing.T) {
 func TestDenyRules(t *testing.T) {
 	for _, tc := range []struct {
 		lang, file, code, deny string
-		refused              bool
+		refused                bool
 	}{
 		{"go", "main.go", "package main\nimport \"net/http\"\nfunc main(){ _ = http.Get }\n", "import:net", true},
 		{"go", "main.go", "package main\nimport \"fmt\"\nfunc main(){ fmt.Println() }\n", "import:net", false},

@@ -48,7 +48,9 @@ const (
 var flags = []string{"-O3", "--noAssert"}
 
 // BuildID is part of the build cache key.
-func (*Language) BuildID() string { return strings.Join(flags, " ") + " " + pkgVersion("@assemblyscript/wasi-shim") }
+func (*Language) BuildID() string {
+	return strings.Join(flags, " ") + " " + pkgVersion("@assemblyscript/wasi-shim")
+}
 
 func pkgVersion(pkg string) string {
 	p, err := toolchains.NPMFile(pkg + "/package.json")
