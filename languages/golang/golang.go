@@ -285,29 +285,25 @@ func (l *Language) seed(ctx context.Context, env languages.BuildEnv, root, ver s
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return dir, nil
 	}
-	tmp, err := os.MkdirTemp(env.StateDir, ".seed-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
 	work, err := os.MkdirTemp("", "moat-goseed-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(work)
+	// The cache is filled inside the seed build's work dir, which the job
+	// uid can reach (the state dir, under moat's 0700 data dir, it cannot),
+	// then moved into the state dir.
+	tmp := filepath.Join(work, "gocache")
 	if err := os.MkdirAll(filepath.Join(work, "src"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(work, "src", "main.go"), []byte(warmProgram), 0o644); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(work, "src", "go.mod"), []byte("module warm\n\ngo "+goLine(ver)+"\n"), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
-	}
-	if err := languages.ChownForJob(tmp); err != nil {
 		return "", err
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), seedTimeout)
@@ -350,7 +346,27 @@ func (l *Language) seed(ctx context.Context, env languages.BuildEnv, root, ver s
 	if err := os.WriteFile(filepath.Join(tmp, ".complete"), []byte(ver+"\n"), 0o644); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	// Into the state dir: a rename when it is on the same filesystem,
+	// else a copy into a staging dir there and a rename of that, so the
+	// seed appears whole or not at all.
+	stage := tmp
+	if err := os.Rename(tmp, dir+".stage"); err == nil {
+		stage = dir + ".stage"
+	} else {
+		os.RemoveAll(dir + ".stage")
+		if stage, err = os.MkdirTemp(env.StateDir, ".seed-"); err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(stage)
+		if err := os.Chmod(stage, 0o755); err != nil {
+			return "", err
+		}
+		if err := copyTree(tmp, stage); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Rename(stage, dir); err != nil {
+		os.RemoveAll(stage)
 		// Another process won the race: its seed is as good as ours.
 		if _, serr := os.Stat(filepath.Join(dir, ".complete")); serr == nil {
 			return dir, nil
@@ -358,6 +374,23 @@ func (l *Language) seed(ctx context.Context, env languages.BuildEnv, root, ver s
 		return "", err
 	}
 	return dir, nil
+}
+
+// copyTree copies the regular files and directories of src into dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel == "." {
+			return nil
+		}
+		if d.IsDir() {
+			return os.Mkdir(filepath.Join(dst, rel), 0o755)
+		}
+		return copyFile(p, filepath.Join(dst, rel), false)
+	})
 }
 
 // linkTree fills dst (an empty directory) with the seed: directories are
@@ -386,7 +419,12 @@ func linkTree(src, dst string) error {
 			}
 			return nil
 		case root && strings.ContainsRune(rel, os.PathSeparator):
-			return os.Link(p, t)
+			if err := os.Link(p, t); err == nil {
+				return nil
+			}
+			// The seed is on another filesystem than the job's cache
+			// (a data dir outside /tmp): copy, owned by root as the seed.
+			return copyFile(p, t, false)
 		default:
 			return copyFile(p, t, root)
 		}
