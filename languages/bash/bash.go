@@ -19,7 +19,10 @@ import (
 	"github.com/moat-sandbox/moat/languages/internal/nativelang"
 )
 
-func init() { languages.Register(Bash) }
+func init() {
+	languages.Register(Bash)
+	Bash.interp.Registered()
+}
 
 // Bash is the registered language.
 var Bash = &Language{interp: &nativelang.Interpreter{

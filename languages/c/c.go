@@ -11,7 +11,10 @@ import (
 	"github.com/moat-sandbox/moat/languages/internal/clangwasm"
 )
 
-func init() { languages.Register(C) }
+func init() {
+	languages.Register(C)
+	C.Registered()
+}
 
 // C is the registered language.
 var C = &Language{clangwasm.Compiler{

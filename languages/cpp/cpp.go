@@ -12,7 +12,10 @@ import (
 	"github.com/moat-sandbox/moat/languages/internal/clangwasm"
 )
 
-func init() { languages.Register(CPP) }
+func init() {
+	languages.Register(CPP)
+	CPP.Registered()
+}
 
 // CPP is the registered language.
 var CPP = &Language{clangwasm.Compiler{

@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moat-sandbox/moat/host/native"
@@ -55,7 +56,14 @@ import (
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
-func init() { languages.Register(Go) }
+// registered: Info may run go for its version only after init (see
+// clangwasm.Compiler.Registered for why).
+var registered atomic.Bool
+
+func init() {
+	languages.Register(Go)
+	registered.Store(true)
+}
 
 // Go is the registered language.
 var Go = &Language{}
@@ -71,6 +79,9 @@ var buildFlags = []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w"}
 func (*Language) BuildID() string { return strings.Join(buildFlags, " ") + " wasip1/wasm" }
 
 func version() string {
+	if !registered.Load() {
+		return ""
+	}
 	_, v, err := toolchains.GoRoot()
 	if err != nil {
 		return "unavailable"

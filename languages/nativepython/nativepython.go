@@ -18,7 +18,10 @@ import (
 	"github.com/moat-sandbox/moat/languages/internal/nativelang"
 )
 
-func init() { languages.Register(Python) }
+func init() {
+	languages.Register(Python)
+	Python.interp.Registered()
+}
 
 // Python is the registered language.
 var Python = &Language{interp: &nativelang.Interpreter{

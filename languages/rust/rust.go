@@ -19,12 +19,20 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
-func init() { languages.Register(Rust) }
+// registered: Info may run rustc for its version only after init (see
+// clangwasm.Compiler.Registered for why).
+var registered atomic.Bool
+
+func init() {
+	languages.Register(Rust)
+	registered.Store(true)
+}
 
 // Rust is the registered language.
 var Rust = &Language{}
@@ -65,6 +73,9 @@ var version = sync.OnceValues(func() (string, error) {
 })
 
 func versionOrUnknown() string {
+	if !registered.Load() {
+		return ""
+	}
 	v, err := version()
 	if err != nil {
 		return "unavailable"

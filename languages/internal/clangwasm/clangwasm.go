@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -31,7 +32,15 @@ type Compiler struct {
 	Flags      []string // language flags for every build
 	Sysroot    string   // a file that must exist for this language (libc++ for C++)
 	SysrootPkg string
+
+	registered atomic.Bool
 }
+
+// Registered marks the language as registered: from now on Info may ask
+// the compiler for its version. Before, at init, it must not: every moat
+// process (and every confined child, which is moat re-executed) would
+// otherwise run each toolchain at start-up.
+func (c *Compiler) Registered() { c.registered.Store(true) }
 
 // The flags of every build. wasm32-wasi, not wasm32-wasip1: Debian's
 // wasi-libc lives under /usr/include/wasm32-wasi, and the p1 triple makes
@@ -83,8 +92,12 @@ func (c *Compiler) Available() error {
 	return nil
 }
 
-// VersionOrUnknown is Version for Info, which cannot fail.
+// VersionOrUnknown is Version for Info, which cannot fail: "unavailable"
+// when the compiler is missing, "" during registration.
 func (c *Compiler) VersionOrUnknown() string {
+	if !c.registered.Load() {
+		return ""
+	}
 	v, err := c.Version()
 	if err != nil {
 		return "unavailable"

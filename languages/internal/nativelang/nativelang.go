@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -23,10 +24,15 @@ type Interpreter struct {
 	Flag    string // prints the version: "--version"
 	Pattern string // a regexp whose first group is the version
 
-	once    sync.Once
-	version string
-	err     error
+	once       sync.Once
+	version    string
+	err        error
+	registered atomic.Bool
 }
+
+// Registered lets Info run the interpreter for its version from now on
+// (see clangwasm.Compiler.Registered for why not before).
+func (i *Interpreter) Registered() { i.registered.Store(true) }
 
 // Path is the interpreter's absolute path.
 func (i *Interpreter) Path() string { return filepath.Join("/usr/bin", i.Binary) }
@@ -57,6 +63,9 @@ func (i *Interpreter) Version() (string, error) {
 
 // VersionOrUnknown is Version for Info, which cannot fail.
 func (i *Interpreter) VersionOrUnknown() string {
+	if !i.registered.Load() {
+		return ""
+	}
 	v, err := i.Version()
 	if err != nil {
 		return "unavailable"
