@@ -18,6 +18,10 @@ import (
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
+// startTime is when the test binary started, to tell its leftovers from
+// those of other processes.
+var startTime = time.Now()
+
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	native.LauncherMain()
@@ -213,6 +217,8 @@ func TestBadInput(t *testing.T) {
 		{name: "denied include", req: languages.ExecRequest{Language: "c", Source: src("main.c", "#include <sys/socket.h>\n"+okC),
 			Validation: languages.ValidationProfile{Deny: []string{"include:sys/socket.h"}}},
 			status: languages.StatusInvalid, rule: languages.RuleDeny, message: "include:sys/socket.h"},
+		{name: "compile timeout", req: languages.ExecRequest{Language: "c", Source: src("main.c", okC+"// compile timeout\n"),
+			Limits: languages.ExecLimits{CompileTimeout: time.Millisecond}}, status: languages.StatusTimeout, message: "compile"},
 		{name: "compile error", req: languages.ExecRequest{Language: "c", Source: src("main.c", "int main(void){ return undefined_thing; }\n")},
 			status: languages.StatusCompileError, message: "undeclared identifier 'undefined_thing'"},
 		{name: "output flood", req: languages.ExecRequest{Language: "c", Source: src("main.c", "#include <stdio.h>\nint main(void){for(;;)puts(\"flood\");}\n"),
@@ -419,8 +425,7 @@ func TestCompilerIsConfined(t *testing.T) {
 	}
 }
 
-// TestUnavailableIsAnError: a request for a language whose toolchain is
-// missing is moat's failure (an error), not the program's.
+// TestCanceled: a canceled caller gets its context's error, not a result.
 func TestCanceled(t *testing.T) {
 	needLanguage(t, "c")
 	e := newExecutor(t, "")
