@@ -34,8 +34,10 @@ DIR/src/lib.rs as a cdylib; AssemblyScript builds DIR/index.ts or
 DIR/assembly/index.ts with _initialize as its start.
 
 The compiler runs confined, as for ` + "`moat exec --lang`" + `: no network, the
-toolchain and DIR's project (the nearest go.mod or .git above it) read-only,
-a scratch directory to write; the module is copied into DIR afterwards.
+toolchains read-only, a scratch directory to write; the module is copied into
+DIR afterwards. C, C++, Rust and AssemblyScript sources are copied into the
+scratch directory; Go reads DIR's module in place, so as root the module must
+be world-readable (the compiler runs as uid 65534).
 Interpreted languages need no build: their source is the module.`,
 		Example: `  moat build examples/hello-go && moat run examples/hello-go greet --input World
   moat build --out /tmp/hello.wasm examples/hello-c`,

@@ -140,14 +140,21 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	var entry string
 	for _, c := range []string{"index.ts", "assembly/index.ts", "main.ts"} {
 		if _, err := os.Stat(filepath.Join(abs, c)); err == nil {
-			entry = filepath.Join(abs, c)
+			entry = "plugin/" + c
 			break
 		}
 	}
 	if entry == "" {
 		return nil, fmt.Errorf("assemblyscript: no index.ts, assembly/index.ts or main.ts in %s", dir)
 	}
-	wasm, _, err := l.asc(ctx, env, entry, []string{"--exportStart", "_initialize"}, []string{abs, languages.ProjectRoot(abs)})
+	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
+		return nil, err
+	}
+	var ro []string
+	if p := languages.ProjectRoot(abs); languages.Reachable(p) {
+		ro = append(ro, p)
+	}
+	wasm, _, err := l.asc(ctx, env, entry, []string{"--exportStart", "_initialize"}, ro)
 	return wasm, err
 }
 

@@ -184,7 +184,11 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	if err != nil {
 		return nil, err
 	}
-	wasm, _, err := l.goBuild(ctx, env, root, ver, abs, []string{"-buildmode=c-shared"}, []string{languages.ProjectRoot(abs)})
+	mod := languages.ProjectRoot(abs)
+	if os.Geteuid() == 0 && !languages.Reachable(mod) {
+		return nil, fmt.Errorf("go: %s must be readable by the build's uid %d (world-readable, in world-searchable directories): the Go toolchain reads the whole module, which is not copied", mod, native.DefaultUID)
+	}
+	wasm, _, err := l.goBuild(ctx, env, root, ver, abs, []string{"-buildmode=c-shared"}, []string{mod})
 	return wasm, err
 }
 

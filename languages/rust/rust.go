@@ -177,14 +177,24 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	var root string
 	for _, c := range []string{"lib.rs", "src/lib.rs"} {
 		if _, err := os.Stat(filepath.Join(abs, c)); err == nil {
-			root = filepath.Join(abs, c)
+			root = filepath.Join("plugin", c)
 			break
 		}
 	}
 	if root == "" {
 		return nil, fmt.Errorf("rust: no lib.rs or src/lib.rs in %s: a plugin is a library crate", dir)
 	}
-	wasm, _, err := l.rustc(ctx, env, root, "cdylib", []string{abs, languages.ProjectRoot(abs)})
+	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
+		return nil, err
+	}
+	// A plugin may include the guest SDK by a path relative to it
+	// (#[path = "../../guests/rust/moat.rs"]): its project stays readable
+	// when the job uid can reach it.
+	var ro []string
+	if p := languages.ProjectRoot(abs); languages.Reachable(p) {
+		ro = append(ro, p)
+	}
+	wasm, _, err := l.rustc(ctx, env, root, "cdylib", ro)
 	return wasm, err
 }
 

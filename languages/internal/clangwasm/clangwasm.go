@@ -164,20 +164,29 @@ func (c *Compiler) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	var files []string
 	for _, e := range ents {
 		if !e.IsDir() && c.isSource(e.Name()) {
-			files = append(files, filepath.Join(abs, e.Name()))
+			files = append(files, filepath.Join("plugin", e.Name()))
 		}
 	}
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%s: no %s files in %s", c.Lang, strings.Join(c.Sources, "/"), dir)
 	}
+	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
+		return nil, err
+	}
+	// The guest SDK's headers (guests/c in the moat tree), copied too.
 	root := languages.ProjectRoot(abs)
-	incs := []string{"-I" + abs}
-	for _, sdk := range []string{filepath.Join(root, "guests", c.Lang), filepath.Join(root, "guests", "c")} {
+	incs := []string{"-Iplugin"}
+	for _, lang := range slices.Compact([]string{c.Lang, "c"}) {
+		sdk := filepath.Join(root, "guests", lang)
 		if fi, err := os.Stat(sdk); err == nil && fi.IsDir() {
-			incs = append(incs, "-I"+sdk)
+			dst := filepath.Join(env.WorkDir, "sdk", lang)
+			if err := languages.CopyPluginSource(sdk, dst); err != nil {
+				return nil, err
+			}
+			incs = append(incs, "-I"+filepath.Join("sdk", lang))
 		}
 	}
-	a, err := c.compile(ctx, env, files, incs, []string{"-mexec-model=reactor"}, abs, root)
+	a, err := c.compile(ctx, env, files, incs, []string{"-mexec-model=reactor"})
 	if err != nil {
 		return nil, err
 	}
