@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"unsafe"
+	"weak"
 )
 
 // BuildIdentifier is implemented by a language whose build output depends
@@ -67,6 +69,21 @@ type BuildCache struct {
 	mu    sync.Mutex
 	mem   map[string]*Artifact
 	order []string // insertion order, for eviction
+
+	// Interning of WASM bytes: every artifact of an interpreted language
+	// carries the same 26 MB interpreter. byDigest finds a live copy of a
+	// blob (so a disk hit neither reads nor holds a second copy), and
+	// digests remembers the digest of a live copy (so a new script's
+	// artifact is not hashed again). Weak pointers: an interned copy lives
+	// only as long as some artifact uses it.
+	internMu sync.Mutex
+	byDigest map[string]weak.Pointer[byte]
+	digests  map[weak.Pointer[byte]]blobRef
+}
+
+type blobRef struct {
+	digest string
+	size   int
 }
 
 // memEntries bounds the in-memory layer. Artifacts of interpreted
@@ -84,7 +101,8 @@ func OpenBuildCache(dir string) (*BuildCache, error) {
 			return nil, fmt.Errorf("build cache: %w", err)
 		}
 	}
-	return &BuildCache{dir: dir, mem: map[string]*Artifact{}}, nil
+	return &BuildCache{dir: dir, mem: map[string]*Artifact{},
+		byDigest: map[string]weak.Pointer[byte]{}, digests: map[weak.Pointer[byte]]blobRef{}}, nil
 }
 
 // Dir returns the cache's directory.
@@ -130,11 +148,16 @@ func (c *BuildCache) Get(key string) (*Artifact, bool) {
 	}
 	a = &Artifact{Kind: s.Kind, Files: s.Files, Args: s.Args, Env: s.Env, Command: s.Command, ExtraExec: s.ExtraExec, BuildLog: s.BuildLog}
 	if s.WASMDigest != "" {
-		w, err := os.ReadFile(c.blobPath(s.WASMDigest))
-		if err != nil || len(w) != s.WASMSize {
-			return nil, false
+		if w := c.interned(s.WASMDigest, s.WASMSize); w != nil {
+			a.WASM = w
+		} else {
+			w, err := os.ReadFile(c.blobPath(s.WASMDigest))
+			if err != nil || len(w) != s.WASMSize {
+				return nil, false
+			}
+			c.intern(w, s.WASMDigest)
+			a.WASM = w
 		}
-		a.WASM = w
 	}
 	c.remember(key, a)
 	return a, true
@@ -144,8 +167,7 @@ func (c *BuildCache) Get(key string) (*Artifact, bool) {
 func (c *BuildCache) Put(key string, a *Artifact) error {
 	s := storedArtifact{Kind: a.Kind, Files: a.Files, Args: a.Args, Env: a.Env, Command: a.Command, ExtraExec: a.ExtraExec, BuildLog: a.BuildLog}
 	if len(a.WASM) > 0 {
-		sum := sha256.Sum256(a.WASM)
-		s.WASMDigest, s.WASMSize = hex.EncodeToString(sum[:]), len(a.WASM)
+		s.WASMDigest, s.WASMSize = c.digestOf(a.WASM), len(a.WASM)
 		p := c.blobPath(s.WASMDigest)
 		if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(a.WASM)) {
 			if err := writeAtomic(p, a.WASM); err != nil {
@@ -166,6 +188,58 @@ func (c *BuildCache) Put(key string, a *Artifact) error {
 	}
 	c.remember(key, a)
 	return nil
+}
+
+// digestOf returns the SHA-256 of b, hashing each live copy once.
+func (c *BuildCache) digestOf(b []byte) string {
+	wp := weak.Make(unsafe.SliceData(b))
+	c.internMu.Lock()
+	r, ok := c.digests[wp]
+	c.internMu.Unlock()
+	if ok && r.size == len(b) {
+		return r.digest
+	}
+	sum := sha256.Sum256(b)
+	d := hex.EncodeToString(sum[:])
+	c.intern(b, d)
+	return d
+}
+
+// intern records b as a live copy of the blob with digest d.
+func (c *BuildCache) intern(b []byte, d string) {
+	wp := weak.Make(unsafe.SliceData(b))
+	c.internMu.Lock()
+	defer c.internMu.Unlock()
+	if len(c.digests) >= 4096 {
+		for k := range c.digests {
+			if k.Value() == nil {
+				delete(c.digests, k)
+			}
+		}
+		for k, v := range c.byDigest {
+			if v.Value() == nil {
+				delete(c.byDigest, k)
+			}
+		}
+	}
+	c.digests[wp] = blobRef{digest: d, size: len(b)}
+	c.byDigest[d] = wp
+}
+
+// interned returns a live copy of the blob, or nil.
+func (c *BuildCache) interned(d string, size int) []byte {
+	c.internMu.Lock()
+	wp, ok := c.byDigest[d]
+	r := c.digests[wp]
+	c.internMu.Unlock()
+	if !ok || r.size != size {
+		return nil
+	}
+	p := wp.Value()
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice(p, size)
 }
 
 func (c *BuildCache) remember(key string, a *Artifact) {

@@ -121,3 +121,27 @@ func TestBuildCacheConcurrentWriters(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestBuildCacheSharesBlobs: artifacts with the same WASM read from disk
+// share one copy in memory (an interpreter is 26 MB).
+func TestBuildCacheSharesBlobs(t *testing.T) {
+	dir := t.TempDir()
+	c, _ := languages.OpenBuildCache(dir)
+	interp := bytes.Repeat([]byte("interp"), 10_000)
+	k1 := languages.BuildKey(keyLang{languages.Info{Name: "x"}}, files("a.py", "1"))
+	k2 := languages.BuildKey(keyLang{languages.Info{Name: "x"}}, files("a.py", "2"))
+	for _, k := range []string{k1, k2} {
+		if err := c.Put(k, &languages.Artifact{Kind: languages.ArtifactInterpreted, WASM: interp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh, _ := languages.OpenBuildCache(dir) // as a new process
+	a1, ok1 := fresh.Get(k1)
+	a2, ok2 := fresh.Get(k2)
+	if !ok1 || !ok2 || !bytes.Equal(a1.WASM, interp) {
+		t.Fatal("miss")
+	}
+	if &a1.WASM[0] != &a2.WASM[0] {
+		t.Error("two artifacts with the same interpreter hold two copies of it")
+	}
+}
