@@ -145,3 +145,28 @@ func TestBuildCacheSharesBlobs(t *testing.T) {
 		t.Error("two artifacts with the same interpreter hold two copies of it")
 	}
 }
+
+// TestReadOutputRefusesSymlinks: a confined compiler owns its work dir and
+// could plant out.wasm as a symlink to a file only moat may read.
+func TestReadOutputRefusesSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("\x00asm secret"), 0o600)
+	link := filepath.Join(dir, "out.wasm")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := languages.ReadOutput(link); err == nil {
+		t.Fatalf("read %q through a symlink", b)
+	}
+	os.Remove(link)
+	os.Mkdir(link, 0o755)
+	if _, err := languages.ReadOutput(link); err == nil {
+		t.Fatal("read a directory")
+	}
+	os.Remove(link)
+	os.WriteFile(link, []byte("\x00asm"), 0o644)
+	if b, err := languages.ReadOutput(link); err != nil || string(b) != "\x00asm" {
+		t.Fatalf("%q %v", b, err)
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/moat-sandbox/moat/host/native"
@@ -190,4 +192,31 @@ func WriteSource(dir string, files []File) error {
 		}
 	}
 	return nil
+}
+
+// MaxOutputModuleBytes bounds a module a compiler may produce.
+const MaxOutputModuleBytes = 256 << 20
+
+// ReadOutput reads a file the confined tool wrote in its work dir. The
+// tool owns that directory, so the name may be a symlink it planted to
+// make moat (root) read some other file into the build cache: the file is
+// opened without following symlinks, must be a regular file, and is
+// bounded in size.
+func ReadOutput(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > MaxOutputModuleBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", path, fi.Size(), MaxOutputModuleBytes)
+	}
+	return io.ReadAll(io.LimitReader(f, MaxOutputModuleBytes+1))
 }

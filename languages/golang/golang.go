@@ -223,7 +223,7 @@ func (l *Language) goBuild(ctx context.Context, env languages.BuildEnv, root, ve
 	if err := languages.CompileFailure("go", res); err != nil {
 		return nil, "", err
 	}
-	wasm, err := os.ReadFile(filepath.Join(env.WorkDir, "out.wasm"))
+	wasm, err := languages.ReadOutput(filepath.Join(env.WorkDir, "out.wasm"))
 	if err != nil {
 		return nil, "", fmt.Errorf("go: go build succeeded but wrote no module: %w", err)
 	}
@@ -345,6 +345,9 @@ func (l *Language) seed(ctx context.Context, env languages.BuildEnv, root, ver s
 		err := filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
+			}
+			if !d.IsDir() && !d.Type().IsRegular() {
+				return os.Remove(p) // the cache holds only files and directories
 			}
 			if err := os.Lchown(p, 0, 0); err != nil {
 				return err
