@@ -134,6 +134,10 @@ type Language interface {
 type BuildEnv struct {
 	WorkDir      string // empty, owned by this build, removed afterwards
 	ToolchainDir string // see package toolchains
+	// StateDir is a persistent directory of the language's own, kept
+	// across builds (Go keeps its warmed standard-library cache there).
+	// Only the trusted host writes it; builds may read it.
+	StateDir string
 }
 
 // ArtifactKind says how an Artifact runs.
@@ -162,6 +166,9 @@ type Artifact struct {
 	// Command is the native command line (ArtifactNative); "/src/..." in
 	// it names the job's copy of Files.
 	Command []string
+	// ExtraExec are more binaries the native command may execute (a bash
+	// script's coreutils); nothing else but Command[0] may be executed.
+	ExtraExec []string
 	// BuildLog is the compiler's output on success (warnings).
 	BuildLog string
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/languages"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -28,38 +29,74 @@ type execFlags struct {
 	allowExec []string
 	allowNet  []string
 	json      bool
+
+	// code execution (--lang)
+	lang           string
+	eval           string
+	stdinFile      string
+	compileTimeout time.Duration
+	maxOutput      int
+	env            []string
+	deny           []string
+	maxSource      int64
 }
 
 func newExecCmd(g *globalFlags) *cobra.Command {
 	f := &execFlags{}
 	cmd := &cobra.Command{
-		Use:   "exec --native [flags] -- CMD [ARGS...]",
-		Short: "Run a native program (no WebAssembly path) confined by kernel layers",
-		Long: `Run CMD as a confined native child, for languages without a WebAssembly path
-(an interpreter with a script, a compiled binary, a toolchain).
+		Use:   "exec (--lang L FILE... | --lang L -e CODE | --native CMD) [flags] [-- ARGS...]",
+		Short: "Run source code in any supported language, or a native program, under limits",
+		Long: `Run a program and report how it ended: the code-execution job of Judge0 or
+Piston, on moat's sandbox.
 
-The layers, in order: its own cgroup (memory, CPU, pids); new pid, mount,
-network, ipc and uts namespaces (and a user namespace when moat is not root);
-rlimits; the unprivileged uid 65534 (when moat is root); Landlock (system
-directories read-only, execute only CMD, its loader and --allow-exec, write
-only the job dir); a seccomp filter. The network namespace is empty: no
-egress at all, unless --allow-net grants targets: then CMD shares the host's
-network and a per-job iptables chain (matched by its cgroup) and Landlock let
-it reach exactly those targets. CMD without a slash is looked up in /usr/bin:/bin.
+With --lang, FILE... (or -e CODE) is source code in language L (see
+` + "`moat langs`" + `). It is validated (size, UTF-8, file names, the language's
+--deny rules), built (compiled to WebAssembly; builds are cached by content, so
+running the same source again does not rebuild), and run: as WebAssembly
+under wazero for compiled and interpreted languages, as a confined native
+process for bash and python3-native. Compilers themselves run confined (no
+network, read-only toolchains, a job directory). The first FILE is the entry
+point. Arguments after -- go to the program.
 
-stdin is passed through (up to 16 MiB). CMD's stdout and stderr are printed,
-then one summary line on stderr. Layers that could not be applied (as
-non-root: cgroup, uid) are listed there.
+With --native, CMD runs as a confined native child, for programs without a
+WebAssembly path. The layers, in order: its own cgroup (memory, CPU, pids);
+new pid, mount, network, ipc and uts namespaces (and a user namespace when
+moat is not root); rlimits; the unprivileged uid 65534 (when moat is root);
+Landlock (system directories read-only, execute only CMD, its loader and
+--allow-exec, write only the job dir); a seccomp filter. The network
+namespace is empty: no egress at all, unless --allow-net grants targets: then
+CMD shares the host's network and a per-job iptables chain (matched by its
+cgroup) and Landlock let it reach exactly those targets. CMD without a slash
+is looked up in /usr/bin:/bin.
 
-Exit status: CMD's own exit code; 124 on timeout; 125 at the memory limit;
-1 when it was killed or confinement was refused; 2 for bad usage.`,
-		Example: `  moat exec --native -- python3 -c 'print(1+1)'
+stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
+16 MiB). The program's stdout and stderr are printed, then one summary line
+on stderr (status, exit code, compile and run time, peak memory, whether the
+build was cached); --json prints the whole result as JSON on stdout instead.
+
+Exit status: the program's own exit code; 124 on timeout; 125 at the memory
+limit; 1 for a compile error, an output flood, a kill or a refused
+confinement; 2 for bad usage or a refused submission (--lang: see the
+violations).`,
+		Example: `  moat exec --lang python -e 'print(input().upper())' <<< hello
+  moat exec --lang c main.c util.c util.h -- arg1 arg2
+  moat exec --lang go --stdin input.txt --timeout 2s --memory 64 main.go
+  moat exec --lang rust --json main.rs
+  moat exec --lang c --deny include:sys/socket.h main.c
+  moat exec --native -- python3 -c 'print(1+1)'
   moat exec --native --timeout 2s --memory 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
   echo data | moat exec --native --json -- /usr/bin/wc -c`,
-		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !f.native {
-				return usagef("moat exec runs native programs only: add --native (WebAssembly modules use `moat run`)")
+			switch {
+			case f.native && f.lang != "":
+				return usagef("use either --native (a command) or --lang (source code), not both")
+			case f.lang != "":
+				return execLang(cmd, g, f, args)
+			case !f.native:
+				return usagef("say what to run: --lang L FILE... (source code; see `moat langs`) or --native -- CMD (a native program)")
+			}
+			if len(args) == 0 {
+				return usagef("put the command after --, e.g. moat exec --native -- python3 script.py")
 			}
 			if d := cmd.ArgsLenAtDash(); d != 0 {
 				return usagef("put the command after --, e.g. moat exec --native -- python3 script.py")
@@ -68,13 +105,21 @@ Exit status: CMD's own exit code; 124 on timeout; 125 at the memory limit;
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&f.native, "native", false, "run CMD as a confined native child (required)")
-	fl.DurationVar(&f.timeout, "timeout", native.DefaultTimeout, "wall-clock limit, e.g. 500ms, 30s")
-	fl.IntVar(&f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (cgroup; needs root)")
-	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads")
-	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable)")
-	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root)")
-	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times, layers) as JSON on stdout")
+	fl.BoolVar(&f.native, "native", false, "run CMD as a confined native child")
+	fl.StringVarP(&f.lang, "lang", "l", "", "the language of FILE... or -e CODE: a name or alias from `moat langs`")
+	fl.StringVarP(&f.eval, "eval", "e", "", "source code to run instead of files (with --lang)")
+	fl.StringVar(&f.stdinFile, "stdin", "", "a file to give the program as stdin (default: moat's stdin when it is not a terminal)")
+	fl.DurationVar(&f.timeout, "timeout", native.DefaultTimeout, "wall-clock limit of the run, e.g. 500ms, 30s")
+	fl.DurationVar(&f.compileTimeout, "compile-timeout", languages.DefaultExecLimits.CompileTimeout, "limit of the build stage (with --lang)")
+	fl.IntVar(&f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (WASM linear memory; cgroup for native runs, which needs root)")
+	fl.IntVar(&f.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr before the run is stopped as output-limit (with --lang)")
+	fl.StringArrayVar(&f.env, "env", nil, "an environment variable K=V for the program (repeatable; with --lang)")
+	fl.StringArrayVar(&f.deny, "deny", nil, "a language rule to refuse, e.g. import:net (Go), include:sys/socket.h (C), import:socket (Python) (repeatable; with --lang)")
+	fl.Int64Var(&f.maxSource, "max-source", languages.DefaultMaxSourceBytes, "bytes of source over all files (with --lang)")
+	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads (with --native)")
+	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
+	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
+	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
 	return cmd
 }
 
@@ -87,16 +132,9 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	case f.pids <= 0:
 		return usagef("--pids %d: give a positive number", f.pids)
 	}
-	var stdin []byte
-	if !term.IsTerminal(int(os.Stdin.Fd())) {
-		b, err := io.ReadAll(io.LimitReader(os.Stdin, maxExecStdin+1))
-		if err != nil {
-			return fmt.Errorf("reading stdin: %w", err)
-		}
-		if len(b) > maxExecStdin {
-			return usagef("stdin is over %d MiB: give the command a file instead", maxExecStdin>>20)
-		}
-		stdin = b
+	stdin, err := readExecStdin(f.stdinFile)
+	if err != nil {
+		return err
 	}
 	spec := native.Spec{
 		Command:     args,
@@ -138,6 +176,33 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	default:
 		return exitError{code: exitFailure}
 	}
+}
+
+// readExecStdin reads --stdin FILE, else moat's stdin when it is not a
+// terminal, up to maxExecStdin bytes.
+func readExecStdin(file string) ([]byte, error) {
+	var r io.Reader
+	switch {
+	case file != "":
+		fh, err := os.Open(file)
+		if err != nil {
+			return nil, usagef("--stdin: %v", err)
+		}
+		defer fh.Close()
+		r = fh
+	case !term.IsTerminal(int(os.Stdin.Fd())):
+		r = os.Stdin
+	default:
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxExecStdin+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading stdin: %w", err)
+	}
+	if len(b) > maxExecStdin {
+		return nil, usagef("stdin is over %d MiB: give the program a smaller input", maxExecStdin>>20)
+	}
+	return b, nil
 }
 
 // execSummary is the one line on stderr after the command's output.

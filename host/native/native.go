@@ -68,7 +68,27 @@ type Spec struct {
 	Pids        int64         // processes and threads; default 64
 	CPUQuota    float64       // cores; default 1
 	MaxOutput   int           // per stream; default 1 MiB; the rest is dropped (Result.Truncated), the run goes on
-	ExtraExec   []string      // more binaries the command may execute (e.g. /usr/bin/cat for a sh script)
+	// AddressSpace, when set, is the RLIMIT_AS in bytes instead of the
+	// default derived from MemoryBytes. Raise it for runtimes that reserve
+	// address space up front (V8 reserves about 10 GB per WebAssembly
+	// memory for its guard regions); the cgroup's memory limit still bounds
+	// what they use, but without a cgroup (not root) RLIMIT_AS is the only
+	// memory bound.
+	AddressSpace uint64
+	// StopAtMaxOutput kills the job as soon as a stream passes MaxOutput
+	// (Result.Truncated and Status killed), rather than letting a program
+	// that floods its output run on to its timeout.
+	StopAtMaxOutput bool
+	ExtraExec       []string // more binaries (or directories of them) the command may execute (e.g. /usr/bin/cat for a sh script)
+	// ReadOnly are more paths (files or directories) the command may read,
+	// beyond the system directories: a toolchain tree outside /usr, a
+	// submission's source files.
+	ReadOnly []string
+	// ReadWrite are more directories the command may read and write (never
+	// execute), beyond the job dir: a build cache the operator chose to
+	// share between jobs. Each is a grant of persistence across jobs; use
+	// sparingly.
+	ReadWrite []string
 	// Wrapper is the binary that confines the child and execs the command.
 	// Default: moat-confine beside the running executable when there is
 	// one (it starts in a fraction of the time), else the running
@@ -142,6 +162,7 @@ type job struct {
 	statusR  *os.File
 	stdout   *cappedBuffer
 	stderr   *cappedBuffer
+	overflow chan struct{} // closed when a stream passes MaxOutput with StopAtMaxOutput
 	started  time.Time
 	cleanups []func()
 }
@@ -309,7 +330,8 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		MountProc: true, Hostname: "moat",
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
-		FS:       kernel.ChildFS{Target: target, ExtraExec: extra, ReadWrite: []string{dir}, ConnectTCP: ports},
+		FS: kernel.ChildFS{Target: target, ExtraExec: extra, ReadOnly: s.ReadOnly,
+			ReadWrite: append([]string{dir}, s.ReadWrite...), ConnectTCP: ports},
 		StatusFD: 3 + len(extraFiles),
 	}
 	attr := childAttr(root, uid, gid, egress == nil)
@@ -372,7 +394,14 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		return nil, fmt.Errorf("native: %w", err)
 	}
 
-	stdout, stderr := &cappedBuffer{max: s.MaxOutput}, &cappedBuffer{max: s.MaxOutput}
+	overflow := make(chan struct{})
+	var overflowOnce sync.Once
+	onFull := func() {}
+	if s.StopAtMaxOutput {
+		onFull = func() { overflowOnce.Do(func() { close(overflow) }) }
+	}
+	stdout, stderr := &cappedBuffer{max: s.MaxOutput, full: onFull}, &cappedBuffer{max: s.MaxOutput, full: onFull}
+	j.overflow = overflow
 	if warm != nil {
 		res.Warm = true
 		cs.StatusFD = warmStatusFD
@@ -422,6 +451,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		return nil, fmt.Errorf("native: start: %w", err)
 	}
 	j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, cmd, cg, res, statusR, stdout, stderr, startTime
+	j.overflow = overflow
 	return j, nil
 }
 
@@ -467,6 +497,9 @@ func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
 		err = <-done
 	case <-ctx.Done():
 		canceled = true
+		kill()
+		err = <-done
+	case <-j.overflow:
 		kill()
 		err = <-done
 	}
@@ -570,6 +603,9 @@ func rlimitsFor(s Spec, cgroup bool, uid int, root bool) kernel.Rlimits {
 	as := uint64(s.MemoryBytes) + 64<<20
 	if cgroup {
 		as = max(4*uint64(s.MemoryBytes), 1<<30)
+	}
+	if s.AddressSpace > 0 {
+		as = s.AddressSpace
 	}
 	r := kernel.Rlimits{
 		AddressSpace: as,
@@ -712,10 +748,14 @@ type cappedBuffer struct {
 	buf       bytes.Buffer
 	max       int
 	truncated bool
+	full      func() // called when the cap is first passed; may be nil
 }
 
 func (c *cappedBuffer) Write(p []byte) (int, error) {
 	if room := c.max - c.buf.Len(); room < len(p) {
+		if !c.truncated && c.full != nil {
+			c.full()
+		}
 		c.truncated = true
 		if room > 0 {
 			c.buf.Write(p[:room])

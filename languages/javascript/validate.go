@@ -25,8 +25,7 @@ import (
 // (const o = os; o["ex" + "ec"]). What bounds a script is the sandbox
 // (no ambient files, no network, the op table's grants).
 func (Language) Validate(src languages.Source, p languages.ValidationProfile) []languages.Violation {
-	var vs []languages.Violation
-	// MERGE: vs = languages.ValidateCommon(src, p) // size, file count, UTF-8, paths
+	vs := languages.ValidateCommon(src, p) // size, file count, UTF-8, paths
 	if len(p.Deny) == 0 {
 		return vs
 	}

@@ -27,8 +27,7 @@ import (
 // the sandbox: a WASI build has no subprocesses and no sockets to begin
 // with, no files but /src (read-only), and ops only through the grants.
 func (Language) Validate(src languages.Source, p languages.ValidationProfile) []languages.Violation {
-	var vs []languages.Violation
-	// MERGE: vs = languages.ValidateCommon(src, p) // size, file count, UTF-8, paths
+	vs := languages.ValidateCommon(src, p) // size, file count, UTF-8, paths
 	if len(p.Deny) == 0 {
 		return vs
 	}

@@ -25,8 +25,7 @@ import (
 // const_get, which a static scan cannot follow. In this build there are no
 // subprocesses or sockets anyway; what bounds a script is the sandbox.
 func (Language) Validate(src languages.Source, p languages.ValidationProfile) []languages.Violation {
-	var vs []languages.Violation
-	// MERGE: vs = languages.ValidateCommon(src, p) // size, file count, UTF-8, paths
+	vs := languages.ValidateCommon(src, p) // size, file count, UTF-8, paths
 	if len(p.Deny) == 0 {
 		return vs
 	}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/toolchains"
+	"github.com/spf13/cobra"
+)
+
+func init() { registerCommand(newBuildCmd) }
+
+func newBuildCmd(g *globalFlags) *cobra.Command {
+	var timeout time.Duration
+	var out string
+	cmd := &cobra.Command{
+		Use:   "build DIR",
+		Short: "Build a plugin from source: DIR/moat.yaml names the language, the module is written beside it",
+		Long: `Build the plugin in DIR into the WebAssembly module its manifest names.
+
+DIR/moat.yaml's language: picks the compiler and module: the output file
+(default <name>.wasm), written into DIR. Plugins are WASI reactors exporting
+the moat ABI (see guests/): Go builds with -buildmode=c-shared; C and C++
+with -mexec-model=reactor (every .c/.cpp file in DIR; guests/c is on the
+include path when DIR is inside the moat tree); Rust builds DIR/lib.rs or
+DIR/src/lib.rs as a cdylib; AssemblyScript builds DIR/index.ts or
+DIR/assembly/index.ts with _initialize as its start.
+
+The compiler runs confined, as for ` + "`moat exec --lang`" + `: no network, the
+toolchains read-only, a scratch directory to write; the module is copied into
+DIR afterwards. C, C++, Rust and AssemblyScript sources are copied into the
+scratch directory; Go reads DIR's module in place, so as root the module must
+be world-readable (the compiler runs as uid 65534).
+Interpreted languages need no build: their source is the module.`,
+		Example: `  moat build examples/hello-go && moat run examples/hello-go greet --input World
+  moat build --out /tmp/hello.wasm examples/hello-c`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return buildPlugin(cmd.Context(), g, args[0], out, timeout)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "limit of the build (the first Go build on a machine compiles the standard library)")
+	cmd.Flags().StringVar(&out, "out", "", "where to write the module (default: DIR/ and the manifest's module: file)")
+	return cmd
+}
+
+func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout time.Duration) error {
+	mfPath := filepath.Join(dir, "moat.yaml")
+	mf, err := policy.LoadManifest(mfPath)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if mf.Language == "" {
+		return usagef("%s has no language: field: add one, e.g. language: go (see `moat langs`)", mfPath)
+	}
+	lang, err := languages.Lookup(mf.Language)
+	if err != nil {
+		return usagef("%s: language: %v", mfPath, err)
+	}
+	info := lang.Info()
+	pb, ok := lang.(languages.PluginBuilder)
+	if !ok {
+		if info.Path != languages.PathCompiled {
+			return usagef("%s is %s: its plugins run from source, there is nothing to build", info.Name, info.Path)
+		}
+		return usagef("%s cannot build plugins yet", info.Name)
+	}
+	if c, ok := lang.(languages.Checker); ok {
+		if err := c.Available(); err != nil {
+			return err
+		}
+	}
+	if out == "" {
+		name := mf.Module
+		if name == "" {
+			name = mf.Name + ".wasm"
+		}
+		out = filepath.Join(dir, name)
+	}
+	work, err := os.MkdirTemp("", "moat-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	state := filepath.Join(g.data(), "lang-state", info.Name)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "==> building %s (%s, %s) in %s\n", mf.Name, info.Name, info.Toolchain, dir)
+	if info.Name == "go" {
+		fmt.Fprintln(os.Stderr, "    (the first Go build on a machine also compiles the standard library for wasip1, about 20 s, once)")
+	}
+	began := time.Now()
+	bctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wasm, err := pb.BuildPlugin(bctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir(), StateDir: state}, dir)
+	var ce *languages.CompileError
+	var le *languages.BuildLimitError
+	switch {
+	case errors.As(err, &ce):
+		fmt.Fprintln(os.Stderr, ce.Output)
+		fmt.Fprintf(os.Stderr, "moat: build of %s failed: the compiler refused the source (above)\n", dir)
+		return exitError{code: exitFailure}
+	case errors.As(err, &le):
+		fmt.Fprintf(os.Stderr, "moat: %v\n", le)
+		if le.Status == languages.StatusTimeout {
+			return exitError{code: exitTimeout}
+		}
+		return exitError{code: exitMemory}
+	case err != nil:
+		return fmt.Errorf("build %s: %w", dir, err)
+	}
+	tmp := out + ".tmp"
+	if err := os.WriteFile(tmp, wasm, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "==> wrote %s (%d bytes, sha256 %s) in %s\n", out, len(wasm), host.Digest(wasm)[:12], time.Since(began).Round(10*time.Millisecond))
+	return nil
+}

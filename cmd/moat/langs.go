@@ -1,0 +1,267 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/moat-sandbox/moat/languages"
+	_ "github.com/moat-sandbox/moat/languages/all" // every language registers itself
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/spf13/cobra"
+)
+
+func init() { registerCommand(newLangsCmd) }
+
+func newLangsCmd(g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "langs",
+		Short: "List the languages `moat exec --lang` runs, their versions and how each runs",
+		Long: `List every language moat knows: its name and aliases (either works with
+--lang), the version of its compiler or interpreter, the path it takes to run,
+and whether its toolchain is present on this machine (and if not, what to
+install).
+
+Paths: compiled (built to a WASI module, run by wazero), interpreted (an
+interpreter compiled to WebAssembly runs the script), native (a confined
+native process; for languages without a WebAssembly path).`,
+		Example: `  moat langs
+  moat langs --json | jq '.[] | select(.available) | .name'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st := languages.Statuses()
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tALIASES\tVERSION\tPATH\tTOOLCHAIN\tSTATUS")
+			for _, s := range st {
+				status := "available"
+				if !s.Available {
+					status = "missing: " + s.Missing
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, strings.Join(s.Aliases, ","), s.Version, s.Path, s.Toolchain, status)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	return cmd
+}
+
+// execLang is `moat exec --lang`: validate, build (cached), run, report.
+func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) error {
+	files, progArgs := args, []string(nil)
+	if d := cmd.ArgsLenAtDash(); d >= 0 {
+		files, progArgs = args[:d], args[d:]
+	}
+	switch {
+	case f.timeout <= 0:
+		return usagef("--timeout %s: give a positive duration such as 500ms or 30s", f.timeout)
+	case f.compileTimeout <= 0:
+		return usagef("--compile-timeout %s: give a positive duration such as 60s", f.compileTimeout)
+	case f.memoryMB <= 0 || f.memoryMB > 4096:
+		return usagef("--memory %d: give a size in MiB between 1 and 4096", f.memoryMB)
+	case f.maxOutput <= 0:
+		return usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
+	case f.eval != "" && len(files) > 0:
+		return usagef("give either -e CODE or FILE..., not both (program arguments go after --)")
+	case f.eval == "" && len(files) == 0:
+		return usagef("give the source: FILE... or -e CODE, e.g. moat exec --lang %s main%s", f.lang, firstExt(f.lang))
+	}
+	lang, err := languages.Lookup(f.lang)
+	if err != nil {
+		return usagef("--lang: %v", err)
+	}
+	var src languages.Source
+	if f.eval != "" {
+		src.Files = []languages.File{{Name: "main" + firstExt(lang.Info().Name), Content: []byte(f.eval)}}
+	} else {
+		// Files keep their names relative to the first file's directory, so
+		// `moat exec --lang c src/main.c src/lib/util.h` sends main.c and
+		// lib/util.h. Anything outside that directory is sent by base name.
+		base := filepath.Dir(files[0])
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return usagef("reading %s: %v", p, err)
+			}
+			name, err := filepath.Rel(base, p)
+			if err != nil || strings.HasPrefix(name, "..") {
+				name = filepath.Base(p)
+			}
+			src.Files = append(src.Files, languages.File{Name: filepath.ToSlash(name), Content: b})
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range f.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return usagef("--env %q: write it as NAME=value", kv)
+		}
+		env[k] = v
+	}
+	stdin, err := readExecStdin(f.stdinFile)
+	if err != nil {
+		return err
+	}
+	ex, closeHost, err := newExecutor(cmd, g)
+	if err != nil {
+		return err
+	}
+	defer closeHost()
+	correlation := newCorrelationID()
+	res, err := ex.Exec(cmd.Context(), languages.ExecRequest{
+		Language: f.lang, Source: src, Stdin: stdin, Args: progArgs, Env: env,
+		Limits: languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
+			MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)},
+		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
+		Principal:     localPrincipal(),
+		CorrelationID: correlation,
+	})
+	if err != nil {
+		return err
+	}
+	if f.json {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(execResultJSON(res, correlation)); err != nil {
+			return err
+		}
+	} else {
+		os.Stdout.Write(res.Stdout)
+		os.Stderr.Write(res.Stderr)
+		if res.CompileOutput != "" && res.Status == languages.StatusCompileError {
+			fmt.Fprintln(os.Stderr, strings.TrimRight(res.CompileOutput, "\n"))
+		}
+		for _, v := range res.Violations {
+			fmt.Fprintf(os.Stderr, "moat: %s\n", v)
+		}
+		fmt.Fprintln(os.Stderr, langSummary(res, correlation))
+	}
+	switch res.Status {
+	case languages.StatusOK:
+		return nil
+	case languages.StatusRuntimeError:
+		if res.ExitCode > 0 && res.ExitCode < 256 {
+			return exitError{code: res.ExitCode}
+		}
+		return exitError{code: exitFailure}
+	case languages.StatusTimeout:
+		return exitError{code: exitTimeout}
+	case languages.StatusMemoryLimit:
+		return exitError{code: exitMemory}
+	case languages.StatusInvalid:
+		return exitError{code: exitUsage}
+	default:
+		return exitError{code: exitFailure}
+	}
+}
+
+// newExecutor opens the host and an executor whose build cache and
+// language state live in the data directory.
+func newExecutor(cmd *cobra.Command, g *globalFlags) (*languages.Executor, func(), error) {
+	h, err := newHost(cmd.Context(), g)
+	if err != nil {
+		return nil, nil, err
+	}
+	data := g.data()
+	ex, err := languages.NewExecutor(languages.ExecutorConfig{
+		Host: h, BuildCacheDir: filepath.Join(data, "build-cache"), StateDir: filepath.Join(data, "lang-state"),
+	})
+	if err != nil {
+		h.Close(cmd.Context())
+		return nil, nil, err
+	}
+	return ex, func() { h.Close(cmd.Context()) }, nil
+}
+
+// firstExt is a language's first file extension, or "".
+func firstExt(name string) string {
+	l, err := languages.Lookup(name)
+	if err != nil || len(l.Info().Extensions) == 0 {
+		return ""
+	}
+	return l.Info().Extensions[0]
+}
+
+// langSummary is the one line on stderr after the program's output.
+func langSummary(r *languages.ExecResult, correlation string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "moat: status=%s exit=%d lang=%s", r.Status, r.ExitCode, r.Language)
+	if r.Version != "" {
+		fmt.Fprintf(&b, "@%s", r.Version)
+	}
+	fmt.Fprintf(&b, " compile=%s cached=%t run=%s", fineDuration(r.CompileTime), r.BuildCached, fineDuration(r.RunTime))
+	if r.PeakMemory > 0 {
+		fmt.Fprintf(&b, " peak=%s", mib(r.PeakMemory))
+	}
+	if r.Signal != "" {
+		fmt.Fprintf(&b, " signal=%q", r.Signal)
+	}
+	if r.Message != "" && r.Status != languages.StatusOK {
+		fmt.Fprintf(&b, " reason=%q", oneLineString(r.Message))
+	}
+	fmt.Fprintf(&b, " correlation_id=%s", correlation)
+	return b.String()
+}
+
+// fineDuration keeps a tenth of a millisecond below 10 ms: a cached WASM
+// run takes well under one.
+func fineDuration(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
+	}
+	return shortDuration(d)
+}
+
+func oneLineString(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// execResultJSON is the --json form: output as text when it is UTF-8,
+// times in milliseconds.
+func execResultJSON(r *languages.ExecResult, correlation string) any {
+	text := func(b []byte) any {
+		if utf8.Valid(b) {
+			return string(b)
+		}
+		return b // base64, as encoding/json does for bytes
+	}
+	return struct {
+		Language      string                `json:"language"`
+		Version       string                `json:"version"`
+		Status        languages.Status      `json:"status"`
+		ExitCode      int                   `json:"exit_code"`
+		Signal        string                `json:"signal,omitempty"`
+		Stdout        any                   `json:"stdout"`
+		Stderr        any                   `json:"stderr"`
+		Message       string                `json:"message,omitempty"`
+		CompileOutput string                `json:"compile_output,omitempty"`
+		Violations    []languages.Violation `json:"violations,omitempty"`
+		CompileMS     float64               `json:"compile_ms"`
+		RunMS         float64               `json:"run_ms"`
+		PeakMemory    uint64                `json:"peak_memory_bytes"`
+		BuildCached   bool                  `json:"build_cached"`
+		CorrelationID string                `json:"correlation_id"`
+	}{r.Language, r.Version, r.Status, r.ExitCode, r.Signal, text(r.Stdout), text(r.Stderr), r.Message, r.CompileOutput,
+		r.Violations, float64(r.CompileTime.Microseconds()) / 1000, float64(r.RunTime.Microseconds()) / 1000,
+		r.PeakMemory, r.BuildCached, correlation}
+}
+
+// localPrincipal is who a local `moat exec --lang` runs for: the login
+// name in org "local", as `moat run` defaults.
+func localPrincipal() policy.Principal {
+	return policy.Principal{User: loginName(), Org: "local"}
+}

@@ -1,0 +1,136 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// needTool skips when a Debian toolchain binary is missing, except in CI.
+func needTool(t *testing.T, bin string) {
+	t.Helper()
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatalf("%s is not installed: run `make toolchains`", bin)
+		}
+		t.Skipf("%s is not installed: run `make toolchains`", bin)
+	}
+}
+
+func TestLangs(t *testing.T) {
+	r := moat(t, "", "langs", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var list []struct {
+		Name      string
+		Version   string
+		Path      string
+		Available bool   `json:"available"`
+		Missing   string `json:"missing"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	got := map[string]string{}
+	for _, l := range list {
+		got[l.Name] = l.Path
+		if l.Available && (l.Version == "" || l.Version == "unavailable") {
+			t.Errorf("%s is available without a version", l.Name)
+		}
+		if !l.Available && l.Missing == "" {
+			t.Errorf("%s is unavailable without saying what is missing", l.Name)
+		}
+	}
+	for name, path := range map[string]string{"go": "compiled", "c": "compiled", "cpp": "compiled", "rust": "compiled",
+		"assemblyscript": "compiled", "bash": "native", "python3-native": "native"} {
+		if got[name] != path {
+			t.Errorf("%s: path %q, want %q", name, got[name], path)
+		}
+	}
+	table := moat(t, "", "langs")
+	if !strings.HasPrefix(table.stdout, "NAME") || !strings.Contains(table.stdout, "rust") {
+		t.Errorf("table:\n%s", table.stdout)
+	}
+}
+
+func TestExecLang(t *testing.T) {
+	needTool(t, "/usr/bin/clang-19")
+	data := t.TempDir()
+	const code = `#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+	char line[64] = {0};
+	fgets(line, sizeof line, stdin);
+	printf("%s|%s|%s", getenv("K"), argc > 1 ? argv[1] : "-", line);
+	return 7;
+}`
+	r := moat(t, "in\n", "exec", "--data", data, "--lang", "c", "--env", "K=v", "-e", code, "--", "a1")
+	if r.code != 7 || r.stdout != "v|a1|in\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "status=runtime-error exit=7 lang=c@") || !strings.Contains(r.stderr, "cached=false") {
+		t.Errorf("summary: %q", r.stderr)
+	}
+	// Files, --stdin and a warm build cache.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "main.c"), []byte(code), 0o644)
+	os.WriteFile(filepath.Join(dir, "in.txt"), []byte("from file\n"), 0o644)
+	r = moat(t, "", "exec", "--data", data, "--lang", "C", "--env", "K=v", "--stdin", filepath.Join(dir, "in.txt"), filepath.Join(dir, "main.c"), "--", "a1")
+	if r.code != 7 || r.stdout != "v|a1|from file\n" || !strings.Contains(r.stderr, "cached=true") {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"json", []string{"--lang", "c", "--json", "-e", "int main(void){return 0;}"}, 0, `"status": "ok"`},
+		{"compile error", []string{"--lang", "c", "-e", "int main(void){return nope;}"}, 1, "nope"},
+		{"timeout", []string{"--lang", "c", "--timeout", "300ms", "-e", "int main(void){volatile int x; for(;;) x++;}"}, 124, "status=timeout"},
+		{"unknown language", []string{"--lang", "cobol", "-e", "x"}, 2, "unknown language"},
+		{"invalid path", []string{"--lang", "c", "--max-source", "8", "-e", "int main(void){return 0;}"}, 2, "over the limit of 8"},
+		{"no source", []string{"--lang", "c"}, 2, "give the source"},
+		{"both modes", []string{"--lang", "c", "--native", "-e", "x"}, 2, "not both"},
+		{"no mode", []string{"main.c"}, 2, "--lang"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := moat(t, "", append([]string{"exec", "--data", data}, tc.args...)...)
+			if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.want) {
+				t.Fatalf("exit %d (want %d), want %q in:\n%s%s", r.code, tc.code, tc.want, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// TestBuildGoPlugin: moat build reads the manifest's language and writes
+// a plugin that moat inspect accepts. The data dir is kept across runs:
+// the Go seed cache in it costs about 20 s of CPU once.
+func TestBuildGoPlugin(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatal("go is not installed")
+		}
+		t.Skip("go is not installed")
+	}
+	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
+	out := filepath.Join(t.TempDir(), "hello-go.wasm")
+	r := moat(t, "", "build", "--data", data, "--out", out, "../../examples/hello-go")
+	if r.code != 0 || !strings.Contains(r.stderr, "==> wrote") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	r = moat(t, "", "inspect", "--data", data, "--json", out)
+	if r.code != 0 || !strings.Contains(r.stdout, `"kind": "moat-plugin"`) {
+		t.Fatalf("inspect: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "moat.yaml"), []byte("name: x\nversion: 0.1.0\nlanguage: cobol\n"), 0o644)
+	if r := moat(t, "", "build", "--data", data, dir); r.code != 2 || !strings.Contains(r.stderr, "unknown language") {
+		t.Fatalf("unknown language: exit %d %s", r.code, r.stderr)
+	}
+}

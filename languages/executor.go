@@ -1,0 +1,497 @@
+package languages
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/toolchains"
+)
+
+// AnonymousPrincipal runs a job whose request names no principal (the
+// CLI's local runs); audit records carry it.
+var AnonymousPrincipal = policy.Principal{User: "anonymous", Org: "local"}
+
+// Checker is implemented by a language that needs a toolchain or an
+// interpreter WASM: Available returns nil when it can build and run, else
+// an error saying what is missing and how to get it.
+type Checker interface {
+	Available() error
+}
+
+// ExecutorConfig configures an Executor.
+type ExecutorConfig struct {
+	// Host runs the WASM artifacts (its runtime, compilation cache, store
+	// and profile apply). Required.
+	Host *host.Host
+	// BuildCacheDir holds build artifacts by content hash. Required.
+	BuildCacheDir string
+	// StateDir holds the languages' persistent state (see
+	// BuildEnv.StateDir). Default: BuildCacheDir/state.
+	StateDir string
+	// ToolchainDir overrides toolchains.Dir().
+	ToolchainDir string
+	// Limits are the defaults for requests that leave a limit at zero.
+	// Zero fields take DefaultExecLimits.
+	Limits ExecLimits
+}
+
+// DefaultExecLimits apply where neither the request nor the executor's
+// configuration sets a limit.
+var DefaultExecLimits = ExecLimits{
+	Timeout:        10 * time.Second,
+	CompileTimeout: 60 * time.Second,
+	MemoryBytes:    256 << 20,
+	MaxOutputBytes: 1 << 20,
+}
+
+func (l ExecLimits) or(d ExecLimits) ExecLimits {
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.CompileTimeout <= 0 {
+		l.CompileTimeout = d.CompileTimeout
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.MaxOutputBytes <= 0 {
+		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	return l
+}
+
+// Executor runs code-execution jobs: Lookup → Validate → Build (cached) →
+// Run. It is safe for concurrent use; concurrent jobs with the same source
+// share one build.
+type Executor struct {
+	cfg    ExecutorConfig
+	cache  *BuildCache
+	limits ExecLimits
+
+	flightMu sync.Mutex
+	flight   map[string]*buildCall
+
+	modMu   sync.Mutex
+	modules map[wasmID]*host.Module
+}
+
+// wasmID identifies WASM bytes by their backing array, so the executor
+// hashes a 26 MB interpreter once per process rather than once per run.
+// Artifacts from the cache and from an interpreted language's Build share
+// their bytes, so the same interpreter keeps one identity.
+type wasmID struct {
+	p *byte
+	n int
+}
+
+type buildCall struct {
+	done chan struct{}
+	a    *Artifact
+	err  error
+}
+
+// NewExecutor prepares an executor. It creates the cache directories.
+func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
+	if cfg.Host == nil {
+		return nil, errors.New("languages: executor: no Host configured")
+	}
+	if cfg.BuildCacheDir == "" {
+		return nil, errors.New("languages: executor: no BuildCacheDir configured")
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(cfg.BuildCacheDir, "state")
+	}
+	if cfg.ToolchainDir == "" {
+		cfg.ToolchainDir = toolchains.Dir()
+	}
+	c, err := OpenBuildCache(cfg.BuildCacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("languages: executor: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("languages: executor: state dir: %w", err)
+	}
+	return &Executor{cfg: cfg, cache: c, limits: cfg.Limits.or(DefaultExecLimits),
+		flight: map[string]*buildCall{}, modules: map[wasmID]*host.Module{}}, nil
+}
+
+// LanguageStatus is one row of `moat langs`.
+type LanguageStatus struct {
+	Info
+	Available bool   `json:"available"`
+	Missing   string `json:"missing,omitempty"` // what to install, when not available
+}
+
+// Languages lists every registered language and whether it can run here.
+func (e *Executor) Languages() []LanguageStatus { return Statuses() }
+
+// Statuses lists every registered language and whether it can run here.
+func Statuses() []LanguageStatus {
+	var out []LanguageStatus
+	for _, l := range All() {
+		s := LanguageStatus{Info: l.Info(), Available: true}
+		if c, ok := l.(Checker); ok {
+			if err := c.Available(); err != nil {
+				s.Available, s.Missing = false, err.Error()
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Exec runs one job. A program that fails, is refused or hits a limit is
+// an ExecResult with a Status; the error is for moat's own failures (a
+// toolchain missing, the disk full, the caller's context canceled).
+func (e *Executor) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error) {
+	res := &ExecResult{Language: req.Language}
+	lang, err := Lookup(req.Language)
+	if err != nil {
+		res.Status, res.Message = StatusInvalid, err.Error()
+		res.Violations = []Violation{{Rule: "language", Message: err.Error()}}
+		return res, nil
+	}
+	info := lang.Info()
+	res.Language, res.Version = info.Name, info.Version
+	if vs := e.validate(lang, req); len(vs) > 0 {
+		res.Status, res.Violations = StatusInvalid, vs
+		res.Message = fmt.Sprintf("%d problem(s) with the submission; first: %s", len(vs), vs[0])
+		return res, nil
+	}
+	if c, ok := lang.(Checker); ok {
+		if err := c.Available(); err != nil {
+			return nil, fmt.Errorf("exec %s: %w", info.Name, err)
+		}
+	}
+	lim := req.Limits.or(e.limits)
+
+	began := time.Now()
+	art, cached, err := e.build(ctx, lang, req.Source, lim)
+	res.CompileTime, res.BuildCached = time.Since(began), cached
+	var ce *CompileError
+	var le *BuildLimitError
+	switch {
+	case errors.As(err, &ce):
+		res.Status, res.CompileOutput = StatusCompileError, ce.Output
+		res.Message = "the compiler refused the source; see compile_output"
+		return res, nil
+	case errors.As(err, &le):
+		res.Status, res.Message = le.Status, "compile stage: "+le.Error()
+		return res, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("exec %s: %w", info.Name, ctx.Err())
+		}
+		return nil, fmt.Errorf("exec %s: %w", info.Name, err)
+	}
+	if art.BuildLog != "" {
+		res.CompileOutput = art.BuildLog
+	}
+	if err := e.run(ctx, lang, art, req, lim, res); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", info.Name, err)
+	}
+	return res, nil
+}
+
+// validate runs the generic checks and then the language's, dropping the
+// language's repeats of generic violations. The generic checks run first
+// and alone when they fail: a language's own checks may assume clean
+// names, and unsafe names must never reach the disk.
+func (e *Executor) validate(l Language, req ExecRequest) []Violation {
+	common := ValidateCommon(req.Source, req.Validation)
+	if len(common) > 0 {
+		return common
+	}
+	var out []Violation
+	for _, v := range l.Validate(req.Source, req.Validation) {
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			out = append(out, Violation{Rule: "env", Message: fmt.Sprintf("environment variable name %q is invalid: use a non-empty name without '=' or NUL", k)})
+		}
+	}
+	return out
+}
+
+// build returns the artifact for src, from the cache or by building it
+// (once, however many jobs ask at the same time).
+func (e *Executor) build(ctx context.Context, l Language, src Source, lim ExecLimits) (*Artifact, bool, error) {
+	key := BuildKey(l, src)
+	if a, ok := e.cache.Get(key); ok {
+		return a, true, nil
+	}
+	e.flightMu.Lock()
+	if c, ok := e.flight[key]; ok {
+		e.flightMu.Unlock()
+		select {
+		case <-c.done:
+			return c.a, c.err == nil, c.err
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	c := &buildCall{done: make(chan struct{})}
+	e.flight[key] = c
+	e.flightMu.Unlock()
+	defer func() {
+		e.flightMu.Lock()
+		delete(e.flight, key)
+		e.flightMu.Unlock()
+		close(c.done)
+	}()
+
+	c.a, c.err = e.buildNow(ctx, l, src, lim)
+	if c.err != nil {
+		return nil, false, c.err
+	}
+	if err := e.cache.Put(key, c.a); err != nil {
+		return nil, false, err
+	}
+	return c.a, false, nil
+}
+
+func (e *Executor) buildNow(ctx context.Context, l Language, src Source, lim ExecLimits) (*Artifact, error) {
+	work, err := os.MkdirTemp("", "moat-build-")
+	if err != nil {
+		return nil, fmt.Errorf("build dir: %w", err)
+	}
+	defer os.RemoveAll(work)
+	state := filepath.Join(e.cfg.StateDir, l.Info().Name)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, lim.CompileTimeout)
+	defer cancel()
+	a, err := l.Build(bctx, BuildEnv{WorkDir: work, ToolchainDir: e.cfg.ToolchainDir, StateDir: state}, src)
+	if err != nil {
+		if ctx.Err() == nil && bctx.Err() != nil {
+			var le *BuildLimitError
+			var ce *CompileError
+			if !errors.As(err, &le) && !errors.As(err, &ce) {
+				return nil, &BuildLimitError{Status: StatusTimeout, Tool: l.Info().Name, Reason: fmt.Sprintf("compile time limit %s passed", lim.CompileTimeout)}
+			}
+		}
+		return nil, err
+	}
+	if a == nil {
+		return nil, fmt.Errorf("%s: Build returned no artifact", l.Info().Name)
+	}
+	return a, nil
+}
+
+// run executes the artifact and fills res.
+func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecRequest, lim ExecLimits, res *ExecResult) error {
+	env := map[string]string{}
+	maps.Copy(env, a.Env)
+	maps.Copy(env, req.Env)
+
+	var srcDir string
+	if len(a.Files) > 0 {
+		d, err := os.MkdirTemp("", "moat-src-")
+		if err != nil {
+			return fmt.Errorf("source dir: %w", err)
+		}
+		defer os.RemoveAll(d)
+		// Readable by the job uid, writable by nobody but moat: the
+		// program sees its sources read-only.
+		if err := os.Chmod(d, 0o755); err != nil {
+			return err
+		}
+		if err := WriteSource(d, a.Files); err != nil {
+			return err
+		}
+		srcDir = d
+	}
+
+	if r, ok := l.(ArtifactRunner); ok {
+		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
+		if out != nil {
+			res.Stdout, res.Stderr, res.ExitCode = out.Stdout, out.Stderr, out.ExitCode
+		}
+		return e.wasmOutcome(ctx, err, res)
+	}
+	switch a.Kind {
+	case ArtifactWASM, ArtifactInterpreted:
+		if a.Kind == ArtifactInterpreted && srcDir == "" && len(a.Files) > 0 {
+			return errors.New("interpreted artifact without a source dir")
+		}
+		return e.runWASM(ctx, l, a, req, lim, env, srcDir, res)
+	case ArtifactNative:
+		return e.runNative(ctx, a, req, lim, env, srcDir, res)
+	default:
+		return fmt.Errorf("artifact kind %q is not one of %s, %s, %s", a.Kind, ArtifactWASM, ArtifactInterpreted, ArtifactNative)
+	}
+}
+
+func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, res *ExecResult) error {
+	m, err := e.module(ctx, l, a.WASM)
+	if err != nil {
+		return err
+	}
+	var stdout, stderr bytes.Buffer
+	who := req.Principal
+	if who.User == "" && who.Org == "" {
+		who = AnonymousPrincipal
+	}
+	rr := host.RunRequest{
+		Stdin: bytes.NewReader(req.Stdin), Stdout: &stdout, Stderr: &stderr,
+		Args: append(append([]string{}, a.Args...), req.Args...), Env: env,
+		Principal: who, CorrelationID: req.CorrelationID,
+		Limits: host.Limits{Timeout: lim.Timeout, MemoryLimitPages: pages(lim.MemoryBytes), MaxOutputBytes: int(lim.MaxOutputBytes)},
+	}
+	if srcDir != "" {
+		rr.Mounts = []host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}
+	}
+	began := time.Now()
+	out, err := m.Run(ctx, rr)
+	res.RunTime = time.Since(began)
+	if err == nil {
+		res.RunTime = out.Duration
+	}
+	res.Stdout, res.Stderr, res.ExitCode = stdout.Bytes(), stderr.Bytes(), int(out.ExitCode)
+	return e.wasmOutcome(ctx, err, res)
+}
+
+// wasmOutcome maps a WASM run's error (a *host.Error, or nil) to a status.
+func (e *Executor) wasmOutcome(ctx context.Context, err error, res *ExecResult) error {
+	if err == nil {
+		if res.ExitCode == 0 {
+			res.Status = StatusOK
+		} else {
+			res.Status, res.Message = StatusRuntimeError, fmt.Sprintf("the program exited with status %d", res.ExitCode)
+		}
+		return nil
+	}
+	var he *host.Error
+	if !errors.As(err, &he) {
+		return err
+	}
+	res.Message = he.Reason
+	switch he.Code {
+	case abi.CodeTimeout:
+		res.Status = StatusTimeout
+	case abi.CodeMemoryLimit:
+		res.Status = StatusMemoryLimit
+	case abi.CodeOutputTooLarge:
+		res.Status = StatusOutputLimit
+	case abi.CodeTrap, abi.CodeGuestFault:
+		res.Status, res.ExitCode = StatusRuntimeError, -1
+	case abi.CodeCanceled:
+		return fmt.Errorf("run: %w", context.Cause(ctx))
+	default:
+		return err
+	}
+	return nil
+}
+
+// module loads wasm on the host once per process (the host itself caches
+// the machine code by digest, on disk and in memory).
+func (e *Executor) module(ctx context.Context, l Language, wasm []byte) (*host.Module, error) {
+	if len(wasm) == 0 {
+		return nil, errors.New("the artifact has no WASM")
+	}
+	id := wasmID{p: unsafe.SliceData(wasm), n: len(wasm)}
+	e.modMu.Lock()
+	m, ok := e.modules[id]
+	e.modMu.Unlock()
+	if ok {
+		return m, nil
+	}
+	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh})
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	e.modMu.Lock()
+	defer e.modMu.Unlock()
+	if len(e.modules) >= 4*memEntries {
+		// The modules are cheap handles over compiled code the host keeps;
+		// forgetting them only costs a re-hash on next use.
+		clear(e.modules)
+	}
+	e.modules[id] = m
+	return m, nil
+}
+
+func pages(b int64) uint32 {
+	p := (b + 65535) / 65536
+	if p > host.MaxMemoryLimitPages {
+		p = host.MaxMemoryLimitPages
+	}
+	return uint32(p)
+}
+
+func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, res *ExecResult) error {
+	if len(a.Command) == 0 {
+		return errors.New("native artifact without a command")
+	}
+	job, err := os.MkdirTemp("", "moat-job-")
+	if err != nil {
+		return fmt.Errorf("job dir: %w", err)
+	}
+	defer os.RemoveAll(job)
+	if err := ChownForJob(job); err != nil {
+		return err
+	}
+	cmd := make([]string, 0, len(a.Command)+len(req.Args))
+	for _, c := range a.Command {
+		if srcDir != "" && (c == "/src" || strings.HasPrefix(c, "/src/")) {
+			c = srcDir + strings.TrimPrefix(c, "/src")
+		}
+		cmd = append(cmd, c)
+	}
+	cmd = append(cmd, req.Args...)
+	envv := []string{"PATH=" + native.DefaultPath, "HOME=" + job, "TMPDIR=" + job, "LANG=C.UTF-8"}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		envv = append(envv, k+"="+env[k])
+	}
+	spec := native.Spec{Command: cmd, Dir: job, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
+		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec}
+	if srcDir != "" {
+		spec.ReadOnly = []string{srcDir}
+	}
+	r, err := native.Run(ctx, spec)
+	if err != nil {
+		return err
+	}
+	res.Stdout, res.Stderr, res.ExitCode, res.Signal = r.Stdout, r.Stderr, r.ExitCode, r.Signal
+	res.RunTime, res.PeakMemory = r.Wall, r.PeakMemory
+	switch {
+	case r.Status == native.StatusTimeout:
+		res.Status, res.Message = StatusTimeout, r.Reason
+	case r.Status == native.StatusMemoryLimit:
+		res.Status, res.Message = StatusMemoryLimit, r.Reason
+	case r.Status == native.StatusRefused:
+		return fmt.Errorf("confinement refused the run: %s", r.Reason)
+	case r.Status == native.StatusKilled && ctx.Err() != nil:
+		return fmt.Errorf("run: %w", ctx.Err())
+	case r.Truncated:
+		res.Status, res.Message = StatusOutputLimit, fmt.Sprintf("the output passed %d bytes; the rest was dropped", lim.MaxOutputBytes)
+	case r.Status == native.StatusOK:
+		res.Status = StatusOK
+	case r.Status == native.StatusKilled:
+		res.Status, res.Message = StatusRuntimeError, "killed by signal "+r.Signal
+	default:
+		res.Status, res.Message = StatusRuntimeError, fmt.Sprintf("the program exited with status %d", r.ExitCode)
+		if r.PidsLimitHit {
+			res.Message += " (it hit the process limit)"
+		}
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+// Package rust is the Rust language: Debian's rustc (1.63) with its
+// wasm32-wasi standard library builds a WASI command. There is no crate
+// registry here: a submission is one crate of its own files (the entry
+// file is the crate root; `mod x;` finds x.rs beside it). Import it for its
+// side effect of registering "rust".
+//
+// Validation profile rules: "use:PATH" refuses a `use PATH` (or a longer
+// path under it), e.g. "use:std::net" or "use:std::process"; "unsafe"
+// refuses the unsafe keyword.
+package rust
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/toolchains"
+)
+
+// registered: Info may run rustc for its version only after init (see
+// clangwasm.Compiler.Registered for why).
+var registered atomic.Bool
+
+func init() {
+	languages.Register(Rust)
+	registered.Store(true)
+}
+
+// Rust is the registered language.
+var Rust = &Language{}
+
+// Language compiles Rust.
+type Language struct{}
+
+// rustc is Debian's, by full path: rustup's shims come earlier on PATH and
+// its toolchains have no wasm32 standard library.
+const rustcName, rustcPkg = "rustc", "rustc and libstd-rust-dev-wasm32"
+
+// The std for the target; rustc executes the bundled linker (rust-lld)
+// from the host's lib dir.
+const (
+	wasmStd    = "/usr/lib/rustlib/wasm32-wasi/lib"
+	hostRustLb = "/usr/lib/rustlib/x86_64-unknown-linux-gnu"
+)
+
+var flags = []string{"--edition=2021", "--target", "wasm32-wasi", "-C", "opt-level=2", "-C", "strip=symbols"}
+
+// BuildID is part of the build cache key.
+func (*Language) BuildID() string { return strings.Join(flags, " ") }
+
+var version = sync.OnceValues(func() (string, error) {
+	bin, err := toolchains.Binary(rustcName, rustcPkg)
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 2 {
+		return "", fmt.Errorf("%s --version: unexpected %q", bin, out)
+	}
+	return f[1], nil
+})
+
+func versionOrUnknown() string {
+	if !registered.Load() {
+		return ""
+	}
+	v, err := version()
+	if err != nil {
+		return "unavailable"
+	}
+	return v
+}
+
+// Info describes Rust.
+func (*Language) Info() languages.Info {
+	return languages.Info{
+		Name: "rust", Aliases: []string{"rs", "rustc"}, Version: versionOrUnknown(),
+		Path: languages.PathCompiled, Extensions: []string{".rs"},
+		Toolchain: "rustc " + versionOrUnknown() + " (Debian, wasm32-wasi std, no crates)",
+	}
+}
+
+// Available reports what is missing.
+func (*Language) Available() error {
+	if _, err := version(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(wasmStd); err != nil {
+		return fmt.Errorf("%w: %s is missing (install the Debian package libstd-rust-dev-wasm32: `make toolchains`)", toolchains.ErrMissing, wasmStd)
+	}
+	return nil
+}
+
+var unsafeRe = regexp.MustCompile(`\bunsafe\b`)
+
+// pathRe matches a use of the path target ("std::net") in a line: the
+// path itself, a longer path under it, or a grouped import of its last
+// element (`use std::{io, net}`).
+func pathRe(target string) *regexp.Regexp {
+	parts := strings.Split(target, "::")
+	full := `\b` + strings.Join(quoteAll(parts), `\s*::\s*`) + `\b`
+	if len(parts) < 2 {
+		return regexp.MustCompile(full)
+	}
+	head := strings.Join(quoteAll(parts[:len(parts)-1]), `\s*::\s*`)
+	grouped := `\b` + head + `\s*::\s*\{[^}]*\b` + regexp.QuoteMeta(parts[len(parts)-1]) + `\b`
+	return regexp.MustCompile(full + `|` + grouped)
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = regexp.QuoteMeta(strings.TrimSpace(s))
+	}
+	return out
+}
+
+// Validate adds the "use:" and "unsafe" checks.
+func (*Language) Validate(src languages.Source, p languages.ValidationProfile) []languages.Violation {
+	vs := languages.ValidateCommon(src, p)
+	vs = append(vs, languages.DenyLines(src, p, "use:", func(line, target string) bool {
+		code, _, _ := strings.Cut(line, "//")
+		return pathRe(target).MatchString(code)
+	})...)
+	if slices.Contains(p.Deny, "unsafe") {
+		for _, f := range src.Files {
+			for i, line := range strings.Split(string(f.Content), "\n") {
+				code, _, _ := strings.Cut(line, "//")
+				if unsafeRe.MatchString(code) {
+					vs = append(vs, languages.Violation{Rule: languages.RuleDeny, File: f.Name, Line: i + 1,
+						Message: "unsafe is denied by the validation profile: remove the unsafe block"})
+				}
+			}
+		}
+	}
+	if !strings.HasSuffix(src.Entry().Name, ".rs") {
+		vs = append(vs, languages.Violation{Rule: languages.RuleFiles, File: src.Entry().Name, Message: "the entry file must be a .rs file (the crate root)"})
+	}
+	return vs
+}
+
+// Build compiles the crate rooted at the entry file into a WASI command.
+func (l *Language) Build(ctx context.Context, env languages.BuildEnv, src languages.Source) (*languages.Artifact, error) {
+	dir := filepath.Join(env.WorkDir, "src")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := languages.WriteSource(dir, src.Files); err != nil {
+		return nil, err
+	}
+	wasm, log, err := l.rustc(ctx, env, filepath.Join("src", filepath.FromSlash(src.Entry().Name)), "bin", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &languages.Artifact{Kind: languages.ArtifactWASM, WASM: wasm, BuildLog: log}, nil
+}
+
+// BuildPlugin compiles DIR/lib.rs (or DIR/src/lib.rs) as a cdylib: a
+// reactor exporting the plugin's #[no_mangle] functions.
+func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir string) ([]byte, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var root string
+	for _, c := range []string{"lib.rs", "src/lib.rs"} {
+		if _, err := os.Stat(filepath.Join(abs, c)); err == nil {
+			root = filepath.Join("plugin", c)
+			break
+		}
+	}
+	if root == "" {
+		return nil, fmt.Errorf("rust: no lib.rs or src/lib.rs in %s: a plugin is a library crate", dir)
+	}
+	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
+		return nil, err
+	}
+	// A plugin may include the guest SDK by a path relative to it
+	// (#[path = "../../guests/rust/moat.rs"]): its project stays readable
+	// when the job uid can reach it.
+	var ro []string
+	if p := languages.ProjectRoot(abs); languages.Reachable(p) {
+		ro = append(ro, p)
+	}
+	wasm, _, err := l.rustc(ctx, env, root, "cdylib", ro)
+	return wasm, err
+}
+
+func (*Language) rustc(ctx context.Context, env languages.BuildEnv, root, crateType string, readOnly []string) ([]byte, string, error) {
+	if err := Rust.Available(); err != nil {
+		return nil, "", err
+	}
+	bin, err := toolchains.Binary(rustcName, rustcPkg)
+	if err != nil {
+		return nil, "", err
+	}
+	args := append([]string{bin}, flags...)
+	args = append(args, "--crate-type", crateType, "--crate-name", "main", "-o", "out.wasm", root)
+	res, err := languages.RunTool(ctx, env, languages.Tool{Command: args, ExtraExec: []string{hostRustLb, "/usr/bin/rust-lld", "/usr/lib/llvm-14/bin"},
+		ReadOnly: readOnly, MemoryBytes: 1 << 30})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := languages.CompileFailure("rust", res); err != nil {
+		return nil, "", err
+	}
+	wasm, err := languages.ReadOutput(filepath.Join(env.WorkDir, "out.wasm"))
+	if err != nil {
+		return nil, "", fmt.Errorf("rust: rustc succeeded but wrote no module: %w", err)
+	}
+	return wasm, string(res.Stderr), nil
+}
