@@ -672,8 +672,9 @@ export function moat_actions(): u64 {
 }
 
 /** Export: a buffer of size bytes for the host to write the input to. */
-export function moat_alloc(size: i32): usize {
-  if (inputBuf.byteLength < size) inputBuf = new ArrayBuffer(size);
+export function moat_alloc(size: u32): usize {
+  // An ArrayBuffer holds at most 1 GiB: a larger size aborts (a trap).
+  if (<u32>inputBuf.byteLength < size) inputBuf = new ArrayBuffer(<i32>size);
   return changetype<usize>(inputBuf);
 }
 
@@ -688,15 +689,15 @@ function encodeError(e: MoatError): Uint8Array {
 }
 
 /** Export: runs action number action on the input at [ptr, +len). */
-export function moat_invoke(action: i32, ptr: usize, len: i32): u64 {
+export function moat_invoke(action: u32, ptr: usize, len: u32): u64 {
   const base = changetype<usize>(inputBuf);
   let out: Output;
-  if (action < 0 || action >= handlers.length) {
+  if (action >= <u32>handlers.length) {
     out = Output.error("no_such_action", "no action at index " + action.toString() + "; the module has " + handlers.length.toString() + " actions");
   } else if (len > 0 && (ptr < base || <u64>(ptr - base) + <u64>len > <u64>inputBuf.byteLength)) {
     out = Output.error(Code.INVALID_ARGUMENT, "moat_invoke: the input is not inside the buffer returned by moat_alloc");
   } else {
-    const input = len > 0 ? Uint8Array.wrap(inputBuf, <i32>(ptr - base), len) : new Uint8Array(0);
+    const input = len > 0 ? Uint8Array.wrap(inputBuf, <i32>(ptr - base), <i32>len) : new Uint8Array(0);
     out = handlers[action](input);
   }
   let failed: u64 = 0;
