@@ -714,6 +714,7 @@ static inline void moat__trim(moat_buf *b) {
 
 static inline uint64_t moat__invoke(const moat_action *t, size_t n, uint32_t action, uint32_t ptr, uint32_t len) {
     moat_error *e = NULL;
+    moat__trim(&moat__out); /* the host has read the last output by now */
     moat_buf_reset(&moat__out);
     uintptr_t base = (uintptr_t)moat__in.data;
     if (action >= n) {
