@@ -417,7 +417,8 @@ func TestGreetErrors(t *testing.T) {
 // TestSDK drives every part of the C, Rust and AssemblyScript SDKs
 // through their conformance fixtures, with one table: kv (including a
 // value and a key list larger than one reply buffer or one page), config,
-// log, the raw call, error codes both ways, and binary input.
+// log, the raw call, error codes both ways, binary input, and a trap that
+// carries its message.
 func TestSDK(t *testing.T) {
 	ctx := context.Background()
 	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB: StatusTooSmall, then a fetch
@@ -463,6 +464,9 @@ func TestSDK(t *testing.T) {
 				{action: "fail", input: "denied \"quoted\"\n\tand \\ escaped ü", code: abi.CodeDenied, reason: "\"quoted\"\n\tand \\ escaped ü"},
 				{action: "echo", input: "", want: ""},
 				{action: "echo", input: "a\x00b\xff\n", want: "a\x00b\xff\n"},
+				// The message reaches the host through the guest's stderr.
+				{action: "trap", input: "deliberate trap", code: abi.CodeTrap, reason: "deliberate trap"},
+				{action: "echo", input: "after the trap", want: "after the trap"}, // a fresh instance
 			}
 			for _, tt := range tests {
 				res, err := m.Invoke(ctx, host.Request{Action: tt.action, Input: []byte(tt.input), Principal: ann})
@@ -480,7 +484,7 @@ func TestSDK(t *testing.T) {
 			}
 			var warn []record
 			for _, r := range logs.guestRecords() {
-				if r.level == slog.LevelWarn {
+				if _, stderr := r.attrs["stream"]; r.level == slog.LevelWarn && !stderr {
 					warn = append(warn, r)
 				}
 			}

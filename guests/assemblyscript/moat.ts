@@ -354,10 +354,12 @@ export class JSONReader {
     this.i = 0;
     if (!this.eat(0x7b)) return false;
     if (this.eat(0x7d)) return false;
+    const want = Uint8Array.wrap(String.UTF8.encode(key));
+    const name = new Buf();
     while (true) {
-      const name = this.string();
-      if (name === null || !this.eat(0x3a)) return false;
-      if (name == key) {
+      name.len = 0;
+      if (!this.stringBytes(name) || !this.eat(0x3a)) return false;
+      if (name.len == want.length && memory.compare(name.data.dataStart, want.dataStart, name.len) == 0) {
         this.ws();
         return true;
       }
@@ -376,6 +378,14 @@ export class JSONReader {
 
 @external("moat", "call")
 declare function hostCall(opPtr: usize, opLen: i32, reqPtr: usize, reqLen: i32, respPtr: usize, respCap: i32): u64;
+
+// The op names as UTF-8, encoded once.
+const OP_CONFIG_GET = String.UTF8.encode("config.get");
+const OP_LOG_WRITE = String.UTF8.encode("log.write");
+const OP_KV_GET = String.UTF8.encode("kv.get");
+const OP_KV_PUT = String.UTF8.encode("kv.put");
+const OP_KV_DELETE = String.UTF8.encode("kv.delete");
+const OP_KV_LIST = String.UTF8.encode("kv.list");
 
 const STATUS_OK: u32 = 0;
 const STATUS_ERROR: u32 = 1;
@@ -406,9 +416,8 @@ function decodeError(op: string, body: Uint8Array): MoatError {
  * Sends one op and returns the reply body, which aliases the shared
  * response buffer: it is valid until the next op.
  */
-function roundTrip(op: string, req: Buf): Result<Uint8Array> {
+function roundTrip(op: string, req: Buf, name: ArrayBuffer = String.UTF8.encode(op)): Result<Uint8Array> {
   if (op.length == 0) return failure<Uint8Array>(new MoatError(Code.INVALID_ARGUMENT, "op name is empty"));
-  const name = String.UTF8.encode(op);
   let v = hostCall(changetype<usize>(name), name.byteLength, req.data.dataStart, req.len, respBuf.dataStart, respBuf.length);
   let status = <u32>(v >> 32);
   let n = <i32>(<u32>v);
@@ -431,8 +440,18 @@ function roundTrip(op: string, req: Buf): Result<Uint8Array> {
   return failure<Uint8Array>(new MoatError(Code.INTERNAL, "op " + op + ": host returned unknown status " + status.toString()));
 }
 
+// The request buffer, reused by every op: ops never overlap (the guest is
+// single-threaded and nothing runs inside a host call), and reusing it
+// saves allocations, which are the main cost of an op in AssemblyScript.
+const reqBuf = new Buf();
+
+function newRequest(): Buf {
+  reqBuf.len = 0;
+  return reqBuf;
+}
+
 function keyRequest(key: string): Buf {
-  const b = new Buf();
+  const b = newRequest();
   b.str('{"key":');
   b.json(key);
   return b;
@@ -443,7 +462,7 @@ function keyRequest(key: string): Buf {
  * JSON reply: the door to any op this SDK does not wrap.
  */
 export function call(op: string, request: string): Result<string> {
-  const req = new Buf();
+  const req = newRequest();
   req.str(request.length ? request : "{}");
   const r = roundTrip(op, req);
   if (!r.ok) return failure<string>(r.error!);
@@ -458,7 +477,7 @@ export namespace config {
   export function get(key: string): Result<string | null> {
     const req = keyRequest(key);
     req.byte(0x7d);
-    const r = roundTrip("config.get", req);
+    const r = roundTrip("config.get", req, OP_CONFIG_GET);
     if (!r.ok) return failure<string | null>(r.error!);
     const j = new JSONReader(r.value);
     if (!j.bool("found")) return success<string | null>(null);
@@ -484,7 +503,7 @@ export namespace log {
 
   /** Writes one record; level is DEBUG, INFO, WARN or ERROR. */
   export function write(level: string, message: string, fields: string[] = []): MoatError | null {
-    const req = new Buf();
+    const req = newRequest();
     req.str('{"level":');
     req.json(level);
     req.str(',"message":');
@@ -505,7 +524,7 @@ export namespace log {
       req.byte(0x7d);
     }
     req.byte(0x7d);
-    const r = roundTrip("log.write", req);
+    const r = roundTrip("log.write", req, OP_LOG_WRITE);
     return r.error;
   }
   export function debug(message: string, fields: string[] = []): void {
@@ -532,7 +551,7 @@ export namespace kv {
   export function get(key: string): Result<Uint8Array | null> {
     const req = keyRequest(key);
     req.byte(0x7d);
-    const r = roundTrip("kv.get", req);
+    const r = roundTrip("kv.get", req, OP_KV_GET);
     if (!r.ok) return failure<Uint8Array | null>(r.error!);
     const j = new JSONReader(r.value);
     if (!j.bool("found")) return success<Uint8Array | null>(null);
@@ -558,7 +577,7 @@ export namespace kv {
     req.str(',"value":"');
     b64encode(req, value);
     req.str('"}');
-    return roundTrip("kv.put", req).error;
+    return roundTrip("kv.put", req, OP_KV_PUT).error;
   }
 
   /** Sets key to the UTF-8 bytes of value. */
@@ -570,7 +589,7 @@ export namespace kv {
   export function remove(key: string): Result<bool> {
     const req = keyRequest(key);
     req.byte(0x7d);
-    const r = roundTrip("kv.delete", req);
+    const r = roundTrip("kv.delete", req, OP_KV_DELETE);
     if (!r.ok) return failure<bool>(r.error!);
     return success<bool>(new JSONReader(r.value).bool("deleted"));
   }
@@ -583,7 +602,7 @@ export namespace kv {
     const keys = new Array<string>();
     let after: string | null = null;
     while (true) {
-      const req = new Buf();
+      const req = newRequest();
       req.str('{"prefix":');
       req.json(prefix);
       if (after !== null) {
@@ -591,7 +610,7 @@ export namespace kv {
         req.json(after);
       }
       req.byte(0x7d);
-      const r = roundTrip("kv.list", req);
+      const r = roundTrip("kv.list", req, OP_KV_LIST);
       if (!r.ok) return failure<string[]>(r.error!);
       const j = new JSONReader(r.value);
       const more = j.bool("more");
@@ -653,8 +672,9 @@ export function moat_actions(): u64 {
 }
 
 /** Export: a buffer of size bytes for the host to write the input to. */
-export function moat_alloc(size: i32): usize {
-  if (inputBuf.byteLength < size) inputBuf = new ArrayBuffer(size);
+export function moat_alloc(size: u32): usize {
+  // An ArrayBuffer holds at most 1 GiB: a larger size aborts (a trap).
+  if (<u32>inputBuf.byteLength < size) inputBuf = new ArrayBuffer(<i32>size);
   return changetype<usize>(inputBuf);
 }
 
@@ -669,15 +689,15 @@ function encodeError(e: MoatError): Uint8Array {
 }
 
 /** Export: runs action number action on the input at [ptr, +len). */
-export function moat_invoke(action: i32, ptr: usize, len: i32): u64 {
+export function moat_invoke(action: u32, ptr: usize, len: u32): u64 {
   const base = changetype<usize>(inputBuf);
   let out: Output;
-  if (action < 0 || action >= handlers.length) {
+  if (action >= <u32>handlers.length) {
     out = Output.error("no_such_action", "no action at index " + action.toString() + "; the module has " + handlers.length.toString() + " actions");
   } else if (len > 0 && (ptr < base || <u64>(ptr - base) + <u64>len > <u64>inputBuf.byteLength)) {
     out = Output.error(Code.INVALID_ARGUMENT, "moat_invoke: the input is not inside the buffer returned by moat_alloc");
   } else {
-    const input = len > 0 ? Uint8Array.wrap(inputBuf, <i32>(ptr - base), len) : new Uint8Array(0);
+    const input = len > 0 ? Uint8Array.wrap(inputBuf, <i32>(ptr - base), <i32>len) : new Uint8Array(0);
     out = handlers[action](input);
   }
   let failed: u64 = 0;

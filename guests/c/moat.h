@@ -548,7 +548,8 @@ static inline moat_error *moat_log_write(const char *level, const char *msg, con
 }
 
 /* moat_log_fields logs msg with string fields given as key, value, ...,
- * NULL. Use the moat_log_debug/info/warn/error macros, which add the NULL. */
+ * NULL (a NULL value is logged as null). Use the moat_log_debug/info/warn/
+ * error macros, which add the NULLs. */
 static inline moat_error *moat_log_fields(const char *level, const char *msg, ...) {
     moat_buf fields = MOAT_BUF_INIT;
     va_list ap;
@@ -570,11 +571,14 @@ static inline moat_error *moat_log_fields(const char *level, const char *msg, ..
 
 /* moat_log_info("msg", "key", "value", ...): log at a level with string
  * fields. Logging should never fail an action, so these ignore the op's
- * error; call moat_log_fields or moat_log_write to see it. */
-#define moat_log_debug(...) ((void)moat_log_fields(MOAT_LEVEL_DEBUG, __VA_ARGS__, (const char *)NULL))
-#define moat_log_info(...) ((void)moat_log_fields(MOAT_LEVEL_INFO, __VA_ARGS__, (const char *)NULL))
-#define moat_log_warn(...) ((void)moat_log_fields(MOAT_LEVEL_WARN, __VA_ARGS__, (const char *)NULL))
-#define moat_log_error(...) ((void)moat_log_fields(MOAT_LEVEL_ERROR, __VA_ARGS__, (const char *)NULL))
+ * error; call moat_log_fields or moat_log_write to see it. Two NULLs end
+ * the list, so a key given without a value is logged as null instead of
+ * reading past the arguments. */
+#define MOAT__END (const char *)NULL, (const char *)NULL
+#define moat_log_debug(...) ((void)moat_log_fields(MOAT_LEVEL_DEBUG, __VA_ARGS__, MOAT__END))
+#define moat_log_info(...) ((void)moat_log_fields(MOAT_LEVEL_INFO, __VA_ARGS__, MOAT__END))
+#define moat_log_warn(...) ((void)moat_log_fields(MOAT_LEVEL_WARN, __VA_ARGS__, MOAT__END))
+#define moat_log_error(...) ((void)moat_log_fields(MOAT_LEVEL_ERROR, __VA_ARGS__, MOAT__END))
 
 /* moat_kv_get reads key of the module's key-value store (scoped by the
  * host to the caller's organization and this module) into value. *found
@@ -710,6 +714,7 @@ static inline void moat__trim(moat_buf *b) {
 
 static inline uint64_t moat__invoke(const moat_action *t, size_t n, uint32_t action, uint32_t ptr, uint32_t len) {
     moat_error *e = NULL;
+    moat__trim(&moat__out); /* the host has read the last output by now */
     moat_buf_reset(&moat__out);
     uintptr_t base = (uintptr_t)moat__in.data;
     if (action >= n) {

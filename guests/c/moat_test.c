@@ -184,6 +184,8 @@ static void test_ops(void) {
     CHECK(strcmp(last_req, "{\"level\":\"warn\",\"message\":\"hi\",\"fields\":{\"name\":\"W\\\"o\",\"none\":null}}") == 0, "log %s", last_req);
     moat_log_info("plain");
     CHECK(strcmp(last_req, "{\"level\":\"info\",\"message\":\"plain\"}") == 0, "log %s", last_req);
+    moat_log_error("odd", "a", "1", "dangling");
+    CHECK(strcmp(last_req, "{\"level\":\"error\",\"message\":\"odd\",\"fields\":{\"a\":\"1\",\"dangling\":null}}") == 0, "log %s", last_req);
 
     moat_buf keys = MOAT_BUF_INIT;
     next_status = MOAT__STATUS_OK;

@@ -59,6 +59,7 @@ pub fn alloc(size: u32) -> u32 {
 /// moat_invoke: runs the handler at `action` on the input at [ptr, +len),
 /// which must lie in the buffer moat_alloc returned.
 pub fn invoke(handlers: &[Handler], action: u32, ptr: u32, len: u32) -> u64 {
+    PANIC_HOOK.call_once(|| std::panic::set_hook(Box::new(panic_hook)));
     // The input is taken out of the state while the handler runs, so the
     // handler may use ops (and the state's cell is not borrowed).
     let input = STATE.with(|s| std::mem::take(&mut s.borrow_mut().input));
@@ -90,6 +91,17 @@ pub fn invoke(handlers: &[Handler], action: u32, ptr: u32, len: u32) -> u64 {
         s.output = out;
         pack(s.output.as_ptr(), s.output.len()) | if failed { u64::from(FAILED) } else { 0 }
     })
+}
+
+static PANIC_HOOK: std::sync::Once = std::sync::Once::new();
+
+/// Prints a panic as one line on stderr. A panic aborts the instance (wasm32
+/// has no unwinding); the host puts the last line of the guest's stderr in
+/// the trap it reports, and the default hook's last line is a note about
+/// RUST_BACKTRACE, not the message.
+fn panic_hook(info: &std::panic::PanicInfo<'_>) {
+    let msg = info.to_string().replace('\n', " ");
+    eprintln!("moat: action {}", msg);
 }
 
 fn encode_error(e: &Error) -> Vec<u8> {

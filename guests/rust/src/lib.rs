@@ -39,7 +39,8 @@
 //! code, so `?` on an op passes its code (for example `denied`) to the
 //! host's caller. Any `std::error::Error` converts into an [`Error`] with
 //! code `guest_error`. A panic aborts the instance: the host reports a
-//! `trap` with the panic message, which the default hook prints to stderr.
+//! `trap` with the panic message, which the SDK's panic hook prints to
+//! stderr on one line.
 //!
 //! # Lifetime of an instance
 //!

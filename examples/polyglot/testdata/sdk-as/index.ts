@@ -71,9 +71,16 @@ function echo(input: Uint8Array): moat.Output {
   return moat.Output.bytes(input.slice(0));
 }
 
+// trap: a failed assertion aborts the instance through the SDK's abort.
+function trap(input: Uint8Array): moat.Output {
+  assert(false, moat.text(input));
+  return moat.Output.text("unreachable");
+}
+
 moat.action("kv", kv);
 moat.action("log", log);
 moat.action("config", config);
 moat.action("call", call);
 moat.action("fail", fail);
 moat.action("echo", echo);
+moat.action("trap", trap);

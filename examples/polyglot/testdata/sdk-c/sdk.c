@@ -89,8 +89,15 @@ static moat_error *echo(moat_bytes input, moat_buf *out) {
     return NULL;
 }
 
+/* trap: the input goes to stderr, then the instance aborts. */
+static moat_error *trap(moat_bytes input, moat_buf *out) {
+    (void)out;
+    fprintf(stderr, "%s\n", (const char *)input.data);
+    abort();
+}
+
 static const moat_action actions[] = {
-    {"kv", kv}, {"log", log_action}, {"config", config}, {"call", call}, {"fail", fail}, {"echo", echo},
+    {"kv", kv}, {"log", log_action}, {"config", config}, {"call", call}, {"fail", fail}, {"echo", echo}, {"trap", trap},
 };
 
 MOAT_ACTIONS(actions)

@@ -51,6 +51,11 @@ fn echo(input: &[u8]) -> moat::Result<Vec<u8>> {
     Ok(input.to_vec())
 }
 
+/// A panic aborts the instance; the default hook prints the message.
+fn trap(input: &[u8]) -> moat::Result<Vec<u8>> {
+    panic!("{}", String::from_utf8_lossy(input))
+}
+
 moat::actions! {
     "kv" => kv,
     "log" => log,
@@ -58,4 +63,5 @@ moat::actions! {
     "call" => call,
     "fail" => fail,
     "echo" => echo,
+    "trap" => trap,
 }
