@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -47,6 +49,9 @@ type ExecutorConfig struct {
 	// Limits are the defaults for requests that leave a limit at zero.
 	// Zero fields take DefaultExecLimits.
 	Limits ExecLimits
+	// NativePool, when set, runs native-path jobs in warm wrappers (a
+	// long-lived executor such as moat serve's); nil starts each cold.
+	NativePool *native.Pool
 }
 
 // DefaultExecLimits apply where neither the request nor the executor's
@@ -466,10 +471,16 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}
-	r, err := native.Run(ctx, spec)
+	var r *native.Result
+	if e.cfg.NativePool != nil {
+		r, err = e.cfg.NativePool.Run(ctx, spec)
+	} else {
+		r, err = native.Run(ctx, spec)
+	}
 	if err != nil {
 		return err
 	}
+	e.auditNative(ctx, req, &spec, r)
 	res.Stdout, res.Stderr, res.ExitCode, res.Signal = r.Stdout, r.Stderr, r.ExitCode, r.Signal
 	res.RunTime, res.PeakMemory = r.Wall, r.PeakMemory
 	switch {
@@ -494,4 +505,25 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 		}
 	}
 	return nil
+}
+
+// auditNative records a native run in the host's audit trail: every
+// denial a kernel layer made that the host observed (OOM kill, pids limit,
+// deadline, refused confinement), then the run itself, under the job's
+// correlation id. WASM runs are audited by the host as they run.
+func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *native.Spec, r *native.Result) {
+	a := e.cfg.Host.Audit()
+	if a == nil {
+		return
+	}
+	tmpl := audit.Event{CorrelationID: req.CorrelationID, Module: "lang:" + req.Language, Action: "exec",
+		User: req.Principal.User, Org: req.Principal.Org}
+	deny := native.AuditDenials(a, tmpl)
+	for _, d := range r.Denials(spec) {
+		deny(d, req.CorrelationID)
+	}
+	ev := tmpl
+	ev.Kind, ev.Decision, ev.Code, ev.DurationNS = audit.KindInvocation, audit.Allow, string(r.Status), int64(r.Wall)
+	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ","), "warm": strconv.FormatBool(r.Warm)}
+	a.Record(ctx, ev)
 }

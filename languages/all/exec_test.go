@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
 	_ "github.com/moat-sandbox/moat/languages/all"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
@@ -440,5 +442,41 @@ func TestCanceled(t *testing.T) {
 	_, err := e.Exec(ctx, languages.ExecRequest{Language: "c", Source: src("main.c", "int main(void){return 0;}\n")})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}
+
+// TestNativeRunAudited: a native run's kernel denial (here the cgroup's
+// OOM kill) and the run itself reach the host's audit trail under the
+// job's correlation id and principal.
+func TestNativeRunAudited(t *testing.T) {
+	needLanguage(t, "python3-native")
+	if os.Geteuid() != 0 {
+		t.Skip("the memory limit of a native run is a cgroup's, which needs root; CI runs as root")
+	}
+	e := newExecutor(t, "")
+	h := testHost(t)
+	res, err := e.Exec(context.Background(), languages.ExecRequest{Language: "python3-native",
+		Source: src("main.py", "x = bytearray(512 << 20)\n"), Limits: languages.ExecLimits{MemoryBytes: 64 << 20},
+		Principal: policy.Principal{User: "ann", Org: "acme"}, CorrelationID: "corr-native-oom"})
+	if err != nil || res.Status != languages.StatusMemoryLimit {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	if err := h.Audit().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: "corr-native-oom"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied, ran bool
+	for _, ev := range evs {
+		if ev.User != "ann" || ev.Org != "acme" || ev.Module != "lang:python3-native" {
+			t.Errorf("event %+v: want user ann, org acme, module lang:python3-native", ev)
+		}
+		denied = denied || ev.Decision == audit.Deny && ev.Rule == "kernel: cgroup memory limit"
+		ran = ran || ev.Kind == audit.KindInvocation && ev.Code == "memory-limit"
+	}
+	if !denied || !ran {
+		t.Fatalf("audit events %+v: want the memory-limit denial and the invocation", evs)
 	}
 }
