@@ -15,8 +15,8 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/languages"
-	"github.com/moat-sandbox/moat/policy"
 	_ "github.com/moat-sandbox/moat/languages/all"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
