@@ -70,4 +70,3 @@ SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	return cmd
 }
-
