@@ -415,11 +415,10 @@ func (ix *nodeIndex) walk(n *yaml.Node, t reflect.Type, path string) error {
 			f, ok := fieldByTag(t, k.Value)
 			if !ok {
 				names := structFields(t)
-				hint := ""
 				if s := closest(k.Value, names); s != "" {
-					hint = "did you mean " + s + "? "
+					return ix.errorf(k, p, "unknown field; did you mean %s? Known fields are %s", s, strings.Join(names, ", "))
 				}
-				return ix.errorf(k, p, "unknown field; %sknown fields are %s", hint, strings.Join(names, ", "))
+				return ix.errorf(k, p, "unknown field; known fields are %s", strings.Join(names, ", "))
 			}
 			if seen[k.Value] {
 				return ix.errorf(k, p, "defined twice; keep one")
