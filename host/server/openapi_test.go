@@ -41,7 +41,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 				t.Fatalf("GET /v1/openapi.json: %d", res.status)
 			}
 			var doc struct {
-				OpenAPI string                               `json:"openapi"`
+				OpenAPI string                                `json:"openapi"`
 				Paths   map[string]map[string]json.RawMessage `json:"paths"`
 			}
 			if err := json.Unmarshal(res.body, &doc); err != nil {
