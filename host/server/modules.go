@@ -21,6 +21,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -274,12 +275,39 @@ func (s *Server) deleteModule(c echo.Context) error {
 		return err
 	}
 	s.modules.remove(ctx, p.Org, c.Param("name"))
+	s.auditModule(c, store.ModuleVersion{Org: p.Org, Name: c.Param("name")}, "delete", nil)
 	for _, d := range orphans {
 		if err := os.Remove(s.modules.file(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("module file not removed", "digest", d, "err", err)
 		}
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// auditModule records an upload or a deletion for the principal's
+// organization. (The host's own load and signature events name the module
+// but not the organization that uploaded it.)
+func (s *Server) auditModule(c echo.Context, v store.ModuleVersion, what string, err error) {
+	p := principalOf(c)
+	ev := audit.Event{Kind: audit.KindLoad, Decision: audit.Allow, CorrelationID: correlationID(c), Module: v.Name,
+		User: p.User, Org: p.Org, Rule: "api " + what, Attrs: map[string]string{"api": what}}
+	switch {
+	case err != nil:
+		ev.Decision, ev.Reason, ev.Code = audit.Deny, "upload refused: "+err.Error(), string(host.CodeOf(err))
+	case what == "upload":
+		ev.Reason = "uploaded version " + v.Digest[:12] + " (" + orNone(v.Version) + ") and made it current"
+		ev.Attrs["digest"] = v.Digest
+	default:
+		ev.Reason = "deleted with all its versions"
+	}
+	s.hostFor(p.Org).Audit().Record(c.Request().Context(), ev)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no manifest version"
+	}
+	return "version " + s
 }
 
 // upload is what a client sent: the module bytes and, optionally, the
@@ -330,6 +358,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 		return problem(http.StatusBadRequest, "invalid_argument", "%v", err)
 	}
 	m, err := s.modules.load(ctx, v, up.wasm, correlationID(c))
+	s.auditModule(c, v, "upload", err)
 	if err != nil {
 		var fe *policy.FileError
 		if errors.As(err, &fe) {

@@ -58,12 +58,10 @@ func (s *Server) router() *echo.Echo {
 	return e
 }
 
-// observe gives every request its correlation id, counts it in the
-// metrics, and registers it as in flight for Shutdown.
+// observe gives every request its correlation id and counts it in the
+// metrics.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		s.inflight.Add(1)
-		defer s.inflight.Done()
 		id := c.Request().Header.Get(HeaderRequestID)
 		if !validCorrelationID(id) {
 			id = newID()

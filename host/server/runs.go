@@ -287,10 +287,6 @@ type pistonRuntime struct {
 	Runtime  string   `json:"runtime,omitempty"`
 }
 
-func pistonError(status int, format string, args ...any) error {
-	return &echo.HTTPError{Code: status, Message: map[string]string{"message": fmt.Sprintf(format, args...)}}
-}
-
 // pistonGate admits Piston requests from the allowed networks only, and
 // within the Piston principal's rate.
 func (s *Server) pistonGate(next echo.HandlerFunc) echo.HandlerFunc {

@@ -66,11 +66,10 @@ type Server struct {
 	echo    *echo.Echo
 	exec    Executor
 
-	ready    atomic.Bool
-	httpMu   sync.Mutex
-	http     *http.Server
-	inflight sync.WaitGroup
-	closed   sync.Once
+	ready  atomic.Bool
+	httpMu sync.Mutex
+	http   *http.Server
+	closed sync.Once
 }
 
 // New opens the data directory, starts a host for each profile in use and
@@ -113,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		prof, err := policy.LoadProfile(name)
 		if err != nil {
-			s.closeHosts(ctx)
+			s.abort(ctx)
 			return nil, fmt.Errorf("server: profile %s: %w", name, err)
 		}
 		h, err := host.New(ctx, host.Config{
@@ -121,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout)},
 		})
 		if err != nil {
-			s.closeHosts(ctx)
+			s.abort(ctx)
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		s.hosts[name] = h
@@ -130,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.echo = s.router()
 	if err := s.modules.loadAll(ctx); err != nil {
-		s.closeHosts(ctx)
+		s.abort(ctx)
 		return nil, err
 	}
 	s.ready.Store(true)
@@ -220,8 +219,9 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 }
 
 // Shutdown stops accepting connections, waits for the requests in flight
-// (invocations run to their end) and then closes modules, hosts and the
-// store. /readyz reports 503 from the start of the shutdown, so a load
+// on Serve's listener (invocations run to their end) and then closes
+// modules, hosts and the store. A program serving Handler() on a server
+// of its own shuts that server down first. /readyz reports 503 from the start of the shutdown, so a load
 // balancer stops sending traffic.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
@@ -230,15 +230,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.httpMu.Unlock()
 	var err error
 	if hs != nil {
-		err = hs.Shutdown(ctx)
-	}
-	// Handlers served by Handler() outside Serve are waited for too.
-	done := make(chan struct{})
-	go func() { s.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = errors.Join(err, fmt.Errorf("server: shutdown: requests still in flight: %w", ctx.Err()))
+		// http.Server.Shutdown closes the listener, then waits for every
+		// active connection to finish its request.
+		if err = hs.Shutdown(ctx); err != nil {
+			err = fmt.Errorf("server: shutdown: requests still in flight: %w", err)
+		}
 	}
 	return errors.Join(err, s.Close(ctx))
 }
@@ -253,6 +249,12 @@ func (s *Server) Close(ctx context.Context) error {
 		err = errors.Join(s.closeHosts(ctx), s.store.Close())
 	})
 	return err
+}
+
+// abort undoes a New that failed half-way.
+func (s *Server) abort(ctx context.Context) {
+	s.closeHosts(ctx)
+	s.store.Close()
 }
 
 func (s *Server) closeHosts(ctx context.Context) error {

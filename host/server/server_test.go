@@ -174,6 +174,16 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 
+	// Uploads, refused or not, are in the organization's audit trail.
+	r = ts.do(t, "GET", "/v1/audit?kind=load", ann, nil)
+	loads := map[string]int{}
+	for _, e := range r.json(t)["events"].([]any) {
+		loads[e.(map[string]any)["decision"].(string)]++
+	}
+	if loads["allow"] != 3 || loads["deny"] != 2 {
+		t.Errorf("load events of acme: %v, want 3 uploads allowed and 2 refused by the loader (the other two failed as bad requests before it)", loads)
+	}
+
 	// Delete, then the module is gone.
 	if r = ts.do(t, "DELETE", "/v1/modules/hello-admin", ann, nil); r.status != http.StatusNoContent {
 		t.Errorf("delete: %d %s", r.status, r.body)
