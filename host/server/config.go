@@ -35,6 +35,10 @@ type Config struct {
 	// DataDir holds the store (moat.db), the compilation cache and the
 	// uploaded modules. Default host.DefaultDataDir().
 	DataDir string `yaml:"data_dir"`
+	// CacheDir holds compiled machine code, keyed by module content, so
+	// that a restart or a second server does not compile again. Default
+	// DataDir/cache.
+	CacheDir string `yaml:"cache_dir"`
 	// Profile is the operator profile for every organization: a built-in
 	// name (minimal, dev) or the path of a profile file. Default minimal.
 	Profile string `yaml:"profile"`

@@ -18,6 +18,21 @@ import (
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
+// cacheDir is the compilation cache every test server shares, so that
+// hello-go (3 MB of Go) is compiled once per test binary, not per test.
+var cacheDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "moat-server-cache")
+	if err != nil {
+		panic(err)
+	}
+	cacheDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // testServer is a real server on a loopback port with its own data
 // directory.
 type testServer struct {
@@ -40,6 +55,7 @@ func start(t testing.TB, dir string, edit func(*server.Config)) *testServer {
 	}
 	cfg := server.DefaultConfig()
 	cfg.DataDir = dir
+	cfg.CacheDir = cacheDir
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Logger = quietLogger()
 	if edit != nil {
@@ -92,7 +108,7 @@ func (r response) json(t testing.TB) map[string]any {
 	return m
 }
 
-var client = &http.Client{Timeout: 30 * time.Second}
+var client = &http.Client{Timeout: 60 * time.Second}
 
 // do sends a request; key may be empty, headers come in pairs.
 func (ts *testServer) do(t testing.TB, method, path, key string, body io.Reader, headers ...string) response {

@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: profile %s: %w", name, err)
 		}
 		h, err := host.New(ctx, host.Config{
-			DataDir: cfg.DataDir, Store: st, Logger: log, Profile: prof,
+			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout)},
 		})
 		if err != nil {
