@@ -35,6 +35,10 @@ type registry struct {
 
 	mu     sync.RWMutex
 	loaded map[modKey]*entry
+	// commit serializes storing a version and swapping it in, so that
+	// two uploads of one name leave the store and the registry agreeing
+	// on which is current.
+	commit sync.Mutex
 }
 
 type modKey struct{ org, name string }
@@ -267,6 +271,8 @@ func (s *Server) moduleVersions(c echo.Context) error {
 func (s *Server) deleteModule(c echo.Context) error {
 	p := principalOf(c)
 	ctx := c.Request().Context()
+	s.modules.commit.Lock()
+	defer s.modules.commit.Unlock()
 	orphans, err := s.store.ModuleDelete(ctx, p.Org, c.Param("name"))
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", c.Param("name"), p.Org)
@@ -370,12 +376,15 @@ func (s *Server) uploadModule(c echo.Context) error {
 		m.Close(ctx)
 		return fmt.Errorf("store module %s: %w", v.Digest, err)
 	}
+	s.modules.commit.Lock()
 	if err := s.store.ModulePut(ctx, v); err != nil {
+		s.modules.commit.Unlock()
 		m.Close(ctx)
 		return err
 	}
 	v.Current = true
 	s.modules.put(ctx, m, v)
+	s.modules.commit.Unlock()
 	s.metrics.uploads.Inc()
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/modules/"+v.Name)
 	return c.JSON(http.StatusCreated, describeModule(s.modules.get(p.Org, v.Name)))

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -79,8 +80,23 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if route == "" {
 			route = "unmatched"
 		}
-		s.metrics.requests.WithLabelValues(route, c.Request().Method, statusClass(c.Response().Status)).Inc()
-		s.metrics.requestSeconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		status := c.Response().Status
+		took := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, c.Request().Method, statusClass(status)).Inc()
+		s.metrics.requestSeconds.WithLabelValues(route).Observe(took.Seconds())
+		// The access log: failures at info, successes at debug, so that
+		// a busy server's log holds what needs reading.
+		level := slog.LevelDebug
+		if status >= 400 {
+			level = slog.LevelInfo
+		}
+		if s.log.Enabled(c.Request().Context(), level) {
+			p := principalOf(c)
+			s.log.LogAttrs(c.Request().Context(), level, "http", slog.String("method", c.Request().Method),
+				slog.String("path", c.Request().URL.Path), slog.Int("status", status), slog.Duration("took", took),
+				slog.String("correlation_id", id), slog.String("user", p.User), slog.String("org", p.Org),
+				slog.String("remote", c.Request().RemoteAddr))
+		}
 		return nil
 	}
 }
