@@ -59,6 +59,11 @@ type Config struct {
 	// Executor runs code for /v1/runs and the Piston routes; nil turns
 	// them off (they answer 501).
 	Executor Executor `yaml:"-"`
+	// NewExecutor, when set and Executor is not, makes the Executor from
+	// the host of the default profile, which the server creates: an
+	// executor runs its WASM artifacts on a host, and the server owns the
+	// hosts.
+	NewExecutor func(*host.Host) (Executor, error) `yaml:"-"`
 	// Logger replaces the logger built from Log.
 	Logger *slog.Logger `yaml:"-"`
 }

@@ -125,6 +125,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.hosts[name] = h
 	}
+	if s.exec == nil && cfg.NewExecutor != nil {
+		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile]); err != nil {
+			s.abort(ctx)
+			return nil, fmt.Errorf("server: code executor: %w", err)
+		}
+	}
 	s.modules = newRegistry(s)
 	s.metrics = newMetrics(s)
 	s.echo = s.router()
