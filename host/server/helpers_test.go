@@ -14,15 +14,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
 // cacheDir is the compilation cache every test server shares, so that
 // hello-go (3 MB of Go) is compiled once per test binary, not per test.
 var cacheDir string
 
+// TestMain also serves as the confinement wrapper and the native
+// launcher when the test binary is re-executed as one: the code executor
+// runs compilers and native programs that way.
 func TestMain(m *testing.M) {
+	kernel.ConfineMain()
+	native.LauncherMain()
 	dir, err := os.MkdirTemp("", "moat-server-cache")
 	if err != nil {
 		panic(err)
