@@ -101,8 +101,8 @@ func TestPistonWithExecutor(t *testing.T) {
 		t.Errorf("compile error: %s", r.body)
 	}
 	for body, want := range map[string]string{
-		`{"language":"cobol","version":"*","files":[{"content":"x"}]}`:     "cobol-* runtime is unknown",
-		`{"language":"c","files":[{"content":"x"}]}`:                       "version is required as a string",
+		`{"language":"cobol","version":"*","files":[{"content":"x"}]}`:                  "cobol-* runtime is unknown",
+		`{"language":"c","files":[{"content":"x"}]}`:                                    "version is required as a string",
 		`{"language":"c","version":"*","files":[{"content":"x"}],"run_timeout":999999}`: "run_timeout cannot exceed the configured limit of 3000",
 	} {
 		if r := ts.do(t, "POST", "/api/v2/execute", "", strings.NewReader(body)); r.status != 400 || !strings.Contains(string(r.body), want) {
