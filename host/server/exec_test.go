@@ -8,12 +8,16 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/server"
@@ -108,5 +112,45 @@ func TestPistonWithExecutor(t *testing.T) {
 		if r := ts.do(t, "POST", "/api/v2/execute", "", strings.NewReader(body)); r.status != 400 || !strings.Contains(string(r.body), want) {
 			t.Errorf("%s: %d %s, want 400 %q", body, r.status, r.body, want)
 		}
+	}
+}
+
+// TestConsoleRunCode runs C from the console's Run code tab in headless
+// Chromium.
+func TestConsoleRunCode(t *testing.T) {
+	bin := chromium(t)
+	ts := start(t, "", withExecutor(t))
+	requireC(t, ts)
+	key := ts.key(t, "acme", "ann")
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(bin), chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true), chromedp.Flag("no-first-run", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	defer acancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var stdout string
+	var png []byte
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
+		chromedp.Click("#sign-in", chromedp.ByQuery),
+		chromedp.WaitVisible(`.tab[data-tab="run"]`, chromedp.ByQuery),
+		chromedp.Click(`.tab[data-tab="run"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`(() => { const s = document.querySelector("#run-language"); s.value = "c"; s.dispatchEvent(new Event("change")); })()`, nil),
+		chromedp.Click("#run", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector("#run-stdout").textContent.length > 0`, nil, chromedp.WithPollingTimeout(60*time.Second)),
+		chromedp.Text("#run-stdout", &stdout, chromedp.ByQuery),
+		chromedp.FullScreenshot(&png, 100),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.ArtifactDir(), "console-run.png")
+	os.WriteFile(p, png, 0o644)
+	t.Logf("screenshot: %s", p)
+	if stdout != "hello from C\n" {
+		t.Errorf("stdout on the page = %q", stdout)
 	}
 }

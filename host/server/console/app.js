@@ -217,6 +217,7 @@ async function loadLanguages() {
   const sel = $("#run-language");
   sel.replaceChildren();
   const langs = r.ok ? r.data.languages : [];
+  state.languages = langs;
   $("#no-languages").hidden = langs.length > 0;
   $("#run-form").hidden = langs.length === 0;
   for (const l of langs) sel.append(el("option", { value: l.name }, l.name + " " + l.version));
@@ -228,7 +229,8 @@ $("#run-form").addEventListener("submit", async (ev) => {
   const btn = $("#run"); btn.disabled = true;
   try {
     const lang = $("#run-language").value;
-    const ext = { python: ".py", c: ".c", cpp: ".cpp", rust: ".rs", go: ".go", ruby: ".rb", javascript: ".js" }[lang] || "";
+    const info = state.languages.find((l) => l.name === lang);
+    const ext = info && info.extensions && info.extensions.length ? info.extensions[0] : "";
     const body = JSON.stringify({ language: lang, files: [{ name: "main" + ext, content: $("#run-source").value }], stdin: $("#run-stdin").value });
     const r = await api("POST", "/v1/runs", body, { "Content-Type": "application/json" });
     $("#run-result").hidden = false;
