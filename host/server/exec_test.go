@@ -138,6 +138,7 @@ func TestConsoleRunCode(t *testing.T) {
 		chromedp.Click("#sign-in", chromedp.ByQuery),
 		chromedp.WaitVisible(`.tab[data-tab="run"]`, chromedp.ByQuery),
 		chromedp.Click(`.tab[data-tab="run"]`, chromedp.ByQuery),
+		chromedp.WaitReady(`#run-language option[value="c"]`, chromedp.ByQuery),
 		chromedp.Evaluate(`(() => { const s = document.querySelector("#run-language"); s.value = "c"; s.dispatchEvent(new Event("change")); })()`, nil),
 		chromedp.Click("#run", chromedp.ByQuery),
 		chromedp.Poll(`document.querySelector("#run-stdout").textContent.length > 0`, nil, chromedp.WithPollingTimeout(60*time.Second)),

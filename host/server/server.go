@@ -3,8 +3,8 @@
 //	srv, err := server.New(ctx, server.DefaultConfig())
 //	err = srv.ListenAndServe(ctx) // until ctx is done, then a graceful shutdown
 //
-// Every /v1 route takes an API key as a bearer token (CreateAPIKey, `moat
-// keys create`); the key's user, organization and roles become the
+// Every /v1 route but the API's own description (/v1/openapi.json) takes an
+// API key as a bearer token (CreateAPIKey, `moat keys create`); the key's user, organization and roles become the
 // policy.Principal of everything the request does, so the host's policy,
 // the ops' storage scopes and the audit trail all see the caller. An
 // organization sees only its own modules: another organization's module is
