@@ -27,6 +27,27 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// profileDir is a fresh Chromium profile directory. Chromium's helper
+// processes may still write to it for a moment after the browser exits, so
+// it is removed with retries rather than by t.TempDir's single attempt.
+func profileDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "moat-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for range 50 {
+			if err = os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("remove the Chromium profile %s: %v", dir, err)
+	})
+	return dir
+}
+
 // TestConsoleInChromium signs in to the web console in headless Chromium
 // with an API key, invokes hello-go's greet, reads the output and the
 // audit trail off the page, approves a confirmation, and saves screenshots
@@ -52,7 +73,7 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profileDir(t)),
 		chromedp.WindowSize(1280, 900),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -124,7 +124,7 @@ func TestConsoleRunCode(t *testing.T) {
 	key := ts.key(t, "acme", "ann")
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(bin), chromedp.Flag("headless", true),
 		chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true), chromedp.Flag("no-first-run", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+		chromedp.UserDataDir(profileDir(t)), chromedp.WindowSize(1280, 900))
 	defer acancel()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
