@@ -44,6 +44,7 @@ Start here:
   moat audit --decision deny                         what was refused, and why
   moat doctor                                        which kernel layers this machine offers
   moat exec --native -- python3 script.py            a native program under those layers
+  moat serve; moat keys create --org O --user U      the HTTP API and web console
 
 Data (the key-value store and the compilation cache) lives in --data, default
 $MOAT_DATA or ./moat-data.`,

@@ -87,6 +87,55 @@ CREATE INDEX confirmations_expires_at ON confirmations (expires_at);
 CREATE INDEX confirmations_used_at ON confirmations (used_at) WHERE used_at IS NOT NULL;
 `,
 	},
+	{
+		name: "api_keys",
+		// The server's API keys. Only the SHA-256 of a key is stored (see
+		// APIKey); roles is a JSON array. Times are unix nanoseconds;
+		// revoked_at is NULL while the key is valid.
+		sql: `
+CREATE TABLE api_keys (
+	id         TEXT    NOT NULL PRIMARY KEY,
+	hash       TEXT    NOT NULL UNIQUE,
+	org        TEXT    NOT NULL,
+	user       TEXT    NOT NULL,
+	roles      TEXT    NOT NULL DEFAULT '[]',
+	name       TEXT    NOT NULL DEFAULT '',
+	created_at INTEGER NOT NULL,
+	revoked_at INTEGER
+) STRICT;
+CREATE INDEX api_keys_org ON api_keys (org, created_at);
+`,
+	},
+	{
+		name: "server_modules",
+		// Modules uploaded to the server, per organization: every version
+		// (by digest) with the manifest and signature it was uploaded with,
+		// and which version is current. The WebAssembly bytes live in the
+		// data directory, content-addressed by digest.
+		sql: `
+CREATE TABLE module_versions (
+	org         TEXT    NOT NULL,
+	name        TEXT    NOT NULL,
+	digest      TEXT    NOT NULL,
+	version     TEXT    NOT NULL DEFAULT '',
+	size        INTEGER NOT NULL,
+	manifest    BLOB,
+	signature   BLOB,
+	uploaded_by TEXT    NOT NULL DEFAULT '',
+	uploaded_at INTEGER NOT NULL,
+	PRIMARY KEY (org, name, digest)
+) STRICT;
+CREATE TABLE modules (
+	org        TEXT    NOT NULL,
+	name       TEXT    NOT NULL,
+	digest     TEXT    NOT NULL,
+	updated_at INTEGER NOT NULL,
+	PRIMARY KEY (org, name),
+	FOREIGN KEY (org, name, digest) REFERENCES module_versions (org, name, digest)
+) STRICT;
+CREATE INDEX module_versions_digest ON module_versions (digest);
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

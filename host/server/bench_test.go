@@ -1,0 +1,208 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// benchWorkers is the number of keep-alive connections of the load
+// generator: enough to keep both cores of the test machine busy.
+const benchWorkers = 8
+
+// benchResults keeps each sub-benchmark's figures for the comparison line.
+var benchResults sync.Map // name → [3]float64{req/s, p50 µs, p99 µs}
+
+// BenchmarkGreetVsCeiling measures hello-go's greet through the whole
+// server (bearer auth, rate limits, metrics, policy, a pooled instance,
+// the kv.get and kv.put the action makes, the audit trail) against the
+// ceiling: an echo handler that does nothing, on the same machine, over
+// the same kind of keep-alive HTTP/1.1 connections, in the same run.
+//
+//	go test -run '^$' -bench GreetVsCeiling -benchtime 5000x ./host/server/
+func BenchmarkGreetVsCeiling(b *testing.B) {
+	b.Run("ceiling", func(b *testing.B) {
+		e := echo.New()
+		e.HideBanner, e.HidePort = true, true
+		e.POST("/noop", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs := &http.Server{Handler: e}
+		go hs.Serve(ln)
+		defer hs.Shutdown(context.Background())
+		load(b, "ceiling", "http://"+ln.Addr().String()+"/noop", "")
+	})
+	b.Run("greet", func(b *testing.B) {
+		profPath := benchProfile(b)
+		ts := start(b, "", func(c *server.Config) {
+			c.Profile = profPath
+			c.Limits.KeyRate, c.Limits.KeyBurst = 1e9, 1e9
+			c.Limits.OrgRate, c.Limits.OrgBurst = 1e9, 1e9
+		})
+		key := ts.key(b, "acme", "bench")
+		if r := ts.upload(b, key, helloWasm(b), helloManifest(b)); r.status != http.StatusCreated {
+			b.Fatalf("upload: %d %s", r.status, r.body)
+		}
+		load(b, "greet", ts.URL+"/v1/modules/hello-go/actions/greet", key)
+	})
+	// The same action called in-process on the host, with the same
+	// parallelism: what greet costs without HTTP, so that the server's own
+	// share of the difference to the ceiling is visible.
+	b.Run("greet-in-process", func(b *testing.B) {
+		prof := benchProfile(b)
+		pr, err := policy.LoadProfile(prof)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h, err := host.New(context.Background(), host.Config{DataDir: b.TempDir(), Logger: quietLogger(), Profile: pr})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer h.Close(context.Background())
+		mf, err := policy.ParseManifest("moat.yaml", helloManifest(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := h.Load(context.Background(), helloWasm(b), host.LoadOptions{Manifest: mf})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := policy.Principal{User: "bench", Org: "acme"}
+		run(b, "greet-in-process", func() error {
+			_, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("World"), Principal: p})
+			return err
+		})
+	})
+	c, ok1 := benchResults.Load("ceiling")
+	g, ok2 := benchResults.Load("greet")
+	d, ok3 := benchResults.Load("greet-in-process")
+	if ok1 && ok2 {
+		cv, gv := c.([3]float64), g.([3]float64)
+		b.Logf("greet/ceiling: throughput %.0f%% (%.0f vs %.0f req/s), p50 %.2fx, p99 %.2fx (%.0f vs %.0f µs)",
+			100*gv[0]/cv[0], gv[0], cv[0], gv[1]/cv[1], gv[2]/cv[2], gv[2], cv[2])
+		if ok3 {
+			dv := d.([3]float64)
+			b.Logf("greet over HTTP / greet in process: throughput %.0f%% (%.0f vs %.0f calls/s), p99 %.0f vs %.0f µs",
+				100*gv[0]/dv[0], gv[0], dv[0], gv[2], dv[2])
+		}
+	}
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchProfile writes minimal's limits with the calls-per-minute cap out
+// of the way: the benchmark measures the server, not a limit.
+func benchProfile(b *testing.B) string {
+	minimal, err := os.ReadFile(filepath.Join("..", "..", "policy", "profiles", "minimal.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	prof := strings.Replace(string(minimal), "calls_per_minute: 60000", "calls_per_minute: 100000000", 1)
+	prof = strings.Replace(prof, "concurrency: 4", "concurrency: 16", 1)
+	path := filepath.Join(b.TempDir(), "bench.yaml")
+	if err := os.WriteFile(path, []byte(prof), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// load sends b.N POSTs to url from benchWorkers goroutines, each on its
+// own keep-alive connection.
+func load(b *testing.B, name, url, key string) {
+	tr := &http.Transport{MaxIdleConnsPerHost: benchWorkers, MaxConnsPerHost: benchWorkers, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	body := []byte("World")
+	run(b, name, func() error {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: status %d", name, res.StatusCode)
+		}
+		return err
+	})
+}
+
+// run calls f b.N times from benchWorkers goroutines and reports the
+// throughput and the p50 and p99 latencies of the calls.
+func run(b *testing.B, name string, f func() error) {
+	// Warm up: open the connections, fill the pool.
+	for range benchWorkers * 4 {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, b.N)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	begin := time.Now()
+	for range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				t0 := time.Now()
+				if err := f(); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	slices.Sort(lat)
+	rps := float64(b.N) / elapsed.Seconds()
+	p50 := float64(lat[len(lat)/2].Microseconds())
+	p99 := float64(lat[len(lat)*99/100].Microseconds())
+	b.ReportMetric(rps, "req/s")
+	b.ReportMetric(p50, "p50-µs")
+	b.ReportMetric(p99, "p99-µs")
+	// CPU time per call, of this whole process (server and load
+	// generator): on a shared machine it moves less than wall time does.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	benchResults.Store(name, [3]float64{rps, p50, p99})
+}

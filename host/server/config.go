@@ -1,0 +1,575 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/policy"
+	"gopkg.in/yaml.v3"
+)
+
+// Config configures a Server. DefaultConfig is what `moat serve` runs with
+// when no file is given; a moat-server.yaml (ParseConfig, LoadConfig)
+// overrides any part of it. The fields tagged yaml:"-" are set by the
+// program embedding the server.
+type Config struct {
+	// Listen is the address to listen on. Default 127.0.0.1:8080: a fresh
+	// server is reachable only from this machine until the operator says
+	// otherwise.
+	Listen string `yaml:"listen"`
+	// TLS serves HTTPS with this certificate and key (PEM files). Both or
+	// neither.
+	TLS TLSConfig `yaml:"tls"`
+	// DataDir holds the store (moat.db), the compilation cache and the
+	// uploaded modules. Default host.DefaultDataDir().
+	DataDir string `yaml:"data_dir"`
+	// CacheDir holds compiled machine code, keyed by module content, so
+	// that a restart or a second server does not compile again. Default
+	// DataDir/cache.
+	CacheDir string `yaml:"cache_dir"`
+	// Profile is the operator profile for every organization: a built-in
+	// name (minimal, dev) or the path of a profile file. Default minimal.
+	Profile string `yaml:"profile"`
+	// Profiles gives some organizations another profile, by org name.
+	Profiles map[string]string `yaml:"profiles"`
+	// Limits bound requests, uploads and request rates.
+	Limits Limits `yaml:"limits"`
+	// Log configures the server's structured log on stderr.
+	Log LogConfig `yaml:"log"`
+	// ShutdownTimeout bounds how long a graceful shutdown waits for
+	// in-flight requests. Default 30s.
+	ShutdownTimeout policy.Duration `yaml:"shutdown_timeout"`
+	// Piston configures the Piston-compatible code-execution routes.
+	Piston PistonConfig `yaml:"piston"`
+
+	// File is the path the configuration was read from, for messages.
+	File string `yaml:"-"`
+	// Executor runs code for /v1/runs and the Piston routes; nil turns
+	// them off (they answer 501).
+	Executor Executor `yaml:"-"`
+	// NewExecutor, when set and Executor is not, makes the Executor from
+	// the host of the default profile, which the server creates: an
+	// executor runs its WASM artifacts on a host, and the server owns the
+	// hosts.
+	NewExecutor func(*host.Host) (Executor, error) `yaml:"-"`
+	// Logger replaces the logger built from Log.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// TLSConfig names the PEM certificate and key of an HTTPS listener.
+type TLSConfig struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Limits bound what one request may cost.
+type Limits struct {
+	// MaxRequestBytes bounds a request body (invocation input, run
+	// sources). Default 1MiB.
+	MaxRequestBytes policy.ByteSize `yaml:"max_request_bytes"`
+	// MaxModuleBytes bounds an upload (module, manifest and signature, or
+	// the archive). Default 64MiB.
+	MaxModuleBytes policy.ByteSize `yaml:"max_module_bytes"`
+	// KeyRate and KeyBurst are the token bucket of each API key:
+	// requests per second, and how many may come at once. Defaults 100
+	// and 200.
+	KeyRate  float64 `yaml:"key_rate"`
+	KeyBurst int     `yaml:"key_burst"`
+	// OrgRate and OrgBurst are the token bucket shared by all keys of an
+	// organization. Defaults 500 and 1000.
+	OrgRate  float64 `yaml:"org_rate"`
+	OrgBurst int     `yaml:"org_burst"`
+	// InvocationTimeout is the default wall-clock limit of an invocation;
+	// a module's manifest and the profile may lower it. Default 10s.
+	InvocationTimeout policy.Duration `yaml:"invocation_timeout"`
+}
+
+// LogConfig configures the log.
+type LogConfig struct {
+	Format string `yaml:"format"` // text (default) or json
+	Level  string `yaml:"level"`  // debug, info (default), warn, error
+}
+
+// PistonConfig turns on POST {prefix}/execute and GET {prefix}/runtimes,
+// which accept Piston's requests unchanged. Piston clients send no
+// credentials, so every request runs as Principal, with its own limits and
+// rate, and only from the networks in Allow.
+type PistonConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// Prefix is where the routes live. Default /api/v2, Piston's own.
+	Prefix string `yaml:"prefix"`
+	// Principal is who Piston requests run as. Default user piston of
+	// org piston.
+	Principal PrincipalConfig `yaml:"principal"`
+	// Limits cap each job; a request may ask for less, never more.
+	Limits PistonLimits `yaml:"limits"`
+	// Allow lists the client networks (CIDR) that may call the routes.
+	// Default: loopback only (127.0.0.0/8 and ::1/128).
+	Allow []string `yaml:"allow"`
+
+	allow []netip.Prefix
+}
+
+// PrincipalConfig is a principal in a configuration file.
+type PrincipalConfig struct {
+	User  string   `yaml:"user"`
+	Org   string   `yaml:"org"`
+	Roles []string `yaml:"roles"`
+}
+
+// PistonLimits cap each Piston job and the rate of jobs.
+type PistonLimits struct {
+	RunTimeout     policy.Duration `yaml:"run_timeout"`     // default 3s, as Piston
+	CompileTimeout policy.Duration `yaml:"compile_timeout"` // default 10s, as Piston
+	Memory         policy.ByteSize `yaml:"memory"`          // default 256MiB
+	MaxOutput      policy.ByteSize `yaml:"max_output"`      // per stream; default 64KiB
+	Rate           float64         `yaml:"rate"`            // jobs per second; default 5
+	Burst          int             `yaml:"burst"`           // default 10
+}
+
+// DefaultConfig is the configuration of `moat serve` without a file.
+func DefaultConfig() Config {
+	var c Config
+	c.fillDefaults()
+	return c
+}
+
+func (c *Config) fillDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Listen, "127.0.0.1:8080")
+	def(&c.DataDir, host.DefaultDataDir())
+	def(&c.Profile, "minimal")
+	def(&c.Log.Format, "text")
+	def(&c.Log.Level, "info")
+	def(&c.Piston.Prefix, "/api/v2")
+	def(&c.Piston.Principal.User, "piston")
+	def(&c.Piston.Principal.Org, "piston")
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = policy.Duration(30 * time.Second)
+	}
+	l := &c.Limits
+	if l.MaxRequestBytes == 0 {
+		l.MaxRequestBytes = 1 << 20
+	}
+	if l.MaxModuleBytes == 0 {
+		l.MaxModuleBytes = 64 << 20
+	}
+	if l.KeyRate == 0 {
+		l.KeyRate = 100
+	}
+	if l.KeyBurst == 0 {
+		l.KeyBurst = 200
+	}
+	if l.OrgRate == 0 {
+		l.OrgRate = 500
+	}
+	if l.OrgBurst == 0 {
+		l.OrgBurst = 1000
+	}
+	if l.InvocationTimeout <= 0 {
+		l.InvocationTimeout = policy.Duration(host.DefaultLimits.Timeout)
+	}
+	p := &c.Piston.Limits
+	if p.RunTimeout <= 0 {
+		p.RunTimeout = policy.Duration(3 * time.Second)
+	}
+	if p.CompileTimeout <= 0 {
+		p.CompileTimeout = policy.Duration(10 * time.Second)
+	}
+	if p.Memory == 0 {
+		p.Memory = 256 << 20
+	}
+	if p.MaxOutput == 0 {
+		p.MaxOutput = 64 << 10
+	}
+	if p.Rate == 0 {
+		p.Rate = 5
+	}
+	if p.Burst == 0 {
+		p.Burst = 10
+	}
+	if c.Piston.Allow == nil {
+		c.Piston.Allow = []string{"127.0.0.0/8", "::1/128"}
+	}
+}
+
+// LoadConfig reads and validates a configuration file.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("server config: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig parses and validates a configuration file; fields it does not
+// set keep DefaultConfig's values. Every error is a *policy.FileError that
+// names the file, the line and the field, and says how to fix it.
+func ParseConfig(file string, data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			c.fillDefaults()
+			c.File = file
+			return c, c.validate(nil)
+		}
+		return Config{}, &policy.FileError{File: file, Line: yamlErrLine(err), Msg: "YAML syntax: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	if len(doc.Content) == 0 {
+		c.fillDefaults()
+		c.File = file
+		return c, c.validate(nil)
+	}
+	root := doc.Content[0]
+	ix := &nodeIndex{file: file, at: map[string]*yaml.Node{}}
+	if err := ix.walk(root, reflect.TypeFor[Config](), ""); err != nil {
+		return Config{}, err
+	}
+	if err := root.Decode(&c); err != nil {
+		return Config{}, &policy.FileError{File: file, Line: yamlErrLine(err), Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	c.fillDefaults()
+	c.File = file
+	return c, c.validate(ix)
+}
+
+// yamlErrLine reads the line number out of a yaml.v3 error ("yaml: line
+// 3: ..."), 0 when it names none.
+func yamlErrLine(err error) int {
+	s := err.Error()
+	i := strings.Index(s, "line ")
+	if i < 0 {
+		return 0
+	}
+	n := 0
+	for _, r := range s[i+5:] {
+		if r < '0' || r > '9' {
+			break
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n
+}
+
+// validate checks what the types cannot: addresses, pairs of fields,
+// ranges. ix locates fields in the file (nil for the defaults).
+func (c *Config) validate(ix *nodeIndex) error {
+	fail := func(field, format string, args ...any) error {
+		e := &policy.FileError{File: c.File, Field: field, Msg: fmt.Sprintf(format, args...)}
+		if c.File == "" {
+			e.File = "server config"
+		}
+		if ix != nil {
+			if n := ix.find(field); n != nil {
+				e.Line, e.Column = n.Line, n.Column
+			}
+		}
+		return e
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		return fail("listen", "%q is not host:port (%v); write it like 127.0.0.1:8080, or :8080 for every interface", c.Listen, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fail("listen", "port %q is not a number from 0 to 65535", port)
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		return fail("tls", "give both cert and key (PEM files), or neither to serve plain HTTP")
+	}
+	if _, err := policy.LoadProfile(c.Profile); err != nil {
+		return fail("profile", "%v", err)
+	}
+	for org, p := range c.Profiles {
+		if err := (policy.Principal{Org: org, User: "x"}).Validate(); err != nil {
+			return fail("profiles."+org, "%v", err)
+		}
+		if _, err := policy.LoadProfile(p); err != nil {
+			return fail("profiles."+org, "%v", err)
+		}
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return fail("log.format", "%q is not a log format; use text or json", c.Log.Format)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		return fail("log.level", "%q is not a level; use debug, info, warn or error", c.Log.Level)
+	}
+	l := c.Limits
+	switch {
+	case l.KeyRate < 0:
+		return fail("limits.key_rate", "%v is negative; give requests per second, like 100", l.KeyRate)
+	case l.OrgRate < 0:
+		return fail("limits.org_rate", "%v is negative; give requests per second, like 500", l.OrgRate)
+	case l.KeyBurst < 1:
+		return fail("limits.key_burst", "%d: the burst must be at least 1", l.KeyBurst)
+	case l.OrgBurst < 1:
+		return fail("limits.org_burst", "%d: the burst must be at least 1", l.OrgBurst)
+	case l.MaxRequestBytes > 64<<20:
+		return fail("limits.max_request_bytes", "%s is more than the 64MiB an invocation input can be; lower it", l.MaxRequestBytes)
+	}
+	p := &c.Piston
+	if !strings.HasPrefix(p.Prefix, "/") || strings.HasSuffix(p.Prefix, "/") || strings.HasPrefix(p.Prefix, "/v1") {
+		return fail("piston.prefix", "%q must start with / and not end with one, outside /v1; Piston's own is /api/v2", p.Prefix)
+	}
+	if err := (policy.Principal{User: p.Principal.User, Org: p.Principal.Org}).Validate(); err != nil {
+		return fail("piston.principal", "%v", err)
+	}
+	if p.Limits.Rate < 0 || p.Limits.Burst < 1 {
+		return fail("piston.limits", "rate must be positive and burst at least 1")
+	}
+	p.allow = p.allow[:0]
+	for i, s := range p.Allow {
+		pre, err := netip.ParsePrefix(s)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(s); aerr == nil {
+				pre = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				return fail(fmt.Sprintf("piston.allow[%d]", i), "%q is not a network; write it as CIDR like 10.0.0.0/8 or an address like 10.1.2.3", s)
+			}
+		}
+		p.allow = append(p.allow, pre.Masked())
+	}
+	return nil
+}
+
+// nodeIndex checks a YAML tree against a Go type and remembers where each
+// field was written, so that errors can name the line.
+type nodeIndex struct {
+	file string
+	at   map[string]*yaml.Node
+}
+
+func (ix *nodeIndex) find(path string) *yaml.Node {
+	for path != "" {
+		if n := ix.at[path]; n != nil {
+			return n
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return nil
+}
+
+func (ix *nodeIndex) errorf(n *yaml.Node, path, format string, args ...any) error {
+	return &policy.FileError{File: ix.file, Line: n.Line, Column: n.Column, Field: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+var (
+	durationType = reflect.TypeFor[policy.Duration]()
+	byteSizeType = reflect.TypeFor[policy.ByteSize]()
+)
+
+func (ix *nodeIndex) walk(n *yaml.Node, t reflect.Type, path string) error {
+	if n.Kind == yaml.AliasNode {
+		return ix.errorf(n, path, "YAML aliases are not supported here; write the value out")
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	scalar := func(want string) error {
+		if n.Kind != yaml.ScalarNode {
+			return ix.errorf(n, path, "expected %s, got a %s", want, kindName(n))
+		}
+		return nil
+	}
+	switch {
+	case t == durationType:
+		if err := scalar("a duration like 30s"); err != nil {
+			return err
+		}
+		if _, err := policy.ParseDuration(n.Value); err != nil {
+			return ix.errorf(n, path, "%v", err)
+		}
+		return nil
+	case t == byteSizeType:
+		if err := scalar("a size like 64MiB"); err != nil {
+			return err
+		}
+		if _, err := policy.ParseByteSize(n.Value); err != nil {
+			return ix.errorf(n, path, "%v", err)
+		}
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return ix.errorf(n, path, "expected a mapping of field: value lines, got a %s; known fields are %s", kindName(n), strings.Join(structFields(t), ", "))
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := join(path, k.Value)
+			ix.at[p] = k
+			f, ok := fieldByTag(t, k.Value)
+			if !ok {
+				names := structFields(t)
+				if s := closest(k.Value, names); s != "" {
+					return ix.errorf(k, p, "unknown field; did you mean %s? Known fields are %s", s, strings.Join(names, ", "))
+				}
+				return ix.errorf(k, p, "unknown field; known fields are %s", strings.Join(names, ", "))
+			}
+			if seen[k.Value] {
+				return ix.errorf(k, p, "defined twice; keep one")
+			}
+			seen[k.Value] = true
+			if err := ix.walk(v, f.Type, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return ix.errorf(n, path, "expected a mapping of name: value lines, got a %s", kindName(n))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := join(path, k.Value)
+			ix.at[p] = k
+			if err := ix.walk(v, t.Elem(), p); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return ix.errorf(n, path, "expected a list like [a, b], got a %s", kindName(n))
+		}
+		for i, item := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			ix.at[p] = item
+			if err := ix.walk(item, t.Elem(), p); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.String:
+		if err := scalar("a string"); err != nil {
+			return err
+		}
+		if n.Tag == "!!bool" {
+			return ix.errorf(n, path, "%s is a boolean; quote it if you mean the text: %q", n.Value, n.Value)
+		}
+		return nil
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			return ix.errorf(n, path, "%q is not a boolean; write true or false", n.Value)
+		}
+		return nil
+	case reflect.Int:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+			return ix.errorf(n, path, "%q is not a whole number; write it like 10", n.Value)
+		}
+		return nil
+	case reflect.Float64:
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
+			return ix.errorf(n, path, "%q is not a number; write it like 100 or 2.5", n.Value)
+		}
+		return nil
+	}
+	return ix.errorf(n, path, "internal error: no check for %s", t)
+}
+
+func join(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	}
+	return "value " + strconv.Quote(n.Value)
+}
+
+func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.IsExported() && tag == name && tag != "-" {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func structFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.IsExported() && tag != "" && tag != "-" {
+			out = append(out, tag)
+		}
+	}
+	return out
+}
+
+// closest returns the name within a third of s's length in edits, or "".
+func closest(s string, names []string) string {
+	best, bestD := "", len(s)/3+1
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(s), n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		for _, n := range names {
+			if len(s) >= 3 && (strings.HasPrefix(n, s) || strings.HasPrefix(s, n)) {
+				return n
+			}
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// allowed reports whether a Piston request from addr may be served.
+func (p *PistonConfig) allowed(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	return slices.ContainsFunc(p.allow, func(pre netip.Prefix) bool { return pre.Contains(addr) })
+}

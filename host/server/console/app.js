@@ -1,0 +1,248 @@
+// moat console: a thin client of the /v1 API. The API key lives in
+// sessionStorage (this tab only) and goes out only as a bearer token to this
+// origin. Everything a module returns is put on the page as text, never
+// as HTML.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const state = { key: sessionStorage.getItem("moat.key") || "", modules: [], current: null,
+  tokens: JSON.parse(sessionStorage.getItem("moat.tokens") || "{}") };
+
+async function api(method, path, body, headers) {
+  const res = await fetch(path, { method, body, headers: Object.assign({ Authorization: "Bearer " + state.key }, headers || {}) });
+  const type = res.headers.get("Content-Type") || "";
+  let data;
+  if (type.includes("json")) data = await res.json();
+  else data = await res.text();
+  return { status: res.status, ok: res.ok, data, id: res.headers.get("X-Request-Id") || "" };
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+  return e;
+}
+
+function problemText(r) {
+  if (r.data && typeof r.data === "object") return (r.data.title || "Error") + ": " + (r.data.detail || JSON.stringify(r.data));
+  return String(r.data || r.status);
+}
+
+// --- sign in ---
+async function signIn(key) {
+  state.key = key;
+  const r = await api("GET", "/v1/whoami");
+  if (!r.ok) { state.key = ""; sessionStorage.removeItem("moat.key"); throw new Error(problemText(r)); }
+  sessionStorage.setItem("moat.key", key);
+  const roles = r.data.roles.length ? " [" + r.data.roles.join(", ") + "]" : "";
+  $("#whoami").textContent = r.data.user + "@" + r.data.org + roles;
+  $("#signin").hidden = true; $("#app").hidden = false; $("#session").hidden = false;
+  await Promise.all([loadModules(), loadLanguages(), loadConfirmations()]);
+}
+
+$("#signin-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("#signin-error").textContent = "";
+  try { await signIn($("#api-key").value.trim()); } catch (e) { $("#signin-error").textContent = e.message; }
+});
+$("#sign-out").addEventListener("click", () => { sessionStorage.clear(); location.reload(); });
+
+// --- tabs ---
+for (const t of document.querySelectorAll(".tab")) {
+  t.addEventListener("click", () => {
+    for (const o of document.querySelectorAll(".tab")) o.classList.toggle("active", o === t);
+    for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== "tab-" + t.dataset.tab;
+    if (t.dataset.tab === "audit") loadAudit();
+    if (t.dataset.tab === "confirm") loadConfirmations();
+  });
+}
+
+// --- modules ---
+async function loadModules() {
+  const r = await api("GET", "/v1/modules");
+  if (!r.ok) return;
+  state.modules = r.data.modules;
+  const ul = $("#modules");
+  ul.replaceChildren();
+  $("#no-modules").hidden = state.modules.length > 0;
+  for (const m of state.modules) {
+    const li = el("li", { class: "module", "data-name": m.name },
+      el("div", { class: "name" }, m.name),
+      el("div", { class: "sub" }, (m.version ? "v" + m.version + " · " : "") + m.digest.slice(0, 12) + " · " + m.mode));
+    li.addEventListener("click", () => selectModule(m.name));
+    ul.append(li);
+  }
+  if (state.current && !state.modules.some((m) => m.name === state.current)) state.current = null;
+  if (!state.current && state.modules.length) selectModule(state.modules[0].name);
+}
+$("#refresh-modules").addEventListener("click", loadModules);
+
+function selectModule(name) {
+  state.current = name;
+  const m = state.modules.find((x) => x.name === name);
+  for (const li of document.querySelectorAll("#modules li")) li.classList.toggle("selected", li.dataset.name === name);
+  $("#module-empty").hidden = true; $("#module-detail").hidden = false; $("#result").hidden = true;
+  $("#module-name").textContent = m.name;
+  $("#module-meta").textContent = m.kind + " · " + m.digest.slice(0, 16) + (m.signer ? " · signed by " + m.signer : "");
+  const sel = $("#action-select");
+  sel.replaceChildren();
+  for (const a of m.actions) {
+    let label = a.name;
+    if (a.roles && a.roles.length) label += "  (roles: " + a.roles.join(", ") + ")";
+    if (a.confirm) label += "  · needs confirmation";
+    sel.append(el("option", { value: a.name }, label));
+  }
+}
+
+$("#invoke-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const btn = $("#invoke"); btn.disabled = true;
+  try {
+    const action = $("#action-select").value;
+    const r = await api("POST", "/v1/modules/" + encodeURIComponent(state.current) + "/actions/" + encodeURIComponent(action),
+      $("#input").value, { "Content-Type": "application/octet-stream" });
+    await showResult(r);
+  } finally { btn.disabled = false; }
+});
+
+async function showResult(r) {
+  $("#result").hidden = false;
+  const pill = $("#result-status");
+  pill.className = "pill " + (r.ok ? "ok" : r.status === 428 ? "warn" : "bad");
+  pill.textContent = r.ok ? "200 OK" : r.status + " " + ((r.data && r.data.title) || "");
+  $("#result-id").textContent = "request " + r.id;
+  $("#output").textContent = r.ok ? r.data : problemText(r);
+  const box = $("#confirm-box");
+  box.hidden = true;
+  if (r.status === 428 && r.data.confirmation) {
+    const c = r.data.confirmation;
+    state.tokens[c.token] = c; saveTokens();
+    $("#confirm-summary").textContent = c.summary + " (expires " + new Date(c.expires_at).toLocaleTimeString() + ")";
+    box.hidden = false;
+    $("#confirm-approve").onclick = async () => { const res = await approve(c.token); await showResult(res); };
+    loadConfirmations();
+  }
+  await showAudit(r.id);
+}
+
+async function showAudit(id) {
+  const r = await api("GET", "/v1/audit?correlation_id=" + encodeURIComponent(id));
+  const tb = $("#audit-table");
+  tb.replaceChildren();
+  if (!r.ok) return;
+  for (const e of r.data.events) {
+    tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(e.time).toLocaleTimeString()), el("td", {}, e.kind),
+      el("td", { class: e.decision || "" }, e.decision || ""), el("td", {}, e.op || e.action || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || "")));
+  }
+}
+
+$("#upload-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const fd = new FormData();
+  for (const input of ev.target.querySelectorAll("input[type=file]")) if (input.files[0]) fd.append(input.name, input.files[0]);
+  const r = await api("POST", "/v1/modules", fd);
+  $("#upload-status").textContent = r.ok ? "Uploaded " + r.data.name + " (" + r.data.digest.slice(0, 12) + ")" : problemText(r);
+  if (r.ok) { ev.target.reset(); state.current = r.data.name; await loadModules(); selectModule(r.data.name); }
+});
+
+// --- confirmations ---
+function saveTokens() { sessionStorage.setItem("moat.tokens", JSON.stringify(state.tokens)); }
+
+async function approve(token) {
+  const r = await api("POST", "/v1/confirmations/" + encodeURIComponent(token));
+  delete state.tokens[token]; saveTokens();
+  loadConfirmations();
+  return r;
+}
+
+async function loadConfirmations() {
+  const r = await api("GET", "/v1/confirmations");
+  if (!r.ok) return;
+  const now = Date.now();
+  for (const [t, c] of Object.entries(state.tokens)) if (new Date(c.expires_at).getTime() < now) delete state.tokens[t];
+  saveTokens();
+  const ul = $("#confirmations");
+  ul.replaceChildren();
+  const list = r.data.confirmations;
+  $("#no-confirmations").hidden = list.length > 0;
+  $("#pending-count").hidden = list.length === 0;
+  $("#pending-count").textContent = list.length;
+  for (const c of list) {
+    const token = Object.keys(state.tokens).find((t) => state.tokens[t].module === c.module && state.tokens[t].action === c.action && state.tokens[t].expires_at === c.expires_at);
+    const li = el("li", {}, el("div", { class: "name" }, c.module + " · " + c.action),
+      el("div", { class: "sub" }, c.summary + " · expires " + new Date(c.expires_at).toLocaleTimeString()));
+    if (token) {
+      const b = el("button", { class: "primary small" }, "Approve and run");
+      const out = el("pre", { class: "output", hidden: true });
+      b.addEventListener("click", async () => { const res = await approve(token); out.hidden = false; out.textContent = res.ok ? res.data : problemText(res); });
+      li.append(b, out);
+    } else {
+      li.append(el("div", { class: "sub" }, "requested elsewhere: approve it where it was requested"));
+    }
+    ul.append(li);
+  }
+}
+
+// --- audit ---
+$("#audit-form").addEventListener("submit", (ev) => { ev.preventDefault(); loadAudit(); });
+async function loadAudit() {
+  const q = new URLSearchParams();
+  if ($("#audit-correlation").value) q.set("correlation_id", $("#audit-correlation").value);
+  if ($("#audit-module").value) q.set("module", $("#audit-module").value);
+  if ($("#audit-decision").value) q.set("decision", $("#audit-decision").value);
+  q.set("limit", "200");
+  const r = await api("GET", "/v1/audit?" + q);
+  const tb = $("#audit-all");
+  tb.replaceChildren();
+  if (!r.ok) return;
+  for (const e of r.data.events.reverse()) {
+    tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(e.time).toLocaleString()), el("td", {}, e.kind),
+      el("td", { class: e.decision || "" }, e.decision || ""), el("td", {}, e.module || ""), el("td", {}, e.op || e.action || ""),
+      el("td", {}, e.user || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || "")));
+  }
+}
+
+// --- run code ---
+const samples = {
+  python: 'print("hello from python")\n', c: '#include <stdio.h>\nint main(void) { puts("hello from C"); return 0; }\n',
+  cpp: '#include <iostream>\nint main() { std::cout << "hello from C++\\n"; }\n', rust: 'fn main() { println!("hello from Rust"); }\n',
+  go: 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hello from Go") }\n', ruby: 'puts "hello from Ruby"\n',
+  javascript: 'console.log("hello from JavaScript");\n',
+};
+async function loadLanguages() {
+  const r = await api("GET", "/v1/languages");
+  const sel = $("#run-language");
+  sel.replaceChildren();
+  const langs = r.ok ? r.data.languages : [];
+  state.languages = langs;
+  $("#no-languages").hidden = langs.length > 0;
+  $("#run-form").hidden = langs.length === 0;
+  for (const l of langs) sel.append(el("option", { value: l.name }, l.name + " " + l.version));
+  sel.onchange = () => { if (samples[sel.value]) $("#run-source").value = samples[sel.value]; };
+  sel.onchange();
+}
+$("#run-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const btn = $("#run"); btn.disabled = true;
+  try {
+    const lang = $("#run-language").value;
+    const info = state.languages.find((l) => l.name === lang);
+    const ext = info && info.extensions && info.extensions.length ? info.extensions[0] : "";
+    const body = JSON.stringify({ language: lang, files: [{ name: "main" + ext, content: $("#run-source").value }], stdin: $("#run-stdin").value });
+    const r = await api("POST", "/v1/runs", body, { "Content-Type": "application/json" });
+    $("#run-result").hidden = false;
+    const pill = $("#run-status");
+    if (!r.ok) { pill.className = "pill bad"; pill.textContent = r.status; $("#run-stdout").textContent = ""; $("#run-stderr").textContent = problemText(r); return; }
+    const d = r.data;
+    pill.className = "pill " + (d.status === "ok" ? "ok" : "bad");
+    pill.textContent = d.status + (d.exit_code ? " (exit " + d.exit_code + ")" : "");
+    $("#run-meta").textContent = d.language + " " + d.version + " · run " + d.run_time_ms.toFixed(1) + " ms" + (d.build_cached ? " · cached build" : "");
+    $("#run-stdout").textContent = d.stdout;
+    $("#run-stderr").textContent = d.compile_output ? d.compile_output + d.stderr : d.stderr + (d.message ? "\n" + d.message : "");
+  } finally { btn.disabled = false; }
+});
+
+if (state.key) signIn(state.key).catch(() => {});

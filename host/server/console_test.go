@@ -1,0 +1,168 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds Debian's chromium (mk/server.mk installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+		t.Fatal("chromium is not installed; `make tools` installs it (apt package chromium, from mk/server.mk)")
+	}
+	t.Skip("chromium (apt package chromium) is not installed; `make tools` installs it")
+	return ""
+}
+
+// profileDir is a fresh Chromium profile directory. Chromium's helper
+// processes may still write to it for a moment after the browser exits, so
+// it is removed with retries rather than by t.TempDir's single attempt.
+func profileDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "moat-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for range 50 {
+			if err = os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("remove the Chromium profile %s: %v", dir, err)
+	})
+	return dir
+}
+
+// TestConsoleInChromium signs in to the web console in headless Chromium
+// with an API key, invokes hello-go's greet, reads the output and the
+// audit trail off the page, approves a confirmation, and saves screenshots
+// (go test -artifacts keeps them; the log names the files).
+func TestConsoleInChromium(t *testing.T) {
+	bin := chromium(t)
+	ts := start(t, "", nil)
+	key := ts.key(t, "acme", "ann", "admin")
+	wasm := helloWasm(t)
+	for name, mf := range map[string][]byte{"hello-go": helloManifest(t), "hello-confirm": renamed(t, "hello-confirm", "    confirm: true\n")} {
+		if r := ts.upload(t, key, wasm, mf); r.status != 201 {
+			t.Fatalf("upload %s: %d %s", name, r.status, r.body)
+		}
+	}
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(profileDir(t)),
+		chromedp.WindowSize(1280, 900),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+
+	out := t.ArtifactDir()
+	shot := func(name string) chromedp.Action {
+		return chromedp.ActionFunc(func(ctx context.Context) error {
+			var png []byte
+			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+				return err
+			}
+			p := filepath.Join(out, name)
+			t.Logf("screenshot: %s", p)
+			return os.WriteFile(p, png, 0o644)
+		})
+	}
+
+	var output, who string
+	var auditRows int
+	err := chromedp.Run(bctx,
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
+		chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
+		chromedp.Click("#sign-in", chromedp.ByQuery),
+		chromedp.WaitVisible(`#modules li[data-name="hello-go"]`, chromedp.ByQuery),
+		chromedp.Text("#whoami", &who, chromedp.ByQuery),
+		chromedp.Click(`#modules li[data-name="hello-go"]`, chromedp.ByQuery),
+		chromedp.SendKeys("#input", "Chromium", chromedp.ByQuery),
+		chromedp.Click("#invoke", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector("#output").textContent.startsWith("Hello, Chromium!")`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text("#output", &output, chromedp.ByQuery),
+		chromedp.Poll(`document.querySelectorAll("#audit-table tr").length >= 2`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Evaluate(`document.querySelectorAll("#audit-table tr").length`, &auditRows),
+		shot("console-greet.png"),
+	)
+	if err != nil {
+		t.Fatalf("console: %v", err)
+	}
+	if who != "ann@acme [admin]" {
+		t.Errorf("signed in as %q", who)
+	}
+	if output != "Hello, Chromium! (call #1)" {
+		t.Errorf("output on the page = %q", output)
+	}
+	if auditRows < 2 {
+		t.Errorf("%d audit rows for the invocation, want its kv.put and the invocation", auditRows)
+	}
+
+	// A confirm-required action: the page shows the request, approving
+	// it runs the action.
+	var confirmed, pill string
+	err = chromedp.Run(bctx,
+		chromedp.Click(`#modules li[data-name="hello-confirm"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("#input").value = ""`, nil),
+		chromedp.SendKeys("#input", "Later", chromedp.ByQuery),
+		chromedp.Click("#invoke", chromedp.ByQuery),
+		chromedp.WaitVisible("#confirm-box", chromedp.ByQuery),
+		chromedp.Text("#result-status", &pill, chromedp.ByQuery),
+		shot("console-confirm.png"),
+		chromedp.Click("#confirm-approve", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector("#output").textContent.startsWith("Hello, Later!")`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text("#output", &confirmed, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("confirmation in the console: %v", err)
+	}
+	if !strings.HasPrefix(pill, "428") || confirmed != "Hello, Later! (call #1)" {
+		t.Errorf("confirmation: status %q, then output %q", pill, confirmed)
+	}
+
+	// A wrong key is refused on the page.
+	var msg string
+	err = chromedp.Run(bctx,
+		chromedp.Click("#sign-out", chromedp.ByQuery),
+		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
+		chromedp.SendKeys("#api-key", "moat_sk_wrong", chromedp.ByQuery),
+		chromedp.Click("#sign-in", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector("#signin-error").textContent.length > 0`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text("#signin-error", &msg, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if !strings.Contains(msg, "unknown or revoked") {
+		t.Errorf("sign-in error = %q", msg)
+	}
+}

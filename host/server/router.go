@@ -1,0 +1,203 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Keys of values kept on the echo context.
+const (
+	ctxPrincipal   = "moat.principal"
+	ctxKeyID       = "moat.key_id"
+	ctxCorrelation = "moat.correlation_id"
+)
+
+// HeaderRequestID carries the correlation id: taken from the request when
+// the client sends one, made up otherwise, and always returned.
+const HeaderRequestID = "X-Request-Id"
+
+func (s *Server) router() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(s.observe)
+
+	auth := s.authenticate
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", s.metrics.handler)
+	e.GET("/v1/openapi.json", s.openAPI)
+
+	e.GET("/v1/whoami", s.whoami, auth)
+	e.GET("/v1/modules", s.listModules, auth)
+	e.POST("/v1/modules", s.uploadModule, auth)
+	e.GET("/v1/modules/:name", s.getModule, auth)
+	e.DELETE("/v1/modules/:name", s.deleteModule, auth)
+	e.GET("/v1/modules/:name/versions", s.moduleVersions, auth)
+	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth)
+	e.GET("/v1/confirmations", s.pendingConfirmations, auth)
+	e.POST("/v1/confirmations/:token", s.confirm, auth)
+	e.GET("/v1/audit", s.auditQuery, auth)
+	e.GET("/v1/languages", s.listLanguages, auth)
+	e.POST("/v1/runs", s.runs, auth)
+
+	if s.cfg.Piston.Enabled {
+		p := s.cfg.Piston.Prefix
+		e.GET(p+"/runtimes", s.pistonRuntimes, s.pistonGate)
+		e.POST(p+"/execute", s.pistonExecute, s.pistonGate)
+	}
+
+	e.GET("/", s.consoleIndex)
+	e.GET("/console/*", s.consoleAsset)
+	return e
+}
+
+// observe gives every request its correlation id and counts it in the
+// metrics.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(HeaderRequestID)
+		if !validCorrelationID(id) {
+			id = newID()
+		}
+		c.Set(ctxCorrelation, id)
+		c.Response().Header().Set(HeaderRequestID, id)
+		start := time.Now()
+		s.metrics.inflight.Inc()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		s.metrics.inflight.Dec()
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		status := c.Response().Status
+		took := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, c.Request().Method, statusClass(status)).Inc()
+		s.metrics.requestSeconds.WithLabelValues(route).Observe(took.Seconds())
+		// The access log: failures at info, successes at debug, so that
+		// a busy server's log holds what needs reading.
+		level := slog.LevelDebug
+		if status >= 400 {
+			level = slog.LevelInfo
+		}
+		if s.log.Enabled(c.Request().Context(), level) {
+			p := principalOf(c)
+			s.log.LogAttrs(c.Request().Context(), level, "http", slog.String("method", c.Request().Method),
+				slog.String("path", c.Request().URL.Path), slog.Int("status", status), slog.Duration("took", took),
+				slog.String("correlation_id", id), slog.String("user", p.User), slog.String("org", p.Org),
+				slog.String("remote", c.Request().RemoteAddr))
+		}
+		return nil
+	}
+}
+
+func statusClass(code int) string {
+	return string(rune('0'+code/100)) + "xx"
+}
+
+// validCorrelationID accepts 1–128 characters that are safe in logs and
+// headers; anything else is replaced by a fresh id rather than refused.
+func validCorrelationID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+func correlationID(c echo.Context) string {
+	id, _ := c.Get(ctxCorrelation).(string)
+	return id
+}
+
+func principalOf(c echo.Context) policy.Principal {
+	p, _ := c.Get(ctxPrincipal).(policy.Principal)
+	return p
+}
+
+// authenticate resolves the bearer token to a principal, then takes a
+// token from the key's and the organization's rate buckets.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header.Get(echo.HeaderAuthorization)
+		scheme, token, ok := strings.Cut(h, " ")
+		if h == "" {
+			return problem(http.StatusUnauthorized, "unauthenticated", "send an API key as Authorization: Bearer <key>; create one with `moat keys create --org ORG --user USER`")
+		}
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return problem(http.StatusUnauthorized, "unauthenticated", "the Authorization header must be Bearer <key>, not %s", scheme)
+		}
+		key, err := s.auth.principal(c.Request().Context(), strings.TrimSpace(token))
+		if errors.Is(err, errBadKey) {
+			return problem(http.StatusUnauthorized, "unauthenticated", "%v; `moat keys list` shows the valid keys", err)
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		if ok, wait := s.keyRate.take(key.ID, now); !ok {
+			return rateLimited("API key", wait)
+		}
+		if ok, wait := s.orgRate.take(key.Org, now); !ok {
+			s.keyRate.give(key.ID)
+			return rateLimited("organization", wait)
+		}
+		c.Set(ctxPrincipal, policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles})
+		c.Set(ctxKeyID, key.ID)
+		return next(c)
+	}
+}
+
+// readBody reads the request body up to limit bytes; a longer body is a
+// 413 naming the limit and how to raise it.
+func readBody(c echo.Context, limit int64, setting string) ([]byte, error) {
+	r := http.MaxBytesReader(c.Response(), c.Request().Body, limit)
+	b, err := io.ReadAll(r)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, problem(http.StatusRequestEntityTooLarge, "too_large", "the request body is over the limit of %d bytes (%s in the server config)", limit, setting)
+	}
+	if err != nil {
+		return nil, problem(http.StatusBadRequest, "invalid_argument", "reading the request body: %v", err)
+	}
+	return b, nil
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is 200 when the server takes traffic: modules loaded, store
+// readable, not shutting down.
+func (s *Server) readyz(c echo.Context) error {
+	if !s.ready.Load() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "starting or shutting down"})
+	}
+	if _, err := s.store.Modules(c.Request().Context(), "-"); err != nil {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "store: " + err.Error()})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) whoami(c echo.Context) error {
+	p := principalOf(c)
+	roles := p.Roles
+	if roles == nil {
+		roles = []string{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": c.Get(ctxKeyID)})
+}

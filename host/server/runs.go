@@ -1,0 +1,491 @@
+package server
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// RunRequest is a code-execution job for POST /v1/runs.
+type RunRequest struct {
+	Language string            `json:"language"`
+	Version  string            `json:"version,omitempty"`
+	Files    []RunFile         `json:"files"`
+	Main     string            `json:"main,omitempty"`
+	Stdin    string            `json:"stdin,omitempty"`
+	Args     []string          `json:"args,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Limits   RunLimits         `json:"limits,omitempty"`
+}
+
+// RunFile is one source file; Encoding is utf8 (the default) or base64.
+type RunFile struct {
+	Name     string `json:"name"`
+	Content  string `json:"content"`
+	Encoding string `json:"encoding,omitempty"`
+}
+
+// RunLimits are a job's limits in the units of `moat exec`: durations as
+// text ("2s"), sizes in bytes. Zero takes the server's.
+type RunLimits struct {
+	Timeout        string `json:"timeout,omitempty"`
+	CompileTimeout string `json:"compile_timeout,omitempty"`
+	MemoryBytes    int64  `json:"memory_bytes,omitempty"`
+	MaxOutputBytes int64  `json:"max_output_bytes,omitempty"`
+}
+
+// RunResult is the outcome of a job: languages.ExecResult with the output
+// as text (base64 when it is not UTF-8, with Encoding saying so).
+type RunResult struct {
+	Language      string                `json:"language"`
+	Version       string                `json:"version"`
+	Status        languages.Status      `json:"status"`
+	Stdout        string                `json:"stdout"`
+	Stderr        string                `json:"stderr"`
+	Encoding      string                `json:"encoding,omitempty"`
+	ExitCode      int                   `json:"exit_code"`
+	Signal        string                `json:"signal,omitempty"`
+	Message       string                `json:"message,omitempty"`
+	CompileOutput string                `json:"compile_output,omitempty"`
+	Violations    []languages.Violation `json:"violations,omitempty"`
+	CompileTimeMS float64               `json:"compile_time_ms"`
+	RunTimeMS     float64               `json:"run_time_ms"`
+	PeakMemory    uint64                `json:"peak_memory_bytes"`
+	BuildCached   bool                  `json:"build_cached"`
+	CorrelationID string                `json:"correlation_id"`
+}
+
+// maxBatch bounds the jobs of one batch submission.
+const maxBatch = 32
+
+// runs runs one job ({"language": ...}) or a batch ({"runs": [...]}),
+// the batch's jobs one after another, each with its own result.
+func (s *Server) runs(c echo.Context) error {
+	if s.exec == nil {
+		return problem(http.StatusNotImplemented, "not_implemented", "this server has no code executor; run it with the languages executor (moat serve does)")
+	}
+	body, err := readBody(c, int64(s.cfg.Limits.MaxRequestBytes), "limits.max_request_bytes")
+	if err != nil {
+		return err
+	}
+	var probe struct {
+		Runs []RunRequest `json:"runs"`
+	}
+	dec := func(v any) error {
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.DisallowUnknownFields()
+		if err := d.Decode(v); err != nil {
+			return problem(http.StatusBadRequest, "invalid_argument", "the body is not a run request: %v", err)
+		}
+		return nil
+	}
+	if bytes.Contains(body[:min(len(body), 64)], []byte(`"runs"`)) {
+		if err := dec(&probe); err != nil {
+			return err
+		}
+		if len(probe.Runs) == 0 || len(probe.Runs) > maxBatch {
+			return problem(http.StatusBadRequest, "invalid_argument", "runs holds %d jobs; a batch holds 1 to %d", len(probe.Runs), maxBatch)
+		}
+		out := make([]RunResult, 0, len(probe.Runs))
+		for i, r := range probe.Runs {
+			res, err := s.run(c, r, fmt.Sprintf("%s.%d", correlationID(c), i))
+			if err != nil {
+				if p, ok := err.(*Problem); ok {
+					p.Detail = fmt.Sprintf("runs[%d]: %s", i, p.Detail)
+				}
+				return err
+			}
+			out = append(out, *res)
+		}
+		return c.JSON(http.StatusOK, map[string]any{"runs": out})
+	}
+	var r RunRequest
+	if err := dec(&r); err != nil {
+		return err
+	}
+	res, err := s.run(c, r, correlationID(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *Server) run(c echo.Context, r RunRequest, correlation string) (*RunResult, error) {
+	bad := func(format string, args ...any) (*RunResult, error) {
+		return nil, problem(http.StatusBadRequest, "invalid_argument", format, args...)
+	}
+	info, ok := s.findLanguage(r.Language, r.Version)
+	if !ok {
+		return bad("language %q version %q is not offered here; GET /v1/languages lists them", r.Language, r.Version)
+	}
+	src := languages.Source{Main: r.Main}
+	for i, f := range r.Files {
+		content := []byte(f.Content)
+		switch f.Encoding {
+		case "", "utf8":
+		case "base64":
+			b, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return bad("files[%d].content is not base64: %v", i, err)
+			}
+			content = b
+		default:
+			return bad("files[%d].encoding %q: use utf8 or base64", i, f.Encoding)
+		}
+		src.Files = append(src.Files, languages.File{Name: f.Name, Content: content})
+	}
+	if len(src.Files) == 0 {
+		return bad("files is empty; send at least the program's source")
+	}
+	var lim languages.ExecLimits
+	for _, d := range []struct {
+		field, v string
+		dst      *time.Duration
+	}{{"limits.timeout", r.Limits.Timeout, &lim.Timeout}, {"limits.compile_timeout", r.Limits.CompileTimeout, &lim.CompileTimeout}} {
+		if d.v == "" {
+			continue
+		}
+		v, err := policy.ParseDuration(d.v)
+		if err != nil {
+			return bad("%s: %v", d.field, err)
+		}
+		*d.dst = time.Duration(v)
+	}
+	lim.MemoryBytes, lim.MaxOutputBytes = r.Limits.MemoryBytes, r.Limits.MaxOutputBytes
+	res, err := s.execute(c, info, languages.ExecRequest{
+		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
+		Principal: principalOf(c), CorrelationID: correlation,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &RunResult{
+		Language: res.Language, Version: res.Version, Status: res.Status, ExitCode: res.ExitCode, Signal: res.Signal,
+		Message: res.Message, CompileOutput: res.CompileOutput, Violations: res.Violations,
+		CompileTimeMS: float64(res.CompileTime) / 1e6, RunTimeMS: float64(res.RunTime) / 1e6,
+		PeakMemory: res.PeakMemory, BuildCached: res.BuildCached, CorrelationID: correlation,
+	}
+	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
+	return out, nil
+}
+
+func (s *Server) execute(c echo.Context, info languages.Info, req languages.ExecRequest) (*languages.ExecResult, error) {
+	res, err := s.exec.Exec(c.Request().Context(), req)
+	if err != nil {
+		s.metrics.runs.WithLabelValues(info.Name, "error").Inc()
+		return nil, problem(http.StatusServiceUnavailable, "unavailable", "%s: %v", info.Name, err)
+	}
+	s.metrics.runs.WithLabelValues(info.Name, string(res.Status)).Inc()
+	return res, nil
+}
+
+func textOrBase64(stdout, stderr []byte) (string, string, string) {
+	if isText(stdout) && isText(stderr) {
+		return string(stdout), string(stderr), ""
+	}
+	return base64.StdEncoding.EncodeToString(stdout), base64.StdEncoding.EncodeToString(stderr), "base64"
+}
+
+func isText(b []byte) bool { return strings.ToValidUTF8(string(b), "\uFFFD") == string(b) }
+
+// findLanguage finds a language by name or alias and, when version is not
+// empty or "*", by version: an exact version, or a prefix of it at a dot
+// ("3" and "3.12" select 3.12.0), as Piston's semver selectors mostly are.
+func (s *Server) findLanguage(name, version string) (languages.Info, bool) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	for _, l := range s.exec.Languages() {
+		match := l.Name == name
+		for _, a := range l.Aliases {
+			match = match || a == name
+		}
+		if !match {
+			continue
+		}
+		v := strings.TrimPrefix(version, "=")
+		if v == "" || v == "*" || v == l.Version || strings.HasPrefix(l.Version, v+".") {
+			return l, true
+		}
+	}
+	return languages.Info{}, false
+}
+
+func (s *Server) listLanguages(c echo.Context) error {
+	out := []map[string]any{}
+	if s.exec != nil {
+		for _, l := range s.exec.Languages() {
+			aliases := l.Aliases
+			if aliases == nil {
+				aliases = []string{}
+			}
+			out = append(out, map[string]any{"name": l.Name, "version": l.Version, "aliases": aliases, "path": l.Path,
+				"extensions": l.Extensions, "toolchain": l.Toolchain})
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"languages": out})
+}
+
+// The Piston-compatible routes. Their requests and responses are Piston's
+// API v2, field for field, so that existing clients work unchanged; their
+// errors are Piston's {"message": "..."} rather than problem details,
+// because that is what those clients parse.
+
+type pistonFile struct {
+	Name     string  `json:"name"`
+	Content  *string `json:"content"`
+	Encoding string  `json:"encoding"`
+}
+
+type pistonRequest struct {
+	Language           string       `json:"language"`
+	Version            string       `json:"version"`
+	Files              []pistonFile `json:"files"`
+	Stdin              string       `json:"stdin"`
+	Args               []string     `json:"args"`
+	CompileTimeout     *int64       `json:"compile_timeout"`      // ms
+	RunTimeout         *int64       `json:"run_timeout"`          // ms
+	CompileMemoryLimit *int64       `json:"compile_memory_limit"` // bytes, -1 for the maximum
+	RunMemoryLimit     *int64       `json:"run_memory_limit"`     // bytes, -1 for the maximum
+}
+
+// pistonStage is one stage of a Piston result. Code is null when the
+// program was killed by a signal; Signal and Status are null when there is
+// nothing to say, as in Piston.
+type pistonStage struct {
+	Stdout  string  `json:"stdout"`
+	Stderr  string  `json:"stderr"`
+	Output  string  `json:"output"`
+	Code    *int    `json:"code"`
+	Signal  *string `json:"signal"`
+	Message *string `json:"message"`
+	Status  *string `json:"status"`
+	CPUTime int64   `json:"cpu_time"`  // ms
+	Wall    int64   `json:"wall_time"` // ms
+	Memory  uint64  `json:"memory"`    // bytes
+}
+
+type pistonResponse struct {
+	Language string       `json:"language"`
+	Version  string       `json:"version"`
+	Run      *pistonStage `json:"run,omitempty"`
+	Compile  *pistonStage `json:"compile,omitempty"`
+}
+
+type pistonRuntime struct {
+	Language string   `json:"language"`
+	Version  string   `json:"version"`
+	Aliases  []string `json:"aliases"`
+	Runtime  string   `json:"runtime,omitempty"`
+}
+
+// pistonGate admits Piston requests from the allowed networks only, and
+// within the Piston principal's rate.
+func (s *Server) pistonGate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ap, err := netip.ParseAddrPort(c.Request().RemoteAddr)
+		if err != nil || !s.cfg.Piston.allowed(ap.Addr()) {
+			s.metrics.denials.WithLabelValues("piston_network").Inc()
+			return c.JSON(http.StatusForbidden, map[string]string{"message": "this address may not use the Piston API; the operator lists allowed networks in piston.allow"})
+		}
+		if ok, wait := s.piston.take("piston", time.Now()); !ok {
+			secs := max(1, int((wait+time.Second-1)/time.Second))
+			c.Response().Header().Set("Retry-After", fmt.Sprint(secs))
+			s.metrics.denials.WithLabelValues("rate_limited").Inc()
+			return c.JSON(http.StatusTooManyRequests, map[string]string{"message": fmt.Sprintf("too many requests; retry after %d s (piston.limits.rate)", secs)})
+		}
+		pc := s.cfg.Piston.Principal
+		c.Set(ctxPrincipal, policy.Principal{User: pc.User, Org: pc.Org, Roles: pc.Roles})
+		return next(c)
+	}
+}
+
+func (s *Server) pistonRuntimes(c echo.Context) error {
+	out := []pistonRuntime{}
+	if s.exec != nil {
+		for _, l := range s.exec.Languages() {
+			aliases := l.Aliases
+			if aliases == nil {
+				aliases = []string{}
+			}
+			out = append(out, pistonRuntime{Language: l.Name, Version: l.Version, Aliases: aliases})
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// pistonExecute takes the body as JSON whatever its Content-Type: Piston
+// clients send it as application/json or, from browsers avoiding a CORS
+// preflight, as text/plain.
+func (s *Server) pistonExecute(c echo.Context) error {
+	if s.exec == nil {
+		return c.JSON(http.StatusNotImplemented, map[string]string{"message": "this server has no code executor"})
+	}
+	body, err := readBody(c, int64(s.cfg.Limits.MaxRequestBytes), "limits.max_request_bytes")
+	if err != nil {
+		return c.JSON(http.StatusRequestEntityTooLarge, map[string]string{"message": err.(*Problem).Detail})
+	}
+	var r pistonRequest
+	if err := json.Unmarshal(body, &r); err != nil {
+		return c.JSON(http.StatusBadRequest, map[string]string{"message": "the body is not JSON: " + err.Error()})
+	}
+	msg := func(format string, args ...any) error {
+		return c.JSON(http.StatusBadRequest, map[string]string{"message": fmt.Sprintf(format, args...)})
+	}
+	if r.Language == "" {
+		return msg("language is required as a string")
+	}
+	if r.Version == "" {
+		return msg("version is required as a string")
+	}
+	if r.Files == nil {
+		return msg("files is required as an array")
+	}
+	lim := s.cfg.Piston.Limits
+	src := languages.Source{}
+	for i, f := range r.Files {
+		if f.Content == nil {
+			return msg("files[%d].content is required as a string", i)
+		}
+		content := []byte(*f.Content)
+		switch f.Encoding {
+		case "", "utf8":
+		case "base64":
+			b, err := base64.StdEncoding.DecodeString(*f.Content)
+			if err != nil {
+				return msg("files[%d].content is not base64", i)
+			}
+			content = b
+		case "hex":
+			b, err := hex.DecodeString(*f.Content)
+			if err != nil {
+				return msg("files[%d].content is not hex", i)
+			}
+			content = b
+		default:
+			return msg("files[%d].encoding must be base64, hex or utf8", i)
+		}
+		src.Files = append(src.Files, languages.File{Name: f.Name, Content: content})
+	}
+	info, ok := s.findLanguage(r.Language, r.Version)
+	if !ok {
+		return msg("%s-%s runtime is unknown", r.Language, r.Version)
+	}
+	for i := range src.Files {
+		if src.Files[i].Name == "" {
+			// Piston names unnamed files itself; the entry needs the
+			// language's extension to build.
+			ext := ""
+			if len(info.Extensions) > 0 {
+				ext = info.Extensions[0]
+			}
+			src.Files[i].Name = fmt.Sprintf("file%d%s", i, ext)
+		}
+	}
+	el := languages.ExecLimits{Timeout: time.Duration(lim.RunTimeout), CompileTimeout: time.Duration(lim.CompileTimeout),
+		MemoryBytes: int64(lim.Memory), MaxOutputBytes: int64(lim.MaxOutput)}
+	for _, t := range []struct {
+		name string
+		v    *int64
+		max  time.Duration
+		dst  *time.Duration
+	}{{"compile_timeout", r.CompileTimeout, time.Duration(lim.CompileTimeout), &el.CompileTimeout}, {"run_timeout", r.RunTimeout, time.Duration(lim.RunTimeout), &el.Timeout}} {
+		if t.v == nil {
+			continue
+		}
+		if d := time.Duration(*t.v) * time.Millisecond; d > t.max {
+			return msg("%s cannot exceed the configured limit of %d", t.name, t.max.Milliseconds())
+		} else if d > 0 {
+			*t.dst = d
+		}
+	}
+	for _, m := range []struct {
+		name string
+		v    *int64
+	}{{"compile_memory_limit", r.CompileMemoryLimit}, {"run_memory_limit", r.RunMemoryLimit}} {
+		if m.v == nil || *m.v < 0 {
+			continue
+		}
+		if *m.v > int64(lim.Memory) {
+			return msg("%s cannot exceed the configured limit of %d", m.name, int64(lim.Memory))
+		}
+		if *m.v > 0 && m.name == "run_memory_limit" {
+			el.MemoryBytes = *m.v
+		}
+	}
+	res, err := s.exec.Exec(c.Request().Context(), languages.ExecRequest{
+		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Limits: el,
+		Principal: principalOf(c), CorrelationID: correlationID(c),
+	})
+	if err != nil {
+		s.metrics.runs.WithLabelValues(info.Name, "error").Inc()
+		return c.JSON(http.StatusInternalServerError, map[string]string{"message": err.Error()})
+	}
+	s.metrics.runs.WithLabelValues(info.Name, string(res.Status)).Inc()
+	return c.JSON(http.StatusOK, pistonResult(info, res))
+}
+
+// pistonResult maps a moat result onto Piston's stages. Piston runs the
+// compile stage only for compiled languages and leaves out the run stage
+// when compiling failed; its output is stdout and stderr as they came,
+// which moat keeps apart, so output is stdout followed by stderr.
+func pistonResult(info languages.Info, res *languages.ExecResult) pistonResponse {
+	out := pistonResponse{Language: info.Name, Version: res.Version}
+	if out.Version == "" {
+		out.Version = info.Version
+	}
+	str := func(s string) *string { return &s }
+	if info.Path == languages.PathCompiled || res.Status == languages.StatusCompileError {
+		code := 0
+		st := &pistonStage{Stderr: res.CompileOutput, Output: res.CompileOutput, Code: &code, Wall: res.CompileTime.Milliseconds()}
+		if res.Status == languages.StatusCompileError {
+			code = 1
+			st.Status, st.Message = str("RE"), str(res.Message)
+			out.Compile = st
+			return out
+		}
+		out.Compile = st
+	}
+	if res.Status == languages.StatusInvalid {
+		var b strings.Builder
+		for _, v := range res.Violations {
+			b.WriteString(v.String() + "\n")
+		}
+		code := 1
+		out.Run = &pistonStage{Stderr: b.String(), Output: b.String(), Code: &code, Message: str(res.Message), Status: str("RE")}
+		return out
+	}
+	run := &pistonStage{Stdout: string(res.Stdout), Stderr: string(res.Stderr), Output: string(res.Stdout) + string(res.Stderr),
+		Wall: res.RunTime.Milliseconds(), Memory: res.PeakMemory}
+	code := res.ExitCode
+	run.Code = &code
+	if res.Signal != "" {
+		run.Signal, run.Code = str(res.Signal), nil
+	}
+	switch res.Status {
+	case languages.StatusRuntimeError:
+		run.Status = str("RE")
+		if res.Signal != "" {
+			run.Status = str("SG")
+		}
+	case languages.StatusTimeout:
+		run.Status, run.Signal, run.Code = str("TO"), str("SIGKILL"), nil
+	case languages.StatusMemoryLimit:
+		run.Status, run.Signal, run.Code = str("SG"), str("SIGKILL"), nil
+	case languages.StatusOutputLimit:
+		run.Status = str("OL")
+	}
+	if res.Message != "" && res.Status != languages.StatusOK {
+		run.Message = str(res.Message)
+	}
+	out.Run = run
+	return out
+}

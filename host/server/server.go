@@ -1,0 +1,278 @@
+// Package server is moat's HTTP API and web console: `moat serve`.
+//
+//	srv, err := server.New(ctx, server.DefaultConfig())
+//	err = srv.ListenAndServe(ctx) // until ctx is done, then a graceful shutdown
+//
+// Every /v1 route but the API's own description (/v1/openapi.json) takes an
+// API key as a bearer token (CreateAPIKey, `moat keys create`); the key's user, organization and roles become the
+// policy.Principal of everything the request does, so the host's policy,
+// the ops' storage scopes and the audit trail all see the caller. An
+// organization sees only its own modules: another organization's module is
+// a 404, never a 403, so names do not leak across tenants.
+//
+// Modules are uploaded per organization and kept in the data directory by
+// digest; every upload is a new version, loaded with the same checks as
+// `moat run` (signature against the profile's trusted keys, manifest
+// against the profile) before it replaces the current one. Errors are RFC
+// 9457 problem details; the routes are described by /v1/openapi.json,
+// which a test keeps in step with the router.
+//
+// The code-execution routes (/v1/runs and the Piston-compatible ones) run
+// jobs on the Executor given in Config; without one they answer 501.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Executor runs code-execution jobs for /v1/runs and the Piston routes.
+// The languages package provides one.
+type Executor interface {
+	Exec(ctx context.Context, req languages.ExecRequest) (*languages.ExecResult, error)
+	Languages() []languages.Info
+}
+
+// Server is a running moat API: hosts (one per distinct profile), the
+// store they share, the modules of every organization, and the router.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	hosts   map[string]*host.Host // by profile name or path
+	modules *registry
+	auth    *authenticator
+	keyRate *limiter
+	orgRate *limiter
+	piston  *limiter
+	metrics *metrics
+	echo    *echo.Echo
+	exec    Executor
+
+	ready  atomic.Bool
+	httpMu sync.Mutex
+	http   *http.Server
+	closed sync.Once
+}
+
+// New opens the data directory, starts a host for each profile in use and
+// loads every module uploaded before, so that a restarted server serves
+// what it served before.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg.fillDefaults()
+	if err := cfg.validate(nil); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		var level slog.Level
+		_ = level.UnmarshalText([]byte(cfg.Log.Level))
+		opts := &slog.HandlerOptions{Level: level}
+		if cfg.Log.Format == "json" {
+			log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		} else {
+			log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+		}
+	}
+	st, err := store.Open(ctx, cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{
+		cfg: cfg, log: log, store: st, hosts: map[string]*host.Host{}, exec: cfg.Executor,
+		auth:    newAuthenticator(st),
+		keyRate: newLimiter(cfg.Limits.KeyRate, cfg.Limits.KeyBurst),
+		orgRate: newLimiter(cfg.Limits.OrgRate, cfg.Limits.OrgBurst),
+		piston:  newLimiter(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst),
+	}
+	profiles := []string{cfg.Profile}
+	for _, p := range cfg.Profiles {
+		profiles = append(profiles, p)
+	}
+	for _, name := range profiles {
+		if s.hosts[name] != nil {
+			continue
+		}
+		prof, err := policy.LoadProfile(name)
+		if err != nil {
+			s.abort(ctx)
+			return nil, fmt.Errorf("server: profile %s: %w", name, err)
+		}
+		h, err := host.New(ctx, host.Config{
+			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof,
+			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout)},
+		})
+		if err != nil {
+			s.abort(ctx)
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.hosts[name] = h
+	}
+	if s.exec == nil && cfg.NewExecutor != nil {
+		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile]); err != nil {
+			s.abort(ctx)
+			return nil, fmt.Errorf("server: code executor: %w", err)
+		}
+	}
+	s.modules = newRegistry(s)
+	s.metrics = newMetrics(s)
+	s.echo = s.router()
+	if err := s.modules.loadAll(ctx); err != nil {
+		s.abort(ctx)
+		return nil, err
+	}
+	s.ready.Store(true)
+	return s, nil
+}
+
+// hostFor returns the host whose profile applies to org.
+func (s *Server) hostFor(org string) *host.Host {
+	if p, ok := s.cfg.Profiles[org]; ok {
+		return s.hosts[p]
+	}
+	return s.hosts[s.cfg.Profile]
+}
+
+// Handler is the server's HTTP handler, for embedding it in another server
+// or an httptest.Server.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Store is the store the server keeps keys, modules and audit events in.
+func (s *Server) Store() *store.Store { return s.store }
+
+// Config is the configuration the server runs with, defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// Listen opens the configured listen address.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w (set listen: in the config, or --listen)", s.cfg.Listen, err)
+	}
+	return ln, nil
+}
+
+// Serve serves HTTP (HTTPS when TLS is configured) on ln until Shutdown.
+// It returns nil after a Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.httpMu.Lock()
+	s.http = hs
+	s.httpMu.Unlock()
+	var err error
+	if s.cfg.TLS.Cert != "" {
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		err = hs.ServeTLS(ln, s.cfg.TLS.Cert, s.cfg.TLS.Key)
+	} else {
+		err = hs.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ListenAndServe listens on the configured address and serves until ctx is
+// done, then shuts down gracefully within Config.ShutdownTimeout.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := s.Listen()
+	if err != nil {
+		return err
+	}
+	scheme := "http"
+	if s.cfg.TLS.Cert != "" {
+		scheme = "https"
+	}
+	s.log.Info("moat serve: listening", "url", scheme+"://"+ln.Addr().String(), "data", s.cfg.DataDir, "profile", s.cfg.Profile)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.Close(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("moat serve: shutting down; finishing requests in flight", "timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.ShutdownTimeout))
+	defer cancel()
+	err = s.Shutdown(sctx)
+	if serr := <-errc; serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, waits for the requests in flight
+// on Serve's listener (invocations run to their end) and then closes
+// modules, hosts and the store. A program serving Handler() on a server
+// of its own shuts that server down first. /readyz reports 503 from the start of the shutdown, so a load
+// balancer stops sending traffic.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	s.httpMu.Lock()
+	hs := s.http
+	s.httpMu.Unlock()
+	var err error
+	if hs != nil {
+		// http.Server.Shutdown closes the listener, then waits for every
+		// active connection to finish its request.
+		if err = hs.Shutdown(ctx); err != nil {
+			err = fmt.Errorf("server: shutdown: requests still in flight: %w", err)
+		}
+	}
+	return errors.Join(err, s.Close(ctx))
+}
+
+// Close releases the modules, hosts and store without waiting for
+// requests; Shutdown is the graceful way.
+func (s *Server) Close(ctx context.Context) error {
+	var err error
+	s.closed.Do(func() {
+		s.ready.Store(false)
+		s.modules.closeAll(ctx)
+		err = errors.Join(s.closeHosts(ctx), s.store.Close())
+	})
+	return err
+}
+
+// abort undoes a New that failed half-way.
+func (s *Server) abort(ctx context.Context) {
+	s.closeHosts(ctx)
+	s.store.Close()
+}
+
+func (s *Server) closeHosts(ctx context.Context) error {
+	var errs []error
+	for _, h := range s.hosts {
+		errs = append(errs, h.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
