@@ -3,9 +3,14 @@ package main
 import (
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/languages"
+	_ "github.com/moat-sandbox/moat/languages/all"
 	"github.com/spf13/cobra"
 )
 
@@ -56,6 +61,15 @@ SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.`,
 			}
 			if listen != "" {
 				cfg.Listen = listen
+			}
+			// Code execution (/v1/runs, the console's Run tab, the Piston
+			// routes) uses the languages executor on the server's host;
+			// native-path languages run in warm wrappers.
+			pool := native.NewPool(2, "")
+			defer pool.Close()
+			cfg.NewExecutor = func(h *host.Host) (server.Executor, error) {
+				return languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
+					StateDir: filepath.Join(cfg.DataDir, "lang-state"), NativePool: pool})
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -1,10 +1,3 @@
-//go:build moat_executor
-
-// These tests run /v1/runs and the Piston routes against the real code
-// executor of package languages (languages.NewExecutor, languages/all),
-// which is written on another branch. They passed on a merge of the two;
-// delete the build line above once the executor is merged.
-
 package server_test
 
 import (
@@ -25,20 +18,6 @@ import (
 	_ "github.com/moat-sandbox/moat/languages/all"
 )
 
-// executor adapts languages.Executor to server.Executor: the server lists
-// only the languages that can run on this machine.
-type executor struct{ *languages.Executor }
-
-func (e executor) Languages() []languages.Info {
-	var out []languages.Info
-	for _, s := range e.Executor.Languages() {
-		if s.Available {
-			out = append(out, s.Info)
-		}
-	}
-	return out
-}
-
 func withExecutor(t *testing.T) func(*server.Config) {
 	return func(c *server.Config) {
 		c.Piston.Enabled = true
@@ -47,7 +26,7 @@ func withExecutor(t *testing.T) func(*server.Config) {
 			if err != nil {
 				return nil, err
 			}
-			return executor{e}, nil
+			return e, nil
 		}
 	}
 }

@@ -203,7 +203,7 @@ func isText(b []byte) bool { return strings.ToValidUTF8(string(b), "\uFFFD") == 
 // ("3" and "3.12" select 3.12.0), as Piston's semver selectors mostly are.
 func (s *Server) findLanguage(name, version string) (languages.Info, bool) {
 	name = strings.ToLower(strings.TrimSpace(name))
-	for _, l := range s.exec.Languages() {
+	for _, l := range s.languages() {
 		match := l.Name == name
 		for _, a := range l.Aliases {
 			match = match || a == name
@@ -222,7 +222,7 @@ func (s *Server) findLanguage(name, version string) (languages.Info, bool) {
 func (s *Server) listLanguages(c echo.Context) error {
 	out := []map[string]any{}
 	if s.exec != nil {
-		for _, l := range s.exec.Languages() {
+		for _, l := range s.languages() {
 			aliases := l.Aliases
 			if aliases == nil {
 				aliases = []string{}
@@ -311,7 +311,7 @@ func (s *Server) pistonGate(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) pistonRuntimes(c echo.Context) error {
 	out := []pistonRuntime{}
 	if s.exec != nil {
-		for _, l := range s.exec.Languages() {
+		for _, l := range s.languages() {
 			aliases := l.Aliases
 			if aliases == nil {
 				aliases = []string{}

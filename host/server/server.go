@@ -47,7 +47,20 @@ import (
 // The languages package provides one.
 type Executor interface {
 	Exec(ctx context.Context, req languages.ExecRequest) (*languages.ExecResult, error)
-	Languages() []languages.Info
+	// Languages lists the registered languages; the server offers those
+	// whose toolchain is available here. *languages.Executor implements it.
+	Languages() []languages.LanguageStatus
+}
+
+// languages lists the languages the executor can run on this machine.
+func (s *Server) languages() []languages.Info {
+	var out []languages.Info
+	for _, l := range s.exec.Languages() {
+		if l.Available {
+			out = append(out, l.Info)
+		}
+	}
+	return out
 }
 
 // Server is a running moat API: hosts (one per distinct profile), the
