@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -11,13 +14,15 @@ import (
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
+	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/toolchains"
 	"github.com/spf13/cobra"
 )
 
 func init() { registerCommand(newServeCmd) }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
-	var configFile, listen string
+	var configFile, listen, confine string
 	cmd := &cobra.Command{
 		Use:   "serve [--config moat-server.yaml] [--listen ADDR]",
 		Short: "Serve the HTTP API and the web console",
@@ -32,7 +37,15 @@ profiles per organization, limits, the log and the Piston-compatible routes;
 its errors name the file, line and field.
 
 Every /v1 request needs an API key: create one with ` + "`moat keys create`" + `.
-SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.`,
+SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.
+
+Once its port is bound the server confines itself (--confine, default
+best-effort): Landlock lets it read the system and the toolchains and write
+only its data and scratch directories, bind only its own port; seccomp
+denies execve, ptrace, namespaces, setuid, bpf, io_uring, mount and MPTCP.
+Compilers and native programs then start from a launcher process started
+before the filter, under the native runner's own layers. --confine=strict
+refuses to start when a layer is missing; --confine=off serves unconfined.`,
 		Example: `  moat serve
   moat keys create --org acme --user ann          # prints the API key
   moat serve --config moat-server.yaml`,
@@ -62,11 +75,26 @@ SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.`,
 			if listen != "" {
 				cfg.Listen = listen
 			}
+			mode, err := kernel.ParseConfineMode(confine)
+			if err != nil {
+				return usagef("--confine: %v", err)
+			}
 			// Code execution (/v1/runs, the console's Run tab, the Piston
-			// routes) uses the languages executor on the server's host;
-			// native-path languages run in warm wrappers.
-			pool := native.NewPool(2, "")
-			defer pool.Close()
+			// routes) uses the languages executor on the server's host.
+			// Confined, every native run (compilers, bash, python3) goes
+			// through a launcher that keeps wrappers warm; unconfined, the
+			// server keeps them warm itself.
+			var pool *native.Pool
+			if mode == kernel.ConfineOff {
+				pool = native.NewPool(2, "")
+				defer pool.Close()
+			} else {
+				restore, err := prepareServeConfinement(&cfg, mode)
+				if err != nil {
+					return err
+				}
+				defer restore()
+			}
 			cfg.NewExecutor = func(h *host.Host) (server.Executor, error) {
 				return languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
 					StateDir: filepath.Join(cfg.DataDir, "lang-state"), NativePool: pool})
@@ -82,5 +110,71 @@ SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.`,
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "server configuration file (YAML)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
+	cmd.Flags().StringVar(&confine, "confine", string(kernel.ConfineBestEffort), "confine the server with Landlock and seccomp once its port is bound: off, best-effort or strict")
 	return cmd
+}
+
+// prepareServeConfinement readies everything the confined server can no
+// longer do itself, and sets cfg.BeforeServe to confine it once the port
+// is bound: a scratch directory (TMPDIR, for build and job directories,
+// reachable by the job uid), the toolchain versions probed (they run the
+// compilers), and the launcher that starts every native process later.
+func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (restore func(), err error) {
+	data, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	scratch, err := os.MkdirTemp("", "moat-serve-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(scratch, 0o711); err != nil {
+		return nil, err
+	}
+	oldTmp, hadTmp := os.LookupEnv("TMPDIR")
+	os.Setenv("TMPDIR", scratch)
+	languages.Statuses() // probes each toolchain's version while exec is allowed
+	goroot, _, _ := toolchains.GoRoot()
+	l, err := native.StartLauncher()
+	if err != nil {
+		os.RemoveAll(scratch)
+		return nil, err
+	}
+	native.UseLauncher(l)
+	restore = func() {
+		native.UseLauncher(nil)
+		l.Close()
+		os.RemoveAll(scratch)
+		if hadTmp {
+			os.Setenv("TMPDIR", oldTmp)
+		} else {
+			os.Unsetenv("TMPDIR")
+		}
+	}
+	readOnly := []string{}
+	for _, p := range []string{toolchains.Dir(), goroot, cfg.TLS.Cert, cfg.TLS.Key} {
+		if p != "" {
+			readOnly = append(readOnly, p)
+		}
+	}
+	readWrite := []string{data, scratch}
+	if cfg.CacheDir != "" {
+		readWrite = append(readWrite, cfg.CacheDir)
+	}
+	cfg.BeforeServe = func(ln net.Listener) error {
+		var ports []uint16
+		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+			ports = append(ports, uint16(a.Port))
+		}
+		rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: mode, ReadOnly: readOnly, ReadWrite: readWrite, BindTCP: ports})
+		if err != nil {
+			return err
+		}
+		slog.Info("moat serve: confined", "mode", mode, "applied", rep.Applied, "missing", rep.Missing)
+		return nil
+	}
+	return restore, nil
 }

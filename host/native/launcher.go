@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -32,6 +33,16 @@ type Launcher struct {
 	dead chan struct{}
 	err  error
 }
+
+// processLauncher, when set, runs every Run and Pool.Run of this process:
+// see UseLauncher.
+var processLauncher atomic.Pointer[Launcher]
+
+// UseLauncher routes every later Run and Pool.Run of this process through
+// l: what a host does just before it confines itself (after which it can
+// no longer execve), so that code written against Run (the languages'
+// compilers and native programs) keeps working unchanged. nil undoes it.
+func UseLauncher(l *Launcher) { processLauncher.Store(l) }
 
 // LauncherEnv marks a process started as a launcher.
 const LauncherEnv = "MOAT_LAUNCHER"

@@ -471,6 +471,9 @@ func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
+	if l := processLauncher.Load(); l != nil {
+		return l.Run(ctx, spec)
+	}
 	j, err := startWith(pool, spec, nil, nil, nil)
 	if err != nil {
 		return nil, err

@@ -64,6 +64,10 @@ type Config struct {
 	// executor runs its WASM artifacts on a host, and the server owns the
 	// hosts.
 	NewExecutor func(*host.Host) (Executor, error) `yaml:"-"`
+	// BeforeServe, when set, runs in ListenAndServe once the listener is
+	// bound and before the first request: where moat serve confines the
+	// process (it knows the port then, and nothing is served unconfined).
+	BeforeServe func(ln net.Listener) error `yaml:"-"`
 	// Logger replaces the logger built from Log.
 	Logger *slog.Logger `yaml:"-"`
 }

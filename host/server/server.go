@@ -214,6 +214,13 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.BeforeServe != nil {
+		if err := s.cfg.BeforeServe(ln); err != nil {
+			ln.Close()
+			s.Close(context.Background())
+			return err
+		}
+	}
 	scheme := "http"
 	if s.cfg.TLS.Cert != "" {
 		scheme = "https"
