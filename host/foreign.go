@@ -239,8 +239,11 @@ func (m *Module) callForeign(ctx context.Context, req *Request, lim Limits, conf
 // path and query stay out, since they may carry secrets.
 func targetOf(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
+	if err != nil {
 		return "(not a URL)"
+	}
+	if u.Host == "" {
+		return strings.ToLower(u.Scheme) + "://"
 	}
 	port := u.Port()
 	if port == "" {
