@@ -3,6 +3,9 @@ package extism_test
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -219,5 +222,64 @@ config: {op: config.get}
 	}
 	if len(denied) != 1 || denied[0].Op != abi.OpKVGet || denied[0].Rule != "manifest capabilities" {
 		t.Errorf("audit of the denied kv.get: %+v", denied)
+	}
+}
+
+// TestCPlugin: an Extism plug-in in C (guests/extism/c/memo.c, Extism
+// kernel imports declared by hand) reaches moat's kv through moat_call.
+func TestCPlugin(t *testing.T) {
+	clang, err := exec.LookPath("clang-19")
+	if err != nil {
+		requireTool(t, "clang-19 is not installed; `make toolchains` installs it (apt packages clang-19, lld-19, wasi-libc)")
+	}
+	out := filepath.Join(t.TempDir(), "memo.wasm")
+	if msg, err := exec.Command(clang, "--target=wasm32-wasi", "-O2", "-Wall", "-Werror", "-mexec-model=reactor", "-Wl,--strip-all",
+		"-o", out, "../../guests/extism/c/memo.c").CombinedOutput(); err != nil {
+		t.Fatalf("clang: %v\n%s", err, msg)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHost(t, nil, nil)
+	ctx := context.Background()
+	m, err := h.Load(ctx, wasm, host.LoadOptions{Manifest: manifest(t, `
+name: memo
+version: 1.0.0
+kind: extism
+actions: [{name: remember}, {name: recall}]
+capabilities: {kv: true}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		action, input string
+		who           policy.Principal
+		want          string
+		code          abi.Code
+	}{
+		{action: "recall", who: ann, want: `{"resp":{"found":false}}`},
+		{action: "remember", who: ann, input: "buy milk", want: `{"resp":{}}`},
+		{action: "recall", who: ann, want: `{"resp":{"value":"YnV5IG1pbGs=","found":true}}`},
+		{action: "recall", who: policy.Principal{User: "bob", Org: "globex"}, want: `{"resp":{"found":false}}`},
+		{action: "remember", who: ann, input: strings.Repeat("x", 5000), code: abi.CodeGuestError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.action+" "+tt.who.Org, func(t *testing.T) {
+			res, err := m.Invoke(ctx, host.Request{Action: tt.action, Input: []byte(tt.input), Principal: tt.who})
+			if tt.code != "" {
+				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), "a note is at most 4096 bytes") {
+					t.Fatalf("err %v, want %s with the plug-in's message", err, tt.code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(res.Output) != tt.want {
+				t.Fatalf("output %s, want %s", res.Output, tt.want)
+			}
+		})
 	}
 }
