@@ -274,7 +274,8 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 		return fail(abi.CodeMemoryLimit, err, "the plug-in tried to grow its memory past the limit of %d pages (%d MiB)%s",
 			c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16, inst.stderr.note())
 	case st.err != nil:
-		st.err.Err = err
+		// Not st.err.Err = err: wazero's error wraps the panic value,
+		// st.err itself, and the cycle would never end an errors.Is.
 		return nil, st.err
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded || ctx.Err() == context.DeadlineExceeded:
 		return fail(abi.CodeTimeout, err, "did not finish within %s", c.Limits.Timeout)

@@ -2,6 +2,8 @@ package extism_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -101,6 +103,9 @@ capabilities:
 			if tt.code != "" {
 				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
 					t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.reason)
+				}
+				if errors.Is(err, io.EOF) { // walks the whole chain: it must end
+					t.Fatal("the error wraps io.EOF")
 				}
 				return
 			}
