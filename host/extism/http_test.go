@@ -3,8 +3,8 @@ package extism_test
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
