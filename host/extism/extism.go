@@ -246,8 +246,8 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	st := &callState{call: c, inst: inst}
 	inst.state = st
 	inst.mems.setLimit(c.Limits.MemoryLimitPages)
-	inst.stdout.begin(c.Log())
-	inst.stderr.begin(c.Log())
+	inst.stdout.begin(c.Log)
+	inst.stderr.begin(c.Log)
 	rc, out, err := inst.p.CallWithContext(context.WithValue(ctx, stateKey{}, st), c.Function, c.Input)
 	inst.stdout.end()
 	inst.stderr.end()
@@ -266,7 +266,6 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	var exit *sys.ExitError
 	switch {
 	case err == nil && rc != 0:
-		reusable = true
 		return fail(abi.CodeGuestError, nil, "%s returned %d without setting an error", c.Function, rc)
 	case err == nil:
 		return out, nil

@@ -86,7 +86,7 @@ type lineWriter struct {
 	mu     sync.Mutex
 	stream string
 	level  slog.Level
-	log    *slog.Logger
+	log    func() *slog.Logger // the call's tagged logger, built on first use
 	line   []byte
 	last   string
 	budget int
@@ -94,7 +94,7 @@ type lineWriter struct {
 
 const logBudget = 64 << 10 // bytes of guest output logged per call
 
-func (w *lineWriter) begin(log *slog.Logger) {
+func (w *lineWriter) begin(log func() *slog.Logger) {
 	w.mu.Lock()
 	w.log, w.line, w.last, w.budget = log, w.line[:0], "", logBudget
 	w.mu.Unlock()
@@ -141,7 +141,7 @@ func (w *lineWriter) emit(line []byte) {
 		return
 	}
 	w.budget -= len(line)
-	w.log.LogAttrs(context.Background(), w.level, string(line), slog.String("source", "guest"), slog.String("stream", w.stream))
+	w.log().LogAttrs(context.Background(), w.level, string(line), slog.String("source", "guest"), slog.String("stream", w.stream))
 }
 
 // note is the last line the plug-in wrote on this stream (the first panic
