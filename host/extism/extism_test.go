@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
@@ -279,6 +280,43 @@ capabilities: {kv: true}
 			}
 			if string(res.Output) != tt.want {
 				t.Fatalf("output %s, want %s", res.Output, tt.want)
+			}
+		})
+	}
+}
+
+// TestSameAsExtismSDK: moat gives the output and the error message that
+// the extism go-sdk (what the Extism CLI runs) gives for the same
+// plug-in, function, input and config.
+func TestSameAsExtismSDK(t *testing.T) {
+	wasm := buildPlugin(t, "stock")
+	ctx := context.Background()
+	config := map[string]string{"greeting": "Bonjour"}
+	sdk, err := extism.NewPlugin(ctx, extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: wasm}}, Config: config},
+		extism.PluginConfig{EnableWasi: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdk.Close(ctx)
+	m, err := newHost(t, nil, nil).Load(ctx, wasm, host.LoadOptions{Config: config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ function, input string }{
+		{"greet", "Zoé"}, {"count", ""}, {"count", ""}, {"echo", "\x00binary\xff"}, {"echo", ""}, {"fail", "7"}, {"grow", "1"},
+	} {
+		t.Run(tt.function, func(t *testing.T) {
+			_, want, wantErr := sdk.Call(tt.function, []byte(tt.input))
+			res, err := m.Invoke(ctx, host.Request{Action: tt.function, Input: []byte(tt.input), Principal: ann})
+			if string(res.Output) != string(want) {
+				t.Fatalf("moat output %q, the go-sdk's %q", res.Output, want)
+			}
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("moat error %v, the go-sdk's %v", err, wantErr)
+			}
+			var e *host.Error
+			if err != nil && (!errors.As(err, &e) || e.Code != abi.CodeGuestError || e.Reason != wantErr.Error()) {
+				t.Fatalf("moat error %v, want guest_error with the go-sdk's message %q", err, wantErr)
 			}
 		})
 	}
