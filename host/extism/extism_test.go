@@ -3,10 +3,12 @@ package extism_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,5 +321,79 @@ func TestSameAsExtismSDK(t *testing.T) {
 				t.Fatalf("moat error %v, want guest_error with the go-sdk's message %q", err, wantErr)
 			}
 		})
+	}
+}
+
+// TestSensitiveOpConfirmation: a sensitive op called through moat_call
+// turns the invocation into a confirmation request, and the confirmed
+// invocation runs it, once.
+func TestSensitiveOpConfirmation(t *testing.T) {
+	p := profile(t, "name: careful\nsensitive_ops: [kv.put]\ndefault: {capabilities: {kv: true}}\n")
+	h := newHost(t, p, nil)
+	ctx := context.Background()
+	m, err := h.Load(ctx, buildPlugin(t, "moatops"), host.LoadOptions{Manifest: manifest(t,
+		"name: visits\nkind: extism\nversion: 1.0.0\nactions: [{name: visit}]\ncapabilities: {kv: true}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Invoke(ctx, host.Request{Action: "visit", Input: []byte("home"), Principal: ann})
+	var e *host.Error
+	if !errors.As(err, &e) || e.Code != abi.CodeConfirmationRequired || e.Confirmation == nil || !strings.Contains(e.Confirmation.Summary, "sensitive op kv.put") {
+		t.Fatalf("err %v, want confirmation_required for kv.put", err)
+	}
+	tests := []struct {
+		name string
+		want string
+		code abi.Code
+	}{
+		{name: "confirmed", want: "1"},
+		{name: "replayed", code: abi.CodeDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := m.Confirm(ctx, host.ConfirmRequest{Token: e.Confirmation.Token, Principal: ann})
+			if tt.code != "" {
+				if host.CodeOf(err) != tt.code {
+					t.Fatalf("err %v, want %s", err, tt.code)
+				}
+				return
+			}
+			if err != nil || string(res.Output) != tt.want {
+				t.Fatalf("output %q, err %v; want %q", res.Output, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestConcurrentCalls: concurrent invocations of a pooled module each get
+// an instance of their own and their own output.
+func TestConcurrentCalls(t *testing.T) {
+	m, err := newHost(t, nil, nil).Load(context.Background(), buildPlugin(t, "stock"), host.LoadOptions{MaxIdle: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, calls = 6, 10
+	errs := make(chan error, workers*calls)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte(name), Principal: ann})
+				if err == nil && string(res.Output) != "Hello, "+name+"!" {
+					err = fmt.Errorf("greet %s: output %q", name, res.Output)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
