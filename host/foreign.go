@@ -103,7 +103,7 @@ func importsExtism(info Info) bool {
 
 // loadForeign hands the module to its driver and takes the actions from
 // the functions the driver lists.
-func (m *Module) loadForeign(ctx context.Context, wasm []byte, opts LoadOptions) error {
+func (m *Module) loadForeign(ctx context.Context, wasm []byte) error {
 	d, ok := driverFor(m.kind)
 	if !ok {
 		return &Error{Module: m.name, Code: abi.CodeBadModule,

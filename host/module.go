@@ -228,8 +228,8 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
 	}
 	if mf := opts.Manifest; mf != nil {
-		if mf.Kind != "" && mf.Kind != want(m.kind) {
-			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is of kind %s: write kind: %s", mf.Kind, want(m.kind), want(m.kind))
+		if mf.Kind != "" && mf.Kind != manifestKind(m.kind) {
+			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is of kind %s: write kind: %s", mf.Kind, manifestKind(m.kind), manifestKind(m.kind))
 		}
 	}
 
@@ -261,12 +261,12 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			return nil, err
 		}
 	case KindExtism:
-		if err := m.loadForeign(ctx, wasm, opts); err != nil {
+		if err := m.loadForeign(ctx, wasm); err != nil {
 			return nil, err
 		}
 	}
 	if m.policy.implicit {
-		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: want(m.kind)}
+		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: manifestKind(m.kind)}
 		for _, a := range m.actions {
 			mf.Actions = append(mf.Actions, policy.Action{Name: a, Export: a})
 		}
@@ -430,8 +430,8 @@ func (m *Module) Close(ctx context.Context) error {
 	return nil
 }
 
-// want is the manifest kind of a module kind.
-func want(k Kind) policy.Kind {
+// manifestKind is the manifest kind of a module kind.
+func manifestKind(k Kind) policy.Kind {
 	switch k {
 	case KindCommand:
 		return policy.KindWASICommand

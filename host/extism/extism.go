@@ -179,23 +179,54 @@ type plugin struct {
 
 	mu     sync.Mutex
 	idle   []*instance
-	closed bool
+	active int  // calls in flight
+	closed bool // Close was called: the runtime goes when active reaches 0
 }
 
 // Functions implements host.Runner.
 func (p *plugin) Functions() []string { return p.functions }
 
-// Close implements host.Runner.
+// Close implements host.Runner. Calls in flight finish; the compiled
+// plug-in (the go-sdk's runtime) is released after the last of them.
 func (p *plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
-	idle := p.idle
+	idle, last := p.idle, !p.closed && p.active == 0
 	p.idle, p.closed = nil, true
 	p.mu.Unlock()
 	for _, inst := range idle {
 		inst.close()
 	}
+	if last {
+		return p.release(ctx)
+	}
+	return nil
+}
+
+func (p *plugin) release(ctx context.Context) error {
 	p.httpc.close()
 	return p.compiled.Close(ctx)
+}
+
+// begin counts a call in; it fails once the module is closed.
+func (p *plugin) begin() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return &host.Error{Code: abi.CodeUnavailable, Reason: "the module was closed"}
+	}
+	p.active++
+	return nil
+}
+
+// end counts a call out, releasing the runtime after a Close.
+func (p *plugin) end() {
+	p.mu.Lock()
+	p.active--
+	last := p.closed && p.active == 0
+	p.mu.Unlock()
+	if last {
+		_ = p.release(context.Background())
+	}
 }
 
 // instance is one go-sdk Plugin with what moat keeps beside it.
@@ -239,6 +270,10 @@ func (s *callState) abort(code abi.Code, format string, args ...any) {
 
 // Call implements host.Runner.
 func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
+	if err := p.begin(); err != nil {
+		return nil, err
+	}
+	defer p.end()
 	inst, err := p.get(ctx, c)
 	if err != nil {
 		return nil, err

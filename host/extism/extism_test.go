@@ -397,3 +397,32 @@ func TestConcurrentCalls(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCloseWhileCalling: closing a module lets the call in flight end on
+// its own terms, and refuses later calls.
+func TestCloseWhileCalling(t *testing.T) {
+	ctx := context.Background()
+	m, err := newHost(t, nil, nil).Load(ctx, buildPlugin(t, "stock"), host.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A warm instance in the pool, so the spinning call starts at once.
+	if _, err := m.Invoke(ctx, host.Request{Action: "greet", Principal: ann}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Invoke(ctx, host.Request{Action: "spin", Principal: ann, Limits: host.Limits{Timeout: 500 * time.Millisecond}})
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the call start spinning
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; host.CodeOf(err) != abi.CodeTimeout {
+		t.Fatalf("the call in flight: %v, want its timeout", err)
+	}
+	if _, err := m.Invoke(ctx, host.Request{Action: "greet", Principal: ann}); host.CodeOf(err) != abi.CodeUnavailable {
+		t.Fatalf("a call after Close: %v, want unavailable", err)
+	}
+}
