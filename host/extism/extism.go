@@ -109,7 +109,7 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 				moves[imp.Module+"\x00"+imp.Name] = httpModule
 			}
 		case imp.Module == UserModule && imp.Name == CallFunction:
-			if want := (host.Signature{Params: []string{"i64", "i64"}, Result: []string{"i64"}}); !slices.Equal(imp.Params, want.Params) || !slices.Equal(imp.Result, want.Result) {
+			if !slices.Equal(imp.Params, []string{"i64", "i64"}) || !slices.Equal(imp.Result, []string{"i64"}) {
 				return fail("imports %s.%s as %s; moat's is %s(i64, i64) -> (i64)", imp.Module, imp.Name, imp, CallFunction)
 			}
 		case imp.Module == UserModule:
@@ -364,7 +364,6 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 		return nil, &host.Error{Code: abi.CodeMemoryLimit,
 			Reason: fmt.Sprintf("the plug-in's initial memory exceeds the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}
 	}
-	ep.MaxVarBytes = maxVarBytes
 	ep.SetLogger(inst.log)
 	inst.p = ep
 	return inst, nil
