@@ -18,7 +18,10 @@
 //     built with -buildmode=c-shared have their _initialize run once per
 //     instance;
 //   - WASI commands (KindCommand): a _start export, run with Module.Run on a
-//     fresh instance with stdin, stdout, stderr, args and env.
+//     fresh instance with stdin, stdout, stderr, args and env;
+//   - Extism plug-ins (KindExtism): modules that import extism:host/env,
+//     run by the driver that package host/extism registers (see Driver),
+//     inside the same policy, limits, op table and audit.
 package host
 
 import (

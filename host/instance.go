@@ -113,26 +113,35 @@ func (inst *instance) stderrNote() string {
 // with a mutation id. A panicking op is a host bug: it becomes an internal
 // error for the guest and a log record with the stack, not a crashed host.
 func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byte, err error) {
+	return inst.m.dispatch(ctx, &inst.env, inst.confirmed, &inst.needsConfirm, op, req)
+}
+
+// dispatch is Dispatch for any transport of the module: env is the
+// invocation's environment, confirmed whether the invocation was
+// confirmed, and needsConfirm receives the first sensitive op refused for
+// want of a confirmation. Foreign modules (host/extism) come through here
+// too, by Call.Dispatch, so every op meets the same checks and audit.
+func (m *Module) dispatch(ctx context.Context, env *ops.Env, confirmed bool, needsConfirm *string, op, req []byte) (reply []byte, err error) {
 	o, ok := ops.Lookup(op)
 	if !ok {
 		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q in this host (ABI v%d)", op, abi.Version)
 	}
-	mp := inst.m.policy
+	mp := m.policy
 	if err := mp.eval.CheckOp(o.Name, ""); err != nil {
 		msg := err.Error()
 		var de *policy.DeniedError
 		if errors.As(err, &de) {
 			msg = fmt.Sprintf("op %s: %s (rule: %s)", o.Name, de.Reason, de.Rule)
 		}
-		inst.auditOp(ctx, o.Name, audit.Deny, ruleOf(err), msg, "")
+		m.auditOp(ctx, env, o.Name, audit.Deny, ruleOf(err), msg, "")
 		return nil, &abi.Error{Code: abi.CodeDenied, Message: msg}
 	}
-	if !inst.confirmed && mp.profile.IsSensitive(o.Name) {
-		if inst.needsConfirm == "" {
-			inst.needsConfirm = o.Name
+	if !confirmed && mp.profile.IsSensitive(o.Name) {
+		if *needsConfirm == "" {
+			*needsConfirm = o.Name
 		}
 		reason := o.Name + " is a sensitive op: the invocation must be confirmed first"
-		inst.auditOp(ctx, o.Name, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "")
+		m.auditOp(ctx, env, o.Name, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "")
 		return nil, &abi.Error{Code: abi.CodeConfirmationRequired, Message: reason}
 	}
 	defer func() {
@@ -140,20 +149,19 @@ func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byt
 			if f, ok := r.(*transport.FaultError); ok {
 				panic(f)
 			}
-			inst.env.Log().Error("op panicked", "op", o.Name, "panic", r, "stack", string(debug.Stack()))
+			env.Log().Error("op panicked", "op", o.Name, "panic", r, "stack", string(debug.Stack()))
 			reply, err = nil, abi.Errorf(abi.CodeInternal, "op %s failed inside the host", o.Name)
 		}
 	}()
-	reply, err = o.Func(&inst.env, req)
+	reply, err = o.Func(env, req)
 	if err == nil && (o.Mutates || o.LeavesSandbox) {
-		inst.auditOp(ctx, o.Name, audit.Allow, "grant", "", audit.NewID())
+		m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID())
 	}
 	return reply, err
 }
 
-func (inst *instance) auditOp(ctx context.Context, op, decision, rule, reason, mutation string) {
-	e := &inst.env
-	inst.m.host.audit.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: decision, CorrelationID: e.CorrelationID, Module: e.Module,
+func (m *Module) auditOp(ctx context.Context, e *ops.Env, op, decision, rule, reason, mutation string) {
+	m.host.audit.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: decision, CorrelationID: e.CorrelationID, Module: e.Module,
 		Action: e.Action, Op: op, User: e.Principal.User, Org: e.Principal.Org, Rule: rule, Reason: reason, MutationID: mutation})
 }
 

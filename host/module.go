@@ -90,6 +90,7 @@ type Module struct {
 	publicIdx map[string]uint32 // public name -> index
 	policy    *modulePolicy
 	diskQuota int64
+	runner    Runner // a foreign module's driver (KindExtism); nil otherwise
 
 	mu   sync.Mutex
 	idle []*instance
@@ -196,8 +197,11 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	m.info = describe(name, digest, len(wasm), c)
 	exports := c.cm.ExportedFunctions()
 	_, m.hasInit = exports[abi.ExportInitWASI]
+	if importsExtism(m.info) || opts.Manifest != nil && opts.Manifest.Kind == policy.KindExtism {
+		m.kind = KindExtism // its driver checks the imports it provides
+	}
 	for _, imp := range m.info.Imports {
-		if !providedImports[imp.Module] {
+		if m.kind != KindExtism && !providedImports[imp.Module] {
 			return fail(abi.CodeBadModule, nil, "imports %s.%s, which this host does not provide (it provides the %q and %q modules)",
 				imp.Module, imp.Name, abi.ImportModule, wasi_snapshot_preview1.ModuleName)
 		}
@@ -205,6 +209,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	_, hasInvoke := exports[abi.ExportInvoke]
 	_, hasStart := exports[abi.ExportStart]
 	switch {
+	case m.kind == KindExtism:
 	case hasInvoke && hasStart:
 		return fail(abi.CodeBadModule, nil, "exports both %s and %s: a moat plugin must be a reactor (build Go plugins with -buildmode=c-shared, C with -mexec-model=reactor)",
 			abi.ExportInvoke, abi.ExportStart)
@@ -223,12 +228,8 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
 	}
 	if mf := opts.Manifest; mf != nil {
-		want := policy.KindMoat
-		if m.kind == KindCommand {
-			want = policy.KindWASICommand
-		}
-		if mf.Kind != "" && mf.Kind != want {
-			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is a %s", mf.Kind, m.kind)
+		if mf.Kind != "" && mf.Kind != manifestKind(m.kind) {
+			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is of kind %s: write kind: %s", mf.Kind, manifestKind(m.kind), manifestKind(m.kind))
 		}
 	}
 
@@ -254,16 +255,18 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	for k, v := range opts.Config {
 		m.config[k] = v
 	}
-	if m.kind == KindPlugin {
+	switch m.kind {
+	case KindPlugin:
 		if err := m.prepare(ctx); err != nil {
+			return nil, err
+		}
+	case KindExtism:
+		if err := m.loadForeign(ctx, wasm); err != nil {
 			return nil, err
 		}
 	}
 	if m.policy.implicit {
-		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: policy.KindMoat}
-		if m.kind == KindCommand {
-			mf.Kind = policy.KindWASICommand
-		}
+		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: manifestKind(m.kind)}
 		for _, a := range m.actions {
 			mf.Actions = append(mf.Actions, policy.Action{Name: a, Export: a})
 		}
@@ -421,7 +424,21 @@ func (m *Module) Close(ctx context.Context) error {
 	for _, inst := range idle {
 		inst.close()
 	}
+	if m.runner != nil {
+		return m.runner.Close(ctx)
+	}
 	return nil
+}
+
+// manifestKind is the manifest kind of a module kind.
+func manifestKind(k Kind) policy.Kind {
+	switch k {
+	case KindCommand:
+		return policy.KindWASICommand
+	case KindExtism:
+		return policy.KindExtism
+	}
+	return policy.KindMoat
 }
 
 func describe(name, digest string, size int, c *compiled) Info {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
@@ -46,9 +47,11 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Long: `Run a module. MODULE is a .wasm file or a plugin directory (holding DIR.wasm
 or exactly one .wasm file).
 
-With an ACTION, MODULE must be a moat plugin: the action's input comes from
---input, --input-file, or stdin (when it is not a terminal), and its output is
-printed on stdout. The guest's log.write records go to stderr.
+With an ACTION, MODULE must be a moat plugin or an Extism plug-in (ACTION is
+then the exported function): the action's input comes from --input,
+--input-file, or stdin (when it is not a terminal), and its output is printed
+on stdout, as the Extism CLI prints it. The guest's log records go to stderr;
+an Extism plug-in's error (error_set) fails the run with its message.
 
 Without an ACTION, MODULE must be a WASI command: its _start runs with moat's
 stdin, the ARGS after --, and the variables given with --env; its stdout and
@@ -58,7 +61,8 @@ Exit status: the command's own code; 1 when the invocation fails (trap, guest
 error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 		Example: `  moat run examples/hello-go greet --input World --config greeting=Hi
   echo -n World | moat run examples/hello-go greet --org acme --user ann
-  moat run hello.wasm --env GREETING=hi -- a b < in.txt`,
+  moat run hello.wasm --env GREETING=hi -- a b < in.txt
+  moat run plugin.wasm greet --input World --config greeting=Hi   # an Extism plug-in`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.inputSet = cmd.Flags().Changed("input")
@@ -163,7 +167,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		return writeOutput(os.Stdout, res.Output)
 	}
 
-	if mod.Kind() == host.KindPlugin {
+	if mod.Kind() == host.KindPlugin || mod.Kind() == host.KindExtism {
 		return usagef("%s is a plugin: name an action (%s)", args[0], strings.Join(mod.Actions(), ", "))
 	}
 	if f.inputSet || f.inputFile != "" {

@@ -1,0 +1,496 @@
+// Package extism runs stock Extism plug-ins in moat, with moat's policy,
+// limits, pools and audit around them. Import it for its side effect:
+//
+//	import _ "github.com/moat-sandbox/moat/host/extism"
+//
+// and host.Load recognizes a module that imports extism:host/env (or whose
+// moat.yaml says kind: extism) as a host.KindExtism module; each exported
+// function of type () -> i32 is an action, called the Extism way: the
+// input through the kernel's input, the output through output_set, a
+// failure as error_set plus a non-zero return, which becomes a
+// *host.Error with code guest_error and the plug-in's message.
+//
+// The plug-in runs on the extism go-sdk (CompiledPlugin, one per module,
+// compiled once with the host's compilation cache; Plugin instances pooled
+// per module), with:
+//   - config: the manifest's config and LoadOptions.Config (moat run
+//     --config), read by the PDKs' config_get;
+//   - vars: Extism's per-instance variables; like a moat plugin's globals,
+//     they live as long as the pooled instance (IsolationFresh: one call);
+//   - logging: the PDKs' log_* calls go to the host's logger, tagged with
+//     the module, action, principal and correlation id; WASI stdout and
+//     stderr too, and stderr's last line is quoted when a call traps;
+//   - limits: the call's deadline (the instance is discarded when it
+//     passes), a memory limit per instance that covers both the plug-in's
+//     memory and the Extism kernel's (input, output, vars), and the output
+//     cap;
+//   - moat's ops: the host function extism:host/user moat_call(op, req)
+//     -> reply, all three Extism memory offsets, goes through the same op
+//     table, grants, principal and audit as a moat plugin's moat.call (see
+//     guests/extism/README.md);
+//   - Extism's own http_request: relinked to moat's implementation (see
+//     relink.go, http.go), which asks policy for every request and
+//     redirect, and refuses private, loopback, link-local and metadata
+//     addresses at dial time unless a grant names the address itself.
+//
+// File system access (Extism's allowed_paths) is not offered: an Extism
+// plug-in sees no files.
+package extism
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// The imports an Extism plug-in may use.
+const (
+	// EnvModule is the Extism kernel every PDK imports.
+	EnvModule = "extism:host/env"
+	// UserModule is where Extism hosts put their own functions; moat's is
+	// CallFunction.
+	UserModule = "extism:host/user"
+	// CallFunction is moat's one host function for Extism plug-ins:
+	//
+	//	moat_call(op: i64, req: i64) -> i64
+	//
+	// op and req are Extism memory offsets of the op name ("kv.get") and
+	// its JSON request; the result is the offset of a new block holding
+	// {"resp": <the op's JSON reply>} or {"error": {"code", "message"}}.
+	// The guest keeps ownership of op and req and owns the reply block.
+	CallFunction = "moat_call"
+
+	// httpModule is where moat's http_request lives; relink moves a
+	// plug-in's imports of Extism's HTTP functions there.
+	httpModule = "moat:extism/http"
+)
+
+// envFunctions are the functions of extism:host/env in go-sdk v1.7.1.
+var envFunctions = []string{
+	"alloc", "free", "load_u8", "input_load_u8", "store_u64", "store_u8", "input_set", "output_set",
+	"input_length", "input_offset", "output_length", "output_offset", "length", "length_unsafe", "reset",
+	"error_set", "error_get", "memory_bytes", "input_load_u64", "load_u64", "config_get", "var_get", "var_set",
+	"http_request", "http_status_code", "http_headers", "get_log_level",
+	"log_trace", "log_debug", "log_info", "log_warn", "log_error",
+}
+
+// httpFunctions move to httpModule.
+var httpFunctions = []string{"http_request", "http_status_code", "http_headers"}
+
+func init() { host.RegisterDriver(host.KindExtism, driver{}) }
+
+type driver struct{}
+
+// Load implements host.Driver.
+func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, error) {
+	fail := func(format string, args ...any) (host.Runner, error) {
+		return nil, &host.Error{Module: spec.Name, Code: abi.CodeBadModule, Reason: fmt.Sprintf(format, args...)}
+	}
+	moves := map[string]string{}
+	for _, imp := range spec.Info.Imports {
+		switch {
+		case imp.Module == wasi_snapshot_preview1.ModuleName:
+		case imp.Module == EnvModule && slices.Contains(envFunctions, imp.Name):
+			if slices.Contains(httpFunctions, imp.Name) {
+				moves[imp.Module+"\x00"+imp.Name] = httpModule
+			}
+		case imp.Module == UserModule && imp.Name == CallFunction:
+			if !slices.Equal(imp.Params, []string{"i64", "i64"}) || !slices.Equal(imp.Result, []string{"i64"}) {
+				return fail("imports %s.%s as %s; moat's is %s(i64, i64) -> (i64)", imp.Module, imp.Name, imp, CallFunction)
+			}
+		case imp.Module == UserModule:
+			return fail("imports the host function %s.%s, which moat does not provide: moat's one host function for Extism plug-ins is %s.%s (see guests/extism/README.md)",
+				imp.Module, imp.Name, UserModule, CallFunction)
+		default:
+			return fail("imports %s.%s; an Extism plug-in in moat may import %s, %s.%s and WASI", imp.Module, imp.Name, EnvModule, UserModule, CallFunction)
+		}
+	}
+	wasm, err := relink(spec.Wasm, moves)
+	if err != nil {
+		return fail("cannot read the import section: %v", err)
+	}
+	p := &plugin{spec: spec, functions: functions(spec.Info)}
+	if len(p.functions) == 0 {
+		return fail("exports no function of type () -> (i32) or () -> (); an Extism plug-in's functions take no parameters")
+	}
+	p.httpc = newHTTPClient()
+	// One runtime per module, made by the go-sdk. It shares the host's
+	// compilation cache, so the module is compiled once per machine (the
+	// host has compiled the same bytes when nothing was relinked), and
+	// CloseOnContextDone lets a deadline stop a plug-in in a loop.
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(host.MaxMemoryLimitPages)
+	if spec.Cache != nil {
+		rc = rc.WithCompilationCache(spec.Cache)
+	}
+	manifest := extism.Manifest{
+		Wasm:   []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
+		Config: spec.Config,
+		Memory: &extism.ManifestMemory{MaxVarBytes: maxVarBytes, MaxHttpResponseBytes: -1},
+	}
+	cp, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, p.hostFunctions())
+	if err != nil {
+		return fail("the extism go-sdk cannot load it: %v", firstLine(err))
+	}
+	p.compiled = cp
+	setLogLevel(ctx, spec.Logger)
+	return p, nil
+}
+
+// maxVarBytes bounds an instance's Extism vars, as the Extism default does.
+const maxVarBytes = 1 << 20
+
+// functions lists the exports that can be called as Extism functions.
+func functions(info host.Info) []string {
+	var out []string
+	for _, e := range info.Exports {
+		if len(e.Params) != 0 || len(e.Result) > 1 || len(e.Result) == 1 && e.Result[0] != "i32" {
+			continue
+		}
+		if e.Name == "_start" || e.Name == "_initialize" || strings.HasPrefix(e.Name, "__") {
+			continue
+		}
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+// plugin is one loaded Extism module: the compiled plug-in and its pool.
+type plugin struct {
+	spec      host.DriverSpec
+	functions []string
+	compiled  *extism.CompiledPlugin
+	httpc     *httpClient
+
+	mu     sync.Mutex
+	idle   []*instance
+	active int  // calls in flight
+	closed bool // Close was called: the runtime goes when active reaches 0
+}
+
+// Functions implements host.Runner.
+func (p *plugin) Functions() []string { return p.functions }
+
+// Close implements host.Runner. Calls in flight finish; the compiled
+// plug-in (the go-sdk's runtime) is released after the last of them.
+func (p *plugin) Close(ctx context.Context) error {
+	p.mu.Lock()
+	idle, last := p.idle, !p.closed && p.active == 0
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	for _, inst := range idle {
+		inst.close()
+	}
+	if last {
+		return p.release(ctx)
+	}
+	return nil
+}
+
+func (p *plugin) release(ctx context.Context) error {
+	p.httpc.close()
+	return p.compiled.Close(ctx)
+}
+
+// begin counts a call in; it fails once the module is closed.
+func (p *plugin) begin() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return &host.Error{Code: abi.CodeUnavailable, Reason: "the module was closed"}
+	}
+	p.active++
+	return nil
+}
+
+// end counts a call out, releasing the runtime after a Close.
+func (p *plugin) end() {
+	p.mu.Lock()
+	p.active--
+	last := p.closed && p.active == 0
+	p.mu.Unlock()
+	if last {
+		_ = p.release(context.Background())
+	}
+}
+
+// instance is one go-sdk Plugin with what moat keeps beside it.
+type instance struct {
+	p      *extism.Plugin
+	mems   *allocator
+	stderr *lineWriter
+	stdout *lineWriter
+	http   httpState
+	state  *callState // the current call, for the log callback
+}
+
+// callState is the current call, reached by host functions through the
+// context.
+type callState struct {
+	call *host.Call
+	inst *instance
+	// err is why a host function stopped the guest (a denied request, a
+	// bad pointer): it is the call's error, whatever wazero reports.
+	err *host.Error
+}
+
+type stateKey struct{}
+
+func stateOf(ctx context.Context) *callState {
+	s, _ := ctx.Value(stateKey{}).(*callState)
+	if s == nil {
+		panic("moat: an Extism host function was called outside an invocation")
+	}
+	return s
+}
+
+// abort stops the guest from inside a host function with err as the call's
+// error.
+func (s *callState) abort(code abi.Code, format string, args ...any) {
+	if s.err == nil {
+		s.err = &host.Error{Code: code, Reason: fmt.Sprintf(format, args...)}
+	}
+	panic(s.err)
+}
+
+// Call implements host.Runner.
+func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
+	if err := p.begin(); err != nil {
+		return nil, err
+	}
+	defer p.end()
+	inst, err := p.get(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	st := &callState{call: c, inst: inst}
+	inst.state = st
+	inst.mems.setLimit(c.Limits.MemoryLimitPages)
+	inst.stdout.begin(c.Log)
+	inst.stderr.begin(c.Log)
+	rc, out, err := inst.p.CallWithContext(context.WithValue(ctx, stateKey{}, st), c.Function, c.Input)
+	inst.stdout.end()
+	inst.stderr.end()
+	inst.state = nil
+	reusable := err == nil
+	defer func() {
+		if reusable {
+			p.put(inst)
+		} else {
+			inst.close()
+		}
+	}()
+	fail := func(code abi.Code, cause error, format string, args ...any) ([]byte, error) {
+		return nil, &host.Error{Code: code, Reason: fmt.Sprintf(format, args...), Err: cause}
+	}
+	var exit *sys.ExitError
+	switch {
+	case err == nil && rc != 0:
+		return fail(abi.CodeGuestError, nil, "%s returned %d without setting an error", c.Function, rc)
+	case err == nil:
+		return out, nil
+	case inst.mems.hit:
+		return fail(abi.CodeMemoryLimit, err, "the plug-in tried to grow its memory past the limit of %d pages (%d MiB)%s",
+			c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16, inst.stderr.note())
+	case st.err != nil:
+		// Not st.err.Err = err: wazero's error wraps the panic value,
+		// st.err itself, and the cycle would never end an errors.Is.
+		return nil, st.err
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded || ctx.Err() == context.DeadlineExceeded:
+		return fail(abi.CodeTimeout, err, "did not finish within %s", c.Limits.Timeout)
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled || ctx.Err() == context.Canceled:
+		return fail(abi.CodeCanceled, err, "the caller canceled the invocation")
+	case errors.As(err, &exit):
+		return fail(abi.CodeTrap, err, "the plug-in exited with code %d%s", exit.ExitCode(), inst.stderr.note())
+	}
+	// The Extism error convention: the function set an error and returned
+	// non-zero. The go-sdk returns the message as the error, so the
+	// message the kernel holds tells a guest error from a trap.
+	if msg := inst.p.GetErrorWithContext(ctx); msg != "" && msg == err.Error() {
+		reusable = true
+		return fail(abi.CodeGuestError, nil, "%s", msg)
+	}
+	return fail(abi.CodeTrap, err, "%s%s", firstLine(err), inst.stderr.note())
+}
+
+// get takes an idle instance or makes one under the call's deadline and
+// memory limit.
+func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
+	if p.spec.Isolation != host.IsolationFresh {
+		p.mu.Lock()
+		if n := len(p.idle); n > 0 {
+			inst := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return inst, nil
+		}
+		p.mu.Unlock()
+	}
+	inst := &instance{mems: &allocator{}, stdout: &lineWriter{stream: "stdout", level: slog.LevelInfo}, stderr: &lineWriter{stream: "stderr", level: slog.LevelWarn}}
+	inst.mems.setLimit(c.Limits.MemoryLimitPages)
+	mc := wazero.NewModuleConfig().
+		WithStdout(inst.stdout).WithStderr(inst.stderr).
+		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithRandSource(rand.Reader)
+	ictx := experimental.WithMemoryAllocator(ctx, inst.mems)
+	ep, err := p.compiled.Instance(ictx, extism.PluginInstanceConfig{ModuleConfig: mc})
+	if err != nil {
+		e := &host.Error{Code: abi.CodeTrap, Reason: "instantiation failed: " + firstLine(err), Err: err}
+		switch {
+		case inst.mems.hit:
+			e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("instantiation needs more memory than the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)
+		case ctx.Err() == context.DeadlineExceeded:
+			e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("instantiation did not finish within %s", c.Limits.Timeout)
+		}
+		return nil, e
+	}
+	if inst.mems.hit {
+		_ = ep.Close(context.Background())
+		return nil, &host.Error{Code: abi.CodeMemoryLimit,
+			Reason: fmt.Sprintf("the plug-in's initial memory exceeds the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}
+	}
+	ep.SetLogger(inst.log)
+	inst.p = ep
+	return inst, nil
+}
+
+// put returns a healthy instance to the pool, or closes it.
+func (p *plugin) put(inst *instance) {
+	if p.spec.Isolation != host.IsolationFresh {
+		p.mu.Lock()
+		if !p.closed && len(p.idle) < p.spec.MaxIdle {
+			p.idle = append(p.idle, inst)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	inst.close()
+}
+
+func (inst *instance) close() {
+	if inst.p != nil {
+		_ = inst.p.Close(context.Background())
+	}
+}
+
+// log receives the plug-in's log_* calls.
+func (inst *instance) log(level extism.LogLevel, msg string) {
+	st := inst.state
+	if st == nil {
+		return
+	}
+	st.call.Log().LogAttrs(context.Background(), slogLevel(level), msg, slog.String("source", "guest"))
+}
+
+func slogLevel(l extism.LogLevel) slog.Level {
+	switch l {
+	case extism.LogLevelTrace:
+		return slog.LevelDebug - 4
+	case extism.LogLevelDebug:
+		return slog.LevelDebug
+	case extism.LogLevelInfo:
+		return slog.LevelInfo
+	case extism.LogLevelWarn:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+var logLevelMu sync.Mutex
+
+// setLogLevel lowers the go-sdk's log level (a process-wide setting, off
+// by default, that plug-ins read with get_log_level to skip formatting) to
+// the lowest level logger records. It never raises it: another host in the
+// process may need the lower one.
+func setLogLevel(ctx context.Context, logger *slog.Logger) {
+	want := extism.LogLevelError
+	for _, l := range []extism.LogLevel{extism.LogLevelWarn, extism.LogLevelInfo, extism.LogLevelDebug, extism.LogLevelTrace} {
+		if logger.Enabled(ctx, slogLevel(l)) {
+			want = l
+		}
+	}
+	logLevelMu.Lock()
+	defer logLevelMu.Unlock()
+	if want < current {
+		extism.SetLogLevel(want)
+		current = want
+	}
+}
+
+var current = extism.LogLevelOff
+
+// hostFunctions are moat's functions for the plug-in: moat_call, and the
+// HTTP functions relink moved to httpModule.
+func (p *plugin) hostFunctions() []extism.HostFunction {
+	i64 := extism.ValueTypeI64
+	call := extism.NewHostFunctionWithStack(CallFunction, moatCall, []extism.ValueType{i64, i64}, []extism.ValueType{i64})
+	call.SetNamespace(UserModule)
+	req := extism.NewHostFunctionWithStack("http_request", p.httpc.request, []extism.ValueType{i64, i64}, []extism.ValueType{i64})
+	status := extism.NewHostFunctionWithStack("http_status_code", httpStatusCode, nil, []extism.ValueType{api.ValueTypeI32})
+	headers := extism.NewHostFunctionWithStack("http_headers", httpHeaders, nil, []extism.ValueType{i64})
+	for _, f := range []*extism.HostFunction{&req, &status, &headers} {
+		f.SetNamespace(httpModule)
+	}
+	return []extism.HostFunction{call, req, status, headers}
+}
+
+// moatCall is extism:host/user moat_call: one op of moat's op table.
+func moatCall(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
+	st := stateOf(ctx)
+	op, err := cp.ReadBytes(stack[0])
+	if err != nil {
+		st.abort(abi.CodeGuestFault, "%s: the op name at offset %d is not an Extism memory block: %v", CallFunction, stack[0], err)
+	}
+	req, err := cp.ReadBytes(stack[1])
+	if err != nil {
+		st.abort(abi.CodeGuestFault, "%s %s: the request at offset %d is not an Extism memory block: %v", CallFunction, op, stack[1], err)
+	}
+	reply, err := st.call.Dispatch(ctx, op, req)
+	var out []byte
+	if err != nil {
+		e, ok := err.(*abi.Error)
+		if !ok {
+			e = &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
+		}
+		b, merr := abi.Marshal(struct {
+			Error *abi.Error `json:"error"`
+		}{e})
+		if merr != nil {
+			st.abort(abi.CodeInternal, "%s %s: encode the error: %v", CallFunction, op, merr)
+		}
+		out = b
+	} else {
+		out = make([]byte, 0, len(reply)+9)
+		out = append(append(append(out, `{"resp":`...), reply...), '}')
+	}
+	off, err := cp.WriteBytes(out)
+	if err != nil {
+		st.abort(abi.CodeMemoryLimit, "%s %s: no room for the %d-byte reply in Extism memory: %v", CallFunction, op, len(out), err)
+	}
+	stack[0] = off
+}
+
+// firstLine drops wazero's wasm stack trace from an error message.
+func firstLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSuffix(s, " (recovered by wazero)")
+}

@@ -1,0 +1,136 @@
+package extism_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/moat-sandbox/moat/host"
+	_ "github.com/moat-sandbox/moat/host/extism"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// cacheDir is one compilation cache for the package's hosts: each Go
+// plug-in (about 3 MB) is compiled once per run, not once per test.
+var cacheDir string
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "moat-extism-cache-")
+	if err != nil {
+		panic(err)
+	}
+	cacheDir = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[string][]byte{}
+)
+
+// requireTool skips the test when a tool is missing, or fails it when
+// MOAT_REQUIRE_TOOLS is set (CI, after `make toolchains`).
+func requireTool(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// buildPlugin builds testdata/extism/NAME, a stock Extism plug-in (Extism
+// Go PDK, stock Go, -buildmode=c-shared), once per test binary.
+func buildPlugin(t testing.TB, name string) []byte {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if b, ok := built[name]; ok {
+		return b
+	}
+	dir, err := filepath.Abs("../../testdata/extism")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
+	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")
+	dl.Dir, dl.Env = dir, env
+	if msg, err := dl.CombinedOutput(); err != nil {
+		requireTool(t, "the Extism Go PDK is neither in the module cache nor downloadable (`make toolchains` fetches it): %v\n%s", err, msg)
+	}
+	out := filepath.Join(t.TempDir(), name+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
+	cmd.Dir, cmd.Env = dir, append(env, "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/extism/%s: %v\n%s", name, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built[name] = b
+	return b
+}
+
+// newHost starts a host with its own data directory, the shared
+// compilation cache and profile (nil: the built-in minimal). Its log goes
+// to logs when that is not nil.
+func newHost(t testing.TB, profile *policy.Profile, logs io.Writer) *host.Host {
+	t.Helper()
+	if logs == nil {
+		logs = io.Discard
+	}
+	ctx := context.Background()
+	h, err := host.New(ctx, host.Config{
+		DataDir: t.TempDir(), CacheDir: cacheDir, Profile: profile,
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	return h
+}
+
+func manifest(t testing.TB, yaml string) *policy.Manifest {
+	t.Helper()
+	mf, err := policy.ParseManifest("moat.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mf
+}
+
+func profile(t testing.TB, yaml string) *policy.Profile {
+	t.Helper()
+	p, err := policy.ParseProfile("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// syncBuffer is a log sink safe for the host's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

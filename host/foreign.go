@@ -1,0 +1,253 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/ops"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/tetratelabs/wazero"
+)
+
+// This file lets another package run a kind of module the host does not
+// run itself, while the host keeps everything around the call: the
+// manifest and profile, the principal's authorization, confirmations,
+// concurrency and rate limits, the op table with its checks, and the audit
+// trail. host/extism registers the driver for Extism plug-ins; the host
+// cannot import it (host/extism imports host), so drivers register
+// themselves, as database/sql drivers do.
+
+// KindExtism is an Extism plug-in: it imports extism:host/env, and each
+// exported function is an action. It runs only when a driver for it is
+// registered, which importing github.com/moat-sandbox/moat/host/extism does.
+const KindExtism Kind = "extism"
+
+// Driver loads modules of one foreign kind.
+type Driver interface {
+	// Load prepares a module to be called: compile it, check its imports,
+	// list its functions. It runs once per Host.Load, after the signature
+	// and, for declared modules, the policy were checked.
+	Load(ctx context.Context, spec DriverSpec) (Runner, error)
+}
+
+// DriverSpec is what a driver gets for one module.
+type DriverSpec struct {
+	Name      string
+	Digest    string
+	Wasm      []byte
+	Info      Info              // imports and exports, as the host read them
+	Config    map[string]string // the manifest's config, then LoadOptions.Config
+	Limits    Limits            // the module's limits (a call may lower them)
+	Isolation Isolation
+	MaxIdle   int
+	// Cache is the host's compilation cache, so a driver's runtime shares
+	// machine code on disk with the host's.
+	Cache  wazero.CompilationCache
+	Logger *slog.Logger
+}
+
+// Runner is a loaded foreign module. It must be safe for concurrent use.
+type Runner interface {
+	// Functions lists what the module offers as actions, in a stable order.
+	Functions() []string
+	// Call runs call.Function. It returns the output, or an *Error whose
+	// Code says what went wrong (timeout, memory_limit, guest_error, ...).
+	// Ops the guest calls go through call.Dispatch; its network requests
+	// through call.CheckHTTP.
+	Call(ctx context.Context, call *Call) ([]byte, error)
+	// Close releases the module's instances and compiled code.
+	Close(ctx context.Context) error
+}
+
+var (
+	driversMu sync.RWMutex
+	drivers   = map[Kind]Driver{}
+)
+
+// RegisterDriver makes d run modules of kind. It panics if kind already has
+// a driver or is one the host runs itself: both are programming errors.
+func RegisterDriver(kind Kind, d Driver) {
+	driversMu.Lock()
+	defer driversMu.Unlock()
+	if kind == KindPlugin || kind == KindCommand || d == nil {
+		panic(fmt.Sprintf("host: RegisterDriver(%q): the host runs that kind itself, or the driver is nil", kind))
+	}
+	if _, dup := drivers[kind]; dup {
+		panic(fmt.Sprintf("host: RegisterDriver(%q) called twice", kind))
+	}
+	drivers[kind] = d
+}
+
+func driverFor(kind Kind) (Driver, bool) {
+	driversMu.RLock()
+	defer driversMu.RUnlock()
+	d, ok := drivers[kind]
+	return d, ok
+}
+
+// extismImport is the module every Extism PDK imports: the Extism kernel.
+const extismImport = "extism:host/env"
+
+func importsExtism(info Info) bool {
+	return slices.ContainsFunc(info.Imports, func(s Signature) bool { return s.Module == extismImport })
+}
+
+// loadForeign hands the module to its driver and takes the actions from
+// the functions the driver lists.
+func (m *Module) loadForeign(ctx context.Context, wasm []byte) error {
+	d, ok := driverFor(m.kind)
+	if !ok {
+		return &Error{Module: m.name, Code: abi.CodeBadModule,
+			Reason: fmt.Sprintf("the module is an %s plug-in, and no driver for %s modules is linked into this program (import github.com/moat-sandbox/moat/host/%s)", m.kind, m.kind, m.kind)}
+	}
+	r, err := d.Load(ctx, DriverSpec{
+		Name: m.name, Digest: m.digest, Wasm: wasm, Info: m.info, Config: m.config, Limits: m.limits,
+		Isolation: m.isolation, MaxIdle: m.maxIdle, Cache: m.host.cache, Logger: m.host.log,
+	})
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return err
+		}
+		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: err.Error(), Err: err}
+	}
+	m.runner = r
+	m.actionIdx = map[string]uint32{}
+	for _, f := range r.Functions() {
+		m.actionIdx[f] = uint32(len(m.actions))
+		m.actions = append(m.actions, f)
+	}
+	if len(m.actions) == 0 {
+		_ = r.Close(ctx)
+		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: "the plug-in exports no function that can be called as an action"}
+	}
+	return nil
+}
+
+// Call is one invocation of a foreign module, as its driver sees it.
+type Call struct {
+	Action        string // the action as the caller named it
+	Function      string // the module's function that runs it
+	Input         []byte
+	Principal     policy.Principal
+	CorrelationID string
+	Limits        Limits // the limits of this call, already resolved
+
+	m            *Module
+	env          ops.Env
+	confirmed    bool
+	needsConfirm string
+}
+
+// Dispatch runs one op of the op table for the guest, exactly as the moat
+// import does: the module's effective grants, the profile's sensitive
+// ops, the caller's principal and organization, and the audit trail. An
+// *abi.Error return is for the guest; the invocation goes on.
+func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
+	c.env.Context = ctx
+	return c.m.dispatch(ctx, &c.env, c.confirmed, &c.needsConfirm, op, req)
+}
+
+// CheckHTTP decides whether the guest may send a request to rawURL now:
+// the URL's scheme, host and port must be among the module's effective
+// http targets (the manifest's request intersected with the profile's
+// grant), and http.fetch must not be a sensitive op of an unconfirmed
+// invocation. Allowed requests and refusals are audited as op http.fetch,
+// with the target (never the path or query, which may carry secrets).
+// A refusal is an *abi.Error with code denied or confirmation_required.
+func (c *Call) CheckHTTP(ctx context.Context, rawURL string) error {
+	const op = "http.fetch"
+	mp := c.m.policy
+	target := targetOf(rawURL)
+	if err := mp.eval.CheckOp(op, rawURL); err != nil {
+		msg := err.Error()
+		var de *policy.DeniedError
+		if errors.As(err, &de) {
+			msg = fmt.Sprintf("op %s %s: %s (rule: %s)", op, target, de.Reason, de.Rule)
+		}
+		c.m.auditOp(ctx, &c.env, op, audit.Deny, ruleOf(err), msg, "")
+		return &abi.Error{Code: abi.CodeDenied, Message: msg}
+	}
+	if !c.confirmed && mp.profile.IsSensitive(op) {
+		if c.needsConfirm == "" {
+			c.needsConfirm = op
+		}
+		reason := op + " is a sensitive op: the invocation must be confirmed first"
+		c.m.auditOp(ctx, &c.env, op, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "")
+		return &abi.Error{Code: abi.CodeConfirmationRequired, Message: reason}
+	}
+	c.m.auditOp(ctx, &c.env, op, audit.Allow, "grant", "request to "+target, audit.NewID())
+	return nil
+}
+
+// DenyHTTP records a refusal of a request that passed CheckHTTP but that
+// the network layer refused (a private address, a redirect elsewhere), so
+// the audit trail holds every refused request, and returns it as an
+// *abi.Error with code denied.
+func (c *Call) DenyHTTP(ctx context.Context, rule, reason string) error {
+	c.m.auditOp(ctx, &c.env, "http.fetch", audit.Deny, rule, reason, "")
+	return &abi.Error{Code: abi.CodeDenied, Message: reason}
+}
+
+// HTTPTargets are the module's effective http targets
+// ("scheme://host:port"); none means no request can be allowed.
+func (c *Call) HTTPTargets() []string { return c.m.policy.eval.Effective.HTTP.Targets }
+
+// Log is the host's logger tagged with the invocation: module, action,
+// principal and correlation id.
+func (c *Call) Log() *slog.Logger { return c.env.Log() }
+
+// callForeign runs one invocation on the module's driver.
+func (m *Module) callForeign(ctx context.Context, req *Request, lim Limits, confirmed bool) ([]byte, string, error) {
+	c := &Call{
+		Action: req.Action, Function: m.actions[m.publicIdx[req.Action]], Input: req.Input, Principal: req.Principal,
+		CorrelationID: req.CorrelationID, Limits: lim, m: m, confirmed: confirmed,
+		env: ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota},
+	}
+	c.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
+	out, err := m.runner.Call(ctx, c)
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			e = &Error{Code: abi.CodeInternal, Reason: err.Error(), Err: err}
+		}
+		if e.Module == "" {
+			e.Module = m.name
+		}
+		if e.Action == "" {
+			e.Action = req.Action
+		}
+		return nil, c.needsConfirm, e
+	}
+	if len(out) > lim.MaxOutputBytes {
+		return nil, c.needsConfirm, &Error{Module: m.name, Action: req.Action, Code: abi.CodeOutputTooLarge,
+			Reason: fmt.Sprintf("output is %d bytes; the limit is %d", len(out), lim.MaxOutputBytes)}
+	}
+	return out, c.needsConfirm, nil
+}
+
+// targetOf is the scheme://host:port of a URL, for messages and audit: the
+// path and query stay out, since they may carry secrets.
+func targetOf(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(not a URL)"
+	}
+	if u.Host == "" {
+		return strings.ToLower(u.Scheme) + "://"
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
