@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -95,6 +96,18 @@ func TestServeNewcomerFlow(t *testing.T) {
 	}
 	if code, out := req("GET", "/v1/audit?module=hello-go&kind=invocation", key, "", nil); code != 200 || !strings.Contains(out, `"code":"ok"`) {
 		t.Errorf("audit: %d %s", code, out)
+	}
+	// The server confined itself once its port was bound (--confine
+	// best-effort is the default): seccomp on every thread; and code runs
+	// still work, native ones started by the launcher under their own layers.
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if !strings.Contains(string(status), "Seccomp:\t2") || !strings.Contains(string(status), "NoNewPrivs:\t1") {
+		t.Errorf("moat serve is not confined:\n%s", status)
+	}
+	run := `{"language":"bash","files":[{"name":"main.sh","content":"echo from bash; cat /etc/shadow"}]}`
+	if code, out := req("POST", "/v1/runs", key, "application/json", strings.NewReader(run)); code != 200 ||
+		!strings.Contains(out, `"stdout":"from bash\n"`) || !strings.Contains(out, "Permission denied") {
+		t.Errorf("a native run from the confined server: %d %s", code, out)
 	}
 	id := regexp.MustCompile(`(?m)^(key_[0-9a-f]+)\s+acme\s+bob`).FindStringSubmatch(list.stdout)
 	if id == nil {
