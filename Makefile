@@ -7,7 +7,7 @@ MOAT      := $(BIN)/moat
 export CGO_ENABLED := 0
 BENCHTIME ?= 1s
 
-.PHONY: all run build examples test test-only lint fmt vet staticcheck bench fixtures tools deps clean help
+.PHONY: all run build examples test test-tools test-only lint fmt vet staticcheck bench fixtures tools deps clean help
 
 # Each part of moat that needs its own set-up (toolchains, interpreter
 # WASMs, a browser) brings a fragment in mk/ that defines its targets and
@@ -18,7 +18,7 @@ include $(sort $(wildcard mk/*.mk))
 all: build
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 deps: ## download the pinned Go modules
 	@echo "==> go modules"
@@ -42,14 +42,23 @@ run: build examples $(SETUP) ## build moat and the example, and invoke its greet
 # Debian packages the tests use: wabt (wat2wasm, for the WAT fixtures),
 # iptables (per-cgroup egress rules), python3 (native fallback workloads).
 APT_PACKAGES += wabt iptables python3
-tools: ## install the Debian packages the tests use (as root via apt; sudo otherwise)
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# apt_install installs the Debian packages of $(1) that are missing (as root
+# via apt; sudo otherwise), with apt-get update only when a first try fails.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "==> apt-get install$$missing"; \
-		if [ "$$(id -u)" = 0 ]; then apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
+		if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null 2>&1 || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
 		else sudo apt-get install -y -q $$missing >/dev/null; fi; fi
+endef
 
-test: deps tools $(SETUP) vet test-only ## set up and run every test
+tools: ## install the Debian packages moat's toolchains and tests use
+	$(call apt_install,$(APT_PACKAGES))
+
+test-tools: ## install the Debian packages only the tests use (a browser, sanitizers)
+	$(call apt_install,$(TEST_APT_PACKAGES))
+
+test: deps tools test-tools $(SETUP) vet test-only ## set up and run every test
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...

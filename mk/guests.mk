@@ -17,7 +17,7 @@ GUEST_WASM := examples/hello-c/hello-c.wasm examples/hello-cpp/hello-cpp.wasm \
 	examples/hello-rust/hello-rust.wasm examples/hello-as/hello-as.wasm
 
 # libclang-rt-19-dev: the sanitizers of the C SDK's native unit test.
-APT_PACKAGES += libclang-rt-19-dev
+TEST_APT_PACKAGES += libclang-rt-19-dev
 
 SETUP += guests
 .PHONY: guests

@@ -1,6 +1,6 @@
 # moat serve (issue 6): the web console's end-to-end test drives Debian's
 # chromium headless over the DevTools protocol (host/server/console_test.go).
-APT_PACKAGES += chromium
+TEST_APT_PACKAGES += chromium
 
 .PHONY: serve
 serve: build examples ## build moat and the example, and start the server on 127.0.0.1:8080
