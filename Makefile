@@ -33,11 +33,20 @@ examples: deps ## build the example plugins
 	@echo "==> build examples/hello-go/hello-go.wasm (GOOS=wasip1, c-shared)"
 	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/hello-go/hello-go.wasm ./examples/hello-go
 
-run: build examples $(SETUP) ## build moat and the example, and invoke its greet action
+run: build examples $(SETUP) ## build moat, the toolchains and the examples; invoke greet, then run code in three languages
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"
 	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
 	@echo "==> again: the count lives in ./moat-data and rises across runs"
 	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
+	@echo "==> the same plugin written in Rust: $(MOAT) run examples/hello-rust greet --input World"
+	@$(MOAT) run examples/hello-rust greet --input World && echo
+	@echo "==> $(MOAT) langs"
+	@$(MOAT) langs
+	@echo "==> code execution: C compiled to WASI, Python interpreted in WASM, bash confined natively"
+	@$(MOAT) exec --lang c -e "$$(printf '#include <stdio.h>\nint main(void) { puts("hello from C on WASI"); return 0; }\n')"
+	@$(MOAT) exec --lang python -e 'import sys; print("hello from CPython", sys.version.split()[0], "on", sys.platform)'
+	@echo "==> bash runs natively under Landlock, seccomp and a cgroup: reading /etc/shadow is refused"
+	@$(MOAT) exec --lang bash -e 'echo "hello from bash in $$PWD"; cat /etc/shadow' || true
 
 # Debian packages the tests use: wabt (wat2wasm, for the WAT fixtures),
 # iptables (per-cgroup egress rules), python3 (native fallback workloads).
