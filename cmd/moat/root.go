@@ -31,9 +31,12 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "moat",
 		Short: "moat runs untrusted code as WebAssembly, with host functions as the only door out",
-		Long: `moat is a WebAssembly-first sandbox host. Plugins are WASM modules that export
-actions and reach storage, logs and configuration only through moat's op table;
-WASI command modules run like programs, with stdin, stdout, args and env.
+		Long: `moat is a WebAssembly-first polyglot sandbox host. Plugins are WASM modules
+(moat plugins in Go, C, C++, Rust or AssemblyScript, or stock Extism plug-ins)
+that export actions and reach storage, logs and configuration only through
+moat's op table; WASI command modules run like programs, with stdin, stdout,
+args and env; source code in ten languages runs as WASM or, without a WASM
+path, as a confined native process.
 
 Start here:
   moat run examples/hello-go greet --input World     invoke a plugin action
@@ -44,6 +47,8 @@ Start here:
   moat audit --decision deny                         what was refused, and why
   moat doctor                                        which kernel layers this machine offers
   moat exec --native -- python3 script.py            a native program under those layers
+  moat exec --lang c main.c < input.txt               source code in any language of moat langs
+  moat build examples/hello-go                       a plugin from source, by its moat.yaml
   moat serve; moat keys create --org O --user U      the HTTP API and web console
 
 Data (the key-value store and the compilation cache) lives in --data, default
