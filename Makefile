@@ -93,6 +93,12 @@ lint: fmt vet staticcheck ## gofmt, go vet, staticcheck
 bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec, as a table
 	@echo "==> go test -bench (benchtime $(BENCHTIME); about a minute)"
 	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/ ./host/native/ | $(GO) run ./internal/benchtable
+	@echo "==> languages: hello world, warm build cache, vs the same as plain processes"
+	@$(GO) test -run '^$$' -bench 'Exec|Baseline' -benchtime 20x -count 1 ./languages/all/ | grep -E '^Benchmark'
+	@echo "==> Extism: Plugin.Call through moat vs extism go-sdk directly, same plug-in"
+	@$(GO) test -run '^$$' -bench 'Call' -benchtime $(BENCHTIME) -count 1 ./host/extism/ | grep -E '^Benchmark'
+	@echo "==> moat serve: greet over HTTP/1.1 keep-alive vs a do-nothing echo handler"
+	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 ./host/server/ | grep -E '^Benchmark'
 
 fixtures: tools ## rebuild the WAT fixtures in testdata/
 	@for f in testdata/wat/*.wat; do \
