@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkRun(b *testing.B) {
 	const script = `const name = std.in.getline(); print("Hello, " + name + "!");`
 	b.Run("javascript", func(b *testing.B) {
 		a := build(b, "main.js", script)
-		m, err := testHost.Load(context.Background(), a.WASM, host.LoadOptions{Name: "js-bench"})
+		m, err := suite.Host.Load(context.Background(), a.WASM, host.LoadOptions{Name: "js-bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -34,21 +35,21 @@ func BenchmarkRun(b *testing.B) {
 		}
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Stdout: io.Discard, Mounts: []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}}
 		b.ResetTimer()
-		cpu := startCPU(syscall.RUSAGE_SELF)
+		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {
 			req.Stdin = strings.NewReader("World\n")
 			if res, err := m.Run(context.Background(), req); err != nil || res.ExitCode != 0 {
 				b.Fatal(res, err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("node-e", func(b *testing.B) {
 		node, err := exec.LookPath("node")
 		if err != nil {
 			b.Skip("node is not installed")
 		}
-		cpu := startCPU(syscall.RUSAGE_CHILDREN)
+		cpu := interptest.StartCPU(syscall.RUSAGE_CHILDREN)
 		for b.Loop() {
 			cmd := exec.Command(node, "-e", `const name = require("fs").readFileSync(0, "utf8").trim(); console.log("Hello, " + name + "!");`)
 			cmd.Stdin = strings.NewReader("World\n")
@@ -56,6 +57,6 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 }

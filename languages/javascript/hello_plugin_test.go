@@ -27,25 +27,25 @@ func TestHelloPlugin(t *testing.T) {
 	}
 	a := build(t, "main.js", string(script))
 	for i, want := range []string{"Hello, World! (call #1)\n", "Hello, World! (call #2)\n"} {
-		res, err := run(t, a, runOpts{stdin: "World\n", ops: true, mf: mf, user: "carol"})
+		res, err := run(t, a, runOpts{Stdin: "World\n", Ops: true, MF: mf, User: "carol"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.stdout != want || res.code != 0 {
-			t.Fatalf("run %d: exit %d, stdout %q, stderr %q; want %q", i+1, res.code, res.stdout, res.stderr, want)
+		if res.Stdout != want || res.Code != 0 {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q; want %q", i+1, res.Code, res.Stdout, res.Stderr, want)
 		}
 	}
-	v, found, err := testHost.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "hello-js"}, "count")
+	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "hello-js"}, "count")
 	if err != nil || !found || string(v) != "2" {
 		t.Fatalf("kv row count = %q, %v, %v; want 2", v, found, err)
 	}
 	var record string
-	for _, line := range strings.Split(testLog.String(), "\n") {
+	for _, line := range strings.Split(suite.Log.String(), "\n") {
 		if strings.Contains(line, `"module":"hello-js"`) && strings.Contains(line, `"msg":"greeting"`) {
 			record = line
 		}
 	}
 	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) {
-		t.Fatalf("no guest log record for hello-js with the name and the caller; log:\n%s", testLog.String())
+		t.Fatalf("no guest log record for hello-js with the name and the caller; log:\n%s", suite.Log.String())
 	}
 }

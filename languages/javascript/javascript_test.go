@@ -27,7 +27,7 @@ func TestRun(t *testing.T) {
 const line = std.in.getline();
 print("hello " + line + " " + scriptArgs.slice(1).join(",") + " " + std.getenv("GREETING"));
 std.exit(3);`},
-			opts:     runOpts{stdin: "world\n", args: []string{"a", "-b"}, env: map[string]string{"GREETING": "hi"}},
+			opts:     runOpts{Stdin: "world\n", Args: []string{"a", "-b"}, Env: map[string]string{"GREETING": "hi"}},
 			wantOut:  "hello world a,-b hi\n",
 			wantCode: 3,
 		},
@@ -62,16 +62,16 @@ std.exit(3);`},
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.code != tt.wantCode || !strings.Contains(res.stdout, tt.wantOut) || !strings.Contains(res.stderr, tt.wantErrOut) {
+			if res.Code != tt.wantCode || !strings.Contains(res.Stdout, tt.wantOut) || !strings.Contains(res.Stderr, tt.wantErrOut) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
-					res.code, res.stdout, res.stderr, tt.wantCode, tt.wantOut, tt.wantErrOut)
+					res.Code, res.Stdout, res.Stderr, tt.wantCode, tt.wantOut, tt.wantErrOut)
 			}
 		})
 	}
 }
 
 func TestRunTimeout(t *testing.T) {
-	_, err := run(t, build(t, "main.js", "for (;;) {}"), runOpts{limits: host.Limits{Timeout: 200e6}})
+	_, err := run(t, build(t, "main.js", "for (;;) {}"), runOpts{Limits: host.Limits{Timeout: 200e6}})
 	if !errors.Is(err, host.ErrTimeout) {
 		t.Fatalf("err = %v, want a timeout", err)
 	}
@@ -102,18 +102,18 @@ try {
   print(e instanceof moat.MoatError, e.code);
 }
 `
-	res, err := run(t, build(t, "main.js", script), runOpts{ops: true, manifest: kvManifest, user: "bob"})
+	res, err := run(t, build(t, "main.js", script), runOpts{Ops: true, Manifest: kvManifest, User: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "42 null Hej undefined 0.255.128 count true\ntrue invalid_argument\n"; res.stdout != want || res.code != 0 {
-		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.code, res.stdout, res.stderr, want)
+	if want := "42 null Hej undefined 0.255.128 count true\ntrue invalid_argument\n"; res.Stdout != want || res.Code != 0 {
+		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.Code, res.Stdout, res.Stderr, want)
 	}
-	v, found, err := testHost.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "js-ops"}, "count")
+	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "js-ops"}, "count")
 	if err != nil || !found || string(v) != "42" {
 		t.Fatalf("kv row count = %q, %v, %v; want 42", v, found, err)
 	}
-	if log := testLog.String(); !strings.Contains(log, `"msg":"js counted"`) || !strings.Contains(log, `"guest.unicode":"żółw"`) ||
+	if log := suite.Log.String(); !strings.Contains(log, `"msg":"js counted"`) || !strings.Contains(log, `"guest.unicode":"żółw"`) ||
 		!strings.Contains(log, `"user":"bob"`) {
 		t.Fatalf("the host log lacks the guest's record:\n%s", log)
 	}
@@ -131,18 +131,18 @@ try {
   std.exit(2);
 }
 `
-	res, err := run(t, build(t, "main.js", script), runOpts{ops: true})
+	res, err := run(t, build(t, "main.js", script), runOpts{Ops: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.stdout != string(abi.CodeDenied)+"\n" || res.code != 2 {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.code, res.stdout, res.stderr)
+	if res.Stdout != string(abi.CodeDenied)+"\n" || res.Code != 2 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.Code, res.Stdout, res.Stderr)
 	}
 	ctx := context.Background()
-	if err := testHost.Audit().Flush(ctx); err != nil {
+	if err := suite.Host.Audit().Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := testHost.Audit().Query(ctx, audit.Filter{Module: "js-test", Decision: audit.Deny, Kind: audit.KindOp})
+	evs, err := suite.Host.Audit().Query(ctx, audit.Filter{Module: "js-test", Decision: audit.Deny, Kind: audit.KindOp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ try { moat.log.info("x"); } catch (e) { print(e.code, e.message); }`
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(res.stdout, "unavailable ") || !strings.Contains(res.stdout, "MOAT_OPS") {
-		t.Fatalf("stdout %q, stderr %q; want unavailable naming $MOAT_OPS", res.stdout, res.stderr)
+	if !strings.HasPrefix(res.Stdout, "unavailable ") || !strings.Contains(res.Stdout, "MOAT_OPS") {
+		t.Fatalf("stdout %q, stderr %q; want unavailable naming $MOAT_OPS", res.Stdout, res.Stderr)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -23,7 +24,7 @@ func BenchmarkRun(b *testing.B) {
 	const script = "import sys\nprint('Hello, ' + sys.stdin.readline().strip() + '!')\n"
 	b.Run("python", func(b *testing.B) {
 		a := build(b, "main.py", script)
-		m, err := testHost.Load(context.Background(), a.WASM, host.LoadOptions{Name: "py-bench"})
+		m, err := suite.Host.Load(context.Background(), a.WASM, host.LoadOptions{Name: "py-bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -35,14 +36,14 @@ func BenchmarkRun(b *testing.B) {
 		}
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Mounts: []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}}
 		b.ResetTimer()
-		cpu := startCPU(syscall.RUSAGE_SELF)
+		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {
 			req.Stdin = strings.NewReader("World\n")
 			if res, err := m.Run(context.Background(), req); err != nil || res.ExitCode != 0 {
 				b.Fatal(res, err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("python3-c", func(b *testing.B) {
 		// The interpreter itself, not a version manager's shim script.
@@ -51,7 +52,7 @@ func BenchmarkRun(b *testing.B) {
 			b.Skip("python3 is not installed")
 		}
 		py := strings.TrimSpace(string(out))
-		cpu := startCPU(syscall.RUSAGE_CHILDREN)
+		cpu := interptest.StartCPU(syscall.RUSAGE_CHILDREN)
 		for b.Loop() {
 			cmd := exec.Command(py, "-c", script)
 			cmd.Stdin = strings.NewReader("World\n")
@@ -59,6 +60,6 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 }

@@ -27,7 +27,7 @@ func TestRun(t *testing.T) {
 line = sys.stdin.readline().strip()
 print("hello", line, ",".join(sys.argv[1:]), os.environ["GREETING"])
 sys.exit(3)`},
-			opts:     runOpts{stdin: "world\n", args: []string{"a", "-b"}, env: map[string]string{"GREETING": "hi"}},
+			opts:     runOpts{Stdin: "world\n", Args: []string{"a", "-b"}, Env: map[string]string{"GREETING": "hi"}},
 			wantOut:  "hello world a,-b hi\n",
 			wantCode: 3,
 		},
@@ -62,16 +62,16 @@ sys.exit(3)`},
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.code != tt.wantCode || !strings.Contains(res.stdout, tt.wantOut) || !strings.Contains(res.stderr, tt.wantErrOut) {
+			if res.Code != tt.wantCode || !strings.Contains(res.Stdout, tt.wantOut) || !strings.Contains(res.Stderr, tt.wantErrOut) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
-					res.code, res.stdout, res.stderr, tt.wantCode, tt.wantOut, tt.wantErrOut)
+					res.Code, res.Stdout, res.Stderr, tt.wantCode, tt.wantOut, tt.wantErrOut)
 			}
 		})
 	}
 }
 
 func TestRunTimeout(t *testing.T) {
-	res, err := run(t, build(t, "main.py", "print('started')\nwhile True:\n    pass"), runOpts{limits: host.Limits{Timeout: 1e9}})
+	res, err := run(t, build(t, "main.py", "print('started')\nwhile True:\n    pass"), runOpts{Limits: host.Limits{Timeout: 1e9}})
 	if !errors.Is(err, host.ErrTimeout) {
 		t.Fatalf("err = %v, want a timeout", err)
 	}
@@ -102,18 +102,18 @@ try:
 except moat.MoatError as e:
     print(type(e).__name__, e.code)
 `
-	res, err := run(t, build(t, "main.py", script), runOpts{ops: true, manifest: kvManifest, user: "bob"})
+	res, err := run(t, build(t, "main.py", script), runOpts{Ops: true, Manifest: kvManifest, User: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "42 None Hej None [0, 255, 128] ['count'] False True\nMoatError invalid_argument\n"; res.stdout != want || res.code != 0 {
-		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.code, res.stdout, res.stderr, want)
+	if want := "42 None Hej None [0, 255, 128] ['count'] False True\nMoatError invalid_argument\n"; res.Stdout != want || res.Code != 0 {
+		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.Code, res.Stdout, res.Stderr, want)
 	}
-	v, found, err := testHost.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "py-ops"}, "count")
+	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "py-ops"}, "count")
 	if err != nil || !found || string(v) != "42" {
 		t.Fatalf("kv row count = %q, %v, %v; want 42", v, found, err)
 	}
-	if log := testLog.String(); !strings.Contains(log, `"msg":"py counted"`) || !strings.Contains(log, `"guest.unicode":"żółw"`) ||
+	if log := suite.Log.String(); !strings.Contains(log, `"msg":"py counted"`) || !strings.Contains(log, `"guest.unicode":"żółw"`) ||
 		!strings.Contains(log, `"user":"bob"`) {
 		t.Fatalf("the host log lacks the guest's record:\n%s", log)
 	}
@@ -130,18 +130,18 @@ except moat.MoatError as e:
     print(e.code)
     sys.exit(2)
 `
-	res, err := run(t, build(t, "main.py", script), runOpts{ops: true})
+	res, err := run(t, build(t, "main.py", script), runOpts{Ops: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.stdout != string(abi.CodeDenied)+"\n" || res.code != 2 {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.code, res.stdout, res.stderr)
+	if res.Stdout != string(abi.CodeDenied)+"\n" || res.Code != 2 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.Code, res.Stdout, res.Stderr)
 	}
 	ctx := context.Background()
-	if err := testHost.Audit().Flush(ctx); err != nil {
+	if err := suite.Host.Audit().Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := testHost.Audit().Query(ctx, audit.Filter{Module: "py-test", Decision: audit.Deny, Kind: audit.KindOp})
+	evs, err := suite.Host.Audit().Query(ctx, audit.Filter{Module: "py-test", Decision: audit.Deny, Kind: audit.KindOp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/languages/ruby"
 )
 
@@ -33,20 +34,20 @@ func BenchmarkRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		cpu := startCPU(syscall.RUSAGE_SELF)
+		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {
 			if out, err := l.RunArtifact(context.Background(), env, a, in); err != nil || out.ExitCode != 0 {
 				b.Fatal(out, err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("ruby-e", func(b *testing.B) {
 		rb, err := exec.LookPath("ruby")
 		if err != nil {
 			b.Skip("ruby is not installed")
 		}
-		cpu := startCPU(syscall.RUSAGE_CHILDREN)
+		cpu := interptest.StartCPU(syscall.RUSAGE_CHILDREN)
 		for b.Loop() {
 			cmd := exec.Command(rb, "-e", script)
 			cmd.Stdin = strings.NewReader("World\n")
@@ -54,6 +55,6 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 }
