@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // EnvDir names the environment variable that overrides the toolchains
@@ -68,4 +69,39 @@ func Binary(name, pkg string) (string, error) {
 		return "", fmt.Errorf("%w: %s not found (install the Debian package %s: `make toolchains`)", ErrMissing, p, pkg)
 	}
 	return p, nil
+}
+
+var (
+	npmMu    sync.Mutex
+	npmFiles = map[string][]byte{} // by path: read once per process
+)
+
+// ReadNPMFile returns the bytes of a file inside an npm package, from
+// toolchainDir when it is set, else from Dir(). Files are read once per
+// process and shared: interpreter WASMs are tens of megabytes.
+func ReadNPMFile(toolchainDir, rel string) ([]byte, error) {
+	var path string
+	if toolchainDir != "" {
+		path = filepath.Join(toolchainDir, "npm", "node_modules", filepath.FromSlash(rel))
+	} else {
+		p, err := NPMFile(rel)
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	npmMu.Lock()
+	defer npmMu.Unlock()
+	if b, ok := npmFiles[path]; ok {
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, fmt.Errorf("%w: %s is missing (run `make toolchains`)", ErrMissing, path)
+		}
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	npmFiles[path] = b
+	return b, nil
 }

@@ -21,10 +21,7 @@ package python
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 
 	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"github.com/moat-sandbox/moat/languages"
@@ -80,37 +77,13 @@ func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.S
 	}, nil
 }
 
-var (
-	interpMu sync.Mutex
-	interp   = map[string][]byte{} // by path: read once per process
-)
-
 // Interpreter returns python.wasm from toolchainDir (or, when empty, the
 // directory package toolchains finds). The 26 MB are read once per process
 // and shared by every artifact.
 func Interpreter(toolchainDir string) ([]byte, error) {
-	var path string
-	if toolchainDir != "" {
-		path = filepath.Join(toolchainDir, "npm", "node_modules", filepath.FromSlash(NPMPackage))
-	} else {
-		p, err := toolchains.NPMFile(NPMPackage)
-		if err != nil {
-			return nil, fmt.Errorf("python: %w", err)
-		}
-		path = p
-	}
-	interpMu.Lock()
-	defer interpMu.Unlock()
-	if b, ok := interp[path]; ok {
-		return b, nil
-	}
-	b, err := os.ReadFile(path)
+	b, err := toolchains.ReadNPMFile(toolchainDir, NPMPackage)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("python: %w: %s is missing (run `make toolchains`)", toolchains.ErrMissing, path)
-		}
-		return nil, fmt.Errorf("python: read the interpreter: %w", err)
+		return nil, fmt.Errorf("python: %w", err)
 	}
-	interp[path] = b
 	return b, nil
 }

@@ -31,10 +31,7 @@ package ruby
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -82,36 +79,12 @@ func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.S
 	}, nil
 }
 
-var (
-	interpMu sync.Mutex
-	interp   = map[string][]byte{}
-)
-
 // Interpreter returns ruby+stdlib.wasm from toolchainDir (or, when empty,
 // the directory package toolchains finds), read once per process.
 func Interpreter(toolchainDir string) ([]byte, error) {
-	var path string
-	if toolchainDir != "" {
-		path = filepath.Join(toolchainDir, "npm", "node_modules", filepath.FromSlash(NPMPackage))
-	} else {
-		p, err := toolchains.NPMFile(NPMPackage)
-		if err != nil {
-			return nil, fmt.Errorf("ruby: %w", err)
-		}
-		path = p
-	}
-	interpMu.Lock()
-	defer interpMu.Unlock()
-	if b, ok := interp[path]; ok {
-		return b, nil
-	}
-	b, err := os.ReadFile(path)
+	b, err := toolchains.ReadNPMFile(toolchainDir, NPMPackage)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("ruby: %w: %s is missing (run `make toolchains`)", toolchains.ErrMissing, path)
-		}
-		return nil, fmt.Errorf("ruby: read the interpreter: %w", err)
+		return nil, fmt.Errorf("ruby: %w", err)
 	}
-	interp[path] = b
 	return b, nil
 }
