@@ -115,6 +115,12 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if f.correlate == "" {
 		f.correlate = newCorrelationID()
 	}
+	if mf, l, ok := interpretedPlugin(args[0]); ok {
+		if len(cmdArgs) > 0 {
+			return usagef("arguments after -- are for WASI commands; an action takes --input")
+		}
+		return runInterpretedPlugin(ctx, g, f, args[0], mf, l, args, principal, cfg, limits)
+	}
 	b, err := host.ReadBundle(args[0])
 	if err != nil {
 		return usagef("%v", err)

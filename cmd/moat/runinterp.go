@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/toolchains"
+)
+
+// interpretedPlugin reports whether path is the directory of a plugin
+// written in an interpreted language (its moat.yaml names one, and there
+// is no .wasm to run instead), with its manifest and language.
+func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool) {
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		return nil, nil, false
+	}
+	mf, err := policy.LoadManifest(filepath.Join(path, "moat.yaml"))
+	if err != nil || mf.Language == "" {
+		return nil, nil, false
+	}
+	l, err := languages.Lookup(mf.Language)
+	if err != nil || l.Info().Path != languages.PathInterpreted {
+		return nil, nil, false
+	}
+	if wasm, _ := filepath.Glob(filepath.Join(path, "*.wasm")); len(wasm) > 0 {
+		return nil, nil, false
+	}
+	return mf, l, true
+}
+
+// runInterpretedPlugin runs one action of an interpreted plugin: the
+// language builds the script into its interpreter's artifact, the
+// interpreter runs as a WASI command with the manifest's grants, the
+// input on stdin, the action's name in $MOAT_ACTION, and the op table on
+// the device file; what it prints is the output.
+func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir string, mf *policy.Manifest, l languages.Language,
+	args []string, principal policy.Principal, cfg map[string]string, limits host.Limits) error {
+	names := make([]string, 0, len(mf.Actions))
+	for _, a := range mf.Actions {
+		names = append(names, a.Name)
+	}
+	if len(args) != 2 {
+		return usagef("%s is a %s plugin: name an action (%s)", dir, mf.Language, strings.Join(names, ", "))
+	}
+	action, ok := mf.Action(args[1])
+	if !ok {
+		return usagef("%s has no action %q: its moat.yaml declares %s", mf.Name, args[1], strings.Join(names, ", "))
+	}
+	if f.confirm != "" {
+		return usagef("--confirm is for WASM plugins; an interpreted plugin's action runs when invoked")
+	}
+	input, err := f.readInput()
+	if err != nil {
+		return err
+	}
+	if action.MaxInput > 0 && int64(len(input)) > int64(action.MaxInput) {
+		return usagef("input of %d bytes is over the action's max_input of %d", len(input), action.MaxInput)
+	}
+	src, err := pluginSource(dir, l)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if vs := languages.ValidateCommon(src, languages.ValidationProfile{}); len(vs) > 0 {
+		return usagef("%s: %v", dir, vs[0])
+	}
+	work, err := os.MkdirTemp("", "moat-plugin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	a, err := l.Build(ctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir()}, src)
+	if err != nil {
+		return err
+	}
+	srcDir := filepath.Join(work, "src")
+	for _, file := range a.Files {
+		p := filepath.Join(srcDir, filepath.FromSlash(file.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, file.Content, 0o644); err != nil {
+			return err
+		}
+	}
+	// Everything is read and written outside the data directory: confine.
+	if _, err := g.loadProfile(); err != nil {
+		return err
+	}
+	if err := confineHost(g, f.confine, f.memoryMB, []string{dir, work}); err != nil {
+		return err
+	}
+	h, err := newHost(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer h.Close(context.Background())
+	// The interpreter is a WASI command: the plugin's action is the
+	// script, run with the plugin's grants, limits and config.
+	asCommand := *mf
+	asCommand.Kind, asCommand.Actions = policy.KindWASICommand, nil
+	if action.Timeout > 0 && limits.Timeout == 0 {
+		limits.Timeout = time.Duration(action.Timeout)
+	}
+	mod, err := h.Load(ctx, a.WASM, host.LoadOptions{Name: mf.Name, Manifest: &asCommand, Config: cfg,
+		Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate})
+	if err != nil {
+		return err
+	}
+	env := maps.Clone(a.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["MOAT_ACTION"] = action.Name
+	var stdout bytes.Buffer
+	res, err := mod.Run(ctx, host.RunRequest{
+		Stdin: bytes.NewReader(input), Stdout: &stdout, Stderr: os.Stderr,
+		Args: a.Args, Env: env, Principal: principal, CorrelationID: f.correlate,
+		Mounts: []host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}},
+		Ops:    true,
+	})
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		os.Stdout.Write(stdout.Bytes())
+		return fmt.Errorf("%s: action %s: the script exited with status %d", mf.Name, action.Name, res.ExitCode)
+	}
+	return writeOutput(os.Stdout, bytes.TrimSuffix(stdout.Bytes(), []byte("\n")))
+}
+
+// pluginSource reads the plugin's source files (those with the language's
+// extensions, at the top of dir); the entry point is main<ext>.
+func pluginSource(dir string, l languages.Language) (languages.Source, error) {
+	exts := l.Info().Extensions
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return languages.Source{}, err
+	}
+	var src languages.Source
+	for _, e := range ents {
+		if e.IsDir() || !slices.Contains(exts, filepath.Ext(e.Name())) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return languages.Source{}, err
+		}
+		src.Files = append(src.Files, languages.File{Name: e.Name(), Content: b})
+		if strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())) == "main" {
+			src.Main = e.Name()
+		}
+	}
+	if src.Main == "" {
+		return languages.Source{}, fmt.Errorf("%s: no main%s: an interpreted plugin's entry point is main with its language's extension", dir, exts[0])
+	}
+	return src, nil
+}
