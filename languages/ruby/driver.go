@@ -75,6 +75,7 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithCompilationCache(cache).
 		WithCloseOnContextDone(true).
+		WithDebugInfoEnabled(false). // see host.Config.DebugInfo
 		WithMemoryLimitPages(host.MaxMemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
