@@ -1,0 +1,4 @@
+line = $stdin.gets.to_s.strip
+puts "#{ENV.fetch('GREETING', '?')} #{line} from #{ARGV[0]}"
+$stderr.puts "bye"
+exit 3
