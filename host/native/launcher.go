@@ -312,9 +312,6 @@ func LauncherMain() {
 	out := os.NewFile(4, "launch-replies")
 	sock := os.NewFile(5, "launcher-socket")
 	workers := map[uint64]*job{}
-	// A launcher serves a long-lived host: keep wrappers warm, so a run
-	// does not wait for the namespaces and the wrapper's start.
-	pool := NewPool(2, "")
 	var wmu sync.Mutex
 	reply := func(r launchReply) {
 		b, _ := json.Marshal(r)
@@ -391,7 +388,7 @@ func LauncherMain() {
 		wg.Add(1)
 		go func(req launchRequest) {
 			defer wg.Done()
-			res, err := pool.Run(ctx, *req.Spec)
+			res, err := Run(ctx, *req.Spec)
 			mu.Lock()
 			delete(cancels, req.ID)
 			mu.Unlock()
@@ -414,7 +411,6 @@ func LauncherMain() {
 	}
 	mu.Unlock()
 	wg.Wait()
-	pool.Close()
 	os.Exit(0)
 }
 
