@@ -91,8 +91,6 @@ func main() {
 	for _, sp := range []struct{ what, native, plain string }{
 		{"spawn-to-exit /usr/bin/true through the full native runner (vs plain os/exec)", "Spawn/native-true", "Spawn/plain-true"},
 		{"spawn-to-exit python3 -c pass through the full native runner (vs plain os/exec)", "Spawn/native-python", "Spawn/plain-python"},
-		{"spawn-to-exit /usr/bin/true, warm wrapper from a native.Pool (vs plain os/exec)", "Spawn/native-warm-true", "Spawn/plain-true"},
-		{"spawn-to-exit python3 -c pass, warm wrapper from a native.Pool (vs plain os/exec)", "Spawn/native-warm-python", "Spawn/plain-python"},
 	} {
 		n, ok1 := get(sp.native, "ns/op")
 		p, ok2 := get(sp.plain, "ns/op")
