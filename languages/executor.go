@@ -49,9 +49,6 @@ type ExecutorConfig struct {
 	// Limits are the defaults for requests that leave a limit at zero.
 	// Zero fields take DefaultExecLimits.
 	Limits ExecLimits
-	// NativePool, when set, runs native-path jobs in warm wrappers (a
-	// long-lived executor such as moat serve's); nil starts each cold.
-	NativePool *native.Pool
 }
 
 // DefaultExecLimits apply where neither the request nor the executor's
@@ -473,12 +470,7 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}
-	var r *native.Result
-	if e.cfg.NativePool != nil {
-		r, err = e.cfg.NativePool.Run(ctx, spec)
-	} else {
-		r, err = native.Run(ctx, spec)
-	}
+	r, err := native.Run(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -526,6 +518,6 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 	}
 	ev := tmpl
 	ev.Kind, ev.Decision, ev.Code, ev.DurationNS = audit.KindInvocation, audit.Allow, string(r.Status), int64(r.Wall)
-	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ","), "warm": strconv.FormatBool(r.Warm)}
+	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ",")}
 	a.Record(ctx, ev)
 }

@@ -82,13 +82,8 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 			// Code execution (/v1/runs, the console's Run tab, the Piston
 			// routes) uses the languages executor on the server's host.
 			// Confined, every native run (compilers, bash, python3) goes
-			// through a launcher that keeps wrappers warm; unconfined, the
-			// server keeps them warm itself.
-			var pool *native.Pool
-			if mode == kernel.ConfineOff {
-				pool = native.NewPool(2, "")
-				defer pool.Close()
-			} else {
+			// through a launcher started before the seccomp filter.
+			if mode != kernel.ConfineOff {
 				restore, err := prepareServeConfinement(&cfg, mode)
 				if err != nil {
 					return err
@@ -97,7 +92,7 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 			}
 			cfg.NewExecutor = func(h *host.Host) (server.Executor, error) {
 				return languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
-					StateDir: filepath.Join(cfg.DataDir, "lang-state"), NativePool: pool})
+					StateDir: filepath.Join(cfg.DataDir, "lang-state")})
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -133,8 +133,6 @@ const (
 
 // Result is what a run produced.
 type Result struct {
-	// Warm: the job ran in a wrapper a Pool had started ahead of time.
-	Warm      bool          `json:"warm,omitempty"`
 	Status    Status        `json:"status"`
 	ExitCode  int           `json:"exit_code"`        // -1 when killed by a signal
 	Signal    string        `json:"signal,omitempty"` // e.g. "killed"
@@ -241,12 +239,6 @@ func (j *job) exitResult() *Result {
 // wrapper's status pipe follows them. With stdout or stderr nil, the
 // output is captured (capped) in the job.
 func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
-	return startWith(nil, spec, extraFiles, stdoutW, stderrW)
-}
-
-// startWith is start, taking a warm wrapper from pool when the spec allows
-// (no extra files, captured output, no egress rules).
-func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
 	j = &job{}
 	defer func() {
 		if err != nil {
@@ -343,10 +335,6 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		cs.DropCaps = true
 		res.Layers = append(res.Layers, "userns")
 	}
-	var warm *warmWrapper
-	if len(extraFiles) == 0 && stdoutW == nil && stderrW == nil {
-		warm = pool.take(wrapperPath(s.Wrapper), attr.Cloneflags)
-	}
 	res.Layers = append(res.Layers, "pidns", "mntns", netLayer, "ipcns", "utsns", "rlimits")
 	if root {
 		res.Layers = append(res.Layers, "uid")
@@ -354,7 +342,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		res.Unavailable = append(res.Unavailable, "uid: not root (runs as the caller's uid "+strconv.Itoa(uid)+", uid 0 of its own user namespace, without capabilities)")
 	}
 	if cg != nil {
-		if cg.V2() && warm == nil {
+		if cg.V2() {
 			fd, err := unix.Open(cg.Dir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return nil, fmt.Errorf("native: cgroup fd: %w", err)
@@ -402,25 +390,6 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	}
 	stdout, stderr := &cappedBuffer{max: s.MaxOutput, full: onFull}, &cappedBuffer{max: s.MaxOutput, full: onFull}
 	j.overflow = overflow
-	if warm != nil {
-		res.Warm = true
-		cs.StatusFD = warmStatusFD
-		js, err := json.Marshal(cs)
-		if err != nil {
-			warm.discard()
-			return nil, fmt.Errorf("native: %w", err)
-		}
-		j.cleanups = append(j.cleanups, func() { warm.statusR.Close() })
-		startTime := time.Now()
-		if err := warm.claim(js, s.Stdin, stdout, stderr); err != nil {
-			j.cmd = warm.cmd
-			j.kill()
-			_ = warm.cmd.Wait()
-			return nil, fmt.Errorf("native: hand the spec to a warm wrapper: %w", err)
-		}
-		j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, warm.cmd, cg, res, warm.statusR, stdout, stderr, startTime
-		return j, nil
-	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("native: %w", err)
@@ -464,17 +433,10 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
-	return runPooled(ctx, nil, spec)
-}
-
-func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
-	if len(spec.Command) == 0 || spec.Command[0] == "" {
-		return nil, errors.New("native: no command")
-	}
 	if l := processLauncher.Load(); l != nil {
 		return l.Run(ctx, spec)
 	}
-	j, err := startWith(pool, spec, nil, nil, nil)
+	j, err := start(spec, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}

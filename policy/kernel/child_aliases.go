@@ -13,7 +13,6 @@ type (
 
 const (
 	ConfineEnv      = child.ConfineEnv
-	ConfineFromFD3  = child.ConfineFromFD3
 	ConfineExitCode = child.ConfineExitCode
 	ConfinePrefix   = child.ConfinePrefix
 	ELFInterpreter  = child.ELFInterpreter
