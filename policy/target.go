@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -167,4 +168,53 @@ func (t httpTarget) String() string {
 		h = "[" + h + "]"
 	}
 	return t.scheme + "://" + h + ":" + t.port
+}
+
+// TargetPorts returns the TCP ports the HTTP targets can reach, for a
+// kernel layer that filters connections by port (Landlock's TCP rules).
+// anyPort is true when a target matches every port ("*", or a port of
+// "*"): such a grant cannot be narrowed by port, so the caller leaves
+// connections unfiltered by the kernel and relies on the dial-time check.
+// Targets that do not parse are skipped: manifests and profiles are
+// validated when loaded, and an unparsed target grants nothing.
+func TargetPorts(targets []string) (ports []uint16, anyPort bool) {
+	for _, s := range targets {
+		t, err := parseTarget(s)
+		if err != nil {
+			continue
+		}
+		if t.any || t.port == "*" {
+			anyPort = true
+			continue
+		}
+		n, _ := strconv.Atoi(t.port)
+		if !slices.Contains(ports, uint16(n)) {
+			ports = append(ports, uint16(n))
+		}
+	}
+	slices.Sort(ports)
+	return ports, anyPort
+}
+
+// HTTPTargets returns every HTTP target any layer of the profile grants
+// (default, per module, per key, trusted-only): the most a module on this
+// host could ever reach, for confining a host that loads modules later.
+func (p *Profile) HTTPTargets() []string {
+	var out []string
+	var walk func(g *Grant)
+	walk = func(g *Grant) {
+		if g == nil {
+			return
+		}
+		out = append(out, g.Capabilities.HTTP.Targets...)
+		walk(g.Trusted)
+	}
+	walk(p.Default)
+	for _, g := range p.Modules {
+		walk(&g)
+	}
+	for _, g := range p.Keys {
+		walk(&g)
+	}
+	return out
 }

@@ -44,12 +44,20 @@ Exit status 0 when every check holds, 1 otherwise.`,
 			}
 			defer l.Close()
 			port := l.Addr().(*net.TCPAddr).Port
+			// And one the confinement allows (ConnectTCP: a granted target).
+			granted, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			defer granted.Close()
+			grantedPort := granted.Addr().(*net.TCPAddr).Port
 			outside, err := os.MkdirTemp("", "moat-confine-check")
 			if err != nil {
 				return err
 			}
 			defer os.RemoveAll(outside) // runs after confinement: may fail, harmless
-			rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadWrite: []string{data}, MemoryBytes: 1 << 30, Pids: 256})
+			rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadWrite: []string{data}, MemoryBytes: 1 << 30, Pids: 256,
+				ConnectTCP: []uint16{uint16(grantedPort)}})
 			if err != nil {
 				return err
 			}
@@ -72,6 +80,13 @@ Exit status 0 when every check holds, 1 otherwise.`,
 				}},
 				{"tcp connect 127.0.0.1:" + strconv.Itoa(port), unix.EACCES, func() error {
 					c, err := net.Dial("tcp4", l.Addr().String())
+					if err == nil {
+						c.Close()
+					}
+					return err
+				}},
+				{"tcp connect to a granted port " + strconv.Itoa(grantedPort), nil, func() error {
+					c, err := net.Dial("tcp4", granted.Addr().String())
 					if err == nil {
 						c.Close()
 					}

@@ -1,6 +1,11 @@
 package main_test
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,5 +72,57 @@ func TestRunExtism(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q", r.code, r.stdout, r.stderr, tt.code, tt.stdout, tt.stderr)
 			}
 		})
+	}
+}
+
+// TestRunExtismEgress: a stock Extism plug-in's http_request from `moat
+// run`, which confines itself (Landlock allows TCP connections only to the
+// ports of the manifest's HTTP targets): the granted server answers, a
+// server on another port is refused, by the grant check and by the kernel.
+func TestRunExtismEgress(t *testing.T) {
+	root := testwasm.RepoRoot(t)
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
+	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")
+	dl.Dir, dl.Env = filepath.Join(root, "testdata", "extism"), env
+	if msg, err := dl.CombinedOutput(); err != nil {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatalf("the Extism Go PDK is not available (`make extism-pdk`): %v\n%s", err, msg)
+		}
+		t.Skipf("the Extism Go PDK is not available: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "fetcher")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "fetcher.wasm"), "./stock")
+	build.Dir, build.Env = filepath.Join(root, "testdata", "extism"), append(env, "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the stock plug-in: %v\n%s", err, msg)
+	}
+	serve := func(body string) (*httptest.Server, string) {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
+		t.Cleanup(s.Close)
+		u, _ := url.Parse(s.URL)
+		return s, u.Port()
+	}
+	granted, gport := serve("granted")
+	other, _ := serve("other")
+	mf := fmt.Sprintf("name: fetcher\nversion: 1.0.0\nkind: extism\nactions: [{name: fetch}]\ncapabilities: {http: [%s]}\n", granted.URL)
+	if err := os.WriteFile(filepath.Join(dir, "moat.yaml"), []byte(mf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	profile := filepath.Join(t.TempDir(), "egress.yaml")
+	pf := fmt.Sprintf("name: egress\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http: [http://127.0.0.1:%s]\n", gport)
+	if err := os.WriteFile(profile, []byte(pf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	r := moat(t, "", "run", "--data", data, "--profile", profile, "--confine", "strict", dir, "fetch", "--input", granted.URL+"/")
+	if r.code != 0 || r.stdout != "200 granted" {
+		t.Fatalf("granted target: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = moat(t, "", "run", "--data", data, "--profile", profile, "--confine", "strict", dir, "fetch", "--input", other.URL+"/")
+	if r.code == 0 || !strings.Contains(r.stderr, "denied") {
+		t.Fatalf("another port: exit %d, stdout %q, stderr %q; want a denial", r.code, r.stdout, r.stderr)
 	}
 }

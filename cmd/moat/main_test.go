@@ -204,7 +204,7 @@ func TestVersionAndHelp(t *testing.T) {
 // open an MPTCP socket; every refusal has the expected errno.
 func TestConfineCheck(t *testing.T) {
 	r := moat(t, "", "confine-check", "--data", t.TempDir())
-	if r.code != 0 || strings.Contains(r.stdout, "NOT HELD") || strings.Count(r.stdout, "held") != 9 ||
+	if r.code != 0 || strings.Contains(r.stdout, "NOT HELD") || strings.Count(r.stdout, "held") != 10 ||
 		!strings.Contains(r.stdout, "applied: [cgroup landlock (ABI 7) seccomp]") && os.Geteuid() == 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

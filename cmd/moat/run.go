@@ -140,7 +140,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f.confine, f.memoryMB, []string{filepath.Dir(b.Path)}); err != nil {
+	if err := confineHost(g, f.confine, f.memoryMB, []string{filepath.Dir(b.Path)}, manifestTargets(b.Manifest)); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -322,9 +322,10 @@ func newCorrelationID() string {
 }
 
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
-// the data directory writable and the module's directory readable. The
-// report goes to the debug log; strict mode refuses to go on without them.
-func confineHost(g *globalFlags, mode string, memoryMB int, readOnly []string) error {
+// the data directory writable, the module's directory readable, and TCP
+// connections only to the ports of connectTo (HTTP targets). The report
+// goes to the debug log; strict mode refuses to go on without them.
+func confineHost(g *globalFlags, mode string, memoryMB int, readOnly, connectTo []string) error {
 	m, err := kernel.ParseConfineMode(mode)
 	if err != nil {
 		return usagef("%v", err)
@@ -333,7 +334,9 @@ func confineHost(g *globalFlags, mode string, memoryMB int, readOnly []string) e
 	// The host's own cgroup: the guest's memory limit plus room for the
 	// runtime and compiled code, and enough pids for Go's threads.
 	hostMemory := int64(memoryMB)<<20 + 512<<20
-	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256})
+	ports, anyPort := policy.TargetPorts(connectTo)
+	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256,
+		ConnectTCP: ports, ConnectAnyTCP: anyPort})
 	if err != nil {
 		return err
 	}
@@ -341,4 +344,14 @@ func confineHost(g *globalFlags, mode string, memoryMB int, readOnly []string) e
 		log.Debug("host confinement", "mode", m, "applied", rep.Applied, "missing", rep.Missing)
 	}
 	return nil
+}
+
+// manifestTargets are the HTTP targets a manifest asks for: the confined
+// host may connect to their ports (Landlock's TCP rule is by port; the
+// grant, host and resolved address are checked in Go at dial time).
+func manifestTargets(mf *policy.Manifest) []string {
+	if mf == nil {
+		return nil
+	}
+	return mf.Capabilities.HTTP.Targets
 }

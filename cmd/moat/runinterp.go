@@ -96,7 +96,7 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f.confine, f.memoryMB, []string{dir, work}); err != nil {
+	if err := confineHost(g, f.confine, f.memoryMB, []string{dir, work}, nil); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)

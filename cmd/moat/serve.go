@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/moat-sandbox/moat/host"
@@ -14,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/moat-sandbox/moat/toolchains"
 	"github.com/spf13/cobra"
@@ -159,12 +162,26 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (resto
 	if cfg.CacheDir != "" {
 		readWrite = append(readWrite, cfg.CacheDir)
 	}
+	// Modules arrive after start-up, so the kernel's connect rule covers
+	// every target the profiles could grant; each dial is still checked
+	// against the module's own grant in Go.
+	var targets []string
+	for _, name := range append([]string{cfg.Profile}, slices.Collect(maps.Values(cfg.Profiles))...) {
+		p, err := policy.LoadProfile(name)
+		if err != nil {
+			restore()
+			return nil, err
+		}
+		targets = append(targets, p.HTTPTargets()...)
+	}
+	connect, anyPort := policy.TargetPorts(targets)
 	cfg.BeforeServe = func(ln net.Listener) error {
 		var ports []uint16
 		if a, ok := ln.Addr().(*net.TCPAddr); ok {
 			ports = append(ports, uint16(a.Port))
 		}
-		rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: mode, ReadOnly: readOnly, ReadWrite: readWrite, BindTCP: ports})
+		rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: mode, ReadOnly: readOnly, ReadWrite: readWrite, BindTCP: ports,
+			ConnectTCP: connect, ConnectAnyTCP: anyPort})
 		if err != nil {
 			return err
 		}

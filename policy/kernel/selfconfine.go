@@ -38,6 +38,16 @@ type HostConfinement struct {
 	ReadOnly  []string // module trees and other inputs
 	ReadWrite []string // data dir, cache dir
 	BindTCP   []uint16 // ports the host serves on (moat serve); none: no TCP at all
+	// ConnectTCP are the ports the host may connect to: those of the
+	// egress targets its modules are granted (an Extism plug-in's
+	// http_request). The grant itself (scheme, host, address) is checked
+	// in Go at dial time; this is the kernel's backstop. None: no TCP
+	// connection at all.
+	ConnectTCP []uint16
+	// ConnectAnyTCP leaves outgoing TCP unfiltered by the kernel, for a
+	// grant that names any port ("*" or host:*), which no port list can
+	// express; the dial-time check in Go still applies.
+	ConnectAnyTCP bool
 	// MemoryBytes and Pids limit the host's own cgroup (moat/host-<pid>),
 	// a backstop for the whole host process. Zero: no cgroup. Needs root.
 	MemoryBytes int64
@@ -140,6 +150,9 @@ func isDir(p string) bool {
 // except the ports the host serves, and IPC scoping.
 func restrictHost(c HostConfinement) error {
 	cfg := landlock.V7.BestEffort()
+	if c.ConnectAnyTCP {
+		cfg.HandledAccessNet &^= landlock.AccessNetSet(ll.AccessNetConnectTCP)
+	}
 	read := landlock.AccessFSSet(ll.AccessFSReadFile | ll.AccessFSReadDir)
 	rules := []landlock.Rule{
 		landlock.PathAccess(read, append(append([]string{}, SystemDirs...), "/proc")...).IgnoreIfMissing(),
@@ -179,6 +192,9 @@ func restrictHost(c HostConfinement) error {
 			rw = append(rw, abs)
 		}
 		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoJob, rw...))
+	}
+	for _, p := range c.ConnectTCP {
+		rules = append(rules, landlock.ConnectTCP(p))
 	}
 	for _, p := range c.BindTCP {
 		rules = append(rules, landlock.BindTCP(p))
