@@ -109,14 +109,19 @@ func Call(op string, req, resp any) error {
 		}
 		body = b
 	}
-	var decode func([]byte) error
-	if resp != nil {
-		decode = func(b []byte) error {
-			if err := abi.Unmarshal(b, resp); err != nil {
-				return abi.Errorf(abi.CodeInternal, "op %s: decode reply into %T: %v", op, resp, err)
-			}
-			return nil
-		}
+	return roundTrip(op, body, decodeInto(op, resp))
+}
+
+// decodeInto returns the reply decoder that unmarshals into resp, or nil
+// (ignore the reply) when resp is nil.
+func decodeInto(op string, resp any) func([]byte) error {
+	if resp == nil {
+		return nil
 	}
-	return roundTrip(op, body, decode)
+	return func(b []byte) error {
+		if err := abi.Unmarshal(b, resp); err != nil {
+			return abi.Errorf(abi.CodeInternal, "op %s: decode reply into %T: %v", op, resp, err)
+		}
+		return nil
+	}
 }

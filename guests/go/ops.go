@@ -14,8 +14,12 @@ import (
 // false when the configuration has no such key; err is non-nil only when
 // the op itself fails (for example, policy denies it).
 func Config(key string) (value string, found bool, err error) {
+	req, err := keyRequest(key)
+	if err != nil {
+		return "", false, abi.Errorf(abi.CodeInvalidArgument, "op %s: encode request: %v", abi.OpConfigGet, err)
+	}
 	var resp abi.ConfigGetResponse
-	if err := Call(abi.OpConfigGet, abi.ConfigGetRequest{Key: key}, &resp); err != nil {
+	if err := roundTrip(abi.OpConfigGet, req, func(b []byte) error { return decodeConfigGet(b, &resp) }); err != nil {
 		return "", false, err
 	}
 	return resp.Value, resp.Found, nil
@@ -53,6 +57,9 @@ func (Logger) Error(msg string, kv ...any) { _ = Log.Write(abi.LevelError, msg, 
 // Write logs one record and reports whether the host accepted it. level is
 // one of abi.LevelDebug, LevelInfo, LevelWarn and LevelError.
 func (Logger) Write(level, msg string, fields map[string]any) error {
+	if b, ok := logWriteRequest(level, msg, fields); ok {
+		return roundTrip(abi.OpLogWrite, b, nil)
+	}
 	req := abi.LogWriteRequest{Level: level, Message: msg, Fields: fields}
 	if _, err := json.Marshal(req.Fields); err != nil {
 		// A value JSON cannot encode (a func, a channel, a cyclic value)
@@ -110,7 +117,7 @@ var KV KVStore
 
 // Get returns the value of key; found is false if the key does not exist.
 func (KVStore) Get(key string) (value []byte, found bool, err error) {
-	req, err := abi.Marshal(abi.KVGetRequest{Key: key})
+	req, err := keyRequest(key)
 	if err != nil {
 		return nil, false, abi.Errorf(abi.CodeInvalidArgument, "op %s: encode request: %v", abi.OpKVGet, err)
 	}
@@ -126,16 +133,21 @@ func (KVStore) Get(key string) (value []byte, found bool, err error) {
 
 // Put sets key to value, replacing any value it had.
 func (KVStore) Put(key string, value []byte) error {
-	if value == nil {
-		value = []byte{} // encode as "", not null
+	req, err := kvPutRequest(key, value)
+	if err != nil {
+		return abi.Errorf(abi.CodeInvalidArgument, "op %s: encode request: %v", abi.OpKVPut, err)
 	}
-	return Call(abi.OpKVPut, abi.KVPutRequest{Key: key, Value: value}, nil)
+	return roundTrip(abi.OpKVPut, req, nil)
 }
 
 // Delete removes key and reports whether it existed.
 func (KVStore) Delete(key string) (deleted bool, err error) {
+	req, err := keyRequest(key)
+	if err != nil {
+		return false, abi.Errorf(abi.CodeInvalidArgument, "op %s: encode request: %v", abi.OpKVDelete, err)
+	}
 	var resp abi.KVDeleteResponse
-	if err := Call(abi.OpKVDelete, abi.KVDeleteRequest{Key: key}, &resp); err != nil {
+	if err := roundTrip(abi.OpKVDelete, req, decodeInto(abi.OpKVDelete, &resp)); err != nil {
 		return false, err
 	}
 	return resp.Deleted, nil

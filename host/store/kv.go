@@ -81,9 +81,11 @@ func (s *Store) KVGet(ctx context.Context, sc Scope, key string) (value []byte, 
 	if err := validateKey(key); err != nil {
 		return nil, false, err
 	}
-	err = s.r.QueryRowContext(ctx,
-		`SELECT value FROM kv WHERE org = ? AND module = ? AND key = ?`,
-		sc.Org, sc.Module, key).Scan(&value)
+	st, err := s.prepared(ctx, s.r, `SELECT value FROM kv WHERE org = ? AND module = ? AND key = ?`)
+	if err != nil {
+		return nil, false, sc.wrap(abi.OpKVGet, err)
+	}
+	err = st.QueryRowContext(ctx, sc.Org, sc.Module, key).Scan(&value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -96,6 +98,23 @@ func (s *Store) KVGet(ctx context.Context, sc Scope, key string) (value []byte, 
 	return value, true, nil
 }
 
+// kvUpsert stores a key's value, replacing any value it had. coalesce
+// guards the empty blob the same way in SQL: an empty value is a value,
+// never NULL.
+const kvUpsert = `
+INSERT INTO kv (org, module, key, value, updated_at)
+VALUES (?, ?, ?, coalesce(?, x''), ?)
+ON CONFLICT (org, module, key) DO UPDATE SET
+	value = excluded.value,
+	updated_at = excluded.updated_at`
+
+// kvQuotaCheck reads, in a put's transaction, the bytes the scope stores
+// (kept by the kv_usage triggers) and the bytes of the key being replaced.
+const kvQuotaCheck = `
+SELECT
+	coalesce((SELECT bytes FROM kv_usage WHERE org = ?1 AND module = ?2), 0),
+	coalesce((SELECT octet_length(key) + length(value) FROM kv WHERE org = ?1 AND module = ?2 AND key = ?3), 0)`
+
 // KVPut sets key in sc to value, replacing any value it had. A nil value is
 // stored as an empty one.
 func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) (err error) {
@@ -103,15 +122,11 @@ func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) (
 	if err != nil {
 		return err
 	}
-	// coalesce guards the empty blob the same way in SQL: an empty value is
-	// a value, never NULL.
-	_, err = s.w.ExecContext(ctx, `
-INSERT INTO kv (org, module, key, value, updated_at)
-VALUES (?, ?, ?, coalesce(?, x''), ?)
-ON CONFLICT (org, module, key) DO UPDATE SET
-	value = excluded.value,
-	updated_at = excluded.updated_at`,
-		sc.Org, sc.Module, key, value, time.Now().UnixMilli())
+	st, err := s.prepared(ctx, s.w, kvUpsert)
+	if err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	_, err = st.ExecContext(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli())
 	if err != nil {
 		return sc.wrap(abi.OpKVPut, err)
 	}
@@ -223,8 +238,9 @@ func prefixEnd(prefix string) (end string, ok bool) {
 // is over a lowered quota can still shrink. The check and the write happen
 // in one write transaction, so concurrent puts cannot overshoot.
 //
-// The usage is summed over the scope's keys on every call, so the cost of
-// a put grows with the number of keys in the scope.
+// The usage is one row of kv_usage, kept by triggers on kv in the same
+// transaction as every write, so a put costs the same however many keys
+// the scope holds.
 func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []byte, quota int64) (err error) {
 	if quota <= 0 {
 		return s.KVPut(ctx, sc, key, value)
@@ -234,6 +250,17 @@ func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []b
 		return err
 	}
 
+	// Prepared before the transaction: the writer pool's one connection
+	// is the transaction's until it ends, so preparing inside would wait
+	// for itself.
+	check, err := s.prepared(ctx, s.w, kvQuotaCheck)
+	if err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
+	upsert, err := s.prepared(ctx, s.w, kvUpsert)
+	if err != nil {
+		return sc.wrap(abi.OpKVPut, err)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return sc.wrap(abi.OpKVPut, err)
@@ -243,15 +270,8 @@ func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []b
 			tx.Rollback()
 		}
 	}()
-	inUse, err := kvUsage(ctx, tx, sc)
-	if err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	var old int64 // bytes of the key and value being replaced, if any
-	err = tx.QueryRowContext(ctx,
-		`SELECT octet_length(key) + length(value) FROM kv WHERE org = ? AND module = ? AND key = ?`,
-		sc.Org, sc.Module, key).Scan(&old)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var inUse, old int64 // old: bytes of the key and value being replaced, if any
+	if err := tx.StmtContext(ctx, check).QueryRowContext(ctx, sc.Org, sc.Module, key).Scan(&inUse, &old); err != nil {
 		return sc.wrap(abi.OpKVPut, err)
 	}
 	adds := int64(len(key)+len(value)) - old
@@ -260,13 +280,7 @@ func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []b
 			"%s: the disk quota of %d bytes for module %s in org %s would be exceeded (in use %d, this put adds %d)",
 			abi.OpKVPut, quota, sc.Module, sc.Org, inUse, adds)
 	}
-	if _, err := tx.ExecContext(ctx, `
-INSERT INTO kv (org, module, key, value, updated_at)
-VALUES (?, ?, ?, coalesce(?, x''), ?)
-ON CONFLICT (org, module, key) DO UPDATE SET
-	value = excluded.value,
-	updated_at = excluded.updated_at`,
-		sc.Org, sc.Module, key, value, time.Now().UnixMilli()); err != nil {
+	if _, err := tx.StmtContext(ctx, upsert).ExecContext(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli()); err != nil {
 		return sc.wrap(abi.OpKVPut, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -295,7 +309,7 @@ type queryRower interface {
 
 func kvUsage(ctx context.Context, q queryRower, sc Scope) (n int64, err error) {
 	err = q.QueryRowContext(ctx,
-		`SELECT coalesce(sum(octet_length(key) + length(value)), 0) FROM kv WHERE org = ? AND module = ?`,
+		`SELECT coalesce((SELECT bytes FROM kv_usage WHERE org = ? AND module = ?), 0)`,
 		sc.Org, sc.Module).Scan(&n)
 	return n, err
 }

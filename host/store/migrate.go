@@ -136,6 +136,40 @@ CREATE TABLE modules (
 CREATE INDEX module_versions_digest ON module_versions (digest);
 `,
 	},
+	{
+		name: "kv_usage",
+		// The bytes each (org, module) stores in kv (keys in UTF-8 bytes
+		// plus values), kept by triggers in the same transaction as every
+		// write, so a quota check reads one row instead of summing the
+		// scope. The UPDATE trigger also fires for the DO UPDATE of a put
+		// that replaces a key.
+		sql: `
+CREATE TABLE kv_usage (
+	org    TEXT    NOT NULL,
+	module TEXT    NOT NULL,
+	bytes  INTEGER NOT NULL,
+	PRIMARY KEY (org, module)
+) STRICT, WITHOUT ROWID;
+INSERT INTO kv_usage (org, module, bytes)
+	SELECT org, module, sum(octet_length(key) + length(value)) FROM kv GROUP BY org, module;
+CREATE TRIGGER kv_usage_insert AFTER INSERT ON kv BEGIN
+	INSERT INTO kv_usage (org, module, bytes)
+	VALUES (NEW.org, NEW.module, octet_length(NEW.key) + length(NEW.value))
+	ON CONFLICT (org, module) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER kv_usage_update AFTER UPDATE ON kv BEGIN
+	UPDATE kv_usage SET bytes = bytes - (octet_length(OLD.key) + length(OLD.value))
+		WHERE org = OLD.org AND module = OLD.module;
+	INSERT INTO kv_usage (org, module, bytes)
+	VALUES (NEW.org, NEW.module, octet_length(NEW.key) + length(NEW.value))
+	ON CONFLICT (org, module) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER kv_usage_delete AFTER DELETE ON kv BEGIN
+	UPDATE kv_usage SET bytes = bytes - (octet_length(OLD.key) + length(OLD.value))
+		WHERE org = OLD.org AND module = OLD.module;
+END;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +99,13 @@ func TestKVQuota(t *testing.T) {
 	if n := usage(t, s, other); n != 100 {
 		t.Errorf("other scope usage = %d, want 100", n)
 	}
+	// A delete frees its key and value.
+	if deleted, err := s.KVDelete(ctx, sc, "big"); err != nil || !deleted {
+		t.Fatalf("KVDelete(big) = %v, %v", deleted, err)
+	}
+	if n := usage(t, s, sc); n != 105 {
+		t.Errorf("usage after deleting big = %d, want 105", n)
+	}
 
 	// The exact message of the spec.
 	sc2 := store.Scope{Org: "O", Module: "M"}
@@ -170,5 +179,49 @@ func TestKVQuotaConcurrent(t *testing.T) {
 	}
 	if n := usage(t, s, other); n != writers*(3+500) {
 		t.Errorf("other scope usage = %d, want %d", n, writers*(3+500))
+	}
+}
+
+// TestKVUsageMigration opens a store written before usage was kept in its
+// own table: the migration must count what is already stored.
+func TestKVUsageMigration(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir)
+	sc := store.Scope{Org: "acme", Module: "billing"}
+	for i, v := range []string{"x", "yy", "zzz"} {
+		if err := s.KVPut(ctx, sc, fmt.Sprint("k", i), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Take the file back to the schema before kv_usage (the last
+	// migration when it was written; update this when appending one).
+	db, err := sql.Open("sqlite", filepath.Join(dir, store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"DROP TRIGGER kv_usage_insert", "DROP TRIGGER kv_usage_update", "DROP TRIGGER kv_usage_delete",
+		"DROP TABLE kv_usage", fmt.Sprintf("PRAGMA user_version = %d", version-1),
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s = open(t, dir)
+	if n := usage(t, s, sc); n != 12 {
+		t.Errorf("usage after the migration = %d, want 12 (three 2-byte keys, 6 bytes of values)", n)
+	}
+	if err := s.KVPutWithin(ctx, sc, "k3", []byte("w"), 13); err == nil {
+		t.Error("a put over the quota succeeded after the migration")
 	}
 }

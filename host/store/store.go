@@ -53,6 +53,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -67,9 +68,41 @@ const busyTimeoutMS = 5000
 // Store is moat's persistent state in one SQLite file. It is safe for
 // concurrent use by several goroutines. Create it with Open.
 type Store struct {
-	path string
-	w    *sql.DB // the single writer connection; also runs migrations
-	r    *sql.DB // read-only connections for queries
+	path  string
+	w     *sql.DB  // the single writer connection; also runs migrations
+	r     *sql.DB  // read-only connections for queries
+	stmts sync.Map // stmtKey → *sql.Stmt: the hot statements, prepared once
+}
+
+// stmtKey names a prepared statement: the pool it runs on and its text.
+type stmtKey struct {
+	db    *sql.DB
+	query string
+}
+
+// prepared returns query prepared on db, preparing it on first use.
+//
+// Preparing is most of the cost of a small statement with the pure-Go
+// driver (parsing and planning: ~20 µs of a ~30 µs kv.get on the test
+// machine), and the driver keeps no statement cache of its own, so the
+// statements of the invocation path (kv.get, kv.put, the quota check) are
+// prepared once per connection: database/sql re-prepares a *sql.Stmt on
+// each pool connection lazily and reuses it after. Inside a transaction,
+// use tx.StmtContext(ctx, stmt), which reuses the connection's copy.
+func (s *Store) prepared(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	k := stmtKey{db, query}
+	if st, ok := s.stmts.Load(k); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := s.stmts.LoadOrStore(k, st); loaded {
+		st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
 }
 
 // Open opens the store in dir, the file dir/moat.db, creating the directory
@@ -183,7 +216,12 @@ func checkWAL(ctx context.Context, db *sql.DB) error {
 
 // Close closes the store. Calls made after Close fail.
 func (s *Store) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	var errs []error
+	s.stmts.Range(func(_, st any) bool {
+		errs = append(errs, st.(*sql.Stmt).Close())
+		return true
+	})
+	return errors.Join(append(errs, s.r.Close(), s.w.Close())...)
 }
 
 // Path is the path of the database file, dir/moat.db.

@@ -1,0 +1,51 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// BenchmarkKV measures the store calls of the invocation path on one key:
+// a put with a quota (what kv.put does under a disk quota), a plain put,
+// and a get, alone and from parallel goroutines.
+func BenchmarkKV(b *testing.B) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	sc := store.Scope{Org: "acme", Module: "hello"}
+	b.Run("put-within", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.KVPutWithin(ctx, sc, "count", []byte("12345"), 1<<20); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("put", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.KVPut(ctx, sc, "count", []byte("12345")); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := s.KVGet(ctx, sc, "count"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("get-parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, _, err := s.KVGet(ctx, sc, "count"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
