@@ -12,6 +12,8 @@ import (
 	"sync"
 	"unsafe"
 	"weak"
+
+	"github.com/moat-sandbox/moat/host"
 )
 
 // BuildIdentifier is implemented by a language whose build output depends
@@ -116,6 +118,7 @@ type storedArtifact struct {
 	Files      []File            `json:"files,omitempty"`
 	Args       []string          `json:"args,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	Mounts     []host.Mount      `json:"mounts,omitempty"`
 	Command    []string          `json:"command,omitempty"`
 	ExtraExec  []string          `json:"extra_exec,omitempty"`
 	BuildLog   string            `json:"build_log,omitempty"`
@@ -146,7 +149,12 @@ func (c *BuildCache) Get(key string) (*Artifact, bool) {
 	if json.Unmarshal(b, &s) != nil {
 		return nil, false
 	}
-	a = &Artifact{Kind: s.Kind, Files: s.Files, Args: s.Args, Env: s.Env, Command: s.Command, ExtraExec: s.ExtraExec, BuildLog: s.BuildLog}
+	for _, m := range s.Mounts {
+		if fi, err := os.Stat(m.HostDir); err != nil || !fi.IsDir() {
+			return nil, false // the directory moved: rebuild
+		}
+	}
+	a = &Artifact{Kind: s.Kind, Files: s.Files, Args: s.Args, Env: s.Env, Mounts: s.Mounts, Command: s.Command, ExtraExec: s.ExtraExec, BuildLog: s.BuildLog}
 	if s.WASMDigest != "" {
 		if w := c.interned(s.WASMDigest, s.WASMSize); w != nil {
 			a.WASM = w
@@ -165,7 +173,7 @@ func (c *BuildCache) Get(key string) (*Artifact, bool) {
 
 // Put stores a under key.
 func (c *BuildCache) Put(key string, a *Artifact) error {
-	s := storedArtifact{Kind: a.Kind, Files: a.Files, Args: a.Args, Env: a.Env, Command: a.Command, ExtraExec: a.ExtraExec, BuildLog: a.BuildLog}
+	s := storedArtifact{Kind: a.Kind, Files: a.Files, Args: a.Args, Env: a.Env, Mounts: a.Mounts, Command: a.Command, ExtraExec: a.ExtraExec, BuildLog: a.BuildLog}
 	if len(a.WASM) > 0 {
 		s.WASMDigest, s.WASMSize = c.digestOf(a.WASM), len(a.WASM)
 		p := c.blobPath(s.WASMDigest)

@@ -363,6 +363,7 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 	if srcDir != "" {
 		rr.Mounts = []host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}
 	}
+	rr.Mounts = append(rr.Mounts, a.Mounts...)
 	began := time.Now()
 	out, err := m.Run(ctx, rr)
 	res.RunTime = time.Since(began)

@@ -163,6 +163,10 @@ type Artifact struct {
 	Args []string
 	// Env is added to the run's environment (PYTHONPATH and the like).
 	Env map[string]string
+	// Mounts are more host directories an interpreted run sees, read-only
+	// (Python's standard library). Each must stay where it is: a cached
+	// artifact whose mount has gone is rebuilt.
+	Mounts []host.Mount
 	// Command is the native command line (ArtifactNative); "/src/..." in
 	// it names the job's copy of Files.
 	Command []string

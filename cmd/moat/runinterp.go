@@ -96,7 +96,11 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f.confine, f.memoryMB, []string{dir, work}, nil); err != nil {
+	readOnly := []string{dir, work}
+	for _, m := range a.Mounts {
+		readOnly = append(readOnly, m.HostDir)
+	}
+	if err := confineHost(g, f.confine, f.memoryMB, readOnly, nil); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -125,7 +129,7 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	res, err := mod.Run(ctx, host.RunRequest{
 		Stdin: bytes.NewReader(input), Stdout: &stdout, Stderr: os.Stderr,
 		Args: a.Args, Env: env, Principal: principal, CorrelationID: f.correlate,
-		Mounts: []host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}},
+		Mounts: append([]host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
 		Ops:    true,
 	})
 	if err != nil {

@@ -34,7 +34,7 @@ func BenchmarkRun(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Mounts: []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}}
+		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}
 		b.ResetTimer()
 		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {

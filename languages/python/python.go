@@ -24,6 +24,7 @@ import (
 	"slices"
 
 	pysdk "github.com/moat-sandbox/moat/guests/python"
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -65,7 +66,7 @@ func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.S
 	if !slices.ContainsFunc(files, func(f languages.File) bool { return f.Name == pysdk.FileName }) {
 		files = append(files, languages.File{Name: pysdk.FileName, Content: pysdk.SDK})
 	}
-	return &languages.Artifact{
+	a := &languages.Artifact{
 		Kind:  languages.ArtifactInterpreted,
 		WASM:  wasm,
 		Files: files,
@@ -74,7 +75,14 @@ func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.S
 		// Unbuffered: what a script printed before a timeout or a trap is
 		// not lost in CPython's buffer.
 		Env: map[string]string{"PYTHONUNBUFFERED": "1"},
-	}, nil
+	}
+	if home := Stdlib(env.ToolchainDir); home != "" {
+		// The standard library as files, not the embedded zip: see
+		// stdlib.go.
+		a.Env["PYTHONHOME"] = GuestHome
+		a.Mounts = []host.Mount{{HostDir: home, GuestPath: GuestHome, ReadOnly: true}}
+	}
+	return a, nil
 }
 
 // Interpreter returns python.wasm from toolchainDir (or, when empty, the

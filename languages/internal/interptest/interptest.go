@@ -161,7 +161,7 @@ func (s *Suite) Run(t testing.TB, a *languages.Artifact, o RunOpts) (RunResult, 
 		Env:       env,
 		Principal: policy.Principal{User: user, Org: "acme"},
 		Limits:    o.Limits,
-		Mounts:    []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}},
+		Mounts:    append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
 		Ops:       o.Ops,
 	})
 	return RunResult{Stdout: stdout.String(), Stderr: stderr.String(), Code: res.ExitCode}, err
