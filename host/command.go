@@ -65,6 +65,10 @@ type Mount struct {
 type RunResult struct {
 	ExitCode uint32
 	Duration time.Duration
+	// PeakMemoryBytes is the size the guest's linear memory reached (a
+	// WebAssembly memory grows and never shrinks, so its final size is
+	// its peak). It is set on failed runs too, with their *Error.
+	PeakMemoryBytes uint64
 }
 
 // Run executes a WASI command's _start with the given stdio, args and env.
@@ -156,13 +160,17 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		inst.mem = &limitedMemory{}
 	}
 
+	peak := inst.mem.peak
+	fail = func(code abi.Code, err error, format string, args ...any) (RunResult, error) {
+		return RunResult{Duration: took, PeakMemoryBytes: peak}, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
 	var exit *sys.ExitError
 	switch {
 	case err == nil:
 		if inst.mem.hit {
 			return fail(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		}
-		return RunResult{ExitCode: 0, Duration: took}, nil
+		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, nil
 	case over.stream != "":
 		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
 	case inst.mem.hit:
@@ -174,7 +182,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
 		return fail(abi.CodeCanceled, err, "the caller canceled the run")
 	case errors.As(err, &exit):
-		return RunResult{ExitCode: exit.ExitCode(), Duration: took}, nil
+		return RunResult{ExitCode: exit.ExitCode(), Duration: took, PeakMemoryBytes: peak}, nil
 	default:
 		return fail(abi.CodeTrap, err, "%s", firstLine(err))
 	}

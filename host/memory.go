@@ -14,6 +14,7 @@ type limitedMemory struct {
 	limit uint64 // bytes; changed by the host between invocations
 	hit   bool   // a grow was refused since the last reset
 	init  bool   // the initial allocation was made
+	peak  uint64 // the largest size granted: a run's peak memory (WASM memory never shrinks)
 }
 
 // memoryAllocator hands out limitedMemory and remembers the last one, so
@@ -38,6 +39,7 @@ func (m *limitedMemory) Reallocate(size uint64) []byte {
 		// result), so grant it and let the host refuse the instance.
 		m.init = true
 		m.hit = size > m.limit
+		m.peak = max(m.peak, size)
 		if size <= uint64(cap(m.buf)) {
 			m.buf = m.buf[:size]
 		} else {
@@ -49,6 +51,7 @@ func (m *limitedMemory) Reallocate(size uint64) []byte {
 		m.hit = true
 		return nil
 	}
+	m.peak = max(m.peak, size)
 	if size <= uint64(cap(m.buf)) {
 		m.buf = m.buf[:size] // the tail was zeroed by make and never written
 		return m.buf

@@ -327,7 +327,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
 		res.RunTime = time.Since(began)
 		if out != nil {
-			res.Stdout, res.Stderr, res.ExitCode = out.Stdout, out.Stderr, out.ExitCode
+			res.Stdout, res.Stderr, res.ExitCode, res.PeakMemory = out.Stdout, out.Stderr, out.ExitCode, out.PeakMemory
 		}
 		return e.wasmOutcome(ctx, err, res)
 	}
@@ -370,6 +370,7 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 	if err == nil {
 		res.RunTime = out.Duration
 	}
+	res.PeakMemory = out.PeakMemoryBytes
 	res.Stdout, res.Stderr, res.ExitCode = stdout.Bytes(), stderr.Bytes(), int(out.ExitCode)
 	return e.wasmOutcome(ctx, err, res)
 }

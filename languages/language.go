@@ -280,4 +280,5 @@ type RunInput struct {
 type RunOutput struct {
 	Stdout, Stderr []byte
 	ExitCode       int
+	PeakMemory     uint64 // bytes of linear memory the run reached
 }

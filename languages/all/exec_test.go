@@ -168,6 +168,39 @@ func TestHelloEveryLanguage(t *testing.T) {
 			if res.RunTime <= 0 {
 				t.Errorf("run time %s", res.RunTime)
 			}
+			// Every path reports its peak: the cgroup's for native runs,
+			// the linear memory's for WASM ones (at least one 64 KiB page).
+			if res.PeakMemory < 64<<10 {
+				t.Errorf("peak memory %d bytes, want at least a page", res.PeakMemory)
+			}
+		})
+	}
+}
+
+// TestPeakMemory: a WASM run's peak is the size its memory grew to, so a
+// program that allocates 32 MiB reports more than that, and more than a
+// hello world.
+func TestPeakMemory(t *testing.T) {
+	e := newExecutor(t, "")
+	for _, tc := range []struct{ lang, file, small, big string }{
+		{"python", "main.py", "print(1)", "b = bytearray(32 << 20)\nprint(len(b))"},
+		{"c", "main.c", "int main(void){return 0;}", "#include <stdlib.h>\nint main(void){volatile char *p = malloc(32 << 20); for (int i = 0; i < (32 << 20); i += 4096) p[i] = 1; return p[4096] - 1;}"},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			needLanguage(t, tc.lang)
+			peak := func(code string) uint64 {
+				res, err := e.Exec(context.Background(), languages.ExecRequest{Language: tc.lang,
+					Source: languages.Source{Files: []languages.File{{Name: tc.file, Content: []byte(code)}}},
+					Limits: languages.ExecLimits{CompileTimeout: 5 * time.Minute}})
+				if err != nil || res.Status != languages.StatusOK {
+					t.Fatalf("%v %s %s %s", err, res.Status, res.Message, res.Stderr)
+				}
+				return res.PeakMemory
+			}
+			small, big := peak(tc.small), peak(tc.big)
+			if big < 32<<20 || big <= small {
+				t.Errorf("peak of the 32 MiB program %d, of the small one %d; want over 32 MiB and over the small one", big, small)
+			}
 		})
 	}
 }

@@ -264,7 +264,7 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	default:
 		return fail(abi.CodeTrap, err, "%s", firstLine(err))
 	}
-	return &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code}, nil
+	return &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code, PeakMemory: alloc.peak}, nil
 }
 
 // drive instantiates the interpreter and runs script with argv, returning
@@ -462,8 +462,9 @@ func (c *capWriter) Write(p []byte) (int, error) {
 // that fails after one is memory_limit.
 type memoryAllocator struct {
 	limit   uint64
-	hit     bool // a grow was refused
-	initHit bool // the initial size was over the limit
+	hit     bool   // a grow was refused
+	initHit bool   // the initial size was over the limit
+	peak    uint64 // the largest size granted
 }
 
 func (a *memoryAllocator) Allocate(capacity, max uint64) experimental.LinearMemory {
@@ -488,6 +489,7 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		m.a.hit = true
 		return nil
 	}
+	m.a.peak = max(m.a.peak, size)
 	if size <= uint64(cap(m.buf)) {
 		m.buf = m.buf[:size]
 		return m.buf
