@@ -250,6 +250,11 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 	}
 	s := withDefaults(spec)
 	root := os.Geteuid() == 0
+	if root {
+		// First, so the kernel's wait for the wrapper's cgroup join runs
+		// alongside the rest of the set-up (see PrimeCgroupAttach).
+		kernel.PrimeCgroupAttach()
+	}
 	uid, gid := int(s.UID), int(s.GID)
 	if !root {
 		uid, gid = os.Getuid(), os.Getgid()

@@ -187,3 +187,39 @@ func TestCgroupLifecycle(t *testing.T) {
 		t.Errorf("second Destroy: %v, want nil (idempotent)", err)
 	}
 }
+
+// TestPrimeCgroupAttach: priming moves this process nowhere (it writes
+// itself into the cgroup it is in) and leaves the next attach cheap.
+func TestPrimeCgroupAttach(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to write cgroup.procs")
+	}
+	if CgroupUnified() {
+		t.Skip("a pure cgroup v2 host: moat clones into the job cgroup, nothing to prime")
+	}
+	procs, ok := ownV1Procs("pids")
+	if !ok {
+		t.Fatal("no v1 pids hierarchy on a hybrid host")
+	}
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		t.Fatalf("own cgroup.procs %s: %v", procs, err)
+	}
+	if !slices.Contains(strings.Fields(string(b)), strconv.Itoa(os.Getpid())) {
+		t.Fatalf("%s does not list this process (%d)", procs, os.Getpid())
+	}
+	before, _ := os.ReadFile("/proc/self/cgroup")
+	PrimeCgroupAttach()
+	// The write runs in the background; a job cgroup's join right after
+	// must not fail or wait on it for long.
+	cg, err := NewJobCgroup("test-prime", JobLimits{Pids: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Destroy()
+	time.Sleep(200 * time.Millisecond) // long past any grace period
+	after, _ := os.ReadFile("/proc/self/cgroup")
+	if !bytes.Equal(before, after) {
+		t.Fatalf("priming moved the process:\nbefore %s\nafter %s", before, after)
+	}
+}
