@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 	"unsafe"
 	"weak"
 
@@ -81,7 +84,26 @@ type BuildCache struct {
 	internMu sync.Mutex
 	byDigest map[string]weak.Pointer[byte]
 	digests  map[weak.Pointer[byte]]blobRef
+
+	// Disk bound (see evict). size is this process's running estimate of
+	// the bytes under dir, -1 until the first Put measures it; a pass
+	// measures the disk again, so other processes' writes are counted.
+	evictMu  sync.Mutex
+	maxBytes int64
+	size     int64
+	touched  map[string]time.Time // last mtime refresh per key
 }
+
+// DefaultBuildCacheMaxBytes bounds a build cache's disk use unless
+// SetMaxBytes says otherwise: a code-execution server builds every
+// distinct submission, and without a bound its cache grows until the disk
+// is full.
+const DefaultBuildCacheMaxBytes = 2 << 30
+
+// touchEvery is how stale an entry's mtime (its last use, for eviction)
+// may get before a hit refreshes it: one syscall per hit would cost more
+// than the order it buys.
+const touchEvery = 10 * time.Minute
 
 type blobRef struct {
 	digest string
@@ -104,7 +126,17 @@ func OpenBuildCache(dir string) (*BuildCache, error) {
 		}
 	}
 	return &BuildCache{dir: dir, mem: map[string]*Artifact{},
-		byDigest: map[string]weak.Pointer[byte]{}, digests: map[weak.Pointer[byte]]blobRef{}}, nil
+		byDigest: map[string]weak.Pointer[byte]{}, digests: map[weak.Pointer[byte]]blobRef{},
+		maxBytes: DefaultBuildCacheMaxBytes, size: -1, touched: map[string]time.Time{}}, nil
+}
+
+// SetMaxBytes bounds the bytes the cache keeps on disk: a Put that takes
+// it over the bound evicts the least recently used entries (and the blobs
+// only they used) down to 90% of it. n <= 0 lifts the bound.
+func (c *BuildCache) SetMaxBytes(n int64) {
+	c.evictMu.Lock()
+	c.maxBytes = n
+	c.evictMu.Unlock()
 }
 
 // Dir returns the cache's directory.
@@ -139,6 +171,7 @@ func (c *BuildCache) Get(key string) (*Artifact, bool) {
 	a, ok := c.mem[key]
 	c.mu.Unlock()
 	if ok {
+		c.touch(key)
 		return a, true
 	}
 	b, err := os.ReadFile(c.entryPath(key))
@@ -168,12 +201,14 @@ func (c *BuildCache) Get(key string) (*Artifact, bool) {
 		}
 	}
 	c.remember(key, a)
+	c.touch(key)
 	return a, true
 }
 
 // Put stores a under key.
 func (c *BuildCache) Put(key string, a *Artifact) error {
 	s := storedArtifact{Kind: a.Kind, Files: a.Files, Args: a.Args, Env: a.Env, Mounts: a.Mounts, Command: a.Command, ExtraExec: a.ExtraExec, BuildLog: a.BuildLog}
+	var written int64
 	if len(a.WASM) > 0 {
 		s.WASMDigest, s.WASMSize = c.digestOf(a.WASM), len(a.WASM)
 		p := c.blobPath(s.WASMDigest)
@@ -181,6 +216,7 @@ func (c *BuildCache) Put(key string, a *Artifact) error {
 			if err := writeAtomic(p, a.WASM); err != nil {
 				return fmt.Errorf("build cache: %w", err)
 			}
+			written += int64(len(a.WASM))
 		}
 	}
 	b, err := json.Marshal(s)
@@ -194,8 +230,158 @@ func (c *BuildCache) Put(key string, a *Artifact) error {
 	if err := writeAtomic(p, b); err != nil {
 		return fmt.Errorf("build cache: %w", err)
 	}
+	written += int64(len(b))
 	c.remember(key, a)
+	c.grew(key, written)
 	return nil
+}
+
+// touch marks key as used now (the entry's mtime), at most once per
+// touchEvery per process.
+func (c *BuildCache) touch(key string) {
+	now := time.Now()
+	c.mu.Lock()
+	last, ok := c.touched[key]
+	if ok && now.Sub(last) < touchEvery {
+		c.mu.Unlock()
+		return
+	}
+	if len(c.touched) >= 4*memEntries {
+		clear(c.touched)
+	}
+	c.touched[key] = now
+	c.mu.Unlock()
+	_ = os.Chtimes(c.entryPath(key), now, now)
+}
+
+// grew adds n freshly written bytes to the estimate and evicts when it is
+// over the bound.
+func (c *BuildCache) grew(keep string, n int64) {
+	c.evictMu.Lock()
+	defer c.evictMu.Unlock()
+	if c.maxBytes <= 0 {
+		return
+	}
+	if c.size >= 0 {
+		c.size += n
+		if c.size <= c.maxBytes {
+			return
+		}
+	}
+	c.size = c.evictLocked(keep)
+}
+
+// cachedEntry is one builds/ file, for eviction.
+type cachedEntry struct {
+	key    string
+	size   int64
+	mtime  time.Time
+	digest string
+}
+
+// evictLocked measures the cache on disk and, when it is over maxBytes,
+// removes the least recently used entries (never keep, the one just put)
+// until it is at 90% of the bound, with every blob no remaining entry
+// uses. It returns the bytes left. Another process may be reading an
+// entry or blob as it goes: both are removed by unlink, so the reader
+// keeps what it opened, and a later Get of the key is a miss, which
+// rebuilds.
+func (c *BuildCache) evictLocked(keep string) int64 {
+	var entries []cachedEntry
+	var total int64
+	refs := map[string]int{}
+	shards, _ := os.ReadDir(filepath.Join(c.dir, "builds"))
+	for _, sh := range shards {
+		if !sh.IsDir() {
+			continue
+		}
+		names, _ := os.ReadDir(filepath.Join(c.dir, "builds", sh.Name()))
+		for _, n := range names {
+			fi, err := n.Info()
+			if err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			total += fi.Size()
+			key, ok := strings.CutSuffix(n.Name(), ".json")
+			if !ok {
+				c.removeStaleTemp(filepath.Join(c.dir, "builds", sh.Name(), n.Name()), fi)
+				continue
+			}
+			e := cachedEntry{key: key, size: fi.Size(), mtime: fi.ModTime()}
+			var s storedArtifact
+			if b, err := os.ReadFile(c.entryPath(key)); err == nil && json.Unmarshal(b, &s) == nil {
+				e.digest = s.WASMDigest
+			}
+			if e.digest != "" {
+				refs[e.digest]++
+			}
+			entries = append(entries, e)
+		}
+	}
+	blobs := map[string]int64{}
+	names, _ := os.ReadDir(filepath.Join(c.dir, "blobs"))
+	for _, n := range names {
+		fi, err := n.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		total += fi.Size()
+		d, ok := strings.CutSuffix(n.Name(), ".wasm")
+		if !ok {
+			c.removeStaleTemp(filepath.Join(c.dir, "blobs", n.Name()), fi)
+			continue
+		}
+		blobs[d] = fi.Size()
+	}
+	if total <= c.maxBytes {
+		return total
+	}
+	removeBlob := func(d string) {
+		if err := os.Remove(c.blobPath(d)); err == nil {
+			total -= blobs[d]
+		}
+		delete(blobs, d)
+	}
+	// Blobs nothing refers to (a crash between blob and entry) go first.
+	for d := range blobs {
+		if refs[d] == 0 {
+			removeBlob(d)
+		}
+	}
+	slices.SortFunc(entries, func(a, b cachedEntry) int { return a.mtime.Compare(b.mtime) })
+	target := c.maxBytes / 10 * 9
+	var gone []string
+	for _, e := range entries {
+		if total <= target {
+			break
+		}
+		if e.key == keep || os.Remove(c.entryPath(e.key)) != nil {
+			continue
+		}
+		total -= e.size
+		gone = append(gone, e.key)
+		if e.digest != "" {
+			if refs[e.digest]--; refs[e.digest] == 0 {
+				removeBlob(e.digest)
+			}
+		}
+	}
+	c.mu.Lock()
+	for _, k := range gone {
+		delete(c.mem, k)
+		delete(c.touched, k)
+	}
+	c.order = slices.DeleteFunc(c.order, func(k string) bool { _, ok := c.mem[k]; return !ok })
+	c.mu.Unlock()
+	return total
+}
+
+// removeStaleTemp removes a temporary file writeAtomic left behind (a
+// crash between create and rename), once it is surely not being written.
+func (c *BuildCache) removeStaleTemp(p string, fi os.FileInfo) {
+	if strings.HasPrefix(fi.Name(), ".tmp-") && time.Since(fi.ModTime()) > time.Hour {
+		os.Remove(p)
+	}
 }
 
 // digestOf returns the SHA-256 of b, hashing each live copy once.

@@ -5,8 +5,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/languages"
 )
@@ -168,5 +170,79 @@ func TestReadOutputRefusesSymlinks(t *testing.T) {
 	os.WriteFile(link, []byte("\x00asm"), 0o644)
 	if b, err := languages.ReadOutput(link); err != nil || string(b) != "\x00asm" {
 		t.Fatalf("%q %v", b, err)
+	}
+}
+
+// TestBuildCacheEvictsLeastRecentlyUsed: past its bound the cache removes
+// the builds used longest ago, and a blob only with the last entry that
+// uses it; what it keeps still reads back whole.
+func TestBuildCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	dir := t.TempDir()
+	c, err := languages.OpenBuildCache(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blob = 100_000
+	c.SetMaxBytes(5*blob + 50_000) // room for five builds with their own WASM
+	key := func(i int) string {
+		return languages.BuildKey(keyLang{languages.Info{Name: "x"}}, files("a.c", strconv.Itoa(i)))
+	}
+	wasm := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, blob) }
+	shared := bytes.Repeat([]byte("interp"), blob/6)
+	put := func(i int, w []byte, age time.Duration) {
+		t.Helper()
+		if err := c.Put(key(i), &languages.Artifact{Kind: languages.ArtifactWASM, WASM: w}); err != nil {
+			t.Fatal(err)
+		}
+		when := time.Now().Add(-age)
+		p := filepath.Join(dir, "builds", key(i)[:2], key(i)+".json")
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Builds 0..3 with their own WASM, oldest first; 10 and 11 share one.
+	for i := range 4 {
+		put(i, wasm(i), time.Duration(10-i)*time.Hour)
+	}
+	put(10, shared, 20*time.Hour)
+	put(11, shared, time.Minute)
+	// Build 0 is used again: it becomes the most recent.
+	fresh, _ := languages.OpenBuildCache(dir) // as another process: a disk hit
+	if _, ok := fresh.Get(key(0)); !ok {
+		t.Fatal("build 0 missing before the bound was reached")
+	}
+	// Two more builds take the cache over its bound.
+	put(4, wasm(4), 0)
+	put(5, wasm(5), 0)
+
+	reopened, _ := languages.OpenBuildCache(dir) // no memory layer
+	has := func(i int) bool { _, ok := reopened.Get(key(i)); return ok }
+	for i, want := range map[int]bool{
+		0: true,            // used again just now
+		1: false, 2: false, // the least recently used
+		10: false,                            // the oldest of all, but its blob is still 11's
+		3:  true, 11: true, 4: true, 5: true, // 90% of the bound reached without them
+	} {
+		if got := has(i); got != want {
+			t.Errorf("build %d cached: %v, want %v", i, got, want)
+		}
+	}
+	if a, ok := reopened.Get(key(11)); !ok || !bytes.Equal(a.WASM, shared) {
+		t.Error("the shared blob went with the older of its two entries")
+	}
+	var total int64
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, _ := d.Info()
+			total += fi.Size()
+		}
+		return nil
+	})
+	if max := int64(5*blob + 50_000); total > max {
+		t.Errorf("cache holds %d bytes, over its bound of %d", total, max)
+	}
+	blobs, _ := os.ReadDir(filepath.Join(dir, "blobs"))
+	if len(blobs) != 5 { // 0, 3, 4, 5 and the shared one
+		t.Errorf("%d blobs left, want 5 (the evicted builds' blobs removed)", len(blobs))
 	}
 }

@@ -41,6 +41,10 @@ type ExecutorConfig struct {
 	Host *host.Host
 	// BuildCacheDir holds build artifacts by content hash. Required.
 	BuildCacheDir string
+	// BuildCacheMaxBytes bounds the build cache on disk: past it, the
+	// least recently used builds are removed. 0 means
+	// DefaultBuildCacheMaxBytes; negative, no bound.
+	BuildCacheMaxBytes int64
 	// StateDir holds the languages' persistent state (see
 	// BuildEnv.StateDir). Default: BuildCacheDir/state.
 	StateDir string
@@ -123,6 +127,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	c, err := OpenBuildCache(cfg.BuildCacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("languages: executor: %w", err)
+	}
+	if cfg.BuildCacheMaxBytes != 0 {
+		c.SetMaxBytes(cfg.BuildCacheMaxBytes)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("languages: executor: state dir: %w", err)

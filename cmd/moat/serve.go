@@ -95,7 +95,7 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 			}
 			cfg.NewExecutor = func(h *host.Host) (server.Executor, error) {
 				return languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
-					StateDir: filepath.Join(cfg.DataDir, "lang-state")})
+					BuildCacheMaxBytes: int64(cfg.BuildCacheBytes), StateDir: filepath.Join(cfg.DataDir, "lang-state")})
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

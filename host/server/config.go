@@ -39,6 +39,11 @@ type Config struct {
 	// that a restart or a second server does not compile again. Default
 	// DataDir/cache.
 	CacheDir string `yaml:"cache_dir"`
+	// BuildCacheBytes bounds the code-execution build cache
+	// (DataDir/build-cache): past it, the least recently used builds are
+	// removed. Default 2GiB; every distinct submission is a build, so an
+	// unbounded cache would fill the disk.
+	BuildCacheBytes policy.ByteSize `yaml:"build_cache_bytes"`
 	// Profile is the operator profile for every organization: a built-in
 	// name (minimal, dev) or the path of a profile file. Default minimal.
 	Profile string `yaml:"profile"`
@@ -166,6 +171,9 @@ func (c *Config) fillDefaults() {
 	def(&c.Piston.Principal.Org, "piston")
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = policy.Duration(30 * time.Second)
+	}
+	if c.BuildCacheBytes == 0 {
+		c.BuildCacheBytes = 2 << 30
 	}
 	l := &c.Limits
 	if l.MaxRequestBytes == 0 {

@@ -16,6 +16,7 @@ func TestParseConfig(t *testing.T) {
 	c, err := server.ParseConfig("moat-server.yaml", []byte(`
 listen: 0.0.0.0:9000
 data_dir: /srv/moat
+build_cache_bytes: 512MiB
 profile: dev
 profiles:
   acme: minimal
@@ -34,13 +35,13 @@ piston:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != "0.0.0.0:9000" || c.DataDir != "/srv/moat" || c.Profile != "dev" || c.Profiles["acme"] != "minimal" ||
+	if c.Listen != "0.0.0.0:9000" || c.DataDir != "/srv/moat" || c.BuildCacheBytes != 512<<20 || c.Profile != "dev" || c.Profiles["acme"] != "minimal" ||
 		c.Limits.MaxRequestBytes != 2<<20 || c.Limits.KeyRate != 10 || c.Limits.KeyBurst != 200 || c.Limits.OrgBurst != 50 ||
 		c.Log.Format != "json" || c.ShutdownTimeout.Std() != 5*time.Second || !c.Piston.Enabled || c.Piston.Prefix != "/api/v2" ||
 		c.Piston.Principal.User != "judge" || c.Piston.Limits.RunTimeout.Std() != 2*time.Second || c.Piston.Limits.CompileTimeout.Std() != 10*time.Second {
 		t.Errorf("parsed config = %+v", c)
 	}
-	if d := server.DefaultConfig(); d.Listen != "127.0.0.1:8080" || d.Profile != "minimal" || d.Piston.Enabled {
+	if d := server.DefaultConfig(); d.Listen != "127.0.0.1:8080" || d.Profile != "minimal" || d.Piston.Enabled || d.BuildCacheBytes != 2<<30 {
 		t.Errorf("DefaultConfig = %+v", d)
 	}
 }
