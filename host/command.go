@@ -28,6 +28,10 @@ type RunRequest struct {
 	Env            map[string]string
 	Principal      policy.Principal
 	CorrelationID  string
+	// Action is what the run's log lines, ops and audit events name as
+	// the action: an interpreted plugin's action, whose script the
+	// interpreter command runs. Default _start.
+	Action string
 	// Limits override the module's. MaxOutputBytes caps stdout and stderr
 	// each; a command that writes more is stopped with output_too_large.
 	Limits Limits
@@ -94,9 +98,13 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		}
 	}
 
+	action := req.Action
+	if action == "" {
+		action = abi.ExportStart
+	}
 	start := time.Now()
 	defer func() {
-		m.auditInvocation(ctx, &Request{Action: abi.ExportStart, Principal: req.Principal, CorrelationID: req.CorrelationID}, start, err)
+		m.auditInvocation(ctx, &Request{Action: action, Principal: req.Principal, CorrelationID: req.CorrelationID}, start, err)
 	}()
 	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
@@ -111,7 +119,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	inst := &instance{m: m}
 	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
 	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
-	inst.env.Begin(cctx, abi.ExportStart, req.Principal, req.CorrelationID)
+	inst.env.Begin(cctx, action, req.Principal, req.CorrelationID)
 	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}

@@ -128,7 +128,7 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	var stdout bytes.Buffer
 	res, err := mod.Run(ctx, host.RunRequest{
 		Stdin: bytes.NewReader(input), Stdout: &stdout, Stderr: os.Stderr,
-		Args: a.Args, Env: env, Principal: principal, CorrelationID: f.correlate,
+		Args: a.Args, Env: env, Principal: principal, CorrelationID: f.correlate, Action: action.Name,
 		Mounts: append([]host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
 		Ops:    true,
 	})

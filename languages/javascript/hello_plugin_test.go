@@ -12,7 +12,7 @@ import (
 
 // TestHelloPlugin runs examples/hello-js through the interpreter with the
 // device file, twice: the counter in kv goes up and the log has the
-// guest's record, tagged with the module and the caller.
+// guest's record, tagged with the module, the action and the caller.
 func TestHelloPlugin(t *testing.T) {
 	mf, err := policy.LoadManifest("../../examples/hello-js/moat.yaml")
 	if err != nil {
@@ -27,7 +27,7 @@ func TestHelloPlugin(t *testing.T) {
 	}
 	a := build(t, "main.js", string(script))
 	for i, want := range []string{"Hello, World! (call #1)\n", "Hello, World! (call #2)\n"} {
-		res, err := run(t, a, runOpts{Stdin: "World\n", Ops: true, MF: mf, User: "carol"})
+		res, err := run(t, a, runOpts{Stdin: "World\n", Ops: true, MF: mf, User: "carol", Action: "greet"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,8 @@ func TestHelloPlugin(t *testing.T) {
 			record = line
 		}
 	}
-	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) {
-		t.Fatalf("no guest log record for hello-js with the name and the caller; log:\n%s", suite.Log.String())
+	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) ||
+		!strings.Contains(record, `"action":"greet"`) {
+		t.Fatalf("no guest log record for hello-js with the name, the action and the caller; log:\n%s", suite.Log.String())
 	}
 }

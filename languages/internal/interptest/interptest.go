@@ -94,6 +94,7 @@ type RunOpts struct {
 	Manifest string           // moat.yaml text; empty: no manifest (no kv grant)
 	MF       *policy.Manifest // a parsed manifest, instead of Manifest
 	User     string           // principal user (default ann), org acme
+	Action   string           // the plugin action the run serves (host.RunRequest.Action)
 	Limits   host.Limits
 }
 
@@ -160,6 +161,7 @@ func (s *Suite) Run(t testing.TB, a *languages.Artifact, o RunOpts) (RunResult, 
 		Args:      append(append([]string(nil), a.Args...), o.Args...),
 		Env:       env,
 		Principal: policy.Principal{User: user, Org: "acme"},
+		Action:    o.Action,
 		Limits:    o.Limits,
 		Mounts:    append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
 		Ops:       o.Ops,
