@@ -98,14 +98,28 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		}
 	}
 
-	action := req.Action
-	if action == "" {
-		action = abi.ExportStart
+	if req.Action == "" {
+		req.Action = abi.ExportStart
 	}
 	start := time.Now()
 	defer func() {
-		m.auditInvocation(ctx, &Request{Action: action, Principal: req.Principal, CorrelationID: req.CorrelationID}, start, err)
+		m.auditInvocation(ctx, &Request{Action: req.Action, Principal: req.Principal, CorrelationID: req.CorrelationID}, start, err)
 	}()
+	res, _, err = m.run(ctx, req, lim, false)
+	return res, err
+}
+
+// run runs the command once on a fresh instance, under lim. confirmed
+// lets sensitive ops run; needsConfirm names the first one refused for
+// want of a confirmation.
+func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed bool) (res RunResult, needsConfirm string, err error) {
+	errAction := req.Action // a plain command's errors name no action
+	if errAction == abi.ExportStart {
+		errAction = ""
+	}
+	fail := func(code abi.Code, err error, format string, args ...any) (RunResult, string, error) {
+		return RunResult{}, "", &Error{Module: m.name, Action: errAction, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
 	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	var over capState
@@ -116,10 +130,10 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		stdin = strings.NewReader("")
 	}
 
-	inst := &instance{m: m}
+	inst := &instance{m: m, confirmed: confirmed}
 	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
 	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
-	inst.env.Begin(cctx, action, req.Principal, req.CorrelationID)
+	inst.env.Begin(cctx, req.Action, req.Principal, req.CorrelationID)
 	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
@@ -168,31 +182,32 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		inst.mem = &limitedMemory{}
 	}
 
-	peak := inst.mem.peak
-	fail = func(code abi.Code, err error, format string, args ...any) (RunResult, error) {
-		return RunResult{Duration: took, PeakMemoryBytes: peak}, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	peak, needsConfirm := inst.mem.peak, inst.needsConfirm
+	failed := func(code abi.Code, err error, format string, args ...any) (RunResult, string, error) {
+		return RunResult{Duration: took, PeakMemoryBytes: peak}, needsConfirm,
+			&Error{Module: m.name, Action: errAction, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
 	var exit *sys.ExitError
 	switch {
 	case err == nil:
 		if inst.mem.hit {
-			return fail(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
+			return failed(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		}
-		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, nil
+		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil
 	case over.stream != "":
-		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
+		return failed(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
 	case inst.mem.hit:
-		return fail(abi.CodeMemoryLimit, err, "the guest tried to grow its memory past the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
+		return failed(abi.CodeMemoryLimit, err, "the guest tried to grow its memory past the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 	case inst.sess.Fault() != nil:
-		return fail(abi.CodeGuestFault, inst.sess.Fault(), "%s", inst.sess.Fault().Error())
+		return failed(abi.CodeGuestFault, inst.sess.Fault(), "%s", inst.sess.Fault().Error())
 	case isDeadline(err, cctx):
-		return fail(abi.CodeTimeout, err, "did not finish within %s", lim.Timeout)
+		return failed(abi.CodeTimeout, err, "did not finish within %s", lim.Timeout)
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
-		return fail(abi.CodeCanceled, err, "the caller canceled the run")
+		return failed(abi.CodeCanceled, err, "the caller canceled the run")
 	case errors.As(err, &exit):
-		return RunResult{ExitCode: exit.ExitCode(), Duration: took, PeakMemoryBytes: peak}, nil
+		return RunResult{ExitCode: exit.ExitCode(), Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil
 	default:
-		return fail(abi.CodeTrap, err, "%s", firstLine(err))
+		return failed(abi.CodeTrap, err, "%s", firstLine(err))
 	}
 }
 

@@ -43,7 +43,7 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	fail := func(code abi.Code, err error, format string, args ...any) (Result, error) {
 		return Result{}, &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
-	if m.kind == KindCommand {
+	if m.kind == KindCommand && m.script == nil {
 		return fail(abi.CodeNoSuchAction, nil, "the module is a WASI command with no actions: run it without an action (Module.Run, or `moat run MODULE`)")
 	}
 	idx, ok := m.publicIdx[req.Action]
@@ -73,6 +73,18 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 		return Result{}, err
 	}
 	defer release()
+	if m.script != nil {
+		out, needsConfirm, err := m.runScript(cctx, &req, lim, confirmed)
+		if needsConfirm != "" {
+			return Result{}, m.requestConfirmation(ctx, &req,
+				fmt.Sprintf("run %s.%s for %s, which calls the sensitive op %s", m.name, req.Action, req.Principal, needsConfirm),
+				"profile "+m.policy.profile.Name+": sensitive_ops")
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{Output: out}, nil
+	}
 	if m.runner != nil {
 		out, needsConfirm, err := m.callForeign(cctx, &req, lim, confirmed)
 		if needsConfirm != "" {

@@ -68,6 +68,9 @@ type LoadOptions struct {
 	Signature     []byte
 	// CorrelationID tags the load's audit events.
 	CorrelationID string
+	// Script makes a WASI command (an interpreter) serve the manifest's
+	// actions; see Script.
+	Script *Script
 }
 
 // Module is a compiled module ready to run. It is safe for concurrent use.
@@ -91,6 +94,7 @@ type Module struct {
 	policy    *modulePolicy
 	diskQuota int64
 	runner    Runner // a foreign module's driver (KindExtism); nil otherwise
+	script    *Script
 
 	mu   sync.Mutex
 	idle []*instance
@@ -227,7 +231,11 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		return fail(abi.CodeBadModule, nil, "exports neither %s (a moat plugin) nor %s (a WASI command); exports are: %s",
 			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
 	}
-	if mf := opts.Manifest; mf != nil {
+	if opts.Script != nil {
+		if err := m.loadScript(opts); err != nil {
+			return nil, err
+		}
+	} else if mf := opts.Manifest; mf != nil {
 		if mf.Kind != "" && mf.Kind != manifestKind(m.kind) {
 			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is of kind %s: write kind: %s", mf.Kind, manifestKind(m.kind), manifestKind(m.kind))
 		}

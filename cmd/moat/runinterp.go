@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
@@ -39,10 +36,11 @@ func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool)
 }
 
 // runInterpretedPlugin runs one action of an interpreted plugin: the
-// language builds the script into its interpreter's artifact, the
-// interpreter runs as a WASI command with the manifest's grants, the
-// input on stdin, the action's name in $MOAT_ACTION, and the op table on
-// the device file; what it prints is the output.
+// language builds the script into its interpreter's artifact, and the
+// host runs the interpreter as a host.Script serving the manifest's
+// actions (input on stdin, the action's name in $MOAT_ACTION, the op
+// table on the device file, what it prints as the output), with the same
+// authorization, confirmation, limits and audit as a compiled plugin.
 func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir string, mf *policy.Manifest, l languages.Language,
 	args []string, principal policy.Principal, cfg map[string]string, limits host.Limits) error {
 	names := make([]string, 0, len(mf.Actions))
@@ -56,15 +54,19 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	if !ok {
 		return usagef("%s has no action %q: its moat.yaml declares %s", mf.Name, args[1], strings.Join(names, ", "))
 	}
+	var input []byte
 	if f.confirm != "" {
-		return usagef("--confirm is for WASM plugins; an interpreted plugin's action runs when invoked")
-	}
-	input, err := f.readInput()
-	if err != nil {
-		return err
-	}
-	if action.MaxInput > 0 && int64(len(input)) > int64(action.MaxInput) {
-		return usagef("input of %d bytes is over the action's max_input of %d", len(input), action.MaxInput)
+		if f.inputSet || f.inputFile != "" {
+			return usagef("--confirm runs the action and input the token was issued for: give MODULE ACTION and no input")
+		}
+	} else {
+		var err error
+		if input, err = f.readInput(); err != nil {
+			return err
+		}
+		if action.MaxInput > 0 && int64(len(input)) > int64(action.MaxInput) {
+			return usagef("input of %d bytes is over the action's max_input of %d", len(input), action.MaxInput)
+		}
 	}
 	src, err := pluginSource(dir, l)
 	if err != nil {
@@ -108,38 +110,26 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 		return err
 	}
 	defer h.Close(context.Background())
-	// The interpreter is a WASI command: the plugin's action is the
-	// script, run with the plugin's grants, limits and config.
-	asCommand := *mf
-	asCommand.Kind, asCommand.Actions = policy.KindWASICommand, nil
-	if action.Timeout > 0 && limits.Timeout == 0 {
-		limits.Timeout = time.Duration(action.Timeout)
-	}
-	mod, err := h.Load(ctx, a.WASM, host.LoadOptions{Name: mf.Name, Manifest: &asCommand, Config: cfg,
-		Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate})
+	// The interpreter is a WASI command serving the manifest's actions
+	// (host.Script): roles, confirm: true, limits and audit apply as to a
+	// compiled plugin.
+	mod, err := h.Load(ctx, a.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, Config: cfg,
+		Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate,
+		Script: &host.Script{Args: a.Args, Env: a.Env,
+			Mounts: append([]host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}})
 	if err != nil {
 		return err
 	}
-	env := maps.Clone(a.Env)
-	if env == nil {
-		env = map[string]string{}
+	var res host.Result
+	if f.confirm != "" {
+		res, err = mod.Confirm(ctx, host.ConfirmRequest{Token: f.confirm, Principal: principal, CorrelationID: f.correlate})
+	} else {
+		res, err = mod.Invoke(ctx, host.Request{Action: action.Name, Input: input, Principal: principal, CorrelationID: f.correlate})
 	}
-	env["MOAT_ACTION"] = action.Name
-	var stdout bytes.Buffer
-	res, err := mod.Run(ctx, host.RunRequest{
-		Stdin: bytes.NewReader(input), Stdout: &stdout, Stderr: os.Stderr,
-		Args: a.Args, Env: env, Principal: principal, CorrelationID: f.correlate, Action: action.Name,
-		Mounts: append([]host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
-		Ops:    true,
-	})
 	if err != nil {
 		return err
 	}
-	if res.ExitCode != 0 {
-		os.Stdout.Write(stdout.Bytes())
-		return fmt.Errorf("%s: action %s: the script exited with status %d", mf.Name, action.Name, res.ExitCode)
-	}
-	return writeOutput(os.Stdout, bytes.TrimSuffix(stdout.Bytes(), []byte("\n")))
+	return writeOutput(os.Stdout, res.Output)
 }
 
 // pluginSource reads the plugin's source files (those with the language's

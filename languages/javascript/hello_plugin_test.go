@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -18,21 +19,18 @@ func TestHelloPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The interpreter is a WASI command: the plugin's one action is the
-	// script, run with the manifest's grants.
-	mf.Kind, mf.Actions = policy.KindWASICommand, nil
 	script, err := os.ReadFile("../../examples/hello-js/main.js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := build(t, "main.js", string(script))
-	for i, want := range []string{"Hello, World! (call #1)\n", "Hello, World! (call #2)\n"} {
-		res, err := run(t, a, runOpts{Stdin: "World\n", Ops: true, MF: mf, User: "carol", Action: "greet"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Stdout != want || res.Code != 0 {
-			t.Fatalf("run %d: exit %d, stdout %q, stderr %q; want %q", i+1, res.Code, res.Stdout, res.Stderr, want)
+	// As moat run loads it: the interpreter serving the manifest's
+	// actions (host.Script).
+	m := suite.LoadScript(t, build(t, "main.js", string(script)), mf)
+	for i, want := range []string{"Hello, World! (call #1)", "Hello, World! (call #2)"} {
+		res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("World\n"),
+			Principal: policy.Principal{User: "carol", Org: "acme"}})
+		if err != nil || string(res.Output) != want {
+			t.Fatalf("call %d: %q, %v; want %q", i+1, res.Output, err, want)
 		}
 	}
 	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "hello-js"}, "count")

@@ -6,33 +6,31 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
 
 // TestHelloPlugin runs examples/hello-python through the interpreter with the
 // device file, twice: the counter in kv goes up and the log has the
-// guest's record, tagged with the module and the caller.
+// guest's record, tagged with the module, the action and the caller.
 func TestHelloPlugin(t *testing.T) {
 	mf, err := policy.LoadManifest("../../examples/hello-python/moat.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The interpreter is a WASI command: the plugin's one action is the
-	// script, run with the manifest's grants.
-	mf.Kind, mf.Actions = policy.KindWASICommand, nil
 	script, err := os.ReadFile("../../examples/hello-python/main.py")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := build(t, "main.py", string(script))
-	for i, want := range []string{"Hello, World! (call #1)\n", "Hello, World! (call #2)\n"} {
-		res, err := run(t, a, runOpts{Stdin: "World\n", Ops: true, MF: mf, User: "carol"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Stdout != want || res.Code != 0 {
-			t.Fatalf("run %d: exit %d, stdout %q, stderr %q; want %q", i+1, res.Code, res.Stdout, res.Stderr, want)
+	// As moat run loads it: the interpreter serving the manifest's
+	// actions (host.Script).
+	m := suite.LoadScript(t, build(t, "main.py", string(script)), mf)
+	for i, want := range []string{"Hello, World! (call #1)", "Hello, World! (call #2)"} {
+		res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("World\n"),
+			Principal: policy.Principal{User: "carol", Org: "acme"}})
+		if err != nil || string(res.Output) != want {
+			t.Fatalf("call %d: %q, %v; want %q", i+1, res.Output, err, want)
 		}
 	}
 	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "hello-python"}, "count")
@@ -45,7 +43,8 @@ func TestHelloPlugin(t *testing.T) {
 			record = line
 		}
 	}
-	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) {
-		t.Fatalf("no guest log record for hello-python with the name and the caller; log:\n%s", suite.Log.String())
+	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) ||
+		!strings.Contains(record, `"action":"greet"`) {
+		t.Fatalf("no guest log record for hello-python with the name, the action and the caller; log:\n%s", suite.Log.String())
 	}
 }

@@ -94,7 +94,6 @@ type RunOpts struct {
 	Manifest string           // moat.yaml text; empty: no manifest (no kv grant)
 	MF       *policy.Manifest // a parsed manifest, instead of Manifest
 	User     string           // principal user (default ann), org acme
-	Action   string           // the plugin action the run serves (host.RunRequest.Action)
 	Limits   host.Limits
 }
 
@@ -161,7 +160,6 @@ func (s *Suite) Run(t testing.TB, a *languages.Artifact, o RunOpts) (RunResult, 
 		Args:      append(append([]string(nil), a.Args...), o.Args...),
 		Env:       env,
 		Principal: policy.Principal{User: user, Org: "acme"},
-		Action:    o.Action,
 		Limits:    o.Limits,
 		Mounts:    append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
 		Ops:       o.Ops,
@@ -217,4 +215,29 @@ func cpuTime(who int) time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// LoadScript loads an artifact as a plugin: the interpreter serving the
+// manifest's actions (host.Script), its files written to a directory
+// mounted read-only at /src, as `moat run` loads an interpreted plugin.
+func (s *Suite) LoadScript(t testing.TB, a *languages.Artifact, mf *policy.Manifest) *host.Module {
+	t.Helper()
+	src := t.TempDir()
+	for _, f := range a.Files {
+		p := filepath.Join(src, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := s.Host.Load(context.Background(), a.WASM, host.LoadOptions{Manifest: mf, Script: &host.Script{
+		Args: a.Args, Env: a.Env,
+		Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -1,0 +1,138 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+
+	"github.com/moat-sandbox/moat/abi"
+)
+
+// Script makes a WASI command, an interpreter, serve a manifest's actions:
+// the plugins of the interpreted languages (JavaScript on QuickJS, Python
+// on CPython) are a script the interpreter runs, not a module exporting
+// moat_invoke. Each invocation runs the command once, on a fresh
+// instance, with the input on stdin, the action's name in $MOAT_ACTION,
+// the op table on its device file (RunRequest.Ops), and what it writes to
+// stdout as the output (less one trailing newline: print adds it). A
+// non-zero exit is a guest_error carrying the last line of stderr; stderr
+// goes to the log, tagged like every op of the invocation.
+//
+// Everything around the call is the host's, as for a compiled plugin: the
+// manifest's role requirements, confirm: true, limits per action,
+// concurrency and rate limits, sensitive ops and the audit trail.
+type Script struct {
+	// Args come after argv[0]: the interpreter's arguments naming the
+	// script (for example /src/main.js).
+	Args []string
+	// Env is the interpreter's environment (PYTHONHOME, say);
+	// MOAT_ACTION is added per invocation.
+	Env map[string]string
+	// Mounts are the script's directory and the interpreter's library,
+	// read-only as a rule.
+	Mounts []Mount
+}
+
+// ScriptActionEnv names the environment variable that carries the action
+// an invocation of a Script runs.
+const ScriptActionEnv = "MOAT_ACTION"
+
+// loadScript checks that the module can serve a script's actions and
+// takes them from the manifest.
+func (m *Module) loadScript(opts LoadOptions) error {
+	fail := func(format string, args ...any) error {
+		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: fmt.Sprintf(format, args...)}
+	}
+	if m.kind != KindCommand {
+		return fail("a script runs on a WASI command (an interpreter exporting _start); this module is of kind %s", m.kind)
+	}
+	if opts.Manifest == nil || len(opts.Manifest.Actions) == 0 {
+		return fail("a script's actions come from its manifest: give a moat.yaml with at least one action")
+	}
+	for k := range opts.Script.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("script environment variable name %q is invalid (empty, or contains '=' or NUL)", k)}
+		}
+	}
+	for _, mt := range opts.Script.Mounts {
+		if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
+			return &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("script mount %q at %q: want a host directory and an absolute guest path", mt.HostDir, mt.GuestPath)}
+		}
+	}
+	sc := *opts.Script
+	sc.Env = maps.Clone(sc.Env)
+	m.script = &sc
+	m.actionIdx = map[string]uint32{}
+	for _, a := range opts.Manifest.Actions {
+		export := a.Export
+		if export == "" {
+			export = a.Name
+		}
+		if _, dup := m.actionIdx[export]; !dup {
+			m.actionIdx[export] = uint32(len(m.actions))
+			m.actions = append(m.actions, export)
+		}
+	}
+	return nil
+}
+
+// runScript runs one invocation of a script's action.
+func (m *Module) runScript(ctx context.Context, req *Request, lim Limits, confirmed bool) ([]byte, string, error) {
+	env := maps.Clone(m.script.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	export := req.Action
+	if a, ok := m.policy.manifest.Action(req.Action); ok && a.Export != "" {
+		export = a.Export
+	}
+	env[ScriptActionEnv] = export
+	var stdout, stderr bytes.Buffer
+	res, needsConfirm, err := m.run(ctx, RunRequest{
+		Stdin: bytes.NewReader(req.Input), Stdout: &stdout, Stderr: &stderr,
+		Args: m.script.Args, Env: env, Mounts: m.script.Mounts, Ops: true,
+		Principal: req.Principal, CorrelationID: req.CorrelationID, Action: req.Action,
+	}, lim, confirmed)
+	if stderr.Len() > 0 {
+		m.host.log.LogAttrs(ctx, slog.LevelWarn, "script stderr",
+			slog.String("module", m.name), slog.String("action", req.Action),
+			slog.String("user", req.Principal.User), slog.String("org", req.Principal.Org),
+			slog.String("correlation_id", req.CorrelationID), slog.String("stderr", tailOf(stderr.Bytes(), tailBytes)))
+	}
+	if err != nil {
+		return nil, needsConfirm, err
+	}
+	if needsConfirm != "" {
+		// The invocation asks for a confirmation however the script
+		// handled the refusal, as a compiled plugin's does.
+		return nil, needsConfirm, nil
+	}
+	if res.ExitCode != 0 {
+		reason := fmt.Sprintf("the script exited with status %d", res.ExitCode)
+		if last := lastLine(stderr.Bytes()); last != "" {
+			reason += ": " + last
+		}
+		return nil, "", &Error{Module: m.name, Action: req.Action, Code: abi.CodeGuestError, Reason: reason}
+	}
+	return bytes.TrimSuffix(stdout.Bytes(), []byte("\n")), "", nil
+}
+
+// tailOf returns at most n bytes from the end of b.
+func tailOf(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// lastLine returns the last non-empty line of b, at most 512 bytes of it.
+func lastLine(b []byte) string {
+	b = bytes.TrimRight(b, "\n")
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	return tailOf(bytes.TrimSpace(b), 512)
+}
