@@ -78,7 +78,7 @@ var (
 func RegisterDriver(kind Kind, d Driver) {
 	driversMu.Lock()
 	defer driversMu.Unlock()
-	if kind == KindPlugin || kind == KindCommand || d == nil {
+	if kind == KindPlugin || kind == KindCommand || kind == KindScript || d == nil {
 		panic(fmt.Sprintf("host: RegisterDriver(%q): the host runs that kind itself, or the driver is nil", kind))
 	}
 	if _, dup := drivers[kind]; dup {

@@ -12,13 +12,15 @@
 // per module, or made fresh for each call with IsolationFresh. Every failure
 // is an *Error carrying the module, the action and an abi.Code.
 //
-// Three kinds of module load:
+// Four kinds of module load:
 //   - moat plugins (KindPlugin): reactors that import "moat" and export
 //     moat_invoke, moat_alloc, moat_actions and moat_abi_version; Go guests
 //     built with -buildmode=c-shared have their _initialize run once per
 //     instance;
 //   - WASI commands (KindCommand): a _start export, run with Module.Run on a
 //     fresh instance with stdin, stdout, stderr, args and env;
+//   - scripts (KindScript): an interpreter that is a WASI command, serving
+//     a manifest's actions with one run of a script per call (see Script);
 //   - Extism plug-ins (KindExtism): modules that import extism:host/env,
 //     run by the driver that package host/extism registers (see Driver),
 //     inside the same policy, limits, op table and audit.

@@ -43,7 +43,7 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	fail := func(code abi.Code, err error, format string, args ...any) (Result, error) {
 		return Result{}, &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
-	if m.kind == KindCommand && m.script == nil {
+	if m.kind == KindCommand {
 		return fail(abi.CodeNoSuchAction, nil, "the module is a WASI command with no actions: run it without an action (Module.Run, or `moat run MODULE`)")
 	}
 	idx, ok := m.publicIdx[req.Action]

@@ -25,6 +25,10 @@ const (
 	KindPlugin Kind = "moat-plugin"
 	// KindCommand is a WASI command: it exports _start and runs once.
 	KindCommand Kind = "wasi-command"
+	// KindScript is an interpreter (a WASI command) serving a manifest's
+	// actions by running a script once per call: an interpreted plugin,
+	// loaded with LoadOptions.Script.
+	KindScript Kind = "script"
 )
 
 // Isolation says how instances are shared between invocations.

@@ -64,7 +64,7 @@ func (m *Module) loadScript(opts LoadOptions) error {
 	}
 	sc := *opts.Script
 	sc.Env = maps.Clone(sc.Env)
-	m.script = &sc
+	m.script, m.kind = &sc, KindScript
 	m.actionIdx = map[string]uint32{}
 	for _, a := range opts.Manifest.Actions {
 		export := a.Export

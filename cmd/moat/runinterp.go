@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,36 +69,23 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	}
 	src, err := pluginSource(dir, l)
 	if err != nil {
-		return usagef("%v", err)
-	}
-	if vs := languages.ValidateCommon(src, languages.ValidationProfile{}); len(vs) > 0 {
-		return usagef("%s: %v", dir, vs[0])
+		return usagef("%s: %v", dir, err)
 	}
 	work, err := os.MkdirTemp("", "moat-plugin-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	a, err := l.Build(ctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir()}, src)
+	sp, err := languages.BuildScriptPlugin(ctx, l, src, filepath.Join(work, "src"), toolchains.Dir())
 	if err != nil {
 		return err
-	}
-	srcDir := filepath.Join(work, "src")
-	for _, file := range a.Files {
-		p := filepath.Join(srcDir, filepath.FromSlash(file.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, file.Content, 0o644); err != nil {
-			return err
-		}
 	}
 	// Everything is read and written outside the data directory: confine.
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
 	readOnly := []string{dir, work}
-	for _, m := range a.Mounts {
+	for _, m := range sp.Script.Mounts {
 		readOnly = append(readOnly, m.HostDir)
 	}
 	if err := confineHost(g, f.confine, f.memoryMB, readOnly, nil); err != nil {
@@ -113,10 +99,8 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	// The interpreter is a WASI command serving the manifest's actions
 	// (host.Script): roles, confirm: true, limits and audit apply as to a
 	// compiled plugin.
-	mod, err := h.Load(ctx, a.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, Config: cfg,
-		Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate,
-		Script: &host.Script{Args: a.Args, Env: a.Env,
-			Mounts: append([]host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}})
+	mod, err := h.Load(ctx, sp.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, Config: cfg,
+		Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate, Script: sp.Script})
 	if err != nil {
 		return err
 	}
@@ -135,12 +119,12 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 // pluginSource reads the plugin's source files (those with the language's
 // extensions, at the top of dir); the entry point is main<ext>.
 func pluginSource(dir string, l languages.Language) (languages.Source, error) {
-	exts := l.Info().Extensions
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return languages.Source{}, err
 	}
-	var src languages.Source
+	exts := l.Info().Extensions
+	files := map[string][]byte{}
 	for _, e := range ents {
 		if e.IsDir() || !slices.Contains(exts, filepath.Ext(e.Name())) {
 			continue
@@ -149,13 +133,7 @@ func pluginSource(dir string, l languages.Language) (languages.Source, error) {
 		if err != nil {
 			return languages.Source{}, err
 		}
-		src.Files = append(src.Files, languages.File{Name: e.Name(), Content: b})
-		if strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())) == "main" {
-			src.Main = e.Name()
-		}
+		files[e.Name()] = b
 	}
-	if src.Main == "" {
-		return languages.Source{}, fmt.Errorf("%s: no main%s: an interpreted plugin's entry point is main with its language's extension", dir, exts[0])
-	}
-	return src, nil
+	return languages.PluginSource(l, files)
 }

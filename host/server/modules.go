@@ -9,21 +9,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/toolchains"
 )
 
 // registry holds the loaded current version of every module of every
@@ -67,7 +72,7 @@ func (r *registry) loadAll(ctx context.Context) error {
 		return fmt.Errorf("server: list modules: %w", err)
 	}
 	for _, v := range mods {
-		wasm, err := os.ReadFile(r.file(v.Digest))
+		wasm, err := os.ReadFile(r.fileFor(v))
 		if err != nil {
 			r.s.log.Error("module not loaded", "org", v.Org, "module", v.Name, "digest", v.Digest, "err", err)
 			continue
@@ -85,8 +90,34 @@ func (r *registry) loadAll(ctx context.Context) error {
 
 func (r *registry) file(digest string) string { return filepath.Join(r.dir, digest+".wasm") }
 
+// Where an interpreted plugin's upload lives: its sources as a tar (the
+// bytes its digest is of), and unpacked for the interpreter's /src.
+func (r *registry) scriptFile(digest string) string { return filepath.Join(r.dir, digest+".tar") }
+func (r *registry) scriptDir(digest string) string  { return filepath.Join(r.dir, digest+".src") }
+
+// fileFor is where v's uploaded bytes are.
+func (r *registry) fileFor(v store.ModuleVersion) string {
+	if _, ok := scriptLanguage(v.Manifest); ok {
+		return r.scriptFile(v.Digest)
+	}
+	return r.file(v.Digest)
+}
+
+// removeFiles removes everything stored for a digest.
+func (r *registry) removeFiles(digest string) error {
+	var errs []error
+	for _, p := range []string{r.file(digest), r.scriptFile(digest), r.scriptDir(digest)} {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // load loads one version with the checks of `moat run`: the signature
 // against the profile's trusted keys, the manifest against the profile.
+// An interpreted plugin's bytes are its sources (a tar): it is built for
+// its interpreter and loaded as a host.Script.
 func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte, correlation string) (*host.Module, error) {
 	opts := host.LoadOptions{Name: v.Name, Signature: v.Signature, CorrelationID: correlation}
 	if v.Manifest != nil {
@@ -96,7 +127,69 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		}
 		opts.Manifest, opts.ManifestBytes = mf, v.Manifest
 	}
+	if l, ok := scriptLanguage(v.Manifest); ok {
+		bad := func(code abi.Code, format string, args ...any) error {
+			return &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
+		}
+		if len(v.Signature) > 0 {
+			return nil, bad(abi.CodeInvalidArgument, "signatures cover a module's bytes, and an interpreted plugin has none of its own yet: upload it without the signature (a profile with require_signature refuses it)")
+		}
+		files, err := untar(wasm)
+		if err != nil {
+			return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
+		}
+		src, err := languages.PluginSource(l, files)
+		if err != nil {
+			return nil, bad(abi.CodeInvalidArgument, "%v", err)
+		}
+		sp, err := languages.BuildScriptPlugin(ctx, l, src, r.scriptDir(v.Digest), toolchains.Dir())
+		switch {
+		case errors.Is(err, toolchains.ErrMissing):
+			return nil, bad(abi.CodeUnavailable, "%v", err)
+		case err != nil:
+			return nil, bad(abi.CodeInvalidArgument, "%v", err)
+		}
+		opts.Script = sp.Script
+		wasm = sp.WASM
+	}
 	return r.s.hostFor(v.Org).Load(ctx, wasm, opts)
+}
+
+// scriptLanguage returns the interpreted language a manifest names: its
+// plugin is a script, not a module.
+func scriptLanguage(manifest []byte) (languages.Language, bool) {
+	if manifest == nil {
+		return nil, false
+	}
+	mf, err := policy.ParseManifest("moat.yaml", manifest)
+	if err != nil || mf.Language == "" {
+		return nil, false
+	}
+	l, err := languages.Lookup(mf.Language)
+	if err != nil || l.Info().Path != languages.PathInterpreted {
+		return nil, false
+	}
+	return l, true
+}
+
+// tarFiles packs files (base name → content) into a tar in name order,
+// with nothing but names, sizes and a fixed mode: the same sources are the
+// same bytes, so the same digest.
+func tarFiles(files map[string][]byte) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		b := files[name]
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg, Format: tar.FormatUSTAR})
+		_, _ = tw.Write(b)
+	}
+	_ = tw.Close()
+	return buf.Bytes()
+}
+
+// untar reads what tarFiles wrote.
+func untar(b []byte) (map[string][]byte, error) {
+	return unpack("application/x-tar", b)
 }
 
 // put makes v (already stored) the current version of its module.
@@ -137,13 +230,13 @@ func (r *registry) each(f func(modKey, *entry)) {
 	}
 }
 
-// writeFile stores module bytes by digest, atomically: a crash leaves the
-// old file or the new one, never half of one.
-func (r *registry) writeFile(digest string, wasm []byte) error {
+// writeFile stores uploaded bytes at dst (a path named by their digest),
+// atomically: a crash leaves the old file or the new one, never half of
+// one.
+func (r *registry) writeFile(dst string, wasm []byte) error {
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return err
 	}
-	dst := r.file(digest)
 	if _, err := os.Stat(dst); err == nil {
 		return nil // content-addressed: the same bytes are there
 	}
@@ -283,7 +376,7 @@ func (s *Server) deleteModule(c echo.Context) error {
 	s.modules.remove(ctx, p.Org, c.Param("name"))
 	s.auditModule(c, store.ModuleVersion{Org: p.Org, Name: c.Param("name")}, "delete", nil)
 	for _, d := range orphans {
-		if err := os.Remove(s.modules.file(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := s.modules.removeFiles(d); err != nil {
 			s.log.Warn("module file not removed", "digest", d, "err", err)
 		}
 	}
@@ -372,7 +465,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 		}
 		return fromHostError(err)
 	}
-	if err := s.modules.writeFile(v.Digest, up.wasm); err != nil {
+	if err := s.modules.writeFile(s.modules.fileFor(v), up.wasm); err != nil {
 		m.Close(ctx)
 		return fmt.Errorf("store module %s: %w", v.Digest, err)
 	}
@@ -436,6 +529,9 @@ func parseUpload(contentType string, body []byte) (*upload, error) {
 		return bad("Content-Type %q: send multipart/form-data (parts module, manifest, signature), an archive (application/x-tar, application/gzip or application/zip) or application/wasm", contentType)
 	}
 	if len(up.wasm) == 0 {
+		if _, ok := scriptLanguage(up.manifest); ok {
+			return bad("no module: an interpreted plugin is uploaded as an archive of its directory (moat.yaml and its sources; application/x-tar, application/gzip or application/zip)")
+		}
 		return bad("no module: send the .wasm file as the module part")
 	}
 	return up, nil
@@ -512,6 +608,24 @@ func fromArchive(files map[string][]byte) (*upload, error) {
 		mf, err := policy.ParseManifest(host.ManifestFile, up.manifest)
 		if err != nil {
 			return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %v", err)
+		}
+		if l, ok := scriptLanguage(up.manifest); ok && !slices.ContainsFunc(slices.Collect(maps.Keys(files)), func(n string) bool { return strings.HasSuffix(n, ".wasm") }) {
+			// An interpreted plugin: its sources are the upload.
+			src, err := languages.PluginSource(l, files)
+			if err != nil {
+				return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %s plugin: %v", mf.Language, err)
+			}
+			sources := map[string][]byte{}
+			for _, f := range src.Files {
+				sources[f.Name] = f.Content
+			}
+			up.wasm = tarFiles(sources)
+			for name, b := range files {
+				if strings.HasSuffix(name, ".minisig") {
+					up.signature = b // refused at load, with the reason
+				}
+			}
+			return up, nil
 		}
 		file = mf.Module
 		if file == "" {

@@ -1,0 +1,122 @@
+package languages
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/moat-sandbox/moat/host"
+)
+
+// ScriptPlugin is an interpreted plugin ready to load: the interpreter's
+// WASM and the host.Script that makes it serve the manifest's actions.
+type ScriptPlugin struct {
+	WASM   []byte
+	Script *host.Script
+}
+
+// PluginSource picks a plugin's source among files (base name → content):
+// those with the language's extensions. The entry point is main with the
+// language's extension, as in the plugin's directory.
+func PluginSource(l Language, files map[string][]byte) (Source, error) {
+	exts := l.Info().Extensions
+	var src Source
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !slices.Contains(exts, filepath.Ext(name)) {
+			continue
+		}
+		src.Files = append(src.Files, File{Name: name, Content: files[name]})
+		if strings.TrimSuffix(name, filepath.Ext(name)) == "main" {
+			src.Main = name
+		}
+	}
+	if src.Main == "" {
+		return Source{}, fmt.Errorf("no main%s: an interpreted plugin's entry point is main with its language's extension", exts[0])
+	}
+	return src, nil
+}
+
+// BuildScriptPlugin builds an interpreted plugin's source for l. Its files
+// (the sources and the language's SDK) go into a directory under srcRoot
+// named by their content, mounted read-only at /src: loads of the same
+// plugin share it, a new version (or a new SDK) gets its own, and one
+// being served is never rewritten under it. The caller keeps srcRoot for
+// as long as the plugin is loaded. Only interpreted languages have script
+// plugins; a compiled language's plugin is a module (`moat build`).
+func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, toolchainDir string) (*ScriptPlugin, error) {
+	in := l.Info()
+	if in.Path != PathInterpreted {
+		return nil, fmt.Errorf("%s plugins are compiled to a module: build it with `moat build` and load the .wasm", in.Name)
+	}
+	if vs := ValidateCommon(src, ValidationProfile{}); len(vs) > 0 {
+		return nil, fmt.Errorf("%s plugin: %v", in.Name, vs[0])
+	}
+	work, err := os.MkdirTemp("", "moat-plugin-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	a, err := l.Build(ctx, BuildEnv{WorkDir: work, ToolchainDir: toolchainDir}, src)
+	if err != nil {
+		return nil, err
+	}
+	if a.Kind != ArtifactInterpreted || len(a.WASM) == 0 {
+		return nil, fmt.Errorf("%s: the build made no interpreter artifact (kind %s)", in.Name, a.Kind)
+	}
+	dir, err := writeSourceDir(srcRoot, a.Files)
+	if err != nil {
+		return nil, fmt.Errorf("%s plugin: %w", in.Name, err)
+	}
+	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env,
+		Mounts: append([]host.Mount{{HostDir: dir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}}, nil
+}
+
+// writeSourceDir writes files into root/<their digest>, unless a complete
+// copy is there already: written to a temporary name and renamed, so the
+// directory is whole or absent.
+func writeSourceDir(root string, files []File) (string, error) {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Content))
+		h.Write(f.Content)
+	}
+	dir := filepath.Join(root, hex.EncodeToString(h.Sum(nil))[:32])
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return dir, nil
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(root, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	for _, f := range files {
+		p := filepath.Join(tmp, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+			err = os.WriteFile(p, f.Content, 0o644)
+		}
+		if err != nil {
+			os.RemoveAll(tmp)
+			return "", err
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if fi, serr := os.Stat(dir); serr == nil && fi.IsDir() {
+			return dir, nil // another load wrote the same files first
+		}
+		return "", err
+	}
+	return dir, nil
+}
