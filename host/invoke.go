@@ -73,24 +73,15 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 		return Result{}, err
 	}
 	defer release()
-	if m.script != nil {
-		out, needsConfirm, err := m.runScript(cctx, &req, lim, confirmed)
-		if needsConfirm != "" {
-			return Result{}, m.requestConfirmation(ctx, &req,
-				fmt.Sprintf("run %s.%s for %s, which calls the sensitive op %s", m.name, req.Action, req.Principal, needsConfirm),
-				"profile "+m.policy.profile.Name+": sensitive_ops")
+	if m.script != nil || m.runner != nil {
+		// Scripts and foreign modules run outside the instance pool.
+		call := m.callForeign
+		if m.script != nil {
+			call = m.runScript
 		}
-		if err != nil {
-			return Result{}, err
-		}
-		return Result{Output: out}, nil
-	}
-	if m.runner != nil {
-		out, needsConfirm, err := m.callForeign(cctx, &req, lim, confirmed)
+		out, needsConfirm, err := call(cctx, &req, lim, confirmed)
 		if needsConfirm != "" {
-			return Result{}, m.requestConfirmation(ctx, &req,
-				fmt.Sprintf("run %s.%s for %s, which calls the sensitive op %s", m.name, req.Action, req.Principal, needsConfirm),
-				"profile "+m.policy.profile.Name+": sensitive_ops")
+			return Result{}, m.confirmSensitive(ctx, &req, needsConfirm)
 		}
 		if err != nil {
 			return Result{}, err
@@ -113,16 +104,21 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 		m.put(inst)
 	}
 	if needsConfirm != "" {
-		// A sensitive op was refused for want of a confirmation: the
-		// caller gets a token to run the whole action again, confirmed.
-		return Result{}, m.requestConfirmation(ctx, &req,
-			fmt.Sprintf("run %s.%s for %s, which calls the sensitive op %s", m.name, req.Action, req.Principal, needsConfirm),
-			"profile "+m.policy.profile.Name+": sensitive_ops")
+		return Result{}, m.confirmSensitive(ctx, &req, needsConfirm)
 	}
 	if cerr != nil {
 		return Result{}, cerr.Error
 	}
 	return Result{Output: out}, nil
+}
+
+// confirmSensitive answers an invocation whose sensitive op was refused
+// for want of a confirmation: the caller gets a token to run the whole
+// action again, confirmed.
+func (m *Module) confirmSensitive(ctx context.Context, req *Request, op string) error {
+	return m.requestConfirmation(ctx, req,
+		fmt.Sprintf("run %s.%s for %s, which calls the sensitive op %s", m.name, req.Action, req.Principal, op),
+		"profile "+m.policy.profile.Name+": sensitive_ops")
 }
 
 // actionLimits are the manifest's limits for one action. An action may

@@ -99,7 +99,8 @@ func writeSourceDir(root string, files []File) (string, error) {
 	}
 	for _, f := range files {
 		p := filepath.Join(tmp, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+		err := os.MkdirAll(filepath.Dir(p), 0o755)
+		if err == nil {
 			err = os.WriteFile(p, f.Content, 0o644)
 		}
 		if err != nil {

@@ -128,16 +128,7 @@ func (s *Suite) Run(t testing.TB, a *languages.Artifact, o RunOpts) (RunResult, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := t.TempDir()
-	for _, f := range a.Files {
-		p := filepath.Join(src, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := writeFiles(t, a)
 	env := map[string]string{}
 	for k, v := range a.Env {
 		env[k] = v
@@ -222,6 +213,21 @@ func cpuTime(who int) time.Duration {
 // mounted read-only at /src, as `moat run` loads an interpreted plugin.
 func (s *Suite) LoadScript(t testing.TB, a *languages.Artifact, mf *policy.Manifest) *host.Module {
 	t.Helper()
+	src := writeFiles(t, a)
+	m, err := s.Host.Load(context.Background(), a.WASM, host.LoadOptions{Manifest: mf, Script: &host.Script{
+		Args: a.Args, Env: a.Env,
+		Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// writeFiles writes the artifact's files into a new directory, the one
+// mounted at /src.
+func writeFiles(t testing.TB, a *languages.Artifact) string {
+	t.Helper()
 	src := t.TempDir()
 	for _, f := range a.Files {
 		p := filepath.Join(src, filepath.FromSlash(f.Name))
@@ -232,12 +238,5 @@ func (s *Suite) LoadScript(t testing.TB, a *languages.Artifact, mf *policy.Manif
 			t.Fatal(err)
 		}
 	}
-	m, err := s.Host.Load(context.Background(), a.WASM, host.LoadOptions{Manifest: mf, Script: &host.Script{
-		Args: a.Args, Env: a.Env,
-		Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return src
 }
