@@ -45,10 +45,13 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Use:   "run MODULE [ACTION] [flags] [-- ARGS...]",
 		Short: "Invoke a plugin action, or run a WASI command module",
 		Long: `Run a module. MODULE is a .wasm file or a plugin directory (holding DIR.wasm
-or exactly one .wasm file).
+or exactly one .wasm file, or, for an interpreted plugin, a moat.yaml with
+language javascript or python beside main.js or main.py).
 
-With an ACTION, MODULE must be a moat plugin or an Extism plug-in (ACTION is
-then the exported function): the action's input comes from --input,
+With an ACTION, MODULE must be a moat plugin, an interpreted plugin or an
+Extism plug-in (ACTION is then the exported function): the manifest's roles
+are checked against --role, an action marked confirm: true prints a token to
+pass back with --confirm, the action's input comes from --input,
 --input-file, or stdin (when it is not a terminal), and its output is printed
 on stdout, as the Extism CLI prints it. The guest's log records go to stderr;
 an Extism plug-in's error (error_set) fails the run with its message.
@@ -62,7 +65,8 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 		Example: `  moat run examples/hello-go greet --input World --config greeting=Hi
   echo -n World | moat run examples/hello-go greet --org acme --user ann
   moat run hello.wasm --env GREETING=hi -- a b < in.txt
-  moat run plugin.wasm greet --input World --config greeting=Hi   # an Extism plug-in`,
+  moat run plugin.wasm greet --input World --config greeting=Hi   # an Extism plug-in
+  echo World | moat run examples/hello-js greet                     # an interpreted plugin`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.inputSet = cmd.Flags().Changed("input")
