@@ -85,8 +85,16 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 			// Code execution (/v1/runs, the console's Run tab, the Piston
 			// routes) uses the languages executor on the server's host.
 			// Confined, every native run (compilers, bash, python3) goes
-			// through a launcher started before the seccomp filter.
-			if mode != kernel.ConfineOff {
+			// through a launcher started before the seccomp filter. Either
+			// way native runs start in wrappers kept warm (native.Pool).
+			if mode == kernel.ConfineOff {
+				pool := native.NewPool(serveWarmWrappers, "")
+				native.UsePool(pool)
+				defer func() {
+					native.UsePool(nil)
+					pool.Close()
+				}()
+			} else {
 				restore, err := prepareServeConfinement(&cfg, mode)
 				if err != nil {
 					return err
@@ -117,6 +125,11 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 // is bound: a scratch directory (TMPDIR, for build and job directories,
 // reachable by the job uid), the toolchain versions probed (they run the
 // compilers), and the launcher that starts every native process later.
+// serveWarmWrappers is how many confined wrappers moat serve keeps started
+// ahead of native runs: two, so a compile followed by its run, or two
+// requests at once on this two-core machine kind, both start warm.
+const serveWarmWrappers = 2
+
 func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (restore func(), err error) {
 	data, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -136,7 +149,7 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (resto
 	os.Setenv("TMPDIR", scratch)
 	languages.Statuses() // probes each toolchain's version while exec is allowed
 	goroot, _, _ := toolchains.GoRoot()
-	l, err := native.StartLauncher()
+	l, err := native.StartWarmLauncher(serveWarmWrappers)
 	if err != nil {
 		os.RemoveAll(scratch)
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -66,9 +67,18 @@ type launchReply struct {
 	Pid     int  `json:"pid,omitempty"`
 }
 
+// LauncherWarmEnv tells a launcher how many wrappers to keep warm (see
+// Pool); unset or 0, every run starts cold.
+const LauncherWarmEnv = "MOAT_LAUNCHER_WARM"
+
 // StartLauncher starts the launcher: the running executable (which must
 // call LauncherMain first thing in main, as moat does) with LauncherEnv set.
-func StartLauncher() (*Launcher, error) {
+func StartLauncher() (*Launcher, error) { return StartWarmLauncher(0) }
+
+// StartWarmLauncher starts a launcher that keeps warm wrappers (a Pool of
+// that size) for the runs it serves: what a long-lived host such as moat
+// serve wants, since a confined host can start no process itself.
+func StartWarmLauncher(warm int) (*Launcher, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -89,7 +99,7 @@ func StartLauncher() (*Launcher, error) {
 	}
 	hostSock, launcherSock := os.NewFile(uintptr(sp[0]), "launcher-socket"), os.NewFile(uintptr(sp[1]), "launcher-socket")
 	cmd := exec.Command("/proc/self/exe", "moat-launcher")
-	cmd.Env = append(os.Environ(), LauncherEnv+"=1")
+	cmd.Env = append(os.Environ(), LauncherEnv+"=1", LauncherWarmEnv+"="+strconv.Itoa(max(warm, 0)))
 	cmd.ExtraFiles = []*os.File{reqR, repW, launcherSock} // fds 3, 4 and 5
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -308,6 +318,12 @@ func LauncherMain() {
 		return
 	}
 	os.Unsetenv(LauncherEnv)
+	var pool *Pool
+	if n, _ := strconv.Atoi(os.Getenv(LauncherWarmEnv)); n > 0 {
+		pool = NewPool(n, "")
+		UsePool(pool)
+	}
+	os.Unsetenv(LauncherWarmEnv)
 	in := os.NewFile(3, "launch-requests")
 	out := os.NewFile(4, "launch-replies")
 	sock := os.NewFile(5, "launcher-socket")
@@ -411,6 +427,9 @@ func LauncherMain() {
 	}
 	mu.Unlock()
 	wg.Wait()
+	if pool != nil {
+		pool.Close() // idle wrappers and their cgroups
+	}
 	os.Exit(0)
 }
 

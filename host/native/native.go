@@ -133,6 +133,8 @@ const (
 
 // Result is what a run produced.
 type Result struct {
+	// Warm: the job ran in a wrapper a Pool had started ahead of time.
+	Warm      bool          `json:"warm,omitempty"`
 	Status    Status        `json:"status"`
 	ExitCode  int           `json:"exit_code"`        // -1 when killed by a signal
 	Signal    string        `json:"signal,omitempty"` // e.g. "killed"
@@ -239,6 +241,12 @@ func (j *job) exitResult() *Result {
 // wrapper's status pipe follows them. With stdout or stderr nil, the
 // output is captured (capped) in the job.
 func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
+	return startWith(nil, spec, extraFiles, stdoutW, stderrW)
+}
+
+// startWith is start, taking a warm wrapper from pool when the spec allows
+// (no extra files, captured output, no egress rules).
+func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
 	j = &job{}
 	defer func() {
 		if err != nil {
@@ -308,9 +316,30 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 			ports = append(ports, uint16(t.Port))
 		}
 	}
+	attr := childAttr(root, uid, gid, egress == nil)
+	var warm *warmWrapper
+	if len(extraFiles) == 0 && stdoutW == nil && stderrW == nil {
+		warm = pool.take(wrapperPath(s.Wrapper), attr.Cloneflags)
+	}
+	lim := kernel.JobLimits{MemoryBytes: s.MemoryBytes, CPUQuota: s.CPUQuota, Pids: s.Pids}
 	var cg *kernel.Cgroup
-	if root {
-		cg, err = kernel.NewJobCgroup("job-"+id, kernel.JobLimits{MemoryBytes: s.MemoryBytes, CPUQuota: s.CPUQuota, Pids: s.Pids})
+	prejoined := false
+	if warm != nil && warm.cg != nil {
+		// The wrapper joined its cgroup while it waited: only the job's
+		// limits are new. A limit the cgroup cannot take (memory below
+		// what the wrapper already uses) sends the job to a cold start.
+		if err := warm.cg.Reset(lim); err != nil {
+			warm.discard()
+			warm = nil
+		} else {
+			cg, prejoined = warm.cg, true
+			warm.cg = nil // the job's cleanup destroys it now
+			res.Layers = append(res.Layers, "cgroup")
+			j.cleanups = append(j.cleanups, func() { cg.Destroy() })
+		}
+	}
+	if cg == nil && root {
+		cg, err = kernel.NewJobCgroup("job-"+id, lim)
 		if err != nil {
 			res.Unavailable = append(res.Unavailable, "cgroup: "+err.Error())
 			cg = nil
@@ -318,7 +347,7 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 			res.Layers = append(res.Layers, "cgroup")
 			j.cleanups = append(j.cleanups, func() { cg.Destroy() })
 		}
-	} else {
+	} else if !root {
 		res.Unavailable = append(res.Unavailable, "cgroup: not root (memory, CPU and pids limits need root; rlimits still apply)")
 	}
 
@@ -331,7 +360,6 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 			ReadWrite: append([]string{dir}, s.ReadWrite...), ConnectTCP: ports},
 		StatusFD: 3 + len(extraFiles),
 	}
-	attr := childAttr(root, uid, gid, egress == nil)
 	netLayer := "netns"
 	if egress != nil {
 		netLayer = "egress(" + strings.Join(s.AllowNet, ",") + ")"
@@ -346,8 +374,8 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 	} else {
 		res.Unavailable = append(res.Unavailable, "uid: not root (runs as the caller's uid "+strconv.Itoa(uid)+", uid 0 of its own user namespace, without capabilities)")
 	}
-	if cg != nil {
-		if cg.V2() {
+	if cg != nil && !prejoined {
+		if cg.V2() && warm == nil {
 			fd, err := unix.Open(cg.Dir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return nil, fmt.Errorf("native: cgroup fd: %w", err)
@@ -395,6 +423,25 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 	}
 	stdout, stderr := &cappedBuffer{max: s.MaxOutput, full: onFull}, &cappedBuffer{max: s.MaxOutput, full: onFull}
 	j.overflow = overflow
+	if warm != nil {
+		res.Warm = true
+		cs.StatusFD = warmStatusFD
+		js, err := json.Marshal(cs)
+		if err != nil {
+			warm.discard()
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		j.cleanups = append(j.cleanups, func() { warm.statusR.Close() })
+		startTime := time.Now()
+		if err := warm.claim(js, s.Stdin, stdout, stderr); err != nil {
+			j.cmd = warm.cmd
+			j.kill()
+			_ = warm.cmd.Wait()
+			return nil, fmt.Errorf("native: hand the spec to a warm wrapper: %w", err)
+		}
+		j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, warm.cmd, cg, res, warm.statusR, stdout, stderr, startTime
+		return j, nil
+	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("native: %w", err)
@@ -438,10 +485,17 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
+	return runPooled(ctx, processPool.Load(), spec)
+}
+
+func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, errors.New("native: no command")
+	}
 	if l := processLauncher.Load(); l != nil {
 		return l.Run(ctx, spec)
 	}
-	j, err := start(spec, nil, nil, nil)
+	j, err := startWith(pool, spec, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -572,6 +572,24 @@ func BenchmarkSpawn(b *testing.B) {
 			}
 		})
 	}
+	// spaced: one run every spacing, the pause untimed: requests that
+	// arrive now and then (a person pressing Run) rather than back to
+	// back, so a pool has refilled and the kernel has gone quiet between
+	// them, as it mostly has for a code-execution server.
+	const spacing = 30 * time.Millisecond
+	spaced := func(name string, f func() error) {
+		b.Run(name, func(b *testing.B) {
+			needPython(b)
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				time.Sleep(spacing)
+				b.StartTimer()
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	native := func(wrapper string, cmd ...string) func() error {
 		return func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -595,6 +613,160 @@ func BenchmarkSpawn(b *testing.B) {
 	bench("plain-python", true, plain(python, "-c", "pass"))
 	bench("native-python", true, native(wrapper, python, "-c", "pass"))
 	bench("native-python-selfexe", true, native("/proc/self/exe", python, "-c", "pass"))
+	pool := NewPool(2, wrapper)
+	defer pool.Close()
+	// A run back to back with the next may find the pool still refilling
+	// (its wrapper's cgroup join waits out the kernel's grace period) and
+	// start cold, as it would in production: counted, not refused.
+	var runs, cold int
+	warm := func(cmd ...string) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := pool.Run(ctx, Spec{Command: cmd, Wrapper: wrapper})
+			if err == nil && r.Status != StatusOK {
+				err = fmt.Errorf("%s warm=%v: %s %s", r.Status, r.Warm, r.Stderr, r.Reason)
+			}
+			if runs++; err == nil && !r.Warm {
+				cold++
+			}
+			return err
+		}
+	}
+	logCold := func(name string) {
+		if cold > 0 {
+			b.Logf("%s: %d of %d runs found no warm wrapper and started cold", name, cold, runs)
+		}
+		runs, cold = 0, 0
+	}
+	waitWarm(b, pool, 2)
+	bench("native-warm-true", false, warm("/usr/bin/true"))
+	logCold("native-warm-true")
+	waitWarm(b, pool, 2)
+	bench("native-warm-python", true, warm(python, "-c", "pass"))
+	logCold("native-warm-python")
+	spaced("plain-python-spaced", plain(python, "-c", "pass"))
+	spaced("native-python-spaced", native(wrapper, python, "-c", "pass"))
+	spaced("native-warm-python-spaced", warm(python, "-c", "pass"))
+	logCold("native-warm-python-spaced")
+}
+
+// waitWarm waits until the pool holds n idle wrappers.
+func waitWarm(t testing.TB, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		idle := len(p.idle)
+		p.mu.Unlock()
+		if idle >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool has %d warm wrappers after 10s, want %d", idle, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPool: a run in a warm wrapper is confined exactly as a cold one
+// (Landlock, zero egress, cgroup limits, uid, deadline), gets its stdin and
+// output, and leaves nothing behind; runs the pool cannot serve start cold.
+func TestPool(t *testing.T) {
+	pool := NewPool(1, "")
+	cases := []struct {
+		name  string
+		spec  Spec
+		check func(t *testing.T, r *Result)
+	}{
+		{"landlock", Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}, func(t *testing.T, r *Result) {
+			if r.Status != StatusRuntimeError || !strings.Contains(string(r.Stderr), "Permission denied") {
+				t.Errorf("status %s stderr %q, want Permission denied", r.Status, r.Stderr)
+			}
+		}},
+		{"stdio-and-layers", Spec{Command: []string{"sh", "-c", "read x; echo \"got $x\"; echo err >&2"}, Stdin: []byte("warm\n")}, func(t *testing.T, r *Result) {
+			if r.Status != StatusOK || string(r.Stdout) != "got warm\n" || string(r.Stderr) != "err\n" {
+				t.Errorf("got %s %q %q", r.Status, r.Stdout, r.Stderr)
+			}
+			if !slices.Equal(r.Layers, wantLayers()) {
+				t.Errorf("layers %v, want %v", r.Layers, wantLayers())
+			}
+		}},
+		{"zero-egress", Spec{Command: []string{"sh", "-c", "echo > /dev/tcp/127.0.0.1/22 && echo connected || echo refused"}}, func(t *testing.T, r *Result) {
+			if strings.Contains(string(r.Stdout), "connected") {
+				t.Errorf("stdout %q: the job reached the network", r.Stdout)
+			}
+		}},
+		{"uid", Spec{Command: []string{"sh", "-c", "id -u"}, ExtraExec: []string{"/usr/bin/id"}}, func(t *testing.T, r *Result) {
+			want := strconv.Itoa(jobUID()) + "\n"
+			if os.Geteuid() != 0 {
+				want = "0\n" // uid 0 of its own user namespace
+			}
+			if string(r.Stdout) != want {
+				t.Errorf("uid %q, want %q", r.Stdout, want)
+			}
+		}},
+		{"timeout", Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: 300 * time.Millisecond}, func(t *testing.T, r *Result) {
+			if r.Status != StatusTimeout {
+				t.Errorf("status %s, want timeout", r.Status)
+			}
+		}},
+		// The cgroup was joined while the wrapper waited, with the
+		// defaults: the job's own limits must be the ones that bite.
+		{"memory-limit", Spec{Command: []string{"sh", "-c", `x=$(head -c 300000000 /dev/zero | tr "\0" a); echo ${#x}`},
+			ExtraExec: []string{"/usr/bin/head", "/usr/bin/tr"}, MemoryBytes: 64 << 20, Timeout: 15 * time.Second}, func(t *testing.T, r *Result) {
+			if os.Geteuid() != 0 {
+				return
+			}
+			if r.Status != StatusMemoryLimit {
+				t.Errorf("status %s, want memory-limit", r.Status)
+			}
+			if r.PeakMemory < 60<<20 || r.PeakMemory > 65<<20 {
+				t.Errorf("peak %d, want about the job's 64 MiB limit", r.PeakMemory)
+			}
+		}},
+		{"pids-limit", Spec{Command: []string{"sh", "-c", "for i in $(seq 1 100); do sleep 1 & done; wait"},
+			ExtraExec: []string{"/usr/bin/seq", "/usr/bin/sleep"}, Pids: 16, Timeout: 8 * time.Second}, func(t *testing.T, r *Result) {
+			if os.Geteuid() == 0 && !r.PidsLimitHit {
+				t.Errorf("PidsLimitHit false with the job's limit of 16 (stderr %q)", r.Stderr)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			waitWarm(t, pool, 1)
+			before := uidProcs(jobUID())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			r, err := pool.Run(ctx, c.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Warm {
+				t.Error("the run did not use the warm wrapper")
+			}
+			c.check(t, r)
+			assertClean(t, before)
+		})
+	}
+	// Streamed output (a worker's) cannot use a warm wrapper: cold start.
+	j, err := startWith(pool, Spec{Command: []string{"true"}}, nil, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.cmd.Wait()
+	j.cleanup()
+	if j.res.Warm {
+		t.Error("a run with streamed output took a warm wrapper")
+	}
+	before := uidProcs(jobUID())
+	pool.Close()
+	assertClean(t, before)
+	for _, pat := range []string{"/sys/fs/cgroup/*/" + kernel.CgroupParent + "/warm-*", "/sys/fs/cgroup/" + kernel.CgroupParent + "/warm-*"} {
+		if left, _ := filepath.Glob(pat); len(left) > 0 {
+			t.Errorf("idle wrappers' cgroups left after Close: %v", left)
+		}
+	}
 }
 
 // TestSlimWrapper: the moat-confine binary confines exactly like the

@@ -91,6 +91,10 @@ func main() {
 	for _, sp := range []struct{ what, native, plain string }{
 		{"spawn-to-exit /usr/bin/true through the full native runner (vs plain os/exec)", "Spawn/native-true", "Spawn/plain-true"},
 		{"spawn-to-exit python3 -c pass through the full native runner (vs plain os/exec)", "Spawn/native-python", "Spawn/plain-python"},
+		{"spawn-to-exit /usr/bin/true, warm wrapper from a native.Pool, back to back (vs plain os/exec)", "Spawn/native-warm-true", "Spawn/plain-true"},
+		{"spawn-to-exit python3 -c pass, warm wrapper from a native.Pool, back to back (vs plain os/exec)", "Spawn/native-warm-python", "Spawn/plain-python"},
+		{"spawn-to-exit python3 -c pass, cold, one run every 30 ms (vs plain os/exec, likewise)", "Spawn/native-python-spaced", "Spawn/plain-python-spaced"},
+		{"spawn-to-exit python3 -c pass, warm wrapper from a native.Pool, one run every 30 ms (vs plain os/exec, likewise)", "Spawn/native-warm-python-spaced", "Spawn/plain-python-spaced"},
 	} {
 		n, ok1 := get(sp.native, "ns/op")
 		p, ok2 := get(sp.plain, "ns/op")

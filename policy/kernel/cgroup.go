@@ -113,6 +113,50 @@ func (c *Cgroup) createV1(lim JobLimits) error {
 		}
 		c.dirs[ctl] = dir
 	}
+	return c.setLimits(lim)
+}
+
+func (c *Cgroup) createV2(lim JobLimits) error {
+	const root = "/sys/fs/cgroup"
+	parent := filepath.Join(root, CgroupParent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	for _, d := range []string{root, parent} {
+		if err := writeFile(d, "cgroup.subtree_control", "+memory +pids +cpu"); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(parent, c.id)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	c.dirs[""] = dir
+	return c.setLimits(lim)
+}
+
+// setLimits writes the limits; a zero limit is left as it is.
+func (c *Cgroup) setLimits(lim JobLimits) error {
+	if c.v2 {
+		dir := c.dirs[""]
+		if lim.MemoryBytes > 0 {
+			if err := writeFile(dir, "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+				return err
+			}
+			_ = writeFile(dir, "memory.swap.max", "0")
+		}
+		if lim.CPUQuota > 0 {
+			if err := writeFile(dir, "cpu.max", fmt.Sprintf("%d 100000", int(lim.CPUQuota*100000))); err != nil {
+				return err
+			}
+		}
+		if lim.Pids > 0 {
+			if err := writeFile(dir, "pids.max", strconv.FormatInt(lim.Pids, 10)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if lim.MemoryBytes > 0 {
 		if err := writeFile(c.dirs["memory"], "memory.limit_in_bytes", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
 			return err
@@ -136,37 +180,25 @@ func (c *Cgroup) createV1(lim JobLimits) error {
 	return nil
 }
 
-func (c *Cgroup) createV2(lim JobLimits) error {
-	const root = "/sys/fs/cgroup"
-	parent := filepath.Join(root, CgroupParent)
-	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("cgroup: %w", err)
+// Reset gives a cgroup that already holds a process (a warm wrapper) a new
+// job's limits and restarts its usage counters (peak memory, CPU time), so
+// that Stats reports the job alone. It fails when a limit cannot be taken,
+// such as a memory limit below the current usage.
+func (c *Cgroup) Reset(lim JobLimits) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return errors.New("cgroup: destroyed")
 	}
-	for _, d := range []string{root, parent} {
-		if err := writeFile(d, "cgroup.subtree_control", "+memory +pids +cpu"); err != nil {
-			return err
-		}
+	if err := c.setLimits(lim); err != nil {
+		return err
 	}
-	dir := filepath.Join(parent, c.id)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("cgroup: %w", err)
-	}
-	c.dirs[""] = dir
-	if lim.MemoryBytes > 0 {
-		if err := writeFile(dir, "memory.max", strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
-			return err
-		}
-		_ = writeFile(dir, "memory.swap.max", "0")
-	}
-	if lim.CPUQuota > 0 {
-		if err := writeFile(dir, "cpu.max", fmt.Sprintf("%d 100000", int(lim.CPUQuota*100000))); err != nil {
-			return err
-		}
-	}
-	if lim.Pids > 0 {
-		if err := writeFile(dir, "pids.max", strconv.FormatInt(lim.Pids, 10)); err != nil {
-			return err
-		}
+	if !c.v2 {
+		// Writing 0 restarts the peak at the current usage and the CPU
+		// count at zero. (v2's memory.peak resets only per open file, on
+		// recent kernels; there the wrapper's few MiB stay in the peak.)
+		_ = writeFile(c.dirs["memory"], "memory.max_usage_in_bytes", "0")
+		_ = writeFile(c.dirs["cpuacct"], "cpuacct.usage", "0")
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ type (
 
 const (
 	ConfineEnv      = child.ConfineEnv
+	ConfineFromFD3  = child.ConfineFromFD3
 	ConfineExitCode = child.ConfineExitCode
 	ConfinePrefix   = child.ConfinePrefix
 	ELFInterpreter  = child.ELFInterpreter

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -219,7 +220,13 @@ func joinHostCgroup(memory, pids int64) error {
 
 // removeStaleHostCgroups removes the empty moat/host-* cgroups that hosts
 // which have exited left behind.
-func removeStaleHostCgroups() {
+func removeStaleHostCgroups() { RemoveStaleCgroups("host-*", 0) }
+
+// RemoveStaleCgroups removes the empty moat/<pattern> cgroups older than
+// minAge that processes which have exited (or crashed) left behind. A
+// cgroup with a member is never removed (the kernel refuses); minAge
+// spares one that another process has just created and not yet joined.
+func RemoveStaleCgroups(pattern string, minAge time.Duration) {
 	var roots []string
 	if CgroupUnified() {
 		roots = []string{"/sys/fs/cgroup"}
@@ -231,8 +238,11 @@ func removeStaleHostCgroups() {
 		}
 	}
 	for _, root := range roots {
-		dirs, _ := filepath.Glob(filepath.Join(root, CgroupParent, "host-*"))
+		dirs, _ := filepath.Glob(filepath.Join(root, CgroupParent, pattern))
 		for _, d := range dirs {
+			if fi, err := os.Stat(d); err != nil || time.Since(fi.ModTime()) < minAge {
+				continue
+			}
 			if len(readPids(d)) == 0 {
 				_ = os.Remove(d)
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -16,6 +17,11 @@ import (
 // ConfineEnv is the environment variable that turns the moat binary into
 // the confinement wrapper: it holds a ConfineSpec as JSON.
 const ConfineEnv = "MOAT_CONFINE"
+
+// ConfineFromFD3 as ConfineEnv's value makes the wrapper read its spec from
+// fd 3 until EOF: a warm wrapper is started before its job is known (see
+// host/native.Pool) and blocks there.
+const ConfineFromFD3 = "fd:3"
 
 // ConfineExitCode is the exit status of a wrapper that failed before it
 // could exec the target; its reason is a "moat-confine: ..." line on
@@ -74,6 +80,15 @@ func ConfineMain() {
 	raw, ok := os.LookupEnv(ConfineEnv)
 	if !ok {
 		return
+	}
+	if raw == ConfineFromFD3 {
+		f := os.NewFile(3, "confine-spec")
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil || len(b) == 0 {
+			confineFail(0, fmt.Errorf("no spec on fd 3 (%v)", err))
+		}
+		raw = string(b)
 	}
 	var spec ConfineSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {

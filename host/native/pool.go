@@ -1,0 +1,303 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moat-sandbox/moat/policy/kernel"
+	"golang.org/x/sys/unix"
+)
+
+// A Pool keeps confined wrappers started ahead of time, so that a run does
+// not wait for the clone into fresh namespaces, for the wrapper's Go
+// runtime to start, nor (as root) for the wrapper to join its cgroup: on
+// cgroup v1 that join waits out an RCU grace period, the largest single
+// cost of a cold start on this machine kind (see the README's spawn
+// figures). A warm wrapper has its namespaces and, as root, a job cgroup
+// with the default limits, joined while it waited; it blocks reading its
+// ConfineSpec from a pipe. When a job claims it, the cgroup takes the
+// job's limits (and its usage counters restart), and the job dir, uid,
+// Landlock rules and seccomp filter are applied after the spec arrives,
+// exactly as for a cold start, so a warm run is confined no less than a
+// cold one. A wrapper serves one job: its cgroup goes with the job.
+//
+// Runs with egress targets, extra files (supervised workers) or streamed
+// output start cold, as do runs when no warm wrapper is ready. Close the
+// pool to end its idle wrappers and remove their cgroups.
+type Pool struct {
+	size    int
+	wrapper string
+
+	mu      sync.Mutex
+	idle    []*warmWrapper
+	filling int
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewPool returns a pool that keeps size wrappers warm (at least 1) of the
+// given wrapper binary ("": moat-confine beside the executable, else the
+// executable itself, as for Spec.Wrapper). It starts filling in the
+// background; runs whose Spec names another wrapper start cold.
+func NewPool(size int, wrapper string) *Pool {
+	if os.Geteuid() == 0 {
+		// Idle wrappers die with the process that started them, but
+		// their cgroups stay when it crashed: sweep those first.
+		kernel.RemoveStaleCgroups("warm-*", time.Minute)
+	}
+	p := &Pool{size: max(size, 1), wrapper: wrapperPath(wrapper)}
+	p.refill()
+	return p
+}
+
+// processPool, when set, serves every Run of this process: see UsePool.
+var processPool atomic.Pointer[Pool]
+
+// UsePool makes every later Run of this process (one not routed through a
+// Launcher) take its wrapper from p when one is warm: what a long-lived
+// host such as moat serve does, so that compilers and native programs
+// start warm without each caller knowing of the pool. nil undoes it.
+func UsePool(p *Pool) { processPool.Store(p) }
+
+// Run runs spec as the package-level Run does, in a warm wrapper when one
+// is ready.
+func (p *Pool) Run(ctx context.Context, spec Spec) (*Result, error) {
+	return runPooled(ctx, p, spec)
+}
+
+// Close ends the idle wrappers and waits for refills in flight.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.mu.Lock()
+	idle = append(idle, p.idle...)
+	p.idle = nil
+	p.mu.Unlock()
+	for _, w := range idle {
+		w.discard()
+	}
+	return nil
+}
+
+// warmStatusFD is the wrapper's status pipe in a warm start: fd 3 carries
+// the spec, fd 4 the status.
+const warmStatusFD = 4
+
+// take returns an idle wrapper started with the same wrapper binary and
+// clone flags, or nil. A nil pool has none.
+func (p *Pool) take(wrapper string, flags uintptr) *warmWrapper {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.refillLocked()
+	for i := len(p.idle) - 1; i >= 0; i-- {
+		if w := p.idle[i]; w.wrapper == wrapper && w.flags == flags {
+			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+			return w
+		}
+	}
+	return nil
+}
+
+func (p *Pool) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refillLocked()
+}
+
+// refillLocked starts one background start per missing wrapper.
+func (p *Pool) refillLocked() {
+	for !p.closed && len(p.idle)+p.filling < p.size {
+		p.filling++
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			w, err := startWarm(p.wrapper)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.filling--
+			if err != nil {
+				return // runs start cold; the next take tries again
+			}
+			p.idle = append(p.idle, w)
+		}()
+	}
+}
+
+// warmWrapper is a started wrapper waiting for its spec.
+type warmWrapper struct {
+	cmd     *exec.Cmd
+	wrapper string
+	flags   uintptr
+	specW   *os.File
+	statusR *os.File
+	stdin   *lateReader
+	stdout  *lateWriter
+	stderr  *lateWriter
+	cg      *kernel.Cgroup // joined while warm (root only); nil once a job owns it
+}
+
+// startWarm starts the wrapper for the caller's privilege: as root, the
+// namespaces of a zero-egress job and a job cgroup with the default limits;
+// otherwise also a user namespace, and no cgroup.
+func startWarm(wrapper string) (_ *warmWrapper, err error) {
+	root := os.Geteuid() == 0
+	attr := childAttr(root, os.Getuid(), os.Getgid(), true)
+	var cg *kernel.Cgroup
+	if root {
+		// "warm-": an idle wrapper's cgroup, told apart from a job's in
+		// /sys/fs/cgroup (it becomes the job's when a job claims it).
+		if cg, err = kernel.NewJobCgroup("warm-"+newID(), kernel.JobLimits{MemoryBytes: DefaultMemory, CPUQuota: DefaultCPUQuota, Pids: DefaultPids}); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				cg.Destroy()
+			}
+		}()
+		if cg.V2() {
+			fd, err := unix.Open(cg.Dir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, err
+			}
+			defer unix.Close(fd)
+			attr.UseCgroupFD, attr.CgroupFD = true, fd
+		}
+	}
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		specR.Close()
+		specW.Close()
+		return nil, err
+	}
+	w := &warmWrapper{wrapper: wrapper, flags: attr.Cloneflags, specW: specW, statusR: statusR,
+		stdin: newLateReader(), stdout: newLateWriter(), stderr: newLateWriter()}
+	w.cmd = &exec.Cmd{
+		Path:        w.wrapper,
+		Args:        []string{"moat-confine"},
+		Env:         []string{kernel.ConfineEnv + "=" + kernel.ConfineFromFD3},
+		Dir:         "/",
+		Stdin:       w.stdin,
+		Stdout:      w.stdout,
+		Stderr:      w.stderr,
+		ExtraFiles:  []*os.File{specR, statusW}, // fds 3 and 4
+		SysProcAttr: attr,
+		WaitDelay:   2 * time.Second,
+	}
+	err = w.cmd.Start()
+	specR.Close()
+	statusW.Close()
+	if err != nil {
+		specW.Close()
+		statusR.Close()
+		return nil, err
+	}
+	w.cg = cg
+	if cg != nil && !cg.V2() {
+		// The slow part of a cold start, paid here while nobody waits.
+		if err := cg.Add(w.cmd.Process.Pid); err != nil {
+			w.discard()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// claim gives the wrapper its job: the spec, stdin and the output buffers.
+func (w *warmWrapper) claim(spec, stdin []byte, stdout, stderr io.Writer) error {
+	w.stdin.bind(bytes.NewReader(stdin))
+	w.stdout.bind(stdout)
+	w.stderr.bind(stderr)
+	_, err := w.specW.Write(spec)
+	if cerr := w.specW.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// discard ends an unclaimed wrapper: without a spec it exits at once.
+func (w *warmWrapper) discard() {
+	w.stdin.bind(bytes.NewReader(nil))
+	w.stdout.bind(io.Discard)
+	w.stderr.bind(io.Discard)
+	w.specW.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = w.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		_ = w.cmd.Process.Kill()
+		<-done
+	}
+	w.statusR.Close()
+	if w.cg != nil {
+		_ = w.cg.Destroy()
+		w.cg = nil
+	}
+}
+
+// lateReader blocks reads until bind gives it a source: a warm wrapper's
+// stdin is not known until a job claims it.
+type lateReader struct {
+	once  sync.Once
+	ready chan struct{}
+	r     io.Reader
+}
+
+func newLateReader() *lateReader { return &lateReader{ready: make(chan struct{})} }
+
+func (l *lateReader) bind(r io.Reader) {
+	l.once.Do(func() {
+		l.r = r
+		close(l.ready)
+	})
+}
+
+func (l *lateReader) Read(p []byte) (int, error) {
+	<-l.ready
+	return l.r.Read(p)
+}
+
+// lateWriter blocks writes until bind names the destination.
+type lateWriter struct {
+	once  sync.Once
+	ready chan struct{}
+	w     io.Writer
+}
+
+func newLateWriter() *lateWriter { return &lateWriter{ready: make(chan struct{})} }
+
+func (l *lateWriter) bind(w io.Writer) {
+	l.once.Do(func() {
+		l.w = w
+		close(l.ready)
+	})
+}
+
+func (l *lateWriter) Write(p []byte) (int, error) {
+	<-l.ready
+	if l.w == nil {
+		return 0, errors.New("native: no output bound")
+	}
+	return l.w.Write(p)
+}
