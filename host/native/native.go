@@ -330,12 +330,13 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		// what the wrapper already uses) sends the job to a cold start.
 		if err := warm.cg.Reset(lim); err != nil {
 			warm.discard()
+			pool.done()
 			warm = nil
 		} else {
 			cg, prejoined = warm.cg, true
-			warm.cg = nil // the job's cleanup destroys it now
+			warm.cg = nil // the job's now: its cleanup hands it back
 			res.Layers = append(res.Layers, "cgroup")
-			j.cleanups = append(j.cleanups, func() { cg.Destroy() })
+			j.cleanups = append(j.cleanups, func() { pool.recycle(cg) })
 		}
 	}
 	if cg == nil && root {
@@ -426,6 +427,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	if warm != nil {
 		res.Warm = true
 		cs.StatusFD = warmStatusFD
+		j.cleanups = append([]func(){pool.done}, j.cleanups...) // runs last
 		js, err := json.Marshal(cs)
 		if err != nil {
 			warm.discard()

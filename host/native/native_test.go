@@ -674,6 +674,14 @@ func waitWarm(t testing.TB, p *Pool, n int) {
 // output, and leaves nothing behind; runs the pool cannot serve start cold.
 func TestPool(t *testing.T) {
 	pool := NewPool(1, "")
+	checkClean := func(t *testing.T, r *Result) {
+		if r.Status != StatusOK || r.PidsLimitHit || string(r.Stdout) != "fine\n" {
+			t.Errorf("status %s, pids limit hit %v, stdout %q: an earlier job's counts leaked in", r.Status, r.PidsLimitHit, r.Stdout)
+		}
+		if r.PeakMemory > 32<<20 {
+			t.Errorf("peak %d: an earlier job's memory is counted", r.PeakMemory)
+		}
+	}
 	cases := []struct {
 		name  string
 		spec  Spec
@@ -731,6 +739,12 @@ func TestPool(t *testing.T) {
 				t.Errorf("PidsLimitHit false with the job's limit of 16 (stderr %q)", r.Stderr)
 			}
 		}},
+		// A finished job's cgroup serves a later wrapper (the one after
+		// next, with a pool of one): what it counted is not the next
+		// job's. These two run in the cgroups of the OOM kill and of the
+		// refused forks above.
+		{"clean-after-oom", Spec{Command: []string{"sh", "-c", "echo fine"}}, checkClean},
+		{"clean-after-forks", Spec{Command: []string{"sh", "-c", "echo fine"}}, checkClean},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -37,6 +37,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	idle    []*warmWrapper
+	free    []*kernel.Cgroup // emptied job cgroups, for the next warm wrappers
 	filling int
 	closed  bool
 	wg      sync.WaitGroup
@@ -82,13 +83,53 @@ func (p *Pool) Close() error {
 	p.wg.Wait()
 	p.mu.Lock()
 	idle = append(idle, p.idle...)
-	p.idle = nil
+	free := p.free
+	p.idle, p.free = nil, nil
 	p.mu.Unlock()
 	for _, w := range idle {
 		w.discard()
 	}
+	for _, cg := range free {
+		_ = cg.Destroy()
+	}
 	return nil
 }
+
+// recycle takes back the cgroup of a finished warm job. On cgroup v1 it is
+// emptied and kept for a later warm wrapper rather than removed: removing
+// and creating cgroups takes the kernel's cgroup mutex, which another
+// wrapper's join holds through its RCU grace period, so a job's cleanup
+// would wait on the refill that follows it. v2 has no such wait: there
+// the cgroup is removed.
+func (p *Pool) recycle(cg *kernel.Cgroup) {
+	if cg.V2() || cg.Kill() != nil || cg.Empty() != nil || cg.Reset(warmLimits) != nil {
+		_ = cg.Destroy()
+		return
+	}
+	p.mu.Lock()
+	if p.closed || len(p.free) >= p.size {
+		p.mu.Unlock()
+		_ = cg.Destroy()
+		return
+	}
+	p.free = append(p.free, cg)
+	p.mu.Unlock()
+}
+
+// takeFree returns a recycled cgroup, or nil.
+func (p *Pool) takeFree() *kernel.Cgroup {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		cg := p.free[n-1]
+		p.free = p.free[:n-1]
+		return cg
+	}
+	return nil
+}
+
+// warmLimits are an idle wrapper's: the defaults, until a job claims it.
+var warmLimits = kernel.JobLimits{MemoryBytes: DefaultMemory, CPUQuota: DefaultCPUQuota, Pids: DefaultPids}
 
 // warmStatusFD is the wrapper's status pipe in a warm start: fd 3 carries
 // the spec, fd 4 the status.
@@ -102,14 +143,25 @@ func (p *Pool) take(wrapper string, flags uintptr) *warmWrapper {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer p.refillLocked()
 	for i := len(p.idle) - 1; i >= 0; i-- {
 		if w := p.idle[i]; w.wrapper == wrapper && w.flags == flags {
+			// The refill waits for this job's end (see done): started
+			// now, its clone and cgroup join would compete with the job
+			// for the CPUs and the kernel's cgroup locks.
 			p.idle = append(p.idle[:i], p.idle[i+1:]...)
 			return w
 		}
 	}
+	p.refillLocked() // none ready: start filling now
 	return nil
+}
+
+// done is called when a job that took a warm wrapper has ended and been
+// cleaned up: the pool starts its replacement.
+func (p *Pool) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refillLocked()
 }
 
 func (p *Pool) refill() {
@@ -125,7 +177,7 @@ func (p *Pool) refillLocked() {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			w, err := startWarm(p.wrapper)
+			w, err := startWarm(p.wrapper, p.takeFree())
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.filling--
@@ -151,18 +203,25 @@ type warmWrapper struct {
 }
 
 // startWarm starts the wrapper for the caller's privilege: as root, the
-// namespaces of a zero-egress job and a job cgroup with the default limits;
-// otherwise also a user namespace, and no cgroup.
-func startWarm(wrapper string) (_ *warmWrapper, err error) {
+// namespaces of a zero-egress job and a job cgroup with the default limits
+// (recycled when one is given); otherwise also a user namespace, and no
+// cgroup.
+func startWarm(wrapper string, recycled *kernel.Cgroup) (_ *warmWrapper, err error) {
 	root := os.Geteuid() == 0
 	attr := childAttr(root, os.Getuid(), os.Getgid(), true)
-	var cg *kernel.Cgroup
-	if root {
+	cg := recycled
+	if cg != nil && !root {
+		_ = cg.Destroy()
+		cg = nil
+	}
+	if root && cg == nil {
 		// "warm-": an idle wrapper's cgroup, told apart from a job's in
 		// /sys/fs/cgroup (it becomes the job's when a job claims it).
-		if cg, err = kernel.NewJobCgroup("warm-"+newID(), kernel.JobLimits{MemoryBytes: DefaultMemory, CPUQuota: DefaultCPUQuota, Pids: DefaultPids}); err != nil {
+		if cg, err = kernel.NewJobCgroup("warm-"+newID(), warmLimits); err != nil {
 			return nil, err
 		}
+	}
+	if cg != nil {
 		defer func() {
 			if err != nil {
 				cg.Destroy()

@@ -41,6 +41,10 @@ type Cgroup struct {
 
 	mu        sync.Mutex
 	destroyed bool
+
+	// Counters that only grow (v1 cannot reset them), as they were at the
+	// last Reset: Stats reports the current job's share.
+	oomBase, pidsMaxBase, cpuBase uint64
 }
 
 var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
@@ -180,10 +184,12 @@ func (c *Cgroup) setLimits(lim JobLimits) error {
 	return nil
 }
 
-// Reset gives a cgroup that already holds a process (a warm wrapper) a new
-// job's limits and restarts its usage counters (peak memory, CPU time), so
-// that Stats reports the job alone. It fails when a limit cannot be taken,
-// such as a memory limit below the current usage.
+// Reset readies a cgroup for a new job: the job's limits, and usage
+// counted from now (peak memory restarts at the current usage; OOM kills,
+// refused forks and CPU time are counted from here by Stats). A pool of
+// warm wrappers uses it on a cgroup that already holds a wrapper, and
+// that may have served a job before. It fails when a limit cannot be
+// taken, such as a memory limit below the current usage.
 func (c *Cgroup) Reset(lim JobLimits) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,13 +200,27 @@ func (c *Cgroup) Reset(lim JobLimits) error {
 		return err
 	}
 	if !c.v2 {
-		// Writing 0 restarts the peak at the current usage and the CPU
-		// count at zero. (v2's memory.peak resets only per open file, on
-		// recent kernels; there the wrapper's few MiB stay in the peak.)
+		// v2's memory.peak resets only per open file, on recent
+		// kernels; there the wrapper's few MiB stay in the peak.
 		_ = writeFile(c.dirs["memory"], "memory.max_usage_in_bytes", "0")
-		_ = writeFile(c.dirs["cpuacct"], "cpuacct.usage", "0")
 	}
+	c.oomBase, c.pidsMaxBase, c.cpuBase = c.counters()
 	return nil
+}
+
+// Empty releases the memory still charged to a cgroup whose processes are
+// gone (page cache its last job read), so that a next job starting in it
+// starts from nothing. v1 only (memory.force_empty); on v2 it does nothing.
+func (c *Cgroup) Empty() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed {
+		return errors.New("cgroup: destroyed")
+	}
+	if c.v2 {
+		return nil
+	}
+	return writeFile(c.dirs["memory"], "memory.force_empty", "0")
 }
 
 // AddSelf moves the calling process (all its threads) into the job cgroup.
@@ -216,19 +236,26 @@ func JoinCgroup(procsFiles []string, pid int) error { return child.JoinCgroup(pr
 // a member, whether a fork failed at the pids limit, and the CPU time used
 // by all members (ns).
 func (c *Cgroup) Stats() (peakMemory uint64, oomKilled bool, pidsMaxHit bool, cpuNS uint64) {
+	c.mu.Lock()
+	oomBase, pidsMaxBase, cpuBase := c.oomBase, c.pidsMaxBase, c.cpuBase
+	c.mu.Unlock()
+	oom, pidsMax, cpu := c.counters()
+	if c.v2 {
+		peakMemory = readUint(c.dirs[""], "memory.peak")
+	} else {
+		peakMemory = readUint(c.dirs["memory"], "memory.max_usage_in_bytes")
+	}
+	return peakMemory, oom > oomBase, pidsMax > pidsMaxBase, cpu - min(cpu, cpuBase)
+}
+
+// counters reads the cumulative OOM kills, refused forks and CPU time (ns).
+func (c *Cgroup) counters() (oomKills, pidsMax, cpuNS uint64) {
 	if c.v2 {
 		d := c.dirs[""]
-		peakMemory = readUint(d, "memory.peak")
-		oomKilled = readKey(d, "memory.events", "oom_kill") > 0
-		pidsMaxHit = readKey(d, "pids.events", "max") > 0
-		cpuNS = readKey(d, "cpu.stat", "usage_usec") * 1000
-		return
+		return readKey(d, "memory.events", "oom_kill"), readKey(d, "pids.events", "max"), readKey(d, "cpu.stat", "usage_usec") * 1000
 	}
-	peakMemory = readUint(c.dirs["memory"], "memory.max_usage_in_bytes")
-	oomKilled = readKey(c.dirs["memory"], "memory.oom_control", "oom_kill") > 0
-	pidsMaxHit = readKey(c.dirs["pids"], "pids.events", "max") > 0
-	cpuNS = readUint(c.dirs["cpuacct"], "cpuacct.usage")
-	return
+	return readKey(c.dirs["memory"], "memory.oom_control", "oom_kill"), readKey(c.dirs["pids"], "pids.events", "max"),
+		readUint(c.dirs["cpuacct"], "cpuacct.usage")
 }
 
 // Pids returns the pids of the job's processes.
