@@ -26,7 +26,8 @@ import (
 // job's limits (and its usage counters restart), and the job dir, uid,
 // Landlock rules and seccomp filter are applied after the spec arrives,
 // exactly as for a cold start, so a warm run is confined no less than a
-// cold one. A wrapper serves one job: its cgroup goes with the job.
+// cold one. A wrapper serves one job; its replacement starts when the job
+// has ended, in the job's cgroup once emptied (see recycle).
 //
 // Runs with egress targets, extra files (supervised workers) or streamed
 // output start cold, as do runs when no warm wrapper is ready. Close the
