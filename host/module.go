@@ -181,7 +181,17 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	}
 	// The signature is checked before anything of the module runs, or is
 	// even compiled.
-	signer, err := h.verifySignature(ctx, name, wasm, opts, opts.CorrelationID)
+	signed := wasm
+	if opts.Script != nil {
+		// A script's own bytes are its sources; the interpreter's are
+		// the same for every plugin and would let one plugin's
+		// signature stand for another's.
+		signed = opts.Script.Source
+		if opts.Signature != nil && len(signed) == 0 {
+			return fail(abi.CodeInvalidArgument, nil, "a signed script needs Script.Source, the sources its signature covers")
+		}
+	}
+	signer, err := h.verifySignature(ctx, name, signed, opts, opts.CorrelationID)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,11 @@ func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, op
 	}
 	if opts.Signature == nil {
 		if p.RequireSignature {
-			return deny(fmt.Sprintf("unsigned (no %s.wasm.minisig); profile %s requires a signature from a trusted key", name, p.Name), nil)
+			file := name + ".wasm.minisig"
+			if opts.Script != nil {
+				file = name + ".minisig"
+			}
+			return deny(fmt.Sprintf("unsigned (no %s); profile %s requires a signature from a trusted key", file, p.Name), nil)
 		}
 		return "", nil // unsigned modules run sandboxed; nothing to record
 	}

@@ -34,6 +34,11 @@ type Script struct {
 	// Mounts are the script's directory and the interpreter's library,
 	// read-only as a rule.
 	Mounts []Mount
+	// Source is the plugin's sources in canonical form
+	// (languages.PackSources): what its signature covers, in place of the
+	// module bytes, which are the interpreter's and the same for every
+	// plugin. A signed script without it is refused.
+	Source []byte
 }
 
 // ScriptActionEnv names the environment variable that carries the action

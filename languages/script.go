@@ -1,6 +1,8 @@
 package languages
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,6 +44,24 @@ func PluginSource(l Language, files map[string][]byte) (Source, error) {
 	return src, nil
 }
 
+// PackSources is the canonical form of a plugin's sources: a tar of its
+// files in name order with nothing but names, sizes and a fixed mode, so
+// the same sources are the same bytes. It is what an interpreted plugin's
+// signature covers (in place of a module's bytes) and, in moat serve,
+// what its version's digest is of.
+func PackSources(src Source) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	files := slices.Clone(src.Files)
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	for _, f := range files {
+		_ = tw.WriteHeader(&tar.Header{Name: f.Name, Mode: 0o644, Size: int64(len(f.Content)), Typeflag: tar.TypeReg, Format: tar.FormatUSTAR})
+		_, _ = tw.Write(f.Content)
+	}
+	_ = tw.Close()
+	return buf.Bytes()
+}
+
 // BuildScriptPlugin builds an interpreted plugin's source for l. Its files
 // (the sources and the language's SDK) go into a directory under srcRoot
 // named by their content, mounted read-only at /src: loads of the same
@@ -73,7 +93,7 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 	if err != nil {
 		return nil, fmt.Errorf("%s plugin: %w", in.Name, err)
 	}
-	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env,
+	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src),
 		Mounts: append([]host.Mount{{HostDir: dir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}}, nil
 }
 

@@ -68,14 +68,19 @@ func newSignCmd() *cobra.Command {
 		Long: `Sign writes MODULE.wasm.minisig beside the module. The signature covers the
 module bytes; its signed trusted comment binds the module name and the
 sha256 of the manifest (moat.yaml), so changing one byte of either fails
-verification.`,
-		Example: "  moat sign examples/hello-go --key release.key",
+verification.
+
+For an interpreted plugin (a directory with moat.yaml, language javascript
+or python, and main.js or main.py) it writes NAME.minisig beside moat.yaml,
+covering the plugin's source files in a canonical form (a tar of the
+files in name order) in place of module bytes.`,
+		Example: "  moat sign examples/hello-go --key release.key\n  moat sign examples/hello-js --key release.key",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyFile == "" {
 				return usagef("--key is required: the secret key file from `moat keygen`")
 			}
-			b, err := host.ReadBundle(args[0])
+			b, err := readSignable(args[0])
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -123,7 +128,7 @@ changed module, changed manifest, signature of another module).`,
 		Example: "  moat verify examples/hello-go --key release.pub\n  moat verify examples/hello-go --profile ops.yaml",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := host.ReadBundle(args[0])
+			b, err := readSignable(args[0])
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -168,6 +173,17 @@ changed module, changed manifest, signature of another module).`,
 	}
 	cmd.Flags().StringArrayVar(&pubFiles, "key", nil, "public key file (NAME.pub); repeatable")
 	return cmd
+}
+
+// readSignable reads what moat sign and moat verify work on: a module
+// bundle, or an interpreted plugin's directory (its sources standing for
+// the module bytes).
+func readSignable(path string) (*host.Bundle, error) {
+	if mf, l, ok := interpretedPlugin(path); ok {
+		b, _, err := scriptBundle(path, mf, l)
+		return b, err
+	}
+	return host.ReadBundle(path)
 }
 
 func readPassword(file string) (string, error) {

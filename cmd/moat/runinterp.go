@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +34,30 @@ func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool)
 		return nil, nil, false
 	}
 	return mf, l, true
+}
+
+// scriptBundle reads an interpreted plugin's directory as a host.Bundle
+// for signing and verifying: its "module" is the canonical form of its
+// sources (languages.PackSources), its signature NAME.minisig beside
+// moat.yaml.
+func scriptBundle(dir string, mf *policy.Manifest, l languages.Language) (*host.Bundle, languages.Source, error) {
+	src, err := pluginSource(dir, l)
+	if err != nil {
+		return nil, src, fmt.Errorf("%s: %w", dir, err)
+	}
+	manifestPath := filepath.Join(dir, host.ManifestFile)
+	manifest, err := os.ReadFile(manifestPath)
+	if err != nil {
+		return nil, src, err
+	}
+	b := &host.Bundle{Path: dir, Wasm: languages.PackSources(src), Name: mf.Name, Manifest: mf,
+		ManifestPath: manifestPath, ManifestBytes: manifest, SignaturePath: filepath.Join(dir, mf.Name+".minisig")}
+	if sig, err := os.ReadFile(b.SignaturePath); err == nil {
+		b.Signature = sig
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, src, err
+	}
+	return b, src, nil
 }
 
 // runInterpretedPlugin runs one action of an interpreted plugin: the
@@ -67,9 +93,9 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 			return usagef("input of %d bytes is over the action's max_input of %d", len(input), action.MaxInput)
 		}
 	}
-	src, err := pluginSource(dir, l)
+	b, src, err := scriptBundle(dir, mf, l)
 	if err != nil {
-		return usagef("%s: %v", dir, err)
+		return usagef("%v", err)
 	}
 	work, err := os.MkdirTemp("", "moat-plugin-")
 	if err != nil {
@@ -99,8 +125,8 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	// The interpreter is a WASI command serving the manifest's actions
 	// (host.Script): roles, confirm: true, limits and audit apply as to a
 	// compiled plugin.
-	mod, err := h.Load(ctx, sp.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, Config: cfg,
-		Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate, Script: sp.Script})
+	mod, err := h.Load(ctx, sp.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, ManifestBytes: b.ManifestBytes, Signature: b.Signature,
+		Config: cfg, Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate, Script: sp.Script})
 	if err != nil {
 		return err
 	}

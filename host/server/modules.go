@@ -131,9 +131,6 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		bad := func(code abi.Code, format string, args ...any) error {
 			return &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
 		}
-		if len(v.Signature) > 0 {
-			return nil, bad(abi.CodeInvalidArgument, "signatures cover a module's bytes, and an interpreted plugin has none of its own yet: upload it without the signature (a profile with require_signature refuses it)")
-		}
 		files, err := untar(wasm)
 		if err != nil {
 			return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
@@ -172,22 +169,7 @@ func scriptLanguage(manifest []byte) (languages.Language, bool) {
 	return l, true
 }
 
-// tarFiles packs files (base name → content) into a tar in name order,
-// with nothing but names, sizes and a fixed mode: the same sources are the
-// same bytes, so the same digest.
-func tarFiles(files map[string][]byte) []byte {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		b := files[name]
-		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg, Format: tar.FormatUSTAR})
-		_, _ = tw.Write(b)
-	}
-	_ = tw.Close()
-	return buf.Bytes()
-}
-
-// untar reads what tarFiles wrote.
+// untar reads what languages.PackSources wrote.
 func untar(b []byte) (map[string][]byte, error) {
 	return unpack("application/x-tar", b)
 }
@@ -615,16 +597,11 @@ func fromArchive(files map[string][]byte) (*upload, error) {
 			if err != nil {
 				return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %s plugin: %v", mf.Language, err)
 			}
-			sources := map[string][]byte{}
-			for _, f := range src.Files {
-				sources[f.Name] = f.Content
-			}
-			up.wasm = tarFiles(sources)
-			for name, b := range files {
-				if strings.HasSuffix(name, ".minisig") {
-					up.signature = b // refused at load, with the reason
-				}
-			}
+			// The canonical form of the sources: what the version's
+			// digest is of, and what a signature (NAME.minisig, from
+			// `moat sign DIR`) covers.
+			up.wasm = languages.PackSources(src)
+			up.signature = files[mf.Name+".minisig"]
 			return up, nil
 		}
 		file = mf.Module

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // scriptArchive packs examples/<dir> (and extra files) as a tar.gz with
@@ -76,8 +79,8 @@ func TestUploadScriptPlugin(t *testing.T) {
 	}
 
 	if r = ts.do(t, "POST", "/v1/modules", key, scriptArchive(t, "hello-js", map[string][]byte{"hello-js.minisig": []byte("untrusted comment: x\n")}),
-		"Content-Type", "application/gzip"); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "signature") {
-		t.Errorf("signed script: %d %s, want 400 naming the signature", r.status, r.body)
+		"Content-Type", "application/gzip"); r.status == http.StatusCreated || !strings.Contains(string(r.body), "signature") {
+		t.Errorf("a malformed signature: %d %s, want a refusal naming the signature", r.status, r.body)
 	}
 	manifest, _ := os.ReadFile(filepath.Join(testwasm.RepoRoot(t), "examples", "hello-js", "moat.yaml"))
 	body, ct := multipartUpload(t, map[string][]byte{"manifest": manifest})
@@ -96,5 +99,61 @@ func TestUploadScriptPlugin(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, "modules", digest+"*"))
 	if len(left) > 0 {
 		t.Errorf("files left after delete: %v", left)
+	}
+}
+
+// TestUploadSignedScriptPlugin: under a profile that requires signatures,
+// an interpreted plugin signed over its sources (as `moat sign DIR` signs
+// them: languages.PackSources) uploads and runs; with one source byte
+// changed, the upload is refused.
+func TestUploadSignedScriptPlugin(t *testing.T) {
+	pubFile, keyFile, err := policy.GenerateKey("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := policy.ParsePrivateKey(keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := policy.ParsePublicKey(string(pubFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile := filepath.Join(t.TempDir(), "signed.yaml")
+	os.WriteFile(profile, []byte("name: signed\nrequire_signature: true\ntrusted_keys:\n  - name: rel\n    key: "+pub.String()+
+		"\ndefault:\n  capabilities: {kv: true}\n  limits: {memory: 64MiB, timeout: 10s}\n"), 0o644)
+	ts := start(t, "", func(c *server.Config) { c.Profile = profile })
+	key := ts.key(t, "acme", "ann")
+
+	root := filepath.Join(testwasm.RepoRoot(t), "examples", "hello-js")
+	manifest, _ := os.ReadFile(filepath.Join(root, "moat.yaml"))
+	script, _ := os.ReadFile(filepath.Join(root, "main.js"))
+	sign := func(main []byte) []byte {
+		l, _ := languages.Lookup("javascript")
+		src, err := languages.PluginSource(l, map[string][]byte{"main.js": main})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig, err := policy.Sign(priv, policy.Signed{Name: "hello-js", Module: languages.PackSources(src), Manifest: manifest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig
+	}
+	if r := ts.do(t, "POST", "/v1/modules", key, scriptArchive(t, "hello-js", nil), "Content-Type", "application/gzip"); r.status == http.StatusCreated || !strings.Contains(string(r.body), "unsigned") {
+		t.Errorf("unsigned under require_signature: %d %s", r.status, r.body)
+	}
+	r := ts.do(t, "POST", "/v1/modules", key, scriptArchive(t, "hello-js", map[string][]byte{"hello-js.minisig": sign(script)}), "Content-Type", "application/gzip")
+	if r.status != http.StatusCreated || r.json(t)["mode"] != "trusted" {
+		t.Fatalf("signed upload: %d %s, want 201 in trusted mode", r.status, r.body)
+	}
+	if r = ts.do(t, "POST", "/v1/modules/hello-js/actions/greet", key, strings.NewReader("World")); string(r.body) != "Hello, World! (call #1)" {
+		t.Errorf("signed plugin: %d %q", r.status, r.body)
+	}
+	tampered := bytes.Replace(script, []byte("call #"), []byte("Call #"), 1)
+	sig := sign(script) // signed before the change
+	r = ts.do(t, "POST", "/v1/modules", key, scriptArchive(t, "hello-js", map[string][]byte{"main.js": tampered, "hello-js.minisig": sig}), "Content-Type", "application/gzip")
+	if r.status == http.StatusCreated || !strings.Contains(string(r.body), "changed since signing") {
+		t.Errorf("tampered source: %d %s, want a refusal", r.status, r.body)
 	}
 }
