@@ -62,7 +62,7 @@ Exit status: 0 when the module would load, 3 when it would be refused.`,
 // signerOf verifies the signature beside the manifest's module, when there
 // is one, and returns the trusted key name that signed it.
 func signerOf(dir string, p *policy.Profile) string {
-	b, err := host.ReadBundle(dir)
+	b, err := readSignable(dir)
 	if err != nil || b.Signature == nil {
 		return ""
 	}

@@ -83,6 +83,9 @@ func TestSignedScriptPlugin(t *testing.T) {
 	if r := run(); r.code != 0 || strings.TrimSpace(r.stdout) != "Hello, x! (call #1)" {
 		t.Fatalf("signed run: %+v", r)
 	}
+	if r := moat(t, "", "policy", "check", plugin, "--profile", profile); r.code != 0 || !strings.Contains(r.stdout, "trusted: signed by trusted key rel") {
+		t.Fatalf("policy check of the signed plugin: %+v", r)
+	}
 	for _, tt := range []struct {
 		name, file string
 		edit       func([]byte) []byte
