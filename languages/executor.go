@@ -527,6 +527,6 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 	}
 	ev := tmpl
 	ev.Kind, ev.Decision, ev.Code, ev.DurationNS = audit.KindInvocation, audit.Allow, string(r.Status), int64(r.Wall)
-	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ",")}
+	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ","), "warm": strconv.FormatBool(r.Warm)}
 	a.Record(ctx, ev)
 }

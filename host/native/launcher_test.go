@@ -52,6 +52,7 @@ func TestLauncherServesAConfinedHost(t *testing.T) {
 	if msg, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build pipeworker: %v\n%s", err, msg)
 	}
+	warmBefore := warmCgroups()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConfinedHostHelper$", "-test.v")
 	// The confined helper may not remove its own temp dir (Landlock denies
 	// /tmp itself), so the dir is made and removed here.
@@ -61,11 +62,7 @@ func TestLauncherServesAConfinedHost(t *testing.T) {
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
 	// The launcher's warm wrappers went with it.
-	for _, pat := range []string{"/sys/fs/cgroup/*/" + kernel.CgroupParent + "/warm-*", "/sys/fs/cgroup/" + kernel.CgroupParent + "/warm-*"} {
-		if left, _ := filepath.Glob(pat); len(left) > 0 {
-			t.Errorf("the launcher's idle wrappers left cgroups behind: %v", left)
-		}
-	}
+	assertNoNewWarmCgroups(t, warmBefore)
 }
 
 func TestConfinedHostHelper(t *testing.T) {

@@ -248,9 +248,10 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 // (no extra files, captured output, no egress rules).
 func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
 	j = &job{}
+	self := j // the error returns below set j to nil; the cleanup needs the job
 	defer func() {
 		if err != nil {
-			j.cleanup()
+			self.cleanup()
 		}
 	}()
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
@@ -270,7 +271,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 
 	target, err := lookPath(s.Command[0], envPath(s.Env))
 	if err != nil {
-		return nil, fmt.Errorf("native: %w", err)
+		return nil, fmt.Errorf("native: command %s: %w", s.Command[0], err)
 	}
 	extra := append([]string{}, s.ExtraExec...)
 	if interp := shebang(target); interp != "" {
@@ -425,24 +426,35 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	stdout, stderr := &cappedBuffer{max: s.MaxOutput, full: onFull}, &cappedBuffer{max: s.MaxOutput, full: onFull}
 	j.overflow = overflow
 	if warm != nil {
-		res.Warm = true
-		cs.StatusFD = warmStatusFD
 		j.cleanups = append([]func(){pool.done}, j.cleanups...) // runs last
-		js, err := json.Marshal(cs)
+		wcs := cs
+		wcs.StatusFD = warmStatusFD
+		wjs, err := json.Marshal(wcs)
 		if err != nil {
 			warm.discard()
 			return nil, fmt.Errorf("native: %w", err)
 		}
 		j.cleanups = append(j.cleanups, func() { warm.statusR.Close() })
 		startTime := time.Now()
-		if err := warm.claim(js, s.Stdin, stdout, stderr); err != nil {
-			j.cmd = warm.cmd
-			j.kill()
-			_ = warm.cmd.Wait()
-			return nil, fmt.Errorf("native: hand the spec to a warm wrapper: %w", err)
+		if err := warm.claim(wjs, s.Stdin, stdout, stderr); err == nil {
+			pool.claimed(true)
+			res.Warm = true
+			j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, warm.cmd, cg, res, warm.statusR, stdout, stderr, startTime
+			return j, nil
 		}
-		j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, warm.cmd, cg, res, warm.statusR, stdout, stderr, startTime
-		return j, nil
+		// The wrapper died before its job (a wrapper binary of another
+		// moat version beside this one, say): start cold instead, where
+		// a broken wrapper says what is wrong; the pool stops warming
+		// after a few such deaths in a row.
+		_ = warm.cmd.Process.Kill()
+		_ = warm.cmd.Wait()
+		pool.claimed(false)
+		if prejoined {
+			cs.CgroupProcs = cg.ProcsFiles()
+			if js, err = json.Marshal(cs); err != nil {
+				return nil, fmt.Errorf("native: %w", err)
+			}
+		}
 	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {

@@ -673,6 +673,7 @@ func waitWarm(t testing.TB, p *Pool, n int) {
 // (Landlock, zero egress, cgroup limits, uid, deadline), gets its stdin and
 // output, and leaves nothing behind; runs the pool cannot serve start cold.
 func TestPool(t *testing.T) {
+	warmBefore := warmCgroups()
 	pool := NewPool(1, "")
 	checkClean := func(t *testing.T, r *Result) {
 		if r.Status != StatusOK || r.PidsLimitHit || string(r.Stdout) != "fine\n" {
@@ -776,9 +777,28 @@ func TestPool(t *testing.T) {
 	before := uidProcs(jobUID())
 	pool.Close()
 	assertClean(t, before)
+	assertNoNewWarmCgroups(t, warmBefore)
+}
+
+// warmCgroups lists the idle wrappers' cgroups on the machine: those of
+// this test's pool, and any other moat's running at the same time.
+func warmCgroups() map[string]bool {
+	out := map[string]bool{}
 	for _, pat := range []string{"/sys/fs/cgroup/*/" + kernel.CgroupParent + "/warm-*", "/sys/fs/cgroup/" + kernel.CgroupParent + "/warm-*"} {
-		if left, _ := filepath.Glob(pat); len(left) > 0 {
-			t.Errorf("idle wrappers' cgroups left after Close: %v", left)
+		left, _ := filepath.Glob(pat)
+		for _, d := range left {
+			out[d] = true
+		}
+	}
+	return out
+}
+
+// assertNoNewWarmCgroups fails when a warm-* cgroup not in before is left.
+func assertNoNewWarmCgroups(t *testing.T, before map[string]bool) {
+	t.Helper()
+	for d := range warmCgroups() {
+		if !before[d] {
+			t.Errorf("an idle wrapper's cgroup was left behind: %s", d)
 		}
 	}
 }
@@ -793,5 +813,60 @@ func TestSlimWrapper(t *testing.T) {
 	}
 	if got := strings.Join(res.Layers, ","); !strings.Contains(got, "landlock,seccomp") {
 		t.Fatalf("layers %s", got)
+	}
+}
+
+// TestPoolDeadWrappers: a warm wrapper that died before its job (a wrapper
+// binary of another version, say) does not fail the job: it starts cold,
+// and after a few such deaths in a row the pool stops warming.
+func TestPoolDeadWrappers(t *testing.T) {
+	const dead = "/bin/false" // exits at once, never reads its spec
+	warmBefore := warmCgroups()
+	pool := NewPool(1, dead)
+	before := uidProcs(jobUID())
+	for i := 0; i < maxDeadClaims+2; i++ {
+		time.Sleep(100 * time.Millisecond) // the refill starts, and its wrapper dies
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := pool.Run(ctx, Spec{Command: []string{"true"}, Wrapper: dead})
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v, want a cold start's result", i, err)
+		}
+		if r.Warm || r.Status == StatusOK {
+			t.Fatalf("run %d: warm %v, status %s; want a cold start of the broken wrapper", i, r.Warm, r.Status)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	pool.mu.Lock()
+	idle, filling, failed := len(pool.idle), pool.filling, pool.failed
+	pool.mu.Unlock()
+	if idle+filling != 0 || failed < maxDeadClaims {
+		t.Errorf("after %d dead wrappers the pool still warms (idle %d, filling %d, failed %d)", failed, idle, filling, failed)
+	}
+	pool.Close()
+	assertClean(t, before)
+	assertNoNewWarmCgroups(t, warmBefore)
+}
+
+// TestSetupErrors: a run that cannot be set up returns an error naming
+// why, and leaves nothing behind (each of these once crashed the caller:
+// the deferred cleanup ran on the nil job the error return had set).
+func TestSetupErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"no such command", Spec{Command: []string{"/nonexistent/moat-test-cmd"}}, "moat-test-cmd"},
+		{"unstartable wrapper", Spec{Command: []string{"true"}, Wrapper: "/nonexistent/moat-confine"}, "native: start"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := uidProcs(jobUID())
+			_, err := Run(context.Background(), tt.spec)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want one naming %q", err, tt.want)
+			}
+			assertClean(t, before)
+		})
 	}
 }

@@ -41,8 +41,14 @@ type Pool struct {
 	free    []*kernel.Cgroup // emptied job cgroups, for the next warm wrappers
 	filling int
 	closed  bool
+	failed  int // warm wrappers in a row found dead at their claim
 	wg      sync.WaitGroup
 }
+
+// maxDeadClaims is how many warm wrappers in a row may be found dead when
+// a job claims them before the pool stops starting more: something is
+// wrong with the wrapper itself, and cold starts report what.
+const maxDeadClaims = 3
 
 // NewPool returns a pool that keeps size wrappers warm (at least 1) of the
 // given wrapper binary ("": moat-confine beside the executable, else the
@@ -157,6 +163,17 @@ func (p *Pool) take(wrapper string, flags uintptr) *warmWrapper {
 	return nil
 }
 
+// claimed records whether a warm wrapper took its job.
+func (p *Pool) claimed(ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ok {
+		p.failed = 0
+	} else {
+		p.failed++
+	}
+}
+
 // done is called when a job that took a warm wrapper has ended and been
 // cleaned up: the pool starts its replacement.
 func (p *Pool) done() {
@@ -173,7 +190,7 @@ func (p *Pool) refill() {
 
 // refillLocked starts one background start per missing wrapper.
 func (p *Pool) refillLocked() {
-	for !p.closed && len(p.idle)+p.filling < p.size {
+	for !p.closed && p.failed < maxDeadClaims && len(p.idle)+p.filling < p.size {
 		p.filling++
 		p.wg.Add(1)
 		go func() {
