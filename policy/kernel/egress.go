@@ -100,9 +100,10 @@ func NewEgress(id string, targets []EgressTarget) (e *Egress, err error) {
 	if err := os.MkdirAll(e.cgDir, 0o755); err != nil {
 		return nil, fmt.Errorf("egress: create cgroup %s: %w", e.cgDir, err)
 	}
+	self := e // the error returns below set e to nil; the cleanup needs it
 	defer func() {
 		if err != nil {
-			e.Close()
+			self.Close()
 		}
 	}()
 	ipt4, err := iptables.New()

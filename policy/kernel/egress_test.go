@@ -118,3 +118,25 @@ func TestParseEgressTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressSetupError: a chain that cannot be made (here: its name is
+// taken) is an error, not a crash, and the half-made cgroup is removed.
+func TestEgressSetupError(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("egress rules need root (iptables and cgroups); CI runs as root")
+	}
+	id := "d" + strconv.Itoa(os.Getpid())
+	first, err := kernel.NewEgress(id, []kernel.EgressTarget{{IP: net.IPv4(127, 0, 0, 1), Port: 9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	dir := first.CgroupDir()
+	if _, err := kernel.NewEgress(id, nil); err == nil || !strings.Contains(err.Error(), "chain") {
+		t.Fatalf("a second egress under the same id: %v, want a chain error", err)
+	}
+	first.Close()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("egress cgroup %s left behind: %v", dir, err)
+	}
+}
