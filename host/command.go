@@ -92,10 +92,8 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	if err := lim.validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
-	for k := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fail(abi.CodeInvalidArgument, nil, "environment variable name %q is invalid (empty, or contains '=' or NUL)", k)
-		}
+	if err := checkEnv(req.Env); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 
 	if req.Action == "" {
@@ -153,8 +151,8 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	if len(req.Mounts) > 0 || req.FS != nil || req.Ops {
 		fsc := wazero.NewFSConfig()
 		for _, mt := range req.Mounts {
-			if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
-				return fail(abi.CodeInvalidArgument, nil, "mount %q at %q: want a host directory and an absolute guest path", mt.HostDir, mt.GuestPath)
+			if err := checkMount(mt); err != nil {
+				return fail(abi.CodeInvalidArgument, err, "%v", err)
 			}
 			if mt.ReadOnly {
 				fsc = fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
@@ -209,6 +207,26 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	default:
 		return failed(abi.CodeTrap, err, "%s", firstLine(err))
 	}
+}
+
+// checkEnv refuses environment variable names a WASI environment cannot
+// carry.
+func checkEnv(env map[string]string) error {
+	for k := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("environment variable name %q is invalid (empty, or contains '=' or NUL)", k)
+		}
+	}
+	return nil
+}
+
+// checkMount refuses a mount without a host directory or with a relative
+// guest path.
+func checkMount(mt Mount) error {
+	if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
+		return fmt.Errorf("mount %q at %q: want a host directory and an absolute guest path", mt.HostDir, mt.GuestPath)
+	}
+	return nil
 }
 
 func orDiscard(w io.Writer) io.Writer {

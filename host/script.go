@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strings"
 
 	"github.com/moat-sandbox/moat/abi"
 )
@@ -57,14 +56,17 @@ func (m *Module) loadScript(opts LoadOptions) error {
 	if opts.Manifest == nil || len(opts.Manifest.Actions) == 0 {
 		return fail("a script's actions come from its manifest: give a moat.yaml with at least one action")
 	}
-	for k := range opts.Script.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("script environment variable name %q is invalid (empty, or contains '=' or NUL)", k)}
-		}
+	// Checked here as Run checks them per run, so that a bad Script
+	// fails its load, not every call.
+	invalid := func(err error) error {
+		return &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: "script: " + err.Error(), Err: err}
+	}
+	if err := checkEnv(opts.Script.Env); err != nil {
+		return invalid(err)
 	}
 	for _, mt := range opts.Script.Mounts {
-		if mt.HostDir == "" || !strings.HasPrefix(mt.GuestPath, "/") {
-			return &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("script mount %q at %q: want a host directory and an absolute guest path", mt.HostDir, mt.GuestPath)}
+		if err := checkMount(mt); err != nil {
+			return invalid(err)
 		}
 	}
 	sc := *opts.Script

@@ -367,10 +367,7 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 		Principal: who, CorrelationID: req.CorrelationID,
 		Limits: host.Limits{Timeout: lim.Timeout, MemoryLimitPages: pages(lim.MemoryBytes), MaxOutputBytes: int(lim.MaxOutputBytes)},
 	}
-	if srcDir != "" {
-		rr.Mounts = []host.Mount{{HostDir: srcDir, GuestPath: "/src", ReadOnly: true}}
-	}
-	rr.Mounts = append(rr.Mounts, a.Mounts...)
+	rr.Mounts = a.RunMounts(srcDir)
 	began := time.Now()
 	out, err := m.Run(ctx, rr)
 	res.RunTime = time.Since(began)

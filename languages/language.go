@@ -265,6 +265,20 @@ type RunEnv struct {
 	Host *host.Host
 }
 
+// SrcGuestPath is where an interpreted run sees the artifact's Files.
+const SrcGuestPath = "/src"
+
+// RunMounts are the directories an interpreted run of a sees: srcDir
+// (holding its Files; none when empty) read-only at SrcGuestPath, then the
+// artifact's own Mounts.
+func (a *Artifact) RunMounts(srcDir string) []host.Mount {
+	var ms []host.Mount
+	if srcDir != "" {
+		ms = append(ms, host.Mount{HostDir: srcDir, GuestPath: SrcGuestPath, ReadOnly: true})
+	}
+	return append(ms, a.Mounts...)
+}
+
 // RunInput is the run stage's input. SrcDir holds the artifact's Files (to
 // be seen at /src, read-only).
 type RunInput struct {

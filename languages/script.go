@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // ScriptPlugin is an interpreted plugin ready to load: the interpreter's
@@ -21,6 +22,21 @@ import (
 type ScriptPlugin struct {
 	WASM   []byte
 	Script *host.Script
+}
+
+// ScriptLanguage returns the interpreted language mf names (one whose path
+// is PathInterpreted): the plugin is then a script its interpreter runs,
+// unless it ships a module of its own, which the caller checks (a .wasm in
+// the directory, the archive or the stored bytes).
+func ScriptLanguage(mf *policy.Manifest) (Language, bool) {
+	if mf == nil || mf.Language == "" {
+		return nil, false
+	}
+	l, err := Lookup(mf.Language)
+	if err != nil || l.Info().Path != PathInterpreted {
+		return nil, false
+	}
+	return l, true
 }
 
 // PluginSource picks a plugin's source among files (base name → content):
@@ -93,8 +109,7 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 	if err != nil {
 		return nil, fmt.Errorf("%s plugin: %w", in.Name, err)
 	}
-	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src),
-		Mounts: append([]host.Mount{{HostDir: dir, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}}, nil
+	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir)}}, nil
 }
 
 // writeSourceDir writes files into root/<their digest>, unless a complete

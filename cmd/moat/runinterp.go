@@ -22,12 +22,12 @@ func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool)
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
 		return nil, nil, false
 	}
-	mf, err := policy.LoadManifest(filepath.Join(path, "moat.yaml"))
-	if err != nil || mf.Language == "" {
+	mf, err := policy.LoadManifest(filepath.Join(path, host.ManifestFile))
+	if err != nil {
 		return nil, nil, false
 	}
-	l, err := languages.Lookup(mf.Language)
-	if err != nil || l.Info().Path != languages.PathInterpreted {
+	l, ok := languages.ScriptLanguage(mf)
+	if !ok {
 		return nil, nil, false
 	}
 	if wasm, _ := filepath.Glob(filepath.Join(path, "*.wasm")); len(wasm) > 0 {

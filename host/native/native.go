@@ -259,9 +259,10 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	}
 	s := withDefaults(spec)
 	root := os.Geteuid() == 0
-	if root {
+	if root && !pool.joinedReady() {
 		// First, so the kernel's wait for the wrapper's cgroup join runs
-		// alongside the rest of the set-up (see PrimeCgroupAttach).
+		// alongside the rest of the set-up (see PrimeCgroupAttach). A
+		// warm wrapper has joined already: nothing to wait for.
 		kernel.PrimeCgroupAttach()
 	}
 	uid, gid := int(s.UID), int(s.GID)
@@ -412,11 +413,6 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	} else {
 		res.Unavailable = append(res.Unavailable, "seccomp: not supported by the kernel")
 	}
-	js, err := json.Marshal(cs)
-	if err != nil {
-		return nil, fmt.Errorf("native: %w", err)
-	}
-
 	overflow := make(chan struct{})
 	var overflowOnce sync.Once
 	onFull := func() {}
@@ -451,10 +447,11 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		pool.claimed(false)
 		if prejoined {
 			cs.CgroupProcs = cg.ProcsFiles()
-			if js, err = json.Marshal(cs); err != nil {
-				return nil, fmt.Errorf("native: %w", err)
-			}
 		}
+	}
+	js, err := json.Marshal(cs)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
 	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
@@ -496,9 +493,6 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 // leaves nothing behind: cgroup, job dir, egress rules and processes are
 // gone when it returns.
 func Run(ctx context.Context, spec Spec) (*Result, error) {
-	if len(spec.Command) == 0 || spec.Command[0] == "" {
-		return nil, errors.New("native: no command")
-	}
 	return runPooled(ctx, processPool.Load(), spec)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,6 +162,18 @@ func (p *Pool) take(wrapper string, flags uintptr) *warmWrapper {
 	}
 	p.refillLocked() // none ready: start filling now
 	return nil
+}
+
+// joinedReady reports whether a warm wrapper that already sits in its
+// cgroup is idle: the next run will not join a cgroup itself. A nil pool
+// has none.
+func (p *Pool) joinedReady() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.ContainsFunc(p.idle, func(w *warmWrapper) bool { return w.cg != nil })
 }
 
 // claimed records whether a warm wrapper took its job.

@@ -95,9 +95,10 @@ func (r *registry) file(digest string) string { return filepath.Join(r.dir, dige
 func (r *registry) scriptFile(digest string) string { return filepath.Join(r.dir, digest+".tar") }
 func (r *registry) scriptDir(digest string) string  { return filepath.Join(r.dir, digest+".src") }
 
-// fileFor is where v's uploaded bytes are.
+// fileFor is where v's uploaded bytes are: an interpreted plugin's
+// sources when they were stored, else the module.
 func (r *registry) fileFor(v store.ModuleVersion) string {
-	if _, ok := scriptLanguage(v.Manifest); ok {
+	if _, err := os.Stat(r.scriptFile(v.Digest)); err == nil {
 		return r.scriptFile(v.Digest)
 	}
 	return r.file(v.Digest)
@@ -127,7 +128,7 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		}
 		opts.Manifest, opts.ManifestBytes = mf, v.Manifest
 	}
-	if l, ok := scriptLanguage(v.Manifest); ok {
+	if l, ok := languages.ScriptLanguage(opts.Manifest); ok && !isWasm(wasm) {
 		bad := func(code abi.Code, format string, args ...any) error {
 			return &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
 		}
@@ -152,22 +153,12 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 	return r.s.hostFor(v.Org).Load(ctx, wasm, opts)
 }
 
-// scriptLanguage returns the interpreted language a manifest names: its
-// plugin is a script, not a module.
-func scriptLanguage(manifest []byte) (languages.Language, bool) {
-	if manifest == nil {
-		return nil, false
-	}
-	mf, err := policy.ParseManifest("moat.yaml", manifest)
-	if err != nil || mf.Language == "" {
-		return nil, false
-	}
-	l, err := languages.Lookup(mf.Language)
-	if err != nil || l.Info().Path != languages.PathInterpreted {
-		return nil, false
-	}
-	return l, true
-}
+// isScript reports whether mf names an interpreted language.
+func isScript(mf *policy.Manifest) bool { _, ok := languages.ScriptLanguage(mf); return ok }
+
+// isWasm reports whether stored bytes are a module (an interpreted
+// plugin's are its sources, as a tar).
+func isWasm(b []byte) bool { return bytes.HasPrefix(b, []byte("\x00asm")) }
 
 // untar reads what languages.PackSources wrote.
 func untar(b []byte) (map[string][]byte, error) {
@@ -511,7 +502,7 @@ func parseUpload(contentType string, body []byte) (*upload, error) {
 		return bad("Content-Type %q: send multipart/form-data (parts module, manifest, signature), an archive (application/x-tar, application/gzip or application/zip) or application/wasm", contentType)
 	}
 	if len(up.wasm) == 0 {
-		if _, ok := scriptLanguage(up.manifest); ok {
+		if mf, err := policy.ParseManifest(host.ManifestFile, up.manifest); err == nil && isScript(mf) {
 			return bad("no module: an interpreted plugin is uploaded as an archive of its directory (moat.yaml and its sources; application/x-tar, application/gzip or application/zip)")
 		}
 		return bad("no module: send the .wasm file as the module part")
@@ -591,7 +582,8 @@ func fromArchive(files map[string][]byte) (*upload, error) {
 		if err != nil {
 			return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %v", err)
 		}
-		if l, ok := scriptLanguage(up.manifest); ok && !slices.ContainsFunc(slices.Collect(maps.Keys(files)), func(n string) bool { return strings.HasSuffix(n, ".wasm") }) {
+		hasModule := slices.ContainsFunc(slices.Collect(maps.Keys(files)), func(n string) bool { return strings.HasSuffix(n, ".wasm") })
+		if l, ok := languages.ScriptLanguage(mf); ok && !hasModule {
 			// An interpreted plugin: its sources are the upload.
 			src, err := languages.PluginSource(l, files)
 			if err != nil {

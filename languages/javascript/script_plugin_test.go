@@ -34,7 +34,7 @@ actions:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := build(t, "main.js", `
+	m := suite.LoadScript(t, mf, "main.js", `
 const action = std.getenv("MOAT_ACTION");
 const input = std.in.readAsString() ?? "";
 if (action === "fail") {
@@ -43,7 +43,6 @@ if (action === "fail") {
 }
 print(action + ":" + input);
 `)
-	m := suite.LoadScript(t, a, mf)
 	ctx := context.Background()
 	admin := policy.Principal{User: "ann", Org: "acme", Roles: []string{"admin"}}
 	guest := policy.Principal{User: "bob", Org: "acme"}

@@ -25,7 +25,7 @@ func TestHelloPlugin(t *testing.T) {
 	}
 	// As moat run loads it: the interpreter serving the manifest's
 	// actions (host.Script).
-	m := suite.LoadScript(t, build(t, "main.py", string(script)), mf)
+	m := suite.LoadScript(t, mf, "main.py", string(script))
 	for i, want := range []string{"Hello, World! (call #1)", "Hello, World! (call #2)"} {
 		res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("World\n"),
 			Principal: policy.Principal{User: "carol", Org: "acme"}})

@@ -152,7 +152,7 @@ func (s *Suite) Run(t testing.TB, a *languages.Artifact, o RunOpts) (RunResult, 
 		Env:       env,
 		Principal: policy.Principal{User: user, Org: "acme"},
 		Limits:    o.Limits,
-		Mounts:    append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
+		Mounts:    a.RunMounts(src),
 		Ops:       o.Ops,
 	})
 	return RunResult{Stdout: stdout.String(), Stderr: stderr.String(), Code: res.ExitCode}, err
@@ -208,16 +208,31 @@ func cpuTime(who int) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// LoadScript loads an artifact as a plugin: the interpreter serving the
-// manifest's actions (host.Script), its files written to a directory
-// mounted read-only at /src, as `moat run` loads an interpreted plugin.
-func (s *Suite) LoadScript(t testing.TB, a *languages.Artifact, mf *policy.Manifest) *host.Module {
+// LoadScript loads a plugin from its source files (name, content, name,
+// content...) the way moat run and moat serve do (languages.PluginSource,
+// languages.BuildScriptPlugin): the interpreter serving mf's actions.
+func (s *Suite) LoadScript(t testing.TB, mf *policy.Manifest, files ...string) *host.Module {
 	t.Helper()
-	src := writeFiles(t, a)
-	m, err := s.Host.Load(context.Background(), a.WASM, host.LoadOptions{Manifest: mf, Script: &host.Script{
-		Args: a.Args, Env: a.Env,
-		Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...),
-	}})
+	l, err := languages.Lookup(s.Language)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string][]byte{}
+	for i := 0; i+1 < len(files); i += 2 {
+		byName[files[i]] = []byte(files[i+1])
+	}
+	src, err := languages.PluginSource(l, byName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := languages.BuildScriptPlugin(context.Background(), l, src, t.TempDir(), "")
+	if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script})
 	if err != nil {
 		t.Fatal(err)
 	}
