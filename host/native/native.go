@@ -15,7 +15,8 @@
 //  4. a dedicated unprivileged uid and gid (as root; default 65534 nobody);
 //  5. Landlock: read-only system dirs, execute only the target, its loader
 //     and Spec.ExtraExec, read-write only the job dir; no TCP; IPC scoped;
-//  6. the child seccomp filter (kernel.ChildDenyList);
+//  6. the child seccomp filter (kernel.FilterRules: foreign ABIs, the
+//     names in kernel.ChildDenyList, and argument checks);
 //  7. exec.
 //
 // Every run gets a fresh job dir (unless Spec.Dir is given) and a fresh
@@ -400,6 +401,9 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	if abi, err := kernel.LandlockABI(); err == nil && abi > 0 {
 		cs.Landlock = true
 		res.Layers = append(res.Layers, "landlock")
+		for _, g := range kernel.LandlockGaps(abi) {
+			res.Unavailable = append(res.Unavailable, g.Layer+": "+g.Why)
+		}
 	} else {
 		res.Unavailable = append(res.Unavailable, fmt.Sprintf("landlock: %v", err))
 	}

@@ -23,7 +23,9 @@ import (
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	LauncherMain()
-	os.Exit(m.Run())
+	code := m.Run()
+	removeProbe()
+	os.Exit(code)
 }
 
 const python = "/usr/bin/python3"

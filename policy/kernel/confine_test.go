@@ -110,10 +110,8 @@ unshare -r true 2>/dev/null || echo unshare-denied
 
 func TestSeccompPoliciesAssemble(t *testing.T) {
 	for _, deny := range [][]string{ChildDenyList, HostDenyList} {
-		for i, p := range childPolicies(deny) {
-			if _, err := p.Assemble(); err != nil {
-				t.Errorf("policy %d: %v (a syscall name unknown on this architecture?)", i, err)
-			}
+		if _, err := Assemble(FilterRules(deny)); err != nil {
+			t.Errorf("%v (a syscall name unknown on this architecture?)", err)
 		}
 	}
 	for _, s := range []string{"execve", "execveat"} {

@@ -105,12 +105,19 @@ func ConfineHost(c HostConfinement) (*HostReport, error) {
 		if err := missing("landlock", fmt.Sprintf("the kernel offers no Landlock (%v)", err)); err != nil {
 			return r, err
 		}
-	} else if err := restrictHost(c); err != nil {
-		if err := missing("landlock", err.Error()); err != nil {
-			return r, err
-		}
 	} else {
+		// Best effort drops only what this kernel lacks; a ruleset the
+		// kernel refuses is moat's own mistake, and never a reason to run
+		// without the layer.
+		if err := restrictHost(c); err != nil {
+			return r, fmt.Errorf("confine: the host's Landlock ruleset was refused (%w); not running without it", err)
+		}
 		r.Applied = append(r.Applied, fmt.Sprintf("landlock (ABI %d)", abi))
+		for _, f := range LandlockGaps(abi) {
+			if err := missing(f.Layer, f.Why); err != nil {
+				return r, err
+			}
+		}
 	}
 
 	if !SeccompSupported() {
@@ -194,8 +201,12 @@ func restrictHost(c HostConfinement) error {
 		}
 		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoJob, rw...))
 	}
-	for _, p := range c.ConnectTCP {
-		rules = append(rules, landlock.ConnectTCP(p))
+	if !c.ConnectAnyTCP {
+		// With ConnectAnyTCP the ruleset does not handle connect at all,
+		// and a rule for it would be refused.
+		for _, p := range c.ConnectTCP {
+			rules = append(rules, landlock.ConnectTCP(p))
+		}
 	}
 	for _, p := range c.BindTCP {
 		rules = append(rules, landlock.BindTCP(p))
@@ -204,6 +215,31 @@ func restrictHost(c HostConfinement) error {
 		return errors.New("landlock: " + err.Error())
 	}
 	return nil
+}
+
+// LandlockGap is a part of Landlock this kernel lacks: best effort runs
+// without it, and says so.
+type LandlockGap struct{ Layer, Why string }
+
+// LandlockGaps are the parts of moat's Landlock layers (ABI 7) that a
+// kernel with Landlock ABI abi cannot apply.
+func LandlockGaps(abi int) []LandlockGap {
+	var gaps []LandlockGap
+	for _, f := range []struct {
+		abi         int
+		layer, what string
+	}{
+		{2, "landlock-refer", "renames and links across directories are not governed"},
+		{3, "landlock-truncate", "truncation is not governed"},
+		{4, "landlock-tcp", "TCP bind and connect are not governed"},
+		{5, "landlock-ioctl", "device ioctls are not governed"},
+		{6, "landlock-scope", "signals and abstract unix sockets out of the domain are not refused"},
+	} {
+		if abi < f.abi {
+			gaps = append(gaps, LandlockGap{f.layer, fmt.Sprintf("Landlock ABI %d (needs %d): %s", abi, f.abi, f.what)})
+		}
+	}
+	return gaps
 }
 
 // joinHostCgroup moves the host into a cgroup of its own with the given

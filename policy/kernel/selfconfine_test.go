@@ -1,0 +1,99 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/hostile"
+	"golang.org/x/sys/unix"
+)
+
+const hostConfineEnv = "MOAT_TEST_CONFINE_HOST"
+
+// TestConfineHostHolds confines a helper process as the host confines
+// itself, with grants that once switched the whole Landlock layer off (a
+// target with any port next to one with a port), and attacks it: files
+// outside its trees, execve, and system calls through the i386 and x32
+// entries.
+func TestConfineHostHolds(t *testing.T) {
+	if abi, err := LandlockABI(); err != nil || abi < 4 || !SeccompSupported() {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatalf("Landlock ABI %d (%v), seccomp %v: this machine kind has both", abi, err, SeccompSupported())
+		}
+		t.Skipf("needs Landlock ABI 4+ and seccomp (ABI %d, %v)", abi, err)
+	}
+	for _, c := range []struct {
+		name    string
+		anyPort bool
+		ports   string
+	}{
+		{"ports", false, "443"},
+		{"any-port-and-ports", true, "443,8080"},
+		{"any-port", true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestConfineHostHelper$", "-test.v")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%v|%s", hostConfineEnv, t.TempDir(), c.anyPort, c.ports))
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "HOST-HOLDS") {
+				t.Fatalf("helper: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+func TestConfineHostHelper(t *testing.T) {
+	v := os.Getenv(hostConfineEnv)
+	if v == "" {
+		t.Skip("run by TestConfineHostHolds")
+	}
+	parts := strings.Split(v, "|")
+	c := HostConfinement{Mode: ConfineBestEffort, ReadWrite: []string{parts[0]}, ConnectAnyTCP: parts[1] == "true"}
+	if parts[2] != "" {
+		for _, p := range strings.Split(parts[2], ",") {
+			var n uint16
+			fmt.Sscan(p, &n)
+			c.ConnectTCP = append(c.ConnectTCP, n)
+		}
+	}
+	rep, err := ConfineHost(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("applied %v missing %v", rep.Applied, rep.Missing)
+	if !strings.HasPrefix(strings.Join(rep.Applied, ","), "landlock") {
+		t.Fatalf("Landlock not applied: %v %v", rep.Applied, rep.Missing)
+	}
+	if _, err := os.ReadFile("/etc/shadow"); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("read /etc/shadow: %v, want EACCES", err)
+	}
+	if err := os.WriteFile("/usr/moat-host-test", nil, 0o600); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("write /usr: %v, want EACCES", err)
+	}
+	if err := exec.Command("/bin/true").Run(); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("exec: %v, want EPERM", err)
+	}
+	for name, nr := range map[string]uintptr{"getpid": 20, "keyctl": 288, "unshare": 310, "io_uring_setup": 425, "perf_event_open": 336} {
+		errno, ok := hostile.I386(nr, 0, 0, 0)
+		if ok && errno != syscall.ENOSYS {
+			t.Errorf("i386 %s: errno %v, want ENOSYS", name, errno)
+		}
+	}
+	for name, nr := range map[string]uintptr{"getpid": unix.SYS_GETPID, "keyctl": unix.SYS_KEYCTL, "unshare": unix.SYS_UNSHARE} {
+		if errno := hostile.X32(nr, 0, 0, 0); errno != syscall.ENOSYS {
+			t.Errorf("x32 %s: errno %v, want ENOSYS", name, errno)
+		}
+	}
+	if _, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0); !errors.Is(err, syscall.EAFNOSUPPORT) {
+		t.Errorf("vsock socket: %v, want EAFNOSUPPORT", err)
+	}
+	if _, _, errno := syscall.RawSyscall(unix.SYS_KEYCTL, 0, uintptr(0xfffffffc), 0); errno != syscall.EPERM {
+		t.Errorf("keyctl: %v, want EPERM", errno)
+	}
+	fmt.Println("HOST-HOLDS")
+}
