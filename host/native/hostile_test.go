@@ -1,14 +1,19 @@
 package native
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
 // The hostile corpus of the native runner: each case runs
@@ -49,6 +54,9 @@ func hostileProbe(t *testing.T) string {
 	}
 	return probePath
 }
+
+// probeDirFor is the directory the probe was built in.
+func probeDirFor(t *testing.T) string { return filepath.Dir(hostileProbe(t)) }
 
 // removeProbe removes what hostileProbe built.
 func removeProbe() {
@@ -121,4 +129,152 @@ func TestHostileSyscallABIs(t *testing.T) {
 		cases = append(cases, hostileCase{[]string{"native", c.name}, c.want})
 	}
 	runHostile(t, cases, Spec{})
+}
+
+// listenUnix serves a pathname unix socket at path, world-writable, as a
+// careless host service would, and reports whether anything connected.
+func listenUnix(t *testing.T, path string) <-chan string {
+	t.Helper()
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close(); os.Remove(path) })
+	if err := os.Chmod(path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, 64)
+			n, _ := c.Read(b)
+			got <- string(b[:n])
+			c.Close()
+		}
+	}()
+	return got
+}
+
+// TestHostileHostSockets: a job sees no socket of the host's, in any
+// directory, pathname or abstract, and no host network.
+func TestHostileHostSockets(t *testing.T) {
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{
+		filepath.Join(os.TempDir(), fmt.Sprintf("moat-hostile-%d.sock", os.Getpid())),
+		filepath.Join(open, "service.sock"),
+	}
+	if os.Geteuid() == 0 {
+		paths = append(paths, fmt.Sprintf("/run/moat-hostile-%d.sock", os.Getpid()), fmt.Sprintf("/dev/shm/moat-hostile-%d.sock", os.Getpid()))
+	}
+	var heard []<-chan string
+	for _, p := range paths {
+		heard = append(heard, listenUnix(t, p))
+	}
+	abstract := fmt.Sprintf("moat-hostile-%d", os.Getpid())
+	aln, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aln.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	tcp6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp6.Close()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+
+	var cases []hostileCase
+	for _, p := range paths {
+		cases = append(cases, hostileCase{[]string{"connect-unix", p}, "ENOENT"}, hostileCase{[]string{"dgram-unix", p}, "ENOENT"})
+	}
+	cases = append(cases,
+		hostileCase{[]string{"sockets"}, "none"},
+		hostileCase{[]string{"connect-abstract", abstract}, "ECONNREFUSED"}, // its own network namespace
+		hostileCase{[]string{"connect-tcp", tcp.Addr().String()}, "EACCES"}, // Landlock's TCP rule, before the empty netns
+		hostileCase{[]string{"connect-tcp", tcp6.Addr().String()}, "EACCES"},
+		hostileCase{[]string{"connect-udp", udp.LocalAddr().String()}, "ENETUNREACH"},
+		hostileCase{[]string{"stat", "/var/run/docker.sock"}, "ENOENT"},
+		hostileCase{[]string{"stat", "/run/postgresql"}, "ENOENT"},
+		hostileCase{[]string{"stat", "/sys/fs/cgroup"}, "ENOENT"},
+		hostileCase{[]string{"ls", "/run"}, ""},
+		hostileCase{[]string{"ls", "/tmp"}, strings.Join(slices.Sorted(slices.Values([]string{filepath.Base(JobsDir()), filepath.Base(probeDirFor(t))})), " ")},
+		hostileCase{[]string{"stat", "/dev/kvm"}, "ENOENT"},
+		hostileCase{[]string{"stat", "/dev/vsock"}, "ENOENT"},
+		hostileCase{[]string{"stat", "/dev/mem"}, "ENOENT"},
+		hostileCase{[]string{"stat", "/dev/null"}, "ok"},
+	)
+	runHostile(t, cases, Spec{})
+	for i, h := range heard {
+		select {
+		case m := <-h:
+			t.Errorf("the host socket %s took %q from a job", paths[i], m)
+		default:
+		}
+	}
+}
+
+// TestHostileWritableAndExec: a job writes only its own dirs, executes
+// nothing it wrote, from anywhere, by any route, and its disk is bounded.
+func TestHostileWritableAndExec(t *testing.T) {
+	cases := []hostileCase{
+		{[]string{"copy-exec", "./copy"}, "EACCES"},
+		{[]string{"copy-exec", "/tmp/copy"}, "EACCES"},
+		{[]string{"copy-exec", "/dev/shm/copy"}, "EACCES"},
+		{[]string{"copy-exec", "/run/copy"}, "EACCES"},
+		{[]string{"mmap-exec", "./lib.so"}, "EPERM"},
+		{[]string{"mmap-exec", "/tmp/lib.so"}, "EPERM"},
+		{[]string{"mmap-exec", "/dev/shm/lib.so"}, "EPERM"},
+		{[]string{"native", "memfd-exec"}, "EACCES"},
+		{[]string{"native", "execveat-empty"}, "EPERM"},
+		{[]string{"write", "/probe"}, "EROFS"},
+		{[]string{"write", "/usr/probe"}, "EROFS"},
+		{[]string{"write", "/etc/probe"}, "EROFS"},
+		{[]string{"write", "/var/run/probe"}, "ok"},
+		{[]string{"mkdir", "/probe"}, "EROFS"},
+		{[]string{"write", "/dev/probe"}, "EROFS"},
+		{[]string{"fill", "./big", "32"}, "ENOSPC"},
+		{[]string{"fill", "/tmp/big", "32"}, "ENOSPC"},
+		{[]string{"fill", "/dev/shm/big", "32"}, "ENOSPC"},
+	}
+	runHostile(t, cases, Spec{DiskBytes: 8 << 20})
+	t.Run("writable-dirs", func(t *testing.T) {
+		res := run(t, Spec{Command: []string{hostileProbe(t), "writable", "/moat-none"}})
+		got := strings.TrimSpace(string(res.Stdout))
+		// The job dir (a tmpfs under the jobs dir) and the scratch dirs.
+		if got == "none" {
+			t.Fatal("the job cannot write its scratch dirs")
+		}
+		for _, d := range strings.Fields(got) {
+			if d != "." && !slices.Contains(kernel.ScratchDirs, d) && !strings.HasPrefix(d, JobsDir()+"/job-") {
+				t.Errorf("writable outside the job's own dirs: %s (all: %s)", d, got)
+			}
+		}
+	})
+	t.Run("loader-env-refused", func(t *testing.T) {
+		for _, v := range []string{"LD_PRELOAD=/tmp/x.so", "LD_LIBRARY_PATH=.", "LD_AUDIT=x", "GCONV_PATH=.", "ld_preload=x"} {
+			_, err := Run(context.Background(), Spec{Command: []string{hostileProbe(t), "env"}, Env: []string{"PATH=/usr/bin", v}})
+			if err == nil || !strings.Contains(err.Error(), strings.SplitN(v, "=", 2)[0]) {
+				if !strings.HasPrefix(v, "ld_") {
+					t.Errorf("env %s: err %v, want a refusal naming it", v, err)
+				}
+			}
+		}
+	})
 }

@@ -87,14 +87,14 @@ func TestConfinedHostHelper(t *testing.T) {
 	var res *Result
 	for i := 0; i < 100 && (res == nil || !res.Warm); i++ {
 		time.Sleep(20 * time.Millisecond)
-		if res, err = l.Run(ctx, Spec{Command: []string{"sh", "-c", "echo launched; cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}); err != nil {
+		if res, err = l.Run(ctx, Spec{Command: []string{"sh", "-c", "echo launched; cat /etc/shadow; /usr/bin/ls"}, ExtraExec: []string{"/usr/bin/cat"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if !res.Warm {
 		t.Fatal("no run through the warm launcher took a warm wrapper")
 	}
-	if string(res.Stdout) != "launched\n" || !strings.Contains(string(res.Stderr), "Permission denied") || !strings.Contains(strings.Join(res.Layers, ","), "landlock") {
+	if string(res.Stdout) != "launched\n" || !strings.Contains(string(res.Stderr), "No such file or directory") || !strings.Contains(string(res.Stderr), "ls: Permission denied") || !strings.Contains(strings.Join(res.Layers, ","), "landlock") {
 		t.Fatalf("result: %+v", res)
 	}
 	// A job canceled through the launcher is killed.

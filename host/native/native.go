@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,12 @@ type Spec struct {
 	Pids        int64         // processes and threads; default 64
 	CPUQuota    float64       // cores; default 1
 	MaxOutput   int           // per stream; default 1 MiB; the rest is dropped (Result.Truncated), the run goes on
+	// DiskBytes bounds what the job can write: the size of its fresh job
+	// dir (a tmpfs of its own) and of each of its /tmp, /var/tmp, /run
+	// and /dev/shm. Default 256 MiB. A given Dir is the caller's
+	// directory, bound as it is: only RLIMIT_FSIZE bounds a file there.
+	// tmpfs pages count against MemoryBytes too.
+	DiskBytes int64
 	// AddressSpace, when set, is the RLIMIT_AS in bytes instead of the
 	// default derived from MemoryBytes. Raise it for runtimes that reserve
 	// address space up front (V8 reserves about 10 GB per WebAssembly
@@ -115,6 +122,7 @@ const (
 	DefaultPids      = 64
 	DefaultCPUQuota  = 1.0
 	DefaultMaxOutput = 1 << 20
+	DefaultDisk      = 256 << 20
 	DefaultUID       = 65534
 	DefaultGID       = 65534
 	DefaultPath      = "/usr/bin:/bin"
@@ -258,6 +266,9 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
+	if err := checkEnv(spec.Env); err != nil {
+		return nil, err
+	}
 	s := withDefaults(spec)
 	root := os.Geteuid() == 0
 	if root && !pool.joinedReady() {
@@ -358,6 +369,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	cs := kernel.ConfineSpec{
 		Path: target, Args: append([]string{s.Command[0]}, s.Command[1:]...), Env: env, Dir: dir,
 		MountProc: true, Hostname: "moat",
+		Root: rootSpec(s, dir, root, uid, gid),
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
 		FS: kernel.ChildFS{Target: target, ExtraExec: extra, ReadOnly: s.ReadOnly,
@@ -372,7 +384,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		cs.DropCaps = true
 		res.Layers = append(res.Layers, "userns")
 	}
-	res.Layers = append(res.Layers, "pidns", "mntns", netLayer, "ipcns", "utsns", "rlimits")
+	res.Layers = append(res.Layers, "pidns", "mntns", "root", netLayer, "ipcns", "utsns", "rlimits")
 	if root {
 		res.Layers = append(res.Layers, "uid")
 	} else {
@@ -617,6 +629,9 @@ func withDefaults(s Spec) Spec {
 	if s.MaxOutput <= 0 {
 		s.MaxOutput = DefaultMaxOutput
 	}
+	if s.DiskBytes <= 0 {
+		s.DiskBytes = DefaultDisk
+	}
 	if s.UID == 0 {
 		s.UID = DefaultUID
 	}
@@ -699,6 +714,41 @@ func makeJobDir(id string, root bool, uid, gid int) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// LoaderEnv are environment variables that make the dynamic loader or libc
+// load code from a path: a job may not start with them. (A job's own
+// files are on noexec mounts, so the loader could not map them anyway;
+// this refuses the attempt where it is made.)
+var LoaderEnv = []string{"GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
+	"NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"}
+
+// checkEnv refuses LD_* and LoaderEnv variables, and malformed entries.
+func checkEnv(env []string) error {
+	for _, e := range env {
+		name, _, ok := strings.Cut(e, "=")
+		if !ok || name == "" || strings.ContainsRune(e, 0) {
+			return fmt.Errorf("native: environment entry %q: want NAME=value", e)
+		}
+		if strings.HasPrefix(name, "LD_") || slices.Contains(LoaderEnv, name) {
+			return fmt.Errorf("native: environment variable %s is not allowed: it makes the dynamic loader or libc load code or data from a path the job chooses", name)
+		}
+	}
+	return nil
+}
+
+// rootSpec is the job's own root filesystem: its job dir a fresh tmpfs of
+// DiskBytes unless the caller gave a Dir, and the scratch dirs as large.
+// In a user namespace (not root) the job is uid 0 there.
+func rootSpec(s Spec, dir string, root bool, uid, gid int) *kernel.RootSpec {
+	rs := &kernel.RootSpec{JobDir: dir, ScratchBytes: s.DiskBytes}
+	if s.Dir == "" {
+		rs.JobDirBytes = s.DiskBytes
+	}
+	if root {
+		rs.UID, rs.GID = uid, gid
+	}
+	return rs
 }
 
 func newID() string {

@@ -131,12 +131,15 @@ func TestReadOutsideTree(t *testing.T) {
 		spec       Spec
 		wantStderr string
 	}{
-		{"sh-cat-shadow", false, Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}, "Permission denied"},
-		{"sh-cat-passwd", false, Spec{Command: []string{"sh", "-c", "cat /etc/passwd"}, ExtraExec: []string{"/usr/bin/cat"}}, "Permission denied"},
-		{"sh-exec-not-allowed", false, Spec{Command: []string{"sh", "-c", "cat /usr/share/common-licenses/GPL-3"}}, "Permission denied"},
-		{"python-open-passwd", true, Spec{Command: []string{python, "-c", "open('/etc/passwd')"}}, "PermissionError: [Errno 13]"},
-		{"python-write-outside", true, Spec{Command: []string{python, "-c", "open('/usr/moat-test','w')"}}, "PermissionError: [Errno 13]"},
-		{"python-list-root", true, Spec{Command: []string{python, "-c", "import os; os.listdir('/root')"}}, "PermissionError: [Errno 13]"},
+		// Outside the job's own root: not there at all.
+		{"sh-cat-shadow", false, Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}, "cat: /etc/shadow: No such file or directory"},
+		{"sh-cat-passwd", false, Spec{Command: []string{"sh", "-c", "cat /etc/passwd"}, ExtraExec: []string{"/usr/bin/cat"}}, "cat: /etc/passwd: No such file or directory"},
+		{"python-open-passwd", true, Spec{Command: []string{python, "-c", "open('/etc/passwd')"}}, "FileNotFoundError: [Errno 2]"},
+		{"python-list-root", true, Spec{Command: []string{python, "-c", "import os; os.listdir('/root')"}}, "FileNotFoundError: [Errno 2]"},
+		// In it, but refused: Landlock's execute allowlist, read-only binds.
+		{"sh-exec-not-allowed", false, Spec{Command: []string{"sh", "-c", "cat /usr/share/common-licenses/GPL-3"}}, "cat: Permission denied"},
+		{"python-write-usr", true, Spec{Command: []string{python, "-c", "open('/usr/moat-test','w')"}}, "OSError: [Errno 30] Read-only file system"},
+		{"python-read-proc-1", true, Spec{Command: []string{python, "-c", "open('/proc/1/environ').read()"}}, "PermissionError: [Errno 13]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -166,9 +169,9 @@ func TestJobDirWritable(t *testing.T) {
 
 func wantLayers() []string {
 	if os.Geteuid() == 0 {
-		return []string{"cgroup", "pidns", "mntns", "netns", "ipcns", "utsns", "rlimits", "uid", "landlock", "seccomp"}
+		return []string{"cgroup", "pidns", "mntns", "root", "netns", "ipcns", "utsns", "rlimits", "uid", "landlock", "seccomp"}
 	}
-	return []string{"userns", "pidns", "mntns", "netns", "ipcns", "utsns", "rlimits", "landlock", "seccomp"}
+	return []string{"userns", "pidns", "mntns", "root", "netns", "ipcns", "utsns", "rlimits", "landlock", "seccomp"}
 }
 
 func TestStdinOutputAndTruncation(t *testing.T) {
@@ -402,7 +405,10 @@ print("thread ok")
 
 func TestRefused(t *testing.T) {
 	needRoot(t)
-	dir := t.TempDir() // 0700 root: the job uid cannot enter it
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil { // root's: the job uid cannot enter it
+		t.Fatal(err)
+	}
 	res := run(t, Spec{Command: []string{"true"}, Dir: dir})
 	if res.Status != StatusRefused || res.ExitCode != kernel.ConfineExitCode || !strings.HasPrefix(res.Reason, "moat-confine: chdir") {
 		t.Errorf("status %s exit %d reason %q, want refused, 125 and a moat-confine chdir line", res.Status, res.ExitCode, res.Reason)
@@ -484,8 +490,8 @@ func TestNonRoot(t *testing.T) {
 			t.Errorf("%s: unavailable %v, want cgroup and uid listed", name, r.Unavailable)
 		}
 	}
-	if r := results["shadow"]; r == nil || r.Status != StatusRuntimeError || string(r.Stdout) != "uid=0\n" || !strings.Contains(string(r.Stderr), "Permission denied") {
-		t.Errorf("shadow: %+v, want uid=0 (of its user namespace) and Permission denied", r)
+	if r := results["shadow"]; r == nil || r.Status != StatusRuntimeError || string(r.Stdout) != "uid=0\n" || !strings.Contains(string(r.Stderr), "No such file or directory") || !strings.Contains(string(r.Stderr), "ls: Permission denied") {
+		t.Errorf("shadow: %+v, want uid=0 (of its user namespace), no /etc/shadow, and ls refused by Landlock", r)
 	}
 	if r := results["egress"]; r != nil && (r.Status != StatusOK || !slices.Contains([]string{"101\n", "13\n"}, string(r.Stdout))) {
 		t.Errorf("egress: %s %q %q, want ENETUNREACH or EACCES", r.Status, r.Stdout, r.Stderr)
@@ -509,7 +515,7 @@ func TestNonRootHelper(t *testing.T) {
 		t.Skip("run by TestNonRoot as uid 65534")
 	}
 	specs := map[string]Spec{
-		"shadow":  {Command: []string{"sh", "-c", "echo uid=$(id -u); cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat", "/usr/bin/id"}},
+		"shadow":  {Command: []string{"sh", "-c", "echo uid=$(id -u); cat /etc/shadow; /usr/bin/ls"}, ExtraExec: []string{"/usr/bin/cat", "/usr/bin/id"}},
 		"unshare": {Command: []string{"unshare", "-r", "true"}},
 		"timeout": {Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: 300 * time.Millisecond},
 	}
@@ -690,9 +696,9 @@ func TestPool(t *testing.T) {
 		spec  Spec
 		check func(t *testing.T, r *Result)
 	}{
-		{"landlock", Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}}, func(t *testing.T, r *Result) {
-			if r.Status != StatusRuntimeError || !strings.Contains(string(r.Stderr), "Permission denied") {
-				t.Errorf("status %s stderr %q, want Permission denied", r.Status, r.Stderr)
+		{"landlock", Spec{Command: []string{"sh", "-c", "cat /etc/shadow; /usr/bin/ls"}, ExtraExec: []string{"/usr/bin/cat"}}, func(t *testing.T, r *Result) {
+			if r.Status != StatusRuntimeError || !strings.Contains(string(r.Stderr), "cat: /etc/shadow: No such file or directory") || !strings.Contains(string(r.Stderr), "ls: Permission denied") {
+				t.Errorf("status %s stderr %q, want no /etc/shadow and ls refused by Landlock", r.Status, r.Stderr)
 			}
 		}},
 		{"stdio-and-layers", Spec{Command: []string{"sh", "-c", "read x; echo \"got $x\"; echo err >&2"}, Stdin: []byte("warm\n")}, func(t *testing.T, r *Result) {
@@ -809,8 +815,8 @@ func assertNoNewWarmCgroups(t *testing.T, before map[string]bool) {
 // re-executed moat binary.
 func TestSlimWrapper(t *testing.T) {
 	wrapper := buildWrapper(t)
-	res := run(t, Spec{Command: []string{"sh", "-c", "cat /etc/shadow"}, ExtraExec: []string{"/usr/bin/cat"}, Wrapper: wrapper})
-	if res.Status != StatusRuntimeError || !strings.Contains(string(res.Stderr), "cat: /etc/shadow: Permission denied") {
+	res := run(t, Spec{Command: []string{"sh", "-c", "cat /etc/shadow; /usr/bin/ls"}, ExtraExec: []string{"/usr/bin/cat"}, Wrapper: wrapper})
+	if res.Status != StatusRuntimeError || !strings.Contains(string(res.Stderr), "cat: /etc/shadow: No such file or directory") || !strings.Contains(string(res.Stderr), "ls: Permission denied") {
 		t.Fatalf("status %s stderr %q", res.Status, res.Stderr)
 	}
 	if got := strings.Join(res.Layers, ","); !strings.Contains(got, "landlock,seccomp") {

@@ -9,6 +9,7 @@ type (
 	ConfineSpec = child.ConfineSpec
 	ChildFS     = child.ChildFS
 	Rlimits     = child.Rlimits
+	RootSpec    = child.RootSpec
 )
 
 const (
@@ -23,6 +24,7 @@ var (
 	SystemDirs  = child.SystemDirs
 	SystemEtc   = child.SystemEtc
 	DeviceFiles = child.DeviceFiles
+	ScratchDirs = child.ScratchDirs
 )
 
 // ConfineMain runs the confinement wrapper when ConfineEnv is set; see

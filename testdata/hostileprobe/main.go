@@ -234,7 +234,7 @@ func probe(name string, args []string) string {
 	case "sockets":
 		// Pathname sockets visible anywhere in the job's filesystem.
 		var found []string
-		walk("/", 0, func(p string, fi os.FileInfo) {
+		walkAll(func(p string, fi os.FileInfo) {
 			if fi.Mode()&os.ModeSocket != 0 {
 				found = append(found, p)
 			}
@@ -247,7 +247,7 @@ func probe(name string, args []string) string {
 		// Directories outside the job dir this job can create files in.
 		var found []string
 		skip := arg(0)
-		walk("/", 0, func(p string, fi os.FileInfo) {
+		walkAll(func(p string, fi os.FileInfo) {
 			if !fi.IsDir() || p == skip || strings.HasPrefix(p, skip+"/") || strings.HasPrefix(p, "/proc") {
 				return
 			}
@@ -268,6 +268,20 @@ func probe(name string, args []string) string {
 		return strings.Join(os.Environ(), " ")
 	}
 	return "unknown case " + name
+}
+
+// walkAll visits what a job could reach: "/" itself is not listable (no
+// Landlock right on it), so the usual top-level directories are tried by
+// name, and the working directory.
+func walkAll(visit func(string, os.FileInfo)) {
+	for _, d := range []string{"/tmp", "/var", "/run", "/dev", "/etc", "/usr", "/home", "/root", "/srv", "/opt", "/mnt", "/media", "/lib", "/lib64", "/bin", "/sbin", "/boot", "/work", "."} {
+		if fi, err := os.Lstat(d); err == nil {
+			visit(d, fi)
+			if fi.IsDir() {
+				walk(d, 1, visit)
+			}
+		}
+	}
 }
 
 // walk visits the tree under dir (not /proc or /sys), a few levels deep.

@@ -49,14 +49,17 @@ type ConfineSpec struct {
 
 	CgroupProcs []string // cgroup.procs files to join (v1); empty when the parent placed the child
 	MountProc   bool     // in a new mount+pid namespace: make / rprivate and mount a fresh /proc
-	Hostname    string   // in a new UTS namespace: set this host name (best effort)
-	Rlimits     Rlimits
-	SetIDs      bool // switch to UID/GID (the wrapper runs as root)
-	DropCaps    bool // root of its own user namespace only: drop every capability for good before the exec
-	UID, GID    int
-	FS          ChildFS
-	Landlock    bool
-	Seccomp     bool
+	// Root, with MountProc, replaces the host's tree with a root of the
+	// job's own (see RootSpec); nil keeps the host's tree.
+	Root     *RootSpec `json:",omitempty"`
+	Hostname string    // in a new UTS namespace: set this host name (best effort)
+	Rlimits  Rlimits
+	SetIDs   bool // switch to UID/GID (the wrapper runs as root)
+	DropCaps bool // root of its own user namespace only: drop every capability for good before the exec
+	UID, GID int
+	FS       ChildFS
+	Landlock bool
+	Seccomp  bool
 	// SeccompFilters are the compiled child filters, one per action, built
 	// by the parent (policy/kernel.ChildFilters): the wrapper loads them
 	// without linking a BPF assembler, which keeps its start-up short.
@@ -109,7 +112,11 @@ func confine(s *ConfineSpec) error {
 			return err
 		}
 	}
-	if s.MountProc {
+	if s.MountProc && s.Root != nil {
+		if err := buildRoot(s.FS, s.Root); err != nil {
+			return err
+		}
+	} else if s.MountProc {
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return fmt.Errorf("mount --make-rprivate /: %w", err)
 		}
@@ -159,7 +166,12 @@ func confine(s *ConfineSpec) error {
 		}
 	}
 	if s.Landlock {
-		if err := RestrictChild(s.FS); err != nil {
+		fs := s.FS
+		if s.MountProc && s.Root != nil {
+			// The job's own scratch tmpfs are its to use.
+			fs.ReadWrite = append(append([]string{}, fs.ReadWrite...), ScratchDirs...)
+		}
+		if err := RestrictChild(fs); err != nil {
 			return fmt.Errorf("landlock: %w", err)
 		}
 	}

@@ -1,0 +1,331 @@
+package child
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// RootSpec gives a job a root filesystem of its own, built in its mount
+// namespace before anything of the job runs. The host's tree is not
+// visible at all: only what the job's Landlock rules name is bound in, at
+// the same paths, so no host socket, FIFO or writable directory exists for
+// the job to find, whatever its permissions on the host.
+//
+//   - the system directories, read-only (executing stays Landlock's
+//     allowlist), and the parts of /etc in SystemEtc;
+//   - the target, its loader and ExtraExec, read-only;
+//   - ReadOnly paths, read-only and noexec;
+//   - ReadWrite directories and the device files, read-write and noexec;
+//   - the job dir: a fresh tmpfs of JobDirBytes (noexec), or, when
+//     JobDirBytes is 0, the host's directory bound read-write (noexec);
+//   - fresh tmpfs at /tmp, /var/tmp, /run and /dev/shm (noexec, each
+//     ScratchBytes), /var/run linking to /run, and a fresh /proc.
+//
+// Nothing writable is executable (noexec), nothing is setuid (nosuid)
+// and the root itself is read-only. tmpfs pages are charged to the job's
+// memory cgroup as well as bounded by their size.
+type RootSpec struct {
+	JobDir       string `json:"job_dir"`
+	JobDirBytes  int64  `json:"job_dir_bytes,omitempty"`
+	ScratchBytes int64  `json:"scratch_bytes"`
+	// Owner of the job dir's tmpfs: the job's uid and gid as seen in its
+	// user namespace.
+	UID, GID int
+}
+
+// ScratchDirs are the fresh tmpfs a job gets in its own root.
+var ScratchDirs = []string{"/tmp", "/var/tmp", "/run", "/dev/shm"}
+
+// bindKind says how a path is bound into the job's root.
+type bindKind int
+
+const (
+	bindRead bindKind = iota // read-only, noexec
+	bindExec                 // read-only, executable
+	bindRW                   // read-write, noexec
+	bindDev                  // device file: read-write, noexec
+)
+
+func (k bindKind) attrs() uint64 {
+	switch k {
+	case bindExec:
+		return unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	case bindRW:
+		return unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC
+	case bindDev:
+		return unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
+	}
+	return unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC
+}
+
+type bind struct {
+	path string // resolved: no symlink in it
+	kind bindKind
+	dir  bool
+	fd   int // a detached clone of the host's tree at path
+}
+
+type link struct{ path, target string }
+
+// rootPlan is what buildRoot binds, links and mounts.
+type rootPlan struct {
+	binds []bind
+	links []link
+}
+
+// add plans p (made absolute) to be visible as kind. A symlink at p is
+// recreated as a symlink (its target planned in turn), so /lib64 and
+// /etc/localtime look as they do on the host.
+func (r *rootPlan) add(p string, kind bindKind) error {
+	for range 8 {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%q is not an absolute path", p)
+		}
+		p = filepath.Clean(p)
+		dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // optional paths may be missing
+			}
+			return err
+		}
+		p = filepath.Join(dir, filepath.Base(p))
+		fi, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			r.binds = append(r.binds, bind{path: p, kind: kind, dir: fi.IsDir(), fd: -1})
+			return nil
+		}
+		t, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		r.links = append(r.links, link{p, t})
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(p), t)
+		}
+		p = t
+	}
+	return fmt.Errorf("%q: too many levels of symbolic links", p)
+}
+
+// under reports whether p is q or below it.
+func under(p, q string) bool {
+	return p == q || strings.HasPrefix(p, strings.TrimSuffix(q, "/")+"/")
+}
+
+// prune drops binds that a bind of an ancestor already shows the same
+// way (a system directory covers the binaries in it), keeps the rest in
+// the order they must be mounted (parents first), and refuses paths
+// under /proc, which the job gets fresh.
+func (r *rootPlan) prune() error {
+	slices.SortStableFunc(r.binds, func(a, b bind) int { return strings.Compare(a.path, b.path) })
+	var out []bind
+	for _, b := range r.binds {
+		if under(b.path, "/proc") {
+			return fmt.Errorf("%s: paths under /proc cannot be granted (the job gets a /proc of its own)", b.path)
+		}
+		covered := false
+		for _, o := range out {
+			if under(b.path, o.path) && (o.kind == b.kind || o.kind == bindExec && b.kind == bindRead) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, b)
+		}
+	}
+	r.binds = out
+	return nil
+}
+
+// planRoot lists what the job's root shows, from its Landlock rules.
+func planRoot(fs ChildFS, rs *RootSpec) (*rootPlan, error) {
+	r := &rootPlan{}
+	interp := fs.Interpreter
+	if interp == "" {
+		interp = ELFInterpreter
+	}
+	var errs []error
+	add := func(kind bindKind, ps ...string) {
+		for _, p := range ps {
+			if p != "" {
+				errs = append(errs, r.add(p, kind))
+			}
+		}
+	}
+	add(bindExec, SystemDirs...)
+	add(bindRead, SystemEtc...)
+	add(bindExec, append([]string{fs.Target, interp}, fs.ExtraExec...)...)
+	add(bindRead, fs.ReadOnly...)
+	for _, p := range fs.ReadWrite {
+		if rs.JobDirBytes > 0 && filepath.Clean(p) == filepath.Clean(rs.JobDir) {
+			continue // a tmpfs of its own
+		}
+		add(bindRW, p)
+	}
+	add(bindDev, DeviceFiles...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, r.prune()
+}
+
+// mountTmpfs mounts a fresh tmpfs at dir.
+func mountTmpfs(dir string, flags uintptr, size int64, mode uint32, uid, gid int) error {
+	opts := fmt.Sprintf("mode=%o,uid=%d,gid=%d", mode, uid, gid)
+	if size > 0 {
+		opts += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("mount tmpfs at %s: %w", dir, err)
+	}
+	return nil
+}
+
+const noexecFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
+// buildRoot makes the job's root (see RootSpec) and pivots into it. It
+// runs in the job's fresh mount namespace, as root there, before the uid
+// switch. fs's paths keep their meaning: each is bound at the same path.
+func buildRoot(fs ChildFS, rs *RootSpec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("mount --make-rprivate /: %w", err)
+	}
+	plan, err := planRoot(fs, rs)
+	if err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	// Detached clones of every tree first: the new root may cover where
+	// they came from (a job dir under /tmp).
+	for i := range plan.binds {
+		b := &plan.binds[i]
+		fd, err := unix.OpenTree(unix.AT_FDCWD, b.path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("root: clone %s: %w", b.path, err)
+		}
+		b.fd = fd
+		attr := unix.MountAttr{Attr_set: b.kind.attrs()}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("root: restrict %s: %w", b.path, err)
+		}
+	}
+	defer func() {
+		for _, b := range plan.binds {
+			if b.fd >= 0 {
+				unix.Close(b.fd)
+			}
+		}
+	}()
+
+	base := "/tmp"
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		base = rs.JobDir
+	}
+	if err := mountTmpfs(base, unix.MS_NOSUID|unix.MS_NODEV, 4<<20, 0o755, 0, 0); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	at := func(p string) string { return filepath.Join(base, p) }
+	mkdir := func(p string) error {
+		if err := os.MkdirAll(at(p), 0o755); err != nil {
+			return fmt.Errorf("root: %w", err)
+		}
+		return nil
+	}
+
+	for _, d := range ScratchDirs {
+		if err := mkdir(d); err != nil {
+			return err
+		}
+		if err := mountTmpfs(at(d), noexecFlags, rs.ScratchBytes, 0o1777, 0, 0); err != nil {
+			return fmt.Errorf("root: %w", err)
+		}
+	}
+	if err := mkdir("/var"); err != nil {
+		return err
+	}
+	if err := os.Symlink("/run", at("/var/run")); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	for _, l := range []link{{"/dev/fd", "/proc/self/fd"}, {"/dev/stdin", "/proc/self/fd/0"}, {"/dev/stdout", "/proc/self/fd/1"}, {"/dev/stderr", "/proc/self/fd/2"}} {
+		if err := os.Symlink(l.target, at(l.path)); err != nil {
+			return fmt.Errorf("root: %w", err)
+		}
+	}
+	for _, l := range plan.links {
+		if slices.Contains(ScratchDirs, l.path) || l.path == "/var/run" {
+			continue
+		}
+		if err := mkdir(filepath.Dir(l.path)); err != nil {
+			return err
+		}
+		if err := os.Symlink(l.target, at(l.path)); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("root: %w", err)
+		}
+	}
+	if rs.JobDirBytes > 0 {
+		if err := mkdir(rs.JobDir); err != nil {
+			return err
+		}
+		if err := mountTmpfs(at(rs.JobDir), noexecFlags, rs.JobDirBytes, 0o700, rs.UID, rs.GID); err != nil {
+			return fmt.Errorf("root: job dir: %w", err)
+		}
+	}
+	for _, b := range plan.binds {
+		dst := at(b.path)
+		if b.dir {
+			if err := mkdir(b.path); err != nil {
+				return err
+			}
+		} else {
+			if err := mkdir(filepath.Dir(b.path)); err != nil {
+				return err
+			}
+			if f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+				f.Close()
+			} else if !errors.Is(err, os.ErrExist) && !errors.Is(err, unix.EROFS) {
+				return fmt.Errorf("root: %w", err)
+			}
+		}
+		if err := unix.MoveMount(b.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("root: bind %s: %w", b.path, err)
+		}
+	}
+	// /proc before the old root goes: in a user namespace the kernel
+	// mounts a new proc only while another one is fully visible.
+	if err := mkdir("/proc"); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", at("/proc"), "proc", noexecFlags, ""); err != nil {
+		return fmt.Errorf("root: mount /proc: %w", err)
+	}
+	if err := unix.Chdir(base); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("root: pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("root: detach the host's root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|noexecFlags, ""); err != nil {
+		return fmt.Errorf("root: read-only /: %w", err)
+	}
+	return nil
+}
