@@ -369,7 +369,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	cs := kernel.ConfineSpec{
 		Path: target, Args: append([]string{s.Command[0]}, s.Command[1:]...), Env: env, Dir: dir,
 		MountProc: true, Hostname: "moat",
-		Root: rootSpec(s, dir, root, uid, gid),
+		Root:    rootSpec(s, dir, root, uid, gid),
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
 		FS: kernel.ChildFS{Target: target, ExtraExec: extra, ReadOnly: s.ReadOnly,
