@@ -451,14 +451,6 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	if len(a.Command) == 0 {
 		return errors.New("native artifact without a command")
 	}
-	job, err := os.MkdirTemp("", "moat-job-")
-	if err != nil {
-		return fmt.Errorf("job dir: %w", err)
-	}
-	defer os.RemoveAll(job)
-	if err := ChownForJob(job); err != nil {
-		return err
-	}
 	cmd := make([]string, 0, len(a.Command)+len(req.Args))
 	for _, c := range a.Command {
 		if srcDir != "" && (c == "/src" || strings.HasPrefix(c, "/src/")) {
@@ -467,11 +459,13 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 		cmd = append(cmd, c)
 	}
 	cmd = append(cmd, req.Args...)
-	envv := []string{"PATH=" + native.DefaultPath, "HOME=" + job, "TMPDIR=" + job, "LANG=C.UTF-8"}
+	// HOME and TMPDIR are the job dir the runner makes: a fresh tmpfs of
+	// the job's own, its size the disk limit.
+	envv := []string{"PATH=" + native.DefaultPath, "LANG=C.UTF-8"}
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		envv = append(envv, k+"="+env[k])
 	}
-	spec := native.Spec{Command: cmd, Dir: job, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
+	spec := native.Spec{Command: cmd, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
 		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec}
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}

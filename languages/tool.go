@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,9 +81,6 @@ func RunTool(ctx context.Context, env BuildEnv, t Tool) (*native.Result, error) 
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
-	if err := ChownForJob(env.WorkDir); err != nil {
-		return nil, fmt.Errorf("build: %w", err)
-	}
 	envv := withDefaultEnv(t.Env, map[string]string{
 		"PATH": native.DefaultPath, "HOME": env.WorkDir, "TMPDIR": tmp, "LANG": "C.UTF-8",
 	})
@@ -117,21 +113,6 @@ func RunTool(ctx context.Context, env BuildEnv, t Tool) (*native.Result, error) 
 		}
 	}
 	return res, nil
-}
-
-// ChownForJob hands dir (recursively) to the uid that native runs jobs
-// as, so a confined tool can write it. It does nothing when moat is not
-// root: the job then keeps moat's own uid.
-func ChownForJob(dir string) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, native.DefaultUID, native.DefaultGID)
-	})
 }
 
 // withDefaultEnv adds each default whose name env does not set.

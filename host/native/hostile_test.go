@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"golang.org/x/sys/unix"
 )
 
 // The hostile corpus of the native runner: each case runs
@@ -277,4 +279,86 @@ func TestHostileWritableAndExec(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestHostileUIDs: concurrent jobs never share a uid, every uid is of the
+// leased range, and a lease outlives nothing.
+func TestHostileUIDs(t *testing.T) {
+	needRoot(t)
+	const n = 6
+	uids := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each job holds its uid while the others start.
+			res, err := Run(context.Background(), Spec{Command: []string{"sh", "-c", "id -u; sleep 0.5"}, ExtraExec: []string{"/usr/bin/id", "/usr/bin/sleep"}})
+			if err != nil || res.Status != StatusOK {
+				t.Errorf("run: %v %+v", err, res)
+				return
+			}
+			uids <- strings.TrimSpace(string(res.Stdout))
+		}()
+	}
+	wg.Wait()
+	close(uids)
+	seen := map[string]bool{}
+	for u := range uids {
+		id, err := strconv.Atoi(u)
+		if err != nil || !isJobUID(id) {
+			t.Errorf("uid %q: not of the range [%d, %d)", u, UIDBase, UIDBase+UIDCount)
+		}
+		if seen[u] {
+			t.Errorf("uid %s ran two concurrent jobs", u)
+		}
+		seen[u] = true
+	}
+	// Every lease was released: each lock file can be locked again.
+	ents, _ := os.ReadDir(UIDLockDir)
+	for _, e := range ents {
+		f, err := os.Open(filepath.Join(UIDLockDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil && seen[e.Name()] {
+			t.Errorf("uid %s still leased after its job: %v", e.Name(), err)
+		}
+		f.Close()
+	}
+}
+
+// TestHostileGivenDirSymlinks: handing a caller's dir to the job's uid
+// follows no symlink a previous job planted there, and leaves a shared
+// hard-linked file its owner's.
+func TestHostileGivenDirSymlinks(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(t.TempDir(), "seed")
+	if err := os.WriteFile(shared, []byte("seed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "out.wasm")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(dir, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(shared, filepath.Join(dir, "seed")); err != nil {
+		t.Fatal(err)
+	}
+	res := run(t, Spec{Command: []string{"sh", "-c", "id -u; cat out.wasm"}, Dir: dir, ExtraExec: []string{"/usr/bin/id", "/usr/bin/cat"}})
+	for _, p := range []string{victim, "/etc", shared} {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil || st.Uid != 0 {
+			t.Errorf("%s: owner %d (%v), want root's still", p, st.Uid, err)
+		}
+	}
+	if strings.Contains(string(res.Stdout), "root's") {
+		t.Errorf("the job read a file through a symlink out of its root: %q", res.Stdout)
+	}
 }

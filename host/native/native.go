@@ -12,7 +12,8 @@
 //  2. new pid, mount, net, ipc and uts namespaces (plus a user namespace
 //     when not root); the network namespace is empty (lo down): zero egress;
 //  3. rlimits (AS, CPU, FSIZE, NOFILE, NPROC, CORE=0);
-//  4. a dedicated unprivileged uid and gid (as root; default 65534 nobody);
+//  4. an unprivileged uid and gid of the job's own, leased for the run
+//     (as root; see UIDBase);
 //  5. Landlock: read-only system dirs, execute only the target, its loader
 //     and Spec.ExtraExec, read-write only the job dir; no TCP; IPC scoped;
 //  6. the child seccomp filter (kernel.FilterRules: foreign ABIs, the
@@ -62,8 +63,9 @@ type Spec struct {
 	// used as is and kept.
 	Dir   string
 	Stdin []byte
-	// Env is the whole environment of the command. Default: PATH=/usr/bin:/bin,
-	// HOME and TMPDIR = the job dir, LANG=C.UTF-8.
+	// Env is the environment of the command. Default: PATH=/usr/bin:/bin
+	// and LANG=C.UTF-8; HOME and TMPDIR are the job dir unless Env sets
+	// them.
 	Env         []string
 	Timeout     time.Duration // wall clock; default 10s
 	MemoryBytes int64         // cgroup memory limit; default 256 MiB
@@ -109,9 +111,11 @@ type Spec struct {
 	// per-job iptables chain (matched by its cgroup) plus Landlock's TCP
 	// rules let it reach exactly these targets. Needs root.
 	AllowNet []string
-	// UID and GID the command runs as when moat is root; default 65534
-	// (nobody). Ignored when moat is not root: the command then keeps
-	// moat's uid (inside its own user namespace, without capabilities).
+	// UID and GID the command runs as when moat is root. Default: a uid
+	// of the job's own, leased from [UIDBase, UIDBase+UIDCount) for the
+	// run, and the gid of the same number; a given Dir is handed to it.
+	// Ignored when moat is not root: the command then keeps moat's uid
+	// (inside its own user namespace, without capabilities).
 	UID, GID uint32
 }
 
@@ -278,8 +282,19 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		kernel.PrimeCgroupAttach()
 	}
 	uid, gid := int(s.UID), int(s.GID)
-	if !root {
+	switch {
+	case !root:
 		uid, gid = os.Getuid(), os.Getgid()
+	case s.UID == 0:
+		lease, err := leaseUID()
+		if err != nil {
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		j.cleanups = append(j.cleanups, lease.release) // the first set up, the last undone
+		uid, gid = lease.uid, lease.uid
+	}
+	if s.GID == 0 && root {
+		gid = uid
 	}
 
 	target, err := lookPath(s.Command[0], envPath(s.Env))
@@ -298,6 +313,11 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 
 	id := newID()
 	dir := s.Dir
+	if dir != "" && root {
+		if err := handOver(dir, uid, gid); err != nil {
+			return nil, fmt.Errorf("native: job dir %s: %w", dir, err)
+		}
+	}
 	if dir == "" {
 		if dir, err = makeJobDir(id, root, uid, gid); err != nil {
 			return nil, fmt.Errorf("native: job dir: %w", err)
@@ -306,7 +326,12 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	}
 	env := s.Env
 	if len(spec.Env) == 0 {
-		env = []string{"PATH=" + DefaultPath, "HOME=" + dir, "TMPDIR=" + dir, "LANG=C.UTF-8"}
+		env = []string{"PATH=" + DefaultPath, "LANG=C.UTF-8"}
+	}
+	for _, v := range []string{"HOME", "TMPDIR"} {
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, v+"=") }) {
+			env = append(env, v+"="+dir)
+		}
 	}
 
 	res := &Result{}
@@ -631,12 +656,6 @@ func withDefaults(s Spec) Spec {
 	}
 	if s.DiskBytes <= 0 {
 		s.DiskBytes = DefaultDisk
-	}
-	if s.UID == 0 {
-		s.UID = DefaultUID
-	}
-	if s.GID == 0 {
-		s.GID = DefaultGID
 	}
 	if len(s.Env) == 0 {
 		s.Env = []string{"PATH=" + DefaultPath}

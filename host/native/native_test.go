@@ -51,7 +51,7 @@ func needRoot(t testing.TB) {
 // run left nothing behind.
 func run(t *testing.T, spec Spec) *Result {
 	t.Helper()
-	before := uidProcs(jobUID())
+	before := jobProcs()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	res, err := Run(ctx, spec)
@@ -72,15 +72,17 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-func jobUID() int {
+// isJobUID reports whether uid is one a job runs as: one of the leased
+// range as root, else our own.
+func isJobUID(uid int) bool {
 	if os.Geteuid() == 0 {
-		return DefaultUID
+		return uid >= UIDBase && uid < UIDBase+UIDCount
 	}
-	return os.Getuid()
+	return uid == os.Getuid()
 }
 
-// uidProcs lists the pids of uid's processes.
-func uidProcs(uid int) map[int]bool {
+// jobProcs lists the pids of processes running as a job uid.
+func jobProcs() map[int]bool {
 	out := map[int]bool{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -89,7 +91,7 @@ func uidProcs(uid int) map[int]bool {
 			continue
 		}
 		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && isJobUID(int(st.Uid)) {
 			out[pid] = true
 		}
 	}
@@ -115,11 +117,11 @@ func assertClean(t *testing.T, before map[int]bool) {
 	// binaries running as the same uid at the same time (go test runs
 	// packages in parallel) are not.
 	self, _ := os.Readlink("/proc/self/ns/pid")
-	for pid := range uidProcs(jobUID()) {
+	for pid := range jobProcs() {
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
 		if !before[pid] && err == nil && ns != self {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			t.Errorf("process of uid %d left behind: pid %d %q", jobUID(), pid, cmdline)
+			t.Errorf("process of a job uid left behind: pid %d %q", pid, cmdline)
 		}
 	}
 }
@@ -404,19 +406,16 @@ print("thread ok")
 }
 
 func TestRefused(t *testing.T) {
-	needRoot(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil { // root's: the job uid cannot enter it
-		t.Fatal(err)
-	}
-	res := run(t, Spec{Command: []string{"true"}, Dir: dir})
-	if res.Status != StatusRefused || res.ExitCode != kernel.ConfineExitCode || !strings.HasPrefix(res.Reason, "moat-confine: chdir") {
-		t.Errorf("status %s exit %d reason %q, want refused, 125 and a moat-confine chdir line", res.Status, res.ExitCode, res.Reason)
+	// The wrapper refuses before the exec: a grant under /proc (the job
+	// gets a /proc of its own) cannot be bound into its root.
+	res := run(t, Spec{Command: []string{"true"}, ReadOnly: []string{"/proc/1"}})
+	if res.Status != StatusRefused || res.ExitCode != kernel.ConfineExitCode || !strings.HasPrefix(res.Reason, "moat-confine: root: /proc/1: paths under /proc cannot be granted") {
+		t.Errorf("status %s exit %d reason %q, want refused, 125 and a moat-confine root line", res.Status, res.ExitCode, res.Reason)
 	}
 }
 
 func TestContextCancel(t *testing.T) {
-	before := uidProcs(jobUID())
+	before := jobProcs()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	res, err := Run(ctx, Spec{Command: []string{"sh", "-c", "sleep 30 & sleep 30"}, ExtraExec: []string{"/usr/bin/sleep"}})
@@ -715,9 +714,12 @@ func TestPool(t *testing.T) {
 			}
 		}},
 		{"uid", Spec{Command: []string{"sh", "-c", "id -u"}, ExtraExec: []string{"/usr/bin/id"}}, func(t *testing.T, r *Result) {
-			want := strconv.Itoa(jobUID()) + "\n"
+			uid, _ := strconv.Atoi(strings.TrimSpace(string(r.Stdout)))
+			want := strconv.Itoa(uid) + "\n"
 			if os.Geteuid() != 0 {
 				want = "0\n" // uid 0 of its own user namespace
+			} else if !isJobUID(uid) {
+				want = "a uid of the leased range"
 			}
 			if string(r.Stdout) != want {
 				t.Errorf("uid %q, want %q", r.Stdout, want)
@@ -758,7 +760,7 @@ func TestPool(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			waitWarm(t, pool, 1)
-			before := uidProcs(jobUID())
+			before := jobProcs()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			r, err := pool.Run(ctx, c.spec)
@@ -782,7 +784,7 @@ func TestPool(t *testing.T) {
 	if j.res.Warm {
 		t.Error("a run with streamed output took a warm wrapper")
 	}
-	before := uidProcs(jobUID())
+	before := jobProcs()
 	pool.Close()
 	assertClean(t, before)
 	assertNoNewWarmCgroups(t, warmBefore)
@@ -831,7 +833,7 @@ func TestPoolDeadWrappers(t *testing.T) {
 	const dead = "/bin/false" // exits at once, never reads its spec
 	warmBefore := warmCgroups()
 	pool := NewPool(1, dead)
-	before := uidProcs(jobUID())
+	before := jobProcs()
 	for i := 0; i < maxDeadClaims+2; i++ {
 		time.Sleep(100 * time.Millisecond) // the refill starts, and its wrapper dies
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -869,7 +871,7 @@ func TestSetupErrors(t *testing.T) {
 		{"unstartable wrapper", Spec{Command: []string{"true"}, Wrapper: "/nonexistent/moat-confine"}, "native: start"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			before := uidProcs(jobUID())
+			before := jobProcs()
 			_, err := Run(context.Background(), tt.spec)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want one naming %q", err, tt.want)
