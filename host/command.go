@@ -123,10 +123,13 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	var over capState
 	stdout := &capWriter{w: orDiscard(req.Stdout), left: lim.MaxOutputBytes, state: &over, stream: "stdout", cancel: cancel}
 	stderr := &capWriter{w: orDiscard(req.Stderr), left: lim.MaxOutputBytes, state: &over, stream: "stderr", cancel: cancel}
-	stdin := req.Stdin
-	if stdin == nil {
-		stdin = strings.NewReader("")
+	if err := m.checkInitialMemory(lim); err != nil {
+		e := err.(*Error)
+		e.Action = errAction
+		return RunResult{}, "", e
 	}
+	// stdin and sleeps end with the run (sleep.go).
+	stdin := stdinFor(cctx, req.Stdin)
 
 	inst := &instance{m: m, confirmed: confirmed}
 	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
@@ -140,7 +143,8 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		WithName("").
 		WithArgs(append([]string{m.name}, req.Args...)...).
 		WithStdin(stdin).WithStdout(stdout).WithStderr(stderr).
-		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithSysWalltime().WithSysNanotime().
+		WithNanosleep(Nanosleep(func() context.Context { return cctx })).
 		WithRandSource(rand.Reader)
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])

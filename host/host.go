@@ -41,6 +41,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/policy"
@@ -100,6 +101,18 @@ type Limits struct {
 	MemoryLimitPages uint32        // linear memory, 64 KiB pages
 	MaxInputBytes    int
 	MaxOutputBytes   int
+	// MaxTableElements bounds the references all of a module's tables
+	// may hold together (8 bytes of host memory each, which no memory
+	// limit counts): a table declaring more at its minimum is refused at
+	// load, and table.grow past it returns -1. It is applied when the
+	// module is compiled, so it is taken from Config.Limits and
+	// LoadOptions.Limits; a Request's or RunRequest's is ignored.
+	MaxTableElements uint32
+	// Budget bounds what the host holds and writes for one invocation:
+	// transport buffers, open descriptors of the device file, log
+	// records, audit rows, HTTP bodies. Zero fields keep the module's,
+	// then budget.DefaultLimits. (Added by the budget work, issue 12.)
+	Budget budget.Limits
 }
 
 // DefaultLimits apply where nothing else is set.
@@ -108,6 +121,7 @@ var DefaultLimits = Limits{
 	MemoryLimitPages: 2048, // 128 MiB
 	MaxInputBytes:    1 << 20,
 	MaxOutputBytes:   1 << 20,
+	MaxTableElements: DefaultMaxTableElements,
 }
 
 // MaxMemoryLimitPages is the most a 32-bit WebAssembly memory can hold (4 GiB).
@@ -127,6 +141,10 @@ func (l Limits) Or(d Limits) Limits {
 	if l.MaxOutputBytes <= 0 {
 		l.MaxOutputBytes = d.MaxOutputBytes
 	}
+	if l.MaxTableElements == 0 {
+		l.MaxTableElements = d.MaxTableElements
+	}
+	l.Budget = l.Budget.Or(d.Budget)
 	return l
 }
 
@@ -134,6 +152,10 @@ func (l Limits) validate() error {
 	if l.MemoryLimitPages > MaxMemoryLimitPages {
 		return fmt.Errorf("memory limit is %d pages (%d MiB): the most a module can address is %d pages (4096 MiB)",
 			l.MemoryLimitPages, l.MemoryLimitPages/16, MaxMemoryLimitPages)
+	}
+	if l.MaxTableElements > MaxTableElementsCeiling {
+		return fmt.Errorf("table cap is %d elements: the most a module's tables may hold is %d (1 GiB of host memory)",
+			l.MaxTableElements, MaxTableElementsCeiling)
 	}
 	if l.MaxOutputBytes > abi.MaxOutputLen {
 		return fmt.Errorf("output cap is %d bytes: the ABI allows at most %d", l.MaxOutputBytes, abi.MaxOutputLen)
@@ -151,7 +173,8 @@ type Host struct {
 	cache     wazero.CompilationCache
 	runtime   wazero.Runtime
 	compileMu sync.Mutex
-	compiled  map[string]*compiled // by digest
+	compiled  map[string]*compiled            // by digest of the bytes compiled
+	provided  map[string]map[string]Signature // the host modules' functions, by module and name
 	profile   *policy.Profile
 	audit     *audit.Log
 }
@@ -221,6 +244,14 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: %w", err)
 	}
+	h.provided = map[string]map[string]Signature{}
+	for _, name := range []string{abi.ImportModule, wasi_snapshot_preview1.ModuleName} {
+		fns := map[string]Signature{}
+		for n, def := range h.runtime.Module(name).ExportedFunctionDefinitions() {
+			fns[n] = Signature{Module: name, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())}
+		}
+		h.provided[name] = fns
+	}
 	return h, nil
 }
 
@@ -266,15 +297,15 @@ func Digest(wasm []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// compile returns the compiled module for wasm, compiling at most once per
-// digest in this process and, through the disk cache, once per machine.
+// compile returns the compiled module for wasm, whose digest is key,
+// compiling at most once per digest in this process and, through the disk cache, once per machine.
 // Whether the disk cache answered is observed, not assumed: wazero writes a
 // cache file only when it compiled, so a compile that adds no file was
 // served from the cache.
-func (h *Host) compile(ctx context.Context, digest string, wasm []byte) (*compiled, error) {
+func (h *Host) compile(ctx context.Context, key string, wasm []byte) (*compiled, error) {
 	h.compileMu.Lock()
 	defer h.compileMu.Unlock()
-	if c, ok := h.compiled[digest]; ok {
+	if c, ok := h.compiled[key]; ok {
 		return c, nil
 	}
 	before := countFiles(h.cacheDir)
@@ -284,7 +315,7 @@ func (h *Host) compile(ctx context.Context, digest string, wasm []byte) (*compil
 		return nil, err
 	}
 	c := &compiled{cm: cm, took: time.Since(start), fromCache: countFiles(h.cacheDir) == before && before > 0}
-	h.compiled[digest] = c
+	h.compiled[key] = c
 	return c, nil
 }
 

@@ -49,16 +49,25 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
 	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
 
+	if err := m.checkInitialMemory(lim); err != nil {
+		return nil, err
+	}
 	ictx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
 	ictx = experimental.WithMemoryAllocator(ictx, alloc)
 	inst.sess.Begin(nil) // moat.call during _initialize is a fault
+	// The instance's sleeps (poll_oneoff) end with the context of the
+	// invocation it serves: instantiation's now, each call's later (the
+	// call sets env.Context, see sleep.go).
+	inst.env.Context = ictx
+	defer func() { inst.env.Context = context.Background() }()
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStdout(&inst.stdout).
 		WithStderr(&inst.stderr).
-		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithSysWalltime().WithSysNanotime().
+		WithNanosleep(Nanosleep(func() context.Context { return inst.env.Context })).
 		WithRandSource(rand.Reader).
 		WithStartFunctions()
 	if m.hasInit {
@@ -75,7 +84,7 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 		case inst.mem != nil && inst.mem.hit:
 			e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("instantiation needs more memory than the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		case isDeadline(err, ictx):
-			e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("instantiation (%s) did not finish within %s", abi.ExportInitWASI, lim.Timeout)
+			e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("instantiation (the start function and %s) did not finish within %s", abi.ExportInitWASI, lim.Timeout)
 		default:
 			e.Code, e.Reason = abi.CodeTrap, "instantiation failed: "+firstLine(err)+inst.stderrNote()
 		}
@@ -90,6 +99,27 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	inst.alloc = mod.ExportedFunction(abi.ExportAlloc)
 	inst.invoke = mod.ExportedFunction(abi.ExportInvoke)
 	return inst, nil
+}
+
+// checkInitialMemory refuses, before anything is allocated, a module
+// whose declared initial memory is over lim: wazero allocates a memory's
+// minimum whole at instantiation (and cannot take a refusal then), so a
+// module declaring 65536 pages would cost the host 4 GiB of address space
+// on the way to its memory_limit error.
+func (m *Module) checkInitialMemory(lim Limits) error {
+	if m.memMin <= lim.MemoryLimitPages {
+		return nil
+	}
+	return &Error{Module: m.name, Code: abi.CodeMemoryLimit,
+		Reason: fmt.Sprintf("the module declares an initial memory of %d pages (%d MiB), over the limit of %d pages (%d MiB)",
+			m.memMin, m.memMin/16, lim.MemoryLimitPages, lim.MemoryLimitPages/16)}
+}
+
+// oversized reports whether the instance's memory is larger than lim
+// allows: a pooled instance grown under a call with a higher limit must not
+// serve a call with a lower one (nor sit in the pool holding the memory).
+func (inst *instance) oversized(lim Limits) bool {
+	return inst.mem != nil && uint64(len(inst.mem.buf)) > uint64(lim.MemoryLimitPages)*65536
 }
 
 func (inst *instance) close() {
@@ -122,6 +152,10 @@ func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byt
 // want of a confirmation. Foreign modules (host/extism) come through here
 // too, by Call.Dispatch, so every op meets the same checks and audit.
 func (m *Module) dispatch(ctx context.Context, env *ops.Env, confirmed bool, needsConfirm *string, op, req []byte) (reply []byte, err error) {
+	// An op after the deadline ends the guest (sleep.go): a guest calling
+	// ops in a tight loop, or writing a thousand requests to the device
+	// file in one write, must not run its ops past its deadline.
+	abortIfDone(ctx)
 	o, ok := ops.Lookup(op)
 	if !ok {
 		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q in this host (ABI v%d)", op, abi.Version)

@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -89,6 +90,7 @@ type Module struct {
 	isolation Isolation
 	maxIdle   int
 	hasInit   bool
+	memMin    uint32 // the declared initial memory, in pages
 	info      Info
 
 	actions   []string          // as the module registers them (moat_actions)
@@ -143,9 +145,43 @@ func (s Signature) String() string {
 	return fmt.Sprintf("%s(%s) -> (%s)", name, strings.Join(s.Params, ", "), strings.Join(s.Result, ", "))
 }
 
-// The imports this host provides. Anything else fails at load with a
-// message naming it, not at instantiation with wazero's wording.
-var providedImports = map[string]bool{abi.ImportModule: true, wasi_snapshot_preview1.ModuleName: true}
+// checkImports refuses, at load and with the import named, what
+// instantiation would refuse in wazero's wording, or what would fail only
+// when called: an import of a module this host does not provide, of a
+// function its modules do not export or with another signature, and any
+// import of a table, memory, global or tag (the host's modules export
+// functions only).
+func (h *Host) checkImports(funcs []Signature, others []importDecl) error {
+	for _, imp := range funcs {
+		exports, ok := h.provided[imp.Module]
+		if !ok {
+			return fmt.Errorf("imports %s.%s, which this host does not provide (it provides the %q and %q modules)",
+				imp.Module, imp.Name, abi.ImportModule, wasi_snapshot_preview1.ModuleName)
+		}
+		want, ok := exports[imp.Name]
+		if !ok {
+			return fmt.Errorf("imports %s.%s, which the %q module does not export (it exports: %s)",
+				imp.Module, imp.Name, imp.Module, exportList(exports))
+		}
+		if !slices.Equal(imp.Params, want.Params) || !slices.Equal(imp.Result, want.Result) {
+			return fmt.Errorf("imports %s.%s as (%s) -> (%s); the host's is (%s) -> (%s)", imp.Module, imp.Name,
+				strings.Join(imp.Params, ", "), strings.Join(imp.Result, ", "), strings.Join(want.Params, ", "), strings.Join(want.Result, ", "))
+		}
+	}
+	for _, imp := range others {
+		return fmt.Errorf("imports the %s %s.%s: this host provides functions only (from the %q and %q modules)",
+			imp.kind, imp.module, imp.name, abi.ImportModule, wasi_snapshot_preview1.ModuleName)
+	}
+	return nil
+}
+
+func exportList(exports map[string]Signature) string {
+	names := slices.Sorted(maps.Keys(exports))
+	if len(names) > 12 {
+		names = append(names[:12], "...")
+	}
+	return strings.Join(names, ", ")
+}
 
 // the signatures of the plugin exports, checked at load
 var pluginExports = map[string][2][]api.ValueType{
@@ -195,7 +231,28 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if err != nil {
 		return nil, err
 	}
-	c, err := h.compile(ctx, digest, wasm)
+	// Bound the module's tables in the bytes that are compiled (tables.go);
+	// the digest and signature stay those of wasm.
+	tableCap := opts.Limits.Or(h.cfg.Limits).MaxTableElements
+	if tableCap > MaxTableElementsCeiling {
+		return fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, MaxTableElementsCeiling)
+	}
+	code, rewritten, lay, err := limitTables(wasm, tableCap)
+	if err != nil {
+		var tle *TableLimitError
+		if errors.As(err, &tle) {
+			return fail(abi.CodeMemoryLimit, err, "%v", err)
+		}
+		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
+	}
+	if err := lay.checkCounts(); err != nil {
+		return fail(abi.CodeMemoryLimit, err, "%v", err)
+	}
+	key := digest
+	if rewritten {
+		key = Digest(code) // the same module under another table cap is another compilation
+	}
+	c, err := h.compile(ctx, key, code)
 	if err != nil {
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
 	}
@@ -213,15 +270,18 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		m.maxIdle = 8
 	}
 	m.info = describe(name, digest, len(wasm), c)
+	if lay.memory != nil {
+		m.memMin = lay.memory.min
+		m.info.MemoryMin = lay.memory.min
+	}
 	exports := c.cm.ExportedFunctions()
 	_, m.hasInit = exports[abi.ExportInitWASI]
 	if importsExtism(m.info) || opts.Manifest != nil && opts.Manifest.Kind == policy.KindExtism {
 		m.kind = KindExtism // its driver checks the imports it provides
 	}
-	for _, imp := range m.info.Imports {
-		if m.kind != KindExtism && !providedImports[imp.Module] {
-			return fail(abi.CodeBadModule, nil, "imports %s.%s, which this host does not provide (it provides the %q and %q modules)",
-				imp.Module, imp.Name, abi.ImportModule, wasi_snapshot_preview1.ModuleName)
+	if m.kind != KindExtism {
+		if err := h.checkImports(m.info.Imports, lay.imports); err != nil {
+			return fail(abi.CodeBadModule, nil, "%v", err)
 		}
 	}
 	_, hasInvoke := exports[abi.ExportInvoke]
@@ -283,7 +343,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			return nil, err
 		}
 	case KindExtism:
-		if err := m.loadForeign(ctx, wasm); err != nil {
+		if err := m.loadForeign(ctx, code); err != nil { // its tables bounded too
 			return nil, err
 		}
 	}

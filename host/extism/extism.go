@@ -237,6 +237,10 @@ type instance struct {
 	stdout *lineWriter
 	http   httpState
 	state  *callState // the current call, for the log callback
+	// ctx is the context of the call the instance serves (of its
+	// instantiation, before the first): the plug-in's WASI sleeps end
+	// with it (host.Nanosleep).
+	ctx context.Context
 }
 
 // callState is the current call, reached by host functions through the
@@ -280,13 +284,14 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	}
 	st := &callState{call: c, inst: inst}
 	inst.state = st
+	inst.ctx = ctx
 	inst.mems.setLimit(c.Limits.MemoryLimitPages)
 	inst.stdout.begin(c.Log)
 	inst.stderr.begin(c.Log)
 	rc, out, err := inst.p.CallWithContext(context.WithValue(ctx, stateKey{}, st), c.Function, c.Input)
 	inst.stdout.end()
 	inst.stderr.end()
-	inst.state = nil
+	inst.state, inst.ctx = nil, nil
 	reusable := err == nil
 	defer func() {
 		if reusable {
@@ -337,15 +342,29 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 			inst := p.idle[n-1]
 			p.idle = p.idle[:n-1]
 			p.mu.Unlock()
-			return inst, nil
+			if inst.mems.size() <= uint64(c.Limits.MemoryLimitPages)*65536 {
+				return inst, nil
+			}
+			inst.close() // grown past this call's memory limit: make one within it
+		} else {
+			p.mu.Unlock()
 		}
-		p.mu.Unlock()
+	}
+	// wazero allocates a memory's minimum whole at instantiation: refuse
+	// one over the limit before it costs the host anything.
+	if min := p.spec.Info.MemoryMin; min > c.Limits.MemoryLimitPages {
+		return nil, &host.Error{Code: abi.CodeMemoryLimit,
+			Reason: fmt.Sprintf("the plug-in declares an initial memory of %d pages (%d MiB), over the limit of %d pages (%d MiB)",
+				min, min/16, c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}
 	}
 	inst := &instance{mems: &allocator{}, stdout: &lineWriter{stream: "stdout", level: slog.LevelInfo}, stderr: &lineWriter{stream: "stderr", level: slog.LevelWarn}}
 	inst.mems.setLimit(c.Limits.MemoryLimitPages)
+	inst.ctx = ctx
+	defer func() { inst.ctx = nil }()
 	mc := wazero.NewModuleConfig().
 		WithStdout(inst.stdout).WithStderr(inst.stderr).
-		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithSysWalltime().WithSysNanotime().
+		WithNanosleep(host.Nanosleep(func() context.Context { return inst.ctx })).
 		WithRandSource(rand.Reader)
 	ictx := experimental.WithMemoryAllocator(ctx, inst.mems)
 	ep, err := p.compiled.Instance(ictx, extism.PluginInstanceConfig{ModuleConfig: mc})
@@ -371,7 +390,7 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 
 // put returns a healthy instance to the pool, or closes it.
 func (p *plugin) put(inst *instance) {
-	if p.spec.Isolation != host.IsolationFresh {
+	if p.spec.Isolation != host.IsolationFresh && inst.mems.size() <= uint64(p.spec.Limits.MemoryLimitPages)*65536 {
 		p.mu.Lock()
 		if !p.closed && len(p.idle) < p.spec.MaxIdle {
 			p.idle = append(p.idle, inst)

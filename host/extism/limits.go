@@ -39,6 +39,17 @@ func (a *allocator) Allocate(capacity, max uint64) experimental.LinearMemory {
 	return m
 }
 
+// size is the bytes the instance's memories hold now.
+func (a *allocator) size() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n uint64
+	for _, m := range a.mems {
+		n += uint64(len(m.buf))
+	}
+	return n
+}
+
 type memory struct {
 	a    *allocator
 	buf  []byte

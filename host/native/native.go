@@ -97,7 +97,8 @@ type Spec struct {
 	// ReadWrite are more directories the command may read and write (never
 	// execute), beyond the job dir: a build cache the operator chose to
 	// share between jobs. Each is a grant of persistence across jobs; use
-	// sparingly.
+	// sparingly. As root, each is handed to the job's uid for the run, as
+	// a given Dir is.
 	ReadWrite []string
 	// Wrapper is the binary that confines the child and execs the command.
 	// Default: moat-confine beside the running executable when there is
@@ -313,9 +314,15 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 
 	id := newID()
 	dir := s.Dir
-	if dir != "" && root {
-		if err := handOver(dir, uid, gid); err != nil {
-			return nil, fmt.Errorf("native: job dir %s: %w", dir, err)
+	if root {
+		// The caller's directories become the job uid's (see handOver).
+		for _, d := range append([]string{dir}, s.ReadWrite...) {
+			if d == "" {
+				continue
+			}
+			if err := handOver(d, uid, gid); err != nil {
+				return nil, fmt.Errorf("native: %s: %w", d, err)
+			}
 		}
 	}
 	if dir == "" {

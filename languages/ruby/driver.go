@@ -226,7 +226,8 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 		WithName("").
 		WithArgs("ruby").
 		WithStdin(bytes.NewReader(in.Stdin)).WithStdout(out).WithStderr(errw).
-		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithSysWalltime().WithSysNanotime().
+		WithNanosleep(host.Nanosleep(func() context.Context { return cctx })). // a sleep ends at the deadline
 		WithRandSource(rand.Reader).
 		WithStartFunctions("_initialize") // wasi-vfs unpacks the stdlib
 	envs := map[string]string{}
