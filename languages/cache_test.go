@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,26 +151,39 @@ func TestBuildCacheSharesBlobs(t *testing.T) {
 }
 
 // TestReadOutputRefusesSymlinks: a confined compiler owns its work dir and
-// could plant out.wasm as a symlink to a file only moat may read.
+// could plant out.wasm, or a directory on its path, as a symlink to a file
+// only moat may read, or a FIFO to hang it.
 func TestReadOutputRefusesSymlinks(t *testing.T) {
 	dir := t.TempDir()
-	secret := filepath.Join(dir, "secret")
+	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte("\x00asm secret"), 0o600)
-	link := filepath.Join(dir, "out.wasm")
-	if err := os.Symlink(secret, link); err != nil {
+	if err := os.Symlink(secret, filepath.Join(dir, "out.wasm")); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := languages.ReadOutput(link); err == nil {
-		t.Fatalf("read %q through a symlink", b)
+	if err := os.Symlink(filepath.Dir(secret), filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
 	}
-	os.Remove(link)
-	os.Mkdir(link, 0o755)
-	if _, err := languages.ReadOutput(link); err == nil {
-		t.Fatal("read a directory")
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	os.Remove(link)
-	os.WriteFile(link, []byte("\x00asm"), 0o644)
-	if b, err := languages.ReadOutput(link); err != nil || string(b) != "\x00asm" {
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "ok.wasm"), []byte("\x00asm"), 0o644)
+	for _, c := range []struct{ name, want string }{
+		{"out.wasm", "too many levels of symbolic links"},
+		{"sub/secret", "too many levels of symbolic links"},
+		{"../" + filepath.Base(dir) + "/ok.wasm", "cross-device link"},
+		{secret, "cross-device link"},
+		{"d", "not a regular file"},
+		{"fifo", "not a regular file"},
+		{"/proc/self/root" + secret, "cross-device link"},
+	} {
+		if b, err := languages.ReadOutput(dir, c.name); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: read %q, err %v; want an error with %q", c.name, b, err, c.want)
+		}
+	}
+	if b, err := languages.ReadOutput(dir, "ok.wasm"); err != nil || string(b) != "\x00asm" {
 		t.Fatalf("%q %v", b, err)
 	}
 }

@@ -8,10 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/moat-sandbox/moat/host/native"
+
+	"golang.org/x/sys/unix"
 )
 
 // Tool is one run of a compiler (or any build tool) on untrusted source.
@@ -178,26 +179,37 @@ func WriteSource(dir string, files []File) error {
 // MaxOutputModuleBytes bounds a module a compiler may produce.
 const MaxOutputModuleBytes = 256 << 20
 
-// ReadOutput reads a file the confined tool wrote in its work dir. The
-// tool owns that directory, so the name may be a symlink it planted to
-// make moat (root) read some other file into the build cache: the file is
-// opened without following symlinks, must be a regular file, and is
-// bounded in size.
-func ReadOutput(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// ReadOutput reads name (a path relative to dir) that a confined tool wrote
+// in its work dir dir. The tool owned that directory, so any component of
+// name may be a symlink it planted to make moat (root) read some other
+// file into the build cache (Judge0's CVE-2024-28189): the file is opened
+// with openat2 beneath dir, following no symlink at all, and must be a
+// regular file (not a FIFO that would block) no larger than
+// MaxOutputModuleBytes.
+func ReadOutput(dir, name string) ([]byte, error) {
+	d, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
+	defer d.Close()
+	fd, err := unix.Openat2(int(d.Fd()), name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(dir, name))
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
+		return nil, fmt.Errorf("%s is not a regular file", f.Name())
 	}
 	if fi.Size() > MaxOutputModuleBytes {
-		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", path, fi.Size(), MaxOutputModuleBytes)
+		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", f.Name(), fi.Size(), MaxOutputModuleBytes)
 	}
 	return io.ReadAll(io.LimitReader(f, MaxOutputModuleBytes+1))
 }

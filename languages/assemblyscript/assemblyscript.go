@@ -192,7 +192,7 @@ func (l *Language) asc(ctx context.Context, env languages.BuildEnv, entry string
 	if err := languages.CompileFailure("assemblyscript", res); err != nil {
 		return nil, "", err
 	}
-	wasm, err := languages.ReadOutput(filepath.Join(env.WorkDir, "out.wasm"))
+	wasm, err := languages.ReadOutput(env.WorkDir, "out.wasm")
 	if err != nil {
 		return nil, "", fmt.Errorf("assemblyscript: asc succeeded but wrote no module: %w", err)
 	}

@@ -223,7 +223,7 @@ func (l *Language) goBuild(ctx context.Context, env languages.BuildEnv, root, ve
 	if err := languages.CompileFailure("go", res); err != nil {
 		return nil, "", err
 	}
-	wasm, err := languages.ReadOutput(filepath.Join(env.WorkDir, "out.wasm"))
+	wasm, err := languages.ReadOutput(env.WorkDir, "out.wasm")
 	if err != nil {
 		return nil, "", fmt.Errorf("go: go build succeeded but wrote no module: %w", err)
 	}

@@ -216,7 +216,7 @@ func (*Language) rustc(ctx context.Context, env languages.BuildEnv, root, crateT
 	if err := languages.CompileFailure("rust", res); err != nil {
 		return nil, "", err
 	}
-	wasm, err := languages.ReadOutput(filepath.Join(env.WorkDir, "out.wasm"))
+	wasm, err := languages.ReadOutput(env.WorkDir, "out.wasm")
 	if err != nil {
 		return nil, "", fmt.Errorf("rust: rustc succeeded but wrote no module: %w", err)
 	}

@@ -224,7 +224,7 @@ func (c *Compiler) compile(ctx context.Context, env languages.BuildEnv, files, i
 	if err := languages.CompileFailure(c.Lang, res); err != nil {
 		return nil, err
 	}
-	wasm, err := languages.ReadOutput(filepath.Join(env.WorkDir, "out.wasm"))
+	wasm, err := languages.ReadOutput(env.WorkDir, "out.wasm")
 	if err != nil {
 		return nil, fmt.Errorf("%s: the compiler succeeded but wrote no module: %w", c.Lang, err)
 	}
