@@ -25,6 +25,7 @@ type execFlags struct {
 	native    bool
 	timeout   time.Duration
 	memoryMB  int
+	diskMB    int
 	pids      int
 	allowExec []string
 	allowNet  []string
@@ -61,9 +62,13 @@ point. Arguments after -- go to the program.
 With --native, CMD runs as a confined native child, for programs without a
 WebAssembly path. The layers, in order: its own cgroup (memory, CPU, pids);
 new pid, mount, network, ipc and uts namespaces (and a user namespace when
-moat is not root); rlimits; the unprivileged uid 65534 (when moat is root);
-Landlock (system directories read-only, execute only CMD, its loader and
---allow-exec, write only the job dir); a seccomp filter. The network
+moat is not root); a root filesystem of its own (the system directories
+read-only, CMD and --allow-exec, a job dir of --disk MiB, fresh /tmp, /run
+and /dev/shm; nothing of the host's beyond; every writable place noexec);
+rlimits; an unprivileged uid of its own (when moat is root); Landlock
+(execute only CMD, its loader and --allow-exec, write only its own dirs); a
+seccomp filter (no foreign system call ABI, no namespaces, keyrings,
+ptrace, io_uring, bpf, mounts, memfd execution). The network
 namespace is empty: no egress at all, unless --allow-net grants targets: then
 CMD shares the host's network and a per-job iptables chain (matched by its
 cgroup) and Landlock let it reach exactly those targets. CMD without a slash
@@ -117,6 +122,7 @@ violations).`,
 	fl.StringArrayVar(&f.deny, "deny", nil, "a language rule to refuse, e.g. import:net (Go), include:sys/socket.h (C), import:socket (Python) (repeatable; with --lang)")
 	fl.Int64Var(&f.maxSource, "max-source", languages.DefaultMaxSourceBytes, "bytes of source over all files (with --lang)")
 	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads (with --native)")
+	fl.IntVar(&f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory too (with --native)")
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
@@ -131,6 +137,8 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 		return usagef("--memory %d: give a size in MiB, at least 1", f.memoryMB)
 	case f.pids <= 0:
 		return usagef("--pids %d: give a positive number", f.pids)
+	case f.diskMB <= 0 || f.diskMB > 1<<20:
+		return usagef("--disk %d: give a size in MiB, at least 1", f.diskMB)
 	}
 	stdin, err := readExecStdin(f.stdinFile)
 	if err != nil {
@@ -142,6 +150,7 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 		Timeout:     f.timeout,
 		MemoryBytes: int64(f.memoryMB) << 20,
 		Pids:        int64(f.pids),
+		DiskBytes:   int64(f.diskMB) << 20,
 		ExtraExec:   f.allowExec,
 		AllowNet:    f.allowNet,
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/moat-sandbox/moat/host"
@@ -130,6 +133,22 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 // requests at once on this two-core machine kind, both start warm.
 const serveWarmWrappers = 2
 
+// removeStaleScratch removes the scratch dirs of servers that are gone
+// (killed, so their launcher could not remove them): moat-serve-PID-*
+// whose PID runs no moat.
+func removeStaleScratch() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "moat-serve-*-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(d), "moat-serve-"), "-", 2)[0])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
 func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (restore func(), err error) {
 	data, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -138,7 +157,8 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (resto
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	scratch, err := os.MkdirTemp("", "moat-serve-")
+	removeStaleScratch()
+	scratch, err := os.MkdirTemp("", fmt.Sprintf("moat-serve-%d-", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +169,9 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (resto
 	os.Setenv("TMPDIR", scratch)
 	languages.Statuses() // probes each toolchain's version while exec is allowed
 	goroot, _, _ := toolchains.GoRoot()
-	l, err := native.StartWarmLauncher(serveWarmWrappers)
+	// The launcher removes the scratch dir when it exits: the confined
+	// server may not (nothing is granted on the dir's parent).
+	l, err := native.StartLauncherWith(native.LauncherOptions{Warm: serveWarmWrappers, Scratch: scratch})
 	if err != nil {
 		os.RemoveAll(scratch)
 		return nil, err

@@ -79,6 +79,25 @@ func StartLauncher() (*Launcher, error) { return StartWarmLauncher(0) }
 // that size) for the runs it serves: what a long-lived host such as moat
 // serve wants, since a confined host can start no process itself.
 func StartWarmLauncher(warm int) (*Launcher, error) {
+	return StartLauncherWith(LauncherOptions{Warm: warm})
+}
+
+// LauncherOptions configure a launcher.
+type LauncherOptions struct {
+	Warm int // wrappers kept warm (see StartWarmLauncher)
+	// Scratch is a directory the launcher removes when it exits: a
+	// confined host cannot remove its own scratch directory (its Landlock
+	// layer grants nothing on the directory's parent), the launcher,
+	// started before the host confined itself, can.
+	Scratch string
+}
+
+// LauncherScratchEnv carries LauncherOptions.Scratch to the launcher.
+const LauncherScratchEnv = "MOAT_LAUNCHER_SCRATCH"
+
+// StartLauncherWith starts a launcher with o.
+func StartLauncherWith(o LauncherOptions) (*Launcher, error) {
+	warm := o.Warm
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -99,7 +118,7 @@ func StartWarmLauncher(warm int) (*Launcher, error) {
 	}
 	hostSock, launcherSock := os.NewFile(uintptr(sp[0]), "launcher-socket"), os.NewFile(uintptr(sp[1]), "launcher-socket")
 	cmd := exec.Command("/proc/self/exe", "moat-launcher")
-	cmd.Env = append(os.Environ(), LauncherEnv+"=1", LauncherWarmEnv+"="+strconv.Itoa(max(warm, 0)))
+	cmd.Env = append(os.Environ(), LauncherEnv+"=1", LauncherWarmEnv+"="+strconv.Itoa(max(warm, 0)), LauncherScratchEnv+"="+o.Scratch)
 	cmd.ExtraFiles = []*os.File{reqR, repW, launcherSock} // fds 3, 4 and 5
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -324,6 +343,8 @@ func LauncherMain() {
 		UsePool(pool)
 	}
 	os.Unsetenv(LauncherWarmEnv)
+	scratch := os.Getenv(LauncherScratchEnv)
+	os.Unsetenv(LauncherScratchEnv)
 	in := os.NewFile(3, "launch-requests")
 	out := os.NewFile(4, "launch-replies")
 	sock := os.NewFile(5, "launcher-socket")
@@ -429,6 +450,9 @@ func LauncherMain() {
 	wg.Wait()
 	if pool != nil {
 		pool.Close() // idle wrappers and their cgroups
+	}
+	if scratch != "" {
+		os.RemoveAll(scratch)
 	}
 	os.Exit(0)
 }
