@@ -16,6 +16,10 @@ const (
 	CodeTooLarge        Code = "too_large"        // a key, value or message exceeds its limit
 	CodeUnavailable     Code = "unavailable"      // a backing service failed; retrying may help
 	CodeInternal        Code = "internal"         // a bug or an unexpected host failure
+	// The invocation used up a host budget (bytes the host holds for it, log
+	// records, audit rows, open descriptors); the message names the limit and
+	// its knob. The next invocation starts with a fresh budget.
+	CodeResourceExhausted Code = "resource_exhausted"
 
 	// Failures of a whole invocation, reported by the host to its caller.
 	CodeBadModule      Code = "bad_module"       // the bytes are not a valid or usable module

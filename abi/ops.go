@@ -10,6 +10,12 @@ const (
 	OpKVList    = "kv.list"
 )
 
+// MaxRequestBytes bounds the wire bytes of one op request, on every
+// transport: the host refuses a longer request with CodeTooLarge before it
+// decodes it. The largest legitimate request, a kv.put of a MaxKVValueLen
+// value, is about 1.4 MB in base64.
+const MaxRequestBytes = 4 << 20
+
 // Empty is the request or response of an op that carries nothing.
 type Empty struct{}
 
@@ -19,6 +25,15 @@ const (
 	LevelInfo  = "info"
 	LevelWarn  = "warn"
 	LevelError = "error"
+)
+
+// Log record limits: the message, and the whole request (message, level
+// and fields as JSON). A larger record is refused with CodeTooLarge, not
+// truncated: a cut record could be read as the whole story, and a guest
+// that is told can split it.
+const (
+	MaxLogMessage = 16 << 10
+	MaxLogRecord  = 32 << 10
 )
 
 // LogWriteRequest writes one record to the host's structured log. The host

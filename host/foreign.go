@@ -13,6 +13,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
@@ -152,7 +153,17 @@ type Call struct {
 // import does: the module's effective grants, the profile's sensitive
 // ops, the caller's principal and organization, and the audit trail. An
 // *abi.Error return is for the guest; the invocation goes on.
+//
+// As on every transport, a request over abi.MaxRequestBytes is refused with
+// too_large, and once the invocation's audit budget is used up every op is
+// refused with resource_exhausted before it runs.
 func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
+	if len(req) > abi.MaxRequestBytes {
+		return nil, abi.Errorf(abi.CodeTooLarge, "op %.64s: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", op, len(req), abi.MaxRequestBytes)
+	}
+	if err := budget.From(ctx).Admit(op); err != nil {
+		return nil, err
+	}
 	c.env.Context = ctx
 	return c.m.dispatch(ctx, &c.env, c.confirmed, &c.needsConfirm, op, req)
 }
@@ -166,6 +177,9 @@ func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
 // A refusal is an *abi.Error with code denied or confirmation_required.
 func (c *Call) CheckHTTP(ctx context.Context, rawURL string) error {
 	const op = "http.fetch"
+	if err := budget.From(ctx).Admit([]byte(op)); err != nil {
+		return err
+	}
 	mp := c.m.policy
 	target := targetOf(rawURL)
 	if err := mp.eval.CheckOp(op, rawURL); err != nil {

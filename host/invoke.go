@@ -9,6 +9,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -63,6 +64,7 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	if err := m.authorize(ctx, &req, confirmed); err != nil {
 		return Result{}, err
 	}
+	ctx = m.withBudget(ctx, &req, lim)
 
 	start := time.Now()
 	defer func() { m.auditInvocation(ctx, &req, start, err) }()
@@ -159,6 +161,7 @@ func (m *Module) auditInvocation(ctx context.Context, req *Request, start time.T
 	}
 	ev := audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, CorrelationID: req.CorrelationID, Module: m.name, Action: req.Action,
 		User: req.Principal.User, Org: req.Principal.Org, Code: code, DurationNS: int64(time.Since(start))}
+	ev.Attrs = budgetAttrs(budget.From(ctx))
 	if err != nil {
 		ev.Reason = err.Error()
 	}
@@ -265,7 +268,11 @@ func (m *Module) get(ctx context.Context, lim Limits) (*instance, error) {
 			m.idle[n-1] = nil
 			m.idle = m.idle[:n-1]
 			m.mu.Unlock()
-			return inst, nil
+			if !inst.oversized(lim) {
+				return inst, nil
+			}
+			inst.close() // grown past this call's memory limit
+			return m.newInstance(ctx, lim)
 		}
 		m.mu.Unlock()
 	}
@@ -276,7 +283,7 @@ func (m *Module) get(ctx context.Context, lim Limits) (*instance, error) {
 // full, the module is closed or isolation is fresh. The pool is LIFO so the
 // busiest instances stay warm in the CPU caches.
 func (m *Module) put(inst *instance) {
-	if m.isolation == IsolationPooled {
+	if m.isolation == IsolationPooled && !inst.oversized(m.limits) {
 		m.mu.Lock()
 		if len(m.idle) < m.maxIdle {
 			m.idle = append(m.idle, inst)

@@ -53,12 +53,32 @@ func (s *guestStream) end() {
 // Write buffers guest output and emits it as one log record per write
 // that ends a line: a Go guest writes a panic and its stack in one call,
 // and that becomes one record rather than thirty.
+//
+// The stream holds at most tailBytes of tail and, for the line, what the
+// invocation's log budget could still take: a write that could never be
+// logged is counted as dropped and not copied, so a guest writing 100 MB to
+// stdout in one call does not make the host keep a 100 MB line (nor the
+// pooled instance keep its buffer).
 func (s *guestStream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tail = append(s.tail, p...)
-	if len(s.tail) > tailBytes {
-		s.tail = append(s.tail[:0], s.tail[len(s.tail)-tailBytes:]...)
+	if len(p) >= tailBytes {
+		s.tail = append(s.tail[:0], p[len(p)-tailBytes:]...)
+	} else {
+		s.tail = append(s.tail, p...)
+		if len(s.tail) > tailBytes {
+			s.tail = append(s.tail[:0], s.tail[len(s.tail)-tailBytes:]...)
+		}
+	}
+	if len(s.line)+len(p) > max(s.budget, tailBytes) {
+		// Too big to be logged: look for the fatal line, count the rest.
+		s.findFatal(s.line)
+		s.findFatal(p)
+		if s.log != nil {
+			s.dropped += len(s.line) + len(p)
+		}
+		s.line = s.line[:0]
+		return len(p), nil
 	}
 	s.line = append(s.line, p...)
 	if bytes.HasSuffix(s.line, []byte("\n")) || len(s.line) > tailBytes {
@@ -68,15 +88,28 @@ func (s *guestStream) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (s *guestStream) emit(text []byte) {
-	if s.fatal == "" {
-		for _, line := range bytes.Split(text, []byte("\n")) {
-			if bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: ")) {
-				s.fatal = string(line)
-				break
-			}
+// findFatal keeps the first "panic: " or "fatal error: " line of the
+// invocation.
+func (s *guestStream) findFatal(text []byte) {
+	if s.fatal != "" {
+		return
+	}
+	for len(text) > 0 {
+		line := text
+		if i := bytes.IndexByte(text, '\n'); i >= 0 {
+			line, text = text[:i], text[i+1:]
+		} else {
+			text = nil
+		}
+		if bytes.HasPrefix(line, []byte("panic: ")) || bytes.HasPrefix(line, []byte("fatal error: ")) {
+			s.fatal = string(line[:min(len(line), tailBytes)])
+			return
 		}
 	}
+}
+
+func (s *guestStream) emit(text []byte) {
+	s.findFatal(text)
 	if s.log == nil { // written outside an invocation, e.g. by _initialize
 		return
 	}

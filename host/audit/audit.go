@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/store"
 )
 
@@ -74,7 +76,25 @@ func New(st *store.Store, logger *slog.Logger) *Log {
 // Record adds an event. It fills in the id and time when they are empty,
 // writes the event to the log (denials at warn level), and queues it for
 // the store.
+//
+// An op event recorded during an invocation is charged to the
+// invocation's budget (budget.From(ctx)). The event that reaches the
+// budget's AuditRows is followed by one deny event, rule
+// limits.budget.audit_rows, saying the budget is used up; from then on the
+// transports refuse the invocation's ops before they run, so the trail
+// stays bounded and still holds every denial and every mutation.
 func (l *Log) Record(ctx context.Context, e Event) {
+	l.record(ctx, e)
+	if e.Kind == KindOp && budget.From(ctx).AuditRow() {
+		b := budget.From(ctx)
+		l.record(ctx, Event{Kind: KindDecision, Decision: Deny, CorrelationID: e.CorrelationID, Module: e.Module,
+			Action: e.Action, User: e.User, Org: e.Org, Rule: budget.KnobAuditRows, Code: string(abi.CodeResourceExhausted),
+			Reason: b.ExhaustedAuditReason()})
+	}
+}
+
+func (l *Log) record(ctx context.Context, e Event) {
+	e = store.ClampAuditEvent(e)
 	if e.ID == "" {
 		e.ID = NewID()
 	}

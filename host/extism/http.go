@@ -18,6 +18,7 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
 )
 
 // Extism's http_request, as moat runs it. The go-sdk's own sends every
@@ -37,7 +38,16 @@ import (
 //     multicast and reserved addresses are refused unless a granted target
 //     names that address itself (http://127.0.0.1:8080), and a wildcard
 //     grant never does;
-//  4. uses no proxy from the environment, and bounds the response body.
+//  4. uses no proxy from the environment;
+//  5. charges the bodies to the invocation's budget (package budget): a
+//     request body over budget.Limits.HTTPRequestBytes, or a response body
+//     over HTTPResponseBytes or the call's memory limit (it must fit in the
+//     plug-in's memory anyway), is refused with too_large before it is
+//     read, or as soon as it passes the limit; a response body is read into
+//     a buffer of its announced size, never grown by doubling; and at most
+//     maxHTTPInFlight requests of one module are in flight at once, the
+//     others waiting within their deadline. Six calls can no longer make
+//     the host buffer half a gigabyte.
 //
 // A refused request stops the plug-in (as the go-sdk does for a host not
 // in allowed_hosts) and the call fails with code denied.
@@ -49,8 +59,9 @@ type httpState struct {
 	headers map[string]string
 }
 
-// maxHTTPResponse bounds a response body, as the Extism default does.
-const maxHTTPResponse = 50 << 20
+// maxHTTPInFlight bounds the requests of one module in flight at once,
+// over all its instances.
+const maxHTTPInFlight = 8
 
 // httpClient is one module's HTTP client: one connection pool, shared by
 // its instances.
@@ -59,10 +70,11 @@ type httpClient struct {
 	granted   map[netip.AddrPort]bool // special addresses that a grant names; port 0: any port
 	transport *http.Transport
 	client    *http.Client
+	inFlight  chan struct{}
 }
 
 func newHTTPClient() *httpClient {
-	c := &httpClient{}
+	c := &httpClient{inFlight: make(chan struct{}, maxHTTPInFlight)}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, ControlContext: c.control}
 	c.transport = &http.Transport{
 		Proxy:               nil, // never HTTP_PROXY: the proxy would connect on our behalf, unchecked
@@ -71,6 +83,8 @@ func newHTTPClient() *httpClient {
 		MaxIdleConns:        16,
 		IdleConnTimeout:     30 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
+		// The headers are kept for http_headers until the next request.
+		MaxResponseHeaderBytes: 64 << 10,
 	}
 	c.client = &http.Client{Transport: c.transport, CheckRedirect: c.redirect}
 	return c
@@ -208,8 +222,18 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 	if err := st.call.CheckHTTP(ctx, r.Url); err != nil {
 		abortWith(st, err)
 	}
+	bud := budget.From(ctx)
+	what := fmt.Sprintf("http_request %s %s", method, redact(r.Url))
 	var body io.Reader
 	if stack[1] != 0 {
+		n, err := cp.Length(stack[1])
+		if err != nil {
+			st.abort(abi.CodeGuestFault, "http_request: the body at offset %d is not an Extism memory block: %v", stack[1], err)
+		}
+		if err := bud.HTTPBody("request", int64(n), what); err != nil {
+			abortWith(st, err)
+		}
+		defer bud.Release(int64(n))
 		b, err := cp.ReadBytes(stack[1])
 		if err != nil {
 			st.abort(abi.CodeGuestFault, "http_request: the body at offset %d is not an Extism memory block: %v", stack[1], err)
@@ -223,6 +247,12 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 	}
 	for k, v := range r.Headers {
 		req.Header.Set(k, v)
+	}
+	select {
+	case c.inFlight <- struct{}{}:
+		defer func() { <-c.inFlight }()
+	case <-ctx.Done():
+		panic(ctx.Err()) // the deadline: the host reports a timeout
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
@@ -244,15 +274,18 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 	for k, v := range resp.Header {
 		hs.headers[strings.ToLower(k)] = strings.Join(v, ",")
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxHTTPResponse+1))
+	limit := min(bud.Limits().HTTPResponseBytes, int64(st.call.Limits.MemoryLimitPages)*65536)
+	b, held, err := readBody(resp.Body, resp.ContentLength, limit, bud, what)
+	defer bud.Release(held)
 	if err != nil {
-		if ctx.Err() != nil {
+		var ae *abi.Error
+		switch {
+		case errors.As(err, &ae):
+			abortWith(st, err)
+		case ctx.Err() != nil:
 			panic(err)
 		}
-		st.abort(abi.CodeUnavailable, "http_request %s %s: reading the response: %v", method, redact(r.Url), err)
-	}
-	if len(b) > maxHTTPResponse {
-		st.abort(abi.CodeTooLarge, "http_request %s %s: the response body exceeds %d bytes", method, redact(r.Url), maxHTTPResponse)
+		st.abort(abi.CodeUnavailable, "%s: reading the response: %v", what, err)
 	}
 	if len(b) == 0 {
 		stack[0] = 0
@@ -314,4 +347,64 @@ func unwrapURLError(err error) error {
 		return ue.Err
 	}
 	return err
+}
+
+// readBody reads a response body of at most limit bytes, holding what it
+// reads in b's budget: the announced length (Content-Length) is refused at
+// once when it is over, and otherwise read into a buffer of exactly that
+// size; a body of unknown length grows its buffer within the budget. It
+// returns the body and the bytes it holds, which the caller releases.
+func readBody(r io.Reader, announced, limit int64, b *budget.Budget, what string) ([]byte, int64, error) {
+	tooLarge := func(n int64) error {
+		if err := b.HTTPBody("response", n, what); err != nil {
+			return err
+		}
+		b.Release(n)
+		return abi.Errorf(abi.CodeTooLarge, "%s: the response body is %d bytes or more; the call's memory limit leaves room for %d", what, n, limit)
+	}
+	if announced > limit {
+		return nil, 0, tooLarge(announced)
+	}
+	var held int64
+	grow := func(buf []byte, need int64) ([]byte, error) {
+		newCap := min(max(need, 2*int64(cap(buf)), 32<<10), limit)
+		if err := b.Hold(newCap-int64(cap(buf)), what+": the response body"); err != nil {
+			return buf, err
+		}
+		held += newCap - int64(cap(buf))
+		grown := make([]byte, len(buf), newCap)
+		copy(grown, buf)
+		return grown, nil
+	}
+	var buf []byte
+	if announced >= 0 {
+		var err error
+		if buf, err = grow(nil, announced); err != nil {
+			return nil, held, err
+		}
+	}
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= limit {
+				// One more byte means the body is over the limit.
+				var one [1]byte
+				if n, _ := io.ReadFull(r, one[:]); n == 0 {
+					return buf, held, nil
+				}
+				return nil, held, tooLarge(limit + 1)
+			}
+			var err error
+			if buf, err = grow(buf, int64(len(buf))+1); err != nil {
+				return nil, held, err
+			}
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, held, nil
+		}
+		if err != nil {
+			return nil, held, err
+		}
+	}
 }

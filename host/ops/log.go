@@ -1,20 +1,32 @@
 package ops
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
 )
 
 // Guests log through the host so their records carry the invocation's
 // module, action, principal and correlation id, and land wherever the
 // operator sends the host's log, rather than on an unattended stderr.
 
-// maxLogMessage bounds one record so a guest cannot flood the log with one call.
-const maxLogMessage = 16 << 10
+//
+// One record is bounded before it is decoded (abi.MaxLogRecord, the
+// request as it came, fields and all; the message alone abi.MaxLogMessage)
+// and refused past it rather than cut: see abi.MaxLogRecord. The records and
+// bytes of one invocation are charged to its budget (budget.Limits.LogBytes
+// and LogRecords), so many small records cannot flood the log either.
 
 func init() {
-	Register(Op{Name: abi.OpLogWrite, Func: Typed(logWrite)})
+	typed := Typed(logWrite)
+	Register(Op{Name: abi.OpLogWrite, Func: func(env *Env, req []byte) ([]byte, error) {
+		if len(req) > abi.MaxLogRecord {
+			return nil, abi.Errorf(abi.CodeTooLarge, "log.write: the record is %d bytes (message and fields as JSON); the limit is %d: split it", len(req), abi.MaxLogRecord)
+		}
+		return typed(env, req)
+	}})
 }
 
 func logWrite(env *Env, req *abi.LogWriteRequest) (*abi.Empty, error) {
@@ -31,8 +43,15 @@ func logWrite(env *Env, req *abi.LogWriteRequest) (*abi.Empty, error) {
 	default:
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "log.write: level %q is not one of debug, info, warn, error", req.Level)
 	}
-	if len(req.Message) > maxLogMessage {
-		return nil, abi.Errorf(abi.CodeTooLarge, "log.write: message is %d bytes; the limit is %d", len(req.Message), maxLogMessage)
+	if len(req.Message) > abi.MaxLogMessage {
+		return nil, abi.Errorf(abi.CodeTooLarge, "log.write: message is %d bytes; the limit is %d", len(req.Message), abi.MaxLogMessage)
+	}
+	size := len(req.Message)
+	for k, v := range req.Fields {
+		size += len(k) + approxSize(v)
+	}
+	if err := budget.From(env.Context).Log(size); err != nil {
+		return nil, err
 	}
 	if !env.Logger.Enabled(env.Context, level) {
 		return &abi.Empty{}, nil
@@ -44,4 +63,29 @@ func logWrite(env *Env, req *abi.LogWriteRequest) (*abi.Empty, error) {
 	}
 	env.Log().LogAttrs(env.Context, level, req.Message, attrs...)
 	return &abi.Empty{}, nil
+}
+
+// approxSize is about the size a decoded JSON value takes in a log record.
+// The request was at most abi.MaxLogRecord bytes, so this is bounded too.
+func approxSize(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case map[string]any:
+		n := 2
+		for k, e := range v {
+			n += len(k) + approxSize(e) + 2
+		}
+		return n
+	case []any:
+		n := 2
+		for _, e := range v {
+			n += approxSize(e) + 1
+		}
+		return n
+	case nil:
+		return 4
+	default:
+		return len(fmt.Sprint(v))
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/languages"
@@ -68,6 +69,85 @@ type RunResult struct {
 // maxBatch bounds the jobs of one batch submission.
 const maxBatch = 32
 
+// MaxRunResponseBytes bounds the output one POST /v1/runs answers with,
+// over all the jobs of a batch: stdout, stderr and compile output as they
+// are encoded in JSON (where one control byte or '<' is six bytes). Each
+// job's max_output_bytes (or the executor's default) is lowered to what is
+// left of it; a job whose encoded output would still pass it keeps its
+// status and exit code but loses its output (status output-limit), and the
+// jobs after the budget is spent are not run. 32 jobs of 1 MiB of '<' on
+// both streams once made an 89 MB response.
+const MaxRunResponseBytes = 8 << 20
+
+// runOverhead is the JSON of a result without its outputs, generously.
+const runOverhead = 1 << 10
+
+// responseBudget is what is left of MaxRunResponseBytes for a request.
+type responseBudget struct{ left int64 }
+
+// outputCap is the max_output_bytes (per stream) a job may run with: what
+// it asked for, or the executor's default (0), lowered to half of what is
+// left of the response.
+func (b *responseBudget) outputCap(asked int64) int64 {
+	share := max(0, (b.left-runOverhead)/2)
+	switch {
+	case asked > 0:
+		return min(asked, share)
+	case languages.DefaultExecLimits.MaxOutputBytes <= share:
+		return 0 // the executor's default fits
+	default:
+		return share
+	}
+}
+
+// charge takes a job's result out of the budget, dropping its outputs when
+// their encoded size does not fit.
+func (b *responseBudget) charge(res *RunResult) {
+	size := int64(runOverhead + jsonLen(res.Stdout) + jsonLen(res.Stderr) + jsonLen(res.CompileOutput) + jsonLen(res.Message))
+	if size > b.left {
+		res.Stdout, res.Stderr, res.Encoding = "", "", ""
+		res.CompileOutput = res.CompileOutput[:min(len(res.CompileOutput), 1024)]
+		res.Status = languages.StatusOutputLimit
+		res.Message = fmt.Sprintf("the output was dropped: the response's outputs are limited to %d bytes over all jobs, encoded as JSON (server.MaxRunResponseBytes)", MaxRunResponseBytes)
+		size = int64(runOverhead + jsonLen(res.CompileOutput) + jsonLen(res.Message))
+	}
+	b.left -= size
+}
+
+// spent reports whether no further job can run: less than its overhead left.
+func (b *responseBudget) spent() bool { return b.left < 2*runOverhead }
+
+// jsonLen is the length of s encoded as a JSON string by encoding/json
+// with HTML escaping on (as echo encodes): quotes, backslashes and common
+// control characters take 2 bytes, other control characters, <, >, &,
+// U+2028, U+2029 and invalid UTF-8 take 6, anything else its own size.
+func jsonLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			n += 6
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
 // runs runs one job ({"language": ...}) or a batch ({"runs": [...]}),
 // the batch's jobs one after another, each with its own result.
 func (s *Server) runs(c echo.Context) error {
@@ -97,8 +177,15 @@ func (s *Server) runs(c echo.Context) error {
 			return problem(http.StatusBadRequest, "invalid_argument", "runs holds %d jobs; a batch holds 1 to %d", len(probe.Runs), maxBatch)
 		}
 		out := make([]RunResult, 0, len(probe.Runs))
+		budget := &responseBudget{left: MaxRunResponseBytes}
 		for i, r := range probe.Runs {
-			res, err := s.run(c, r, fmt.Sprintf("%s.%d", correlationID(c), i))
+			corr := fmt.Sprintf("%s.%d", correlationID(c), i)
+			if budget.spent() {
+				out = append(out, RunResult{Language: r.Language, Status: languages.StatusOutputLimit, CorrelationID: corr,
+					Message: fmt.Sprintf("not run: the jobs before it used up the response's %d bytes of output (server.MaxRunResponseBytes)", MaxRunResponseBytes)})
+				continue
+			}
+			res, err := s.run(c, r, corr, budget)
 			if err != nil {
 				if p, ok := err.(*Problem); ok {
 					p.Detail = fmt.Sprintf("runs[%d]: %s", i, p.Detail)
@@ -113,14 +200,14 @@ func (s *Server) runs(c echo.Context) error {
 	if err := dec(&r); err != nil {
 		return err
 	}
-	res, err := s.run(c, r, correlationID(c))
+	res, err := s.run(c, r, correlationID(c), &responseBudget{left: MaxRunResponseBytes})
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
 }
 
-func (s *Server) run(c echo.Context, r RunRequest, correlation string) (*RunResult, error) {
+func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *responseBudget) (*RunResult, error) {
 	bad := func(format string, args ...any) (*RunResult, error) {
 		return nil, problem(http.StatusBadRequest, "invalid_argument", format, args...)
 	}
@@ -161,7 +248,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string) (*RunResu
 		}
 		*d.dst = time.Duration(v)
 	}
-	lim.MemoryBytes, lim.MaxOutputBytes = r.Limits.MemoryBytes, r.Limits.MaxOutputBytes
+	lim.MemoryBytes, lim.MaxOutputBytes = r.Limits.MemoryBytes, budget.outputCap(r.Limits.MaxOutputBytes)
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
 		Principal: principalOf(c), CorrelationID: correlation,
@@ -176,6 +263,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string) (*RunResu
 		PeakMemory: res.PeakMemory, BuildCached: res.BuildCached, CorrelationID: correlation,
 	}
 	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
+	budget.charge(out)
 	return out, nil
 }
 

@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
 )
@@ -88,6 +90,53 @@ func validateAuditEvent(i int, e *AuditEvent, t time.Time) error {
 	return nil
 }
 
+// MaxAuditField bounds each text field of an audit event (and each
+// attribute value). Reasons quote what a guest sent (a URL's host, an op's
+// name), and a row must be stored whatever its size, so a longer field is
+// cut, at a UTF-8 boundary, and marked with how much was cut: unlike a log
+// record, an audit row cannot be refused.
+const MaxAuditField = 4 << 10
+
+// maxAuditAttrs bounds the attributes of one event.
+const maxAuditAttrs = 32
+
+// ClampAuditEvent returns e with each text field and attribute value cut to
+// MaxAuditField bytes (see there) and at most 32 attributes; the caller's
+// event, and its Attrs map, are not modified.
+func ClampAuditEvent(e AuditEvent) AuditEvent {
+	for _, f := range []*string{&e.ID, &e.Kind, &e.Decision, &e.CorrelationID, &e.Module, &e.Action, &e.Op, &e.User, &e.Org,
+		&e.Rule, &e.Reason, &e.Code, &e.MutationID, &e.TaskID, &e.ModelCallID} {
+		*f = clampField(*f)
+	}
+	over := len(e.Attrs) > maxAuditAttrs
+	for k, v := range e.Attrs {
+		over = over || len(k) > MaxAuditField || len(v) > MaxAuditField
+	}
+	if over {
+		attrs := make(map[string]string, min(len(e.Attrs), maxAuditAttrs+1))
+		for _, k := range slices.Sorted(maps.Keys(e.Attrs)) {
+			if len(attrs) == maxAuditAttrs {
+				attrs["truncated_attrs"] = fmt.Sprint(len(e.Attrs) - maxAuditAttrs)
+				break
+			}
+			attrs[clampField(k)] = clampField(e.Attrs[k])
+		}
+		e.Attrs = attrs
+	}
+	return e
+}
+
+func clampField(s string) string {
+	if len(s) <= MaxAuditField {
+		return s
+	}
+	cut := MaxAuditField - 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…[%d more bytes cut]", s[:cut], len(s)-cut)
+}
+
 // newAuditID returns a sortable unique id in the form the host uses: 12 hex
 // digits of milliseconds since the epoch (of t), then 8 random bytes.
 func newAuditID(t time.Time) string {
@@ -143,7 +192,8 @@ INSERT INTO audit_events (
 	}
 	defer stmt.Close()
 	for i := range events {
-		e := &events[i]
+		c := ClampAuditEvent(events[i])
+		e := &c
 		t := at(e)
 		id := e.ID
 		if id == "" {

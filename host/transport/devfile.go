@@ -9,6 +9,7 @@ import (
 	"testing/fstest"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/tetratelabs/wazero"
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
@@ -51,13 +52,15 @@ const (
 	// was not enabled instead of failing on a missing file.
 	DeviceEnv = "MOAT_OPS"
 
-	// MaxDeviceLine bounds one request line (a kv value of 1 MiB is about
-	// 1.4 MB in base64).
-	MaxDeviceLine = 4 << 20
-	// maxUnread bounds the replies a guest has not read yet: a guest that
-	// writes requests and never reads gets EAGAIN rather than growing host
-	// memory.
-	maxUnread = 2 * MaxDeviceLine
+	// MaxDeviceLine bounds one request line: the request itself
+	// (abi.MaxRequestBytes) and its envelope.
+	MaxDeviceLine = abi.MaxRequestBytes + 1024
+	// unreadWindow is how far a guest may run ahead of its replies: a
+	// write serves its lines while less than this much is unread on the
+	// descriptor, then returns short (EAGAIN when it served nothing). A
+	// guest that pipelines requests still can; one that writes a million
+	// and reads none cannot make the host answer them all at once.
+	unreadWindow = 64 << 10
 )
 
 // DeviceRequest is one line a guest writes to the device.
@@ -76,14 +79,27 @@ type DeviceReply struct {
 // Device is the device-file transport of one run: the files it hands out
 // dispatch ops through d with ctx, the run's context. Make one per run; it
 // must not outlive the run's Dispatcher.
+//
+// Everything the device holds for the run (partial request lines, replies
+// not read yet, over every open descriptor) is charged to the run's
+// budget (budget.From(ctx); a run without one gets budget.DefaultLimits),
+// as are the descriptors open at once: a guest that opens the device 200
+// times, or writes a thousand requests and reads no reply, meets a
+// refusal, never a growing host.
 type Device struct {
-	ctx context.Context
-	d   Dispatcher
+	ctx    context.Context
+	d      Dispatcher
+	budget *budget.Budget
 }
 
 // NewDevice returns the device of a run whose ops go to d.
 func NewDevice(ctx context.Context, d Dispatcher) *Device {
-	return &Device{ctx: ctx, d: d}
+	b := budget.From(ctx)
+	if b == nil {
+		b = budget.New(budget.Limits{}, nil)
+		ctx = budget.With(ctx, b)
+	}
+	return &Device{ctx: ctx, d: d, budget: b}
 }
 
 // Mount adds the device directory to fsc at DeviceDir. It needs wazero's
@@ -110,6 +126,9 @@ func (dev *Device) Serve(line []byte) []byte {
 	body := []byte(req.Req)
 	if len(body) == 0 || string(body) == "null" {
 		body = []byte("{}")
+	}
+	if err := admit(dev.ctx, []byte(req.Op), body); err != nil {
+		return replyError(err)
 	}
 	resp, err := dev.d.Dispatch(dev.ctx, []byte(req.Op), body)
 	if err != nil {
@@ -170,6 +189,11 @@ func (f deviceFS) OpenFile(path string, flag experimentalsys.Oflag, _ fs.FileMod
 		case flag&experimentalsys.O_CREAT != 0 && flag&experimentalsys.O_EXCL != 0:
 			return nil, experimentalsys.EEXIST
 		}
+		if err := f.dev.budget.Open(DevicePath); err != nil {
+			// EMFILE is not among wazero's errnos; EAGAIN is what a
+			// guest can retry after closing a descriptor.
+			return nil, experimentalsys.EAGAIN
+		}
 		return &deviceFile{dev: f.dev}, 0
 	}
 	if flag&experimentalsys.O_CREAT != 0 {
@@ -199,14 +223,24 @@ func (deviceFS) Link(string, string) experimentalsys.Errno          { return exp
 func (deviceFS) Symlink(string, string) experimentalsys.Errno       { return experimentalsys.EROFS }
 func (deviceFS) Utimens(string, int64, int64) experimentalsys.Errno { return experimentalsys.EROFS }
 
-// deviceFile is one open of DeviceName: a request/reply channel.
+// deviceFile is one open of DeviceName: a request/reply channel. Its
+// buffers are charged to the run's budget: line by its capacity, unread
+// by the bytes of the replies it queues.
 type deviceFile struct {
 	experimentalsys.UnimplementedFile
 	dev      *Device
-	line     []byte // the request line being written
-	overflow bool   // the current line passed MaxDeviceLine; drop it to its end
-	unread   []byte // replies not read yet
+	line     []byte     // the request line being written
+	overflow *abi.Error // why the current line is dropped to its end, or nil
+	unread   []reply    // replies not read yet, each exactly its size
+	pending  int        // bytes in unread
 	closed   bool
+}
+
+// reply is one queued reply and whether its bytes are charged to the
+// budget.
+type reply struct {
+	b       []byte
+	charged bool
 }
 
 func (f *deviceFile) Ino() (sys.Inode, experimentalsys.Errno) { return deviceIno, 0 }
@@ -219,41 +253,99 @@ func (f *deviceFile) Stat() (sys.Stat_t, experimentalsys.Errno) {
 
 // Write takes request bytes, in any framing: a line may arrive in pieces
 // (a buffered writer flushing mid-line) and one write may carry several
-// lines. Each complete line is served before Write returns.
+// lines. Each complete line is served before Write returns, while the
+// descriptor has less than unreadWindow of replies waiting; past that
+// Write returns the bytes it consumed (a short write), or EAGAIN when it
+// consumed none, and the guest must read. A line past MaxDeviceLine, or one
+// the run's budget cannot hold, is dropped to its end and answered with
+// too_large or resource_exhausted. Write stops when the run's context ends.
 func (f *deviceFile) Write(p []byte) (int, experimentalsys.Errno) {
 	if f.closed {
 		return 0, experimentalsys.EBADF
 	}
-	if len(f.unread) > maxUnread {
-		return 0, experimentalsys.EAGAIN
-	}
-	n := len(p)
+	n := 0
 	for len(p) > 0 {
+		if f.pending >= unreadWindow {
+			break
+		}
+		if f.dev.ctx.Err() != nil {
+			if n == 0 {
+				return 0, experimentalsys.EIO
+			}
+			break
+		}
 		i := bytes.IndexByte(p, '\n')
 		chunk := p
 		if i >= 0 {
 			chunk = p[:i]
 		}
-		if !f.overflow {
-			if len(f.line)+len(chunk) > MaxDeviceLine {
-				f.overflow, f.line = true, nil
-			} else {
-				f.line = append(f.line, chunk...)
-			}
+		if f.overflow == nil {
+			f.overflow = f.take(chunk)
 		}
 		if i < 0 {
+			n += len(p)
 			break
 		}
+		n += i + 1
 		p = p[i+1:]
 		switch line := bytes.TrimSpace(f.line); {
-		case f.overflow:
-			f.unread = append(f.unread, replyError(abi.Errorf(abi.CodeTooLarge, "device %s: a request line is limited to %d bytes", DevicePath, MaxDeviceLine))...)
+		case f.overflow != nil:
+			f.queue(replyError(f.overflow))
 		case len(line) > 0: // blank lines are ignored
-			f.unread = append(f.unread, f.dev.Serve(line)...)
+			f.queue(f.dev.Serve(line))
 		}
-		f.line, f.overflow = f.line[:0], false
+		f.resetLine()
+	}
+	if n == 0 && len(p) > 0 {
+		return 0, experimentalsys.EAGAIN
 	}
 	return n, 0
+}
+
+// take appends chunk to the line being written, growing its buffer within
+// the budget; it returns why the line must be dropped instead.
+func (f *deviceFile) take(chunk []byte) *abi.Error {
+	need := len(f.line) + len(chunk)
+	if need > MaxDeviceLine {
+		f.resetLine()
+		return abi.Errorf(abi.CodeTooLarge, "device %s: a request line is limited to %d bytes", DevicePath, MaxDeviceLine)
+	}
+	if need > cap(f.line) {
+		newCap := min(max(need, 2*cap(f.line), 512), MaxDeviceLine)
+		if err := f.dev.budget.Hold(int64(newCap-cap(f.line)), "device "+DevicePath+": a request line"); err != nil {
+			f.resetLine()
+			return asABIError(err)
+		}
+		grown := make([]byte, len(f.line), newCap)
+		copy(grown, f.line)
+		f.line = grown
+	}
+	f.line = append(f.line, chunk...)
+	return nil
+}
+
+// resetLine starts a new line, keeping a small buffer for the next one
+// and returning a large one to the budget.
+func (f *deviceFile) resetLine() {
+	f.overflow = nil
+	if cap(f.line) > 4<<10 {
+		f.dev.budget.Release(int64(cap(f.line)))
+		f.line = nil
+		return
+	}
+	f.line = f.line[:0]
+}
+
+// queue adds a reply for the guest to read. A reply the budget cannot hold
+// is replaced by a short resource_exhausted reply, which is not charged:
+// at most one per line, and lines stop being served past unreadWindow.
+func (f *deviceFile) queue(b []byte) {
+	r := reply{b: b, charged: true}
+	if err := f.dev.budget.Hold(int64(len(b)), "device "+DevicePath+": a reply not read yet"); err != nil {
+		r = reply{b: replyError(err)}
+	}
+	f.pending += len(r.b)
+	f.unread = append(f.unread, r)
 }
 
 // Read returns replies. With none waiting it returns 0 bytes (end of file):
@@ -262,8 +354,22 @@ func (f *deviceFile) Read(p []byte) (int, experimentalsys.Errno) {
 	if f.closed {
 		return 0, experimentalsys.EBADF
 	}
-	n := copy(p, f.unread)
-	f.unread = f.unread[n:]
+	n := 0
+	for n < len(p) && len(f.unread) > 0 {
+		head := &f.unread[0]
+		c := copy(p[n:], head.b)
+		n += c
+		f.pending -= c
+		if head.charged {
+			f.dev.budget.Release(int64(c))
+		}
+		if c < len(head.b) {
+			head.b = head.b[c:]
+			break
+		}
+		f.unread[0] = reply{}
+		f.unread = f.unread[1:]
+	}
 	if len(f.unread) == 0 {
 		f.unread = nil
 	}
@@ -281,6 +387,16 @@ func (f *deviceFile) Readdir(int) ([]experimentalsys.Dirent, experimentalsys.Err
 }
 
 func (f *deviceFile) Close() experimentalsys.Errno {
+	if f.closed {
+		return experimentalsys.EBADF
+	}
+	for _, r := range f.unread {
+		if r.charged {
+			f.dev.budget.Release(int64(len(r.b)))
+		}
+	}
+	f.dev.budget.Release(int64(cap(f.line)))
+	f.dev.budget.Close()
 	f.closed, f.line, f.unread = true, nil, nil
 	return 0
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
 )
 
 // PipeConn is the host's end of the pipe transport to one native worker
@@ -134,7 +135,15 @@ func (c *PipeConn) Handshake(ctx context.Context) ([]string, error) {
 // until it answers. An error is an *abi.Error when the worker reported one;
 // anything else means the connection is broken (or ctx ended) and the
 // worker must be replaced.
+//
+// The worker's op calls are charged to the invocation's budget
+// (budget.From(ctx), or one with budget.DefaultLimits): a request over
+// abi.MaxRequestBytes is refused with too_large, and once the audit budget
+// is used up every call is refused with resource_exhausted.
 func (c *PipeConn) Invoke(ctx context.Context, d Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
+	if budget.From(ctx) == nil {
+		ctx = budget.With(ctx, budget.New(budget.Limits{}, nil))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
@@ -150,7 +159,20 @@ func (c *PipeConn) Invoke(ctx context.Context, d Dispatcher, action string, inpu
 		switch m.Type {
 		case abi.PipeCall:
 			reply := abi.PipeMessage{Type: abi.PipeReply, ID: m.ID}
-			resp, err := d.Dispatch(ctx, []byte(m.Op), m.Req)
+			op, req := []byte(m.Op), []byte(m.Req)
+			if len(req) == 0 || string(req) == "null" {
+				req = []byte("{}") // absent means {}, as on the device file
+			}
+			err := admit(ctx, op, req)
+			var resp []byte
+			if err == nil {
+				resp, err = d.Dispatch(ctx, op, req)
+			}
+			if err == nil && !json.Valid(resp) {
+				// An op's reply that is not JSON is a host bug; the worker
+				// still gets its reply, and the connection stays usable.
+				err = abi.Errorf(abi.CodeInternal, "op %.64s: the reply is not valid JSON", op)
+			}
 			if err != nil {
 				var f *FaultError
 				if errors.As(err, &f) {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
@@ -42,6 +43,10 @@ type Session struct {
 	pending       []byte      // a reply that did not fit the guest's buffer
 	pendingStatus abi.Status  // its status, returned by the fetch
 	fault         *FaultError // the first ABI violation seen in this invocation
+	// own is the invocation's budget when the context has none (a WASI
+	// command importing moat, run without one): every invocation is
+	// charged to some budget.
+	own *budget.Budget
 }
 
 // sessionCtx carries a Session on a call's context. It is a small struct
@@ -57,8 +62,17 @@ type sessionCtx struct {
 type sessionKey struct{}
 
 func (c *sessionCtx) Value(key any) any {
-	if key == (sessionKey{}) {
+	switch key {
+	case sessionKey{}:
 		return c.s
+	case budget.Key():
+		if b := c.Context.Value(key); b != nil {
+			return b
+		}
+		if c.s.own == nil {
+			c.s.own = budget.New(budget.Limits{}, nil)
+		}
+		return c.s.own
 	}
 	return c.Context.Value(key)
 }
@@ -68,13 +82,13 @@ func (s *Session) Attach(ctx context.Context) context.Context { return &sessionC
 
 // Begin prepares the session for a new invocation.
 func (s *Session) Begin(d Dispatcher) {
-	s.Dispatcher, s.pending, s.fault = d, nil, nil
+	s.Dispatcher, s.pending, s.fault, s.own = d, nil, nil, nil
 }
 
 // End drops references to the finished invocation so a pooled instance does
 // not keep its reply alive.
 func (s *Session) End() {
-	s.Dispatcher, s.pending = nil, nil
+	s.Dispatcher, s.pending, s.own = nil, nil, nil
 }
 
 // Fault returns the ABI violation that aborted the invocation, if any. The
@@ -153,7 +167,7 @@ func call(ctx context.Context, mod api.Module, stack []uint64) {
 		if !ok {
 			s.abort(&FaultError{Op: string(op), Reason: fmt.Sprintf("request [%d, +%d) is outside guest memory (%d bytes)", reqPtr, reqLen, mem.Size())})
 		}
-		out, err := s.Dispatcher.Dispatch(ctx, op, req)
+		out, err := s.dispatch(ctx, op, req)
 		if err != nil {
 			if f, ok := err.(*FaultError); ok {
 				s.abort(f)
@@ -176,6 +190,24 @@ func call(ctx context.Context, mod api.Module, stack []uint64) {
 		s.abort(&FaultError{Reason: fmt.Sprintf("reply buffer [%d, +%d) is outside guest memory (%d bytes)", respPtr, respCap, mem.Size())})
 	}
 	stack[0] = abi.PackCall(status, n)
+}
+
+// dispatch runs one op after the checks every transport makes: the
+// request's size on the wire, and the invocation's budget (once its audit
+// budget is used up, no op runs).
+func (s *Session) dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
+	if err := admit(ctx, op, req); err != nil {
+		return nil, err
+	}
+	return s.Dispatcher.Dispatch(ctx, op, req)
+}
+
+// admit is the check every transport makes before it dispatches an op.
+func admit(ctx context.Context, op, req []byte) error {
+	if len(req) > abi.MaxRequestBytes {
+		return abi.Errorf(abi.CodeTooLarge, "op %.64s: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", op, len(req), abi.MaxRequestBytes)
+	}
+	return budget.From(ctx).Admit(op)
 }
 
 func (s *Session) abort(f *FaultError) {

@@ -1,0 +1,26 @@
+# Fuzzing (issue 12): the op wire encoding (abi) and the device-file and
+# pipe transports (host/transport). Each target's committed seed corpus,
+# testdata/fuzz/<Target>/ beside its test, runs in every plain `go test`;
+# `make fuzz-smoke` (a prerequisite of `make test`) fuzzes each target
+# briefly, `make fuzz` longer. Go fuzzes one target per run, so the targets
+# run one after another. A failure leaves its input in the package's
+# testdata/fuzz/<Target>/: commit it with the fix, and it stays a seed.
+
+FUZZTIME       ?= 60s
+FUZZSMOKETIME  ?= 5s
+FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe
+
+define run_fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "==> fuzz $$name ($$pkg, $(1))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(1) $$pkg; \
+	done
+endef
+
+.PHONY: fuzz fuzz-smoke
+fuzz: ## fuzz the op wire encoding and the transports, FUZZTIME (60s) each
+	$(call run_fuzz,$(FUZZTIME))
+
+fuzz-smoke: ## fuzz each target briefly (FUZZSMOKETIME, 5s): run by make test
+	$(call run_fuzz,$(FUZZSMOKETIME))
