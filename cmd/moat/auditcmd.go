@@ -65,7 +65,7 @@ check and confirmation, with its correlation id.`,
 	fl.StringVar(&f.CorrelationID, "correlation", "", "only events of this correlation id")
 	fl.StringVar(&f.Module, "module", "", "only events of this module")
 	fl.StringVar(&f.Decision, "decision", "", "only allow or deny decisions")
-	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load")
+	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load, confinement")
 	fl.StringVar(&f.Org, "org", "", "only events of this organization")
 	fl.DurationVar(&since, "since", 0, "only events newer than this, e.g. 1h")
 	fl.IntVar(&f.Limit, "limit", 100, "at most this many (the most recent)")

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
 )
 
@@ -24,6 +25,9 @@ type globalFlags struct {
 	dataDir   string
 	logLevel  string
 	logFormat string
+	// confined is what confineHost applied and lacks: newHost logs it and
+	// writes it to the audit trail once the host (and its store) exists.
+	confined *kernel.HostReport
 }
 
 func newRootCmd() *cobra.Command {

@@ -209,7 +209,12 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return host.New(ctx, host.Config{DataDir: g.dataDir, Logger: log, Profile: profile})
+	h, err := host.New(ctx, host.Config{DataDir: g.dataDir, Logger: log, Profile: profile})
+	if err != nil {
+		return nil, err
+	}
+	recordConfinement(ctx, log, h.Audit(), "moat run", g.confined)
+	return h, nil
 }
 
 // limits returns the limits given on the command line; flags left at
@@ -328,7 +333,8 @@ func newCorrelationID() string {
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
 // the data directory writable, the module's directory readable, and TCP
 // connections only to the ports of connectTo (HTTP targets). The report
-// goes to the debug log; strict mode refuses to go on without them.
+// is logged (a warning per missing layer) and audited by newHost; strict
+// mode refuses to go on without every layer.
 func confineHost(g *globalFlags, mode string, memoryMB int, readOnly, connectTo []string) error {
 	m, err := kernel.ParseConfineMode(mode)
 	if err != nil {
@@ -344,9 +350,7 @@ func confineHost(g *globalFlags, mode string, memoryMB int, readOnly, connectTo 
 	if err != nil {
 		return err
 	}
-	if log, lerr := g.logger(); lerr == nil {
-		log.Debug("host confinement", "mode", m, "applied", rep.Applied, "missing", rep.Missing)
-	}
+	g.confined = rep
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,6 +91,18 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 			// Confined, every native run (compilers, bash, python3) goes
 			// through a launcher started before the seccomp filter. Either
 			// way native runs start in wrappers kept warm (native.Pool).
+			// What the server's confinement applied and lacks is logged
+			// (a warning per missing layer) and audited once the store
+			// is open.
+			var srv *server.Server
+			onConfined := func(rep *kernel.HostReport) {
+				warnConfinement(slog.Default(), "moat serve", rep)
+				if srv != nil {
+					if err := srv.Store().AuditInsert(context.Background(), confinementEvents("moat serve", rep)); err != nil {
+						slog.Error("moat serve: audit the confinement", "err", err)
+					}
+				}
+			}
 			if mode == kernel.ConfineOff {
 				pool := native.NewPool(serveWarmWrappers, "")
 				native.UsePool(pool)
@@ -98,7 +111,7 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 					pool.Close()
 				}()
 			} else {
-				restore, err := prepareServeConfinement(&cfg, mode)
+				restore, err := prepareServeConfinement(&cfg, mode, onConfined)
 				if err != nil {
 					return err
 				}
@@ -110,9 +123,12 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			srv, err := server.New(ctx, cfg)
+			srv, err = server.New(ctx, cfg)
 			if err != nil {
 				return err
+			}
+			if mode == kernel.ConfineOff {
+				onConfined(&kernel.HostReport{Missing: map[string]string{"all": "--confine=off: the server runs without its own Landlock and seccomp layers"}})
 			}
 			return srv.ListenAndServe(ctx)
 		},
@@ -149,7 +165,7 @@ func removeStaleScratch() {
 	}
 }
 
-func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (restore func(), err error) {
+func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, onConfined func(*kernel.HostReport)) (restore func(), err error) {
 	data, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -220,7 +236,7 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode) (resto
 		if err != nil {
 			return err
 		}
-		slog.Info("moat serve: confined", "mode", mode, "applied", rep.Applied, "missing", rep.Missing)
+		onConfined(rep)
 		return nil
 	}
 	return restore, nil

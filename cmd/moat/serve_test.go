@@ -97,6 +97,14 @@ func TestServeNewcomerFlow(t *testing.T) {
 	if code, out := req("GET", "/v1/audit?module=hello-go&kind=invocation", key, "", nil); code != 200 || !strings.Contains(out, `"code":"ok"`) {
 		t.Errorf("audit: %d %s", code, out)
 	}
+	// Its confinement is on the operator's record (no organization's):
+	// the layers it applied.
+	if code, out := req("GET", "/v1/audit?kind=confinement", key, "", nil); code != 200 || strings.Contains(out, "seccomp") {
+		t.Errorf("an organization sees the server's confinement events: %d %s", code, out)
+	}
+	if a := moat(t, "", "audit", "--data", data, "--kind", "confinement"); a.code != 0 || !strings.Contains(a.stdout, "moat serve") || !strings.Contains(a.stdout, "landlock") || !strings.Contains(a.stdout, "seccomp") {
+		t.Errorf("moat audit --kind confinement: %+v", a)
+	}
 	// The server confined itself once its port was bound (--confine
 	// best-effort is the default): seccomp on every thread; and code runs
 	// still work, native ones started by the launcher under their own layers.

@@ -39,6 +39,9 @@ const (
 	KindSignature    = "signature"
 	KindConfirmation = "confirmation"
 	KindLoad         = "load"
+	// KindConfinement records the kernel layers a host applied to itself
+	// and each one it runs without (Rule: the layer, Reason: why).
+	KindConfinement = "confinement"
 
 	Allow = "allow"
 	Deny  = "deny"
