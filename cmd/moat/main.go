@@ -37,6 +37,9 @@ func main() {
 	// A launcher is this binary started by a host before it confined
 	// itself: it runs native jobs on the host's behalf.
 	native.LauncherMain()
+	// A backstop watcher is this binary started by a host before it
+	// confined itself: it reports the host's death at its memory ceiling.
+	backstopWatchMain()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
 	stop()

@@ -236,3 +236,34 @@ func TestExecNative(t *testing.T) {
 		t.Fatalf("audit:\n%s", a.stdout)
 	}
 }
+
+// TestBackstopReported: a host that reaches its own memory ceiling is
+// killed by the kernel, and that is never a bare SIGKILL: its watcher says
+// so on stderr and in the audit trail, and removes the cgroup.
+func TestBackstopReported(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the host's backstop cgroup needs root; CI runs as root")
+	}
+	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
+	data := t.TempDir()
+	r := moat(t, "", "run", "--data", data, "--host-memory", "24", plugin, "greet", "--input", "x")
+	if r.code != -1 || !strings.Contains(r.stderr, "moat: moat run was killed by its memory backstop: the host process reached its ceiling of 24 MiB") {
+		t.Fatalf("a host over its ceiling: %+v", r)
+	}
+	a := moat(t, "", "audit", "--data", data, "--kind", "confinement", "--decision", "deny")
+	if a.code != 0 || !strings.Contains(a.stdout, "killed by its memory backstop") {
+		t.Errorf("audit: %+v", a)
+	}
+	if left, _ := filepath.Glob("/sys/fs/cgroup/*/moat/host-*"); len(left) > 0 {
+		for _, d := range left {
+			if procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs")); len(procs) == 0 {
+				t.Errorf("an empty host cgroup left behind: %s", d)
+			}
+		}
+	}
+	// A ceiling the host stays under changes nothing.
+	echo := filepath.Join(testwasm.RepoRoot(t), "testdata", "plugin.wasm")
+	if r := moat(t, "", "run", "--data", data, "--host-memory", "600", echo, "echo", "--input", "fine"); r.code != 0 || r.stdout != "fine" {
+		t.Errorf("under the ceiling: %+v", r)
+	}
+}

@@ -28,6 +28,10 @@ type globalFlags struct {
 	// confined is what confineHost applied and lacks: newHost logs it and
 	// writes it to the audit trail once the host (and its store) exists.
 	confined *kernel.HostReport
+	// backstop is the write end of the backstop watcher's pipe: held for
+	// the life of the process (closing it tells the watcher the host is
+	// gone; see backstop.go).
+	backstop *os.File
 }
 
 func newRootCmd() *cobra.Command {

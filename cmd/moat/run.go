@@ -32,6 +32,7 @@ type runFlags struct {
 	roles      []string
 	timeout    time.Duration
 	memoryMB   int
+	hostMB     int
 	maxOutput  int
 	correlate  string
 	confirm    string
@@ -95,6 +96,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.IntVar(&f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
 	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
+	fl.IntVar(&f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory + 512)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
 	return cmd
@@ -144,7 +146,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f.confine, f.memoryMB, []string{filepath.Dir(b.Path)}, manifestTargets(b.Manifest)); err != nil {
+	if err := confineHost(g, f, []string{filepath.Dir(b.Path)}, manifestTargets(b.Manifest)); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -335,15 +337,26 @@ func newCorrelationID() string {
 // connections only to the ports of connectTo (HTTP targets). The report
 // is logged (a warning per missing layer) and audited by newHost; strict
 // mode refuses to go on without every layer.
-func confineHost(g *globalFlags, mode string, memoryMB int, readOnly, connectTo []string) error {
-	m, err := kernel.ParseConfineMode(mode)
+func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string) error {
+	m, err := kernel.ParseConfineMode(f.confine)
 	if err != nil {
 		return usagef("%v", err)
 	}
 	data := g.data()
 	// The host's own cgroup: the guest's memory limit plus room for the
 	// runtime and compiled code, and enough pids for Go's threads.
-	hostMemory := int64(memoryMB)<<20 + 512<<20
+	hostMemory := int64(f.memoryMB)<<20 + 512<<20
+	if f.hostMB < 0 {
+		return usagef("--host-memory %d: give a size in MiB", f.hostMB)
+	} else if f.hostMB > 0 {
+		hostMemory = int64(f.hostMB) << 20
+	}
+	if m != kernel.ConfineOff {
+		// Its watcher reports an OOM kill at that ceiling (see backstop.go).
+		if g.backstop, err = startBackstopWatch("moat run", data); err != nil {
+			return err
+		}
+	}
 	ports, anyPort := policy.TargetPorts(connectTo)
 	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256,
 		ConnectTCP: ports, ConnectAnyTCP: anyPort})

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ func init() { registerCommand(newServeCmd) }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
 	var configFile, listen, confine string
+	var hostMB int
 	cmd := &cobra.Command{
 		Use:   "serve [--config moat-server.yaml] [--listen ADDR]",
 		Short: "Serve the HTTP API and the web console",
@@ -49,10 +51,15 @@ SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.
 Once its port is bound the server confines itself (--confine, default
 best-effort): Landlock lets it read the system and the toolchains and write
 only its data and scratch directories, bind only its own port; seccomp
-denies execve, ptrace, namespaces, setuid, bpf, io_uring, mount and MPTCP.
+denies execve, ptrace, namespaces, setuid, bpf, io_uring, mount and MPTCP;
+as root, a cgroup of its own caps its memory (--host-memory) and threads, a
+backstop behind the per-invocation limits: should the server ever reach it,
+a watcher process reports the kill on stderr and in the audit trail.
 Compilers and native programs then start from a launcher process started
-before the filter, under the native runner's own layers. --confine=strict
-refuses to start when a layer is missing; --confine=off serves unconfined.`,
+before the filter, under the native runner's own layers. Each layer the
+server runs without is a warning and an audit event (moat audit --kind
+confinement). --confine=strict refuses to start when a layer is missing;
+--confine=off serves unconfined.`,
 		Example: `  moat serve
   moat keys create --org acme --user ann          # prints the API key
   moat serve --config moat-server.yaml`,
@@ -111,7 +118,10 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 					pool.Close()
 				}()
 			} else {
-				restore, err := prepareServeConfinement(&cfg, mode, onConfined)
+				if hostMB <= 0 {
+					return usagef("--host-memory %d: give the server's memory ceiling in MiB", hostMB)
+				}
+				restore, err := prepareServeConfinement(&cfg, mode, int64(hostMB)<<20, onConfined)
 				if err != nil {
 					return err
 				}
@@ -135,6 +145,7 @@ refuses to start when a layer is missing; --confine=off serves unconfined.`,
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "server configuration file (YAML)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
+	cmd.Flags().IntVar(&hostMB, "host-memory", 4096, "the confined server's own memory ceiling in MiB (its backstop cgroup; needs root)")
 	cmd.Flags().StringVar(&confine, "confine", string(kernel.ConfineBestEffort), "confine the server with Landlock and seccomp once its port is bound: off, best-effort or strict")
 	return cmd
 }
@@ -165,7 +176,7 @@ func removeStaleScratch() {
 	}
 }
 
-func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, onConfined func(*kernel.HostReport)) (restore func(), err error) {
+func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMemory int64, onConfined func(*kernel.HostReport)) (restore func(), err error) {
 	data, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -185,6 +196,12 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, onConf
 	os.Setenv("TMPDIR", scratch)
 	languages.Statuses() // probes each toolchain's version while exec is allowed
 	goroot, _, _ := toolchains.GoRoot()
+	// The backstop's watcher, started while exec is allowed (backstop.go).
+	watch, err := startBackstopWatch("moat serve", data)
+	if err != nil {
+		os.RemoveAll(scratch)
+		return nil, err
+	}
 	// The launcher removes the scratch dir when it exits: the confined
 	// server may not (nothing is granted on the dir's parent).
 	l, err := native.StartLauncherWith(native.LauncherOptions{Warm: serveWarmWrappers, Scratch: scratch})
@@ -194,6 +211,10 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, onConf
 	}
 	native.UseLauncher(l)
 	restore = func() {
+		// The watcher's pipe stays open until the process exits: closing
+		// it earlier would tell the watcher the host is gone while it is
+		// still in its cgroup, which the watcher then empties.
+		defer runtime.KeepAlive(watch)
 		native.UseLauncher(nil)
 		l.Close()
 		os.RemoveAll(scratch)
@@ -232,7 +253,7 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, onConf
 			ports = append(ports, uint16(a.Port))
 		}
 		rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: mode, ReadOnly: readOnly, ReadWrite: readWrite, BindTCP: ports,
-			ConnectTCP: connect, ConnectAnyTCP: anyPort})
+			ConnectTCP: connect, ConnectAnyTCP: anyPort, MemoryBytes: hostMemory, Pids: 4096})
 		if err != nil {
 			return err
 		}

@@ -77,6 +77,50 @@ func NewJobCgroup(id string, lim JobLimits) (*Cgroup, error) {
 	return c, nil
 }
 
+// OpenJobCgroup returns the existing cgroup CgroupParent/<id> (made by
+// NewJobCgroup, maybe by another process) without changing it: to read
+// what happened in it and remove it once its processes are gone. Its
+// counters are read from zero (Stats reports everything since creation).
+func OpenJobCgroup(id string) (*Cgroup, error) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return nil, fmt.Errorf("cgroup: bad job id %q", id)
+	}
+	c := &Cgroup{id: id, dirs: map[string]string{}}
+	switch cgroups.Mode() {
+	case cgroups.Unavailable:
+		return nil, errors.New("cgroup: no cgroup filesystem mounted")
+	case cgroups.Unified:
+		c.v2 = true
+		c.dirs[""] = filepath.Join("/sys/fs/cgroup", CgroupParent, id)
+	default:
+		mounts, err := v1Mounts()
+		if err != nil {
+			return nil, err
+		}
+		for _, ctl := range v1Controllers {
+			if mp, ok := mounts[ctl]; ok {
+				c.dirs[ctl] = filepath.Join(mp, CgroupParent, id)
+			}
+		}
+	}
+	for _, d := range c.dirs {
+		if _, err := os.Stat(d); err != nil {
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// MemoryLimit returns the cgroup's memory limit in bytes (0: none).
+func (c *Cgroup) MemoryLimit() int64 {
+	if c.v2 {
+		v := readString(c.dirs[""], "memory.max")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return int64(readUint(c.dirs["memory"], "memory.limit_in_bytes"))
+}
+
 // V2 reports whether the cgroup lives in the unified (v2) hierarchy.
 func (c *Cgroup) V2() bool { return c.v2 }
 
