@@ -13,6 +13,7 @@ BENCHTIME ?= 1s
 # WASMs, a browser) brings a fragment in mk/ that defines its targets and
 # adds them to SETUP (run by `make test` and `make run`) and APT_PACKAGES.
 SETUP :=
+TEST_SETUP :=
 include $(sort $(wildcard mk/*.mk))
 
 all: build
@@ -67,7 +68,7 @@ tools: ## install the Debian packages moat's toolchains and tests use
 test-tools: ## install the Debian packages only the tests use (a browser, sanitizers)
 	$(call apt_install,$(TEST_APT_PACKAGES))
 
-test: deps tools test-tools $(SETUP) vet test-only fuzz-smoke ## set up and run every test
+test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## set up and run every test
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
