@@ -57,18 +57,27 @@ type layout struct {
 // more than the bytes declaring it: measured on wazero v1.12, an empty
 // function (4 bytes) costs 260 bytes of heap for as long as the module is
 // loaded, a global (5 bytes) 56, a passive element or data segment (3-4
-// bytes) 70-100. A 64 MiB upload of empty functions would hold 4 GiB.
-// Real modules stay far below these (CPython 3.12: 9 800 functions, 90
-// globals; ruby.wasm: 17 000 functions).
+// bytes) 70-100, an export (3 bytes) 50 before it is even read (wazero
+// sizes its export map by the count). A 64 MiB upload of empty functions
+// would hold 4 GiB. Real modules stay far below these (CPython 3.12: 9 800
+// functions, 90 globals, a few hundred types, imports and exports;
+// ruby.wasm: 17 000 functions). Tables count once more at instantiation
+// (a table instance each); modules use one, a few with reference types.
 var sectionCaps = []struct {
 	id   byte
 	what string
 	max  uint32
 }{
+	{1, "types", 1 << 16},
+	{2, "imports", 1 << 16},
 	{3, "functions", 1 << 18},
+	{4, "tables", 1 << 10},
 	{6, "globals", 1 << 16},
+	{7, "exports", 1 << 16},
 	{9, "element segments", 1 << 16},
+	{10, "function bodies", 1 << 18},
 	{11, "data segments", 1 << 16},
+	{13, "tags", 1 << 16},
 }
 
 // checkCounts refuses a module declaring more entries than sectionCaps.
@@ -246,7 +255,8 @@ func shareTableRoom(tables []tableDecl, room uint32) []uint32 {
 }
 
 // readLayout reads the tables, non-function imports and memory of a
-// module.
+// module, and checks every count and length it declares before wazero's
+// decoder sees them (checkSections).
 func readLayout(wasm []byte) (*layout, error) {
 	if string(wasm[:min(4, len(wasm))]) != "\x00asm" {
 		return nil, errors.New("not a WebAssembly binary")
@@ -258,26 +268,38 @@ func readLayout(wasm []byte) (*layout, error) {
 		return nil, fmt.Errorf("binary format version %d; this host reads version 1", v)
 	}
 	lay := &layout{}
-	err := walkSections(wasm, func(id byte, _, bodyStart, bodyEnd int) error {
+	var last byte // the last non-custom section's id, as the order rule sees it
+	err := walkSections(wasm, func(id byte, start, bodyStart, bodyEnd int) error {
+		var ok bool
+		if last, ok = sectionOrder(id, last); !ok {
+			return fmt.Errorf("%s section at byte %d: out of order or repeated (each section appears at most once, in the order the specification gives)", sectionName(id), start)
+		}
 		r := &wasmReader{b: wasm[:bodyEnd], off: bodyStart}
 		var err error
 		switch id {
-		case 3, 6, 9, 11:
-			lay.counts[id], err = r.u32()
-			if err != nil {
-				return fmt.Errorf("section %d: %w", id, err)
-			}
-			return nil
+		case 0:
+			err = checkCustom(r)
+		case 1:
+			lay.counts[id], err = checkTypes(r)
 		case 2:
 			err = lay.readImports(r)
+		case 3, 6, 9, 10, 11, 13:
+			lay.counts[id], err = r.vec(minEntryBytes[id], sectionName(id))
+			if err == nil {
+				err = checkEntries(id, r, lay.counts[id])
+			}
 		case 4:
 			err = lay.readTables(r)
 		case 5:
 			err = lay.readMemories(r)
+		case 7:
+			lay.counts[id], err = r.vec(minEntryBytes[id], "exports")
+		case 8, 12: // start function, data count: one index
+			_, err = r.u32()
 		default:
-			return nil
+			return fmt.Errorf("section id %d at byte %d: no such section", id, start)
 		}
-		if err == nil && r.off != bodyEnd {
+		if err == nil && r.off != bodyEnd && id != 0 && id != 3 && id != 6 && id != 7 {
 			err = fmt.Errorf("%d bytes after its last entry", bodyEnd-r.off)
 		}
 		if err != nil {
@@ -291,17 +313,348 @@ func readLayout(wasm []byte) (*layout, error) {
 	return lay, nil
 }
 
-func sectionName(id byte) string {
+// sectionOrder is the specification's order rule, as wazero applies it:
+// custom sections anywhere, the others at most once and in order, with
+// the tag section (13) between memory and global and data count (12)
+// between element and code. It returns the id the next section is
+// compared with. readLayout applies it so that the module it reads is the
+// module wazero would read: a second table section would otherwise have
+// its limits rewritten with the first one's (limitTables edits by section
+// id).
+func sectionOrder(id, last byte) (byte, bool) {
+	rank := func(id byte) int {
+		switch id {
+		case 13:
+			return 5*2 + 1 // after memory, before global
+		case 12:
+			return 9*2 + 1 // after element, before code
+		}
+		return int(id) * 2
+	}
+	if id == 0 {
+		return last, true
+	}
+	if id > 13 {
+		return last, false
+	}
+	return id, last == 0 || rank(id) > rank(last)
+}
+
+// Declared counts. wazero's decoder allocates for a vector at the length
+// it declares, before reading its entries: a 14-byte module declaring
+// 2^24 exports cost 880 MiB and 2 s, one declaring a function type of
+// 2^32-1 parameters ended the process (Go's "fatal error: out of memory",
+// which no recover catches), 2^32-1 bytes of data segment or 2^28 function
+// names 4 to 6 GiB of address space (wazero v1.12). The host checks every
+// count the module declares against the bytes left to hold its entries,
+// and the counts whose entries cost far more than their bytes against
+// sectionCaps, before wazero reads any of it.
+
+// minEntryBytes is the fewest bytes an entry of each section's vector
+// takes; a count whose entries could not fit in the section is refused.
+var minEntryBytes = [14]int{
+	1:  2, // type: 0x60 or a rec group, at least two bytes
+	2:  4, // import: two names and a kind and its index
+	3:  1, // function: a type index
+	4:  3, // table: reference type, flags, minimum
+	5:  2, // memory: flags, minimum
+	6:  3, // global: type, mutability, expression
+	7:  3, // export: name, kind, index
+	9:  3, // element segment: prefix, and two more
+	10: 2, // code: size and a locals count
+	11: 2, // data segment: prefix and length
+	13: 2, // tag: attribute and type index
+}
+
+// maxFunctionLocals is the most locals a function may declare, the limit
+// browsers' engines apply (V8's kV8MaxWasmFunctionLocals). wazero takes
+// up to 2^32 and makes a slice of that many before it reads the body:
+// two bytes declaring 2^28 locals cost the host 256 MiB.
+const maxFunctionLocals = 50000
+
+// vec reads a vector's length and refuses one whose entries, each at
+// least size bytes, cannot fit in what is left of the section.
+func (r *wasmReader) vec(size int, what string) (uint32, error) {
+	n, err := r.u32()
+	if err != nil {
+		return 0, fmt.Errorf("%s: count: %w", what, err)
+	}
+	if left := len(r.b) - r.off; uint64(n)*uint64(size) > uint64(left) {
+		return 0, &sizeError{fmt.Sprintf("declares %d %s in %d bytes: each takes at least %d", n, what, left, size)}
+	}
+	return n, nil
+}
+
+// sizeError is a count or length wazero must not see: it would allocate
+// by it.
+type sizeError struct{ msg string }
+
+func (e *sizeError) Error() string { return e.msg }
+
+// checkEntries reads the entries of the sections whose entries hold
+// vectors of their own (element segments, function bodies, data segments)
+// and checks those; the others it leaves to wazero.
+func checkEntries(id byte, r *wasmReader, n uint32) error {
+	var check func(*wasmReader) error
 	switch id {
+	case 9:
+		check = checkElement
+	case 10:
+		check = checkCode
+	case 11:
+		check = checkData
+	case 13:
+		check = func(r *wasmReader) error {
+			if _, err := r.byte(); err != nil {
+				return err
+			}
+			_, err := r.u32()
+			return err
+		}
+	default:
+		return nil
+	}
+	for i := uint32(0); i < n; i++ {
+		if err := check(r); err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkCustom checks a custom section's name and, in the "name" section
+// (which wazero decodes whatever the configuration), every count.
+func checkCustom(r *wasmReader) error {
+	name, err := r.name()
+	if err != nil {
+		return fmt.Errorf("name: %w", err)
+	}
+	if name != "name" {
+		return nil
+	}
+	for r.off < len(r.b) {
+		sub, err := r.byte()
+		if err != nil {
+			return err
+		}
+		size, err := r.u32()
+		if err != nil {
+			return fmt.Errorf("names: subsection %d: size: %w", sub, err)
+		}
+		switch sub {
+		case 0: // module name
+			_, err = r.name()
+		case 1: // function names: index, name
+			err = checkNameMap(r)
+		case 2: // local names: function index, then a name map
+			var n uint32
+			if n, err = r.vec(2, "functions' local names"); err != nil {
+				break
+			}
+			for i := uint32(0); i < n && err == nil; i++ {
+				if _, err = r.u32(); err == nil {
+					err = checkNameMap(r)
+				}
+			}
+		default:
+			err = r.skip(int(size))
+		}
+		if err != nil {
+			return fmt.Errorf("names: subsection %d: %w", sub, err)
+		}
+	}
+	return nil
+}
+
+func checkNameMap(r *wasmReader) error {
+	n, err := r.vec(2, "names")
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+		if _, err := r.name(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTypes checks the type section: function types (0x60) and
+// recursion groups of them (0x4e), each parameter and result list.
+func checkTypes(r *wasmReader) (uint32, error) {
+	n, err := r.vec(minEntryBytes[1], "types")
+	if err != nil {
+		return 0, err
+	}
+	total := n
+	for i := uint32(0); i < n; i++ {
+		b, err := r.byte()
+		if err != nil {
+			return 0, err
+		}
+		group := uint32(1)
+		if b == 0x4e {
+			if group, err = r.vec(3, "types in a recursion group"); err != nil {
+				return 0, fmt.Errorf("type %d: %w", i, err)
+			}
+			total += group // cannot overflow: each takes three bytes of the module
+		} else {
+			r.off--
+		}
+		for j := uint32(0); j < group; j++ {
+			if err := checkFuncType(r); err != nil {
+				return 0, fmt.Errorf("type %d: %w", i, err)
+			}
+		}
+	}
+	return total, nil
+}
+
+func checkFuncType(r *wasmReader) error {
+	if b, err := r.byte(); err != nil {
+		return err
+	} else if b != 0x60 {
+		return fmt.Errorf("%#x is not a function type", b)
+	}
+	for _, what := range []string{"parameters", "results"} {
+		n, err := r.vec(1, what)
+		if err != nil {
+			return err
+		}
+		for k := uint32(0); k < n; k++ {
+			if err := r.valueType(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkElement checks one element segment (its eight forms) and skips
+// it.
+func checkElement(r *wasmReader) error {
+	prefix, err := r.u32()
+	if err != nil {
+		return err
+	}
+	if prefix > 7 {
+		return fmt.Errorf("element segment prefix %d", prefix)
+	}
+	if prefix == 2 || prefix == 6 { // table index
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+	}
+	if prefix&1 == 0 { // active: an offset
+		if err := r.skipConstExpr(); err != nil {
+			return err
+		}
+	}
+	if prefix&3 != 0 { // element kind (0x00) or reference type
+		b, err := r.byte()
+		if err != nil {
+			return err
+		}
+		if prefix&4 != 0 {
+			if err := r.refTypeAfter(b); err != nil {
+				return err
+			}
+		}
+	}
+	if prefix&4 == 0 { // function indices
+		n, err := r.vec(1, "function indices")
+		if err != nil {
+			return err
+		}
+		for i := uint32(0); i < n; i++ {
+			if _, err := r.u32(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	n, err := r.vec(1, "expressions")
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		if err := r.skipConstExpr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCode checks one function body's locals and skips the body.
+func checkCode(r *wasmReader) error {
+	size, err := r.u32()
+	if err != nil {
+		return err
+	}
+	if left := len(r.b) - r.off; uint64(size) > uint64(left) {
+		return &sizeError{fmt.Sprintf("a body of %d bytes in the %d bytes left", size, left)}
+	}
+	end := r.off + int(size)
+	body := &wasmReader{b: r.b[:end], off: r.off}
+	n, err := body.vec(2, "local declarations")
+	if err != nil {
+		return err
+	}
+	var sum uint64
+	for i := uint32(0); i < n; i++ {
+		k, err := body.u32()
+		if err != nil {
+			return err
+		}
+		if sum += uint64(k); sum > maxFunctionLocals {
+			return &sizeError{fmt.Sprintf("declares %d locals or more; a function may have at most %d", sum, maxFunctionLocals)}
+		}
+		if err := body.valueType(); err != nil {
+			return err
+		}
+	}
+	r.off = end
+	return nil
+}
+
+// checkData checks one data segment's length and skips it.
+func checkData(r *wasmReader) error {
+	prefix, err := r.u32()
+	if err != nil {
+		return err
+	}
+	switch prefix {
+	case 0:
+		err = r.skipConstExpr()
+	case 1:
 	case 2:
-		return "import"
-	case 4:
-		return "table"
-	case 5:
-		return "memory"
+		if _, err = r.u32(); err == nil {
+			err = r.skipConstExpr()
+		}
+	default:
+		return fmt.Errorf("data segment prefix %d", prefix)
+	}
+	if err != nil {
+		return err
+	}
+	n, err := r.vec(1, "bytes of data")
+	if err != nil {
+		return err
+	}
+	return r.skip(int(n))
+}
+
+func sectionName(id byte) string {
+	if int(id) < len(sectionNames) {
+		return sectionNames[id]
 	}
 	return fmt.Sprintf("section %d", id)
 }
+
+var sectionNames = []string{"custom", "type", "import", "function", "table", "memory", "global", "export", "start", "element", "code", "data", "data count", "tag"}
 
 // walkSections calls f for each section of wasm: its id, where it starts
 // and where its body starts and ends.
@@ -318,7 +671,9 @@ func walkSections(wasm []byte, f func(id byte, start, bodyStart, bodyEnd int) er
 			return fmt.Errorf("section %d at byte %d: size: %w", id, start, err)
 		}
 		if uint64(r.off)+uint64(size) > uint64(len(wasm)) {
-			return fmt.Errorf("section %d at byte %d is %d bytes long, past the end of the module (%d bytes)", id, start, size, len(wasm))
+			// a sizeError: wazero decodes the section's entries before it
+			// compares their length with the section's
+			return &sizeError{fmt.Sprintf("section %d at byte %d is %d bytes long, past the end of the module (%d bytes)", id, start, size, len(wasm))}
 		}
 		bodyStart := r.off
 		r.off += int(size)
@@ -330,10 +685,11 @@ func walkSections(wasm []byte, f func(id byte, start, bodyStart, bodyEnd int) er
 }
 
 func (lay *layout) readImports(r *wasmReader) error {
-	n, err := r.u32()
+	n, err := r.vec(minEntryBytes[2], "imports")
 	if err != nil {
 		return err
 	}
+	lay.counts[2] = n
 	for i := uint32(0); i < n; i++ {
 		mod, err := r.name()
 		if err != nil {
@@ -382,10 +738,11 @@ func (lay *layout) readImports(r *wasmReader) error {
 }
 
 func (lay *layout) readTables(r *wasmReader) error {
-	n, err := r.u32()
+	n, err := r.vec(minEntryBytes[4], "tables")
 	if err != nil {
 		return err
 	}
+	lay.counts[4] = n
 	for i := uint32(0); i < n; i++ {
 		if err := lay.readTable(r, 4, ""); err != nil {
 			return fmt.Errorf("table %d: %w", len(lay.tables), err)
@@ -443,7 +800,7 @@ func (lay *layout) readTable(r *wasmReader, section byte, imported string) error
 }
 
 func (lay *layout) readMemories(r *wasmReader) error {
-	n, err := r.u32()
+	n, err := r.vec(minEntryBytes[5], "memories")
 	if err != nil {
 		return err
 	}
@@ -540,8 +897,8 @@ func (r *wasmReader) name() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if uint64(r.off)+uint64(n) > uint64(len(r.b)) {
-		return "", errTruncated
+	if left := len(r.b) - r.off; uint64(n) > uint64(left) {
+		return "", &sizeError{fmt.Sprintf("a name of %d bytes in the %d bytes left", n, left)}
 	}
 	s := string(r.b[r.off : r.off+int(n)])
 	r.off += int(n)

@@ -125,6 +125,7 @@ func TestHostileSyscallABIs(t *testing.T) {
 		{"socket-mptcp", "EPERM"}, {"socket-mptcp6", "EPERM"}, {"socket-mptcp-high", "EPERM"},
 		{"socket-vsock", "EAFNOSUPPORT"}, {"socket-vsock-high", "EAFNOSUPPORT"}, {"socket-packet", "EAFNOSUPPORT"},
 		{"socket-alg", "EAFNOSUPPORT"}, {"socket-key", "EAFNOSUPPORT"}, {"socketpair-inet", "EAFNOSUPPORT"},
+		{"socket-raw", "EPERM"}, // no CAP_NET_RAW
 		{"memfd", "EPERM"}, {"memfd-exec-flag", "EPERM"}, {"memfd-sealed", "ok"},
 		{"memfd-exec", "EACCES"}, {"execveat-empty", "EPERM"},
 	} {
@@ -361,4 +362,37 @@ func TestHostileGivenDirSymlinks(t *testing.T) {
 	if strings.Contains(string(res.Stdout), "root's") {
 		t.Errorf("the job read a file through a symlink out of its root: %q", res.Stdout)
 	}
+}
+
+// TestHostileHostFiles: a job reaches no file of the host's it was not
+// given, whatever the file's permissions: moat's own database, another
+// job's files, the host's /proc; and its descriptors are bounded.
+func TestHostileHostFiles(t *testing.T) {
+	data := t.TempDir()
+	if err := os.Chmod(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(data, "moat.db")
+	if err := os.WriteFile(db, []byte("SQLite format 3"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(JobsDir(), "another-jobs-files")
+	if err := os.MkdirAll(other, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(other)
+	runHostile(t, []hostileCase{
+		{[]string{"read", db}, "ENOENT"},
+		{[]string{"write", db}, "ENOENT"},
+		{[]string{"stat", data}, "ENOENT"},
+		{[]string{"stat", other}, "ENOENT"},
+		{[]string{"read", "/proc/1/environ"}, "EACCES"}, // Landlock: /proc is not the job's to read
+		{[]string{"read", "/proc/self/mountinfo"}, "EACCES"},
+		{[]string{"stat", "/root"}, "ENOENT"},
+		{[]string{"stat", "/home"}, "ENOENT"},
+		{[]string{"stat", "/etc/shadow"}, "ENOENT"},
+		{[]string{"stat", "/etc/passwd"}, "ENOENT"},
+		{[]string{"read", "/etc/ld.so.cache"}, "ok"},
+		{[]string{"fds"}, "EMFILE"},
+	}, Spec{})
 }

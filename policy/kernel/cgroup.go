@@ -55,26 +55,34 @@ func CgroupUnified() bool { return cgroups.Mode() == cgroups.Unified }
 // NewJobCgroup creates the job cgroup CgroupParent/<id> with the limits.
 // It needs root (or a delegated tree). On error nothing is left behind.
 func NewJobCgroup(id string, lim JobLimits) (*Cgroup, error) {
+	c, err := cgroupHandle(id)
+	if err != nil {
+		return nil, err
+	}
+	create := c.createV1
+	if c.v2 {
+		create = c.createV2
+	}
+	if err := create(lim); err != nil {
+		c.remove()
+		return nil, err
+	}
+	return c, nil
+}
+
+// cgroupHandle checks id and the cgroup mode: a Cgroup with no
+// directories yet.
+func cgroupHandle(id string) (*Cgroup, error) {
 	if id == "" || strings.ContainsAny(id, "/.") {
 		return nil, fmt.Errorf("cgroup: bad job id %q", id)
 	}
-	c := &Cgroup{id: id, dirs: map[string]string{}}
 	switch cgroups.Mode() {
 	case cgroups.Unavailable:
 		return nil, errors.New("cgroup: no cgroup filesystem mounted")
 	case cgroups.Unified:
-		c.v2 = true
-		if err := c.createV2(lim); err != nil {
-			c.remove()
-			return nil, err
-		}
-	default:
-		if err := c.createV1(lim); err != nil {
-			c.remove()
-			return nil, err
-		}
+		return &Cgroup{id: id, v2: true, dirs: map[string]string{}}, nil
 	}
-	return c, nil
+	return &Cgroup{id: id, dirs: map[string]string{}}, nil
 }
 
 // OpenJobCgroup returns the existing cgroup CgroupParent/<id> (made by
@@ -82,17 +90,13 @@ func NewJobCgroup(id string, lim JobLimits) (*Cgroup, error) {
 // what happened in it and remove it once its processes are gone. Its
 // counters are read from zero (Stats reports everything since creation).
 func OpenJobCgroup(id string) (*Cgroup, error) {
-	if id == "" || strings.ContainsAny(id, "/.") {
-		return nil, fmt.Errorf("cgroup: bad job id %q", id)
+	c, err := cgroupHandle(id)
+	if err != nil {
+		return nil, err
 	}
-	c := &Cgroup{id: id, dirs: map[string]string{}}
-	switch cgroups.Mode() {
-	case cgroups.Unavailable:
-		return nil, errors.New("cgroup: no cgroup filesystem mounted")
-	case cgroups.Unified:
-		c.v2 = true
+	if c.v2 {
 		c.dirs[""] = filepath.Join("/sys/fs/cgroup", CgroupParent, id)
-	default:
+	} else {
 		mounts, err := v1Mounts()
 		if err != nil {
 			return nil, err
