@@ -77,7 +77,8 @@ type RunResult struct {
 
 // Run executes a WASI command's _start with the given stdio, args and env.
 // Timeouts, memory limits, output caps and traps are *Error values; an
-// exit code (zero or not) is a RunResult.
+// exit code (zero or not) is a RunResult. The run has a host budget of its
+// own (Limits.Budget, see package budget), like an invocation.
 func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err error) {
 	fail := func(code abi.Code, err error, format string, args ...any) (RunResult, error) {
 		return RunResult{}, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
@@ -99,10 +100,13 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	if req.Action == "" {
 		req.Action = abi.ExportStart
 	}
+	// The run's host budget, as Module.invoke makes one: what the device
+	// file, log.write and the audit trail hold or write for the command
+	// is charged to it, and its first hit of each limit is audited.
+	ireq := &Request{Action: req.Action, Principal: req.Principal, CorrelationID: req.CorrelationID}
+	ctx = m.withBudget(ctx, ireq, lim)
 	start := time.Now()
-	defer func() {
-		m.auditInvocation(ctx, &Request{Action: req.Action, Principal: req.Principal, CorrelationID: req.CorrelationID}, start, err)
-	}()
+	defer func() { m.auditInvocation(ctx, ireq, start, err) }()
 	res, _, err = m.run(ctx, req, lim, false)
 	return res, err
 }

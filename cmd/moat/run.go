@@ -34,6 +34,7 @@ type runFlags struct {
 	memoryMB   int
 	hostMB     int
 	maxOutput  int
+	maxTable   int
 	correlate  string
 	confirm    string
 	confine    string
@@ -95,6 +96,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.DurationVar(&f.timeout, "timeout", host.DefaultLimits.Timeout, "wall-clock limit, e.g. 500ms, 30s")
 	fl.IntVar(&f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
+	fl.IntVar(&f.maxTable, "max-table-elements", host.DefaultMaxTableElements, fmt.Sprintf("references the module's tables may hold, 8 bytes of host memory each (at most %d)", host.MaxTableElementsCeiling))
 	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
 	fl.IntVar(&f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory + 512)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
@@ -229,6 +231,8 @@ func (f *runFlags) limits() (host.Limits, error) {
 		return host.Limits{}, usagef("--memory %d: give a size in MiB between 1 and 4096", f.memoryMB)
 	case f.maxOutput <= 0:
 		return host.Limits{}, usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
+	case f.maxTable <= 0 || f.maxTable > host.MaxTableElementsCeiling:
+		return host.Limits{}, usagef("--max-table-elements %d: give a number of elements between 1 and %d", f.maxTable, host.MaxTableElementsCeiling)
 	}
 	var l host.Limits
 	if f.changed == nil || f.changed("timeout") {
@@ -239,6 +243,9 @@ func (f *runFlags) limits() (host.Limits, error) {
 	}
 	if f.changed == nil || f.changed("max-output") {
 		l.MaxOutputBytes = f.maxOutput
+	}
+	if f.changed == nil || f.changed("max-table-elements") {
+		l.MaxTableElements = uint32(f.maxTable)
 	}
 	return l, nil
 }

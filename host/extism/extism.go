@@ -19,7 +19,10 @@
 //     they live as long as the pooled instance (IsolationFresh: one call);
 //   - logging: the PDKs' log_* calls go to the host's logger, tagged with
 //     the module, action, principal and correlation id; WASI stdout and
-//     stderr too, and stderr's last line is quoted when a call traps;
+//     stderr too, and stderr's last line is quoted when a call traps. The
+//     log_* functions are relinked to moat's (guestLog), which cut a
+//     message at abi.MaxLogMessage before copying it and charge each
+//     record to the invocation's log budget, as log.write does;
 //   - limits: the call's deadline (the instance is discarded when it
 //     passes), a memory limit per instance that covers both the plug-in's
 //     memory and the Extism kernel's (input, output, vars), and the output
@@ -27,7 +30,9 @@
 //   - moat's ops: the host function extism:host/user moat_call(op, req)
 //     -> reply, all three Extism memory offsets, goes through the same op
 //     table, grants, principal and audit as a moat plugin's moat.call (see
-//     guests/extism/README.md);
+//     guests/extism/README.md), with the same bounds: a request over
+//     abi.MaxRequestBytes, or past the invocation's budget, is refused
+//     before the host copies it;
 //   - Extism's own http_request: relinked to moat's implementation (see
 //     relink.go, http.go), which asks policy for every request and
 //     redirect, and refuses private, loopback, link-local and metadata
@@ -38,18 +43,23 @@
 package extism
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -77,6 +87,12 @@ const (
 	// httpModule is where moat's http_request lives; relink moves a
 	// plug-in's imports of Extism's HTTP functions there.
 	httpModule = "moat:extism/http"
+	// logModule is where moat's log_* functions live; relink moves a
+	// plug-in's imports of Extism's log functions there.
+	logModule = "moat:extism/log"
+	// varsModule is where moat's config_get, var_get and var_set live;
+	// relink moves a plug-in's imports of Extism's there.
+	varsModule = "moat:extism/vars"
 )
 
 // envFunctions are the functions of extism:host/env in go-sdk v1.7.1.
@@ -90,6 +106,17 @@ var envFunctions = []string{
 
 // httpFunctions move to httpModule.
 var httpFunctions = []string{"http_request", "http_status_code", "http_headers"}
+
+// varsFunctions move to varsModule: the go-sdk's copy the whole name
+// (and value) block before they look at its length.
+var varsFunctions = []string{"config_get", "var_get", "var_set"}
+
+// logFunctions move to logModule: the go-sdk's copy the whole message
+// block, however large, and log it, outside the invocation's log budget.
+var logFunctions = map[string]extism.LogLevel{
+	"log_trace": extism.LogLevelTrace, "log_debug": extism.LogLevelDebug, "log_info": extism.LogLevelInfo,
+	"log_warn": extism.LogLevelWarn, "log_error": extism.LogLevelError,
+}
 
 func init() { host.RegisterDriver(host.KindExtism, driver{}) }
 
@@ -107,6 +134,12 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 		case imp.Module == EnvModule && slices.Contains(envFunctions, imp.Name):
 			if slices.Contains(httpFunctions, imp.Name) {
 				moves[imp.Module+"\x00"+imp.Name] = httpModule
+			}
+			if _, ok := logFunctions[imp.Name]; ok {
+				moves[imp.Module+"\x00"+imp.Name] = logModule
+			}
+			if slices.Contains(varsFunctions, imp.Name) {
+				moves[imp.Module+"\x00"+imp.Name] = varsModule
 			}
 		case imp.Module == UserModule && imp.Name == CallFunction:
 			if !slices.Equal(imp.Params, []string{"i64", "i64"}) || !slices.Equal(imp.Result, []string{"i64"}) {
@@ -466,21 +499,192 @@ func (p *plugin) hostFunctions() []extism.HostFunction {
 	for _, f := range []*extism.HostFunction{&req, &status, &headers} {
 		f.SetNamespace(httpModule)
 	}
-	return []extism.HostFunction{call, req, status, headers}
+	cfg := extism.NewHostFunctionWithStack("config_get", configGet, []extism.ValueType{i64}, []extism.ValueType{i64})
+	vget := extism.NewHostFunctionWithStack("var_get", varGet, []extism.ValueType{i64}, []extism.ValueType{i64})
+	vset := extism.NewHostFunctionWithStack("var_set", varSet, []extism.ValueType{i64, i64}, nil)
+	for _, f := range []*extism.HostFunction{&cfg, &vget, &vset} {
+		f.SetNamespace(varsModule)
+	}
+	fns := []extism.HostFunction{call, req, status, headers, cfg, vget, vset}
+	for _, name := range slices.Sorted(maps.Keys(logFunctions)) {
+		f := extism.NewHostFunctionWithStack(name, guestLog(logFunctions[name]), []extism.ValueType{i64}, nil)
+		f.SetNamespace(logModule)
+		fns = append(fns, f)
+	}
+	return fns
+}
+
+// The Extism kernel's config and vars, as the go-sdk v1.7.1 implements
+// them (same results, same traps), except that a name or value is never
+// copied before its length is checked: a name longer than every key is
+// not found, a value that cannot fit in the vars (maxVarBytes) is the
+// go-sdk's "Variable store is full" trap. The go-sdk's copy whatever
+// length the plug-in's blocks have, up to its memory limit.
+
+// configGet is config_get(name) -> value offset, 0 when not set.
+func configGet(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
+	config := stateOf(ctx).inst.p.Config
+	longest := 0
+	for k := range config {
+		longest = max(longest, len(k))
+	}
+	name, ok := readName(ctx, cp, stack[0], longest, "config_get")
+	v, set := config[name]
+	if !ok || !set {
+		stack[0] = 0
+		return
+	}
+	off, err := cp.WriteString(v)
+	if err != nil {
+		stateOf(ctx).abort(abi.CodeMemoryLimit, "config_get: no room for the %d-byte value in Extism memory: %v", len(v), err)
+	}
+	stack[0] = off
+}
+
+// varGet is var_get(name) -> value offset, 0 when not set; it frees name.
+func varGet(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
+	vars := stateOf(ctx).inst.p.Var
+	longest := 0
+	for k := range vars {
+		longest = max(longest, len(k))
+	}
+	name, ok := readName(ctx, cp, stack[0], longest, "var_get")
+	_ = cp.Free(stack[0])
+	v, set := vars[name]
+	if !ok || !set {
+		stack[0] = 0
+		return
+	}
+	off, err := cp.WriteBytes(v)
+	if err != nil {
+		stateOf(ctx).abort(abi.CodeMemoryLimit, "var_get: no room for the %d-byte value in Extism memory: %v", len(v), err)
+	}
+	stack[0] = off
+}
+
+// varSet is var_set(name, value): value 0 removes the var; it frees both.
+func varSet(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
+	ep := stateOf(ctx).inst.p
+	full := func() { panic("Variable store is full") } // the go-sdk's words and panic
+	name, ok := readName(ctx, cp, stack[0], int(ep.MaxVarBytes), "var_set")
+	_ = cp.Free(stack[0])
+	switch {
+	case stack[1] == 0:
+		if ok { // a name too long to read is no var either
+			delete(ep.Var, name)
+		}
+		return
+	case !ok:
+		full()
+	}
+	// The go-sdk's accounting: every var's name and value, and a slice
+	// and a string header per var, the new one included.
+	const overhead = int(unsafe.Sizeof([]byte{}) + unsafe.Sizeof(""))
+	size := overhead + len(name)
+	for k, v := range ep.Var {
+		size += overhead + len(k) + len(v)
+	}
+	n, err := cp.Length(stack[1])
+	if err != nil {
+		stateOf(ctx).abort(abi.CodeGuestFault, "var_set: the value at offset %d is not an Extism memory block: %v", stack[1], err)
+	}
+	if uint64(size)+n >= uint64(ep.MaxVarBytes) {
+		_ = cp.Free(stack[1])
+		full()
+	}
+	view, ok := cp.Memory().Read(uint32(stack[1]), uint32(n))
+	if stack[1] > math.MaxUint32 || !ok {
+		stateOf(ctx).abort(abi.CodeGuestFault, "var_set: the value [%d, +%d) is outside Extism memory", stack[1], n)
+	}
+	ep.Var[name] = bytes.Clone(view)
+	_ = cp.Free(stack[1])
+}
+
+// readName reads the name block at off when it is at most limit bytes
+// long; ok is false, and nothing is copied, when it is longer.
+func readName(ctx context.Context, cp *extism.CurrentPlugin, off uint64, limit int, fn string) (name string, ok bool) {
+	n, err := cp.Length(off)
+	if err != nil {
+		stateOf(ctx).abort(abi.CodeGuestFault, "%s: the name at offset %d is not an Extism memory block: %v", fn, off, err)
+	}
+	if n > uint64(limit) {
+		return "", false
+	}
+	view, ok := cp.Memory().Read(uint32(off), uint32(n))
+	if off > math.MaxUint32 || !ok {
+		stateOf(ctx).abort(abi.CodeGuestFault, "%s: the name [%d, +%d) is outside Extism memory", fn, off, n)
+	}
+	return string(view), true
+}
+
+// guestLog is Extism's log_<level>(msg): the block at msg is the message,
+// freed once logged. Unlike the go-sdk's, it never copies more than
+// abi.MaxLogMessage bytes of it (a longer message is cut, and says so),
+// and each record is charged to the invocation's log budget
+// (limits.budget.log_records and log_bytes) as log.write's are: past it
+// the record is dropped, the first drop audited. A level the host's log
+// does not record costs nothing.
+func guestLog(level extism.LogLevel) func(context.Context, *extism.CurrentPlugin, []uint64) {
+	return func(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
+		st := stateOf(ctx)
+		off := stack[0]
+		defer func() { _ = cp.Free(off) }()
+		log := st.call.Log()
+		if !log.Enabled(ctx, slogLevel(level)) {
+			return
+		}
+		n, err := cp.Length(off)
+		if err != nil {
+			st.abort(abi.CodeGuestFault, "log: the message at offset %d is not an Extism memory block: %v", off, err)
+		}
+		keep := min(n, abi.MaxLogMessage)
+		view, ok := cp.Memory().Read(uint32(off), uint32(keep))
+		if off > math.MaxUint32 || !ok {
+			st.abort(abi.CodeGuestFault, "log: the message [%d, +%d) is outside Extism memory", off, n)
+		}
+		msg := string(view)
+		if keep < n {
+			msg += fmt.Sprintf(" ... (cut: the message is %d bytes; the limit is %d)", n, abi.MaxLogMessage)
+		}
+		if budget.From(ctx).Log(len(msg)) != nil {
+			return // dropped; the budget's first refusal is audited
+		}
+		log.LogAttrs(ctx, slogLevel(level), msg, slog.String("source", "guest"))
+	}
 }
 
 // moatCall is extism:host/user moat_call: one op of moat's op table.
+//
+// The op name and the request are Extism memory blocks of any size the
+// plug-in's memory limit allows; the host checks their lengths before it
+// copies a byte of them, as every transport does: an op name longer than
+// any op's is unknown_op, a request over abi.MaxRequestBytes too_large,
+// and the copy is held in the invocation's budget (budget.Limits.HeldBytes)
+// while the op runs, past which it is resource_exhausted. Each is a reply
+// to the guest, which goes on; the first hit of a budget limit is audited.
 func moatCall(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 	st := stateOf(ctx)
-	op, err := cp.ReadBytes(stack[0])
-	if err != nil {
-		st.abort(abi.CodeGuestFault, "%s: the op name at offset %d is not an Extism memory block: %v", CallFunction, stack[0], err)
+	bud := budget.From(ctx)
+	reply, err := func() ([]byte, error) {
+		op, release, err := readBlock(cp, stack[0], maxOpNameBytes, bud, CallFunction+": the op name", func(n uint64) error {
+			return abi.Errorf(abi.CodeUnknownOp, "%s: the op name is %d bytes; no op's name is longer than %d", CallFunction, n, maxOpNameBytes)
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		req, release, err := readBlock(cp, stack[1], abi.MaxRequestBytes, bud, fmt.Sprintf("%s %.64s: the request", CallFunction, op), func(n uint64) error {
+			return abi.Errorf(abi.CodeTooLarge, "op %.64s: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", op, n, abi.MaxRequestBytes)
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return st.call.Dispatch(ctx, op, req)
+	}()
+	if f, ok := err.(*blockFault); ok {
+		st.abort(abi.CodeGuestFault, "%s", f.reason)
 	}
-	req, err := cp.ReadBytes(stack[1])
-	if err != nil {
-		st.abort(abi.CodeGuestFault, "%s %s: the request at offset %d is not an Extism memory block: %v", CallFunction, op, stack[1], err)
-	}
-	reply, err := st.call.Dispatch(ctx, op, req)
 	var out []byte
 	if err != nil {
 		e, ok := err.(*abi.Error)
@@ -491,7 +695,7 @@ func moatCall(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 			Error *abi.Error `json:"error"`
 		}{e})
 		if merr != nil {
-			st.abort(abi.CodeInternal, "%s %s: encode the error: %v", CallFunction, op, merr)
+			st.abort(abi.CodeInternal, "%s: encode the error: %v", CallFunction, merr)
 		}
 		out = b
 	} else {
@@ -500,9 +704,50 @@ func moatCall(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 	}
 	off, err := cp.WriteBytes(out)
 	if err != nil {
-		st.abort(abi.CodeMemoryLimit, "%s %s: no room for the %d-byte reply in Extism memory: %v", CallFunction, op, len(out), err)
+		st.abort(abi.CodeMemoryLimit, "%s: no room for the %d-byte reply in Extism memory: %v", CallFunction, len(out), err)
 	}
 	stack[0] = off
+}
+
+// maxOpNameBytes bounds the op name moat_call copies: every op's name is
+// far shorter, so a longer one is refused as unknown without a copy.
+const maxOpNameBytes = 256
+
+// blockFault is an offset that is no Extism memory block (or one that runs
+// past the kernel's memory): the plug-in broke the ABI.
+type blockFault struct{ reason string }
+
+func (f *blockFault) Error() string { return f.reason }
+
+// readBlock copies the Extism memory block at off into host memory, after
+// checking its length: over limit it returns over(length) and copies
+// nothing; past the invocation's held bytes (b) it is resource_exhausted;
+// a *blockFault when off is no block. The copy is held in b until release
+// is called. (The go-sdk's CurrentPlugin.ReadBytes copies whatever length
+// the block has, so it is never used on a block the guest sized.)
+func readBlock(cp *extism.CurrentPlugin, off uint64, limit int, b *budget.Budget, what string, over func(n uint64) error) (block []byte, release func(), err error) {
+	n, err := cp.Length(off)
+	if err != nil {
+		return nil, nil, &blockFault{fmt.Sprintf("%s at offset %d is not an Extism memory block: %v", what, off, err)}
+	}
+	if n > uint64(limit) {
+		return nil, nil, over(n)
+	}
+	if n == 0 {
+		return nil, func() {}, nil
+	}
+	mem := cp.Memory()
+	if off > math.MaxUint32 {
+		return nil, nil, &blockFault{fmt.Sprintf("%s at offset %d is outside Extism memory", what, off)}
+	}
+	view, ok := mem.Read(uint32(off), uint32(n))
+	if !ok {
+		return nil, nil, &blockFault{fmt.Sprintf("%s [%d, +%d) is outside Extism memory (%d bytes)", what, off, n, mem.Size())}
+	}
+	if err := b.Hold(int64(n), what); err != nil {
+		return nil, nil, err
+	}
+	return bytes.Clone(view), func() { b.Release(int64(n)) }, nil
 }
 
 // firstLine drops wazero's wasm stack trace from an error message.

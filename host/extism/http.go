@@ -206,15 +206,20 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 	st := stateOf(ctx)
 	hs := &st.inst.http
 	hs.status, hs.headers = 0, nil
-	raw, err := cp.ReadBytes(stack[0])
-	if err != nil {
-		st.abort(abi.CodeGuestFault, "http_request: the request at offset %d is not an Extism memory block: %v", stack[0], err)
+	raw, release, err := readBlock(cp, stack[0], abi.MaxRequestBytes, budget.From(ctx), "http_request: the request", func(n uint64) error {
+		return abi.Errorf(abi.CodeTooLarge, "http_request: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", n, abi.MaxRequestBytes)
+	})
+	if f, ok := err.(*blockFault); ok {
+		st.abort(abi.CodeGuestFault, "%s", f.reason)
+	} else if err != nil {
+		abortWith(st, err)
 	}
 	_ = cp.Free(stack[0])
 	var r extism.HttpRequest
 	if err := json.Unmarshal(raw, &r); err != nil {
 		st.abort(abi.CodeInvalidArgument, "http_request: the request is not JSON {url, method, headers}: %v", err)
 	}
+	release()
 	method := strings.ToUpper(r.Method)
 	if method == "" {
 		method = http.MethodGet

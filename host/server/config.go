@@ -15,7 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/policy"
 	"gopkg.in/yaml.v3"
 )
@@ -103,6 +105,58 @@ type Limits struct {
 	// InvocationTimeout is the default wall-clock limit of an invocation;
 	// a module's manifest and the profile may lower it. Default 10s.
 	InvocationTimeout policy.Duration `yaml:"invocation_timeout"`
+	// MaxRunResponseBytes bounds the output one POST /v1/runs answers
+	// with, over all the jobs of a batch, as encoded in JSON: the server
+	// holds the whole response in memory. Default 8MiB; at most 256MiB.
+	MaxRunResponseBytes policy.ByteSize `yaml:"max_run_response_bytes"`
+	// MaxTableElements bounds the references all of a module's tables may
+	// hold (8 bytes of host memory each, which no memory limit counts): a
+	// module declaring more is refused at upload, and table.grow past it
+	// fails. Default 1048576 (8 MiB of host memory per instance); at most
+	// 134217728.
+	MaxTableElements int `yaml:"max_table_elements"`
+	// Budget bounds what the host holds and writes for one invocation
+	// (package host/budget); past a limit the guest's op is refused with
+	// resource_exhausted or too_large, naming the limit's key.
+	Budget BudgetLimits `yaml:"budget"`
+}
+
+// BudgetLimits are the host budget of each invocation (budget.Limits),
+// as limits.budget in the server config. A field left out keeps its
+// default; the defaults are generous for real plug-ins and small next to
+// the server: an invocation holds at most 16 MiB of transport buffers.
+type BudgetLimits struct {
+	// HeldBytes bounds the bytes the host holds for an invocation at
+	// once: partial request lines and unread replies of the device file,
+	// op requests being copied, HTTP bodies in transit. Default 16MiB;
+	// from 64KiB to 1GiB, and at least each HTTP body limit.
+	HeldBytes policy.ByteSize `yaml:"held_bytes"`
+	// OpenDevices bounds the descriptors of /dev/moat/ops an invocation
+	// has open at once. Default 16; from 1 to 1024.
+	OpenDevices int `yaml:"open_devices"`
+	// LogBytes and LogRecords bound what log.write adds to the server's
+	// log in one invocation. Defaults 1MiB (from 32KiB, one record of the
+	// largest size, to 1GiB) and 1000 (from 1 to 1000000).
+	LogBytes   policy.ByteSize `yaml:"log_bytes"`
+	LogRecords int             `yaml:"log_records"`
+	// AuditRows bounds the op events one invocation adds to the audit
+	// trail; past it, its ops are refused before they run, so no op goes
+	// unaudited. Default 1000; from 1 to 1000000.
+	AuditRows int `yaml:"audit_rows"`
+	// HTTPRequestBytes and HTTPResponseBytes bound one request body and
+	// one response body of an Extism plug-in's http_request. Defaults
+	// 8MiB; from 1KiB to held_bytes.
+	HTTPRequestBytes  policy.ByteSize `yaml:"http_request_bytes"`
+	HTTPResponseBytes policy.ByteSize `yaml:"http_response_bytes"`
+}
+
+// Limits returns the host's form of b.
+func (b BudgetLimits) Limits() budget.Limits {
+	return budget.Limits{
+		HeldBytes: int64(b.HeldBytes), OpenDevices: b.OpenDevices,
+		LogBytes: int64(b.LogBytes), LogRecords: b.LogRecords, AuditRows: b.AuditRows,
+		HTTPRequestBytes: int64(b.HTTPRequestBytes), HTTPResponseBytes: int64(b.HTTPResponseBytes),
+	}
 }
 
 // LogConfig configures the log.
@@ -196,6 +250,34 @@ func (c *Config) fillDefaults() {
 	}
 	if l.InvocationTimeout <= 0 {
 		l.InvocationTimeout = policy.Duration(host.DefaultLimits.Timeout)
+	}
+	if l.MaxRunResponseBytes == 0 {
+		l.MaxRunResponseBytes = MaxRunResponseBytes
+	}
+	if l.MaxTableElements == 0 {
+		l.MaxTableElements = host.DefaultMaxTableElements
+	}
+	b, d := &l.Budget, budget.DefaultLimits
+	if b.HeldBytes == 0 {
+		b.HeldBytes = policy.ByteSize(d.HeldBytes)
+	}
+	if b.OpenDevices == 0 {
+		b.OpenDevices = d.OpenDevices
+	}
+	if b.LogBytes == 0 {
+		b.LogBytes = policy.ByteSize(d.LogBytes)
+	}
+	if b.LogRecords == 0 {
+		b.LogRecords = d.LogRecords
+	}
+	if b.AuditRows == 0 {
+		b.AuditRows = d.AuditRows
+	}
+	if b.HTTPRequestBytes == 0 {
+		b.HTTPRequestBytes = policy.ByteSize(d.HTTPRequestBytes)
+	}
+	if b.HTTPResponseBytes == 0 {
+		b.HTTPResponseBytes = policy.ByteSize(d.HTTPResponseBytes)
 	}
 	p := &c.Piston.Limits
 	if p.RunTimeout <= 0 {
@@ -336,6 +418,15 @@ func (c *Config) validate(ix *nodeIndex) error {
 		return fail("limits.org_burst", "%d: the burst must be at least 1", l.OrgBurst)
 	case l.MaxRequestBytes > 64<<20:
 		return fail("limits.max_request_bytes", "%s is more than the 64MiB an invocation input can be; lower it", l.MaxRequestBytes)
+	case l.MaxRunResponseBytes < 64<<10 || l.MaxRunResponseBytes > 256<<20:
+		return fail("limits.max_run_response_bytes", "%s is outside 64KiB to 256MiB: the server holds a whole /v1/runs response in memory; the default is %s",
+			l.MaxRunResponseBytes, policy.ByteSize(MaxRunResponseBytes))
+	case l.MaxTableElements < 1 || l.MaxTableElements > host.MaxTableElementsCeiling:
+		return fail("limits.max_table_elements", "%d is outside 1 to %d (8 bytes of host memory each); leave it out for the default %d",
+			l.MaxTableElements, host.MaxTableElementsCeiling, host.DefaultMaxTableElements)
+	}
+	if err := l.Budget.validate(fail); err != nil {
+		return err
 	}
 	p := &c.Piston
 	if !strings.HasPrefix(p.Prefix, "/") || strings.HasSuffix(p.Prefix, "/") || strings.HasPrefix(p.Prefix, "/v1") {
@@ -358,6 +449,52 @@ func (c *Config) validate(ix *nodeIndex) error {
 			}
 		}
 		p.allow = append(p.allow, pre.Masked())
+	}
+	return nil
+}
+
+// validate checks each budget limit's range, and that held_bytes, which
+// holds every HTTP body in transit, can hold the largest one.
+func (b BudgetLimits) validate(fail func(field, format string, args ...any) error) error {
+	const k = "limits.budget."
+	sizes := []struct {
+		field    string
+		v        policy.ByteSize
+		min, max policy.ByteSize
+		why      string
+	}{
+		{"held_bytes", b.HeldBytes, 64 << 10, 1 << 30, "it bounds every buffer the host keeps for one invocation at once"},
+		{"log_bytes", b.LogBytes, abi.MaxLogRecord, 1 << 30, "the least holds one log record of the largest size"},
+		{"http_request_bytes", b.HTTPRequestBytes, 1 << 10, 1 << 30, "it bounds one request body"},
+		{"http_response_bytes", b.HTTPResponseBytes, 1 << 10, 1 << 30, "it bounds one response body"},
+	}
+	for _, s := range sizes {
+		if s.v < s.min || s.v > s.max {
+			return fail(k+s.field, "%s is outside %s to %s (%s); leave it out for the default", s.v, s.min, s.max, s.why)
+		}
+	}
+	counts := []struct {
+		field    string
+		v        int
+		min, max int
+	}{
+		{"open_devices", b.OpenDevices, 1, 1024},
+		{"log_records", b.LogRecords, 1, 1_000_000},
+		{"audit_rows", b.AuditRows, 1, 1_000_000},
+	}
+	for _, c := range counts {
+		if c.v < c.min || c.v > c.max {
+			return fail(k+c.field, "%d is outside %d to %d; leave it out for the default", c.v, c.min, c.max)
+		}
+	}
+	for _, h := range []struct {
+		field string
+		v     policy.ByteSize
+	}{{"http_request_bytes", b.HTTPRequestBytes}, {"http_response_bytes", b.HTTPResponseBytes}} {
+		if h.v > b.HeldBytes {
+			return fail(k+h.field, "%s is more than held_bytes (%s), which holds every HTTP body in transit, so no body could reach it; raise limits.budget.held_bytes or lower this",
+				h.v, b.HeldBytes)
+		}
 	}
 	return nil
 }

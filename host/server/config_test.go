@@ -108,5 +108,5 @@ func ExampleParseConfig() {
 	_, err := server.ParseConfig("moat-server.yaml", []byte("listen: 127.0.0.1:8080\nlimits:\n  key_rat: 10\n"))
 	fmt.Println(err)
 	// Output:
-	// moat-server.yaml:3: limits.key_rat: unknown field; did you mean key_rate? Known fields are max_request_bytes, max_module_bytes, key_rate, key_burst, org_rate, org_burst, invocation_timeout
+	// moat-server.yaml:3: limits.key_rat: unknown field; did you mean key_rate? Known fields are max_request_bytes, max_module_bytes, key_rate, key_burst, org_rate, org_burst, invocation_timeout, max_run_response_bytes, max_table_elements, budget
 }

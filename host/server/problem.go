@@ -45,7 +45,12 @@ func problem(status int, code, format string, args ...any) *Problem {
 
 // httpStatus maps a moat error code to the HTTP status of its response.
 // The guest's own failures (traps, faults, limits) are 502: the server
-// worked, the module behind it did not.
+// worked, the module behind it did not. resource_exhausted is one of them,
+// like memory_limit: the module used up its own invocation's host budget
+// (transport buffers, log records, audit rows, HTTP bodies). It is not 429,
+// which tells a client to slow down and retry, nor 413 or 422, which
+// blame its request: the same call fails the same way until the module
+// or the operator's limits.budget change.
 var httpStatus = map[abi.Code]int{
 	abi.CodeInvalidArgument:      http.StatusBadRequest,
 	abi.CodeNotFound:             http.StatusNotFound,
@@ -63,6 +68,7 @@ var httpStatus = map[abi.Code]int{
 	abi.CodeUnavailable:          http.StatusServiceUnavailable,
 	abi.CodeOutputTooLarge:       http.StatusBadGateway,
 	abi.CodeMemoryLimit:          http.StatusBadGateway,
+	abi.CodeResourceExhausted:    http.StatusBadGateway,
 	abi.CodeTrap:                 http.StatusBadGateway,
 	abi.CodeGuestFault:           http.StatusBadGateway,
 	abi.CodeUnknownOp:            http.StatusBadGateway,

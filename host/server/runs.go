@@ -69,7 +69,8 @@ type RunResult struct {
 // maxBatch bounds the jobs of one batch submission.
 const maxBatch = 32
 
-// MaxRunResponseBytes bounds the output one POST /v1/runs answers with,
+// MaxRunResponseBytes is the default of limits.max_run_response_bytes,
+// which bounds the output one POST /v1/runs answers with,
 // over all the jobs of a batch: stdout, stderr and compile output as they
 // are encoded in JSON (where one control byte or '<' is six bytes). Each
 // job's max_output_bytes (or the executor's default) is lowered to what is
@@ -82,8 +83,9 @@ const MaxRunResponseBytes = 8 << 20
 // runOverhead is the JSON of a result without its outputs, generously.
 const runOverhead = 1 << 10
 
-// responseBudget is what is left of MaxRunResponseBytes for a request.
-type responseBudget struct{ left int64 }
+// responseBudget is what is left of limits.max_run_response_bytes for a
+// request.
+type responseBudget struct{ left, limit int64 }
 
 // outputCap is the max_output_bytes (per stream) a job may run with: what
 // it asked for, or the executor's default (0), lowered to half of what is
@@ -108,7 +110,7 @@ func (b *responseBudget) charge(res *RunResult) {
 		res.Stdout, res.Stderr, res.Encoding = "", "", ""
 		res.CompileOutput = res.CompileOutput[:min(len(res.CompileOutput), 1024)]
 		res.Status = languages.StatusOutputLimit
-		res.Message = fmt.Sprintf("the output was dropped: the response's outputs are limited to %d bytes over all jobs, encoded as JSON (server.MaxRunResponseBytes)", MaxRunResponseBytes)
+		res.Message = fmt.Sprintf("the output was dropped: the response's outputs are limited to %d bytes over all jobs, encoded as JSON (limits.max_run_response_bytes)", b.limit)
 		size = int64(runOverhead + jsonLen(res.CompileOutput) + jsonLen(res.Message))
 	}
 	b.left -= size
@@ -177,12 +179,13 @@ func (s *Server) runs(c echo.Context) error {
 			return problem(http.StatusBadRequest, "invalid_argument", "runs holds %d jobs; a batch holds 1 to %d", len(probe.Runs), maxBatch)
 		}
 		out := make([]RunResult, 0, len(probe.Runs))
-		budget := &responseBudget{left: MaxRunResponseBytes}
+		limit := int64(s.cfg.Limits.MaxRunResponseBytes)
+		budget := &responseBudget{left: limit, limit: limit}
 		for i, r := range probe.Runs {
 			corr := fmt.Sprintf("%s.%d", correlationID(c), i)
 			if budget.spent() {
 				out = append(out, RunResult{Language: r.Language, Status: languages.StatusOutputLimit, CorrelationID: corr,
-					Message: fmt.Sprintf("not run: the jobs before it used up the response's %d bytes of output (server.MaxRunResponseBytes)", MaxRunResponseBytes)})
+					Message: fmt.Sprintf("not run: the jobs before it used up the response's %d bytes of output (limits.max_run_response_bytes)", limit)})
 				continue
 			}
 			res, err := s.run(c, r, corr, budget)
@@ -200,7 +203,8 @@ func (s *Server) runs(c echo.Context) error {
 	if err := dec(&r); err != nil {
 		return err
 	}
-	res, err := s.run(c, r, correlationID(c), &responseBudget{left: MaxRunResponseBytes})
+	limit := int64(s.cfg.Limits.MaxRunResponseBytes)
+	res, err := s.run(c, r, correlationID(c), &responseBudget{left: limit, limit: limit})
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		h, err := host.New(ctx, host.Config{
 			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof,
-			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout)},
+			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
+				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 		})
 		if err != nil {
 			s.abort(ctx)
