@@ -342,29 +342,26 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	}
 
 	res := &Result{}
-	// Egress first, so its cleanup (deferred earlier) runs after the job
-	// cgroup has killed every process in it.
-	var egress *kernel.Egress
+	// With egress targets the job shares the host's network namespace,
+	// held by iptables rules on its cgroup (set up below, once the cgroup
+	// exists) and by Landlock's TCP rules on these ports.
+	var targets []kernel.EgressTarget
 	var ports []uint16
-	if len(s.AllowNet) > 0 {
+	allowNet := len(s.AllowNet) > 0
+	if allowNet {
 		if !root {
 			return nil, errors.New("native: --allow-net needs root (iptables rules per job); without it a job has no network at all")
 		}
-		targets, err := kernel.ParseEgressTargets(s.AllowNet)
-		if err != nil {
+		if targets, err = kernel.ParseEgressTargets(s.AllowNet); err != nil {
 			return nil, fmt.Errorf("native: %w", err)
 		}
-		if egress, err = kernel.NewEgress("e"+id[:min(len(id), 12)], targets); err != nil {
-			return nil, fmt.Errorf("native: %w", err)
-		}
-		j.cleanups = append(j.cleanups, func() { egress.Close() })
 		for _, t := range targets {
 			ports = append(ports, uint16(t.Port))
 		}
 	}
-	attr := childAttr(root, uid, gid, egress == nil)
+	attr := childAttr(root, uid, gid, !allowNet)
 	var warm *warmWrapper
-	if len(extraFiles) == 0 && stdoutW == nil && stderrW == nil {
+	if !allowNet && len(extraFiles) == 0 && stdoutW == nil && stderrW == nil {
 		warm = pool.take(wrapperPath(s.Wrapper), attr.Cloneflags)
 	}
 	lim := kernel.JobLimits{MemoryBytes: s.MemoryBytes, CPUQuota: s.CPUQuota, Pids: s.Pids}
@@ -409,7 +406,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		StatusFD: 3 + len(extraFiles),
 	}
 	netLayer := "netns"
-	if egress != nil {
+	if allowNet {
 		netLayer = "egress(" + strings.Join(s.AllowNet, ",") + ")"
 	}
 	if !root {
@@ -434,13 +431,30 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 			cs.CgroupProcs = cg.ProcsFiles()
 		}
 	}
-	if egress != nil {
-		if cg != nil && cg.V2() {
-			return nil, errors.New("native: egress allowlists on a pure cgroup v2 system are not implemented yet (the job cgroup would have to carry the iptables match)")
+	if allowNet {
+		if cg == nil {
+			return nil, fmt.Errorf("native: --allow-net needs the job's cgroup (every process of the job is killed through it before its iptables rules go), and none could be made: %s",
+				strings.Join(res.Unavailable, "; "))
 		}
-		// The wrapper joins the v2 egress cgroup with the v1 job cgroups,
-		// before anything of the command runs.
-		cs.CgroupProcs = append(cs.CgroupProcs, filepath.Join(egress.CgroupDir(), "cgroup.procs"))
+		egress, err := jobEgress("e"+id[:min(len(id), 12)], cg, targets)
+		if err != nil {
+			return nil, err
+		}
+		// One cleanup, after the job's and before the cgroup's Destroy
+		// (registered earlier, so run later): the rules go only once
+		// every process of the cgroup is dead, since a process left
+		// behind would reach the host's network unfiltered. When the
+		// kill fails the rules stay, with the processes they hold.
+		j.cleanups = append(j.cleanups, func() {
+			if cg.Kill() == nil {
+				_ = egress.Close()
+			}
+		})
+		if !cg.V2() {
+			// The wrapper joins the v2 egress cgroup with the v1 job
+			// cgroups, before anything of the command runs.
+			cs.CgroupProcs = append(cs.CgroupProcs, filepath.Join(egress.CgroupDir(), "cgroup.procs"))
+		}
 	}
 	if abi, err := kernel.LandlockABI(); err == nil && abi > 0 {
 		cs.Landlock = true
@@ -486,12 +500,11 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 			j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, warm.cmd, cg, res, warm.statusR, stdout, stderr, startTime
 			return j, nil
 		}
-		// The wrapper died before its job (a wrapper binary of another
-		// moat version beside this one, say): start cold instead, where
-		// a broken wrapper says what is wrong; the pool stops warming
+		// The wrapper died (or hung) before it acknowledged its job (a
+		// wrapper binary of another moat version beside this one, say;
+		// claim has killed and reaped it): start cold instead, where a
+		// broken wrapper says what is wrong; the pool stops warming
 		// after a few such deaths in a row.
-		_ = warm.cmd.Process.Kill()
-		_ = warm.cmd.Wait()
 		pool.claimed(false)
 		if prejoined {
 			cs.CgroupProcs = cg.ProcsFiles()
@@ -533,6 +546,25 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started = s, cmd, cg, res, statusR, stdout, stderr, startTime
 	j.overflow = overflow
 	return j, nil
+}
+
+// jobEgress makes the iptables rules that hold a job with egress targets.
+// On a pure cgroup v2 host they match the job cgroup itself, in which the
+// wrapper is born; on a hybrid host (v1 controllers) a v2 cgroup of their
+// own, which the wrapper joins with its v1 ones. Either way the job
+// cgroup (cg, not nil) is what the caller kills before the rules go.
+func jobEgress(id string, cg *kernel.Cgroup, targets []kernel.EgressTarget) (*kernel.Egress, error) {
+	var e *kernel.Egress
+	var err error
+	if cg.V2() {
+		e, err = kernel.NewEgressForCgroup(id, cg.Dir(""), targets)
+	} else {
+		e, err = kernel.NewEgress(id, targets)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+	return e, nil
 }
 
 // Run runs spec.Command confined and waits for it. An error means the run

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -23,11 +24,13 @@ import (
 // cost of a cold start on this machine kind (see the README's spawn
 // figures). A warm wrapper has its namespaces and, as root, a job cgroup
 // with the default limits, joined while it waited; it blocks reading its
-// ConfineSpec from a pipe. When a job claims it, the cgroup takes the
-// job's limits (and its usage counters restart), and the job dir, uid,
-// Landlock rules and seccomp filter are applied after the spec arrives,
-// exactly as for a cold start, so a warm run is confined no less than a
-// cold one. A wrapper serves one job; its replacement starts when the job
+// ConfineSpec from a pipe. A job has claimed it only once the wrapper has
+// acknowledged the spec (see claim): a wrapper that dies before that sends
+// the job to a cold start, never fails it. When a job claims it, the
+// cgroup takes the job's limits (and its usage counters restart), and the
+// job dir, uid, Landlock rules and seccomp filter are applied after the
+// spec arrives, exactly as for a cold start, so a warm run is confined no
+// less than a cold one. A wrapper serves one job; its replacement starts when the job
 // has ended, in the job's cgroup once emptied (see recycle).
 //
 // Runs with egress targets, extra files (supervised workers) or streamed
@@ -140,8 +143,14 @@ func (p *Pool) takeFree() *kernel.Cgroup {
 var warmLimits = kernel.JobLimits{MemoryBytes: DefaultMemory, CPUQuota: DefaultCPUQuota, Pids: DefaultPids}
 
 // warmStatusFD is the wrapper's status pipe in a warm start: fd 3 carries
-// the spec, fd 4 the status.
-const warmStatusFD = 4
+// the spec, fd 4 the wrapper's acknowledgement of it and then the status.
+const warmStatusFD = kernel.ConfineAckFD
+
+// warmAckTimeout bounds the wait for a warm wrapper's acknowledgement of
+// its spec. An idle wrapper blocks in one read and answers within a
+// millisecond or so; one that has not answered by then is stopped (or
+// stuck) and is killed, and the job starts cold.
+var warmAckTimeout = 2 * time.Second
 
 // take returns an idle wrapper started with the same wrapper binary and
 // clone flags, or nil. A nil pool has none.
@@ -310,16 +319,59 @@ func startWarm(wrapper string, recycled *kernel.Cgroup) (_ *warmWrapper, err err
 	return w, nil
 }
 
-// claim gives the wrapper its job: the spec, stdin and the output buffers.
+// claim gives the wrapper its job: the spec, then, once the wrapper has
+// acknowledged it, stdin and the output buffers. The write alone proves
+// nothing: a wrapper alive when its spec went into the pipe may die the
+// next moment, and a job handed to it would fail for a reason of the
+// pool's own. So the claim counts only on the acknowledgement byte (see
+// kernel.ConfineAck), read from the status pipe; on an error the wrapper
+// has been killed and reaped, nothing of the job reached it but the spec,
+// and the caller starts the job cold.
 func (w *warmWrapper) claim(spec, stdin []byte, stdout, stderr io.Writer) error {
-	w.stdin.bind(bytes.NewReader(stdin))
-	w.stdout.bind(stdout)
-	w.stderr.bind(stderr)
 	_, err := w.specW.Write(spec)
 	if cerr := w.specW.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		err = fmt.Errorf("native: warm wrapper: write its spec: %w", err)
+	} else {
+		err = w.awaitAck()
+	}
+	if err != nil {
+		w.stdin.bind(bytes.NewReader(nil))
+		w.stdout.bind(io.Discard)
+		w.stderr.bind(io.Discard)
+		_ = w.cmd.Process.Kill()
+		_ = w.cmd.Wait()
+		return err
+	}
+	w.stdin.bind(bytes.NewReader(stdin))
+	w.stdout.bind(stdout)
+	w.stderr.bind(stderr)
+	return nil
+}
+
+// awaitAck reads the wrapper's acknowledgement of its spec, the first byte
+// on its status pipe, within warmAckTimeout.
+func (w *warmWrapper) awaitAck() error {
+	if err := w.statusR.SetReadDeadline(time.Now().Add(warmAckTimeout)); err != nil {
+		return fmt.Errorf("native: warm wrapper: status pipe: %w", err)
+	}
+	defer w.statusR.SetReadDeadline(time.Time{})
+	var b [1]byte
+	_, err := io.ReadFull(w.statusR, b[:])
+	switch {
+	case err == nil && b[0] == kernel.ConfineAck:
+		return nil
+	case err == nil:
+		return fmt.Errorf("native: warm wrapper %s answered its spec with %q, not the acknowledgement (another moat version's wrapper?)", w.wrapper, b[0])
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("native: warm wrapper %s died before it acknowledged its spec", w.wrapper)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("native: warm wrapper %s did not acknowledge its spec within %s", w.wrapper, warmAckTimeout)
+	default:
+		return fmt.Errorf("native: warm wrapper %s: read its acknowledgement: %w", w.wrapper, err)
+	}
 }
 
 // discard ends an unclaimed wrapper: without a spec it exits at once.

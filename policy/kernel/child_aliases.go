@@ -15,6 +15,8 @@ type (
 const (
 	ConfineEnv      = child.ConfineEnv
 	ConfineFromFD3  = child.ConfineFromFD3
+	ConfineAckFD    = child.ConfineAckFD
+	ConfineAck      = child.ConfineAck
 	ConfineExitCode = child.ConfineExitCode
 	ConfinePrefix   = child.ConfinePrefix
 	ELFInterpreter  = child.ELFInterpreter

@@ -23,6 +23,18 @@ const ConfineEnv = "MOAT_CONFINE"
 // host/native.Pool) and blocks there.
 const ConfineFromFD3 = "fd:3"
 
+// ConfineAckFD and ConfineAck are a warm wrapper's acknowledgement: once it
+// has read and parsed its spec from fd 3, it writes the one byte ConfineAck
+// on fd 4 (its status pipe) before it does anything else. The runner counts
+// a warm wrapper as taken only on that byte: a wrapper that died before it
+// (after the spec was written, even) sends the job to a cold start instead
+// of failing it. Anything else on fd 4 after the byte is the status pipe's
+// usual failure reason.
+const (
+	ConfineAckFD = 4
+	ConfineAck   = 0x06 // ASCII ACK: never the first byte of a reason
+)
+
 // ConfineExitCode is the exit status of a wrapper that failed before it
 // could exec the target; its reason is a "moat-confine: ..." line on
 // stderr (and on the status fd, when given).
@@ -84,7 +96,8 @@ func ConfineMain() {
 	if !ok {
 		return
 	}
-	if raw == ConfineFromFD3 {
+	warm := raw == ConfineFromFD3
+	if warm {
 		f := os.NewFile(3, "confine-spec")
 		b, err := io.ReadAll(f)
 		f.Close()
@@ -96,6 +109,13 @@ func ConfineMain() {
 	var spec ConfineSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		confineFail(0, fmt.Errorf("bad %s: %w", ConfineEnv, err))
+	}
+	if warm {
+		// After the parse: a wrapper that cannot read this runner's
+		// spec (another moat version) sends the job to a cold start.
+		if _, err := unix.Write(ConfineAckFD, []byte{ConfineAck}); err != nil {
+			confineFail(0, fmt.Errorf("acknowledge the spec on fd %d: %w", ConfineAckFD, err))
+		}
 	}
 	err := confine(&spec)
 	confineFail(spec.StatusFD, err)
