@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // allocated is the bytes the process allocated on the heap while f ran
@@ -68,7 +70,7 @@ const budgetManifest = `
 name: budget
 version: 1.0.0
 kind: extism
-actions: [{name: bigcall}, {name: fetch}, {name: logs}, {name: names}]
+actions: [{name: bigcall}, {name: fetch}, {name: logs}, {name: names}, {name: seterror}]
 %s`
 
 // TestExtismMoatCallBudget: moat_call's op name and request are checked
@@ -540,6 +542,37 @@ func TestExtismHTTPInFlight(t *testing.T) {
 			if err != nil {
 				t.Errorf("round %d, call %d: %v", round, i, err)
 			}
+		}
+	}
+}
+
+// TestExtismErrorReasonClipped: a plug-in's error_set message of any
+// length becomes a reason of at most a few KiB (it travels into logs, the
+// audit trail and HTTP problem details), saying how much was cut.
+func TestExtismErrorReasonClipped(t *testing.T) {
+	const maxReason = 4 << 10 // the package's bound
+	ctx := context.Background()
+	h := newHost(t, nil, nil)
+	m, err := h.Load(ctx, wasmFixture(t, "hostile_extismbudget.wasm"), host.LoadOptions{
+		Manifest: manifest(t, fmt.Sprintf(budgetManifest, "")), MaxIdle: 1,
+		Limits: host.Limits{Timeout: 10 * time.Second, MemoryLimitPages: 256},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	for _, n := range []uint64{10, maxReason, 1 << 20} {
+		_, err := m.Invoke(ctx, host.Request{Action: "seterror", Input: le(n), Principal: policy.Principal{User: "u", Org: "o"}})
+		var he *host.Error
+		if !errors.As(err, &he) || he.Code != abi.CodeGuestError {
+			t.Fatalf("%d bytes: %v, want a guest_error", n, err)
+		}
+		want := strings.Repeat("e", int(min(n, maxReason)))
+		if n > maxReason {
+			want += fmt.Sprintf("…[%d more bytes cut]", n-maxReason)
+		}
+		if he.Reason != want {
+			t.Errorf("%d bytes: reason of %d bytes %.40q..., want %d bytes", n, len(he.Reason), he.Reason, len(want))
 		}
 	}
 }

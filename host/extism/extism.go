@@ -361,9 +361,23 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	// message the kernel holds tells a guest error from a trap.
 	if msg := inst.p.GetErrorWithContext(ctx); msg != "" && msg == err.Error() {
 		reusable = true
-		return fail(abi.CodeGuestError, nil, "%s", msg)
+		return fail(abi.CodeGuestError, nil, "%s", clipReason(msg))
 	}
-	return fail(abi.CodeTrap, err, "%s%s", firstLine(err), inst.stderr.note())
+	return fail(abi.CodeTrap, err, "%s%s", clipReason(firstLine(err)), inst.stderr.note())
+}
+
+// maxReason bounds a reason a plug-in's message becomes: error_set takes
+// any length, and the reason travels on into logs, the audit trail and an
+// HTTP problem's detail.
+const maxReason = 4 << 10
+
+// clipReason cuts s to maxReason bytes (on a UTF-8 boundary), saying how
+// much was cut.
+func clipReason(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxReason], "") + fmt.Sprintf("…[%d more bytes cut]", len(s)-maxReason)
 }
 
 // get takes an idle instance or makes one under the call's deadline and

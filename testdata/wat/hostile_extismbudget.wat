@@ -15,6 +15,8 @@
 ;;     `value` bytes (input: u64 size, u64 count, u64 value; value 0: no
 ;;     var_set); the output is 8 bytes, the sum of the lookups' offsets
 ;;     (0: nothing found).
+;;   seterror: error_set with a block of `size` bytes of 'e' (input: u64
+;;     size), and a failure return.
 (module
   (import "extism:host/env" "alloc" (func $alloc (param i64) (result i64)))
   (import "extism:host/env" "length" (func $length (param i64) (result i64)))
@@ -30,6 +32,7 @@
   (import "extism:host/env" "config_get" (func $config_get (param i64) (result i64)))
   (import "extism:host/env" "var_get" (func $var_get (param i64) (result i64)))
   (import "extism:host/env" "var_set" (func $var_set (param i64 i64)))
+  (import "extism:host/env" "error_set" (func $error_set (param i64)))
   (import "extism:host/user" "moat_call" (func $moat_call (param i64 i64) (result i64)))
   (memory (export "memory") 1)
 
@@ -112,4 +115,16 @@
     (local.set $out (call $alloc (i64.const 8)))
     (call $store_u64 (local.get $out) (local.get $sum))
     (call $output_set (local.get $out) (i64.const 8))
-    (i32.const 0)))
+    (i32.const 0))
+  (func (export "seterror") (result i32)
+    (local $n i64) (local $i i64) (local $b i64)
+    (local.set $n (call $input_load_u64 (i64.const 0)))
+    (local.set $b (call $alloc (local.get $n)))
+    (block $done
+      (loop $fill
+        (br_if $done (i64.ge_u (local.get $i) (local.get $n)))
+        (call $store_u8 (i64.add (local.get $b) (local.get $i)) (i32.const 101))
+        (local.set $i (i64.add (local.get $i) (i64.const 1)))
+        (br $fill)))
+    (call $error_set (local.get $b))
+    (i32.const 1)))
