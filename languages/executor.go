@@ -494,9 +494,16 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 		res.Status, res.Message = StatusRuntimeError, "killed by signal "+r.Signal
 	default:
 		res.Status, res.Message = StatusRuntimeError, fmt.Sprintf("the program exited with status %d", r.ExitCode)
-		if r.PidsLimitHit {
-			res.Message += " (it hit the process limit)"
+	}
+	// A fork bomb usually ends at the deadline or the memory limit, not
+	// at the pids limit itself: whatever ended it, say that it was held
+	// back, since it explains the status (and its stderr's fork errors).
+	if r.PidsLimitHit && res.Status != StatusOK {
+		pids := spec.Pids
+		if pids <= 0 {
+			pids = native.DefaultPids
 		}
+		res.Message += fmt.Sprintf(" (it hit the process limit of %d)", pids)
 	}
 	return nil
 }

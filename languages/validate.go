@@ -9,7 +9,8 @@ import (
 
 // ValidateCommon applies the checks every language shares: the total size
 // and number of files, UTF-8 text, and file names that stay inside the
-// submission (relative, slash-separated, no "..", no NUL, no duplicates).
+// submission (relative, slash-separated, no "..", no NUL, no duplicates,
+// no name that is also another's directory).
 // Each Violation names the file and says how to fix it. A language's
 // Validate calls it first and adds its own static checks.
 //
@@ -56,6 +57,19 @@ func ValidateCommon(src Source, p ValidationProfile) []Violation {
 			line, col := firstInvalidUTF8(f.Content)
 			vs = append(vs, Violation{Rule: RuleEncoding, File: label, Line: line,
 				Message: fmt.Sprintf("invalid UTF-8 at byte %d of the line (column %d): save the file as UTF-8", col, col)})
+		}
+	}
+	// A name that is also another's directory ("a" and "a/b") cannot be
+	// written: refuse it here rather than fail moat's own write.
+	for _, f := range src.Files {
+		if checkName(f.Name) != "" {
+			continue
+		}
+		for dir := path.Dir(path.Clean(f.Name)); dir != "."; dir = path.Dir(dir) {
+			if seen[dir] {
+				add(RulePath, f.Name, "%s is also a file in the submission: a name cannot be both a file and a directory; rename one of them", dir)
+				break
+			}
 		}
 	}
 	if total > maxBytes {

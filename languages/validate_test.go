@@ -43,6 +43,9 @@ func TestValidateCommon(t *testing.T) {
 		{name: "duplicate after cleaning", src: files("a.c", "", "./a.c", ""), rule: languages.RulePath},
 		{name: "dot element", src: files("x/./a.c", ""), rule: languages.RulePath, fix: "clean relative path"},
 		{name: "control character", src: files("a\n.c", ""), rule: languages.RulePath, fix: "control character"},
+		{name: "file and directory", src: files("a.c", "", "a.c/x.h", ""), rule: languages.RulePath, file: "a.c/x.h", fix: "a.c is also a file"},
+		{name: "directory before file", src: files("d/e/x.h", "", "d", ""), rule: languages.RulePath, file: "d/e/x.h", fix: "d is also a file"},
+		{name: "ok: a name prefixing another's directory", src: files("a.c", "", "a.cx/y.h", "", "lib/a.h", "", "lib/b/c.h", "")},
 		{name: "main not among files", src: languages.Source{Files: files("a.c", "").Files, Main: "b.c"}, rule: languages.RuleFiles, fix: "entry file"},
 	}
 	for _, tc := range tests {

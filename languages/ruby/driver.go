@@ -332,7 +332,7 @@ func drive(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, mc 
 // program and turns its end into an exit status string, printing an
 // uncaught exception as ruby would.
 func wrapper(script string) string {
-	return `$stdout.sync = true
+	return noProcesses + `$stdout.sync = true
 $stderr.sync = true
 $0 = ` + rubyQuote(script) + `
 begin
@@ -345,6 +345,23 @@ rescue Exception => e
   1
 end.to_s`
 }
+
+// noProcesses makes Ruby's ways of starting a process raise
+// NotImplementedError, as CRuby does for fork where the platform has none.
+// WASI has no processes, and ruby.wasm's stubs lie about it: system
+// returns true with a "pid -1 exit 0" status though nothing ran, spawn
+// returns nil, and backticks and IO.popen raise a garbled ArgumentError
+// ("string contains null byte"). A program must learn that its command
+// did not run. This is honesty, not confinement: nothing could run anyway.
+const noProcesses = "module Kernel\n" +
+	"  %i[system spawn exec \x60].each do |name|\n" +
+	"    define_method(name) { |*| raise NotImplementedError, \"#{name}() function is unimplemented on this machine\" }\n" +
+	"    module_function name\n" +
+	"  end\n" +
+	"end\n" +
+	"[[Process, %i[spawn exec]], [IO, %i[popen]]].each do |mod, names|\n" +
+	"  names.each { |name| mod.define_singleton_method(name) { |*| raise NotImplementedError, \"#{name}() function is unimplemented on this machine\" } }\n" +
+	"end\n"
 
 // rubyQuote is a single-quoted Ruby literal (no interpolation).
 func rubyQuote(s string) string {
