@@ -57,6 +57,18 @@ func budgetDecisions(t *testing.T, h *host.Host, correlation, knob string) int {
 	return n
 }
 
+// loadBudgetPlugin loads the hostile budget fixture with opts, closed when
+// the test ends.
+func loadBudgetPlugin(t *testing.T, h *host.Host, opts host.LoadOptions) *host.Module {
+	t.Helper()
+	m, err := h.Load(context.Background(), wasmFixture(t, "hostile_extismbudget.wasm"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
 // le is the little-endian u64s the fixture reads with input_load_u64.
 func le(vs ...uint64) []byte {
 	var b []byte
@@ -81,14 +93,10 @@ actions: [{name: bigcall}, {name: fetch}, {name: logs}, {name: names}, {name: se
 func TestExtismMoatCallBudget(t *testing.T) {
 	ctx := context.Background()
 	h := newHost(t, nil, nil)
-	m, err := h.Load(ctx, wasmFixture(t, "hostile_extismbudget.wasm"), host.LoadOptions{
+	m := loadBudgetPlugin(t, h, host.LoadOptions{
 		Manifest: manifest(t, fmt.Sprintf(budgetManifest, "")), MaxIdle: 1,
 		Limits: host.Limits{Timeout: 10 * time.Second, MemoryLimitPages: 2048},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
 	tests := []struct {
 		name            string
 		reqLen, opLen   uint64
@@ -122,6 +130,7 @@ func TestExtismMoatCallBudget(t *testing.T) {
 			}
 			req.CorrelationID = "measured-" + strings.ReplaceAll(tt.name, " ", "-")
 			var res host.Result
+			var err error
 			alloc := allocated(func() { res, err = m.Invoke(ctx, req) })
 			if err != nil {
 				t.Fatal(err)
@@ -159,14 +168,10 @@ func TestExtismLogBudget(t *testing.T) {
 	ctx := context.Background()
 	logs := &syncBuffer{}
 	h := newHost(t, nil, logs)
-	m, err := h.Load(ctx, wasmFixture(t, "hostile_extismbudget.wasm"), host.LoadOptions{
+	m := loadBudgetPlugin(t, h, host.LoadOptions{
 		Manifest: manifest(t, fmt.Sprintf(budgetManifest, "")),
 		Limits:   host.Limits{Timeout: 10 * time.Second, MemoryLimitPages: 2048},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
 	tests := []struct {
 		name        string
 		size, count uint64
@@ -218,14 +223,10 @@ func TestExtismLogBudget(t *testing.T) {
 func TestExtismNamesBudget(t *testing.T) {
 	ctx := context.Background()
 	h := newHost(t, nil, nil)
-	m, err := h.Load(ctx, wasmFixture(t, "hostile_extismbudget.wasm"), host.LoadOptions{
+	m := loadBudgetPlugin(t, h, host.LoadOptions{
 		Manifest: manifest(t, fmt.Sprintf(budgetManifest, "")), MaxIdle: 1, Config: map[string]string{"\x00\x00\x00\x00": "four zeros"},
 		Limits: host.Limits{Timeout: 10 * time.Second, MemoryLimitPages: 2048},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
 	tests := []struct {
 		name               string
 		size, count, value uint64
@@ -553,14 +554,10 @@ func TestExtismErrorReasonClipped(t *testing.T) {
 	const maxReason = 4 << 10 // the package's bound
 	ctx := context.Background()
 	h := newHost(t, nil, nil)
-	m, err := h.Load(ctx, wasmFixture(t, "hostile_extismbudget.wasm"), host.LoadOptions{
+	m := loadBudgetPlugin(t, h, host.LoadOptions{
 		Manifest: manifest(t, fmt.Sprintf(budgetManifest, "")), MaxIdle: 1,
 		Limits: host.Limits{Timeout: 10 * time.Second, MemoryLimitPages: 256},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
 	for _, n := range []uint64{10, maxReason, 1 << 20} {
 		_, err := m.Invoke(ctx, host.Request{Action: "seterror", Input: le(n), Principal: policy.Principal{User: "u", Org: "o"}})
 		var he *host.Error
