@@ -251,6 +251,7 @@ func TestExtismNamesBudget(t *testing.T) {
 				}
 			}
 			var res host.Result
+			var err error
 			alloc := allocated(func() { res, err = m.Invoke(ctx, req) })
 			if tt.code != "" {
 				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
