@@ -216,6 +216,11 @@ func (c *Call) DenyHTTP(ctx context.Context, rule, reason string) error {
 // ("scheme://host:port"); none means no request can be allowed.
 func (c *Call) HTTPTargets() []string { return c.m.policy.eval.Effective.HTTP.Targets }
 
+// AddressTargets are the effective http targets that the profile's grant
+// names by their IP address (policy.Evaluation.AddressTargets): the only
+// ones that may reach a loopback, private or metadata address.
+func (c *Call) AddressTargets() []string { return c.m.policy.eval.AddressTargets() }
+
 // Log is the host's logger tagged with the invocation: module, action,
 // principal and correlation id.
 func (c *Call) Log() *slog.Logger { return c.env.Log() }

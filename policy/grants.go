@@ -49,8 +49,9 @@ type Evaluation struct {
 	// signature and the module has no trusted one.
 	Refused bool
 
-	httpTargets []httpTarget // Effective.HTTP.Targets, parsed once
-	maxLimits   Limits       // the granted maximums, for Report
+	httpTargets    []httpTarget // Effective.HTTP.Targets, parsed once
+	addressTargets []string     // see AddressTargets
+	maxLimits      Limits       // the granted maximums, for Report
 }
 
 // Refusal is one requested thing that was not granted.
@@ -168,6 +169,9 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 			eff.HTTP.Targets = append(eff.HTTP.Targets, s)
 			e.httpTargets = append(e.httpTargets, r)
 			eff.HTTP.AllowAny = eff.HTTP.AllowAny || r.wild()
+			if addressNamed(granted.HTTP.Targets, r) {
+				e.addressTargets = append(e.addressTargets, s)
+			}
 		}
 	}
 	eff.Media = flag("media", req.Media, func(c *Capabilities) bool { return c.Media })
@@ -274,6 +278,30 @@ func union(a, b Capabilities) Capabilities {
 // nameCovered: a collection or model is granted by name or by "*".
 func nameCovered(granted []string, name string) bool {
 	return slices.Contains(granted, name) || slices.Contains(granted, "*")
+}
+
+// AddressTargets are the effective HTTP targets whose host is an IP
+// address that a granted target names itself: the only targets through
+// which a request may reach a loopback, private, link-local, metadata or
+// other special address (package egress). The manifest asking for
+// http://127.0.0.1:8080 is not enough, nor is a grant of "*",
+// "http://*:8080" or a host name that resolves there: the operator's
+// grant must write the address, like http://127.0.0.1:8080 (that port) or
+// http://127.0.0.1:* (any port).
+func (e *Evaluation) AddressTargets() []string { return e.addressTargets }
+
+// addressNamed reports whether r's host is an IP address that a granted
+// target covering r writes literally.
+func addressNamed(granted []string, r httpTarget) bool {
+	if r.any || !isAddress(r.host) {
+		return false
+	}
+	for _, s := range granted {
+		if g, err := parseTarget(s); err == nil && !g.any && g.host == r.host && g.covers(r) {
+			return true
+		}
+	}
+	return false
 }
 
 func targetCovered(granted []string, r httpTarget) bool {

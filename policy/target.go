@@ -1,13 +1,15 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/moat-sandbox/moat/policy/egress"
 )
 
 // httpTarget is a parsed HTTP target: "scheme://host:port", or "*" for any
@@ -67,34 +69,49 @@ func parseTarget(s string) (httpTarget, error) {
 	return httpTarget{scheme: scheme, host: h, port: port}, nil
 }
 
-// checkHost validates and canonicalizes a target host.
+// checkHost validates a target host: a wildcard, or a host in the one
+// form package egress normalizes every destination to, so that a target
+// reads as what it grants. Another form of the same host is refused,
+// naming the canonical one: a grant of 127.1 or [::ffff:7f00:1] would
+// otherwise say one thing and compare as another.
 func checkHost(h string) (string, error) {
 	if h == "*" {
 		return h, nil
 	}
-	if a, err := netip.ParseAddr(h); err == nil {
-		return a.String(), nil
-	}
-	name := strings.TrimPrefix(h, "*.")
+	name, wild := strings.CutPrefix(h, "*.")
 	if strings.Contains(name, "*") {
 		return "", fmt.Errorf("host %s: a wildcard is only allowed as the whole first label, like *.example.com", h)
 	}
-	if name != strings.ToLower(name) {
-		return "", fmt.Errorf("host %s: write host names in lower case: %s", h, strings.ToLower(h))
-	}
-	if name == "" || len(name) > 253 {
-		return "", fmt.Errorf("host %q is not a host name", h)
-	}
-	for _, label := range strings.Split(name, ".") {
-		ok := label != "" && len(label) <= 63 && label[0] != '-' && label[len(label)-1] != '-'
-		for _, r := range label {
-			ok = ok && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	canon, addr, err := egress.Host(name)
+	if err != nil {
+		var ee *egress.Error
+		if errors.As(err, &ee) {
+			return "", errors.New(ee.Reason)
 		}
-		if !ok {
-			return "", fmt.Errorf("host %s is not a host name: label %q must be 1-63 characters a-z 0-9 - _", h, label)
+		return "", err
+	}
+	if wild && addr.IsValid() {
+		return "", fmt.Errorf("host %s: a wildcard only goes before a name, not an address", h)
+	}
+	if canon != strings.Trim(name, "[]") {
+		if canon == strings.ToLower(name) {
+			return "", fmt.Errorf("host %s: write host names in lower case: %s", h, strings.ToLower(h))
 		}
+		if addr.Is6() {
+			canon = "[" + canon + "]"
+		}
+		if wild {
+			canon = "*." + canon
+		}
+		return "", fmt.Errorf("host %s is written in a form of its own; write it as %s", h, canon)
 	}
 	return h, nil
+}
+
+// isAddress reports whether a canonical target host is an IP address.
+func isAddress(h string) bool {
+	_, err := netip.ParseAddr(h)
+	return err == nil
 }
 
 // covers reports whether the granted target g allows everything the
@@ -128,35 +145,14 @@ func hostCovers(g, r string) bool {
 }
 
 // urlTarget parses the URL an http.fetch op asks for into the concrete
-// target it reaches: the port defaults to 80 or 443 by scheme.
+// target it reaches, normalized by package egress (the same normalization
+// as the request that is sent): the port defaults to 80 or 443 by scheme.
 func urlTarget(raw string) (httpTarget, error) {
-	u, err := url.Parse(raw)
+	_, d, err := egress.ParseURL(raw)
 	if err != nil {
-		return httpTarget{}, fmt.Errorf("%q is not a URL", raw)
+		return httpTarget{}, err
 	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "http" && scheme != "https" {
-		return httpTarget{}, fmt.Errorf("%q is not an http or https URL", raw)
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "" || strings.Contains(host, "*") {
-		return httpTarget{}, fmt.Errorf("%q has no host", raw)
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		host = a.String()
-	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-		if scheme == "http" {
-			port = "80"
-		}
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return httpTarget{}, fmt.Errorf("%q has an invalid port", raw)
-	}
-	return httpTarget{scheme: scheme, host: host, port: strconv.Itoa(n)}, nil
+	return httpTarget{scheme: d.Scheme, host: d.Host, port: strconv.Itoa(int(d.Port))}, nil
 }
 
 func (t httpTarget) String() string {

@@ -3,6 +3,7 @@ package main_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testwasm"
@@ -78,7 +80,10 @@ func TestRunExtism(t *testing.T) {
 // TestRunExtismEgress: a stock Extism plug-in's http_request from `moat
 // run`, which confines itself (Landlock allows TCP connections only to the
 // ports of the manifest's HTTP targets): the granted server answers, a
-// server on another port is refused, by the grant check and by the kernel.
+// server on another port is refused, by the grant check and by the kernel;
+// and loopback servers on a port a wildcard grants are refused whatever
+// form their address is written in (decimal, hex, IPv4-mapped, IPv6 zones,
+// through a redirect), by the one egress check, and get no request.
 func TestRunExtismEgress(t *testing.T) {
 	root := testwasm.RepoRoot(t)
 	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
@@ -99,20 +104,43 @@ func TestRunExtismEgress(t *testing.T) {
 	if msg, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the stock plug-in: %v\n%s", err, msg)
 	}
-	serve := func(body string) (*httptest.Server, string) {
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }))
-		t.Cleanup(s.Close)
-		u, _ := url.Parse(s.URL)
-		return s, u.Port()
+	serve := func(body string) (*countingServer, string) {
+		c := &countingServer{}
+		c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c.hits.Add(1)
+			if to := r.URL.Query().Get("to"); to != "" {
+				w.Header().Set("Location", to)
+				w.WriteHeader(http.StatusFound)
+				return
+			}
+			io.WriteString(w, body)
+		}))
+		t.Cleanup(c.Close)
+		u, _ := url.Parse(c.URL)
+		return c, u.Port()
 	}
 	granted, gport := serve("granted")
 	other, _ := serve("other")
-	mf := fmt.Sprintf("name: fetcher\nversion: 1.0.0\nkind: extism\nactions: [{name: fetch}]\ncapabilities: {http: [%s]}\n", granted.URL)
+	// Loopback servers on a port that a wildcard grants: only the address
+	// check stands between them and the plug-in.
+	loop4, lport := serve("loopback v4")
+	l6, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits6 atomic.Int32
+	loop6 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits6.Add(1); io.WriteString(w, "loopback v6") }))
+	loop6.Listener = l6
+	loop6.Start()
+	t.Cleanup(loop6.Close)
+	port6 := l6.Addr().(*net.TCPAddr).Port
+	targets := fmt.Sprintf("{targets: [%s, \"http://*:%s\", \"http://*:%d\"], allow_any: true}", granted.URL, lport, port6)
+	mf := fmt.Sprintf("name: fetcher\nversion: 1.0.0\nkind: extism\nactions: [{name: fetch}]\ncapabilities: {http: %s}\n", targets)
 	if err := os.WriteFile(filepath.Join(dir, "moat.yaml"), []byte(mf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	profile := filepath.Join(t.TempDir(), "egress.yaml")
-	pf := fmt.Sprintf("name: egress\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http: [http://127.0.0.1:%s]\n", gport)
+	pf := fmt.Sprintf("name: egress\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http: {targets: [\"http://127.0.0.1:%s\", \"http://*:%s\", \"http://*:%d\"], allow_any: true}\n", gport, lport, port6)
 	if err := os.WriteFile(profile, []byte(pf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -125,4 +153,35 @@ func TestRunExtismEgress(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "denied") {
 		t.Fatalf("another port: exit %d, stdout %q, stderr %q; want a denial", r.code, r.stdout, r.stderr)
 	}
+	// The address forms of issue 13, under the confined host: refused by
+	// the one egress check, whatever form the destination is written in.
+	loop := func(ap string) string {
+		return ap + " is a loopback address, and no granted target names it (a grant of http://" + ap + " would)"
+	}
+	zone := func(in string) string {
+		return "[" + in + "]: an IPv6 zone (%lo) is not allowed in a destination; it names a local interface, and the address with it is no address a grant names"
+	}
+	for _, tc := range []struct{ url, reason string }{
+		{fmt.Sprintf("http://2130706433:%s/", lport), "http_request GET http://127.0.0.1:" + lport + ": " + loop("127.0.0.1:"+lport)},
+		{fmt.Sprintf("http://0x7f.1:%s/", lport), "http_request GET http://127.0.0.1:" + lport + ": " + loop("127.0.0.1:"+lport)},
+		{fmt.Sprintf("http://[::ffff:127.0.0.1]:%s/", lport), "http_request GET http://127.0.0.1:" + lport + ": " + loop("127.0.0.1:"+lport)},
+		{fmt.Sprintf("http://[::1]:%d/", port6), fmt.Sprintf("http_request GET http://[::1]:%d: ", port6) + loop(fmt.Sprintf("[::1]:%d", port6))},
+		{fmt.Sprintf("http://[::1%%25lo]:%d/", port6), fmt.Sprintf("http_request http://[::1%%lo]:%d: ", port6) + zone("::1%lo")},
+		{fmt.Sprintf("http://[::%%25lo]:%d/", port6), fmt.Sprintf("http_request http://[::%%lo]:%d: ", port6) + zone("::%lo")},
+		{fmt.Sprintf("http://[fd00:ec2::254%%25lo]:%d/", port6), fmt.Sprintf("http_request http://[fd00:ec2::254%%lo]:%d: ", port6) + zone("fd00:ec2::254%lo")},
+		{granted.URL + "/redirect?to=" + url.QueryEscape(fmt.Sprintf("http://[::1%%25lo]:%d/", port6)), "http_request GET " + granted.URL + ": redirect to " + fmt.Sprintf("http://[::1%%lo]:%d: ", port6) + zone("::1%lo")},
+	} {
+		r := moat(t, "", "run", "--data", data, "--profile", profile, "--confine", "strict", dir, "fetch", "--input", tc.url)
+		if r.code == 0 || !strings.Contains(r.stderr, "denied: "+tc.reason) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want denied: %s", tc.url, r.code, r.stdout, r.stderr, tc.reason)
+		}
+	}
+	if n := loop4.hits.Load(); n != 0 || hits6.Load() != 0 {
+		t.Errorf("the loopback servers got %d and %d requests, want none", n, hits6.Load())
+	}
+}
+
+type countingServer struct {
+	*httptest.Server
+	hits atomic.Int32
 }

@@ -318,6 +318,11 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	st := &callState{call: c, inst: inst}
 	inst.state = st
 	inst.ctx = ctx
+	// Nothing of the last invocation's requests reaches this one: the
+	// instance may have served another principal, whose responses (a
+	// Set-Cookie, a token in a header) http_headers would hand over.
+	inst.http = httpState{}
+	defer func() { inst.http = httpState{} }()
 	inst.mems.setLimit(c.Limits.MemoryLimitPages)
 	inst.stdout.begin(c.Log)
 	inst.stderr.begin(c.Log)

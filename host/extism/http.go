@@ -1,24 +1,21 @@
 package extism
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
+	"sync/atomic"
 
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/policy/egress"
 )
 
 // Extism's http_request, as moat runs it. The go-sdk's own sends every
@@ -26,34 +23,44 @@ import (
 // allowed_hosts: it follows redirects to any host, goes through
 // HTTP_PROXY, and connects to whatever the name resolves to, so a granted
 // name that resolves to 127.0.0.1 or 169.254.169.254 reaches the host's
-// own services. moat's version:
+// own services. moat's version sends through package egress, the one
+// egress decision every outbound path shares:
 //
-//  1. asks policy about the URL (host.Call.CheckHTTP: scheme, host and
-//     port against the module's effective http targets; audited), so with
-//     no grant every request is refused;
-//  2. re-asks for every redirect before following it;
-//  3. checks the address it actually connects to, at dial time (after DNS,
-//     so a name that changes its answer between check and use gains
-//     nothing): loopback, private, link-local (cloud metadata), CGNAT,
-//     multicast and reserved addresses are refused unless a granted target
-//     names that address itself (http://127.0.0.1:8080), and a wildcard
-//     grant never does;
-//  4. uses no proxy from the environment;
-//  5. charges the bodies to the invocation's budget (package budget): a
+//  1. the request is normalized and checked before anything is sent
+//     (egress.Client.Prepare): the URL's host in its one canonical form
+//     (zones, user information, odd IPv4 and IPv6 forms, IDNA), the method
+//     and the headers (no CR, LF or NUL, no framing or Host override,
+//     bounded);
+//  2. policy is asked about the normalized URL (host.Call.CheckHTTP:
+//     scheme, host and port against the module's effective http targets;
+//     audited), so with no grant every request is refused, and again for
+//     every redirect, of which at most egress.DefaultMaxRedirects are
+//     followed;
+//  3. the address each connection actually goes to is checked when it is
+//     dialled (after DNS: a name whose answer changes between check and
+//     use gains nothing): loopback, private, link-local (cloud metadata),
+//     CGNAT, multicast, reserved and the IPv6 forms of those are refused
+//     unless the profile's grant names that address itself
+//     (http://127.0.0.1:8080; host.Call.AddressTargets), and a wildcard or
+//     a name never does;
+//  4. no proxy from the environment, no cookie jar, and nothing of one
+//     invocation's requests (status, headers) is seen by the next;
+//  5. the bodies are charged to the invocation's budget (package budget): a
 //     request body over budget.Limits.HTTPRequestBytes, or a response body
 //     over HTTPResponseBytes or the call's memory limit (it must fit in the
 //     plug-in's memory anyway), is refused with too_large before it is
 //     read, or as soon as it passes the limit; a response body is read into
 //     a buffer of its announced size, never grown by doubling; and at most
 //     maxHTTPInFlight requests of one module are in flight at once, the
-//     others waiting within their deadline. Six calls can no longer make
-//     the host buffer half a gigabyte.
+//     others waiting within their deadline.
 //
 // A refused request stops the plug-in (as the go-sdk does for a host not
-// in allowed_hosts) and the call fails with code denied.
+// in allowed_hosts) and the call fails with code denied; every refusal is
+// in the audit trail (op http.fetch, decision deny).
 
-// httpState is the status and headers of an instance's last request, read
-// by http_status_code and http_headers.
+// httpState is the status and headers of the current invocation's last
+// request, read by http_status_code and http_headers. It is reset when an
+// invocation starts: a pooled instance serves other principals next.
 type httpState struct {
 	status  int32
 	headers map[string]string
@@ -63,140 +70,42 @@ type httpState struct {
 // over all its instances.
 const maxHTTPInFlight = 8
 
+// testResolver, when set, is the resolver of clients made from then on:
+// tests point it at their own DNS server.
+var testResolver atomic.Pointer[net.Resolver]
+
 // httpClient is one module's HTTP client: one connection pool, shared by
-// its instances.
+// its instances, made at the first request (when the module's grants are
+// known).
 type httpClient struct {
-	once      sync.Once
-	granted   map[netip.AddrPort]bool // special addresses that a grant names; port 0: any port
-	transport *http.Transport
-	client    *http.Client
-	inFlight  chan struct{}
+	once     sync.Once
+	eg       *egress.Client
+	inFlight chan struct{}
 }
 
 func newHTTPClient() *httpClient {
-	c := &httpClient{inFlight: make(chan struct{}, maxHTTPInFlight)}
-	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, ControlContext: c.control}
-	c.transport = &http.Transport{
-		Proxy:               nil, // never HTTP_PROXY: the proxy would connect on our behalf, unchecked
-		DialContext:         dialer.DialContext,
-		ForceAttemptHTTP2:   true,
-		MaxIdleConns:        16,
-		IdleConnTimeout:     30 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
-		// The headers are kept for http_headers until the next request.
-		MaxResponseHeaderBytes: 64 << 10,
-	}
-	c.client = &http.Client{Transport: c.transport, CheckRedirect: c.redirect}
-	return c
+	return &httpClient{inFlight: make(chan struct{}, maxHTTPInFlight)}
 }
 
-func (c *httpClient) close() { c.transport.CloseIdleConnections() }
-
-// deniedAddress is a connection refused at dial time.
-type deniedAddress struct {
-	addr netip.AddrPort
-	why  string
+func (c *httpClient) close() {
+	c.once.Do(func() {}) // no client is made after this
+	if c.eg != nil {
+		c.eg.CloseIdleConnections()
+	}
 }
 
-func (e *deniedAddress) Error() string {
-	return fmt.Sprintf("%s is a %s address, and no granted target names it", e.addr, e.why)
-}
-
-// control runs before every connect with the address being dialed.
-func (c *httpClient) control(ctx context.Context, network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", address, err)
-	}
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	why := specialAddress(ap.Addr())
-	if why == "" {
-		return nil
-	}
-	c.once.Do(func() { c.granted = grantedAddresses(stateOf(ctx).call.HTTPTargets()) })
-	if c.granted[ap] || c.granted[netip.AddrPortFrom(ap.Addr(), 0)] {
-		return nil
-	}
-	return &deniedAddress{addr: ap, why: why}
-}
-
-// grantedAddresses are the IP addresses that granted targets name
-// literally, with their ports (0 for "*").
-func grantedAddresses(targets []string) map[netip.AddrPort]bool {
-	out := map[netip.AddrPort]bool{}
-	for _, t := range targets {
-		_, hostport, ok := strings.Cut(t, "://")
-		if !ok {
-			continue
-		}
-		h, p, err := net.SplitHostPort(hostport)
-		if err != nil {
-			continue
-		}
-		a, err := netip.ParseAddr(h)
-		if err != nil {
-			continue // a name (or a wildcard) never grants a special address
-		}
-		var port uint16
-		if p != "*" {
-			var n int
-			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
-				continue
-			}
-			port = uint16(n)
-		}
-		out[netip.AddrPortFrom(a.Unmap(), port)] = true
-	}
-	return out
-}
-
-// specialNets are the ranges a request may reach only through a grant
-// that names the address. Loopback, private and link-local ranges hold
-// the host's own services and cloud metadata (169.254.169.254,
-// fd00:ec2::254); the rest are shared, reserved or documentation ranges
-// with no business on the public internet.
-var specialNets = func() []struct {
-	p   netip.Prefix
-	why string
-} {
-	var out []struct {
-		p   netip.Prefix
-		why string
-	}
-	for _, s := range [][2]string{
-		{"0.0.0.0/8", "reserved"}, {"10.0.0.0/8", "private"}, {"100.64.0.0/10", "shared (CGNAT)"},
-		{"127.0.0.0/8", "loopback"}, {"169.254.0.0/16", "link-local (cloud metadata)"}, {"172.16.0.0/12", "private"},
-		{"192.0.0.0/24", "reserved"}, {"192.0.2.0/24", "documentation"}, {"192.168.0.0/16", "private"},
-		{"198.18.0.0/15", "benchmarking"}, {"198.51.100.0/24", "documentation"}, {"203.0.113.0/24", "documentation"},
-		{"224.0.0.0/4", "multicast"}, {"240.0.0.0/4", "reserved"},
-		{"::/128", "unspecified"}, {"::1/128", "loopback"}, {"64:ff9b::/96", "NAT64"}, {"100::/64", "discard"},
-		{"2001:db8::/32", "documentation"}, {"fc00::/7", "private (unique local)"}, {"fe80::/10", "link-local"},
-		{"ff00::/8", "multicast"},
-	} {
-		out = append(out, struct {
-			p   netip.Prefix
-			why string
-		}{netip.MustParsePrefix(s[0]), s[1]})
-	}
-	return out
-}()
-
-// specialAddress says why a is not a public address, or "" when it is.
-func specialAddress(a netip.Addr) string {
-	for _, n := range specialNets {
-		if n.p.Contains(a) {
-			return n.why
-		}
-	}
-	return ""
-}
-
-// redirect re-asks policy before following a redirect.
-func (c *httpClient) redirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	return stateOf(req.Context()).call.CheckHTTP(req.Context(), req.URL.String())
+// client is the module's egress client.
+func (c *httpClient) client(call *host.Call) *egress.Client {
+	c.once.Do(func() {
+		c.eg = egress.NewClient(egress.Config{
+			Guard: egress.NewGuard(call.AddressTargets()),
+			Check: func(ctx context.Context, u *url.URL, _ egress.Dest) error {
+				return stateOf(ctx).call.CheckHTTP(ctx, u.String())
+			},
+			Resolver: testResolver.Load(),
+		})
+	})
+	return c.eg
 }
 
 // request is http_request(req, body) -> response body: req is the Extism
@@ -220,16 +129,9 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 		st.abort(abi.CodeInvalidArgument, "http_request: the request is not JSON {url, method, headers}: %v", err)
 	}
 	release()
-	method := strings.ToUpper(r.Method)
-	if method == "" {
-		method = http.MethodGet
-	}
-	if err := st.call.CheckHTTP(ctx, r.Url); err != nil {
-		abortWith(st, err)
-	}
 	bud := budget.From(ctx)
-	what := fmt.Sprintf("http_request %s %s", method, redact(r.Url))
-	var body io.Reader
+	what := "http_request " + redact(r.Url)
+	var body []byte
 	if stack[1] != 0 {
 		n, err := cp.Length(stack[1])
 		if err != nil {
@@ -239,39 +141,37 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 			abortWith(st, err)
 		}
 		defer bud.Release(int64(n))
-		b, err := cp.ReadBytes(stack[1])
-		if err != nil {
+		if body, err = cp.ReadBytes(stack[1]); err != nil {
 			st.abort(abi.CodeGuestFault, "http_request: the body at offset %d is not an Extism memory block: %v", stack[1], err)
 		}
 		_ = cp.Free(stack[1])
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, r.Url, body)
+	eg := c.client(st.call)
+	if eg == nil { // the module was closed (its calls end first, so only a bug gets here)
+		st.abort(abi.CodeUnavailable, "http_request: the module was closed")
+	}
+	req, dest, err := eg.Prepare(ctx, egress.Request{Method: r.Method, URL: r.Url, Header: r.Headers, Body: body})
 	if err != nil {
-		st.abort(abi.CodeInvalidArgument, "http_request: %v", err)
+		deny(ctx, st, what, err)
 	}
-	for k, v := range r.Headers {
-		req.Header.Set(k, v)
-	}
+	what = "http_request " + req.Method + " " + dest.String()
 	select {
 	case c.inFlight <- struct{}{}:
 		defer func() { <-c.inFlight }()
 	case <-ctx.Done():
 		panic(ctx.Err()) // the deadline: the host reports a timeout
 	}
-	resp, err := c.client.Do(req)
+	resp, err := eg.Do(req, dest)
 	if err != nil {
-		var denied *deniedAddress
 		var ae *abi.Error
 		switch {
-		case errors.As(err, &denied):
-			abortWith(st, st.call.DenyHTTP(ctx, "private addresses", fmt.Sprintf("http_request %s %s: %v", method, redact(r.Url), denied)))
-		case errors.As(err, &ae): // a redirect that policy refused (already audited)
+		case errors.As(err, &ae): // policy refused the URL or a redirect (already audited)
 			abortWith(st, ae)
 		case ctx.Err() != nil:
 			panic(err) // the deadline: the host reports a timeout
 		}
-		st.abort(abi.CodeUnavailable, "http_request %s %s: %v", method, redact(r.Url), unwrapURLError(err))
+		deny(ctx, st, what, err)
+		st.abort(abi.CodeUnavailable, "%s: %v", what, err)
 	}
 	defer resp.Body.Close()
 	hs.status = int32(resp.StatusCode)
@@ -301,6 +201,16 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 		st.abort(abi.CodeMemoryLimit, "http_request: no room for the %d-byte response in Extism memory: %v", len(b), err)
 	}
 	stack[0] = off
+}
+
+// deny stops the guest when err is egress's refusal, recording it in the
+// audit trail (op http.fetch, rule "egress: " and the check's rule) as
+// denied; it returns for any other error.
+func deny(ctx context.Context, st *callState, what string, err error) {
+	var ee *egress.Error
+	if errors.As(err, &ee) {
+		abortWith(st, st.call.DenyHTTP(ctx, "egress: "+ee.Rule, what+": "+ee.Reason))
+	}
 }
 
 // httpStatusCode is http_status_code() -> i32.
@@ -344,14 +254,6 @@ func redact(raw string) string {
 		return "(invalid URL)"
 	}
 	return u.Scheme + "://" + u.Host
-}
-
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 // readBody reads a response body of at most limit bytes, holding what it

@@ -91,7 +91,7 @@ capabilities:
 			reason: "http http://127.0.0.1:" + portB + " was requested but not granted: no granted target covers it"},
 		{name: "granted name resolving to loopback", url: "http://localhost:" + portC + "/", code: abi.CodeDenied,
 			reason: "is a loopback address, and no granted target names it"},
-		{name: "not http", url: "file:///etc/passwd", code: abi.CodeDenied, reason: "is not an http or https URL"},
+		{name: "not http", url: "file:///etc/passwd", code: abi.CodeDenied, reason: `http_request (invalid URL): scheme "file": not an http or https URL`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
