@@ -195,13 +195,17 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	}
 	var exit *sys.ExitError
 	switch {
+	case over.stream != "":
+		// First, whatever the command did next: a program that ignores
+		// the write error and exits cleanly before the cancellation
+		// reaches it still lost output, and a truncated output reported
+		// as a success is a wrong answer nobody can see.
+		return failed(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
 	case err == nil:
 		if inst.mem.hit {
 			return failed(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		}
 		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil
-	case over.stream != "":
-		return failed(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
 	case inst.mem.hit:
 		return failed(abi.CodeMemoryLimit, err, "the guest tried to grow its memory past the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 	case inst.sess.Fault() != nil:

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/policy"
@@ -347,6 +348,10 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			return nil, err
 		}
 	}
+	if err := m.checkActionNames(); err != nil {
+		m.Close(ctx)
+		return fail(abi.CodeBadModule, err, "%v", err)
+	}
 	if m.policy.implicit {
 		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: manifestKind(m.kind)}
 		for _, a := range m.actions {
@@ -551,13 +556,72 @@ func describe(name, digest string, size int, c *compiled) Info {
 // '.', '_' and '-', starting with a letter or digit. Names scope storage
 // and appear in URLs and file names.
 func ValidateModuleName(s string) error {
-	if s == "" || len(s) > 64 {
-		return fmt.Errorf("module name %q must be 1 to 64 characters long", s)
+	return checkName("module name", s, false)
+}
+
+// MaxActionName is the longest action name, in bytes.
+const MaxActionName = 64
+
+// ValidateActionName checks an action name: 1–64 characters of A-Z, a-z,
+// 0-9, '.', '_' and '-', starting with a letter or digit, as a manifest's
+// actions are (policy.ParseManifest). Action names come from the module
+// itself (moat_actions, an Extism plug-in's exports) as well as from
+// manifests, and they travel into audit rows, log records, metric labels,
+// URLs and the operator's terminal: a newline there forges a row, an
+// escape sequence drives the terminal. So every name is checked at load,
+// whatever its origin, and a module with one bad name is refused whole.
+func ValidateActionName(s string) error {
+	return checkName("action name", s, true)
+}
+
+// checkName is the one alphabet of module and action names. The name is
+// quoted in the error (%q), so the error itself carries no raw control
+// byte.
+func checkName(what, s string, upper bool) error {
+	if s == "" || len(s) > MaxActionName {
+		if len(s) > 2*MaxActionName {
+			return fmt.Errorf("%s %q... (%d bytes) must be 1 to %d characters long", what, s[:MaxActionName], len(s), MaxActionName)
+		}
+		return fmt.Errorf("%s %q must be 1 to %d characters long", what, s, MaxActionName)
 	}
 	for i, r := range s {
-		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || i > 0 && strings.ContainsRune("._-", r)
+		if r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)) {
+			return fmt.Errorf("%s %q: byte %#x at %d is not UTF-8", what, s, s[i], i)
+		}
+		ok := r >= 'a' && r <= 'z' || upper && r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || i > 0 && strings.ContainsRune("._-", r)
 		if !ok {
-			return fmt.Errorf("module name %q: character %q at %d is not allowed (use a-z, 0-9, and . _ - after the first)", s, r, i)
+			allowed := "a-z, 0-9"
+			if upper {
+				allowed = "A-Z, a-z, 0-9"
+			}
+			return fmt.Errorf("%s %q: character %q at %d is not allowed (use %s, and . _ - after the first)", what, s, r, i, allowed)
+		}
+	}
+	return nil
+}
+
+// checkActionNames refuses a module any of whose action names, as the
+// module registers them or as its manifest declares them, is not a valid
+// action name (ValidateActionName).
+func (m *Module) checkActionNames() error {
+	origin := "the module registers (" + abi.ExportActions + ")"
+	switch {
+	case m.kind == KindExtism:
+		origin = "the plug-in exports as a function"
+	case m.script != nil:
+		origin = "the manifest declares"
+	}
+	for _, a := range m.actions {
+		if err := ValidateActionName(a); err != nil {
+			return fmt.Errorf("an action %s is refused: %w; rename it in the module's source", origin, err)
+		}
+	}
+	if m.policy.implicit || m.policy.manifest == nil {
+		return nil
+	}
+	for _, a := range m.policy.manifest.Actions {
+		if err := ValidateActionName(a.Name); err != nil {
+			return fmt.Errorf("an action the manifest declares is refused: %w", err)
 		}
 	}
 	return nil

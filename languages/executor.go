@@ -53,7 +53,20 @@ type ExecutorConfig struct {
 	// Limits are the defaults for requests that leave a limit at zero.
 	// Zero fields take DefaultExecLimits.
 	Limits ExecLimits
+	// MaxCompileTimeout bounds a build whoever waits for it: builds are
+	// shared between the jobs that ask for the same one at once, so a
+	// build runs under a context of the executor's, not of any job's,
+	// and ends when its last waiter has given up (each waits under its
+	// own compile timeout) or at this bound. Default
+	// DefaultMaxCompileTimeout; it is raised to Limits.CompileTimeout if
+	// that is larger.
+	MaxCompileTimeout time.Duration
 }
+
+// DefaultMaxCompileTimeout is ExecutorConfig.MaxCompileTimeout's default:
+// above any compile timeout a request should need, below a build left
+// running for good.
+const DefaultMaxCompileTimeout = 10 * time.Minute
 
 // DefaultExecLimits apply where neither the request nor the executor's
 // configuration sets a limit.
@@ -104,10 +117,18 @@ type wasmID struct {
 	n int
 }
 
+// buildCall is one build in flight, shared by the jobs waiting for it.
+// It runs under a context of the executor's (ctx), never a job's: one
+// job's deadline or disconnect must not fail another's build. waiters
+// counts the jobs still waiting; when the last one leaves before the
+// build is done, the build is canceled and forgotten, so the next job
+// asking for it starts afresh rather than inheriting a cancellation.
 type buildCall struct {
-	done chan struct{}
-	a    *Artifact
-	err  error
+	done    chan struct{}
+	a       *Artifact
+	err     error
+	waiters int // under Executor.flightMu
+	cancel  context.CancelFunc
 }
 
 // NewExecutor prepares an executor. It creates the cache directories.
@@ -134,7 +155,12 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("languages: executor: state dir: %w", err)
 	}
-	return &Executor{cfg: cfg, cache: c, limits: cfg.Limits.or(DefaultExecLimits),
+	lim := cfg.Limits.or(DefaultExecLimits)
+	if cfg.MaxCompileTimeout <= 0 {
+		cfg.MaxCompileTimeout = DefaultMaxCompileTimeout
+	}
+	cfg.MaxCompileTimeout = max(cfg.MaxCompileTimeout, lim.CompileTimeout)
+	return &Executor{cfg: cfg, cache: c, limits: lim,
 		flight: map[string]*buildCall{}, modules: map[wasmID]*host.Module{}}, nil
 }
 
@@ -241,42 +267,104 @@ func (e *Executor) validate(l Language, req ExecRequest) []Violation {
 
 // build returns the artifact for src, from the cache or by building it
 // (once, however many jobs ask at the same time).
+//
+// The build itself runs under the executor's context (see buildCall),
+// bounded by MaxCompileTimeout; each job waits for it under its own
+// context and its own compile timeout. So a job's 1 ms compile timeout
+// or its client's disconnect ends that job's wait, with its own timeout
+// or cancellation, and never the build another job is waiting for; and
+// what a build ends with is only ever the build's own outcome (the
+// artifact, a compile error, a tool's limit, the executor's bound).
 func (e *Executor) build(ctx context.Context, l Language, src Source, lim ExecLimits) (*Artifact, bool, error) {
 	key := BuildKey(l, src)
 	if a, ok := e.cache.Get(key); ok {
 		return a, true, nil
 	}
 	e.flightMu.Lock()
-	if c, ok := e.flight[key]; ok {
-		e.flightMu.Unlock()
-		select {
-		case <-c.done:
-			return c.a, c.err == nil, c.err
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		}
+	c, joined := e.flight[key]
+	if !joined {
+		bctx, cancel := context.WithCancel(context.Background())
+		c = &buildCall{done: make(chan struct{}), cancel: cancel}
+		e.flight[key] = c
+		go e.runBuild(bctx, key, c, l, src)
 	}
-	c := &buildCall{done: make(chan struct{})}
-	e.flight[key] = c
+	c.waiters++
 	e.flightMu.Unlock()
-	defer func() {
-		e.flightMu.Lock()
-		delete(e.flight, key)
-		e.flightMu.Unlock()
-		close(c.done)
-	}()
 
-	c.a, c.err = e.buildNow(ctx, l, src, lim)
-	if c.err != nil {
-		return nil, false, c.err
+	wctx, cancel := context.WithTimeout(ctx, lim.CompileTimeout)
+	defer cancel()
+	select {
+	case <-c.done:
+	case <-wctx.Done():
 	}
-	if err := e.cache.Put(key, c.a); err != nil {
+	e.leave(key, c)
+	select {
+	case <-c.done: // done, even if this job's wait ended at the same time
+		if c.err != nil {
+			return nil, false, c.err
+		}
+		return c.a, joined, nil
+	default:
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	return c.a, false, nil
+	return nil, false, &BuildLimitError{Status: StatusTimeout, Tool: l.Info().Name, Reason: fmt.Sprintf("compile time limit %s passed", lim.CompileTimeout)}
 }
 
-func (e *Executor) buildNow(ctx context.Context, l Language, src Source, lim ExecLimits) (*Artifact, error) {
+// leave ends one job's wait for c. The last job to leave a build still
+// running cancels it, and takes it out of the flight map at once, so a
+// job arriving later starts a build of its own.
+func (e *Executor) leave(key string, c *buildCall) {
+	e.flightMu.Lock()
+	defer e.flightMu.Unlock()
+	c.waiters--
+	if c.waiters > 0 {
+		return
+	}
+	select {
+	case <-c.done:
+	default:
+		if e.flight[key] == c {
+			delete(e.flight, key)
+		}
+		c.cancel()
+	}
+}
+
+// runBuild builds src for the jobs waiting on c, under ctx (the
+// executor's) and MaxCompileTimeout, and stores a success in the cache.
+// A failure is not stored: the next job to ask builds again.
+func (e *Executor) runBuild(ctx context.Context, key string, c *buildCall, l Language, src Source) {
+	a, err := e.buildNow(ctx, l, src, e.cfg.MaxCompileTimeout)
+	if err == nil {
+		err = e.cache.Put(key, a)
+	}
+	e.flightMu.Lock()
+	if e.flight[key] == c {
+		delete(e.flight, key)
+	}
+	c.a, c.err = a, err
+	if err != nil {
+		c.a = nil
+	}
+	e.flightMu.Unlock()
+	close(c.done)
+	c.cancel()
+}
+
+// Building reports how many builds are in flight: each is shared by the
+// jobs waiting for it.
+func (e *Executor) Building() int {
+	e.flightMu.Lock()
+	defer e.flightMu.Unlock()
+	return len(e.flight)
+}
+
+// buildNow runs the language's Build under timeout. ctx is the
+// executor's; a build that runs past timeout is a BuildLimitError naming
+// MaxCompileTimeout, the bound it passed.
+func (e *Executor) buildNow(ctx context.Context, l Language, src Source, timeout time.Duration) (*Artifact, error) {
 	work, err := os.MkdirTemp("", "moat-build-")
 	if err != nil {
 		return nil, fmt.Errorf("build dir: %w", err)
@@ -286,7 +374,7 @@ func (e *Executor) buildNow(ctx context.Context, l Language, src Source, lim Exe
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	bctx, cancel := context.WithTimeout(ctx, lim.CompileTimeout)
+	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	a, err := l.Build(bctx, BuildEnv{WorkDir: work, ToolchainDir: e.cfg.ToolchainDir, StateDir: state}, src)
 	if err != nil {
@@ -294,7 +382,8 @@ func (e *Executor) buildNow(ctx context.Context, l Language, src Source, lim Exe
 			var le *BuildLimitError
 			var ce *CompileError
 			if !errors.As(err, &le) && !errors.As(err, &ce) {
-				return nil, &BuildLimitError{Status: StatusTimeout, Tool: l.Info().Name, Reason: fmt.Sprintf("compile time limit %s passed", lim.CompileTimeout)}
+				return nil, &BuildLimitError{Status: StatusTimeout, Tool: l.Info().Name,
+					Reason: fmt.Sprintf("compile time limit %s passed (the executor's bound on any build, MaxCompileTimeout)", timeout)}
 			}
 		}
 		return nil, err
@@ -478,16 +567,23 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	res.Stdout, res.Stderr, res.ExitCode, res.Signal = r.Stdout, r.Stderr, r.ExitCode, r.Signal
 	res.RunTime, res.PeakMemory = r.Wall, r.PeakMemory
 	switch {
-	case r.Status == native.StatusTimeout:
-		res.Status, res.Message = StatusTimeout, r.Reason
-	case r.Status == native.StatusMemoryLimit:
-		res.Status, res.Message = StatusMemoryLimit, r.Reason
 	case r.Status == native.StatusRefused:
 		return fmt.Errorf("confinement refused the run: %s", r.Reason)
 	case r.Status == native.StatusKilled && ctx.Err() != nil:
 		return fmt.Errorf("run: %w", ctx.Err())
 	case r.Truncated:
+		// Before the deadline and the memory limit: the job is killed the
+		// moment a stream passes the cap (StopAtMaxOutput), so whatever
+		// else the kill looked like, the output is cut, and a cut output
+		// must show in the status.
 		res.Status, res.Message = StatusOutputLimit, fmt.Sprintf("the output passed %d bytes; the rest was dropped", lim.MaxOutputBytes)
+		if r.Status == native.StatusTimeout || r.Status == native.StatusMemoryLimit {
+			res.Message += " (" + r.Reason + ")"
+		}
+	case r.Status == native.StatusTimeout:
+		res.Status, res.Message = StatusTimeout, r.Reason
+	case r.Status == native.StatusMemoryLimit:
+		res.Status, res.Message = StatusMemoryLimit, r.Reason
 	case r.Status == native.StatusOK:
 		res.Status = StatusOK
 	case r.Status == native.StatusKilled:

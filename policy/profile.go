@@ -56,6 +56,13 @@ type Profile struct {
 	Modules map[string]Grant `yaml:"modules,omitempty"` // by module name
 	Keys    map[string]Grant `yaml:"keys,omitempty"`    // by trusted key name
 
+	// Exec bounds the code-execution jobs (moat serve's POST /v1/runs and
+	// the Piston-compatible execute) of the organizations the profile
+	// applies to: each limit is the most a job may ask for, and what a
+	// job asking for none gets. A limit left out takes
+	// DefaultExecLimits'. See ExecMaxima.
+	Exec ExecLimits `yaml:"exec,omitempty"`
+
 	// File is the path the profile was read from, for messages.
 	File string `yaml:"-"`
 }
@@ -70,6 +77,52 @@ const (
 // does not set confirm_ttl: long enough to read a prompt, short enough that a
 // forgotten token is useless.
 const DefaultConfirmTTL = Duration(10 * time.Minute)
+
+// ExecLimits are the limits of one code-execution job: the run stage's
+// wall clock and memory, the build stage's wall clock, and the bytes kept
+// of each of stdout and stderr.
+type ExecLimits struct {
+	Timeout        Duration `yaml:"timeout,omitempty"`
+	CompileTimeout Duration `yaml:"compile_timeout,omitempty"`
+	Memory         ByteSize `yaml:"memory,omitempty"`
+	Output         ByteSize `yaml:"output,omitempty"` // per stream
+}
+
+// DefaultExecLimits are a profile's exec limits where it sets none: those
+// of the languages executor (a 10 s run, a 60 s build, 256 MiB, 1 MiB of
+// each output stream). A client may ask for less, never for more.
+var DefaultExecLimits = ExecLimits{
+	Timeout:        Duration(10 * time.Second),
+	CompileTimeout: Duration(60 * time.Second),
+	Memory:         256 << 20,
+	Output:         1 << 20,
+}
+
+// MaxExecOutput bounds exec.output: a server holds a job's output in
+// memory to answer with it.
+const MaxExecOutput = ByteSize(256 << 20)
+
+// ExecMaxima returns the profile's exec limits with DefaultExecLimits for
+// those it leaves out; a nil profile has the defaults.
+func (p *Profile) ExecMaxima() ExecLimits {
+	l := DefaultExecLimits
+	if p == nil {
+		return l
+	}
+	if p.Exec.Timeout > 0 {
+		l.Timeout = p.Exec.Timeout
+	}
+	if p.Exec.CompileTimeout > 0 {
+		l.CompileTimeout = p.Exec.CompileTimeout
+	}
+	if p.Exec.Memory > 0 {
+		l.Memory = p.Exec.Memory
+	}
+	if p.Exec.Output > 0 {
+		l.Output = p.Exec.Output
+	}
+	return l
+}
 
 // TrustedKey is a named minisign public key: Key is the base64 line
 // starting with "RW" from a minisign .pub file.
@@ -224,6 +277,17 @@ func (p *Profile) check(ix *index) error {
 		if err := checkGrant(ix, path, &g, false); err != nil {
 			return err
 		}
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"timeout", p.Exec.Timeout > 0}, {"compile_timeout", p.Exec.CompileTimeout > 0}, {"memory", p.Exec.Memory > 0}, {"output", p.Exec.Output > 0}} {
+		if ix.has("exec."+f.name) && !f.set {
+			return ix.errorf("exec."+f.name, "must be more than 0; remove the line for the default")
+		}
+	}
+	if p.Exec.Output > MaxExecOutput {
+		return ix.errorf("exec.output", "%s is more than %s: the server holds a job's output in memory", p.Exec.Output, MaxExecOutput)
 	}
 	keyNames := make([]string, len(p.TrustedKeys))
 	for i, k := range p.TrustedKeys {

@@ -97,7 +97,7 @@ func newKeysListCmd(g *globalFlags) *cobra.Command {
 				if !k.RevokedAt.IsZero() {
 					status = "revoked " + k.RevokedAt.Local().Format(time.DateTime)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Org, k.User, strings.Join(k.Roles, ","), k.Name,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(k.ID), termSafe(k.Org), termSafe(k.User), termSafe(strings.Join(k.Roles, ",")), termSafe(k.Name),
 					k.CreatedAt.Local().Format(time.DateTime), status)
 			}
 			return w.Flush()

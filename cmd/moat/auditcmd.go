@@ -99,8 +99,10 @@ func printEvents(w io.Writer, events []audit.Event) {
 		if e.MutationID != "" {
 			detail += " mutation=" + e.MutationID
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Kind, e.Decision,
-			e.Module, what, who, e.CorrelationID, detail)
+		// Every field but the time is stored text, some of it written by
+		// a module or a client: one row per event, whatever it holds.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05.000"), termSafe(e.Kind), termSafe(e.Decision),
+			termSafe(e.Module), termSafe(what), termSafe(who), termSafe(e.CorrelationID), termSafe(detail))
 	}
 	tw.Flush()
 }

@@ -53,7 +53,7 @@ whether its machine code came from the compilation cache.`,
 
 func printInfo(w io.Writer, info host.Info) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "name:\t%s\n", info.Name)
+	fmt.Fprintf(tw, "name:\t%s\n", termSafe(info.Name))
 	fmt.Fprintf(tw, "kind:\t%s\n", info.Kind)
 	fmt.Fprintf(tw, "digest:\tsha256:%s\n", info.Digest)
 	fmt.Fprintf(tw, "size:\t%d bytes\n", info.Size)
@@ -74,17 +74,18 @@ func printInfo(w io.Writer, info host.Info) {
 	if info.Signer != "" {
 		mode += " (signed by " + info.Signer + ")"
 	}
-	fmt.Fprintf(tw, "mode:\t%s\n", mode)
+	fmt.Fprintf(tw, "mode:\t%s\n", termSafe(mode))
 	if len(info.Actions) > 0 {
-		fmt.Fprintf(tw, "actions:\t%s\n", strings.Join(info.Actions, ", "))
+		fmt.Fprintf(tw, "actions:\t%s\n", strings.Join(termSafeAll(info.Actions), ", "))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "imports (%d):\n", len(info.Imports))
+	// Import and export names are the module's own bytes.
 	for _, s := range info.Imports {
-		fmt.Fprintf(w, "  %s\n", s)
+		fmt.Fprintf(w, "  %s\n", termSafe(s.String()))
 	}
 	fmt.Fprintf(w, "exports (%d):\n", len(info.Exports))
 	for _, s := range info.Exports {
-		fmt.Fprintf(w, "  %s\n", s)
+		fmt.Fprintf(w, "  %s\n", termSafe(s.String()))
 	}
 }

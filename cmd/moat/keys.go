@@ -167,7 +167,7 @@ changed module, changed manifest, signature of another module).`,
 			if v.ManifestSHA256 != "" && b.ManifestPath != "" {
 				manifest = "manifest sha256:" + v.ManifestSHA256
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "ok: %s signed by %s (key id %s)\n  module sha256:%s\n  %s\n", b.Name, v.KeyName, v.KeyID, v.ModuleSHA256, manifest)
+			fmt.Fprintf(cmd.OutOrStdout(), "ok: %s signed by %s (key id %s)\n  module sha256:%s\n  %s\n", termSafe(b.Name), termSafe(v.KeyName), termSafe(v.KeyID), v.ModuleSHA256, termSafe(manifest))
 			return nil
 		},
 	}

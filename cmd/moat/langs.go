@@ -48,7 +48,8 @@ native process; for languages without a WebAssembly path).`,
 				if !s.Available {
 					status = "missing: " + s.Missing
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, strings.Join(s.Aliases, ","), s.Version, s.Path, s.Toolchain, status)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(strings.Join(s.Aliases, ",")), termSafe(s.Version), termSafe(string(s.Path)),
+					termSafe(s.Toolchain), termSafe(status))
 			}
 			return w.Flush()
 		},
@@ -143,7 +144,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 			fmt.Fprintln(os.Stderr, strings.TrimRight(res.CompileOutput, "\n"))
 		}
 		for _, v := range res.Violations {
-			fmt.Fprintf(os.Stderr, "moat: %s\n", v)
+			fmt.Fprintf(os.Stderr, "moat: %s\n", termSafe(v.String()))
 		}
 		fmt.Fprintln(os.Stderr, langSummary(res, correlation))
 	}

@@ -114,10 +114,12 @@ func isCobraUsage(err error) bool {
 	return false
 }
 
+// oneLine is the first line of err, escaped for the terminal (termSafe):
+// an error may quote what a guest wrote (a plug-in's error message).
 func oneLine(err error) string {
 	s := err.Error()
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	return s
+	return termSafe(s)
 }

@@ -47,7 +47,7 @@ Exit status: 0 when the module would load, 3 when it would be refused.`,
 				signer = signerOf(filepath.Dir(path), p)
 			}
 			eval := p.Evaluate(m, signer)
-			fmt.Fprint(cmd.OutOrStdout(), eval.Report(m, p))
+			fmt.Fprint(cmd.OutOrStdout(), termSafeText(eval.Report(m, p)))
 			if eval.Refused {
 				return exitError{code: exitDenied}
 			}

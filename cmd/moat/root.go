@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/moat-sandbox/moat/host"
 	"log/slog"
 	"os"
 
@@ -85,7 +86,8 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, usagef("--log-level %q: use debug, info, warn or error", g.logLevel)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	// DEL, which both handlers leave raw (host.SafeLogAttr).
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: host.SafeLogAttr}
 	switch g.logFormat {
 	case "text":
 		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil

@@ -37,7 +37,10 @@ type RunFile struct {
 }
 
 // RunLimits are a job's limits in the units of `moat exec`: durations as
-// text ("2s"), sizes in bytes. Zero takes the server's.
+// text ("2s"), sizes in bytes. Each is at most what the caller's profile
+// allows (its exec: limits, policy.Profile.ExecMaxima): more is a 400
+// naming the field and the maximum. Left out (or zero), a limit is that
+// maximum.
 type RunLimits struct {
 	Timeout        string `json:"timeout,omitempty"`
 	CompileTimeout string `json:"compile_timeout,omitempty"`
@@ -238,21 +241,11 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	if len(src.Files) == 0 {
 		return bad("files is empty; send at least the program's source")
 	}
-	var lim languages.ExecLimits
-	for _, d := range []struct {
-		field, v string
-		dst      *time.Duration
-	}{{"limits.timeout", r.Limits.Timeout, &lim.Timeout}, {"limits.compile_timeout", r.Limits.CompileTimeout, &lim.CompileTimeout}} {
-		if d.v == "" {
-			continue
-		}
-		v, err := policy.ParseDuration(d.v)
-		if err != nil {
-			return bad("%s: %v", d.field, err)
-		}
-		*d.dst = time.Duration(v)
+	lim, err := s.jobLimits(principalOf(c), r.Limits)
+	if err != nil {
+		return nil, err
 	}
-	lim.MemoryBytes, lim.MaxOutputBytes = r.Limits.MemoryBytes, budget.outputCap(r.Limits.MaxOutputBytes)
+	lim.MaxOutputBytes = budget.outputCap(lim.MaxOutputBytes)
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
 		Principal: principalOf(c), CorrelationID: correlation,
@@ -268,6 +261,76 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	}
 	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
 	budget.charge(out)
+	return out, nil
+}
+
+// execProfile is the profile whose exec: limits bound p's jobs: the one
+// the server applies to p's organization.
+func (s *Server) execProfile(p policy.Principal) *policy.Profile {
+	if h := s.hostFor(p.Org); h != nil {
+		return h.Profile()
+	}
+	return nil
+}
+
+// jobLimits resolves the limits a /v1/runs job asks for against the
+// maxima of the caller's profile. A limit left out, or zero, is the
+// maximum; one above it is refused, never lowered in silence: a client
+// asking for an hour should learn it gets ten seconds.
+func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecLimits, error) {
+	prof := s.execProfile(p)
+	m := prof.ExecMaxima()
+	name := "built-in defaults"
+	if prof != nil {
+		name = prof.Name
+	}
+	out := languages.ExecLimits{Timeout: time.Duration(m.Timeout), CompileTimeout: time.Duration(m.CompileTimeout),
+		MemoryBytes: int64(m.Memory), MaxOutputBytes: int64(m.Output)}
+	over := func(field, got, maximum, knob string) error {
+		return problem(http.StatusBadRequest, "invalid_argument",
+			"%s: %s is more than the %s the profile %s allows for organization %s (exec.%s); ask for at most %s, or leave it out to get %s",
+			field, got, maximum, name, p.Org, knob, maximum, maximum)
+	}
+	for _, d := range []struct {
+		field, knob, v string
+		max            policy.Duration
+		dst            *time.Duration
+	}{
+		{"limits.timeout", "timeout", asked.Timeout, m.Timeout, &out.Timeout},
+		{"limits.compile_timeout", "compile_timeout", asked.CompileTimeout, m.CompileTimeout, &out.CompileTimeout},
+	} {
+		if d.v == "" {
+			continue
+		}
+		v, err := policy.ParseDuration(d.v)
+		if err != nil {
+			return out, problem(http.StatusBadRequest, "invalid_argument", "%s: %v", d.field, err)
+		}
+		switch {
+		case v > d.max:
+			return out, over(d.field, v.String(), d.max.String(), d.knob)
+		case v > 0:
+			*d.dst = time.Duration(v)
+		}
+	}
+	for _, b := range []struct {
+		field, knob string
+		v           int64
+		max         policy.ByteSize
+		dst         *int64
+	}{
+		{"limits.memory_bytes", "memory", asked.MemoryBytes, m.Memory, &out.MemoryBytes},
+		{"limits.max_output_bytes", "output", asked.MaxOutputBytes, m.Output, &out.MaxOutputBytes},
+	} {
+		switch {
+		case b.v < 0:
+			return out, problem(http.StatusBadRequest, "invalid_argument", "%s: %d is negative; give bytes, at most %d (%s), or leave it out", b.field, b.v, int64(b.max), b.max)
+		case b.v > int64(b.max):
+			return out, over(b.field, fmt.Sprintf("%d (%s)", b.v, policy.ByteSize(b.v)), fmt.Sprintf("%d (%s)", int64(b.max), b.max), b.knob)
+		case b.v > 0:
+			*b.dst = b.v
+		}
+	}
 	return out, nil
 }
 
@@ -482,6 +545,13 @@ func (s *Server) pistonExecute(c echo.Context) error {
 			src.Files[i].Name = fmt.Sprintf("file%d%s", i, ext)
 		}
 	}
+	// The maxima are piston.limits, lowered to the Piston principal's
+	// profile (exec:), as every other principal's jobs are.
+	pm := s.execProfile(principalOf(c)).ExecMaxima()
+	lim.RunTimeout = min(lim.RunTimeout, pm.Timeout)
+	lim.CompileTimeout = min(lim.CompileTimeout, pm.CompileTimeout)
+	lim.Memory = min(lim.Memory, pm.Memory)
+	lim.MaxOutput = min(lim.MaxOutput, pm.Output)
 	el := languages.ExecLimits{Timeout: time.Duration(lim.RunTimeout), CompileTimeout: time.Duration(lim.CompileTimeout),
 		MemoryBytes: int64(lim.Memory), MaxOutputBytes: int64(lim.MaxOutput)}
 	for _, t := range []struct {

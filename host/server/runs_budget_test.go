@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,15 +17,22 @@ import (
 // server.MaxRunResponseBytes: the first jobs keep their output, the ones
 // that no longer fit lose it (status output-limit) and, once the budget is
 // spent, the rest do not run. Before the bound, 32 such jobs answered 89 MB.
+// The profile allows 64 MiB of output per job (exec.output), so that the
+// response's bound, not the job's, is what holds.
 func TestRunsResponseBounded(t *testing.T) {
-	ts := start(t, "", withExecutor(t))
+	prof := filepath.Join(t.TempDir(), "wide.yaml")
+	if err := os.WriteFile(prof, []byte("name: wide\nexec: {output: 64MiB}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exec := withExecutor(t)
+	ts := start(t, "", func(c *server.Config) { exec(c); c.Profile = prof })
 	if r := ts.do(t, "GET", "/api/v2/runtimes", "", nil); !strings.Contains(string(r.body), `"language":"bash"`) {
 		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
 			t.Fatalf("the bash language is not available: %s", r.body)
 		}
 		t.Skipf("the bash language is not available: %s", r.body)
 	}
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	job := `{"language":"bash","files":[{"name":"main.sh","content":"s=%s; for i in $(seq 18); do s=$s$s; done; for i in $(seq %d); do printf '%%s' \"$s\"; printf '%%s' \"$s\" >&2; done"}],"limits":{"max_output_bytes":%d}}`
 	batch := func(n int, char string) string {
 		return `{"runs":[` + strings.TrimSuffix(strings.Repeat(fmt.Sprintf(job, char, 4, 1<<20)+",", n), ",") + `]}`

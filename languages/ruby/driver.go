@@ -245,6 +245,10 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	code, err := drive(rctx, e.rt, cm, mc, a.Args[0], append(slices.Clone(a.Args[1:]), in.Args...))
 	var exit *sys.ExitError
 	switch {
+	case over.stream != "":
+		// Whatever the script did after: one that ignores the write error
+		// and ends cleanly still lost output (Module.Run does the same).
+		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the script was stopped", over.stream, lim.output)
 	case err == nil && alloc.initHit:
 		return fail(abi.CodeMemoryLimit, nil, "the interpreter's initial memory exceeds the limit of %d MiB", lim.memory>>20)
 	case err == nil && alloc.hit && code != 0:
@@ -252,8 +256,6 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 		// for want of memory, whatever it printed.
 		return fail(abi.CodeMemoryLimit, nil, "the script tried to grow its memory past the limit of %d MiB: %s", lim.memory>>20, firstLineOf(stderr.String()))
 	case err == nil:
-	case over.stream != "":
-		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the script was stopped", over.stream, lim.output)
 	case alloc.hit:
 		return fail(abi.CodeMemoryLimit, err, "the interpreter tried to grow its memory past the limit of %d MiB", lim.memory>>20)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
