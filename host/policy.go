@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,6 +33,45 @@ type modulePolicy struct {
 	eval     *policy.Evaluation
 	slots    chan struct{} // concurrency limit; nil when unlimited
 	rate     *rateLimiter  // calls per minute per organization; nil when unlimited
+
+	bindOnce sync.Once
+	binding  string // see Module.Binding
+}
+
+// Binding is the hex SHA-256 that names exactly what this module runs: its
+// bytes, an interpreted plugin's sources, its manifest (actions, roles,
+// config, capabilities), its config and how its signature was judged. A
+// confirmation is bound to it when requested and refused when used on a
+// module with another: replacing the module (or only its manifest) between
+// the 428 and the confirmation cannot make the approval run other code.
+func (m *Module) Binding() string {
+	mp := m.policy
+	mp.bindOnce.Do(func() {
+		h := sha256.New()
+		part := func(b []byte) {
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+			h.Write(n[:])
+			h.Write(b)
+		}
+		part([]byte("moat module binding v1"))
+		part([]byte(m.name))
+		part([]byte(m.digest))
+		if m.script != nil {
+			part(m.script.Source)
+		} else {
+			part(nil)
+		}
+		for _, v := range []any{mp.manifest, m.config, m.info.Mode, m.info.Signer} {
+			b, err := json.Marshal(v)
+			if err != nil { // cannot happen for these types; still, never collide
+				b = []byte(fmt.Sprintf("unencodable %T: %v", v, err))
+			}
+			part(b)
+		}
+		mp.binding = hex.EncodeToString(h.Sum(nil))
+	})
+	return mp.binding
 }
 
 // ConfirmationRequest is returned (inside an *Error with code
@@ -162,13 +203,14 @@ func (m *Module) requestConfirmation(ctx context.Context, req *Request, summary,
 	c := store.Confirmation{
 		TokenHash: hashToken(token), Org: req.Principal.Org, User: req.Principal.User, Module: m.name, Action: req.Action,
 		Input: req.Input, InputSHA256: hex.EncodeToString(sum[:]), Summary: summary, CreatedAt: now, ExpiresAt: now.Add(ttl),
+		Binding: m.Binding(),
 	}
 	if err := m.host.store.ConfirmationCreate(ctx, c); err != nil {
 		return &Error{Module: m.name, Action: req.Action, Code: abi.CodeUnavailable, Reason: "cannot store the confirmation", Err: err}
 	}
 	m.host.audit.Record(ctx, audit.Event{Kind: audit.KindConfirmation, Decision: audit.Deny, CorrelationID: req.CorrelationID, Module: m.name,
 		Action: req.Action, User: req.Principal.User, Org: req.Principal.Org, Rule: rule,
-		Reason: "confirmation requested: " + summary, Attrs: map[string]string{"input_sha256": c.InputSHA256, "expires_at": c.ExpiresAt.Format(time.RFC3339)}})
+		Reason: "confirmation requested: " + summary, Attrs: map[string]string{"input_sha256": c.InputSHA256, "binding": c.Binding, "expires_at": c.ExpiresAt.Format(time.RFC3339)}})
 	return &Error{Module: m.name, Action: req.Action, Code: abi.CodeConfirmationRequired,
 		Reason:       fmt.Sprintf("%s needs confirmation (%s); confirm with the token within %s", req.Action, rule, ttl),
 		Confirmation: &ConfirmationRequest{Token: token, Module: m.name, Action: req.Action, Summary: summary, ExpiresAt: c.ExpiresAt}}
@@ -187,14 +229,31 @@ type ConfirmRequest struct {
 }
 
 // Confirm runs the action a confirmation token stands for, with the input it
-// was requested with, for the principal it was issued to, exactly once. A
-// replayed, expired, unknown or other principal's token is refused.
+// was requested with, for the principal it was issued to, exactly once, on
+// the module it was requested on. A replayed, expired, unknown or other
+// principal's token is refused, and so is one requested on another module
+// or on this name before it was replaced (its Binding differs: the error
+// wraps store.ErrConfirmationStale, and the token is used up).
 func (m *Module) Confirm(ctx context.Context, req ConfirmRequest) (Result, error) {
 	fake := Request{Principal: req.Principal, CorrelationID: req.CorrelationID}
-	c, err := m.host.store.ConfirmationUse(ctx, hashToken(req.Token), req.Principal.Org, req.Principal.User, time.Now().UTC())
+	binding := m.Binding()
+	c, err := m.host.store.ConfirmationUse(ctx, hashToken(req.Token), req.Principal.Org, req.Principal.User, binding, time.Now().UTC())
 	if err != nil {
 		var reason string
 		switch {
+		case errors.Is(err, store.ErrConfirmationStale) && c != nil:
+			fake.Action = c.Action
+			if c.Module != m.name {
+				reason = fmt.Sprintf("the confirmation token is for module %s, not %s", c.Module, m.name)
+			} else {
+				reason = fmt.Sprintf("module %s changed since the confirmation was requested (binding %s then, %s now): "+
+					"the approval was for the code and manifest then; the token is used up, invoke the action again for a new one",
+					m.name, short(c.Binding), short(binding))
+			}
+			m.host.audit.Record(ctx, audit.Event{Kind: audit.KindConfirmation, Decision: audit.Deny, CorrelationID: req.CorrelationID,
+				Module: m.name, Action: c.Action, User: req.Principal.User, Org: req.Principal.Org, Rule: "confirmation binding", Reason: reason,
+				Attrs: map[string]string{"binding_requested": c.Binding, "binding_now": binding}})
+			return Result{}, &Error{Module: m.name, Action: c.Action, Code: abi.CodeDenied, Reason: reason, Err: err}
 		case errors.Is(err, store.ErrConfirmationUsed):
 			reason = "the confirmation token was already used"
 		case errors.Is(err, store.ErrConfirmationExpired):
@@ -275,4 +334,12 @@ func (r *rateLimiter) allow(org string) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// short is the first 12 digits of a digest, for messages.
+func short(digest string) string {
+	if digest == "" {
+		return "(none)"
+	}
+	return digest[:min(12, len(digest))]
 }

@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -154,5 +156,174 @@ func TestServeConfigError(t *testing.T) {
 	r := moat(t, "", "serve", "--config", cfg)
 	if r.code != 2 || !strings.Contains(r.stderr, "moat-server.yaml:3: limits.key_rate: \"lots\" is not a number") {
 		t.Errorf("bad config: %+v", r)
+	}
+}
+
+// startServe starts moat serve with args and returns it and its URL, read
+// off its log; the rest of its stderr goes to rest.
+func startServe(t *testing.T, rest *bytes.Buffer, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(moatBin, append([]string{"serve"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	urlRe := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	var head strings.Builder
+	for lines.Scan() {
+		head.WriteString(lines.Text() + "\n")
+		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
+			go io.Copy(rest, stderr)
+			return cmd, m[1]
+		}
+	}
+	t.Fatalf("moat serve did not log its URL:\n%s", head.String())
+	return nil, ""
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		if m := regexp.MustCompile(`(?m)^PPid:\s+(\d+)$`).FindSubmatch(b); m != nil && string(m[1]) == strconv.Itoa(pid) {
+			n, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestServeKill9: moat serve killed with SIGKILL in the middle of kv writes
+// loses no write it acknowledged, and starts again on the same data
+// directory with no repair: every acknowledged value is read back, and
+// the killed server's scratch directory, helper processes and backstop
+// cgroup are gone.
+func TestServeKill9(t *testing.T) {
+	data := t.TempDir()
+	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
+	cfg := filepath.Join(t.TempDir(), "moat-server.yaml")
+	os.WriteFile(cfg, []byte("limits: {key_rate: 100000, key_burst: 100000, org_rate: 100000, org_burst: 100000}\nadmission: {org_invocations: 4, max_invocations: 8}\n"), 0o644)
+	args := []string{"--config", cfg, "--data", data, "--listen", "127.0.0.1:0"}
+	var rest bytes.Buffer
+	srv, base := startServe(t, &rest, args...)
+
+	do := func(base, path, body, ct string) (int, string, error) {
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		res, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return res.StatusCode, string(b), err
+	}
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/goguest", true),
+		"manifest": []byte("name: store\nversion: 1.0.0\nactions: [{name: kv}]\ncapabilities: {kv: true}\n")} {
+		w, _ := mw.CreateFormFile(name, name)
+		w.Write(content)
+	}
+	mw.Close()
+	if code, out, err := do(base, "/v1/modules", body.String(), mw.FormDataContentType()); code != 201 {
+		t.Fatalf("upload: %d %s %v", code, out, err)
+	}
+
+	// Writers put k<w>-<i> = v<i> until the kill; a write counts once the
+	// server has answered "ok".
+	var mu sync.Mutex
+	acked := map[string]string{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, v := fmt.Sprintf("k%d-%d", w, i), fmt.Sprintf("v%d-%d-%s", w, i, strings.Repeat("x", i%200))
+				code, out, err := do(base, "/v1/modules/store/actions/kv", "put "+k+" "+v, "")
+				if err == nil && code == 200 && out == "ok" {
+					mu.Lock()
+					acked[k] = v
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	pid := srv.Process.Pid
+	helpers := children(pid)
+	if err := srv.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	srv.Wait()
+	close(stop)
+	wg.Wait()
+	if len(acked) < 50 {
+		t.Fatalf("only %d writes acknowledged before the kill; the load did not run:\n%s", len(acked), rest.String())
+	}
+
+	// Restarted on the same data directory, with no repair.
+	var rest2 bytes.Buffer
+	_, base2 := startServe(t, &rest2, args...)
+	lost := 0
+	for k, v := range acked {
+		code, out, err := do(base2, "/v1/modules/store/actions/kv", "get "+k, "")
+		if err != nil || code != 200 || out != v {
+			if lost++; lost <= 5 {
+				t.Errorf("acknowledged write %s=%s after the restart: %d %q %v", k, v, code, out, err)
+			}
+		}
+	}
+	t.Logf("%d acknowledged writes before SIGKILL, %d lost; %d helper processes of the killed server", len(acked), lost, len(helpers))
+	if lost > 0 {
+		t.Errorf("%d of %d acknowledged writes lost", lost, len(acked))
+	}
+
+	// Nothing of the killed server is left: its scratch dir, its helpers
+	// (launcher, warm wrappers, backstop watcher), its backstop cgroup.
+	deadline := time.Now().Add(5 * time.Second)
+	var left []string
+	for {
+		left = nil
+		if d, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("moat-serve-%d-*", pid))); len(d) > 0 {
+			left = append(left, d...)
+		}
+		for _, c := range helpers {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c)); err == nil && !strings.Contains(string(b), "State:\tZ") {
+				left = append(left, fmt.Sprintf("process %d", c))
+			}
+		}
+		for _, pat := range []string{"/sys/fs/cgroup/moat/host-%d", "/sys/fs/cgroup/*/moat/host-%d"} {
+			if d, _ := filepath.Glob(fmt.Sprintf(pat, pid)); len(d) > 0 {
+				left = append(left, d...)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("the killed server left %v", left)
 	}
 }

@@ -58,7 +58,7 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 			c.Limits.KeyRate, c.Limits.KeyBurst = 1e9, 1e9
 			c.Limits.OrgRate, c.Limits.OrgBurst = 1e9, 1e9
 		})
-		key := ts.key(b, "acme", "bench")
+		key := ts.key(b, "acme", "bench", "admin")
 		if r := ts.upload(b, key, helloWasm(b), helloManifest(b)); r.status != http.StatusCreated {
 			b.Fatalf("upload: %d %s", r.status, r.body)
 		}

@@ -122,11 +122,12 @@ func TestServeBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := start(t, "", func(c *server.Config) {
+		withMetricsToken(c)
 		c.Profile = prof
 		c.Limits.MaxTableElements = 100
 		c.Limits.Budget = server.BudgetLimits{HeldBytes: 64 << 10, HTTPRequestBytes: 48 << 10, HTTPResponseBytes: 48 << 10}
 	})
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	wasm, err := os.ReadFile(filepath.Join(testwasm.RepoRoot(t), "testdata/hostile_extismbudget.wasm"))
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestServeBudget(t *testing.T) {
 			}
 		})
 	}
-	r := ts.do(t, "GET", "/metrics", "", nil)
+	r := ts.do(t, "GET", "/metrics", "", nil, "Authorization", "Bearer "+metricsToken)
 	for _, want := range []string{
 		`moat_invocation_failures_total{code="resource_exhausted",layer="guest"} 1`,
 		`moat_invocations_total{action="fetch",module="budget",outcome="resource_exhausted"} 1`,
@@ -196,7 +197,7 @@ func TestRunsResponseConfigured(t *testing.T) {
 		}
 		t.Skipf("the bash language is not available: %s", r.body)
 	}
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	// Each job prints 64 KiB on stdout: under the default 8 MiB all 16
 	// would keep it. Each job's output cap is lowered to half of what is
 	// left, so two keep it whole, the next ones are cut, and once the

@@ -60,6 +60,16 @@ type Config struct {
 	ShutdownTimeout policy.Duration `yaml:"shutdown_timeout"`
 	// Piston configures the Piston-compatible code-execution routes.
 	Piston PistonConfig `yaml:"piston"`
+	// Modules configures module management (ModulesConfig).
+	Modules ModulesConfig `yaml:"modules"`
+	// HTTP is the front door: allowed Host and Origin headers,
+	// connections, timeouts (HTTPConfig).
+	HTTP HTTPConfig `yaml:"http"`
+	// Admission bounds the invocations and runs at once, per organization
+	// and in all (AdmissionConfig).
+	Admission AdmissionConfig `yaml:"admission"`
+	// Metrics protects /metrics and bounds its series (MetricsConfig).
+	Metrics MetricsConfig `yaml:"metrics"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -119,6 +129,11 @@ type Limits struct {
 	// (package host/budget); past a limit the guest's op is refused with
 	// resource_exhausted or too_large, naming the limit's key.
 	Budget BudgetLimits `yaml:"budget"`
+	// Archive bounds what an uploaded archive inflates to (ArchiveLimits).
+	Archive ArchiveLimits `yaml:"archive"`
+	// ModuleQuota bounds the module versions each organization keeps
+	// (ModuleQuotaConfig).
+	ModuleQuota ModuleQuotaConfig `yaml:"module_quota"`
 }
 
 // BudgetLimits are the host budget of each invocation (budget.Limits),
@@ -226,6 +241,9 @@ func (c *Config) fillDefaults() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = policy.Duration(30 * time.Second)
 	}
+	c.HTTP.fillDefaults()
+	c.Admission.fillDefaults()
+	c.Metrics.fillDefaults()
 	if c.BuildCacheBytes == 0 {
 		c.BuildCacheBytes = 2 << 30
 	}
@@ -279,6 +297,8 @@ func (c *Config) fillDefaults() {
 	if b.HTTPResponseBytes == 0 {
 		b.HTTPResponseBytes = policy.ByteSize(d.HTTPResponseBytes)
 	}
+	l.Archive.fillDefaults()
+	l.ModuleQuota.fillDefaults()
 	p := &c.Piston.Limits
 	if p.RunTimeout <= 0 {
 		p.RunTimeout = policy.Duration(3 * time.Second)
@@ -426,6 +446,24 @@ func (c *Config) validate(ix *nodeIndex) error {
 			l.MaxTableElements, host.MaxTableElementsCeiling, host.DefaultMaxTableElements)
 	}
 	if err := l.Budget.validate(fail); err != nil {
+		return err
+	}
+	if err := l.Archive.validate(fail); err != nil {
+		return err
+	}
+	if err := l.ModuleQuota.validate(fail); err != nil {
+		return err
+	}
+	if err := c.checkModuleGrants(fail); err != nil {
+		return err
+	}
+	if err := c.HTTP.validate(fail); err != nil {
+		return err
+	}
+	if err := c.Admission.validate(fail); err != nil {
+		return err
+	}
+	if err := c.Metrics.validate(fail); err != nil {
 		return err
 	}
 	p := &c.Piston

@@ -98,7 +98,7 @@ func TestPistonGate(t *testing.T) {
 	if r := local.do(t, "POST", "/api/v2/execute", "", strings.NewReader(`{}`)); r.status != http.StatusNotImplemented {
 		t.Errorf("execute without an executor: %d %s", r.status, r.body)
 	}
-	key := local.key(t, "acme", "ann")
+	key := local.key(t, "acme", "ann", "admin")
 	if r := local.do(t, "POST", "/v1/runs", key, strings.NewReader(`{}`)); r.status != http.StatusNotImplemented || r.json(t)["code"] != "not_implemented" {
 		t.Errorf("/v1/runs without an executor: %d %s", r.status, r.body)
 	}
@@ -108,5 +108,5 @@ func ExampleParseConfig() {
 	_, err := server.ParseConfig("moat-server.yaml", []byte("listen: 127.0.0.1:8080\nlimits:\n  key_rat: 10\n"))
 	fmt.Println(err)
 	// Output:
-	// moat-server.yaml:3: limits.key_rat: unknown field; did you mean key_rate? Known fields are max_request_bytes, max_module_bytes, key_rate, key_burst, org_rate, org_burst, invocation_timeout, max_run_response_bytes, max_table_elements, budget
+	// moat-server.yaml:3: limits.key_rat: unknown field; did you mean key_rate? Known fields are max_request_bytes, max_module_bytes, key_rate, key_burst, org_rate, org_burst, invocation_timeout, max_run_response_bytes, max_table_elements, budget, archive, module_quota
 }

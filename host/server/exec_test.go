@@ -45,7 +45,7 @@ func requireC(t *testing.T, ts *testServer) {
 func TestRunsWithExecutor(t *testing.T) {
 	ts := start(t, "", withExecutor(t))
 	requireC(t, ts)
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	r := ts.do(t, "POST", "/v1/runs", key, strings.NewReader(`{"language":"c","files":[{"name":"main.c","content":"#include <stdio.h>\nint main(void){char b[64];fgets(b,64,stdin);printf(\"got %s\",b);return 0;}\n"}],"stdin":"hi\n"}`), "Content-Type", "application/json")
 	m := r.json(t)
 	if r.status != 200 || m["status"] != "ok" || m["stdout"] != "got hi\n" {
@@ -100,7 +100,7 @@ func TestConsoleRunCode(t *testing.T) {
 	bin := chromium(t)
 	ts := start(t, "", withExecutor(t))
 	requireC(t, ts)
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(bin), chromedp.Flag("headless", true),
 		chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true), chromedp.Flag("no-first-run", true),
 		chromedp.UserDataDir(profileDir(t)), chromedp.WindowSize(1280, 900))

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/abi"
@@ -16,8 +17,7 @@ import (
 )
 
 // invoke runs an action with the request body as its input. The output is
-// the response body as the module wrote it; its type is sniffed, so text
-// reads as text in a browser or curl.
+// the response body as the module wrote it.
 func (s *Server) invoke(c echo.Context) error {
 	e, err := s.lookup(c)
 	if err != nil {
@@ -39,8 +39,17 @@ func (s *Server) invoke(c echo.Context) error {
 	return writeOutput(c, res.Output)
 }
 
+// writeOutput sends a module's output as text/plain when it is UTF-8,
+// as bytes otherwise, and as an attachment: never as a type a browser
+// renders (the front door also holds every route to that), so an output
+// holding HTML or SVG is not a page of the console's origin.
 func writeOutput(c echo.Context, out []byte) error {
-	return c.Blob(http.StatusOK, http.DetectContentType(out), out)
+	ct, name := "application/octet-stream", "output.bin"
+	if utf8.Valid(out) {
+		ct, name = "text/plain; charset=utf-8", "output.txt"
+	}
+	c.Response().Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	return c.Blob(http.StatusOK, ct, out)
 }
 
 // ConfirmationJSON is a pending confirmation. The token is not in it: the
@@ -74,8 +83,9 @@ func (s *Server) pendingConfirmations(c echo.Context) error {
 }
 
 // confirm runs the action a confirmation token stands for, once, for the
-// principal it was issued to (host.Module.Confirm checks that and records
-// the decision).
+// principal it was issued to, on the module it was requested on
+// (host.Module.Confirm checks that and records the decision): a token
+// whose module was replaced since is a 409 confirmation_stale.
 func (s *Server) confirm(c echo.Context) error {
 	p := principalOf(c)
 	ctx := c.Request().Context()
@@ -102,6 +112,14 @@ func (s *Server) confirm(c echo.Context) error {
 	start := time.Now()
 	res, err := e.mod.Confirm(ctx, host.ConfirmRequest{Token: token, Principal: p, CorrelationID: correlationID(c)})
 	s.metrics.observeInvocation(module, "confirm", start, err)
+	if errors.Is(err, store.ErrConfirmationStale) {
+		// The module under this name is not the one the confirmation was
+		// requested on: a 409, so that the client asks again (and a person
+		// approves again) rather than retrying.
+		p := fromHostError(err)
+		p.Status, p.Title, p.Code, p.Type = http.StatusConflict, http.StatusText(http.StatusConflict), "confirmation_stale", ProblemType("confirmation_stale")
+		return p
+	}
 	if err != nil {
 		return fromHostError(err)
 	}

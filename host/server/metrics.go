@@ -1,6 +1,11 @@
 package server
 
 import (
+	"crypto/subtle"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -25,6 +30,12 @@ type metrics struct {
 	denials        *prometheus.CounterVec
 	uploads        prometheus.Counter
 	runs           *prometheus.CounterVec
+	// admissionRefusals counts requests admission refused, by kind
+	// (invocations, runs) and the setting that refused them.
+	admissionRefusals *prometheus.CounterVec
+	// invocationLabels bounds the module and action names of the
+	// invocation metrics.
+	invocationLabels *labelBound
 }
 
 // layers says which layer a failure code belongs to: the policy refused,
@@ -51,11 +62,25 @@ func newMetrics(s *Server) *metrics {
 	m.denials = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_denials_total", Help: "Refused requests: unauthenticated, denied by policy, rate limited."}, []string{"code"})
 	m.uploads = prometheus.NewCounter(prometheus.CounterOpts{Name: "moat_module_uploads_total", Help: "Modules uploaded and loaded."})
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_runs_total", Help: "Code-execution jobs by language and status."}, []string{"language", "status"})
-	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.inflight, m.invocations, m.invokeSeconds, m.failures, m.denials, m.uploads, m.runs,
+	m.admissionRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_admission_refusals_total", Help: "Invocations and runs refused for want of a slot, by kind and the setting that refused them."}, []string{"kind", "limit"})
+	m.invocationLabels = newLabelBound(s.cfg.Metrics.MaxSeries)
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_http_connections_open", Help: "HTTP connections open (http.max_connections bounds them)."}, func() float64 {
+		if l := s.conns.Load(); l != nil {
+			return float64(l.count())
+		}
+		return 0
+	}))
+	for _, a := range []*admission{s.invocations, s.execs} {
+		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_admission_running", Help: "Admitted requests running, by kind.", ConstLabels: prometheus.Labels{"kind": a.kind}},
+			func() float64 { r, _ := a.stats(); return float64(r) }))
+		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_admission_waiting", Help: "Requests waiting for a slot, by kind.", ConstLabels: prometheus.Labels{"kind": a.kind}},
+			func() float64 { _, w := a.stats(); return float64(w) }))
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.inflight, m.invocations, m.invokeSeconds, m.failures, m.denials, m.uploads, m.runs, m.admissionRefusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
-	f(&poolCollector{s: s,
+	f(&poolCollector{s: s, max: s.cfg.Metrics.MaxSeries,
 		idle:   prometheus.NewDesc("moat_pool_idle_instances", "Instances pooled and ready, by organization and module.", []string{"org", "module"}, nil),
 		loaded: prometheus.NewDesc("moat_modules_loaded", "Modules loaded, over all organizations.", nil, nil)})
 	return m
@@ -74,9 +99,14 @@ func (m *metrics) observeInvocation(module, action string, start time.Time, err 
 			layer = "host"
 		}
 		m.failures.WithLabelValues(layer, outcome).Inc()
+		if code == abi.CodeNoSuchAction {
+			// The caller made the name up: it names no series.
+			action = "_unknown"
+		}
 	}
-	m.invocations.WithLabelValues(module, action, outcome).Inc()
-	m.invokeSeconds.WithLabelValues(module, action).Observe(time.Since(start).Seconds())
+	lv := m.invocationLabels.values(module, action)
+	m.invocations.WithLabelValues(lv[0], lv[1], outcome).Inc()
+	m.invokeSeconds.WithLabelValues(lv[0], lv[1]).Observe(time.Since(start).Seconds())
 }
 
 func (m *metrics) handler(c echo.Context) error {
@@ -84,20 +114,113 @@ func (m *metrics) handler(c echo.Context) error {
 	return nil
 }
 
+// metricsAuth lets only the operator read /metrics: its series name every
+// organization's modules and actions. The operator's token is no API key
+// (keys belong to an organization) but metrics.token_file's.
+func (s *Server) metricsAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		want := s.cfg.Metrics.Token
+		if want == "" {
+			return problem(http.StatusForbidden, string(abi.CodeDenied),
+				"/metrics answers only the operator, and no metrics token is configured: set metrics.token_file in the server config and scrape with Authorization: Bearer <token>")
+		}
+		scheme, got, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(want)) != 1 {
+			return problem(http.StatusUnauthorized, "unauthenticated",
+				"/metrics needs the operator's metrics token (metrics.token_file in the server config) as Authorization: Bearer <token>; API keys do not open it")
+		}
+		return next(c)
+	}
+}
+
+// labelBound bounds the label sets a metric takes from names a tenant
+// chooses (modules, actions): each value is made safe for any reader of
+// the exposition (at most 64 bytes of letters, digits and ._:/@+-, others
+// as _), and past max distinct sets, new ones are counted as "other".
+// 1 500 made-up action names once made 27 000 series.
+type labelBound struct {
+	max  int
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func newLabelBound(max int) *labelBound { return &labelBound{max: max, seen: map[string]bool{}} }
+
+// values returns the label values to use for vals.
+func (b *labelBound) values(vals ...string) []string {
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = labelValue(v)
+	}
+	key := strings.Join(out, "\x00")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[key] {
+		return out
+	}
+	if len(b.seen) < b.max {
+		b.seen[key] = true
+		return out
+	}
+	for i := range out {
+		out[i] = "other"
+	}
+	return out
+}
+
+// labelValue is a name as a label value: control bytes, quotes, newlines,
+// escape sequences and anything else outside a small safe set become _,
+// and it is cut to 64 bytes.
+func labelValue(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:/@+-", c) >= 0) {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b)
+}
+
 // poolCollector reads the pools at scrape time rather than tracking them
 // on every call.
 type poolCollector struct {
 	s            *Server
+	max          int // label sets; the rest are summed under other
 	idle, loaded *prometheus.Desc
 }
 
 func (p *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- p.idle; ch <- p.loaded }
 
 func (p *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	n := 0
+	type pool struct {
+		org, name string
+		idle      int
+	}
+	var pools []pool
 	p.s.modules.each(func(k modKey, e *entry) {
-		n++
-		ch <- prometheus.MustNewConstMetric(p.idle, prometheus.GaugeValue, float64(e.mod.IdleInstances()), k.org, k.name)
+		pools = append(pools, pool{labelValue(k.org), labelValue(k.name), e.mod.IdleInstances()})
 	})
-	ch <- prometheus.MustNewConstMetric(p.loaded, prometheus.GaugeValue, float64(n))
+	slices.SortFunc(pools, func(a, b pool) int { return strings.Compare(a.org+"\x00"+a.name, b.org+"\x00"+b.name) })
+	sums := map[[2]string]int{}
+	var order [][2]string
+	for i, x := range pools {
+		k := [2]string{x.org, x.name}
+		if i >= p.max {
+			k = [2]string{"other", "other"}
+		}
+		if _, ok := sums[k]; !ok {
+			order = append(order, k)
+		}
+		sums[k] += x.idle
+	}
+	for _, k := range order {
+		ch <- prometheus.MustNewConstMetric(p.idle, prometheus.GaugeValue, float64(sums[k]), k[0], k[1])
+	}
+	ch <- prometheus.MustNewConstMetric(p.loaded, prometheus.GaugeValue, float64(len(pools)))
 }

@@ -1,10 +1,7 @@
 package server
 
 import (
-	"archive/tar"
-	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -42,8 +39,23 @@ type registry struct {
 	loaded map[modKey]*entry
 	// commit serializes storing a version and swapping it in, so that
 	// two uploads of one name leave the store and the registry agreeing
-	// on which is current.
+	// on which is current. Module files are written and removed only
+	// under it, so that a deletion's "no version refers to this digest"
+	// and the removal of the file are one step against an upload of the
+	// same bytes (files are shared by digest, across organizations).
 	commit sync.Mutex
+
+	// pins counts the uploads in flight of each digest, from before
+	// their load (which builds an interpreted plugin into its digest's
+	// directory) to their commit: a digest's files are not removed while
+	// it is pinned, though no stored version refers to it yet.
+	pinMu sync.Mutex
+	pins  map[string]int
+
+	// beforeCommit, when set (by tests), runs in an upload after its
+	// load and before it takes commit: where a racing deletion of the
+	// same bytes in another organization would land.
+	beforeCommit func()
 }
 
 type modKey struct{ org, name string }
@@ -54,7 +66,7 @@ type entry struct {
 }
 
 func newRegistry(s *Server) *registry {
-	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}}
+	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}}
 }
 
 func (r *registry) get(org, name string) *entry {
@@ -104,6 +116,42 @@ func (r *registry) fileFor(v store.ModuleVersion) string {
 	return r.file(v.Digest)
 }
 
+// pin keeps digest's files from removal until the returned func is called.
+func (r *registry) pin(digest string) (unpin func()) {
+	r.pinMu.Lock()
+	r.pins[digest]++
+	r.pinMu.Unlock()
+	return func() {
+		r.pinMu.Lock()
+		if r.pins[digest]--; r.pins[digest] <= 0 {
+			delete(r.pins, digest)
+		}
+		r.pinMu.Unlock()
+	}
+}
+
+// removeOrphans removes the files of digests no stored version refers to
+// any more, except those an upload in flight has pinned (besides the
+// caller's own pin of own, if any). The caller holds commit.
+func (r *registry) removeOrphans(digests []string, own string) {
+	for _, d := range digests {
+		r.pinMu.Lock()
+		pins := r.pins[d]
+		if d == own {
+			pins--
+		}
+		pinned := pins > 0
+		var err error
+		if !pinned {
+			err = r.removeFiles(d)
+		}
+		r.pinMu.Unlock()
+		if err != nil {
+			r.s.log.Warn("module file not removed", "digest", d, "err", err)
+		}
+	}
+}
+
 // removeFiles removes everything stored for a digest.
 func (r *registry) removeFiles(digest string) error {
 	var errs []error
@@ -132,7 +180,7 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		bad := func(code abi.Code, format string, args ...any) error {
 			return &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
 		}
-		files, err := untar(wasm)
+		files, err := unpack("application/x-tar", wasm, r.s.cfg.Limits.Archive)
 		if err != nil {
 			return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
 		}
@@ -159,11 +207,6 @@ func isScript(mf *policy.Manifest) bool { _, ok := languages.ScriptLanguage(mf);
 // isWasm reports whether stored bytes are a module (an interpreted
 // plugin's are its sources, as a tar).
 func isWasm(b []byte) bool { return bytes.HasPrefix(b, []byte("\x00asm")) }
-
-// untar reads what languages.PackSources wrote.
-func untar(b []byte) (map[string][]byte, error) {
-	return unpack("application/x-tar", b)
-}
 
 // put makes v (already stored) the current version of its module.
 func (r *registry) put(ctx context.Context, m *host.Module, v store.ModuleVersion) {
@@ -337,33 +380,99 @@ func (s *Server) moduleVersions(c echo.Context) error {
 func (s *Server) deleteModule(c echo.Context) error {
 	p := principalOf(c)
 	ctx := c.Request().Context()
+	name := c.Param("name")
+	if err := s.mayManage(c, PermModuleDelete, name); err != nil {
+		return err
+	}
 	s.modules.commit.Lock()
 	defer s.modules.commit.Unlock()
-	orphans, err := s.store.ModuleDelete(ctx, p.Org, c.Param("name"))
+	orphans, err := s.store.ModuleDelete(ctx, p.Org, name)
 	if errors.Is(err, store.ErrModuleNotFound) {
-		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", c.Param("name"), p.Org)
+		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", name, p.Org)
 	}
 	if err != nil {
 		return err
 	}
-	s.modules.remove(ctx, p.Org, c.Param("name"))
-	s.auditModule(c, store.ModuleVersion{Org: p.Org, Name: c.Param("name")}, "delete", nil)
-	for _, d := range orphans {
-		if err := s.modules.removeFiles(d); err != nil {
-			s.log.Warn("module file not removed", "digest", d, "err", err)
+	s.modules.remove(ctx, p.Org, name)
+	s.auditModule(c, store.ModuleVersion{Org: p.Org, Name: name}, "delete", nil)
+	s.modules.removeOrphans(orphans, "")
+	return c.NoContent(http.StatusNoContent)
+}
+
+// Module management permissions. A principal manages its organization's
+// modules through a permission, held the way an action's permissions are:
+// by a role that the organization's profile gives it in role_permissions.
+// While the profile gives a permission to no role at all, the default
+// holds it: the role admin (DefaultModuleRole). Naming the permission
+// under any role hands the decision to role_permissions entirely.
+const (
+	// PermModuleUpload uploads a module or a new version of one, which
+	// replaces the current version (and so the code every caller runs).
+	PermModuleUpload = "module.upload"
+	// PermModuleDelete deletes a module with all its versions.
+	PermModuleDelete = "module.delete"
+	// DefaultModuleRole holds both permissions unless the profile's
+	// role_permissions gives them to a role.
+	DefaultModuleRole = "admin"
+)
+
+// mayManage checks that the caller holds perm over its organization's
+// modules; a refusal is a 403 and a deny event.
+func (s *Server) mayManage(c echo.Context, perm, module string) error {
+	p := principalOf(c)
+	prof := s.hostFor(p.Org).Profile()
+	configured := false
+	for _, perms := range prof.RolePermissions {
+		if slices.Contains(perms, perm) {
+			configured = true
+			break
 		}
 	}
-	return c.NoContent(http.StatusNoContent)
+	var rule, reason string
+	if configured {
+		if slices.Contains(prof.Permissions(p.Roles), perm) {
+			return nil
+		}
+		rule = "profile " + prof.Name + ": role_permissions " + perm
+		reason = fmt.Sprintf("%s@%s needs permission %s, which none of its roles %v holds in profile %s (role_permissions)",
+			p.User, p.Org, perm, orEmpty(p.Roles), prof.Name)
+	} else {
+		if p.HasRole(DefaultModuleRole) {
+			return nil
+		}
+		rule = "default: role " + DefaultModuleRole + " holds " + perm
+		reason = fmt.Sprintf("%s@%s needs role %s for %s (its roles are %v): profile %s gives %s to no role in role_permissions, so only %s may",
+			p.User, p.Org, DefaultModuleRole, perm, orEmpty(p.Roles), prof.Name, perm, DefaultModuleRole)
+	}
+	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
+		CorrelationID: correlationID(c), Module: module, User: p.User, Org: p.Org, Rule: rule, Reason: reason,
+		Code: string(abi.CodeDenied), Attrs: map[string]string{"api": perm}})
+	return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)
+}
+
+func orEmpty(roles []string) []string {
+	if roles == nil {
+		return []string{}
+	}
+	return roles
 }
 
 // auditModule records an upload or a deletion for the principal's
 // organization. (The host's own load and signature events name the module
-// but not the organization that uploaded it.)
+// but not the organization that uploaded it.) A refusal names its rule.
 func (s *Server) auditModule(c echo.Context, v store.ModuleVersion, what string, err error) {
 	p := principalOf(c)
 	ev := audit.Event{Kind: audit.KindLoad, Decision: audit.Allow, CorrelationID: correlationID(c), Module: v.Name,
 		User: p.User, Org: p.Org, Rule: "api " + what, Attrs: map[string]string{"api": what}}
+	var (
+		re *refusal
+		pr *Problem
+	)
 	switch {
+	case errors.As(err, &re):
+		ev.Decision, ev.Reason, ev.Code, ev.Rule = audit.Deny, "upload refused: "+re.p.Detail, re.p.Code, re.rule
+	case errors.As(err, &pr):
+		ev.Decision, ev.Reason, ev.Code = audit.Deny, "upload refused: "+pr.Detail, pr.Code
 	case err != nil:
 		ev.Decision, ev.Reason, ev.Code = audit.Deny, "upload refused: "+err.Error(), string(host.CodeOf(err))
 	case what == "upload":
@@ -374,6 +483,15 @@ func (s *Server) auditModule(c echo.Context, v store.ModuleVersion, what string,
 	}
 	s.hostFor(p.Org).Audit().Record(c.Request().Context(), ev)
 }
+
+// refusal is an upload refused by a server rule (quota, rollback): its
+// problem for the client and its rule for the audit trail.
+type refusal struct {
+	p    *Problem
+	rule string
+}
+
+func (r *refusal) Error() string { return r.p.Detail }
 
 func orNone(s string) string {
 	if s == "" {
@@ -394,16 +512,26 @@ type upload struct {
 // uploadModule takes a module as multipart/form-data (parts module,
 // manifest, signature, name), as one archive (tar, tar.gz or zip holding
 // moat.yaml, the .wasm and its .minisig), or as a bare application/wasm
-// body with ?name=. The module is loaded with every check before it is
-// stored, so a refused upload changes nothing.
+// body with ?name=. Only a holder of PermModuleUpload may; the module is
+// loaded with every check before it is stored, so a refused upload
+// changes nothing; storing it keeps the organization within
+// limits.module_quota, pruning old versions (store.ModuleQuota).
 func (s *Server) uploadModule(c echo.Context) error {
+	if err := s.mayManage(c, PermModuleUpload, c.QueryParam("name")); err != nil {
+		return err
+	}
 	limit := int64(s.cfg.Limits.MaxModuleBytes)
 	body, err := readBody(c, limit, "limits.max_module_bytes")
 	if err != nil {
 		return err
 	}
-	up, err := parseUpload(c.Request().Header.Get(echo.HeaderContentType), body)
+	up, err := parseUpload(c.Request().Header.Get(echo.HeaderContentType), body, s.cfg.Limits.Archive)
 	if err != nil {
+		s.auditModule(c, store.ModuleVersion{Name: c.QueryParam("name")}, "upload", err)
+		var re *refusal
+		if errors.As(err, &re) {
+			return re.p
+		}
 		return err
 	}
 	if up.name == "" {
@@ -429,34 +557,220 @@ func (s *Server) uploadModule(c echo.Context) error {
 	if err := host.ValidateModuleName(v.Name); err != nil {
 		return problem(http.StatusBadRequest, "invalid_argument", "%v", err)
 	}
+	// The digest's files stay until this upload is stored or refused,
+	// whatever another organization deletes meanwhile.
+	defer s.modules.pin(v.Digest)()
 	m, err := s.modules.load(ctx, v, up.wasm, correlationID(c))
-	s.auditModule(c, v, "upload", err)
 	if err != nil {
+		s.auditModule(c, v, "upload", err)
 		var fe *policy.FileError
 		if errors.As(err, &fe) {
 			return problem(http.StatusBadRequest, "invalid_argument", "manifest: %v", err)
 		}
 		return fromHostError(err)
 	}
-	if err := s.modules.writeFile(s.modules.fileFor(v), up.wasm); err != nil {
-		m.Close(ctx)
-		return fmt.Errorf("store module %s: %w", v.Digest, err)
+	if hook := s.modules.beforeCommit; hook != nil {
+		hook()
 	}
 	s.modules.commit.Lock()
-	if err := s.store.ModulePut(ctx, v); err != nil {
-		s.modules.commit.Unlock()
+	pruned, err := s.commitUpload(ctx, m, &v, up.wasm)
+	s.modules.commit.Unlock()
+	if err != nil {
 		m.Close(ctx)
+		var re *refusal
+		if errors.As(err, &re) {
+			s.auditModule(c, v, "upload", err)
+			return re.p
+		}
 		return err
 	}
-	v.Current = true
-	s.modules.put(ctx, m, v)
-	s.modules.commit.Unlock()
+	s.auditModule(c, v, "upload", nil)
+	for _, pv := range pruned {
+		s.hostFor(p.Org).Audit().Record(ctx, audit.Event{Kind: audit.KindLoad, Decision: audit.Allow, CorrelationID: correlationID(c),
+			Module: pv.Name, User: p.User, Org: p.Org, Rule: "limits.module_quota",
+			Reason: fmt.Sprintf("pruned version %s (%s, %d bytes, uploaded %s by %s) to keep organization %s within its module quota",
+				pv.Digest[:12], orNone(pv.Version), pv.Size, pv.UploadedAt.Format(time.RFC3339), pv.UploadedBy, p.Org),
+			Attrs: map[string]string{"api": "prune", "digest": pv.Digest}})
+	}
 	s.metrics.uploads.Inc()
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/modules/"+v.Name)
 	return c.JSON(http.StatusCreated, describeModule(s.modules.get(p.Org, v.Name)))
 }
 
-func parseUpload(contentType string, body []byte) (*upload, error) {
+// commitUpload stores a loaded version and makes it current; the caller
+// holds commit. It refuses a signed version older than the signed current
+// one (modules.allow_signed_rollback), and a version the organization's
+// quota cannot hold even after pruning; it returns the versions pruned.
+func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.ModuleVersion, wasm []byte) ([]store.ModuleVersion, error) {
+	if cur := s.modules.get(v.Org, v.Name); cur != nil && !s.cfg.Modules.AllowSignedRollback {
+		if err := checkRollback(cur, m, *v); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.modules.writeFile(s.modules.fileFor(*v), wasm); err != nil {
+		return nil, fmt.Errorf("store module %s: %w", v.Digest, err)
+	}
+	q := s.cfg.Limits.ModuleQuota
+	pruned, err := s.store.ModulePut(ctx, *v, store.ModuleQuota{Bytes: int64(q.Bytes), Versions: q.Versions, KeepPerModule: q.KeepPerModule})
+	var qe *store.QuotaError
+	if errors.As(err, &qe) {
+		knob := "limits.module_quota." + qe.Limit
+		// The file may have been written for this upload alone: take it
+		// back unless a stored version refers to it.
+		if n, err := s.store.ModuleDigestRefs(ctx, v.Digest); err == nil && n == 0 {
+			s.modules.removeOrphans([]string{v.Digest}, v.Digest)
+		}
+		return nil, &refusal{rule: knob, p: problem(http.StatusRequestEntityTooLarge, "quota_exceeded",
+			"%v: %s is %d; delete modules (DELETE /v1/modules/{name}) or ask the operator to raise %s", qe, knob, qe.Max, knob)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.Current = true
+	s.modules.put(ctx, m, *v)
+	s.modules.removeOrphans(pruned.Orphans, "")
+	return pruned.Versions, nil
+}
+
+// checkRollback refuses replacing a module whose current version is signed
+// by a trusted key with a trusted-signed version that is not newer: a
+// signed release stays valid forever, so without this anyone who may
+// upload could put back an old signed version with a known hole over its
+// fix. Re-uploading the current version itself (same bytes and version) is
+// not a rollback.
+func checkRollback(cur *entry, m *host.Module, v store.ModuleVersion) error {
+	curSigner, newSigner := cur.mod.Info().Signer, m.Info().Signer
+	if curSigner == "" || newSigner == "" {
+		return nil
+	}
+	if cur.version.Digest == v.Digest && cur.version.Version == v.Version {
+		return nil
+	}
+	if compareVersions(v.Version, cur.version.Version) > 0 {
+		return nil
+	}
+	return &refusal{rule: "modules.allow_signed_rollback", p: problem(http.StatusConflict, "rollback",
+		"module %s is at version %s signed by %s (digest %s); this upload is version %s signed by %s (digest %s): a signed module's version must increase, "+
+			"so that an old signed release cannot be put back over its fix; upload a higher version, delete the module first, or set modules.allow_signed_rollback: true in the server config",
+		v.Name, orDash(cur.version.Version), curSigner, cur.version.Digest[:12], orDash(v.Version), newSigner, v.Digest[:12])}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// compareVersions orders two manifest versions (MAJOR.MINOR.PATCH with an
+// optional -prerelease, as policy checks them) by semantic-versioning
+// precedence: -1, 0 or 1. A version that does not parse sorts first.
+func compareVersions(a, b string) int {
+	pa, oka := parseSemver(a)
+	pb, okb := parseSemver(b)
+	switch {
+	case !oka && !okb:
+		return strings.Compare(a, b)
+	case !oka:
+		return -1
+	case !okb:
+		return 1
+	}
+	for i := range 3 {
+		if c := cmpNum(pa.core[i], pb.core[i]); c != 0 {
+			return c
+		}
+	}
+	switch {
+	case pa.pre == "" && pb.pre == "":
+		return 0
+	case pa.pre == "":
+		return 1 // a release follows its prereleases
+	case pb.pre == "":
+		return -1
+	}
+	ea, eb := strings.Split(pa.pre, "."), strings.Split(pb.pre, ".")
+	for i := 0; i < len(ea) && i < len(eb); i++ {
+		na, da := numeric(ea[i])
+		nb, db := numeric(eb[i])
+		var c int
+		switch {
+		case da && db:
+			c = cmpNum(na, nb)
+		case da:
+			c = -1
+		case db:
+			c = 1
+		default:
+			c = strings.Compare(ea[i], eb[i])
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return cmpNum(len(ea), len(eb))
+}
+
+type semver struct {
+	core [3]string
+	pre  string
+}
+
+func parseSemver(s string) (semver, bool) {
+	core, pre, _ := strings.Cut(s, "-")
+	parts := strings.Split(core, ".")
+	if len(parts) != 3 {
+		return semver{}, false
+	}
+	var v semver
+	for i, p := range parts {
+		if _, ok := numeric(p); !ok {
+			return semver{}, false
+		}
+		v.core[i] = strings.TrimLeft(p, "0")
+	}
+	v.pre = pre
+	return v, true
+}
+
+// numeric reports whether s is all digits, and s without leading zeros.
+func numeric(s string) (string, bool) {
+	if s == "" {
+		return "", false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return "", false
+		}
+	}
+	return strings.TrimLeft(s, "0"), true
+}
+
+// cmpNum compares decimal digit strings without leading zeros (or ints).
+func cmpNum[T string | int](a, b T) int {
+	switch x := any(a).(type) {
+	case string:
+		y := any(b).(string)
+		if len(x) != len(y) {
+			return cmpInt(len(x), len(y))
+		}
+		return strings.Compare(x, y)
+	default:
+		return cmpInt(x.(int), any(b).(int))
+	}
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func parseUpload(contentType string, body []byte, lim ArchiveLimits) (*upload, error) {
 	mt, params, _ := mime.ParseMediaType(contentType)
 	bad := func(format string, args ...any) (*upload, error) {
 		return nil, problem(http.StatusBadRequest, "invalid_argument", format, args...)
@@ -493,9 +807,9 @@ func parseUpload(contentType string, body []byte) (*upload, error) {
 	case "application/wasm", "application/octet-stream":
 		up.wasm = body
 	case "application/x-tar", "application/tar", "application/gzip", "application/x-gzip", "application/zip":
-		files, err := unpack(mt, body)
+		files, err := unpack(mt, body, lim)
 		if err != nil {
-			return bad("archive: %v", err)
+			return nil, &refusal{p: archiveProblem(err), rule: archiveRule(err)}
 		}
 		return fromArchive(files)
 	default:
@@ -508,68 +822,6 @@ func parseUpload(contentType string, body []byte) (*upload, error) {
 		return bad("no module: send the .wasm file as the module part")
 	}
 	return up, nil
-}
-
-// unpack reads the regular files of a tar, tar.gz or zip archive, by base
-// name: an archive of a plugin directory, whatever its top folder.
-func unpack(mt string, body []byte) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	add := func(name string, r io.Reader) error {
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		base := path.Base(name)
-		if _, dup := files[base]; dup {
-			return fmt.Errorf("two files are named %s; the archive must hold one plugin", base)
-		}
-		files[base] = b
-		return nil
-	}
-	if mt == "application/zip" {
-		zr, err := zip.NewReader(bytes.NewReader(body), int64(len(body)))
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range zr.File {
-			if f.FileInfo().IsDir() {
-				continue
-			}
-			rc, err := f.Open()
-			if err != nil {
-				return nil, err
-			}
-			err = add(f.Name, rc)
-			rc.Close()
-			if err != nil {
-				return nil, err
-			}
-		}
-		return files, nil
-	}
-	var r io.Reader = bytes.NewReader(body)
-	if mt == "application/gzip" || mt == "application/x-gzip" || bytes.HasPrefix(body, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(r)
-		if err != nil {
-			return nil, err
-		}
-		r = zr
-	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if h.Typeflag == tar.TypeReg {
-			if err := add(h.Name, tr); err != nil {
-				return nil, err
-			}
-		}
-	}
 }
 
 // fromArchive finds the plugin in an archive the way ReadBundle finds it in
@@ -617,4 +869,101 @@ func fromArchive(files map[string][]byte) (*upload, error) {
 	}
 	up.signature = files[policy.SignatureFile(path.Base(file))]
 	return up, nil
+}
+
+// ModulesConfig configures module management, as modules in the server
+// config.
+type ModulesConfig struct {
+	// AllowSignedRollback lets a module whose current version is signed
+	// by a trusted key be replaced by a trusted-signed version that is not
+	// newer (by manifest version). Default false: a signed release cannot
+	// be put back over a newer one (see checkRollback); to roll back on
+	// purpose, delete the module first, or turn this on for the while.
+	AllowSignedRollback bool `yaml:"allow_signed_rollback"`
+}
+
+// ModuleQuotaConfig bounds the module versions each organization keeps,
+// as limits.module_quota in the server config. Old versions are pruned at
+// upload by store.ModuleQuota's rule: each module keeps its newest
+// keep_per_module versions, then the organization's oldest versions that
+// are not current go until it is within bytes and versions; a current
+// version is never pruned, and an upload that cannot fit even so is
+// refused (413 quota_exceeded).
+type ModuleQuotaConfig struct {
+	// Bytes bounds the sizes of all versions of all the organization's
+	// modules. Default 1GiB; from 1KiB to 1TiB.
+	Bytes policy.ByteSize `yaml:"bytes"`
+	// Versions bounds their number. Default 200; from 1 to 100000.
+	Versions int `yaml:"versions"`
+	// KeepPerModule is how many versions of each module are kept, the
+	// current one included. Default 5; from 1 to 1000.
+	KeepPerModule int `yaml:"keep_per_module"`
+}
+
+// Defaults of ModuleQuotaConfig.
+const (
+	DefaultModuleQuotaBytes    = 1 << 30
+	DefaultModuleQuotaVersions = 200
+	DefaultModuleKeepPerModule = 5
+)
+
+func (q *ModuleQuotaConfig) fillDefaults() {
+	if q.Bytes == 0 {
+		q.Bytes = DefaultModuleQuotaBytes
+	}
+	if q.Versions == 0 {
+		q.Versions = DefaultModuleQuotaVersions
+	}
+	if q.KeepPerModule == 0 {
+		q.KeepPerModule = DefaultModuleKeepPerModule
+	}
+}
+
+func (q ModuleQuotaConfig) validate(fail func(field, format string, args ...any) error) error {
+	const k = "limits.module_quota."
+	switch {
+	case q.Bytes < 1<<10 || q.Bytes > 1<<40:
+		return fail(k+"bytes", "%s is outside 1KiB to 1TiB; the default is %s", q.Bytes, policy.ByteSize(DefaultModuleQuotaBytes))
+	case q.Versions < 1 || q.Versions > 100_000:
+		return fail(k+"versions", "%d is outside 1 to 100000; the default is %d", q.Versions, DefaultModuleQuotaVersions)
+	case q.KeepPerModule < 1 || q.KeepPerModule > 1000:
+		return fail(k+"keep_per_module", "%d is outside 1 to 1000; the default is %d", q.KeepPerModule, DefaultModuleKeepPerModule)
+	}
+	return nil
+}
+
+// checkModuleGrants refuses a profile that grants by module name (its
+// modules: section) when more than one organization uses it. A module's
+// name is chosen by whoever uploads it, in their own organization, so in
+// a shared profile modules.billing would give the grants meant for one
+// organization's billing to every organization's module of that name. The
+// default profile is every organization's that has none of its own.
+func (c *Config) checkModuleGrants(fail func(field, format string, args ...any) error) error {
+	byName := func(name string) []string {
+		p, err := policy.LoadProfile(name)
+		if err != nil || len(p.Modules) == 0 {
+			return nil
+		}
+		return slices.Sorted(maps.Keys(p.Modules))
+	}
+	if mods := byName(c.Profile); mods != nil {
+		return fail("profile", "profile %s grants by module name (modules: %s) and is the profile of every organization without one of its own, "+
+			"so any organization's module named %s would get those grants; give the organization that owns them its own profile under profiles:, "+
+			"or grant through a signing key (keys:) instead", c.Profile, strings.Join(mods, ", "), mods[0])
+	}
+	users := map[string][]string{}
+	for _, org := range slices.Sorted(maps.Keys(c.Profiles)) {
+		users[c.Profiles[org]] = append(users[c.Profiles[org]], org)
+	}
+	for _, org := range slices.Sorted(maps.Keys(c.Profiles)) {
+		name := c.Profiles[org]
+		if orgs := users[name]; len(orgs) > 1 {
+			if mods := byName(name); mods != nil {
+				return fail("profiles."+org, "profile %s grants by module name (modules: %s) and is shared by organizations %s, "+
+					"so each one's module named %s would get the grants; give each organization a profile of its own",
+					name, strings.Join(mods, ", "), strings.Join(orgs, ", "), mods[0])
+			}
+		}
+	}
+	return nil
 }

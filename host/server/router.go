@@ -27,12 +27,13 @@ func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.observe)
+	e.Use(s.observe, s.frontDoor)
 
 	auth := s.authenticate
+	invocation, run := s.admit(s.invocations), s.admit(s.execs)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", s.metrics.handler)
+	e.GET("/metrics", s.metrics.handler, s.metricsAuth)
 	e.GET("/v1/openapi.json", s.openAPI)
 
 	e.GET("/v1/whoami", s.whoami, auth)
@@ -41,17 +42,17 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/modules/:name", s.getModule, auth)
 	e.DELETE("/v1/modules/:name", s.deleteModule, auth)
 	e.GET("/v1/modules/:name/versions", s.moduleVersions, auth)
-	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth)
+	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth, invocation)
 	e.GET("/v1/confirmations", s.pendingConfirmations, auth)
-	e.POST("/v1/confirmations/:token", s.confirm, auth)
+	e.POST("/v1/confirmations/:token", s.confirm, auth, invocation)
 	e.GET("/v1/audit", s.auditQuery, auth)
 	e.GET("/v1/languages", s.listLanguages, auth)
-	e.POST("/v1/runs", s.runs, auth)
+	e.POST("/v1/runs", s.runs, auth, run)
 
 	if s.cfg.Piston.Enabled {
 		p := s.cfg.Piston.Prefix
 		e.GET(p+"/runtimes", s.pistonRuntimes, s.pistonGate)
-		e.POST(p+"/execute", s.pistonExecute, s.pistonGate)
+		e.POST(p+"/execute", s.pistonExecute, s.pistonGate, run)
 	}
 
 	e.GET("/", s.consoleIndex)
@@ -82,7 +83,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		took := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, c.Request().Method, statusClass(status)).Inc()
+		s.metrics.requests.WithLabelValues(route, methodLabel(c.Request().Method), statusClass(status)).Inc()
 		s.metrics.requestSeconds.WithLabelValues(route).Observe(took.Seconds())
 		// The access log: failures at info, successes at debug, so that
 		// a busy server's log holds what needs reading.
@@ -99,6 +100,16 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return nil
 	}
+}
+
+// methodLabel is the method as a metric label: the methods the routes
+// use, or "other", so that made-up methods make no series.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodOptions, http.MethodPatch:
+		return m
+	}
+	return "other"
 }
 
 func statusClass(code int) string {
@@ -170,6 +181,10 @@ func readBody(c echo.Context, limit int64, setting string) ([]byte, error) {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, problem(http.StatusRequestEntityTooLarge, "too_large", "the request body is over the limit of %d bytes (%s in the server config)", limit, setting)
+	}
+	var bte *bodyTimeoutError
+	if errors.As(err, &bte) {
+		return nil, problem(http.StatusRequestTimeout, "request_timeout", "the request body did not arrive within %s (http.body_timeout in the server config)", bte.timeout)
 	}
 	if err != nil {
 		return nil, problem(http.StatusBadRequest, "invalid_argument", "reading the request body: %v", err)

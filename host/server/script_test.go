@@ -56,7 +56,7 @@ func scriptArchive(t testing.TB, dir string, extra map[string][]byte) *bytes.Buf
 func TestUploadScriptPlugin(t *testing.T) {
 	dir := t.TempDir()
 	ts := start(t, dir, nil)
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 
 	r := ts.do(t, "POST", "/v1/modules", key, scriptArchive(t, "hello-js", nil), "Content-Type", "application/gzip")
 	if r.status != http.StatusCreated {
@@ -123,7 +123,7 @@ func TestUploadSignedScriptPlugin(t *testing.T) {
 	os.WriteFile(profile, []byte("name: signed\nrequire_signature: true\ntrusted_keys:\n  - name: rel\n    key: "+pub.String()+
 		"\ndefault:\n  capabilities: {kv: true}\n  limits: {memory: 64MiB, timeout: 10s}\n"), 0o644)
 	ts := start(t, "", func(c *server.Config) { c.Profile = profile })
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 
 	root := filepath.Join(testwasm.RepoRoot(t), "examples", "hello-js")
 	manifest, _ := os.ReadFile(filepath.Join(root, "moat.yaml"))

@@ -79,6 +79,10 @@ type Server struct {
 	echo    *echo.Echo
 	exec    Executor
 
+	invocations *admission // admission of invocations and confirmations
+	execs       *admission // admission of runs (/v1/runs, Piston execute)
+	conns       atomic.Pointer[connLimit]
+
 	ready  atomic.Bool
 	httpMu sync.Mutex
 	http   *http.Server
@@ -97,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		var level slog.Level
 		_ = level.UnmarshalText([]byte(cfg.Log.Level))
-		opts := &slog.HandlerOptions{Level: level}
+		opts := &slog.HandlerOptions{Level: level, ReplaceAttr: host.SafeLogAttr} // DEL, which both handlers leave raw
 		if cfg.Log.Format == "json" {
 			log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
 		} else {
@@ -114,6 +118,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		keyRate: newLimiter(cfg.Limits.KeyRate, cfg.Limits.KeyBurst),
 		orgRate: newLimiter(cfg.Limits.OrgRate, cfg.Limits.OrgBurst),
 		piston:  newLimiter(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst),
+		invocations: newAdmission("invocations", cfg.Admission.MaxInvocations, cfg.Admission.OrgInvocations,
+			time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
+		execs: newAdmission("runs", cfg.Admission.MaxRuns, cfg.Admission.OrgRuns, time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
@@ -186,12 +193,18 @@ func (s *Server) Listen() (net.Listener, error) {
 // Serve serves HTTP (HTTPS when TLS is configured) on ln until Shutdown.
 // It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	hc := s.cfg.HTTP
+	limited := newConnLimit(ln, hc.MaxConnections)
+	ln = limited
 	hs := &http.Server{
 		Handler:           s.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: time.Duration(hc.ReadHeaderTimeout),
+		IdleTimeout:       time.Duration(hc.IdleTimeout),
+		MaxHeaderBytes:    int(hc.MaxHeaderBytes),
+		ConnState:         limited.connState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	s.conns.Store(limited)
 	s.httpMu.Lock()
 	s.http = hs
 	s.httpMu.Unlock()

@@ -199,7 +199,7 @@ func TestEndToEnd(t *testing.T) {
 func TestUploadArchiveAndVersions(t *testing.T) {
 	dir := t.TempDir()
 	ts := start(t, dir, nil)
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	wasm := helloWasm(t)
 
 	var buf bytes.Buffer
@@ -258,7 +258,7 @@ func TestRateLimits(t *testing.T) {
 		c.Limits.KeyRate, c.Limits.KeyBurst = 0.5, 3
 		c.Limits.OrgRate, c.Limits.OrgBurst = 0.5, 5
 	})
-	a := ts.key(t, "acme", "ann")
+	a := ts.key(t, "acme", "ann", "admin")
 	b := ts.key(t, "acme", "bob")
 	for i := range 3 {
 		if r := ts.do(t, "GET", "/v1/whoami", a, nil); r.status != http.StatusOK {
@@ -290,7 +290,7 @@ func TestRateLimits(t *testing.T) {
 // refused.
 func TestGracefulShutdown(t *testing.T) {
 	ts := start(t, "", nil)
-	key := ts.key(t, "acme", "ann")
+	key := ts.key(t, "acme", "ann", "admin")
 	mf := []byte("name: spin\nversion: 1.0.0\nactions: [{name: loop, timeout: 1500ms}, {name: echo}]\n")
 	if r := ts.upload(t, key, testwasm.BuildGo(t, "./testdata/goguest", true), mf); r.status != http.StatusCreated {
 		t.Fatalf("upload: %d %s", r.status, r.body)
@@ -322,8 +322,8 @@ func TestGracefulShutdown(t *testing.T) {
 
 // TestOpsEndpoints: health, readiness, metrics, console.
 func TestOpsEndpoints(t *testing.T) {
-	ts := start(t, "", nil)
-	key := ts.key(t, "acme", "ann")
+	ts := start(t, "", withMetricsToken)
+	key := ts.key(t, "acme", "ann", "admin")
 	if r := ts.upload(t, key, helloWasm(t), helloManifest(t)); r.status != http.StatusCreated {
 		t.Fatal(r.status)
 	}
@@ -334,7 +334,7 @@ func TestOpsEndpoints(t *testing.T) {
 			t.Errorf("GET %s: %d, want %d", path, r.status, want)
 		}
 	}
-	r := ts.do(t, "GET", "/metrics", "", nil)
+	r := ts.do(t, "GET", "/metrics", "", nil, "Authorization", "Bearer "+metricsToken)
 	for _, want := range []string{
 		`moat_invocations_total{action="greet",module="hello-go",outcome="ok"} 1`,
 		`moat_invocation_duration_seconds_count{action="greet",module="hello-go"} 1`,

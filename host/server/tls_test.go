@@ -79,10 +79,10 @@ func TestProfilesPerOrg(t *testing.T) {
 	ts := start(t, "", func(c *server.Config) { c.Profiles = map[string]string{"lab": "dev"} })
 	mf := []byte("name: fetcher\nversion: 1.0.0\nactions: [{name: greet}]\ncapabilities: {kv: true, http: [https://api.example.com:443]}\n")
 	wasm := helloWasm(t)
-	if r := ts.upload(t, ts.key(t, "acme", "ann"), wasm, mf); r.status != http.StatusForbidden || !strings.Contains(string(r.body), "profile minimal") {
+	if r := ts.upload(t, ts.key(t, "acme", "ann", "admin"), wasm, mf); r.status != http.StatusForbidden || !strings.Contains(string(r.body), "profile minimal") {
 		t.Errorf("acme (minimal): %d %s", r.status, r.body)
 	}
-	if r := ts.upload(t, ts.key(t, "lab", "lee"), wasm, mf); r.status != http.StatusCreated {
+	if r := ts.upload(t, ts.key(t, "lab", "lee", "admin"), wasm, mf); r.status != http.StatusCreated {
 		t.Errorf("lab (dev): %d %s", r.status, r.body)
 	}
 }

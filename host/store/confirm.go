@@ -15,12 +15,18 @@ import (
 // Confirmation is a pending request to run a confirm-required action once.
 // Only a hash of its token is stored.
 type Confirmation struct {
-	TokenHash            string // hex sha256 of the token the caller holds
-	Org, User            string // the principal it is bound to
-	Module               string
-	Action               string
-	Input                []byte // the input the action will run with
-	InputSHA256          string // hex sha256 of Input; ConfirmationCreate fills it in when empty
+	TokenHash   string // hex sha256 of the token the caller holds
+	Org, User   string // the principal it is bound to
+	Module      string
+	Action      string
+	Input       []byte // the input the action will run with
+	InputSHA256 string // hex sha256 of Input; ConfirmationCreate fills it in when empty
+	// Binding is the hex SHA-256 that names the exact module the
+	// confirmation was requested on (its code, manifest and sources: see
+	// host's Module.Binding). ConfirmationUse refuses the confirmation
+	// when the module it is used on has another: what was approved is
+	// what runs, not whatever was uploaded under the name since.
+	Binding              string
 	Summary              string
 	CreatedAt, ExpiresAt time.Time
 	UsedAt               time.Time // zero until used
@@ -32,6 +38,10 @@ var (
 	ErrConfirmationUsed      = errors.New("confirmation already used")
 	ErrConfirmationExpired   = errors.New("confirmation expired")
 	ErrConfirmationPrincipal = errors.New("confirmation belongs to another principal")
+	// ErrConfirmationStale: the module changed since the confirmation
+	// was requested. The confirmation is used up, so that it can never
+	// run the new code.
+	ErrConfirmationStale = errors.New("the module changed since the confirmation was requested")
 )
 
 // Confirmation list limits.
@@ -61,7 +71,7 @@ func validHexSHA256(s string) bool {
 }
 
 // ConfirmationCreate stores c. TokenHash must be 64 lowercase hex digits;
-// Org, User, Module and Action must be set; CreatedAt defaults to now and
+// Org, User, Module and Action must be set, and Binding be 64 lowercase hex digits; CreatedAt defaults to now and
 // ExpiresAt must follow it; UsedAt must be zero. An empty InputSHA256 is
 // computed from Input, and a given one must match it. Bad fields are
 // *abi.Error with abi.CodeInvalidArgument naming the field.
@@ -87,6 +97,8 @@ func (s *Store) ConfirmationCreate(ctx context.Context, c Confirmation) (err err
 		return abi.Errorf(abi.CodeInvalidArgument, "confirmation module is empty")
 	case c.Action == "":
 		return abi.Errorf(abi.CodeInvalidArgument, "confirmation action is empty")
+	case !validHexSHA256(c.Binding):
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation binding is not 64 lowercase hex digits; a confirmation is bound to the module it was requested on")
 	case c.InputSHA256 != "" && c.InputSHA256 != inputSum:
 		return abi.Errorf(abi.CodeInvalidArgument, "confirmation input_sha256 %q does not match the input (sha256 %s)", c.InputSHA256, inputSum)
 	case !okCreated:
@@ -120,10 +132,10 @@ DELETE FROM confirmations WHERE token_hash IN (
 		return fmt.Errorf("store: confirmation.create: sweep: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, `
-INSERT INTO confirmations (token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at)
-VALUES (?, ?, ?, ?, ?, coalesce(?, x''), ?, ?, ?, ?)
+INSERT INTO confirmations (token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at, binding)
+VALUES (?, ?, ?, ?, ?, coalesce(?, x''), ?, ?, ?, ?, ?)
 ON CONFLICT (token_hash) DO NOTHING`,
-		c.TokenHash, c.Org, c.User, c.Module, c.Action, input, inputSum, c.Summary, created, expires)
+		c.TokenHash, c.Org, c.User, c.Module, c.Action, input, inputSum, c.Summary, created, expires, c.Binding)
 	if err != nil {
 		return fmt.Errorf("store: confirmation.create: %w", err)
 	}
@@ -138,7 +150,7 @@ ON CONFLICT (token_hash) DO NOTHING`,
 	return nil
 }
 
-const confirmationColumns = `token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at, used_at`
+const confirmationColumns = `token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at, used_at, binding`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -148,7 +160,7 @@ func scanConfirmation(r rowScanner) (*Confirmation, error) {
 		created, expires int64
 		used             sql.NullInt64
 	)
-	if err := r.Scan(&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &created, &expires, &used); err != nil {
+	if err := r.Scan(&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &created, &expires, &used, &c.Binding); err != nil {
 		return nil, err
 	}
 	if c.Input == nil {
@@ -162,16 +174,19 @@ func scanConfirmation(r rowScanner) (*Confirmation, error) {
 }
 
 // ConfirmationUse atomically claims the confirmation whose token hash is
-// tokenHash for the principal org/user at time now, and returns it with
-// UsedAt set. It succeeds at most once per token, even with concurrent
-// callers (in this process or another): the check and the claim run in one
-// write transaction.
+// tokenHash for the principal org/user, on the module whose binding is
+// binding, at time now, and returns it with UsedAt set. It succeeds at most
+// once per token, even with concurrent callers (in this process or
+// another): the check and the claim run in one write transaction.
 //
 // The errors wrap ErrConfirmationNotFound, ErrConfirmationPrincipal (the
 // confirmation is bound to another org or user; it stays unused),
-// ErrConfirmationUsed (a replay) or ErrConfirmationExpired (now is at or
-// after ExpiresAt), checked in that order.
-func (s *Store) ConfirmationUse(ctx context.Context, tokenHash, org, user string, now time.Time) (_ *Confirmation, err error) {
+// ErrConfirmationUsed (a replay), ErrConfirmationExpired (now is at or
+// after ExpiresAt) or ErrConfirmationStale (the module's binding is not the
+// one the confirmation was requested on; the confirmation is used up, so
+// that swapping the module back and forth cannot revive it), checked in
+// that order.
+func (s *Store) ConfirmationUse(ctx context.Context, tokenHash, org, user, binding string, now time.Time) (_ *Confirmation, err error) {
 	usedAt, ok := nanos(now)
 	if !ok {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmation use: time %s is out of range", now)
@@ -215,6 +230,9 @@ func (s *Store) ConfirmationUse(ctx context.Context, tokenHash, org, user string
 		return nil, fmt.Errorf("store: confirmation.use: commit: %w", err)
 	}
 	c.UsedAt = fromNanos(usedAt)
+	if c.Binding != binding {
+		return c, fmt.Errorf("store: confirmation.use: requested on module %s, used on %s: %w", short(c.Binding), short(binding), ErrConfirmationStale)
+	}
 	return c, nil
 }
 
@@ -253,4 +271,12 @@ ORDER BY created_at DESC, token_hash DESC LIMIT ?`, org, at, limit)
 		return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
 	}
 	return out, nil
+}
+
+// short is the first 12 digits of a digest, for messages.
+func short(digest string) string {
+	if digest == "" {
+		return "(none)"
+	}
+	return digest[:min(12, len(digest))]
 }

@@ -34,8 +34,12 @@ func newConfirmation(token string, now time.Time) store.Confirmation {
 		Summary:   "refund 100 to order 7",
 		CreatedAt: now,
 		ExpiresAt: now.Add(time.Hour),
+		Binding:   testBinding,
 	}
 }
+
+// testBinding is the binding of the module the test confirmations are for.
+var testBinding = strings.Repeat("ab", 32)
 
 func createConfirmation(t *testing.T, s *store.Store, c store.Confirmation) {
 	t.Helper()
@@ -54,7 +58,7 @@ func TestConfirmationUse(t *testing.T) {
 
 	// Another org or user is refused and does not use it up.
 	for _, p := range []struct{ org, user string }{{"globex", "alice"}, {"acme", "bob"}, {"", ""}, {"alice", "acme"}} {
-		_, err := s.ConfirmationUse(ctx, c.TokenHash, p.org, p.user, now.Add(time.Minute))
+		_, err := s.ConfirmationUse(ctx, c.TokenHash, p.org, p.user, testBinding, now.Add(time.Minute))
 		if !errors.Is(err, store.ErrConfirmationPrincipal) {
 			t.Errorf("use by %s/%s: error = %v, want ErrConfirmationPrincipal", p.org, p.user, err)
 		}
@@ -62,7 +66,7 @@ func TestConfirmationUse(t *testing.T) {
 
 	// The right principal uses it once.
 	usedAt := now.Add(2 * time.Minute)
-	got, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", usedAt)
+	got, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", testBinding, usedAt)
 	if err != nil {
 		t.Fatalf("first use: %v", err)
 	}
@@ -94,7 +98,7 @@ func TestConfirmationUse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := s.ConfirmationUse(ctx, tt.hash, tt.org, tt.user, tt.at)
+			c, err := s.ConfirmationUse(ctx, tt.hash, tt.org, tt.user, testBinding, tt.at)
 			if !errors.Is(err, tt.want) || c != nil {
 				t.Errorf("ConfirmationUse = %v, %v; want nil, %v", c, err, tt.want)
 			}
@@ -110,12 +114,12 @@ func TestConfirmationExpired(t *testing.T) {
 	createConfirmation(t, s, c)
 
 	for _, at := range []time.Time{c.ExpiresAt, c.ExpiresAt.Add(time.Nanosecond), c.ExpiresAt.Add(30 * time.Hour)} {
-		if _, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", at); !errors.Is(err, store.ErrConfirmationExpired) {
+		if _, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", testBinding, at); !errors.Is(err, store.ErrConfirmationExpired) {
 			t.Errorf("use at expiry+%v: error = %v, want ErrConfirmationExpired", at.Sub(c.ExpiresAt), err)
 		}
 	}
 	// Just before expiry it still works.
-	if _, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", c.ExpiresAt.Add(-time.Nanosecond)); err != nil {
+	if _, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", testBinding, c.ExpiresAt.Add(-time.Nanosecond)); err != nil {
 		t.Errorf("use just before expiry: %v", err)
 	}
 }
@@ -134,7 +138,7 @@ func TestConfirmationUseRace(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", now.Add(time.Second))
+			_, errs[i] = s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", testBinding, now.Add(time.Second))
 		})
 	}
 	close(start)
@@ -172,7 +176,7 @@ func TestConfirmationsPending(t *testing.T) {
 	mk("at-expiry", "acme", now.Add(-time.Hour), time.Hour) // expires exactly now
 	used := mk("used", "acme", now.Add(-30*time.Second), time.Hour)
 	mk("other-org", "globex", now, time.Hour)
-	if _, err := s.ConfirmationUse(ctx, used.TokenHash, "acme", "alice", now); err != nil {
+	if _, err := s.ConfirmationUse(ctx, used.TokenHash, "acme", "alice", testBinding, now); err != nil {
 		t.Fatal(err)
 	}
 
@@ -266,7 +270,7 @@ func TestConfirmationCreateValidation(t *testing.T) {
 	c2 := newConfirmation("nil input", now)
 	c2.Input, c2.CreatedAt = nil, time.Time{}
 	createConfirmation(t, s, c2)
-	got, err := s.ConfirmationUse(ctx, c2.TokenHash, "acme", "alice", now)
+	got, err := s.ConfirmationUse(ctx, c2.TokenHash, "acme", "alice", testBinding, now)
 	if err != nil || got.Input == nil || len(got.Input) != 0 || got.CreatedAt.IsZero() {
 		t.Errorf("nil-input confirmation = %+v, %v", got, err)
 	}
@@ -290,7 +294,7 @@ func TestConfirmationCleanup(t *testing.T) {
 	usedLong := newConfirmation("used long ago", past)
 	usedLong.ExpiresAt = now.Add(time.Hour)
 	createConfirmation(t, s, usedLong)
-	if _, err := s.ConfirmationUse(ctx, usedLong.TokenHash, "acme", "alice", past.Add(time.Minute)); err != nil {
+	if _, err := s.ConfirmationUse(ctx, usedLong.TokenHash, "acme", "alice", testBinding, past.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	recent := newConfirmation("recently expired", now.Add(-2*time.Hour)) // expired 1 h ago
@@ -307,7 +311,7 @@ func TestConfirmationCleanup(t *testing.T) {
 		{"used 48 h ago", usedLong, store.ErrConfirmationNotFound},
 		{"expired 1 h ago", recent, store.ErrConfirmationExpired},
 	} {
-		if _, err := s.ConfirmationUse(ctx, tt.c.TokenHash, "acme", "alice", now); !errors.Is(err, tt.want) {
+		if _, err := s.ConfirmationUse(ctx, tt.c.TokenHash, "acme", "alice", testBinding, now); !errors.Is(err, tt.want) {
 			t.Errorf("%s: use after cleanup: error = %v, want %v", tt.name, err, tt.want)
 		}
 	}

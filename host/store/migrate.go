@@ -170,6 +170,18 @@ CREATE TRIGGER kv_usage_delete AFTER DELETE ON kv BEGIN
 END;
 `,
 	},
+	{
+		name: "confirmation_binding",
+		// binding is the hex SHA-256 naming the exact module (code,
+		// manifest, sources) a confirmation was requested on; a
+		// confirmation is refused once its module is another. Rows from
+		// before have none, so they are refused: they expire within
+		// minutes anyway.
+		sql: `
+ALTER TABLE confirmations ADD COLUMN binding TEXT NOT NULL DEFAULT '';
+CREATE INDEX module_versions_org_time ON module_versions (org, uploaded_at);
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

@@ -197,8 +197,8 @@ func TestKVUsageMigration(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Take the file back to the schema before kv_usage (the last
-	// migration when it was written; update this when appending one).
+	// Take the file back to the schema before kv_usage (undoing the
+	// migrations after it too; update this when appending one).
 	db, err := sql.Open("sqlite", filepath.Join(dir, store.FileName))
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +209,8 @@ func TestKVUsageMigration(t *testing.T) {
 	}
 	for _, q := range []string{
 		"DROP TRIGGER kv_usage_insert", "DROP TRIGGER kv_usage_update", "DROP TRIGGER kv_usage_delete",
-		"DROP TABLE kv_usage", fmt.Sprintf("PRAGMA user_version = %d", version-1),
+		"DROP INDEX module_versions_org_time", "ALTER TABLE confirmations DROP COLUMN binding", // confirmation_binding
+		"DROP TABLE kv_usage", fmt.Sprintf("PRAGMA user_version = %d", version-2),
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)

@@ -72,11 +72,11 @@ func TestModuleVersions(t *testing.T) {
 		{Org: "other", Name: "hello", Digest: d1, Version: "1.0.0", Size: 10, UploadedBy: "eve", UploadedAt: t0},
 	}
 	for _, v := range puts {
-		if err := s.ModulePut(ctx, v); err != nil {
+		if _, err := s.ModulePut(ctx, v, store.ModuleQuota{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.ModulePut(ctx, store.ModuleVersion{Org: "acme", Name: "x", Digest: "short"}); err == nil {
+	if _, err := s.ModulePut(ctx, store.ModuleVersion{Org: "acme", Name: "x", Digest: "short"}, store.ModuleQuota{}); err == nil {
 		t.Error("a bad digest was stored")
 	}
 	mods, err := s.Modules(ctx, "acme")
@@ -88,7 +88,7 @@ func TestModuleVersions(t *testing.T) {
 		t.Fatalf("ModuleVersions = %+v, %v", vs, err)
 	}
 	// Re-uploading the first version makes it current again.
-	if err := s.ModulePut(ctx, puts[0]); err != nil {
+	if _, err := s.ModulePut(ctx, puts[0], store.ModuleQuota{}); err != nil {
 		t.Fatal(err)
 	}
 	if mods, _ := s.Modules(ctx, "acme"); mods[0].Digest != d1 {

@@ -1,0 +1,223 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// The policies every response carries. The API's documents are data,
+// never pages: a browser that opens one runs nothing in it, frames it
+// nowhere and sends no referrer. The console is a page of this origin's
+// own files only: no inline script or style, nothing from elsewhere.
+const (
+	apiCSP     = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; sandbox"
+	consoleCSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+// isConsole reports whether a route serves the web console's page or files.
+func isConsole(route string) bool { return route == "/" || route == "/console/*" }
+
+// frontDoor is the middleware every request passes after observe: it
+// refuses requests from other web origins and for unknown hosts, sets the
+// browser policies on the response, keeps module output from being read
+// as a page, and bounds the time to send the body and read the response.
+func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		route := c.Path()
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if isConsole(route) {
+			h.Set("Content-Security-Policy", consoleCSP)
+			h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		} else {
+			h.Set("Content-Security-Policy", apiCSP)
+		}
+		c.Response().Before(func() { s.beforeWrite(c, route) })
+
+		// /healthz and /readyz say nothing worth reading across origins
+		// and are probed by infrastructure under names of its own.
+		if route != "/healthz" && route != "/readyz" {
+			if p := s.checkHost(req); p != nil {
+				s.metrics.denials.WithLabelValues(p.Code).Inc()
+				return p
+			}
+		}
+		if p := s.checkOrigin(req); p != nil {
+			s.metrics.denials.WithLabelValues(p.Code).Inc()
+			return p
+		}
+		s.bodyDeadline(c)
+		return next(c)
+	}
+}
+
+// beforeWrite runs as the response's header goes out. Outside the
+// console, a response is JSON, plain text or bytes, never a type a
+// browser renders as a document: a module's output that sniffs as HTML
+// or SVG would otherwise run as a page of this origin. And the client
+// gets http.write_timeout to read the response.
+func (s *Server) beforeWrite(c echo.Context, route string) {
+	h := c.Response().Header()
+	if !isConsole(route) {
+		mt, _, err := mime.ParseMediaType(h.Get(echo.HeaderContentType))
+		switch {
+		case h.Get(echo.HeaderContentType) == "":
+		case err == nil && (mt == "application/json" || mt == "application/problem+json" || mt == "application/octet-stream"):
+		case err == nil && mt == "text/plain":
+			h.Set(echo.HeaderContentType, "text/plain; charset=utf-8")
+		default:
+			h.Set(echo.HeaderContentType, "application/octet-stream")
+			h.Set("Content-Disposition", "attachment")
+		}
+	}
+	rc := http.NewResponseController(c.Response().Writer)
+	_ = rc.SetWriteDeadline(time.Now().Add(time.Duration(s.cfg.HTTP.WriteTimeout)))
+}
+
+// checkHost refuses a Host header naming a host the server does not go
+// by. A page whose DNS name an attacker rebinds to this server's address
+// is same-origin with the name, so the browser lets it read the answers;
+// its requests still carry the name in Host. IP addresses and localhost
+// cannot be rebound; other names must be listed in http.allowed_hosts
+// (or be the listen address's).
+func (s *Server) checkHost(req *http.Request) *Problem {
+	if req.Host == "" || s.hostAllowed(req.Host) {
+		return nil
+	}
+	return problem(http.StatusForbidden, "forbidden_host",
+		"the Host header %q names a host this server does not answer to; add it to http.allowed_hosts in the server config if it is this server's name",
+		truncate(req.Host, 256))
+}
+
+func (s *Server) hostAllowed(hostport string) bool {
+	name := normalHost(hostport)
+	if _, err := netip.ParseAddr(name); err == nil {
+		return true
+	}
+	if name == "localhost" || name == normalHost(s.cfg.Listen) {
+		return true
+	}
+	for _, a := range s.cfg.HTTP.AllowedHosts {
+		a = normalHost(a)
+		if a == name || strings.HasPrefix(a, "*.") && strings.HasSuffix(name, a[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOrigin refuses a request a browser sent for a page of another
+// origin: its Origin header names another origin (or is "null": a
+// sandboxed frame, a file), or its Sec-Fetch-Site says cross-site or
+// same-site. A browser sends "simple" requests (a text/plain POST) to
+// any address without asking, and the Piston routes need no key, so
+// without this any web page could run code here. Clients outside a
+// browser send neither header.
+func (s *Server) checkOrigin(req *http.Request) *Problem {
+	origin := req.Header.Get("Origin")
+	if origin != "" {
+		if s.sameOrigin(req, origin) || s.cfg.HTTP.allowedOrigins[strings.ToLower(origin)] {
+			return nil
+		}
+		return problem(http.StatusForbidden, "forbidden_origin",
+			"the Origin header %q is not this server's origin: a page of another site sent this request; the operator lists the origins that may in http.allowed_origins",
+			truncate(origin, 256))
+	}
+	switch site := req.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return problem(http.StatusForbidden, "forbidden_origin",
+			"the Sec-Fetch-Site header is %q: a page of another site sent this request; the operator lists the origins that may in http.allowed_origins",
+			truncate(site, 64))
+	}
+	return nil
+}
+
+// sameOrigin reports whether origin is the origin the request was sent
+// to: its scheme, and the Host header (checked by checkHost).
+func (s *Server) sameOrigin(req *http.Request, origin string) bool {
+	scheme := "http"
+	if req.TLS != nil {
+		scheme = "https"
+	}
+	self := scheme + "://" + strings.ToLower(req.Host)
+	o := strings.ToLower(origin)
+	if o == self {
+		return true
+	}
+	// A default port may be written or not.
+	def := map[string]string{"http": ":80", "https": ":443"}[scheme]
+	return strings.TrimSuffix(o, def) == strings.TrimSuffix(self, def)
+}
+
+// bodyDeadline gives the client http.body_timeout to send the request's
+// body. The deadline is lifted once the body is read to its end, so that
+// it does not end a long invocation: net/http watches the connection for
+// the client going away once the body is read, and a read deadline
+// passing there would cancel the request. It stays when the body is not
+// read to its end, so that net/http's draining of the rest before the
+// response is bounded too.
+func (s *Server) bodyDeadline(c echo.Context) {
+	req := c.Request()
+	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
+		return
+	}
+	rc := http.NewResponseController(c.Response().Writer)
+	if err := rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.HTTP.BodyTimeout))); err != nil {
+		return // not a connection with deadlines (a test recorder)
+	}
+	req.Body = &deadlineBody{ReadCloser: req.Body, rc: rc, timeout: time.Duration(s.cfg.HTTP.BodyTimeout)}
+}
+
+// deadlineBody lifts the read deadline at the end of the body and makes a
+// passed deadline an error naming the setting.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	done    bool
+}
+
+// bodyTimeoutError is what reading a body past http.body_timeout returns.
+type bodyTimeoutError struct{ timeout time.Duration }
+
+func (e *bodyTimeoutError) Error() string {
+	return "the request body did not arrive within " + e.timeout.String() + " (http.body_timeout)"
+}
+
+func (e *bodyTimeoutError) Timeout() bool { return true }
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF && !b.done:
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case err != nil && isTimeout(err):
+		return n, &bodyTimeoutError{b.timeout}
+	}
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -1,0 +1,71 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/moat-sandbox/moat/internal/testwasm"
+)
+
+// TestConsoleUnderCSP runs the console in headless Chromium under the
+// server's Content-Security-Policy: no part of the console breaks it (a
+// listener installed before any script records every violation), and a
+// module's hostile output (markup, a script, an event handler) shows as
+// text and runs nothing.
+func TestConsoleUnderCSP(t *testing.T) {
+	bin := chromium(t)
+	ts := start(t, "", nil)
+	key := ts.key(t, "acme", "ann", "admin")
+	spinModule(t, ts, key, "spin", testwasm.BuildGo(t, "./testdata/goguest", true))
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+
+	const hostile = `<img src=x onerror="window.pwned=1"><script>window.pwned=2</script><svg onload="window.pwned=3"></svg>`
+	var output string
+	var violations []string
+	var pwned bool
+	err := chromedp.Run(bctx,
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			_, err := page.AddScriptToEvaluateOnNewDocument(`window.violations = [];
+document.addEventListener("securitypolicyviolation", e => window.violations.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber));`).Do(ctx)
+			return err
+		}),
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
+		chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
+		chromedp.Click("#sign-in", chromedp.ByQuery),
+		chromedp.WaitVisible(`#modules li[data-name="spin"]`, chromedp.ByQuery),
+		chromedp.Click(`#modules li[data-name="spin"]`, chromedp.ByQuery),
+		chromedp.SetValue("#input", hostile, chromedp.ByQuery),
+		chromedp.Evaluate(`(() => { const s = document.querySelector("#action-select"); if (s) { s.value = "echo"; s.dispatchEvent(new Event("change")); } })()`, nil),
+		chromedp.Click("#invoke", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector("#output").textContent.length > 0`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Sleep(300*time.Millisecond),
+		chromedp.Text("#output", &output, chromedp.ByQuery),
+		chromedp.Evaluate(`window.violations`, &violations),
+		chromedp.Evaluate(`window.pwned !== undefined`, &pwned),
+	)
+	if err != nil {
+		t.Fatalf("console: %v", err)
+	}
+	if output != hostile {
+		t.Errorf("the hostile output shows as %q; want its text %q", output, hostile)
+	}
+	if pwned {
+		t.Error("the module's output ran in the console")
+	}
+	if len(violations) > 0 {
+		t.Errorf("the console breaks its CSP: %v", violations)
+	}
+}

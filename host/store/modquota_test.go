@@ -1,0 +1,136 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// TestModuleQuota: ModulePut prunes by the stated rule (the newest
+// keep_per_module versions of each module, then the organization's oldest
+// versions that are not current) and refuses, changing nothing, what does
+// not fit with only current versions left.
+func TestModuleQuota(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	digest := func(i int) string { return fmt.Sprintf("%064x", i) }
+	type put struct {
+		org, name string
+		size      int64
+	}
+	tests := []struct {
+		name       string
+		q          store.ModuleQuota
+		before     []put // stored one minute apart, oldest first
+		next       put
+		wantPruned []int // indexes into before, oldest first
+		wantErr    string
+	}{
+		{name: "keep newest 3 of a module", q: store.ModuleQuota{KeepPerModule: 3},
+			before: []put{{"acme", "a", 1}, {"acme", "a", 1}, {"acme", "a", 1}}, next: put{"acme", "a", 1}, wantPruned: []int{0}},
+		{name: "keep per module counts each module apart", q: store.ModuleQuota{KeepPerModule: 1},
+			before: []put{{"acme", "a", 1}, {"acme", "b", 1}}, next: put{"acme", "a", 1}, wantPruned: []int{0}},
+		{name: "bytes: oldest non-current version goes first", q: store.ModuleQuota{Bytes: 30},
+			before: []put{{"acme", "a", 10}, {"acme", "b", 10}, {"acme", "a", 10}}, next: put{"acme", "b", 10}, wantPruned: []int{0}},
+		{name: "bytes: a current version is never pruned", q: store.ModuleQuota{Bytes: 25},
+			before: []put{{"acme", "a", 10}, {"acme", "b", 10}}, next: put{"acme", "c", 10}, wantErr: "organization acme would keep 30 module bytes, over its quota of 25"},
+		{name: "versions: pruned across modules", q: store.ModuleQuota{Versions: 2},
+			before: []put{{"acme", "a", 1}, {"acme", "b", 1}, {"acme", "a", 1}}, next: put{"acme", "b", 1}, wantPruned: []int{0, 1}},
+		{name: "versions: only current ones left", q: store.ModuleQuota{Versions: 2},
+			before: []put{{"acme", "a", 1}, {"acme", "b", 1}}, next: put{"acme", "c", 1}, wantErr: "would keep 3 module versions, over its quota of 2"},
+		{name: "one version bigger than the quota", q: store.ModuleQuota{Bytes: 100},
+			before: nil, next: put{"acme", "a", 101}, wantErr: "would keep 101 module bytes"},
+		{name: "another organization's versions do not count", q: store.ModuleQuota{Versions: 1},
+			before: []put{{"globex", "a", 1}, {"globex", "b", 1}}, next: put{"acme", "a", 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := open(t, t.TempDir())
+			var stored []store.ModuleVersion
+			for i, p := range tt.before {
+				v := store.ModuleVersion{Org: p.org, Name: p.name, Digest: digest(i + 1), Size: p.size, UploadedAt: t0.Add(time.Duration(i) * time.Minute)}
+				if _, err := s.ModulePut(ctx, v, store.ModuleQuota{}); err != nil {
+					t.Fatal(err)
+				}
+				stored = append(stored, v)
+			}
+			usage, _ := s.ModuleUsage(ctx, tt.next.org)
+			next := store.ModuleVersion{Org: tt.next.org, Name: tt.next.name, Digest: digest(100), Size: tt.next.size, UploadedAt: t0.Add(time.Hour)}
+			pruned, err := s.ModulePut(ctx, next, tt.q)
+			if tt.wantErr != "" {
+				var qe *store.QuotaError
+				if !errors.As(err, &qe) || !errors.Is(err, store.ErrQuota) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want a QuotaError with %q", err, tt.wantErr)
+				}
+				if after, _ := s.ModuleUsage(ctx, tt.next.org); after != usage {
+					t.Errorf("a refused put changed the usage: %+v, was %+v", after, usage)
+				}
+				if _, err := s.ModuleVersions(ctx, next.Org, next.Name); err == nil && tt.next.name == "c" {
+					t.Error("the refused version was stored")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, pv := range pruned.Versions {
+				i := slices.IndexFunc(stored, func(v store.ModuleVersion) bool { return v.Digest == pv.Digest })
+				got = append(got, i)
+				if _, err := s.ModuleVersions(ctx, pv.Org, pv.Name); err == nil {
+					vs, _ := s.ModuleVersions(ctx, pv.Org, pv.Name)
+					if slices.ContainsFunc(vs, func(v store.ModuleVersion) bool { return v.Digest == pv.Digest }) {
+						t.Errorf("pruned version %d is still listed", i)
+					}
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.wantPruned) {
+				t.Errorf("pruned %v, want %v", got, tt.wantPruned)
+			}
+			// Every pruned digest is an orphan here (one version each).
+			if len(pruned.Orphans) != len(pruned.Versions) {
+				t.Errorf("orphans %v for pruned %v", pruned.Orphans, got)
+			}
+			cur, _ := s.Modules(ctx, tt.next.org)
+			for _, v := range cur {
+				if slices.ContainsFunc(pruned.Versions, func(p store.ModuleVersion) bool { return p.Digest == v.Digest }) {
+					t.Errorf("current version of %s was pruned", v.Name)
+				}
+			}
+		})
+	}
+}
+
+// TestConfirmationBinding: a confirmation used on a module with another
+// binding is refused and used up, so swapping the module back cannot
+// revive it.
+func TestConfirmationBinding(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	now := time.Now().UTC()
+	c := newConfirmation("tok-bind", now)
+	createConfirmation(t, s, c)
+	other := strings.Repeat("cd", 32)
+	got, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", other, now.Add(time.Second))
+	if !errors.Is(err, store.ErrConfirmationStale) || got == nil || got.Action != "refund" || got.Binding != testBinding {
+		t.Fatalf("use on another module: %+v, %v; want ErrConfirmationStale with the confirmation", got, err)
+	}
+	if !strings.Contains(err.Error(), "requested on module abababababab, used on cdcdcdcdcdcd") {
+		t.Errorf("error %q does not name both bindings", err)
+	}
+	if _, err := s.ConfirmationUse(ctx, c.TokenHash, "acme", "alice", testBinding, now.Add(2*time.Second)); !errors.Is(err, store.ErrConfirmationUsed) {
+		t.Errorf("after a stale use, the right module: %v, want ErrConfirmationUsed", err)
+	}
+	bad := newConfirmation("tok-unbound", now)
+	bad.Binding = ""
+	if err := s.ConfirmationCreate(ctx, bad); err == nil || !strings.Contains(err.Error(), "binding") {
+		t.Errorf("an unbound confirmation: %v", err)
+	}
+}
