@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -167,14 +166,12 @@ func (s *Server) runs(c echo.Context) error {
 		Runs []RunRequest `json:"runs"`
 	}
 	dec := func(v any) error {
-		d := json.NewDecoder(bytes.NewReader(body))
-		d.DisallowUnknownFields()
-		if err := d.Decode(v); err != nil {
+		if err := decodeJSONBody(body, v, true); err != nil {
 			return problem(http.StatusBadRequest, "invalid_argument", "the body is not a run request: %v", err)
 		}
 		return nil
 	}
-	if bytes.Contains(body[:min(len(body), 64)], []byte(`"runs"`)) {
+	if isBatch(body) {
 		if err := dec(&probe); err != nil {
 			return err
 		}
@@ -489,8 +486,8 @@ func (s *Server) pistonExecute(c echo.Context) error {
 		return c.JSON(http.StatusRequestEntityTooLarge, map[string]string{"message": err.(*Problem).Detail})
 	}
 	var r pistonRequest
-	if err := json.Unmarshal(body, &r); err != nil {
-		return c.JSON(http.StatusBadRequest, map[string]string{"message": "the body is not JSON: " + err.Error()})
+	if err := decodeJSONBody(body, &r, false); err != nil {
+		return c.JSON(http.StatusBadRequest, map[string]string{"message": "the body is not a Piston request: " + err.Error()})
 	}
 	msg := func(format string, args ...any) error {
 		return c.JSON(http.StatusBadRequest, map[string]string{"message": fmt.Sprintf(format, args...)})
@@ -650,4 +647,19 @@ func pistonResult(info languages.Info, res *languages.ExecResult) pistonResponse
 	}
 	out.Run = run
 	return out
+}
+
+// isBatch reports whether body is a batch: an object with a runs key (in
+// any case, as encoding/json matches it), wherever in the object it is.
+func isBatch(body []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false
+	}
+	for k := range top {
+		if strings.EqualFold(k, "runs") {
+			return true
+		}
+	}
+	return false
 }
