@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
@@ -127,9 +128,21 @@ confinement). --confine=strict refuses to start when a layer is missing;
 				}
 				defer restore()
 			}
+			// A build shared by identical jobs runs under the executor's
+			// own context, bounded by the longest compile any profile
+			// allows (and never less than the executor's default).
+			var maxCompile time.Duration
+			for _, name := range append([]string{cfg.Profile}, slices.Collect(maps.Values(cfg.Profiles))...) {
+				p, err := policy.LoadProfile(name)
+				if err != nil {
+					return err
+				}
+				maxCompile = max(maxCompile, time.Duration(p.ExecMaxima().CompileTimeout))
+			}
 			cfg.NewExecutor = func(h *host.Host) (server.Executor, error) {
 				return languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
-					BuildCacheMaxBytes: int64(cfg.BuildCacheBytes), StateDir: filepath.Join(cfg.DataDir, "lang-state")})
+					BuildCacheMaxBytes: int64(cfg.BuildCacheBytes), StateDir: filepath.Join(cfg.DataDir, "lang-state"),
+					MaxCompileTimeout: max(maxCompile, languages.DefaultMaxCompileTimeout)})
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
