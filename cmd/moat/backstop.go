@@ -33,6 +33,7 @@ const backstopEnv = "MOAT_BACKSTOP_WATCH"
 // audit into, and the name to report under.
 type backstopWatch struct {
 	HostPID int    `json:"host_pid"`
+	Cgroup  string `json:"cgroup"` // kernel.HostCgroupName of the host`
 	DataDir string `json:"data_dir"`
 	Who     string `json:"who"` // "moat run", "moat serve"
 }
@@ -45,7 +46,11 @@ func startBackstopWatch(who, dataDir string) (*os.File, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil // no cgroup without root: nothing to watch
 	}
-	js, err := json.Marshal(backstopWatch{HostPID: os.Getpid(), DataDir: dataDir, Who: who})
+	name, err := kernel.HostCgroupName(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(backstopWatch{HostPID: os.Getpid(), Cgroup: name, DataDir: dataDir, Who: who})
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +91,7 @@ func backstopWatchMain() {
 // report checks the host's cgroup after the host has gone, reports an OOM
 // kill, and removes the cgroup.
 func (w backstopWatch) report() int {
-	cg, err := kernel.OpenJobCgroup("host-" + strconv.Itoa(w.HostPID))
+	cg, err := kernel.OpenJobCgroup(w.Cgroup)
 	if err != nil {
 		return 0 // the host never joined one (not root, cgroups unavailable, --confine=off)
 	}
@@ -96,11 +101,11 @@ func (w backstopWatch) report() int {
 	if !oom && !pidsHit {
 		return 0
 	}
-	reason := fmt.Sprintf("%s was killed by its memory backstop: the host process reached its ceiling of %d MiB (cgroup moat/host-%d; "+
+	reason := fmt.Sprintf("%s was killed by its memory backstop: the host process reached its ceiling of %d MiB (cgroup moat/%s; "+
 		"raise it with --host-memory), so the kernel's OOM killer ended it and the invocations in flight were lost",
-		w.Who, limit>>20, w.HostPID)
+		w.Who, limit>>20, w.Cgroup)
 	if !oom {
-		reason = fmt.Sprintf("%s reached its backstop's process limit (moat/host-%d): a thread or process could not be created", w.Who, w.HostPID)
+		reason = fmt.Sprintf("%s reached its backstop's process limit (moat/%s): a thread or process could not be created", w.Who, w.Cgroup)
 	}
 	fmt.Fprintf(os.Stderr, "moat: %s\n", reason)
 	if st, err := store.Open(context.Background(), w.DataDir); err == nil {

@@ -1,8 +1,10 @@
 package main_test
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -178,6 +180,58 @@ func TestRunExtismEgress(t *testing.T) {
 	}
 	if n := loop4.hits.Load(); n != 0 || hits6.Load() != 0 {
 		t.Errorf("the loopback servers got %d and %d requests, want none", n, hits6.Load())
+	}
+
+	// The same plug-in in a confined moat serve, its organization on the
+	// same profile: the server's Extism driver takes the same path.
+	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
+	cfg := filepath.Join(t.TempDir(), "moat-server.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("profiles: {acme: %s}\n", profile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var rest bytes.Buffer
+	_, base := startServe(t, &rest, "--config", cfg, "--data", data, "--listen", "127.0.0.1:0", "--confine", "strict")
+	post := func(path, ct string, body io.Reader) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+path, body)
+		req.Header.Set("Authorization", "Bearer "+key)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var up bytes.Buffer
+	mw := multipart.NewWriter(&up)
+	wasm, _ := os.ReadFile(filepath.Join(dir, "fetcher.wasm"))
+	for name, content := range map[string][]byte{"module": wasm, "manifest": []byte(mf)} {
+		w, _ := mw.CreateFormFile(name, name)
+		w.Write(content)
+	}
+	mw.Close()
+	if code, out := post("/v1/modules", mw.FormDataContentType(), &up); code != 201 {
+		t.Fatalf("upload to moat serve: %d %s\n%s", code, out, rest.String())
+	}
+	if code, out := post("/v1/modules/fetcher/actions/fetch", "", strings.NewReader(granted.URL+"/")); code != 200 || out != "200 granted" {
+		t.Fatalf("moat serve, granted target: %d %q", code, out)
+	}
+	for _, u := range []string{
+		fmt.Sprintf("http://[::1%%25lo]:%d/", port6),
+		fmt.Sprintf("http://[fd00:ec2::254%%25lo]:%d/", port6),
+		fmt.Sprintf("http://2130706433:%s/", lport),
+		granted.URL + "/redirect?to=" + url.QueryEscape(fmt.Sprintf("http://[::%%25lo]:%d/", port6)),
+	} {
+		if code, out := post("/v1/modules/fetcher/actions/fetch", "", strings.NewReader(u)); code != 403 || !strings.Contains(out, "denied") {
+			t.Errorf("moat serve, %s: %d %s; want 403 denied", u, code, out)
+		}
+	}
+	if n := loop4.hits.Load(); n != 0 || hits6.Load() != 0 {
+		t.Errorf("through moat serve the loopback servers got %d and %d requests, want none", n, hits6.Load())
 	}
 }
 

@@ -313,7 +313,7 @@ func TestServeKill9(t *testing.T) {
 				left = append(left, fmt.Sprintf("process %d", c))
 			}
 		}
-		for _, pat := range []string{"/sys/fs/cgroup/moat/host-%d", "/sys/fs/cgroup/*/moat/host-%d"} {
+		for _, pat := range []string{"/sys/fs/cgroup/moat/host-%d-*", "/sys/fs/cgroup/*/moat/host-%d-*"} {
 			if d, _ := filepath.Glob(fmt.Sprintf(pat, pid)); len(d) > 0 {
 				left = append(left, d...)
 			}

@@ -236,8 +236,8 @@ func TestV2HostCgroup(t *testing.T) {
 		return r
 	}
 	first := runHost()
-	want := fmt.Sprintf("0::/%s/host-%d", CgroupParent, first.Pid)
-	if first.Cgroup != want || !first.AllThreads {
+	want := fmt.Sprintf("0::/%s/host-%d-", CgroupParent, first.Pid)
+	if !strings.HasPrefix(first.Cgroup, want) || !first.AllThreads {
 		t.Fatalf("the confined host was in %q (all %d threads there: %v), want %q", first.Cgroup, first.Threads, first.AllThreads, want)
 	}
 	if !strings.Contains(strings.Join(first.Applied, ","), "cgroup") {
@@ -245,7 +245,7 @@ func TestV2HostCgroup(t *testing.T) {
 	}
 	// A process cannot remove its own cgroup: it stays until the next
 	// host, so its limits can be read here.
-	firstDir := filepath.Join(unifiedRoot, CgroupParent, fmt.Sprintf("host-%d", first.Pid))
+	firstDir := filepath.Join(unifiedRoot, strings.TrimPrefix(first.Cgroup, "0::/"))
 	if _, err := os.Stat(firstDir); err != nil {
 		t.Fatalf("the exited host's cgroup %s: %v", firstDir, err)
 	}
@@ -256,8 +256,8 @@ func TestV2HostCgroup(t *testing.T) {
 	if _, err := os.Stat(firstDir); !os.IsNotExist(err) {
 		t.Errorf("the next host left the stale %s (%v)", firstDir, err)
 	}
-	RemoveStaleCgroups(fmt.Sprintf("host-%d", second.Pid), 0)
-	if _, err := os.Stat(filepath.Join(unifiedRoot, CgroupParent, fmt.Sprintf("host-%d", second.Pid))); !os.IsNotExist(err) {
+	RemoveStaleCgroups(fmt.Sprintf("host-%d-*", second.Pid), 0)
+	if _, err := os.Stat(filepath.Join(unifiedRoot, strings.TrimPrefix(second.Cgroup, "0::/"))); !os.IsNotExist(err) {
 		t.Errorf("host-%d left behind (%v)", second.Pid, err)
 	}
 }

@@ -1,10 +1,13 @@
 package kernel
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -244,25 +247,79 @@ func LandlockGaps(abi int) []LandlockGap {
 
 // joinHostCgroup moves the host into a cgroup of its own with the given
 // limits. A process cannot remove the cgroup it is in, so each host's
-// cgroup outlives it; the next host to start removes the empty ones.
+// cgroup outlives it: its backstop watcher (moat's CLI) or the next host
+// to start removes it.
 func joinHostCgroup(memory, pids int64) error {
 	removeStaleHostCgroups()
-	cg, err := NewJobCgroup(fmt.Sprintf("host-%d", os.Getpid()), JobLimits{MemoryBytes: memory, Pids: pids})
+	name, err := HostCgroupName(os.Getpid())
+	if err != nil {
+		return err
+	}
+	cg, err := NewJobCgroup(name, JobLimits{MemoryBytes: memory, Pids: pids})
 	if err != nil {
 		return err
 	}
 	return cg.AddSelf()
 }
 
-// removeStaleHostCgroups removes the empty moat/host-* cgroups that hosts
-// which have exited left behind.
-func removeStaleHostCgroups() { RemoveStaleCgroups("host-*", 0) }
+// HostCgroupName is the name of the cgroup (under CgroupParent) of the
+// host process pid: host-<pid>-<start time>. The start time (in clock ticks
+// since boot, from /proc/<pid>/stat) makes it the name of that process and
+// of no later one that reuses its pid, so a sweep or a watcher acting on
+// the name of a dead host never touches a live one.
+func HostCgroupName(pid int) (string, error) {
+	start, err := processStart(pid)
+	if err != nil {
+		return "", fmt.Errorf("cgroup: host %d: %w", pid, err)
+	}
+	return fmt.Sprintf("host-%d-%d", pid, start), nil
+}
+
+// processStart reads field 22 (starttime) of /proc/<pid>/stat.
+func processStart(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	return strconv.ParseUint(fields[19], 10, 64) // field 22 is the 20th after the name
+}
+
+// removeStaleHostCgroups removes the empty moat/host-* cgroups of hosts
+// that are gone: never one whose process (same pid, same start time) still
+// runs, such as another host that has made its cgroup and not yet joined.
+func removeStaleHostCgroups() {
+	removeStale("host-*", 0, func(name string) bool {
+		var pid int
+		var start uint64
+		if _, err := fmt.Sscanf(name, "host-%d-%d", &pid, &start); err != nil {
+			return true // an older name (host-<pid>): only its emptiness counts
+		}
+		now, err := processStart(pid)
+		return err != nil || now != start
+	})
+}
 
 // RemoveStaleCgroups removes the empty moat/<pattern> cgroups older than
 // minAge that processes which have exited (or crashed) left behind. A
 // cgroup with a member is never removed (the kernel refuses); minAge
 // spares one that another process has just created and not yet joined.
 func RemoveStaleCgroups(pattern string, minAge time.Duration) {
+	removeStale(pattern, minAge, func(string) bool { return true })
+}
+
+// removeStale removes the empty moat/<pattern> cgroups older than minAge
+// whose owner gone says is gone.
+func removeStale(pattern string, minAge time.Duration, gone func(name string) bool) {
 	var roots []string
 	if CgroupUnified() {
 		roots = []string{"/sys/fs/cgroup"}
@@ -276,7 +333,8 @@ func RemoveStaleCgroups(pattern string, minAge time.Duration) {
 	for _, root := range roots {
 		dirs, _ := filepath.Glob(filepath.Join(root, CgroupParent, pattern))
 		for _, d := range dirs {
-			if fi, err := os.Stat(d); err != nil || time.Since(fi.ModTime()) < minAge {
+			fi, err := os.Stat(d)
+			if err != nil || time.Since(fi.ModTime()) < minAge || !gone(filepath.Base(d)) {
 				continue
 			}
 			if len(readPids(d)) == 0 {
