@@ -128,8 +128,6 @@ const (
 	DefaultCPUQuota  = 1.0
 	DefaultMaxOutput = 1 << 20
 	DefaultDisk      = 256 << 20
-	DefaultUID       = 65534
-	DefaultGID       = 65534
 	DefaultPath      = "/usr/bin:/bin"
 )
 

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 
 const python = "/usr/bin/python3"
 
+// nobody is the unprivileged uid (and gid) the non-root tests run as.
+const nobody = 65534
+
 // needPython skips when Debian's python3 is absent. It never falls back to
 // a python3 found on PATH (a pyenv shim is a bash script Landlock would not
 // let run).
@@ -455,7 +458,7 @@ func TestNonRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.Chown(tmp, DefaultUID, DefaultGID); err != nil {
+	if err := os.Chown(tmp, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -463,11 +466,11 @@ func TestNonRoot(t *testing.T) {
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestNonRootHelper$", "-test.count=1")
 	cmd.Env = []string{"MOAT_TEST_NONROOT=1", "TMPDIR=" + tmp, "PATH=/usr/bin:/bin", "HOME=" + tmp}
 	cmd.Dir = tmp
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: DefaultUID, Gid: DefaultGID, Groups: []uint32{}}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("helper as uid %d: %v\nstdout: %s\nstderr: %s", DefaultUID, err, out.String(), errb.String())
+		t.Fatalf("helper as uid %d: %v\nstdout: %s\nstderr: %s", nobody, err, out.String(), errb.String())
 	}
 	var results map[string]*Result
 	for _, line := range strings.Split(out.String(), "\n") {

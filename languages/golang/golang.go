@@ -186,7 +186,7 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	}
 	mod := languages.ProjectRoot(abs)
 	if os.Geteuid() == 0 && !languages.Reachable(mod) {
-		return nil, fmt.Errorf("go: %s must be readable by the build's uid %d (world-readable, in world-searchable directories): the Go toolchain reads the whole module, which is not copied", mod, native.DefaultUID)
+		return nil, fmt.Errorf("go: %s must be readable by the build's unprivileged uid (world-readable, in world-searchable directories): the Go toolchain reads the whole module, which is not copied", mod)
 	}
 	wasm, _, err := l.goBuild(ctx, env, root, ver, abs, []string{"-buildmode=c-shared"}, []string{mod})
 	return wasm, err
@@ -407,18 +407,19 @@ func copyTree(src, dst string) error {
 		if d.IsDir() {
 			return os.Mkdir(filepath.Join(dst, rel), 0o755)
 		}
-		return copyFile(p, filepath.Join(dst, rel), false)
+		return copyFile(p, filepath.Join(dst, rel))
 	})
 }
 
 // linkTree fills dst (an empty directory) with the seed: directories are
-// made and handed to the job's uid, entry files are hard links (as root:
-// the job uid cannot write root's 0644 files) or copies (not root: the
-// job has our uid and could write through a link). Top-level bookkeeping
-// files (trim.txt) are copied, since go rewrites them.
+// made, entry files are hard links (as root: the job uid cannot write
+// root's 0644 files, and the native runner's hand-over of the job's dirs
+// leaves hard-linked files their owner's) or copies (not root: the job has
+// our uid and could write through a link). Top-level bookkeeping files
+// (trim.txt) are copied, since go rewrites them.
 func linkTree(src, dst string) error {
 	root := os.Geteuid() == 0
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -429,34 +430,19 @@ func linkTree(src, dst string) error {
 		t := filepath.Join(dst, rel)
 		switch {
 		case d.IsDir():
-			if err := os.Mkdir(t, 0o755); err != nil {
-				return err
-			}
-			if root {
-				return os.Chown(t, native.DefaultUID, native.DefaultGID)
-			}
-			return nil
+			return os.Mkdir(t, 0o755)
 		case root && strings.ContainsRune(rel, os.PathSeparator):
 			if err := os.Link(p, t); err == nil {
 				return nil
 			}
 			// The seed is on another filesystem than the job's cache
-			// (a data dir outside /tmp): copy, owned by root as the seed.
-			return copyFile(p, t, false)
-		default:
-			return copyFile(p, t, root)
+			// (a data dir outside /tmp): copy, the job's own.
 		}
+		return copyFile(p, t)
 	})
-	if err != nil {
-		return err
-	}
-	if root {
-		return os.Chown(dst, native.DefaultUID, native.DefaultGID)
-	}
-	return nil
 }
 
-func copyFile(src, dst string, chown bool) error {
+func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -470,13 +456,7 @@ func copyFile(src, dst string, chown bool) error {
 		out.Close()
 		return err
 	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	if chown {
-		return os.Chown(dst, native.DefaultUID, native.DefaultGID)
-	}
-	return nil
+	return out.Close()
 }
 
 func shortHash(s string) string {
