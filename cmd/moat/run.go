@@ -62,6 +62,12 @@ Without an ACTION, MODULE must be a WASI command: its _start runs with moat's
 stdin, the ARGS after --, and the variables given with --env; its stdout and
 stderr are printed, and moat exits with the module's exit code.
 
+Once everything is read, moat confines itself (--confine, default
+best-effort): Landlock and seccomp, and as root a cgroup of its own capped at
+--host-memory. Each layer it runs without is a warning and an audit event
+(moat audit --kind confinement); were the host ever killed at its ceiling, a
+watcher process says so on stderr and in the audit trail.
+
 Exit status: the command's own code; 1 when the invocation fails (trap, guest
 error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 		Example: `  moat run examples/hello-go greet --input World --config greeting=Hi
