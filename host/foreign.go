@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/ops"
+	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 )
@@ -158,10 +159,7 @@ type Call struct {
 // too_large, and once the invocation's audit budget is used up every op is
 // refused with resource_exhausted before it runs.
 func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
-	if len(req) > abi.MaxRequestBytes {
-		return nil, abi.Errorf(abi.CodeTooLarge, "op %.64s: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", op, len(req), abi.MaxRequestBytes)
-	}
-	if err := budget.From(ctx).Admit(op); err != nil {
+	if err := transport.Admit(ctx, op, req); err != nil {
 		return nil, err
 	}
 	c.env.Context = ctx

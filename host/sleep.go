@@ -44,9 +44,7 @@ func Nanosleep(current func() context.Context) sys.Nanosleep {
 			time.Sleep(time.Duration(ns))
 			return
 		}
-		if ctx.Err() != nil {
-			panic(exitFor(ctx))
-		}
+		abortIfDone(ctx)
 		if ns <= 0 {
 			return
 		}

@@ -175,7 +175,8 @@ const serveWarmWrappers = 2
 
 // removeStaleScratch removes the scratch dirs of servers that are gone
 // (killed, so their launcher could not remove them): moat-serve-PID-*
-// whose PID runs no moat.
+// whose PID no longer exists. A PID reused by another process keeps its
+// dir until that process ends too.
 func removeStaleScratch() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "moat-serve-*-*"))
 	for _, d := range dirs {

@@ -88,8 +88,7 @@ func New(st *store.Store, logger *slog.Logger) *Log {
 // stays bounded and still holds every denial and every mutation.
 func (l *Log) Record(ctx context.Context, e Event) {
 	l.record(ctx, e)
-	if e.Kind == KindOp && budget.From(ctx).AuditRow() {
-		b := budget.From(ctx)
+	if b := budget.From(ctx); e.Kind == KindOp && b.AuditRow() {
 		l.record(ctx, Event{Kind: KindDecision, Decision: Deny, CorrelationID: e.CorrelationID, Module: e.Module,
 			Action: e.Action, User: e.User, Org: e.Org, Rule: budget.KnobAuditRows, Code: string(abi.CodeResourceExhausted),
 			Reason: b.ExhaustedAuditReason()})

@@ -559,7 +559,7 @@ func TestExtismErrorReasonClipped(t *testing.T) {
 		Manifest: manifest(t, fmt.Sprintf(budgetManifest, "")), MaxIdle: 1,
 		Limits: host.Limits{Timeout: 10 * time.Second, MemoryLimitPages: 256},
 	})
-	for _, n := range []uint64{10, maxReason, 1 << 20} {
+	for _, n := range []uint64{10, maxReason, 64 << 10} { // filled byte by byte through store_u8: kept small
 		_, err := m.Invoke(ctx, host.Request{Action: "seterror", Input: le(n), Principal: policy.Principal{User: "u", Org: "o"}})
 		var he *host.Error
 		if !errors.As(err, &he) || he.Code != abi.CodeGuestError {

@@ -611,8 +611,8 @@ func varSet(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 		_ = cp.Free(stack[1])
 		full()
 	}
-	view, ok := cp.Memory().Read(uint32(stack[1]), uint32(n))
-	if stack[1] > math.MaxUint32 || !ok {
+	view, ok := blockView(cp, stack[1], n)
+	if !ok {
 		stateOf(ctx).abort(abi.CodeGuestFault, "var_set: the value [%d, +%d) is outside Extism memory", stack[1], n)
 	}
 	ep.Var[name] = bytes.Clone(view)
@@ -629,8 +629,8 @@ func readName(ctx context.Context, cp *extism.CurrentPlugin, off uint64, limit i
 	if n > uint64(limit) {
 		return "", false
 	}
-	view, ok := cp.Memory().Read(uint32(off), uint32(n))
-	if off > math.MaxUint32 || !ok {
+	view, ok := blockView(cp, off, n)
+	if !ok {
 		stateOf(ctx).abort(abi.CodeGuestFault, "%s: the name [%d, +%d) is outside Extism memory", fn, off, n)
 	}
 	return string(view), true
@@ -657,8 +657,8 @@ func guestLog(level extism.LogLevel) func(context.Context, *extism.CurrentPlugin
 			st.abort(abi.CodeGuestFault, "log: the message at offset %d is not an Extism memory block: %v", off, err)
 		}
 		keep := min(n, abi.MaxLogMessage)
-		view, ok := cp.Memory().Read(uint32(off), uint32(keep))
-		if off > math.MaxUint32 || !ok {
+		view, ok := blockView(cp, off, keep)
+		if !ok {
 			st.abort(abi.CodeGuestFault, "log: the message [%d, +%d) is outside Extism memory", off, n)
 		}
 		msg := string(view)
@@ -755,18 +755,24 @@ func readBlock(cp *extism.CurrentPlugin, off uint64, limit int, b *budget.Budget
 	if n == 0 {
 		return nil, func() {}, nil
 	}
-	mem := cp.Memory()
-	if off > math.MaxUint32 {
-		return nil, nil, &blockFault{fmt.Sprintf("%s at offset %d is outside Extism memory", what, off)}
-	}
-	view, ok := mem.Read(uint32(off), uint32(n))
+	view, ok := blockView(cp, off, n)
 	if !ok {
-		return nil, nil, &blockFault{fmt.Sprintf("%s [%d, +%d) is outside Extism memory (%d bytes)", what, off, n, mem.Size())}
+		return nil, nil, &blockFault{fmt.Sprintf("%s [%d, +%d) is outside Extism memory (%d bytes)", what, off, n, cp.Memory().Size())}
 	}
 	if err := b.Hold(int64(n), what); err != nil {
 		return nil, nil, err
 	}
 	return bytes.Clone(view), func() { b.Release(int64(n)) }, nil
+}
+
+// blockView is the n bytes of Extism memory at off, without a copy; ok is
+// false when they are not all inside it. The caller has checked n against
+// its limit (cp.Length) first.
+func blockView(cp *extism.CurrentPlugin, off, n uint64) (view []byte, ok bool) {
+	if off > math.MaxUint32 || n > math.MaxUint32 {
+		return nil, false
+	}
+	return cp.Memory().Read(uint32(off), uint32(n))
 }
 
 // firstLine drops wazero's wasm stack trace from an error message.

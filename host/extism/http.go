@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"strings"
@@ -115,35 +116,29 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 	st := stateOf(ctx)
 	hs := &st.inst.http
 	hs.status, hs.headers = 0, nil
-	raw, release, err := readBlock(cp, stack[0], abi.MaxRequestBytes, budget.From(ctx), "http_request: the request", func(n uint64) error {
+	bud := budget.From(ctx)
+	raw, release, err := readBlock(cp, stack[0], abi.MaxRequestBytes, bud, "http_request: the request", func(n uint64) error {
 		return abi.Errorf(abi.CodeTooLarge, "http_request: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", n, abi.MaxRequestBytes)
 	})
-	if f, ok := err.(*blockFault); ok {
-		st.abort(abi.CodeGuestFault, "%s", f.reason)
-	} else if err != nil {
-		abortWith(st, err)
-	}
+	abortOnBlock(st, err)
 	_ = cp.Free(stack[0])
 	var r extism.HttpRequest
 	if err := json.Unmarshal(raw, &r); err != nil {
 		st.abort(abi.CodeInvalidArgument, "http_request: the request is not JSON {url, method, headers}: %v", err)
 	}
 	release()
-	bud := budget.From(ctx)
 	what := "http_request " + redact(r.Url)
 	var body []byte
 	if stack[1] != 0 {
-		n, err := cp.Length(stack[1])
-		if err != nil {
-			st.abort(abi.CodeGuestFault, "http_request: the body at offset %d is not an Extism memory block: %v", stack[1], err)
-		}
-		if err := bud.HTTPBody("request", int64(n), what); err != nil {
-			abortWith(st, err)
-		}
-		defer bud.Release(int64(n))
-		if body, err = cp.ReadBytes(stack[1]); err != nil {
-			st.abort(abi.CodeGuestFault, "http_request: the body at offset %d is not an Extism memory block: %v", stack[1], err)
-		}
+		// Over HTTPRequestBytes, the budget's refusal (too_large, audited
+		// under its knob); within it, held until the request is done.
+		lim := int(min(bud.Limits().HTTPRequestBytes, math.MaxInt))
+		b, releaseBody, err := readBlock(cp, stack[1], lim, bud, "http_request: the body", func(n uint64) error {
+			return bud.HTTPBody("request", int64(n), what)
+		})
+		abortOnBlock(st, err)
+		defer releaseBody()
+		body = b
 		_ = cp.Free(stack[1])
 	}
 	eg := c.client(st.call)
@@ -201,6 +196,16 @@ func (c *httpClient) request(ctx context.Context, cp *extism.CurrentPlugin, stac
 		st.abort(abi.CodeMemoryLimit, "http_request: no room for the %d-byte response in Extism memory: %v", len(b), err)
 	}
 	stack[0] = off
+}
+
+// abortOnBlock stops the guest when readBlock failed: a guest fault for
+// an offset that is no block, the refusal itself otherwise.
+func abortOnBlock(st *callState, err error) {
+	if f, ok := err.(*blockFault); ok {
+		st.abort(abi.CodeGuestFault, "%s", f.reason)
+	} else if err != nil {
+		abortWith(st, err)
+	}
 }
 
 // deny stops the guest when err is egress's refusal, recording it in the
@@ -263,11 +268,14 @@ func redact(raw string) string {
 // returns the body and the bytes it holds, which the caller releases.
 func readBody(r io.Reader, announced, limit int64, b *budget.Budget, what string) ([]byte, int64, error) {
 	tooLarge := func(n int64) error {
-		if err := b.HTTPBody("response", n, what); err != nil {
-			return err
+		if n > b.Limits().HTTPResponseBytes {
+			// The budget's own refusal, audited under its knob. (Over its
+			// limit HTTPBody holds nothing; a nil budget refuses nothing.)
+			if err := b.HTTPBody("response", n, what); err != nil {
+				return err
+			}
 		}
-		b.Release(n)
-		return abi.Errorf(abi.CodeTooLarge, "%s: the response body is %d bytes or more; the call's memory limit leaves room for %d", what, n, limit)
+		return abi.Errorf(abi.CodeTooLarge, "%s: the response body is %d bytes or more; the call's memory limit leaves room for %d (raise the module's memory limit to take it)", what, n, limit)
 	}
 	if announced > limit {
 		return nil, 0, tooLarge(announced)

@@ -11,7 +11,6 @@ import (
 // Guests log through the host so their records carry the invocation's
 // module, action, principal and correlation id, and land wherever the
 // operator sends the host's log, rather than on an unattended stderr.
-
 //
 // One record is bounded before it is decoded (abi.MaxLogRecord, the
 // request as it came, fields and all; the message alone abi.MaxLogMessage)

@@ -127,7 +127,7 @@ func (dev *Device) Serve(line []byte) []byte {
 	if len(body) == 0 || string(body) == "null" {
 		body = []byte("{}")
 	}
-	if err := admit(dev.ctx, []byte(req.Op), body); err != nil {
+	if err := Admit(dev.ctx, []byte(req.Op), body); err != nil {
 		return replyError(err)
 	}
 	resp, err := dev.d.Dispatch(dev.ctx, []byte(req.Op), body)

@@ -163,7 +163,7 @@ func (c *PipeConn) Invoke(ctx context.Context, d Dispatcher, action string, inpu
 			if len(req) == 0 || string(req) == "null" {
 				req = []byte("{}") // absent means {}, as on the device file
 			}
-			err := admit(ctx, op, req)
+			err := Admit(ctx, op, req)
 			var resp []byte
 			if err == nil {
 				resp, err = d.Dispatch(ctx, op, req)

@@ -196,14 +196,18 @@ func call(ctx context.Context, mod api.Module, stack []uint64) {
 // request's size on the wire, and the invocation's budget (once its audit
 // budget is used up, no op runs).
 func (s *Session) dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
-	if err := admit(ctx, op, req); err != nil {
+	if err := Admit(ctx, op, req); err != nil {
 		return nil, err
 	}
 	return s.Dispatcher.Dispatch(ctx, op, req)
 }
 
-// admit is the check every transport makes before it dispatches an op.
-func admit(ctx context.Context, op, req []byte) error {
+// Admit is the check every transport makes before it dispatches an op:
+// a request over abi.MaxRequestBytes is too_large, and once the
+// invocation's audit budget is used up every op is resource_exhausted
+// (budget.Budget.Admit). Foreign drivers reach the ops through
+// host.Call.Dispatch, which makes it too.
+func Admit(ctx context.Context, op, req []byte) error {
 	if len(req) > abi.MaxRequestBytes {
 		return abi.Errorf(abi.CodeTooLarge, "op %.64s: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", op, len(req), abi.MaxRequestBytes)
 	}
