@@ -112,14 +112,6 @@ func (s *Server) confirm(c echo.Context) error {
 	start := time.Now()
 	res, err := e.mod.Confirm(ctx, host.ConfirmRequest{Token: token, Principal: p, CorrelationID: correlationID(c)})
 	s.metrics.observeInvocation(module, "confirm", start, err)
-	if errors.Is(err, store.ErrConfirmationStale) {
-		// The module under this name is not the one the confirmation was
-		// requested on: a 409, so that the client asks again (and a person
-		// approves again) rather than retrying.
-		p := fromHostError(err)
-		p.Status, p.Title, p.Code, p.Type = http.StatusConflict, http.StatusText(http.StatusConflict), "confirmation_stale", ProblemType("confirmation_stale")
-		return p
-	}
 	if err != nil {
 		return fromHostError(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/store"
 )
 
 // Problem is an error response, an RFC 9457 problem details object
@@ -77,6 +78,17 @@ var httpStatus = map[abi.Code]int{
 
 // fromHostError turns an error of the host into a problem.
 func fromHostError(err error) *Problem {
+	if errors.Is(err, store.ErrConfirmationStale) {
+		// The module under this name is not the one the confirmation was
+		// requested on: a 409, so that the client asks again (and a person
+		// approves again) rather than retrying.
+		p := problem(http.StatusConflict, "confirmation_stale", "%s", hostReason(err))
+		var he *host.Error
+		if errors.As(err, &he) {
+			p.Module, p.Action = he.Module, he.Action
+		}
+		return p
+	}
 	var he *host.Error
 	if errors.As(err, &he) {
 		status, ok := httpStatus[he.Code]
@@ -99,6 +111,15 @@ func fromHostError(err error) *Problem {
 		return problem(status, string(ae.Code), "%s", ae.Message)
 	}
 	return problem(http.StatusInternalServerError, string(abi.CodeInternal), "%v", err)
+}
+
+// hostReason is the reason of a *host.Error in err, else err's text.
+func hostReason(err error) string {
+	var he *host.Error
+	if errors.As(err, &he) {
+		return he.Reason
+	}
+	return err.Error()
 }
 
 func rateLimited(scope string, wait time.Duration) *Problem {
