@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
 // APIKey is an API key of the server: who it authenticates (a user of an
@@ -27,24 +27,13 @@ type APIKey struct {
 // ErrAPIKeyNotFound is returned (wrapped) for an unknown key id or hash.
 var ErrAPIKeyNotFound = errors.New("no such API key")
 
-const apiKeyColumns = `id, hash, org, user, roles, name, created_at, revoked_at`
-
-func scanAPIKey(r rowScanner) (*APIKey, error) {
-	var (
-		k       APIKey
-		roles   string
-		created int64
-		revoked sql.NullInt64
-	)
-	if err := r.Scan(&k.ID, &k.Hash, &k.Org, &k.User, &roles, &k.Name, &created, &revoked); err != nil {
-		return nil, err
+func fromAPIKeyRow(r *driver.APIKeyRow) (*APIKey, error) {
+	k := APIKey{ID: r.ID, Hash: r.Hash, Org: r.Org, User: r.User, Name: r.Name, CreatedAt: fromNanos(r.CreatedAt)}
+	if err := json.Unmarshal([]byte(r.Roles), &k.Roles); err != nil {
+		return nil, fmt.Errorf("api key %s: roles column %q is not a JSON list: %w", k.ID, r.Roles, err)
 	}
-	if err := json.Unmarshal([]byte(roles), &k.Roles); err != nil {
-		return nil, fmt.Errorf("api key %s: roles column %q is not a JSON list: %w", k.ID, roles, err)
-	}
-	k.CreatedAt = fromNanos(created)
-	if revoked.Valid {
-		k.RevokedAt = fromNanos(revoked.Int64)
+	if r.RevokedAt != 0 {
+		k.RevokedAt = fromNanos(r.RevokedAt)
 	}
 	return &k, nil
 }
@@ -63,6 +52,10 @@ func (s *Store) APIKeyCreate(ctx context.Context, k APIKey) error {
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = time.Now().UTC()
 	}
+	created, ok := nanos(k.CreatedAt)
+	if !ok {
+		return abi.Errorf(abi.CodeInvalidArgument, "api key create: created_at %s is out of range", k.CreatedAt)
+	}
 	if k.Roles == nil {
 		k.Roles = []string{}
 	}
@@ -70,8 +63,11 @@ func (s *Store) APIKeyCreate(ctx context.Context, k APIKey) error {
 	if err != nil {
 		return fmt.Errorf("store: api_key.create %s: %w", k.ID, err)
 	}
-	if _, err := s.w.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)`,
-		k.ID, k.Hash, k.Org, k.User, string(roles), k.Name, k.CreatedAt.UnixNano()); err != nil {
+	err = s.b.APIKeyCreate(ctx, driver.APIKeyRow{ID: k.ID, Hash: k.Hash, Org: k.Org, User: k.User, Roles: string(roles), Name: k.Name, CreatedAt: created})
+	if errors.Is(err, driver.ErrConflict) {
+		return fmt.Errorf("store: api_key.create %s: a key with this id or hash exists: %w", k.ID, err)
+	}
+	if err != nil {
 		return fmt.Errorf("store: api_key.create %s: %w", k.ID, err)
 	}
 	return nil
@@ -80,10 +76,14 @@ func (s *Store) APIKeyCreate(ctx context.Context, k APIKey) error {
 // APIKeyByHash returns the key whose hash is hash, revoked or not; the
 // caller checks RevokedAt. An unknown hash wraps ErrAPIKeyNotFound.
 func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*APIKey, error) {
-	k, err := scanAPIKey(s.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, hash))
-	if errors.Is(err, sql.ErrNoRows) {
+	r, err := s.b.APIKeyByHash(ctx, hash)
+	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("store: api_key.by_hash: %w", ErrAPIKeyNotFound)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("store: api_key.by_hash: %w", err)
+	}
+	k, err := fromAPIKeyRow(r)
 	if err != nil {
 		return nil, fmt.Errorf("store: api_key.by_hash: %w", err)
 	}
@@ -93,21 +93,17 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*APIKey, error) 
 // APIKeys lists the keys of org (every organization when org is empty),
 // oldest first, revoked ones included.
 func (s *Store) APIKeys(ctx context.Context, org string) ([]APIKey, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE ? = '' OR org = ? ORDER BY created_at, id`, org, org)
+	rows, err := s.b.APIKeys(ctx, org)
 	if err != nil {
 		return nil, fmt.Errorf("store: api_keys.list org=%q: %w", org, err)
 	}
-	defer rows.Close()
-	out := []APIKey{}
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
+	out := make([]APIKey, len(rows))
+	for i := range rows {
+		k, err := fromAPIKeyRow(&rows[i])
 		if err != nil {
 			return nil, fmt.Errorf("store: api_keys.list org=%q: %w", org, err)
 		}
-		out = append(out, *k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: api_keys.list org=%q: %w", org, err)
+		out[i] = *k
 	}
 	return out, nil
 }
@@ -116,14 +112,12 @@ func (s *Store) APIKeys(ctx context.Context, org string) ([]APIKey, error) {
 // keeps its first revocation time and succeeds; an unknown id wraps
 // ErrAPIKeyNotFound.
 func (s *Store) APIKeyRevoke(ctx context.Context, id string, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, now.UnixNano(), id)
+	err := s.b.APIKeyRevoke(ctx, id, now.UnixNano())
+	if errors.Is(err, driver.ErrNotFound) {
+		return fmt.Errorf("store: api_key.revoke %s: %w", id, ErrAPIKeyNotFound)
+	}
 	if err != nil {
 		return fmt.Errorf("store: api_key.revoke %s: %w", id, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("store: api_key.revoke %s: %w", id, err)
-	} else if n == 0 {
-		return fmt.Errorf("store: api_key.revoke %s: %w", id, ErrAPIKeyNotFound)
 	}
 	return nil
 }

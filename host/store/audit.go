@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
 // AuditEvent is one entry of the audit trail: a policy decision, an
@@ -102,11 +102,15 @@ const maxAuditAttrs = 32
 
 // ClampAuditEvent returns e with each text field and attribute value cut to
 // MaxAuditField bytes (see there) and at most 32 attributes; the caller's
-// event, and its Attrs map, are not modified.
+// event, and its Attrs map, are not modified. A text field (not an
+// attribute: attributes are stored as JSON, which escapes anything) that is
+// not valid UTF-8 or holds a NUL byte gets U+FFFD in place of each bad byte
+// sequence: PostgreSQL's text holds neither, and a row must be stored, and
+// read back the same, on every backend.
 func ClampAuditEvent(e AuditEvent) AuditEvent {
 	for _, f := range []*string{&e.ID, &e.Kind, &e.Decision, &e.CorrelationID, &e.Module, &e.Action, &e.Op, &e.User, &e.Org,
 		&e.Rule, &e.Reason, &e.Code, &e.MutationID, &e.TaskID, &e.ModelCallID} {
-		*f = clampField(*f)
+		*f = textField(*f)
 	}
 	over := len(e.Attrs) > maxAuditAttrs
 	for k, v := range e.Attrs {
@@ -130,6 +134,22 @@ func clampField(s string) string {
 	if len(s) <= MaxAuditField {
 		return s
 	}
+	return clampLong(s)
+}
+
+// textField is clampField for a column of text: also valid UTF-8 without
+// NUL. The check costs no allocation when the field is clean.
+func textField(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return clampField(s)
+}
+
+func clampLong(s string) string {
 	cut := MaxAuditField - 64
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
@@ -155,7 +175,8 @@ func newAuditID(t time.Time) string {
 // *abi.Error with abi.CodeInvalidArgument naming the field and the event's
 // index. An event with an empty ID gets a generated one, and one with a
 // zero Time gets the current time (the caller's slice is not modified). An
-// ID that is already stored fails the batch.
+// ID that is already stored fails the batch. Each event is clamped by
+// ClampAuditEvent.
 func (s *Store) AuditInsert(ctx context.Context, events []AuditEvent) (err error) {
 	if len(events) == 0 {
 		return nil
@@ -172,50 +193,30 @@ func (s *Store) AuditInsert(ctx context.Context, events []AuditEvent) (err error
 			return err
 		}
 	}
-
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: audit.insert: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	stmt, err := tx.PrepareContext(ctx, `
-INSERT INTO audit_events (
-	id, time, kind, decision, correlation_id, module, action, op, user, org,
-	rule, reason, code, mutation_id, task_id, model_call_id, duration_ns, attrs
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("store: audit.insert: %w", err)
-	}
-	defer stmt.Close()
+	rows := make([]driver.AuditRow, len(events))
 	for i := range events {
-		c := ClampAuditEvent(events[i])
-		e := &c
-		t := at(e)
-		id := e.ID
-		if id == "" {
-			id = newAuditID(t)
+		e := ClampAuditEvent(events[i])
+		t := at(&e)
+		if e.ID == "" {
+			e.ID = newAuditID(t)
 		}
-		var attrs any // NULL when there are none
+		var attrs string // "" (NULL) when there are none
 		if len(e.Attrs) > 0 {
 			b, err := json.Marshal(e.Attrs)
 			if err != nil {
-				return fmt.Errorf("store: audit.insert: event %d (%s): attrs: %w", i, id, err)
+				return fmt.Errorf("store: audit.insert: event %d (%s): attrs: %w", i, e.ID, err)
 			}
 			attrs = string(b)
 		}
-		if _, err := stmt.ExecContext(ctx,
-			id, t.UnixNano(), e.Kind, e.Decision, e.CorrelationID, e.Module, e.Action, e.Op, e.User, e.Org,
-			e.Rule, e.Reason, e.Code, e.MutationID, e.TaskID, e.ModelCallID, e.DurationNS, attrs,
-		); err != nil {
-			return fmt.Errorf("store: audit.insert: event %d (%s): %w", i, id, err)
+		rows[i] = driver.AuditRow{
+			ID: e.ID, Time: t.UnixNano(), Kind: e.Kind, Decision: e.Decision, CorrelationID: e.CorrelationID,
+			Module: e.Module, Action: e.Action, Op: e.Op, User: e.User, Org: e.Org,
+			Rule: e.Rule, Reason: e.Reason, Code: e.Code, MutationID: e.MutationID, TaskID: e.TaskID,
+			ModelCallID: e.ModelCallID, DurationNS: e.DurationNS, Attrs: attrs,
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: audit.insert: commit: %w", err)
+	if err := s.b.AuditInsert(ctx, rows); err != nil {
+		return fmt.Errorf("store: audit.insert: %w", err)
 	}
 	return nil
 }
@@ -227,32 +228,18 @@ func (s *Store) AuditQuery(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 	if limit <= 0 {
 		limit = DefaultAuditLimit
 	}
-	limit = min(limit, MaxAuditLimit)
-
-	var q strings.Builder
-	var args []any
-	q.WriteString(`
-SELECT id, time, kind, decision, correlation_id, module, action, op, user, org,
-	rule, reason, code, mutation_id, task_id, model_call_id, duration_ns, attrs
-FROM audit_events WHERE 1`)
-	eq := func(col, v string) {
-		if v != "" {
-			q.WriteString(" AND " + col + " = ?")
-			args = append(args, v)
-		}
+	df := driver.AuditFilter{
+		CorrelationID: f.CorrelationID, Module: f.Module, Decision: f.Decision, Kind: f.Kind, Org: f.Org,
+		Limit: min(limit, MaxAuditLimit),
 	}
-	eq("correlation_id", f.CorrelationID)
-	eq("module", f.Module)
-	eq("decision", f.Decision)
-	eq("kind", f.Kind)
-	eq("org", f.Org)
+	// A bound beyond what unix nanoseconds can hold either excludes
+	// everything or nothing.
 	if !f.Since.IsZero() {
 		switch {
 		case f.Since.After(maxNanoTime):
 			return []AuditEvent{}, nil
 		case !f.Since.Before(minNanoTime):
-			q.WriteString(" AND time >= ?")
-			args = append(args, f.Since.UnixNano())
+			df.Since, df.HasSince = f.Since.UnixNano(), true
 		}
 	}
 	if !f.Until.IsZero() {
@@ -260,40 +247,28 @@ FROM audit_events WHERE 1`)
 		case !f.Until.After(minNanoTime):
 			return []AuditEvent{}, nil
 		case !f.Until.After(maxNanoTime):
-			q.WriteString(" AND time < ?")
-			args = append(args, f.Until.UnixNano())
+			df.Until, df.HasUntil = f.Until.UnixNano(), true
 		}
 	}
-	q.WriteString(" ORDER BY time DESC, id DESC LIMIT ?")
-	args = append(args, limit)
-
-	rows, err := s.r.QueryContext(ctx, q.String(), args...)
+	rows, err := s.b.AuditQuery(ctx, df)
 	if err != nil {
 		return nil, fmt.Errorf("store: audit.query: %w", err)
 	}
-	defer rows.Close()
-	events := make([]AuditEvent, 0, min(limit, 64))
-	for rows.Next() {
-		var (
-			e     AuditEvent
-			ns    int64
-			attrs sql.NullString
-		)
-		if err := rows.Scan(&e.ID, &ns, &e.Kind, &e.Decision, &e.CorrelationID, &e.Module, &e.Action, &e.Op, &e.User, &e.Org,
-			&e.Rule, &e.Reason, &e.Code, &e.MutationID, &e.TaskID, &e.ModelCallID, &e.DurationNS, &attrs); err != nil {
-			return nil, fmt.Errorf("store: audit.query: %w", err)
+	events := make([]AuditEvent, len(rows))
+	for i := range rows {
+		r := &rows[len(rows)-1-i] // oldest first
+		e := &events[i]
+		*e = AuditEvent{
+			ID: r.ID, Time: fromNanos(r.Time), Kind: r.Kind, Decision: r.Decision, CorrelationID: r.CorrelationID,
+			Module: r.Module, Action: r.Action, Op: r.Op, User: r.User, Org: r.Org,
+			Rule: r.Rule, Reason: r.Reason, Code: r.Code, MutationID: r.MutationID, TaskID: r.TaskID,
+			ModelCallID: r.ModelCallID, DurationNS: r.DurationNS,
 		}
-		e.Time = fromNanos(ns)
-		if attrs.Valid {
-			if err := json.Unmarshal([]byte(attrs.String), &e.Attrs); err != nil {
+		if r.Attrs != "" {
+			if err := json.Unmarshal([]byte(r.Attrs), &e.Attrs); err != nil {
 				return nil, fmt.Errorf("store: audit.query: event %s: attrs: %w", e.ID, err)
 			}
 		}
-		events = append(events, e)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: audit.query: %w", err)
-	}
-	slices.Reverse(events)
 	return events, nil
 }

@@ -9,7 +9,8 @@ import (
 
 // BenchmarkKV measures the store calls of the invocation path on one key:
 // a put with a quota (what kv.put does under a disk quota), a plain put,
-// and a get, alone and from parallel goroutines.
+// and a get, alone and from parallel goroutines; and the audit row of one
+// allowed call.
 func BenchmarkKV(b *testing.B) {
 	ctx := context.Background()
 	s, err := store.Open(ctx, b.TempDir())
@@ -19,6 +20,7 @@ func BenchmarkKV(b *testing.B) {
 	defer s.Close()
 	sc := store.Scope{Org: "acme", Module: "hello"}
 	b.Run("put-within", func(b *testing.B) {
+		b.ReportAllocs()
 		for b.Loop() {
 			if err := s.KVPutWithin(ctx, sc, "count", []byte("12345"), 1<<20); err != nil {
 				b.Fatal(err)
@@ -26,6 +28,7 @@ func BenchmarkKV(b *testing.B) {
 		}
 	})
 	b.Run("put", func(b *testing.B) {
+		b.ReportAllocs()
 		for b.Loop() {
 			if err := s.KVPut(ctx, sc, "count", []byte("12345")); err != nil {
 				b.Fatal(err)
@@ -33,6 +36,7 @@ func BenchmarkKV(b *testing.B) {
 		}
 	})
 	b.Run("get", func(b *testing.B) {
+		b.ReportAllocs()
 		for b.Loop() {
 			if _, _, err := s.KVGet(ctx, sc, "count"); err != nil {
 				b.Fatal(err)
@@ -40,6 +44,7 @@ func BenchmarkKV(b *testing.B) {
 		}
 	})
 	b.Run("get-parallel", func(b *testing.B) {
+		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if _, _, err := s.KVGet(ctx, sc, "count"); err != nil {
@@ -47,5 +52,14 @@ func BenchmarkKV(b *testing.B) {
 				}
 			}
 		})
+	})
+	b.Run("audit-insert", func(b *testing.B) {
+		b.ReportAllocs()
+		ev := []store.AuditEvent{{Kind: "invocation", Decision: "allow", Org: "acme", User: "ann", Module: "hello", Action: "greet", Code: "ok", DurationNS: 2300}}
+		for b.Loop() {
+			if err := s.AuditInsert(ctx, ev); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }

@@ -3,13 +3,13 @@ package store
 import (
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
 // Confirmation is a pending request to run a confirm-required action once.
@@ -110,74 +110,44 @@ func (s *Store) ConfirmationCreate(ctx context.Context, c Confirmation) (err err
 	}
 	input := c.Input
 	if input == nil {
-		input = []byte{} // the driver binds a nil slice as NULL
+		input = []byte{} // a driver binds a nil slice as NULL
 	}
-
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: confirmation.create: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	cutoff := created - int64(confirmationRetention)
-	if _, err := tx.ExecContext(ctx, `
-DELETE FROM confirmations WHERE token_hash IN (
-	SELECT token_hash FROM confirmations WHERE expires_at < ?1
-	UNION ALL
-	SELECT token_hash FROM confirmations WHERE used_at < ?1
-	LIMIT ?2)`, cutoff, confirmationSweep); err != nil {
-		return fmt.Errorf("store: confirmation.create: sweep: %w", err)
-	}
-	res, err := tx.ExecContext(ctx, `
-INSERT INTO confirmations (token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at, binding)
-VALUES (?, ?, ?, ?, ?, coalesce(?, x''), ?, ?, ?, ?, ?)
-ON CONFLICT (token_hash) DO NOTHING`,
-		c.TokenHash, c.Org, c.User, c.Module, c.Action, input, inputSum, c.Summary, created, expires, c.Binding)
-	if err != nil {
-		return fmt.Errorf("store: confirmation.create: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("store: confirmation.create: %w", err)
-	} else if n == 0 {
+	err = s.b.ConfirmationCreate(ctx, driver.ConfirmationRow{
+		TokenHash: c.TokenHash, Org: c.Org, User: c.User, Module: c.Module, Action: c.Action,
+		Input: input, InputSHA256: inputSum, Summary: c.Summary, Binding: c.Binding,
+		CreatedAt: created, ExpiresAt: expires,
+	}, created-int64(confirmationRetention), confirmationSweep)
+	switch {
+	case errors.Is(err, driver.ErrConflict):
 		return errors.New("store: confirmation.create: a confirmation with this token hash already exists; use a fresh random token")
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: confirmation.create: commit: %w", err)
+	case err != nil:
+		return fmt.Errorf("store: confirmation.create: %w", err)
 	}
 	return nil
 }
 
-const confirmationColumns = `token_hash, org, user, module, action, input, input_sha256, summary, created_at, expires_at, used_at, binding`
-
-type rowScanner interface{ Scan(dest ...any) error }
-
-func scanConfirmation(r rowScanner) (*Confirmation, error) {
-	var (
-		c                Confirmation
-		created, expires int64
-		used             sql.NullInt64
-	)
-	if err := r.Scan(&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &created, &expires, &used, &c.Binding); err != nil {
-		return nil, err
+func fromConfirmationRow(r *driver.ConfirmationRow) *Confirmation {
+	c := &Confirmation{
+		TokenHash: r.TokenHash, Org: r.Org, User: r.User, Module: r.Module, Action: r.Action,
+		Input: r.Input, InputSHA256: r.InputSHA256, Binding: r.Binding, Summary: r.Summary,
+		CreatedAt: fromNanos(r.CreatedAt), ExpiresAt: fromNanos(r.ExpiresAt),
 	}
 	if c.Input == nil {
 		c.Input = []byte{}
 	}
-	c.CreatedAt, c.ExpiresAt = fromNanos(created), fromNanos(expires)
-	if used.Valid {
-		c.UsedAt = fromNanos(used.Int64)
+	if r.UsedAt != 0 {
+		c.UsedAt = fromNanos(r.UsedAt)
 	}
-	return &c, nil
+	return c
 }
 
 // ConfirmationUse atomically claims the confirmation whose token hash is
 // tokenHash for the principal org/user, on the module whose binding is
 // binding, at time now, and returns it with UsedAt set. It succeeds at most
 // once per token, even with concurrent callers (in this process or
-// another): the check and the claim run in one write transaction.
+// another, or another replica on the same database): the backend locks the
+// row, these checks run, and the claim is an update of an unused row, all
+// in one transaction.
 //
 // The errors wrap ErrConfirmationNotFound, ErrConfirmationPrincipal (the
 // confirmation is bound to another org or user; it stays unused),
@@ -191,44 +161,26 @@ func (s *Store) ConfirmationUse(ctx context.Context, tokenHash, org, user, bindi
 	if !ok {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmation use: time %s is out of range", now)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("store: confirmation.use: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
+	row, err := s.b.ConfirmationClaim(ctx, tokenHash, usedAt, func(r *driver.ConfirmationRow) error {
+		switch {
+		case r.Org != org || r.User != user:
+			return fmt.Errorf("requested by user %q in org %q: %w", user, org, ErrConfirmationPrincipal)
+		case r.UsedAt != 0:
+			return fmt.Errorf("used at %s: %w", fromNanos(r.UsedAt).Format(time.RFC3339Nano), ErrConfirmationUsed)
+		case usedAt >= r.ExpiresAt:
+			return fmt.Errorf("expired at %s: %w", fromNanos(r.ExpiresAt).Format(time.RFC3339Nano), ErrConfirmationExpired)
 		}
-	}()
-	c, err := scanConfirmation(tx.QueryRowContext(ctx,
-		`SELECT `+confirmationColumns+` FROM confirmations WHERE token_hash = ?`, tokenHash))
+		return nil
+	})
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, driver.ErrNotFound):
 		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationNotFound)
+	case errors.Is(err, driver.ErrConflict):
+		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationUsed)
 	case err != nil:
 		return nil, fmt.Errorf("store: confirmation.use: %w", err)
-	case c.Org != org || c.User != user:
-		return nil, fmt.Errorf("store: confirmation.use: requested by user %q in org %q: %w", user, org, ErrConfirmationPrincipal)
-	case !c.UsedAt.IsZero():
-		return nil, fmt.Errorf("store: confirmation.use: used at %s: %w", c.UsedAt.Format(time.RFC3339Nano), ErrConfirmationUsed)
-	case !now.Before(c.ExpiresAt):
-		return nil, fmt.Errorf("store: confirmation.use: expired at %s: %w", c.ExpiresAt.Format(time.RFC3339Nano), ErrConfirmationExpired)
 	}
-	// used_at IS NULL again: the claim stays exactly-once even if the
-	// transaction were ever not exclusive.
-	res, err := tx.ExecContext(ctx,
-		`UPDATE confirmations SET used_at = ? WHERE token_hash = ? AND used_at IS NULL`, usedAt, tokenHash)
-	if err != nil {
-		return nil, fmt.Errorf("store: confirmation.use: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, fmt.Errorf("store: confirmation.use: %w", err)
-	} else if n != 1 {
-		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationUsed)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("store: confirmation.use: commit: %w", err)
-	}
+	c := fromConfirmationRow(row)
 	c.UsedAt = fromNanos(usedAt)
 	if c.Binding != binding {
 		return c, fmt.Errorf("store: confirmation.use: requested on module %s, used on %s: %w", short(c.Binding), short(binding), ErrConfirmationStale)
@@ -251,24 +203,13 @@ func (s *Store) ConfirmationsPending(ctx context.Context, org string, now time.T
 	if !ok {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmations pending: time %s is out of range", now)
 	}
-	rows, err := s.r.QueryContext(ctx, `
-SELECT `+confirmationColumns+` FROM confirmations
-WHERE org = ? AND used_at IS NULL AND expires_at > ?
-ORDER BY created_at DESC, token_hash DESC LIMIT ?`, org, at, limit)
+	rows, err := s.b.ConfirmationsPending(ctx, org, at, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
 	}
-	defer rows.Close()
-	out := []Confirmation{}
-	for rows.Next() {
-		c, err := scanConfirmation(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
-		}
-		out = append(out, *c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: confirmations.pending org=%q: %w", org, err)
+	out := make([]Confirmation, len(rows))
+	for i := range rows {
+		out[i] = *fromConfirmationRow(&rows[i])
 	}
 	return out, nil
 }

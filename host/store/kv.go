@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
 // Scope is who owns a row: an organization and a module name. Both must be
@@ -47,7 +47,7 @@ func validateKey(key string) error {
 }
 
 // validatePut checks a put's scope, key and value, and returns the value
-// to bind: never nil, because the driver binds a nil slice as NULL.
+// to bind: never nil, because a driver binds a nil slice as NULL.
 func validatePut(sc Scope, key string, value []byte) ([]byte, error) {
 	if err := sc.validate(); err != nil {
 		return nil, err
@@ -81,39 +81,15 @@ func (s *Store) KVGet(ctx context.Context, sc Scope, key string) (value []byte, 
 	if err := validateKey(key); err != nil {
 		return nil, false, err
 	}
-	st, err := s.prepared(ctx, s.r, `SELECT value FROM kv WHERE org = ? AND module = ? AND key = ?`)
+	value, found, err = s.b.KVGet(ctx, sc.Org, sc.Module, key)
 	if err != nil {
 		return nil, false, sc.wrap(abi.OpKVGet, err)
 	}
-	err = st.QueryRowContext(ctx, sc.Org, sc.Module, key).Scan(&value)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, sc.wrap(abi.OpKVGet, err)
-	}
-	if value == nil {
+	if found && value == nil {
 		value = []byte{}
 	}
-	return value, true, nil
+	return value, found, nil
 }
-
-// kvUpsert stores a key's value, replacing any value it had. coalesce
-// guards the empty blob the same way in SQL: an empty value is a value,
-// never NULL.
-const kvUpsert = `
-INSERT INTO kv (org, module, key, value, updated_at)
-VALUES (?, ?, ?, coalesce(?, x''), ?)
-ON CONFLICT (org, module, key) DO UPDATE SET
-	value = excluded.value,
-	updated_at = excluded.updated_at`
-
-// kvQuotaCheck reads, in a put's transaction, the bytes the scope stores
-// (kept by the kv_usage triggers) and the bytes of the key being replaced.
-const kvQuotaCheck = `
-SELECT
-	coalesce((SELECT bytes FROM kv_usage WHERE org = ?1 AND module = ?2), 0),
-	coalesce((SELECT octet_length(key) + length(value) FROM kv WHERE org = ?1 AND module = ?2 AND key = ?3), 0)`
 
 // KVPut sets key in sc to value, replacing any value it had. A nil value is
 // stored as an empty one.
@@ -122,12 +98,7 @@ func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) (
 	if err != nil {
 		return err
 	}
-	st, err := s.prepared(ctx, s.w, kvUpsert)
-	if err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	_, err = st.ExecContext(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli())
-	if err != nil {
+	if err := s.b.KVPut(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli()); err != nil {
 		return sc.wrap(abi.OpKVPut, err)
 	}
 	return nil
@@ -141,17 +112,11 @@ func (s *Store) KVDelete(ctx context.Context, sc Scope, key string) (deleted boo
 	if err := validateKey(key); err != nil {
 		return false, err
 	}
-	res, err := s.w.ExecContext(ctx,
-		`DELETE FROM kv WHERE org = ? AND module = ? AND key = ?`,
-		sc.Org, sc.Module, key)
+	deleted, err = s.b.KVDelete(ctx, sc.Org, sc.Module, key)
 	if err != nil {
 		return false, sc.wrap(abi.OpKVDelete, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, sc.wrap(abi.OpKVDelete, err)
-	}
-	return n > 0, nil
+	return deleted, nil
 }
 
 // KVList returns the keys of sc that start with prefix and sort strictly
@@ -169,42 +134,17 @@ func (s *Store) KVList(ctx context.Context, sc Scope, prefix, after string, limi
 	if limit <= 0 || limit > abi.MaxKVListLimit {
 		limit = abi.MaxKVListLimit
 	}
-
-	// The keys with a prefix are the range [prefix, prefixEnd(prefix)) under
-	// the key column's BINARY collation; no LIKE, so no wildcards to escape.
-	// The lower bound is whichever of prefix (inclusive) and after
-	// (exclusive) is tighter.
-	var q strings.Builder
-	args := []any{sc.Org, sc.Module}
-	q.WriteString(`SELECT key FROM kv WHERE org = ? AND module = ?`)
+	// The keys with a prefix are the range [prefix, prefixEnd(prefix))
+	// in bytewise order; no LIKE, so no wildcards to escape. The lower
+	// bound is whichever of prefix (inclusive) and after (exclusive) is
+	// tighter.
+	r := driver.KeyRange{From: prefix, FromInclusive: true}
 	if after >= prefix {
-		q.WriteString(` AND key > ?`)
-		args = append(args, after)
-	} else {
-		q.WriteString(` AND key >= ?`)
-		args = append(args, prefix)
+		r = driver.KeyRange{From: after}
 	}
-	if end, ok := prefixEnd(prefix); ok {
-		q.WriteString(` AND key < ?`)
-		args = append(args, end)
-	}
-	q.WriteString(` ORDER BY key LIMIT ?`)
-	args = append(args, limit+1)
-
-	rows, err := s.r.QueryContext(ctx, q.String(), args...)
+	r.To, r.HasTo = prefixEnd(prefix)
+	keys, err = s.b.KVList(ctx, sc.Org, sc.Module, r, limit+1)
 	if err != nil {
-		return nil, false, sc.wrap(abi.OpKVList, err)
-	}
-	defer rows.Close()
-	keys = make([]string, 0, min(limit, 64))
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, false, sc.wrap(abi.OpKVList, err)
-		}
-		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, false, sc.wrap(abi.OpKVList, err)
 	}
 	if len(keys) > limit {
@@ -235,12 +175,12 @@ func prefixEnd(prefix string) (end string, ok bool) {
 // refused with an *abi.Error of abi.CodeTooLarge saying the quota, the
 // bytes in use and what the put adds; a put that does not grow the scope
 // (a same-size or smaller replacement) is always allowed, so a scope that
-// is over a lowered quota can still shrink. The check and the write happen
-// in one write transaction, so concurrent puts cannot overshoot.
+// is over a lowered quota can still shrink (the rule is driver.OverQuota).
+// The check and the write happen in one write transaction, so concurrent
+// puts cannot overshoot, from one process or several.
 //
-// The usage is one row of kv_usage, kept by triggers on kv in the same
-// transaction as every write, so a put costs the same however many keys
-// the scope holds.
+// The usage is one row of kv_usage, kept in the same transaction as every
+// write, so a put costs the same however many keys the scope holds.
 func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []byte, quota int64) (err error) {
 	if quota <= 0 {
 		return s.KVPut(ctx, sc, key, value)
@@ -249,41 +189,13 @@ func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []b
 	if err != nil {
 		return err
 	}
-
-	// Prepared before the transaction: the writer pool's one connection
-	// is the transaction's until it ends, so preparing inside would wait
-	// for itself.
-	check, err := s.prepared(ctx, s.w, kvQuotaCheck)
-	if err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	upsert, err := s.prepared(ctx, s.w, kvUpsert)
-	if err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	var inUse, old int64 // old: bytes of the key and value being replaced, if any
-	if err := tx.StmtContext(ctx, check).QueryRowContext(ctx, sc.Org, sc.Module, key).Scan(&inUse, &old); err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	adds := int64(len(key)+len(value)) - old
-	if adds > 0 && inUse+adds > quota {
+	inUse, adds, err := s.b.KVPutWithin(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli(), quota)
+	if errors.Is(err, driver.ErrOverQuota) {
 		return abi.Errorf(abi.CodeTooLarge,
 			"%s: the disk quota of %d bytes for module %s in org %s would be exceeded (in use %d, this put adds %d)",
 			abi.OpKVPut, quota, sc.Module, sc.Org, inUse, adds)
 	}
-	if _, err := tx.StmtContext(ctx, upsert).ExecContext(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli()); err != nil {
-		return sc.wrap(abi.OpKVPut, err)
-	}
-	if err := tx.Commit(); err != nil {
+	if err != nil {
 		return sc.wrap(abi.OpKVPut, err)
 	}
 	return nil
@@ -295,21 +207,9 @@ func (s *Store) KVUsage(ctx context.Context, sc Scope) (int64, error) {
 	if err := sc.validate(); err != nil {
 		return 0, err
 	}
-	n, err := kvUsage(ctx, s.r, sc)
+	n, err := s.b.KVUsage(ctx, sc.Org, sc.Module)
 	if err != nil {
 		return 0, sc.wrap("kv.usage", err)
 	}
 	return n, nil
-}
-
-// queryRower is a *sql.DB or *sql.Tx.
-type queryRower interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func kvUsage(ctx context.Context, q queryRower, sc Scope) (n int64, err error) {
-	err = q.QueryRowContext(ctx,
-		`SELECT coalesce((SELECT bytes FROM kv_usage WHERE org = ? AND module = ?), 0)`,
-		sc.Org, sc.Module).Scan(&n)
-	return n, err
 }

@@ -2,18 +2,20 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
 // ModuleVersion is one uploaded version of a module of an organization:
 // the module's digest (its content address), the manifest and signature it
-// came with, and who uploaded it when. The WebAssembly bytes are kept by
-// the caller (the server keeps them in its data directory by digest).
+// came with, and who uploaded it when. The WebAssembly bytes are a blob of
+// the store, by digest (ModuleBlobPut, ModuleBlobGet), so that replicas on
+// different machines need no shared disk; a caller may keep them elsewhere
+// as well.
 type ModuleVersion struct {
 	Org, Name  string
 	Digest     string // hex SHA-256 of the module bytes
@@ -29,18 +31,20 @@ type ModuleVersion struct {
 // ErrModuleNotFound is returned (wrapped) for an unknown module or version.
 var ErrModuleNotFound = errors.New("no such module")
 
-const moduleVersionColumns = `v.org, v.name, v.digest, v.version, v.size, v.manifest, v.signature, v.uploaded_by, v.uploaded_at, m.digest IS NOT NULL`
-
-func scanModuleVersion(r rowScanner) (*ModuleVersion, error) {
-	var (
-		v  ModuleVersion
-		at int64
-	)
-	if err := r.Scan(&v.Org, &v.Name, &v.Digest, &v.Version, &v.Size, &v.Manifest, &v.Signature, &v.UploadedBy, &at, &v.Current); err != nil {
-		return nil, err
+func fromModuleRow(r *driver.ModuleRow) ModuleVersion {
+	return ModuleVersion{
+		Org: r.Org, Name: r.Name, Digest: r.Digest, Version: r.Version, Size: r.Size,
+		Manifest: r.Manifest, Signature: r.Signature, UploadedBy: r.UploadedBy,
+		UploadedAt: fromNanos(r.UploadedAt), Current: r.Current,
 	}
-	v.UploadedAt = fromNanos(at)
-	return &v, nil
+}
+
+func fromModuleRows(rows []driver.ModuleRow) []ModuleVersion {
+	out := make([]ModuleVersion, len(rows))
+	for i := range rows {
+		out[i] = fromModuleRow(&rows[i])
+	}
+	return out
 }
 
 // ModuleQuota bounds the module versions an organization keeps. Zero
@@ -81,7 +85,8 @@ func (e *QuotaError) Unwrap() error { return ErrQuota }
 
 // Pruned is what ModulePut removed to make room: the versions, and the
 // digests no module of any organization refers to any more (their bytes
-// may be deleted).
+// may be deleted; the store deletes its own blob of each, unless the blob
+// was written within BlobGrace).
 type Pruned struct {
 	Versions []ModuleVersion
 	Orphans  []string
@@ -92,7 +97,9 @@ type Pruned struct {
 // keep it within q (see ModuleQuota for the rule). Uploading a digest the
 // module already has replaces that version's manifest and signature and
 // makes it the newest. A version that does not fit even after pruning is a
-// *QuotaError, and changes nothing.
+// *QuotaError, and changes nothing. Concurrent puts and deletes of one
+// organization are serialized by the backend, so the quota holds across
+// processes.
 func (s *Store) ModulePut(ctx context.Context, v ModuleVersion, q ModuleQuota) (_ Pruned, err error) {
 	if v.Org == "" || v.Name == "" {
 		return Pruned{}, abi.Errorf(abi.CodeInvalidArgument, "module put: org and name must be set")
@@ -103,71 +110,34 @@ func (s *Store) ModulePut(ctx context.Context, v ModuleVersion, q ModuleQuota) (
 	if v.UploadedAt.IsZero() {
 		v.UploadedAt = time.Now().UTC()
 	}
-	fail := func(err error) (Pruned, error) {
-		return Pruned{}, fmt.Errorf("store: module.put %s/%s: %w", v.Org, v.Name, err)
+	at, ok := nanos(v.UploadedAt)
+	if !ok {
+		return Pruned{}, abi.Errorf(abi.CodeInvalidArgument, "module put: uploaded_at %s is out of range", v.UploadedAt)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fail(err)
+	row := driver.ModuleRow{
+		Org: v.Org, Name: v.Name, Digest: v.Digest, Version: v.Version, Size: v.Size,
+		Manifest: v.Manifest, Signature: v.Signature, UploadedBy: v.UploadedBy, UploadedAt: at,
 	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	if _, err := tx.ExecContext(ctx, `
-INSERT INTO module_versions (org, name, digest, version, size, manifest, signature, uploaded_by, uploaded_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (org, name, digest) DO UPDATE SET version = excluded.version, size = excluded.size, manifest = excluded.manifest,
-	signature = excluded.signature, uploaded_by = excluded.uploaded_by, uploaded_at = excluded.uploaded_at`,
-		v.Org, v.Name, v.Digest, v.Version, v.Size, v.Manifest, v.Signature, v.UploadedBy, v.UploadedAt.UnixNano()); err != nil {
-		return fail(err)
-	}
-	if _, err := tx.ExecContext(ctx, `
-INSERT INTO modules (org, name, digest, updated_at) VALUES (?, ?, ?, ?)
-ON CONFLICT (org, name) DO UPDATE SET digest = excluded.digest, updated_at = excluded.updated_at`,
-		v.Org, v.Name, v.Digest, v.UploadedAt.UnixNano()); err != nil {
-		return fail(err)
-	}
-	pruned, err := prune(ctx, tx, v.Org, q)
-	if err != nil {
+	pruned, orphans, err := s.b.ModulePut(ctx, row, func(all []driver.ModuleRow) ([]int, error) {
+		return planPrune(v.Org, all, q)
+	}, time.Now().Add(-BlobGrace).UnixNano())
+	var qe *QuotaError
+	if errors.As(err, &qe) {
 		return Pruned{}, err
 	}
-	if err := tx.Commit(); err != nil {
-		return fail(fmt.Errorf("commit: %w", err))
+	if err != nil {
+		return Pruned{}, fmt.Errorf("store: module.put %s/%s: %w", v.Org, v.Name, err)
 	}
-	return pruned, nil
+	out := Pruned{Orphans: orphans}
+	if len(pruned) > 0 {
+		out.Versions = fromModuleRows(pruned)
+	}
+	return out, nil
 }
 
-// prune applies q to org's versions within tx (see ModuleQuota).
-func prune(ctx context.Context, tx *sql.Tx, org string, q ModuleQuota) (Pruned, error) {
-	fail := func(err error) (Pruned, error) {
-		return Pruned{}, fmt.Errorf("store: module.prune %s: %w", org, err)
-	}
-	// Newest first, so that the per-module rule keeps the head of each
-	// module's list and the organization-wide rule takes from the tail.
-	rows, err := tx.QueryContext(ctx, `
-SELECT v.name, v.digest, v.version, v.size, v.uploaded_by, v.uploaded_at, m.digest IS NOT NULL
-FROM module_versions v LEFT JOIN modules m USING (org, name, digest)
-WHERE v.org = ? ORDER BY v.uploaded_at DESC, v.name, v.digest`, org)
-	if err != nil {
-		return fail(err)
-	}
-	var all []ModuleVersion
-	for rows.Next() {
-		v := ModuleVersion{Org: org}
-		var at int64
-		if err := rows.Scan(&v.Name, &v.Digest, &v.Version, &v.Size, &v.UploadedBy, &at, &v.Current); err != nil {
-			rows.Close()
-			return fail(err)
-		}
-		v.UploadedAt = fromNanos(at)
-		all = append(all, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail(err)
-	}
+// planPrune applies q to all, the versions of org newest first (see
+// ModuleQuota), and returns the indexes of the versions to delete.
+func planPrune(org string, all []driver.ModuleRow, q ModuleQuota) ([]int, error) {
 	drop := make([]bool, len(all))
 	var bytes int64
 	count := 0
@@ -192,44 +162,15 @@ WHERE v.org = ? ORDER BY v.uploaded_at DESC, v.name, v.digest`, org)
 		}
 	}
 	if q.Bytes > 0 && bytes > q.Bytes {
-		return Pruned{}, &QuotaError{Org: org, Limit: "bytes", Max: q.Bytes, Need: bytes}
+		return nil, &QuotaError{Org: org, Limit: "bytes", Max: q.Bytes, Need: bytes}
 	}
 	if q.Versions > 0 && count > q.Versions {
-		return Pruned{}, &QuotaError{Org: org, Limit: "versions", Max: int64(q.Versions), Need: int64(count)}
+		return nil, &QuotaError{Org: org, Limit: "versions", Max: int64(q.Versions), Need: int64(count)}
 	}
-	var out Pruned
-	for i, v := range all {
-		if !drop[i] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM module_versions WHERE org = ? AND name = ? AND digest = ?`, org, v.Name, v.Digest); err != nil {
-			return fail(err)
-		}
-		out.Versions = append(out.Versions, v)
-	}
-	out.Orphans, err = findOrphans(ctx, tx, out.Versions)
-	if err != nil {
-		return fail(err)
-	}
-	return out, nil
-}
-
-// findOrphans returns the digests of vs that no version of any module of any
-// organization refers to any more.
-func findOrphans(ctx context.Context, tx *sql.Tx, vs []ModuleVersion) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	for _, v := range vs {
-		if seen[v.Digest] {
-			continue
-		}
-		seen[v.Digest] = true
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM module_versions WHERE digest = ?`, v.Digest).Scan(&n); err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			out = append(out, v.Digest)
+	var out []int
+	for i, d := range drop {
+		if d {
+			out = append(out, i)
 		}
 	}
 	return out, nil
@@ -238,8 +179,8 @@ func findOrphans(ctx context.Context, tx *sql.Tx, vs []ModuleVersion) ([]string,
 // ModuleDigestRefs counts the versions, of any module of any organization,
 // whose bytes are digest.
 func (s *Store) ModuleDigestRefs(ctx context.Context, digest string) (int, error) {
-	var n int
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM module_versions WHERE digest = ?`, digest).Scan(&n); err != nil {
+	n, err := s.b.ModuleDigestRefs(ctx, digest)
+	if err != nil {
 		return 0, fmt.Errorf("store: module.refs %s: %w", short(digest), err)
 	}
 	return n, nil
@@ -254,103 +195,48 @@ type ModuleUsage struct {
 // ModuleUsage returns what org's module versions take, for quota messages
 // and metrics.
 func (s *Store) ModuleUsage(ctx context.Context, org string) (ModuleUsage, error) {
-	var u ModuleUsage
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0), count(*) FROM module_versions WHERE org = ?`, org).Scan(&u.Bytes, &u.Versions); err != nil {
+	b, n, err := s.b.ModuleUsage(ctx, org)
+	if err != nil {
 		return ModuleUsage{}, fmt.Errorf("store: module.usage %s: %w", org, err)
 	}
-	return u, nil
+	return ModuleUsage{Bytes: b, Versions: n}, nil
 }
 
 // Modules lists the current version of every module of org (of every
 // organization when org is empty), by organization and name.
 func (s *Store) Modules(ctx context.Context, org string) ([]ModuleVersion, error) {
-	rows, err := s.r.QueryContext(ctx, `
-SELECT `+moduleVersionColumns+` FROM modules m JOIN module_versions v USING (org, name, digest)
-WHERE ? = '' OR m.org = ? ORDER BY m.org, m.name`, org, org)
+	rows, err := s.b.Modules(ctx, org)
 	if err != nil {
 		return nil, fmt.Errorf("store: modules.list org=%q: %w", org, err)
 	}
-	return collectVersions(rows, "modules.list org="+org)
+	return fromModuleRows(rows), nil
 }
 
 // ModuleVersions lists every version of module name of org, newest first.
 // A module with no versions wraps ErrModuleNotFound.
 func (s *Store) ModuleVersions(ctx context.Context, org, name string) ([]ModuleVersion, error) {
-	rows, err := s.r.QueryContext(ctx, `
-SELECT `+moduleVersionColumns+` FROM module_versions v LEFT JOIN modules m USING (org, name, digest)
-WHERE v.org = ? AND v.name = ? ORDER BY v.uploaded_at DESC, v.digest`, org, name)
+	rows, err := s.b.ModuleVersions(ctx, org, name)
 	if err != nil {
 		return nil, fmt.Errorf("store: module.versions %s/%s: %w", org, name, err)
 	}
-	out, err := collectVersions(rows, "module.versions "+org+"/"+name)
-	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("store: module.versions %s/%s: %w", org, name, ErrModuleNotFound)
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("store: module.versions %s/%s: %w", org, name, ErrModuleNotFound)
 	}
-	return out, err
-}
-
-func collectVersions(rows *sql.Rows, what string) ([]ModuleVersion, error) {
-	defer rows.Close()
-	out := []ModuleVersion{}
-	for rows.Next() {
-		v, err := scanModuleVersion(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: %s: %w", what, err)
-		}
-		out = append(out, *v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: %s: %w", what, err)
-	}
-	return out, nil
+	return fromModuleRows(rows), nil
 }
 
 // ModuleDelete removes module name of org and all its versions. It
 // returns the digests that no module of any organization refers to any
-// more, so the caller can delete their bytes. An unknown module wraps
-// ErrModuleNotFound.
+// more, so the caller can delete bytes it keeps elsewhere (the store
+// deletes its own blobs of them, as ModulePut does). An unknown module
+// wraps ErrModuleNotFound.
 func (s *Store) ModuleDelete(ctx context.Context, org, name string) (orphans []string, err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	rows, err := tx.QueryContext(ctx, `SELECT digest FROM module_versions WHERE org = ? AND name = ?`, org, name)
-	if err != nil {
-		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, err)
-	}
-	var digests []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, err)
-		}
-		digests = append(digests, d)
-	}
-	rows.Close()
-	if len(digests) == 0 {
+	orphans, err = s.b.ModuleDelete(ctx, org, name, time.Now().Add(-BlobGrace).UnixNano())
+	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, ErrModuleNotFound)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM modules WHERE org = ? AND name = ?`, org, name); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM module_versions WHERE org = ? AND name = ?`, org, name); err != nil {
-		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, err)
-	}
-	vs := make([]ModuleVersion, len(digests))
-	for i, d := range digests {
-		vs[i].Digest = d
-	}
-	if orphans, err = findOrphans(ctx, tx, vs); err != nil {
-		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("store: module.delete %s/%s: commit: %w", org, name, err)
 	}
 	return orphans, nil
 }

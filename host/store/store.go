@@ -1,228 +1,142 @@
 // Package store is moat's persistence layer: the data a host keeps between
 // invocations: the key-value data of sandboxed modules (the kv.* ops, with
 // an optional per-scope disk quota), the audit trail (AuditInsert,
-// AuditQuery) and pending confirmations of confirm-required actions
-// (ConfirmationCreate, ConfirmationUse). Later schema versions add modules,
-// API keys and documents.
+// AuditQuery), pending confirmations of confirm-required actions
+// (ConfirmationCreate, ConfirmationUse), the server's API keys and
+// modules (with their bytes, ModuleBlobPut), a feed of module changes
+// (WatchModules) and token buckets shared by every process (RateTake).
 //
-// # Why SQLite
+// # A front and its backends
 //
-// The default store is one embedded SQLite file, dir/moat.db, driven by the
-// pure-Go driver modernc.org/sqlite, so a moat host is a single static binary
-// with no cgo and no database server to run. SQLite in WAL mode gives
-// durable, transactional writes and readers that never wait for the writer,
-// which is all one host needs. Open configures every connection the same way:
-// WAL journal, busy_timeout 5000 ms, foreign_keys on, synchronous NORMAL.
+// *Store is a front, as *sql.DB is for database/sql: it owns the domain
+// (the types of this package, validation, scope checks, clamps, the quota
+// and pruning rules, how times and attributes are encoded) and calls a
+// backend (package store/driver's Backend) only to run statements. So
+// validation and scope enforcement are written once, and a backend cannot
+// forget them; and every consumer keeps using the concrete *Store, so
+// adding a backend changed no caller.
 //
-// # Schema and migrations
+// Open picks the backend from its argument:
+//   - a directory path (what every caller passed before there were two
+//     backends), or sqlite:///path/to/dir: SQLite in dir/moat.db, the
+//     embedded default (package store/sqlite, always linked in);
+//   - postgres://... or postgresql://...: PostgreSQL (package
+//     store/postgres, linked in by importing it, or store/backends), for
+//     several replicas sharing one database.
 //
-// The schema is an ordered list of migrations. Open applies the ones the
-// file has not seen yet, in order, inside one IMMEDIATE transaction, and
-// records the schema version in PRAGMA user_version. A file written by a
-// newer moat (a version this package does not know) is refused rather than
-// guessed at.
+// Backends register themselves by scheme (RegisterBackend), caddy style,
+// so a program that embeds moat links only the backends it imports.
+//
+// # Why SQLite by default
+//
+// One embedded SQLite file, dir/moat.db, driven by the pure-Go driver
+// modernc.org/sqlite, keeps a moat host a single static binary with no cgo
+// and no database server to run, which is all one host needs. PostgreSQL
+// is for when one machine is not enough: every row and every piece of
+// shared state (module bytes included) lives in the database, so replicas
+// need no shared disk.
 //
 // # Scoping
 //
 // Every row carries the organization (and, for module data, the module) that
 // owns it, and the store applies that scope itself: each method takes a
-// Scope, refuses an empty one, and puts both columns into every statement it
-// runs. A caller never writes a WHERE clause, so no caller can forget one,
-// and one organization's data cannot reach another's through this package.
-//
-// # Concurrency
-//
-// A Store is safe for concurrent use. Writes go through a pool of a single
-// connection, so writers in one process queue in Go instead of contending for
-// SQLite's lock (no SQLITE_BUSY between goroutines); reads use a separate
-// pool of read-only connections and run in parallel with the writer.
+// Scope or an org, refuses an empty one, and the backend puts both columns
+// into every statement it runs. A caller never writes a WHERE clause, so
+// no caller can forget one, and one organization's data cannot reach
+// another's through this package.
 //
 // Bad input (an empty scope, an over-long key, an oversized value) is
 // reported as an *abi.Error with abi.CodeInvalidArgument or abi.CodeTooLarge,
-// ready to go back to a guest. Database failures wrap the driver's error with
-// %w and name the operation and scope.
+// ready to go back to a guest. Database failures wrap the backend's error
+// with %w and name the operation and scope.
 package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"github.com/moat-sandbox/moat/host/store/driver"
+	"github.com/moat-sandbox/moat/host/store/sqlite"
 )
 
-// FileName is the name of the database file inside the store's directory.
-const FileName = "moat.db"
+// FileName is the name of the SQLite database file inside the store's
+// directory.
+const FileName = sqlite.FileName
 
-// busyTimeoutMS is how long a connection waits for a lock held by another
-// connection (or another process) before reporting SQLITE_BUSY.
-const busyTimeoutMS = 5000
+// Backend is what a storage backend implements; see package store/driver.
+type Backend = driver.Backend
 
-// Store is moat's persistent state in one SQLite file. It is safe for
-// concurrent use by several goroutines. Create it with Open.
+// RegisterBackend makes a backend available to Open under a URL scheme.
+// Call it from the backend package's init; a scheme registered twice
+// panics. The SQLite backend is always registered (as "sqlite"); the
+// PostgreSQL one (as "postgres" and "postgresql") when package
+// store/postgres is imported.
+func RegisterBackend(scheme string, open func(ctx context.Context, dsn string) (Backend, error)) {
+	driver.Register(scheme, open)
+}
+
+// Store is moat's persistent state. It is safe for concurrent use by
+// several goroutines (and, on PostgreSQL, by several processes). Create it
+// with Open.
 type Store struct {
-	path  string
-	w     *sql.DB  // the single writer connection; also runs migrations
-	r     *sql.DB  // read-only connections for queries
-	stmts sync.Map // stmtKey → *sql.Stmt: the hot statements, prepared once
+	b driver.Backend
 }
 
-// stmtKey names a prepared statement: the pool it runs on and its text.
-type stmtKey struct {
-	db    *sql.DB
-	query string
-}
-
-// prepared returns query prepared on db, preparing it on first use.
+// Open opens the store dirOrURL names, creating it (and, for SQLite, the
+// directory, mode 0700, and the file, mode 0600) when it does not exist,
+// and applies any pending schema migrations:
+//   - a directory path, or sqlite:///path/to/dir: SQLite in dir/moat.db;
+//   - postgres://... or postgresql://... (any URL libpq accepts):
+//     PostgreSQL, if package store/postgres is linked in.
 //
-// Preparing is most of the cost of a small statement with the pure-Go
-// driver (parsing and planning: ~20 µs of a ~30 µs kv.get on the test
-// machine), and the driver keeps no statement cache of its own, so the
-// statements of the invocation path (kv.get, kv.put, the quota check) are
-// prepared once per connection: database/sql re-prepares a *sql.Stmt on
-// each pool connection lazily and reuses it after. Inside a transaction,
-// use tx.StmtContext(ctx, stmt), which reuses the connection's copy.
-func (s *Store) prepared(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
-	k := stmtKey{db, query}
-	if st, ok := s.stmts.Load(k); ok {
-		return st.(*sql.Stmt), nil
+// Errors wrap the cause with %w and name the path or the URL (without its
+// password).
+func Open(ctx context.Context, dirOrURL string) (*Store, error) {
+	if dirOrURL == "" {
+		return nil, errors.New("store: open: empty directory; pass the directory that holds (or will hold) " + FileName + ", or a postgres:// URL")
 	}
-	st, err := db.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
+	scheme := "sqlite"
+	if i := strings.Index(dirOrURL, "://"); i > 0 && !strings.ContainsAny(dirOrURL[:i], `/\`) {
+		scheme = strings.ToLower(dirOrURL[:i])
 	}
-	if prev, loaded := s.stmts.LoadOrStore(k, st); loaded {
-		st.Close()
-		return prev.(*sql.Stmt), nil
-	}
-	return st, nil
-}
-
-// Open opens the store in dir, the file dir/moat.db, creating the directory
-// (mode 0700) and the file (mode 0600) when they do not exist. It applies any
-// pending schema migrations and configures WAL mode, busy_timeout 5000,
-// foreign_keys on and synchronous NORMAL. Errors wrap the cause with %w and
-// name the path.
-func Open(ctx context.Context, dir string) (*Store, error) {
-	if dir == "" {
-		return nil, errors.New("store: open: empty directory; pass the directory that holds (or will hold) " + FileName)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("store: open %s: create directory: %w", dir, err)
-	}
-	path := filepath.Join(dir, FileName)
-	// Create the file ourselves so it is private to this user: SQLite would
-	// create it 0644, and its -wal and -shm files copy the main file's mode.
-	// An empty file is a valid empty database. An existing file keeps its mode.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-
-	w, err := openPool(path, false)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	w.SetConnMaxLifetime(0)
-	w.SetConnMaxIdleTime(0)
-
-	if err := checkWAL(ctx, w); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	if err := migrate(ctx, w); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-
-	r, err := openPool(path, true)
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	n := min(max(runtime.GOMAXPROCS(0), 2), 8)
-	r.SetMaxOpenConns(n)
-	r.SetMaxIdleConns(n)
-	if err := r.PingContext(ctx); err != nil {
-		r.Close()
-		w.Close()
-		return nil, fmt.Errorf("store: open %s: read pool: %w", path, err)
-	}
-	return &Store{path: path, w: w, r: r}, nil
-}
-
-// openPool opens a database/sql pool on path whose every connection carries
-// the store's pragmas. A readOnly pool's connections refuse writes.
-func openPool(path string, readOnly bool) (*sql.DB, error) {
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
-	q.Add("_pragma", "foreign_keys(1)")
-	q.Add("_pragma", "synchronous(NORMAL)")
-	if readOnly {
-		q.Add("_pragma", "query_only(1)")
-	} else {
-		// journal_mode is persistent in the file; setting it on the writer
-		// is enough, and readers must not try to change it.
-		q.Add("_pragma", "journal_mode(WAL)")
-		// Take the write lock at BEGIN: a deferred transaction that
-		// upgrades from read to write can fail with SQLITE_BUSY at once,
-		// without waiting out busy_timeout, when another process writes.
-		q.Set("_txlock", "immediate")
-	}
-	return sql.Open("sqlite", dsn(path, q))
-}
-
-// dsn builds a file: URI for path. Escaping the path keeps a '?' or '#' in a
-// directory name from being read as the start of the query.
-func dsn(path string, q url.Values) string {
-	p := filepath.ToSlash(path)
-	if !strings.HasPrefix(p, "/") {
-		if abs, err := filepath.Abs(path); err == nil {
-			p = filepath.ToSlash(abs)
+	open, ok := driver.Lookup(scheme)
+	if !ok {
+		hint := ""
+		if scheme == "postgres" || scheme == "postgresql" {
+			hint = `; link the PostgreSQL backend in with import _ "github.com/moat-sandbox/moat/host/store/postgres"`
 		}
-		if !strings.HasPrefix(p, "/") { // a Windows drive path: file:///C:/...
-			p = "/" + p
-		}
+		return nil, fmt.Errorf("store: open %s: no storage backend for scheme %q (registered: %s)%s",
+			redact(dirOrURL), scheme, strings.Join(driver.Schemes(), ", "), hint)
 	}
-	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
-	return u.String()
+	b, err := open(ctx, dirOrURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", redact(dirOrURL), err)
+	}
+	return &Store{b: b}, nil
 }
 
-// checkWAL confirms the file is in WAL mode. Some file systems (network
-// mounts) cannot hold a WAL; the store would then serialize readers behind
-// the writer, so say so at Open instead of degrading quietly.
-func checkWAL(ctx context.Context, db *sql.DB) error {
-	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fmt.Errorf("read journal_mode: %w", err)
+// redact hides the password of a URL; a path comes back as it is.
+func redact(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
 	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal_mode is %q, not WAL; put the store on a local file system", mode)
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(an unparsable URL)"
 	}
-	return nil
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
 // Close closes the store. Calls made after Close fail.
-func (s *Store) Close() error {
-	var errs []error
-	s.stmts.Range(func(_, st any) bool {
-		errs = append(errs, st.(*sql.Stmt).Close())
-		return true
-	})
-	return errors.Join(append(errs, s.r.Close(), s.w.Close())...)
-}
+func (s *Store) Close() error { return s.b.Close() }
 
-// Path is the path of the database file, dir/moat.db.
-func (s *Store) Path() string { return s.path }
+// Path names the database: for SQLite, the path of the file,
+// dir/moat.db; for PostgreSQL, its URL without the password.
+func (s *Store) Path() string { return s.b.Location() }

@@ -1,12 +1,10 @@
-package store_test
+package storetest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -27,9 +25,9 @@ func auditIDs(events []store.AuditEvent) []string {
 	return ids
 }
 
-func TestAuditRoundTrip(t *testing.T) {
+func (su suite) testAuditRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 
 	full := store.AuditEvent{
 		ID:            "0001",
@@ -108,9 +106,9 @@ func TestAuditRoundTrip(t *testing.T) {
 	}
 }
 
-func TestAuditFilters(t *testing.T) {
+func (su suite) testAuditFilters(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 
 	// Ten events a minute apart, with fields varying independently.
 	var events []store.AuditEvent
@@ -171,9 +169,9 @@ func TestAuditFilters(t *testing.T) {
 	}
 }
 
-func TestAuditLimitDefaultAndCap(t *testing.T) {
+func (su suite) testAuditLimitDefaultAndCap(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	const n = store.MaxAuditLimit + 5
 	batch := make([]store.AuditEvent, n)
 	for i := range batch {
@@ -207,9 +205,9 @@ func TestAuditLimitDefaultAndCap(t *testing.T) {
 	}
 }
 
-func TestAuditValidation(t *testing.T) {
+func (su suite) testAuditValidation(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	ok := store.AuditEvent{ID: "good", Time: t0, Kind: "decision", Decision: "allow"}
 	tests := []struct {
 		name  string
@@ -248,98 +246,11 @@ func TestAuditValidation(t *testing.T) {
 	}
 }
 
-// v1Schema is the schema of the first store version (migration 1 only).
-const v1Schema = `
-CREATE TABLE kv (
-	org        TEXT    NOT NULL,
-	module     TEXT    NOT NULL,
-	key        TEXT    NOT NULL COLLATE BINARY,
-	value      BLOB    NOT NULL,
-	updated_at INTEGER NOT NULL,
-	PRIMARY KEY (org, module, key)
-) STRICT, WITHOUT ROWID;
-PRAGMA user_version = 1;
-`
-
-func userVersion(t *testing.T, path string) int {
-	t.Helper()
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var v int
-	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func TestMigrateFromV1(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	path := filepath.Join(dir, store.FileName)
-
-	// A file as the first version left it, with data.
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(v1Schema); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`INSERT INTO kv VALUES ('org-a', 'mod', 'old', x'6b657074', 1)`); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if v := userVersion(t, path); v != 1 {
-		t.Fatalf("v1 file has user_version %d", v)
-	}
-
-	s, err := store.Open(ctx, dir)
-	if err != nil {
-		t.Fatalf("Open(v1 file): %v", err)
-	}
-	if v, found, err := s.KVGet(ctx, scA, "old"); err != nil || !found || string(v) != "kept" {
-		t.Errorf("KVGet(old) after migration = %q, %v, %v", v, found, err)
-	}
-	if err := s.AuditInsert(ctx, []store.AuditEvent{{ID: "a", Time: t0, Kind: "load"}}); err != nil {
-		t.Errorf("AuditInsert after migration: %v", err)
-	}
-	if err := s.ConfirmationCreate(ctx, newConfirmation("tok", time.Now())); err != nil {
-		t.Errorf("ConfirmationCreate after migration: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	v := userVersion(t, path)
-	if v < 3 {
-		t.Fatalf("user_version after migration = %d, want >= 3", v)
-	}
-
-	// Reopening an up-to-date file changes nothing and keeps everything.
-	s = open(t, dir)
-	if got := userVersion(t, path); got != v {
-		t.Errorf("user_version after reopen = %d, want %d", got, v)
-	}
-	if v, found, err := s.KVGet(ctx, scA, "old"); err != nil || !found || string(v) != "kept" {
-		t.Errorf("KVGet(old) after reopen = %q, %v, %v", v, found, err)
-	}
-	if got, err := s.AuditQuery(ctx, store.AuditFilter{}); err != nil || len(got) != 1 {
-		t.Errorf("AuditQuery after reopen = %d events, %v; want 1", len(got), err)
-	}
-	if got, err := s.ConfirmationsPending(ctx, "acme", time.Now(), 0); err != nil || len(got) != 1 {
-		t.Errorf("ConfirmationsPending after reopen = %d, %v; want 1", len(got), err)
-	}
-}
-
 // Attrs survive with every kind of string content, and an empty map reads
 // back as nil.
-func TestAuditAttrs(t *testing.T) {
+func (su suite) testAuditAttrs(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	tests := []struct {
 		name  string
 		attrs map[string]string

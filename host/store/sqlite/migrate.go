@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -180,6 +180,72 @@ END;
 		sql: `
 ALTER TABLE confirmations ADD COLUMN binding TEXT NOT NULL DEFAULT '';
 CREATE INDEX module_versions_org_time ON module_versions (org, uploaded_at);
+`,
+	},
+	{
+		name: "user_id",
+		// One schema on every backend: "user" is a reserved word in
+		// PostgreSQL, so the column is user_id everywhere.
+		sql: `
+ALTER TABLE audit_events RENAME COLUMN user TO user_id;
+ALTER TABLE confirmations RENAME COLUMN user TO user_id;
+ALTER TABLE api_keys RENAME COLUMN user TO user_id;
+`,
+	},
+	{
+		name: "module_blobs",
+		// The bytes of modules, content-addressed by digest (hex SHA-256)
+		// and shared by every organization that uploads them; written_at
+		// (unix nanoseconds) is the last time they were stored, which
+		// keeps a fresh blob from being deleted as an orphan before its
+		// version is written (store.BlobGrace).
+		sql: `
+CREATE TABLE module_blobs (
+	digest     TEXT    NOT NULL PRIMARY KEY,
+	data       BLOB    NOT NULL,
+	written_at INTEGER NOT NULL
+) STRICT;
+`,
+	},
+	{
+		name: "module_changes",
+		// The change log behind store.WatchModules: a row per write of
+		// the modules table (a new or replaced current version, or a
+		// deletion: digest ''), in commit order, written by triggers in
+		// the same transaction; the last 10000 are kept.
+		sql: `
+CREATE TABLE module_changes (
+	seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+	org    TEXT    NOT NULL,
+	name   TEXT    NOT NULL,
+	digest TEXT    NOT NULL,
+	at     INTEGER NOT NULL
+);
+CREATE TRIGGER module_changes_insert AFTER INSERT ON modules BEGIN
+	INSERT INTO module_changes (org, name, digest, at) VALUES (NEW.org, NEW.name, NEW.digest, NEW.updated_at);
+	DELETE FROM module_changes WHERE seq <= (SELECT max(seq) FROM module_changes) - 10000;
+END;
+CREATE TRIGGER module_changes_update AFTER UPDATE ON modules BEGIN
+	INSERT INTO module_changes (org, name, digest, at) VALUES (NEW.org, NEW.name, NEW.digest, NEW.updated_at);
+	DELETE FROM module_changes WHERE seq <= (SELECT max(seq) FROM module_changes) - 10000;
+END;
+CREATE TRIGGER module_changes_delete AFTER DELETE ON modules BEGIN
+	INSERT INTO module_changes (org, name, digest, at) VALUES (OLD.org, OLD.name, '', OLD.updated_at);
+	DELETE FROM module_changes WHERE seq <= (SELECT max(seq) FROM module_changes) - 10000;
+END;
+`,
+	},
+	{
+		name: "rate_buckets",
+		// Token buckets (store.RateTake): tokens held at updated_at (unix
+		// nanoseconds); taken says whether the last take got a token.
+		sql: `
+CREATE TABLE rate_buckets (
+	key        TEXT    NOT NULL PRIMARY KEY,
+	tokens     REAL    NOT NULL,
+	updated_at INTEGER NOT NULL,
+	taken      INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
 `,
 	},
 }

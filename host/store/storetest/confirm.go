@@ -1,4 +1,4 @@
-package store_test
+package storetest
 
 import (
 	"bytes"
@@ -48,9 +48,9 @@ func createConfirmation(t *testing.T, s *store.Store, c store.Confirmation) {
 	}
 }
 
-func TestConfirmationUse(t *testing.T) {
+func (su suite) testConfirmationUse(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	now := time.Now().UTC()
 
 	c := newConfirmation("tok-1", now)
@@ -106,9 +106,9 @@ func TestConfirmationUse(t *testing.T) {
 	}
 }
 
-func TestConfirmationExpired(t *testing.T) {
+func (su suite) testConfirmationExpired(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	now := time.Now().UTC()
 	c := newConfirmation("tok-exp", now)
 	createConfirmation(t, s, c)
@@ -124,9 +124,9 @@ func TestConfirmationExpired(t *testing.T) {
 	}
 }
 
-func TestConfirmationUseRace(t *testing.T) {
+func (su suite) testConfirmationUseRace(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	now := time.Now().UTC()
 	c := newConfirmation("tok-race", now)
 	createConfirmation(t, s, c)
@@ -157,9 +157,9 @@ func TestConfirmationUseRace(t *testing.T) {
 	}
 }
 
-func TestConfirmationsPending(t *testing.T) {
+func (su suite) testConfirmationsPending(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	now := time.Now().UTC()
 
 	mk := func(token, org string, created time.Time, ttl time.Duration) store.Confirmation {
@@ -222,9 +222,9 @@ func TestConfirmationsPending(t *testing.T) {
 	}
 }
 
-func TestConfirmationCreateValidation(t *testing.T) {
+func (su suite) testConfirmationCreateValidation(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	now := time.Now().UTC()
 
 	tests := []struct {
@@ -283,9 +283,9 @@ func TestConfirmationCreateValidation(t *testing.T) {
 
 // Creating a confirmation deletes ones that expired or were used more than
 // 24 hours earlier, and keeps recent ones.
-func TestConfirmationCleanup(t *testing.T) {
+func (su suite) testConfirmationCleanup(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	now := time.Now().UTC()
 	past := now.Add(-48 * time.Hour)
 

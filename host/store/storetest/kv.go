@@ -1,14 +1,10 @@
-package store_test
+package storetest
 
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,16 +13,6 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
 )
-
-func open(t *testing.T, dir string) *store.Store {
-	t.Helper()
-	s, err := store.Open(context.Background(), dir)
-	if err != nil {
-		t.Fatalf("Open(%q): %v", dir, err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 func put(t *testing.T, s *store.Store, sc store.Scope, key, value string) {
 	t.Helper()
@@ -46,90 +32,9 @@ func list(t *testing.T, s *store.Store, sc store.Scope, prefix, after string, li
 
 var scA = store.Scope{Org: "org-a", Module: "mod"}
 
-func TestOpenLayout(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "nested", "state")
-	s := open(t, dir)
-	if want := filepath.Join(dir, store.FileName); s.Path() != want {
-		t.Errorf("Path() = %q, want %q", s.Path(), want)
-	}
-	if runtime.GOOS != "windows" {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fi.Mode().Perm(); got != 0o700 {
-			t.Errorf("dir mode = %o, want 700", got)
-		}
-		fi, err = os.Stat(s.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fi.Mode().Perm(); got&0o077 != 0 {
-			t.Errorf("file mode = %o, want no group or other access", got)
-		}
-	}
-
-	// The pragmas Open promises, as seen by a separate connection.
-	db, err := sql.Open("sqlite", s.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var mode string
-	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
-		t.Fatal(err)
-	}
-	if mode != "wal" {
-		t.Errorf("journal_mode = %q, want wal", mode)
-	}
-	var version int
-	if err := db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
-		t.Fatal(err)
-	}
-	if version < 1 {
-		t.Errorf("user_version = %d, want >= 1 after migrations", version)
-	}
-}
-
-func TestOpenErrors(t *testing.T) {
+func (su suite) testKVRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	if _, err := store.Open(ctx, ""); err == nil {
-		t.Error("Open(\"\") succeeded, want error")
-	}
-
-	// dir is a regular file: the error names the path.
-	file := filepath.Join(t.TempDir(), "not-a-dir")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := store.Open(ctx, file)
-	if err == nil || !strings.Contains(err.Error(), file) {
-		t.Errorf("Open(file) error = %v, want an error naming %s", err, file)
-	}
-
-	// A file from a newer moat (unknown schema version) is refused.
-	dir := t.TempDir()
-	s := open(t, dir)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", filepath.Join(dir, store.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("PRAGMA user_version = 9999"); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	_, err = store.Open(ctx, dir)
-	if err == nil || !strings.Contains(err.Error(), "newer") {
-		t.Errorf("Open(newer schema) error = %v, want a refusal", err)
-	}
-}
-
-func TestKVRoundTrip(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 
 	if v, found, err := s.KVGet(ctx, scA, "missing"); err != nil || found || v != nil {
 		t.Fatalf("KVGet(missing) = %q, %v, %v; want nil, false, nil", v, found, err)
@@ -199,8 +104,8 @@ var prefixKeys = []string{
 	"z",
 }
 
-func TestKVListPrefix(t *testing.T) {
-	s := open(t, t.TempDir())
+func (su suite) testKVListPrefix(t *testing.T) {
+	s := su.open(t)
 	for _, k := range prefixKeys {
 		put(t, s, scA, k, "v")
 	}
@@ -253,8 +158,8 @@ func TestKVListPrefix(t *testing.T) {
 	}
 }
 
-func TestKVListPagination(t *testing.T) {
-	s := open(t, t.TempDir())
+func (su suite) testKVListPagination(t *testing.T) {
+	s := su.open(t)
 	var all []string
 	for i := range 25 {
 		k := fmt.Sprintf("item/%02d", i)
@@ -320,8 +225,8 @@ func TestKVListPagination(t *testing.T) {
 	}
 }
 
-func TestKVListLimitDefaultAndCap(t *testing.T) {
-	s := open(t, t.TempDir())
+func (su suite) testKVListLimitDefaultAndCap(t *testing.T) {
+	s := su.open(t)
 	n := abi.MaxKVListLimit + 5
 	for i := range n {
 		put(t, s, scA, fmt.Sprintf("k%05d", i), "")
@@ -338,9 +243,9 @@ func TestKVListLimitDefaultAndCap(t *testing.T) {
 	}
 }
 
-func TestScopeIsolation(t *testing.T) {
+func (su suite) testScopeIsolation(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 
 	owner := store.Scope{Org: "acme", Module: "billing"}
 	others := []struct {
@@ -384,43 +289,9 @@ func TestScopeIsolation(t *testing.T) {
 	}
 }
 
-func TestSurvivesReopen(t *testing.T) {
+func (su suite) testValidation(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := store.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put(t, s, scA, "kept", "across restarts")
-	put(t, s, scA, "gone", "deleted before close")
-	if _, err := s.KVDelete(ctx, scA, "gone"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if _, _, err := s.KVGet(ctx, scA, "kept"); err == nil {
-		t.Error("KVGet after Close succeeded, want error")
-	}
-
-	for range 2 { // twice: migrations must not re-run on an up-to-date file
-		s2 := open(t, dir)
-		v, found, err := s2.KVGet(ctx, scA, "kept")
-		if err != nil || !found || string(v) != "across restarts" {
-			t.Fatalf("after reopen KVGet = %q, %v, %v", v, found, err)
-		}
-		if keys, _ := list(t, s2, scA, "", "", 0); !slices.Equal(keys, []string{"kept"}) {
-			t.Fatalf("after reopen KVList = %q", keys)
-		}
-		if err := s2.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func TestValidation(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	long := strings.Repeat("k", abi.MaxKVKeyLen+1)
 	big := make([]byte, abi.MaxKVValueLen+1)
 
@@ -484,9 +355,9 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-func TestConcurrentPuts(t *testing.T) {
+func (su suite) testConcurrentPuts(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir())
+	s := su.open(t)
 	const writers, perWriter = 8, 50
 
 	var wg sync.WaitGroup
@@ -538,8 +409,8 @@ func TestConcurrentPuts(t *testing.T) {
 	}
 }
 
-func TestCanceledContext(t *testing.T) {
-	s := open(t, t.TempDir())
+func (su suite) testCanceledContext(t *testing.T) {
+	s := su.open(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := s.KVPut(ctx, scA, "k", []byte("v"))
@@ -548,5 +419,173 @@ func TestCanceledContext(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "kv.put") || !strings.Contains(err.Error(), scA.Org) {
 		t.Errorf("error %q does not name the operation and scope", err)
+	}
+}
+
+// usageByHand sums len(key)+len(value) over sc through the public API.
+func usageByHand(t *testing.T, s *store.Store, sc store.Scope) int64 {
+	t.Helper()
+	var n int64
+	keys, _ := list(t, s, sc, "", "", 0)
+	for _, k := range keys {
+		v, _, err := s.KVGet(context.Background(), sc, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int64(len(k) + len(v))
+	}
+	return n
+}
+
+func usage(t *testing.T, s *store.Store, sc store.Scope) int64 {
+	t.Helper()
+	n, err := s.KVUsage(context.Background(), sc)
+	if err != nil {
+		t.Fatalf("KVUsage(%v): %v", sc, err)
+	}
+	if byHand := usageByHand(t, s, sc); n != byHand {
+		t.Fatalf("KVUsage(%v) = %d, but the keys and values add up to %d", sc, n, byHand)
+	}
+	return n
+}
+
+func (su suite) testKVQuota(t *testing.T) {
+	ctx := context.Background()
+	s := su.open(t)
+	sc := store.Scope{Org: "acme", Module: "billing"}
+	other := store.Scope{Org: "acme", Module: "shipping"}
+	const quota = 100
+
+	if n := usage(t, s, sc); n != 0 {
+		t.Fatalf("usage of an empty scope = %d", n)
+	}
+	val := func(n int) []byte { return []byte(strings.Repeat("v", n)) }
+	steps := []struct {
+		name  string
+		sc    store.Scope
+		key   string
+		value []byte
+		quota int64
+		fails bool
+		usage int64 // of sc afterwards
+	}{
+		{"first", sc, "a", val(39), quota, false, 40},
+		{"second", sc, "b", val(39), quota, false, 80},
+		// "ключ" is 8 bytes in UTF-8 (4 characters): bytes are counted.
+		{"exactly to the quota", sc, "ключ", val(12), quota, false, 100},
+		{"one byte over", sc, "c", []byte{}, quota, true, 100},
+		{"replace with a larger value", sc, "a", val(40), quota, true, 100},
+		{"replace with the same size", sc, "a", val(39), quota, false, 100},
+		{"replace with a smaller value frees space", sc, "a", val(9), quota, false, 70},
+		{"freed space is usable", sc, "c", val(29), quota, false, 100},
+		{"other scope has its own quota", other, "a", val(99), quota, false, 100},
+		{"other scope is full too", other, "b", nil, quota, true, 100},
+		{"no quota", sc, "big", val(500), 0, false, 603},
+		{"negative quota is no quota", sc, "big2", val(1), -1, false, 608},
+		{"over a lowered quota, growth fails", sc, "a", val(10), 500, true, 608},
+		{"over a lowered quota, shrinking works", sc, "big", val(400), 500, false, 508},
+	}
+	for _, st := range steps {
+		err := s.KVPutWithin(ctx, st.sc, st.key, st.value, st.quota)
+		if st.fails {
+			var ae *abi.Error
+			if !errors.As(err, &ae) || ae.Code != abi.CodeTooLarge {
+				t.Fatalf("%s: error = %v, want *abi.Error %s", st.name, err, abi.CodeTooLarge)
+			}
+			for _, want := range []string{"kv.put", "quota", fmt.Sprint(st.quota), st.sc.Module, st.sc.Org, "in use"} {
+				if !strings.Contains(ae.Message, want) {
+					t.Errorf("%s: message %q does not say %q", st.name, ae.Message, want)
+				}
+			}
+		} else if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if n := usage(t, s, sc); n != st.usage {
+			t.Fatalf("%s: usage = %d, want %d", st.name, n, st.usage)
+		}
+	}
+	if n := usage(t, s, other); n != 100 {
+		t.Errorf("other scope usage = %d, want 100", n)
+	}
+	// A delete frees its key and value.
+	if deleted, err := s.KVDelete(ctx, sc, "big"); err != nil || !deleted {
+		t.Fatalf("KVDelete(big) = %v, %v", deleted, err)
+	}
+	if n := usage(t, s, sc); n != 105 {
+		t.Errorf("usage after deleting big = %d, want 105", n)
+	}
+
+	// The exact message of the spec.
+	sc2 := store.Scope{Org: "O", Module: "M"}
+	if err := s.KVPutWithin(ctx, sc2, "k", val(1048000-1), 1048576); err != nil {
+		t.Fatal(err)
+	}
+	err := s.KVPutWithin(ctx, sc2, "k2", val(1200-2), 1048576)
+	want := "kv.put: the disk quota of 1048576 bytes for module M in org O would be exceeded (in use 1048000, this put adds 1200)"
+	var ae *abi.Error
+	if !errors.As(err, &ae) || ae.Message != want {
+		t.Errorf("error = %v\nwant message %q", err, want)
+	}
+
+	// Validation still applies.
+	if err := s.KVPutWithin(ctx, store.Scope{Org: "acme"}, "k", nil, quota); err == nil {
+		t.Error("KVPutWithin with an empty module succeeded")
+	}
+	if _, err := s.KVUsage(ctx, store.Scope{Module: "m"}); err == nil {
+		t.Error("KVUsage with an empty org succeeded")
+	}
+}
+
+func (su suite) testKVQuotaConcurrent(t *testing.T) {
+	ctx := context.Background()
+	s := su.open(t)
+	sc := store.Scope{Org: "acme", Module: "billing"}
+	other := store.Scope{Org: "acme", Module: "other"}
+	const (
+		quota   = 1000
+		writers = 40
+		size    = 100 // key (3 bytes) plus value: exactly 10 fit
+	)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		ok      int
+		unknown []error
+	)
+	for i := range writers {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%02d", i)
+			err := s.KVPutWithin(ctx, sc, key, make([]byte, size-len(key)), quota)
+			var ae *abi.Error
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case !errors.As(err, &ae) || ae.Code != abi.CodeTooLarge:
+				unknown = append(unknown, err)
+			}
+		})
+		// Unlimited writes to another scope run alongside.
+		wg.Go(func() {
+			if err := s.KVPutWithin(ctx, other, fmt.Sprintf("o%02d", i), make([]byte, 500), 0); err != nil {
+				mu.Lock()
+				unknown = append(unknown, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range unknown {
+		t.Error(err)
+	}
+	if ok != quota/size {
+		t.Errorf("%d puts succeeded, want %d", ok, quota/size)
+	}
+	if n := usage(t, s, sc); n != quota {
+		t.Errorf("usage = %d, want exactly the quota %d", n, quota)
+	}
+	if n := usage(t, s, other); n != writers*(3+500) {
+		t.Errorf("other scope usage = %d, want %d", n, writers*(3+500))
 	}
 }

@@ -1,0 +1,218 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migration is one step of the schema, applied in order and recorded in
+// schema_migrations. Append new migrations; never edit or reorder one
+// that has shipped. The schema is SQLite's (store/sqlite), column for
+// column, in PostgreSQL's types: bytea for bytes, bigint for unix
+// nanoseconds, and kv keys as bytea, because KVList's range bounds are
+// byte strings that need not be valid UTF-8 (a prefix can end inside a
+// character), which text refuses, and bytea compares bytewise like
+// SQLite's BINARY collation.
+type migration struct {
+	name string
+	sql  string
+}
+
+var migrations = []migration{
+	{name: "kv", sql: `
+CREATE TABLE kv (
+	org        text   NOT NULL,
+	module     text   NOT NULL,
+	key        bytea  NOT NULL,
+	value      bytea  NOT NULL,
+	updated_at bigint NOT NULL, -- unix milliseconds
+	PRIMARY KEY (org, module, key)
+);
+-- The bytes each (org, module) stores in kv, kept by triggers in the
+-- transaction of every write; every kv write locks its scope's row first
+-- (see kvLock), which makes the quota check atomic across replicas.
+CREATE TABLE kv_usage (
+	org    text   NOT NULL,
+	module text   NOT NULL,
+	bytes  bigint NOT NULL,
+	PRIMARY KEY (org, module)
+);
+CREATE FUNCTION moat_kv_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP IN ('UPDATE', 'DELETE') THEN
+		UPDATE kv_usage SET bytes = bytes - (octet_length(OLD.key) + octet_length(OLD.value))
+			WHERE org = OLD.org AND module = OLD.module;
+	END IF;
+	IF TG_OP IN ('INSERT', 'UPDATE') THEN
+		INSERT INTO kv_usage (org, module, bytes)
+		VALUES (NEW.org, NEW.module, octet_length(NEW.key) + octet_length(NEW.value))
+		ON CONFLICT (org, module) DO UPDATE SET bytes = kv_usage.bytes + excluded.bytes;
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER kv_usage AFTER INSERT OR UPDATE OR DELETE ON kv FOR EACH ROW EXECUTE FUNCTION moat_kv_usage();
+`},
+	{name: "audit_events", sql: `
+CREATE TABLE audit_events (
+	id             text   NOT NULL PRIMARY KEY,
+	time           bigint NOT NULL,
+	kind           text   NOT NULL,
+	decision       text   NOT NULL DEFAULT '',
+	correlation_id text   NOT NULL DEFAULT '',
+	module         text   NOT NULL DEFAULT '',
+	action         text   NOT NULL DEFAULT '',
+	op             text   NOT NULL DEFAULT '',
+	user_id        text   NOT NULL DEFAULT '',
+	org            text   NOT NULL DEFAULT '',
+	rule           text   NOT NULL DEFAULT '',
+	reason         text   NOT NULL DEFAULT '',
+	code           text   NOT NULL DEFAULT '',
+	mutation_id    text   NOT NULL DEFAULT '',
+	task_id        text   NOT NULL DEFAULT '',
+	model_call_id  text   NOT NULL DEFAULT '',
+	duration_ns    bigint NOT NULL DEFAULT 0,
+	attrs          text
+);
+CREATE INDEX audit_events_correlation_id ON audit_events (correlation_id);
+CREATE INDEX audit_events_module_time ON audit_events (module, time);
+CREATE INDEX audit_events_decision_time ON audit_events (decision, time);
+CREATE INDEX audit_events_org_time ON audit_events (org, time);
+CREATE INDEX audit_events_time ON audit_events (time);
+`},
+	{name: "confirmations", sql: `
+CREATE TABLE confirmations (
+	token_hash   text   NOT NULL PRIMARY KEY,
+	org          text   NOT NULL,
+	user_id      text   NOT NULL,
+	module       text   NOT NULL,
+	action       text   NOT NULL,
+	input        bytea  NOT NULL,
+	input_sha256 text   NOT NULL,
+	summary      text   NOT NULL,
+	created_at   bigint NOT NULL,
+	expires_at   bigint NOT NULL,
+	used_at      bigint,
+	binding      text   NOT NULL DEFAULT ''
+);
+CREATE INDEX confirmations_pending ON confirmations (org, created_at) WHERE used_at IS NULL;
+CREATE INDEX confirmations_expires_at ON confirmations (expires_at);
+CREATE INDEX confirmations_used_at ON confirmations (used_at) WHERE used_at IS NOT NULL;
+`},
+	{name: "api_keys", sql: `
+CREATE TABLE api_keys (
+	id         text   NOT NULL PRIMARY KEY,
+	hash       text   NOT NULL UNIQUE,
+	org        text   NOT NULL,
+	user_id    text   NOT NULL,
+	roles      text   NOT NULL DEFAULT '[]',
+	name       text   NOT NULL DEFAULT '',
+	created_at bigint NOT NULL,
+	revoked_at bigint
+);
+CREATE INDEX api_keys_org ON api_keys (org, created_at);
+`},
+	{name: "modules", sql: `
+CREATE TABLE module_versions (
+	org         text   NOT NULL,
+	name        text   NOT NULL,
+	digest      text   NOT NULL,
+	version     text   NOT NULL DEFAULT '',
+	size        bigint NOT NULL,
+	manifest    bytea,
+	signature   bytea,
+	uploaded_by text   NOT NULL DEFAULT '',
+	uploaded_at bigint NOT NULL,
+	PRIMARY KEY (org, name, digest)
+);
+CREATE TABLE modules (
+	org        text   NOT NULL,
+	name       text   NOT NULL,
+	digest     text   NOT NULL,
+	updated_at bigint NOT NULL,
+	PRIMARY KEY (org, name),
+	FOREIGN KEY (org, name, digest) REFERENCES module_versions (org, name, digest)
+);
+CREATE INDEX module_versions_digest ON module_versions (digest);
+CREATE INDEX module_versions_org_time ON module_versions (org, uploaded_at);
+CREATE TABLE module_blobs (
+	digest     text   NOT NULL PRIMARY KEY,
+	data       bytea  NOT NULL,
+	written_at bigint NOT NULL
+);
+-- The change log behind store.WatchModules, written by a trigger on
+-- modules in the transaction of the write, which also NOTIFYs watchers
+-- (delivered at commit). Every module write holds moduleLock, so seq
+-- order is commit order and a reader never skips a late commit.
+CREATE TABLE module_changes (
+	seq    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	org    text   NOT NULL,
+	name   text   NOT NULL,
+	digest text   NOT NULL,
+	at     bigint NOT NULL
+);
+CREATE FUNCTION moat_module_change() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE s bigint;
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		INSERT INTO module_changes (org, name, digest, at) VALUES (OLD.org, OLD.name, '', OLD.updated_at) RETURNING seq INTO s;
+	ELSE
+		INSERT INTO module_changes (org, name, digest, at) VALUES (NEW.org, NEW.name, NEW.digest, NEW.updated_at) RETURNING seq INTO s;
+	END IF;
+	DELETE FROM module_changes WHERE seq <= s - 10000;
+	PERFORM pg_notify('moat_modules', s::text);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER module_changes AFTER INSERT OR UPDATE OR DELETE ON modules FOR EACH ROW EXECUTE FUNCTION moat_module_change();
+`},
+	{name: "rate_buckets", sql: `
+CREATE TABLE rate_buckets (
+	key        text             NOT NULL PRIMARY KEY,
+	tokens     double precision NOT NULL,
+	updated_at bigint           NOT NULL,
+	taken      boolean          NOT NULL
+);
+`},
+}
+
+// migrateLock is the advisory lock that serializes migrations of replicas
+// starting at once ('moat' 'mig' in ASCII).
+const migrateLock = 0x6d6f6174_6d6967
+
+// migrate brings the schema up to date in one transaction, under
+// migrateLock, so that replicas starting together apply each migration
+// once, and a database written by a newer moat is refused.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `
+CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    integer NOT NULL PRIMARY KEY,
+	name       text    NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		var version int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+			return fmt.Errorf("migrate: read schema version: %w", err)
+		}
+		if version > len(migrations) {
+			return fmt.Errorf("migrate: schema version %d is newer than this moat knows (%d); upgrade moat or use another database", version, len(migrations))
+		}
+		for i := version; i < len(migrations); i++ {
+			m := migrations[i]
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return fmt.Errorf("migrate: %d (%s): %w", i+1, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, i+1, m.name); err != nil {
+				return fmt.Errorf("migrate: %d (%s): record: %w", i+1, m.name, err)
+			}
+		}
+		return nil
+	})
+}

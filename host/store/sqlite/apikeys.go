@@ -1,0 +1,75 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/moat-sandbox/moat/host/store/driver"
+)
+
+const apiKeyColumns = `id, hash, org, user_id, roles, name, created_at, revoked_at`
+
+func scanAPIKey(r rowScanner) (*driver.APIKeyRow, error) {
+	var (
+		k       driver.APIKeyRow
+		revoked sql.NullInt64
+	)
+	if err := r.Scan(&k.ID, &k.Hash, &k.Org, &k.User, &k.Roles, &k.Name, &k.CreatedAt, &revoked); err != nil {
+		return nil, err
+	}
+	k.RevokedAt = revoked.Int64
+	return &k, nil
+}
+
+// APIKeyCreate implements driver.Backend.
+func (d *DB) APIKeyCreate(ctx context.Context, k driver.APIKeyRow) error {
+	_, err := d.w.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)`,
+		k.ID, k.Hash, k.Org, k.User, k.Roles, k.Name, k.CreatedAt)
+	if isConstraint(err) {
+		return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+	}
+	return err
+}
+
+// APIKeyByHash implements driver.Backend.
+func (d *DB) APIKeyByHash(ctx context.Context, hash string) (*driver.APIKeyRow, error) {
+	k, err := scanAPIKey(d.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, driver.ErrNotFound
+	}
+	return k, err
+}
+
+// APIKeys implements driver.Backend.
+func (d *DB) APIKeys(ctx context.Context, org string) ([]driver.APIKeyRow, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE ? = '' OR org = ? ORDER BY created_at, id`, org, org)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []driver.APIKeyRow{}
+	for rows.Next() {
+		k, err := scanAPIKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *k)
+	}
+	return out, rows.Err()
+}
+
+// APIKeyRevoke implements driver.Backend.
+func (d *DB) APIKeyRevoke(ctx context.Context, id string, at int64) error {
+	res, err := d.w.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, at, id)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return driver.ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/moat-sandbox/moat/host/store/driver"
+)
+
+const kvGet = `SELECT value FROM kv WHERE org = ? AND module = ? AND key = ?`
+
+// kvUpsert stores a key's value, replacing any value it had. coalesce
+// guards the empty blob the same way in SQL: an empty value is a value,
+// never NULL.
+const kvUpsert = `
+INSERT INTO kv (org, module, key, value, updated_at)
+VALUES (?, ?, ?, coalesce(?, x''), ?)
+ON CONFLICT (org, module, key) DO UPDATE SET
+	value = excluded.value,
+	updated_at = excluded.updated_at`
+
+// kvQuotaCheck reads, in a put's transaction, the bytes the scope stores
+// (kept by the kv_usage triggers) and the bytes of the key being replaced.
+const kvQuotaCheck = `
+SELECT
+	coalesce((SELECT bytes FROM kv_usage WHERE org = ?1 AND module = ?2), 0),
+	coalesce((SELECT octet_length(key) + length(value) FROM kv WHERE org = ?1 AND module = ?2 AND key = ?3), 0)`
+
+// KVGet implements driver.Backend.
+func (d *DB) KVGet(ctx context.Context, org, module, key string) (value []byte, found bool, err error) {
+	st, err := d.prepared(ctx, d.r, kvGet)
+	if err != nil {
+		return nil, false, err
+	}
+	err = st.QueryRowContext(ctx, org, module, key).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return value, true, nil
+}
+
+// KVPut implements driver.Backend.
+func (d *DB) KVPut(ctx context.Context, org, module, key string, value []byte, at int64) error {
+	st, err := d.prepared(ctx, d.w, kvUpsert)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, org, module, key, value, at)
+	return err
+}
+
+// KVPutWithin implements driver.Backend: the check and the write run in
+// one IMMEDIATE transaction, which holds the file's write lock.
+func (d *DB) KVPutWithin(ctx context.Context, org, module, key string, value []byte, at, quota int64) (_, _ int64, err error) {
+	// Prepared before the transaction: the writer pool's one connection
+	// is the transaction's until it ends, so preparing inside would wait
+	// for itself.
+	check, err := d.prepared(ctx, d.w, kvQuotaCheck)
+	if err != nil {
+		return 0, 0, err
+	}
+	upsert, err := d.prepared(ctx, d.w, kvUpsert)
+	if err != nil {
+		return 0, 0, err
+	}
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	// in use: the scope's bytes; old: those of the key and value being
+	// replaced, if any. One variable, so one allocation for Scan.
+	var read [2]int64
+	if err := tx.StmtContext(ctx, check).QueryRowContext(ctx, org, module, key).Scan(&read[0], &read[1]); err != nil {
+		return 0, 0, err
+	}
+	inUse, adds := read[0], int64(len(key)+len(value))-read[1]
+	if driver.OverQuota(quota, inUse, adds) {
+		return inUse, adds, driver.ErrOverQuota
+	}
+	if _, err := tx.StmtContext(ctx, upsert).ExecContext(ctx, org, module, key, value, at); err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, err
+	}
+	return inUse, adds, nil
+}
+
+// KVDelete implements driver.Backend.
+func (d *DB) KVDelete(ctx context.Context, org, module, key string) (bool, error) {
+	res, err := d.w.ExecContext(ctx, `DELETE FROM kv WHERE org = ? AND module = ? AND key = ?`, org, module, key)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// KVList implements driver.Backend. The key column's BINARY collation
+// (memcmp) is the bytewise order.
+func (d *DB) KVList(ctx context.Context, org, module string, r driver.KeyRange, limit int) ([]string, error) {
+	var q strings.Builder
+	args := []any{org, module, r.From}
+	q.WriteString(`SELECT key FROM kv WHERE org = ? AND module = ?`)
+	if r.FromInclusive {
+		q.WriteString(` AND key >= ?`)
+	} else {
+		q.WriteString(` AND key > ?`)
+	}
+	if r.HasTo {
+		q.WriteString(` AND key < ?`)
+		args = append(args, r.To)
+	}
+	q.WriteString(` ORDER BY key LIMIT ?`)
+	args = append(args, limit)
+	rows, err := d.r.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	keys := make([]string, 0, min(limit, 64))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+// KVUsage implements driver.Backend.
+func (d *DB) KVUsage(ctx context.Context, org, module string) (n int64, err error) {
+	err = d.r.QueryRowContext(ctx,
+		`SELECT coalesce((SELECT bytes FROM kv_usage WHERE org = ? AND module = ?), 0)`, org, module).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,95 @@
+// Package storetest is the conformance suite of package store's backends:
+// every backend (store/sqlite, store/postgres, any later one) must pass it
+// unchanged, so the front's promises (scoping, validation, quotas,
+// single-use confirmations, audit batches, module blobs, the change feed,
+// rate buckets) hold whichever database is behind a *store.Store.
+//
+// A backend's test calls Run with a function that opens a fresh, empty
+// store, and RunShared with one that opens several handles on one fresh
+// database, standing for several processes or replicas:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) *store.Store { ... })
+//		storetest.RunShared(t, func(t *testing.T, n int) []*store.Store { ... })
+//	}
+//
+// The tests are black-box: they use the public API of package store only.
+package storetest
+
+import (
+	"testing"
+
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// suite holds the opener the tests share.
+type suite struct {
+	open func(t *testing.T) *store.Store
+}
+
+// Run runs the conformance suite, each test as a subtest on a store of its
+// own from open. open must return a fresh, empty store and arrange for it
+// to be closed when t ends.
+func Run(t *testing.T, open func(t *testing.T) *store.Store) {
+	su := suite{open: open}
+	tests := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"KVRoundTrip", su.testKVRoundTrip},
+		{"KVListPrefix", su.testKVListPrefix},
+		{"KVListPagination", su.testKVListPagination},
+		{"KVListLimitDefaultAndCap", su.testKVListLimitDefaultAndCap},
+		{"ScopeIsolation", su.testScopeIsolation},
+		{"Validation", su.testValidation},
+		{"ConcurrentPuts", su.testConcurrentPuts},
+		{"CanceledContext", su.testCanceledContext},
+		{"KVQuota", su.testKVQuota},
+		{"KVQuotaConcurrent", su.testKVQuotaConcurrent},
+		{"AuditRoundTrip", su.testAuditRoundTrip},
+		{"AuditFilters", su.testAuditFilters},
+		{"AuditLimitDefaultAndCap", su.testAuditLimitDefaultAndCap},
+		{"AuditValidation", su.testAuditValidation},
+		{"AuditAttrs", su.testAuditAttrs},
+		{"AuditText", su.testAuditText},
+		{"AuditBatch", su.testAuditBatch},
+		{"ConfirmationUse", su.testConfirmationUse},
+		{"ConfirmationExpired", su.testConfirmationExpired},
+		{"ConfirmationUseRace", su.testConfirmationUseRace},
+		{"ConfirmationsPending", su.testConfirmationsPending},
+		{"ConfirmationCreateValidation", su.testConfirmationCreateValidation},
+		{"ConfirmationCleanup", su.testConfirmationCleanup},
+		{"ConfirmationBinding", su.testConfirmationBinding},
+		{"APIKeys", su.testAPIKeys},
+		{"ModuleVersions", su.testModuleVersions},
+		{"ModuleQuota", su.testModuleQuota},
+		{"ModuleBlobs", su.testModuleBlobs},
+		{"WatchModules", su.testWatchModules},
+		{"RateTake", su.testRateTake},
+		{"RateTakeConcurrent", su.testRateTakeConcurrent},
+		{"OrgScoping", su.testOrgScoping},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, tt.run)
+	}
+}
+
+// RunShared runs the tests of what must hold across processes: open
+// returns n handles (n >= 2) on one fresh database, as n processes or
+// replicas would have, each closed when t ends. Each test races the
+// handles against each other.
+func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, open func(t *testing.T, n int) []*store.Store)
+	}{
+		{"KVQuota", testSharedKVQuota},
+		{"ConfirmationUse", testSharedConfirmationUse},
+		{"WatchModules", testSharedWatchModules},
+		{"RateTake", testSharedRateTake},
+		{"ModuleQuota", testSharedModuleQuota},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
+	}
+}
