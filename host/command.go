@@ -9,11 +9,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
@@ -124,9 +124,9 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	}
 	cctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
-	var over capState
-	stdout := &capWriter{w: orDiscard(req.Stdout), left: lim.MaxOutputBytes, state: &over, stream: "stdout", cancel: cancel}
-	stderr := &capWriter{w: orDiscard(req.Stderr), left: lim.MaxOutputBytes, state: &over, stream: "stderr", cancel: cancel}
+	over := wasmlimit.NewOutputCap(cancel)
+	stdout := over.Writer(orDiscard(req.Stdout), "stdout", lim.MaxOutputBytes)
+	stderr := over.Writer(orDiscard(req.Stderr), "stderr", lim.MaxOutputBytes)
 	if err := m.checkInitialMemory(lim); err != nil {
 		e := err.(*Error)
 		e.Action = errAction
@@ -141,7 +141,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	inst.env.Begin(cctx, req.Action, req.Principal, req.CorrelationID)
 	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst) // commands may import moat too
-	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
+	alloc := newLimitedMemory(lim)
 
 	mc := wazero.NewModuleConfig().
 		WithName("").
@@ -183,30 +183,27 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	if mod != nil {
 		_ = mod.Close(context.Background())
 	}
-	inst.mem = alloc.last
-	if inst.mem == nil {
-		inst.mem = &limitedMemory{}
-	}
+	inst.mem = alloc
 
-	peak, needsConfirm := inst.mem.peak, inst.needsConfirm
+	peak, needsConfirm := inst.mem.Peak(), inst.needsConfirm
 	failed := func(code abi.Code, err error, format string, args ...any) (RunResult, string, error) {
 		return RunResult{Duration: took, PeakMemoryBytes: peak}, needsConfirm,
 			&Error{Module: m.name, Action: errAction, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
 	var exit *sys.ExitError
 	switch {
-	case over.stream != "":
+	case over.Exceeded() != "":
 		// First, whatever the command did next: a program that ignores
 		// the write error and exits cleanly before the cancellation
 		// reaches it still lost output, and a truncated output reported
 		// as a success is a wrong answer nobody can see.
-		return failed(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.stream, lim.MaxOutputBytes)
+		return failed(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.Exceeded(), lim.MaxOutputBytes)
 	case err == nil:
-		if inst.mem.hit {
+		if inst.mem.Hit() {
 			return failed(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		}
 		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil
-	case inst.mem.hit:
+	case inst.mem.Hit():
 		return failed(abi.CodeMemoryLimit, err, "the guest tried to grow its memory past the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 	case inst.sess.Fault() != nil:
 		return failed(abi.CodeGuestFault, inst.sess.Fault(), "%s", inst.sess.Fault().Error())
@@ -246,39 +243,4 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
-}
-
-// capState records which stream first exceeded its cap.
-type capState struct {
-	mu     sync.Mutex
-	stream string
-}
-
-// capWriter passes at most left bytes to w. Past the cap it stops the
-// command (a guest flooding its output would otherwise run to its
-// deadline, ignoring write errors).
-type capWriter struct {
-	w      io.Writer
-	left   int
-	state  *capState
-	stream string
-	cancel context.CancelFunc
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	if len(p) > c.left {
-		if c.left > 0 {
-			_, _ = c.w.Write(p[:c.left])
-			c.left = 0
-		}
-		c.state.mu.Lock()
-		if c.state.stream == "" {
-			c.state.stream = c.stream
-		}
-		c.state.mu.Unlock()
-		c.cancel()
-		return 0, fmt.Errorf("%s: output limit reached", c.stream)
-	}
-	c.left -= len(p)
-	return c.w.Write(p)
 }

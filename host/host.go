@@ -44,6 +44,7 @@ import (
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -230,11 +231,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	// are shared. Memory limits are per instance (see memory.go), and
 	// CloseOnContextDone is what lets a deadline stop a guest stuck in a
 	// loop (it costs a check on every loop back-edge; see RATIONALE).
-	rc := wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(cache).
-		WithCloseOnContextDone(true).
-		WithDebugInfoEnabled(cfg.DebugInfo).
-		WithMemoryLimitPages(MaxMemoryLimitPages)
+	rc := wasmlimit.NewRuntimeConfig(cache).WithDebugInfoEnabled(cfg.DebugInfo)
 	h.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.runtime); err != nil {
 		h.Close(ctx)

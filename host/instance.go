@@ -54,7 +54,7 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	}
 	ictx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
-	alloc := &memoryAllocator{limit: uint64(lim.MemoryLimitPages) * 65536}
+	alloc := newLimitedMemory(lim)
 	ictx = experimental.WithMemoryAllocator(ictx, alloc)
 	inst.sess.Begin(nil) // moat.call during _initialize is a fault
 	// The instance's sleeps (poll_oneoff) end with the context of the
@@ -77,11 +77,11 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	mod, err := h.runtime.InstantiateModule(inst.sess.Attach(ictx), m.cm, mc)
 	inst.stderr.end()
 	inst.sess.End()
-	inst.mem = alloc.last
+	inst.mem = alloc
 	if err != nil {
 		e := &Error{Module: m.name, Err: err}
 		switch {
-		case inst.mem != nil && inst.mem.hit:
+		case inst.mem.Hit():
 			e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("instantiation needs more memory than the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		case isDeadline(err, ictx):
 			e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("instantiation (the start function and %s) did not finish within %s", abi.ExportInitWASI, lim.Timeout)
@@ -91,7 +91,7 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 		return nil, e
 	}
 	inst.mod = mod
-	if inst.mem != nil && inst.mem.hit {
+	if inst.mem.Hit() {
 		inst.close()
 		return nil, &Error{Module: m.name, Code: abi.CodeMemoryLimit,
 			Reason: fmt.Sprintf("the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)}
@@ -119,7 +119,7 @@ func (m *Module) checkInitialMemory(lim Limits) error {
 // allows: a pooled instance grown under a call with a higher limit must not
 // serve a call with a lower one (nor sit in the pool holding the memory).
 func (inst *instance) oversized(lim Limits) bool {
-	return inst.mem != nil && uint64(len(inst.mem.buf)) > uint64(lim.MemoryLimitPages)*65536
+	return inst.mem != nil && inst.mem.Size() > uint64(lim.MemoryLimitPages)*65536
 }
 
 func (inst *instance) close() {

@@ -182,7 +182,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	inst.sess.Begin(inst)
 	inst.stdout.begin(ctx, inst.env.Log)
 	inst.stderr.begin(ctx, inst.env.Log)
-	inst.mem.limit, inst.mem.hit = uint64(lim.MemoryLimitPages)*65536, false
+	inst.mem.SetLimit(uint64(lim.MemoryLimitPages) * 65536)
 	defer func() {
 		inst.stdout.end()
 		inst.stderr.end()
@@ -241,7 +241,7 @@ func (inst *instance) classify(ctx context.Context, err error, lim Limits) ([]by
 	e := &Error{Module: m.name, Action: inst.env.Action, Err: err}
 	var exit *sys.ExitError
 	switch {
-	case inst.mem.hit:
+	case inst.mem.Hit():
 		e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("the guest tried to grow its memory past the limit of %d pages (%d MiB)%s",
 			lim.MemoryLimitPages, lim.MemoryLimitPages/16, inst.stderrNote())
 	case inst.sess.Fault() != nil:

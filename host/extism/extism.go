@@ -60,6 +60,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -164,13 +165,9 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 	// One runtime per module, made by the go-sdk. It shares the host's
 	// compilation cache, so the module is compiled once per machine (the
 	// host has compiled the same bytes when nothing was relinked), and
-	// CloseOnContextDone lets a deadline stop a plug-in in a loop.
-	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(host.MaxMemoryLimitPages)
-	if spec.Cache != nil {
-		rc = rc.WithCompilationCache(spec.Cache)
-	}
+	// CloseOnContextDone lets a deadline stop a plug-in in a loop: the
+	// configuration every moat runtime has (wasmlimit.NewRuntimeConfig).
+	rc := wasmlimit.NewRuntimeConfig(spec.Cache)
 	manifest := extism.Manifest{
 		Wasm:   []extism.Wasm{extism.WasmData{Data: wasm, Name: "main"}},
 		Config: spec.Config,
@@ -347,7 +344,7 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 		return fail(abi.CodeGuestError, nil, "%s returned %d without setting an error", c.Function, rc)
 	case err == nil:
 		return out, nil
-	case inst.mems.hit:
+	case inst.mems.Hit():
 		return fail(abi.CodeMemoryLimit, err, "the plug-in tried to grow its memory past the limit of %d pages (%d MiB)%s",
 			c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16, inst.stderr.note())
 	case st.err != nil:
@@ -409,7 +406,7 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 			Reason: fmt.Sprintf("the plug-in declares an initial memory of %d pages (%d MiB), over the limit of %d pages (%d MiB)",
 				min, min/16, c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}
 	}
-	inst := &instance{mems: &allocator{}, stdout: &lineWriter{stream: "stdout", level: slog.LevelInfo}, stderr: &lineWriter{stream: "stderr", level: slog.LevelWarn}}
+	inst := &instance{mems: &allocator{}, stdout: newLineWriter("stdout", slog.LevelInfo), stderr: newLineWriter("stderr", slog.LevelWarn)}
 	inst.mems.setLimit(c.Limits.MemoryLimitPages)
 	inst.ctx = ctx
 	defer func() { inst.ctx = nil }()
@@ -423,14 +420,14 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 	if err != nil {
 		e := &host.Error{Code: abi.CodeTrap, Reason: "instantiation failed: " + firstLine(err), Err: err}
 		switch {
-		case inst.mems.hit:
+		case inst.mems.Hit():
 			e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("instantiation needs more memory than the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)
 		case ctx.Err() == context.DeadlineExceeded:
 			e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("instantiation did not finish within %s", c.Limits.Timeout)
 		}
 		return nil, e
 	}
-	if inst.mems.hit {
+	if inst.mems.Hit() {
 		_ = ep.Close(context.Background())
 		return nil, &host.Error{Code: abi.CodeMemoryLimit,
 			Reason: fmt.Sprintf("the plug-in's initial memory exceeds the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -72,12 +72,7 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ruby: compilation cache in %s: %w", dir, err)
 	}
-	rc := wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(cache).
-		WithCloseOnContextDone(true).
-		WithDebugInfoEnabled(false). // see host.Config.DebugInfo
-		WithMemoryLimitPages(host.MaxMemoryLimitPages)
-	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), rc)
+	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), wasmlimit.NewRuntimeConfig(cache))
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("ruby: instantiate WASI: %w", err)
@@ -218,10 +213,10 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 
 	cctx, cancel := context.WithTimeout(ctx, lim.timeout)
 	defer cancel()
-	var over overState
+	over := wasmlimit.NewOutputCap(cancel)
 	var stdout, stderr bytes.Buffer
-	out := &capWriter{w: &stdout, left: lim.output, state: &over, stream: "stdout", cancel: cancel}
-	errw := &capWriter{w: &stderr, left: lim.output, state: &over, stream: "stderr", cancel: cancel}
+	out := over.Writer(&stdout, "stdout", lim.output)
+	errw := over.Writer(&stderr, "stderr", lim.output)
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithArgs("ruby").
@@ -240,23 +235,23 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 		mc = mc.WithFSConfig(wazero.NewFSConfig().WithReadOnlyDirMount(in.SrcDir, "/src"))
 	}
 
-	alloc := &memoryAllocator{limit: lim.memory}
+	alloc := wasmlimit.NewAllocator(lim.memory)
 	rctx := context.WithValue(experimental.WithMemoryAllocator(cctx, alloc), handlesKey{}, &handles{})
 	code, err := drive(rctx, e.rt, cm, mc, a.Args[0], append(slices.Clone(a.Args[1:]), in.Args...))
 	var exit *sys.ExitError
 	switch {
-	case over.stream != "":
+	case over.Exceeded() != "":
 		// Whatever the script did after: one that ignores the write error
 		// and ends cleanly still lost output (Module.Run does the same).
-		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the script was stopped", over.stream, lim.output)
-	case err == nil && alloc.initHit:
+		return fail(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the script was stopped", over.Exceeded(), lim.output)
+	case err == nil && alloc.InitialHit():
 		return fail(abi.CodeMemoryLimit, nil, "the interpreter's initial memory exceeds the limit of %d MiB", lim.memory>>20)
-	case err == nil && alloc.hit && code != 0:
+	case err == nil && alloc.Hit() && code != 0:
 		// A script that failed after a refused grow (NoMemoryError) failed
 		// for want of memory, whatever it printed.
 		return fail(abi.CodeMemoryLimit, nil, "the script tried to grow its memory past the limit of %d MiB: %s", lim.memory>>20, firstLineOf(stderr.String()))
 	case err == nil:
-	case alloc.hit:
+	case alloc.Hit():
 		return fail(abi.CodeMemoryLimit, err, "the interpreter tried to grow its memory past the limit of %d MiB", lim.memory>>20)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		return fail(abi.CodeTimeout, err, "did not finish within %s", lim.timeout)
@@ -267,7 +262,7 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	default:
 		return fail(abi.CodeTrap, err, "%s", firstLine(err))
 	}
-	return &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code, PeakMemory: alloc.peak}, nil
+	return &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code, PeakMemory: alloc.Peak()}, nil
 }
 
 // drive instantiates the interpreter and runs script with argv, returning
@@ -445,82 +440,6 @@ func limitsOf(l languages.ExecLimits, d host.Limits) limits {
 	}
 	return out
 }
-
-type overState struct {
-	mu     sync.Mutex
-	stream string
-}
-
-// capWriter passes at most left bytes and stops the run past them.
-type capWriter struct {
-	w      io.Writer
-	left   int
-	state  *overState
-	stream string
-	cancel context.CancelFunc
-}
-
-func (c *capWriter) Write(p []byte) (int, error) {
-	if len(p) > c.left {
-		_, _ = c.w.Write(p[:c.left])
-		c.left = 0
-		c.state.mu.Lock()
-		if c.state.stream == "" {
-			c.state.stream = c.stream
-		}
-		c.state.mu.Unlock()
-		c.cancel()
-		return 0, fmt.Errorf("%s: output limit reached", c.stream)
-	}
-	c.left -= len(p)
-	return c.w.Write(p)
-}
-
-// memoryAllocator backs the instance's memory and refuses to grow it past
-// limit, recording that the guest hit it. A refused grow the guest
-// survives (CRuby collects garbage and carries on) is not a failure; a run
-// that fails after one is memory_limit.
-type memoryAllocator struct {
-	limit   uint64
-	hit     bool   // a grow was refused
-	initHit bool   // the initial size was over the limit
-	peak    uint64 // the largest size granted
-}
-
-func (a *memoryAllocator) Allocate(capacity, max uint64) experimental.LinearMemory {
-	return &linearMemory{a: a, max: max, buf: make([]byte, 0, min(capacity, max, a.limit))}
-}
-
-type linearMemory struct {
-	a    *memoryAllocator
-	max  uint64
-	buf  []byte
-	init bool
-}
-
-func (m *linearMemory) Reallocate(size uint64) []byte {
-	if !m.init {
-		// wazero cannot take a refused initial allocation: grant it, and
-		// the run fails after.
-		m.init = true
-		m.a.initHit = size > m.a.limit
-		m.a.hit = m.a.hit || m.a.initHit
-	} else if size > m.max || size > m.a.limit {
-		m.a.hit = true
-		return nil
-	}
-	m.a.peak = max(m.a.peak, size)
-	if size <= uint64(cap(m.buf)) {
-		m.buf = m.buf[:size]
-		return m.buf
-	}
-	buf := make([]byte, size, max(size, min(uint64(cap(m.buf))*2, m.max)))
-	copy(buf, m.buf)
-	m.buf = buf
-	return buf
-}
-
-func (m *linearMemory) Free() { m.buf = nil }
 
 func firstLineOf(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
