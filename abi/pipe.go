@@ -25,6 +25,9 @@ const (
 	PipeToHostFD   = 4
 )
 
+// PipeEnv is in every native worker's environment: it tells an SDK (moat.py) to speak this transport on fds 3 and 4.
+const PipeEnv = "MOAT_TRANSPORT=pipe"
+
 // Pipe message types.
 const (
 	PipeReady  = "ready"

@@ -5,10 +5,21 @@
 //
 //	import moat
 //
-// See moat.py for the API and the device-file transport underneath.
+// A native plugin (python3 as a confined worker on the pipe transport)
+// finds it through PYTHONPATH: WriteSDK puts it in a directory the worker
+// may read.
+//
+// See moat.py for the API and the two transports underneath.
 package python
 
-import _ "embed"
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
 
 // SDK is the source of moat.py.
 //
@@ -17,3 +28,32 @@ var SDK []byte
 
 // FileName is the name the SDK has beside a script.
 const FileName = "moat.py"
+
+// WriteSDK writes moat.py into dir (created 0755 if missing), readable by
+// every uid (a confined worker runs as a uid of its own), unless the same
+// bytes are there already, and returns the environment a native python3
+// worker needs to import it: PYTHONPATH=dir, and no bytecode written (the
+// directory is read-only to the worker).
+func WriteSDK(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("python SDK: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, SDK) {
+		tmp, err := os.CreateTemp(dir, ".moat-*.py")
+		if err != nil {
+			return nil, fmt.Errorf("python SDK: %w", err)
+		}
+		_, werr := tmp.Write(SDK)
+		cerr := tmp.Close()
+		if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644)); err != nil {
+			os.Remove(tmp.Name())
+			return nil, fmt.Errorf("python SDK: %w", err)
+		}
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			os.Remove(tmp.Name())
+			return nil, fmt.Errorf("python SDK: %w", err)
+		}
+	}
+	return []string{"PYTHONPATH=" + dir, "PYTHONDONTWRITEBYTECODE=1"}, nil
+}

@@ -228,14 +228,7 @@ func (l *Launcher) Close() error {
 // worker directly, never through the launcher.
 func (l *Launcher) Workers(base Spec) WorkerLauncher {
 	return func(ctx context.Context, ws *WorkerSpec, extra []*os.File, stderr io.Writer) (WorkerProcess, error) {
-		spec := base
-		spec.Command = ws.Command
-		if ws.Env != nil {
-			spec.Env = ws.Env
-		}
-		if ws.Dir != "" {
-			spec.Dir = ws.Dir
-		}
+		spec := workerJobSpec(base, ws)
 		er, ew, err := os.Pipe()
 		if err != nil {
 			return nil, err

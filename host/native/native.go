@@ -112,6 +112,16 @@ type Spec struct {
 	// per-job iptables chain (matched by its cgroup) plus Landlock's TCP
 	// rules let it reach exactly these targets. Needs root.
 	AllowNet []string
+	// WorkDir is the working directory when it is not the job dir: a
+	// directory of ReadOnly or ReadWrite (a plugin's sources, read-only),
+	// so a command such as "python3 main.py" finds its files. HOME and
+	// TMPDIR stay the job dir, the only place it may write.
+	WorkDir string `json:",omitempty"`
+	// LongLived marks a supervised worker (ConfinedLauncher): Timeout is
+	// not its lifetime and no RLIMIT_CPU bounds its CPU seconds over its
+	// life; each invocation has its own deadline and the cgroup's CPU
+	// quota bounds its rate.
+	LongLived bool `json:",omitempty"`
 	// UID and GID the command runs as when moat is root. Default: a uid
 	// of the job's own, leased from [UIDBase, UIDBase+UIDCount) for the
 	// run, and the gid of the same number; a given Dir is handed to it.
@@ -393,8 +403,14 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		res.Unavailable = append(res.Unavailable, "cgroup: not root (memory, CPU and pids limits need root; rlimits still apply)")
 	}
 
+	workDir := dir
+	if s.WorkDir != "" {
+		if workDir, err = checkWorkDir(s.WorkDir, s.ReadOnly, s.ReadWrite); err != nil {
+			return nil, err
+		}
+	}
 	cs := kernel.ConfineSpec{
-		Path: target, Args: append([]string{s.Command[0]}, s.Command[1:]...), Env: env, Dir: dir,
+		Path: target, Args: append([]string{s.Command[0]}, s.Command[1:]...), Env: env, Dir: workDir,
 		MountProc: true, Hostname: "moat",
 		Root:    rootSpec(s, dir, root, uid, gid),
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
@@ -714,9 +730,13 @@ func rlimitsFor(s Spec, cgroup bool, uid int, root bool) kernel.Rlimits {
 	if s.AddressSpace > 0 {
 		as = s.AddressSpace
 	}
+	cpu := uint64(s.Timeout/time.Second) + 2
+	if s.LongLived {
+		cpu = 0 // each invocation has its deadline; the cgroup's quota bounds the rate
+	}
 	r := kernel.Rlimits{
 		AddressSpace: as,
-		CPUSeconds:   uint64(s.Timeout/time.Second) + 2,
+		CPUSeconds:   cpu,
 		FileSize:     max(uint64(s.MemoryBytes), 64<<20),
 		OpenFiles:    256,
 	}
@@ -749,6 +769,21 @@ func countProcs(uid int) int {
 		}
 	}
 	return n
+}
+
+// checkWorkDir accepts a working directory that the job's root holds: a
+// ReadOnly or ReadWrite directory or one under it.
+func checkWorkDir(wd string, ro, rw []string) (string, error) {
+	if !filepath.IsAbs(wd) {
+		return "", fmt.Errorf("native: WorkDir %q: want an absolute path", wd)
+	}
+	wd = filepath.Clean(wd)
+	for _, p := range append(slices.Clone(ro), rw...) {
+		if p = filepath.Clean(p); wd == p || strings.HasPrefix(wd, p+"/") {
+			return wd, nil
+		}
+	}
+	return "", fmt.Errorf("native: WorkDir %s is not under ReadOnly or ReadWrite: the job's root holds only the paths it is given (add it to ReadOnly)", wd)
 }
 
 // JobsDir is where job dirs are created.

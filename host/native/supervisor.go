@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,17 +24,21 @@ import (
 // health on an interval, and restarts it with exponential backoff when it
 // dies, hangs or breaks the protocol. A worker that keeps crashing is given
 // up on with an error that says so, instead of being restarted forever.
+// A PluginPool runs several, sharing one crash-loop count.
 type Supervisor struct {
 	spec WorkerSpec
 	log  *slog.Logger
+	loop *crashLoop
+	slot int
+	want []string // the actions every worker must name: the first worker's
 
-	mu       sync.Mutex
-	cur      *worker
-	restarts []time.Time // restarts within spec.RestartWindow
-	backoff  time.Duration
-	gaveUp   error
-	closed   bool
-	actions  []string
+	mu         sync.Mutex
+	cur        *worker
+	changed    chan struct{} // closed (and replaced) when cur or closed changes
+	closed     bool
+	actions    []string
+	lastReason string // why the previous worker went, for the restarted event
+	lastExit   string
 
 	stop chan struct{}
 	done chan struct{}
@@ -42,8 +48,13 @@ type Supervisor struct {
 type WorkerSpec struct {
 	Name    string   // the module name, for logs and errors
 	Command []string // argv
-	Env     []string
-	Dir     string
+	// Env is the worker's environment; abi.PipeEnv (MOAT_TRANSPORT=pipe)
+	// is added, so an SDK knows to speak the pipe transport.
+	Env []string
+	// Dir is the worker's own directory (Spec.Dir of a confined worker:
+	// handed to its uid, kept). Leave it empty for pooled workers: each
+	// then gets a fresh job dir of its own.
+	Dir string
 	// Launch starts the process with the two pipe ends as its fds 3 and 4.
 	// Default: ExecLauncher (plain os/exec); the confined launcher runs it
 	// under the kernel layers.
@@ -65,6 +76,39 @@ type WorkerSpec struct {
 	// invocation in flight, if any. Hosts point it at the audit trail
 	// (AuditDenials).
 	OnDenial func(d Denial, correlationID string)
+	// OnEvent is told of the worker's life: started, restarted (why the
+	// previous one went, and how it exited), restart_failed,
+	// health_check_failed, gave_up. Hosts log and audit them. It is
+	// called from the supervisor's goroutines and must not block.
+	OnEvent func(WorkerEvent)
+}
+
+// WorkerEventKind names a change in a worker's life.
+type WorkerEventKind string
+
+// The kinds of WorkerEvent.
+const (
+	EventStarted           WorkerEventKind = "started"             // the first worker (of a pool slot) said ready
+	EventRestarted         WorkerEventKind = "restarted"           // a replacement said ready
+	EventRestartFailed     WorkerEventKind = "restart_failed"      // a replacement did not start; counts as a crash
+	EventHealthCheckFailed WorkerEventKind = "health_check_failed" // a ping went unanswered: the worker is replaced
+	EventGaveUp            WorkerEventKind = "gave_up"             // the crash loop: no more restarts
+)
+
+// WorkerEvent is one change in a worker's life, for logs and the audit
+// trail (hosts record it as audit kind "worker").
+type WorkerEvent struct {
+	Kind   WorkerEventKind
+	Worker string // WorkerSpec.Name
+	Slot   int    // which worker of a PluginPool (0 for a lone Supervisor)
+	Pid    int    // the new worker (started, restarted) or the failing one
+	// Reason says why: for restarted, why the previous worker was
+	// replaced; for gave_up, the crash loop and how to recover.
+	Reason string
+	// Exit is how the previous worker ended: "exit status 3", "killed by
+	// signal killed", "OOM-killed at its memory limit (peak N bytes)".
+	Exit     string
+	Restarts int // restarts within the restart window, across a pool
 }
 
 // WorkerLauncher starts a worker process with extra files (the pipe ends)
@@ -88,11 +132,24 @@ type workerResult interface {
 // It is what tests of the protocol use; production workers run confined.
 func ExecLauncher(ctx context.Context, spec *WorkerSpec, extra []*os.File, stderr io.Writer) (WorkerProcess, error) {
 	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
-	cmd.Env, cmd.Dir, cmd.ExtraFiles, cmd.Stderr = spec.Env, spec.Dir, extra, stderr
+	env := spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env, cmd.Dir, cmd.ExtraFiles, cmd.Stderr = withPipeEnv(env), spec.Dir, extra, stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	return &execProcess{cmd: cmd}, nil
+}
+
+// withPipeEnv adds abi.PipeEnv to env (a copy) unless it sets MOAT_TRANSPORT.
+func withPipeEnv(env []string) []string {
+	name, _, _ := strings.Cut(abi.PipeEnv, "=")
+	if slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, name+"=") }) {
+		return env
+	}
+	return append(slices.Clip(env), abi.PipeEnv)
 }
 
 type execProcess struct{ cmd *exec.Cmd }
@@ -107,6 +164,7 @@ type worker struct {
 	conn     *transport.PipeConn
 	exited   chan struct{}
 	exit     error
+	stderr   *tailWriter
 	toW      *os.File // host's write end
 	fromW    *os.File // host's read end
 }
@@ -114,10 +172,47 @@ type worker struct {
 // ErrGaveUp wraps the error of a supervisor that stopped restarting.
 var ErrGaveUp = errors.New("the worker keeps crashing")
 
+// WorkerError is a call that failed because of the worker, not the action:
+// it crashed, was OOM-killed, hung past the deadline, broke the protocol,
+// or the plugin gave up on it. The worker is replaced for the next call
+// (unless the plugin gave up). An action's own error is an *abi.Error
+// instead, and leaves the worker running.
+type WorkerError struct {
+	// Code is unavailable (crash, protocol, restarting, given up),
+	// memory_limit (OOM-killed), timeout or canceled (the context).
+	Code   abi.Code
+	Worker string // WorkerSpec.Name
+	Action string
+	Reason string
+	Err    error // the cause: ErrGaveUp, a context error, transport.ErrWorkerGone, transport.ErrPipeProtocol
+}
+
+func (e *WorkerError) Error() string {
+	msg := "native worker " + e.Worker
+	if e.Action != "" {
+		msg += ": action " + e.Action
+	}
+	msg += ": " + e.Reason
+	if e.Err != nil && !strings.Contains(e.Reason, e.Err.Error()) {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *WorkerError) Unwrap() error { return e.Err }
+
 // Supervise starts the worker and returns once it is ready.
 func Supervise(ctx context.Context, spec WorkerSpec) (*Supervisor, error) {
-	if len(spec.Command) == 0 {
-		return nil, fmt.Errorf("native worker %s: no command", spec.Name)
+	spec, err := workerDefaults(spec)
+	if err != nil {
+		return nil, err
+	}
+	return supervise(ctx, spec, newCrashLoop(spec), 0, nil)
+}
+
+func workerDefaults(spec WorkerSpec) (WorkerSpec, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return spec, fmt.Errorf("native worker %s: no command", spec.Name)
 	}
 	if spec.Launch == nil {
 		spec.Launch = ExecLauncher
@@ -140,15 +235,33 @@ func Supervise(ctx context.Context, spec WorkerSpec) (*Supervisor, error) {
 	if spec.Logger == nil {
 		spec.Logger = slog.Default()
 	}
-	s := &Supervisor{spec: spec, log: spec.Logger.With("worker", spec.Name), backoff: 100 * time.Millisecond,
-		stop: make(chan struct{}), done: make(chan struct{})}
+	return spec, nil
+}
+
+func supervise(ctx context.Context, spec WorkerSpec, loop *crashLoop, slot int, want []string) (*Supervisor, error) {
+	s := &Supervisor{spec: spec, log: spec.Logger.With("worker", spec.Name, "slot", slot), loop: loop, slot: slot, want: want,
+		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	w, err := s.start(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.cur = w
+	if s.want == nil {
+		s.want = s.actions
+	}
+	s.event(WorkerEvent{Kind: EventStarted, Pid: w.proc.Pid()})
 	go s.watch()
 	return s, nil
+}
+
+func (s *Supervisor) event(e WorkerEvent) {
+	e.Worker, e.Slot = s.spec.Name, s.slot
+	if e.Restarts == 0 {
+		e.Restarts = s.loop.count()
+	}
+	if s.spec.OnEvent != nil {
+		s.spec.OnEvent(e)
+	}
 }
 
 func (s *Supervisor) start(ctx context.Context) (*worker, error) {
@@ -163,11 +276,13 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 		hw.Close()
 		return nil, err
 	}
-	stderr := s.spec.Stderr
+	var stderr io.Writer = s.spec.Stderr
 	if stderr == nil {
 		stderr = &logWriter{log: s.log}
 	}
-	proc, err := s.spec.Launch(ctx, &s.spec, []*os.File{wr, ww}, stderr)
+	tail := &tailWriter{w: stderr}
+	spec := s.spec // the launcher adds abi.PipeEnv to the environment
+	proc, err := s.spec.Launch(ctx, &spec, []*os.File{wr, ww}, tail)
 	wr.Close() // the child has its copies
 	ww.Close()
 	if err != nil {
@@ -175,10 +290,10 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 		hr.Close()
 		return nil, fmt.Errorf("native worker %s: start %s: %w", s.spec.Name, s.spec.Command[0], err)
 	}
-	w := &worker{proc: proc, conn: transport.NewPipeConn(hr, hw), exited: make(chan struct{}), toW: hw, fromW: hr}
+	w := &worker{proc: proc, conn: transport.NewPipeConn(hr, hw), exited: make(chan struct{}), stderr: tail, toW: hw, fromW: hr}
 	go func() {
 		w.exit = proc.Wait()
-		if r, ok := proc.(workerResult); ok {
+		if r, ok := proc.(workerResult); ok && r.Result() != nil {
 			corr := ""
 			if c := w.inflight.Load(); c != nil {
 				corr = *c
@@ -201,6 +316,9 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 		}
 	}()
 	actions, err := w.conn.Handshake(sctx)
+	if err == nil && s.want != nil && !slices.Equal(actions, s.want) {
+		err = fmt.Errorf("it named the actions %q, not %q as the first worker did", actions, s.want)
+	}
 	if err != nil {
 		exited := false
 		select {
@@ -212,9 +330,12 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 		reason := err
 		switch {
 		case exited || errors.Is(err, transport.ErrWorkerGone):
-			reason = fmt.Errorf("it exited before saying ready (%v)", w.exitErr())
+			reason = fmt.Errorf("it exited before saying ready (%s)", w.describeExit())
 		case errors.Is(err, context.DeadlineExceeded):
 			reason = fmt.Errorf("it did not say ready within %s", s.spec.StartTimeout)
+		}
+		if t := w.stderr.Tail(); t != "" {
+			reason = fmt.Errorf("%w; its stderr ends: %s", reason, t)
 		}
 		return nil, fmt.Errorf("native worker %s: %w", s.spec.Name, reason)
 	}
@@ -225,16 +346,41 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 	return w, nil
 }
 
-func (w *worker) exitErr() error {
+// describeExit says how the worker ended, from what the kernel layers saw
+// when it ran confined: "exit status 3", "killed by signal killed",
+// "OOM-killed at its memory limit (peak N bytes)". It waits up to a second
+// for the exit.
+func (w *worker) describeExit() string {
 	select {
 	case <-w.exited:
-		if w.exit == nil {
-			return errors.New("exit status 0")
-		}
-		return w.exit
 	case <-time.After(time.Second):
-		return errors.New("still running")
+		return "still running"
 	}
+	if r, ok := w.proc.(workerResult); ok && r.Result() != nil {
+		res := r.Result()
+		var s string
+		switch {
+		case res.Status == StatusMemoryLimit:
+			s = fmt.Sprintf("OOM-killed at its memory limit (peak %d bytes)", res.PeakMemory)
+		case res.Signal != "":
+			s = "killed by signal " + res.Signal
+		default:
+			s = fmt.Sprintf("exit status %d", res.ExitCode)
+		}
+		if res.PidsLimitHit {
+			s += "; it hit its pids limit"
+		}
+		return s
+	}
+	if w.exit == nil {
+		return "exit status 0"
+	}
+	return w.exit.Error()
+}
+
+func (w *worker) oomKilled() bool {
+	r, ok := w.proc.(workerResult)
+	return ok && r.Result() != nil && r.Result().Status == StatusMemoryLimit
 }
 
 func (w *worker) kill() {
@@ -253,11 +399,12 @@ func (s *Supervisor) Actions() []string {
 }
 
 // Invoke runs one action on the worker. The worker's op calls go through d.
-// When the worker dies or breaks the protocol during the call, the call
-// fails and the worker is restarted; the error of an action (an
-// *abi.Error) leaves the worker running.
+// While the worker restarts, Invoke waits for it (as long as ctx allows).
+// When the worker dies, hangs past ctx or breaks the protocol during the
+// call, the call fails with a *WorkerError and the worker is restarted; the
+// error of an action (an *abi.Error) leaves the worker running.
 func (s *Supervisor) Invoke(ctx context.Context, d transport.Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
-	w, err := s.worker()
+	w, err := s.waitWorker(ctx, action)
 	if err != nil {
 		return nil, err
 	}
@@ -265,30 +412,75 @@ func (s *Supervisor) Invoke(ctx context.Context, d transport.Dispatcher, action 
 	out, err := w.conn.Invoke(ctx, d, action, input, correlationID)
 	var ae *abi.Error
 	if err == nil || errors.As(err, &ae) {
-		// Answered: the worker is idle again. A failed call keeps its id,
-		// for the exit that usually follows (an OOM kill ends the call
-		// before the supervisor learns why).
+		// Answered: the worker is idle again.
 		w.inflight.Store(nil)
+		return out, err
 	}
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+	// Timeout, crash or protocol break: this worker is done. A failed
+	// call keeps its correlation id, for the exit that usually follows
+	// (an OOM kill ends the call before the supervisor learns why).
+	we := &WorkerError{Code: abi.CodeUnavailable, Worker: s.spec.Name, Action: action, Err: err}
+	exited := false
+	select {
+	case <-w.exited: // the watcher may have closed the conn first
+		exited = true
+	default:
+	}
+	exit := ""
+	switch {
+	case exited || errors.Is(err, transport.ErrWorkerGone):
+		exit = w.describeExit()
+		we.Reason = fmt.Sprintf("the worker exited during the call (%s); it is restarted for the next call", exit)
+		if w.oomKilled() {
+			we.Code = abi.CodeMemoryLimit
+		}
+	case errors.Is(err, context.DeadlineExceeded):
+		we.Code, we.Reason = abi.CodeTimeout, "it did not answer within the invocation's deadline; the worker was killed and is restarted"
 		s.denied(Denial{Rule: "supervisor: invocation deadline", Reason: fmt.Sprintf("action %s did not answer within its deadline; the worker was replaced", action)}, correlationID)
+	case errors.Is(err, context.Canceled):
+		we.Code, we.Reason = abi.CodeCanceled, "the caller canceled the call; the worker was killed and is restarted"
+	default:
+		we.Reason = "the worker broke the pipe protocol; it is restarted"
 	}
-	if err != nil && !errors.As(err, &ae) {
-		// Timeout, crash or protocol break: this worker is done.
-		reason := err
-		exited := false
+	s.replace(w, we.Reason, exit)
+	return nil, we
+}
+
+// waitWorker returns the running worker, waiting while it restarts.
+func (s *Supervisor) waitWorker(ctx context.Context, action string) (*worker, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: s.spec.Name, Action: action, Reason: "the plugin was closed (reloaded or shut down)"}
+		}
+		if err := s.loop.err(); err != nil {
+			s.mu.Unlock()
+			return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: s.spec.Name, Action: action, Reason: err.Error(), Err: err}
+		}
+		if w := s.cur; w != nil {
+			s.mu.Unlock()
+			return w, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
 		select {
-		case <-w.exited: // the watcher may have closed the conn first
-			exited = true
-		default:
+		case <-ch:
+		case <-s.loop.gaveUpCh:
+		case <-ctx.Done():
+			code := abi.CodeTimeout
+			if errors.Is(ctx.Err(), context.Canceled) {
+				code = abi.CodeCanceled
+			}
+			return nil, &WorkerError{Code: code, Worker: s.spec.Name, Action: action, Reason: "the worker was restarting and was not ready in time", Err: ctx.Err()}
 		}
-		if exited || errors.Is(err, transport.ErrWorkerGone) {
-			reason = fmt.Errorf("the worker exited during the call (%v)", w.exitErr())
-		}
-		s.replace(w, reason)
-		return nil, fmt.Errorf("native worker %s: action %s: %w", s.spec.Name, action, reason)
 	}
-	return out, err
+}
+
+// broadcast wakes the callers waiting for a worker; s.mu is held.
+func (s *Supervisor) broadcast() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 func (s *Supervisor) denied(d Denial, correlationID string) {
@@ -298,33 +490,33 @@ func (s *Supervisor) denied(d Denial, correlationID string) {
 	}
 }
 
-func (s *Supervisor) worker() (*worker, error) {
+// ready reports whether the worker is running (not restarting).
+func (s *Supervisor) ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("native worker %s: supervisor closed", s.spec.Name)
-	}
-	if s.gaveUp != nil {
-		return nil, s.gaveUp
-	}
-	if s.cur == nil {
-		return nil, fmt.Errorf("native worker %s: restarting; try again shortly", s.spec.Name)
-	}
-	return s.cur, nil
+	return s.cur != nil
 }
 
 // replace kills w (if it is still the current worker) and lets the watcher
 // start a new one.
-func (s *Supervisor) replace(w *worker, reason error) {
+func (s *Supervisor) replace(w *worker, reason, exit string) {
 	s.mu.Lock()
 	if s.cur != w {
 		s.mu.Unlock()
 		return
 	}
 	s.cur = nil
+	s.lastReason = reason
+	s.broadcast()
 	s.mu.Unlock()
 	s.log.Warn("native worker replaced", "pid", w.proc.Pid(), "reason", reason)
 	w.kill()
+	if exit == "" {
+		exit = w.describeExit()
+	}
+	s.mu.Lock()
+	s.lastExit = exit
+	s.mu.Unlock()
 }
 
 // watch pings the worker, notices it exiting, and restarts it with backoff.
@@ -338,6 +530,9 @@ func (s *Supervisor) watch() {
 		s.mu.Unlock()
 		if w == nil {
 			if !s.restart() {
+				s.mu.Lock()
+				s.broadcast()
+				s.mu.Unlock()
 				return
 			}
 			continue
@@ -346,71 +541,171 @@ func (s *Supervisor) watch() {
 		case <-s.stop:
 			w.kill()
 			return
+		case <-s.loop.gaveUpCh:
+			// Another worker of the plugin crash-looped: the plugin is
+			// given up whole, this worker with it.
+			s.replace(w, "the plugin was given up", "")
+			s.mu.Lock()
+			s.broadcast()
+			s.mu.Unlock()
+			return
 		case <-w.exited:
 			w.conn.Close()
-			s.replace(w, fmt.Errorf("exited: %v", w.exitErr()))
+			reason := "it exited between calls"
+			if w.inflight.Load() != nil {
+				reason = "the worker exited during the call" // as the call's error says
+			}
+			s.replace(w, reason, "")
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), s.spec.HealthTimeout)
 			err := w.conn.Ping(ctx)
 			cancel()
 			if err != nil {
-				s.replace(w, fmt.Errorf("health check failed: %w", err))
+				reason := fmt.Sprintf("health check failed: %v", err)
+				s.event(WorkerEvent{Kind: EventHealthCheckFailed, Pid: w.proc.Pid(), Reason: reason})
+				s.replace(w, reason, "")
 			}
 		}
 	}
 }
 
 // restart starts a new worker after the backoff, or gives up when the
-// worker crashed MaxRestarts times within RestartWindow. It returns false
-// when the supervisor should stop.
+// plugin's workers crashed MaxRestarts times within RestartWindow. It
+// returns false when the supervisor should stop.
 func (s *Supervisor) restart() bool {
 	s.mu.Lock()
-	now := time.Now()
-	recent := s.restarts[:0]
-	for _, t := range s.restarts {
-		if now.Sub(t) < s.spec.RestartWindow {
-			recent = append(recent, t)
-		}
+	last := s.lastReason
+	if s.lastExit != "" {
+		last += " (" + s.lastExit + ")"
 	}
-	s.restarts = recent
-	if len(s.restarts) >= s.spec.MaxRestarts {
-		s.gaveUp = fmt.Errorf("native worker %s: %w: %d restarts within %s; not restarting it again (fix the worker, then reload the module)",
-			s.spec.Name, ErrGaveUp, len(s.restarts), s.spec.RestartWindow)
-		s.mu.Unlock()
-		s.log.Error("native worker given up", "err", s.gaveUp)
+	s.mu.Unlock()
+	backoff, gaveUp, first := s.loop.next(last)
+	if gaveUp != nil {
+		if first {
+			s.log.Error("native worker given up", "reason", gaveUp)
+			s.event(WorkerEvent{Kind: EventGaveUp, Reason: gaveUp.Error(), Exit: s.lastExit})
+		}
 		return false
 	}
-	s.restarts = append(s.restarts, now)
-	backoff := s.backoff
-	s.backoff = min(s.backoff*2, 10*time.Second)
-	s.mu.Unlock()
-
 	select {
 	case <-s.stop:
+		return false
+	case <-s.loop.gaveUpCh:
 		return false
 	case <-time.After(backoff):
 	}
 	w, err := s.start(context.Background())
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
+		s.lastReason, s.lastExit = err.Error(), ""
+		s.mu.Unlock()
 		s.log.Warn("native worker restart failed", "err", err)
+		s.event(WorkerEvent{Kind: EventRestartFailed, Reason: err.Error()})
 		return true // counts as a crash; the next round backs off further
 	}
 	if s.closed {
+		s.mu.Unlock()
 		w.kill() // before Close returns: nothing of it may outlive the supervisor
 		return false
 	}
 	s.cur = w
+	s.broadcast()
+	ev := WorkerEvent{Kind: EventRestarted, Pid: w.proc.Pid(), Reason: s.lastReason, Exit: s.lastExit}
+	s.mu.Unlock()
+	s.event(ev)
 	return true
 }
 
-// Restarts is how many times the worker was restarted in the current window.
-func (s *Supervisor) Restarts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.restarts)
+// crashLoop counts the restarts of one plugin's workers: a Supervisor has
+// its own, the workers of a PluginPool share one, so a plugin that crashes
+// in every slot is given up as fast as one that crashes in one.
+type crashLoop struct {
+	max    int
+	window time.Duration
+
+	mu       sync.Mutex
+	restarts []time.Time
+	backoff  time.Duration
+	gaveUp   error
+	gaveUpCh chan struct{}
 }
+
+const (
+	firstBackoff = 100 * time.Millisecond
+	maxBackoff   = 10 * time.Second
+)
+
+func newCrashLoop(spec WorkerSpec) *crashLoop {
+	return &crashLoop{max: spec.MaxRestarts, window: spec.RestartWindow, backoff: firstBackoff, gaveUpCh: make(chan struct{})}
+}
+
+// next records a restart and returns how long to back off before it, or
+// the error that gives the plugin up (first: this call gave it up).
+func (l *crashLoop) next(last string) (backoff time.Duration, gaveUp error, first bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gaveUp != nil {
+		return 0, l.gaveUp, false
+	}
+	now := time.Now()
+	l.restarts = slices.DeleteFunc(l.restarts, func(t time.Time) bool { return now.Sub(t) >= l.window })
+	if len(l.restarts) == 0 {
+		l.backoff = firstBackoff // calm for a whole window: start over
+	}
+	if len(l.restarts) >= l.max {
+		l.gaveUp = fmt.Errorf("%w: %d restarts within %s, the last because %s; not restarting it again: fix the worker, then reload the module (upload it again to moat serve, or restart moat)",
+			ErrGaveUp, len(l.restarts), l.window, last)
+		close(l.gaveUpCh)
+		return 0, l.gaveUp, true
+	}
+	l.restarts = append(l.restarts, now)
+	backoff = l.backoff
+	l.backoff = min(l.backoff*2, maxBackoff)
+	return backoff, nil, false
+}
+
+func (l *crashLoop) err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gaveUp
+}
+
+func (l *crashLoop) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.restarts)
+}
+
+// tailWriter passes a worker's stderr on and keeps its last bytes, for
+// the error of a worker that failed to start.
+type tailWriter struct {
+	w   io.Writer
+	mu  sync.Mutex
+	buf []byte
+}
+
+const stderrTail = 1024
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > stderrTail {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-stderrTail:]...)
+	}
+	t.mu.Unlock()
+	return t.w.Write(p)
+}
+
+// Tail is the last stderr bytes, trimmed, as one quoted-safe line.
+func (t *tailWriter) Tail() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(strings.Fields(strings.ToValidUTF8(string(t.buf), "?")), " ")
+}
+
+// Restarts is how many times the worker was restarted in the current window.
+// For a worker of a PluginPool it counts the restarts of all its workers.
+func (s *Supervisor) Restarts() int { return s.loop.count() }
 
 // Pid is the current worker's process id, or 0 while it restarts.
 func (s *Supervisor) Pid() int {
@@ -430,6 +725,7 @@ func (s *Supervisor) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.broadcast()
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
@@ -447,24 +743,43 @@ func (l *logWriter) Write(p []byte) (int, error) {
 // ConfinedLauncher starts supervised workers under the same kernel layers
 // as Run (cgroup, namespaces, rlimits, uid, Landlock, seccomp, zero egress
 // or the granted targets), with base's limits and the WorkerSpec's command
-// and environment. There is no timeout: a worker lives until the supervisor
-// stops it; its invocations have their own deadlines.
+// and environment (plus abi.PipeEnv). Each worker is a job of its own: its
+// own uid, cgroup, root filesystem and job dir (unless WorkerSpec.Dir is
+// given). There is no timeout and no CPU-seconds rlimit: a worker lives
+// until the supervisor stops it, each invocation has its own deadline, and
+// the cgroup's CPU quota bounds its rate. When the process routes its runs
+// through a Launcher (UseLauncher: a confined host that can no longer
+// execve), the workers start there too.
 func ConfinedLauncher(base Spec) WorkerLauncher {
 	return func(ctx context.Context, ws *WorkerSpec, extra []*os.File, stderr io.Writer) (WorkerProcess, error) {
-		spec := base
-		spec.Command = ws.Command
-		if ws.Env != nil {
-			spec.Env = ws.Env
+		if l := processLauncher.Load(); l != nil {
+			return l.Workers(base)(ctx, ws, extra, stderr)
 		}
-		if ws.Dir != "" {
-			spec.Dir = ws.Dir
-		}
-		j, err := start(spec, extra, stderr, stderr)
+		j, err := start(workerJobSpec(base, ws), extra, stderr, stderr)
 		if err != nil {
 			return nil, err
 		}
 		return &confinedProcess{j: j}, nil
 	}
+}
+
+// workerJobSpec is the confined job of a worker: base with the worker's
+// command, environment and dir, and no lifetime limit.
+func workerJobSpec(base Spec, ws *WorkerSpec) Spec {
+	spec := base
+	spec.Command = ws.Command
+	if ws.Env != nil {
+		spec.Env = ws.Env
+	}
+	if len(spec.Env) == 0 {
+		spec.Env = []string{"PATH=" + DefaultPath, "LANG=C.UTF-8"}
+	}
+	spec.Env = withPipeEnv(spec.Env)
+	if ws.Dir != "" {
+		spec.Dir = ws.Dir
+	}
+	spec.LongLived = true
+	return spec
 }
 
 type confinedProcess struct {

@@ -1,0 +1,94 @@
+package python_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/abi"
+	python "github.com/moat-sandbox/moat/guests/python"
+)
+
+// TestSDKConstants: moat.py's copies of the wire constants are abi's.
+func TestSDKConstants(t *testing.T) {
+	for _, c := range []struct{ re, want string }{
+		{`(?m)^ABI_VERSION = (\d+)`, fmt.Sprint(abi.Version)},
+		{`(?m)^MAX_LINE = 16 << 20`, ""},
+		{`(?m)^_PIPE_FROM_HOST, _PIPE_TO_HOST = (\d+), (\d+)`, fmt.Sprintf("%d %d", abi.PipeFromHostFD, abi.PipeToHostFD)},
+		{`_os.environ.get\("MOAT_TRANSPORT"\) == "pipe"`, ""},
+	} {
+		m := regexp.MustCompile(c.re).FindSubmatch(python.SDK)
+		if m == nil {
+			t.Fatalf("moat.py has no %s", c.re)
+		}
+		if got := string(bytes.Join(m[1:], []byte(" "))); got != c.want {
+			t.Fatalf("moat.py %s: %q, want %q", c.re, got, c.want)
+		}
+	}
+	if abi.MaxPipeLine != 16<<20 || abi.PipeEnv != "MOAT_TRANSPORT=pipe" {
+		t.Fatal("abi changed: update moat.py's MAX_LINE and transport check")
+	}
+}
+
+// TestSDKServeOnce: a script plugin's run (the WASI interpreter's way, here
+// on Debian's python3 without the op table): serve() runs $MOAT_ACTION on
+// stdin once; a handler's MoatError keeps its code on stderr and exit 1.
+func TestSDKServeOnce(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatalf("%s: %v (apt-get install python3)", py, err)
+		}
+		t.Skipf("%s: %v", py, err)
+	}
+	dir := t.TempDir()
+	if _, err := python.WriteSDK(dir); err != nil {
+		t.Fatal(err)
+	}
+	script := `import moat
+@moat.action("greet")
+def greet(inp):
+    return "Hello, " + inp.text + " (" + inp.action + ")"
+moat.action("json", lambda inp: {"got": inp.json()})
+moat.action("bytes", lambda inp: bytes(inp) + b"\n")
+@moat.action("invalid")
+def invalid(inp):
+    raise moat.MoatError("invalid_argument", "not a number")
+moat.action("boom", lambda inp: 1 / 0)
+moat.action("ops", lambda inp: moat.kv.get("k"))
+moat.serve()
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		action, in, out, stderr string
+		exit                    int
+	}{
+		{"greet", "World", "Hello, World (greet)\n", "", 0},
+		{"json", `[1,2]`, `{"got":[1,2]}` + "\n", "", 0},
+		{"bytes", "a\x00b", "a\x00b\n\n", "", 0}, // the host drops the one newline serve() adds
+		{"invalid", "", "", "invalid_argument: not a number", 1},
+		{"boom", "", "", "guest_error: ZeroDivisionError: division by zero", 1},
+		{"ops", "", "", "unavailable: the op table is not enabled for this run", 1},
+		{"nosuch", "", "", "no_such_action: no action 'nosuch' is registered", 1},
+	} {
+		t.Run(tt.action, func(t *testing.T) {
+			cmd := exec.Command(py, "-B", "main.py")
+			cmd.Dir = dir
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "MOAT_ACTION=" + tt.action}
+			cmd.Stdin = strings.NewReader(tt.in)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if code := cmd.ProcessState.ExitCode(); code != tt.exit || stdout.String() != tt.out || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Fatalf("exit %d (%v), stdout %q, stderr %q; want exit %d, %q, %q", code, err, stdout.String(), stderr.String(), tt.exit, tt.out, tt.stderr)
+			}
+		})
+	}
+}

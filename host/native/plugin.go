@@ -1,0 +1,251 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/transport"
+)
+
+// PluginSpec describes a native plugin (kind: native in moat.yaml): one
+// command, run as up to Size long-lived workers.
+type PluginSpec struct {
+	// Worker is each worker's command, environment and supervision. In
+	// production Worker.Launch is ConfinedLauncher(base): every worker is
+	// a confined job of its own (own uid, cgroup, root filesystem, job
+	// dir, empty network namespace), with base's limits (MemoryBytes is
+	// per worker). Leave Worker.Dir empty, so no two workers share a
+	// writable directory.
+	Worker WorkerSpec
+	// Size is the most workers at once: the module's concurrency. A call
+	// takes an idle worker, starts a new one while there are fewer than
+	// Size, and otherwise waits for one (as long as its context allows).
+	// Default 1; at most MaxPluginWorkers.
+	Size int
+}
+
+// MaxPluginWorkers bounds PluginSpec.Size: each worker is a process with
+// its own memory limit, so the module's concurrency is not a reason to
+// start thousands.
+const MaxPluginWorkers = 256
+
+// PluginPool runs one native plugin: its workers, each supervised (health
+// checks, restart with backoff), sharing one crash-loop count. When the
+// plugin's workers crash WorkerSpec.MaxRestarts times within
+// RestartWindow, the whole plugin is given up: every worker is stopped and
+// every call fails with an error wrapping ErrGaveUp, until the module is
+// reloaded.
+type PluginPool struct {
+	spec    PluginSpec
+	loop    *crashLoop
+	actions []string
+
+	mu       sync.Mutex
+	all      []*Supervisor
+	idle     []*Supervisor // LIFO: the warmest worker first
+	starting int
+	retry    bool // the last start failed: the next one backs off
+	changed  chan struct{}
+	closed   bool
+	growing  sync.WaitGroup // starts under way, waited for by Close
+	stop     chan struct{}  // closed by Close
+}
+
+// StartPlugin starts the plugin's first worker and returns once it is
+// ready, so a bad command fails here, with the worker's stderr in the
+// error, and the actions are known. More workers start as calls need them.
+func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
+	if spec.Size <= 0 {
+		spec.Size = 1
+	}
+	if spec.Size > MaxPluginWorkers {
+		return nil, fmt.Errorf("native plugin %s: %d workers; the limit is %d (native.MaxPluginWorkers): lower the module's concurrency", spec.Worker.Name, spec.Size, MaxPluginWorkers)
+	}
+	w, err := workerDefaults(spec.Worker)
+	if err != nil {
+		return nil, err
+	}
+	spec.Worker = w
+	p := &PluginPool{spec: spec, loop: newCrashLoop(w), changed: make(chan struct{}), stop: make(chan struct{})}
+	s, err := supervise(ctx, w, p.loop, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	p.actions = s.Actions()
+	p.all, p.idle = []*Supervisor{s}, []*Supervisor{s}
+	go p.closeOnGiveUp()
+	return p, nil
+}
+
+// closeOnGiveUp wakes the callers waiting for a worker when the plugin is
+// given up (each supervisor stops its own worker).
+func (p *PluginPool) closeOnGiveUp() {
+	<-p.loop.gaveUpCh
+	p.mu.Lock()
+	p.broadcast()
+	p.mu.Unlock()
+}
+
+// Actions lists the plugin's actions, from its first worker's ready
+// message; every later worker must name the same.
+func (p *PluginPool) Actions() []string { return slices.Clone(p.actions) }
+
+// Workers reports how many workers run (or restart) and how many of them
+// are busy with a call.
+func (p *PluginPool) Workers() (running, busy int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.all), len(p.all) - len(p.idle)
+}
+
+// Invoke runs one action on a worker of the plugin; its op calls go
+// through d. An action's own failure is an *abi.Error (the worker keeps
+// serving); a failure of the worker is a *WorkerError (crashed, OOM-killed,
+// past ctx's deadline, broke the protocol; replaced for the next call; or
+// the plugin was given up: it wraps ErrGaveUp).
+func (p *PluginPool) Invoke(ctx context.Context, d transport.Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
+	s, err := p.acquire(ctx, action)
+	if err != nil {
+		return nil, err
+	}
+	defer p.release(s)
+	return s.Invoke(ctx, d, action, input, correlationID)
+}
+
+func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: p.spec.Worker.Name, Action: action, Reason: "the plugin was closed (reloaded or shut down)"}
+		}
+		if err := p.loop.err(); err != nil {
+			p.mu.Unlock()
+			return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: p.spec.Worker.Name, Action: action, Reason: err.Error(), Err: err}
+		}
+		if n := len(p.idle); n > 0 {
+			// A worker that is up before one that restarts.
+			i := n - 1
+			for j := n - 1; j >= 0; j-- {
+				if p.idle[j].ready() {
+					i = j
+					break
+				}
+			}
+			s := p.idle[i]
+			p.idle = slices.Delete(p.idle, i, i+1)
+			p.mu.Unlock()
+			return s, nil
+		}
+		if len(p.all)+p.starting < p.spec.Size {
+			p.starting++
+			p.growing.Add(1)
+			go p.grow(len(p.all) + p.starting - 1)
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			code := abi.CodeTimeout
+			if errors.Is(ctx.Err(), context.Canceled) {
+				code = abi.CodeCanceled
+			}
+			return nil, &WorkerError{Code: code, Worker: p.spec.Worker.Name, Action: action,
+				Reason: fmt.Sprintf("all %d workers were busy (the module's concurrency)", p.spec.Size), Err: ctx.Err()}
+		}
+	}
+}
+
+// grow starts one more worker, outside any caller's context: a caller
+// that gives up waiting does not waste the start. A failed start counts as
+// a crash of the plugin and the next one backs off.
+func (p *PluginPool) grow(slot int) {
+	defer p.growing.Done()
+	p.mu.Lock()
+	retry := p.retry
+	p.mu.Unlock()
+	if retry {
+		wait, gaveUp, first := p.loop.next("a new worker did not start")
+		if gaveUp != nil {
+			if first && p.spec.Worker.OnEvent != nil {
+				p.spec.Worker.OnEvent(WorkerEvent{Kind: EventGaveUp, Worker: p.spec.Worker.Name, Slot: slot, Reason: gaveUp.Error(), Restarts: p.loop.count()})
+			}
+			p.mu.Lock()
+			p.starting--
+			p.broadcast()
+			p.mu.Unlock()
+			return
+		}
+		select {
+		case <-p.loop.gaveUpCh:
+		case <-p.stop:
+		case <-time.After(wait):
+		}
+	}
+	s, err := supervise(context.Background(), p.spec.Worker, p.loop, slot, p.actions)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starting--
+	p.retry = err != nil
+	switch {
+	case err != nil:
+		p.spec.Worker.Logger.Warn("native plugin: a new worker did not start", "worker", p.spec.Worker.Name, "err", err)
+		if p.spec.Worker.OnEvent != nil {
+			p.spec.Worker.OnEvent(WorkerEvent{Kind: EventRestartFailed, Worker: p.spec.Worker.Name, Slot: slot, Reason: err.Error(), Restarts: p.loop.count()})
+		}
+	case p.closed || p.loop.err() != nil:
+		s.Close() // before Close returns: nothing of it may outlive the pool
+	default:
+		p.all = append(p.all, s)
+		p.idle = append(p.idle, s)
+	}
+	p.broadcast()
+}
+
+func (p *PluginPool) release(s *Supervisor) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed && p.loop.err() == nil {
+		p.idle = append(p.idle, s)
+	}
+	p.broadcast()
+}
+
+// broadcast wakes the callers waiting for a worker; p.mu is held.
+func (p *PluginPool) broadcast() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// Close stops every worker. Calls in flight fail; later calls fail with
+// unavailable.
+func (p *PluginPool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	all := p.all
+	p.all, p.idle = nil, nil
+	p.broadcast()
+	p.mu.Unlock()
+	p.growing.Wait()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,6 @@
+# Native plugins (issue 14): examples/hello-python-native runs Debian's
+# python3 with numpy, a package the WebAssembly Python lacks, as confined
+# long-lived workers; host/native's plugin tests run it (and fail under
+# MOAT_REQUIRE_TOOLS=1 without it).
+
+APT_PACKAGES += python3-numpy
