@@ -22,19 +22,38 @@ func newAPIKeysCmd(g *globalFlags) *cobra.Command {
 		Short: "Manage the API keys of moat serve: create, list, revoke",
 		Long: `API keys authenticate requests to moat serve. Each key is bound to a user of
 an organization and holds roles; every request made with it runs as that
-principal, in that organization. Keys live hashed in the store of --data (the
-server's data directory); the key itself is printed once, by create.
+principal, in that organization. Keys live hashed in the server's store: give
+the server's configuration with --config (its data_dir, or its database_url
+when replicas share PostgreSQL; $MOAT_DATABASE_URL wins over both), or its
+data directory with --data. The key itself is printed once, by create.
 
 A revoked key stops working within 5 seconds on a running server.`,
 		Example: `  moat keys create --org acme --user ann --role admin --name laptop
+  moat keys create --config moat-server.yaml --org acme --user ann
   moat keys list --org acme
   moat keys revoke key_3f9a1c2b7d4e`,
 	}
-	cmd.AddCommand(newKeysCreateCmd(g), newKeysListCmd(g), newKeysRevokeCmd(g))
+	configFile := new(string)
+	cmd.PersistentFlags().StringVar(configFile, "config", "", "the server's configuration file (YAML): its data_dir or database_url")
+	cmd.AddCommand(newKeysCreateCmd(g, configFile), newKeysListCmd(g, configFile), newKeysRevokeCmd(g, configFile))
 	return cmd
 }
 
-func newKeysCreateCmd(g *globalFlags) *cobra.Command {
+// openServerStore opens the store of the server configFile configures
+// (see serverConfig), and names it for messages.
+func openServerStore(cmd *cobra.Command, g *globalFlags, configFile string) (*store.Store, string, error) {
+	cfg, err := g.serverConfig(configFile)
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := store.Open(cmd.Context(), cfg.StoreLocation())
+	if err != nil {
+		return nil, "", err
+	}
+	return st, storeName(cfg), nil
+}
+
+func newKeysCreateCmd(g *globalFlags, configFile *string) *cobra.Command {
 	var spec server.NewAPIKey
 	cmd := &cobra.Command{
 		Use:   "create --org ORG --user USER [--role ROLE]... [--name LABEL]",
@@ -44,7 +63,7 @@ func newKeysCreateCmd(g *globalFlags) *cobra.Command {
 			if spec.Org == "" || spec.User == "" {
 				return usagef("give --org and --user: the key acts as that user of that organization")
 			}
-			st, err := store.Open(cmd.Context(), g.data())
+			st, where, err := openServerStore(cmd, g, *configFile)
 			if err != nil {
 				return err
 			}
@@ -55,7 +74,7 @@ func newKeysCreateCmd(g *globalFlags) *cobra.Command {
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), secret)
 			fmt.Fprintf(cmd.ErrOrStderr(), "created %s for %s@%s%s in %s; the key above is shown only now: keep it\n",
-				key.ID, key.User, key.Org, rolesNote(key.Roles), g.data())
+				key.ID, key.User, key.Org, rolesNote(key.Roles), where)
 			return nil
 		},
 	}
@@ -74,14 +93,14 @@ func rolesNote(roles []string) string {
 	return " [" + strings.Join(roles, ",") + "]"
 }
 
-func newKeysListCmd(g *globalFlags) *cobra.Command {
+func newKeysListCmd(g *globalFlags, configFile *string) *cobra.Command {
 	var org string
 	cmd := &cobra.Command{
 		Use:   "list [--org ORG]",
 		Short: "List API keys (never the keys themselves)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := store.Open(cmd.Context(), g.data())
+			st, _, err := openServerStore(cmd, g, *configFile)
 			if err != nil {
 				return err
 			}
@@ -107,20 +126,20 @@ func newKeysListCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-func newKeysRevokeCmd(g *globalFlags) *cobra.Command {
+func newKeysRevokeCmd(g *globalFlags, configFile *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "revoke ID",
 		Short: "Revoke an API key by its id (see moat keys list)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := store.Open(cmd.Context(), g.data())
+			st, where, err := openServerStore(cmd, g, *configFile)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
 			if err := st.APIKeyRevoke(cmd.Context(), args[0], time.Now().UTC()); err != nil {
 				if errors.Is(err, store.ErrAPIKeyNotFound) {
-					return usagef("no API key %s in %s; `moat keys list` shows the ids", args[0], g.data())
+					return usagef("no API key %s in %s; `moat keys list` shows the ids", args[0], where)
 				}
 				return err
 			}

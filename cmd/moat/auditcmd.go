@@ -18,13 +18,16 @@ func newAuditCmd(g *globalFlags) *cobra.Command {
 	var f audit.Filter
 	var since time.Duration
 	var asJSON bool
+	var configFile string
 	cmd := &cobra.Command{
 		Use:   "audit [--correlation ID] [--module M] [--decision deny]",
 		Short: "Query the audit trail: decisions, invocations, mutations, signatures, confirmations",
-		Long: `Audit prints events from the audit trail in --data, oldest first: every
-policy decision (allow and deny), invocation, storage mutation, signature
-check and confirmation, with its correlation id.`,
-		Example: "  moat audit --decision deny\n  moat audit --correlation 9f1c2a... --json\n  moat audit --module hello-go --since 1h",
+		Long: `Audit prints events from the audit trail, oldest first: every policy decision
+(allow and deny), invocation, storage mutation, signature check and
+confirmation, with its correlation id. The trail is the store in --data, or
+the server's (--config: its data_dir or database_url; $MOAT_DATABASE_URL
+wins over both).`,
+		Example: "  moat audit --decision deny\n  moat audit --config moat-server.yaml --org acme\n  moat audit --correlation 9f1c2a... --json\n  moat audit --module hello-go --since 1h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch f.Decision {
@@ -38,8 +41,11 @@ check and confirmation, with its correlation id.`,
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			dir := g.data()
-			st, err := store.Open(cmd.Context(), dir)
+			cfg, err := g.serverConfig(configFile)
+			if err != nil {
+				return err
+			}
+			st, err := store.Open(cmd.Context(), cfg.StoreLocation())
 			if err != nil {
 				return err
 			}
@@ -70,6 +76,7 @@ check and confirmation, with its correlation id.`,
 	fl.DurationVar(&since, "since", 0, "only events newer than this, e.g. 1h")
 	fl.IntVar(&f.Limit, "limit", 100, "at most this many (the most recent)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON lines")
+	fl.StringVar(&configFile, "config", "", "the server's configuration file (YAML): read its data_dir or database_url")
 	return cmd
 }
 

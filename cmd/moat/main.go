@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
+	_ "github.com/moat-sandbox/moat/host/store/backends" // PostgreSQL for database_url / MOAT_DATABASE_URL
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 		panic("build moat: " + err.Error() + "\n" + string(out))
 	}
 	code := m.Run()
+	pgtest.Stop() // the throwaway PostgreSQL cluster of the replica tests, if one was started
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -46,7 +46,16 @@ configuration file (--config) sets the listen address, TLS, data directory,
 profiles per organization, limits, the log and the Piston-compatible routes;
 its errors name the file, line and field.
 
-Every /v1 request needs an API key: create one with ` + "`moat keys create`" + `.
+Several servers are replicas of one service when their configurations give
+the same database_url (a PostgreSQL URL; $MOAT_DATABASE_URL overrides it, so
+the password can come from a secret): keys, modules and their bytes, kv,
+audit, confirmations and rate limits live in the database, each replica
+keeps only its compile cache in its data directory, and a module uploaded
+or deleted through one is served so by all within a second. The password is
+never logged.
+
+Every /v1 request needs an API key: create one with ` + "`moat keys create`" + `
+(with the server's --config, it writes to the server's store).
 SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.
 
 Once its port is bound the server confines itself (--confine, default
@@ -63,21 +72,15 @@ confinement). --confine=strict refuses to start when a layer is missing;
 --confine=off serves unconfined.`,
 		Example: `  moat serve
   moat keys create --org acme --user ann          # prints the API key
-  moat serve --config moat-server.yaml`,
+  moat serve --config moat-server.yaml
+  MOAT_DATABASE_URL=postgres://moat:PW@db:5432/moat moat serve --config moat-server.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := server.DefaultConfig()
-			if configFile != "" {
-				c, err := server.LoadConfig(configFile)
-				if err != nil {
-					return usagef("%v", err)
-				}
-				cfg = c
+			cfg, err := g.serverConfig(configFile)
+			if err != nil {
+				return err
 			}
 			flags := cmd.Flags()
-			if g.dataDir != "" || configFile == "" {
-				cfg.DataDir = g.data()
-			}
 			if flags.Changed("profile") || configFile == "" {
 				cfg.Profile = g.profile
 			}
@@ -261,6 +264,22 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 		targets = append(targets, p.HTTPTargets()...)
 	}
 	connect, anyPort := policy.TargetPorts(targets)
+	// The database's pool opens connections for as long as the server
+	// runs (and its LISTEN connection reconnects): its ports stay open
+	// to connect to. A unix socket needs no rule: Landlock does not
+	// govern connecting to one.
+	if cfg.DatabaseURL != "" {
+		dbPorts, err := databasePorts(cfg.DatabaseURL)
+		if err != nil {
+			restore()
+			return nil, err
+		}
+		for _, p := range dbPorts {
+			if !slices.Contains(connect, p) {
+				connect = append(connect, p)
+			}
+		}
+	}
 	cfg.BeforeServe = func(ln net.Listener) error {
 		var ports []uint16
 		if a, ok := ln.Addr().(*net.TCPAddr); ok {
@@ -275,4 +294,21 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 		return nil
 	}
 	return restore, nil
+}
+
+// databasePorts are the TCP ports a connection to the database of url may
+// go to (server.DatabaseEndpoints: every host and fallback); a unix
+// socket has none.
+func databasePorts(url string) ([]uint16, error) {
+	eps, err := server.DatabaseEndpoints(url)
+	if err != nil {
+		return nil, fmt.Errorf("database_url: %w", err)
+	}
+	var ports []uint16
+	for _, e := range eps {
+		if e.Socket == "" && !slices.Contains(ports, e.Port) {
+			ports = append(ports, e.Port)
+		}
+	}
+	return ports, nil
 }

@@ -34,9 +34,23 @@ type Config struct {
 	// TLS serves HTTPS with this certificate and key (PEM files). Both or
 	// neither.
 	TLS TLSConfig `yaml:"tls"`
-	// DataDir holds the store (moat.db), the compilation cache and the
-	// uploaded modules. Default host.DefaultDataDir().
+	// DataDir holds the store (moat.db) unless DatabaseURL names another,
+	// the compilation cache and the scratch space of interpreted plugins'
+	// builds. Default host.DefaultDataDir().
 	DataDir string `yaml:"data_dir"`
+	// DatabaseURL, when set, is where the store lives instead of
+	// DataDir/moat.db: a PostgreSQL URL (postgres://user:pass@host:5432/db,
+	// or postgres:///db?host=/run/postgresql for a unix socket). Several
+	// servers given the same URL are replicas of one service: API keys,
+	// modules and their bytes, kv, audit, confirmations and rate buckets
+	// are all in the database, so they need no shared disk, and a module
+	// uploaded through one is served by all within a second. The
+	// environment variable MOAT_DATABASE_URL, read by moat serve and every
+	// moat command that opens the store, overrides it, so that the
+	// password can come from a secret rather than this file. The password
+	// is never logged: every message names the URL without it
+	// (RedactURL).
+	DatabaseURL string `yaml:"database_url"`
 	// CacheDir holds compiled machine code, keyed by module content, so
 	// that a restart or a second server does not compile again. Default
 	// DataDir/cache.
@@ -402,6 +416,11 @@ func (c *Config) validate(ix *nodeIndex) error {
 		return fail("listen", "%q is not host:port (%v); write it like 127.0.0.1:8080, or :8080 for every interface", c.Listen, err)
 	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fail("listen", "port %q is not a number from 0 to 65535", port)
+	}
+	if c.DatabaseURL != "" {
+		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+			return fail("database_url", "%v", err)
+		}
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fail("tls", "give both cert and key (PEM files), or neither to serve plain HTTP")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) {
 	}
 	cacheDir = dir
 	code := m.Run()
+	pgtest.Stop() // the throwaway PostgreSQL cluster, if a test started one
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

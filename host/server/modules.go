@@ -30,19 +30,30 @@ import (
 
 // registry holds the loaded current version of every module of every
 // organization. The store is the truth (which versions exist, which is
-// current); the registry is what is compiled and pooled in memory.
+// current, and their bytes: store.ModuleBlobGet); the registry is what is
+// compiled and pooled in memory, kept in step with the store by follow,
+// so that replicas sharing one database serve the same modules.
+//
+// RATIONALE: module bytes live in the store on both backends (its blob
+// table), not in files of the data directory: one path to test, and
+// replicas on different machines need no shared disk. The data directory
+// keeps only what can be rebuilt (the compile cache, interpreted plugins'
+// builds). Files of an older data directory (modules/DIGEST.wasm, .tar)
+// are moved into the store the first time they are loaded.
 type registry struct {
 	s   *Server
-	dir string // the module bytes, by digest
+	dir string // interpreted plugins' builds, by digest; legacy module files
 
 	mu     sync.RWMutex
 	loaded map[modKey]*entry
 	// commit serializes storing a version and swapping it in, so that
 	// two uploads of one name leave the store and the registry agreeing
-	// on which is current. Module files are written and removed only
-	// under it, so that a deletion's "no version refers to this digest"
-	// and the removal of the file are one step against an upload of the
-	// same bytes (files are shared by digest, across organizations).
+	// on which is current, and a change from another replica (follow) is
+	// swapped in only while the store still says it is current. Build
+	// directories are removed only under it, so that a deletion's "no
+	// version refers to this digest" and the removal are one step
+	// against an upload of the same bytes (builds are shared by digest,
+	// across organizations).
 	commit sync.Mutex
 
 	// pins counts the uploads in flight of each digest, from before
@@ -76,7 +87,7 @@ func (r *registry) get(org, name string) *entry {
 }
 
 // loadAll loads the current version of every stored module. A module that
-// no longer loads (its file is gone, the profile changed) is logged and
+// no longer loads (its bytes are gone, the profile changed) is logged and
 // left out; the server still starts, and re-uploading fixes it.
 func (r *registry) loadAll(ctx context.Context) error {
 	mods, err := r.s.store.Modules(ctx, "")
@@ -84,36 +95,208 @@ func (r *registry) loadAll(ctx context.Context) error {
 		return fmt.Errorf("server: list modules: %w", err)
 	}
 	for _, v := range mods {
-		wasm, err := os.ReadFile(r.fileFor(v))
-		if err != nil {
-			r.s.log.Error("module not loaded", "org", v.Org, "module", v.Name, "digest", v.Digest, "err", err)
-			continue
-		}
-		m, err := r.load(ctx, v, wasm, "startup-"+newID())
+		m, err := r.fetchAndLoad(ctx, v, "startup-"+newID())
 		if err != nil {
 			r.s.log.Error("module not loaded", "org", v.Org, "module", v.Name, "digest", v.Digest, "err", err)
 			continue
 		}
 		r.loaded[modKey{v.Org, v.Name}] = &entry{mod: m, version: v}
 	}
-	r.s.log.Info("modules loaded", "count", len(r.loaded), "stored", len(mods))
+	r.s.log.Info("modules loaded", "count", len(r.loaded), "stored", len(mods), "store", RedactURL(r.s.store.Path()))
 	return nil
 }
 
-func (r *registry) file(digest string) string { return filepath.Join(r.dir, digest+".wasm") }
-
-// Where an interpreted plugin's upload lives: its sources as a tar (the
-// bytes its digest is of), and unpacked for the interpreter's /src.
-func (r *registry) scriptFile(digest string) string { return filepath.Join(r.dir, digest+".tar") }
-func (r *registry) scriptDir(digest string) string  { return filepath.Join(r.dir, digest+".src") }
-
-// fileFor is where v's uploaded bytes are: an interpreted plugin's
-// sources when they were stored, else the module.
-func (r *registry) fileFor(v store.ModuleVersion) string {
-	if _, err := os.Stat(r.scriptFile(v.Digest)); err == nil {
-		return r.scriptFile(v.Digest)
+// fetchAndLoad reads v's bytes from the store and loads them.
+func (r *registry) fetchAndLoad(ctx context.Context, v store.ModuleVersion, correlation string) (*host.Module, error) {
+	wasm, err := r.bytes(ctx, v)
+	if err != nil {
+		return nil, err
 	}
-	return r.file(v.Digest)
+	return r.load(ctx, v, wasm, correlation)
+}
+
+// bytes returns v's uploaded bytes from the store. Bytes stored as a file
+// by an older server (before the store kept them) are checked against
+// the digest and moved into the store.
+func (r *registry) bytes(ctx context.Context, v store.ModuleVersion) ([]byte, error) {
+	wasm, err := r.s.store.ModuleBlobGet(ctx, v.Org, v.Digest)
+	if !errors.Is(err, store.ErrModuleNotFound) {
+		return wasm, err
+	}
+	for _, f := range []string{r.legacyScriptFile(v.Digest), r.legacyFile(v.Digest)} {
+		b, ferr := os.ReadFile(f)
+		if ferr != nil {
+			continue
+		}
+		if host.Digest(b) != v.Digest {
+			return nil, fmt.Errorf("module file %s does not hold the bytes of digest %s; upload the module again", f, v.Digest)
+		}
+		if perr := r.s.store.ModuleBlobPut(ctx, v.Digest, b); perr != nil {
+			return nil, fmt.Errorf("move module file %s into the store: %w", f, perr)
+		}
+		os.Remove(f)
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w; upload the module again", err)
+}
+
+// Where an older server kept a module's bytes (a module, or an
+// interpreted plugin's sources as a tar), and where an interpreted
+// plugin's sources are unpacked and built for the interpreter's /src.
+func (r *registry) legacyFile(digest string) string       { return filepath.Join(r.dir, digest+".wasm") }
+func (r *registry) legacyScriptFile(digest string) string { return filepath.Join(r.dir, digest+".tar") }
+func (r *registry) scriptDir(digest string) string        { return filepath.Join(r.dir, digest+".src") }
+
+// follow applies the store's module changes (uploads, replacements and
+// deletions through any replica, this one included) to the registry until
+// ctx ends. A change it could not apply (the database away, a load that
+// failed for a passing reason) is retried every second, by name: applying
+// a change means making the registry agree with what the store says now,
+// so late or repeated attempts are harmless. Every quarter hour it also
+// sweeps the store's orphan blobs (uploads that never got their version).
+func (r *registry) follow(ctx context.Context, changes <-chan store.ModuleChange) {
+	pending := map[modKey]bool{}
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	sweep := time.NewTicker(15 * time.Minute)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c, ok := <-changes:
+			if !ok {
+				return
+			}
+			pending[modKey{c.Org, c.Name}] = true
+			// Take what else is waiting, so a burst is applied once per name.
+			for more := true; more; {
+				select {
+				case c, ok := <-changes:
+					if !ok {
+						return
+					}
+					pending[modKey{c.Org, c.Name}] = true
+				default:
+					more = false
+				}
+			}
+		case <-retry.C:
+		case now := <-sweep.C:
+			if gone, err := r.s.store.ModuleBlobSweep(ctx, now); err != nil {
+				r.s.log.Warn("module blob sweep", "err", err)
+			} else if len(gone) > 0 {
+				r.s.log.Info("module blob sweep: removed uploads that never got their version", "count", len(gone))
+			}
+		}
+		for k := range pending {
+			if err := r.sync(ctx, k.org, k.name); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				r.s.log.Warn("module change not applied yet; retrying", "org", k.org, "module", k.name, "err", err)
+				continue
+			}
+			delete(pending, k)
+		}
+	}
+}
+
+// sync makes the registry's module org/name what the store says is
+// current: loaded when it was uploaded or replaced, unloaded when deleted.
+// A version that the store has but that does not load here is unloaded,
+// not left serving the version it replaced (which may be what the upload
+// meant to fix), and logged.
+func (r *registry) sync(ctx context.Context, org, name string) error {
+	cur, err := r.current(ctx, org, name)
+	if err != nil {
+		return err
+	}
+	if e := r.get(org, name); e != nil && cur != nil && sameCode(e.version, *cur) {
+		r.mu.Lock()
+		if e2 := r.loaded[modKey{org, name}]; e2 == e {
+			r.loaded[modKey{org, name}] = &entry{mod: e.mod, version: *cur} // uploaded again: new time, uploader
+		}
+		r.mu.Unlock()
+		return nil
+	} else if e == nil && cur == nil {
+		return nil
+	}
+	var m *host.Module
+	if cur != nil {
+		defer r.pin(cur.Digest)()
+		wasm, err := r.bytes(ctx, *cur)
+		if err != nil && !errors.Is(err, store.ErrModuleNotFound) {
+			return err // the database: retried
+		}
+		if err == nil {
+			m, err = r.load(ctx, *cur, wasm, "sync-"+newID())
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.s.log.Error("module changed through another replica does not load here; unloaded", "org", org, "module", name, "digest", cur.Digest, "err", err)
+		}
+	}
+	r.commit.Lock()
+	defer r.commit.Unlock()
+	// The store may have moved on while this loaded (an upload through
+	// this replica, or another change): swap in only what is still
+	// current; the later change is applied on its own.
+	now, err := r.current(ctx, org, name)
+	if err != nil || (now == nil) != (cur == nil) || now != nil && !sameCode(*now, *cur) {
+		if m != nil {
+			m.Close(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		return nil
+	}
+	old := r.get(org, name)
+	if old != nil && cur != nil && sameCode(old.version, *cur) {
+		// This replica's own upload swapped it in meanwhile.
+		if m != nil {
+			m.Close(ctx)
+		}
+		return nil
+	}
+	if m != nil {
+		r.put(ctx, m, *cur)
+	} else {
+		r.remove(ctx, org, name)
+	}
+	if old != nil && (cur == nil || old.version.Digest != cur.Digest) {
+		if n, err := r.s.store.ModuleDigestRefs(ctx, old.version.Digest); err == nil && n == 0 {
+			r.removeOrphans([]string{old.version.Digest}, "")
+		}
+	}
+	return nil
+}
+
+// current is the current version of org/name in the store, nil when the
+// module does not exist.
+func (r *registry) current(ctx context.Context, org, name string) (*store.ModuleVersion, error) {
+	vs, err := r.s.store.ModuleVersions(ctx, org, name)
+	if errors.Is(err, store.ErrModuleNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range vs {
+		if vs[i].Current {
+			return &vs[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// sameCode reports whether two versions load as the same module: the
+// same bytes, manifest and signature (what host.Module.Binding covers).
+func sameCode(a, b store.ModuleVersion) bool {
+	return a.Digest == b.Digest && bytes.Equal(a.Manifest, b.Manifest) && bytes.Equal(a.Signature, b.Signature)
 }
 
 // pin keeps digest's files from removal until the returned func is called.
@@ -155,7 +338,7 @@ func (r *registry) removeOrphans(digests []string, own string) {
 // removeFiles removes everything stored for a digest.
 func (r *registry) removeFiles(digest string) error {
 	var errs []error
-	for _, p := range []string{r.file(digest), r.scriptFile(digest), r.scriptDir(digest)} {
+	for _, p := range []string{r.legacyFile(digest), r.legacyScriptFile(digest), r.scriptDir(digest)} {
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}
@@ -244,35 +427,6 @@ func (r *registry) each(f func(modKey, *entry)) {
 	for k, e := range r.loaded {
 		f(k, e)
 	}
-}
-
-// writeFile stores uploaded bytes at dst (a path named by their digest),
-// atomically: a crash leaves the old file or the new one, never half of
-// one.
-func (r *registry) writeFile(dst string, wasm []byte) error {
-	if err := os.MkdirAll(r.dir, 0o700); err != nil {
-		return err
-	}
-	if _, err := os.Stat(dst); err == nil {
-		return nil // content-addressed: the same bytes are there
-	}
-	tmp, err := os.CreateTemp(r.dir, ".upload-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(wasm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
 }
 
 // ModuleJSON describes a module in responses.
@@ -607,7 +761,9 @@ func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.Modu
 			return nil, err
 		}
 	}
-	if err := s.modules.writeFile(s.modules.fileFor(*v), wasm); err != nil {
+	// The bytes before the version that refers to them (store.BlobGrace
+	// keeps them from a racing deletion meanwhile).
+	if err := s.store.ModuleBlobPut(ctx, v.Digest, wasm); err != nil {
 		return nil, fmt.Errorf("store module %s: %w", v.Digest, err)
 	}
 	q := s.cfg.Limits.ModuleQuota

@@ -490,11 +490,19 @@ func TestModuleQuotaServer(t *testing.T) {
 	if r := ts.do(t, "GET", "/v1/modules/c", admin, nil); r.status != http.StatusNotFound {
 		t.Errorf("the refused module exists: %d", r.status)
 	}
-	// The pruned versions' files are gone, the refused one's was never
-	// kept: a's and b's current versions, and globex's c.
-	files, _ := filepath.Glob(filepath.Join(ts.dir, "modules", "*.wasm"))
-	if len(files) != 3 {
-		t.Errorf("module files: %v, want 3", files)
+	// The bytes are in the store, not in files of the data directory:
+	// the current versions' are there (a's and b's, and globex's c).
+	if files, _ := filepath.Glob(filepath.Join(ts.dir, "modules", "*.wasm")); len(files) != 0 {
+		t.Errorf("module files in the data directory: %v, want none (the bytes are in the store)", files)
+	}
+	for _, m := range []struct{ org, name string }{{"acme", "a"}, {"acme", "b"}, {"globex", "c"}} {
+		vs, err := ts.Store().ModuleVersions(context.Background(), m.org, m.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := ts.Store().ModuleBlobGet(context.Background(), m.org, vs[0].Digest); err != nil || int64(len(b)) != vs[0].Size {
+			t.Errorf("bytes of %s/%s: %d bytes, %v; want %d", m.org, m.name, len(b), err, vs[0].Size)
+		}
 	}
 }
 

@@ -129,6 +129,18 @@ func rateLimited(scope string, wait time.Duration) *Problem {
 	return p
 }
 
+// rateUnavailable is a request refused because the shared rate bucket
+// could not be read: the limit is not waived while the database is away.
+func rateUnavailable(err error) error {
+	return &unavailable{err: err}
+}
+
+// unavailable is a 503 whose cause goes to the log, not the client.
+type unavailable struct{ err error }
+
+func (u *unavailable) Error() string { return "rate limit: " + u.err.Error() }
+func (u *unavailable) Unwrap() error { return u.err }
+
 // errorHandler writes every error as problem+json: the handlers' problems,
 // echo's own HTTP errors (404 for an unknown route, 405, 413) and anything
 // else as a 500 whose detail goes to the log, not the client.
@@ -150,6 +162,11 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		if he.Code == http.StatusNotFound {
 			p.Detail = "no route " + c.Request().Method + " " + c.Request().URL.Path + "; the routes are listed in /v1/openapi.json"
 		}
+	case errors.As(err, new(*unavailable)):
+		s.log.Error("request refused: the shared rate limit is unavailable", "method", c.Request().Method, "path", c.Request().URL.Path,
+			"correlation_id", correlationID(c), "err", err)
+		p = problem(http.StatusServiceUnavailable, string(abi.CodeUnavailable), "the request rate cannot be checked (the database is unavailable); retry later")
+		p.RetryAfter = 1
 	default:
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "correlation_id", correlationID(c), "err", err)
 		p = problem(http.StatusInternalServerError, string(abi.CodeInternal), "internal error; the server log has the details under correlation id %s", correlationID(c))

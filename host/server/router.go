@@ -160,10 +160,16 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		now := time.Now()
-		if ok, wait := s.keyRate.take(key.ID, now); !ok {
+		ctx := c.Request().Context()
+		if ok, wait, err := s.keyRate.take(ctx, key.ID, now); err != nil {
+			return rateUnavailable(err)
+		} else if !ok {
 			return rateLimited("API key", wait)
 		}
-		if ok, wait := s.orgRate.take(key.Org, now); !ok {
+		if ok, wait, err := s.orgRate.take(ctx, key.Org, now); err != nil {
+			s.keyRate.give(key.ID)
+			return rateUnavailable(err)
+		} else if !ok {
 			s.keyRate.give(key.ID)
 			return rateLimited("organization", wait)
 		}

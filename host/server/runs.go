@@ -448,7 +448,12 @@ func (s *Server) pistonGate(next echo.HandlerFunc) echo.HandlerFunc {
 			s.metrics.denials.WithLabelValues("piston_network").Inc()
 			return c.JSON(http.StatusForbidden, map[string]string{"message": "this address may not use the Piston API; the operator lists allowed networks in piston.allow"})
 		}
-		if ok, wait := s.piston.take("piston", time.Now()); !ok {
+		ok, wait, err := s.piston.take(c.Request().Context(), "piston", time.Now())
+		if err != nil {
+			s.log.Error("piston rate: the shared bucket is unavailable", "err", err)
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"message": "the rate limit cannot be checked (the database is unavailable); retry later"})
+		}
+		if !ok {
 			secs := max(1, int((wait+time.Second-1)/time.Second))
 			c.Response().Header().Set("Retry-After", fmt.Sprint(secs))
 			s.metrics.denials.WithLabelValues("rate_limited").Inc()

@@ -10,8 +10,12 @@
 // organization sees only its own modules: another organization's module is
 // a 404, never a 403, so names do not leak across tenants.
 //
-// Modules are uploaded per organization and kept in the data directory by
-// digest; every upload is a new version, loaded with the same checks as
+// Modules are uploaded per organization and kept in the store, bytes
+// and all (store.ModuleBlobPut), so that several servers on one
+// PostgreSQL database (Config.DatabaseURL) are replicas needing no shared
+// disk: each follows the store's module change feed and loads, replaces
+// or unloads a module within a second of its upload or deletion through
+// any of them. Every upload is a new version, loaded with the same checks as
 // `moat run` (signature against the profile's trusted keys, manifest
 // against the profile) before it replaces the current one. Errors are RFC
 // 9457 problem details; the routes are described by /v1/openapi.json,
@@ -72,9 +76,9 @@ type Server struct {
 	hosts   map[string]*host.Host // by profile name or path
 	modules *registry
 	auth    *authenticator
-	keyRate *limiter
-	orgRate *limiter
-	piston  *limiter
+	keyRate *rateLimit
+	orgRate *rateLimit
+	piston  *rateLimit
 	metrics *metrics
 	echo    *echo.Echo
 	exec    Executor
@@ -82,6 +86,11 @@ type Server struct {
 	invocations *admission // admission of invocations and confirmations
 	execs       *admission // admission of runs (/v1/runs, Piston execute)
 	conns       atomic.Pointer[connLimit]
+
+	// stopWatch ends the module change feed's follower (the context of
+	// WatchModules); watchDone is closed when it has returned.
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 
 	ready  atomic.Bool
 	httpMu sync.Mutex
@@ -108,16 +117,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			log = slog.New(slog.NewTextHandler(os.Stderr, opts))
 		}
 	}
-	st, err := store.Open(ctx, cfg.DataDir)
+	st, err := store.Open(ctx, cfg.StoreLocation())
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
+	}
+	// Replicas share the database, so their rate buckets are there;
+	// a SQLite file belongs to one process (see rateLimit).
+	var shared rateTaker
+	if cfg.DatabaseURL != "" {
+		shared = st
 	}
 	s := &Server{
 		cfg: cfg, log: log, store: st, hosts: map[string]*host.Host{}, exec: cfg.Executor,
 		auth:    newAuthenticator(st),
-		keyRate: newLimiter(cfg.Limits.KeyRate, cfg.Limits.KeyBurst),
-		orgRate: newLimiter(cfg.Limits.OrgRate, cfg.Limits.OrgBurst),
-		piston:  newLimiter(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst),
+		keyRate: newRateLimit(cfg.Limits.KeyRate, cfg.Limits.KeyBurst, shared, "key:"),
+		orgRate: newRateLimit(cfg.Limits.OrgRate, cfg.Limits.OrgBurst, shared, "org:"),
+		piston:  newRateLimit(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst, shared, "piston:"),
 		invocations: newAdmission("invocations", cfg.Admission.MaxInvocations, cfg.Admission.OrgInvocations,
 			time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 		execs: newAdmission("runs", cfg.Admission.MaxRuns, cfg.Admission.OrgRuns, time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
@@ -155,10 +170,25 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.modules = newRegistry(s)
 	s.metrics = newMetrics(s)
 	s.echo = s.router()
+	// The feed first, then the list: a change committed in between is
+	// both listed and delivered, and applying it twice changes nothing.
+	wctx, stopWatch := context.WithCancel(context.Background())
+	changes, err := st.WatchModules(wctx)
+	if err != nil {
+		stopWatch()
+		s.abort(ctx)
+		return nil, fmt.Errorf("server: follow module changes: %w", err)
+	}
 	if err := s.modules.loadAll(ctx); err != nil {
+		stopWatch()
 		s.abort(ctx)
 		return nil, err
 	}
+	s.stopWatch, s.watchDone = stopWatch, make(chan struct{})
+	go func() {
+		defer close(s.watchDone)
+		s.modules.follow(wctx, changes)
+	}()
 	s.ready.Store(true)
 	return s, nil
 }
@@ -239,7 +269,8 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	if s.cfg.TLS.Cert != "" {
 		scheme = "https"
 	}
-	s.log.Info("moat serve: listening", "url", scheme+"://"+ln.Addr().String(), "data", s.cfg.DataDir, "profile", s.cfg.Profile)
+	s.log.Info("moat serve: listening", "url", scheme+"://"+ln.Addr().String(), "data", s.cfg.DataDir,
+		"store", RedactURL(s.store.Path()), "profile", s.cfg.Profile)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(ln) }()
 	select {
@@ -285,6 +316,10 @@ func (s *Server) Close(ctx context.Context) error {
 	var err error
 	s.closed.Do(func() {
 		s.ready.Store(false)
+		if s.stopWatch != nil {
+			s.stopWatch()
+			<-s.watchDone
+		}
 		s.modules.closeAll(ctx)
 		err = errors.Join(s.closeHosts(ctx), s.store.Close())
 	})

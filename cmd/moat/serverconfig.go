@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+
+	"github.com/moat-sandbox/moat/host/server"
+)
+
+// serverConfig is the server configuration as moat serve reads it, for
+// every command that works on the server's data (serve, keys, audit): the
+// file --config names (or the defaults), the data directory --data gives
+// (which wins over the file's data_dir; without a file, --data or its
+// default), and the database URL of $MOAT_DATABASE_URL, which wins over
+// the file's database_url. So `moat keys create --config moat-server.yaml`
+// writes keys to the store the server reads, be it SQLite in data_dir or
+// a PostgreSQL database shared by replicas.
+func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
+	cfg := server.DefaultConfig()
+	if configFile != "" {
+		c, err := server.LoadConfig(configFile)
+		if err != nil {
+			return server.Config{}, usagef("%v", err)
+		}
+		cfg = c
+	}
+	if g.dataDir != "" || configFile == "" {
+		cfg.DataDir = g.data()
+	}
+	if u := os.Getenv(server.EnvDatabaseURL); u != "" {
+		if err := server.ValidateDatabaseURL(u); err != nil {
+			return server.Config{}, usagef("$%s: %v", server.EnvDatabaseURL, err)
+		}
+		cfg.DatabaseURL = u
+	}
+	return cfg, nil
+}
+
+// storeName names the server's store in messages: the data directory, or
+// the database URL without its password.
+func storeName(cfg server.Config) string { return server.RedactURL(cfg.StoreLocation()) }
