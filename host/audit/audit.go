@@ -50,6 +50,15 @@ const (
 const (
 	queueSize = 4096
 	batchSize = 512
+	// linger is how long the writer gathers events after the first of a
+	// batch before it stores them. A commit costs about as much as a
+	// hundred rows (on SQLite it appends every page it dirtied to the
+	// WAL), and the writer is behind no caller (Record returns at once),
+	// so storing what arrived within a few milliseconds in one
+	// transaction costs no caller anything; it only widens, by linger,
+	// the window of events a crash loses, which the queue already opens.
+	// Flush and Close store at once.
+	linger = 5 * time.Millisecond
 )
 
 // Log is the audit trail of one host. It is safe for concurrent use.
@@ -219,10 +228,32 @@ func (l *Log) run() {
 			}
 		}
 	}
+	timer := time.NewTimer(linger)
+	timer.Stop()
 	for {
 		select {
 		case e := <-l.queue:
 			batch = append(batch, e)
+			// Gather for up to linger, or until the batch is full.
+			timer.Reset(linger)
+		gather:
+			for len(batch) < batchSize {
+				select {
+				case e := <-l.queue:
+					batch = append(batch, e)
+				case <-timer.C:
+					break gather
+				case ack := <-l.flush:
+					drain()
+					close(ack)
+					break gather
+				case <-l.stop:
+					timer.Stop()
+					drain()
+					return
+				}
+			}
+			timer.Stop()
 			drain()
 		case ack := <-l.flush:
 			drain()

@@ -20,6 +20,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/server"
+	_ "github.com/moat-sandbox/moat/host/store/postgres" // greet-postgres, echo-postgres
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -34,10 +37,14 @@ var benchResults sync.Map // name → [3]float64{req/s, p50 µs, p99 µs}
 // server (bearer auth, rate limits, metrics, policy, a pooled instance,
 // the kv.get and kv.put the action makes, the audit trail) against the
 // ceiling: an echo handler that does nothing, on the same machine, over
-// the same kind of keep-alive HTTP/1.1 connections, in the same run.
+// the same kind of keep-alive HTTP/1.1 connections, in the same run. The
+// echo action of a Go guest (no ops, an audit row) shows the server's own
+// cost, and greet and echo again with the store on PostgreSQL (a
+// throwaway cluster, see pgtest; skipped without one) the other backend.
 //
 //	go test -run '^$' -bench GreetVsCeiling -benchtime 5000x ./host/server/
 func BenchmarkGreetVsCeiling(b *testing.B) {
+	b.Cleanup(func() { pgtest.Stop() })
 	b.Run("ceiling", func(b *testing.B) {
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
@@ -51,19 +58,49 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 		defer hs.Shutdown(context.Background())
 		load(b, "ceiling", "http://"+ln.Addr().String()+"/noop", "")
 	})
-	b.Run("greet", func(b *testing.B) {
+	serve := func(b *testing.B, databaseURL string, edits ...func(*server.Config)) (*testServer, string) {
 		profPath := benchProfile(b)
 		ts := start(b, "", func(c *server.Config) {
+			for _, f := range edits {
+				f(c)
+			}
 			c.Profile = profPath
+			c.DatabaseURL = databaseURL
 			c.Limits.KeyRate, c.Limits.KeyBurst = 1e9, 1e9
 			c.Limits.OrgRate, c.Limits.OrgBurst = 1e9, 1e9
 		})
-		key := ts.key(b, "acme", "bench", "admin")
-		if r := ts.upload(b, key, helloWasm(b), helloManifest(b)); r.status != http.StatusCreated {
-			b.Fatalf("upload: %d %s", r.status, r.body)
+		return ts, ts.key(b, "acme", "bench", "admin")
+	}
+	for _, db := range []string{"", "postgres"} {
+		suffix, url := "", func(*testing.B) string { return "" }
+		if db != "" {
+			suffix, url = "-"+db, func(b *testing.B) string { return pgtest.Database(b) }
 		}
-		load(b, "greet", ts.URL+"/v1/modules/hello-go/actions/greet", key)
-	})
+		b.Run("echo"+suffix, func(b *testing.B) {
+			ts, key := serve(b, url(b))
+			spinModule(b, ts, key, "spin", goGuest(b))
+			load(b, "echo"+suffix, ts.URL+"/v1/modules/spin/actions/echo", key)
+		})
+		greet := func(name string, edits ...func(*server.Config)) {
+			b.Run(name, func(b *testing.B) {
+				ts, key := serve(b, url(b), edits...)
+				if r := ts.upload(b, key, helloWasm(b), helloManifest(b)); r.status != http.StatusCreated {
+					b.Fatalf("upload: %d %s", r.status, r.body)
+				}
+				st := ts.Store()
+				g0, w0 := st.GroupCommitStats()
+				load(b, name, ts.URL+"/v1/modules/hello-go/actions/greet", key)
+				if g1, w1 := st.GroupCommitStats(); g1 > g0 {
+					b.ReportMetric(float64(w1-w0)/float64(g1-g0), "kv-writes/commit")
+				}
+			})
+		}
+		greet("greet" + suffix)
+		// With the default admission (GOMAXPROCS/2 invocations of one
+		// organization at once: 1 on two cores) the org's kv writes never
+		// overlap, so no commit can hold two of them; with 8 they can.
+		greet("greet-org8"+suffix, func(c *server.Config) { c.Admission.OrgInvocations = benchWorkers })
+	}
 	// The same action called in-process on the host, with the same
 	// parallelism: what greet costs without HTTP, so that the server's own
 	// share of the difference to the ceiling is visible.
@@ -92,20 +129,29 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 			return err
 		})
 	})
-	c, ok1 := benchResults.Load("ceiling")
-	g, ok2 := benchResults.Load("greet")
-	d, ok3 := benchResults.Load("greet-in-process")
-	if ok1 && ok2 {
-		cv, gv := c.([3]float64), g.([3]float64)
-		b.Logf("greet/ceiling: throughput %.0f%% (%.0f vs %.0f req/s), p50 %.2fx, p99 %.2fx (%.0f vs %.0f µs)",
-			100*gv[0]/cv[0], gv[0], cv[0], gv[1]/cv[1], gv[2]/cv[2], gv[2], cv[2])
-		if ok3 {
-			dv := d.([3]float64)
+	c, ok := benchResults.Load("ceiling")
+	if !ok {
+		return
+	}
+	cv := c.([3]float64)
+	for _, name := range []string{"echo", "greet", "greet-org8", "echo-postgres", "greet-postgres", "greet-org8-postgres"} {
+		if g, ok := benchResults.Load(name); ok {
+			gv := g.([3]float64)
+			b.Logf("%s/ceiling: throughput %.0f%% (%.0f vs %.0f req/s), p50 %.2fx, p99 %.2fx (%.0f vs %.0f µs)",
+				name, 100*gv[0]/cv[0], gv[0], cv[0], gv[1]/cv[1], gv[2]/cv[2], gv[2], cv[2])
+		}
+	}
+	if g, ok := benchResults.Load("greet"); ok {
+		if d, ok := benchResults.Load("greet-in-process"); ok {
+			gv, dv := g.([3]float64), d.([3]float64)
 			b.Logf("greet over HTTP / greet in process: throughput %.0f%% (%.0f vs %.0f calls/s), p99 %.0f vs %.0f µs",
 				100*gv[0]/dv[0], gv[0], dv[0], gv[2], dv[2])
 		}
 	}
 }
+
+// goGuest builds testdata/goguest (its echo action makes no op).
+func goGuest(b *testing.B) []byte { return testwasm.BuildGo(b, "./testdata/goguest", true) }
 
 // cpuTime is the user and system CPU time this process has used.
 func cpuTime() time.Duration {

@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/store"
@@ -53,6 +56,36 @@ func BenchmarkKV(b *testing.B) {
 			}
 		})
 	})
+	// A batch as the audit writer stores it under load: ns/row is the
+	// cost of one allowed call's row. Correlation ids rise with time (as
+	// audit.NewID's do) or are random (as a client's may be: every row
+	// then dirties a page of the correlation index of its own).
+	for _, random := range []bool{false, true} {
+		name := "audit-insert-batch-512"
+		if random {
+			name += "-random-correlation"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			evs := make([]store.AuditEvent, 512)
+			seq := uint64(0)
+			for b.Loop() {
+				for i := range evs {
+					seq++
+					corr := fmt.Sprintf("%016x", seq)
+					if random {
+						corr = strconv.FormatUint(rand.Uint64(), 16)
+					}
+					evs[i] = store.AuditEvent{Kind: "invocation", Decision: "allow", CorrelationID: corr,
+						Org: "acme", User: "ann", Module: "hello", Action: "greet", Code: "ok", DurationNS: 2300}
+				}
+				if err := s.AuditInsert(ctx, evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/row")
+		})
+	}
 	b.Run("audit-insert", func(b *testing.B) {
 		b.ReportAllocs()
 		ev := []store.AuditEvent{{Kind: "invocation", Decision: "allow", Org: "acme", User: "ann", Module: "hello", Action: "greet", Code: "ok", DurationNS: 2300}}

@@ -98,7 +98,13 @@ func (s *Store) KVPut(ctx context.Context, sc Scope, key string, value []byte) (
 	if err != nil {
 		return err
 	}
-	if err := s.b.KVPut(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli()); err != nil {
+	at := time.Now().UnixMilli()
+	if s.kw != nil {
+		_, err = s.kw.write(ctx, driver.KVWrite{Org: sc.Org, Module: sc.Module, Key: key, Value: value, At: at})
+	} else {
+		err = s.b.KVPut(ctx, sc.Org, sc.Module, key, value, at)
+	}
+	if err != nil {
 		return sc.wrap(abi.OpKVPut, err)
 	}
 	return nil
@@ -112,7 +118,13 @@ func (s *Store) KVDelete(ctx context.Context, sc Scope, key string) (deleted boo
 	if err := validateKey(key); err != nil {
 		return false, err
 	}
-	deleted, err = s.b.KVDelete(ctx, sc.Org, sc.Module, key)
+	if s.kw != nil {
+		var w driver.KVWrite
+		w, err = s.kw.write(ctx, driver.KVWrite{Org: sc.Org, Module: sc.Module, Key: key, Delete: true})
+		deleted = w.Deleted
+	} else {
+		deleted, err = s.b.KVDelete(ctx, sc.Org, sc.Module, key)
+	}
 	if err != nil {
 		return false, sc.wrap(abi.OpKVDelete, err)
 	}
@@ -189,7 +201,14 @@ func (s *Store) KVPutWithin(ctx context.Context, sc Scope, key string, value []b
 	if err != nil {
 		return err
 	}
-	inUse, adds, err := s.b.KVPutWithin(ctx, sc.Org, sc.Module, key, value, time.Now().UnixMilli(), quota)
+	var inUse, adds int64
+	if at := time.Now().UnixMilli(); s.kw != nil {
+		var w driver.KVWrite
+		w, err = s.kw.write(ctx, driver.KVWrite{Org: sc.Org, Module: sc.Module, Key: key, Value: value, At: at, Quota: quota})
+		inUse, adds = w.InUse, w.Adds
+	} else {
+		inUse, adds, err = s.b.KVPutWithin(ctx, sc.Org, sc.Module, key, value, at, quota)
+	}
 	if errors.Is(err, driver.ErrOverQuota) {
 		return abi.Errorf(abi.CodeTooLarge,
 			"%s: the disk quota of %d bytes for module %s in org %s would be exceeded (in use %d, this put adds %d)",

@@ -82,7 +82,8 @@ func RegisterBackend(scheme string, open func(ctx context.Context, dsn string) (
 // several goroutines (and, on PostgreSQL, by several processes). Create it
 // with Open.
 type Store struct {
-	b driver.Backend
+	b  driver.Backend
+	kw *kvWriter // the group-commit writer of kv writes; nil when b is no driver.KVBatcher
 }
 
 // Open opens the store dirOrURL names, creating it (and, for SQLite, the
@@ -115,7 +116,11 @@ func Open(ctx context.Context, dirOrURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", redact(dirOrURL), err)
 	}
-	return &Store{b: b}, nil
+	s := &Store{b: b}
+	if kb, ok := b.(driver.KVBatcher); ok {
+		s.kw = newKVWriter(kb)
+	}
+	return s, nil
 }
 
 // redact hides the password of a URL; a path comes back as it is.
@@ -134,8 +139,14 @@ func redact(s string) string {
 	return u.Redacted()
 }
 
-// Close closes the store. Calls made after Close fail.
-func (s *Store) Close() error { return s.b.Close() }
+// Close closes the store. kv writes already queued for a group commit
+// are committed first; calls made after Close fail.
+func (s *Store) Close() error {
+	if s.kw != nil {
+		s.kw.close()
+	}
+	return s.b.Close()
+}
 
 // Path names the database: for SQLite, the path of the file,
 // dir/moat.db; for PostgreSQL, its URL without the password.

@@ -64,7 +64,7 @@ func main() {
 		}
 		if au, ok := get("Invoke/moat-audited", "ns/op"); ok {
 			rows = append(rows, row{"invoke, pooled, every allowed call written to the audit trail (the default)", ns(au), ns(m),
-				fmt.Sprintf("+%s per audit row", ns(au-m)), "report"})
+				fmt.Sprintf("+%s per audit row", ns(au-m)), verdict(au-m <= 2000, "<= 2 µs per allowed call")})
 		}
 		if ex, ok := get("Invoke/extism", "ns/op"); ok {
 			rows = append(rows, row{"invoke, pooled (vs extism go-sdk Plugin.Call)", ns(m), ns(ex),
@@ -107,6 +107,36 @@ func main() {
 		}
 		rows = append(rows, row{sp.what, ms(n), ms(p), fmt.Sprintf("%.2fx", n/p), goal})
 	}
+	// moat serve over HTTP/1.1 keep-alive (host/server's
+	// BenchmarkGreetVsCeiling): throughput against a do-nothing echo
+	// handler measured in the same run.
+	if ceil, ok := get("GreetVsCeiling/ceiling", "req/s"); ok {
+		for _, h := range []struct {
+			name, what string
+			goal       float64 // fraction of the ceiling; 0: report
+		}{
+			{"echo", "echo action of a Go guest over HTTP, SQLite (vs a do-nothing echo handler)", 0.70},
+			{"greet", "greet (4 ops, a durable kv write) over HTTP, SQLite, group commit (vs a do-nothing echo handler)", 0.25},
+			{"greet-org8", "greet over HTTP, SQLite, admission org_invocations 8 so an org's kv writes can share a commit (vs a do-nothing echo handler)", 0.25},
+			{"echo-postgres", "echo action over HTTP, PostgreSQL (vs a do-nothing echo handler)", 0},
+			{"greet-postgres", "greet over HTTP, PostgreSQL, group commit (vs a do-nothing echo handler)", 0},
+			{"greet-org8-postgres", "greet over HTTP, PostgreSQL, admission org_invocations 8 (vs a do-nothing echo handler)", 0},
+		} {
+			v, ok := get("GreetVsCeiling/"+h.name, "req/s")
+			if !ok {
+				continue
+			}
+			goal := "report"
+			if h.goal > 0 {
+				goal = verdict(v/ceil >= h.goal, fmt.Sprintf(">= %.0f%%", 100*h.goal))
+			}
+			what := h.what
+			if wc, ok := get("GreetVsCeiling/"+h.name, "kv-writes/commit"); ok {
+				what += fmt.Sprintf("; %.1f kv writes per commit", wc)
+			}
+			rows = append(rows, row{what, rps(v), rps(ceil), fmt.Sprintf("%.0f%%", 100*v/ceil), goal})
+		}
+	}
 	if len(rows) == 0 {
 		fmt.Println("\nbenchtable: no known benchmarks in the input")
 		os.Exit(1)
@@ -126,6 +156,7 @@ func verdict(ok bool, goal string) string {
 	return "MISSED (" + goal + ")"
 }
 
-func ns(v float64) string { return fmt.Sprintf("%.0f ns", v) }
-func us(v float64) string { return fmt.Sprintf("%.1f µs", v/1e3) }
-func ms(v float64) string { return fmt.Sprintf("%.2f ms", v/1e6) }
+func ns(v float64) string  { return fmt.Sprintf("%.0f ns", v) }
+func us(v float64) string  { return fmt.Sprintf("%.1f µs", v/1e3) }
+func ms(v float64) string  { return fmt.Sprintf("%.2f ms", v/1e6) }
+func rps(v float64) string { return fmt.Sprintf("%.0f req/s", v) }

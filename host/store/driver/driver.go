@@ -222,6 +222,51 @@ type Backend interface {
 	RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error)
 }
 
+// KVWrite is one kv write of a group commit (KVBatcher): a put (with a
+// quota when Quota > 0) or, when Delete, a delete. The backend fills in
+// the results: InUse and Adds as KVPutWithin returns them, Deleted as
+// KVDelete does, and Err = ErrOverQuota when the quota refused the put
+// (nothing else; a failing statement is a *WriteError of the batch).
+type KVWrite struct {
+	Org, Module, Key string
+	Value            []byte // never nil for a put
+	Delete           bool
+	At, Quota        int64
+
+	InUse, Adds int64
+	Deleted     bool
+	Err         error
+}
+
+// WriteError reports that write Index of a KVWriteBatch failed with Err
+// and that the batch was rolled back, so nothing of it is committed.
+type WriteError struct {
+	Index int
+	Err   error
+}
+
+func (e *WriteError) Error() string { return fmt.Sprintf("write %d of the batch: %v", e.Index, e.Err) }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// KVBatcher is implemented by a backend that can commit many kv writes in
+// one transaction (group commit: a commit costs the same for one write or
+// a hundred, and it is most of a small write's cost). The front then sends
+// every KVPut, KVPutWithin and KVDelete through one writer that gathers
+// the writes of concurrent callers into a batch and wakes each caller only
+// after the batch's commit.
+type KVBatcher interface {
+	// KVWriteBatch applies writes in order, in one transaction, and
+	// commits it: each write sees the ones before it (a quota counts
+	// the bytes the earlier puts of the batch add), and a put its quota
+	// refuses sets its Err and writes nothing, the others going ahead.
+	// A write whose statement fails rolls the whole batch back and is
+	// reported as a *WriteError naming it; any other error (begin,
+	// commit) also means nothing of the batch is committed. The
+	// atomicity the Backend methods promise across processes holds for
+	// the batch as a whole.
+	KVWriteBatch(ctx context.Context, writes []KVWrite) error
+}
+
 // OpenFunc opens the database dsn names. The front passes the string its
 // caller gave store.Open.
 type OpenFunc func(ctx context.Context, dsn string) (Backend, error)

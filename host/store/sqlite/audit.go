@@ -9,35 +9,77 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
-const auditInsert = `
-INSERT INTO audit_events (
+// auditColumns is the number of columns auditInsert binds per row.
+const auditColumns = 18
+
+// auditChunk is the most rows one INSERT statement stores: 32 rows of 18
+// parameters stay far below SQLite's limit of 32766.
+const auditChunk = 32
+
+// auditInserts[k] stores 1<<k rows in one statement. One statement per
+// row spends more on the statement (reset, bind through database/sql,
+// step) than on the row; a batch is stored with the statements of the
+// powers of two its size adds up to, so six prepared statements cover
+// every size.
+var auditInserts = func() (qs [6]string) {
+	for k := range qs {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO audit_events (
 	id, time, kind, decision, correlation_id, module, action, op, user_id, org,
 	rule, reason, code, mutation_id, task_id, model_call_id, duration_ns, attrs
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+) VALUES `)
+		for i := range 1 << k {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+		}
+		qs[k] = b.String()
+	}
+	return qs
+}()
 
 // AuditInsert implements driver.Backend: one transaction for the batch.
 func (d *DB) AuditInsert(ctx context.Context, rows []driver.AuditRow) error {
-	ins, err := d.prepared(ctx, d.w, auditInsert)
-	if err != nil {
-		return err
+	var stmts [len(auditInserts)]*sql.Stmt
+	for k := range stmts {
+		if 1<<k > len(rows) {
+			break
+		}
+		var err error
+		if stmts[k], err = d.prepared(ctx, d.w, auditInserts[k]); err != nil {
+			return err
+		}
 	}
+	args := make([]any, 0, auditColumns*min(len(rows), auditChunk))
 	return d.inTx(ctx, func(tx *sql.Tx) error {
-		stmt := tx.StmtContext(ctx, ins)
-		for i := range rows {
-			r := &rows[i]
-			var attrs any // NULL when there are none
-			if r.Attrs != "" {
-				attrs = r.Attrs
+		for i := 0; i < len(rows); {
+			k := len(stmts) - 1
+			for 1<<k > len(rows)-i {
+				k--
 			}
-			if _, err := stmt.ExecContext(ctx,
-				r.ID, r.Time, r.Kind, r.Decision, r.CorrelationID, r.Module, r.Action, r.Op, r.User, r.Org,
-				r.Rule, r.Reason, r.Code, r.MutationID, r.TaskID, r.ModelCallID, r.DurationNS, attrs,
-			); err != nil {
+			n := 1 << k
+			args = args[:0]
+			for j := i; j < i+n; j++ {
+				r := &rows[j]
+				var attrs any // NULL when there are none
+				if r.Attrs != "" {
+					attrs = r.Attrs
+				}
+				args = append(args,
+					r.ID, r.Time, r.Kind, r.Decision, r.CorrelationID, r.Module, r.Action, r.Op, r.User, r.Org,
+					r.Rule, r.Reason, r.Code, r.MutationID, r.TaskID, r.ModelCallID, r.DurationNS, attrs)
+			}
+			if _, err := tx.StmtContext(ctx, stmts[k]).ExecContext(ctx, args...); err != nil {
 				if isConstraint(err) {
 					err = fmt.Errorf("%w: %w", driver.ErrConflict, err)
 				}
-				return fmt.Errorf("event %d (%s): %w", i, r.ID, err)
+				if n == 1 {
+					return fmt.Errorf("event %d (%s): %w", i, rows[i].ID, err)
+				}
+				return fmt.Errorf("events %d to %d: %w", i, i+n-1, err)
 			}
+			i += n
 		}
 		return nil
 	})

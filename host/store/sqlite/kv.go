@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/moat-sandbox/moat/host/store/driver"
@@ -96,9 +97,69 @@ func (d *DB) KVPutWithin(ctx context.Context, org, module, key string, value []b
 	return inUse, adds, nil
 }
 
+const kvDelete = `DELETE FROM kv WHERE org = ? AND module = ? AND key = ?`
+
+// KVWriteBatch implements driver.KVBatcher: one IMMEDIATE transaction for
+// the batch, so one commit (one append of the dirtied pages to the WAL)
+// for all of its writes. SQLite undoes a failed statement alone, but the
+// batch is rolled back all the same, as the contract says.
+func (d *DB) KVWriteBatch(ctx context.Context, writes []driver.KVWrite) (err error) {
+	// Prepared before the transaction (see KVPutWithin).
+	var st [3]*sql.Stmt
+	for i, q := range [...]string{kvQuotaCheck, kvUpsert, kvDelete} {
+		if st[i], err = d.prepared(ctx, d.w, q); err != nil {
+			return err
+		}
+	}
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	check, upsert, del := tx.StmtContext(ctx, st[0]), tx.StmtContext(ctx, st[1]), tx.StmtContext(ctx, st[2])
+	var read [2]int64
+	for i := range writes {
+		w := &writes[i]
+		w.Err = nil
+		if w.Delete {
+			res, err := del.ExecContext(ctx, w.Org, w.Module, w.Key)
+			if err != nil {
+				return &driver.WriteError{Index: i, Err: err}
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return &driver.WriteError{Index: i, Err: err}
+			}
+			w.Deleted = n > 0
+			continue
+		}
+		if w.Quota > 0 {
+			if err := check.QueryRowContext(ctx, w.Org, w.Module, w.Key).Scan(&read[0], &read[1]); err != nil {
+				return &driver.WriteError{Index: i, Err: err}
+			}
+			w.InUse, w.Adds = read[0], int64(len(w.Key)+len(w.Value))-read[1]
+			if driver.OverQuota(w.Quota, w.InUse, w.Adds) {
+				w.Err = driver.ErrOverQuota
+				continue
+			}
+		}
+		if _, err := upsert.ExecContext(ctx, w.Org, w.Module, w.Key, w.Value, w.At); err != nil {
+			return &driver.WriteError{Index: i, Err: err}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // KVDelete implements driver.Backend.
 func (d *DB) KVDelete(ctx context.Context, org, module, key string) (bool, error) {
-	res, err := d.w.ExecContext(ctx, `DELETE FROM kv WHERE org = ? AND module = ? AND key = ?`, org, module, key)
+	res, err := d.w.ExecContext(ctx, kvDelete, org, module, key)
 	if err != nil {
 		return false, err
 	}

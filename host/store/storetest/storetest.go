@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"CanceledContext", su.testCanceledContext},
 		{"KVQuota", su.testKVQuota},
 		{"KVQuotaConcurrent", su.testKVQuotaConcurrent},
+		{"KVGroupCommit", su.testKVGroupCommit},
 		{"AuditRoundTrip", su.testAuditRoundTrip},
 		{"AuditFilters", su.testAuditFilters},
 		{"AuditLimitDefaultAndCap", su.testAuditLimitDefaultAndCap},
