@@ -135,11 +135,8 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	// stdin and sleeps end with the run (sleep.go).
 	stdin := stdinFor(cctx, req.Stdin)
 
-	inst := &instance{m: m, confirmed: confirmed}
-	inst.env.Module, inst.env.Digest, inst.env.Config = m.name, m.digest, m.config
-	inst.env.Store, inst.env.Logger = m.host.store, m.host.log
+	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), confirmed: confirmed}}
 	inst.env.Begin(cctx, req.Action, req.Principal, req.CorrelationID)
-	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := newLimitedMemory(lim)
 

@@ -144,10 +144,7 @@ type Call struct {
 	CorrelationID string
 	Limits        Limits // the limits of this call, already resolved
 
-	m            *Module
-	env          ops.Env
-	confirmed    bool
-	needsConfirm string
+	invocation // the op gate
 }
 
 // Dispatch runs one op of the op table for the guest, exactly as the moat
@@ -163,8 +160,21 @@ func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
 		return nil, err
 	}
 	c.env.Context = ctx
-	return c.m.dispatch(ctx, &c.env, c.confirmed, &c.needsConfirm, op, req)
+	return c.invocation.Dispatch(ctx, op, req)
 }
+
+// httpFetch is the op a driver's own network requests are checked as
+// (Extism's http_request). It is declared to policy here, not registered
+// in the op table, until http.fetch is an op guests call themselves: so
+// that a profile can grant it, name it among sensitive_ops, and find it in
+// the audit trail under one name on every path.
+var httpFetch = func() *ops.Op {
+	o := &ops.Op{Name: "http.fetch", Capability: "http", LeavesSandbox: true}
+	if err := policy.DeclareOp(o.Name, o.Capability); err != nil {
+		panic(err)
+	}
+	return o
+}()
 
 // CheckHTTP decides whether the guest may send a request to rawURL now:
 // the URL's scheme, host and port must be among the module's effective
@@ -174,30 +184,14 @@ func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
 // with the target (never the path or query, which may carry secrets).
 // A refusal is an *abi.Error with code denied or confirmation_required.
 func (c *Call) CheckHTTP(ctx context.Context, rawURL string) error {
-	const op = "http.fetch"
-	if err := budget.From(ctx).Admit([]byte(op)); err != nil {
+	if err := budget.From(ctx).Admit([]byte(httpFetch.Name)); err != nil {
 		return err
 	}
-	mp := c.m.policy
-	target := targetOf(rawURL)
-	if err := mp.eval.CheckOp(op, rawURL); err != nil {
-		msg := err.Error()
-		var de *policy.DeniedError
-		if errors.As(err, &de) {
-			msg = fmt.Sprintf("op %s %s: %s (rule: %s)", op, target, de.Reason, de.Rule)
-		}
-		c.m.auditOp(ctx, &c.env, op, audit.Deny, ruleOf(err), msg, "")
-		return &abi.Error{Code: abi.CodeDenied, Message: msg}
+	c.env.Context = ctx
+	if err := c.AllowOp(&c.env, httpFetch, rawURL); err != nil {
+		return err
 	}
-	if !c.confirmed && mp.profile.IsSensitive(op) {
-		if c.needsConfirm == "" {
-			c.needsConfirm = op
-		}
-		reason := op + " is a sensitive op: the invocation must be confirmed first"
-		c.m.auditOp(ctx, &c.env, op, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "")
-		return &abi.Error{Code: abi.CodeConfirmationRequired, Message: reason}
-	}
-	c.m.auditOp(ctx, &c.env, op, audit.Allow, "grant", "request to "+target, audit.NewID())
+	c.m.auditOp(ctx, &c.env, httpFetch.Name, audit.Allow, "grant", "", audit.NewID(), targetOf(rawURL))
 	return nil
 }
 
@@ -206,7 +200,7 @@ func (c *Call) CheckHTTP(ctx context.Context, rawURL string) error {
 // the audit trail holds every refused request, and returns it as an
 // *abi.Error with code denied.
 func (c *Call) DenyHTTP(ctx context.Context, rule, reason string) error {
-	c.m.auditOp(ctx, &c.env, "http.fetch", audit.Deny, rule, reason, "")
+	c.m.auditOp(ctx, &c.env, httpFetch.Name, audit.Deny, rule, reason, "", "")
 	return &abi.Error{Code: abi.CodeDenied, Message: reason}
 }
 
@@ -227,8 +221,7 @@ func (c *Call) Log() *slog.Logger { return c.env.Log() }
 func (m *Module) callForeign(ctx context.Context, req *Request, lim Limits, confirmed bool) ([]byte, string, error) {
 	c := &Call{
 		Action: req.Action, Function: m.actions[m.publicIdx[req.Action]], Input: req.Input, Principal: req.Principal,
-		CorrelationID: req.CorrelationID, Limits: lim, m: m, confirmed: confirmed,
-		env: ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota},
+		CorrelationID: req.CorrelationID, Limits: lim, invocation: invocation{m: m, env: m.newEnv(), confirmed: confirmed},
 	}
 	c.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
 	out, err := m.runner.Call(ctx, c)

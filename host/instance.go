@@ -24,19 +24,15 @@ import (
 // up per call costs microseconds), the call stack, the transport session,
 // the ops environment and the output streams.
 type instance struct {
-	m      *Module
+	invocation // the invocation it serves; the op gate
 	mod    api.Module
 	alloc  api.Function
 	invoke api.Function
 	mem    *limitedMemory
 	sess   transport.Session
-	env    ops.Env
 	stdout guestStream
 	stderr guestStream
 	stack  [3]uint64
-
-	confirmed    bool   // the invocation was confirmed: sensitive ops may run
-	needsConfirm string // the sensitive op refused for want of a confirmation
 }
 
 // newInstance instantiates the module. Instantiation (and _initialize, for
@@ -44,8 +40,7 @@ type instance struct {
 // that loops or balloons in its initializer is stopped like any other.
 func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error) {
 	h := m.host
-	inst := &instance{m: m}
-	inst.env = ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: h.store, Logger: h.log} // DiskQuota: set per call
+	inst := &instance{invocation: invocation{m: m, env: m.newEnv()}}
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
 	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
 
@@ -135,23 +130,31 @@ func (inst *instance) stderrNote() string {
 	return ""
 }
 
-// Dispatch implements transport.Dispatcher: it runs one op for the current
-// invocation after checking it against the module's effective grants and
-// the profile's sensitive ops. Refusals go back to the guest as an
-// abi.Error with code denied (or confirmation_required) and into the
-// audit trail. Ops that mutate storage or leave the sandbox are audited
-// with a mutation id. A panicking op is a host bug: it becomes an internal
-// error for the guest and a log record with the stack, not a crashed host.
-func (inst *instance) Dispatch(ctx context.Context, op, req []byte) (reply []byte, err error) {
-	return inst.m.dispatch(ctx, &inst.env, inst.confirmed, &inst.needsConfirm, op, req)
+// invocation is what the op gate knows of one invocation, whatever runs
+// it: the module, the ops environment, and the confirmation state. Every
+// transport reaches the op table through its Dispatch: the moat import
+// and the device file of a WASM instance, Extism's moat_call (Call) and a
+// native worker's pipe (Call too). There is no second path.
+type invocation struct {
+	m            *Module
+	env          ops.Env
+	confirmed    bool   // the invocation was confirmed: sensitive ops may run
+	needsConfirm string // the first sensitive op refused for want of a confirmation
 }
 
-// dispatch is Dispatch for any transport of the module: env is the
-// invocation's environment, confirmed whether the invocation was
-// confirmed, and needsConfirm receives the first sensitive op refused for
-// want of a confirmation. Foreign modules (host/extism) come through here
-// too, by Call.Dispatch, so every op meets the same checks and audit.
-func (m *Module) dispatch(ctx context.Context, env *ops.Env, confirmed bool, needsConfirm *string, op, req []byte) (reply []byte, err error) {
+// newEnv is the ops environment of one of m's invocations, before Begin.
+func (m *Module) newEnv() ops.Env {
+	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota}
+}
+
+// Dispatch implements transport.Dispatcher: it runs one op for the
+// invocation, through the gate (AllowOp) with the op's real target.
+// Refusals go back to the guest as an abi.Error with code denied (or
+// confirmation_required) and into the audit trail. Ops that mutate storage
+// or leave the sandbox are audited with a mutation id. A panicking op is a
+// host bug: it becomes an internal error for the guest and a log record
+// with the stack, not a crashed host.
+func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []byte, err error) {
 	// An op after the deadline ends the guest (sleep.go): a guest calling
 	// ops in a tight loop, or writing a thousand requests to the device
 	// file in one write, must not run its ops past its deadline.
@@ -160,24 +163,7 @@ func (m *Module) dispatch(ctx context.Context, env *ops.Env, confirmed bool, nee
 	if !ok {
 		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q in this host (ABI v%d)", op, abi.Version)
 	}
-	mp := m.policy
-	if err := mp.eval.CheckOp(o.Name, ""); err != nil {
-		msg := err.Error()
-		var de *policy.DeniedError
-		if errors.As(err, &de) {
-			msg = fmt.Sprintf("op %s: %s (rule: %s)", o.Name, de.Reason, de.Rule)
-		}
-		m.auditOp(ctx, env, o.Name, audit.Deny, ruleOf(err), msg, "")
-		return nil, &abi.Error{Code: abi.CodeDenied, Message: msg}
-	}
-	if !confirmed && mp.profile.IsSensitive(o.Name) {
-		if *needsConfirm == "" {
-			*needsConfirm = o.Name
-		}
-		reason := o.Name + " is a sensitive op: the invocation must be confirmed first"
-		m.auditOp(ctx, env, o.Name, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "")
-		return nil, &abi.Error{Code: abi.CodeConfirmationRequired, Message: reason}
-	}
+	env := &inv.env
 	defer func() {
 		if r := recover(); r != nil {
 			if f, ok := r.(*transport.FaultError); ok {
@@ -187,16 +173,61 @@ func (m *Module) dispatch(ctx context.Context, env *ops.Env, confirmed bool, nee
 			reply, err = nil, abi.Errorf(abi.CodeInternal, "op %s failed inside the host", o.Name)
 		}
 	}()
-	reply, err = o.Func(env, req)
+	reply, err = ops.Dispatch(env, inv, o, req)
 	if err == nil && (o.Mutates || o.LeavesSandbox) {
-		m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID())
+		inv.m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID(), env.Target())
 	}
 	return reply, err
 }
 
-func (m *Module) auditOp(ctx context.Context, e *ops.Env, op, decision, rule, reason, mutation string) {
-	m.host.audit.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: decision, CorrelationID: e.CorrelationID, Module: e.Module,
-		Action: e.Action, Op: op, User: e.Principal.User, Org: e.Principal.Org, Rule: rule, Reason: reason, MutationID: mutation})
+// AllowOp implements ops.Gate: the module's effective grants with the
+// real target, then the profile's sensitive ops. Every refusal is audited.
+func (inv *invocation) AllowOp(env *ops.Env, o *ops.Op, target string) error {
+	m := inv.m
+	mp := m.policy
+	ctx := env.Context
+	if err := mp.eval.CheckOp(o.Name, target); err != nil {
+		shown := auditTarget(o, target)
+		what := o.Name
+		if shown != "" {
+			what += " " + shown
+		}
+		msg := err.Error()
+		var de *policy.DeniedError
+		if errors.As(err, &de) {
+			msg = fmt.Sprintf("op %s: %s (rule: %s)", what, de.Reason, de.Rule)
+		}
+		m.auditOp(ctx, env, o.Name, audit.Deny, ruleOf(err), msg, "", shown)
+		return &abi.Error{Code: abi.CodeDenied, Message: msg}
+	}
+	if !inv.confirmed && mp.profile.IsSensitive(o.Name) {
+		if inv.needsConfirm == "" {
+			inv.needsConfirm = o.Name
+		}
+		reason := o.Name + " is a sensitive op: the invocation must be confirmed first"
+		m.auditOp(ctx, env, o.Name, audit.Deny, "profile "+mp.profile.Name+": sensitive_ops", reason, "", auditTarget(o, target))
+		return &abi.Error{Code: abi.CodeConfirmationRequired, Message: reason}
+	}
+	return nil
+}
+
+// auditTarget is how a target is written into the audit trail: a URL only
+// as scheme://host:port (its path and query may carry secrets), others as
+// they are.
+func auditTarget(o *ops.Op, target string) string {
+	if target != "" && policy.CapabilityTarget(o.Capability) == "url" {
+		return targetOf(target)
+	}
+	return target
+}
+
+func (m *Module) auditOp(ctx context.Context, e *ops.Env, op, decision, rule, reason, mutation, target string) {
+	ev := audit.Event{Kind: audit.KindOp, Decision: decision, CorrelationID: e.CorrelationID, Module: e.Module,
+		Action: e.Action, Op: op, User: e.Principal.User, Org: e.Principal.Org, Rule: rule, Reason: reason, MutationID: mutation}
+	if target != "" {
+		ev.Attrs = map[string]string{"target": target}
+	}
+	m.host.audit.Record(ctx, ev)
 }
 
 func ruleOf(err error) string {

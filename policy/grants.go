@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -335,26 +334,10 @@ func list(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-// opCapability maps every op name, present and planned, to the capability
-// it needs ("" for none). It is the single list that profiles' sensitive_ops
-// and CheckOp consult, so that a typo in either is caught.
-var opCapability = map[string]string{
-	abi.OpLogWrite:  "",
-	abi.OpConfigGet: "",
-	abi.OpKVGet:     "kv", abi.OpKVPut: "kv", abi.OpKVDelete: "kv", abi.OpKVList: "kv",
-	"db.insert": "db", "db.get": "db", "db.query": "db", "db.update": "db", "db.delete": "db",
-	"http.fetch":  "http",
-	"media.fetch": "media", "media.put": "media", "media.get": "media", "media.info": "media", "media.thumbnail": "media",
-	"ai.complete": "ai", "ai.embed": "ai",
-	"knowledge.add": "knowledge", "knowledge.search": "knowledge",
-	"task.enqueue": "tasks", "task.status": "tasks",
-}
-
-func knownOps() []string { return slices.Sorted(maps.Keys(opCapability)) }
-
-// CheckOp decides whether the module may perform op now. target is what the
-// op acts on, where the capability is per target: the collection for db.*,
-// the URL for http.fetch, the model for ai.*; other ops ignore it.
+// CheckOp decides whether the module may perform op now. op is a name of
+// the op table (DeclareOp); target is what the op acts on where its
+// capability is granted per target (CapabilityTarget): the collection for
+// db.*, the URL for http.fetch, the model for ai.*; other ops ignore it.
 //
 // It returns nil or a *DeniedError whose Rule says whether the manifest did
 // not ask (fix: request it in moat.yaml) or the profile did not grant (fix:
@@ -364,10 +347,11 @@ func knownOps() []string { return slices.Sorted(maps.Keys(opCapability)) }
 // lookup and a comparison (plus parsing the URL for http.fetch). It does not
 // modify e, so one Evaluation may serve concurrent invocations.
 func (e *Evaluation) CheckOp(op, target string) error {
-	capName, ok := opCapability[op]
+	capName, ok := OpCapability(op)
 	if !ok {
-		reason := fmt.Sprintf("no op is named %q; known ops are %s", op, strings.Join(knownOps(), ", "))
-		if m := suggest(op, knownOps()); m != "" {
+		known := KnownOps()
+		reason := fmt.Sprintf("no op is named %q; known ops are %s", op, strings.Join(known, ", "))
+		if m := suggest(op, known); m != "" {
 			reason = fmt.Sprintf("no op is named %q; did you mean %s?", op, m)
 		}
 		return &DeniedError{Module: e.Module, Op: op, Rule: "unknown op", Reason: reason}
@@ -399,9 +383,9 @@ func (e *Evaluation) CheckOp(op, target string) error {
 		}
 		asked = e.Requested.Tasks
 	case "db", "ai":
-		kind, eff, req := "collection", e.Effective.DB, e.Requested.DB
+		kind, eff, req := CapabilityTarget(capName), e.Effective.DB, e.Requested.DB
 		if capName == "ai" {
-			kind, eff, req = "model", e.Effective.AI, e.Requested.AI
+			eff, req = e.Effective.AI, e.Requested.AI
 		}
 		if target == "" {
 			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: op + " names no " + kind}

@@ -220,10 +220,10 @@ func (p *Profile) check(ix *index) error {
 	if p.ConfirmTTL == 0 {
 		p.ConfirmTTL = DefaultConfirmTTL
 	}
-	ops := knownOps()
+	ops := KnownOps()
 	for i, op := range p.SensitiveOps {
-		if _, ok := opCapability[op]; !ok {
-			return ix.errorf(fmt.Sprintf("sensitive_ops[%d]", i), "%q is not an op%s; known ops are %s", op, didYouMean(op, ops), strings.Join(ops, ", "))
+		if _, ok := OpCapability(op); !ok {
+			return ix.errorf(fmt.Sprintf("sensitive_ops[%d]", i), "%q is not an op of this host's op table%s; known ops are %s", op, didYouMean(op, ops), strings.Join(ops, ", "))
 		}
 	}
 	names := map[string]int{}

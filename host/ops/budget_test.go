@@ -55,7 +55,7 @@ func TestLogWriteBudget(t *testing.T) {
 			op, _ := ops.Lookup([]byte(abi.OpLogWrite))
 			var err error
 			for range tt.times {
-				_, err = op.Func(env, []byte(tt.req))
+				_, err = ops.Dispatch(env, allowAll, op, []byte(tt.req))
 			}
 			var ae *abi.Error
 			switch {

@@ -1,7 +1,20 @@
 // Package ops is moat's op table: every op a guest can call, each a small
 // function over an Env that the host fills for the current invocation. Op
 // families register themselves from their own file (log.go, config.go,
-// kv.go, ...), so adding a family is one new file and no edits elsewhere.
+// kv.go, ...): each op's name, the capability it needs, how its target is
+// read from its request, and whether it mutates or leaves the sandbox.
+// The table is the one source of truth: Register declares each op to
+// policy (policy.DeclareOp), which keeps no list of its own, so adding a
+// family is one new file (plus its abi types and store methods) and no
+// edits elsewhere.
+//
+// Every call goes through Dispatch and the host's Gate: the capability is
+// checked before the request is decoded when it is granted as a whole (kv),
+// and with the real target once the request is decoded when it is granted
+// per target (the model of db.*, the URL of http.fetch): Typed does that
+// for every op written against abi types, through Env.Allow. An op that
+// returns without having been allowed is refused as a host bug, so no op
+// can skip the check by forgetting it.
 //
 // An op sees only what Env gives it: the caller's principal, the module's
 // name and configuration, the store scoped by the principal's organization,
@@ -36,6 +49,72 @@ type Env struct {
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
 
 	tagged *slog.Logger
+
+	// the call in flight, set by Dispatch
+	gate    Gate
+	op      *Op
+	allowed bool   // the gate allowed the op (for targeted ops: on target)
+	target  string // the target the gate allowed, for targeted ops
+}
+
+// Gate decides, for the host, whether the op in flight may act on target:
+// the module's grants with the real target, the profile's sensitive ops,
+// and the audit record of a refusal. target is "" for an op whose
+// capability is granted as a whole. A refusal is an *abi.Error for the
+// guest.
+type Gate interface {
+	AllowOp(env *Env, op *Op, target string) error
+}
+
+// Allow asks the gate whether the op in flight may act on target (the
+// collection, model or URL its request names; "" when it names none). Typed
+// calls it once the request is decoded; an op written against raw bytes
+// must call it before it acts. Calling it again with another target checks
+// that target too.
+func (e *Env) Allow(target string) error {
+	if e.op == nil {
+		return abi.Errorf(abi.CodeInternal, "an op asked for a policy decision outside a call")
+	}
+	if e.allowed && (!e.op.targeted || target == e.target) {
+		return nil
+	}
+	if err := e.gate.AllowOp(e, e.op, target); err != nil {
+		return err
+	}
+	e.allowed, e.target = true, target
+	return nil
+}
+
+// Target is the target the gate allowed for the call in flight ("" for an
+// op granted as a whole), for the host's audit record.
+func (e *Env) Target() string { return e.target }
+
+// Dispatch runs op on req for the invocation env describes, with g as
+// the policy gate. It is the only way the host runs an op.
+func Dispatch(env *Env, g Gate, o *Op, req []byte) ([]byte, error) {
+	env.gate, env.op, env.allowed, env.target = g, o, false, ""
+	defer func() { env.gate, env.op = nil, nil }()
+	if !o.targeted {
+		// Granted as a whole: decide before decoding anything, so a
+		// module without the grant costs the host no decoding.
+		if err := g.AllowOp(env, o, ""); err != nil {
+			return nil, err
+		}
+		env.allowed = true
+	}
+	reply, err := o.Func(env, req)
+	if err == nil && !env.allowed {
+		env.Log().Error("op ran without a policy decision: a bug in its family", "op", o.Name)
+		return nil, abi.Errorf(abi.CodeInternal, "op %s failed inside the host", o.Name)
+	}
+	return reply, err
+}
+
+// Targeted is implemented by the request type of an op whose capability is
+// granted per target: OpTarget returns what the call acts on (a
+// collection, model or URL). Typed passes it to Env.Allow.
+type Targeted interface {
+	OpTarget() string
 }
 
 // Begin refills the per-invocation fields of a reused Env.
@@ -72,12 +151,19 @@ type Func func(env *Env, req []byte) ([]byte, error)
 // Op describes one entry of the table.
 type Op struct {
 	Name string
-	Func Func
+	// Capability is what a module's grants must hold for it to call the
+	// op: a name policy knows (policy.CapabilityNames), or "" for an op any
+	// module may call (log.write, config.get). When the capability is
+	// granted per target, the op's request type implements Targeted.
+	Capability string
+	Func       Func
 	// Mutates is true for ops that change stored state; LeavesSandbox for
 	// ops that reach outside the host (network, AI). Policy and audit use
 	// them to decide which calls to record.
 	Mutates       bool
 	LeavesSandbox bool
+
+	targeted bool // the capability is granted per target
 }
 
 var (
@@ -85,8 +171,9 @@ var (
 	table = map[string]*Op{}
 )
 
-// Register adds op to the table. It panics on a duplicate or empty name:
-// both are programming errors caught when the binary starts.
+// Register adds op to the table and declares it to policy. It panics on a
+// duplicate or empty name or a capability policy does not know: all are
+// programming errors caught when the binary starts.
 func Register(op Op) {
 	if op.Name == "" || op.Func == nil {
 		panic("ops: Register needs a name and a func")
@@ -96,6 +183,10 @@ func Register(op Op) {
 	if _, dup := table[op.Name]; dup {
 		panic(fmt.Sprintf("ops: op %q registered twice", op.Name))
 	}
+	if err := policy.DeclareOp(op.Name, op.Capability); err != nil {
+		panic(fmt.Sprintf("ops: %v", err))
+	}
+	op.targeted = policy.CapabilityTarget(op.Capability) != ""
 	table[op.Name] = &op
 }
 
@@ -121,10 +212,20 @@ func Names() []string {
 
 // Typed adapts a function over decoded request and reply types to a Func,
 // so each op is written against abi's types and never touches the wire.
+// Once the request is decoded it asks the gate (Env.Allow) with the
+// request's target when *Req implements Targeted: an op written with Typed
+// cannot forget its policy check.
 func Typed[Req, Resp any](f func(env *Env, req *Req) (*Resp, error)) Func {
 	return func(env *Env, b []byte) ([]byte, error) {
 		var req Req
 		if err := abi.Unmarshal(b, &req); err != nil {
+			return nil, err
+		}
+		target := ""
+		if t, ok := any(&req).(Targeted); ok {
+			target = t.OpTarget()
+		}
+		if err := env.Allow(target); err != nil {
 			return nil, err
 		}
 		resp, err := f(env, &req)

@@ -5,6 +5,7 @@
 //	devcmd open N      open the device N times, keeping each open
 //	devcmd log N       N log.write ops on one descriptor, a reply read after each
 //	devcmd line BYTES  one config.get request line of BYTES bytes
+//	devcmd call OP REQ one op with the JSON request REQ; prints its reply line
 package main
 
 import (
@@ -18,8 +19,19 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "call" {
+		f, r := open(os.Getenv("MOAT_OPS"))
+		line, _ := json.Marshal(map[string]any{"op": os.Args[2], "req": json.RawMessage(os.Args[3])})
+		fmt.Fprintf(f, "%s\n", line)
+		reply, err := r.ReadBytes('\n')
+		if err != nil {
+			fail("read a reply: " + err.Error())
+		}
+		os.Stdout.Write(reply)
+		return
+	}
 	if len(os.Args) != 3 {
-		fail("usage: devcmd open|log|line N")
+		fail("usage: devcmd open|log|line N, or devcmd call OP REQ")
 	}
 	n, err := strconv.Atoi(os.Args[2])
 	if err != nil {

@@ -36,6 +36,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -60,6 +61,7 @@ func init() {
 	moat.Action("grow", grow)
 	moat.Action("big", big)
 	moat.Action("unknownop", unknownOp)
+	moat.Action("call", callOp)
 	moat.Action("bigcall", bigCall)
 	moat.Action("exit", func([]byte) ([]byte, error) {
 		os.Exit(3)
@@ -167,6 +169,21 @@ func unknownOp([]byte) ([]byte, error) {
 		return nil, err
 	}
 	return nil, errors.New("op no.such.op unexpectedly succeeded")
+}
+
+// callOp runs the op named by the input's first word with the rest as its
+// JSON request, and returns the reply: any op of the table, as the tests
+// of a new op family need.
+func callOp(in []byte) ([]byte, error) {
+	op, req, _ := strings.Cut(string(in), " ")
+	if req == "" {
+		req = "{}"
+	}
+	var resp json.RawMessage
+	if err := moat.Call(op, json.RawMessage(req), &resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 func bigCall([]byte) ([]byte, error) {
