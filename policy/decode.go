@@ -259,6 +259,7 @@ var (
 	durationType = reflect.TypeFor[Duration]()
 	byteSizeType = reflect.TypeFor[ByteSize]()
 	httpCapsType = reflect.TypeFor[HTTPCaps]()
+	commandType  = reflect.TypeFor[Command]()
 )
 
 // nouns used in "unknown field" messages, by struct type: singular, plural.
@@ -315,6 +316,14 @@ func (ix *index) walk(n *yaml.Node, t reflect.Type, path string) error {
 			return ix.walkStruct(n, reflect.TypeFor[httpCapsObject](), path)
 		}
 		return ix.errorf(path, "expected a list of targets or a mapping {targets: [...], allow_any: true}, got %s; write it like http: [https://api.example.com:443]", describe(n))
+	case t == commandType:
+		switch n.Kind {
+		case yaml.SequenceNode:
+			return ix.walk(n, reflect.TypeFor[[]string](), path)
+		case yaml.ScalarNode:
+			return ix.walk(n, reflect.TypeFor[string](), path)
+		}
+		return ix.errorf(path, "expected a command like python3 main.py, or a list like [python3, main.py], got %s", describe(n))
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

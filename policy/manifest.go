@@ -29,6 +29,7 @@ type Manifest struct {
 	Language     string            `yaml:"language,omitempty"`
 	Module       string            `yaml:"module,omitempty"` // default Name + ".wasm"
 	Kind         Kind              `yaml:"kind,omitempty"`   // default KindMoat
+	Command      Command           `yaml:"command,omitempty"` // kind native: the worker's argv
 	Actions      []Action          `yaml:"actions,omitempty"`
 	Capabilities Capabilities      `yaml:"capabilities,omitempty"`
 	Limits       Limits            `yaml:"limits,omitempty"`
@@ -50,9 +51,41 @@ const (
 	KindWASICommand Kind = "wasi-command"
 	// KindExtism is an Extism plug-in: each action is an exported function.
 	KindExtism Kind = "extism"
+	// KindNative is a native plugin: a long-lived worker process started
+	// from Command in the module's directory, run under every kernel layer
+	// (no WebAssembly), speaking the op table over the pipe transport.
+	KindNative Kind = "native"
 )
 
-var kinds = []string{string(KindMoat), string(KindWASICommand), string(KindExtism)}
+var kinds = []string{string(KindMoat), string(KindWASICommand), string(KindExtism), string(KindNative)}
+
+// Command is a native worker's argv: the program, then its arguments. No
+// shell reads it. In YAML it is a list, or one string split at spaces
+// (command: python3 main.py).
+type Command []string
+
+// UnmarshalYAML accepts the list form and the string form.
+func (c *Command) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		*c = l
+		return nil
+	case yaml.ScalarNode:
+		*c = strings.Fields(n.Value)
+		return nil
+	}
+	return newNodeError(n, "expected a command like python3 main.py, or a list like [python3, main.py]")
+}
+
+// Native command limits: the arguments, and the bytes of each.
+const (
+	maxCommandArgs   = 64
+	maxCommandArgLen = 4096
+)
 
 // Action is one entry point of a module, and who may call it.
 //
@@ -244,6 +277,9 @@ func (m *Manifest) check(ix *index) error {
 	if m.Kind == KindWASICommand && len(m.Actions) > 0 {
 		return ix.errorf("actions", "a wasi-command module has no actions (it runs from _start); remove actions, or set kind: moat")
 	}
+	if err := checkCommand(ix, m); err != nil {
+		return err
+	}
 	seen := map[string]int{}
 	for i := range m.Actions {
 		a := &m.Actions[i]
@@ -288,6 +324,46 @@ func (m *Manifest) check(ix *index) error {
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {
 		if !tokenRE.MatchString(k) {
 			return ix.errorf("config."+k, "%q is not a valid config key; use letters, digits and . _ - : / @ +", k)
+		}
+	}
+	return nil
+}
+
+// checkCommand validates a native plugin's command: present for kind
+// native and only there, bounded, and naming its program either by a bare
+// name (found on the worker's PATH), an absolute path, or a path inside the
+// module's directory (./worker, bin/worker; never ..).
+func checkCommand(ix *index, m *Manifest) error {
+	if m.Kind != KindNative {
+		if len(m.Command) > 0 {
+			return ix.errorf("command", "only a native plugin has a command; remove it, or write kind: native")
+		}
+		return nil
+	}
+	switch {
+	case len(m.Command) == 0:
+		return ix.errorf("command", "a native plugin needs the command that starts its worker; add a line like command: python3 main.py")
+	case len(m.Command) > maxCommandArgs:
+		return ix.errorf("command", "has %d arguments; the most is %d", len(m.Command), maxCommandArgs)
+	case len(m.Actions) == 0:
+		return ix.errorf("actions", "a native plugin declares the actions its worker serves; add actions: [{name: greet}]")
+	}
+	for i, a := range m.Command {
+		p := fmt.Sprintf("command[%d]", i)
+		switch {
+		case a == "":
+			return ix.errorf(p, "is empty; remove it")
+		case len(a) > maxCommandArgLen:
+			return ix.errorf(p, "is %d bytes; the most is %d", len(a), maxCommandArgLen)
+		case strings.ContainsFunc(a, func(r rune) bool { return r < ' ' || r == 0x7f }):
+			return ix.errorf(p, "%q contains control characters", a)
+		}
+	}
+	prog := m.Command[0]
+	if !strings.HasPrefix(prog, "/") && strings.Contains(prog, "/") {
+		clean := path.Clean(prog)
+		if clean == ".." || strings.HasPrefix(clean, "../") {
+			return ix.errorf("command[0]", "%q leaves the module's directory; name a program inside it (./worker), on the PATH (python3), or by its absolute path", prog)
 		}
 	}
 	return nil

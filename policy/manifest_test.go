@@ -132,6 +132,13 @@ var manifestErrors = []struct {
 }{
 	// syntax and shape
 	{"empty file", "", 1, "", "the file is empty"},
+	// native plugins
+	{"native without command", "name: n\nversion: 1.0.0\nkind: native\nactions: [{name: a}]\n", 1, "command", "add a line like command: python3 main.py"},
+	{"command on a wasm plugin", "name: n\nversion: 1.0.0\ncommand: python3 main.py\n", 3, "command", "only a native plugin has a command"},
+	{"native without actions", "name: n\nversion: 1.0.0\nkind: native\ncommand: python3 main.py\n", 1, "actions", "declares the actions its worker serves"},
+	{"command leaving the directory", "name: n\nversion: 1.0.0\nkind: native\ncommand: [../../bin/sh, -c, x]\nactions: [{name: a}]\n", 4, "command[0]", "leaves the module's directory"},
+	{"command with a control character", "name: n\nversion: 1.0.0\nkind: native\ncommand: [\"python3\", \"a\\nb\"]\nactions: [{name: a}]\n", 4, "command[1]", "control characters"},
+	{"command of a mapping", "name: n\nversion: 1.0.0\nkind: native\ncommand: {run: x}\nactions: [{name: a}]\n", 4, "command", "expected a command like python3 main.py"},
 	{"comments only", "# nothing\n", 1, "", "the file is empty"},
 	{"unclosed bracket", "name: a\nversion: 1.0.0\ncapabilities:\n  db: [orders\n", 4, "", "YAML syntax"},
 	{"bad indentation", "name: a\nversion: 1.0.0\nactions:\n  - name: x\n  timeout: 5s\n", 5, "", "check the indentation"},
