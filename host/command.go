@@ -196,7 +196,9 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		// as a success is a wrong answer nobody can see.
 		return failed(abi.CodeOutputTooLarge, err, "%s exceeded %d bytes; the command was stopped", over.Exceeded(), lim.MaxOutputBytes)
 	case err == nil:
-		if inst.mem.Hit() {
+		// A grow refused during the run that the guest survived is its
+		// business; only an initial memory over the limit fails the run.
+		if inst.mem.InitialHit() {
 			return failed(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		}
 		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil

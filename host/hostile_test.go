@@ -151,6 +151,8 @@ func hostileCases() []hostileCase {
 		{name: "table grown until refused, cap 1000", fixture: "hostile_plugin.wasm", limits: host.Limits{Timeout: time.Second, MaxTableElements: 1000},
 			action: "tablegrowloop", output: le32(1)},
 		{name: "table.grow of 2^26 in a command", fixture: "hostile_cmd.wasm", limits: cmd, run: true, args: []string{"table"}, exit: 7},
+		// A command that survives its refused memory.grow and exits 0 ran: exit 0, not memory_limit.
+		{name: "memory.grow refused in a command, survived", fixture: "hostile_cmd.wasm", limits: cmd, run: true, args: []string{"memory"}, exit: 0},
 
 		// Linear memory: growth past the limit or past 4 GiB fails, the guest goes on.
 		{name: "memory.grow to 4 GiB and by 0xFFFFFFFF pages", fixture: "hostile_plugin.wasm", limits: plugin, action: "memgrowmax", output: le32(-1) + le32(-1)},

@@ -1,7 +1,8 @@
 ;; hostile_cmd.wat: a WASI command whose first argument picks an attack:
 ;; "sleep" (20 s in poll_oneoff), "read" (fd_read of stdin), "pollstdin"
 ;; (poll_oneoff on stdin and a 20 s clock), "table" (table.grow of 2^26,
-;; exit 7 when refused), "x" (a loop). It exits 0 when the attack returns.
+;; exit 7 when refused), "memory" (memory.grow of 2^15 pages, 2 GiB, which it
+;; survives when refused), "x" (a loop). It exits 0 when the attack returns.
 (module
   (import "wasi_snapshot_preview1" "args_sizes_get" (func $argc (param i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "args_get" (func $argv (param i32 i32) (result i32)))
@@ -56,6 +57,11 @@
       (then
         (if (i32.eq (table.grow $t (ref.null func) (i32.const 0x4000000)) (i32.const -1))
           (then (call $exit (i32.const 7))))
+        (return)))
+    ;; 'm'emory: a refused grow is survived; exit 0
+    (if (i32.eq (local.get $a) (i32.const 0x6d))
+      (then
+        (drop (memory.grow (i32.const 0x8000)))
         (return)))
     ;; 'x': a loop
     (if (i32.eq (local.get $a) (i32.const 0x78))
