@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/moat-sandbox/moat/abi"
 )
@@ -18,6 +19,28 @@ type Error struct {
 	Err    error // the underlying cause, if any
 	// Confirmation is set when Code is confirmation_required.
 	Confirmation *ConfirmationRequest
+
+	// decided: the error is the host's own refusal, already in the audit
+	// trail as the decision that made it, so the invocation's outcome is
+	// not recorded a second time. A guest's error never is, whatever its
+	// code.
+	decided bool
+}
+
+// hostOnlyCodes carry decisions only the host makes: a guest failing with
+// one (confirmation_required with no token, rate_limited that tells the
+// client to retry later) would make a caller act on a decision nobody
+// made. A guest's error with such a code is reported as guest_error.
+var hostOnlyCodes = []abi.Code{abi.CodeConfirmationRequired, abi.CodeRateLimited, abi.CodeResourceExhausted}
+
+// guestFailure is the *Error of an action that failed with the guest's
+// own code and message.
+func guestFailure(module, action string, code abi.Code, message string, cause error) *Error {
+	if slices.Contains(hostOnlyCodes, code) {
+		return &Error{Module: module, Action: action, Code: abi.CodeGuestError, Err: cause,
+			Reason: fmt.Sprintf("the action failed with code %s, which only the host gives: %s", code, message)}
+	}
+	return &Error{Module: module, Action: action, Code: code, Reason: message, Err: cause}
 }
 
 func (e *Error) Error() string {

@@ -80,7 +80,7 @@ var (
 func RegisterDriver(kind Kind, d Driver) {
 	driversMu.Lock()
 	defer driversMu.Unlock()
-	if kind == KindPlugin || kind == KindCommand || kind == KindScript || d == nil {
+	if kind == KindPlugin || kind == KindCommand || kind == KindScript || kind == KindNative || d == nil {
 		panic(fmt.Sprintf("host: RegisterDriver(%q): the host runs that kind itself, or the driver is nil", kind))
 	}
 	if _, dup := drivers[kind]; dup {

@@ -25,14 +25,14 @@ import (
 // the ops environment and the output streams.
 type instance struct {
 	invocation // the invocation it serves; the op gate
-	mod    api.Module
-	alloc  api.Function
-	invoke api.Function
-	mem    *limitedMemory
-	sess   transport.Session
-	stdout guestStream
-	stderr guestStream
-	stack  [3]uint64
+	mod        api.Module
+	alloc      api.Function
+	invoke     api.Function
+	mem        *limitedMemory
+	sess       transport.Session
+	stdout     guestStream
+	stderr     guestStream
+	stack      [3]uint64
 }
 
 // newInstance instantiates the module. Instantiation (and _initialize, for

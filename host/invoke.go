@@ -153,7 +153,7 @@ func (m *Module) auditInvocation(ctx context.Context, req *Request, start time.T
 		if code == "" {
 			code = string(abi.CodeInternal)
 		}
-		if code == string(abi.CodeDenied) || code == string(abi.CodeRateLimited) || code == string(abi.CodeConfirmationRequired) {
+		if e := (*Error)(nil); errors.As(err, &e) && e.decided {
 			return // already recorded as the decision that refused it
 		}
 	} else if m.host.cfg.OmitAllowedInvocationAudit {
@@ -227,7 +227,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 		if err := abi.Unmarshal(out, &ge); err != nil || ge.Code == "" {
 			return fail(abi.CodeGuestError, true, nil, "%s", strings.TrimSpace(string(out)))
 		}
-		return fail(ge.Code, true, &ge, "%s", ge.Message)
+		return nil, &callError{Error: guestFailure(m.name, req.Action, ge.Code, ge.Message, &ge), reusable: true}
 	}
 	return out, nil
 }

@@ -77,6 +77,9 @@ type LoadOptions struct {
 	// Script makes a WASI command (an interpreter) serve the manifest's
 	// actions; see Script.
 	Script *Script
+	// Native loads a native plugin (kind: native) instead of WebAssembly:
+	// Load's wasm must then be empty. See Native.
+	Native *Native
 }
 
 // Module is a compiled module ready to run. It is safe for concurrent use.
@@ -100,8 +103,9 @@ type Module struct {
 	publicIdx map[string]uint32 // public name -> index
 	policy    *modulePolicy
 	diskQuota int64
-	runner    Runner // a foreign module's driver (KindExtism); nil otherwise
+	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
 	script    *Script
+	source    []byte // a native plugin's files, as signed
 
 	mu   sync.Mutex
 	idle []*instance
@@ -196,6 +200,12 @@ var pluginExports = map[string][2][]api.ValueType{
 // prepares it to run. A plugin is instantiated once here, so a module that
 // fails its ABI check or its _initialize fails at load, not on first use.
 func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module, error) {
+	if opts.Native != nil {
+		if len(wasm) > 0 {
+			return nil, &Error{Module: opts.Name, Code: abi.CodeInvalidArgument, Reason: "a native plugin has no WebAssembly: pass nil bytes with LoadOptions.Native"}
+		}
+		return h.loadNative(ctx, opts)
+	}
 	digest := Digest(wasm)
 	name := opts.Name
 	if mf := opts.Manifest; mf != nil {
@@ -524,6 +534,8 @@ func manifestKind(k Kind) policy.Kind {
 		return policy.KindWASICommand
 	case KindExtism:
 		return policy.KindExtism
+	case KindNative:
+		return policy.KindNative
 	}
 	return policy.KindMoat
 }

@@ -57,10 +57,11 @@ func (m *Module) Binding() string {
 		part([]byte("moat module binding v1"))
 		part([]byte(m.name))
 		part([]byte(m.digest))
-		if m.script != nil {
+		switch {
+		case m.script != nil:
 			part(m.script.Source)
-		} else {
-			part(nil)
+		default:
+			part(m.source) // a native plugin's files; nil for WebAssembly
 		}
 		for _, v := range []any{mp.manifest, m.config, m.info.Mode, m.info.Signer} {
 			b, err := json.Marshal(v)
@@ -213,7 +214,7 @@ func (m *Module) requestConfirmation(ctx context.Context, req *Request, summary,
 		Reason: "confirmation requested: " + summary, Attrs: map[string]string{"input_sha256": c.InputSHA256, "binding": c.Binding, "expires_at": c.ExpiresAt.Format(time.RFC3339)}})
 	return &Error{Module: m.name, Action: req.Action, Code: abi.CodeConfirmationRequired,
 		Reason:       fmt.Sprintf("%s needs confirmation (%s); confirm with the token within %s", req.Action, rule, ttl),
-		Confirmation: &ConfirmationRequest{Token: token, Module: m.name, Action: req.Action, Summary: summary, ExpiresAt: c.ExpiresAt}}
+		Confirmation: &ConfirmationRequest{Token: token, Module: m.name, Action: req.Action, Summary: summary, ExpiresAt: c.ExpiresAt}, decided: true}
 }
 
 func hashToken(token string) string {
@@ -286,7 +287,7 @@ func (m *Module) acquire(ctx context.Context, req *Request) (release func(), err
 	if mp.rate != nil && !mp.rate.allow(req.Principal.Org) {
 		reason := fmt.Sprintf("the limit of %d calls per minute for organization %s is used up", mp.eval.Limits.CallsPerMinute, req.Principal.Org)
 		m.deny(ctx, req, audit.KindDecision, "", "limits.calls_per_minute", reason)
-		return nil, &Error{Module: m.name, Action: req.Action, Code: abi.CodeRateLimited, Reason: reason}
+		return nil, &Error{Module: m.name, Action: req.Action, Code: abi.CodeRateLimited, Reason: reason, decided: true}
 	}
 	if mp.slots == nil {
 		return func() {}, nil

@@ -237,7 +237,7 @@ func (su suite) testAuditValidation(t *testing.T) {
 	if got, _ := s.AuditQuery(ctx, store.AuditFilter{}); len(got) != 0 {
 		t.Errorf("store holds %d events after rejected batches", len(got))
 	}
-	for _, kind := range []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement"} {
+	for _, kind := range []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker"} {
 		for _, decision := range []string{"", "allow", "deny"} {
 			if err := s.AuditInsert(ctx, []store.AuditEvent{{Kind: kind, Decision: decision}}); err != nil {
 				t.Errorf("kind %q decision %q: %v", kind, decision, err)

@@ -1,0 +1,202 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// KindNative is a native plugin (kind: native in moat.yaml): no WebAssembly,
+// but long-lived worker processes started from the manifest's command,
+// each confined by every kernel layer (its own uid, cgroup, root
+// filesystem and empty network namespace; Landlock; seccomp), speaking the
+// op table over the pipe transport. Load it with LoadOptions.Native.
+const KindNative Kind = "native"
+
+// Native describes a native plugin's files and how its workers start.
+type Native struct {
+	// Dir is the plugin's directory: read-only to its workers, and their
+	// working directory. Its files must be readable by other uids (a
+	// worker runs as a uid of its own).
+	Dir string
+	// Command is the worker's argv; default the manifest's command.
+	Command []string
+	// Env is the workers' environment beyond PATH and LANG (an SDK's
+	// PYTHONPATH, say), and ReadOnly more paths they may read (that SDK's
+	// directory).
+	Env      []string
+	ReadOnly []string
+	// Source is what a signature covers and what the module's digest is
+	// of: the plugin's files as one archive (languages.PackSources).
+	Source []byte
+	// Health checks and restarts; zero values take native.WorkerSpec's
+	// defaults (a ping every 5 s answered within 2 s; give up after 5
+	// restarts within a minute).
+	HealthInterval, HealthTimeout, StartTimeout time.Duration
+	MaxRestarts                                 int
+	RestartWindow                               time.Duration
+}
+
+// Audit kind of a native plugin's worker events (started, restarted,
+// restart_failed, health_check_failed, gave_up).
+const auditKindWorker = "worker"
+
+// DefaultNativeMemory is a native worker's memory (its cgroup's limit)
+// when neither the manifest nor the profile sets limits.memory.
+const DefaultNativeMemory = 256 << 20
+
+// loadNative is Load for a native plugin: the same signature check,
+// policy and limits as a WASM module, then its workers, which sit behind
+// the same Runner interface as a foreign driver's modules, so every call
+// meets the same gate (authorize, confirm, rate, concurrency, the op table
+// through Call.Dispatch, audit).
+func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error) {
+	nat, mf := opts.Native, opts.Manifest
+	name := opts.Name
+	if mf != nil {
+		name = mf.Name
+	}
+	fail := func(code abi.Code, err error, format string, args ...any) (*Module, error) {
+		return nil, &Error{Module: name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
+	switch {
+	case mf == nil:
+		return fail(abi.CodeInvalidArgument, nil, "a native plugin needs its manifest (kind: native, command, actions)")
+	case opts.Name != "" && opts.Name != mf.Name:
+		return fail(abi.CodeInvalidArgument, nil, "the manifest names the module %q, the load names it %q: use one name", mf.Name, opts.Name)
+	case mf.Kind != policy.KindNative:
+		return fail(abi.CodeBadModule, nil, "the manifest says kind %s; a native plugin's says kind: native", mf.Kind)
+	case opts.Script != nil:
+		return fail(abi.CodeInvalidArgument, nil, "LoadOptions.Native and LoadOptions.Script exclude each other")
+	case nat.Dir == "":
+		return fail(abi.CodeInvalidArgument, nil, "LoadOptions.Native.Dir is empty: give the plugin's directory")
+	case len(nat.Source) == 0:
+		return fail(abi.CodeInvalidArgument, nil, "LoadOptions.Native.Source is empty: give the plugin's files as one archive (its digest and signature are of it)")
+	}
+	if err := ValidateModuleName(name); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	command := nat.Command
+	if len(command) == 0 {
+		command = mf.Command
+	}
+	if len(command) == 0 {
+		return fail(abi.CodeInvalidArgument, nil, "no command starts the plugin's workers: write command: in %s", policy.ManifestFile)
+	}
+	signer, err := h.verifySignature(ctx, name, nat.Source, opts, opts.CorrelationID)
+	if err != nil {
+		return nil, err
+	}
+	digest := Digest(nat.Source)
+	m := &Module{
+		host: h, name: name, digest: digest, kind: KindNative, source: nat.Source,
+		policy: &modulePolicy{profile: h.profile, manifest: mf},
+		info:   Info{Name: name, Digest: digest, Kind: KindNative, Size: len(nat.Source)},
+	}
+	if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
+		return nil, err
+	}
+	m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
+	if err := m.limits.validate(); err != nil {
+		return fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	m.config = map[string]string{}
+	for k, v := range mf.Config {
+		m.config[k] = v
+	}
+	for k, v := range opts.Config {
+		m.config[k] = v
+	}
+	m.diskQuota = int64(m.policy.eval.Limits.Disk)
+
+	memory := int64(m.policy.eval.Limits.Memory)
+	if memory <= 0 {
+		memory = DefaultNativeMemory
+	}
+	size := max(m.policy.eval.Limits.Concurrency, 1)
+	size = min(size, native.MaxPluginWorkers)
+	base := native.Spec{
+		MemoryBytes: memory,
+		ReadOnly:    append([]string{nat.Dir}, nat.ReadOnly...),
+		WorkDir:     nat.Dir,
+	}
+	env := append([]string{"PATH=" + native.DefaultPath, "LANG=C.UTF-8"}, nat.Env...)
+	workerEvent := audit.Event{Kind: auditKindWorker, Module: name, CorrelationID: opts.CorrelationID}
+	pool, err := native.StartPlugin(ctx, native.PluginSpec{Size: size, Worker: native.WorkerSpec{
+		Name: name, Command: command, Env: env,
+		Launch:         native.ConfinedLauncher(base),
+		HealthInterval: nat.HealthInterval, HealthTimeout: nat.HealthTimeout, StartTimeout: nat.StartTimeout,
+		MaxRestarts: nat.MaxRestarts, RestartWindow: nat.RestartWindow,
+		Logger:   h.log.With("module", name),
+		OnDenial: native.AuditDenials(h.audit, audit.Event{Module: name}),
+		OnEvent: func(e native.WorkerEvent) {
+			ev := workerEvent
+			ev.Rule = string(e.Kind)
+			ev.Decision = audit.Allow
+			if e.Kind == native.EventGaveUp {
+				ev.Decision = audit.Deny
+			}
+			ev.Reason = e.Reason
+			ev.Attrs = map[string]string{"pid": fmt.Sprint(e.Pid), "slot": fmt.Sprint(e.Slot)}
+			if e.Exit != "" {
+				ev.Attrs["exit"] = e.Exit
+			}
+			h.audit.Record(context.Background(), ev)
+		},
+	}})
+	if err != nil {
+		return fail(abi.CodeBadModule, err, "the plugin's worker did not start: %v", err)
+	}
+	m.runner = nativeRunner{pool}
+	m.actionIdx = map[string]uint32{}
+	for _, a := range pool.Actions() {
+		m.actionIdx[a] = uint32(len(m.actions))
+		m.actions = append(m.actions, a)
+	}
+	if err := m.checkActionNames(); err != nil {
+		m.Close(ctx)
+		return fail(abi.CodeBadModule, err, "%v", err)
+	}
+	if err := m.mapActions(); err != nil {
+		m.Close(ctx)
+		return fail(abi.CodeBadModule, nil, "%v", err)
+	}
+	m.info.Actions = m.public
+	m.info.Mode = string(m.policy.eval.Mode)
+	m.info.Signer = m.policy.eval.Signer
+	return m, nil
+}
+
+// nativeRunner puts a native plugin's workers behind Runner, the interface
+// the gate calls every runtime through.
+type nativeRunner struct{ pool *native.PluginPool }
+
+func (r nativeRunner) Functions() []string { return r.pool.Actions() }
+
+func (r nativeRunner) Close(context.Context) error { return r.pool.Close() }
+
+// Call runs the action on a worker. Its ops come back through c.Dispatch,
+// the gate. A worker's failure (a crash, the OOM killer, the deadline) is
+// classified by the pool; the action's own error keeps its code, as a
+// WASM guest's does.
+func (r nativeRunner) Call(ctx context.Context, c *Call) ([]byte, error) {
+	out, err := r.pool.Invoke(ctx, c, c.Function, c.Input, c.CorrelationID)
+	if err == nil {
+		return out, nil
+	}
+	var we *native.WorkerError
+	var ae *abi.Error
+	switch {
+	case errors.As(err, &we):
+		return nil, &Error{Code: we.Code, Reason: we.Reason, Err: err}
+	case errors.As(err, &ae):
+		return nil, guestFailure("", "", ae.Code, ae.Message, ae)
+	}
+	return nil, &Error{Code: abi.CodeInternal, Reason: err.Error(), Err: err}
+}

@@ -1,0 +1,185 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	pysdk "github.com/moat-sandbox/moat/guests/python"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// requireNative skips (fails under MOAT_REQUIRE_TOOLS=1) where a native
+// plugin cannot run confined: not root, or no python3.
+func requireNative(t *testing.T) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "native plugins run confined, which these tests assert as root"
+	} else if _, err := exec.LookPath("python3"); err != nil {
+		why = "python3 is not installed"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// pyPlugin copies host/native's test worker into a directory other uids
+// can read, with the Python SDK beside it.
+func pyPlugin(t *testing.T) *host.Native {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "moat-native-plugin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("native/testdata/pyworker/main.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.py"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sdk := filepath.Join(dir, "sdk")
+	env, err := pysdk.WriteSDK(sdk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &host.Native{Dir: dir, Env: env, Source: src, MaxRestarts: 2, RestartWindow: time.Minute}
+}
+
+const nativeManifest = `version: 1.0.0
+kind: native
+command: [python3, main.py]
+actions: [{name: echo}, {name: ops}, {name: crash}, {name: probe}, {name: hang, timeout: 1s}]
+`
+
+// TestNativePlugin: a native plugin through the gate, as a user runs it:
+// its ops are checked against the grants (a denied op refused and
+// audited, an allowed mutation audited), its kernel layers hold, a crash
+// restarts the worker (audited), and a crash loop gives the plugin up
+// (audited), with an error that says what to do.
+func TestNativePlugin(t *testing.T) {
+	requireNative(t)
+	ctx := context.Background()
+	h := policyHost(t, `
+name: test
+on_ungranted: deny_at_call
+default:
+  capabilities: {kv: true}
+  limits: {memory: 128MiB, concurrency: 2, timeout: 10s}
+`)
+	load := func(t *testing.T, name, caps string) *host.Module {
+		t.Helper()
+		mf, err := policy.ParseManifest("moat.yaml", []byte("name: "+name+"\n"+nativeManifest+caps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, Native: pyPlugin(t), Config: map[string]string{"greeting": "hi"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close(ctx) })
+		return m
+	}
+	call := func(m *host.Module, action, input, cid string) (string, error) {
+		res, err := m.Invoke(ctx, host.Request{Action: action, Input: []byte(input), Principal: ann, CorrelationID: cid})
+		return string(res.Output), err
+	}
+	codeOf := func(err error) abi.Code { return host.CodeOf(err) }
+
+	granted := load(t, "native-granted", "capabilities: {kv: true}\n")
+	if info := granted.Info(); info.Kind != host.KindNative || !strings.Contains(strings.Join(info.Actions, ","), "ops") {
+		t.Fatalf("info %+v", info)
+	}
+	for i, want := range []string{`{"count":1,"greeting":"hi"}`, `{"count":2,"greeting":"hi"}`} {
+		out, err := call(granted, "ops", "", "native-ops")
+		if err != nil || out != want {
+			t.Fatalf("ops #%d = %q, %v; want %q", i+1, out, err, want)
+		}
+	}
+	if evs := auditEvents(t, h, audit.Filter{CorrelationID: "native-ops", Kind: audit.KindOp, Decision: audit.Allow}); len(evs) != 2 || evs[0].Op != abi.OpKVPut || evs[0].MutationID == "" {
+		t.Errorf("allowed kv.put audit: %+v", evs)
+	}
+
+	// The same worker without the kv grant: the op is refused by the gate
+	// and the refusal audited; the worker reports the code it was given.
+	ungranted := load(t, "native-ungranted", "")
+	_, err := call(ungranted, "ops", "", "native-denied")
+	if codeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv is not among the capabilities the module requests") {
+		t.Fatalf("ungranted ops: %v, want denied by the manifest rule", err)
+	}
+	evs := auditEvents(t, h, audit.Filter{CorrelationID: "native-denied", Kind: audit.KindOp, Decision: audit.Deny})
+	if len(evs) != 1 || evs[0].Op != abi.OpKVGet || evs[0].Module != "native-ungranted" || evs[0].Rule != "manifest capabilities" || evs[0].Org != ann.Org {
+		t.Fatalf("deny audit: %+v", evs)
+	}
+
+	// Kernel layers, inside a worker of the plugin.
+	for _, tt := range []struct{ probe, want string }{
+		{`["read", "/etc/shadow"]`, "ENOENT"},
+		{`["write", "main.py"]`, "EROFS"},
+		{`["tcp", "127.0.0.1", "5432"]`, "EACCES"},
+		{`["udp", "1.1.1.1", "53"]`, "ENETUNREACH"},
+	} {
+		if out, err := call(granted, "probe", tt.probe, "native-probe"); err != nil || out != tt.want {
+			t.Errorf("probe %s = %q, %v; want %s", tt.probe, out, err, tt.want)
+		}
+	}
+
+	// The action's deadline ends a hung worker, which is replaced.
+	start := time.Now()
+	if _, err := call(granted, "hang", "", "native-hang"); codeOf(err) != abi.CodeTimeout || time.Since(start) > 5*time.Second {
+		t.Fatalf("hang: %v after %s, want timeout after about 1s", err, time.Since(start))
+	}
+	if out, err := call(granted, "echo", "after the hang", "native-echo"); err != nil || out != "after the hang" {
+		t.Fatalf("echo after the hang: %q, %v", out, err)
+	}
+
+	// A crash fails its call and restarts the worker (audited).
+	if _, err := call(granted, "crash", "", "native-crash"); codeOf(err) != abi.CodeUnavailable || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("crash: %v, want unavailable naming exit status 3", err)
+	}
+	if out, err := call(granted, "echo", "again", "native-echo"); err != nil || out != "again" {
+		t.Fatalf("echo after the crash: %q, %v", out, err)
+	}
+	worker := func(rule string) []audit.Event {
+		var out []audit.Event
+		for _, e := range auditEvents(t, h, audit.Filter{Module: "native-granted", Kind: "worker"}) {
+			if e.Rule == rule {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if evs := worker("restarted"); len(evs) < 2 || !strings.Contains(evs[len(evs)-1].Attrs["exit"], "exit status 3") {
+		t.Fatalf("restart events: %+v", evs)
+	}
+
+	// A crash loop (MaxRestarts 2 within a minute) gives the plugin up.
+	for range 3 {
+		call(granted, "crash", "", "native-loop")
+	}
+	_, err = call(granted, "echo", "x", "native-given-up")
+	var he *host.Error
+	if !errors.As(err, &he) || he.Code != abi.CodeUnavailable || !strings.Contains(he.Reason, "reload the module") {
+		t.Fatalf("after the crash loop: %v, want unavailable saying how to recover", err)
+	}
+	if evs := worker("gave_up"); len(evs) != 1 || evs[0].Decision != audit.Deny {
+		t.Fatalf("gave_up events: %+v", evs)
+	}
+}
