@@ -129,6 +129,12 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if f.correlate == "" {
 		f.correlate = newCorrelationID()
 	}
+	if mf, ok := nativePlugin(args[0]); ok {
+		if len(cmdArgs) > 0 {
+			return usagef("arguments after -- are for WASI commands; an action takes --input")
+		}
+		return runNativePlugin(ctx, g, f, args[0], mf, args, principal, cfg, limits)
+	}
 	if mf, l, ok := interpretedPlugin(args[0]); ok {
 		if len(cmdArgs) > 0 {
 			return usagef("arguments after -- are for WASI commands; an action takes --input")

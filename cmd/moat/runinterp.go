@@ -23,7 +23,7 @@ func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool)
 		return nil, nil, false
 	}
 	mf, err := policy.LoadManifest(filepath.Join(path, host.ManifestFile))
-	if err != nil {
+	if err != nil || mf.Kind == policy.KindNative {
 		return nil, nil, false
 	}
 	l, ok := languages.ScriptLanguage(mf)
