@@ -17,16 +17,22 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 )
 
+// nativeReady says why a native plugin cannot run confined here ("" when
+// it can): not root, or no python3.
+func nativeReady() string {
+	if os.Geteuid() != 0 {
+		return "native plugins run confined, which these tests assert as root"
+	} else if _, err := exec.LookPath("python3"); err != nil {
+		return "python3 is not installed"
+	}
+	return ""
+}
+
 // requireNative skips (fails under MOAT_REQUIRE_TOOLS=1) where a native
-// plugin cannot run confined: not root, or no python3.
+// plugin cannot run confined.
 func requireNative(t *testing.T) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "native plugins run confined, which these tests assert as root"
-	} else if _, err := exec.LookPath("python3"); err != nil {
-		why = "python3 is not installed"
-	}
+	why := nativeReady()
 	if why == "" {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	_ "github.com/moat-sandbox/moat/host/extism"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
@@ -59,8 +60,17 @@ func init() {
 // TestNewOpFamily: the family above is granted (its target in the grant),
 // denied (a target the profile does not grant, or none), held for
 // confirmation when the profile names it sensitive, and
-// audited with its target, through the moat import and the device file.
-// (Extism's moat_call and the pipe are held by internal/gatetest.)
+// audited with its target, through every transport: the moat import, the
+// device file, Extism's moat_call and a native worker's pipe.
+func mustManifest(t *testing.T, yaml string) *policy.Manifest {
+	t.Helper()
+	mf, err := policy.ParseManifest("moat.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mf
+}
+
 func TestNewOpFamily(t *testing.T) {
 	h := policyHost(t, `
 name: test
@@ -82,6 +92,25 @@ default:
 	cmd, err := h.Load(ctx, testwasm.BuildGo(t, "./testdata/devcmd", false), host.LoadOptions{Manifest: mf})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// moatops runs the op its config names: one module per op.
+	extismPlugins := map[string]*host.Module{}
+	for _, op := range []string{"e2enotes.add", "e2enotes.count"} {
+		extismPlugins[op], err = h.Load(ctx, testwasm.BuildExtism(t, "moatops"), host.LoadOptions{Config: map[string]string{"op": op},
+			Manifest: mustManifest(t, "name: notes-extism-"+strings.TrimPrefix(op, "e2enotes.")+"\nkind: extism\nversion: 1.0.0\nactions: [{name: op}]\n"+caps)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var nativePlugin *host.Module
+	if nativeReady() == "" {
+		nat := pyPlugin(t)
+		nativePlugin, err = h.Load(ctx, nil, host.LoadOptions{Native: nat, Manifest: mustManifest(t,
+			"name: notes-native\nversion: 1.0.0\nkind: native\ncommand: [python3, main.py]\nactions: [{name: call}]\n"+caps)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nativePlugin.Close(ctx) })
 	}
 	type outcome struct {
 		reply string   // the op's reply, on success
@@ -113,6 +142,29 @@ default:
 			}
 			return outcome{reply: string(reply.Resp)}
 		},
+	}
+	transports["extism moat_call"] = func(t *testing.T, cid, op, req string) outcome {
+		res, err := extismPlugins[op].Invoke(ctx, host.Request{Action: "op", Input: []byte(req), Principal: ann, CorrelationID: cid})
+		if err == nil {
+			return outcome{reply: string(res.Output)}
+		}
+		if c := host.CodeOf(err); c != abi.CodeGuestError {
+			return outcome{code: c}
+		}
+		// The plug-in reports the op's error as its own: "OP: CODE: message".
+		_, rest, _ := strings.Cut(err.Error(), op+": ")
+		code, _, _ := strings.Cut(rest, ":")
+		return outcome{code: abi.Code(code)}
+	}
+	transports["pipe"] = func(t *testing.T, cid, op, req string) outcome {
+		if nativePlugin == nil {
+			t.Skip(nativeReady())
+		}
+		res, err := nativePlugin.Invoke(ctx, host.Request{Action: "call", Input: []byte(`["` + op + `", ` + req + `]`), Principal: ann, CorrelationID: cid})
+		if err != nil {
+			return outcome{code: host.CodeOf(err)}
+		}
+		return outcome{reply: string(res.Output)}
 	}
 	for name, call := range transports {
 		t.Run(name, func(t *testing.T) {
@@ -147,7 +199,11 @@ default:
 	}
 	e2eNotes.Lock()
 	defer e2eNotes.Unlock()
-	if got := strings.Join(e2eNotes.byOrg[ann.Org], ","); got != "notes:hi,notes:hi" {
+	want := "notes:hi,notes:hi,notes:hi"
+	if nativePlugin != nil {
+		want += ",notes:hi"
+	}
+	if got := strings.Join(e2eNotes.byOrg[ann.Org], ","); got != want {
 		t.Errorf("notes written: %q (want one per transport, none to secrets)", got)
 	}
 }

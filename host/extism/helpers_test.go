@@ -6,13 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
 	_ "github.com/moat-sandbox/moat/host/extism"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -31,11 +30,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	buildMu sync.Mutex
-	built   = map[string][]byte{}
-)
-
 // requireTool skips the test when a tool is missing, or fails it when
 // MOAT_REQUIRE_TOOLS is set (CI, after `make toolchains`).
 func requireTool(t testing.TB, format string, args ...any) {
@@ -46,38 +40,8 @@ func requireTool(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// buildPlugin builds testdata/extism/NAME, a stock Extism plug-in (Extism
-// Go PDK, stock Go, -buildmode=c-shared), once per test binary.
-func buildPlugin(t testing.TB, name string) []byte {
-	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if b, ok := built[name]; ok {
-		return b
-	}
-	dir, err := filepath.Abs("../../testdata/extism")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")
-	dl.Dir, dl.Env = dir, env
-	if msg, err := dl.CombinedOutput(); err != nil {
-		requireTool(t, "the Extism Go PDK is neither in the module cache nor downloadable (`make toolchains` fetches it): %v\n%s", err, msg)
-	}
-	out := filepath.Join(t.TempDir(), name+".wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
-	cmd.Dir, cmd.Env = dir, append(env, "GOOS=wasip1", "GOARCH=wasm")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build testdata/extism/%s: %v\n%s", name, err, msg)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built[name] = b
-	return b
-}
+// buildPlugin builds testdata/extism/NAME (testwasm.BuildExtism).
+func buildPlugin(t testing.TB, name string) []byte { return testwasm.BuildExtism(t, name) }
 
 // newHost starts a host with its own data directory, the shared
 // compilation cache and profile (nil: the built-in minimal). Its log goes

@@ -69,3 +69,40 @@ func RepoRoot(t testing.TB) string {
 		dir = parent
 	}
 }
+
+// BuildExtism builds testdata/extism/NAME, a stock Extism plug-in (the
+// Extism Go PDK, stock Go, -buildmode=c-shared, in its own Go module), once
+// per test binary. Without the PDK in the module cache or downloadable it
+// skips the test, or fails it under MOAT_REQUIRE_TOOLS.
+func BuildExtism(t testing.TB, name string) []byte {
+	t.Helper()
+	key := "extism " + name
+	mu.Lock()
+	defer mu.Unlock()
+	if b, ok := built[key]; ok {
+		return b
+	}
+	dir := filepath.Join(RepoRoot(t), "testdata", "extism")
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
+	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")
+	dl.Dir, dl.Env = dir, env
+	if msg, err := dl.CombinedOutput(); err != nil {
+		why := "the Extism Go PDK is neither in the module cache nor downloadable (`make toolchains` fetches it): " + err.Error() + "\n" + string(msg)
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	out := filepath.Join(t.TempDir(), name+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
+	cmd.Dir, cmd.Env = dir, append(env, "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/extism/%s: %v\n%s", name, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built[key] = b
+	return b
+}

@@ -33,6 +33,13 @@ def ops(inp):
     return {"count": n, "greeting": moat.config("greeting", "none")}
 
 
+@moat.action("call")
+def call(inp):
+    """inp: [op, request]: any op of the table, as tests of a new op family need."""
+    op, req = inp.json()
+    return moat.call(op, req)
+
+
 @moat.action("denied")
 def denied(inp):
     moat.kv.delete("count")  # the test dispatcher denies kv.delete
