@@ -184,6 +184,11 @@ type compiled struct {
 	cm        wazero.CompiledModule
 	fromCache bool
 	took      time.Duration
+
+	key  string
+	done chan struct{} // closed when the compilation ended; then cm or err is set
+	err  error
+	refs int // the loaded modules using it (and loads in progress); guarded by compileMu
 }
 
 // New starts a host: it opens (or creates) the data directory, the store
@@ -300,20 +305,63 @@ func Digest(wasm []byte) string {
 // cache file only when it compiled, so a compile that adds no file was
 // served from the cache.
 func (h *Host) compile(ctx context.Context, key string, wasm []byte) (*compiled, error) {
+	// One compilation per key at a time, and any number of keys at once:
+	// a large module compiling does not hold up the loads of others, and
+	// a load waiting for the same key's compilation gives up with its
+	// context. Each caller holds a reference until its module is closed
+	// (release): the machine code of a module nobody uses any more is
+	// freed, so a server replacing modules does not grow without bound.
 	h.compileMu.Lock()
-	defer h.compileMu.Unlock()
-	if c, ok := h.compiled[key]; ok {
+	c, ok := h.compiled[key]
+	if !ok {
+		c = &compiled{key: key, done: make(chan struct{})}
+		h.compiled[key] = c
+	}
+	c.refs++
+	h.compileMu.Unlock()
+	if ok {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			h.release(c)
+			return nil, ctx.Err()
+		}
+		if c.err != nil {
+			h.release(c)
+			return nil, c.err
+		}
 		return c, nil
 	}
 	before := countFiles(h.cacheDir)
 	start := time.Now()
-	cm, err := h.runtime.CompileModule(ctx, wasm)
-	if err != nil {
+	c.cm, c.err = h.runtime.CompileModule(ctx, wasm)
+	c.took = time.Since(start)
+	c.fromCache = c.err == nil && countFiles(h.cacheDir) == before && before > 0
+	close(c.done)
+	if c.err != nil {
+		err := c.err
+		h.release(c) // a failed compilation is not kept: the next load tries again
 		return nil, err
 	}
-	c := &compiled{cm: cm, took: time.Since(start), fromCache: countFiles(h.cacheDir) == before && before > 0}
-	h.compiled[key] = c
 	return c, nil
+}
+
+// release drops one reference to c, freeing its machine code with the
+// last.
+func (h *Host) release(c *compiled) {
+	if c == nil {
+		return
+	}
+	h.compileMu.Lock()
+	c.refs--
+	last := c.refs == 0
+	if last && h.compiled[c.key] == c {
+		delete(h.compiled, c.key)
+	}
+	h.compileMu.Unlock()
+	if last && c.cm != nil {
+		_ = c.cm.Close(context.Background())
+	}
 }
 
 func countFiles(dir string) int {

@@ -105,7 +105,8 @@ type Module struct {
 	diskQuota int64
 	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
 	script    *Script
-	source    []byte // a native plugin's files, as signed
+	source    []byte    // a native plugin's files, as signed
+	compiled  *compiled // its machine code, released by Close
 
 	mu   sync.Mutex
 	idle []*instance
@@ -265,8 +266,17 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	}
 	c, err := h.compile(ctx, key, code)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
+		}
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
 	}
+	loaded := false
+	defer func() {
+		if !loaded {
+			h.release(c) // a load that failed keeps no machine code
+		}
+	}()
 	m := &Module{
 		host: h, name: name, digest: digest, cm: c.cm, isolation: opts.Isolation, maxIdle: opts.MaxIdle,
 		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil},
@@ -382,6 +392,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	m.info.Actions = m.public
 	m.info.Mode = string(m.policy.eval.Mode)
 	m.info.Signer = m.policy.eval.Signer
+	m.compiled, loaded = c, true
 	return m, nil
 }
 
@@ -517,10 +528,16 @@ func (m *Module) Close(ctx context.Context) error {
 	m.mu.Lock()
 	idle := m.idle
 	m.idle, m.maxIdle = nil, -1
+	c := m.compiled
+	m.compiled = nil
 	m.mu.Unlock()
 	for _, inst := range idle {
 		inst.close()
 	}
+	// Its machine code is freed with the last module using it; calls in
+	// flight finish on their instances (wazero allows closing a compiled
+	// module under them).
+	defer m.host.release(c)
 	if m.runner != nil {
 		return m.runner.Close(ctx)
 	}
