@@ -60,6 +60,24 @@ func PluginSource(l Language, files map[string][]byte) (Source, error) {
 	return src, nil
 }
 
+// NativeSource is a native plugin's (kind: native) source: every file of
+// its directory, which is flat, but its signature (NAME.minisig, whose
+// content cannot be part of what it signs). files is base name → content,
+// as a directory is read or an upload unpacked. Its PackSources is what
+// the plugin's digest is of and what `moat sign` signs, on the CLI and the
+// server alike.
+func NativeSource(name string, files map[string][]byte) Source {
+	var src Source
+	for n, b := range files {
+		if n == name+".minisig" {
+			continue
+		}
+		src.Files = append(src.Files, File{Name: n, Content: b})
+	}
+	slices.SortFunc(src.Files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	return src
+}
+
 // PackSources is the canonical form of a plugin's sources: a tar of its
 // files in name order with nothing but names, sizes and a fixed mode, so
 // the same sources are the same bytes. It is what an interpreted plugin's

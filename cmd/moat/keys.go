@@ -176,9 +176,12 @@ changed module, changed manifest, signature of another module).`,
 }
 
 // readSignable reads what moat sign and moat verify work on: a module
-// bundle, or an interpreted plugin's directory (its sources standing for
-// the module bytes).
+// bundle, or an interpreted or native plugin's directory (its sources
+// standing for the module bytes).
 func readSignable(path string) (*host.Bundle, error) {
+	if mf, ok := nativePlugin(path); ok {
+		return nativeBundle(path, mf)
+	}
 	if mf, l, ok := interpretedPlugin(path); ok {
 		b, _, err := scriptBundle(path, mf, l)
 		return b, err

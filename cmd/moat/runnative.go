@@ -38,49 +38,79 @@ func nativePlugin(path string) (*policy.Manifest, bool) {
 	return mf, true
 }
 
-// nativeSource packs a native plugin's files, every regular file under
-// dir but its signature, in the canonical form signatures cover
-// (languages.PackSources). It refuses what a worker running as another
-// uid could not read, naming the fix.
+// nativeSource packs a native plugin's files (languages.NativeSource):
+// every regular file of its flat directory but its signature, as moat
+// serve packs the same directory uploaded as an archive, so the digest
+// and signature are the same on both. It refuses what a worker running as
+// another uid could not read, and subdirectories (an upload is flattened),
+// naming the fix.
 func nativeSource(dir, name string) ([]byte, error) {
-	var src languages.Source
-	total := 0
-	sig := name + ".minisig"
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			if info.Mode().Perm()&0o005 != 0o005 {
-				return fmt.Errorf("%s is not readable by other users (mode %v), and the plugin's workers run as a uid of their own: chmod -R a+rX %s", p, info.Mode().Perm(), dir)
-			}
-			return nil
-		case !info.Mode().IsRegular() || rel == sig:
-			return nil
-		case info.Mode().Perm()&0o004 == 0:
-			return fmt.Errorf("%s is not readable by other users (mode %v), and the plugin's workers run as a uid of their own: chmod -R a+rX %s", p, info.Mode().Perm(), dir)
-		}
-		if len(src.Files) == maxNativeFiles || total+int(info.Size()) > maxNativeBytes {
-			return fmt.Errorf("%s holds more than %d files or %d MiB: a native plugin's directory should hold its sources, not its dependencies (install those as system packages)", dir, maxNativeFiles, maxNativeBytes>>20)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		total += len(b)
-		src.Files = append(src.Files, languages.File{Name: filepath.ToSlash(rel), Content: b})
-		return nil
-	})
+	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, err
 	}
-	return languages.PackSources(src), nil
+	unreadable := func(p string, mode fs.FileMode) error {
+		return fmt.Errorf("%s is not readable by other users (mode %v), and the plugin's workers run as a uid of their own: chmod -R a+rX %s", p, mode.Perm(), dir)
+	}
+	if fi.Mode().Perm()&0o005 != 0o005 {
+		return nil, unreadable(dir, fi.Mode())
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	total := 0
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		info, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case e.IsDir():
+			return nil, fmt.Errorf("%s is a directory: a native plugin is one flat directory (moat serve flattens an uploaded archive), so keep its files beside moat.yaml and install libraries as system packages", p)
+		case !info.Mode().IsRegular():
+			continue
+		case info.Mode().Perm()&0o004 == 0:
+			return nil, unreadable(p, info.Mode())
+		}
+		if len(files) == maxNativeFiles || total+int(info.Size()) > maxNativeBytes {
+			return nil, fmt.Errorf("%s holds more than %d files or %d MiB: a native plugin's directory should hold its sources, not its dependencies (install those as system packages)", dir, maxNativeFiles, maxNativeBytes>>20)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		total += len(b)
+		files[e.Name()] = b
+	}
+	return languages.PackSources(languages.NativeSource(name, files)), nil
+}
+
+// nativeBundle reads a native plugin's directory as a host.Bundle for
+// signing and verifying: its "module" is its files packed
+// (nativeSource), its signature NAME.minisig beside moat.yaml.
+func nativeBundle(dir string, mf *policy.Manifest) (*host.Bundle, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	source, err := nativeSource(abs, mf.Name)
+	if err != nil {
+		return nil, err
+	}
+	manifestPath := filepath.Join(abs, host.ManifestFile)
+	manifest, err := os.ReadFile(manifestPath)
+	if err != nil {
+		return nil, err
+	}
+	b := &host.Bundle{Path: abs, Wasm: source, Name: mf.Name, Manifest: mf, ManifestPath: manifestPath, ManifestBytes: manifest,
+		SignaturePath: filepath.Join(abs, mf.Name+".minisig")}
+	if b.Signature, err = os.ReadFile(b.SignaturePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return b, nil
 }
 
 // runNativePlugin runs one action of a native plugin: its workers start
@@ -108,23 +138,12 @@ func runNativePlugin(ctx context.Context, g *globalFlags, f *runFlags, dir strin
 	} else if f.inputSet || f.inputFile != "" {
 		return usagef("--confirm runs the action and input the token was issued for: give MODULE ACTION and no input")
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	source, err := nativeSource(abs, mf.Name)
+	b, err := nativeBundle(dir, mf)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	manifestBytes, err := os.ReadFile(filepath.Join(abs, host.ManifestFile))
-	if err != nil {
-		return err
-	}
-	sig, err := os.ReadFile(filepath.Join(abs, mf.Name+".minisig"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	nat := &host.Native{Dir: abs, Source: source}
+	abs := b.Path
+	nat := &host.Native{Dir: abs, Source: b.Wasm}
 	if mf.Language == "python" || slices.Contains([]string{"python3", "python"}, filepath.Base(mf.Command[0])) {
 		// moat.py, where every worker uid can read it.
 		sdk := filepath.Join(g.data(), "lang-state", "python-native-sdk")
@@ -159,7 +178,7 @@ func runNativePlugin(ctx context.Context, g *globalFlags, f *runFlags, dir strin
 		return err
 	}
 	defer h.Close(context.Background())
-	mod, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, ManifestBytes: manifestBytes, Signature: sig,
+	mod, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, ManifestBytes: b.ManifestBytes, Signature: b.Signature,
 		Config: cfg, Limits: limits, CorrelationID: f.correlate, Native: nat})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -16,8 +17,9 @@ func TestRunNativePlugin(t *testing.T) {
 	why := ""
 	if os.Geteuid() != 0 {
 		why = "native plugins run confined, which this test asserts as root"
-	} else if err := exec.Command("python3", "-c", "import numpy").Run(); err != nil {
-		why = "python3 with numpy is not installed (apt-get install python3-numpy)"
+	} else if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
+		// The workers' python3: their PATH is /usr/bin:/bin, not ours.
+		why = "Debian's python3 with numpy is not installed (apt-get install python3-numpy)"
 	}
 	if why != "" {
 		if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
@@ -52,6 +54,33 @@ func TestRunNativePlugin(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "invalid_argument") {
 		t.Fatalf("stats of bad input: exit %d, stderr %q; want invalid_argument", r.code, r.stderr)
 	}
+	// Signed: moat sign packs the directory as moat run and moat serve do.
+	key := filepath.Join(dir, "rel")
+	r = moat(t, "", "keygen", "--out", key)
+	pubLine := regexp.MustCompile(`RW[A-Za-z0-9+/=]+`).FindString(r.stdout)
+	if r.code != 0 || pubLine == "" {
+		t.Fatalf("keygen: %+v", r)
+	}
+	if r := moat(t, "", "sign", plugin, "--key", key+".key"); r.code != 0 || !strings.Contains(r.stdout, "hello-python-native.minisig") {
+		t.Fatalf("sign: %+v", r)
+	}
+	if r := moat(t, "", "verify", plugin, "--key", key+".pub"); r.code != 0 || !strings.Contains(r.stdout, "ok: hello-python-native signed by") {
+		t.Fatalf("verify: %+v", r)
+	}
+	profile := filepath.Join(dir, "ops.yaml")
+	os.WriteFile(profile, []byte("name: ops\nrequire_signature: true\ntrusted_keys:\n  - name: rel\n    key: "+pubLine+
+		"\ndefault:\n  capabilities: {kv: true}\n  limits: {memory: 64MiB, timeout: 10s}\n"), 0o644)
+	if r := moat(t, "", "--data", data, "--profile", profile, "run", plugin, "greet", "--input", "Sig"); r.code != 0 || !strings.HasPrefix(r.stdout, "Hello, Sig! (call #3") {
+		t.Fatalf("signed run: %+v", r)
+	}
+	main := filepath.Join(plugin, "main.py")
+	orig, _ := os.ReadFile(main)
+	os.WriteFile(main, []byte(strings.Replace(string(orig), "Hello", "Hallo", 1)), 0o644)
+	if r := moat(t, "", "--data", data, "--profile", profile, "run", plugin, "greet"); r.code == 0 || !strings.Contains(r.stderr, "module changed since signing") {
+		t.Fatalf("tampered run: %+v", r)
+	}
+	os.WriteFile(main, orig, 0o644)
+
 	if err := os.Chmod(filepath.Join(plugin, "main.py"), 0o600); err != nil {
 		t.Fatal(err)
 	}

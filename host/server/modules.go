@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"io"
 	"maps"
 	"mime"
@@ -67,6 +68,32 @@ type registry struct {
 	// load and before it takes commit: where a racing deletion of the
 	// same bytes in another organization would land.
 	beforeCommit func()
+
+	// nativeRoot holds native plugins' files, by digest, where their
+	// workers (each a uid of its own) can read them: made at the first
+	// native load under TMPDIR (a confined server's scratch, 0711),
+	// removed by closeAll.
+	nativeMu   sync.Mutex
+	nativeRoot string
+}
+
+// nativeDir returns the directory of native plugins' files, making it
+// at the first call.
+func (r *registry) nativeDir(create bool) (string, error) {
+	r.nativeMu.Lock()
+	defer r.nativeMu.Unlock()
+	if r.nativeRoot == "" && create {
+		dir, err := os.MkdirTemp("", "moat-native-")
+		if err != nil {
+			return "", fmt.Errorf("native plugins: %w", err)
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("native plugins: %w", err)
+		}
+		r.nativeRoot = dir
+	}
+	return r.nativeRoot, nil
 }
 
 type modKey struct{ org, name string }
@@ -338,7 +365,11 @@ func (r *registry) removeOrphans(digests []string, own string) {
 // removeFiles removes everything stored for a digest.
 func (r *registry) removeFiles(digest string) error {
 	var errs []error
-	for _, p := range []string{r.legacyFile(digest), r.legacyScriptFile(digest), r.scriptDir(digest)} {
+	paths := []string{r.legacyFile(digest), r.legacyScriptFile(digest), r.scriptDir(digest)}
+	if root, _ := r.nativeDir(false); root != "" {
+		paths = append(paths, filepath.Join(root, digest))
+	}
+	for _, p := range paths {
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, err)
 		}
@@ -358,6 +389,14 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 			return nil, err
 		}
 		opts.Manifest, opts.ManifestBytes = mf, v.Manifest
+	}
+	if opts.Manifest != nil && opts.Manifest.Kind == policy.KindNative {
+		nat, err := r.native(v, wasm)
+		if err != nil {
+			return nil, err
+		}
+		opts.Native = nat
+		return r.s.hostFor(v.Org).Load(ctx, nil, opts)
 	}
 	if l, ok := languages.ScriptLanguage(opts.Manifest); ok && !isWasm(wasm) {
 		bad := func(code abi.Code, format string, args ...any) error {
@@ -382,6 +421,61 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		wasm = sp.WASM
 	}
 	return r.s.hostFor(v.Org).Load(ctx, wasm, opts)
+}
+
+// native prepares a native plugin's version to load: refused unless the
+// operator allows native plugins, its stored sources (a tar: PackSources
+// of its flat directory) unpacked where its workers can read them, and
+// the Python SDK beside them for a Python plugin.
+func (r *registry) native(v store.ModuleVersion, src []byte) (*host.Native, error) {
+	refuse := func(code abi.Code, format string, args ...any) (*host.Native, error) {
+		return nil, &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
+	}
+	if !r.s.cfg.Modules.AllowNative {
+		return refuse(abi.CodeDenied, "native plugins (kind: native) run native code, and this server does not run them: the operator turns them on with modules.allow_native: true in the server config")
+	}
+	root, err := r.nativeDir(true)
+	if err != nil {
+		return nil, err
+	}
+	files, err := unpack("application/x-tar", src, r.s.cfg.Limits.Archive)
+	if err != nil {
+		return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
+	}
+	dir := filepath.Join(root, v.Digest)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		// Written whole under a temporary name, then renamed: a load of
+		// the same digest never sees half the files.
+		tmp, err := os.MkdirTemp(root, ".partial-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			return nil, err
+		}
+		for name, b := range files {
+			if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			if _, serr := os.Stat(dir); serr != nil { // not another load's, made meanwhile
+				return nil, err
+			}
+		}
+	}
+	nat := &host.Native{Dir: dir, Source: src}
+	mf, _ := policy.ParseManifest("moat.yaml", v.Manifest)
+	if mf != nil && (mf.Language == "python" || len(mf.Command) > 0 && strings.HasPrefix(filepath.Base(mf.Command[0]), "python")) {
+		sdk := filepath.Join(root, "python-sdk")
+		env, err := pysdk.WriteSDK(sdk)
+		if err != nil {
+			return nil, err
+		}
+		nat.Env, nat.ReadOnly = env, []string{sdk}
+	}
+	return nat, nil
 }
 
 // isScript reports whether mf names an interpreted language.
@@ -418,6 +512,9 @@ func (r *registry) closeAll(ctx context.Context) {
 	for k, e := range r.loaded {
 		e.mod.Close(ctx)
 		delete(r.loaded, k)
+	}
+	if root, _ := r.nativeDir(false); root != "" {
+		os.RemoveAll(root)
 	}
 }
 
@@ -972,8 +1069,8 @@ func parseUpload(contentType string, body []byte, lim ArchiveLimits) (*upload, e
 		return bad("Content-Type %q: send multipart/form-data (parts module, manifest, signature), an archive (application/x-tar, application/gzip or application/zip) or application/wasm", contentType)
 	}
 	if len(up.wasm) == 0 {
-		if mf, err := policy.ParseManifest(host.ManifestFile, up.manifest); err == nil && isScript(mf) {
-			return bad("no module: an interpreted plugin is uploaded as an archive of its directory (moat.yaml and its sources; application/x-tar, application/gzip or application/zip)")
+		if mf, err := policy.ParseManifest(host.ManifestFile, up.manifest); err == nil && (isScript(mf) || mf.Kind == policy.KindNative) {
+			return bad("no module: an interpreted or native plugin is uploaded as an archive of its directory (moat.yaml and its sources; application/x-tar, application/gzip or application/zip)")
 		}
 		return bad("no module: send the .wasm file as the module part")
 	}
@@ -989,6 +1086,13 @@ func fromArchive(files map[string][]byte) (*upload, error) {
 		mf, err := policy.ParseManifest(host.ManifestFile, up.manifest)
 		if err != nil {
 			return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %v", err)
+		}
+		if mf.Kind == policy.KindNative {
+			// A native plugin: its flat directory is the upload, packed
+			// as `moat run` and `moat sign` pack it.
+			up.wasm = languages.PackSources(languages.NativeSource(mf.Name, files))
+			up.signature = files[mf.Name+".minisig"]
+			return up, nil
 		}
 		hasModule := slices.ContainsFunc(slices.Collect(maps.Keys(files)), func(n string) bool { return strings.HasSuffix(n, ".wasm") })
 		if l, ok := languages.ScriptLanguage(mf); ok && !hasModule {
@@ -1036,6 +1140,12 @@ type ModulesConfig struct {
 	// be put back over a newer one (see checkRollback); to roll back on
 	// purpose, delete the module first, or turn this on for the while.
 	AllowSignedRollback bool `yaml:"allow_signed_rollback"`
+	// AllowNative lets organizations upload native plugins (kind: native):
+	// native code run as confined long-lived workers (their own uid,
+	// cgroup, root filesystem, no network, Landlock, seccomp), which needs
+	// root and the kernel layers. Default false: a server runs only
+	// WebAssembly unless its operator says otherwise.
+	AllowNative bool `yaml:"allow_native"`
 }
 
 // ModuleQuotaConfig bounds the module versions each organization keeps,
