@@ -34,7 +34,7 @@ const backstopEnv = "MOAT_BACKSTOP_WATCH"
 type backstopWatch struct {
 	HostPID int    `json:"host_pid"`
 	Cgroup  string `json:"cgroup"` // kernel.HostCgroupName of the host`
-	DataDir string `json:"data_dir"`
+	Store   string `json:"store"` // the host's store: its data dir, or its database URL
 	Who     string `json:"who"` // "moat run", "moat serve"
 }
 
@@ -42,7 +42,7 @@ type backstopWatch struct {
 // cgroup. Call it before the host confines itself (execve is denied
 // after). The returned file is the pipe's write end: keep it open for the
 // life of the host (closing it tells the watcher the host is gone).
-func startBackstopWatch(who, dataDir string) (*os.File, error) {
+func startBackstopWatch(who, storeLocation string) (*os.File, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil // no cgroup without root: nothing to watch
 	}
@@ -50,7 +50,7 @@ func startBackstopWatch(who, dataDir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := json.Marshal(backstopWatch{HostPID: os.Getpid(), Cgroup: name, DataDir: dataDir, Who: who})
+	js, err := json.Marshal(backstopWatch{HostPID: os.Getpid(), Cgroup: name, Store: storeLocation, Who: who})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (w backstopWatch) report() int {
 		reason = fmt.Sprintf("%s reached its backstop's process limit (moat/%s): a thread or process could not be created", w.Who, w.Cgroup)
 	}
 	fmt.Fprintf(os.Stderr, "moat: %s\n", reason)
-	if st, err := store.Open(context.Background(), w.DataDir); err == nil {
+	if st, err := store.Open(context.Background(), w.Store); err == nil {
 		ev := audit.Event{ID: audit.NewID(), Kind: audit.KindConfinement, Decision: audit.Deny, Module: w.Who,
 			Rule: "backstop", Reason: reason, Attrs: map[string]string{"host_pid": strconv.Itoa(w.HostPID), "memory_limit": strconv.FormatInt(limit, 10)}}
 		if err := st.AuditInsert(context.Background(), []store.AuditEvent{ev}); err != nil {

@@ -214,7 +214,12 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 	languages.Statuses() // probes each toolchain's version while exec is allowed
 	goroot, _, _ := toolchains.GoRoot()
 	// The backstop's watcher, started while exec is allowed (backstop.go).
-	watch, err := startBackstopWatch("moat serve", data)
+	// On PostgreSQL its audit event goes to the database, with the others.
+	where := data
+	if cfg.DatabaseURL != "" {
+		where = cfg.StoreLocation()
+	}
+	watch, err := startBackstopWatch("moat serve", where)
 	if err != nil {
 		os.RemoveAll(scratch)
 		return nil, err
