@@ -82,6 +82,17 @@ type LoadOptions struct {
 	Native *Native
 }
 
+// config is what config.get answers: the manifest's config, then
+// LoadOptions.Config over it.
+func (opts *LoadOptions) config() map[string]string {
+	c := map[string]string{}
+	if mf := opts.Manifest; mf != nil {
+		maps.Copy(c, mf.Config)
+	}
+	maps.Copy(c, opts.Config)
+	return c
+}
+
 // Module is a compiled module ready to run. It is safe for concurrent use.
 type Module struct {
 	host      *Host
@@ -349,15 +360,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if err := m.limits.validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
-	m.config = map[string]string{}
-	if mf := opts.Manifest; mf != nil {
-		for k, v := range mf.Config {
-			m.config[k] = v
-		}
-	}
-	for k, v := range opts.Config {
-		m.config[k] = v
-	}
+	m.config = opts.config()
 	switch m.kind {
 	case KindPlugin:
 		if err := m.prepare(ctx); err != nil {

@@ -106,13 +106,7 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	if err := m.limits.validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
-	m.config = map[string]string{}
-	for k, v := range mf.Config {
-		m.config[k] = v
-	}
-	for k, v := range opts.Config {
-		m.config[k] = v
-	}
+	m.config = opts.config()
 	m.diskQuota = int64(m.policy.eval.Limits.Disk)
 
 	memory := int64(m.policy.eval.Limits.Memory)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,32 +13,19 @@ import (
 	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
 // nativeReady says why a native plugin cannot run confined here ("" when
-// it can): not root, or no python3.
-func nativeReady() string {
-	if os.Geteuid() != 0 {
-		return "native plugins run confined, which these tests assert as root"
-	} else if _, err := exec.LookPath("python3"); err != nil {
-		return "python3 is not installed"
-	}
-	return ""
-}
+// it can).
+func nativeReady() string { return testenv.NativePython(false) }
 
 // requireNative skips (fails under MOAT_REQUIRE_TOOLS=1) where a native
 // plugin cannot run confined.
 func requireNative(t *testing.T) {
 	t.Helper()
-	why := nativeReady()
-	if why == "" {
-		return
-	}
-	if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	testenv.Require(t, nativeReady())
 }
 
 // pyPlugin copies host/native's test worker into a directory other uids

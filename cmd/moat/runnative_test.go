@@ -1,8 +1,8 @@
 package main_test
 
 import (
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,19 +14,7 @@ import (
 // counter), the minimal profile; and a plugin directory the workers could
 // not read is refused with the fix.
 func TestRunNativePlugin(t *testing.T) {
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "native plugins run confined, which this test asserts as root"
-	} else if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
-		// The workers' python3: their PATH is /usr/bin:/bin, not ours.
-		why = "Debian's python3 with numpy is not installed (apt-get install python3-numpy)"
-	}
-	if why != "" {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	testenv.Require(t, testenv.NativePython(true))
 	dir, err := os.MkdirTemp("", "moat-native-run-")
 	if err != nil {
 		t.Fatal(err)

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -40,19 +40,7 @@ func TestNativePluginUpload(t *testing.T) {
 		t.Fatalf("native upload to a server without allow_native: %d %s", r.status, r.body)
 	}
 
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "native plugins run confined, which this test asserts as root"
-	} else if err := exec.Command("/usr/bin/python3", "-c", "import numpy").Run(); err != nil {
-		// The workers' python3: their PATH is /usr/bin:/bin, not ours.
-		why = "Debian's python3 with numpy is not installed (apt-get install python3-numpy)"
-	}
-	if why != "" {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	testenv.Require(t, testenv.NativePython(true))
 	ts := start(t, "", func(c *server.Config) { c.Modules.AllowNative = true })
 	ann = ts.key(t, "acme", "ann", "admin")
 	bob := ts.key(t, "acme", "bob")
