@@ -27,8 +27,8 @@ type Manifest struct {
 	Name         string            `yaml:"name"`
 	Version      string            `yaml:"version"`
 	Language     string            `yaml:"language,omitempty"`
-	Module       string            `yaml:"module,omitempty"` // default Name + ".wasm"
-	Kind         Kind              `yaml:"kind,omitempty"`   // default KindMoat
+	Module       string            `yaml:"module,omitempty"`  // default Name + ".wasm"
+	Kind         Kind              `yaml:"kind,omitempty"`    // default KindMoat
 	Command      Command           `yaml:"command,omitempty"` // kind native: the worker's argv
 	Actions      []Action          `yaml:"actions,omitempty"`
 	Capabilities Capabilities      `yaml:"capabilities,omitempty"`

@@ -34,8 +34,8 @@ const backstopEnv = "MOAT_BACKSTOP_WATCH"
 type backstopWatch struct {
 	HostPID int    `json:"host_pid"`
 	Cgroup  string `json:"cgroup"` // kernel.HostCgroupName of the host`
-	Store   string `json:"store"` // the host's store: its data dir, or its database URL
-	Who     string `json:"who"` // "moat run", "moat serve"
+	Store   string `json:"store"`  // the host's store: its data dir, or its database URL
+	Who     string `json:"who"`    // "moat run", "moat serve"
 }
 
 // startBackstopWatch starts the watcher of the calling process's backstop
