@@ -13,6 +13,9 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/store"
+	_ "github.com/moat-sandbox/moat/host/store/postgres" // moat-*-postgres
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
@@ -51,6 +54,18 @@ func quietHost(b *testing.B, cfgs ...func(*host.Config)) *host.Host {
 	return h
 }
 
+// onPostgres puts the host's store on a fresh PostgreSQL database.
+func onPostgres(b *testing.B) func(*host.Config) {
+	b.Helper()
+	url := pgtest.Database(b)
+	st, err := store.Open(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	return func(c *host.Config) { c.Store = st }
+}
+
 // rawRuntime is the baseline: wazero with the same engine and the same
 // CloseOnContextDone setting moat uses, and a do-nothing host function in
 // place of moat.call.
@@ -75,6 +90,7 @@ func rawRuntime(b *testing.B, importModule, importName string) wazero.Runtime {
 // deadline on every call.
 func BenchmarkInvoke(b *testing.B) {
 	ctx := context.Background()
+	b.Cleanup(func() { pgtest.Stop() }) // the cluster of the -postgres rows, if one was started
 	b.Run("raw-wazero", func(b *testing.B) {
 		r := rawRuntime(b, "moat", "call")
 		mod, err := r.Instantiate(ctx, fixture(b, "plugin.wasm"))
@@ -110,6 +126,15 @@ func BenchmarkInvoke(b *testing.B) {
 	// (the default): the price of an audit row per call.
 	b.Run("moat-audited", func(b *testing.B) {
 		pooledNoop(b, quietHost(b, func(c *host.Config) { c.OmitAllowedInvocationAudit = false }))
+	})
+	// The same with the store on PostgreSQL (a throwaway cluster, see
+	// pgtest; skipped without one), against moat on the same store with
+	// the allowed-call audit off.
+	b.Run("moat-postgres", func(b *testing.B) {
+		pooledNoop(b, quietHost(b, onPostgres(b)))
+	})
+	b.Run("moat-audited-postgres", func(b *testing.B) {
+		pooledNoop(b, quietHost(b, onPostgres(b), func(c *host.Config) { c.OmitAllowedInvocationAudit = false }))
 	})
 	b.Run("extism", func(b *testing.B) {
 		manifest := extism.Manifest{

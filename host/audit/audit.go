@@ -62,10 +62,21 @@ const (
 )
 
 // Log is the audit trail of one host. It is safe for concurrent use.
+//
+// Record appends to pending under mu and wakes the writer only when
+// pending was empty or has reached a batch: a channel send per event
+// woke the writer, and cost the invoking goroutine a scheduler round
+// trip, for nearly every event.
 type Log struct {
-	store  *store.Store
-	log    *slog.Logger
-	queue  chan Event
+	store *store.Store
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	pending []Event    // recorded, not yet taken by the writer; at most queueSize
+	room    *sync.Cond // on mu: the writer took pending
+	stopped bool       // the writer has taken its last events: store at once
+
+	wake   chan struct{} // capacity 1
 	flush  chan chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -76,11 +87,13 @@ type Log struct {
 func New(st *store.Store, logger *slog.Logger) *Log {
 	l := &Log{
 		store: st, log: logger,
-		queue: make(chan Event, queueSize),
-		flush: make(chan chan struct{}),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		pending: make([]Event, 0, batchSize),
+		wake:    make(chan struct{}, 1),
+		flush:   make(chan chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
+	l.room = sync.NewCond(&l.mu)
 	go l.run()
 	return l
 }
@@ -138,16 +151,23 @@ func (l *Log) record(ctx context.Context, e Event) {
 		add("reason", e.Reason)
 		l.log.LogAttrs(ctx, level, "audit", attrs...)
 	}
-	select {
-	case <-l.done:
+	l.mu.Lock()
+	for len(l.pending) >= queueSize && !l.stopped {
+		l.room.Wait() // backpressure: never drop an event
+	}
+	if l.stopped {
+		l.mu.Unlock()
 		l.writeNow(e)
 		return
-	default:
 	}
-	select {
-	case l.queue <- e:
-	case <-l.done:
-		l.writeNow(e)
+	l.pending = append(l.pending, e)
+	n := len(l.pending)
+	l.mu.Unlock()
+	if n == 1 || n == batchSize {
+		select {
+		case l.wake <- struct{}{}:
+		default: // the writer is already woken
+		}
 	}
 }
 
@@ -197,70 +217,71 @@ func (l *Log) Close(ctx context.Context) error {
 
 func (l *Log) run() {
 	defer close(l.done)
-	batch := make([]Event, 0, batchSize)
-	write := func() {
-		if len(batch) == 0 {
-			return
+	var spare []Event
+	// drain stores everything pending, in batches of at most batchSize;
+	// last marks the Log stopped in the same critical section, so no
+	// event is queued after the final take.
+	drain := func(last bool) {
+		l.mu.Lock()
+		taken := l.pending
+		l.pending = spare[:0]
+		l.stopped = last
+		l.room.Broadcast()
+		l.mu.Unlock()
+		for batch := taken; len(batch) > 0; {
+			n := min(len(batch), batchSize)
+			l.write(batch[:n])
+			batch = batch[n:]
 		}
-		if err := l.store.AuditInsert(context.Background(), batch); err != nil {
-			// One bad event must not cost the batch: store them one by
-			// one, and report each that still fails.
-			for _, e := range batch {
-				if err := l.store.AuditInsert(context.Background(), []Event{e}); err != nil {
-					l.log.Error("audit: event not stored", "id", e.ID, "kind", e.Kind, "module", e.Module, "err", err)
-				}
-			}
-		}
-		batch = batch[:0]
-	}
-	// drain takes what is queued now, writing full batches as it goes.
-	drain := func() {
-		for {
-			select {
-			case e := <-l.queue:
-				batch = append(batch, e)
-				if len(batch) == batchSize {
-					write()
-				}
-			default:
-				write()
-				return
-			}
-		}
+		clear(taken) // let the events' strings go
+		spare = taken[:0]
 	}
 	timer := time.NewTimer(linger)
 	timer.Stop()
 	for {
 		select {
-		case e := <-l.queue:
-			batch = append(batch, e)
-			// Gather for up to linger, or until the batch is full.
-			timer.Reset(linger)
-		gather:
-			for len(batch) < batchSize {
+		case <-l.wake:
+			l.mu.Lock()
+			n := len(l.pending)
+			l.mu.Unlock()
+			if n > 0 && n < batchSize {
+				// Gather for up to linger, or until a batch is full.
+				timer.Reset(linger)
 				select {
-				case e := <-l.queue:
-					batch = append(batch, e)
 				case <-timer.C:
-					break gather
+				case <-l.wake:
+					timer.Stop()
 				case ack := <-l.flush:
-					drain()
+					timer.Stop()
+					drain(false)
 					close(ack)
-					break gather
+					continue
 				case <-l.stop:
 					timer.Stop()
-					drain()
+					drain(true)
 					return
 				}
 			}
-			timer.Stop()
-			drain()
+			drain(false)
 		case ack := <-l.flush:
-			drain()
+			drain(false)
 			close(ack)
 		case <-l.stop:
-			drain()
+			drain(true)
 			return
+		}
+	}
+}
+
+// write stores a batch. One bad event must not cost the batch: when the
+// batch fails, its events are stored one by one, and each that still
+// fails is reported.
+func (l *Log) write(batch []Event) {
+	if err := l.store.AuditInsert(context.Background(), batch); err != nil {
+		for _, e := range batch {
+			if err := l.store.AuditInsert(context.Background(), []Event{e}); err != nil {
+				l.log.Error("audit: event not stored", "id", e.ID, "kind", e.Kind, "module", e.Module, "err", err)
+			}
 		}
 	}
 }

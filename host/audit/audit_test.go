@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
@@ -66,5 +68,52 @@ func TestBadEventDoesNotCostTheBatch(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "audit: event not stored") {
 		t.Fatalf("the bad event's failure is not reported:\n%s", logs.String())
+	}
+}
+
+// TestConcurrentRecordFlushClose: goroutines record more events than the
+// queue holds (so Record waits for room) while others flush and the log
+// closes in the middle; every event is stored exactly once, before or
+// after Close.
+func TestConcurrentRecordFlushClose(t *testing.T) {
+	ctx := context.Background()
+	l, _, st := newLog(t)
+	const writers, each = 8, 1200 // more than the queue, fewer than a query returns
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range each {
+				l.Record(ctx, audit.Event{Kind: audit.KindOp, Decision: audit.Allow, Module: "m", CorrelationID: fmt.Sprintf("w%d-%d", w, i)})
+				if i%500 == 0 {
+					if err := l.Flush(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	close(start)
+	time.Sleep(5 * time.Millisecond)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	got, err := st.AuditQuery(ctx, audit.Filter{Module: "m", Limit: store.MaxAuditLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range got {
+		if seen[e.CorrelationID] {
+			t.Fatalf("event %s stored twice", e.CorrelationID)
+		}
+		seen[e.CorrelationID] = true
+	}
+	if len(seen) != writers*each {
+		t.Fatalf("stored %d events, want %d", len(seen), writers*each)
 	}
 }

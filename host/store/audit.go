@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -47,6 +48,10 @@ type AuditFilter struct {
 	Since, Until                               time.Time // zero = unbounded; Since inclusive, Until exclusive
 	Limit                                      int       // <= 0: 100; capped at 10000
 }
+
+// ErrDuplicateAuditID is the error (wrapped) of an AuditInsert whose batch
+// gives an ID twice, or the ID of an event stored as a row of its own.
+var ErrDuplicateAuditID = errors.New("audit event id already used")
 
 // Audit query limits.
 const (
@@ -110,7 +115,9 @@ const maxAuditAttrs = 32
 func ClampAuditEvent(e AuditEvent) AuditEvent {
 	for _, f := range []*string{&e.ID, &e.Kind, &e.Decision, &e.CorrelationID, &e.Module, &e.Action, &e.Op, &e.User, &e.Org,
 		&e.Rule, &e.Reason, &e.Code, &e.MutationID, &e.TaskID, &e.ModelCallID} {
-		*f = textField(*f)
+		if *f != "" {
+			*f = textField(*f)
+		}
 	}
 	over := len(e.Attrs) > maxAuditAttrs
 	for k, v := range e.Attrs {
@@ -140,6 +147,9 @@ func clampField(s string) string {
 // textField is clampField for a column of text: also valid UTF-8 without
 // NUL. The check costs no allocation when the field is clean.
 func textField(s string) string {
+	if plainText(s) {
+		return s
+	}
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
@@ -147,6 +157,20 @@ func textField(s string) string {
 		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	}
 	return clampField(s)
+}
+
+// plainText reports whether s is short ASCII without NUL, as nearly every
+// field is: one pass, where the general checks take three.
+func plainText(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == 0 || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 func clampLong(s string) string {
@@ -175,8 +199,11 @@ func newAuditID(t time.Time) string {
 // *abi.Error with abi.CodeInvalidArgument naming the field and the event's
 // index. An event with an empty ID gets a generated one, and one with a
 // zero Time gets the current time (the caller's slice is not modified). An
-// ID that is already stored fails the batch. Each event is clamped by
-// ClampAuditEvent.
+// ID given twice in the batch, or already stored as an event of its own
+// row, fails the batch (an allowed invocation or op is stored packed, see
+// auditpack.go, and its ID is not checked against earlier batches: the
+// host's ids, audit.NewID, carry 64 random bits). Each event is clamped
+// by ClampAuditEvent.
 func (s *Store) AuditInsert(ctx context.Context, events []AuditEvent) (err error) {
 	if len(events) == 0 {
 		return nil
@@ -193,12 +220,54 @@ func (s *Store) AuditInsert(ctx context.Context, events []AuditEvent) (err error
 			return err
 		}
 	}
-	rows := make([]driver.AuditRow, len(events))
+	var (
+		rows     []driver.AuditRow
+		segs     []driver.AuditSegment
+		building []*segmentBuilder // one per organization with routine events, in order of appearance
+		ids      map[string]struct{}
+	)
+	defer func() {
+		for _, b := range building {
+			b.release()
+		}
+	}()
 	for i := range events {
 		e := ClampAuditEvent(events[i])
 		t := at(&e)
 		if e.ID == "" {
 			e.ID = newAuditID(t)
+		}
+		if packable(&e) {
+			// The rows' primary key refuses a duplicate among them; a
+			// packed event's id has no index, so the batch is checked
+			// here.
+			if ids == nil {
+				ids = make(map[string]struct{}, len(events))
+			}
+			if _, ok := ids[e.ID]; ok {
+				return fmt.Errorf("store: audit.insert: event %d: id %q given twice in the batch: %w", i, e.ID, ErrDuplicateAuditID)
+			}
+			ids[e.ID] = struct{}{}
+			var b *segmentBuilder
+			for _, o := range building {
+				if o.g.Org == e.Org {
+					b = o
+					break
+				}
+			}
+			if b == nil {
+				b = newSegmentBuilder(e.Org)
+				building = append(building, b)
+			}
+			b.add(&e, t.UnixNano())
+			if b.g.Count == maxSegmentEvents {
+				// Full: its bytes go with segs; a fresh builder takes
+				// the organization's next events.
+				segs = append(segs, b.segment())
+				*b = segmentBuilder{w: segmentWriter{table: make(map[string]uint64, 16)}}
+				b.g.Org, b.w.buf = e.Org, []byte{segmentFormat}
+			}
+			continue
 		}
 		var attrs string // "" (NULL) when there are none
 		if len(e.Attrs) > 0 {
@@ -208,21 +277,37 @@ func (s *Store) AuditInsert(ctx context.Context, events []AuditEvent) (err error
 			}
 			attrs = string(b)
 		}
-		rows[i] = driver.AuditRow{
+		rows = append(rows, driver.AuditRow{
 			ID: e.ID, Time: t.UnixNano(), Kind: e.Kind, Decision: e.Decision, CorrelationID: e.CorrelationID,
 			Module: e.Module, Action: e.Action, Op: e.Op, User: e.User, Org: e.Org,
 			Rule: e.Rule, Reason: e.Reason, Code: e.Code, MutationID: e.MutationID, TaskID: e.TaskID,
 			ModelCallID: e.ModelCallID, DurationNS: e.DurationNS, Attrs: attrs,
+		})
+	}
+	for _, b := range building {
+		if b.g.Count > 0 {
+			segs = append(segs, b.segment())
 		}
 	}
-	if err := s.b.AuditInsert(ctx, rows); err != nil {
+	if ids != nil {
+		for i := range rows {
+			if _, ok := ids[rows[i].ID]; ok {
+				return fmt.Errorf("store: audit.insert: id %q given twice in the batch: %w", rows[i].ID, ErrDuplicateAuditID)
+			}
+		}
+	}
+	if err := s.b.AuditInsert(ctx, rows, segs); err != nil {
+		if errors.Is(err, driver.ErrConflict) {
+			return fmt.Errorf("store: audit.insert: %w: %w", ErrDuplicateAuditID, err)
+		}
 		return fmt.Errorf("store: audit.insert: %w", err)
 	}
 	return nil
 }
 
 // AuditQuery returns the matching events in time order (oldest first), the
-// most recent Limit of them. Events with the same time are ordered by ID.
+// most recent Limit of them. Events with the same time are ordered by ID
+// (bytewise). Events stored as rows and packed in segments are merged.
 func (s *Store) AuditQuery(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
 	limit := f.Limit
 	if limit <= 0 {
@@ -254,9 +339,9 @@ func (s *Store) AuditQuery(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 	if err != nil {
 		return nil, fmt.Errorf("store: audit.query: %w", err)
 	}
-	events := make([]AuditEvent, len(rows))
+	events := make([]AuditEvent, len(rows)) // newest first, like rows
 	for i := range rows {
-		r := &rows[len(rows)-1-i] // oldest first
+		r := &rows[i]
 		e := &events[i]
 		*e = AuditEvent{
 			ID: r.ID, Time: fromNanos(r.Time), Kind: r.Kind, Decision: r.Decision, CorrelationID: r.CorrelationID,
@@ -270,5 +355,98 @@ func (s *Store) AuditQuery(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 			}
 		}
 	}
+	if events, err = s.auditSegmentsQuery(ctx, df, events); err != nil {
+		return nil, fmt.Errorf("store: audit.query: %w", err)
+	}
+	slices.Reverse(events) // oldest first
 	return events, nil
+}
+
+// newerFirst orders events by time, then ID, descending.
+func newerFirst(a, b AuditEvent) int {
+	if c := b.Time.Compare(a.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(b.ID, a.ID)
+}
+
+// auditSegmentsQuery merges into found (the matching rows, newest first,
+// at most f.Limit) the matching events of the segments, and returns the
+// newest f.Limit of them all, newest first. It reads segment headers
+// newest first, a page at a time, decodes only those whose Bloom filter
+// may hold the correlation id and module asked for, and stops at the first
+// segment whose newest event is older than the f.Limit-th newest found.
+func (s *Store) auditSegmentsQuery(ctx context.Context, f driver.AuditFilter, found []AuditEvent) ([]AuditEvent, error) {
+	if (f.Decision != "" && f.Decision != "allow") || (f.Kind != "" && f.Kind != "invocation" && f.Kind != "op") {
+		return found, nil // no segment holds such an event
+	}
+	sf := driver.AuditSegmentFilter{Org: f.Org, Since: f.Since, HasSince: f.HasSince, Until: f.Until, HasUntil: f.HasUntil, Limit: 16}
+	var want []int64
+	for {
+		hdrs, err := s.b.AuditSegments(ctx, sf)
+		if err != nil {
+			return nil, err
+		}
+		want = want[:0]
+		done := len(hdrs) < sf.Limit
+		for i := range hdrs {
+			g := &hdrs[i]
+			if len(found) >= f.Limit && g.TimeMax < found[f.Limit-1].Time.UnixNano() {
+				done = true
+				hdrs = hdrs[:i]
+				break
+			}
+			b := bloom(g.Bloom)
+			if (f.CorrelationID != "" && !b.mayHold(bloomCorrelation, f.CorrelationID)) || (f.Module != "" && !b.mayHold(bloomModule, f.Module)) {
+				continue
+			}
+			want = append(want, g.ID)
+		}
+		if len(want) > 0 {
+			data, err := s.b.AuditSegmentData(ctx, want)
+			if err != nil {
+				return nil, err
+			}
+			for i := range hdrs {
+				g := &hdrs[i]
+				d, ok := data[g.ID]
+				if !ok {
+					continue // not wanted, or deleted since
+				}
+				evs, err := decodeSegment(g, d)
+				if err != nil {
+					return nil, fmt.Errorf("segment %d (org %q): %w", g.ID, g.Org, err)
+				}
+				for _, e := range evs {
+					if auditMatch(&e, f) {
+						found = append(found, e)
+					}
+				}
+			}
+			slices.SortFunc(found, newerFirst)
+			if len(found) > f.Limit {
+				clear(found[f.Limit:])
+				found = found[:f.Limit]
+			}
+		}
+		if done || len(hdrs) == 0 {
+			return found, nil
+		}
+		last := &hdrs[len(hdrs)-1]
+		sf.BeforeTime, sf.BeforeID, sf.HasBefore = last.TimeMax, last.ID, true
+		sf.Limit = min(sf.Limit*2, 256)
+	}
+}
+
+// auditMatch is the filter the backends apply to rows, applied to a
+// decoded event.
+func auditMatch(e *AuditEvent, f driver.AuditFilter) bool {
+	t := e.Time.UnixNano()
+	return (f.CorrelationID == "" || e.CorrelationID == f.CorrelationID) &&
+		(f.Module == "" || e.Module == f.Module) &&
+		(f.Decision == "" || e.Decision == f.Decision) &&
+		(f.Kind == "" || e.Kind == f.Kind) &&
+		(f.Org == "" || e.Org == f.Org) &&
+		(!f.HasSince || t >= f.Since) &&
+		(!f.HasUntil || t < f.Until)
 }

@@ -66,6 +66,12 @@ func main() {
 			rows = append(rows, row{"invoke, pooled, every allowed call written to the audit trail (the default)", ns(au), ns(m),
 				fmt.Sprintf("+%s per audit row", ns(au-m)), verdict(au-m <= 2000, "<= 2 µs per allowed call")})
 		}
+		if au, ok := get("Invoke/moat-audited-postgres", "ns/op"); ok {
+			if pm, ok := get("Invoke/moat-postgres", "ns/op"); ok {
+				rows = append(rows, row{"invoke, pooled, every allowed call written to the audit trail, PostgreSQL", ns(au), ns(pm),
+					fmt.Sprintf("+%s per audit row", ns(au-pm)), "report"})
+			}
+		}
 		if ex, ok := get("Invoke/extism", "ns/op"); ok {
 			rows = append(rows, row{"invoke, pooled (vs extism go-sdk Plugin.Call)", ns(m), ns(ex),
 				fmt.Sprintf("%.1fx faster", ex/m), verdict(ex/m >= 10, ">= 10x")})
@@ -116,11 +122,13 @@ func main() {
 			goal       float64 // fraction of the ceiling; 0: report
 		}{
 			{"echo", "echo action of a Go guest over HTTP, SQLite (vs a do-nothing echo handler)", 0.70},
-			{"greet", "greet (4 ops, a durable kv write) over HTTP, SQLite, group commit (vs a do-nothing echo handler)", 0.25},
+			{"greet", "greet (4 ops, a durable kv write) over HTTP, SQLite, group commit, one organization (vs a do-nothing echo handler)", 0.25},
 			{"greet-org8", "greet over HTTP, SQLite, admission org_invocations 8 so an org's kv writes can share a commit (vs a do-nothing echo handler)", 0.25},
+			{"greet-8orgs", "greet over HTTP, SQLite, 8 organizations at once, default admission: a multi-tenant server (vs a do-nothing echo handler)", 0.25},
 			{"echo-postgres", "echo action over HTTP, PostgreSQL (vs a do-nothing echo handler)", 0},
 			{"greet-postgres", "greet over HTTP, PostgreSQL, group commit (vs a do-nothing echo handler)", 0},
 			{"greet-org8-postgres", "greet over HTTP, PostgreSQL, admission org_invocations 8 (vs a do-nothing echo handler)", 0},
+			{"greet-8orgs-postgres", "greet over HTTP, PostgreSQL, 8 organizations at once, default admission (vs a do-nothing echo handler)", 0},
 		} {
 			v, ok := get("GreetVsCeiling/"+h.name, "req/s")
 			if !ok {

@@ -85,6 +85,36 @@ type AuditFilter struct {
 	Limit                                      int
 }
 
+// AuditSegment is a run of one organization's routine events (allowed
+// invocations and ops) stored as one row: the store's front encodes them
+// into Data and sums up what a query needs to skip the segment without
+// decoding it (Org, the time range, Bloom, a filter over its correlation
+// ids and modules). Times are unix nanoseconds. ID is assigned by the
+// backend when the segment is stored; it only orders segments of the same
+// TimeMax.
+type AuditSegment struct {
+	ID               int64
+	Org              string
+	TimeMin, TimeMax int64
+	Count            int
+	Bloom            []byte
+	Data             []byte // empty in what AuditSegments returns
+}
+
+// AuditSegmentFilter selects segments: of Org when it is not empty,
+// holding a time in [Since, Until) by their range when HasSince and
+// HasUntil, and, when HasBefore, after (BeforeTime, BeforeID) in the
+// order segments come back in: TimeMax, then ID, descending. At most
+// Limit of them.
+type AuditSegmentFilter struct {
+	Org                  string
+	Since, Until         int64
+	HasSince, HasUntil   bool
+	BeforeTime, BeforeID int64
+	HasBefore            bool
+	Limit                int
+}
+
 // ConfirmationRow is a confirmation as stored; times are unix
 // nanoseconds and UsedAt is 0 while unused.
 type ConfirmationRow struct {
@@ -155,10 +185,17 @@ type Backend interface {
 	// stores, kept in the same transaction as every write.
 	KVUsage(ctx context.Context, org, module string) (int64, error)
 
-	// AuditInsert stores rows in one transaction: all or none. A
-	// duplicate ID is ErrConflict (wrapped).
-	AuditInsert(ctx context.Context, rows []AuditRow) error
+	// AuditInsert stores rows and segments in one transaction: all or
+	// none. A row's duplicate ID is ErrConflict (wrapped); segments get
+	// IDs of the backend's choosing.
+	AuditInsert(ctx context.Context, rows []AuditRow, segs []AuditSegment) error
 	AuditQuery(ctx context.Context, f AuditFilter) ([]AuditRow, error)
+	// AuditSegments returns the headers of the segments f selects,
+	// without their Data: TimeMax, then ID, descending.
+	AuditSegments(ctx context.Context, f AuditSegmentFilter) ([]AuditSegment, error)
+	// AuditSegmentData returns the Data of the segments with the given
+	// IDs; an ID not stored is left out of the map.
+	AuditSegmentData(ctx context.Context, ids []int64) (map[int64][]byte, error)
 
 	// ConfirmationCreate deletes at most sweepLimit confirmations that
 	// expired, or were used, before sweepBefore, and stores c; a

@@ -175,6 +175,21 @@ CREATE TABLE rate_buckets (
 	taken      boolean          NOT NULL
 );
 `},
+	// Routine audit events packed by the store's front; see SQLite's
+	// migration of the same name.
+	{name: "audit_segments", sql: `
+CREATE TABLE audit_segments (
+	id       bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	org      text    NOT NULL,
+	time_min bigint  NOT NULL,
+	time_max bigint  NOT NULL,
+	count    integer NOT NULL,
+	bloom    bytea   NOT NULL,
+	data     bytea   NOT NULL
+);
+CREATE INDEX audit_segments_org_time ON audit_segments (org, time_max, id);
+CREATE INDEX audit_segments_time ON audit_segments (time_max, id);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

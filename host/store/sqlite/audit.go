@@ -39,8 +39,12 @@ var auditInserts = func() (qs [6]string) {
 	return qs
 }()
 
+// auditSegmentInsert stores one segment; a batch holds one per
+// organization, so one statement each costs little.
+const auditSegmentInsert = `INSERT INTO audit_segments (org, time_min, time_max, count, bloom, data) VALUES (?,?,?,?,?,?)`
+
 // AuditInsert implements driver.Backend: one transaction for the batch.
-func (d *DB) AuditInsert(ctx context.Context, rows []driver.AuditRow) error {
+func (d *DB) AuditInsert(ctx context.Context, rows []driver.AuditRow, segs []driver.AuditSegment) error {
 	var stmts [len(auditInserts)]*sql.Stmt
 	for k := range stmts {
 		if 1<<k > len(rows) {
@@ -51,8 +55,21 @@ func (d *DB) AuditInsert(ctx context.Context, rows []driver.AuditRow) error {
 			return err
 		}
 	}
+	var segStmt *sql.Stmt
+	if len(segs) > 0 {
+		var err error
+		if segStmt, err = d.prepared(ctx, d.w, auditSegmentInsert); err != nil {
+			return err
+		}
+	}
 	args := make([]any, 0, auditColumns*min(len(rows), auditChunk))
 	return d.inTx(ctx, func(tx *sql.Tx) error {
+		for i := range segs {
+			g := &segs[i]
+			if _, err := tx.StmtContext(ctx, segStmt).ExecContext(ctx, g.Org, g.TimeMin, g.TimeMax, g.Count, g.Bloom, g.Data); err != nil {
+				return fmt.Errorf("segment %d (org %q, %d events): %w", i, g.Org, g.Count, err)
+			}
+		}
 		for i := 0; i < len(rows); {
 			k := len(stmts) - 1
 			for 1<<k > len(rows)-i {
@@ -134,4 +151,78 @@ FROM audit_events WHERE 1`)
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// AuditSegments implements driver.Backend.
+func (d *DB) AuditSegments(ctx context.Context, f driver.AuditSegmentFilter) ([]driver.AuditSegment, error) {
+	var q strings.Builder
+	var args []any
+	q.WriteString(`SELECT id, org, time_min, time_max, count, bloom FROM audit_segments WHERE 1`)
+	if f.Org != "" {
+		q.WriteString(" AND org = ?")
+		args = append(args, f.Org)
+	}
+	if f.HasSince {
+		q.WriteString(" AND time_max >= ?")
+		args = append(args, f.Since)
+	}
+	if f.HasUntil {
+		q.WriteString(" AND time_min < ?")
+		args = append(args, f.Until)
+	}
+	if f.HasBefore {
+		q.WriteString(" AND (time_max, id) < (?, ?)")
+		args = append(args, f.BeforeTime, f.BeforeID)
+	}
+	q.WriteString(" ORDER BY time_max DESC, id DESC LIMIT ?")
+	args = append(args, f.Limit)
+	rows, err := d.r.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.AuditSegment
+	for rows.Next() {
+		var g driver.AuditSegment
+		if err := rows.Scan(&g.ID, &g.Org, &g.TimeMin, &g.TimeMax, &g.Count, &g.Bloom); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// AuditSegmentData implements driver.Backend.
+func (d *DB) AuditSegmentData(ctx context.Context, ids []int64) (map[int64][]byte, error) {
+	out := make(map[int64][]byte, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), 256)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		q := `SELECT id, data FROM audit_segments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+		if err := func() error {
+			rows, err := d.r.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var (
+					id   int64
+					data []byte
+				)
+				if err := rows.Scan(&id, &data); err != nil {
+					return err
+				}
+				out[id] = data
+			}
+			return rows.Err()
+		}(); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return out, nil
 }

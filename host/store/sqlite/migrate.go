@@ -248,6 +248,31 @@ CREATE TABLE rate_buckets (
 ) STRICT, WITHOUT ROWID;
 `,
 	},
+	{
+		name: "audit_segments",
+		// Routine audit events (allowed invocations and ops) of one
+		// organization, packed by store.AuditInsert: a row per batch and
+		// organization instead of a row and six index entries per event.
+		// Times are unix nanoseconds; bloom is a Bloom filter over the
+		// segment's correlation ids and modules; data is the store's
+		// encoding of the events (see host/store/audit.go). The header
+		// columns come first, so reading them never reads data's overflow
+		// pages. audit_events keeps every other event, and every event
+		// stored before this migration.
+		sql: `
+CREATE TABLE audit_segments (
+	id       INTEGER PRIMARY KEY,
+	org      TEXT    NOT NULL,
+	time_min INTEGER NOT NULL,
+	time_max INTEGER NOT NULL,
+	count    INTEGER NOT NULL,
+	bloom    BLOB    NOT NULL,
+	data     BLOB    NOT NULL
+) STRICT;
+CREATE INDEX audit_segments_org_time ON audit_segments (org, time_max);
+CREATE INDEX audit_segments_time ON audit_segments (time_max);
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

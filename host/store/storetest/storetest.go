@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"AuditAttrs", su.testAuditAttrs},
 		{"AuditText", su.testAuditText},
 		{"AuditBatch", su.testAuditBatch},
+		{"AuditMatchesModel", su.testAuditMatchesModel},
 		{"ConfirmationUse", su.testConfirmationUse},
 		{"ConfirmationExpired", su.testConfirmationExpired},
 		{"ConfirmationUseRace", su.testConfirmationUseRace},
