@@ -55,12 +55,23 @@ func logWrite(env *Env, req *abi.LogWriteRequest) (*abi.Empty, error) {
 	if !env.Logger.Enabled(env.Context, level) {
 		return &abi.Empty{}, nil
 	}
-	attrs := make([]slog.Attr, 0, len(req.Fields)+1)
+	// The record carries the invocation's tags (Env.Log's) as its first
+	// attributes: the same record as Env.Log().LogAttrs writes, without
+	// making the tagged logger (slog.Logger.With formats its attributes
+	// ahead, which pays only from the second record of an invocation).
+	var attrs []slog.Attr
+	logger := env.tagged
+	if logger == nil {
+		logger = env.Logger
+		attrs = env.tags(make([]slog.Attr, 0, len(req.Fields)+6))
+	} else {
+		attrs = make([]slog.Attr, 0, len(req.Fields)+1)
+	}
 	attrs = append(attrs, slog.String("source", "guest"))
 	for k, v := range req.Fields {
 		attrs = append(attrs, slog.Any("guest."+k, v))
 	}
-	env.Log().LogAttrs(env.Context, level, req.Message, attrs...)
+	logger.LogAttrs(env.Context, level, req.Message, attrs...)
 	return &abi.Empty{}, nil
 }
 

@@ -127,15 +127,21 @@ func (e *Env) Begin(ctx context.Context, action string, p policy.Principal, corr
 // never log, and tagging costs allocations.
 func (e *Env) Log() *slog.Logger {
 	if e.tagged == nil {
-		e.tagged = e.Logger.With(
-			slog.String("module", e.Module),
-			slog.String("action", e.Action),
-			slog.String("user", e.Principal.User),
-			slog.String("org", e.Principal.Org),
-			slog.String("correlation_id", e.CorrelationID),
-		)
+		var tags [5]slog.Attr
+		e.tagged = slog.New(e.Logger.Handler().WithAttrs(e.tags(tags[:0])))
 	}
 	return e.tagged
+}
+
+// tags appends the attributes Log tags records with.
+func (e *Env) tags(attrs []slog.Attr) []slog.Attr {
+	return append(attrs,
+		slog.String("module", e.Module),
+		slog.String("action", e.Action),
+		slog.String("user", e.Principal.User),
+		slog.String("org", e.Principal.Org),
+		slog.String("correlation_id", e.CorrelationID),
+	)
 }
 
 // Scope is the storage scope of the invocation: the caller's organization
@@ -214,12 +220,16 @@ func Names() []string {
 // so each op is written against abi's types and never touches the wire.
 // Once the request is decoded it asks the gate (Env.Allow) with the
 // request's target when *Req implements Targeted: an op written with Typed
-// cannot forget its policy check.
+// cannot forget its policy check. The common requests and replies take a
+// hand-written path (wire.go) that means exactly what abi.Unmarshal and
+// abi.Marshal would.
 func Typed[Req, Resp any](f func(env *Env, req *Req) (*Resp, error)) Func {
 	return func(env *Env, b []byte) ([]byte, error) {
 		var req Req
-		if err := abi.Unmarshal(b, &req); err != nil {
-			return nil, err
+		if !decodeFast(b, &req) {
+			if err := abi.Unmarshal(b, &req); err != nil {
+				return nil, err
+			}
 		}
 		target := ""
 		if t, ok := any(&req).(Targeted); ok {
@@ -231,6 +241,9 @@ func Typed[Req, Resp any](f func(env *Env, req *Req) (*Resp, error)) Func {
 		resp, err := f(env, &req)
 		if err != nil {
 			return nil, err
+		}
+		if out, ok := encodeFast(resp); ok {
+			return out, nil
 		}
 		return abi.Marshal(resp)
 	}

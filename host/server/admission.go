@@ -260,6 +260,10 @@ func (s *Server) admit(adm *admission) echo.MiddlewareFunc {
 				}
 				return err
 			}
+			// The handler takes the body from the request's state (readBody);
+			// the request's own Body still reads it, for anything else.
+			st := stateOf(c)
+			st.body, st.bodyRead = body, true
 			c.Request().Body = io.NopCloser(bytes.NewReader(body))
 			p := principalOf(c)
 			release, ref := adm.acquire(c.Request().Context(), p.Org)

@@ -85,7 +85,7 @@ type authenticator struct {
 	st  *store.Store
 	mu  sync.Mutex
 	ttl time.Duration
-	hit map[string]cachedKey // by hash
+	hit map[[sha256.Size]byte]cachedKey // by the key's SHA-256, as bytes: the hex form is made only to ask the store
 }
 
 type cachedKey struct {
@@ -96,7 +96,7 @@ type cachedKey struct {
 var errBadKey = errors.New("the API key is unknown or revoked")
 
 func newAuthenticator(st *store.Store) *authenticator {
-	return &authenticator{st: st, ttl: keyCacheTTL, hit: map[string]cachedKey{}}
+	return &authenticator{st: st, ttl: keyCacheTTL, hit: map[[sha256.Size]byte]cachedKey{}}
 }
 
 // principal returns the key for a bearer token, or errBadKey.
@@ -104,13 +104,13 @@ func (a *authenticator) principal(ctx context.Context, token string) (*store.API
 	if !strings.HasPrefix(token, KeyPrefix) {
 		return nil, errBadKey
 	}
-	hash := HashAPIKey(token)
+	sum := sha256.Sum256([]byte(token))
 	now := time.Now()
 	a.mu.Lock()
-	c, ok := a.hit[hash]
+	c, ok := a.hit[sum]
 	a.mu.Unlock()
 	if !ok || now.After(c.expires) {
-		k, err := a.st.APIKeyByHash(ctx, hash)
+		k, err := a.st.APIKeyByHash(ctx, hex.EncodeToString(sum[:]))
 		switch {
 		case errors.Is(err, store.ErrAPIKeyNotFound):
 			k = nil
@@ -124,7 +124,7 @@ func (a *authenticator) principal(ctx context.Context, token string) (*store.API
 		if len(a.hit) > 100_000 { // bound the memory a flood of made-up keys can take
 			clear(a.hit)
 		}
-		a.hit[hash] = c
+		a.hit[sum] = c
 		a.mu.Unlock()
 	}
 	if c.key == nil {

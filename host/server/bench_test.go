@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -39,8 +41,13 @@ var benchResults sync.Map // name → [3]float64{req/s, p50 µs, p99 µs}
 // ceiling: an echo handler that does nothing, on the same machine, over
 // the same kind of keep-alive HTTP/1.1 connections, in the same run. The
 // echo action of a Go guest (no ops, an audit row) shows the server's own
-// cost, and greet and echo again with the store on PostgreSQL (a
-// throwaway cluster, see pgtest; skipped without one) the other backend.
+// cost. greet runs as one organization (the default admission then runs
+// one of its invocations at a time), as one organization allowed 8 at
+// once, and as 8 organizations, as a multi-tenant server sees it; each
+// greet row reports the kv writes per group commit. All again with the
+// store on PostgreSQL (a throwaway cluster, see pgtest; skipped without
+// one). With MOAT_BENCH_PROFILE=DIR each row's measured loop is profiled
+// to DIR/ROW.cpu.
 //
 //	go test -run '^$' -bench GreetVsCeiling -benchtime 5000x ./host/server/
 func BenchmarkGreetVsCeiling(b *testing.B) {
@@ -56,7 +63,7 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 		hs := &http.Server{Handler: e}
 		go hs.Serve(ln)
 		defer hs.Shutdown(context.Background())
-		load(b, "ceiling", "http://"+ln.Addr().String()+"/noop", "")
+		load(b, "ceiling", "http://"+ln.Addr().String()+"/noop")
 	})
 	serve := func(b *testing.B, databaseURL string, edits ...func(*server.Config)) (*testServer, string) {
 		profPath := benchProfile(b)
@@ -81,25 +88,36 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 			spinModule(b, ts, key, "spin", goGuest(b))
 			load(b, "echo"+suffix, ts.URL+"/v1/modules/spin/actions/echo", key)
 		})
-		greet := func(name string, edits ...func(*server.Config)) {
+		// greet calls hello-go's greet as orgs organizations at once, each
+		// with its own API key and its own copy of the module, the
+		// requests spread over them in turn.
+		greet := func(name string, orgs int, edits ...func(*server.Config)) {
 			b.Run(name, func(b *testing.B) {
-				ts, key := serve(b, url(b), edits...)
-				if r := ts.upload(b, key, helloWasm(b), helloManifest(b)); r.status != http.StatusCreated {
-					b.Fatalf("upload: %d %s", r.status, r.body)
+				ts, _ := serve(b, url(b), edits...)
+				keys := make([]string, orgs)
+				for i := range keys {
+					keys[i] = ts.key(b, fmt.Sprintf("org%d", i), "bench", "admin")
+					if r := ts.upload(b, keys[i], helloWasm(b), helloManifest(b)); r.status != http.StatusCreated {
+						b.Fatalf("upload: %d %s", r.status, r.body)
+					}
 				}
 				st := ts.Store()
 				g0, w0 := st.GroupCommitStats()
-				load(b, name, ts.URL+"/v1/modules/hello-go/actions/greet", key)
+				load(b, name, ts.URL+"/v1/modules/hello-go/actions/greet", keys...)
 				if g1, w1 := st.GroupCommitStats(); g1 > g0 {
 					b.ReportMetric(float64(w1-w0)/float64(g1-g0), "kv-writes/commit")
 				}
 			})
 		}
-		greet("greet" + suffix)
+		greet("greet"+suffix, 1)
 		// With the default admission (GOMAXPROCS/2 invocations of one
-		// organization at once: 1 on two cores) the org's kv writes never
+		// organization at once: 1 on two cores) one org's kv writes never
 		// overlap, so no commit can hold two of them; with 8 they can.
-		greet("greet-org8"+suffix, func(c *server.Config) { c.Admission.OrgInvocations = benchWorkers })
+		greet("greet-org8"+suffix, 1, func(c *server.Config) { c.Admission.OrgInvocations = benchWorkers })
+		// A multi-tenant server: 8 organizations, the default admission.
+		// Each runs one invocation at a time, the server several, and the
+		// group commit takes the kv writes of several organizations.
+		greet("greet-8orgs"+suffix, benchWorkers)
 	}
 	// The same action called in-process on the host, with the same
 	// parallelism: what greet costs without HTTP, so that the server's own
@@ -134,7 +152,7 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 		return
 	}
 	cv := c.([3]float64)
-	for _, name := range []string{"echo", "greet", "greet-org8", "echo-postgres", "greet-postgres", "greet-org8-postgres"} {
+	for _, name := range []string{"echo", "greet", "greet-org8", "greet-8orgs", "echo-postgres", "greet-postgres", "greet-org8-postgres", "greet-8orgs-postgres"} {
 		if g, ok := benchResults.Load(name); ok {
 			gv := g.([3]float64)
 			b.Logf("%s/ceiling: throughput %.0f%% (%.0f vs %.0f req/s), p50 %.2fx, p99 %.2fx (%.0f vs %.0f µs)",
@@ -179,16 +197,18 @@ func benchProfile(b *testing.B) string {
 }
 
 // load sends b.N POSTs to url from benchWorkers goroutines, each on its
-// own keep-alive connection.
-func load(b *testing.B, name, url, key string) {
+// own keep-alive connection, with the API keys in turn (none: no
+// Authorization).
+func load(b *testing.B, name, url string, keys ...string) {
 	tr := &http.Transport{MaxIdleConnsPerHost: benchWorkers, MaxConnsPerHost: benchWorkers, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	body := []byte("World")
+	var turn atomic.Uint64
 	run(b, name, func() error {
 		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
+		if len(keys) > 0 {
+			req.Header.Set("Authorization", "Bearer "+keys[turn.Add(1)%uint64(len(keys))])
 		}
 		res, err := client.Do(req)
 		if err != nil {
@@ -215,6 +235,9 @@ func run(b *testing.B, name string, f func() error) {
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	stopProfile := profileLoad(b, name)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	begin := time.Now()
@@ -240,6 +263,8 @@ func run(b *testing.B, name string, f func() error) {
 	elapsed := time.Since(begin)
 	cpu := cpuTime() - cpu0
 	b.StopTimer()
+	runtime.ReadMemStats(&ms1)
+	stopProfile()
 	slices.Sort(lat)
 	rps := float64(b.N) / elapsed.Seconds()
 	p50 := float64(lat[len(lat)/2].Microseconds())
@@ -250,5 +275,33 @@ func run(b *testing.B, name string, f func() error) {
 	// CPU time per call, of this whole process (server and load
 	// generator): on a shared machine it moves less than wall time does.
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	// Heap allocations per call, likewise of the whole process.
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(b.N), "mallocs/op")
 	benchResults.Store(name, [3]float64{rps, p50, p99})
+}
+
+// profileLoad writes a CPU profile of the measured loop alone (not the
+// server's start, the module's compilation or the warm-up) to
+// $MOAT_BENCH_PROFILE/NAME.cpu when that variable names a directory, and
+// returns what stops it. go test's -cpuprofile covers the whole run, where
+// compiling the guests dwarfs the requests.
+func profileLoad(b *testing.B, name string) func() {
+	dir := os.Getenv("MOAT_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".cpu"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatalf("%v (MOAT_BENCH_PROFILE cannot be used with -cpuprofile)", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -33,16 +34,25 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 		req := c.Request()
 		route := c.Path()
 		h := c.Response().Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		// The keys are canonical and the values constant: they go into the
+		// map directly, each a slice of the request state's one array
+		// (Header.Set canonicalizes the key and allocates a slice per
+		// value; a full slice, so an Add elsewhere copies, never writes
+		// into the array).
+		st := stateOf(c)
+		v := st.hdr[1:]
+		v[0], v[1], v[2], v[3] = "nosniff", "DENY", "no-referrer", "same-origin"
+		h["X-Content-Type-Options"] = v[0:1:1]
+		h["X-Frame-Options"] = v[1:2:2]
+		h["Referrer-Policy"] = v[2:3:3]
+		h["Cross-Origin-Resource-Policy"] = v[3:4:4]
 		if isConsole(route) {
-			h.Set("Content-Security-Policy", consoleCSP)
-			h.Set("Cross-Origin-Opener-Policy", "same-origin")
+			v[4] = consoleCSP
+			h["Cross-Origin-Opener-Policy"] = v[3:4:4] // same-origin too
 		} else {
-			h.Set("Content-Security-Policy", apiCSP)
+			v[4] = apiCSP
 		}
+		h["Content-Security-Policy"] = v[4:5:5]
 		c.Response().Before(func() { s.beforeWrite(c, route) })
 
 		// /healthz and /readyz say nothing worth reading across origins
@@ -70,9 +80,16 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) beforeWrite(c echo.Context, route string) {
 	h := c.Response().Header()
 	if !isConsole(route) {
-		mt, _, err := mime.ParseMediaType(h.Get(echo.HeaderContentType))
+		ct := h.Get(echo.HeaderContentType)
+		switch ct {
+		case "", echo.MIMEApplicationJSON, "application/problem+json", echo.MIMEOctetStream, "text/plain; charset=utf-8":
+			// What the API's handlers write: served as it is (the
+			// switch below would agree), without parsing it.
+			ct = ""
+		}
+		mt, _, err := mime.ParseMediaType(ct)
 		switch {
-		case h.Get(echo.HeaderContentType) == "":
+		case ct == "":
 		case err == nil && (mt == "application/json" || mt == "application/problem+json" || mt == "application/octet-stream"):
 		case err == nil && mt == "text/plain":
 			h.Set(echo.HeaderContentType, "text/plain; charset=utf-8")
@@ -81,8 +98,27 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 			h.Set("Content-Disposition", "attachment")
 		}
 	}
-	rc := http.NewResponseController(c.Response().Writer)
-	_ = rc.SetWriteDeadline(time.Now().Add(time.Duration(s.cfg.HTTP.WriteTimeout)))
+	_ = setDeadline(c.Response().Writer, false, time.Now().Add(time.Duration(s.cfg.HTTP.WriteTimeout)))
+}
+
+// setDeadline sets the read (or the write) deadline of the connection
+// under w, as http.ResponseController does (unwrapping w until a writer
+// has the method), without allocating a controller for each request.
+func setDeadline(w http.ResponseWriter, read bool, t time.Time) error {
+	for {
+		if read {
+			if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+				return d.SetReadDeadline(t)
+			}
+		} else if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+			return d.SetWriteDeadline(t)
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return fmt.Errorf("%T: %w", w, http.ErrNotSupported)
+		}
+		w = u.Unwrap()
+	}
 }
 
 // checkHost refuses a Host header naming a host the server does not go
@@ -173,18 +209,18 @@ func (s *Server) bodyDeadline(c echo.Context) {
 	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
 		return
 	}
-	rc := http.NewResponseController(c.Response().Writer)
-	if err := rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.HTTP.BodyTimeout))); err != nil {
+	w := c.Response().Writer
+	if err := setDeadline(w, true, time.Now().Add(time.Duration(s.cfg.HTTP.BodyTimeout))); err != nil {
 		return // not a connection with deadlines (a test recorder)
 	}
-	req.Body = &deadlineBody{ReadCloser: req.Body, rc: rc, timeout: time.Duration(s.cfg.HTTP.BodyTimeout)}
+	req.Body = &deadlineBody{ReadCloser: req.Body, w: w, timeout: time.Duration(s.cfg.HTTP.BodyTimeout)}
 }
 
 // deadlineBody lifts the read deadline at the end of the body and makes a
 // passed deadline an error naming the setting.
 type deadlineBody struct {
 	io.ReadCloser
-	rc      *http.ResponseController
+	w       http.ResponseWriter // whose connection's read deadline it lifts
 	timeout time.Duration
 	done    bool
 }
@@ -203,7 +239,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF && !b.done:
 		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
+		_ = setDeadline(b.w, true, time.Time{})
 	case err != nil && isTimeout(err):
 		return n, &bodyTimeoutError{b.timeout}
 	}

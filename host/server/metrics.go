@@ -36,6 +36,27 @@ type metrics struct {
 	// invocationLabels bounds the module and action names of the
 	// invocation metrics.
 	invocationLabels *labelBound
+
+	// The series of the hot path, resolved once: a WithLabelValues call
+	// hashes its labels and takes the vector's lock each time, and the
+	// invocation labels were cleaned and joined each time (six
+	// allocations per request). Both caches are bounded: routes, methods
+	// and status classes are few; module and action pairs stop being
+	// cached at metrics.max_series (past it the label bound counts them
+	// as other anyway).
+	seriesMu   sync.RWMutex
+	httpSeries map[[3]string]httpSeries
+	invSeries  map[[2]string]*invocationSeries
+}
+
+type httpSeries struct {
+	requests prometheus.Counter
+	seconds  prometheus.Observer
+}
+
+type invocationSeries struct {
+	ok      prometheus.Counter
+	seconds prometheus.Observer
 }
 
 // layers says which layer a failure code belongs to: the policy refused,
@@ -64,6 +85,8 @@ func newMetrics(s *Server) *metrics {
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_runs_total", Help: "Code-execution jobs by language and status."}, []string{"language", "status"})
 	m.admissionRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_admission_refusals_total", Help: "Invocations and runs refused for want of a slot, by kind and the setting that refused them."}, []string{"kind", "limit"})
 	m.invocationLabels = newLabelBound(s.cfg.Metrics.MaxSeries)
+	m.httpSeries = map[[3]string]httpSeries{}
+	m.invSeries = map[[2]string]*invocationSeries{}
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_http_connections_open", Help: "HTTP connections open (http.max_connections bounds them)."}, func() float64 {
 		if l := s.conns.Load(); l != nil {
 			return float64(l.count())
@@ -104,9 +127,53 @@ func (m *metrics) observeInvocation(module, action string, start time.Time, err 
 			action = "_unknown"
 		}
 	}
+	if outcome != "ok" {
+		lv := m.invocationLabels.values(module, action)
+		m.invocations.WithLabelValues(lv[0], lv[1], outcome).Inc()
+		m.invokeSeconds.WithLabelValues(lv[0], lv[1]).Observe(time.Since(start).Seconds())
+		return
+	}
+	is := m.invocationOK(module, action)
+	is.ok.Inc()
+	is.seconds.Observe(time.Since(start).Seconds())
+}
+
+// invocationOK returns the series of module's action that a successful
+// invocation counts in. Only successes resolve them, so that no series of
+// outcome ok appears (at 0) for an action that never succeeded.
+func (m *metrics) invocationOK(module, action string) *invocationSeries {
+	k := [2]string{module, action}
+	m.seriesMu.RLock()
+	is := m.invSeries[k]
+	m.seriesMu.RUnlock()
+	if is != nil {
+		return is
+	}
 	lv := m.invocationLabels.values(module, action)
-	m.invocations.WithLabelValues(lv[0], lv[1], outcome).Inc()
-	m.invokeSeconds.WithLabelValues(lv[0], lv[1]).Observe(time.Since(start).Seconds())
+	is = &invocationSeries{ok: m.invocations.WithLabelValues(lv[0], lv[1], "ok"), seconds: m.invokeSeconds.WithLabelValues(lv[0], lv[1])}
+	m.seriesMu.Lock()
+	if len(m.invSeries) < m.invocationLabels.max {
+		m.invSeries[k] = is
+	}
+	m.seriesMu.Unlock()
+	return is
+}
+
+// observeRequest counts one HTTP request of route (a pattern of the
+// router, or "unmatched"), method (methodLabel's) and status class.
+func (m *metrics) observeRequest(route, method, status string, took time.Duration) {
+	k := [3]string{route, method, status}
+	m.seriesMu.RLock()
+	hs, ok := m.httpSeries[k]
+	m.seriesMu.RUnlock()
+	if !ok {
+		hs = httpSeries{requests: m.requests.WithLabelValues(route, method, status), seconds: m.requestSeconds.WithLabelValues(route)}
+		m.seriesMu.Lock()
+		m.httpSeries[k] = hs
+		m.seriesMu.Unlock()
+	}
+	hs.requests.Inc()
+	hs.seconds.Observe(took.Seconds())
 }
 
 func (m *metrics) handler(c echo.Context) error {

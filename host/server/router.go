@@ -12,12 +12,36 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// Keys of values kept on the echo context.
-const (
-	ctxPrincipal   = "moat.principal"
-	ctxKeyID       = "moat.key_id"
-	ctxCorrelation = "moat.correlation_id"
-)
+// ctxState is the key of the request's *reqState on the echo context.
+const ctxState = "moat.request"
+
+// reqState is what the middleware learns of one request: its correlation
+// id, then who sent it, then its body once admission has read it. It is
+// one value on the echo context, made once per request, where a value per
+// key cost an allocation each (a principal boxed in an interface, too).
+type reqState struct {
+	correlation string
+	principal   policy.Principal
+	keyID       string
+	body        []byte // the request body, read (and bounded) by admit
+	bodyRead    bool
+	// hdr backs the response header values the middleware and the
+	// invoke handler set, so that setting them costs no allocation each
+	// (see frontDoor): [0] the correlation id, [1:6] the front door's,
+	// [6:8] an output's disposition and type.
+	hdr [8]string
+}
+
+// stateOf returns the request's state; a context observe has not seen
+// (a handler called directly, in a test) gets an empty one.
+func stateOf(c echo.Context) *reqState {
+	if st, ok := c.Get(ctxState).(*reqState); ok {
+		return st
+	}
+	st := &reqState{}
+	c.Set(ctxState, st)
+	return st
+}
 
 // HeaderRequestID carries the correlation id: taken from the request when
 // the client sends one, made up otherwise, and always returned.
@@ -68,8 +92,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !validCorrelationID(id) {
 			id = newID()
 		}
-		c.Set(ctxCorrelation, id)
-		c.Response().Header().Set(HeaderRequestID, id)
+		st := &reqState{correlation: id}
+		c.Set(ctxState, st)
+		st.hdr[0] = id
+		c.Response().Header()[HeaderRequestID] = st.hdr[0:1:1]
 		start := time.Now()
 		s.metrics.inflight.Inc()
 		err := next(c)
@@ -83,8 +109,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		took := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, methodLabel(c.Request().Method), statusClass(status)).Inc()
-		s.metrics.requestSeconds.WithLabelValues(route).Observe(took.Seconds())
+		s.metrics.observeRequest(route, methodLabel(c.Request().Method), statusClass(status), took)
 		// The access log: failures at info, successes at debug, so that
 		// a busy server's log holds what needs reading.
 		level := slog.LevelDebug
@@ -92,7 +117,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			level = slog.LevelInfo
 		}
 		if s.log.Enabled(c.Request().Context(), level) {
-			p := principalOf(c)
+			p := st.principal
 			s.log.LogAttrs(c.Request().Context(), level, "http", slog.String("method", c.Request().Method),
 				slog.String("path", c.Request().URL.Path), slog.Int("status", status), slog.Duration("took", took),
 				slog.String("correlation_id", id), slog.String("user", p.User), slog.String("org", p.Org),
@@ -113,6 +138,18 @@ func methodLabel(m string) string {
 }
 
 func statusClass(code int) string {
+	switch code / 100 {
+	case 1:
+		return "1xx"
+	case 2:
+		return "2xx"
+	case 3:
+		return "3xx"
+	case 4:
+		return "4xx"
+	case 5:
+		return "5xx"
+	}
 	return string(rune('0'+code/100)) + "xx"
 }
 
@@ -130,15 +167,9 @@ func validCorrelationID(s string) bool {
 	return true
 }
 
-func correlationID(c echo.Context) string {
-	id, _ := c.Get(ctxCorrelation).(string)
-	return id
-}
+func correlationID(c echo.Context) string { return stateOf(c).correlation }
 
-func principalOf(c echo.Context) policy.Principal {
-	p, _ := c.Get(ctxPrincipal).(policy.Principal)
-	return p
-}
+func principalOf(c echo.Context) policy.Principal { return stateOf(c).principal }
 
 // authenticate resolves the bearer token to a principal, then takes a
 // token from the key's and the organization's rate buckets.
@@ -173,8 +204,8 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			s.keyRate.give(key.ID)
 			return rateLimited("organization", wait)
 		}
-		c.Set(ctxPrincipal, policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles})
-		c.Set(ctxKeyID, key.ID)
+		st := stateOf(c)
+		st.principal, st.keyID = policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles}, key.ID
 		return next(c)
 	}
 }
@@ -182,6 +213,14 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 // readBody reads the request body up to limit bytes; a longer body is a
 // 413 naming the limit and how to raise it.
 func readBody(c echo.Context, limit int64, setting string) ([]byte, error) {
+	if st := stateOf(c); st.bodyRead {
+		// admit read it, under the same limit (limits.max_request_bytes):
+		// every route that reads a body after admission reads it whole.
+		if int64(len(st.body)) > limit {
+			return nil, problem(http.StatusRequestEntityTooLarge, "too_large", "the request body is over the limit of %d bytes (%s in the server config)", limit, setting)
+		}
+		return st.body, nil
+	}
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, limit)
 	b, err := io.ReadAll(r)
 	var mbe *http.MaxBytesError
@@ -220,5 +259,5 @@ func (s *Server) whoami(c echo.Context) error {
 	if roles == nil {
 		roles = []string{}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": c.Get(ctxKeyID)})
+	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": stateOf(c).keyID})
 }

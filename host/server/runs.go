@@ -460,7 +460,7 @@ func (s *Server) pistonGate(next echo.HandlerFunc) echo.HandlerFunc {
 			return c.JSON(http.StatusTooManyRequests, map[string]string{"message": fmt.Sprintf("too many requests; retry after %d s (piston.limits.rate)", secs)})
 		}
 		pc := s.cfg.Piston.Principal
-		c.Set(ctxPrincipal, policy.Principal{User: pc.User, Org: pc.Org, Roles: pc.Roles})
+		stateOf(c).principal = policy.Principal{User: pc.User, Org: pc.Org, Roles: pc.Roles}
 		return next(c)
 	}
 }

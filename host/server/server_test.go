@@ -40,7 +40,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("X-Request-Id = %q, want the client's e2e-greet-1", got)
 	}
 	r = ts.do(t, "POST", "/v1/modules/hello-go/actions/greet", bob, strings.NewReader("Bob"))
-	if string(r.body) != "Hello, Bob! (call #2)" || len(r.header.Get("X-Request-Id")) != 16 {
+	if string(r.body) != "Hello, Bob! (call #2)" || len(r.header.Get("X-Request-Id")) != 24 {
 		t.Errorf("second greet: %q, generated request id %q", r.body, r.header.Get("X-Request-Id"))
 	}
 
