@@ -42,6 +42,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
@@ -94,7 +95,17 @@ type Config struct {
 	// large guest (CPython's 26 MB) costs ~1.7 s per run. Traps still name
 	// the guest's functions (the name section).
 	DebugInfo bool
+	// NativeWorkers bounds the workers of all native plugins (kind:
+	// native) the host runs at once, each a process with its own memory
+	// limit; hosts on one machine should share one. Default: slots for
+	// DefaultNativeWorkers, the host's own.
+	NativeWorkers *native.WorkerSlots
 }
+
+// DefaultNativeWorkers is how many native plugin workers a host runs at
+// once when Config.NativeWorkers is not set: with the default 256 MiB
+// each, 8 GiB at most.
+const DefaultNativeWorkers = 32
 
 // Limits bound one invocation.
 type Limits struct {
@@ -213,6 +224,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 			return nil, fmt.Errorf("host: built-in profile: %w", err)
 		}
 		cfg.Profile = p
+	}
+	if cfg.NativeWorkers == nil {
+		cfg.NativeWorkers = native.NewWorkerSlots(DefaultNativeWorkers)
 	}
 	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}, profile: cfg.Profile}
 	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {

@@ -122,7 +122,7 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	}
 	env := append([]string{"PATH=" + native.DefaultPath, "LANG=C.UTF-8"}, nat.Env...)
 	workerEvent := audit.Event{Kind: auditKindWorker, Module: name, CorrelationID: opts.CorrelationID}
-	pool, err := native.StartPlugin(ctx, native.PluginSpec{Size: size, Worker: native.WorkerSpec{
+	pool, err := native.StartPlugin(ctx, native.PluginSpec{Size: size, Slots: h.cfg.NativeWorkers, Worker: native.WorkerSpec{
 		Name: name, Command: command, Env: env,
 		Launch:         native.ConfinedLauncher(base),
 		HealthInterval: nat.HealthInterval, HealthTimeout: nat.HealthTimeout, StartTimeout: nat.StartTimeout,
@@ -144,7 +144,9 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 			h.audit.Record(context.Background(), ev)
 		},
 	}})
-	if err != nil {
+	if errors.Is(err, native.ErrNoWorkerSlots) {
+		return fail(abi.CodeUnavailable, err, "%v", err)
+	} else if err != nil {
 		return fail(abi.CodeBadModule, err, "the plugin's worker did not start: %v", err)
 	}
 	m.runner = nativeRunner{pool}

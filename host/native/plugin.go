@@ -27,7 +27,55 @@ type PluginSpec struct {
 	// Size, and otherwise waits for one (as long as its context allows).
 	// Default 1; at most MaxPluginWorkers.
 	Size int
+	// Slots, when set, bounds the workers of every pool that shares it
+	// (a host's): each worker holds one of its slots from its start to
+	// its pool's close. A pool whose first worker finds no slot does not
+	// start; one that would grow past the free slots waits for its own
+	// workers instead, as at Size.
+	Slots *WorkerSlots
 }
+
+// WorkerSlots bounds the native workers of the plugins that share it: a
+// host serving many native plugins (many organizations') must not start
+// each one's concurrency in processes, whatever each is allowed alone.
+type WorkerSlots struct{ free chan struct{} }
+
+// NewWorkerSlots returns slots for n workers at once.
+func NewWorkerSlots(n int) *WorkerSlots {
+	w := &WorkerSlots{free: make(chan struct{}, n)}
+	for range n {
+		w.free <- struct{}{}
+	}
+	return w
+}
+
+func (w *WorkerSlots) take() bool {
+	if w == nil {
+		return true
+	}
+	select {
+	case <-w.free:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *WorkerSlots) give(n int) {
+	if w == nil {
+		return
+	}
+	for range n {
+		select {
+		case w.free <- struct{}{}:
+		default: // never more than n: a slot given twice is a bug, not a new slot
+		}
+	}
+}
+
+// ErrNoWorkerSlots is why a native plugin did not start: the host already
+// runs as many native workers as it allows.
+var ErrNoWorkerSlots = errors.New("the host already runs as many native workers as it allows")
 
 // MaxPluginWorkers bounds PluginSpec.Size: each worker is a process with
 // its own memory limit, so the module's concurrency is not a reason to
@@ -54,6 +102,14 @@ type PluginPool struct {
 	closed   bool
 	growing  sync.WaitGroup // starts under way, waited for by Close
 	stop     chan struct{}  // closed by Close
+	held     int            // slots of spec.Slots held: workers and starts
+}
+
+// giveSlots returns n of the pool's slots; p.mu is held.
+func (p *PluginPool) giveSlots(n int) {
+	n = min(n, p.held)
+	p.held -= n
+	p.spec.Slots.give(n)
 }
 
 // StartPlugin starts the plugin's first worker and returns once it is
@@ -71,9 +127,13 @@ func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
 		return nil, err
 	}
 	spec.Worker = w
-	p := &PluginPool{spec: spec, loop: newCrashLoop(w), changed: make(chan struct{}), stop: make(chan struct{})}
+	if !spec.Slots.take() {
+		return nil, fmt.Errorf("native plugin %s: %w (%d); close a native module, or raise the host's limit", w.Name, ErrNoWorkerSlots, cap(spec.Slots.free))
+	}
+	p := &PluginPool{spec: spec, loop: newCrashLoop(w), changed: make(chan struct{}), stop: make(chan struct{}), held: 1}
 	s, err := supervise(ctx, w, p.loop, 0, nil)
 	if err != nil {
+		spec.Slots.give(1)
 		return nil, err
 	}
 	p.actions = s.Actions()
@@ -85,8 +145,15 @@ func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
 // closeOnGiveUp wakes the callers waiting for a worker when the plugin is
 // given up (each supervisor stops its own worker).
 func (p *PluginPool) closeOnGiveUp() {
-	<-p.loop.gaveUpCh
+	select {
+	case <-p.loop.gaveUpCh:
+	case <-p.stop:
+		return
+	}
 	p.mu.Lock()
+	// Its workers stop themselves; their slots go to other plugins now,
+	// not when the given-up module is finally closed.
+	p.giveSlots(len(p.all))
 	p.broadcast()
 	p.mu.Unlock()
 }
@@ -142,7 +209,8 @@ func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, e
 			p.mu.Unlock()
 			return s, nil
 		}
-		if len(p.all)+p.starting < p.spec.Size {
+		if len(p.all)+p.starting < p.spec.Size && p.spec.Slots.take() {
+			p.held++
 			p.starting++
 			p.growing.Add(1)
 			go p.grow(len(p.all) + p.starting - 1)
@@ -156,8 +224,11 @@ func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, e
 			if errors.Is(ctx.Err(), context.Canceled) {
 				code = abi.CodeCanceled
 			}
-			return nil, &WorkerError{Code: code, Worker: p.spec.Worker.Name, Action: action,
-				Reason: fmt.Sprintf("all %d workers were busy (the module's concurrency)", p.spec.Size), Err: ctx.Err()}
+			reason := fmt.Sprintf("all %d workers were busy (the module's concurrency)", p.spec.Size)
+			if n := len(p.all); n < p.spec.Size {
+				reason = fmt.Sprintf("all %d workers were busy, and the host runs as many native workers as it allows", n)
+			}
+			return nil, &WorkerError{Code: code, Worker: p.spec.Worker.Name, Action: action, Reason: reason, Err: ctx.Err()}
 		}
 	}
 }
@@ -178,6 +249,7 @@ func (p *PluginPool) grow(slot int) {
 			}
 			p.mu.Lock()
 			p.starting--
+			p.giveSlots(1)
 			p.broadcast()
 			p.mu.Unlock()
 			return
@@ -195,12 +267,14 @@ func (p *PluginPool) grow(slot int) {
 	p.retry = err != nil
 	switch {
 	case err != nil:
+		p.giveSlots(1)
 		p.spec.Worker.Logger.Warn("native plugin: a new worker did not start", "worker", p.spec.Worker.Name, "err", err)
 		if p.spec.Worker.OnEvent != nil {
 			p.spec.Worker.OnEvent(WorkerEvent{Kind: EventRestartFailed, Worker: p.spec.Worker.Name, Slot: slot, Reason: err.Error(), Restarts: p.loop.count()})
 		}
 	case p.closed || p.loop.err() != nil:
 		s.Close() // before Close returns: nothing of it may outlive the pool
+		p.giveSlots(1)
 	default:
 		p.all = append(p.all, s)
 		p.idle = append(p.idle, s)
@@ -247,5 +321,8 @@ func (p *PluginPool) Close() error {
 		}()
 	}
 	wg.Wait()
+	p.mu.Lock()
+	p.giveSlots(p.held)
+	p.mu.Unlock()
 	return nil
 }

@@ -686,3 +686,76 @@ func BenchmarkPluginStart(b *testing.B) {
 type allowAll struct{}
 
 func (allowAll) AllowOp(*ops.Env, *ops.Op, string) error { return nil }
+
+// TestPluginSlots: the workers of every pool sharing WorkerSlots are
+// bounded together: a plugin whose first worker finds no slot does not
+// start, one at the bound waits for its own workers instead of growing,
+// and slots come back when a pool closes or gives up.
+func TestPluginSlots(t *testing.T) {
+	needPluginTools(t)
+	dir, env := pluginDir(t, pyWorker(t))
+	slots := NewWorkerSlots(2)
+	start := func(size int, tune func(*WorkerSpec)) (*PluginPool, error) {
+		ws := WorkerSpec{Name: "pyworker", Command: []string{"python3", "main.py"}, Env: env,
+			Launch: ConfinedLauncher(Spec{ReadOnly: []string{dir}, WorkDir: dir}), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if tune != nil {
+			tune(&ws)
+		}
+		p, err := StartPlugin(context.Background(), PluginSpec{Worker: ws, Size: size, Slots: slots})
+		if err == nil {
+			t.Cleanup(func() { p.Close() })
+		}
+		return p, err
+	}
+	d := newRecordingOps(t)
+	a, err := start(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := start(1, func(ws *WorkerSpec) { ws.MaxRestarts, ws.RestartWindow = 1, time.Minute })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(1, nil); !errors.Is(err, ErrNoWorkerSlots) {
+		t.Fatalf("a third plugin with 2 slots taken: %v, want ErrNoWorkerSlots", err)
+	}
+	// a may have 2 workers but only 1 slot is free for it: none. Two
+	// calls at once share its one worker.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := invoke(t, a, d, "sleep", "0.3", 5*time.Second); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if running, _ := a.Workers(); running != 1 {
+		t.Fatalf("a runs %d workers with no free slot, want 1", running)
+	}
+	// b crash-loops and is given up: its slot is free for a.
+	for range 3 {
+		invoke(t, b, d, "crash", "", 5*time.Second)
+	}
+	eventually(t, "b given up and its slot back", func() bool { return len(slots.free) == 1 })
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := invoke(t, a, d, "sleep", "0.5", 5*time.Second); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if running, _ := a.Workers(); running != 2 {
+		t.Fatalf("a runs %d workers with a slot free, want 2", running)
+	}
+	a.Close()
+	b.Close()
+	if n := len(slots.free); n != 2 {
+		t.Fatalf("%d slots free after both pools closed, want 2", n)
+	}
+}

@@ -261,6 +261,9 @@ func (c *Config) fillDefaults() {
 	if c.BuildCacheBytes == 0 {
 		c.BuildCacheBytes = 2 << 30
 	}
+	if c.Modules.MaxNativeWorkers == 0 {
+		c.Modules.MaxNativeWorkers = host.DefaultNativeWorkers
+	}
 	l := &c.Limits
 	if l.MaxRequestBytes == 0 {
 		l.MaxRequestBytes = 1 << 20
@@ -421,6 +424,9 @@ func (c *Config) validate(ix *nodeIndex) error {
 		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 			return fail("database_url", "%v", err)
 		}
+	}
+	if n := c.Modules.MaxNativeWorkers; n < 1 || n > 4096 {
+		return fail("modules.max_native_workers", "%d is outside 1..4096; remove the line for the default %d", n, host.DefaultNativeWorkers)
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fail("tls", "give both cert and key (PEM files), or neither to serve plain HTTP")

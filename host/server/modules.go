@@ -1146,6 +1146,12 @@ type ModulesConfig struct {
 	// root and the kernel layers. Default false: a server runs only
 	// WebAssembly unless its operator says otherwise.
 	AllowNative bool `yaml:"allow_native"`
+	// MaxNativeWorkers bounds the native plugin workers of all
+	// organizations at once (each a process with its own memory limit):
+	// a plugin that would start past it is refused at load (503), one
+	// that would grow past it waits for its own workers. Default 32;
+	// from 1 to 4096.
+	MaxNativeWorkers int `yaml:"max_native_workers"`
 }
 
 // ModuleQuotaConfig bounds the module versions each organization keeps,

@@ -41,6 +41,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
@@ -136,6 +137,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 		execs: newAdmission("runs", cfg.Admission.MaxRuns, cfg.Admission.OrgRuns, time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 	}
+	// One bound on native plugin workers for the whole server, whatever
+	// profile each organization's modules load under.
+	nativeWorkers := native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
 		profiles = append(profiles, p)
@@ -150,7 +154,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: profile %s: %w", name, err)
 		}
 		h, err := host.New(ctx, host.Config{
-			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof,
+			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 		})
