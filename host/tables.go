@@ -294,12 +294,15 @@ func readLayout(wasm []byte) (*layout, error) {
 			err = lay.readMemories(r)
 		case 7:
 			lay.counts[id], err = r.vec(minEntryBytes[id], "exports")
+			if err == nil {
+				err = checkEntries(id, r, lay.counts[id])
+			}
 		case 8, 12: // start function, data count: one index
 			_, err = r.u32()
 		default:
 			return fmt.Errorf("section id %d at byte %d: no such section", id, start)
 		}
-		if err == nil && r.off != bodyEnd && id != 0 && id != 3 && id != 6 && id != 7 {
+		if err == nil && r.off != bodyEnd && id != 0 && id != 3 && id != 6 {
 			err = fmt.Errorf("%d bytes after its last entry", bodyEnd-r.off)
 		}
 		if err != nil {
@@ -392,11 +395,25 @@ type sizeError struct{ msg string }
 func (e *sizeError) Error() string { return e.msg }
 
 // checkEntries reads the entries of the sections whose entries hold
-// vectors of their own (element segments, function bodies, data segments)
-// and checks those; the others it leaves to wazero.
+// vectors or names of their own (exports, element segments, function
+// bodies, data segments) and checks those; the others it leaves to wazero.
+// An export's name is checked against the bytes behind it: wazero
+// allocates a name by its declared length before it reads it (81 bytes
+// declaring a 100 MB name cost 100 MB, found by FuzzLimitTables).
 func checkEntries(id byte, r *wasmReader, n uint32) error {
 	var check func(*wasmReader) error
 	switch id {
+	case 7:
+		check = func(r *wasmReader) error {
+			if _, err := r.name(); err != nil {
+				return err
+			}
+			if _, err := r.byte(); err != nil { // func, table, memory, global or tag
+				return err
+			}
+			_, err := r.u32()
+			return err
+		}
 	case 9:
 		check = checkElement
 	case 10:
