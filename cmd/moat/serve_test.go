@@ -217,20 +217,7 @@ func TestServeKill9(t *testing.T) {
 	var rest bytes.Buffer
 	srv, base := startServe(t, &rest, args...)
 
-	do := func(base, path, body, ct string) (int, string, error) {
-		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		if ct != "" {
-			req.Header.Set("Content-Type", ct)
-		}
-		res, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer res.Body.Close()
-		b, err := io.ReadAll(res.Body)
-		return res.StatusCode, string(b), err
-	}
+	do := func(base, path, body, ct string) (int, string, error) { return api(base, key, "POST", path, body, ct) }
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
 	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/goguest", true),
