@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -80,6 +81,9 @@ type LoadOptions struct {
 	// Native loads a native plugin (kind: native) instead of WebAssembly:
 	// Load's wasm must then be empty. See Native.
 	Native *Native
+	// NativeWorkers, for a native plugin, replaces Config.NativeWorkers:
+	// a share of them (WorkerSlots.Within), such as its organization's.
+	NativeWorkers *native.WorkerSlots
 }
 
 // config is what config.get answers: the manifest's config, then

@@ -122,7 +122,11 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	}
 	env := append([]string{"PATH=" + native.DefaultPath, "LANG=C.UTF-8"}, nat.Env...)
 	workerEvent := audit.Event{Kind: auditKindWorker, Module: name, CorrelationID: opts.CorrelationID}
-	pool, err := native.StartPlugin(ctx, native.PluginSpec{Size: size, Slots: h.cfg.NativeWorkers, Worker: native.WorkerSpec{
+	slots := h.cfg.NativeWorkers
+	if opts.NativeWorkers != nil {
+		slots = opts.NativeWorkers
+	}
+	pool, err := native.StartPlugin(ctx, native.PluginSpec{Size: size, Slots: slots, Worker: native.WorkerSpec{
 		Name: name, Command: command, Env: env,
 		Launch:         native.ConfinedLauncher(base),
 		HealthInterval: nat.HealthInterval, HealthTimeout: nat.HealthTimeout, StartTimeout: nat.StartTimeout,

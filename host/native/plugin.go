@@ -38,7 +38,10 @@ type PluginSpec struct {
 // WorkerSlots bounds the native workers of the plugins that share it: a
 // host serving many native plugins (many organizations') must not start
 // each one's concurrency in processes, whatever each is allowed alone.
-type WorkerSlots struct{ free chan struct{} }
+type WorkerSlots struct {
+	free   chan struct{}
+	parent *WorkerSlots // also holds a slot for each of this one's
+}
 
 // NewWorkerSlots returns slots for n workers at once.
 func NewWorkerSlots(n int) *WorkerSlots {
@@ -49,16 +52,29 @@ func NewWorkerSlots(n int) *WorkerSlots {
 	return w
 }
 
+// Within returns slots for at most n of w's workers: a share of a host's
+// slots (an organization's), so that no one share can take them all. A
+// worker holds a slot of the share and one of w.
+func (w *WorkerSlots) Within(n int) *WorkerSlots {
+	c := NewWorkerSlots(n)
+	c.parent = w
+	return c
+}
+
 func (w *WorkerSlots) take() bool {
 	if w == nil {
 		return true
 	}
 	select {
 	case <-w.free:
-		return true
 	default:
 		return false
 	}
+	if !w.parent.take() {
+		w.free <- struct{}{}
+		return false
+	}
+	return true
 }
 
 func (w *WorkerSlots) give(n int) {
@@ -71,6 +87,15 @@ func (w *WorkerSlots) give(n int) {
 		default: // never more than n: a slot given twice is a bug, not a new slot
 		}
 	}
+	w.parent.give(n)
+}
+
+// limits describes the bounds w applies, for messages.
+func (w *WorkerSlots) limits() string {
+	if w.parent == nil {
+		return fmt.Sprintf("at most %d at once", cap(w.free))
+	}
+	return fmt.Sprintf("at most %d at once for this share, %s in all", cap(w.free), w.parent.limits())
 }
 
 // ErrNoWorkerSlots is why a native plugin did not start: the host already
@@ -128,7 +153,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
 	}
 	spec.Worker = w
 	if !spec.Slots.take() {
-		return nil, fmt.Errorf("native plugin %s: %w (%d); close a native module, or raise the host's limit", w.Name, ErrNoWorkerSlots, cap(spec.Slots.free))
+		return nil, fmt.Errorf("native plugin %s: %w (%s); close a native module, or raise the limit", w.Name, ErrNoWorkerSlots, spec.Slots.limits())
 	}
 	p := &PluginPool{spec: spec, loop: newCrashLoop(w), changed: make(chan struct{}), stop: make(chan struct{}), held: 1}
 	s, err := supervise(ctx, w, p.loop, 0, nil)

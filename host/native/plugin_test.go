@@ -759,3 +759,34 @@ func TestPluginSlots(t *testing.T) {
 		t.Fatalf("%d slots free after both pools closed, want 2", n)
 	}
 }
+
+// TestWorkerSlotsWithin: a share takes a slot of its own and one of its
+// parent's, gives both back, and cannot take more than its own bound even
+// when the parent has room, nor more than the parent has.
+func TestWorkerSlotsWithin(t *testing.T) {
+	host := NewWorkerSlots(3)
+	a, b := host.Within(2), host.Within(2)
+	for i, tt := range []struct {
+		s    *WorkerSlots
+		want bool
+	}{{a, true}, {a, true}, {a, false}, {b, true}, {b, false}} {
+		if got := tt.s.take(); got != tt.want {
+			t.Fatalf("take #%d = %v, want %v", i, got, tt.want)
+		}
+	}
+	if len(host.free) != 0 || len(a.free) != 0 || len(b.free) != 1 {
+		t.Fatalf("free: host %d, a %d, b %d", len(host.free), len(a.free), len(b.free))
+	}
+	a.give(1)
+	if !b.take() || len(host.free) != 0 || len(a.free) != 1 {
+		t.Fatalf("after a gave one, b took it: host %d, a %d, b %d", len(host.free), len(a.free), len(b.free))
+	}
+	a.give(1)
+	b.give(2)
+	if len(host.free) != 3 || len(a.free) != 2 || len(b.free) != 2 {
+		t.Fatalf("all given back: host %d, a %d, b %d", len(host.free), len(a.free), len(b.free))
+	}
+	if got := a.limits(); got != "at most 2 at once for this share, at most 3 at once in all" {
+		t.Fatalf("limits: %q", got)
+	}
+}

@@ -264,6 +264,9 @@ func (c *Config) fillDefaults() {
 	if c.Modules.MaxNativeWorkers == 0 {
 		c.Modules.MaxNativeWorkers = host.DefaultNativeWorkers
 	}
+	if c.Modules.MaxNativeWorkersPerOrg == 0 {
+		c.Modules.MaxNativeWorkersPerOrg = max(1, c.Modules.MaxNativeWorkers/4)
+	}
 	l := &c.Limits
 	if l.MaxRequestBytes == 0 {
 		l.MaxRequestBytes = 1 << 20
@@ -427,6 +430,9 @@ func (c *Config) validate(ix *nodeIndex) error {
 	}
 	if n := c.Modules.MaxNativeWorkers; n < 1 || n > 4096 {
 		return fail("modules.max_native_workers", "%d is outside 1..4096; remove the line for the default %d", n, host.DefaultNativeWorkers)
+	}
+	if n := c.Modules.MaxNativeWorkersPerOrg; n < 1 || n > c.Modules.MaxNativeWorkers {
+		return fail("modules.max_native_workers_per_org", "%d is outside 1..%d (modules.max_native_workers); remove the line for a quarter of max_native_workers", n, c.Modules.MaxNativeWorkers)
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fail("tls", "give both cert and key (PEM files), or neither to serve plain HTTP")

@@ -23,6 +23,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
@@ -75,6 +76,22 @@ type registry struct {
 	// removed by closeAll.
 	nativeMu   sync.Mutex
 	nativeRoot string
+	orgSlots   map[string]*native.WorkerSlots // each organization's share of the server's native workers
+}
+
+// orgWorkers is org's share of the server's native worker slots.
+func (r *registry) orgWorkers(org string) *native.WorkerSlots {
+	r.nativeMu.Lock()
+	defer r.nativeMu.Unlock()
+	if r.orgSlots == nil {
+		r.orgSlots = map[string]*native.WorkerSlots{}
+	}
+	w, ok := r.orgSlots[org]
+	if !ok {
+		w = r.s.nativeWorkers.Within(r.s.cfg.Modules.MaxNativeWorkersPerOrg)
+		r.orgSlots[org] = w
+	}
+	return w
 }
 
 // nativeDir returns the directory of native plugins' files, making it
@@ -395,7 +412,7 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		if err != nil {
 			return nil, err
 		}
-		opts.Native = nat
+		opts.Native, opts.NativeWorkers = nat, r.orgWorkers(v.Org)
 		return r.s.hostFor(v.Org).Load(ctx, nil, opts)
 	}
 	if l, ok := languages.ScriptLanguage(opts.Manifest); ok && !isWasm(wasm) {
@@ -1152,6 +1169,11 @@ type ModulesConfig struct {
 	// that would grow past it waits for its own workers. Default 32;
 	// from 1 to 4096.
 	MaxNativeWorkers int `yaml:"max_native_workers"`
+	// MaxNativeWorkersPerOrg bounds one organization's share of them, so
+	// that no organization's plugins can take every worker. Default a
+	// quarter of max_native_workers (at least 1); from 1 to
+	// max_native_workers.
+	MaxNativeWorkersPerOrg int `yaml:"max_native_workers_per_org"`
 }
 
 // ModuleQuotaConfig bounds the module versions each organization keeps,

@@ -13,8 +13,9 @@ import (
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
-// nativeExample is examples/hello-python-native as an uploaded archive.
-func nativeExample(t *testing.T) []byte {
+// nativeExample is examples/hello-python-native as an uploaded archive,
+// under another name when rename is given.
+func nativeExample(t *testing.T, rename ...string) []byte {
 	t.Helper()
 	dir := filepath.Join(testwasm.RepoRoot(t), "examples", "hello-python-native")
 	var ents []entry
@@ -22,6 +23,9 @@ func nativeExample(t *testing.T) []byte {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if name == "moat.yaml" && len(rename) > 0 {
+			b = bytes.Replace(b, []byte("name: hello-python-native"), []byte("name: "+rename[0]), 1)
 		}
 		ents = append(ents, entry{name: "hello-python-native/" + name, body: b})
 	}
@@ -82,5 +86,22 @@ func TestNativePluginUpload(t *testing.T) {
 	}
 	if r = ts.do(t, "POST", "/v1/modules/hello-python-native/actions/greet", bob, strings.NewReader("Bob")); r.status != http.StatusNotFound {
 		t.Fatalf("greet after delete: %d %s", r.status, r.body)
+	}
+
+	// Each organization draws from its share of the server's workers: one
+	// organization's plugins cannot take them all.
+	shared := start(t, "", func(c *server.Config) {
+		c.Modules.AllowNative, c.Modules.MaxNativeWorkers, c.Modules.MaxNativeWorkersPerOrg = true, 2, 1
+	})
+	ann, eve = shared.key(t, "acme", "ann", "admin"), shared.key(t, "globex", "eve", "admin")
+	if r = shared.do(t, "POST", "/v1/modules", ann, bytes.NewReader(nativeExample(t)), "Content-Type", "application/x-tar"); r.status != http.StatusCreated {
+		t.Fatalf("acme's first native plugin: %d %s", r.status, r.body)
+	}
+	r = shared.do(t, "POST", "/v1/modules", ann, bytes.NewReader(nativeExample(t, "second-native")), "Content-Type", "application/x-tar")
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "at most 1 at once for this share") {
+		t.Fatalf("acme's second native plugin past its share: %d %s, want 503 naming the share", r.status, r.body)
+	}
+	if r = shared.do(t, "POST", "/v1/modules", eve, bytes.NewReader(nativeExample(t)), "Content-Type", "application/x-tar"); r.status != http.StatusCreated {
+		t.Fatalf("globex's native plugin beside acme's: %d %s", r.status, r.body)
 	}
 }

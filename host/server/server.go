@@ -75,13 +75,16 @@ type Server struct {
 	store   *store.Store
 	hosts   map[string]*host.Host // by profile name or path
 	modules *registry
-	auth    *authenticator
-	keyRate *rateLimit
-	orgRate *rateLimit
-	piston  *rateLimit
-	metrics *metrics
-	echo    *echo.Echo
-	exec    Executor
+	// nativeWorkers bounds every host's native plugin workers together;
+	// each organization draws from its share (registry.orgWorkers).
+	nativeWorkers *native.WorkerSlots
+	auth          *authenticator
+	keyRate       *rateLimit
+	orgRate       *rateLimit
+	piston        *rateLimit
+	metrics       *metrics
+	echo          *echo.Echo
+	exec          Executor
 
 	invocations *admission // admission of invocations and confirmations
 	execs       *admission // admission of runs (/v1/runs, Piston execute)
@@ -139,7 +142,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// One bound on native plugin workers for the whole server, whatever
 	// profile each organization's modules load under.
-	nativeWorkers := native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
+	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
+	nativeWorkers := s.nativeWorkers
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
 		profiles = append(profiles, p)
