@@ -97,7 +97,17 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	if err != nil {
 		return usagef("%v", err)
 	}
-	work, err := os.MkdirTemp("", "moat-plugin-")
+	// The build's work dir is in the data dir, which the confined moat may
+	// still write: in /tmp it could not remove it, and every run would
+	// leave one behind.
+	tmp, err := filepath.Abs(filepath.Join(g.data(), "tmp"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp(tmp, "plugin-")
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,11 @@ func TestSignedScriptPlugin(t *testing.T) {
 	if r := run(); r.code != 0 || strings.TrimSpace(r.stdout) != "Hello, x! (call #1)" {
 		t.Fatalf("signed run: %+v", r)
 	}
+	// The build's work dir is gone after the run, though moat was confined
+	// when it ended (it is in the data dir, which moat may still write).
+	if left, _ := os.ReadDir(filepath.Join(data, "tmp")); len(left) != 0 {
+		t.Fatalf("the run left %d work dirs in %s/tmp", len(left), data)
+	}
 	if r := moat(t, "", "policy", "check", plugin, "--profile", profile); r.code != 0 || !strings.Contains(r.stdout, "trusted: signed by trusted key rel") {
 		t.Fatalf("policy check of the signed plugin: %+v", r)
 	}

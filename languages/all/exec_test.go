@@ -27,7 +27,12 @@ var startTime = time.Now()
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	native.LauncherMain()
-	os.Exit(m.Run())
+	code := m.Run()
+	if sharedHost != nil {
+		sharedHost.Close(context.Background())
+		os.RemoveAll(sharedDir)
+	}
+	os.Exit(code)
 }
 
 // persistentDir is a directory kept across test runs: the Go toolchain's
@@ -45,6 +50,7 @@ func persistentDir(t testing.TB, name string) string {
 var (
 	sharedOnce sync.Once
 	sharedHost *host.Host
+	sharedDir  string // its data dir, removed by TestMain
 	sharedErr  error
 )
 
@@ -56,6 +62,7 @@ func testHost(t testing.TB) *host.Host {
 			sharedErr = err
 			return
 		}
+		sharedDir = dir
 		sharedHost, sharedErr = host.New(context.Background(), host.Config{
 			DataDir: dir, CacheDir: persistentDir(t, "wazero-cache"),
 			Logger:                     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
