@@ -33,6 +33,11 @@ func parseTarget(s string) (httpTarget, error) {
 	if s == "*" {
 		return httpTarget{any: true}, nil
 	}
+	// Refused first, so that no message below repeats a line break or a
+	// control character of the value outside its quotes.
+	if strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return httpTarget{}, fmt.Errorf("%q contains spaces or control characters; a target is scheme://host:port, like https://api.example.com:443", s)
+	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		ex := strings.TrimSuffix(s, "/")
