@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	pysdk "github.com/moat-sandbox/moat/guests/python"
@@ -144,7 +143,7 @@ func runNativePlugin(ctx context.Context, g *globalFlags, f *runFlags, dir strin
 	}
 	abs := b.Path
 	nat := &host.Native{Dir: abs, Source: b.Wasm}
-	if mf.Language == "python" || slices.Contains([]string{"python3", "python"}, filepath.Base(mf.Command[0])) {
+	if pysdk.Wanted(mf.Language, mf.Command) {
 		// moat.py, where every worker uid can read it.
 		sdk := filepath.Join(g.data(), "lang-state", "python-native-sdk")
 		env, err := pysdk.WriteSDK(sdk)

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // SDK is the source of moat.py.
@@ -28,6 +29,21 @@ var SDK []byte
 
 // FileName is the name the SDK has beside a script.
 const FileName = "moat.py"
+
+// Wanted reports whether a native worker declared with language and
+// command runs Python, and so needs this SDK: the manifest says language:
+// python, or its program is python, python3 or python3.N. moat run and
+// moat serve decide it alike.
+func Wanted(language string, command []string) bool {
+	if language == "python" {
+		return true
+	}
+	if len(command) == 0 {
+		return false
+	}
+	p := filepath.Base(command[0])
+	return p == "python" || p == "python3" || strings.HasPrefix(p, "python3.")
+}
 
 // WriteSDK writes moat.py into dir (created 0755 if missing), readable by
 // every uid (a confined worker runs as a uid of its own), unless the same

@@ -92,3 +92,23 @@ moat.serve()
 		})
 	}
 }
+
+func TestWanted(t *testing.T) {
+	for _, tt := range []struct {
+		language string
+		command  []string
+		want     bool
+	}{
+		{"python", []string{"./worker"}, true},
+		{"", []string{"python3", "main.py"}, true},
+		{"", []string{"/usr/bin/python3.11", "main.py"}, true},
+		{"", []string{"python"}, true},
+		{"", []string{"./pythonic"}, false},
+		{"", []string{"/bin/sh", "-c", "python3 x.py"}, false},
+		{"", nil, false},
+	} {
+		if got := python.Wanted(tt.language, tt.command); got != tt.want {
+			t.Errorf("Wanted(%q, %q) = %v, want %v", tt.language, tt.command, got, tt.want)
+		}
+	}
+}

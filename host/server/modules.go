@@ -408,7 +408,7 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		opts.Manifest, opts.ManifestBytes = mf, v.Manifest
 	}
 	if opts.Manifest != nil && opts.Manifest.Kind == policy.KindNative {
-		nat, err := r.native(v, wasm)
+		nat, err := r.native(v, opts.Manifest, wasm)
 		if err != nil {
 			return nil, err
 		}
@@ -444,7 +444,7 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 // operator allows native plugins, its stored sources (a tar: PackSources
 // of its flat directory) unpacked where its workers can read them, and
 // the Python SDK beside them for a Python plugin.
-func (r *registry) native(v store.ModuleVersion, src []byte) (*host.Native, error) {
+func (r *registry) native(v store.ModuleVersion, mf *policy.Manifest, src []byte) (*host.Native, error) {
 	refuse := func(code abi.Code, format string, args ...any) (*host.Native, error) {
 		return nil, &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -455,12 +455,12 @@ func (r *registry) native(v store.ModuleVersion, src []byte) (*host.Native, erro
 	if err != nil {
 		return nil, err
 	}
-	files, err := unpack("application/x-tar", src, r.s.cfg.Limits.Archive)
-	if err != nil {
-		return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
-	}
 	dir := filepath.Join(root, v.Digest)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		files, err := unpack("application/x-tar", src, r.s.cfg.Limits.Archive)
+		if err != nil {
+			return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
+		}
 		// Written whole under a temporary name, then renamed: a load of
 		// the same digest never sees half the files.
 		tmp, err := os.MkdirTemp(root, ".partial-")
@@ -483,8 +483,7 @@ func (r *registry) native(v store.ModuleVersion, src []byte) (*host.Native, erro
 		}
 	}
 	nat := &host.Native{Dir: dir, Source: src}
-	mf, _ := policy.ParseManifest("moat.yaml", v.Manifest)
-	if mf != nil && (mf.Language == "python" || len(mf.Command) > 0 && strings.HasPrefix(filepath.Base(mf.Command[0]), "python")) {
+	if pysdk.Wanted(mf.Language, mf.Command) {
 		sdk := filepath.Join(root, "python-sdk")
 		env, err := pysdk.WriteSDK(sdk)
 		if err != nil {
