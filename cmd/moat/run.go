@@ -48,12 +48,16 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Short: "Invoke a plugin action, or run a WASI command module",
 		Long: `Run a module. MODULE is a .wasm file or a plugin directory (holding DIR.wasm
 or exactly one .wasm file, or, for an interpreted plugin, a moat.yaml with
-language javascript or python beside main.js or main.py).
+language javascript or python beside main.js or main.py, or, for a native
+plugin, a moat.yaml with kind: native and the command that starts its
+worker, like command: python3 main.py).
 
-With an ACTION, MODULE must be a moat plugin, an interpreted plugin or an
-Extism plug-in (ACTION is then the exported function): the manifest's roles
-are checked against --role, an action marked confirm: true prints a token to
-pass back with --confirm, the action's input comes from --input,
+With an ACTION, MODULE must be a moat plugin, an interpreted plugin, a native
+plugin (its workers run confined: their own uid, cgroup, root filesystem, no
+network; as root) or an Extism plug-in (ACTION is then the exported
+function): the manifest's roles are checked against --role, an action
+marked confirm: true prints a token to pass back with --confirm, the
+action's input comes from --input,
 --input-file, or stdin (when it is not a terminal), and its output is printed
 on stdout, as the Extism CLI prints it. The guest's log records go to stderr;
 an Extism plug-in's error (error_set) fails the run with its message.
