@@ -43,10 +43,6 @@ type Native struct {
 	RestartWindow                               time.Duration
 }
 
-// Audit kind of a native plugin's worker events (started, restarted,
-// restart_failed, health_check_failed, gave_up).
-const auditKindWorker = "worker"
-
 // DefaultNativeMemory is a native worker's memory (its cgroup's limit)
 // when neither the manifest nor the profile sets limits.memory.
 const DefaultNativeMemory = 256 << 20
@@ -121,7 +117,7 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 		WorkDir:     nat.Dir,
 	}
 	env := append([]string{"PATH=" + native.DefaultPath, "LANG=C.UTF-8"}, nat.Env...)
-	workerEvent := audit.Event{Kind: auditKindWorker, Module: name, CorrelationID: opts.CorrelationID}
+	workerEvent := audit.Event{Kind: audit.KindWorker, Module: name, CorrelationID: opts.CorrelationID}
 	slots := h.cfg.NativeWorkers
 	if opts.NativeWorkers != nil {
 		slots = opts.NativeWorkers

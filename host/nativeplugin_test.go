@@ -151,7 +151,7 @@ default:
 	}
 	worker := func(rule string) []audit.Event {
 		var out []audit.Event
-		for _, e := range auditEvents(t, h, audit.Filter{Module: "native-granted", Kind: "worker"}) {
+		for _, e := range auditEvents(t, h, audit.Filter{Module: "native-granted", Kind: audit.KindWorker}) {
 			if e.Rule == rule {
 				out = append(out, e)
 			}

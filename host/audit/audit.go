@@ -42,6 +42,10 @@ const (
 	// KindConfinement records the kernel layers a host applied to itself
 	// and each one it runs without (Rule: the layer, Reason: why).
 	KindConfinement = "confinement"
+	// KindWorker records a native plugin's worker events (Rule: started,
+	// restarted, restart_failed, health_check_failed, gave_up; a give-up
+	// is a deny).
+	KindWorker = "worker"
 
 	Allow = "allow"
 	Deny  = "deny"
