@@ -6,8 +6,11 @@ package host_test
 // go-sdk for the invoke, and raw wazero instantiation for fresh instances.
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,13 +69,14 @@ func onPostgres(b *testing.B) func(*host.Config) {
 	return func(c *host.Config) { c.Store = st }
 }
 
-// rawRuntime is the baseline: wazero with the same engine and the same
-// CloseOnContextDone setting moat uses, and a do-nothing host function in
+// rawRuntime is the baseline: wazero with the same engine, with
+// CloseOnContextDone (the way raw wazero stops a guest at its deadline;
+// closeOnDone false turns it off), and a do-nothing host function in
 // place of moat.call.
-func rawRuntime(b *testing.B, importModule, importName string) wazero.Runtime {
+func rawRuntime(b *testing.B, importModule, importName string, closeOnDone ...bool) wazero.Runtime {
 	b.Helper()
 	ctx := context.Background()
-	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true))
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(len(closeOnDone) == 0 || closeOnDone[0]))
 	b.Cleanup(func() { r.Close(ctx) })
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	nop := api.GoModuleFunc(func(_ context.Context, _ api.Module, stack []uint64) { stack[0] = 0 })
@@ -259,6 +263,72 @@ func BenchmarkFreshInvoke(b *testing.B) {
 					b.Fatal(err)
 				}
 				mod.Close(ctx)
+			}
+		})
+	}
+}
+
+// BenchmarkGuestCompute: a Go guest doing real work in its own code
+// (bytes.ToUpper over 64 KiB: loops in Go's runtime and in the guest),
+// through moat, next to the same module called directly in raw wazero
+// with CloseOnContextDone (how a raw embedder stops a spinning guest,
+// and what moat did before interrupt.go) and without any check at all
+// (the floor: such a guest could never be stopped).
+func BenchmarkGuestCompute(b *testing.B) {
+	ctx := context.Background()
+	goGuest := testwasm.BuildGo(b, "./testdata/goguest", true)
+	input := bytes.Repeat([]byte("moat sandbox "), 64<<10/13)
+	b.Run("moat", func(b *testing.B) {
+		m, err := quietHost(b).Load(ctx, goGuest, host.LoadOptions{Name: "goguest"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := host.Request{Action: "upper", Input: input, Principal: ann}
+		b.SetBytes(int64(len(input)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := m.Invoke(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, checked := range []bool{true, false} {
+		name := "raw-wazero-closeondone"
+		if !checked {
+			name = "raw-wazero-unchecked"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := rawRuntime(b, "moat", "call", checked)
+			mod, err := r.InstantiateWithConfig(ctx, goGuest, wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := mod.ExportedFunction("moat_actions").Call(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			list, _ := mod.Memory().Read(uint32(res[0]>>32), uint32(res[0]))
+			idx := slices.Index(strings.Split(strings.TrimRight(string(list), "\n"), "\n"), "upper")
+			if idx < 0 {
+				b.Fatalf("no action upper in %q", list)
+			}
+			alloc, invoke := mod.ExportedFunction("moat_alloc"), mod.ExportedFunction("moat_invoke")
+			stack := make([]uint64, 3)
+			b.SetBytes(int64(len(input)))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				cctx, cancel := context.WithTimeout(ctx, benchTimeout)
+				stack[0] = uint64(len(input))
+				if err := alloc.CallWithStack(cctx, stack); err != nil {
+					b.Fatal(err)
+				}
+				ptr := uint32(stack[0])
+				mod.Memory().Write(ptr, input)
+				stack[0], stack[1], stack[2] = uint64(idx), uint64(ptr), uint64(len(input))
+				if err := invoke.CallWithStack(cctx, stack); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
 			}
 		})
 	}

@@ -146,7 +146,8 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		WithStdin(stdin).WithStdout(stdout).WithStderr(stderr).
 		WithSysWalltime().WithSysNanotime().
 		WithNanosleep(Nanosleep(func() context.Context { return cctx })).
-		WithRandSource(rand.Reader)
+		WithRandSource(rand.Reader).
+		WithStartFunctions() // run below, armed (interrupt.go)
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
@@ -174,7 +175,11 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		mc = mc.WithFSConfig(fsc)
 	}
 	runStart := time.Now()
-	mod, err := m.host.runtime.InstantiateModule(inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc)), m.cm, mc)
+	actx := inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc))
+	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
+	if err == nil {
+		_, err = interruptOf(mod).start(actx, mod, abi.ExportStart)
+	}
 	took := time.Since(runStart)
 	inst.sess.End()
 	if mod != nil {

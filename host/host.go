@@ -247,10 +247,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	h.cache = cache
 	// One runtime for all modules: compiled code, WASI and the moat import
-	// are shared. Memory limits are per instance (see memory.go), and
-	// CloseOnContextDone is what lets a deadline stop a guest stuck in a
-	// loop (it costs a check on every loop back-edge; see RATIONALE).
-	rc := wasmlimit.NewRuntimeConfig(cache).WithDebugInfoEnabled(cfg.DebugInfo)
+	// are shared. Memory limits are per instance (see memory.go). A
+	// deadline stops a guest stuck in a loop through the check the host
+	// puts at every loop header (interrupt.go), so wazero's own, which
+	// leaves the machine code at every iteration, is off.
+	rc := wasmlimit.NewRuntimeConfig(cache).WithDebugInfoEnabled(cfg.DebugInfo).WithCloseOnContextDone(false)
 	h.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.runtime); err != nil {
 		h.Close(ctx)

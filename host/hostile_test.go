@@ -143,7 +143,7 @@ func hostileCases() []hostileCase {
 			code: abi.CodeTimeout, reason: "instantiation (the start function and _initialize) did not finish within 300ms", within: 600 * time.Millisecond},
 		{name: "_initialize sleeps 20 s", fixture: "hostile_init.wasm", limits: host.Limits{Timeout: time.Second},
 			code: abi.CodeTimeout, reason: "did not finish within 1s", within: time.Second + deadlineSlack},
-		{name: "_initialize traps", wasm: initTrap, code: abi.CodeTrap, reason: "instantiation failed: module[] function[_initialize] failed: wasm error: unreachable"},
+		{name: "_initialize traps", wasm: initTrap, code: abi.CodeTrap, reason: "instantiation failed: _initialize: wasm error: unreachable"},
 
 		// Tables at run time: table.grow past the cap returns -1 and the guest goes on.
 		{name: "table.grow of 2^26", fixture: "hostile_plugin.wasm", limits: plugin, action: "tablegrow", output: le32(-1)},

@@ -264,7 +264,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if tableCap > MaxTableElementsCeiling {
 		return fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, MaxTableElementsCeiling)
 	}
-	code, rewritten, lay, err := limitTables(wasm, tableCap)
+	code, _, lay, err := limitTables(wasm, tableCap)
 	if err != nil {
 		var tle *TableLimitError
 		if errors.As(err, &tle) {
@@ -275,10 +275,14 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if err := lay.checkCounts(); err != nil {
 		return fail(abi.CodeMemoryLimit, err, "%v", err)
 	}
-	key := digest
-	if rewritten {
-		key = Digest(code) // the same module under another table cap is another compilation
+	// Check for the end of the invocation at every loop header
+	// (interrupt.go). The bytes compiled are always rewritten, so they
+	// are the compilation's key (the same module under another table cap
+	// is another compilation).
+	if code, err = instrumentLoops(code, lay); err != nil {
+		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 	}
+	key := Digest(code)
 	c, err := h.compile(ctx, key, code)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -471,6 +475,12 @@ func (m *Module) prepare(ctx context.Context) error {
 		inst.close()
 		return &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...)}
 	}
+	// The module's own code runs here: under the module's timeout, like
+	// any of its calls, so a guest spinning in moat_version cannot hold
+	// the load for ever.
+	ctx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
+	defer cancel()
+	disarm := inst.intr.arm(ctx)
 	v, err := inst.mod.ExportedFunction(abi.ExportVersion).Call(ctx)
 	if err != nil {
 		return fail(abi.CodeBadModule, "%s trapped: %v", abi.ExportVersion, firstLine(err))
@@ -501,6 +511,10 @@ func (m *Module) prepare(ctx context.Context) error {
 	}
 	if len(m.actions) == 0 {
 		return fail(abi.CodeBadModule, "the module registers no actions (its %s list is empty)", abi.ExportActions)
+	}
+	if disarm() {
+		inst.close() // interrupted as it returned: it would trap at its next loop
+		return nil
 	}
 	m.put(inst)
 	return nil
@@ -572,6 +586,9 @@ func describe(name, digest string, size int, c *compiled) Info {
 	}
 	exports := c.cm.ExportedFunctions()
 	for _, n := range slices.Sorted(maps.Keys(exports)) {
+		if n == InterruptStartExport {
+			continue // the host's, not the author's (interrupt.go)
+		}
 		def := exports[n]
 		info.Exports = append(info.Exports, Signature{Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}

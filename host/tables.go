@@ -50,6 +50,9 @@ type layout struct {
 	imports []importDecl // imports that are not functions
 	memory  *memoryDecl  // the module's memory, defined or imported
 	counts  [14]uint32   // entries declared by each section, by id
+	// importedFuncs is the number of imported functions: a defined
+	// function's index in the function index space starts after them.
+	importedFuncs uint32
 }
 
 // The most entries a module may declare per section. wazero keeps a Go
@@ -723,6 +726,7 @@ func (lay *layout) readImports(r *wasmReader) error {
 		what := mod + "." + name
 		switch kind {
 		case 0x00: // function: type index
+			lay.importedFuncs++
 			_, err = r.u32()
 		case 0x01: // table
 			lay.imports = append(lay.imports, importDecl{"table", mod, name})

@@ -83,6 +83,16 @@ func main() {
 				fmt.Sprintf("%.1fx", m/raw), verdict(m < 1500, "< 1.5 µs")})
 		}
 	}
+	if m, ok := get("GuestCompute/moat", "ns/op"); ok {
+		if raw, ok := get("GuestCompute/raw-wazero-closeondone", "ns/op"); ok {
+			rows = append(rows, row{"Go guest, 64 KiB bytes.ToUpper, deadline on (vs raw wazero with CloseOnContextDone)", us(m), us(raw),
+				fmt.Sprintf("%.1fx faster", raw/m), "report"})
+		}
+		if floor, ok := get("GuestCompute/raw-wazero-unchecked", "ns/op"); ok {
+			rows = append(rows, row{"the same (vs raw wazero with no deadline check at all: a guest that could never be stopped)", us(m), us(floor),
+				fmt.Sprintf("%.2fx", m/floor), verdict(m/floor <= 1.2, "<= 1.2x the unchecked floor")})
+		}
+	}
 	if m, ok := get("FreshInvoke/wat", "ns/op"); ok {
 		raw, _ := get("FreshInvoke/raw-wat-instantiate", "ns/op")
 		rows = append(rows, row{"fresh instance + invoke, small WAT module (vs raw instantiate+close)", us(m), us(raw),

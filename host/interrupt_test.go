@@ -1,0 +1,303 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// instrument is what Load does to a module's bytes before compiling them.
+func instrument(t testing.TB, wasm []byte) []byte {
+	t.Helper()
+	code, _, lay, err := limitTables(wasm, DefaultMaxTableElements)
+	if err != nil {
+		t.Fatalf("limitTables: %v", err)
+	}
+	out, err := instrumentLoops(code, lay)
+	if err != nil {
+		t.Fatalf("instrumentLoops: %v", err)
+	}
+	return out
+}
+
+// runExports instantiates wasm in rt (with the fixture's import env.g)
+// and calls every export (each parameter 1000), in name order,
+// returning each one's results or error.
+func runExports(t *testing.T, rt wazero.Runtime, wasm []byte) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	defer cm.Close(ctx)
+	mod, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatalf("instantiate: %v", err)
+	}
+	defer mod.Close(ctx)
+	if s := mod.ExportedFunction(InterruptStartExport); s != nil {
+		if _, err := s.Call(ctx); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	got := map[string]string{}
+	defs := cm.ExportedFunctions()
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range defs {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		if name == InterruptStartExport {
+			continue
+		}
+		params := make([]uint64, len(defs[name].ParamTypes()))
+		for i := range params {
+			params[i] = 1000
+		}
+		res, err := mod.ExportedFunction(name).Call(ctx, params...)
+		got[name] = fmt.Sprint(res, err)
+	}
+	return got
+}
+
+// newPlainRuntime is a runtime like the host's (no CloseOnContextDone)
+// with the global the interrupt_ops fixture imports.
+func newPlainRuntime(t *testing.T) wazero.Runtime {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	t.Cleanup(func() { rt.Close(ctx) })
+	env := []byte("\x00asm\x01\x00\x00\x00" +
+		"\x06\x06\x01\x7f\x00\x41\x2a\x0b" + // global i32 const 42
+		"\x07\x05\x01\x01g\x03\x00") // export "g" global 0
+	if _, err := rt.InstantiateWithConfig(ctx, env, wazero.NewModuleConfig().WithName("env")); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// TestInstrumentLoopsDifferential runs every fixture's exports as built
+// and as instrumented: the results must be the same. interrupt_ops.wasm
+// holds every kind of immediate in functions that loop (SIMD lanes,
+// memory arguments with offsets, br_table, typed select, block types by
+// index, bulk memory and table instructions, references).
+func TestInstrumentLoopsDifferential(t *testing.T) {
+	for _, name := range []string{"interrupt_ops", "hostile_plugin", "plugin", "abi2", "bigmem", "rawhost"} {
+		t.Run(name, func(t *testing.T) {
+			wasm, err := os.ReadFile("../testdata/" + name + ".wasm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt := newPlainRuntime(t)
+			if name != "interrupt_ops" {
+				// the others import moat and WASI: compare what compiles
+				// and what each declares, not what runs
+				ctx := context.Background()
+				for _, b := range [][]byte{wasm, instrument(t, wasm)} {
+					cm, err := rt.CompileModule(ctx, b)
+					if err != nil {
+						t.Fatalf("compile: %v", err)
+					}
+					cm.Close(ctx)
+				}
+				return
+			}
+			want := runExports(t, rt, wasm)
+			got := runExports(t, rt, instrument(t, wasm))
+			if len(want) < 7 {
+				t.Fatalf("only %d exports ran: %v", len(want), want)
+			}
+			for k, v := range want {
+				if strings.Contains(v, "error") {
+					t.Errorf("%s failed as built: %s", k, v)
+				}
+				if got[k] != v {
+					t.Errorf("%s: instrumented %s, as built %s", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+// TestInstrumentLoopsShape checks what the rewrite adds: the interrupt
+// global and its export, a check per loop, the start section turned into
+// an export; and what it refuses.
+func TestInstrumentLoopsShape(t *testing.T) {
+	hdr := "\x00asm\x01\x00\x00\x00"
+	types := "\x01\x04\x01\x60\x00\x00"                    // (func)
+	funcs := "\x03\x02\x01\x00"                            // one function of type 0
+	spin := "\x0a\x09\x01\x07\x00\x03\x40\x0c\x00\x0b\x0b" // (loop (br 0))
+	flat := "\x0a\x04\x01\x02\x00\x0b"                     // an empty body
+	tests := []struct {
+		name      string
+		wasm      string
+		loops     int
+		start     bool
+		refused   string
+		exportsIn []string
+	}{
+		{name: "no global, no export section", wasm: hdr + types + funcs + spin, loops: 1},
+		{name: "no loop", wasm: hdr + types + funcs + flat},
+		{name: "start section", wasm: hdr + types + funcs + "\x08\x01\x00" + flat, start: true},
+		{name: "start and exports", wasm: hdr + types + funcs + "\x07\x05\x01\x01f\x00\x00" + "\x08\x01\x00" + spin,
+			loops: 1, start: true, exportsIn: []string{"f"}},
+		{name: "reserved export name", wasm: hdr + types + funcs + "\x07\x12\x01\x0emoat:interrupt\x00\x00" + flat,
+			refused: `exports "moat:interrupt", a name the host reserves`},
+		{name: "unknown opcode", wasm: hdr + types + funcs + "\x0a\x05\x01\x03\x00\x06\x0b",
+			refused: "opcode 0x6 at byte 1 of the body"},
+		{name: "truncated immediate", wasm: hdr + types + funcs + "\x0a\x05\x01\x03\x00\x41\x80",
+			refused: "function 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wasm := []byte(tc.wasm)
+			lay, err := readLayout(wasm)
+			if err != nil {
+				t.Fatalf("readLayout: %v", err)
+			}
+			out, err := instrumentLoops(wasm, lay)
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(out, interruptCheck(0)); n != tc.loops {
+				t.Errorf("%d checks, want %d", n, tc.loops)
+			}
+			ctx := context.Background()
+			rt := wazero.NewRuntime(ctx)
+			defer rt.Close(ctx)
+			cm, err := rt.CompileModule(ctx, out)
+			if err != nil {
+				t.Fatalf("the rewritten module does not compile: %v", err)
+			}
+			exports := cm.ExportedFunctions()
+			if _, ok := exports[InterruptStartExport]; ok != tc.start {
+				t.Errorf("start exported: %v, want %v", ok, tc.start)
+			}
+			for _, n := range tc.exportsIn {
+				if _, ok := exports[n]; !ok {
+					t.Errorf("export %q lost", n)
+				}
+			}
+			mod, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName(""))
+			if err != nil {
+				t.Fatalf("instantiate: %v (a start section left in would spin here)", err)
+			}
+			if _, ok := mod.ExportedGlobal(InterruptExport).(api.MutableGlobal); !ok {
+				t.Error("no mutable interrupt global exported")
+			}
+		})
+	}
+}
+
+// TestInterruptStopsSpinningGuest: a guest spinning in a loop that calls
+// nothing is stopped by the flag, from another goroutine, and the call
+// returns soon after: wazero must reload the global at the loop header.
+func TestInterruptStopsSpinningGuest(t *testing.T) {
+	wasm := []byte("\x00asm\x01\x00\x00\x00" +
+		"\x01\x04\x01\x60\x00\x00" + "\x03\x02\x01\x00" +
+		"\x07\x08\x01\x04spin\x00\x00" +
+		"\x0a\x09\x01\x07\x00\x03\x40\x0c\x00\x0b\x0b")
+	lay, err := readLayout(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := instrumentLoops(wasm, lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range []struct {
+		name string
+		cfg  wazero.RuntimeConfig
+	}{{"compiler", wazero.NewRuntimeConfigCompiler()}, {"interpreter", wazero.NewRuntimeConfigInterpreter()}} {
+		t.Run(rc.name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := wazero.NewRuntimeWithConfig(ctx, rc.cfg)
+			defer rt.Close(ctx)
+			mod, err := rt.Instantiate(ctx, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			flag := interruptOf(mod)
+			disarm := flag.arm(cctx)
+			start := time.Now()
+			_, err = mod.ExportedFunction("spin").Call(cctx)
+			took := time.Since(start)
+			if !disarm() {
+				t.Error("disarm says the flag was not set")
+			}
+			if err == nil || !strings.Contains(err.Error(), "unreachable") {
+				t.Fatalf("got %v, want the interrupt's trap", err)
+			}
+			if took > 5*time.Second {
+				t.Fatalf("stopped after %s", took)
+			}
+		})
+	}
+}
+
+// FuzzInstrumentLoops: whatever bytes the table pass accepts and wazero
+// compiles, the instrumentation either rewrites into a module wazero
+// compiles with the same exports plus the host's, or refuses; it never
+// panics or hangs.
+func FuzzInstrumentLoops(f *testing.F) {
+	for _, s := range append(realModuleSeeds(f), hostileSeeds()...) {
+		f.Add(s.wasm)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(MaxMemoryLimitPages))
+	f.Cleanup(func() { rt.Close(ctx) })
+	f.Fuzz(func(t *testing.T, wasm []byte) {
+		watchdog := time.AfterFunc(20*time.Second, func() {
+			debug.SetTraceback("all")
+			panic(fmt.Sprintf("FuzzInstrumentLoops: one input (%d bytes) ran for 20 s", len(wasm)))
+		})
+		defer watchdog.Stop()
+		code, _, lay, err := limitTables(wasm, DefaultMaxTableElements)
+		if err != nil || lay.checkCounts() != nil {
+			return
+		}
+		out, ierr := instrumentLoops(code, lay)
+		cm, cerr := rt.CompileModule(ctx, code)
+		if cerr != nil {
+			return // wazero refuses it as built: what the rewrite says does not matter
+		}
+		defer cm.Close(ctx)
+		if ierr != nil {
+			var se *sizeError
+			if errors.As(ierr, &se) || errors.Is(ierr, errTruncated) || strings.Contains(ierr.Error(), "reserves") {
+				return
+			}
+			t.Fatalf("instrumentLoops refuses a module wazero compiles: %v", ierr)
+		}
+		icm, err := rt.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatalf("the instrumented module does not compile: %v", err)
+		}
+		defer icm.Close(ctx)
+		for name := range cm.ExportedFunctions() {
+			if _, ok := icm.ExportedFunctions()[name]; !ok {
+				t.Fatalf("export %q lost", name)
+			}
+		}
+	})
+}
