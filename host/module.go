@@ -146,8 +146,11 @@ type Info struct {
 
 // CompileInfo says how this process got the module's machine code.
 type CompileInfo struct {
-	FromDiskCache bool          `json:"from_disk_cache"`
-	Duration      time.Duration `json:"duration_ns"`
+	FromDiskCache bool `json:"from_disk_cache"`
+	// FromSharedCode: compiled by another host on the same store and
+	// shared through it (Config.CodeKey).
+	FromSharedCode bool          `json:"from_shared_code,omitempty"`
+	Duration       time.Duration `json:"duration_ns"`
 }
 
 // Signature is one imported or exported function.
@@ -279,7 +282,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if rewritten {
 		key = Digest(code) // the same module under another table cap is another compilation
 	}
-	c, err := h.compile(ctx, key, code)
+	c, err := h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
@@ -565,7 +568,7 @@ func manifestKind(k Kind) policy.Kind {
 }
 
 func describe(name, digest string, size int, c *compiled) Info {
-	info := Info{Name: name, Digest: digest, Size: size, Compile: CompileInfo{FromDiskCache: c.fromCache, Duration: c.took}}
+	info := Info{Name: name, Digest: digest, Size: size, Compile: CompileInfo{FromDiskCache: c.fromCache, FromSharedCode: c.fromStore, Duration: c.took}}
 	for _, def := range c.cm.ImportedFunctions() {
 		mod, n, _ := def.Import()
 		info.Imports = append(info.Imports, Signature{Module: mod, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
