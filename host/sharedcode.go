@@ -368,12 +368,13 @@ func (s *codeShare) compile(ctx context.Context, rt wazero.Runtime, code []byte,
 	if placed {
 		why = "the shared compiled code was not usable by this wazero (it compiled anew)"
 	}
+	pubStart := time.Now()
 	stored, storeErr := s.publish(ctx, akey, path)
 	attrs := []any{"module", who.name, "took", took.Round(time.Microsecond), "reason", why, "artifact", akey[:12]}
 	if storeErr != nil {
 		s.log.Warn("module compiled here; its compiled code was not shared", append(attrs, "err", storeErr)...)
 	} else {
-		s.log.Info("module compiled here", append(attrs, "shared_bytes", stored)...)
+		s.log.Info("module compiled here", append(attrs, "shared_bytes", stored, "store_took", time.Since(pubStart).Round(time.Microsecond))...)
 	}
 	return cm, codeCompiled, nil
 }
