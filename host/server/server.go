@@ -161,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
+			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
 		})
 		if err != nil {
 			s.abort(ctx)
@@ -168,6 +169,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.hosts[name] = h
 	}
+	s.logCodeSharing()
 	if s.exec == nil && cfg.NewExecutor != nil {
 		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile]); err != nil {
 			s.abort(ctx)
@@ -198,6 +200,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	s.ready.Store(true)
 	return s, nil
+}
+
+// logCodeSharing says once, at start, whether this replica shares
+// compiled code with the others: on a shared database without a code key
+// every replica compiles every module itself (seconds for a large one, at
+// each change and each restart), which an operator should know and be
+// told how to change.
+func (s *Server) logCodeSharing() {
+	shares := s.cfg.CodeKey != ""
+	for _, h := range s.hosts {
+		shares = shares && h.SharesCode()
+	}
+	switch {
+	case shares:
+		s.log.Info("compiled code is shared with the other replicas through the store", "budget", s.cfg.Modules.SharedCodeBytes)
+	case s.cfg.CodeKey == "" && s.cfg.DatabaseURL != "":
+		s.log.Warn("compiled code is not shared between replicas: no code key, so each replica compiles every module itself "+
+			"and trusts no compiled code from the database; give every replica the same secret in $"+EnvCodeKey+" or code_key_file to share it",
+			"knob", "code_key_file")
+	}
 }
 
 // hostFor returns the host whose profile applies to org.
