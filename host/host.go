@@ -7,8 +7,9 @@
 //		Principal: policy.Principal{User: "ann", Org: "acme"}})
 //
 // A Host owns one wazero runtime (the optimizing compiler, with a
-// compilation cache on disk keyed by the module's content), the store, and
-// the op table. A Module is compiled once; instances are taken from a pool
+// compilation cache on disk keyed by the module's content, and, with
+// Config.CodeKey, filled from the compiled code other hosts on the same
+// store shared), the store, and the op table. A Module is compiled once; instances are taken from a pool
 // per module, or made fresh for each call with IsolationFresh. Every failure
 // is an *Error carrying the module, the action and an abi.Code.
 //

@@ -15,7 +15,9 @@
 // PostgreSQL database (Config.DatabaseURL) are replicas needing no shared
 // disk: each follows the store's module change feed and loads, replaces
 // or unloads a module within a second of its upload or deletion through
-// any of them. Every upload is a new version, loaded with the same checks as
+// any of them. Given one code key (Config.CodeKey, code_key_file), they
+// share compiled machine code through the store as well, so that loading
+// a module another replica compiled costs no compilation (host.Config.CodeKey). Every upload is a new version, loaded with the same checks as
 // `moat run` (signature against the profile's trusted keys, manifest
 // against the profile) before it replaces the current one. Errors are RFC
 // 9457 problem details; the routes are described by /v1/openapi.json,

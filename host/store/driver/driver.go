@@ -20,8 +20,8 @@
 // digests are hex SHA-256, times are unix nanoseconds). Every method is
 // safe for concurrent use, also by several processes (or replicas) sharing
 // one database: the quota of KVPutWithin, the claim of ConfirmationClaim,
-// the pruning of ModulePut and the token bucket of RateTake are atomic
-// across all of them. The package storetest holds every backend to this
+// the pruning of ModulePut, the token bucket of RateTake and the eviction
+// of CodePut are atomic across all of them. The package storetest holds every backend to this
 // contract with one suite.
 package driver
 
