@@ -382,7 +382,7 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 		return c, nil
 	}
 	start := time.Now()
-	if h.share != nil {
+	if h.share != nil && !who.local {
 		var from codeSource
 		c.cm, from, c.err = h.share.compile(ctx, h.runtime, wasm, who)
 		c.fromCache, c.fromStore = from == codeFromDisk, from == codeFromStore
@@ -401,8 +401,12 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 	return c, nil
 }
 
-// compileFor names what a compilation is for, in logs and audit events.
-type compileFor struct{ name, correlation string }
+// compileFor names what a compilation is for, in logs and audit events,
+// and whether its code stays local (LoadOptions.LocalCode).
+type compileFor struct {
+	name, correlation string
+	local             bool
+}
 
 // release drops one reference to c, freeing its machine code with the
 // last.

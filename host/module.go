@@ -84,6 +84,13 @@ type LoadOptions struct {
 	// NativeWorkers, for a native plugin, replaces Config.NativeWorkers:
 	// a share of them (WorkerSlots.Within), such as its organization's.
 	NativeWorkers *native.WorkerSlots
+	// LocalCode keeps the module's compiled code to this host when it
+	// shares code through the store (Config.CodeKey): nothing is fetched
+	// for it or stored. For one-off modules, such as the build of a
+	// submission to the code-execution routes: storing each would cost a
+	// database write of megabytes per run and evict the code of the
+	// modules replicas keep loading.
+	LocalCode bool
 }
 
 // config is what config.get answers: the manifest's config, then
@@ -282,7 +289,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if rewritten {
 		key = Digest(code) // the same module under another table cap is another compilation
 	}
-	c, err := h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID})
+	c, err := h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)

@@ -477,3 +477,30 @@ func TestSharedCodeStoreAway(t *testing.T) {
 		t.Fatalf("want the compile logged with the store's failure:\n%s", logs)
 	}
 }
+
+// TestLocalCode: a load with LocalCode neither stores its compiled code
+// nor runs what the store holds, on a host that shares code.
+func TestLocalCode(t *testing.T) {
+	ctx := context.Background()
+	st := sharedStore(t)
+	wasm := pluginWasm(t)
+	a, alog := replica(t, st, codeKeyA)
+	if _, err := a.Load(ctx, wasm, LoadOptions{Name: "run", LocalCode: true}); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := st.CodeUsage(ctx); err != nil || u.Artifacts != 0 || len(alog.records("module compiled here")) != 0 {
+		t.Fatalf("a local load stored %+v (%v):\n%s", u, err, alog)
+	}
+	b, _ := replica(t, st, codeKeyA)
+	if _, err := b.Load(ctx, wasm, LoadOptions{Name: "shared"}); err != nil {
+		t.Fatal(err)
+	}
+	c, clog := replica(t, st, codeKeyA)
+	m, err := c.Load(ctx, wasm, LoadOptions{Name: "run", LocalCode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Info().Compile.FromSharedCode || len(clog.records("module loaded from shared compiled code")) != 0 {
+		t.Fatalf("a local load ran the store's code:\n%s", clog)
+	}
+}
