@@ -141,6 +141,17 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"piston on", editServer("enabled: false", "enabled: true"), "piston.enabled", "server config"},
 		{"metrics open to none", editServer("token_file: /run/secrets/moat/metrics-token", ""), "metrics.token_file is not set", "server config"},
 		{"metrics token too short", func(b *bundle) { secret(b).StringData["metrics-token"] = "short" }, "the token is 5 characters; use at least 16", "server config"},
+		{"no code key", editServer("code_key_file: /run/secrets/moat/code-key", ""), "code_key_file is not set", "server config"},
+		{"code key too short", func(b *bundle) { secret(b).StringData["code-key"] = "0123456789abcdef" }, "is 16 characters; use at least 32", "server config"},
+		{"code key missing from the Secret", func(b *bundle) {
+			delete(secret(b).StringData, "code-key")
+		}, `volume secrets: Secret moat has no key "code-key"`, "secret refs"},
+		{"code key in the ConfigMap", func(b *bundle) {
+			editServer("code_key_file: /run/secrets/moat/code-key", "code_key_file: /etc/moat/code-key")(b)
+			b.configMap("moat-config").Data["code-key"] = strings.Repeat("k", 64)
+			v := volume(b, "config")
+			v.ConfigMap.Items = append(v.ConfigMap.Items, corev1.KeyToPath{Key: "code-key", Path: "code-key"})
+		}, "code_key_file /etc/moat/code-key is not a file of a mounted Secret", "server config"},
 		{"scratch on the read-only root", func(b *bundle) { env(b, "TMPDIR").Value = "/var/tmp" }, "TMPDIR /var/tmp (moat serve's scratch) is not on a writable emptyDir", "server config"},
 
 		// resources

@@ -1079,6 +1079,7 @@ func serverConfig(b *bundle) (server.Config, error) {
 		return server.Config{}, err
 	}
 	cfg.Metrics.TokenFile = strings.TrimPrefix(cfg.Metrics.TokenFile, root)
+	cfg.CodeKeyFile = strings.TrimPrefix(cfg.CodeKeyFile, root)
 	return cfg, nil
 }
 
@@ -1132,6 +1133,11 @@ func checkServerConfig(b *bundle) []string {
 		bad("metrics.token_file is not set: /metrics would answer 403 to everyone")
 	} else if kind, _, _, ok := mountedFile(ps, c, cfg.Metrics.TokenFile); !ok || kind != "secret" {
 		bad("metrics.token_file %s is not a file of a mounted Secret", cfg.Metrics.TokenFile)
+	}
+	if cfg.CodeKeyFile == "" {
+		bad("code_key_file is not set: each replica would compile every module itself, at every change and every restart")
+	} else if kind, _, _, ok := mountedFile(ps, c, cfg.CodeKeyFile); !ok || kind != "secret" {
+		bad("code_key_file %s is not a file of a mounted Secret", cfg.CodeKeyFile)
 	}
 	if cfg.Piston.Enabled {
 		bad("piston.enabled: the Piston routes take no credentials; keep them off in a cluster")

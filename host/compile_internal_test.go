@@ -86,7 +86,7 @@ func TestCompiledReleased(t *testing.T) {
 	h.compileMu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := h.compile(wctx, "k", wasm); err != context.DeadlineExceeded {
+	if _, err := h.compile(wctx, "k", wasm, compileFor{}); err != context.DeadlineExceeded {
 		t.Fatalf("waiter: %v, want its deadline", err)
 	}
 	if c.refs != 1 {

@@ -7,8 +7,9 @@
 //		Principal: policy.Principal{User: "ann", Org: "acme"}})
 //
 // A Host owns one wazero runtime (the optimizing compiler, with a
-// compilation cache on disk keyed by the module's content), the store, and
-// the op table. A Module is compiled once; instances are taken from a pool
+// compilation cache on disk keyed by the module's content, and, with
+// Config.CodeKey, filled from the compiled code other hosts on the same
+// store shared), the store, and the op table. A Module is compiled once; instances are taken from a pool
 // per module, or made fresh for each call with IsolationFresh. Every failure
 // is an *Error carrying the module, the action and an abi.Code.
 //
@@ -100,6 +101,22 @@ type Config struct {
 	// limit; hosts on one machine should share one. Default: slots for
 	// DefaultNativeWorkers, the host's own.
 	NativeWorkers *native.WorkerSlots
+	// CodeKey, when set, shares compiled machine code through the store
+	// with every host holding the same key (replicas of moat serve on one
+	// database): a module this host compiles is stored, and a module it
+	// has not compiled is loaded from what another stored, in tens of
+	// milliseconds rather than the seconds compiling takes. Each artifact
+	// is authenticated with HMAC-SHA256 under this key, checked before a
+	// byte of it reaches the cache directory, so a writer of the database
+	// cannot make the host run code of its choosing (a failed check is
+	// audited, kind shared_code, and the host compiles itself). At least
+	// MinCodeKeyBytes bytes of secret: only hosts may hold it. Without it
+	// nothing is shared or trusted: each host compiles for itself.
+	CodeKey []byte
+	// CodeBudget bounds the bytes of compiled code the store keeps for
+	// all hosts (least recently used evicted; store.CodePut). Default
+	// store.DefaultCodeBudget.
+	CodeBudget int64
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at
@@ -189,11 +206,13 @@ type Host struct {
 	provided  map[string]map[string]Signature // the host modules' functions, by module and name
 	profile   *policy.Profile
 	audit     *audit.Log
+	share     *codeShare // nil: compiled code is not shared (no CodeKey)
 }
 
 type compiled struct {
 	cm        wazero.CompiledModule
-	fromCache bool
+	fromCache bool // this machine's compilation cache
+	fromStore bool // compiled code another host shared (Config.CodeKey)
 	took      time.Duration
 
 	key  string
@@ -228,6 +247,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.NativeWorkers == nil {
 		cfg.NativeWorkers = native.NewWorkerSlots(DefaultNativeWorkers)
 	}
+	if n := len(cfg.CodeKey); n > 0 && n < MinCodeKeyBytes {
+		return nil, fmt.Errorf("host: config code key: %d bytes; give at least %d bytes of secret (openssl rand -hex 32 makes one), or none to share no compiled code", n, MinCodeKeyBytes)
+	}
 	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}, profile: cfg.Profile}
 	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("host: create cache dir %s: %w (choose another with --data or MOAT_DATA)", cfg.CacheDir, err)
@@ -251,7 +273,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	// deadline stops a guest stuck in a loop through the check the host
 	// puts at every loop header (interrupt.go), so wazero's own, which
 	// leaves the machine code at every iteration, is off.
-	rc := wasmlimit.NewRuntimeConfig(cache).WithDebugInfoEnabled(cfg.DebugInfo).WithCloseOnContextDone(false)
+	rc := wasmlimit.NewRuntimeConfig(cache).WithDebugInfoEnabled(cfg.DebugInfo).WithCloseOnContextDone(hostCloseOnContextDone)
 	h.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.runtime); err != nil {
 		h.Close(ctx)
@@ -269,8 +291,21 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		}
 		h.provided[name] = fns
 	}
+	if len(cfg.CodeKey) > 0 {
+		share, err := newCodeShare(ctx, h.runtime, cfg.CacheDir, cfg.CodeKey, h.store, cfg.DebugInfo, cfg.CodeBudget, h.log, h.audit)
+		if err != nil {
+			// Fail closed: nothing shared, nothing trusted; every module
+			// still loads, compiled here.
+			h.log.Error("compiled code is not shared: each module is compiled here", "err", err)
+		}
+		h.share = share
+	}
 	return h, nil
 }
+
+// SharesCode reports whether the host shares compiled code through its
+// store (Config.CodeKey, and wazero names its files as moat predicts).
+func (h *Host) SharesCode() bool { return h.share != nil }
 
 // Store is the host's store.
 func (h *Host) Store() *store.Store { return h.store }
@@ -319,7 +354,7 @@ func Digest(wasm []byte) string {
 // Whether the disk cache answered is observed, not assumed: wazero writes a
 // cache file only when it compiled, so a compile that adds no file was
 // served from the cache.
-func (h *Host) compile(ctx context.Context, key string, wasm []byte) (*compiled, error) {
+func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compileFor) (*compiled, error) {
 	// One compilation per key at a time, and any number of keys at once:
 	// a large module compiling does not hold up the loads of others, and
 	// a load waiting for the same key's compilation gives up with its
@@ -347,11 +382,17 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte) (*compiled,
 		}
 		return c, nil
 	}
-	before := countFiles(h.cacheDir)
 	start := time.Now()
-	c.cm, c.err = h.runtime.CompileModule(ctx, wasm)
+	if h.share != nil && !who.local {
+		var from codeSource
+		c.cm, from, c.err = h.share.compile(ctx, h.runtime, wasm, who)
+		c.fromCache, c.fromStore = from == codeFromDisk, from == codeFromStore
+	} else {
+		before := countFiles(h.cacheDir)
+		c.cm, c.err = h.runtime.CompileModule(ctx, wasm)
+		c.fromCache = c.err == nil && countFiles(h.cacheDir) == before && before > 0
+	}
 	c.took = time.Since(start)
-	c.fromCache = c.err == nil && countFiles(h.cacheDir) == before && before > 0
 	close(c.done)
 	if c.err != nil {
 		err := c.err
@@ -359,6 +400,13 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte) (*compiled,
 		return nil, err
 	}
 	return c, nil
+}
+
+// compileFor names what a compilation is for, in logs and audit events,
+// and whether its code stays local (LoadOptions.LocalCode).
+type compileFor struct {
+	name, correlation string
+	local             bool
 }
 
 // release drops one reference to c, freeing its machine code with the

@@ -55,6 +55,12 @@ import (
 // Extism plug-ins and the Ruby driver run in runtimes of their own and
 // keep CloseOnContextDone.
 
+// hostCloseOnContextDone is the host runtime's CloseOnContextDone: off,
+// since the check at every loop header does its work. It is part of the
+// key of shared compiled code (sharedcode.go): wazero's code differs with
+// it.
+const hostCloseOnContextDone = false
+
 const (
 	// InterruptExport is the name under which an instrumented module
 	// exports its interrupt flag. A module that exports this name itself

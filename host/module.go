@@ -84,6 +84,13 @@ type LoadOptions struct {
 	// NativeWorkers, for a native plugin, replaces Config.NativeWorkers:
 	// a share of them (WorkerSlots.Within), such as its organization's.
 	NativeWorkers *native.WorkerSlots
+	// LocalCode keeps the module's compiled code to this host when it
+	// shares code through the store (Config.CodeKey): nothing is fetched
+	// for it or stored. For one-off modules, such as the build of a
+	// submission to the code-execution routes: storing each would cost a
+	// database write of megabytes per run and evict the code of the
+	// modules replicas keep loading.
+	LocalCode bool
 }
 
 // config is what config.get answers: the manifest's config, then
@@ -146,8 +153,11 @@ type Info struct {
 
 // CompileInfo says how this process got the module's machine code.
 type CompileInfo struct {
-	FromDiskCache bool          `json:"from_disk_cache"`
-	Duration      time.Duration `json:"duration_ns"`
+	FromDiskCache bool `json:"from_disk_cache"`
+	// FromSharedCode: compiled by another host on the same store and
+	// shared through it (Config.CodeKey).
+	FromSharedCode bool          `json:"from_shared_code,omitempty"`
+	Duration       time.Duration `json:"duration_ns"`
 }
 
 // Signature is one imported or exported function.
@@ -283,7 +293,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 	}
 	key := Digest(code)
-	c, err := h.compile(ctx, key, code)
+	c, err := h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
@@ -579,7 +589,7 @@ func manifestKind(k Kind) policy.Kind {
 }
 
 func describe(name, digest string, size int, c *compiled) Info {
-	info := Info{Name: name, Digest: digest, Size: size, Compile: CompileInfo{FromDiskCache: c.fromCache, Duration: c.took}}
+	info := Info{Name: name, Digest: digest, Size: size, Compile: CompileInfo{FromDiskCache: c.fromCache, FromSharedCode: c.fromStore, Duration: c.took}}
 	for _, def := range c.cm.ImportedFunctions() {
 		mod, n, _ := def.Import()
 		info.Imports = append(info.Imports, Signature{Module: mod, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})

@@ -441,7 +441,10 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 }
 
 func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, res *ExecResult) error {
-	m, err := e.module(ctx, l, a.WASM)
+	// A submission's own build is one-off: its machine code is not
+	// shared through the store (host.LoadOptions.LocalCode); an
+	// interpreter's is, and is the same for every run.
+	m, err := e.module(ctx, l, a.WASM, a.Kind == ArtifactWASM)
 	if err != nil {
 		return err
 	}
@@ -502,7 +505,7 @@ func (e *Executor) wasmOutcome(ctx context.Context, err error, res *ExecResult) 
 
 // module loads wasm on the host once per process (the host itself caches
 // the machine code by digest, on disk and in memory).
-func (e *Executor) module(ctx context.Context, l Language, wasm []byte) (*host.Module, error) {
+func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCode bool) (*host.Module, error) {
 	if len(wasm) == 0 {
 		return nil, errors.New("the artifact has no WASM")
 	}
@@ -513,7 +516,7 @@ func (e *Executor) module(ctx context.Context, l Language, wasm []byte) (*host.M
 	if ok {
 		return m, nil
 	}
-	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh})
+	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode})
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}

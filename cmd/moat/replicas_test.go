@@ -141,8 +141,9 @@ func TestReplicas(t *testing.T) {
 	// one compile cache (cache_dir), as pods on one node could: the
 	// compile of a 3 MB Go module takes seconds here, and what is
 	// measured is how soon a change reaches the others. (With caches of
-	// their own, b and c served the upload after 4.7 s, both compiling at
-	// once on 2 cores.)
+	// their own and no code key, b and c served the upload after 4.7 s,
+	// both compiling at once on 2 cores; TestReplicasSharedCode gives each
+	// replica its own cache and one code key instead.)
 	os.WriteFile(cfg, []byte("database_url: "+dbURL+"\ncache_dir: "+filepath.Join(dir, "cache")+"\n"+
 		"limits: {key_rate: 100000, key_burst: 100000, org_rate: 100000, org_burst: 100000}\n"+
 		"admission: {org_invocations: 4, max_invocations: 8}\n"), 0o644)

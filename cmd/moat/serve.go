@@ -52,7 +52,11 @@ the password can come from a secret): keys, modules and their bytes, kv,
 audit, confirmations and rate limits live in the database, each replica
 keeps only its compile cache in its data directory, and a module uploaded
 or deleted through one is served so by all within a second. The password is
-never logged.
+never logged. Replicas given the same code key ($MOAT_CODE_KEY, or
+code_key_file in the configuration; at least 32 characters: openssl rand
+-hex 32) share compiled machine code through the database, authenticated
+with it: a module one replica compiled loads on the others, and on a
+replica restarted with an empty data directory, without compiling.
 
 Every /v1 request needs an API key: create one with ` + "`moat keys create`" + `
 (with the server's --config, it writes to the server's store).

@@ -11,7 +11,8 @@ import (
 // file --config names (or the defaults), the data directory --data gives
 // (which wins over the file's data_dir; without a file, --data or its
 // default), and the database URL of $MOAT_DATABASE_URL, which wins over
-// the file's database_url. So `moat keys create --config moat-server.yaml`
+// the file's database_url, and the code key of $MOAT_CODE_KEY, which wins
+// over the file's code_key_file. So `moat keys create --config moat-server.yaml`
 // writes keys to the store the server reads, be it SQLite in data_dir or
 // a PostgreSQL database shared by replicas.
 func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
@@ -31,6 +32,15 @@ func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
 			return server.Config{}, usagef("$%s: %v", server.EnvDatabaseURL, err)
 		}
 		cfg.DatabaseURL = u
+	}
+	if k := os.Getenv(server.EnvCodeKey); k != "" {
+		if err := server.ValidateCodeKey(k); err != nil {
+			return server.Config{}, usagef("$%s: %v", server.EnvCodeKey, err)
+		}
+		cfg.CodeKey = k
+		// Held in the config from here on; processes this one starts
+		// (the native launcher inherits the environment) have no use for it.
+		os.Unsetenv(server.EnvCodeKey)
 	}
 	return cfg, nil
 }

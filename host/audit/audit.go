@@ -46,6 +46,12 @@ const (
 	// restarted, restart_failed, health_check_failed, gave_up; a give-up
 	// is a deny).
 	KindWorker = "worker"
+	// KindSharedCode records compiled code from the store that a host
+	// refused to run (host.Config.CodeKey): an artifact whose MAC does
+	// not verify under the host's code key, or one over the size bound
+	// (a deny; Rule: the check, Reason: what was found, Attrs: the
+	// artifact's key and size). The host compiles the module itself.
+	KindSharedCode = "shared_code"
 
 	Allow = "allow"
 	Deny  = "deny"

@@ -18,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"gopkg.in/yaml.v3"
 )
@@ -55,6 +56,21 @@ type Config struct {
 	// that a restart or a second server does not compile again. Default
 	// DataDir/cache.
 	CacheDir string `yaml:"cache_dir"`
+	// CodeKeyFile names a file holding the code key (its first line, at
+	// least 32 characters; openssl rand -hex 32 makes one). Replicas
+	// holding the same key share compiled machine code through the
+	// database: the replica that compiles a module stores wazero's
+	// compiled form, authenticated with HMAC-SHA256 under the key, and
+	// the others load it (tens of milliseconds) instead of compiling
+	// (seconds for a large module), at a change, at start (a restarted
+	// pod's cache is empty) and at first use. Only the replicas may hold
+	// the key: whoever has it can make them run machine code. Without a
+	// key each replica compiles for itself, and trusts no compiled code
+	// from the database. $MOAT_CODE_KEY (CodeKey) wins over it.
+	CodeKeyFile string `yaml:"code_key_file"`
+	// CodeKey is the code key itself, for programs embedding the server;
+	// moat serve sets it from $MOAT_CODE_KEY.
+	CodeKey string `yaml:"-"`
 	// BuildCacheBytes bounds the code-execution build cache
 	// (DataDir/build-cache): past it, the least recently used builds are
 	// removed. Default 2GiB; every distinct submission is a build, so an
@@ -264,6 +280,9 @@ func (c *Config) fillDefaults() {
 	if c.Modules.MaxNativeWorkers == 0 {
 		c.Modules.MaxNativeWorkers = host.DefaultNativeWorkers
 	}
+	if c.Modules.SharedCodeBytes == 0 {
+		c.Modules.SharedCodeBytes = store.DefaultCodeBudget
+	}
 	if c.Modules.MaxNativeWorkersPerOrg == 0 {
 		c.Modules.MaxNativeWorkersPerOrg = max(1, c.Modules.MaxNativeWorkers/4)
 	}
@@ -427,6 +446,26 @@ func (c *Config) validate(ix *nodeIndex) error {
 		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 			return fail("database_url", "%v", err)
 		}
+	}
+	if c.CodeKeyFile != "" && c.CodeKey == "" {
+		b, err := os.ReadFile(c.CodeKeyFile)
+		if err != nil {
+			return fail("code_key_file", "%v", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		key := strings.TrimSpace(line)
+		if len(key) < host.MinCodeKeyBytes {
+			return fail("code_key_file", "the key in %s is %d characters; use at least %d (openssl rand -hex 32 makes one)", c.CodeKeyFile, len(key), host.MinCodeKeyBytes)
+		}
+		c.CodeKey = key
+	}
+	if c.CodeKey != "" {
+		if err := ValidateCodeKey(c.CodeKey); err != nil {
+			return fail("code_key", "%v ($%s)", err, EnvCodeKey)
+		}
+	}
+	if n := c.Modules.SharedCodeBytes; n < store.MaxCodeArtifactBytes || n > 1<<40 {
+		return fail("modules.shared_code_bytes", "%s is outside 256 MiB (the largest artifact) to 1 TiB; leave it out for the default %s", n, policy.ByteSize(store.DefaultCodeBudget))
 	}
 	if n := c.Modules.MaxNativeWorkers; n < 1 || n > 4096 {
 		return fail("modules.max_native_workers", "%d is outside 1..4096; remove the line for the default %d", n, host.DefaultNativeWorkers)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/moat-sandbox/moat/host"
 )
 
 // EnvDatabaseURL names the environment variable that overrides
@@ -15,6 +16,21 @@ import (
 // command that opens the server's store, so the password can come from a
 // secret (deploy/kubernetes sets it from one) rather than a config file.
 const EnvDatabaseURL = "MOAT_DATABASE_URL"
+
+// EnvCodeKey names the environment variable moat serve reads the code key
+// from (Config.CodeKey; it wins over code_key_file), so that it can come
+// from a secret.
+const EnvCodeKey = "MOAT_CODE_KEY"
+
+// ValidateCodeKey checks a code key given outside the config file
+// (EnvCodeKey): at least host.MinCodeKeyBytes characters. Its error never
+// holds the key.
+func ValidateCodeKey(key string) error {
+	if len(key) < host.MinCodeKeyBytes {
+		return fmt.Errorf("the code key is %d characters; use at least %d (openssl rand -hex 32 makes one)", len(key), host.MinCodeKeyBytes)
+	}
+	return nil
+}
 
 // StoreLocation is what the server's store is opened from (store.Open):
 // DatabaseURL when set, else DataDir (SQLite in DataDir/moat.db).

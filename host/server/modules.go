@@ -1173,6 +1173,13 @@ type ModulesConfig struct {
 	// quarter of max_native_workers (at least 1); from 1 to
 	// max_native_workers.
 	MaxNativeWorkersPerOrg int `yaml:"max_native_workers_per_org"`
+	// SharedCodeBytes bounds the compiled code the replicas keep in the
+	// database when they share it (code_key_file): past it, the least
+	// recently used artifacts are evicted (a module whose code was
+	// evicted is compiled once more by the next replica that loads it,
+	// which stores it again). Default 2GiB; from 256MiB (the largest
+	// artifact shared) to 1TiB.
+	SharedCodeBytes policy.ByteSize `yaml:"shared_code_bytes"`
 }
 
 // ModuleQuotaConfig bounds the module versions each organization keeps,

@@ -15,7 +15,9 @@
 // PostgreSQL database (Config.DatabaseURL) are replicas needing no shared
 // disk: each follows the store's module change feed and loads, replaces
 // or unloads a module within a second of its upload or deletion through
-// any of them. Every upload is a new version, loaded with the same checks as
+// any of them. Given one code key (Config.CodeKey, code_key_file), they
+// share compiled machine code through the store as well, so that loading
+// a module another replica compiled costs no compilation (host.Config.CodeKey). Every upload is a new version, loaded with the same checks as
 // `moat run` (signature against the profile's trusted keys, manifest
 // against the profile) before it replaces the current one. Errors are RFC
 // 9457 problem details; the routes are described by /v1/openapi.json,
@@ -161,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
+			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
 		})
 		if err != nil {
 			s.abort(ctx)
@@ -168,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.hosts[name] = h
 	}
+	s.logCodeSharing()
 	if s.exec == nil && cfg.NewExecutor != nil {
 		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile]); err != nil {
 			s.abort(ctx)
@@ -198,6 +202,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	s.ready.Store(true)
 	return s, nil
+}
+
+// logCodeSharing says once, at start, whether this replica shares
+// compiled code with the others: on a shared database without a code key
+// every replica compiles every module itself (seconds for a large one, at
+// each change and each restart), which an operator should know and be
+// told how to change.
+func (s *Server) logCodeSharing() {
+	shares := s.cfg.CodeKey != ""
+	for _, h := range s.hosts {
+		shares = shares && h.SharesCode()
+	}
+	switch {
+	case shares:
+		s.log.Info("compiled code is shared with the other replicas through the store", "budget", s.cfg.Modules.SharedCodeBytes)
+	case s.cfg.CodeKey == "" && s.cfg.DatabaseURL != "":
+		s.log.Warn("compiled code is not shared between replicas: no code key, so each replica compiles every module itself "+
+			"and trusts no compiled code from the database; give every replica the same secret in $"+EnvCodeKey+" or code_key_file to share it",
+			"knob", "code_key_file")
+	}
 }
 
 // hostFor returns the host whose profile applies to org.

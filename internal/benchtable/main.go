@@ -104,6 +104,17 @@ func main() {
 		rows = append(rows, row{"fresh instance + invoke, Go reactor (vs raw instantiate + _initialize)", ms(m), ms(raw),
 			fmt.Sprintf("%.2fx", m/raw), fmt.Sprintf("report: _initialize %s, instantiate %s", ms(raw-noInit), ms(noInit))})
 	}
+	if c, ok := get("LoadGoGuest/compile", "ns/op"); ok {
+		for _, l := range []struct{ name, what string }{
+			{"shared-code-postgres", "load the 3.5 MB Go guest with an empty cache from the machine code another replica shared, PostgreSQL (vs compiling it)"},
+			{"shared-code-sqlite", "load the 3.5 MB Go guest with an empty cache from shared machine code, SQLite (vs compiling it)"},
+			{"disk-cache", "load the 3.5 MB Go guest from wazero's cache on this machine's disk (vs compiling it)"},
+		} {
+			if v, ok := get("LoadGoGuest/"+l.name, "ns/op"); ok {
+				rows = append(rows, row{l.what, ms(v), ms(c), fmt.Sprintf("%.1fx faster", c/v), "report"})
+			}
+		}
+	}
 	for _, sp := range []struct{ what, native, plain string }{
 		{"spawn-to-exit /usr/bin/true through the full native runner (vs plain os/exec)", "Spawn/native-true", "Spawn/plain-true"},
 		{"spawn-to-exit python3 -c pass through the full native runner (vs plain os/exec)", "Spawn/native-python", "Spawn/plain-python"},

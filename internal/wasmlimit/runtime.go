@@ -11,6 +11,16 @@ const (
 	MaxMemoryPages = 65536
 )
 
+// RuntimeConfigID names the settings of NewRuntimeConfig that shape
+// compiled machine code, for hosts that share it (host.Config.CodeKey):
+// wazero's own cache key covers the module's bytes, CloseOnContextDone,
+// the CPU's features, wazero's version and the platform, but not the
+// engine, the core features or the memory ceiling, so a shared
+// artifact's key takes this too. Change it whenever NewRuntimeConfig
+// changes, and hosts of the old and the new configuration stop trading
+// code.
+const RuntimeConfigID = "compiler;core-features=v2;close-on-context-done;memory-limit-pages=65536"
+
 // NewRuntimeConfig is the configuration of every wazero runtime moat makes:
 //
 //   - the optimizing compiler, with cache (when not nil) as its
@@ -26,6 +36,7 @@ const (
 //     the guest's functions (the name section). A host that wants the lines
 //     chains WithDebugInfoEnabled(true).
 func NewRuntimeConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
+	// Change RuntimeConfigID with anything set here.
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithCloseOnContextDone(true).
 		WithDebugInfoEnabled(false).

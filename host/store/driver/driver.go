@@ -20,8 +20,8 @@
 // digests are hex SHA-256, times are unix nanoseconds). Every method is
 // safe for concurrent use, also by several processes (or replicas) sharing
 // one database: the quota of KVPutWithin, the claim of ConfirmationClaim,
-// the pruning of ModulePut and the token bucket of RateTake are atomic
-// across all of them. The package storetest holds every backend to this
+// the pruning of ModulePut, the token bucket of RateTake and the eviction
+// of CodePut are atomic across all of them. The package storetest holds every backend to this
 // contract with one suite.
 package driver
 
@@ -152,6 +152,28 @@ type ModuleChange struct {
 	At        int64
 }
 
+// CodeRow is a compiled-code artifact as stored (store.CodeArtifact);
+// times are unix nanoseconds. Size is the length of Data as the database
+// measures it, read by CodeGet even when Data is not.
+type CodeRow struct {
+	Key              string
+	Data, MAC        []byte
+	StoredAt, UsedAt int64
+	Size             int64
+}
+
+// CodeSize is an artifact's key and the bytes of its data.
+type CodeSize struct {
+	Key  string
+	Size int64
+}
+
+// CodePlan decides, inside CodePut's transaction, which artifacts to
+// evict: it is given every stored one (the new one included), most
+// recently used first (UsedAt descending, then Key), and returns the keys
+// to delete.
+type CodePlan func(all []CodeSize) (evict []string)
+
 // PrunePlan decides, inside ModulePut's transaction, which of an
 // organization's versions (all of them, newest first) to delete. It
 // returns their indexes, or an error that aborts the put.
@@ -250,6 +272,18 @@ type Backend interface {
 	// ModuleChanges as well, so a backend that cannot see every writer
 	// still delivers every change. The channel is closed when ctx ends.
 	ModuleWake(ctx context.Context) (<-chan struct{}, error)
+
+	// CodePut stores r, replacing the row of its key, then deletes the
+	// rows plan picks, in one transaction serialized with every other
+	// CodePut, and returns the keys it deleted.
+	CodePut(ctx context.Context, r CodeRow, plan CodePlan) (evicted []string, err error)
+	// CodeGet returns the row of key (ErrNotFound when there is none)
+	// with Size, the length of its data measured by the database, and
+	// Data only when Size <= maxBytes; it sets UsedAt to at when that is
+	// later.
+	CodeGet(ctx context.Context, key string, maxBytes, at int64) (*CodeRow, error)
+	// CodeUsage is the bytes of data and the number of rows stored.
+	CodeUsage(ctx context.Context) (bytes int64, n int, err error)
 
 	// RateTake takes one token from the bucket key, which holds at
 	// most burst tokens and gains rate tokens per second, at time now

@@ -190,6 +190,23 @@ CREATE TABLE audit_segments (
 CREATE INDEX audit_segments_org_time ON audit_segments (org, time_max, id);
 CREATE INDEX audit_segments_time ON audit_segments (time_max, id);
 `},
+	// Compiled machine code hosts share; see SQLite's migration of the
+	// same name. data is stored out of line without compression
+	// (STORAGE EXTERNAL): an artifact is written once and read by every
+	// replica at every load, and pglz would cost each read its
+	// decompression (and the write its compression) to save disk the
+	// eviction budget bounds anyway.
+	{name: "code_artifacts", sql: `
+CREATE TABLE code_artifacts (
+	key       text   NOT NULL PRIMARY KEY,
+	mac       bytea  NOT NULL,
+	stored_at bigint NOT NULL,
+	used_at   bigint NOT NULL,
+	data      bytea  NOT NULL
+);
+ALTER TABLE code_artifacts ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE INDEX code_artifacts_used_at ON code_artifacts (used_at);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

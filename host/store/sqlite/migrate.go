@@ -273,6 +273,24 @@ CREATE INDEX audit_segments_org_time ON audit_segments (org, time_max);
 CREATE INDEX audit_segments_time ON audit_segments (time_max);
 `,
 	},
+	{
+		name: "code_artifacts",
+		// Compiled machine code hosts share (store.CodeArtifact): the
+		// artifact by its key, the MAC the host checks, and times in unix
+		// nanoseconds; used_at orders eviction. data comes last, so that
+		// reading the other columns (and length(data), which SQLite takes
+		// from the record header) never reads its overflow pages.
+		sql: `
+CREATE TABLE code_artifacts (
+	key       TEXT    NOT NULL PRIMARY KEY,
+	mac       BLOB    NOT NULL,
+	stored_at INTEGER NOT NULL,
+	used_at   INTEGER NOT NULL,
+	data      BLOB    NOT NULL
+) STRICT;
+CREATE INDEX code_artifacts_used_at ON code_artifacts (used_at);
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

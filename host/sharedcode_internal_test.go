@@ -1,0 +1,506 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+var (
+	codeKeyA = []byte("replica-set-a: 32 bytes or more of secret")
+	codeKeyB = []byte("replica-set-b: another secret, 32 bytes+")
+)
+
+// logBuffer collects a host's JSON log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// records returns the log records whose msg is msg.
+func (l *logBuffer) records(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) == nil && r["msg"] == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func jsonLogger(w *logBuffer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// replica is a host standing for one replica: a cache directory of its
+// own on the shared store st.
+func replica(t *testing.T, st *store.Store, key []byte) (*Host, *logBuffer) {
+	t.Helper()
+	ctx := context.Background()
+	logs := &logBuffer{}
+	h, err := New(ctx, Config{DataDir: t.TempDir(), Store: st, CodeKey: key, Logger: jsonLogger(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	if len(key) > 0 && !h.SharesCode() {
+		t.Fatalf("a host with a code key does not share code:\n%s", logs)
+	}
+	return h, logs
+}
+
+func sharedStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func pluginWasm(t testing.TB) []byte {
+	t.Helper()
+	wasm, err := os.ReadFile("../testdata/plugin.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wasm
+}
+
+// cacheFiles lists the files in the directory wazero keeps h's.
+func cacheFiles(t *testing.T, h *Host) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(h.cacheDir, currentCodeFingerprint(false).wazeroDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// sharedCodeEvents returns the shared_code audit events of h.
+func sharedCodeEvents(t *testing.T, h *Host) []audit.Event {
+	t.Helper()
+	ctx := context.Background()
+	if err := h.audit.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.audit.Query(ctx, audit.Filter{Kind: audit.KindSharedCode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// TestCodeFileName: the file moat predicts is the file wazero writes, for
+// a WAT plugin, for the Go guest, and for the bytes Load actually
+// compiles when it rewrites a module's table limits: the prediction is
+// what decides which name an artifact from the store is placed under.
+func TestCodeFileName(t *testing.T) {
+	ctx := context.Background()
+	goGuest := testwasm.BuildGo(t, "./testdata/goguest", true)
+	rewritten, changed, _, err := limitTables(goGuest, 10000)
+	if err != nil || !changed {
+		t.Fatalf("limitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
+	}
+	tests := []struct {
+		name     string
+		wasm     []byte
+		tableCap uint32 // through Load with this cap, when set
+		compiled []byte // the bytes wazero is handed
+	}{
+		{name: "wat plugin", wasm: pluginWasm(t), compiled: pluginWasm(t)},
+		{name: "go guest", wasm: goGuest, compiled: goGuest},
+		{name: "go guest, tables rewritten by Load", wasm: goGuest, tableCap: 10000, compiled: rewritten},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, _ := replica(t, sharedStore(t), codeKeyA)
+			if tt.tableCap > 0 {
+				m, err := h.Load(ctx, tt.wasm, LoadOptions{Name: "m", Limits: Limits{MaxTableElements: tt.tableCap}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close(ctx)
+			} else {
+				cm, _, err := h.share.compile(ctx, h.runtime, tt.wasm, compileFor{name: "m"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cm.Close(ctx)
+			}
+			want := h.share.fp.fileName(tt.compiled)
+			if got := cacheFiles(t, h); !slices.Equal(got, []string{want}) {
+				t.Fatalf("wazero wrote %v; moat predicts %s", got, want)
+			}
+			if tt.tableCap > 0 && want == h.share.fp.fileName(tt.wasm) {
+				t.Fatal("the rewritten module has the uploaded one's file name")
+			}
+		})
+	}
+}
+
+// TestCodeKeyCovers: the store's key of an artifact changes with each
+// thing that makes machine code valid on a machine (so a host that would
+// run other code looks up another key and misses), and the MAC binds the
+// key (so an artifact moved under another key does not verify).
+func TestCodeKeyCovers(t *testing.T) {
+	code := pluginWasm(t)
+	base := currentCodeFingerprint(false)
+	// A test binary carries no module information: wazero calls itself
+	// "dev", and the executable's digest tells this build from others.
+	if base.wazeroDir != "wazero-dev-"+runtime.GOARCH+"-"+runtime.GOOS || !strings.HasPrefix(base.wazeroSum, "executable ") || len(base.wazeroSum) != len("executable ")+64 {
+		t.Fatalf("fingerprint %+v: want wazero's directory of a build without module information, keyed by the executable's SHA-256", base)
+	}
+	h, _ := replica(t, sharedStore(t), codeKeyA)
+	if _, err := os.Stat(filepath.Join(h.cacheDir, base.wazeroDir)); err != nil {
+		t.Fatalf("wazero made no directory %s: %v", base.wazeroDir, err)
+	}
+	otherCode := slices.Clone(code)
+	otherCode[len(otherCode)-1] ^= 1
+	tests := []struct {
+		name     string
+		edit     func(f *codeFingerprint)
+		code     []byte
+		fileName bool // wazero's own file name changes too
+	}{
+		{name: "module bytes (one bit)", edit: func(f *codeFingerprint) {}, code: otherCode, fileName: true},
+		{name: "CPU features", edit: func(f *codeFingerprint) { f.cpu ^= 1 }, fileName: true},
+		{name: "CloseOnContextDone", edit: func(f *codeFingerprint) { f.ensureTermination = false }, fileName: true},
+		{name: "wazero version", edit: func(f *codeFingerprint) { f.wazeroDir = "wazero-v1.12.1-amd64-linux" }},
+		{name: "GOARCH", edit: func(f *codeFingerprint) { f.wazeroDir = "wazero-v1.12.0-arm64-linux" }},
+		{name: "wazero build (replace directive)", edit: func(f *codeFingerprint) { f.wazeroSum = "../wazero@ h1:other" }},
+		{name: "Go release", edit: func(f *codeFingerprint) { f.goVersion = "go1.25.0" }},
+		{name: "runtime config", edit: func(f *codeFingerprint) { f.runtimeConfig = "interpreter" }},
+		{name: "DWARF lines", edit: func(f *codeFingerprint) { *f = currentCodeFingerprint(true) }},
+	}
+	keys := map[string]string{base.artifactKey(code): "base"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := base
+			tt.edit(&f)
+			c := code
+			if tt.code != nil {
+				c = tt.code
+			}
+			k := f.artifactKey(c)
+			if prev, dup := keys[k]; dup {
+				t.Fatalf("key %s equals %s's", k, prev)
+			}
+			keys[k] = tt.name
+			if changed := f.fileName(c) != base.fileName(code); changed != tt.fileName {
+				t.Errorf("wazero's file name changed: %v, want %v", changed, tt.fileName)
+			}
+		})
+	}
+	if base.artifactKey(code) != currentCodeFingerprint(false).artifactKey(slices.Clone(code)) {
+		t.Error("the key of the same code on the same host differs between calls")
+	}
+	k1, k2 := base.artifactKey(code), base.artifactKey(otherCode)
+	if hmac.Equal(codeMAC(codeKeyA, k1, code), codeMAC(codeKeyA, k2, code)) {
+		t.Error("the MAC does not cover the artifact's key")
+	}
+	if hmac.Equal(codeMAC(codeKeyA, k1, code), codeMAC(codeKeyB, k1, code)) {
+		t.Error("the MAC does not depend on the code key")
+	}
+}
+
+// TestSharedCodeAcrossHosts: a module compiled by one host is stored, and
+// loaded by another host on the same store from what it stored (the
+// other's cache directory is its own, empty); a host with another key
+// refuses it (audited) and compiles; a host without a key neither fetches
+// nor stores.
+func TestSharedCodeAcrossHosts(t *testing.T) {
+	ctx := context.Background()
+	st := sharedStore(t)
+	wasm := pluginWasm(t)
+	a, alog := replica(t, st, codeKeyA)
+	ma, err := a.Load(ctx, wasm, LoadOptions{Name: "plug", CorrelationID: "up-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := ma.Info().Compile; ci.FromSharedCode || ci.FromDiskCache {
+		t.Fatalf("the first host's compile info %+v: want compiled here", ci)
+	}
+	if recs := alog.records("module compiled here"); len(recs) != 1 || recs[0]["reason"] != "no shared compiled code for it yet" || recs[0]["module"] != "plug" {
+		t.Fatalf("the compiling host's log: %v\n%s", recs, alog)
+	}
+	if u, err := st.CodeUsage(ctx); err != nil || u.Artifacts != 1 {
+		t.Fatalf("after one compilation the store holds %+v, %v; want one artifact", u, err)
+	}
+
+	b, blog := replica(t, st, codeKeyA)
+	mb, err := b.Load(ctx, wasm, LoadOptions{Name: "plug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mb.Info().Compile.FromSharedCode {
+		t.Fatalf("the second host did not load the shared code: %+v\n%s", mb.Info().Compile, blog)
+	}
+	recs := blog.records("module loaded from shared compiled code")
+	if len(recs) != 1 || recs[0]["module"] != "plug" || recs[0]["took"] == nil || recs[0]["bytes"] == nil {
+		t.Fatalf("the second host's log: %v\n%s", recs, blog)
+	}
+	res, err := mb.Invoke(ctx, Request{Action: "echo", Input: []byte("hi"), Principal: policy.Principal{User: "ann", Org: "acme"}})
+	if err != nil || string(res.Output) != "hi" {
+		t.Fatalf("echo on the code another host compiled: %q, %v", res.Output, err)
+	}
+	if len(blog.records("module compiled here")) != 0 {
+		t.Fatalf("the second host compiled:\n%s", blog)
+	}
+
+	c, clog := replica(t, st, codeKeyB)
+	mc, err := c.Load(ctx, wasm, LoadOptions{Name: "plug", CorrelationID: "load-c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc.Info().Compile.FromSharedCode {
+		t.Fatal("a host with another code key ran the shared code")
+	}
+	evs := sharedCodeEvents(t, c)
+	if len(evs) != 1 || evs[0].Decision != audit.Deny || evs[0].Rule != "shared_code.mac" || evs[0].Module != "plug" || evs[0].CorrelationID != "load-c" {
+		t.Fatalf("another key's host: audit %+v\n%s", evs, clog)
+	}
+
+	d, dlog := replica(t, st, nil)
+	if d.SharesCode() {
+		t.Fatal("a host without a code key shares code")
+	}
+	before, _ := st.CodeGet(ctx, a.share.fp.artifactKey(wasm), 0)
+	md, err := d.Load(ctx, wasm, LoadOptions{Name: "plug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := st.CodeGet(ctx, a.share.fp.artifactKey(wasm), 0)
+	if md.Info().Compile.FromSharedCode || len(sharedCodeEvents(t, d)) != 1 || !after.StoredAt.Equal(before.StoredAt) || strings.Contains(dlog.String(), "shared") {
+		t.Fatalf("a host without a key used sharing: %+v\n%s", md.Info().Compile, dlog)
+	}
+}
+
+// TestSharedCodeHostile: artifacts a writer of the database shaped. None
+// that fails its MAC or the size bound reaches the cache directory, each
+// such refusal is audited, and every load still succeeds, compiled here;
+// artifacts with a valid MAC that wazero cannot use (a key holder's broken
+// or stale file) are removed and compiled over.
+func TestSharedCodeHostile(t *testing.T) {
+	ctx := context.Background()
+	wasm := pluginWasm(t)
+	other, err := os.ReadFile("../testdata/abi2.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := currentCodeFingerprint(false)
+	key := fp.artifactKey(wasm)
+	type shaped struct {
+		data, mac []byte
+	}
+	tests := []struct {
+		name  string
+		shape func(t *testing.T, good []byte, st *store.Store) shaped
+		rule  string // the audited refusal, "" for none
+		bound bool   // the fetching host's bound is the good artifact's size and 500
+	}{
+		{name: "tampered byte", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			d := slices.Clone(good)
+			d[len(d)/2] ^= 0x80
+			return shaped{d, codeMAC(codeKeyA, key, good)}
+		}},
+		{name: "moved from another module's key", rule: "mac", shape: func(t *testing.T, _ []byte, st *store.Store) shaped {
+			// another module's real artifact and its valid MAC
+			a2, _ := replica(t, st, codeKeyA)
+			cm, _, err := a2.share.compile(ctx, a2.runtime, other, compileFor{name: "other"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm.Close(ctx)
+			got, err := st.CodeGet(ctx, fp.artifactKey(other), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return shaped{got.Data, got.MAC}
+		}},
+		{name: "from another fingerprint (CPU features)", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			f := fp
+			f.cpu ^= 1
+			return shaped{good, codeMAC(codeKeyA, f.artifactKey(wasm), good)}
+		}},
+		{name: "from another code key", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			return shaped{good, codeMAC(codeKeyB, key, good)}
+		}},
+		{name: "truncated", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			return shaped{good[:len(good)/2], codeMAC(codeKeyA, key, good)}
+		}},
+		{name: "zero MAC", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			return shaped{good, make([]byte, 32)}
+		}},
+		{name: "huge", rule: "size", bound: true, shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			d := append(slices.Clone(good), make([]byte, 1000)...)
+			return shaped{d, codeMAC(codeKeyA, key, d)}
+		}},
+		{name: "truncated, with a valid MAC (a key holder's broken file)", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			d := good[:len(good)/2]
+			return shaped{d, codeMAC(codeKeyA, key, d)}
+		}},
+		{name: "another wazero version's, with a valid MAC", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
+			// The header: "WAZEVO", the version's length, the version.
+			if !bytes.HasPrefix(good, []byte("WAZEVO")) || good[6] == 0 {
+				t.Fatalf("the artifact does not start with wazero's header: %q", good[:min(16, len(good))])
+			}
+			d := slices.Clone(good)
+			d[6+int(good[6])] ^= 1 // the version's last character
+			return shaped{d, codeMAC(codeKeyA, key, d)}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := sharedStore(t)
+			a, _ := replica(t, st, codeKeyA)
+			cm, _, err := a.share.compile(ctx, a.runtime, wasm, compileFor{name: "plug"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm.Close(ctx)
+			good, err := st.CodeGet(ctx, key, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := tt.shape(t, good.Data, st)
+			if _, err := st.CodePut(ctx, store.CodeArtifact{Key: key, Data: bad.data, MAC: bad.mac}, 0); err != nil {
+				t.Fatal(err)
+			}
+
+			b, blog := replica(t, st, codeKeyA)
+			if tt.bound {
+				b.share.maxBytes = int64(len(good.Data)) + 500
+			}
+			// The fetch alone: a refused artifact writes nothing, not even
+			// a temporary file.
+			path := filepath.Join(b.share.dir, fp.fileName(wasm))
+			placed, _, why := b.share.fetch(ctx, key, path, compileFor{name: "plug", correlation: "c-1"})
+			if tt.rule != "" {
+				if placed || len(cacheFiles(t, b)) != 0 {
+					t.Fatalf("a refused artifact reached the cache directory: %v (%s)", cacheFiles(t, b), why)
+				}
+				evs := sharedCodeEvents(t, b)
+				if len(evs) != 1 || evs[0].Rule != "shared_code."+tt.rule || evs[0].Decision != audit.Deny ||
+					evs[0].Attrs["artifact"] != key || evs[0].CorrelationID != "c-1" {
+					t.Fatalf("audit after the refusal: %+v", evs)
+				}
+			} else if !placed {
+				t.Fatalf("an artifact with a valid MAC was not placed: %s", why)
+			}
+
+			// The load: compiled here, served, and the store repaired.
+			m, err := b.Load(ctx, wasm, LoadOptions{Name: "plug"})
+			if err != nil {
+				t.Fatalf("load: %v\n%s", err, blog)
+			}
+			if m.Info().Compile.FromSharedCode {
+				t.Fatal("the load ran the shaped artifact")
+			}
+			res, err := m.Invoke(ctx, Request{Action: "echo", Input: []byte("hi"), Principal: policy.Principal{User: "ann", Org: "acme"}})
+			if err != nil || string(res.Output) != "hi" {
+				t.Fatalf("echo: %q, %v", res.Output, err)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil || !bytes.Equal(bad.data, good.Data) && bytes.Equal(got, bad.data) {
+				t.Fatalf("the cache holds the shaped artifact after the load (%v)", err)
+			}
+			if recs := blog.records("module compiled here"); len(recs) != 1 {
+				t.Fatalf("want one 'compiled here' line:\n%s", blog.String())
+			}
+			now, err := st.CodeGet(ctx, key, 0)
+			if err != nil || !hmac.Equal(now.MAC, codeMAC(codeKeyA, key, now.Data)) || !bytes.Equal(now.Data, got) {
+				t.Errorf("the store was not repaired with the host's own compiled code: %v", err)
+			}
+		})
+	}
+}
+
+// TestCodeKeyTooShort: a key shorter than MinCodeKeyBytes is refused at
+// New, naming the fix.
+func TestCodeKeyTooShort(t *testing.T) {
+	_, err := New(context.Background(), Config{DataDir: t.TempDir(), CodeKey: []byte("short")})
+	if err == nil || !strings.Contains(err.Error(), "5 bytes; give at least 32") {
+		t.Fatalf("New with a 5-byte code key: %v", err)
+	}
+}
+
+// TestSharedCodeStoreAway: a store that does not answer makes the load
+// compile here, not fail.
+func TestSharedCodeStoreAway(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, logs := replica(t, st, codeKeyA)
+	st.Close()
+	if _, err := h.Load(ctx, pluginWasm(t), LoadOptions{Name: "plug"}); err != nil {
+		t.Fatalf("the load failed for want of the store: %v", err)
+	}
+	recs := logs.records("module compiled here; its compiled code was not shared")
+	if len(recs) != 1 || !strings.Contains(recs[0]["reason"].(string), "the store did not answer") {
+		t.Fatalf("want the compile logged with the store's failure:\n%s", logs)
+	}
+}
+
+// TestLocalCode: a load with LocalCode neither stores its compiled code
+// nor runs what the store holds, on a host that shares code.
+func TestLocalCode(t *testing.T) {
+	ctx := context.Background()
+	st := sharedStore(t)
+	wasm := pluginWasm(t)
+	a, alog := replica(t, st, codeKeyA)
+	if _, err := a.Load(ctx, wasm, LoadOptions{Name: "run", LocalCode: true}); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := st.CodeUsage(ctx); err != nil || u.Artifacts != 0 || len(alog.records("module compiled here")) != 0 {
+		t.Fatalf("a local load stored %+v (%v):\n%s", u, err, alog)
+	}
+	b, _ := replica(t, st, codeKeyA)
+	if _, err := b.Load(ctx, wasm, LoadOptions{Name: "shared"}); err != nil {
+		t.Fatal(err)
+	}
+	c, clog := replica(t, st, codeKeyA)
+	m, err := c.Load(ctx, wasm, LoadOptions{Name: "run", LocalCode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Info().Compile.FromSharedCode || len(clog.records("module loaded from shared compiled code")) != 0 {
+		t.Fatalf("a local load ran the store's code:\n%s", clog)
+	}
+}
