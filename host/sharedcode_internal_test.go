@@ -132,9 +132,13 @@ func sharedCodeEvents(t *testing.T, h *Host) []audit.Event {
 func TestCodeFileName(t *testing.T) {
 	ctx := context.Background()
 	goGuest := testwasm.BuildGo(t, "./testdata/goguest", true)
-	rewritten, changed, _, err := limitTables(goGuest, 10000)
+	rewritten, changed, lay, err := limitTables(goGuest, 10000)
 	if err != nil || !changed {
 		t.Fatalf("limitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
+	}
+	// and the interrupt checks Load adds to every module (interrupt.go)
+	if rewritten, err = instrumentLoops(rewritten, lay); err != nil {
+		t.Fatal(err)
 	}
 	tests := []struct {
 		name     string
@@ -199,7 +203,7 @@ func TestCodeKeyCovers(t *testing.T) {
 	}{
 		{name: "module bytes (one bit)", edit: func(f *codeFingerprint) {}, code: otherCode, fileName: true},
 		{name: "CPU features", edit: func(f *codeFingerprint) { f.cpu ^= 1 }, fileName: true},
-		{name: "CloseOnContextDone", edit: func(f *codeFingerprint) { f.ensureTermination = false }, fileName: true},
+		{name: "CloseOnContextDone", edit: func(f *codeFingerprint) { f.ensureTermination = !f.ensureTermination }, fileName: true},
 		{name: "wazero version", edit: func(f *codeFingerprint) { f.wazeroDir = "wazero-v1.12.1-amd64-linux" }},
 		{name: "GOARCH", edit: func(f *codeFingerprint) { f.wazeroDir = "wazero-v1.12.0-arm64-linux" }},
 		{name: "wazero build (replace directive)", edit: func(f *codeFingerprint) { f.wazeroSum = "../wazero@ h1:other" }},
@@ -299,12 +303,13 @@ func TestSharedCodeAcrossHosts(t *testing.T) {
 	if d.SharesCode() {
 		t.Fatal("a host without a code key shares code")
 	}
-	before, _ := st.CodeGet(ctx, a.share.fp.artifactKey(wasm), 0)
+	compiled := instrument(t, wasm) // what Load hands wazero
+	before, _ := st.CodeGet(ctx, a.share.fp.artifactKey(compiled), 0)
 	md, err := d.Load(ctx, wasm, LoadOptions{Name: "plug"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := st.CodeGet(ctx, a.share.fp.artifactKey(wasm), 0)
+	after, _ := st.CodeGet(ctx, a.share.fp.artifactKey(compiled), 0)
 	if md.Info().Compile.FromSharedCode || len(sharedCodeEvents(t, d)) != 1 || !after.StoredAt.Equal(before.StoredAt) || strings.Contains(dlog.String(), "shared") {
 		t.Fatalf("a host without a key used sharing: %+v\n%s", md.Info().Compile, dlog)
 	}
@@ -323,7 +328,8 @@ func TestSharedCodeHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := currentCodeFingerprint(false)
-	key := fp.artifactKey(wasm)
+	compiled := instrument(t, wasm) // what Load hands wazero
+	key := fp.artifactKey(compiled)
 	type shaped struct {
 		data, mac []byte
 	}
@@ -388,7 +394,7 @@ func TestSharedCodeHostile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := sharedStore(t)
 			a, _ := replica(t, st, codeKeyA)
-			cm, _, err := a.share.compile(ctx, a.runtime, wasm, compileFor{name: "plug"})
+			cm, _, err := a.share.compile(ctx, a.runtime, compiled, compileFor{name: "plug"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -408,7 +414,7 @@ func TestSharedCodeHostile(t *testing.T) {
 			}
 			// The fetch alone: a refused artifact writes nothing, not even
 			// a temporary file.
-			path := filepath.Join(b.share.dir, fp.fileName(wasm))
+			path := filepath.Join(b.share.dir, fp.fileName(compiled))
 			placed, _, why := b.share.fetch(ctx, key, path, compileFor{name: "plug", correlation: "c-1"})
 			if tt.rule != "" {
 				if placed || len(cacheFiles(t, b)) != 0 {
