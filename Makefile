@@ -101,9 +101,11 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@echo "==> moat serve: echo and greet over HTTP/1.1 keep-alive vs a do-nothing echo handler, SQLite and PostgreSQL"
 	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 -v ./host/server/ | grep -E '^cpu:|^Benchmark|ceiling:|in process:' | $(GO) run ./internal/benchtable
 
+# A fixture's first line may give wat2wasm flags: ";; wat2wasm: --debug-names".
 fixtures: tools ## rebuild the WAT fixtures in testdata/
 	@for f in testdata/wat/*.wat; do \
-		out=testdata/$$(basename $${f%.wat}).wasm; echo "wat2wasm $$f -> $$out"; wat2wasm $$f -o $$out || exit 1; done
+		out=testdata/$$(basename $${f%.wat}).wasm; flags=$$(sed -n '1s/^;; wat2wasm: //p' $$f); \
+		echo "wat2wasm $$flags $$f -> $$out"; wat2wasm $$flags $$f -o $$out || exit 1; done
 
 clean:
 	rm -rf $(BIN) examples/*/*.wasm

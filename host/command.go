@@ -147,7 +147,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		WithSysWalltime().WithSysNanotime().
 		WithNanosleep(Nanosleep(func() context.Context { return cctx })).
 		WithRandSource(rand.Reader).
-		WithStartFunctions() // run below, armed (interrupt.go)
+		WithStartFunctions() // run below, under cctx (interrupt.go)
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		mc = mc.WithEnv(k, req.Env[k])
 	}
@@ -178,7 +178,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc))
 	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
 	if err == nil {
-		_, err = interruptOf(mod).start(actx, mod, abi.ExportStart)
+		err = startModule(actx, mod, abi.ExportStart)
 	}
 	took := time.Since(runStart)
 	inst.sess.End()

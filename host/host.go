@@ -283,6 +283,10 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: %w", err)
 	}
+	if err := instantiateInterrupt(ctx, h.runtime); err != nil {
+		h.Close(ctx)
+		return nil, fmt.Errorf("host: %w", err)
+	}
 	h.provided = map[string]map[string]Signature{}
 	for _, name := range []string{abi.ImportModule, wasi_snapshot_preview1.ModuleName} {
 		fns := map[string]Signature{}

@@ -24,17 +24,15 @@ import (
 // up per call costs microseconds), the call stack, the transport session,
 // the ops environment and the output streams.
 type instance struct {
-	invocation  // the invocation it serves; the op gate
-	mod         api.Module
-	intr        interruptFlag // set when the invocation's context ends (interrupt.go)
-	interrupted bool          // intr was set: the instance traps at its next loop
-	alloc       api.Function
-	invoke      api.Function
-	mem         *limitedMemory
-	sess        transport.Session
-	stdout      guestStream
-	stderr      guestStream
-	stack       [3]uint64
+	invocation // the invocation it serves; the op gate
+	mod        api.Module
+	alloc      api.Function
+	invoke     api.Function
+	mem        *limitedMemory
+	sess       transport.Session
+	stdout     guestStream
+	stderr     guestStream
+	stack      [3]uint64
 }
 
 // newInstance instantiates the module. Instantiation (and _initialize, for
@@ -66,22 +64,17 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 		WithSysWalltime().WithSysNanotime().
 		WithNanosleep(Nanosleep(func() context.Context { return inst.env.Context })).
 		WithRandSource(rand.Reader).
-		WithStartFunctions() // run below, armed (interrupt.go)
+		WithStartFunctions() // run below, under ictx (interrupt.go)
 	inst.stderr.begin(ictx, inst.env.Log)
 	actx := inst.sess.Attach(ictx)
 	mod, err := h.runtime.InstantiateModule(actx, m.cm, mc)
 	if err == nil {
-		inst.intr = interruptOf(mod)
 		var starts []string
 		if m.hasInit {
 			starts = append(starts, abi.ExportInitWASI)
 		}
-		var fired bool
-		if fired, err = inst.intr.start(actx, mod, starts...); err != nil || fired {
+		if err = startModule(actx, mod, starts...); err != nil {
 			_ = mod.Close(context.Background())
-			if err == nil {
-				err = ictx.Err() // interrupted as it returned: not an instance to keep
-			}
 		}
 	}
 	inst.stderr.end()

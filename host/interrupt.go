@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 )
 
-// Stopping a guest that never returns, at the price of a load per loop.
+// Stopping a guest that never returns, at the price of a counter per loop.
 //
 // A deadline has to stop a guest spinning in a loop that calls nothing:
 // Go cannot preempt machine code, so the compiled code itself must look.
@@ -19,126 +21,162 @@ import (
 // module was closed. Every iteration pays that exit: 0.35 ns → 31.5 ns
 // per iteration of a tight loop (90x), and Go-compiled guests, whose
 // every function begins with a loop (the resumption point of goroutine
-// switching), ran 6x slower (../shared/research/perf.md §6). On hello-go's
-// greet it was 40% of the call.
+// switching), ran 6x slower (../shared/research/perf.md §6).
 //
-// So the host does what Wasmtime's epoch interruption does, in the bytes
-// it compiles: the module gets one more global, an i32 the host exports
-// to itself as InterruptExport, and every loop header of every function
-// begins with
+// So the host does what Wasmtime's fuel does, in the bytes it compiles:
+// the module gets one more global, a counter, and every loop header of
+// every function begins with
 //
-//	global.get $interrupt
+//	global.get $fuel
+//	i32.eqz
 //	if
-//	  unreachable
+//	  call $moat:interrupt.yield
+//	  global.set $fuel
 //	end
+//	global.get $fuel
+//	i32.const 1
+//	i32.sub
+//	global.set $fuel
 //
-// two loads, a test and a branch never taken. The host sets the global
-// to 1 from another goroutine when an invocation's context ends
-// (armInterrupt); the guest traps at its next loop header, and the call
-// is classified by its context, as a timeout or a cancellation. wazero
-// reloads a global at a loop header (the block has two predecessors, so
-// no cached value reaches it), so the store is seen at the next
-// iteration; TestInterruptStopsSpinningGuest holds a spinning guest to
-// its deadline.
+// a test, a branch never taken and a decrement, but once every fuelPerYield
+// iterations, when the guest calls the host's yield. yield ends the guest,
+// as WASI's proc_exit does, when its invocation's deadline has passed or
+// its context is done (sleep.go), and otherwise refills the counter.
+//
+// Why a call and not a flag the host sets: a flag needs a goroutine to set
+// it, and a goroutine needs one of GOMAXPROCS processors, which guests
+// spinning in machine code hold and never give up (Go preempts only at
+// Go code: its signal finds a program counter in no Go function and lets
+// it run). Two spinning guests on a two-core server held both, the timer
+// that would have set their flags never ran, and neither the guests nor
+// the garbage collector's stop-the-world ever ended. A call into Go every
+// fuelPerYield iterations is a preemption point: the scheduler runs
+// timers and other goroutines there, the collector stops the world there,
+// and yield reads the deadline itself (one clock read), so a deadline
+// holds within fuelPerYield iterations even when every processor spins.
+// TestSpinningOnEveryProcessor holds that.
 //
 // What else had to move: the start section and the start functions
-// (_start, _initialize) run inside InstantiateModule, before the host can
-// reach the global, so the rewritten module has no start section (its
-// function is exported as InterruptStartExport instead) and the host
-// calls each of them itself, armed, right after instantiation: the same
-// order the specification gives. A function without a loop runs for a
-// bounded time (its body, and a recursion ends at the stack limit), so
-// loop headers are the only places a check is needed.
+// (_start, _initialize) run inside InstantiateModule, before the host
+// passes them an invocation's context, so the rewritten module has no
+// start section (its function is exported as InterruptStartExport
+// instead) and the host calls each of them itself, under the context,
+// right after instantiation: the same order the specification gives.
+// The import is appended after the module's own, so every defined
+// function's index grows by one: calls, references, exports, element
+// segments, constant expressions and the name section are renumbered. A
+// function without a loop runs for a bounded time (its body; a recursion
+// ends at the stack limit), so loop headers are the only places a check
+// is needed.
 //
 // Only the compiled copy is rewritten; a module's digest and signature
 // stay those of its author's bytes, as for the table limits (tables.go).
 // Extism plug-ins and the Ruby driver run in runtimes of their own and
 // keep CloseOnContextDone.
 
-// hostCloseOnContextDone is the host runtime's CloseOnContextDone: off,
-// since the check at every loop header does its work. It is part of the
-// key of shared compiled code (sharedcode.go): wazero's code differs with
-// it.
-const hostCloseOnContextDone = false
-
 const (
-	// InterruptExport is the name under which an instrumented module
-	// exports its interrupt flag. A module that exports this name itself
-	// is refused: the host could not tell the two apart.
-	InterruptExport = "moat:interrupt"
+	// InterruptModule and InterruptYield name the host function an
+	// instrumented module imports. A module that imports from
+	// InterruptModule itself is refused.
+	InterruptModule = "moat:interrupt"
+	InterruptYield  = "yield"
 	// InterruptStartExport is the name under which an instrumented
-	// module exports the function its start section named.
+	// module exports the function its start section named; a module that
+	// exports this name itself is refused.
 	InterruptStartExport = "moat:start"
+	// fuelPerYield is how many loop iterations a guest runs between two
+	// calls of yield: ~50 ns a call, so under 0.01 ns an iteration, and a
+	// deadline overrun of at most this many iterations (~0.1 ms of a
+	// Go guest's code).
+	fuelPerYield = 1 << 14
 )
 
-// interruptCheck is the check inserted at a loop header, around the
-// global index: global.get idx; if (empty); unreachable; end.
-func interruptCheck(global uint32) []byte {
-	b := binary.AppendUvarint([]byte{0x23}, uint64(global))
-	return append(b, 0x04, 0x40, 0x00, 0x0b)
+// hostCloseOnContextDone is the host runtime's CloseOnContextDone: off,
+// since the checks at loop headers do its work. It is part of the key of
+// shared compiled code (sharedcode.go): wazero's code differs with it.
+const hostCloseOnContextDone = false
+
+// instantiateInterrupt adds the host module instrumented modules import
+// to r.
+func instantiateInterrupt(ctx context.Context, r wazero.Runtime) error {
+	_, err := r.NewHostModuleBuilder(InterruptModule).
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(yield), nil, []api.ValueType{api.ValueTypeI32}).
+		WithResultNames("fuel").
+		Export(InterruptYield).
+		Instantiate(ctx)
+	if err != nil {
+		return fmt.Errorf("instantiate host module %q: %w", InterruptModule, err)
+	}
+	return nil
 }
 
-// instrumentLoops returns wasm with the interrupt global, its export and
-// a check at every loop header, and the start section turned into an
-// export; lay is what readLayout read of wasm. It refuses a module it
-// cannot read to the last opcode, naming the function and the byte: the
-// host would rather refuse a module than run one whose loops it has not
-// all seen.
+// yield is moat:interrupt.yield: it ends the guest when its context is
+// done, its deadline has passed (read here, so that it holds even when
+// the timer that would end the context has no processor to run on), or
+// its module was closed; otherwise it returns the next fuel.
+func yield(ctx context.Context, mod api.Module, stack []uint64) {
+	if mod.IsClosed() {
+		panic(sys.NewExitError(sys.ExitCodeContextCanceled))
+	}
+	abortIfDone(ctx)
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
+	}
+	stack[0] = fuelPerYield
+}
+
+// loopCheck is the check inserted at a loop header. The counter is
+// tested before it is decremented, so a guest whose yield ended it (the
+// counter still 0) yields again at its first loop, whoever calls it next.
+func loopCheck(fuel, yieldFunc uint32) []byte {
+	g := binary.AppendUvarint(nil, uint64(fuel))
+	b := append([]byte{0x23}, g...) // global.get $fuel
+	b = append(b, 0x45, 0x04, 0x40) // i32.eqz; if
+	b = binary.AppendUvarint(append(b, 0x10), uint64(yieldFunc))
+	b = append(append(b, 0x24), g...)     // global.set $fuel
+	b = append(b, 0x0b)                   // end
+	b = append(append(b, 0x23), g...)     // global.get $fuel
+	b = append(b, 0x41, 0x01, 0x6b, 0x24) // i32.const 1; i32.sub; global.set
+	return append(b, g...)
+}
+
+// instrumentation is one module's rewrite: where the new import, type and
+// global land, and how defined functions are renumbered.
+type instrumentation struct {
+	importedFuncs uint32 // the module's own function imports
+	yieldType     uint32 // the new type () -> i32
+	fuel          uint32 // the new global
+	check         []byte
+	start         *uint32 // the start section's function, renumbered
+}
+
+// fn renumbers a function index: the yield import comes after the
+// module's own imports, before its defined functions.
+func (in *instrumentation) fn(i uint32) uint32 {
+	if i >= in.importedFuncs {
+		return i + 1
+	}
+	return i
+}
+
+// instrumentLoops returns wasm rewritten as described above; lay is what
+// readLayout read of wasm. It refuses a module it cannot read to the last
+// opcode, naming the function and the byte: the host would rather refuse a
+// module than run one whose loops it has not all seen.
 func instrumentLoops(wasm []byte, lay *layout) ([]byte, error) {
+	if lay.importsInterrupt {
+		return nil, fmt.Errorf("the module imports from %q, a module name the host reserves for itself", InterruptModule)
+	}
+	in := &instrumentation{importedFuncs: lay.importedFuncs, yieldType: lay.counts[1]}
 	var importedGlobals uint32
 	for _, im := range lay.imports {
 		if im.kind == "global" {
 			importedGlobals++
 		}
 	}
-	global := importedGlobals + lay.counts[6]
-	check := interruptCheck(global)
-	// The new global: i32, mutable, initialised to 0.
-	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
-
-	out := make([]byte, 0, len(wasm)+len(wasm)/16+64)
-	out = append(out, wasm[:8]...)
-	emit := func(id byte, body []byte) {
-		out = append(out, id)
-		out = binary.AppendUvarint(out, uint64(len(body)))
-		out = append(out, body...)
-	}
-	var start *uint32
-	var globalDone, exportDone bool
-	// addExports returns the export section's body with the host's
-	// exports appended to its entries (body without its count).
-	addExports := func(n uint32, entries []byte) []byte {
-		extra := 1
-		if start != nil {
-			extra = 2
-		}
-		body := binary.AppendUvarint(nil, uint64(n)+uint64(extra))
-		body = append(body, entries...)
-		body = appendName(body, InterruptExport)
-		body = append(body, 0x03) // global
-		body = binary.AppendUvarint(body, uint64(global))
-		if start != nil {
-			body = appendName(body, InterruptStartExport)
-			body = append(body, 0x00) // function
-			body = binary.AppendUvarint(body, uint64(*start))
-		}
-		return body
-	}
-	// before emits the sections a module without a global or export
-	// section needs, ahead of the first section that must follow them.
-	before := func(id byte) {
-		if id == 0 {
-			return
-		}
-		if !globalDone && afterInOrder(id, 6) {
-			globalDone = true
-			emit(6, append([]byte{0x01}, newGlobal...))
-		}
-		if !exportDone && afterInOrder(id, 7) {
-			exportDone = true
-			emit(7, addExports(0, nil))
-		}
-	}
+	in.fuel = importedGlobals + lay.counts[6]
+	in.check = loopCheck(in.fuel, in.importedFuncs)
 	// The start section comes after the export section, but the export
 	// of its function must be in the export section: find it first.
 	err := walkSections(wasm, func(id byte, _, bodyStart, bodyEnd int) error {
@@ -148,116 +186,209 @@ func instrumentLoops(wasm []byte, lay *layout) ([]byte, error) {
 			if err != nil {
 				return fmt.Errorf("start section: %w", err)
 			}
-			start = &f
+			f = in.fn(f)
+			in.start = &f
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+
+	out := make([]byte, 0, len(wasm)+len(wasm)/8+64)
+	out = append(out, wasm[:8]...)
+	emit := func(id byte, body []byte) {
+		out = append(out, id)
+		out = binary.AppendUvarint(out, uint64(len(body)))
+		out = append(out, body...)
+	}
+	// Each section the rewrite adds to, made when the module has none,
+	// ahead of the first section that must follow it.
+	added := map[byte]func(n uint32, entries []byte) ([]byte, error){
+		1: in.types, 2: in.imports, 6: in.globals, 7: in.exports,
+	}
+	done := map[byte]bool{}
+	before := func(id byte) {
+		if id == 0 {
+			return
+		}
+		for _, want := range []byte{1, 2, 6, 7} {
+			if !done[want] && afterInOrder(id, want) {
+				done[want] = true
+				body, _ := added[want](0, nil) // nothing to refuse in no entries
+				emit(want, body)
+			}
+		}
 	}
 	err = walkSections(wasm, func(id byte, sectionStart, bodyStart, bodyEnd int) error {
 		before(id)
 		r := &wasmReader{b: wasm[:bodyEnd], off: bodyStart}
+		var body []byte
+		var err error
 		switch id {
-		case 6:
-			n, err := r.u32()
-			if err != nil {
-				return fmt.Errorf("global section: %w", err)
+		case 1, 2, 6, 7:
+			var n uint32
+			if n, err = r.u32(); err == nil {
+				body, err = added[id](n, wasm[r.off:bodyEnd])
+				done[id] = true
 			}
-			body := binary.AppendUvarint(nil, uint64(n)+1)
-			body = append(body, wasm[r.off:bodyEnd]...)
-			emit(6, append(body, newGlobal...))
-			globalDone = true
-		case 7:
-			n, err := r.u32()
-			if err != nil {
-				return fmt.Errorf("export section: %w", err)
-			}
-			entries := wasm[r.off:bodyEnd]
-			if err := checkExportNames(entries, n); err != nil {
-				return err
-			}
-			emit(7, addExports(n, entries))
-			exportDone = true
 		case 8:
-			// dropped: the host calls the function after instantiation
+			return nil // dropped: the host calls the function after instantiation
+		case 9:
+			body, err = in.elements(r, bodyEnd)
 		case 10:
-			body, err := instrumentCode(r, bodyEnd, check, lay.importedFuncs)
-			if err != nil {
-				return fmt.Errorf("code section: %w", err)
-			}
-			emit(10, body)
+			body, err = in.code(r, bodyEnd)
+		case 0:
+			body, err = in.custom(r, bodyEnd)
 		default:
 			out = append(out, wasm[sectionStart:bodyEnd]...)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s section: %w", sectionName(id), err)
+		}
+		if body != nil {
+			emit(id, body)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// A module with neither a global section nor anything after it.
-	before(11)
-	if !exportDone || !globalDone {
-		return nil, errors.New("internal error: the interrupt global was not added")
-	}
+	before(11) // a module ending before the sections the rewrite needs
 	return out, nil
 }
 
-// afterInOrder reports whether a section with id comes after section want
-// in the order the specification gives (sectionOrder).
-func afterInOrder(id, want byte) bool {
-	_, ok := sectionOrder(id, want)
-	return ok && id != want
+// types appends the yield function's type, () -> i32.
+func (in *instrumentation) types(n uint32, entries []byte) ([]byte, error) {
+	body := binary.AppendUvarint(nil, uint64(n)+1)
+	body = append(body, entries...)
+	return append(body, 0x60, 0x00, 0x01, 0x7f), nil
 }
 
-func appendName(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
+// imports appends the yield import after the module's own.
+func (in *instrumentation) imports(n uint32, entries []byte) ([]byte, error) {
+	body := binary.AppendUvarint(nil, uint64(n)+1)
+	body = append(body, entries...)
+	body = appendName(body, InterruptModule)
+	body = appendName(body, InterruptYield)
+	body = append(body, 0x00)
+	return binary.AppendUvarint(body, uint64(in.yieldType)), nil
 }
 
-// checkExportNames refuses a module exporting one of the host's names.
-func checkExportNames(entries []byte, n uint32) error {
-	r := &wasmReader{b: entries}
-	for i := uint32(0); i < n; i++ {
-		name, err := r.name()
+// globals renumbers the functions the module's globals' initializers
+// name, and appends the fuel counter.
+func (in *instrumentation) globals(n uint32, entries []byte) ([]byte, error) {
+	w := &rewriter{r: &wasmReader{b: entries}, in: in}
+	for i := uint32(0); i < n && w.err == nil; i++ {
+		w.valueType()
+		w.byte() // mutability
+		w.constExpr()
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	body := binary.AppendUvarint(nil, uint64(n)+1)
+	body = append(body, w.finish()...)
+	body = append(body, 0x7f, 0x01, 0x41) // i32, mutable, i32.const
+	body = appendSLEB(body, fuelPerYield)
+	return append(body, 0x0b), nil
+}
+
+// exports renumbers exported functions, refuses the host's name, and
+// exports the start section's function.
+func (in *instrumentation) exports(n uint32, entries []byte) ([]byte, error) {
+	w := &rewriter{r: &wasmReader{b: entries}, in: in}
+	for i := uint32(0); i < n && w.err == nil; i++ {
+		name, err := w.r.name()
 		if err != nil {
-			return fmt.Errorf("export %d: %w", i, err)
+			w.err = err
+			break
 		}
-		if name == InterruptExport || name == InterruptStartExport {
-			return fmt.Errorf("the module exports %q, a name the host reserves for itself", name)
+		if name == InterruptStartExport {
+			w.err = fmt.Errorf("the module exports %q, a name the host reserves for itself", name)
+			break
 		}
-		if _, err := r.byte(); err != nil {
-			return err
-		}
-		if _, err := r.u32(); err != nil {
-			return err
+		if kind := w.byte(); kind == 0x00 {
+			w.funcIndex()
+		} else {
+			w.index()
 		}
 	}
-	return nil
+	if w.err != nil {
+		return nil, w.err
+	}
+	extra := uint32(0)
+	if in.start != nil {
+		extra = 1
+	}
+	body := binary.AppendUvarint(nil, uint64(n+extra))
+	body = append(body, w.finish()...)
+	if in.start != nil {
+		body = appendName(body, InterruptStartExport)
+		body = append(body, 0x00)
+		body = binary.AppendUvarint(body, uint64(*in.start))
+	}
+	return body, nil
 }
 
-// instrumentCode returns the code section's body with check inserted
-// after every loop's block type.
-func instrumentCode(r *wasmReader, end int, check []byte, firstFunc uint32) ([]byte, error) {
+// elements renumbers the functions element segments name.
+func (in *instrumentation) elements(r *wasmReader, end int) ([]byte, error) {
 	n, err := r.u32()
 	if err != nil {
 		return nil, err
 	}
-	body := binary.AppendUvarint(make([]byte, 0, end-r.off+end/16), uint64(n))
+	w := &rewriter{r: &wasmReader{b: r.b[:end], off: r.off}, in: in}
+	w.copied = w.r.off
+	for i := uint32(0); i < n && w.err == nil; i++ {
+		prefix := w.u32()
+		if prefix == 2 || prefix == 6 {
+			w.index() // table
+		}
+		if prefix&1 == 0 {
+			w.constExpr() // offset
+		}
+		if prefix&3 != 0 {
+			if b := w.byte(); prefix&4 != 0 && w.err == nil {
+				w.err = w.r.refTypeAfter(b)
+			}
+		}
+		count := w.u32()
+		for j := uint32(0); j < count && w.err == nil; j++ {
+			if prefix&4 == 0 {
+				w.funcIndex()
+			} else {
+				w.constExpr()
+			}
+		}
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	return append(binary.AppendUvarint(nil, uint64(n)), w.finish()...), nil
+}
+
+// code renumbers calls and function references, and inserts the check
+// after every loop's block type.
+func (in *instrumentation) code(r *wasmReader, end int) ([]byte, error) {
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	body := binary.AppendUvarint(make([]byte, 0, end-r.off+end/8), uint64(n))
 	var fn []byte
 	for i := uint32(0); i < n; i++ {
+		index := in.importedFuncs + i // as tools number it: before the rewrite
 		size, err := r.u32()
 		if err != nil {
-			return nil, fmt.Errorf("function %d: %w", firstFunc+i, err)
+			return nil, fmt.Errorf("function %d: %w", index, err)
+		}
+		if uint64(size) > uint64(end-r.off) {
+			return nil, fmt.Errorf("function %d: a body of %d bytes in the %d bytes left", index, size, end-r.off)
 		}
 		fend := r.off + int(size)
-		if uint64(size) > uint64(end-r.off) {
-			return nil, fmt.Errorf("function %d: a body of %d bytes in the %d bytes left", firstFunc+i, size, end-r.off)
-		}
-		fr := &wasmReader{b: r.b[:fend], off: r.off}
-		fn, err = instrumentFunction(fn[:0], fr, check)
-		if err != nil {
-			return nil, fmt.Errorf("function %d: %w", firstFunc+i, err)
+		if fn, err = in.function(fn[:0], &wasmReader{b: r.b[:fend], off: r.off}); err != nil {
+			return nil, fmt.Errorf("function %d: %w", index, err)
 		}
 		body = binary.AppendUvarint(body, uint64(len(fn)))
 		body = append(body, fn...)
@@ -269,9 +400,9 @@ func instrumentCode(r *wasmReader, end int, check []byte, firstFunc uint32) ([]b
 	return body, nil
 }
 
-// instrumentFunction appends to out one function body (locals and
-// instructions) read from r, with check after each loop's block type.
-func instrumentFunction(out []byte, r *wasmReader, check []byte) ([]byte, error) {
+// function rewrites one function body (locals and instructions) read
+// from r, appending it to out.
+func (in *instrumentation) function(out []byte, r *wasmReader) ([]byte, error) {
 	start := r.off
 	nl, err := r.u32()
 	if err != nil {
@@ -285,20 +416,188 @@ func instrumentFunction(out []byte, r *wasmReader, check []byte) ([]byte, error)
 			return nil, err
 		}
 	}
-	copied := start
+	w := &rewriter{r: r, in: in, out: out, copied: start}
 	for r.off < len(r.b) {
 		at := r.off
 		op, _ := r.byte()
-		if err := r.skipImmediates(op); err != nil {
-			return nil, fmt.Errorf("opcode %#x at byte %d of the body: %w", op, at-start, err)
+		switch op {
+		case 0x10, 0x12, 0xd2: // call, return_call, ref.func
+			w.funcIndex()
+		default:
+			w.err = r.skipImmediates(op)
+			if op == 0x03 && w.err == nil { // loop
+				w.insert(in.check)
+			}
 		}
-		if op == 0x03 { // loop
-			out = append(out, r.b[copied:r.off]...)
-			out = append(out, check...)
-			copied = r.off
+		if w.err != nil {
+			return nil, fmt.Errorf("opcode %#x at byte %d of the body: %w", op, at-start, w.err)
 		}
 	}
-	return append(out, r.b[copied:]...), nil
+	return w.finish(), nil
+}
+
+// custom renumbers the functions of the name section (function, local
+// and label names); other custom sections are kept as they are. A name
+// section the rewrite cannot read is dropped (wazero reads it only to
+// name functions in traces).
+func (in *instrumentation) custom(r *wasmReader, end int) ([]byte, error) {
+	start := r.off
+	name, err := r.name()
+	if err != nil {
+		return nil, err
+	}
+	if name != "name" {
+		return r.b[start:end], nil
+	}
+	w := &rewriter{r: &wasmReader{b: r.b[:end], off: r.off}, in: in}
+	w.copied = start
+	for w.r.off < end && w.err == nil {
+		subStart := w.r.off
+		id := w.byte()
+		size := w.u32()
+		if w.err != nil || uint64(size) > uint64(end-w.r.off) {
+			return nil, nil
+		}
+		subEnd := w.r.off + int(size)
+		if id < 1 || id > 3 {
+			w.r.off = subEnd
+			continue
+		}
+		// Renumbering can lengthen the subsection: rewrite it apart.
+		sub := &rewriter{r: &wasmReader{b: r.b[:subEnd], off: w.r.off}, in: in}
+		sub.copied = sub.r.off
+		count := sub.u32()
+		for i := uint32(0); i < count && sub.err == nil; i++ {
+			sub.funcIndex()
+			if id == 1 {
+				_, sub.err = sub.r.name()
+				continue
+			}
+			inner := sub.u32() // local or label names
+			for j := uint32(0); j < inner && sub.err == nil; j++ {
+				sub.index()
+				_, sub.err = sub.r.name()
+			}
+		}
+		if sub.err != nil || sub.r.off != subEnd {
+			return nil, nil
+		}
+		content := sub.finish()
+		w.out = append(w.out, w.r.b[w.copied:subStart]...)
+		w.out = append(w.out, id)
+		w.out = binary.AppendUvarint(w.out, uint64(len(content)))
+		w.out = append(w.out, content...)
+		w.r.off, w.copied = subEnd, subEnd
+	}
+	if w.err != nil {
+		return nil, nil
+	}
+	return w.finish(), nil
+}
+
+// rewriter copies the bytes it reads, except the function indices it
+// renumbers and what it inserts. The first error stops it.
+type rewriter struct {
+	r      *wasmReader
+	in     *instrumentation
+	out    []byte
+	copied int // r.b[copied:r.off] is read but not yet copied
+	err    error
+}
+
+func (w *rewriter) byte() byte {
+	if w.err != nil {
+		return 0
+	}
+	b, err := w.r.byte()
+	w.err = err
+	return b
+}
+
+func (w *rewriter) u32() uint32 {
+	if w.err != nil {
+		return 0
+	}
+	v, err := w.r.u32()
+	w.err = err
+	return v
+}
+
+func (w *rewriter) index() { w.u32() }
+
+func (w *rewriter) valueType() {
+	if w.err == nil {
+		w.err = w.r.valueType()
+	}
+}
+
+// funcIndex renumbers the function index at the reader.
+func (w *rewriter) funcIndex() {
+	if w.err != nil {
+		return
+	}
+	at := w.r.off
+	i, err := w.r.u32()
+	if err != nil {
+		w.err = err
+		return
+	}
+	w.out = append(w.out, w.r.b[w.copied:at]...)
+	w.out = binary.AppendUvarint(w.out, uint64(w.in.fn(i)))
+	w.copied = w.r.off
+}
+
+// insert puts b at the reader's position.
+func (w *rewriter) insert(b []byte) {
+	w.out = append(w.out, w.r.b[w.copied:w.r.off]...)
+	w.out = append(w.out, b...)
+	w.copied = w.r.off
+}
+
+// constExpr reads a constant expression, renumbering ref.func.
+func (w *rewriter) constExpr() {
+	for w.err == nil {
+		at := w.r.off
+		op := w.byte()
+		switch op {
+		case 0x0b:
+			return
+		case 0xd2:
+			w.funcIndex()
+			continue
+		}
+		w.r.off = at
+		w.err = w.r.skipConstOp()
+	}
+}
+
+// finish copies what is left and returns the rewritten bytes.
+func (w *rewriter) finish() []byte {
+	return append(w.out, w.r.b[w.copied:w.r.off]...)
+}
+
+// afterInOrder reports whether a section with id comes after section want
+// in the order the specification gives (sectionOrder).
+func afterInOrder(id, want byte) bool {
+	_, ok := sectionOrder(id, want)
+	return ok && id != want
+}
+
+// appendSLEB appends v as a signed LEB128, the encoding of i32.const.
+func appendSLEB(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func appendName(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // skipImmediates skips the immediates of the instruction op, every
@@ -479,38 +778,13 @@ func (r *wasmReader) u64() (uint64, error) {
 	return 0, errors.New("LEB128 integer longer than 10 bytes")
 }
 
-// interruptFlag is an instance's interrupt global.
-type interruptFlag struct{ g api.MutableGlobal }
-
-// interruptOf finds mod's interrupt global; the zero flag (for a module
-// the host did not instrument) arms nothing.
-func interruptOf(mod api.Module) interruptFlag {
-	if g, ok := mod.ExportedGlobal(InterruptExport).(api.MutableGlobal); ok {
-		return interruptFlag{g}
-	}
-	return interruptFlag{}
-}
-
-// arm sets the flag when ctx ends, and returns what disarms it, which
-// reports whether the flag was set: an instance whose flag was set traps
-// at its next loop and must not be used again.
-func (f interruptFlag) arm(ctx context.Context) (disarm func() (fired bool)) {
-	if f.g == nil {
-		return func() bool { return false }
-	}
-	stop := context.AfterFunc(ctx, func() { f.g.Set(1) })
-	return func() bool { return !stop() }
-}
-
-// start runs, armed under ctx, what instantiation used to run: the
-// function of the module's start section (exported as
-// InterruptStartExport by instrumentLoops), then each of the named start
-// functions the module exports (_initialize for a reactor, _start for a
-// command). A start function that exits with code 0 has succeeded, as
-// wazero's own start functions do.
-func (f interruptFlag) start(ctx context.Context, mod api.Module, names ...string) (fired bool, err error) {
-	disarm := f.arm(ctx)
-	defer func() { fired = disarm() }()
+// startModule runs, under ctx, what instantiation used to run: the function of
+// the module's start section (exported as InterruptStartExport by
+// instrumentLoops), then each of the named start functions the module
+// exports (_initialize for a reactor, _start for a command). A start
+// function that exits with code 0 has succeeded, as wazero's own start
+// functions do.
+func startModule(ctx context.Context, mod api.Module, names ...string) error {
 	for _, name := range append([]string{InterruptStartExport}, names...) {
 		fn := mod.ExportedFunction(name)
 		if fn == nil {
@@ -519,15 +793,15 @@ func (f interruptFlag) start(ctx context.Context, mod api.Module, names ...strin
 		if _, err := fn.Call(ctx); err != nil {
 			if ee, ok := err.(*sys.ExitError); ok {
 				if ee.ExitCode() == 0 {
-					return false, nil
+					return nil
 				}
-				return false, err
+				return err
 			}
 			if name == InterruptStartExport {
 				name = "the start function"
 			}
-			return false, fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return false, nil
+	return nil
 }

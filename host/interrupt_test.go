@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -13,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
 )
 
 // instrument is what Load does to a module's bytes before compiling them.
@@ -73,16 +74,25 @@ func runExports(t *testing.T, rt wazero.Runtime, wasm []byte) map[string]string 
 	return got
 }
 
-// newPlainRuntime is a runtime like the host's (no CloseOnContextDone)
-// with the global the interrupt_ops fixture imports.
+// newPlainRuntime is a runtime like the host's (no CloseOnContextDone,
+// the interrupt module) with the global and the function the
+// interrupt_ops fixture imports.
 func newPlainRuntime(t *testing.T) wazero.Runtime {
 	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(false))
 	t.Cleanup(func() { rt.Close(ctx) })
-	env := []byte("\x00asm\x01\x00\x00\x00" +
+	if err := instantiateInterrupt(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	g := []byte("\x00asm\x01\x00\x00\x00" +
 		"\x06\x06\x01\x7f\x00\x41\x2a\x0b" + // global i32 const 42
 		"\x07\x05\x01\x01g\x03\x00") // export "g" global 0
-	if _, err := rt.InstantiateWithConfig(ctx, env, wazero.NewModuleConfig().WithName("env")); err != nil {
+	if _, err := rt.InstantiateWithConfig(ctx, g, wazero.NewModuleConfig().WithName("envg")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rt.NewHostModuleBuilder("env").NewFunctionBuilder().
+		WithFunc(func(x uint32) uint32 { return x + 1 }).Export("inc").Instantiate(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return rt
@@ -116,7 +126,7 @@ func TestInstrumentLoopsDifferential(t *testing.T) {
 			}
 			want := runExports(t, rt, wasm)
 			got := runExports(t, rt, instrument(t, wasm))
-			if len(want) < 7 {
+			if len(want) < 9 {
 				t.Fatalf("only %d exports ran: %v", len(want), want)
 			}
 			for k, v := range want {
@@ -131,9 +141,9 @@ func TestInstrumentLoopsDifferential(t *testing.T) {
 	}
 }
 
-// TestInstrumentLoopsShape checks what the rewrite adds: the interrupt
-// global and its export, a check per loop, the start section turned into
-// an export; and what it refuses.
+// TestInstrumentLoopsShape checks what the rewrite adds: the yield
+// import, the fuel global, a check per loop, the start section turned into
+// an export, defined functions renumbered; and what it refuses.
 func TestInstrumentLoopsShape(t *testing.T) {
 	hdr := "\x00asm\x01\x00\x00\x00"
 	types := "\x01\x04\x01\x60\x00\x00"                    // (func)
@@ -149,12 +159,15 @@ func TestInstrumentLoopsShape(t *testing.T) {
 		exportsIn []string
 	}{
 		{name: "no global, no export section", wasm: hdr + types + funcs + spin, loops: 1},
+		{name: "no sections at all", wasm: hdr},
 		{name: "no loop", wasm: hdr + types + funcs + flat},
 		{name: "start section", wasm: hdr + types + funcs + "\x08\x01\x00" + flat, start: true},
 		{name: "start and exports", wasm: hdr + types + funcs + "\x07\x05\x01\x01f\x00\x00" + "\x08\x01\x00" + spin,
 			loops: 1, start: true, exportsIn: []string{"f"}},
-		{name: "reserved export name", wasm: hdr + types + funcs + "\x07\x12\x01\x0emoat:interrupt\x00\x00" + flat,
-			refused: `exports "moat:interrupt", a name the host reserves`},
+		{name: "reserved export name", wasm: hdr + types + funcs + "\x07\x0e\x01\x0amoat:start\x00\x00" + flat,
+			refused: `exports "moat:start", a name the host reserves`},
+		{name: "reserved import module", wasm: hdr + types + "\x02\x18\x01\x0emoat:interrupt\x05yield\x00\x00",
+			refused: `imports from "moat:interrupt", a module name the host reserves`},
 		{name: "unknown opcode", wasm: hdr + types + funcs + "\x0a\x05\x01\x03\x00\x06\x0b",
 			refused: "opcode 0x6 at byte 1 of the body"},
 		{name: "truncated immediate", wasm: hdr + types + funcs + "\x0a\x05\x01\x03\x00\x41\x80",
@@ -177,12 +190,15 @@ func TestInstrumentLoopsShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := bytes.Count(out, interruptCheck(0)); n != tc.loops {
+			if n := bytes.Count(out, loopCheck(0, 0)); n != tc.loops {
 				t.Errorf("%d checks, want %d", n, tc.loops)
 			}
 			ctx := context.Background()
 			rt := wazero.NewRuntime(ctx)
 			defer rt.Close(ctx)
+			if err := instantiateInterrupt(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
 			cm, err := rt.CompileModule(ctx, out)
 			if err != nil {
 				t.Fatalf("the rewritten module does not compile: %v", err)
@@ -196,21 +212,19 @@ func TestInstrumentLoopsShape(t *testing.T) {
 					t.Errorf("export %q lost", n)
 				}
 			}
-			mod, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName(""))
-			if err != nil {
-				t.Fatalf("instantiate: %v (a start section left in would spin here)", err)
+			if imp := cm.ImportedFunctions(); len(imp) != 1 {
+				t.Errorf("imports %d functions, want the yield alone", len(imp))
 			}
-			if _, ok := mod.ExportedGlobal(InterruptExport).(api.MutableGlobal); !ok {
-				t.Error("no mutable interrupt global exported")
+			if _, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName("")); err != nil {
+				t.Fatalf("instantiate: %v (a start section left in would spin here)", err)
 			}
 		})
 	}
 }
 
-// TestInterruptStopsSpinningGuest: a guest spinning in a loop that calls
-// nothing is stopped by the flag, from another goroutine, and the call
-// returns soon after: wazero must reload the global at the loop header.
-func TestInterruptStopsSpinningGuest(t *testing.T) {
+// spinModule is a module whose export spin loops for ever calling
+// nothing, instrumented.
+func spinModule(t testing.TB) []byte {
 	wasm := []byte("\x00asm\x01\x00\x00\x00" +
 		"\x01\x04\x01\x60\x00\x00" + "\x03\x02\x01\x00" +
 		"\x07\x08\x01\x04spin\x00\x00" +
@@ -223,6 +237,13 @@ func TestInterruptStopsSpinningGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// TestInterruptStopsSpinningGuest: a guest spinning in a loop that calls
+// nothing is ended at its deadline, with wazero's exit code for one, and
+// when its context is canceled, with the code for that.
+func TestInterruptStopsSpinningGuest(t *testing.T) {
 	for _, rc := range []struct {
 		name string
 		cfg  wazero.RuntimeConfig
@@ -231,28 +252,87 @@ func TestInterruptStopsSpinningGuest(t *testing.T) {
 			ctx := context.Background()
 			rt := wazero.NewRuntimeWithConfig(ctx, rc.cfg)
 			defer rt.Close(ctx)
-			mod, err := rt.Instantiate(ctx, out)
+			if err := instantiateInterrupt(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			mod, err := rt.InstantiateWithConfig(ctx, spinModule(t), wazero.NewModuleConfig().WithName(""))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			flag := interruptOf(mod)
-			disarm := flag.arm(cctx)
 			start := time.Now()
-			_, err = mod.ExportedFunction("spin").Call(cctx)
-			took := time.Since(start)
-			if !disarm() {
-				t.Error("disarm says the flag was not set")
+			_, err = mod.ExportedFunction("spin").Call(dctx)
+			var exit *sys.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != sys.ExitCodeDeadlineExceeded {
+				t.Fatalf("got %v, want the deadline's exit", err)
 			}
-			if err == nil || !strings.Contains(err.Error(), "unreachable") {
-				t.Fatalf("got %v, want the interrupt's trap", err)
-			}
-			if took > 5*time.Second {
+			if took := time.Since(start); took > 5*time.Second {
 				t.Fatalf("stopped after %s", took)
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(20*time.Millisecond, cancel)
+			_, err = mod.ExportedFunction("spin").Call(cctx)
+			if !errors.As(err, &exit) || exit.ExitCode() != sys.ExitCodeContextCanceled {
+				t.Fatalf("got %v, want the cancellation's exit", err)
+			}
+			// No deadline, no cancellation: closing the module (a host
+			// closing) ends it too.
+			time.AfterFunc(20*time.Millisecond, func() { mod.Close(ctx) })
+			if _, err = mod.ExportedFunction("spin").Call(ctx); err == nil {
+				t.Fatal("a closed module's spin returned no error")
 			}
 		})
 	}
+}
+
+// TestSpinningOnEveryProcessor: more guests spin than there are
+// processors (GOMAXPROCS), each under its own deadline. Go cannot preempt
+// machine code, so a design in which another goroutine has to act at the
+// deadline (set a flag, close the module) waits for a processor that
+// never comes: every guest spins for ever, and so does the garbage
+// collector's stop-the-world. The fuel's call into yield is where the
+// scheduler, the collector and the deadline get their turn.
+func TestSpinningOnEveryProcessor(t *testing.T) {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(false))
+	defer rt.Close(ctx)
+	if err := instantiateInterrupt(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := rt.CompileModule(ctx, spinModule(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2*runtime.GOMAXPROCS(0) + 1
+	errs := make(chan error, n)
+	start := time.Now()
+	for i := range n {
+		go func() {
+			mod, err := rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName(fmt.Sprint("spin", i)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			_, err = mod.ExportedFunction("spin").Call(dctx)
+			errs <- err
+		}()
+	}
+	go runtime.GC() // a stop-the-world while they spin
+	for range n {
+		select {
+		case err := <-errs:
+			var exit *sys.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != sys.ExitCodeDeadlineExceeded {
+				t.Errorf("got %v, want the deadline's exit", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d guests spinning on %d processors were not all stopped within 30 s", n, runtime.GOMAXPROCS(0))
+		}
+	}
+	t.Logf("%d spinning guests on %d processors stopped %s after their 200 ms deadline", n, runtime.GOMAXPROCS(0), time.Since(start)-200*time.Millisecond)
 }
 
 // FuzzInstrumentLoops: whatever bytes the table pass accepts and wazero

@@ -100,7 +100,7 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	inst.confirmed, inst.needsConfirm = confirmed, ""
 	out, cerr := inst.call(cctx, idx, &req, lim)
 	needsConfirm := inst.needsConfirm
-	if cerr != nil && !cerr.reusable || inst.interrupted {
+	if cerr != nil && !cerr.reusable {
 		inst.close()
 	} else {
 		m.put(inst)
@@ -183,9 +183,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	inst.stdout.begin(ctx, inst.env.Log)
 	inst.stderr.begin(ctx, inst.env.Log)
 	inst.mem.SetLimit(uint64(lim.MemoryLimitPages) * 65536)
-	disarm := inst.intr.arm(ctx)
 	defer func() {
-		inst.interrupted = disarm()
 		inst.stdout.end()
 		inst.stderr.end()
 		inst.sess.End()

@@ -289,6 +289,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	// (interrupt.go). The bytes compiled are always rewritten, so they
 	// are the compilation's key (the same module under another table cap
 	// is another compilation).
+	bounded := code // what a foreign driver runs, in a runtime of its own
 	if code, err = instrumentLoops(code, lay); err != nil {
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 	}
@@ -385,7 +386,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			return nil, err
 		}
 	case KindExtism:
-		if err := m.loadForeign(ctx, code); err != nil { // its tables bounded too
+		if err := m.loadForeign(ctx, bounded); err != nil { // its tables bounded too; its runtime keeps CloseOnContextDone
 			return nil, err
 		}
 	}
@@ -490,7 +491,6 @@ func (m *Module) prepare(ctx context.Context) error {
 	// the load for ever.
 	ctx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
 	defer cancel()
-	disarm := inst.intr.arm(ctx)
 	v, err := inst.mod.ExportedFunction(abi.ExportVersion).Call(ctx)
 	if err != nil {
 		return fail(abi.CodeBadModule, "%s trapped: %v", abi.ExportVersion, firstLine(err))
@@ -521,10 +521,6 @@ func (m *Module) prepare(ctx context.Context) error {
 	}
 	if len(m.actions) == 0 {
 		return fail(abi.CodeBadModule, "the module registers no actions (its %s list is empty)", abi.ExportActions)
-	}
-	if disarm() {
-		inst.close() // interrupted as it returned: it would trap at its next loop
-		return nil
 	}
 	m.put(inst)
 	return nil
@@ -592,6 +588,9 @@ func describe(name, digest string, size int, c *compiled) Info {
 	info := Info{Name: name, Digest: digest, Size: size, Compile: CompileInfo{FromDiskCache: c.fromCache, FromSharedCode: c.fromStore, Duration: c.took}}
 	for _, def := range c.cm.ImportedFunctions() {
 		mod, n, _ := def.Import()
+		if mod == InterruptModule {
+			continue // the host's, not the author's (interrupt.go)
+		}
 		info.Imports = append(info.Imports, Signature{Module: mod, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}
 	exports := c.cm.ExportedFunctions()

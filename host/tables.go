@@ -53,6 +53,9 @@ type layout struct {
 	// importedFuncs is the number of imported functions: a defined
 	// function's index in the function index space starts after them.
 	importedFuncs uint32
+	// importsInterrupt: the module imports from the host's interrupt
+	// module (interrupt.go), which only the host's rewrite may.
+	importsInterrupt bool
 }
 
 // The most entries a module may declare per section. wazero keeps a Go
@@ -724,6 +727,9 @@ func (lay *layout) readImports(r *wasmReader) error {
 			return err
 		}
 		what := mod + "." + name
+		if mod == InterruptModule {
+			lay.importsInterrupt = true
+		}
 		switch kind {
 		case 0x00: // function: type index
 			lay.importedFuncs++
@@ -954,41 +960,48 @@ func (r *wasmReader) valueType() error {
 // skipConstExpr skips a constant expression up to and including its end.
 func (r *wasmReader) skipConstExpr() error {
 	for {
-		op, err := r.byte()
-		if err != nil {
-			return err
-		}
-		switch op {
-		case 0x0b: // end
+		if r.off < len(r.b) && r.b[r.off] == 0x0b { // end
+			r.off++
 			return nil
-		case 0x41: // i32.const
-			err = r.sleb(5)
-		case 0x42: // i64.const
-			err = r.sleb(10)
-		case 0x43: // f32.const
-			err = r.skip(4)
-		case 0x44: // f64.const
-			err = r.skip(8)
-		case 0x23, 0xd2: // global.get, ref.func
-			_, err = r.u32()
-		case 0xd0: // ref.null heaptype
-			err = r.sleb(5)
-		case 0x6a, 0x6b, 0x6c, 0x7c, 0x7d, 0x7e: // extended constant arithmetic
-		case 0xfd: // v128.const
-			var sub uint32
-			if sub, err = r.u32(); err == nil {
-				if sub != 12 {
-					return fmt.Errorf("vector opcode %d in a constant expression", sub)
-				}
-				err = r.skip(16)
-			}
-		default:
-			return fmt.Errorf("opcode %#x in a constant expression", op)
 		}
-		if err != nil {
+		if err := r.skipConstOp(); err != nil {
 			return err
 		}
 	}
+}
+
+// skipConstOp skips one instruction of a constant expression.
+func (r *wasmReader) skipConstOp() error {
+	op, err := r.byte()
+	if err != nil {
+		return err
+	}
+	switch op {
+	case 0x41: // i32.const
+		err = r.sleb(5)
+	case 0x42: // i64.const
+		err = r.sleb(10)
+	case 0x43: // f32.const
+		err = r.skip(4)
+	case 0x44: // f64.const
+		err = r.skip(8)
+	case 0x23, 0xd2: // global.get, ref.func
+		_, err = r.u32()
+	case 0xd0: // ref.null heaptype
+		err = r.sleb(5)
+	case 0x6a, 0x6b, 0x6c, 0x7c, 0x7d, 0x7e: // extended constant arithmetic
+	case 0xfd: // v128.const
+		var sub uint32
+		if sub, err = r.u32(); err == nil {
+			if sub != 12 {
+				return fmt.Errorf("vector opcode %d in a constant expression", sub)
+			}
+			err = r.skip(16)
+		}
+	default:
+		return fmt.Errorf("opcode %#x in a constant expression", op)
+	}
+	return err
 }
 
 func (r *wasmReader) skip(n int) error {

@@ -1,3 +1,4 @@
+;; wat2wasm: --debug-names
 ;; interrupt_ops.wat: every kind of instruction immediate the loop
 ;; instrumentation (host/interrupt.go) must step over, in functions that
 ;; loop. host's TestInstrumentLoopsDifferential calls every export of the
@@ -8,15 +9,40 @@
 (module
   (type $binop (func (param i32 i32) (result i32)))
   (type $pair (func (param i32) (result i32 i32)))
-  (import "env" "g" (global $imported i32))
+  (import "envg" "g" (global $imported i32))
+  (import "env" "inc" (func $inc (param i32) (result i32)))
   (memory 1 2)
   (table $t 4 8 funcref)
   (table $ext 2 externref)
   (global $counter (mut i32) (i32.const 0))
   (global $wide (mut i64) (i64.const 0x7fffffffffffffff))
+  (global $fref funcref (ref.func $sub))
+  (global $started (mut i32) (i32.const 0))
   (data $d "moat interrupt fixture 0123456789")
   (elem $e func $add $sub)
-  (elem declare func $mul)
+  (elem declare func $mul $inc)
+  (elem $exprs funcref (ref.func $mul) (ref.null func) (ref.func $add))
+
+  ;; the start section's function: its effect is observed by "started"
+  (func $start (global.set $started (call $inc (i32.const 41))))
+  (start $start)
+  (func (export "started") (result i32) (global.get $started))
+
+  ;; calls across the imported and defined functions, in a loop, and a
+  ;; function reference held in a global and in a passive segment
+  (func (export "calls") (result i32)
+    (local $i i32) (local $acc i32)
+    (table.set $t (i32.const 0) (global.get $fref))
+    (table.init $t $exprs (i32.const 1) (i32.const 0) (i32.const 3))
+    (loop $l
+      (local.set $acc (call $inc (call $add (local.get $acc) (local.get $i))))
+      (local.set $acc (i32.add (local.get $acc)
+        (call_indirect $t (type $binop) (local.get $i) (i32.const 2) (i32.const 0))))
+      (local.set $acc (i32.add (local.get $acc)
+        (call_indirect $t (type $binop) (local.get $i) (i32.const 2) (i32.const 1))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const 25))))
+    (i32.add (local.get $acc) (ref.is_null (ref.func $inc))))
 
   (func $add (type $binop) (i32.add (local.get 0) (local.get 1)))
   (func $sub (type $binop) (i32.sub (local.get 0) (local.get 1)))
