@@ -70,6 +70,14 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"RateTake", su.testRateTake},
 		{"RateTakeConcurrent", su.testRateTakeConcurrent},
 		{"OrgScoping", su.testOrgScoping},
+		{"KnowledgeContract", su.testKnowledgeContract},
+		{"KnowledgeRanking", su.testKnowledgeRanking},
+		{"KnowledgeSnippet", su.testKnowledgeSnippet},
+		{"KnowledgeFilter", su.testKnowledgeFilter},
+		{"KnowledgeScoping", su.testKnowledgeScoping},
+		{"KnowledgeQuota", su.testKnowledgeQuota},
+		{"KnowledgeHostile", su.testKnowledgeHostile},
+		{"KnowledgeValidation", su.testKnowledgeValidation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
@@ -90,6 +98,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"WatchModules", testSharedWatchModules},
 		{"RateTake", testSharedRateTake},
 		{"ModuleQuota", testSharedModuleQuota},
+		{"KnowledgeQuota", testSharedKnowledgeQuota},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
