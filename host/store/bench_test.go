@@ -5,10 +5,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/store"
+	_ "github.com/moat-sandbox/moat/host/store/postgres"
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 )
+
+// TestMain stops the throwaway PostgreSQL cluster the benchmarks may
+// have started.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // BenchmarkKV measures the store calls of the invocation path on one key:
 // a put with a quota (what kv.put does under a disk quota), a plain put,
@@ -95,4 +102,103 @@ func BenchmarkKV(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkKnowledge measures knowledge.add and knowledge.search on each
+// backend (PostgreSQL when pgtest finds a server), over a collection of
+// 2000 documents of 120 words drawn from 5000 with a Zipf law (a few words
+// everywhere, most rare), beside 2000 documents of another organization
+// holding the same words: adding a new document, replacing one, and
+// searching for a rare word, two words, a common word (hundreds of hits,
+// ranked), and a common word under a meta filter.
+func BenchmarkKnowledge(b *testing.B) {
+	ctx := context.Background()
+	backends := []struct {
+		name string
+		open func(b *testing.B) string
+	}{
+		{"sqlite", func(b *testing.B) string { return b.TempDir() }},
+		{"postgres", func(b *testing.B) string { return pgtest.Database(b) }},
+	}
+	vocab := make([]string, 5000)
+	for i := range vocab {
+		vocab[i] = fmt.Sprintf("w%dx%s", i, strconv.FormatInt(int64(i*7919%4099), 36))
+	}
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, uint64(len(vocab)-1))
+	text := func() string {
+		w := make([]string, 120)
+		for i := range w {
+			w[i] = vocab[zipf.Uint64()]
+		}
+		return strings.Join(w, " ")
+	}
+	const docs = 2000
+	corpus := make([]string, docs)
+	for i := range corpus {
+		corpus[i] = text()
+	}
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			s, err := store.Open(ctx, be.open(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			sc := store.Scope{Org: "acme", Module: "kb"}
+			for i, t := range corpus {
+				for _, org := range []string{"acme", "globex"} {
+					doc := store.KnowledgeDoc{Collection: "docs", ID: fmt.Sprint("d", i), Text: t, Owner: "ann",
+						Meta: map[string]any{"lang": []string{"en", "fr"}[i%2], "n": i}}
+					if _, err := s.KnowledgeAdd(ctx, store.Scope{Org: org, Module: "kb"}, doc, store.KnowledgeQuota{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			quota := store.KnowledgeQuota{Documents: 1 << 30, Bytes: 1 << 40}
+			b.Run("add", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					doc := store.KnowledgeDoc{Collection: "new", ID: fmt.Sprint("n", i), Text: corpus[i%docs], Meta: map[string]any{"n": i}}
+					if _, err := s.KnowledgeAdd(ctx, sc, doc, quota); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("replace", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					doc := store.KnowledgeDoc{Collection: "docs", ID: "d7", Text: corpus[i%docs]}
+					if _, err := s.KnowledgeAdd(ctx, sc, doc, quota); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			for _, q := range []struct {
+				name, query string
+				filter      map[string]any
+			}{
+				{"search-rare", vocab[3000], nil},
+				{"search-two", vocab[40] + " " + vocab[60], nil},
+				{"search-common", vocab[1], nil},
+				{"search-common-filter", vocab[1], map[string]any{"lang": "fr"}},
+			} {
+				b.Run(q.name, func(b *testing.B) {
+					b.ReportAllocs()
+					var hits int
+					for b.Loop() {
+						h, err := s.KnowledgeSearch(ctx, sc, store.KnowledgeQuery{Collection: "docs", Query: q.query, Filter: q.filter})
+						if err != nil {
+							b.Fatal(err)
+						}
+						hits = len(h)
+					}
+					b.ReportMetric(float64(hits), "hits")
+				})
+			}
+		})
+	}
 }

@@ -150,12 +150,13 @@ func (d *DB) KnowledgeDelete(ctx context.Context, org, module, collection, id st
 }
 
 // knowledgeSearch is one statement, so one snapshot: the collection's
-// statistics, its postings of the query's terms (q: each term behind the
-// collection's prefix), each document's tf per term (hits), each term's df
-// (df), the BM25 of every document holding all ?5 terms (scored), then the
-// meta filter and the order. The filter holds when no key of ?7 lacks a
-// member of the document's meta with the same key, the same JSON type
-// (integer and real are both numbers) and an equal value.
+// statistics (c), its postings of the query's terms (q: each term behind
+// the collection's prefix), each document's tf per term (hits), each
+// term's df (df), the BM25 of every document holding all ?5 terms
+// (scored), the meta filter, and the best ?6 (top); only those are read
+// whole. The filter holds when no key of ?7 lacks a member of the
+// document's meta with the same key, the same JSON type (integer and real
+// are both numbers) and an equal value.
 const knowledgeSearch = `
 WITH
 c AS (SELECT id, docs, tokens FROM knowledge_collections WHERE org = ?1 AND module = ?2 AND collection = ?3),
@@ -169,18 +170,22 @@ scored(doc, score) AS (
 		(h.tf + 1.2 * (0.25 + 0.75 * d.tokens * c.docs / max(c.tokens, 1.0))))
 	FROM hits AS h JOIN df ON df.term = h.term JOIN knowledge_docs AS d ON d.doc = h.doc JOIN c ON d.coll = c.id
 	GROUP BY h.doc
-	HAVING count(*) = ?5)
-SELECT d.id, s.score, d.text, d.meta
-FROM scored AS s JOIN knowledge_docs AS d ON d.doc = s.doc
-WHERE d.org = ?1 AND d.module = ?2 AND d.collection = ?3
-	AND NOT EXISTS (
-		SELECT 1 FROM json_each(?7) AS f
-		WHERE NOT EXISTS (
-			SELECT 1 FROM json_each(d.meta) AS m
-			WHERE m.key = f.key AND m.atom = f.atom
-				AND (m.type = f.type OR m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))
-ORDER BY s.score DESC, d.id
-LIMIT ?6`
+	HAVING count(*) = ?5),
+top(doc, score, id) AS (
+	SELECT s.doc, s.score, d.id
+	FROM scored AS s JOIN knowledge_docs AS d ON d.doc = s.doc
+	WHERE d.org = ?1 AND d.module = ?2 AND d.collection = ?3
+		AND NOT EXISTS (
+			SELECT 1 FROM json_each(?7) AS f
+			WHERE NOT EXISTS (
+				SELECT 1 FROM json_each(d.meta) AS m
+				WHERE m.key = f.key AND m.atom = f.atom
+					AND (m.type = f.type OR m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))
+	ORDER BY s.score DESC, d.id
+	LIMIT ?6)
+SELECT top.id, top.score, d.text, d.meta
+FROM top JOIN knowledge_docs AS d ON d.doc = top.doc
+ORDER BY top.score DESC, top.id`
 
 // KnowledgeSearch implements driver.Backend.
 func (d *DB) KnowledgeSearch(ctx context.Context, q driver.KnowledgeQuery) ([]driver.KnowledgeCandidate, error) {

@@ -302,16 +302,16 @@ CREATE TABLE knowledge_collections (
 CREATE TABLE knowledge_docs (
 	doc        INTEGER PRIMARY KEY AUTOINCREMENT,
 	coll       INTEGER NOT NULL REFERENCES knowledge_collections (id),
+	tokens     INTEGER NOT NULL, -- terms indexed
+	bytes      INTEGER NOT NULL, -- id + text + meta, for the quota
+	updated_at INTEGER NOT NULL, -- unix nanoseconds
 	org        TEXT    NOT NULL,
 	module     TEXT    NOT NULL,
 	collection TEXT    NOT NULL,
 	id         TEXT    NOT NULL COLLATE BINARY,
 	owner      TEXT    NOT NULL,
-	text       TEXT    NOT NULL,
 	meta       TEXT    NOT NULL, -- a JSON object of scalars
-	tokens     INTEGER NOT NULL, -- terms indexed
-	bytes      INTEGER NOT NULL, -- id + text + meta, for the quota
-	updated_at INTEGER NOT NULL, -- unix nanoseconds
+	text       TEXT    NOT NULL, -- last: scoring reads the columns before it without its overflow pages
 	UNIQUE (org, module, collection, id)
 ) STRICT;
 CREATE INDEX knowledge_docs_coll ON knowledge_docs (coll);
