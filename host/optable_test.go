@@ -20,7 +20,7 @@ import (
 // An op family added by this file alone, as a new family is added: no
 // edit to policy, the host or a transport. e2enotes.add writes to a
 // collection (capability db, granted per collection: the request's model
-// is its target); e2enotes.count needs knowledge, granted as a whole.
+// is its target); e2enotes.count needs tasks, granted as a whole.
 type e2eNote struct {
 	Model string `json:"model"`
 	Text  string `json:"text"`
@@ -45,7 +45,7 @@ func init() {
 			e2eNotes.byOrg[org] = append(e2eNotes.byOrg[org], req.Model+":"+req.Text)
 			return &abi.Empty{}, nil
 		})})
-	ops.Register(ops.Op{Name: "e2enotes.count", Capability: "knowledge",
+	ops.Register(ops.Op{Name: "e2enotes.count", Capability: "tasks",
 		Func: ops.Typed(func(env *ops.Env, _ *abi.Empty) (*struct {
 			N int `json:"n"`
 		}, error) {
@@ -77,10 +77,10 @@ name: test
 on_ungranted: deny_at_call
 sensitive_ops: [e2enotes.count]
 default:
-  capabilities: {db: [notes], knowledge: true}
+  capabilities: {db: [notes], tasks: true}
 `)
 	ctx := context.Background()
-	const caps = `capabilities: {db: [notes, secrets], knowledge: true}`
+	const caps = `capabilities: {db: [notes, secrets], tasks: true}`
 	plugin, err := loadWithManifest(t, h, "name: notes-plugin\nversion: 1.0.0\nactions: [{name: call}]\n"+caps)
 	if err != nil {
 		t.Fatal(err)

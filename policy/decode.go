@@ -260,6 +260,7 @@ var (
 	byteSizeType = reflect.TypeFor[ByteSize]()
 	httpCapsType = reflect.TypeFor[HTTPCaps]()
 	commandType  = reflect.TypeFor[Command]()
+	collsType    = reflect.TypeFor[Collections]()
 )
 
 // nouns used in "unknown field" messages, by struct type: singular, plural.
@@ -316,6 +317,14 @@ func (ix *index) walk(n *yaml.Node, t reflect.Type, path string) error {
 			return ix.walkStruct(n, reflect.TypeFor[httpCapsObject](), path)
 		}
 		return ix.errorf(path, "expected a list of targets or a mapping {targets: [...], allow_any: true}, got %s; write it like http: [https://api.example.com:443]", describe(n))
+	case t == collsType:
+		switch {
+		case n.Kind == yaml.SequenceNode:
+			return ix.walk(n, reflect.TypeFor[[]string](), path)
+		case n.Kind == yaml.ScalarNode && n.Tag == "!!bool":
+			return nil
+		}
+		return ix.errorf(path, "expected a list of collections like [docs, faq], or true for every collection, got %s", describe(n))
 	case t == commandType:
 		switch n.Kind {
 		case yaml.SequenceNode:

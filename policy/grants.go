@@ -180,7 +180,12 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 			eff.AI = append(eff.AI, name)
 		}
 	}
-	eff.Knowledge = flag("knowledge", req.Knowledge, func(c *Capabilities) bool { return c.Knowledge })
+	for _, name := range req.Knowledge {
+		if check("knowledge "+name, func(c *Capabilities) bool { return nameCovered(c.Knowledge, name) },
+			fmt.Sprintf("collection %s is not granted (granted: %s)", name, list(granted.Knowledge))) {
+			eff.Knowledge = append(eff.Knowledge, name)
+		}
+	}
 	eff.Tasks = flag("tasks", req.Tasks, func(c *Capabilities) bool { return c.Tasks })
 	for _, fp := range req.Filesystem {
 		if check("filesystem "+fp, func(c *Capabilities) bool { return pathCovered(c.Filesystem, fp) },
@@ -268,7 +273,7 @@ func union(a, b Capabilities) Capabilities {
 		HTTP:       HTTPCaps{Targets: merge(a.HTTP.Targets, b.HTTP.Targets), AllowAny: a.HTTP.AllowAny || b.HTTP.AllowAny},
 		Media:      a.Media || b.Media,
 		AI:         merge(a.AI, b.AI),
-		Knowledge:  a.Knowledge || b.Knowledge,
+		Knowledge:  merge(a.Knowledge, b.Knowledge),
 		Tasks:      a.Tasks || b.Tasks,
 		Filesystem: merge(a.Filesystem, b.Filesystem),
 	}
@@ -372,28 +377,27 @@ func (e *Evaluation) CheckOp(op, target string) error {
 			return nil
 		}
 		asked = e.Requested.Media
-	case "knowledge":
-		if e.Effective.Knowledge {
-			return nil
-		}
-		asked = e.Requested.Knowledge
 	case "tasks":
 		if e.Effective.Tasks {
 			return nil
 		}
 		asked = e.Requested.Tasks
-	case "db", "ai":
+	case "db", "ai", "knowledge":
 		kind, eff, req := CapabilityTarget(capName), e.Effective.DB, e.Requested.DB
-		if capName == "ai" {
+		switch capName {
+		case "ai":
 			eff, req = e.Effective.AI, e.Requested.AI
+		case "knowledge":
+			// Only knowledge lets a manifest ask for "*" (see Collections).
+			eff, req = e.Effective.Knowledge, e.Requested.Knowledge
 		}
 		if target == "" {
 			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: op + " names no " + kind}
 		}
-		if slices.Contains(eff, target) {
+		if slices.Contains(eff, target) || capName == "knowledge" && slices.Contains(eff, AllCollections) {
 			return nil
 		}
-		asked = slices.Contains(req, target)
+		asked = slices.Contains(req, target) || capName == "knowledge" && slices.Contains(req, AllCollections)
 		what, ask = capName+" "+target, capName+": ["+target+"]"
 	case "http":
 		var err error

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -28,6 +30,7 @@ default:
     db: [orders]
     http: [https://api.example.com:443, "https://*.cdn.example.com:443", "http://intranet.local:*"]
     ai: [gpt-small]
+    knowledge: [docs]
     filesystem: [/data]
   limits: {memory: 128MiB, timeout: 30s}
   trusted:
@@ -42,6 +45,7 @@ modules:
     capabilities:
       db: ["*"]
       ai: ["*"]
+      knowledge: true
       http: {targets: ["https://*:443"], allow_any: true}
 keys:
   acme:
@@ -84,15 +88,15 @@ func TestEvaluateCapabilities(t *testing.T) {
 		refused                    []string
 	}{
 		{"flags, sandboxed", "plain", allFlags, "", policy.ModeSandboxed,
-			policy.Capabilities{KV: true}, []string{"media", "knowledge", "tasks"}},
+			policy.Capabilities{KV: true}, []string{"media", "knowledge *", "tasks"}},
 		{"flags, module grant", "hello", allFlags, "", policy.ModeSandboxed,
-			policy.Capabilities{KV: true, Tasks: true}, []string{"media", "knowledge"}},
+			policy.Capabilities{KV: true, Tasks: true}, []string{"media", "knowledge *"}},
 		{"flags, trusted key with keys grant", "hello", allFlags, "acme", policy.ModeTrusted,
-			policy.Capabilities{KV: true, Media: true, Knowledge: true, Tasks: true}, nil},
+			policy.Capabilities{KV: true, Media: true, Knowledge: policy.Collections{"*"}, Tasks: true}, nil},
 		{"flags, trusted key without keys grant", "hello", allFlags, "other", policy.ModeTrusted,
-			policy.Capabilities{KV: true, Media: true, Tasks: true}, []string{"knowledge"}},
+			policy.Capabilities{KV: true, Media: true, Tasks: true}, []string{"knowledge *"}},
 		{"flags, untrusted signer", "hello", allFlags, "stranger", policy.ModeSandboxed,
-			policy.Capabilities{KV: true, Tasks: true}, []string{"media", "knowledge"}},
+			policy.Capabilities{KV: true, Tasks: true}, []string{"media", "knowledge *"}},
 		{"nothing requested", "plain", "", "", policy.ModeSandboxed, policy.Capabilities{}, nil},
 
 		{"db by name", "hello", "capabilities: {db: [orders, customers, secrets]}\n", "", policy.ModeSandboxed,
@@ -105,6 +109,16 @@ func TestEvaluateCapabilities(t *testing.T) {
 			policy.Capabilities{AI: []string{"gpt-small"}}, []string{"ai gpt-big"}},
 		{"ai star", "anything", "capabilities: {ai: [gpt-small, gpt-big]}\n", "", policy.ModeSandboxed,
 			policy.Capabilities{AI: []string{"gpt-small", "gpt-big"}}, nil},
+		{"knowledge by name", "plain", "capabilities: {knowledge: [docs, faq]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Knowledge: policy.Collections{"docs"}}, []string{"knowledge faq"}},
+		{"knowledge star", "anything", "capabilities: {knowledge: [docs, faq]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Knowledge: policy.Collections{"docs", "faq"}}, nil},
+		{"knowledge true needs a grant of every collection", "plain", "capabilities: {knowledge: true}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{}, []string{"knowledge *"}},
+		{"knowledge true granted", "anything", "capabilities: {knowledge: true}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Knowledge: policy.Collections{"*"}}, nil},
+		{"knowledge false", "plain", "capabilities: {knowledge: false}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{}, nil},
 
 		{"filesystem prefixes", "plain", "capabilities: {filesystem: [/data, /data/in, /database, /]}\n", "", policy.ModeSandboxed,
 			policy.Capabilities{Filesystem: []string{"/data", "/data/in"}}, []string{"filesystem /database", "filesystem /"}},
@@ -285,6 +299,7 @@ func TestCheckOp(t *testing.T) {
   http: [https://api.example.com:443, https://evil.com:443, "https://*.cdn.example.com:443"]
   ai: [gpt-small]
   media: true
+  knowledge: [docs, faq]
 `)
 	e := p.Evaluate(m, "")
 	for _, tt := range []struct {
@@ -313,7 +328,12 @@ func TestCheckOp(t *testing.T) {
 		{"ai.complete", "gpt-small", "", ""},
 		{"ai.embed", "gpt-big", "manifest capabilities", "ai gpt-big is not among"},
 		{"media.put", "", "profile test: default.trusted grant", "media was requested but not granted: granted only to modules signed by a trusted key"},
-		{"knowledge.search", "", "manifest capabilities", "add knowledge: true under capabilities"},
+		{"knowledge.search", "docs", "", ""},
+		{"knowledge.add", "docs", "", ""},
+		{"knowledge.delete", "faq", "profile test: default grant", "knowledge faq was requested but not granted: collection faq is not granted (granted: docs)"},
+		{"knowledge.search", "notes", "manifest capabilities", "knowledge notes is not among the capabilities the module requests; add knowledge: [notes] under capabilities"},
+		{"knowledge.search", "*", "manifest capabilities", "add knowledge: [*]"},
+		{"knowledge.add", "", "op knowledge.add", "names no collection"},
 		{"task.enqueue", "", "manifest capabilities", "tasks is not among"},
 		{"kv.remove", "", "unknown op", `no op is named "kv.remove"`},
 		{"kv.gett", "", "unknown op", "did you mean kv.get?"},
@@ -425,5 +445,32 @@ func TestDeniedErrorFormat(t *testing.T) {
 		if got := tt.err.Error(); got != tt.want {
 			t.Errorf("got %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// knowledge: true asks for every collection: a grant of every collection
+// gives it any name, a grant of named ones gives it none (naming the
+// collections is how a module gets fewer), and it marshals back as true.
+func TestCheckOpKnowledgeAll(t *testing.T) {
+	p := profile(t, "deny_at_call")
+	all := manifest(t, "anything", "capabilities: {knowledge: true}\n")
+	e := p.Evaluate(all, "")
+	for _, coll := range []string{"docs", "faq", "anything_else"} {
+		if err := e.CheckOp("knowledge.search", coll); err != nil {
+			t.Errorf("granted every collection, %s: %v", coll, err)
+		}
+	}
+	e = p.Evaluate(manifest(t, "plain", "capabilities: {knowledge: true}\n"), "")
+	var d *policy.DeniedError
+	if err := e.CheckOp("knowledge.search", "docs"); !errors.As(err, &d) || d.Rule != "profile test" || !strings.Contains(d.Reason, "knowledge docs was requested but the profile does not grant it") {
+		t.Errorf("asked for every collection, granted docs: %v", err)
+	}
+	out, err := yaml.Marshal(all.Capabilities)
+	if err != nil || !strings.Contains(string(out), "knowledge: true") {
+		t.Errorf("marshalled %q, %v; want knowledge: true", out, err)
+	}
+	out, err = yaml.Marshal(policy.Capabilities{Knowledge: policy.Collections{"docs", "faq"}})
+	if err != nil || !strings.Contains(string(out), "knowledge:\n    - docs\n    - faq") {
+		t.Errorf("marshalled %q, %v; want the list", out, err)
 	}
 }

@@ -109,20 +109,67 @@ type Action struct {
 // their intersection. The zero value is nothing: log.write and config.get
 // are always available and need no capability.
 type Capabilities struct {
-	KV         bool     `yaml:"kv,omitempty"`         // the module's key-value store
-	DB         []string `yaml:"db,omitempty"`         // document collections; "*" in a grant for any
-	HTTP       HTTPCaps `yaml:"http,omitempty"`       // outgoing HTTP targets
-	Media      bool     `yaml:"media,omitempty"`      // media storage and processing
-	AI         []string `yaml:"ai,omitempty"`         // model names; "*" in a grant for any
-	Knowledge  bool     `yaml:"knowledge,omitempty"`  // the knowledge base
-	Tasks      bool     `yaml:"tasks,omitempty"`      // background tasks
-	Filesystem []string `yaml:"filesystem,omitempty"` // absolute path prefixes, read-write
+	KV         bool        `yaml:"kv,omitempty"`         // the module's key-value store
+	DB         []string    `yaml:"db,omitempty"`         // document collections; "*" in a grant for any
+	HTTP       HTTPCaps    `yaml:"http,omitempty"`       // outgoing HTTP targets
+	Media      bool        `yaml:"media,omitempty"`      // media storage and processing
+	AI         []string    `yaml:"ai,omitempty"`         // model names; "*" in a grant for any
+	Knowledge  Collections `yaml:"knowledge,omitempty"`  // knowledge collections; "*" (or true) for any
+	Tasks      bool        `yaml:"tasks,omitempty"`      // background tasks
+	Filesystem []string    `yaml:"filesystem,omitempty"` // absolute path prefixes, read-write
 }
 
 // IsZero reports whether c holds no capability.
 func (c Capabilities) IsZero() bool {
 	return !c.KV && len(c.DB) == 0 && len(c.HTTP.Targets) == 0 && !c.Media && len(c.AI) == 0 &&
-		!c.Knowledge && !c.Tasks && len(c.Filesystem) == 0
+		len(c.Knowledge) == 0 && !c.Tasks && len(c.Filesystem) == 0
+}
+
+// Collections names knowledge collections, like db's. In YAML it is a
+// list of names, or true for every collection (the same as ["*"]), which
+// is what knowledge: true meant when the capability was granted as a
+// whole; false is none.
+//
+// Unlike db, a manifest may ask for "*": a module that asks for every
+// collection still gets only what the profile grants, and a grant of named
+// collections does not cover "*", so only a profile that grants true (or
+// "*") gives it; naming the collections is what lets a profile grant
+// fewer.
+type Collections []string
+
+// AllCollections is the one entry of Collections that stands for every
+// collection.
+const AllCollections = "*"
+
+// UnmarshalYAML accepts a list, or true or false.
+func (c *Collections) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		var l []string
+		if err := n.Decode(&l); err != nil {
+			return err
+		}
+		*c = l
+		return nil
+	case yaml.ScalarNode:
+		var all bool
+		if err := n.Decode(&all); err == nil {
+			*c = nil
+			if all {
+				*c = Collections{AllCollections}
+			}
+			return nil
+		}
+	}
+	return newNodeError(n, "expected a list of collections like [docs, faq], or true for every collection")
+}
+
+// MarshalYAML writes true for every collection, else the list.
+func (c Collections) MarshalYAML() (any, error) {
+	if len(c) == 1 && c[0] == AllCollections {
+		return true, nil
+	}
+	return []string(c), nil
 }
 
 // HTTPCaps lists HTTP targets as "scheme://host:port". A host may be a
@@ -391,7 +438,7 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 	for _, l := range []struct {
 		path string
 		list []string
-	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".filesystem", c.Filesystem}} {
+	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".knowledge", c.Knowledge}, {base + ".filesystem", c.Filesystem}} {
 		for i, s := range l.list {
 			if j := slices.Index(l.list, s); j < i {
 				return ix.errorf(fmt.Sprintf("%s[%d]", l.path, i), "%q is listed twice (also at [%d]); remove one", s, j)
@@ -406,6 +453,12 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 			return ix.errorf(p, `a module names the collections it uses; "*" is only for profiles`)
 		case !collectionRE.MatchString(name):
 			return ix.errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like orders", name)
+		}
+	}
+	for i, name := range c.Knowledge {
+		p := fmt.Sprintf("%s.knowledge[%d]", base, i)
+		if name != AllCollections && !collectionRE.MatchString(name) {
+			return ix.errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like docs (or knowledge: true for every collection)", name)
 		}
 	}
 	for i, name := range c.AI {

@@ -67,7 +67,7 @@ func TestParseManifestFull(t *testing.T) {
 		Capabilities: policy.Capabilities{
 			KV: true, DB: []string{"orders", "customers"},
 			HTTP:  policy.HTTPCaps{Targets: []string{"https://api.example.com:443"}},
-			Media: true, AI: []string{"gpt-small"}, Knowledge: true, Tasks: true,
+			Media: true, AI: []string{"gpt-small"}, Knowledge: policy.Collections{"*"}, Tasks: true,
 			Filesystem: []string{"/data/in"},
 		},
 		Limits: policy.Limits{Memory: 64 << 20, Timeout: policy.Duration(10 * time.Second), Disk: 100 << 20,
@@ -196,6 +196,10 @@ var manifestErrors = []struct {
 	{"negative limit", "name: a\nversion: 1.0.0\nlimits:\n  calls_per_minute: -5\n", 4, "limits.calls_per_minute", "must be more than 0"},
 
 	// capabilities
+	{"knowledge as a string", "name: a\nversion: 1.0.0\ncapabilities:\n  knowledge: docs\n", 4, "capabilities.knowledge", "expected a list of collections like [docs, faq], or true for every collection"},
+	{"knowledge as a mapping", "name: a\nversion: 1.0.0\ncapabilities:\n  knowledge: {docs: true}\n", 4, "capabilities.knowledge", "or true for every collection"},
+	{"knowledge collection name", "name: a\nversion: 1.0.0\ncapabilities:\n  knowledge: [docs, Bad-Name]\n", 4, "capabilities.knowledge[1]", `"Bad-Name" is not a collection name`},
+	{"knowledge collection twice", "name: a\nversion: 1.0.0\ncapabilities:\n  knowledge: [docs, docs]\n", 4, "capabilities.knowledge[1]", "listed twice"},
 	{"http without scheme", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [api.example.com]\n", 4, "capabilities.http[0]", `"api.example.com" is not a target; write it as scheme://host:port, like https://api.example.com:443`},
 	{"http ftp", "name: a\nversion: 1.0.0\ncapabilities:\n  http:\n    - https://a.com:443\n    - ftp://files.example.com:21\n", 6, "capabilities.http[1]", "scheme ftp is not allowed; only http and https"},
 	{"http no port", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [https://api.example.com]\n", 4, "capabilities.http[0]", "needs a port; write https://api.example.com:443"},

@@ -15,15 +15,16 @@ import (
 
 // capabilityTargets says, for each capability an op can need, what kind of
 // target a call names: "" for a capability granted as a whole (kv, media,
-// knowledge, tasks), "collection", "model" or "url" for one granted per
-// target. A new capability is one row here plus its field in Capabilities.
+// tasks), "collection", "model" or "url" for one granted per target (db
+// and knowledge collections, ai models, http URLs). A new capability is
+// one row here plus its field in Capabilities.
 var capabilityTargets = map[string]string{
 	"kv":        "",
 	"db":        "collection",
 	"http":      "url",
 	"media":     "",
 	"ai":        "model",
-	"knowledge": "",
+	"knowledge": "collection",
 	"tasks":     "",
 }
 

@@ -13,7 +13,7 @@ func init() {
 		"http.fetch":  "http",
 		"media.fetch": "media", "media.put": "media",
 		"ai.complete": "ai", "ai.embed": "ai",
-		"knowledge.add": "knowledge", "knowledge.search": "knowledge",
+		"knowledge.add": "knowledge", "knowledge.delete": "knowledge", "knowledge.search": "knowledge",
 		"task.enqueue": "tasks",
 	} {
 		if err := policy.DeclareOp(op, capability); err != nil {

@@ -99,7 +99,7 @@ func TestBuiltinProfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dev.Default.Capabilities
-	if dev.OnUngranted != policy.OnUngrantedDenyAtCall || !c.KV || !c.Media || !c.Knowledge || !c.Tasks ||
+	if dev.OnUngranted != policy.OnUngrantedDenyAtCall || !c.KV || !c.Media || !slices.Equal(c.Knowledge, policy.Collections{"*"}) || !c.Tasks ||
 		!slices.Equal(c.DB, []string{"*"}) || !slices.Equal(c.AI, []string{"*"}) || !c.HTTP.AllowAny ||
 		len(c.Filesystem) != 0 || dev.Default.Limits.Memory <= minimal.Default.Limits.Memory {
 		t.Errorf("dev is not permissive: %+v %+v", dev, dev.Default)

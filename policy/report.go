@@ -69,7 +69,7 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	items("http", req.HTTP.Targets)
 	flag("media", req.Media)
 	items("ai", req.AI)
-	flag("knowledge", req.Knowledge)
+	items("knowledge", req.Knowledge)
 	flag("tasks", req.Tasks)
 	items("filesystem", req.Filesystem)
 	line("  log, config\t✓ always available")

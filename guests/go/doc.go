@@ -3,7 +3,8 @@
 // actions; the moat host invokes them with an input and returns their
 // output. Inside an action the plugin reaches the host through ops: its
 // configuration ([Config]), the structured log ([Log]), a key-value store
-// ([KV]), and any other op by name ([Call]).
+// ([KV]), the knowledge base ([Knowledge]: documents searched by ranked
+// full text), and any other op by name ([Call]).
 //
 // A complete plugin:
 //

@@ -20,9 +20,10 @@
 // digests are hex SHA-256, times are unix nanoseconds). Every method is
 // safe for concurrent use, also by several processes (or replicas) sharing
 // one database: the quota of KVPutWithin, the claim of ConfirmationClaim,
-// the pruning of ModulePut, the token bucket of RateTake and the eviction
-// of CodePut are atomic across all of them. The package storetest holds every backend to this
-// contract with one suite.
+// the pruning of ModulePut, the token bucket of RateTake, the eviction
+// of CodePut and the quota of KnowledgeAdd are atomic across all of them.
+// The package storetest holds every backend to this contract with one
+// suite.
 package driver
 
 import (
@@ -291,6 +292,8 @@ type Backend interface {
 	// one atomic statement. ok reports whether a token was taken;
 	// tokens is what the bucket holds afterwards.
 	RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error)
+
+	Knowledge // knowledge documents and full-text search (knowledge.go)
 }
 
 // KVWrite is one kv write of a group commit (KVBatcher): a put (with a

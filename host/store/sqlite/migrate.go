@@ -291,6 +291,75 @@ CREATE TABLE code_artifacts (
 CREATE INDEX code_artifacts_used_at ON code_artifacts (used_at);
 `,
 	},
+	{
+		name: "knowledge",
+		// Knowledge documents (store.KnowledgeAdd) and their full-text
+		// index. knowledge_fts indexes the terms the front made of each
+		// document's text (never the text), each prefixed with s<id> of
+		// its collection, so one collection's terms are postings of
+		// their own: knowledge_vocab reads them to score a search with
+		// the collection's own statistics (see knowledge.go). It is
+		// contentless (the text lives in knowledge_docs) with
+		// contentless_delete, and the ascii tokenizer, which splits the
+		// terms (a-z 0-9) at the spaces between them. Ids never repeat
+		// (AUTOINCREMENT), so a prefix or a rowid is never reused.
+		// Triggers keep each collection's documents and tokens (for
+		// BM25), each module's usage (for the quota) and the index in
+		// the transaction of every write; an update changes a
+		// document's content, never its scope.
+		sql: `
+CREATE TABLE knowledge_collections (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	org        TEXT    NOT NULL,
+	module     TEXT    NOT NULL,
+	collection TEXT    NOT NULL,
+	docs       INTEGER NOT NULL DEFAULT 0,
+	tokens     INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (org, module, collection)
+) STRICT;
+CREATE TABLE knowledge_docs (
+	doc        INTEGER PRIMARY KEY AUTOINCREMENT,
+	coll       INTEGER NOT NULL REFERENCES knowledge_collections (id),
+	tokens     INTEGER NOT NULL, -- terms indexed
+	bytes      INTEGER NOT NULL, -- id + text + meta, for the quota
+	updated_at INTEGER NOT NULL, -- unix nanoseconds
+	org        TEXT    NOT NULL,
+	module     TEXT    NOT NULL,
+	collection TEXT    NOT NULL,
+	id         TEXT    NOT NULL COLLATE BINARY,
+	owner      TEXT    NOT NULL,
+	meta       TEXT    NOT NULL, -- a JSON object of scalars
+	text       TEXT    NOT NULL, -- last: scoring reads the columns before it without its overflow pages
+	UNIQUE (org, module, collection, id)
+) STRICT;
+CREATE INDEX knowledge_docs_coll ON knowledge_docs (coll);
+CREATE TABLE knowledge_usage (
+	org    TEXT    NOT NULL,
+	module TEXT    NOT NULL,
+	docs   INTEGER NOT NULL,
+	bytes  INTEGER NOT NULL,
+	PRIMARY KEY (org, module)
+) STRICT, WITHOUT ROWID;
+CREATE VIRTUAL TABLE knowledge_fts USING fts5(terms, content='', contentless_delete=1, tokenize='ascii');
+CREATE VIRTUAL TABLE knowledge_vocab USING fts5vocab(knowledge_fts, instance);
+CREATE TRIGGER knowledge_docs_insert AFTER INSERT ON knowledge_docs BEGIN
+	UPDATE knowledge_collections SET docs = docs + 1, tokens = tokens + NEW.tokens WHERE id = NEW.coll;
+	INSERT INTO knowledge_usage (org, module, docs, bytes) VALUES (NEW.org, NEW.module, 1, NEW.bytes)
+	ON CONFLICT (org, module) DO UPDATE SET docs = docs + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER knowledge_docs_update AFTER UPDATE ON knowledge_docs BEGIN
+	UPDATE knowledge_collections SET tokens = tokens - OLD.tokens + NEW.tokens WHERE id = NEW.coll;
+	UPDATE knowledge_usage SET bytes = bytes - OLD.bytes + NEW.bytes WHERE org = NEW.org AND module = NEW.module;
+	DELETE FROM knowledge_fts WHERE rowid = OLD.doc;
+END;
+CREATE TRIGGER knowledge_docs_delete AFTER DELETE ON knowledge_docs BEGIN
+	UPDATE knowledge_collections SET docs = docs - 1, tokens = tokens - OLD.tokens WHERE id = OLD.coll;
+	UPDATE knowledge_usage SET docs = docs - 1, bytes = bytes - OLD.bytes WHERE org = OLD.org AND module = OLD.module;
+	DELETE FROM knowledge_fts WHERE rowid = OLD.doc;
+	DELETE FROM knowledge_collections WHERE id = OLD.coll AND docs = 0;
+END;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

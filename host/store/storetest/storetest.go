@@ -74,6 +74,14 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"CodeValidation", su.testCodeValidation},
 		{"CodeTooLarge", su.testCodeTooLarge},
 		{"CodeEviction", su.testCodeEviction},
+		{"KnowledgeContract", su.testKnowledgeContract},
+		{"KnowledgeRanking", su.testKnowledgeRanking},
+		{"KnowledgeSnippet", su.testKnowledgeSnippet},
+		{"KnowledgeFilter", su.testKnowledgeFilter},
+		{"KnowledgeScoping", su.testKnowledgeScoping},
+		{"KnowledgeQuota", su.testKnowledgeQuota},
+		{"KnowledgeHostile", su.testKnowledgeHostile},
+		{"KnowledgeValidation", su.testKnowledgeValidation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
@@ -95,6 +103,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"RateTake", testSharedRateTake},
 		{"ModuleQuota", testSharedModuleQuota},
 		{"CodeBudget", testSharedCodeBudget},
+		{"KnowledgeQuota", testSharedKnowledgeQuota},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })

@@ -1,0 +1,60 @@
+package ops
+
+import (
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// The knowledge family: documents with metadata in named collections,
+// searched by ranked full text (abi/knowledge.go has the rules). The
+// capability is granted per collection, like db's: each request's
+// collection is its target (OpTarget), checked by the gate once the
+// request is decoded. The scope comes from Env (the caller's organization
+// and the module), never from the request, and the store checks
+// everything a guest sends before any of it reaches SQL. Adds and deletes
+// mutate storage, so the host audits each with a mutation id and the
+// collection.
+
+func init() {
+	Register(Op{Name: abi.OpKnowledgeAdd, Capability: "knowledge", Func: Typed(knowledgeAdd), Mutates: true})
+	Register(Op{Name: abi.OpKnowledgeDelete, Capability: "knowledge", Func: Typed(knowledgeDelete), Mutates: true})
+	Register(Op{Name: abi.OpKnowledgeSearch, Capability: "knowledge", Func: Typed(knowledgeSearch)})
+}
+
+// knowledgeQuota is the quota of an add: abi.MaxKnowledgeDocuments
+// documents, and the module's disk limit (limits.disk, none when unset)
+// for their bytes, counted apart from its kv data.
+func knowledgeQuota(env *Env) store.KnowledgeQuota {
+	return store.KnowledgeQuota{Documents: abi.MaxKnowledgeDocuments, Bytes: env.DiskQuota}
+}
+
+func knowledgeAdd(env *Env, req *abi.KnowledgeAddRequest) (*abi.KnowledgeAddResponse, error) {
+	doc := store.KnowledgeDoc{Collection: req.Collection, ID: req.ID, Text: req.Text, Meta: req.Meta, Owner: env.Principal.User}
+	replaced, err := env.Store.KnowledgeAdd(env.Context, env.Scope(), doc, knowledgeQuota(env))
+	if err != nil {
+		return nil, storeError(env, abi.OpKnowledgeAdd, err)
+	}
+	return &abi.KnowledgeAddResponse{Replaced: replaced}, nil
+}
+
+func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeDeleteResponse, error) {
+	deleted, err := env.Store.KnowledgeDelete(env.Context, env.Scope(), req.Collection, req.ID)
+	if err != nil {
+		return nil, storeError(env, abi.OpKnowledgeDelete, err)
+	}
+	return &abi.KnowledgeDeleteResponse{Deleted: deleted}, nil
+}
+
+func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
+	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), store.KnowledgeQuery{
+		Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter,
+	})
+	if err != nil {
+		return nil, storeError(env, abi.OpKnowledgeSearch, err)
+	}
+	resp := &abi.KnowledgeSearchResponse{Hits: make([]abi.KnowledgeHit, len(hits))}
+	for i, h := range hits {
+		resp.Hits[i] = abi.KnowledgeHit{ID: h.ID, Score: h.Score, Snippet: h.Snippet, Meta: h.Meta}
+	}
+	return resp, nil
+}
