@@ -59,7 +59,8 @@ import (
 // # Pages
 //
 // A query answers at most limit documents (default DefaultDBQueryLimit,
-// at most MaxDBQueryLimit) and, when more follow, next: an opaque cursor
+// at most MaxDBQueryLimit; fewer when they would hold more than
+// MaxDBPageBytes) and, when more follow, next: an opaque cursor
 // to pass back as after with the same model, where and order. A cursor
 // holds only the position of the last document (its order values and id)
 // and a digest of the query it belongs to; the host validates it, binds
@@ -146,6 +147,11 @@ const (
 	// page of db.query.
 	DefaultDBQueryLimit = 100
 	MaxDBQueryLimit     = 1000
+	// MaxDBPageBytes bounds the documents of one page: a page ends
+	// before the document that would take it past this many bytes of
+	// documents (it always holds at least one), and next says more
+	// follow.
+	MaxDBPageBytes = 4 << 20
 	// MaxDBCursorBytes bounds a cursor (after).
 	MaxDBCursorBytes = 4096
 	// MaxDBSafeInt is the largest magnitude of an int field: 2^53-1, the

@@ -354,7 +354,9 @@ func (s *Store) DBDelete(ctx context.Context, sc DBScope, m *Schema, id string, 
 
 // DBQuery returns a page of the documents of model m in sc's scope that
 // match every condition of q.Where, in q.Order then id, and the cursor of
-// the next page ("" on the last).
+// the next page ("" on the last). A page holds at most q.Limit documents
+// and, unless its first document alone is larger, at most
+// abi.MaxDBPageBytes of them.
 func (s *Store) DBQuery(ctx context.Context, sc DBScope, m *Schema, q DBQuery) (docs []abi.DBDoc, next string, err error) {
 	const op = abi.OpDBQuery
 	if err := sc.validate(op); err != nil {
@@ -375,7 +377,7 @@ func (s *Store) DBQuery(ctx context.Context, sc DBScope, m *Schema, q DBQuery) (
 	if err != nil {
 		return nil, "", err
 	}
-	dq := driver.DBQuery{Scope: sc.driver(m), Where: where, Order: order, Limit: limit + 1}
+	dq := driver.DBQuery{Scope: sc.driver(m), Where: where, Order: order, Limit: limit + 1, MaxBytes: abi.MaxDBPageBytes}
 	if q.After != "" {
 		dq.After, dq.AfterID, err = m.decodeCursor(op, q, order)
 		if err != nil {
@@ -391,8 +393,16 @@ func (s *Store) DBQuery(ctx context.Context, sc DBScope, m *Schema, q DBQuery) (
 	if err != nil {
 		return nil, "", sc.wrap(op, m, err)
 	}
-	if len(rows) > limit {
-		rows = rows[:limit]
+	// The page: at most limit rows, and no more bytes of documents than
+	// abi.MaxDBPageBytes unless one document alone is that large. The
+	// backend returns at most one row past it, which says more follow.
+	keep, bytes := 0, 0
+	for keep < len(rows) && keep < limit && (keep == 0 || bytes+len(rows[keep].Doc) <= abi.MaxDBPageBytes) {
+		bytes += len(rows[keep].Doc)
+		keep++
+	}
+	if keep < len(rows) {
+		rows = rows[:keep]
 		if next, err = m.encodeCursor(q, order, rows[len(rows)-1]); err != nil {
 			return nil, "", sc.wrap(op, m, err)
 		}

@@ -49,7 +49,9 @@ type DocumentBackend interface {
 	// another, it is kept and the error is ErrConflict.
 	DBDelete(ctx context.Context, sc DBScope, id string, version int64) (bool, error)
 	// DBQuery returns the rows of q.Scope matching every condition, in
-	// q.Order then id, after q.After when q.HasAfter, at most q.Limit.
+	// q.Order then id, after q.After when q.HasAfter, at most q.Limit;
+	// when q.MaxBytes > 0 it stops after the first row that takes the
+	// documents' bytes past it (reading no more rows from the database).
 	DBQuery(ctx context.Context, q DBQuery) ([]DBRow, error)
 	// DBCount counts the rows of q.Scope matching every condition
 	// (q.Order, q.After and q.Limit are ignored).
@@ -153,6 +155,7 @@ type DBQuery struct {
 	AfterID  string
 	HasAfter bool
 	Limit    int
+	MaxBytes int64
 }
 
 // DBIndex is an index a model declares. Fields are its fields in order

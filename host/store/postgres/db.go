@@ -436,15 +436,22 @@ func (d *DB) DBQuery(ctx context.Context, q driver.DBQuery) ([]driver.DBRow, err
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	out := make([]driver.DBRow, 0, min(q.Limit, 64))
-	var r driver.DBRow
-	var doc string
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Owner, &r.Version, &r.Created, &r.Updated, &doc}, func() error {
+	var bytes int64
+	for rows.Next() {
+		var r driver.DBRow
+		var doc string
+		if err := rows.Scan(&r.ID, &r.Owner, &r.Version, &r.Created, &r.Updated, &doc); err != nil {
+			return nil, err
+		}
 		r.Doc = []byte(doc)
 		out = append(out, r)
-		return nil
-	})
-	return out, err
+		if bytes += int64(len(r.Doc)); q.MaxBytes > 0 && bytes > q.MaxBytes {
+			break
+		}
+	}
+	return out, rows.Err()
 }
 
 // DBCount implements driver.DocumentBackend.

@@ -486,12 +486,16 @@ func (d *DB) DBQuery(ctx context.Context, q driver.DBQuery) ([]driver.DBRow, err
 	}
 	defer rows.Close()
 	out := make([]driver.DBRow, 0, min(q.Limit, 64))
+	var bytes int64
 	for rows.Next() {
 		r, err := scanDBRow(rows)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, *r)
+		if bytes += int64(len(r.Doc)); q.MaxBytes > 0 && bytes > q.MaxBytes {
+			break
+		}
 	}
 	return out, rows.Err()
 }

@@ -426,8 +426,12 @@ func queryAll(t *testing.T, s *store.Store, sc store.DBScope, m *store.Schema, q
 		if next == "" {
 			return all
 		}
-		if len(docs) != pageSize {
-			t.Fatalf("a short page (%d of %d) with a next cursor", len(docs), pageSize)
+		bytes := 0
+		for _, d := range docs {
+			bytes += len(d.Doc)
+		}
+		if len(docs) == 0 || len(docs) != pageSize && bytes+abi.MaxDBDocBytes <= abi.MaxDBPageBytes {
+			t.Fatalf("a short page (%d of %d, %d bytes) with a next cursor", len(docs), pageSize, bytes)
 		}
 		q.After = next
 	}
@@ -742,6 +746,33 @@ func (su suite) testDBQueryHostile(t *testing.T) {
 	docs, _, err := s.DBQuery(ctx, eve, notes, store.DBQuery{Order: []string{"title"}, Limit: 2, After: next})
 	if err != nil || len(docs) != 0 {
 		t.Errorf("ann's cursor in evil's hands: %d documents, %v; want none", len(docs), err)
+	}
+}
+
+// Pages of large documents end at abi.MaxDBPageBytes, however high the
+// limit: a query cannot make the host read a gigabyte into one reply.
+func (su suite) testDBPageBytes(t *testing.T) {
+	ctx := context.Background()
+	s, m := su.dbStore(t)
+	loose := m["loose"]
+	big := strings.Repeat("x", abi.MaxDBDocBytes-64)
+	const n = 20
+	for i := range n {
+		insert(t, s, ann, loose, fmt.Sprintf(`{"kind":"%02d%s"}`, i, big))
+	}
+	docs, next, err := s.DBQuery(ctx, ann, loose, store.DBQuery{Limit: abi.MaxDBQueryLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bytes := 0
+	for _, d := range docs {
+		bytes += len(d.Doc)
+	}
+	if bytes > abi.MaxDBPageBytes || next == "" || len(docs) == 0 || bytes+len(docs[0].Doc) <= abi.MaxDBPageBytes {
+		t.Errorf("first page: %d documents, %d bytes, next %q; want as many as fit in %d bytes, and a next", len(docs), bytes, next, abi.MaxDBPageBytes)
+	}
+	if all := queryAll(t, s, ann, loose, store.DBQuery{}, abi.MaxDBQueryLimit); len(all) != n {
+		t.Errorf("all pages: %d documents, want %d", len(all), n)
 	}
 }
 

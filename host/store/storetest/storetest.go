@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"DBScoping", su.testDBScoping},
 		{"DBQuery", su.testDBQuery},
 		{"DBQueryHostile", su.testDBQueryHostile},
+		{"DBPageBytes", su.testDBPageBytes},
 		{"DBQuota", su.testDBQuota},
 		{"DBQuotaConcurrent", su.testDBQuotaConcurrent},
 		{"DBConflict", su.testDBConflict},
