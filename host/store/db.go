@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -152,22 +153,20 @@ func (s *Store) DBMigrate(ctx context.Context, owner, module string, models []*S
 		var indexes []driver.DBIndex
 		var why []string
 		for _, m := range models {
-			old, had := stored[m.name]
-			var oldIndexes [][]string
-			if had {
-				if sameEncoding(old, m.enc) {
-					oldIndexes = m.indexes
-				} else {
-					problems, err := m.incompatible(old)
-					if err != nil {
-						return nil, nil, err
-					}
-					why = append(why, problems...)
-					oldIndexes = storedIndexes(old)
-					put[m.name] = m.enc
+			record, oldIndexes := m.enc, [][]string(nil)
+			if old, had := stored[m.name]; had {
+				merged, problems, err := m.merge(old)
+				if err != nil {
+					return nil, nil, err
 				}
-			} else {
-				put[m.name] = m.enc
+				why = append(why, problems...)
+				record, oldIndexes = merged, storedIndexes(old)
+				if bytes.Equal(merged, old) {
+					record = nil // unchanged
+				}
+			}
+			if record != nil {
+				put[m.name] = record
 			}
 			for i, ix := range m.indexes {
 				isNew := !slices.ContainsFunc(oldIndexes, func(o []string) bool { return slices.Equal(o, ix) })
@@ -286,8 +285,11 @@ func (s *Store) DBUpdate(ctx context.Context, sc DBScope, m *Schema, id string, 
 		}
 	}
 	for _, name := range unset {
-		if _, declared := m.fields[name]; !declared && !m.additional {
-			return 0, docError(abi.CodeInvalidArgument, op, m.name, quotePath(name), "is not declared in the model, so it cannot be unset")
+		if _, declared := m.fields[name]; !declared && !m.additional && !abi.ValidDBFieldName(name) {
+			// An undeclared field may be one an earlier version of
+			// the model declared: unsetting it drops what documents
+			// still hold of it.
+			return 0, docError(abi.CodeInvalidArgument, op, m.name, quotePath(name), "is not a field name (%s), so no document holds it", abi.DBFieldNameRule)
 		}
 		if _, both := setFields[name]; both {
 			return 0, docError(abi.CodeInvalidArgument, op, m.name, quotePath(name), "is both set and unset; do one")

@@ -145,28 +145,32 @@ func (n *normalizer) document(sc *Schema, doc map[string]any) error {
 		return docError(abi.CodeTooLarge, n.op, n.model, "", "the document has %d fields; the most is %d (abi.MaxDBDocFields)", len(doc), abi.MaxDBDocFields)
 	}
 	for _, name := range slices.Sorted(mapsKeys(doc)) {
-		v := doc[name]
-		f, declared := sc.fields[name]
-		if !declared {
-			if !sc.additional {
-				return n.fail(quotePath(name), "is not declared in the model; declare it under models.%s.fields in moat.yaml, or set additional: true", sc.name)
-			}
-			if err := n.checkKey(quotePath(name), name); err != nil {
-				return err
-			}
-			nv, err := n.free(quotePath(name), v)
-			if err != nil {
-				return err
-			}
-			doc[name] = nv
-			continue
-		}
-		nv, err := n.value(f, name, v)
+		nv, err := n.field(sc, name, doc[name])
 		if err != nil {
 			return err
 		}
 		doc[name] = nv
 	}
+	return n.required(sc, doc)
+}
+
+// field checks the value a guest gives field name.
+func (n *normalizer) field(sc *Schema, name string, v any) (any, error) {
+	f, declared := sc.fields[name]
+	if declared {
+		return n.value(f, name, v)
+	}
+	if !sc.additional {
+		return nil, n.fail(quotePath(name), "is not declared in the model; declare it under models.%s.fields in moat.yaml, or set additional: true", sc.name)
+	}
+	if err := n.checkKey(quotePath(name), name); err != nil {
+		return nil, err
+	}
+	return n.free(quotePath(name), v)
+}
+
+// required checks that doc holds every required field of sc.
+func (n *normalizer) required(sc *Schema, doc map[string]any) error {
 	for _, name := range slices.Sorted(mapsKeys(sc.fields)) {
 		if _, ok := doc[name]; !ok && sc.fields[name].required {
 			return n.fail(name, "is required; every document of model %s holds it", sc.name)
@@ -432,6 +436,19 @@ func (sc *Schema) terms(doc map[string]any) []driver.DBTerm {
 		arr, _ := doc[name].([]any)
 		seen := make(map[any]bool, len(arr))
 		for _, e := range arr {
+			// A value carried from the stored document is still a
+			// json.Number: terms hold the field kind's Go type.
+			if num, ok := e.(json.Number); ok {
+				var err error
+				if f.kind == driver.DBInteger {
+					e, err = parseDBInt(num)
+				} else {
+					e, err = parseDBNumber(num)
+				}
+				if err != nil {
+					continue
+				}
+			}
 			if !seen[e] {
 				seen[e] = true
 				out = append(out, driver.DBTerm{Field: name, Value: e})
@@ -466,13 +483,17 @@ func (sc *Schema) checkDocument(op string, raw []byte) ([]byte, []driver.DBTerm,
 }
 
 // applyUpdate applies set (a JSON object) and unset to the stored
-// document old, and checks the result as a whole against sc.
+// document old: each value set is checked as an insert's would be, the
+// required fields must still be there, and the fields the stored document
+// holds beyond those (fields an earlier version of the model declared)
+// are carried along as they are.
 func (sc *Schema) applyUpdate(op string, old []byte, set []byte, unset []string) ([]byte, []driver.DBTerm, error) {
 	doc, err := decodeObject(op, sc.name, "the stored document", old)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(bytes.TrimSpace(set)) > 0 && !bytes.Equal(bytes.TrimSpace(set), []byte("null")) {
+	n := normalizer{op: op, model: sc.name}
+	if len(bytes.TrimSpace(set)) > 0 {
 		if err := checkRaw(op, sc.name, "set", set); err != nil {
 			return nil, nil, err
 		}
@@ -480,8 +501,12 @@ func (sc *Schema) applyUpdate(op string, old []byte, set []byte, unset []string)
 		if err != nil {
 			return nil, nil, err
 		}
-		for k, v := range changes {
-			doc[k] = v
+		for _, name := range slices.Sorted(mapsKeys(changes)) {
+			nv, err := n.field(sc, name, changes[name])
+			if err != nil {
+				return nil, nil, err
+			}
+			doc[name] = nv
 		}
 	}
 	for _, name := range unset {
@@ -490,8 +515,10 @@ func (sc *Schema) applyUpdate(op string, old []byte, set []byte, unset []string)
 		}
 		delete(doc, name)
 	}
-	n := normalizer{op: op, model: sc.name}
-	if err := n.document(sc, doc); err != nil {
+	if len(doc) > abi.MaxDBDocFields {
+		return nil, nil, docError(abi.CodeTooLarge, op, sc.name, "", "the document would have %d fields; the most is %d (abi.MaxDBDocFields)", len(doc), abi.MaxDBDocFields)
+	}
+	if err := n.required(sc, doc); err != nil {
 		return nil, nil, err
 	}
 	b, err := encodeDoc(op, sc.name, doc)

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -58,8 +57,13 @@ type field struct {
 	terms    bool // an array field with an index of its own
 }
 
-// schemaEnc is the stored form of a schema: JSON with sorted keys, so that
-// equal models encode equally.
+// schemaEnc is the stored form of a model: what every version of it
+// loaded so far promises about the documents stored under it, as JSON with
+// sorted keys. It is the model as declared, merged with the history:
+// a field no longer declared stays, retired, with its type (a later field
+// of that name must keep it); Required holds only when every version
+// required the field; Max is the highest any version allowed (nil: some
+// version had none).
 type schemaEnc struct {
 	V          int                 `json:"v"`
 	Scope      string              `json:"scope"`
@@ -72,6 +76,7 @@ type fieldEnc struct {
 	Type     string   `json:"type"`
 	Required bool     `json:"required,omitempty"`
 	Max      *float64 `json:"max,omitempty"`
+	Retired  bool     `json:"retired,omitempty"`
 }
 
 // Name is the model's name.
@@ -195,61 +200,82 @@ func (sc *Schema) index(module, owner string, i int, isNew bool) driver.DBIndex 
 	return ix
 }
 
-// incompatible lists why documents stored under old may not be valid
-// under sc, each with how to migrate; nil when every stored document is
-// still valid (fields added as optional, indexes added or removed, a max
-// raised, required dropped, additional turned on).
-func (sc *Schema) incompatible(old []byte) ([]string, error) {
+// merge compares sc with the stored record of its model and returns the
+// record to store (sc merged with the history) and, when documents stored
+// under earlier versions might not follow sc, why, each with how to
+// migrate. Compatible: new optional fields, indexes added or removed, a
+// higher max or none, required dropped, additional turned on or off (an
+// update carries fields a model no longer declares along unchanged), a
+// field retired. Refused: a field's type changed (retired fields
+// included), a field required that some version left optional (or new
+// and required), a max below one some version allowed, the scope
+// changed.
+func (sc *Schema) merge(old []byte) (record []byte, why []string, err error) {
 	var o schemaEnc
 	if err := json.Unmarshal(old, &o); err != nil {
-		return nil, fmt.Errorf("stored schema of model %s: %w", sc.name, err)
+		return nil, nil, fmt.Errorf("stored schema of model %s: %w", sc.name, err)
 	}
 	if o.V != 1 {
-		return nil, fmt.Errorf("stored schema of model %s has version %d, which this moat does not know; upgrade moat", sc.name, o.V)
+		return nil, nil, fmt.Errorf("stored schema of model %s has version %d, which this moat does not know; upgrade moat", sc.name, o.V)
 	}
-	var why []string
+	var n schemaEnc
+	if err := json.Unmarshal(sc.enc, &n); err != nil {
+		return nil, nil, err
+	}
 	add := func(format string, args ...any) {
 		why = append(why, fmt.Sprintf("model %s: ", sc.name)+fmt.Sprintf(format, args...))
 	}
-	scope := abi.DBScopeOrg
-	if sc.user {
-		scope = abi.DBScopeUser
+	if o.Scope != n.Scope {
+		add("scope changed from %s to %s, which changes who sees the stored documents; keep scope: %s, or declare a model with another name and copy the documents into it with an action", o.Scope, n.Scope, o.Scope)
 	}
-	if o.Scope != scope {
-		add("scope changed from %s to %s, which changes who sees the stored documents; keep scope: %s, or declare a model with another name and copy the documents into it with an action", o.Scope, scope, o.Scope)
-	}
-	if o.Additional && !sc.additional {
-		add("additional changed from true to false, but stored documents may hold undeclared fields; keep additional: true, or declare every field they use")
-	}
-	for _, name := range slices.Sorted(maps.Keys(o.Fields)) {
-		of := o.Fields[name]
-		nf, ok := sc.fields[name]
+	for _, name := range slices.Sorted(maps.Keys(n.Fields)) {
+		nf := n.Fields[name]
+		of, had := o.Fields[name]
 		switch {
-		case !ok && !sc.additional:
-			add("field %s was removed, but stored documents may hold it; keep it declared (required: false, and stop writing it), or set additional: true", name)
-		case !ok:
-		case nf.typ != of.Type:
-			add("field %s changed type from %s to %s, but stored documents hold %s values there; declare a new field (%s_%s: {type: %q}), copy the values into it with an action, and stop writing %s",
-				name, of.Type, nf.typ, of.Type, name, strings.Trim(nf.typ, "[]"), nf.typ, name)
-		case nf.required && !of.Required:
-			add("field %s became required, but stored documents may lack it; keep it optional (required: false) and have the module fill it in", name)
-		case nf.hasMax && (of.Max == nil || nf.max < *of.Max):
+		case !had:
+			if nf.Required {
+				add("field %s is new and required, but documents stored before lack it; declare it required: false and have the module fill it in", name)
+			}
+			continue
+		case nf.Type != of.Type:
+			was := ""
+			if of.Retired {
+				was = " (an earlier version declared it, and stored documents may still hold it)"
+			}
+			add("field %s changed type from %s to %s%s, but stored documents hold %s values there; declare a new field (%s_%s: {type: %q}), copy the values into it with an action, and stop writing %s",
+				name, of.Type, nf.Type, was, of.Type, name, strings.Trim(nf.Type, "[]"), nf.Type, name)
+		case nf.Required && !of.Required:
+			add("field %s became required, but documents stored while it was optional may lack it; keep it required: false and have the module fill it in", name)
+		case nf.Max != nil && (of.Max == nil || *nf.Max < *of.Max):
 			was := "no max"
 			if of.Max != nil {
 				was = fmt.Sprintf("max %v", *of.Max)
 			}
-			add("field %s's max went from %s to %v, but stored documents may exceed it; keep %s, or declare a new field with the lower max and copy the values into it with an action", name, was, nf.max, was)
+			add("field %s's max went from %s to %v, but stored documents may exceed it; keep %s, or declare a new field with the lower max and copy the values into it with an action", name, was, *nf.Max, was)
+		}
+		// The record keeps what stored documents still promise.
+		if !of.Required {
+			nf.Required = false
+		}
+		if of.Max == nil || nf.Max != nil && *of.Max > *nf.Max {
+			nf.Max = of.Max
+		}
+		n.Fields[name] = nf
+	}
+	for name, of := range o.Fields {
+		if _, ok := n.Fields[name]; !ok {
+			of.Retired, of.Required = true, false
+			n.Fields[name] = of
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(sc.fields)) {
-		if _, ok := o.Fields[name]; !ok && sc.fields[name].required {
-			add("field %s is new and required, but stored documents lack it; declare it required: false and have the module fill it in", name)
-		}
+	if why != nil {
+		return nil, why, nil
 	}
-	return why, nil
+	record, err = json.Marshal(n)
+	return record, nil, err
 }
 
-// storedIndexes are the indexes of a stored schema, for telling new
+// storedIndexes are the indexes of a stored record, for telling new
 // indexes from old.
 func storedIndexes(enc []byte) [][]string {
 	var o schemaEnc
@@ -293,6 +319,3 @@ func (m *Models) Names() []string {
 	}
 	return slices.Sorted(maps.Keys(m.byName))
 }
-
-// sameEncoding reports whether two stored schemas are byte-equal.
-func sameEncoding(a, b []byte) bool { return bytes.Equal(a, b) }

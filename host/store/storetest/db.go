@@ -208,6 +208,15 @@ func (su suite) testDBRoundTrip(t *testing.T) {
 		t.Errorf("owner = %q, want ann", doc.Owner)
 	}
 
+	// An update that leaves an indexed array alone keeps it findable.
+	if _, err := s.DBUpdate(ctx, ann, items, id, []byte(`{"name":"y"}`), nil, 0, store.DBQuota{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []abi.DBCondition{cond(t, "counts", "contains", 2), cond(t, "counts", "contains", 1)} {
+		if n, err := s.DBCount(ctx, ann, items, []abi.DBCondition{c}); err != nil || n != 1 {
+			t.Errorf("after an update, count %v = %d, %v; want 1", c, n, err)
+		}
+	}
 	n, err := s.DBCount(ctx, ann, items, nil)
 	if err != nil || n != 1 {
 		t.Errorf("DBCount = %d, %v", n, err)
@@ -283,7 +292,7 @@ func (su suite) testDBValidation(t *testing.T) {
 	}{
 		{"unset required", ``, []string{"title"}, []string{"field title", "required"}},
 		{"set and unset", `{"body":"x"}`, []string{"body"}, []string{"field body", "both set and unset"}},
-		{"unset undeclared", ``, []string{"colour"}, []string{"field colour", "not declared"}},
+		{"unset a non-name", ``, []string{"a'b"}, []string{`field "a'b"`, "not a field name"}},
 		{"set wrong type", `{"done":1}`, nil, []string{"field done", "true or false"}},
 		{"set undeclared", `{"colour":"red"}`, nil, []string{"field colour", "not declared"}},
 		{"set not an object", `[1]`, nil, []string{"set must be a JSON object"}},
@@ -630,7 +639,11 @@ func (su suite) testDBQueryHostile(t *testing.T) {
 		_, err := s.DBCount(ctx, ann, notes, []abi.DBCondition{{Field: name, Op: "=", Value: json.RawMessage(`1`)}})
 		dbErr(t, fmt.Sprintf("count naming %q", name), err, abi.CodeInvalidArgument, "not a declared field")
 		_, err = s.DBUpdate(ctx, ann, notes, strings.Repeat("0", 28), nil, []string{name}, 0, store.DBQuota{})
-		dbErr(t, fmt.Sprintf("unset %q", name), err, abi.CodeInvalidArgument, "not declared")
+		if abi.ValidDBFieldName(name) { // a field an earlier version may have declared
+			dbErr(t, fmt.Sprintf("unset %q", name), err, abi.CodeNotFound)
+		} else {
+			dbErr(t, fmt.Sprintf("unset %q", name), err, abi.CodeInvalidArgument, "not a field name")
+		}
 		// As an operator.
 		_, _, err = s.DBQuery(ctx, ann, notes, store.DBQuery{Where: []abi.DBCondition{{Field: "title", Op: name, Value: json.RawMessage(`"x"`)}}})
 		dbErr(t, fmt.Sprintf("operator %q", name), err, abi.CodeInvalidArgument, "not an operator")
@@ -979,8 +992,6 @@ func (su suite) testDBMigrate(t *testing.T) {
 			m.Fields["title"] = store.Field{Type: abi.DBString, Required: true, Max: f64(10)}
 		}),
 			[]string{"field title's max went from max 500 to 10"}},
-		{"removed", with(func(m *store.Model) { delete(m.Fields, "tags") }),
-			[]string{"field tags was removed", "additional: true"}},
 		{"scope", with(func(m *store.Model) { m.Scope = abi.DBScopeOrg }),
 			[]string{"scope changed from user to org"}},
 	} {
@@ -993,15 +1004,34 @@ func (su suite) testDBMigrate(t *testing.T) {
 	if err := migrate("acme", grown); err != nil {
 		t.Errorf("the stored model after refusals: %v", err)
 	}
-	// Removing a field is fine once undeclared fields are kept.
-	loose := with(func(m *store.Model) {
+	// A field removed is retired: documents keep it, an update carries it
+	// along, and a field of that name must keep its type.
+	retired := with(func(m *store.Model) {
 		m.Fields["body"] = store.Field{Type: abi.DBString}
 		m.Fields["title"] = store.Field{Type: abi.DBString, Required: true, Max: f64(500)}
 		delete(m.Fields, "tags")
-		m.Additional = true
 	})
-	if err := migrate("acme", loose); err != nil {
-		t.Errorf("removing a field from an additional model: %v", err)
+	if err := migrate("acme", retired); err != nil {
+		t.Fatalf("removing a field: %v", err)
+	}
+	if _, err := s.DBUpdate(ctx, sc, compile(t, retired), id, []byte(`{"body":"b"}`), nil, 0, store.DBQuota{}); err != nil {
+		t.Errorf("updating a document holding a retired field: %v", err)
+	}
+	if d, _, _ := s.DBGet(ctx, sc, compile(t, retired), id); !strings.Contains(string(d.Doc), `"tags":["a","b"]`) {
+		t.Errorf("the update lost the retired field: %s", d.Doc)
+	}
+	_, err = s.DBUpdate(ctx, sc, compile(t, retired), id, []byte(`{"tags":["c"]}`), nil, 0, store.DBQuota{})
+	dbErr(t, "setting a retired field", err, abi.CodeInvalidArgument, "field tags", "not declared")
+	err = migrate("acme", with(func(m *store.Model) {
+		m.Fields["title"] = store.Field{Type: abi.DBString, Required: true, Max: f64(500)}
+		m.Fields["tags"] = store.Field{Type: abi.DBString}
+	}))
+	dbErr(t, "a retired field back with another type", err, abi.CodeInvalidArgument, "field tags changed type from [string] to string", "an earlier version declared it")
+	// Back to the max of 200 after 500 was allowed: refused, documents may be longer.
+	err = migrate("acme", base)
+	dbErr(t, "back to a lower max", err, abi.CodeInvalidArgument, "field title's max went from max 500 to 200")
+	if err := migrate("acme", grown); err != nil {
+		t.Errorf("the retired field declared again as it was: %v", err)
 	}
 	// Another organization's module of the same name has its own models.
 	other := with(func(m *store.Model) { m.Fields["due"] = store.Field{Type: abi.DBInt} })
