@@ -375,7 +375,7 @@ func (s *Store) DBQuery(ctx context.Context, sc DBScope, m *Schema, q DBQuery) (
 	if err != nil {
 		return nil, "", err
 	}
-	order, err := m.compileOrder(op, q.Order)
+	order, err := m.compileOrder(op, q.Order, where)
 	if err != nil {
 		return nil, "", err
 	}

@@ -214,8 +214,11 @@ func prefixEndUTF8(prefix string) (string, bool) {
 	return "", false
 }
 
-// compileOrder turns "field" and "-field" into driver orders.
-func (sc *Schema) compileOrder(op string, order []string) ([]driver.DBOrder, error) {
+// compileOrder turns "field" and "-field" into driver orders. A field is
+// nullable (a row may lack it) unless it is required or a condition of
+// where names it: every condition excludes the rows without its field,
+// and a field that cannot be missing lets SQLite read its index in order.
+func (sc *Schema) compileOrder(op string, order []string, where []driver.DBCond) ([]driver.DBOrder, error) {
 	if len(order) > abi.MaxDBOrderFields {
 		return nil, sc.queryError(op, "order names %d fields; the most is %d (abi.MaxDBOrderFields)", len(order), abi.MaxDBOrderFields)
 	}
@@ -234,7 +237,8 @@ func (sc *Schema) compileOrder(op string, order []string) ([]driver.DBOrder, err
 				return nil, sc.queryError(op, "order[%d]: %s is named twice", i, name)
 			}
 		}
-		out = append(out, driver.DBOrder{Field: name, Kind: f.kind, Desc: desc, Nullable: !f.required})
+		constrained := slices.ContainsFunc(where, func(c driver.DBCond) bool { return c.Field == name })
+		out = append(out, driver.DBOrder{Field: name, Kind: f.kind, Desc: desc, Nullable: !f.required && !constrained})
 	}
 	return out, nil
 }

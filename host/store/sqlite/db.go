@@ -34,15 +34,21 @@ ON CONFLICT (org, module) DO UPDATE SET rows = rows + excluded.rows, bytes = byt
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	dbTermInsert  = `INSERT OR IGNORE INTO db_terms (org, module, model, field, value, id) VALUES (?, ?, ?, ?, ?, ?)`
 	dbTermsDelete = `DELETE FROM db_terms WHERE org = ? AND module = ? AND model = ? AND id = ?`
-	dbGet         = `SELECT id, owner, version, created, updated, doc FROM db_documents
+	// The statements on one document name the primary key's index: with
+	// module and model bound as parameters, SQLite would otherwise check
+	// each model's partial index against the bound values and, having
+	// read them, re-prepare the statement on every new binding (about
+	// 9 µs of a 17 µs db.get).
+	dbByID = `db_documents INDEXED BY sqlite_autoindex_db_documents_1`
+	dbGet  = `SELECT id, owner, version, created, updated, doc FROM ` + dbByID + `
 WHERE org = ? AND module = ? AND model = ? AND id = ?`
 	dbGetOwned = dbGet + ` AND owner = ?`
-	dbLock     = `SELECT id, owner, version, created, updated, doc, size FROM db_documents
+	dbLock     = `SELECT id, owner, version, created, updated, doc, size FROM ` + dbByID + `
 WHERE org = ? AND module = ? AND model = ? AND id = ?`
 	dbLockOwned = dbLock + ` AND owner = ?`
-	dbUpdate    = `UPDATE db_documents SET doc = ?, size = ?, version = ?, updated = ?
+	dbUpdate    = `UPDATE ` + dbByID + ` SET doc = ?, size = ?, version = ?, updated = ?
 WHERE org = ? AND module = ? AND model = ? AND id = ?`
-	dbDelete = `DELETE FROM db_documents WHERE org = ? AND module = ? AND model = ? AND id = ?`
+	dbDelete = `DELETE FROM ` + dbByID + ` WHERE org = ? AND module = ? AND model = ? AND id = ?`
 )
 
 // scopeArgs are the arguments of a statement's scope (the owner last when
