@@ -86,6 +86,25 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 	}
 }
 
+// RunDB runs the db family's tests of Run alone, for a backend run again
+// under another configuration (PostgreSQL with a database whose default
+// collation is not C).
+func RunDB(t *testing.T, open func(t *testing.T) *store.Store) {
+	su := suite{open: open}
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"DBRoundTrip", su.testDBRoundTrip},
+		{"DBScoping", su.testDBScoping},
+		{"DBQuery", su.testDBQuery},
+		{"DBQueryHostile", su.testDBQueryHostile},
+		{"DBMigrate", su.testDBMigrate},
+	} {
+		t.Run(tt.name, tt.run)
+	}
+}
+
 // RunShared runs the tests of what must hold across processes: open
 // returns n handles (n >= 2) on one fresh database, as n processes or
 // replicas would have, each closed when t ends. Each test races the
