@@ -1,24 +1,17 @@
-package store_test
+package postgres_test
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
-	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	pgtest.Stop() // the throwaway PostgreSQL cluster of BenchmarkDBvsKV, if one was started
-	os.Exit(code)
-}
-
-// BenchmarkDBvsKV measures the db family's store calls per call beside
+// BenchmarkDBvsKV (here, where the PostgreSQL backend is linked in; the
+// SQLite half needs nothing) measures the db family's store calls per call beside
 // kv's on the same backend: db.get beside kv.get, db.insert beside kv.put
 // (under a quota, as the ops run them), and a db.query of one indexed
 // page and a db.update. The model is the notes (scope: user, an
