@@ -237,6 +237,17 @@ func TestDBOpsHostile(t *testing.T) {
 		ann := caller(s, models, "ann", "acme")
 		grant := []string{"notes"}
 		deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+		// A model name built to break SQL, even where a grant would let
+		// it through the gate, is not a declared model.
+		for _, name := range []string{`a'); DROP TABLE db_documents--`, `notes' OR '1'='1`, "notes\u0000", `$.x`, `"`} {
+			req, _ := json.Marshal(map[string]any{"model": name, "doc": map[string]any{"title": "x"}})
+			var decoded struct{ Model string }
+			json.Unmarshal(req, &decoded)
+			_, err := call(ann, []string{decoded.Model}, abi.OpDBInsert, string(req))
+			if codeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "is not declared") {
+				t.Errorf("model %q: %v, want invalid_argument (not declared)", name, err)
+			}
+		}
 		for _, tt := range []struct {
 			op, req string
 			code    abi.Code
