@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -175,7 +176,7 @@ func (s *Store) DBMigrate(ctx context.Context, owner, module string, models []*S
 		}
 		if len(why) > 0 {
 			return nil, nil, abi.Errorf(abi.CodeInvalidArgument, "the models of module %s changed in ways stored documents may not follow: %s",
-				module, joinSentences(why))
+				module, strings.Join(why, "; "))
 		}
 		return put, indexes, nil
 	}
@@ -187,17 +188,6 @@ func (s *Store) DBMigrate(ctx context.Context, owner, module string, models []*S
 		return fmt.Errorf("store: %s owner=%q module=%q: %w", op, owner, module, err)
 	}
 	return nil
-}
-
-func joinSentences(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += "; "
-		}
-		out += x
-	}
-	return out
 }
 
 // DBInsert stores doc (a JSON object) as a new document of model m,
