@@ -14,6 +14,7 @@ const (
 	CodeUnknownOp       Code = "unknown_op"       // no op of that name in this host
 	CodeDenied          Code = "denied"           // policy refused the op or the action
 	CodeTooLarge        Code = "too_large"        // a key, value or message exceeds its limit
+	CodeConflict        Code = "conflict"         // the thing changed since it was read (a stale db version)
 	CodeUnavailable     Code = "unavailable"      // a backing service failed; retrying may help
 	CodeInternal        Code = "internal"         // a bug or an unexpected host failure
 	// The invocation used up a host budget (bytes the host holds for it, log

@@ -23,6 +23,11 @@ func FuzzWire(f *testing.F) {
 		``, `null`, `{`, `[]`, `{"key":1e999}`, `{"limit":-1}`, `{"limit":1e300}`, `{"value":"not base64!"}`,
 		`{"key":"\ud800"}`, "{\"key\":\"\xff\xfe\"}", `{"fields":{"a":{"b":{"c":{"d":[[[[[[]]]]]]}}}}}`,
 		`{"req":` + string(make([]byte, 64)) + `}`, `{"type":"call","req":{"a":1,"a":2}}`,
+		`{"model":"notes","doc":{"title":"x","tags":["a"],"due":"2026-01-01T00:00:00Z"}}`,
+		`{"model":"notes","where":[["done","=",false],["tags","contains","a"],["n","in",[1,2]]],"order":["-due"],"limit":10,"after":"eyJ2IjoxfQ"}`,
+		`{"model":"notes","where":[["a","="]]}`, `{"model":"notes","where":[[1,2,3]]}`, `{"model":"notes","where":[null]}`, `{"model":"notes","where":"x"}`,
+		`{"model":"notes","id":"0123456789abcdef0123456789ab","set":{"done":true},"unset":["due"],"version":3}`,
+		`{"model":"n","doc":"{"a":1}"}`, `{"docs":[{"id":"x","version":1,"doc":{},"owner":"o","created":"c","updated":"u"}],"next":"n"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -37,6 +42,14 @@ func FuzzWire(f *testing.F) {
 		func() any { return new(abi.KVListResponse) },
 		func() any { return new(abi.Error) },
 		func() any { return new(abi.PipeMessage) },
+		func() any { return new(abi.DBInsertRequest) },
+		func() any { return new(abi.DBGetRequest) },
+		func() any { return new(abi.DBQueryRequest) },
+		func() any { return new(abi.DBUpdateRequest) },
+		func() any { return new(abi.DBDeleteRequest) },
+		func() any { return new(abi.DBCountRequest) },
+		func() any { return new(abi.DBGetResponse) },
+		func() any { return new(abi.DBQueryResponse) },
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) > abi.MaxRequestBytes {

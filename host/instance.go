@@ -151,7 +151,8 @@ type invocation struct {
 
 // newEnv is the ops environment of one of m's invocations, before Begin.
 func (m *Module) newEnv() ops.Env {
-	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota}
+	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
+		Models: m.models, DBQuota: m.dbQuota}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the
@@ -233,6 +234,12 @@ func (m *Module) auditOp(ctx context.Context, e *ops.Env, op, decision, rule, re
 		Action: e.Action, Op: op, User: e.Principal.User, Org: e.Principal.Org, Rule: rule, Reason: reason, MutationID: mutation}
 	if target != "" {
 		ev.Attrs = map[string]string{"target": target}
+	}
+	if id := e.Subject(); id != "" && decision == audit.Allow {
+		if ev.Attrs == nil {
+			ev.Attrs = map[string]string{}
+		}
+		ev.Attrs["id"] = id // the document a db write changed
 	}
 	m.host.audit.Record(ctx, ev)
 }

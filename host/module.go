@@ -14,6 +14,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -91,6 +92,14 @@ type LoadOptions struct {
 	// database write of megabytes per run and evict the code of the
 	// modules replicas keep loading.
 	LocalCode bool
+
+	// Org is the organization the module is loaded for (as moat serve
+	// loads each organization's modules), or "" when callers of every
+	// organization share it. The models of its manifest (db.*) are kept
+	// and migrated per (Org, module name), so two organizations' modules
+	// of one name never see each other's models; only Org's callers may
+	// use them.
+	Org string
 }
 
 // config is what config.get answers: the manifest's config, then
@@ -125,6 +134,8 @@ type Module struct {
 	publicIdx map[string]uint32 // public name -> index
 	policy    *modulePolicy
 	diskQuota int64
+	models    *store.Models // the manifest's models, migrated at load (models.go); nil: none
+	dbQuota   store.DBQuota
 	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
 	script    *Script
 	source    []byte    // a native plugin's files, as signed
@@ -375,6 +386,9 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			return nil, err
 		}
 		m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
+		if err := h.loadModels(ctx, m, opts); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.limits.validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)

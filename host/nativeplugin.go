@@ -104,6 +104,9 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	}
 	m.config = opts.config()
 	m.diskQuota = int64(m.policy.eval.Limits.Disk)
+	if err := h.loadModels(ctx, m, opts); err != nil {
+		return nil, err
+	}
 
 	memory := int64(m.policy.eval.Limits.Memory)
 	if memory <= 0 {

@@ -8,7 +8,7 @@
 
 FUZZTIME       ?= 60s
 FUZZSMOKETIME  ?= 5s
-FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./host:FuzzLimitTables ./host:FuzzInstrumentLoops ./host/server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./host/server:FuzzDecodeJSONBody
+FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./host:FuzzLimitTables ./host:FuzzInstrumentLoops ./host/server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./host/server:FuzzDecodeJSONBody ./host/store:FuzzDBDocument ./host/store:FuzzDBWhere
 
 define run_fuzz
 	@set -e; for t in $(FUZZ_TARGETS); do \

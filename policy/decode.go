@@ -406,6 +406,14 @@ func (ix *index) walk(n *yaml.Node, t reflect.Type, path string) error {
 			return ix.errorf(path, "%s is not a boolean; write true or false", describeValue(n))
 		}
 		return nil
+	case reflect.Float64:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" && n.Tag != "!!float" {
+			return ix.errorf(path, "%s is not a number; write it like 200 or 1.5", describeValue(n))
+		}
+		if _, err := strconv.ParseFloat(n.Value, 64); err != nil {
+			return ix.errorf(path, "%s is not a finite number; write it like 200 or 1.5", n.Value)
+		}
+		return nil
 	case reflect.Int:
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 			return ix.errorf(path, "%s is not a whole number; write it like 4", describeValue(n))

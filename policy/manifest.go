@@ -34,6 +34,9 @@ type Manifest struct {
 	Capabilities Capabilities      `yaml:"capabilities,omitempty"`
 	Limits       Limits            `yaml:"limits,omitempty"`
 	Config       map[string]string `yaml:"config,omitempty"`
+	// Models declares the document models of the db ops (db.insert,
+	// db.query, ...): their fields, scope and indexes. See models.go.
+	Models map[string]Model `yaml:"models,omitempty"`
 
 	// File is the path the manifest was read from, for messages.
 	File string `yaml:"-"`
@@ -228,6 +231,8 @@ type Limits struct {
 	Disk           ByteSize `yaml:"disk,omitempty"`             // storage quota
 	Concurrency    int      `yaml:"concurrency,omitempty"`      // invocations at once
 	CallsPerMinute int      `yaml:"calls_per_minute,omitempty"` // invocations per minute
+	DBRows         int      `yaml:"db_rows,omitempty"`          // db documents per organization and module
+	DBBytes        ByteSize `yaml:"db_bytes,omitempty"`         // db document bytes per organization and module
 }
 
 // ParseManifest parses and validates a manifest. file names the source in
@@ -366,6 +371,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkLimits(ix, "limits", m.Limits); err != nil {
+		return err
+	}
+	if err := checkModels(ix, m); err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {
@@ -522,6 +530,8 @@ var limitFields = []struct {
 	{"disk", func(l Limits) uint64 { return uint64(l.Disk) }, func(l *Limits, v uint64) { l.Disk = ByteSize(v) }, func(v uint64) string { return ByteSize(v).String() }},
 	{"concurrency", func(l Limits) uint64 { return uint64(max(l.Concurrency, 0)) }, func(l *Limits, v uint64) { l.Concurrency = int(v) }, func(v uint64) string { return fmt.Sprint(v) }},
 	{"calls_per_minute", func(l Limits) uint64 { return uint64(max(l.CallsPerMinute, 0)) }, func(l *Limits, v uint64) { l.CallsPerMinute = int(v) }, func(v uint64) string { return fmt.Sprint(v) }},
+	{"db_rows", func(l Limits) uint64 { return uint64(max(l.DBRows, 0)) }, func(l *Limits, v uint64) { l.DBRows = int(v) }, func(v uint64) string { return fmt.Sprint(v) }},
+	{"db_bytes", func(l Limits) uint64 { return uint64(l.DBBytes) }, func(l *Limits, v uint64) { l.DBBytes = ByteSize(v) }, func(v uint64) string { return ByteSize(v).String() }},
 }
 
 // didYouMean returns " (did you mean X?)" or "".

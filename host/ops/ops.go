@@ -48,6 +48,11 @@ type Env struct {
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
 
+	// The db family (db.go): the module's declared models (nil: none),
+	// and the documents and bytes an organization's module may store.
+	Models  *store.Models
+	DBQuota store.DBQuota
+
 	tagged *slog.Logger
 
 	// the call in flight, set by Dispatch
@@ -55,6 +60,7 @@ type Env struct {
 	op      *Op
 	allowed bool   // the gate allowed the op (for targeted ops: on target)
 	target  string // the target the gate allowed, for targeted ops
+	subject string // what the op acted on within its target (a document id), for the audit record
 }
 
 // Gate decides, for the host, whether the op in flight may act on target:
@@ -89,10 +95,18 @@ func (e *Env) Allow(target string) error {
 // op granted as a whole), for the host's audit record.
 func (e *Env) Target() string { return e.target }
 
+// SetSubject records what the call in flight acted on within its target
+// (the id of a document), for the host's audit record of a mutation.
+func (e *Env) SetSubject(id string) { e.subject = id }
+
+// Subject is what the call in flight acted on within its target ("" when
+// the op did not say), for the host's audit record.
+func (e *Env) Subject() string { return e.subject }
+
 // Dispatch runs op on req for the invocation env describes, with g as
 // the policy gate. It is the only way the host runs an op.
 func Dispatch(env *Env, g Gate, o *Op, req []byte) ([]byte, error) {
-	env.gate, env.op, env.allowed, env.target = g, o, false, ""
+	env.gate, env.op, env.allowed, env.target, env.subject = g, o, false, "", ""
 	defer func() { env.gate, env.op = nil, nil }()
 	if !o.targeted {
 		// Granted as a whole: decide before decoding anything, so a

@@ -63,7 +63,7 @@ type invocationSeries struct {
 // the request was bad, the guest failed, or the host did.
 var layers = map[abi.Code]string{
 	abi.CodeDenied: "policy", abi.CodeConfirmationRequired: "policy", abi.CodeRateLimited: "policy",
-	abi.CodeInvalidArgument: "request", abi.CodeInputTooLarge: "request", abi.CodeNoSuchAction: "request", abi.CodeNotFound: "request",
+	abi.CodeInvalidArgument: "request", abi.CodeInputTooLarge: "request", abi.CodeNoSuchAction: "request", abi.CodeNotFound: "request", abi.CodeConflict: "request",
 	abi.CodeTrap: "guest", abi.CodeGuestFault: "guest", abi.CodeGuestError: "guest", abi.CodeMemoryLimit: "guest", abi.CodeResourceExhausted: "guest",
 	abi.CodeOutputTooLarge: "guest", abi.CodeTimeout: "guest", abi.CodeUnknownOp: "guest", abi.CodeABIVersion: "guest", abi.CodeBadModule: "guest",
 	abi.CodeUnavailable: "host", abi.CodeInternal: "host", abi.CodeCanceled: "host", abi.CodeTooLarge: "host",

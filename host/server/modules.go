@@ -399,7 +399,7 @@ func (r *registry) removeFiles(digest string) error {
 // An interpreted plugin's bytes are its sources (a tar): it is built for
 // its interpreter and loaded as a host.Script.
 func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte, correlation string) (*host.Module, error) {
-	opts := host.LoadOptions{Name: v.Name, Signature: v.Signature, CorrelationID: correlation}
+	opts := host.LoadOptions{Name: v.Name, Org: v.Org, Signature: v.Signature, CorrelationID: correlation}
 	if v.Manifest != nil {
 		mf, err := policy.ParseManifest("moat.yaml", v.Manifest)
 		if err != nil {

@@ -61,6 +61,7 @@ var httpStatus = map[abi.Code]int{
 	abi.CodeRateLimited:          http.StatusTooManyRequests,
 	abi.CodeInputTooLarge:        http.StatusRequestEntityTooLarge,
 	abi.CodeTooLarge:             http.StatusRequestEntityTooLarge,
+	abi.CodeConflict:             http.StatusConflict, // a stale db version an action passed on: read again and retry
 	abi.CodeBadModule:            http.StatusUnprocessableEntity,
 	abi.CodeABIVersion:           http.StatusUnprocessableEntity,
 	abi.CodeGuestError:           http.StatusUnprocessableEntity,

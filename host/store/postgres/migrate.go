@@ -256,6 +256,44 @@ BEGIN
 END $$;
 CREATE TRIGGER knowledge_usage AFTER INSERT OR UPDATE OR DELETE ON knowledge_docs FOR EACH ROW EXECUTE FUNCTION moat_knowledge_usage();
 `},
+	// The db family; see SQLite's migration of the same name. doc is
+	// json, not jsonb: json keeps the front's canonical text byte for
+	// byte (jsonb would rewrite it: spaces, key order, and numbers
+	// written out in full, 1e300 as 301 digits), and the indexes cast
+	// what they compare to jsonb. ids compare bytewise (COLLATE "C").
+	// An array field's index is a GIN index on its jsonb, so there is
+	// no terms table here.
+	{name: "db_documents", sql: `
+CREATE TABLE db_documents (
+	org     text   NOT NULL,
+	module  text   NOT NULL,
+	model   text   NOT NULL,
+	id      text   COLLATE "C" NOT NULL,
+	owner   text   NOT NULL,
+	version bigint NOT NULL,
+	created bigint NOT NULL,
+	updated bigint NOT NULL,
+	size    bigint NOT NULL,
+	doc     json   NOT NULL,
+	PRIMARY KEY (org, module, model, id)
+);
+CREATE INDEX db_documents_owner ON db_documents (org, module, model, owner, id);
+CREATE TABLE db_usage (
+	org    text   NOT NULL,
+	module text   NOT NULL,
+	rows   bigint NOT NULL,
+	bytes  bigint NOT NULL,
+	PRIMARY KEY (org, module)
+);
+CREATE TABLE db_models (
+	owner   text   NOT NULL,
+	module  text   NOT NULL,
+	model   text   NOT NULL,
+	schema  text   NOT NULL,
+	updated bigint NOT NULL,
+	PRIMARY KEY (owner, module, model)
+);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

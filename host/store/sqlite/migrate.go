@@ -360,6 +360,61 @@ CREATE TRIGGER knowledge_docs_delete AFTER DELETE ON knowledge_docs BEGIN
 END;
 `,
 	},
+	{
+		name: "db_documents",
+		// The db family (store/db.go): every document of every model in
+		// one table, doc its canonical JSON (size its bytes: length()
+		// of TEXT counts characters); created and updated are unix
+		// milliseconds. Models' indexes are partial expression indexes
+		// on this table, made at load (db_ix_*); the elements of an
+		// indexed array field are rows of db_terms, kept in the
+		// transaction of every write. db_usage counts each
+		// organization's module's documents and bytes for its quota;
+		// db_models keeps each module's models as last loaded, for
+		// whom (owner: an organization, or '' for every one), to
+		// refuse a change stored documents could not follow.
+		sql: `
+CREATE TABLE db_documents (
+	org     TEXT    NOT NULL,
+	module  TEXT    NOT NULL,
+	model   TEXT    NOT NULL,
+	id      TEXT    NOT NULL,
+	owner   TEXT    NOT NULL,
+	version INTEGER NOT NULL,
+	created INTEGER NOT NULL,
+	updated INTEGER NOT NULL,
+	size    INTEGER NOT NULL,
+	doc     TEXT    NOT NULL,
+	PRIMARY KEY (org, module, model, id)
+) STRICT;
+CREATE INDEX db_documents_owner ON db_documents (org, module, model, owner, id);
+CREATE TABLE db_terms (
+	org    TEXT NOT NULL,
+	module TEXT NOT NULL,
+	model  TEXT NOT NULL,
+	field  TEXT NOT NULL,
+	value  ANY  NOT NULL,
+	id     TEXT NOT NULL,
+	PRIMARY KEY (org, module, model, field, value, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX db_terms_doc ON db_terms (org, module, model, id);
+CREATE TABLE db_usage (
+	org    TEXT    NOT NULL,
+	module TEXT    NOT NULL,
+	rows   INTEGER NOT NULL,
+	bytes  INTEGER NOT NULL,
+	PRIMARY KEY (org, module)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE db_models (
+	owner   TEXT    NOT NULL,
+	module  TEXT    NOT NULL,
+	model   TEXT    NOT NULL,
+	schema  TEXT    NOT NULL,
+	updated INTEGER NOT NULL,
+	PRIMARY KEY (owner, module, model)
+) STRICT, WITHOUT ROWID;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

@@ -2,7 +2,7 @@
 // every backend (store/sqlite, store/postgres, any later one) must pass it
 // unchanged, so the front's promises (scoping, validation, quotas,
 // single-use confirmations, audit batches, module blobs, the change feed,
-// rate buckets, shared compiled code) hold whichever database is behind a *store.Store.
+// rate buckets, shared compiled code, documents of the db family) hold whichever database is behind a *store.Store.
 //
 // A backend's test calls Run with a function that opens a fresh, empty
 // store, and RunShared with one that opens several handles on one fresh
@@ -82,8 +82,37 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"KnowledgeQuota", su.testKnowledgeQuota},
 		{"KnowledgeHostile", su.testKnowledgeHostile},
 		{"KnowledgeValidation", su.testKnowledgeValidation},
+		{"DBRoundTrip", su.testDBRoundTrip},
+		{"DBValidation", su.testDBValidation},
+		{"DBScoping", su.testDBScoping},
+		{"DBQuery", su.testDBQuery},
+		{"DBQueryHostile", su.testDBQueryHostile},
+		{"DBPageBytes", su.testDBPageBytes},
+		{"DBQuota", su.testDBQuota},
+		{"DBQuotaConcurrent", su.testDBQuotaConcurrent},
+		{"DBConflict", su.testDBConflict},
+		{"DBMigrate", su.testDBMigrate},
 	}
 	for _, tt := range tests {
+		t.Run(tt.name, tt.run)
+	}
+}
+
+// RunDB runs the db family's tests of Run alone, for a backend run again
+// under another configuration (PostgreSQL with a database whose default
+// collation is not C).
+func RunDB(t *testing.T, open func(t *testing.T) *store.Store) {
+	su := suite{open: open}
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"DBRoundTrip", su.testDBRoundTrip},
+		{"DBScoping", su.testDBScoping},
+		{"DBQuery", su.testDBQuery},
+		{"DBQueryHostile", su.testDBQueryHostile},
+		{"DBMigrate", su.testDBMigrate},
+	} {
 		t.Run(tt.name, tt.run)
 	}
 }
@@ -104,6 +133,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"ModuleQuota", testSharedModuleQuota},
 		{"CodeBudget", testSharedCodeBudget},
 		{"KnowledgeQuota", testSharedKnowledgeQuota},
+		{"DB", testSharedDB},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
