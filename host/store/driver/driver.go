@@ -257,6 +257,9 @@ type Backend interface {
 	// one atomic statement. ok reports whether a token was taken;
 	// tokens is what the bucket holds afterwards.
 	RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error)
+
+	// The task queue and schedule ticks (tasks.go).
+	TaskBackend
 }
 
 // KVWrite is one kv write of a group commit (KVBatcher): a put (with a

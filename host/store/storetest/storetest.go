@@ -2,7 +2,7 @@
 // every backend (store/sqlite, store/postgres, any later one) must pass it
 // unchanged, so the front's promises (scoping, validation, quotas,
 // single-use confirmations, audit batches, module blobs, the change feed,
-// rate buckets) hold whichever database is behind a *store.Store.
+// rate buckets, the task queue and schedule ticks) hold whichever database is behind a *store.Store.
 //
 // A backend's test calls Run with a function that opens a fresh, empty
 // store, and RunShared with one that opens several handles on one fresh
@@ -70,6 +70,14 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"RateTake", su.testRateTake},
 		{"RateTakeConcurrent", su.testRateTakeConcurrent},
 		{"OrgScoping", su.testOrgScoping},
+		{"TaskContract", su.testTaskContract},
+		{"TaskIdempotency", su.testTaskIdempotency},
+		{"TaskScoping", su.testTaskScoping},
+		{"TaskRetries", su.testTaskRetries},
+		{"TaskLease", su.testTaskLease},
+		{"TaskHostile", su.testTaskHostile},
+		{"TaskQuota", su.testTaskQuota},
+		{"ScheduleFire", su.testScheduleFire},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
@@ -90,6 +98,9 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"WatchModules", testSharedWatchModules},
 		{"RateTake", testSharedRateTake},
 		{"ModuleQuota", testSharedModuleQuota},
+		{"TaskClaim", testSharedTaskClaim},
+		{"ScheduleFire", testSharedScheduleFire},
+		{"TaskEnqueue", testSharedTaskEnqueue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
