@@ -34,6 +34,9 @@ type Manifest struct {
 	Capabilities Capabilities      `yaml:"capabilities,omitempty"`
 	Limits       Limits            `yaml:"limits,omitempty"`
 	Config       map[string]string `yaml:"config,omitempty"`
+	// Schedules run actions on a cron schedule, as background tasks of
+	// the organization's service principal (see Schedule).
+	Schedules []Schedule `yaml:"schedules,omitempty"`
 
 	// File is the path the manifest was read from, for messages.
 	File string `yaml:"-"`
@@ -319,6 +322,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkLimits(ix, "limits", m.Limits); err != nil {
+		return err
+	}
+	if err := checkSchedules(ix, m); err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {
