@@ -100,6 +100,9 @@ type Config struct {
 	// limit; hosts on one machine should share one. Default: slots for
 	// DefaultNativeWorkers, the host's own.
 	NativeWorkers *native.WorkerSlots
+	// Tasks bounds the background tasks the host's modules enqueue
+	// (tasks.go).
+	Tasks TaskLimits
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -14,5 +15,7 @@ import (
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	native.LauncherMain()
-	os.Exit(m.Run())
+	code := m.Run()
+	pgtest.Stop() // the throwaway PostgreSQL cluster of the task tests and benchmarks, if one was started
+	os.Exit(code)
 }

@@ -3,7 +3,8 @@
 // actions; the moat host invokes them with an input and returns their
 // output. Inside an action the plugin reaches the host through ops: its
 // configuration ([Config]), the structured log ([Log]), a key-value store
-// ([KV]), and any other op by name ([Call]).
+// ([KV]), background tasks of its own actions ([Tasks]), and any other op
+// by name ([Call]).
 //
 // A complete plugin:
 //

@@ -47,6 +47,7 @@ type Env struct {
 	Store         *store.Store
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
+	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
 
 	tagged *slog.Logger
 

@@ -84,6 +84,8 @@ func RegisterBackend(scheme string, open func(ctx context.Context, dsn string) (
 type Store struct {
 	b  driver.Backend
 	kw *kvWriter // the group-commit writer of kv writes; nil when b is no driver.KVBatcher
+
+	taskWake chan struct{} // TaskWake's channel (tasks.go)
 }
 
 // Open opens the store dirOrURL names, creating it (and, for SQLite, the
@@ -116,7 +118,7 @@ func Open(ctx context.Context, dirOrURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", redact(dirOrURL), err)
 	}
-	s := &Store{b: b}
+	s := &Store{b: b, taskWake: make(chan struct{}, 1)}
 	if kb, ok := b.(driver.KVBatcher); ok {
 		s.kw = newKVWriter(kb)
 	}

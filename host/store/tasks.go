@@ -206,9 +206,14 @@ func (t *NewTask) row(now time.Time) (driver.TaskRow, error) {
 		input = []byte{}
 	}
 	n := now.UnixNano()
+	id := NewTaskID()
+	corr := t.CorrelationID
+	if corr == "" {
+		corr = id // a task nobody's request started (a schedule's) is its own correlation
+	}
 	return driver.TaskRow{
-		ID: NewTaskID(), Org: t.Org, Module: t.Module, Action: t.Action, Input: input, User: t.User, Roles: string(rj),
-		CorrelationID: t.CorrelationID, Key: t.Key, State: abi.TaskQueued, MaxAttempts: t.MaxAttempts,
+		ID: id, Org: t.Org, Module: t.Module, Action: t.Action, Input: input, User: t.User, Roles: string(rj),
+		CorrelationID: corr, Key: t.Key, State: abi.TaskQueued, MaxAttempts: t.MaxAttempts,
 		RunAt: t.RunAt.UnixNano(), CreatedAt: n, UpdatedAt: n,
 	}, nil
 }
@@ -241,7 +246,24 @@ func (s *Store) TaskEnqueue(ctx context.Context, t NewTask, maxQueued int) (id s
 	if err != nil {
 		return "", false, fmt.Errorf("store: task enqueue %s/%s: %w", t.Org, t.Module, err)
 	}
+	if !existing {
+		s.wakeTasks()
+	}
 	return id, existing, nil
+}
+
+// TaskWake returns a channel that receives soon after a task is enqueued
+// (or queued again by TaskRetry) through this *Store, so that a runner in
+// this process starts it without waiting for its next poll. A wake is
+// dropped while one is pending; tasks enqueued through other processes
+// (replicas) are found by polling.
+func (s *Store) TaskWake() <-chan struct{} { return s.taskWake }
+
+func (s *Store) wakeTasks() {
+	select {
+	case s.taskWake <- struct{}{}:
+	default:
+	}
 }
 
 func overQueue(org, module string, maxQueued int) error {
@@ -357,6 +379,9 @@ func (s *Store) TaskRetry(ctx context.Context, org, id string) (t *Task, changed
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("store: task retry %s in %s: %w", id, org, err)
+	}
+	if changed {
+		s.wakeTasks()
 	}
 	t, err = taskFromRow(row)
 	return t, changed, err
@@ -517,6 +542,7 @@ func (s *Store) ScheduleFire(ctx context.Context, t NewTask, schedule string, ti
 	if !fired {
 		return "", false, nil
 	}
+	s.wakeTasks()
 	return row.ID, true, nil
 }
 
