@@ -94,6 +94,10 @@ type Server struct {
 	// WatchModules); watchDone is closed when it has returned.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	// stopTasks ends the task runner (tasks.go); tasksDone is closed
+	// when it has returned.
+	stopTasks context.CancelFunc
+	tasksDone chan struct{}
 
 	ready  atomic.Bool
 	httpMu sync.Mutex
@@ -161,6 +165,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
+			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
 		})
 		if err != nil {
 			s.abort(ctx)
@@ -196,6 +201,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		defer close(s.watchDone)
 		s.modules.follow(wctx, changes)
 	}()
+	if err := s.startTasks(); err != nil {
+		s.Close(ctx)
+		return nil, err
+	}
 	s.ready.Store(true)
 	return s, nil
 }
@@ -323,6 +332,10 @@ func (s *Server) Close(ctx context.Context) error {
 	var err error
 	s.closed.Do(func() {
 		s.ready.Store(false)
+		if s.stopTasks != nil {
+			s.stopTasks() // attempts in flight stop, their tasks go back to the queue
+			<-s.tasksDone
+		}
 		if s.stopWatch != nil {
 			s.stopWatch()
 			<-s.watchDone
