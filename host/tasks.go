@@ -109,6 +109,10 @@ type TaskRunnerConfig struct {
 	// (store.DefaultMaxQueuedTasks when 0).
 	MaxQueued int
 	Logger    *slog.Logger
+	// OnStart, when set, is called as each attempt starts, once the
+	// module is resolved and admission granted (for metrics and
+	// benchmarks: the time from a task's RunAt to here is its wait).
+	OnStart func(t *store.Task)
 }
 
 // ScheduledModule is a module whose schedules fire for Org.
@@ -306,6 +310,9 @@ func (r *TaskRunner) run(ctx context.Context, t store.Task) {
 			return
 		}
 		defer release()
+	}
+	if r.cfg.OnStart != nil {
+		r.cfg.OnStart(&t)
 	}
 	principal := policy.Principal{User: t.User, Org: t.Org, Roles: t.Roles}
 	res, err := m.Invoke(audit.WithTask(actx, t.ID), Request{Action: t.Action, Input: t.Input, Principal: principal, CorrelationID: t.CorrelationID})
