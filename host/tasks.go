@@ -73,9 +73,8 @@ type TaskRunnerConfig struct {
 	// Resolve returns the module that a task of org's module named name
 	// runs on: its current version, whose grants and limits apply to
 	// the run. An error wrapping ErrModuleGone fails the task at once;
-	// any other error is taken as passing (a replica that has not loaded
-	// the module yet): the task is put back, its attempt not counted,
-	// and tried again a few seconds later.
+	// any other error (a replica that has not loaded the module yet) is
+	// a failed attempt with code unavailable, retried after its backoff.
 	Resolve func(ctx context.Context, org, name string) (*Module, error)
 	// Scheduled lists the modules whose manifests' schedules fire here,
 	// each with the organization it belongs to (nil: none). Every
@@ -295,8 +294,15 @@ func (r *TaskRunner) run(ctx context.Context, t store.Task) {
 			r.fail(actx, log, nil, &t, abi.CodeNotFound, fmt.Sprintf("module %s of organization %s was deleted after the task was enqueued", t.Module, t.Org), true)
 			return
 		}
-		log.Debug("tasks: module not loaded here yet; the task goes back", "err", err)
-		giveBack(2*time.Second, "module not loaded")
+		// Not loaded here (yet: a replica follows uploads within a
+		// second; or at all: it no longer loads under the profile). An
+		// attempt is spent, so a module that never loads fails its tasks
+		// after their attempts instead of bouncing them forever.
+		why := "is not loaded on this host"
+		if err != nil {
+			why = err.Error()
+		}
+		r.fail(actx, log, nil, &t, abi.CodeUnavailable, fmt.Sprintf("module %s of organization %s: %s", t.Module, t.Org, why), false)
 		return
 	}
 	if ev := m.policy.eval; ev == nil || !ev.Effective.Tasks {

@@ -514,3 +514,19 @@ func TestTaskNotGranted(t *testing.T) {
 		t.Errorf("deny events = %+v, %v", ev, err)
 	}
 }
+
+// TestTaskModuleNotLoaded: a module that does not load on this host
+// (yet) spends attempts, retried with backoff, and fails its tasks after
+// the last, saying why, instead of bouncing them forever.
+func TestTaskModuleNotLoaded(t *testing.T) {
+	h := taskHost(t, t.TempDir())
+	m := loadTaskGuest(t, h, "tasker", "")
+	id := startTask(t, m, ann, "corr", map[string]any{"action": "work", "input": "x", "max_attempts": 2})
+	startRunner(t, h, host.TaskRunnerConfig{Resolve: func(context.Context, string, string) (*host.Module, error) {
+		return nil, errors.New("not loaded on this replica")
+	}})
+	tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
+	if tk.State != abi.TaskFailed || tk.Attempts != 2 || !strings.Contains(tk.Error, "not loaded on this replica") || tk.Code != string(abi.CodeUnavailable) {
+		t.Errorf("task of a module not loaded = %+v", tk)
+	}
+}
