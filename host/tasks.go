@@ -330,6 +330,12 @@ func (r *TaskRunner) run(ctx context.Context, t store.Task) {
 		giveBack(0, "the runner is stopping")
 		return
 	}
+	if CodeOf(err) == abi.CodeRateLimited {
+		// The module's calls per minute are used up: the task waits for
+		// them like a caller would, without spending an attempt.
+		giveBack(5*time.Second, "rate limited")
+		return
+	}
 	if err == nil {
 		if err := st.TaskSucceed(context.Background(), &t, res.Output); err != nil {
 			log.Warn("tasks: record the success", "err", err)

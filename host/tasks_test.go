@@ -530,3 +530,22 @@ func TestTaskModuleNotLoaded(t *testing.T) {
 		t.Errorf("task of a module not loaded = %+v", tk)
 	}
 }
+
+// TestTaskRateLimited: a task whose module's calls per minute are used
+// up waits for them, its attempt not spent.
+func TestTaskRateLimited(t *testing.T) {
+	h := taskHost(t, t.TempDir())
+	m := loadTaskGuest(t, h, "tasker", "limits: {calls_per_minute: 3}\n")
+	startRunner(t, h, host.TaskRunnerConfig{}, m)
+	first := startTask(t, m, ann, "corr-rate", map[string]any{"action": "work", "input": "1", "max_attempts": 1}) // call 1
+	sc := store.Scope{Org: "acme", Module: "tasker"}
+	if tk := waitTask(t, h.Store(), sc, first); tk.State != abi.TaskDone { // call 2; the next start is call 3
+		t.Fatalf("first task = %+v", tk)
+	}
+	second := startTask(t, m, ann, "corr-rate", map[string]any{"action": "work", "input": "2", "max_attempts": 1})
+	time.Sleep(500 * time.Millisecond)
+	tk, err := h.Store().TaskGet(context.Background(), sc, second)
+	if err != nil || tk.State != abi.TaskQueued || tk.Attempts != 0 || tk.RunAt.Before(time.Now()) {
+		t.Errorf("a rate-limited task = %+v, %v; want queued again, no attempt spent, to run later", tk, err)
+	}
+}

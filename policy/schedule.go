@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -90,7 +91,7 @@ func checkSchedules(ix *index, m *Manifest) error {
 				s.Action, didYouMean(s.Action, names), strings.Join(names, ", "))
 		case a.Confirm:
 			return ix.errorf(p+".action", "action %q needs confirmation (confirm: true), which a schedule cannot give; schedule another action", s.Action)
-		case len(a.Roles) > 0 && !contains(a.Roles, ServiceRole):
+		case len(a.Roles) > 0 && !slices.Contains(a.Roles, ServiceRole):
 			return ix.errorf(p+".action", "action %q admits only the roles %s; a schedule runs as %s with the role %s: add it to the action's roles",
 				s.Action, strings.Join(a.Roles, ", "), ServiceUser, ServiceRole)
 		case s.Cron == "":
@@ -111,13 +112,4 @@ func checkSchedules(ix *index, m *Manifest) error {
 		seen[s.Name()] = i
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

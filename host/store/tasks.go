@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -309,7 +310,7 @@ func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
 		limit = DefaultTaskLimit
 	}
 	df := driver.TaskFilter{Org: f.Org, Module: f.Module, State: f.State, ID: f.ID, Limit: min(limit, MaxTaskLimit)}
-	if f.State != "" && !contains(taskStates, f.State) {
+	if f.State != "" && !slices.Contains(taskStates, f.State) {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "task list: state %q is not one of %s", clip(f.State), strings.Join(taskStates, ", "))
 	}
 	if f.Before != nil {
@@ -328,15 +329,6 @@ func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
 		out = append(out, *t)
 	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TaskCancel cancels the task id of sc (sc.Module "" for any module of
