@@ -4,7 +4,9 @@
 // AuditQuery), pending confirmations of confirm-required actions
 // (ConfirmationCreate, ConfirmationUse), the server's API keys and
 // modules (with their bytes, ModuleBlobPut), a feed of module changes
-// (WatchModules) and token buckets shared by every process (RateTake).
+// (WatchModules), token buckets shared by every process (RateTake), and
+// the queue of background tasks with the ticks of schedules (TaskEnqueue,
+// TaskClaim, ScheduleFire: tasks.go).
 //
 // # A front and its backends
 //
