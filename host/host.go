@@ -117,6 +117,9 @@ type Config struct {
 	// all hosts (least recently used evicted; store.CodePut). Default
 	// store.DefaultCodeBudget.
 	CodeBudget int64
+	// Tasks bounds the background tasks the host's modules enqueue
+	// (tasks.go).
+	Tasks TaskLimits
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

@@ -16,6 +16,6 @@ func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	native.LauncherMain()
 	code := m.Run()
-	pgtest.Stop() // the throwaway PostgreSQL cluster of the db tests, if one was started
+	pgtest.Stop() // the throwaway PostgreSQL cluster of the db and task tests and benchmarks, if one was started
 	os.Exit(code)
 }

@@ -37,6 +37,9 @@ type Manifest struct {
 	// Models declares the document models of the db ops (db.insert,
 	// db.query, ...): their fields, scope and indexes. See models.go.
 	Models map[string]Model `yaml:"models,omitempty"`
+	// Schedules run actions on a cron schedule, as background tasks of
+	// the organization's service principal (see Schedule).
+	Schedules []Schedule `yaml:"schedules,omitempty"`
 
 	// File is the path the manifest was read from, for messages.
 	File string `yaml:"-"`
@@ -374,6 +377,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkModels(ix, m); err != nil {
+		return err
+	}
+	if err := checkSchedules(ix, m); err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {

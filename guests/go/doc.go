@@ -4,7 +4,8 @@
 // output. Inside an action the plugin reaches the host through ops: its
 // configuration ([Config]), the structured log ([Log]), a key-value store
 // ([KV]), the knowledge base ([Knowledge]: documents searched by ranked
-// full text), and any other op by name ([Call]).
+// full text), background tasks of its own actions ([Tasks]), and any
+// other op by name ([Call]).
 //
 // A complete plugin:
 //

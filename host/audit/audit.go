@@ -52,6 +52,10 @@ const (
 	// (a deny; Rule: the check, Reason: what was found, Attrs: the
 	// artifact's key and size). The host compiles the module itself.
 	KindSharedCode = "shared_code"
+	// KindTask records what happens to a background task outside its
+	// invocations: a retry scheduled after a failed attempt, a final
+	// failure, a schedule's tick fired (or refused over the queue bound).
+	KindTask = "task"
 
 	Allow = "allow"
 	Deny  = "deny"
@@ -128,6 +132,9 @@ func (l *Log) Record(ctx context.Context, e Event) {
 }
 
 func (l *Log) record(ctx context.Context, e Event) {
+	if e.TaskID == "" {
+		e.TaskID = TaskOf(ctx)
+	}
 	e = store.ClampAuditEvent(e)
 	if e.ID == "" {
 		e.ID = NewID()
@@ -158,6 +165,7 @@ func (l *Log) record(ctx context.Context, e Event) {
 		add("rule", e.Rule)
 		add("code", e.Code)
 		add("mutation_id", e.MutationID)
+		add("task_id", e.TaskID)
 		add("reason", e.Reason)
 		l.log.LogAttrs(ctx, level, "audit", attrs...)
 	}
@@ -307,4 +315,21 @@ func NewID() string {
 	}
 	_, _ = rand.Read(b[6:])
 	return hex.EncodeToString(b[:])
+}
+
+// taskKey is the context key of the task an invocation runs for.
+type taskKey struct{}
+
+// WithTask marks ctx as the context of an invocation run for background
+// task id: every event recorded under it carries the id (Event.TaskID),
+// so the audit trail of a task's invocations, ops and decisions names it
+// without any of them passing it along.
+func WithTask(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, taskKey{}, id)
+}
+
+// TaskOf is the task id WithTask put on ctx, or "".
+func TaskOf(ctx context.Context) string {
+	id, _ := ctx.Value(taskKey{}).(string)
+	return id
 }

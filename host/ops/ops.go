@@ -47,6 +47,7 @@ type Env struct {
 	Store         *store.Store
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
+	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.

@@ -100,6 +100,9 @@ type Config struct {
 	Admission AdmissionConfig `yaml:"admission"`
 	// Metrics protects /metrics and bounds its series (MetricsConfig).
 	Metrics MetricsConfig `yaml:"metrics"`
+	// Tasks bounds the background tasks modules enqueue and the
+	// replica's share of running them (TasksConfig).
+	Tasks TasksConfig `yaml:"tasks"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -273,6 +276,7 @@ func (c *Config) fillDefaults() {
 	}
 	c.HTTP.fillDefaults()
 	c.Admission.fillDefaults()
+	c.Tasks.fillDefaults()
 	c.Metrics.fillDefaults()
 	if c.BuildCacheBytes == 0 {
 		c.BuildCacheBytes = 2 << 30
@@ -534,6 +538,9 @@ func (c *Config) validate(ix *nodeIndex) error {
 		return err
 	}
 	if err := c.Metrics.validate(fail); err != nil {
+		return err
+	}
+	if err := c.Tasks.validate(fail, c.Admission.MaxInvocations); err != nil {
 		return err
 	}
 	p := &c.Piston

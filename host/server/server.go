@@ -96,6 +96,10 @@ type Server struct {
 	// WatchModules); watchDone is closed when it has returned.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	// stopTasks ends the task runner (tasks.go); tasksDone is closed
+	// when it has returned.
+	stopTasks context.CancelFunc
+	tasksDone chan struct{}
 
 	ready  atomic.Bool
 	httpMu sync.Mutex
@@ -164,6 +168,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
+			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
 		})
 		if err != nil {
 			s.abort(ctx)
@@ -200,6 +205,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		defer close(s.watchDone)
 		s.modules.follow(wctx, changes)
 	}()
+	if err := s.startTasks(); err != nil {
+		s.Close(ctx)
+		return nil, err
+	}
 	s.ready.Store(true)
 	return s, nil
 }
@@ -347,6 +356,10 @@ func (s *Server) Close(ctx context.Context) error {
 	var err error
 	s.closed.Do(func() {
 		s.ready.Store(false)
+		if s.stopTasks != nil {
+			s.stopTasks() // attempts in flight stop, their tasks go back to the queue
+			<-s.tasksDone
+		}
 		if s.stopWatch != nil {
 			s.stopWatch()
 			<-s.watchDone

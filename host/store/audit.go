@@ -24,7 +24,7 @@ import (
 type AuditEvent struct {
 	ID            string    // unique; set by the caller (a sortable id such as a time-prefixed random hex); AuditInsert generates one when empty
 	Time          time.Time // UTC, stored as unix nanoseconds; AuditInsert uses the current time when zero
-	Kind          string    // "decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code"
+	Kind          string    // "decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task"
 	Decision      string    // "allow", "deny" or ""
 	CorrelationID string
 	Module        string
@@ -35,7 +35,7 @@ type AuditEvent struct {
 	Reason        string
 	Code          string // outcome code (abi.Code) for invocations
 	MutationID    string // storage mutation id for ops that change data
-	TaskID        string // originating task, when there is one (future)
+	TaskID        string // the background task the event happened for, when there is one
 	ModelCallID   string // originating AI model call (future)
 	DurationNS    int64
 	Attrs         map[string]string // anything else; stored as JSON
@@ -60,7 +60,7 @@ const (
 )
 
 // auditKinds are the valid values of AuditEvent.Kind.
-var auditKinds = []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code"}
+var auditKinds = []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task"}
 
 // The range of times a unix nanosecond count can hold.
 var (

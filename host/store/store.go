@@ -4,8 +4,10 @@
 // AuditQuery), pending confirmations of confirm-required actions
 // (ConfirmationCreate, ConfirmationUse), the server's API keys and
 // modules (with their bytes, ModuleBlobPut), a feed of module changes
-// (WatchModules), token buckets shared by every process (RateTake) and
-// the compiled machine code hosts share (CodePut, CodeGet).
+// (WatchModules), token buckets shared by every process (RateTake), the
+// compiled machine code hosts share (CodePut, CodeGet), and the queue of
+// background tasks with the ticks of schedules (TaskEnqueue, TaskClaim,
+// ScheduleFire: tasks.go).
 //
 // # A front and its backends
 //
@@ -85,6 +87,8 @@ func RegisterBackend(scheme string, open func(ctx context.Context, dsn string) (
 type Store struct {
 	b  driver.Backend
 	kw *kvWriter // the group-commit writer of kv writes; nil when b is no driver.KVBatcher
+
+	taskWake chan struct{} // TaskWake's channel (tasks.go)
 }
 
 // Open opens the store dirOrURL names, creating it (and, for SQLite, the
@@ -117,7 +121,7 @@ func Open(ctx context.Context, dirOrURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", redact(dirOrURL), err)
 	}
-	s := &Store{b: b}
+	s := &Store{b: b, taskWake: make(chan struct{}, 1)}
 	if kb, ok := b.(driver.KVBatcher); ok {
 		s.kw = newKVWriter(kb)
 	}

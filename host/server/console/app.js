@@ -56,6 +56,7 @@ for (const t of document.querySelectorAll(".tab")) {
     for (const o of document.querySelectorAll(".tab")) o.classList.toggle("active", o === t);
     for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== "tab-" + t.dataset.tab;
     if (t.dataset.tab === "audit") loadAudit();
+    if (t.dataset.tab === "tasks") loadTasks();
     if (t.dataset.tab === "confirm") loadConfirmations();
   });
 }
@@ -202,6 +203,27 @@ async function loadAudit() {
     tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(e.time).toLocaleString()), el("td", {}, e.kind),
       el("td", { class: e.decision || "" }, e.decision || ""), el("td", {}, e.module || ""), el("td", {}, e.op || e.action || ""),
       el("td", {}, e.user || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || "")));
+  }
+}
+
+// --- tasks ---
+$("#tasks-form").addEventListener("submit", (ev) => { ev.preventDefault(); loadTasks(); });
+$("#refresh-tasks").addEventListener("click", () => loadTasks());
+async function loadTasks() {
+  const q = new URLSearchParams();
+  if ($("#tasks-module").value) q.set("module", $("#tasks-module").value);
+  if ($("#tasks-state").value) q.set("state", $("#tasks-state").value);
+  q.set("limit", "200");
+  const r = await api("GET", "/v1/tasks?" + q);
+  const tb = $("#tasks-all");
+  tb.replaceChildren();
+  if (!r.ok) return;
+  $("#no-tasks").hidden = r.data.tasks.length > 0;
+  for (const k of r.data.tasks) {
+    const runs = k.state === "queued" ? new Date(k.run_at).toLocaleString() : "";
+    tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(k.created_at).toLocaleString()), el("td", {}, k.module),
+      el("td", {}, k.action), el("td", { class: "state-" + k.state }, k.state), el("td", {}, k.attempts + "/" + k.max_attempts),
+      el("td", {}, k.user), el("td", { class: "mono" }, runs), el("td", {}, k.error || ""), el("td", { class: "mono" }, k.id)));
   }
 }
 

@@ -294,6 +294,8 @@ type Backend interface {
 	RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error)
 
 	Knowledge // knowledge documents and full-text search (knowledge.go)
+	// The task queue and schedule ticks (tasks.go).
+	TaskBackend
 }
 
 // KVWrite is one kv write of a group commit (KVBatcher): a put (with a

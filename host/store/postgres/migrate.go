@@ -294,6 +294,48 @@ CREATE TABLE db_models (
 	PRIMARY KEY (owner, module, model)
 );
 `},
+	{name: "tasks", sql: `
+CREATE TABLE tasks (
+	id             text    NOT NULL PRIMARY KEY,
+	org            text    NOT NULL,
+	module         text    NOT NULL,
+	action         text    NOT NULL,
+	input          bytea   NOT NULL,
+	user_id        text    NOT NULL,
+	roles          text    NOT NULL DEFAULT '[]',
+	correlation_id text    NOT NULL DEFAULT '',
+	key            text    NOT NULL DEFAULT '',
+	schedule       text    NOT NULL DEFAULT '',
+	state          text    NOT NULL,
+	attempts       integer NOT NULL DEFAULT 0,
+	max_attempts   integer NOT NULL,
+	run_at         bigint  NOT NULL,
+	lease_until    bigint  NOT NULL DEFAULT 0,
+	claim          text    NOT NULL DEFAULT '',
+	result         bytea,
+	error          text    NOT NULL DEFAULT '',
+	code           text    NOT NULL DEFAULT '',
+	created_at     bigint  NOT NULL,
+	updated_at     bigint  NOT NULL,
+	finished_at    bigint  NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX tasks_key ON tasks (org, module, key) WHERE key <> '';
+CREATE INDEX tasks_due ON tasks (run_at) WHERE state = 'queued';
+CREATE INDEX tasks_lease ON tasks (lease_until) WHERE state = 'running';
+CREATE INDEX tasks_active ON tasks (org, module) WHERE state IN ('queued', 'running');
+CREATE INDEX tasks_org_created ON tasks (org, created_at, id);
+CREATE INDEX tasks_created ON tasks (created_at, id);
+CREATE INDEX tasks_finished ON tasks (finished_at) WHERE finished_at > 0;
+CREATE TABLE schedule_ticks (
+	org      text   NOT NULL,
+	module   text   NOT NULL,
+	schedule text   NOT NULL,
+	tick     bigint NOT NULL,
+	task_id  text   NOT NULL DEFAULT '',
+	PRIMARY KEY (org, module, schedule, tick)
+);
+CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

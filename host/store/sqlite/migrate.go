@@ -415,6 +415,58 @@ CREATE TABLE db_models (
 ) STRICT, WITHOUT ROWID;
 `,
 	},
+	{
+		name: "tasks",
+		// Background tasks (store.TaskEnqueue) and the ticks schedules
+		// fired (store.ScheduleFire). Times are unix nanoseconds, 0 for
+		// none; roles is a JSON array; claim is the token of the attempt
+		// in flight. An idempotency key is unique per organization and
+		// module; the partial indexes serve the claim (due queued tasks,
+		// lapsed leases), the queue bound (active tasks of a scope) and
+		// the pruning of finished tasks.
+		sql: `
+CREATE TABLE tasks (
+	id             TEXT    NOT NULL PRIMARY KEY,
+	org            TEXT    NOT NULL,
+	module         TEXT    NOT NULL,
+	action         TEXT    NOT NULL,
+	input          BLOB    NOT NULL,
+	user_id        TEXT    NOT NULL,
+	roles          TEXT    NOT NULL DEFAULT '[]',
+	correlation_id TEXT    NOT NULL DEFAULT '',
+	key            TEXT    NOT NULL DEFAULT '',
+	schedule       TEXT    NOT NULL DEFAULT '',
+	state          TEXT    NOT NULL,
+	attempts       INTEGER NOT NULL DEFAULT 0,
+	max_attempts   INTEGER NOT NULL,
+	run_at         INTEGER NOT NULL,
+	lease_until    INTEGER NOT NULL DEFAULT 0,
+	claim          TEXT    NOT NULL DEFAULT '',
+	result         BLOB,
+	error          TEXT    NOT NULL DEFAULT '',
+	code           TEXT    NOT NULL DEFAULT '',
+	created_at     INTEGER NOT NULL,
+	updated_at     INTEGER NOT NULL,
+	finished_at    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE UNIQUE INDEX tasks_key ON tasks (org, module, key) WHERE key <> '';
+CREATE INDEX tasks_due ON tasks (run_at) WHERE state = 'queued';
+CREATE INDEX tasks_lease ON tasks (lease_until) WHERE state = 'running';
+CREATE INDEX tasks_active ON tasks (org, module) WHERE state IN ('queued', 'running');
+CREATE INDEX tasks_org_created ON tasks (org, created_at, id);
+CREATE INDEX tasks_created ON tasks (created_at, id);
+CREATE INDEX tasks_finished ON tasks (finished_at) WHERE finished_at > 0;
+CREATE TABLE schedule_ticks (
+	org      TEXT    NOT NULL,
+	module   TEXT    NOT NULL,
+	schedule TEXT    NOT NULL,
+	tick     INTEGER NOT NULL,
+	task_id  TEXT    NOT NULL DEFAULT '',
+	PRIMARY KEY (org, module, schedule, tick)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

@@ -2,7 +2,7 @@
 // every backend (store/sqlite, store/postgres, any later one) must pass it
 // unchanged, so the front's promises (scoping, validation, quotas,
 // single-use confirmations, audit batches, module blobs, the change feed,
-// rate buckets, shared compiled code, documents of the db family) hold whichever database is behind a *store.Store.
+// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks) hold whichever database is behind a *store.Store.
 //
 // A backend's test calls Run with a function that opens a fresh, empty
 // store, and RunShared with one that opens several handles on one fresh
@@ -92,6 +92,14 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"DBQuotaConcurrent", su.testDBQuotaConcurrent},
 		{"DBConflict", su.testDBConflict},
 		{"DBMigrate", su.testDBMigrate},
+		{"TaskContract", su.testTaskContract},
+		{"TaskIdempotency", su.testTaskIdempotency},
+		{"TaskScoping", su.testTaskScoping},
+		{"TaskRetries", su.testTaskRetries},
+		{"TaskLease", su.testTaskLease},
+		{"TaskHostile", su.testTaskHostile},
+		{"TaskQuota", su.testTaskQuota},
+		{"ScheduleFire", su.testScheduleFire},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
@@ -134,6 +142,9 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"CodeBudget", testSharedCodeBudget},
 		{"KnowledgeQuota", testSharedKnowledgeQuota},
 		{"DB", testSharedDB},
+		{"TaskClaim", testSharedTaskClaim},
+		{"ScheduleFire", testSharedScheduleFire},
+		{"TaskEnqueue", testSharedTaskEnqueue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })

@@ -1,0 +1,132 @@
+package ops
+
+import (
+	"errors"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// The task family: durable background runs of the calling module's own
+// actions. Everything that scopes a task comes from Env, never from the
+// request: the organization and module it belongs to, the principal it
+// will run as (the caller), the correlation id it carries. A guest can
+// name only an action of its own module, and only ids of its own
+// organization's and module's tasks: any other id is not_found, the
+// error of an id that was never there.
+
+func init() {
+	Register(Op{Name: abi.OpTaskEnqueue, Capability: "tasks", Func: Typed(taskEnqueue), Mutates: true})
+	Register(Op{Name: abi.OpTaskStatus, Capability: "tasks", Func: Typed(taskStatus)})
+	Register(Op{Name: abi.OpTaskCancel, Capability: "tasks", Func: Typed(taskCancel), Mutates: true})
+}
+
+// TaskConfig is what the task family needs of the host for one module.
+// Env.Tasks is nil in a host that runs no tasks: task.* then answer
+// unavailable.
+type TaskConfig struct {
+	// CheckAction refuses, with an *abi.Error for the guest, an action a
+	// task of this module may not run: one the module does not have, or
+	// one that needs a confirmation no background run can give.
+	CheckAction func(action string) error
+	// MaxQueued bounds the tasks queued or running per organization and
+	// module (store.DefaultMaxQueuedTasks when 0).
+	MaxQueued int
+}
+
+func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueResponse, error) {
+	tc := env.Tasks
+	if tc == nil {
+		return nil, abi.Errorf(abi.CodeUnavailable, "task.enqueue: this host runs no background tasks")
+	}
+	if err := tc.CheckAction(req.Action); err != nil {
+		return nil, err
+	}
+	runAt, err := taskRunAt(req, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if req.MaxAttempts < 0 || req.MaxAttempts > abi.MaxTaskAttempts {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: max_attempts is %d; give 1 to %d (or leave it out for %d)",
+			req.MaxAttempts, abi.MaxTaskAttempts, abi.DefaultTaskAttempts)
+	}
+	p := env.Principal
+	id, existing, err := env.Store.TaskEnqueue(env.Context, store.NewTask{
+		Org: p.Org, Module: env.Module, Action: req.Action, Input: req.Input, User: p.User, Roles: p.Roles,
+		CorrelationID: env.CorrelationID, RunAt: runAt, MaxAttempts: req.MaxAttempts, Key: req.Key,
+	}, tc.MaxQueued)
+	if err != nil {
+		return nil, storeError(env, abi.OpTaskEnqueue, err)
+	}
+	return &abi.TaskEnqueueResponse{ID: id, Existing: existing}, nil
+}
+
+// taskRunAt reads when a task should run from its delay or at.
+func taskRunAt(req *abi.TaskEnqueueRequest, now time.Time) (time.Time, error) {
+	const most = abi.MaxTaskDelay * time.Second
+	switch {
+	case req.Delay != "" && req.At != "":
+		return time.Time{}, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: give delay or at, not both")
+	case req.Delay != "":
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil {
+			return time.Time{}, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: delay %q is not a duration; write it like 90s, 15m or 2h30m", clipText(req.Delay))
+		}
+		if d < 0 || d > most {
+			return time.Time{}, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: delay %s is outside 0 to 720h (30 days)", d)
+		}
+		return now.Add(d), nil
+	case req.At != "":
+		t, err := time.Parse(time.RFC3339Nano, req.At)
+		if err != nil {
+			return time.Time{}, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: at %q is not an RFC 3339 time; write it like 2026-01-02T15:04:05Z", clipText(req.At))
+		}
+		if t.Sub(now) > most {
+			return time.Time{}, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: at %s is more than 30 days ahead", t.UTC().Format(time.RFC3339))
+		}
+		return t, nil
+	}
+	return time.Time{}, nil
+}
+
+// clipText shortens what a guest sent for an error message.
+func clipText(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// taskError maps the store's not-found to the guest's not_found, with
+// one message whoever holds the id.
+func taskError(env *Env, op, id string, err error) error {
+	if errors.Is(err, store.ErrTaskNotFound) {
+		return abi.Errorf(abi.CodeNotFound, "%s: no task %q in this module", op, clipText(id))
+	}
+	return storeError(env, op, err)
+}
+
+func taskStatus(env *Env, req *abi.TaskIDRequest) (*abi.TaskStatusResponse, error) {
+	t, err := env.Store.TaskGet(env.Context, env.Scope(), req.ID)
+	if err != nil {
+		return nil, taskError(env, abi.OpTaskStatus, req.ID, err)
+	}
+	resp := &abi.TaskStatusResponse{State: t.State, Attempts: t.Attempts, MaxAttempts: t.MaxAttempts, Result: t.Result,
+		Error: t.Error, Code: t.Code}
+	if t.State == abi.TaskQueued {
+		resp.RunAt = t.RunAt.Format(time.RFC3339Nano)
+	}
+	if len(resp.Result) == 0 {
+		resp.Result = nil
+	}
+	return resp, nil
+}
+
+func taskCancel(env *Env, req *abi.TaskIDRequest) (*abi.TaskCancelResponse, error) {
+	t, changed, err := env.Store.TaskCancel(env.Context, env.Scope(), req.ID)
+	if err != nil {
+		return nil, taskError(env, abi.OpTaskCancel, req.ID, err)
+	}
+	return &abi.TaskCancelResponse{Cancelled: changed, State: t.State}, nil
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// TasksConfig configures the background tasks `moat serve` runs.
+type TasksConfig struct {
+	// MaxQueued bounds the tasks queued or running per organization and
+	// module; an enqueue past it is refused. Default
+	// store.DefaultMaxQueuedTasks (1000).
+	MaxQueued int `yaml:"max_queued"`
+	// Concurrency bounds the tasks this replica runs at once. Each also
+	// takes an invocation slot of its organization (admission.*), so
+	// tasks never hold more than HTTP invocations may, and an
+	// organization's tasks wait behind its own requests, not others'.
+	// Default max(1, admission.max_invocations/2): half the server's
+	// invocations at most, the rest always left to requests.
+	Concurrency int `yaml:"concurrency"`
+}
+
+func (c *TasksConfig) fillDefaults() {
+	if c.MaxQueued == 0 {
+		c.MaxQueued = store.DefaultMaxQueuedTasks
+	}
+}
+
+// concurrency is Concurrency, or its default.
+func (c *TasksConfig) concurrency(maxInvocations int) int {
+	if c.Concurrency > 0 {
+		return c.Concurrency
+	}
+	return max(1, maxInvocations/2)
+}
+
+func (c *TasksConfig) validate(fail failFunc, maxInvocations int) error {
+	if n := c.MaxQueued; n < 1 || n > 1_000_000 {
+		return fail("tasks.max_queued", "%d is outside 1..1000000; remove the line for the default %d", n, store.DefaultMaxQueuedTasks)
+	}
+	if n := c.Concurrency; n < 0 || n > maxInvocations {
+		return fail("tasks.concurrency", "%d is outside 1..%d (admission.max_invocations): tasks take invocation slots; remove the line for half of it", n, maxInvocations)
+	}
+	return nil
+}
+
+// startTasks starts the task runner of the server: it runs until Close.
+func (s *Server) startTasks() error {
+	r, err := host.NewTaskRunner(host.TaskRunnerConfig{
+		Store:       s.store,
+		Resolve:     s.resolveTaskModule,
+		Scheduled:   s.modules.scheduled,
+		Admit:       s.admitTask,
+		Concurrency: s.cfg.Tasks.concurrency(s.cfg.Admission.MaxInvocations),
+		MaxQueued:   s.cfg.Tasks.MaxQueued,
+		Logger:      s.log,
+	})
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopTasks, s.tasksDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.tasksDone)
+		if err := r.Run(ctx); err != nil {
+			s.log.Error("task runner stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// resolveTaskModule is the module a task runs on: the current version
+// loaded here, or ErrModuleGone when the store holds no version of it.
+func (s *Server) resolveTaskModule(ctx context.Context, org, name string) (*host.Module, error) {
+	if e := s.modules.get(org, name); e != nil {
+		return e.mod, nil
+	}
+	versions, err := s.store.ModuleVersions(ctx, org, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("%w: module %s of organization %s", host.ErrModuleGone, name, org)
+	}
+	return nil, fmt.Errorf("module %s of organization %s is not loaded on this replica", name, org)
+}
+
+// admitTask takes an invocation slot of org for a task, as an HTTP
+// invocation would.
+func (s *Server) admitTask(ctx context.Context, org string) (func(), error) {
+	release, refusal := s.invocations.acquire(ctx, org)
+	if refusal != nil {
+		return nil, fmt.Errorf("no invocation slot for organization %s within %s", org, s.cfg.Admission.Wait)
+	}
+	return release, nil
+}
+
+// scheduled lists the loaded modules whose manifests declare schedules.
+func (r *registry) scheduled() []host.ScheduledModule {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []host.ScheduledModule
+	for k, e := range r.loaded {
+		if mf := e.mod.Manifest(); mf != nil && len(mf.Schedules) > 0 {
+			out = append(out, host.ScheduledModule{Org: k.org, Module: e.mod})
+		}
+	}
+	return out
+}
+
+// TaskJSON is a background task in responses.
+type TaskJSON struct {
+	ID            string     `json:"id"`
+	Module        string     `json:"module"`
+	Action        string     `json:"action"`
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	MaxAttempts   int        `json:"max_attempts"`
+	User          string     `json:"user"`
+	Roles         []string   `json:"roles"`
+	CorrelationID string     `json:"correlation_id,omitempty"`
+	Key           string     `json:"key,omitempty"`
+	Schedule      string     `json:"schedule,omitempty"`
+	Input         []byte     `json:"input,omitempty"`
+	Result        []byte     `json:"result,omitempty"`
+	Error         string     `json:"error,omitempty"`
+	Code          string     `json:"code,omitempty"`
+	RunAt         time.Time  `json:"run_at"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+}
+
+func taskJSON(t *store.Task) TaskJSON {
+	j := TaskJSON{ID: t.ID, Module: t.Module, Action: t.Action, State: t.State, Attempts: t.Attempts, MaxAttempts: t.MaxAttempts,
+		User: t.User, Roles: t.Roles, CorrelationID: t.CorrelationID, Key: t.Key, Schedule: t.Schedule, Input: t.Input,
+		Result: t.Result, Error: t.Error, Code: t.Code, RunAt: t.RunAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	if !t.FinishedAt.IsZero() {
+		f := t.FinishedAt
+		j.FinishedAt = &f
+	}
+	if j.Roles == nil {
+		j.Roles = []string{}
+	}
+	return j
+}
+
+// listTasks returns the caller's organization's tasks, newest first,
+// filtered by module and state; before (a task id of the organization)
+// continues a listing after that task.
+func (s *Server) listTasks(c echo.Context) error {
+	p := principalOf(c)
+	q := c.QueryParams()
+	f := store.TaskFilter{Org: p.Org, Module: q.Get("module"), State: q.Get("state")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxTaskLimit {
+			return problem(http.StatusBadRequest, "invalid_argument", "limit=%q: give a number from 1 to %d", v, store.MaxTaskLimit)
+		}
+		f.Limit = n
+	}
+	ctx := c.Request().Context()
+	if v := q.Get("before"); v != "" {
+		t, err := s.store.TaskGet(ctx, store.Scope{Org: p.Org}, v)
+		if errors.Is(err, store.ErrTaskNotFound) {
+			return problem(http.StatusBadRequest, "invalid_argument", "before=%q is no task of organization %s", clip(v), p.Org)
+		}
+		if err != nil {
+			return err
+		}
+		f.Before = t
+	}
+	tasks, err := s.store.TaskList(ctx, f)
+	if err != nil {
+		return fromHostError(err)
+	}
+	out := make([]TaskJSON, len(tasks))
+	for i := range tasks {
+		out[i] = taskJSON(&tasks[i])
+	}
+	return c.JSON(http.StatusOK, map[string]any{"tasks": out})
+}
+
+// getTask returns one task of the caller's organization. Any other id,
+// another organization's included, is the same 404.
+func (s *Server) getTask(c echo.Context) error {
+	p := principalOf(c)
+	id := c.Param("id")
+	t, err := s.store.TaskGet(c.Request().Context(), store.Scope{Org: p.Org}, id)
+	if errors.Is(err, store.ErrTaskNotFound) {
+		return problem(http.StatusNotFound, "not_found", "no task %q in organization %s", clip(id), p.Org)
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, taskJSON(t))
+}
+
+// clip shortens a client's value for a message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
