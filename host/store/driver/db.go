@@ -1,6 +1,10 @@
 package driver
 
-import "context"
+import (
+	"context"
+
+	"github.com/moat-sandbox/moat/abi"
+)
 
 // The db family's contract: documents in declared models (package store's
 // db.go is the front). The front validates every document against its
@@ -187,20 +191,10 @@ type DBIndexField struct {
 type DBMigratePlan func(stored map[string][]byte) (put map[string][]byte, indexes []DBIndex, err error)
 
 // ValidDBField reports whether a field name may be written into SQL text:
-// 1-64 of A-Z a-z 0-9 _, not starting with a digit (abi.ValidDBFieldName;
-// repeated here because a backend must not trust its caller with SQL).
-func ValidDBField(name string) bool {
-	if len(name) == 0 || len(name) > 64 || name[0] >= '0' && name[0] <= '9' {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// 1-64 of A-Z a-z 0-9 _, not starting with a digit. It is the rule of
+// abi.ValidDBFieldName, checked again here because a backend must not
+// trust its caller with SQL.
+func ValidDBField(name string) bool { return abi.ValidDBFieldName(name) }
 
 // ValidDBName reports whether a module or model name may be written into
 // SQL text as a quoted literal: 1-64 of a-z 0-9 . _ - (module names) or
