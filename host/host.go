@@ -437,6 +437,9 @@ func (h *Host) release(c *compiled) {
 func countFiles(dir string) int {
 	n := 0
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == rewrittenDir {
+			return filepath.SkipDir // the host's rewritten modules, not wazero's files
+		}
 		if err == nil && !d.IsDir() {
 			n++
 		}

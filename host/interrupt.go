@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -95,6 +98,57 @@ const (
 // since the checks at loop headers do its work. It is part of the key of
 // shared compiled code (sharedcode.go): wazero's code differs with it.
 const hostCloseOnContextDone = false
+
+// rewriteVersion names what instrumentLoops writes for a given module:
+// change it with any change to the bytes it writes, and rewritten modules
+// kept on disk (rewrite) are made again.
+const rewriteVersion = "loops-1"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// rewrittenDir is where, under the cache directory, the host keeps the
+// modules it rewrote.
+const rewrittenDir = "rewritten"
+
+// rewrite returns the bytes the host compiles for the module whose digest
+// is digest, bounded to tableCap (the table pass's output, bounded, and
+// what it read, lay), and the compilation's key. Rewriting CPython's 26
+// MB takes ~40 ms, and hashing the result for a key ~60 ms more, on every
+// load, where a cold `moat exec --lang python` spends ~100 ms in all; so
+// the key is the digest the load has already computed with what decides
+// the rewrite, and the rewritten bytes are kept under the cache directory
+// (a file per module, as wazero keeps its compiled code beside it, and
+// trusted as much: both are the host's own, mode 0600 in a 0700
+// directory). A file that cannot be read or written costs the rewrite,
+// never the load.
+func (h *Host) rewrite(digest string, tableCap uint32, bounded []byte, lay *layout) (code []byte, key string, err error) {
+	key = fmt.Sprintf("%s-tables%d-%s", digest, tableCap, rewriteVersion)
+	path := filepath.Join(h.cacheDir, rewrittenDir, key+".wasm")
+	if b, err := os.ReadFile(path); err == nil && len(b) >= len(bounded)+4 {
+		// A CRC-32C of the module ends the file: a torn or damaged file
+		// (not an attacker, who could edit wazero's files beside it as
+		// well) is rewritten, not compiled. ~3 ms for 26 MB.
+		code, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+		if crc32.Checksum(code, castagnoli) == sum {
+			return code, key, nil
+		}
+	}
+	if code, err = instrumentLoops(bounded, lay); err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
+		if f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*"); err == nil {
+			_, werr := f.Write(binary.LittleEndian.AppendUint32(code[:len(code):len(code)], crc32.Checksum(code, castagnoli)))
+			if cerr := f.Close(); werr == nil && cerr == nil {
+				werr = os.Rename(f.Name(), path)
+			}
+			if werr != nil {
+				os.Remove(f.Name())
+			}
+		}
+	}
+	return code, key, nil
+}
 
 // instantiateInterrupt adds the host module instrumented modules import
 // to r.

@@ -297,14 +297,13 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		return fail(abi.CodeMemoryLimit, err, "%v", err)
 	}
 	// Check for the end of the invocation at every loop header
-	// (interrupt.go). The bytes compiled are always rewritten, so they
-	// are the compilation's key (the same module under another table cap
-	// is another compilation).
+	// (interrupt.go). The compilation's key is what decides the bytes
+	// compiled: the module, its table cap and the rewrite's version.
 	bounded := code // what a foreign driver runs, in a runtime of its own
-	if code, err = instrumentLoops(code, lay); err != nil {
+	code, key, err := h.rewrite(digest, tableCap, code, lay)
+	if err != nil {
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 	}
-	key := Digest(code)
 	c, err := h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
 	if err != nil {
 		if ctx.Err() != nil {
