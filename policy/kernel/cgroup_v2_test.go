@@ -141,6 +141,19 @@ func TestV2JobCgroup(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// A cgroup of its own per job, as the native runner makes: on
+			// Debian's 6.1.0-48 (2026-11-27, under QEMU) a process cloned
+			// into a cgroup that an earlier cgroup.kill emptied
+			// (CLONE_INTO_CGROUP) was SIGKILLed within milliseconds, with
+			// no OOM kill counted and nothing on stderr, so the case after
+			// a killed one failed. moat never clones into a killed cgroup
+			// (host/native makes a fresh one per wrapper).
+			cg, err := NewJobCgroup("v2test-"+strconv.Itoa(os.Getpid())+"-"+c.name, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cg.Destroy()
+			dir := cg.Dir("")
 			if err := cg.Reset(lim); err != nil {
 				t.Fatal(err)
 			}
@@ -155,8 +168,9 @@ func TestV2JobCgroup(t *testing.T) {
 			if c.runFor > 0 {
 				limit, timeout = c.runFor, false
 			}
+			var exit error
 			select {
-			case <-done:
+			case exit = <-done:
 			case <-time.After(limit):
 				if !timeout {
 					_ = cg.Kill()
@@ -175,7 +189,7 @@ func TestV2JobCgroup(t *testing.T) {
 				t.Fatalf("members %v after Kill", left)
 			}
 			peak, oom, pidsHit, cpu := cg.Stats()
-			t.Logf("%s: peak %d, oom %v, pids hit %v, cpu %s, wall %s", c.name, peak, oom, pidsHit, time.Duration(cpu), wall)
+			t.Logf("%s: peak %d, oom %v, pids hit %v, cpu %s, wall %s, ended by itself: %v", c.name, peak, oom, pidsHit, time.Duration(cpu), wall, exit)
 			c.check(t, peak, oom, pidsHit, time.Duration(cpu), wall)
 		})
 	}
