@@ -51,6 +51,7 @@ var guests = []guest{
 // (testdata/sdk-*; the same actions in every language).
 var sdkFixtures = []guest{
 	{"c", "examples/polyglot/testdata/sdk-c", buildC("examples/polyglot/testdata/sdk-c/sdk.c", false)},
+	{"cpp", "examples/polyglot/testdata/sdk-cpp", buildC("examples/polyglot/testdata/sdk-cpp/sdk.cpp", true)},
 	{"rust", "examples/polyglot/testdata/sdk-rust", buildRust("examples/polyglot/testdata/sdk-rust", "sdk_rust")},
 	{"assemblyscript", "examples/polyglot/testdata/sdk-as", buildAS("examples/polyglot/testdata/sdk-as")},
 }
@@ -414,11 +415,12 @@ func TestGreetErrors(t *testing.T) {
 	}
 }
 
-// TestSDK drives every part of the C, Rust and AssemblyScript SDKs
-// through their conformance fixtures, with one table: kv (including a
+// TestSDK drives every part of the C (built as C and as C++), Rust and
+// AssemblyScript SDKs through their conformance fixtures, with one table: kv (including a
 // value and a key list larger than one reply buffer or one page), config,
 // log, the raw call, error codes both ways, binary input, and a trap that
-// carries its message.
+// carries its message. TestSDKData drives their db, knowledge and task
+// actions.
 func TestSDK(t *testing.T) {
 	ctx := context.Background()
 	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB: StatusTooSmall, then a fetch
@@ -429,7 +431,7 @@ func TestSDK(t *testing.T) {
 	for _, g := range sdkFixtures {
 		t.Run(g.lang, func(t *testing.T) {
 			logs := newCapture()
-			h := newHost(t, slog.New(logs))
+			h := sdkHost(t, slog.New(logs))
 			m := load(t, h, bundle(t, g), func(o *host.LoadOptions) { o.Config = map[string]string{"greeting": "hi"} })
 			for _, k := range keys {
 				if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, k, []byte("x")); err != nil {
@@ -534,12 +536,14 @@ func TestRustSDK(t *testing.T) {
 	}
 }
 
-// benchProfile grants kv and sets no rate limit, so the benchmarks measure
-// the invoke path, not a limiter (as host's benchmarks do).
+// benchProfile grants kv (and what the SDK fixtures ask for) and sets no
+// rate limit, so the benchmarks measure the invoke path, not a limiter (as
+// host's benchmarks do).
 const benchProfile = `
 name: bench
+on_ungranted: deny_at_call
 default:
-  capabilities: {kv: true}
+  capabilities: {kv: true, db: [notes], knowledge: [docs], tasks: true}
   limits: {memory: 128MiB, timeout: 10s}
 `
 
