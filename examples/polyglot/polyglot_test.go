@@ -520,9 +520,14 @@ func TestCSDK(t *testing.T) {
 }
 
 // TestRustSDK runs the Rust crate's own unit tests (JSON, base64, the
-// transport against a fake host) with Debian's cargo, natively.
+// requests and replies of the ops against a fake host) and its doc tests
+// with Debian's cargo and rustdoc, natively.
 func TestRustSDK(t *testing.T) {
 	rustc, cargo, err := rustTools()
+	var rustdoc string
+	if err == nil {
+		rustdoc, err = toolchains.Binary("rustdoc", "rustc")
+	}
 	if err != nil {
 		if os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
 			t.Skip(err)
@@ -530,7 +535,9 @@ func TestRustSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := testwasm.RepoRoot(t)
-	if err := run(filepath.Join(root, "guests/rust"), []string{"RUSTC=" + rustc, "CARGO_TARGET_DIR=" + t.TempDir()},
+	// RUSTDOC too: a rustdoc from rustup earlier on PATH reads none of
+	// Debian's rustc's metadata.
+	if err := run(filepath.Join(root, "guests/rust"), []string{"RUSTC=" + rustc, "RUSTDOC=" + rustdoc, "CARGO_TARGET_DIR=" + t.TempDir()},
 		cargo, "test", "--quiet", "--offline"); err != nil {
 		t.Fatal(err)
 	}
