@@ -69,9 +69,6 @@ type dataFixture struct {
 func dataFixtures() []dataFixture {
 	var out []dataFixture
 	for _, g := range sdkFixtures {
-		if g.lang == "assemblyscript" {
-			continue // not yet
-		}
 		out = append(out, dataFixture{lang: g.lang, load: func(t *testing.T, h *host.Host) *host.Module { return load(t, h, bundle(t, g), nil) }})
 	}
 	return out
