@@ -71,7 +71,7 @@ func dataFixtures() []dataFixture {
 	for _, g := range sdkFixtures {
 		out = append(out, dataFixture{lang: g.lang, load: func(t *testing.T, h *host.Host) *host.Module { return load(t, h, bundle(t, g), nil) }})
 	}
-	return out
+	return append(out, dataFixture{lang: "javascript", load: loadScriptFixture("examples/polyglot/testdata/sdk-js"), script: true})
 }
 
 // loadScriptFixture loads an interpreted plugin's directory as `moat run`
@@ -125,10 +125,12 @@ func loadScriptFixture(dir string) func(t *testing.T, h *host.Host) *host.Module
 // fixtures and a real host on SQLite, with one script of commands: each
 // fixture builds its requests with its SDK's builders (documents,
 // conditions, metadata, options) and answers JSON of what its SDK read
-// back, so a value mangled on the way out or in shows here. Op errors
-// keep their code: a stale version is conflict (which the fixture's own
-// code also catches by its code), an ungranted model or collection is
-// denied, an unknown task is not_found.
+// back, so a value mangled on the way out or in shows here. JSON the SDK
+// must refuse (a number with no JSON form, text that would add members
+// to the request around a document) is refused in the guest, and the
+// store is unchanged. Op errors keep their code: a stale version is
+// conflict (which the fixture's own code also catches by its code), an
+// ungranted model or collection is denied, an unknown task is not_found.
 func TestSDKData(t *testing.T) {
 	ctx := context.Background()
 	for _, f := range dataFixtures() {
@@ -241,6 +243,18 @@ func TestSDKData(t *testing.T) {
 			}
 			if out := must("db", "delete notes "+id+" 0"); out["deleted"] != false {
 				t.Errorf("delete again = %v; want deleted false", out)
+			}
+			// JSON the SDK must refuse before it is sent: nothing reaches
+			// the store.
+			before, err := h.Store().DBUsage(ctx, ann.Org, m.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out := must("db", "hostile notes"); !reflect.DeepEqual(out, map[string]any{"nan": "invalid_argument", "smuggled": "invalid_argument"}) {
+				t.Errorf("hostile = %v; want both refused with invalid_argument", out)
+			}
+			if after, err := h.Store().DBUsage(ctx, ann.Org, m.Name()); err != nil || after != before {
+				t.Errorf("the store went from %+v to %+v (%v) on refused documents", before, after, err)
 			}
 			refused("db", "insert secrets 1 x nope", abi.CodeDenied, "secrets")
 			refused("db", "insert notes 9007199254740992 x too big", abi.CodeInvalidArgument, "n")

@@ -103,7 +103,8 @@ function stringsJSON(a: string[]): string {
 }
 
 // db: "insert MODEL N TAGS TITLE", "get MODEL ID", "query MODEL TAG",
-// "update MODEL ID VERSION TITLE", "stale MODEL ID", "delete MODEL ID VERSION".
+// "update MODEL ID VERSION TITLE", "stale MODEL ID", "hostile MODEL",
+// "delete MODEL ID VERSION".
 function db(input: Uint8Array): moat.Output {
   const a = words(moat.text(input), 5);
   const cmd = a[0];
@@ -173,6 +174,15 @@ function db(input: Uint8Array): moat.Output {
     const e = stale.error!;
     if (!e.is(moat.Code.CONFLICT)) return moat.Output.fail(e);
     return moat.Output.text(new moat.Obj().str("code", e.code).int("version", v1.value).json());
+  }
+  if (cmd == "hostile" && a.length == 2) {
+    // JSON the SDK must refuse before anything is sent: a number with no
+    // JSON form, and text that would add members to the request around
+    // the document (Value.raw is null for it: it never becomes a value).
+    const nan = moat.db.insert(a[1], new moat.Obj().num("n", NaN));
+    const raw = moat.Value.raw('{"title":"x"}, "model": "secrets"');
+    const o = new moat.Obj().str("nan", nan.ok ? "accepted" : nan.error!.code);
+    return moat.Output.text(o.str("smuggled", raw === null ? moat.Code.INVALID_ARGUMENT : "accepted").json());
   }
   if (cmd == "delete" && a.length == 4) {
     const r = moat.db.remove(a[1], a[2], I64.parseInt(a[3]));

@@ -142,7 +142,8 @@ static void note_doc(moat_json_writer *w, const char *title, int64_t n, char *ta
 }
 
 /* db: "insert MODEL N TAGS TITLE", "get MODEL ID", "query MODEL TAG",
- * "update MODEL ID VERSION TITLE", "stale MODEL ID", "delete MODEL ID VERSION". */
+ * "update MODEL ID VERSION TITLE", "stale MODEL ID", "hostile MODEL",
+ * "delete MODEL ID VERSION". */
 static moat_error *db(moat_bytes input, moat_buf *out) {
     moat_buf store = MOAT_BUF_INIT;
     moat_json_writer w = MOAT_JSON_WRITER_INIT;
@@ -285,6 +286,25 @@ static moat_error *db(moat_bytes input, moat_buf *out) {
             }
         }
         moat_db_doc_free(&d);
+    } else if (strcmp(a[0], "hostile") == 0 && n >= 2) {
+        /* JSON the SDK must refuse before anything is sent: a number
+         * with no JSON form (the writer fails, its text is NULL) and text
+         * that would add members to the request around the document. */
+        moat_json_writer doc = MOAT_JSON_WRITER_INIT;
+        moat_jw_object(&doc);
+        moat_jw_key(&doc, "n");
+        moat_jw_number(&doc, 0.0 / 0.0);
+        moat_jw_end(&doc);
+        moat_error *nan = moat_db_insert(a[1], moat_jw_text(&doc), NULL, NULL);
+        moat_jw_free(&doc);
+        moat_jw_object(&w);
+        moat_jw_key(&w, "nan");
+        moat_jw_string(&w, nan ? nan->code : "accepted");
+        moat_error *smuggled = moat_db_insert(a[1], "{\"title\":\"x\"}, \"model\": \"secrets\"", NULL, NULL);
+        moat_jw_key(&w, "smuggled");
+        moat_jw_string(&w, smuggled ? smuggled->code : "accepted");
+        moat_jw_end(&w);
+        err = out_json(&w, out);
     } else if (strcmp(a[0], "delete") == 0 && n == 4) {
         bool deleted = false;
         if (!(err = moat_db_delete(a[1], a[2], atoll(a[3]), &deleted))) moat_buf_puts(out, deleted ? "{\"deleted\":true}" : "{\"deleted\":false}");

@@ -74,7 +74,8 @@ fn title_of(doc: &moat::db::Doc) -> moat::Result<String> {
 }
 
 /// "insert MODEL N TAGS TITLE", "get MODEL ID", "query MODEL TAG",
-/// "update MODEL ID VERSION TITLE", "stale MODEL ID", "delete MODEL ID VERSION".
+/// "update MODEL ID VERSION TITLE", "stale MODEL ID", "hostile MODEL",
+/// "delete MODEL ID VERSION".
 fn db(input: &[u8]) -> moat::Result<String> {
     use moat::db::{self, op, Change, Query};
     let a = words(input, 5)?;
@@ -142,6 +143,18 @@ fn db(input: &[u8]) -> moat::Result<String> {
                 Err(e) if e.is(moat::code::CONFLICT) => Value::object([("code", e.code().into()), ("version", v1.into())]),
                 Err(e) => return Err(e),
             }
+        }
+        ("hostile", 2) => {
+            // JSON the SDK must refuse before anything is sent: a number
+            // with no JSON form, and text that would add members to the
+            // request around the document.
+            let code = |r: moat::Result<db::Inserted>| match r {
+                Ok(_) => "accepted".to_string(),
+                Err(e) => e.code().to_string(),
+            };
+            let nan = code(db::insert(a[1], &Value::object([("n", f64::NAN.into())])));
+            let smuggled = code(Value::raw(r#"{"title":"x"}, "model": "secrets""#).and_then(|doc| db::insert(a[1], &doc)));
+            Value::object([("nan", nan.into()), ("smuggled", smuggled.into())])
         }
         ("delete", 4) => Value::object([("deleted", db::delete(a[1], a[2], int(a[3])?)?.into())]),
         _ => return Err(moat::Error::new(moat::code::INVALID_ARGUMENT, format!("unknown db command {:?}", a))),
