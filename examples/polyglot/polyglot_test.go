@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -144,6 +145,9 @@ func TestMain(m *testing.M) {
 	buildDir = d
 	code := m.Run()
 	os.RemoveAll(d)
+	if err := pgtest.Stop(); err != nil { // the cluster TestSDKData started, if any
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+	}
 	os.Exit(code)
 }
 
