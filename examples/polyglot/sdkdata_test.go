@@ -153,9 +153,10 @@ func loadScriptFixture(dir string) func(t *testing.T, h *host.Host) *host.Module
 // SDK read back, so a value mangled on the way out or in shows here. JSON
 // the SDK must refuse (a number with no JSON form, text that would add
 // members to the request around a document) is refused in the guest, and
-// the store is unchanged. Op errors keep their code: a stale version is
-// conflict (which the fixture's own code also catches by its code), an
-// ungranted model or collection is denied, an unknown task is not_found.
+// the store is unchanged. Another organization's caller finds nothing.
+// Op errors keep their code: a stale version is conflict (which the
+// fixture's own code also catches by its code), an ungranted model or
+// collection is denied, an unknown task is not_found.
 func TestSDKData(t *testing.T) {
 	for _, f := range dataFixtures() {
 		t.Run(f.lang, func(t *testing.T) {
@@ -170,9 +171,10 @@ func TestSDKData(t *testing.T) {
 func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	ctx := context.Background()
 	m := f.load(t, h)
-	call := func(action, input string) (map[string]any, error) {
+	eve := policy.Principal{User: "eve", Org: "evil"}
+	callAs := func(who policy.Principal, action, input string) (map[string]any, error) {
 		t.Helper()
-		res, err := m.Invoke(ctx, host.Request{Action: action, Input: []byte(input), Principal: ann})
+		res, err := m.Invoke(ctx, host.Request{Action: action, Input: []byte(input), Principal: who})
 		if err != nil {
 			return nil, err
 		}
@@ -182,6 +184,7 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 		}
 		return out, nil
 	}
+	call := func(action, input string) (map[string]any, error) { return callAs(ann, action, input) }
 	must := func(action, input string) map[string]any {
 		t.Helper()
 		out, err := call(action, input)
@@ -190,11 +193,11 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 		}
 		return out
 	}
-	// refused checks that an invocation failed with code and a
+	// refusedAs checks that who's invocation failed with code and a
 	// reason holding reason.
-	refused := func(action, input string, code abi.Code, reason string) {
+	refusedAs := func(who policy.Principal, action, input string, code abi.Code, reason string) {
 		t.Helper()
-		out, err := call(action, input)
+		out, err := callAs(who, action, input)
 		var he *host.Error
 		if !errors.As(err, &he) {
 			t.Errorf("%s %q = %v, %v; want %s", action, input, out, err, code)
@@ -211,6 +214,10 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 		if he.Code != code || !strings.Contains(he.Reason, reason) {
 			t.Errorf("%s %q: %v; want %s with %q", action, input, err, code, reason)
 		}
+	}
+	refused := func(action, input string, code abi.Code, reason string) {
+		t.Helper()
+		refusedAs(ann, action, input, code, reason)
 	}
 
 	// db: documents built by the SDK's writer, titles built to
@@ -269,6 +276,14 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	wantQuery = map[string]any{"titles": []any{"b2", "a1"}, "pages": 1.0, "count": 2.0} // c5 is n 6 now, the first is done
 	if out := must("db", "query notes home"); !reflect.DeepEqual(out, wantQuery) {
 		t.Errorf("query after the updates = %v; want %v", out, wantQuery)
+	}
+	// Another organization's caller, through the same SDK calls, finds
+	// none of it: an empty page, no count, found false.
+	if out, err := callAs(eve, "db", "query notes home"); err != nil || !reflect.DeepEqual(out, map[string]any{"titles": []any{}, "pages": 1.0, "count": 0.0}) {
+		t.Errorf("query as %s = %v, %v; want an empty page", eve.Org, out, err)
+	}
+	if out, err := callAs(eve, "db", "get notes "+id); err != nil || !reflect.DeepEqual(out, map[string]any{"found": false}) {
+		t.Errorf("get as %s = %v, %v; want found false", eve.Org, out, err)
 	}
 	refused("db", "delete notes "+id+" 1", abi.CodeConflict, "version")
 	if out := must("db", "delete notes "+id+" 2"); out["deleted"] != true {
@@ -336,6 +351,9 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	if err != nil || len(stored) != 1 || stored[0].Meta["lang"] != "en" || stored[0].Meta["len"] != float64(len(`The quick "brown" fox jumps`)) {
 		t.Errorf("the store holds %+v, %v; want k1 with meta lang en and len", stored, err)
 	}
+	if out, err := callAs(eve, "knowledge", "search docs - brown"); err != nil || !reflect.DeepEqual(out, map[string]any{"hits": []any{}}) {
+		t.Errorf("search as %s = %v, %v; want no hits", eve.Org, out, err)
+	}
 	refused("knowledge", "add private k1 en secret words", abi.CodeDenied, "private")
 
 	// tasks: one delayed an hour (it stays queued, is found again
@@ -357,6 +375,7 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	if err != nil || tk.Action != "echo" || string(tk.Input) != "later" || tk.Key != "key-1" || tk.User != ann.User {
 		t.Errorf("the stored task = %+v, %v; want echo of \"later\" under key-1 as %s", tk, err, ann.User)
 	}
+	refusedAs(eve, "task", "cancel "+tid, abi.CodeNotFound, "")
 	if out := must("task", "cancel "+tid); out["cancelled"] != true || out["state"] != abi.TaskCancelled {
 		t.Errorf("cancel = %v", out)
 	}
