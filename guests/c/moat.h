@@ -626,11 +626,24 @@ static inline void moat_jw_int(moat_json_writer *w, int64_t v) {
     if (moat__jw_value(w)) moat_buf_printf(&w->buf, "%lld", (long long)v);
 }
 
+/* moat__number_text writes finite v into tmp (32 bytes) in the fewest of
+ * 15 to 17 significant digits that read back as v: 0.1, not
+ * 0.10000000000000001. */
+static inline int moat__number_text(char *tmp, double v) {
+    int n = 0;
+    for (int digits = 15; digits <= 17; digits++) {
+        n = snprintf(tmp, 32, "%.*g", digits, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    return n;
+}
+
 /* moat_jw_number writes a finite number; NaN and the infinities have no
  * JSON form and fail the writer. */
 static inline void moat_jw_number(moat_json_writer *w, double v) {
+    char tmp[32];
     if (!isfinite(v)) w->failed = true;
-    if (moat__jw_value(w)) moat_buf_printf(&w->buf, "%.17g", v);
+    if (moat__jw_value(w)) moat_buf_append(&w->buf, tmp, (size_t)moat__number_text(tmp, v));
 }
 
 static inline void moat_jw_bool(moat_json_writer *w, bool v) {
@@ -1038,7 +1051,7 @@ static inline void moat_db_where_int(moat_db_where *w, const char *field, const 
 /* moat_db_where_number refuses NaN and the infinities (no JSON form). */
 static inline void moat_db_where_number(moat_db_where *w, const char *field, const char *op, double value) {
     char v[32];
-    int n = snprintf(v, sizeof v, "%.17g", value);
+    int n = isfinite(value) ? moat__number_text(v, value) : 0;
     moat__db_cond(w, field, op, isfinite(value) ? v : NULL, (size_t)n);
 }
 

@@ -254,6 +254,10 @@ static void test_json_writer(void) {
     moat_jw_int(&w, -9007199254740991LL);
     moat_jw_key(&w, "f");
     moat_jw_number(&w, 0.5);
+    moat_jw_key(&w, "g");
+    moat_jw_number(&w, 0.1);
+    moat_jw_key(&w, "h");
+    moat_jw_number(&w, 1.0 / 3.0);
     moat_jw_key(&w, "l");
     moat_jw_array(&w);
     moat_jw_bool(&w, true);
@@ -266,7 +270,7 @@ static void test_json_writer(void) {
     moat_jw_object(&w);
     moat_jw_end(&w);
     moat_jw_end(&w);
-    const char *want = "{\"t\\\"\":\"a\\\\b\\n\\u0001 \xc3\xbc\",\"n\":-9007199254740991,\"f\":0.5,\"l\":[true,null,[], {\"x\":[1]} ],\"o\":{}}";
+    const char *want = "{\"t\\\"\":\"a\\\\b\\n\\u0001 \xc3\xbc\",\"n\":-9007199254740991,\"f\":0.5,\"g\":0.1,\"h\":0.3333333333333333,\"l\":[true,null,[], {\"x\":[1]} ],\"o\":{}}";
     CHECK(moat_jw_text(&w) && strcmp(moat_jw_text(&w), want) == 0, "wrote %s", moat_jw_text(&w) ? moat_jw_text(&w) : "NULL");
     CHECK(moat_json_valid(moat_jw_text(&w), strlen(moat_jw_text(&w)), true), "what it wrote is valid");
     moat_jw_free(&w);
