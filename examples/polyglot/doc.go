@@ -6,5 +6,11 @@
 // real compiler, loaded with its moat.yaml the way `moat run` loads it, and
 // invoked through the import transport, calling config, log and kv.
 //
+// The SDKs' fixtures (testdata/sdk-c, sdk-cpp, sdk-rust, sdk-as and the
+// JavaScript script plugin sdk-js) have one action per part of their SDK,
+// the same commands in every language: TestSDK drives config, log, kv, the
+// raw call and error codes, TestSDKData the typed db, knowledge and task
+// wrappers, through a real host.
+//
 // The package has no API; it exists for `go test ./examples/polyglot`.
 package polyglot

@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -51,6 +52,7 @@ var guests = []guest{
 // (testdata/sdk-*; the same actions in every language).
 var sdkFixtures = []guest{
 	{"c", "examples/polyglot/testdata/sdk-c", buildC("examples/polyglot/testdata/sdk-c/sdk.c", false)},
+	{"cpp", "examples/polyglot/testdata/sdk-cpp", buildC("examples/polyglot/testdata/sdk-cpp/sdk.cpp", true)},
 	{"rust", "examples/polyglot/testdata/sdk-rust", buildRust("examples/polyglot/testdata/sdk-rust", "sdk_rust")},
 	{"assemblyscript", "examples/polyglot/testdata/sdk-as", buildAS("examples/polyglot/testdata/sdk-as")},
 }
@@ -143,6 +145,9 @@ func TestMain(m *testing.M) {
 	buildDir = d
 	code := m.Run()
 	os.RemoveAll(d)
+	if err := pgtest.Stop(); err != nil { // the cluster TestSDKData started, if any
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+	}
 	os.Exit(code)
 }
 
@@ -414,11 +419,12 @@ func TestGreetErrors(t *testing.T) {
 	}
 }
 
-// TestSDK drives every part of the C, Rust and AssemblyScript SDKs
-// through their conformance fixtures, with one table: kv (including a
+// TestSDK drives every part of the C (built as C and as C++), Rust and
+// AssemblyScript SDKs through their conformance fixtures, with one table: kv (including a
 // value and a key list larger than one reply buffer or one page), config,
 // log, the raw call, error codes both ways, binary input, and a trap that
-// carries its message.
+// carries its message. TestSDKData drives their db, knowledge and task
+// actions.
 func TestSDK(t *testing.T) {
 	ctx := context.Background()
 	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB: StatusTooSmall, then a fetch
@@ -429,7 +435,7 @@ func TestSDK(t *testing.T) {
 	for _, g := range sdkFixtures {
 		t.Run(g.lang, func(t *testing.T) {
 			logs := newCapture()
-			h := newHost(t, slog.New(logs))
+			h := sdkHost(t, slog.New(logs))
 			m := load(t, h, bundle(t, g), func(o *host.LoadOptions) { o.Config = map[string]string{"greeting": "hi"} })
 			for _, k := range keys {
 				if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, k, []byte("x")); err != nil {
@@ -518,9 +524,14 @@ func TestCSDK(t *testing.T) {
 }
 
 // TestRustSDK runs the Rust crate's own unit tests (JSON, base64, the
-// transport against a fake host) with Debian's cargo, natively.
+// requests and replies of the ops against a fake host) and its doc tests
+// with Debian's cargo and rustdoc, natively.
 func TestRustSDK(t *testing.T) {
 	rustc, cargo, err := rustTools()
+	var rustdoc string
+	if err == nil {
+		rustdoc, err = toolchains.Binary("rustdoc", "rustc")
+	}
 	if err != nil {
 		if os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
 			t.Skip(err)
@@ -528,18 +539,22 @@ func TestRustSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := testwasm.RepoRoot(t)
-	if err := run(filepath.Join(root, "guests/rust"), []string{"RUSTC=" + rustc, "CARGO_TARGET_DIR=" + t.TempDir()},
+	// RUSTDOC too: a rustdoc from rustup earlier on PATH reads none of
+	// Debian's rustc's metadata.
+	if err := run(filepath.Join(root, "guests/rust"), []string{"RUSTC=" + rustc, "RUSTDOC=" + rustdoc, "CARGO_TARGET_DIR=" + t.TempDir()},
 		cargo, "test", "--quiet", "--offline"); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// benchProfile grants kv and sets no rate limit, so the benchmarks measure
-// the invoke path, not a limiter (as host's benchmarks do).
+// benchProfile grants kv (and what the SDK fixtures ask for) and sets no
+// rate limit, so the benchmarks measure the invoke path, not a limiter (as
+// host's benchmarks do).
 const benchProfile = `
 name: bench
+on_ungranted: deny_at_call
 default:
-  capabilities: {kv: true}
+  capabilities: {kv: true, db: [notes], knowledge: [docs], tasks: true}
   limits: {memory: 128MiB, timeout: 10s}
 `
 

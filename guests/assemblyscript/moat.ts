@@ -4,7 +4,10 @@
 // host invokes them with an input and returns their output. Inside an
 // action the plugin reaches the host through ops: its configuration
 // (config.get), the structured log (log.info...), a key-value store
-// (kv.get/put/remove/list) and, for any other op, call.
+// (kv.get/put/remove/list), documents in the models of its moat.yaml
+// (db.insert/get/query/update/remove/count), ranked full-text search
+// (knowledge.add/remove/search), background tasks
+// (tasks.enqueue/status/cancel) and, for any other op, call.
 //
 //   import * as moat from "../../guests/assemblyscript/moat";
 //   export { moat_abi_version, moat_actions, moat_alloc, moat_invoke } from "../../guests/assemblyscript/moat";
@@ -27,7 +30,11 @@
 // Conventions:
 //   - AssemblyScript has no exceptions, so ops return a Result<T> (or a
 //     MoatError | null) and actions return an Output. Output.fail(err)
-//     passes an op's error code (for example "denied") to the host's caller.
+//     passes an op's error code (for example "denied") to the host's caller;
+//     r.error!.is(Code.CONFLICT) tells a stale db version.
+//   - JSON going to the host (documents, conditions, meta) is built with
+//     Obj and Value, which escape for you; Value.raw checks JSON text is one
+//     value, so nothing handed in can add members to the request around it.
 //   - An abort (a failed assertion, an out-of-bounds index, running out of
 //     memory) ends the instance: the host reports a trap carrying the
 //     message, which abort writes to stderr.
@@ -47,8 +54,10 @@ export namespace Code {
   export const UNKNOWN_OP = "unknown_op";
   export const DENIED = "denied";
   export const TOO_LARGE = "too_large";
+  export const CONFLICT = "conflict";
   export const UNAVAILABLE = "unavailable";
   export const INTERNAL = "internal";
+  export const RESOURCE_EXHAUSTED = "resource_exhausted";
   export const GUEST_ERROR = "guest_error";
   export const CONFIRMATION_REQUIRED = "confirmation_required";
 }
@@ -337,13 +346,40 @@ export class JSONReader {
         return this.eat(close);
       }
     }
+    // true, false, null or a number, held to JSON's grammar: valid()
+    // checks JSON handed to the SDK with this too.
+    if (this.literal("true") || this.literal("false") || this.literal("null")) return true;
+    return this.number();
+  }
+
+  private literal(word: string): bool {
+    if (this.i + word.length > this.b.length) return false;
+    for (let k = 0; k < word.length; k++) if (<i32>this.b[this.i + k] != word.charCodeAt(k)) return false;
+    this.i += word.length;
+    return true;
+  }
+
+  private digits(): bool {
     const start = this.i;
-    while (this.i < this.b.length) {
-      const d = this.b[this.i];
-      if (!((d >= 0x30 && d <= 0x39) || d == 0x2b || d == 0x2d || d == 0x2e || (d >= 0x61 && d <= 0x7a) || d == 0x45)) break;
-      this.i++;
-    }
+    while (this.i < this.b.length && this.b[this.i] >= 0x30 && this.b[this.i] <= 0x39) this.i++;
     return this.i > start;
+  }
+
+  /** Steps over a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+  number(): bool {
+    if (this.i < this.b.length && this.b[this.i] == 0x2d) this.i++;
+    if (this.i < this.b.length && this.b[this.i] == 0x30) this.i++;
+    else if (!this.digits()) return false;
+    if (this.i < this.b.length && this.b[this.i] == 0x2e) {
+      this.i++;
+      if (!this.digits()) return false;
+    }
+    if (this.i < this.b.length && (this.b[this.i] == 0x65 || this.b[this.i] == 0x45)) {
+      this.i++;
+      if (this.i < this.b.length && (this.b[this.i] == 0x2b || this.b[this.i] == 0x2d)) this.i++;
+      if (!this.digits()) return false;
+    }
+    return true;
   }
 
   /**
@@ -371,6 +407,195 @@ export class JSONReader {
   bool(key: string): bool {
     if (!this.find(key) || this.i + 4 > this.b.length) return false;
     return this.b[this.i] == 0x74 && this.b[this.i + 1] == 0x72 && this.b[this.i + 2] == 0x75 && this.b[this.i + 3] == 0x65;
+  }
+
+  /** The JSON text of member key (a view into the text), or null. */
+  raw(key: string): Uint8Array | null {
+    if (!this.find(key)) return null;
+    const start = this.i;
+    if (!this.skip()) return null;
+    return this.b.subarray(start, this.i);
+  }
+
+  /** The string member key, or null when absent or not a string. */
+  getString(key: string): string | null {
+    return this.find(key) ? this.string() : null;
+  }
+
+  /** The integer member key: an error when absent or not an integer of 64 bits. */
+  getInt(key: string): Result<i64> {
+    const raw = this.raw(key);
+    if (raw === null) return failure<i64>(new MoatError(Code.INTERNAL, "member " + key + " is missing or malformed"));
+    const v = parseInt64(raw);
+    if (!v.ok) return failure<i64>(new MoatError(Code.INTERNAL, "member " + key + " is not an integer"));
+    return v;
+  }
+
+  /** The number member key: an error when absent or not a number. */
+  getNumber(key: string): Result<f64> {
+    const raw = this.raw(key);
+    if (raw === null || !new JSONReader(raw).number()) return failure<f64>(new MoatError(Code.INTERNAL, "member " + key + " is missing or not a number"));
+    return success<f64>(parseFloat(String.UTF8.decodeUnsafe(raw.dataStart, raw.length)));
+  }
+
+  /**
+   * The elements of the array member key, each a view of its JSON text,
+   * or null when absent or malformed.
+   */
+  elements(key: string): Uint8Array[] | null {
+    if (!this.find(key) || !this.eat(0x5b)) return null;
+    const out = new Array<Uint8Array>();
+    if (this.eat(0x5d)) return out;
+    while (true) {
+      this.ws();
+      const start = this.i;
+      if (!this.skip()) return null;
+      out.push(this.b.subarray(start, this.i));
+      if (this.eat(0x2c)) continue;
+      return this.eat(0x5d) ? out : null;
+    }
+    return null; // unreachable; AssemblyScript wants a return
+  }
+}
+
+/** The integer in b (JSON text with no fraction or exponent), if it fits in 64 bits. */
+function parseInt64(b: Uint8Array): Result<i64> {
+  const r = new JSONReader(b);
+  if (!r.number() || r.i != b.length) return failure<i64>(new MoatError(Code.INVALID_ARGUMENT, "not a number"));
+  let i = 0;
+  const neg = b.length > 0 && b[0] == 0x2d;
+  if (neg) i++;
+  let v: u64 = 0;
+  for (; i < b.length; i++) {
+    const d = <i32>b[i] - 0x30;
+    if (d < 0 || d > 9) return failure<i64>(new MoatError(Code.INVALID_ARGUMENT, "not an integer"));
+    if (v > (u64.MAX_VALUE - <u64>d) / 10) return failure<i64>(new MoatError(Code.INVALID_ARGUMENT, "out of range"));
+    v = v * 10 + <u64>d;
+  }
+  if (neg ? v > <u64>i64.MAX_VALUE + 1 : v > <u64>i64.MAX_VALUE) return failure<i64>(new MoatError(Code.INVALID_ARGUMENT, "out of range"));
+  return success<i64>(neg ? -(<i64>v) : <i64>v);
+}
+
+/**
+ * Whether text is exactly one JSON value (white space around it
+ * allowed). The SDK checks JSON handed to it with this before the JSON
+ * joins a request, so that text such as {}, "model": "other" cannot add
+ * members to the request around it.
+ */
+export function valid(text: string): bool {
+  const r = new JSONReader(Uint8Array.wrap(String.UTF8.encode(text)));
+  r.ws();
+  if (!r.skip()) return false;
+  r.ws();
+  return r.i == r.b.length;
+}
+
+/** s as a JSON string literal. */
+function quote(s: string): string {
+  const parts = new Array<string>();
+  parts.push('"');
+  let start = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c != 0x22 && c != 0x5c && c >= 0x20) continue;
+    if (i > start) parts.push(s.substring(start, i));
+    if (c == 0x22) parts.push('\\"');
+    else if (c == 0x5c) parts.push("\\\\");
+    else parts.push("\\u00" + (c < 16 ? "0" : "") + c.toString(16));
+    start = i + 1;
+  }
+  if (start < s.length) parts.push(start == 0 ? s : s.substring(start));
+  parts.push('"');
+  return parts.join("");
+}
+
+/**
+ * A JSON value to send: a document's field, a condition's value, a meta
+ * value. Make one with the static constructors; Value.raw takes JSON
+ * text, checked to be one value. A number that is not finite has no JSON
+ * form: its Value is not ok, and an op given it fails with
+ * invalid_argument before anything is sent.
+ */
+export class Value {
+  private constructor(public readonly json: string, public readonly ok: bool = true) {}
+  static str(s: string): Value {
+    return new Value(quote(s));
+  }
+  static int(v: i64): Value {
+    return new Value(v.toString());
+  }
+  static num(v: f64): Value {
+    return isFinite(v) ? new Value(v.toString()) : new Value("null", false);
+  }
+  static bool(v: bool): Value {
+    return new Value(v ? "true" : "false");
+  }
+  static null(): Value {
+    return new Value("null");
+  }
+  static strs(a: string[]): Value {
+    const parts = new Array<string>(a.length);
+    for (let i = 0; i < a.length; i++) parts[i] = quote(a[i]);
+    return new Value("[" + parts.join(",") + "]");
+  }
+  static ints(a: i64[]): Value {
+    const parts = new Array<string>(a.length);
+    for (let i = 0; i < a.length; i++) parts[i] = a[i].toString();
+    return new Value("[" + parts.join(",") + "]");
+  }
+  static array(a: Value[]): Value {
+    let ok = true;
+    const parts = new Array<string>(a.length);
+    for (let i = 0; i < a.length; i++) {
+      parts[i] = a[i].json;
+      ok = ok && a[i].ok;
+    }
+    return new Value("[" + parts.join(",") + "]", ok);
+  }
+  static object(o: Obj): Value {
+    return new Value(o.json(), o.ok);
+  }
+  /** JSON text as a value, or null unless it is exactly one JSON value. */
+  static raw(json: string): Value | null {
+    return valid(json) ? new Value(json) : null;
+  }
+}
+
+/**
+ * A JSON object being built, for documents, sets, meta and filters:
+ *
+ *   const doc = new moat.Obj().str("title", title).int("n", 3).bool("done", false);
+ */
+export class Obj {
+  private parts: string[] = [];
+  ok: bool = true;
+  /** Sets key to v. */
+  set(key: string, v: Value): Obj {
+    this.parts.push(quote(key) + ":" + v.json);
+    this.ok = this.ok && v.ok;
+    return this;
+  }
+  str(key: string, v: string): Obj {
+    return this.set(key, Value.str(v));
+  }
+  int(key: string, v: i64): Obj {
+    return this.set(key, Value.int(v));
+  }
+  num(key: string, v: f64): Obj {
+    return this.set(key, Value.num(v));
+  }
+  bool(key: string, v: bool): Obj {
+    return this.set(key, Value.bool(v));
+  }
+  strs(key: string, v: string[]): Obj {
+    return this.set(key, Value.strs(v));
+  }
+  get empty(): bool {
+    return this.parts.length == 0;
+  }
+  /** The object's JSON text. */
+  json(): string {
+    return "{" + this.parts.join(",") + "}";
   }
 }
 
@@ -632,6 +857,492 @@ export namespace kv {
       if (count == 0) return failure<string[]>(new MoatError(Code.INTERNAL, "op kv.list: the host said more keys follow but returned none"));
     }
     return success<string[]>(keys); // unreachable; AssemblyScript wants a return
+  }
+}
+
+// The members a request ends with, written into req: "key":JSON for each
+// Value or Obj given, refused (invalid_argument) when one is not ok.
+function badJSON<T>(op: string, what: string): Result<T> {
+  return failure<T>(new MoatError(Code.INVALID_ARGUMENT, "op " + op + ": " + what + " holds a number that is not finite, which has no JSON form"));
+}
+
+function memberString(req: Buf, key: string, v: string): void {
+  req.byte(0x2c);
+  req.json(key);
+  req.byte(0x3a);
+  req.json(v);
+}
+
+function memberJSON(req: Buf, key: string, json: string): void {
+  req.byte(0x2c);
+  req.json(key);
+  req.byte(0x3a);
+  req.str(json);
+}
+
+function memberStrings(req: Buf, key: string, a: string[]): void {
+  req.byte(0x2c);
+  req.json(key);
+  req.str(":[");
+  for (let i = 0; i < a.length; i++) {
+    if (i > 0) req.byte(0x2c);
+    req.json(a[i]);
+  }
+  req.byte(0x5d);
+}
+
+function utf8(b: Uint8Array): string {
+  return String.UTF8.decodeUnsafe(b.dataStart, b.length);
+}
+
+/**
+ * The module's documents: JSON objects in the models its moat.yaml
+ * declares (models:), each granted by name (capabilities: {db: [notes]}).
+ * The host checks every document against its model and scopes every op to
+ * the caller's organization (and, in a model with scope: user, to the
+ * caller): another organization's or user's document is not found.
+ *
+ *   const ins = moat.db.insert("notes", new moat.Obj().str("title", "buy milk").bool("done", false));
+ *   if (!ins.ok) return moat.Output.fail(ins.error!);
+ *   const q = new moat.db.Query();
+ *   q.where = [moat.db.cond("done", moat.db.EQ, moat.Value.bool(false))];
+ *   q.order = ["-due"];
+ *   const page = moat.db.query("notes", q);
+ *
+ * Field types, operators and limits are those of abi/db.go in the moat
+ * repository.
+ */
+export namespace db {
+  export const EQ = "=";
+  export const NE = "!=";
+  export const LT = "<";
+  export const LE = "<=";
+  export const GT = ">";
+  export const GE = ">=";
+  export const IN = "in";
+  export const PREFIX = "prefix";
+  export const CONTAINS = "contains";
+
+  /** A new document's id and version (1). */
+  export class Inserted {
+    constructor(public id: string, public version: i64) {}
+  }
+
+  /** A stored document and what the host keeps beside it. */
+  export class Doc {
+    id: string = "";
+    /** 1 on insert, one more on every update. */
+    version: i64 = 0;
+    owner: string = "";
+    /** RFC 3339 in UTC, millisecond precision. */
+    created: string = "";
+    updated: string = "";
+    /** The document: a JSON object. */
+    json: string = "{}";
+    /** A reader of the document's members (getString, getInt...). */
+    reader(): JSONReader {
+      return new JSONReader(Uint8Array.wrap(String.UTF8.encode(this.json)));
+    }
+  }
+
+  /** One condition: [field, op, value]. */
+  export class Cond {
+    constructor(public field: string, public op: string, public value: Value) {}
+  }
+
+  /** A condition: cond("done", db.EQ, Value.bool(false)). */
+  export function cond(field: string, op: string, value: Value): Cond {
+    return new Cond(field, op, value);
+  }
+
+  /**
+   * A query: every condition of where holds; order names fields, "-field"
+   * for descending (ties, and no order, go by id); limit is the page size
+   * (0: the host's default, 100; at most 1000); after is the next of the
+   * previous page.
+   */
+  export class Query {
+    where: Cond[] = [];
+    order: string[] = [];
+    limit: i32 = 0;
+    after: string = "";
+  }
+
+  /** One page of a query; next is "" on the last. */
+  export class Page {
+    docs: Doc[] = [];
+    next: string = "";
+  }
+
+  /**
+   * What update does: set's fields replace theirs, unset's are removed;
+   * with version not 0 the document must still be at that version, or the
+   * update fails with Code.CONFLICT.
+   */
+  export class Change {
+    set: Obj | null = null;
+    unset: string[] = [];
+    version: i64 = 0;
+  }
+
+  function request(model: string, id: string | null = null): Buf {
+    const req = newRequest();
+    req.str('{"model":');
+    req.json(model);
+    if (id !== null) memberString(req, "id", id);
+    return req;
+  }
+
+  function conditions(req: Buf, where: Cond[]): bool {
+    if (where.length == 0) return true;
+    req.str(',"where":[');
+    for (let i = 0; i < where.length; i++) {
+      const c = where[i];
+      if (!c.value.ok) return false;
+      if (i > 0) req.byte(0x2c);
+      req.byte(0x5b);
+      req.json(c.field);
+      req.byte(0x2c);
+      req.json(c.op);
+      req.byte(0x2c);
+      req.str(c.value.json);
+      req.byte(0x5d);
+    }
+    req.byte(0x5d);
+    return true;
+  }
+
+  function readDoc(op: string, b: Uint8Array): Result<Doc> {
+    const j = new JSONReader(b);
+    const d = new Doc();
+    const id = j.getString("id");
+    const version = j.getInt("version");
+    const doc = j.raw("doc");
+    if (id === null || !version.ok || doc === null || doc.length == 0 || doc[0] != 0x7b) {
+      return failure<Doc>(new MoatError(Code.INTERNAL, "op " + op + ": a document of the reply lacks its id, version or doc"));
+    }
+    d.id = id;
+    d.version = version.value;
+    d.json = utf8(doc);
+    const owner = j.getString("owner");
+    if (owner !== null) d.owner = owner;
+    const created = j.getString("created");
+    if (created !== null) d.created = created;
+    const updated = j.getString("updated");
+    if (updated !== null) d.updated = updated;
+    return success<Doc>(d);
+  }
+
+  /** Stores doc as a new document of model. */
+  export function insert(model: string, doc: Obj): Result<Inserted> {
+    if (!doc.ok) return badJSON<Inserted>("db.insert", "the document");
+    const req = request(model);
+    memberJSON(req, "doc", doc.json());
+    req.byte(0x7d);
+    const r = roundTrip("db.insert", req);
+    if (!r.ok) return failure<Inserted>(r.error!);
+    const j = new JSONReader(r.value);
+    const id = j.getString("id");
+    const v = j.getInt("version");
+    if (id === null || !v.ok) return failure<Inserted>(new MoatError(Code.INTERNAL, "op db.insert: the reply has no id and version"));
+    return success<Inserted>(new Inserted(id, v.value));
+  }
+
+  /** The document id of model, or null when the caller's scope holds none. */
+  export function get(model: string, id: string): Result<Doc | null> {
+    const req = request(model, id);
+    req.byte(0x7d);
+    const r = roundTrip("db.get", req);
+    if (!r.ok) return failure<Doc | null>(r.error!);
+    if (!new JSONReader(r.value).bool("found")) return success<Doc | null>(null);
+    const d = readDoc("db.get", r.value);
+    if (!d.ok) return failure<Doc | null>(d.error!);
+    return success<Doc | null>(d.value);
+  }
+
+  /** One page of the documents of model that q selects. */
+  export function query(model: string, q: Query): Result<Page> {
+    const req = request(model);
+    if (!conditions(req, q.where)) return badJSON<Page>("db.query", "a condition's value");
+    if (q.order.length > 0) memberStrings(req, "order", q.order);
+    if (q.limit != 0) memberJSON(req, "limit", q.limit.toString());
+    if (q.after.length > 0) memberString(req, "after", q.after);
+    req.byte(0x7d);
+    const r = roundTrip("db.query", req);
+    if (!r.ok) return failure<Page>(r.error!);
+    const j = new JSONReader(r.value);
+    const els = j.elements("docs");
+    if (els === null) return failure<Page>(new MoatError(Code.INTERNAL, "op db.query: the reply has no docs array"));
+    const page = new Page();
+    for (let i = 0; i < els.length; i++) {
+      const d = readDoc("db.query", els[i]);
+      if (!d.ok) return failure<Page>(d.error!);
+      page.docs.push(d.value);
+    }
+    const next = j.getString("next");
+    if (next !== null) page.next = next;
+    return success<Page>(page);
+  }
+
+  /** Changes the document id of model; its new version. */
+  export function update(model: string, id: string, c: Change): Result<i64> {
+    const req = request(model, id);
+    const set = c.set;
+    if (set !== null) {
+      if (!set.ok) return badJSON<i64>("db.update", "set");
+      memberJSON(req, "set", set.json());
+    }
+    if (c.unset.length > 0) memberStrings(req, "unset", c.unset);
+    if (c.version != 0) memberJSON(req, "version", c.version.toString());
+    req.byte(0x7d);
+    const r = roundTrip("db.update", req);
+    if (!r.ok) return failure<i64>(r.error!);
+    const v = new JSONReader(r.value).getInt("version");
+    if (!v.ok) return failure<i64>(new MoatError(Code.INTERNAL, "op db.update: the reply has no version"));
+    return v;
+  }
+
+  /**
+   * Removes the document id of model and reports whether it was there.
+   * With version not 0 the document must still be at that version, or
+   * the delete fails with Code.CONFLICT. (delete is a reserved word.)
+   */
+  export function remove(model: string, id: string, version: i64 = 0): Result<bool> {
+    const req = request(model, id);
+    if (version != 0) memberJSON(req, "version", version.toString());
+    req.byte(0x7d);
+    const r = roundTrip("db.delete", req);
+    if (!r.ok) return failure<bool>(r.error!);
+    return success<bool>(new JSONReader(r.value).bool("deleted"));
+  }
+
+  /** Counts the documents of model for which every condition holds. */
+  export function count(model: string, where: Cond[] = []): Result<i64> {
+    const req = request(model);
+    if (!conditions(req, where)) return badJSON<i64>("db.count", "a condition's value");
+    req.byte(0x7d);
+    const r = roundTrip("db.count", req);
+    if (!r.ok) return failure<i64>(r.error!);
+    const n = new JSONReader(r.value).getInt("count");
+    if (!n.ok) return failure<i64>(new MoatError(Code.INTERNAL, "op db.count: the reply has no count"));
+    return n;
+  }
+}
+
+/**
+ * The module's knowledge: documents of text with metadata in named
+ * collections, searched by ranked full text, scoped by the host to the
+ * caller's organization and this module; granted per collection
+ * (capabilities: {knowledge: [docs]}). A query is plain text, never
+ * syntax. meta and filter are flat: strings, numbers and booleans. The
+ * rules and limits are those of abi/knowledge.go in the moat repository.
+ */
+export namespace knowledge {
+  /** One document a search found. */
+  export class Hit {
+    id: string = "";
+    /** Higher is better; compare scores of one search only. */
+    score: f64 = 0;
+    /** The text around the words found, "…" where it was cut. */
+    snippet: string = "";
+    /** Its meta: a JSON object ({} when it has none). */
+    meta: string = "{}";
+    reader(): JSONReader {
+      return new JSONReader(Uint8Array.wrap(String.UTF8.encode(this.meta)));
+    }
+  }
+
+  /** At most limit hits (0: 10; at most 50); only documents whose meta holds every member of filter. */
+  export class SearchOptions {
+    limit: i32 = 0;
+    filter: Obj | null = null;
+  }
+
+  function request(collection: string): Buf {
+    const req = newRequest();
+    req.str('{"collection":');
+    req.json(collection);
+    return req;
+  }
+
+  /** Stores text under id in collection, replacing the document of that id; whether it replaced one. */
+  export function add(collection: string, id: string, text: string, meta: Obj | null = null): Result<bool> {
+    const req = request(collection);
+    memberString(req, "id", id);
+    memberString(req, "text", text);
+    if (meta !== null) {
+      if (!meta.ok) return badJSON<bool>("knowledge.add", "meta");
+      memberJSON(req, "meta", meta.json());
+    }
+    req.byte(0x7d);
+    const r = roundTrip("knowledge.add", req);
+    if (!r.ok) return failure<bool>(r.error!);
+    return success<bool>(new JSONReader(r.value).bool("replaced"));
+  }
+
+  /** Removes the document id from collection; whether it existed. (delete is a reserved word.) */
+  export function remove(collection: string, id: string): Result<bool> {
+    const req = request(collection);
+    memberString(req, "id", id);
+    req.byte(0x7d);
+    const r = roundTrip("knowledge.delete", req);
+    if (!r.ok) return failure<bool>(r.error!);
+    return success<bool>(new JSONReader(r.value).bool("deleted"));
+  }
+
+  /** The documents of collection holding every word of query, best first. */
+  export function search(collection: string, query: string, opts: SearchOptions = new SearchOptions()): Result<Hit[]> {
+    const req = request(collection);
+    memberString(req, "query", query);
+    if (opts.limit != 0) memberJSON(req, "limit", opts.limit.toString());
+    const filter = opts.filter;
+    if (filter !== null) {
+      if (!filter.ok) return badJSON<Hit[]>("knowledge.search", "filter");
+      memberJSON(req, "filter", filter.json());
+    }
+    req.byte(0x7d);
+    const r = roundTrip("knowledge.search", req);
+    if (!r.ok) return failure<Hit[]>(r.error!);
+    const els = new JSONReader(r.value).elements("hits");
+    if (els === null) return failure<Hit[]>(new MoatError(Code.INTERNAL, "op knowledge.search: the reply has no hits array"));
+    const hits = new Array<Hit>();
+    for (let i = 0; i < els.length; i++) {
+      const j = new JSONReader(els[i]);
+      const h = new Hit();
+      const id = j.getString("id");
+      const score = j.getNumber("score");
+      if (id === null || !score.ok) return failure<Hit[]>(new MoatError(Code.INTERNAL, "op knowledge.search: a hit of the reply lacks its id or score"));
+      h.id = id;
+      h.score = score.value;
+      const snippet = j.getString("snippet");
+      if (snippet !== null) h.snippet = snippet;
+      const meta = j.raw("meta");
+      if (meta !== null && meta.length > 0 && meta[0] == 0x7b) h.meta = utf8(meta);
+      hits.push(h);
+    }
+    return success<Hit[]>(hits);
+  }
+}
+
+/**
+ * Background runs of this module's own actions (capabilities: {tasks:
+ * true}). A task runs later, on whichever host claims it, as the
+ * principal whose invocation enqueued it, retried with backoff; it runs
+ * at least once, so make the action safe to repeat. Limits are those of
+ * abi/task.go in the moat repository.
+ */
+export namespace tasks {
+  export const QUEUED = "queued";
+  export const RUNNING = "running";
+  export const DONE = "done";
+  export const FAILED = "failed";
+  export const CANCELLED = "cancelled";
+
+  /**
+   * An enqueue's options; the defaults run the task as soon as a runner is
+   * free, with 3 attempts. delay is a duration in Go's syntax ("90s",
+   * "15m", "2h30m"), at an RFC 3339 time: at most one, at most 30 days
+   * ahead. maxAttempts is 1 to 25 (0: 3). A key makes the enqueue
+   * idempotent: while a task of this module and organization holds it,
+   * enqueue returns that task (existing true).
+   */
+  export class Options {
+    delay: string = "";
+    at: string = "";
+    maxAttempts: i32 = 0;
+    key: string = "";
+  }
+
+  export class Enqueued {
+    constructor(public id: string, public existing: bool) {}
+  }
+
+  /** A task's state. */
+  export class Status {
+    /** QUEUED, RUNNING, DONE, FAILED or CANCELLED. */
+    state: string = "";
+    attempts: i32 = 0;
+    maxAttempts: i32 = 0;
+    /** Done: the action's output. */
+    result: Uint8Array = new Uint8Array(0);
+    /** The last failure, and its code. */
+    error: string = "";
+    code: string = "";
+    /** Queued: when it runs next (RFC 3339). */
+    runAt: string = "";
+  }
+
+  /** What a cancel did; state is the task's state after it either way. */
+  export class Cancelled {
+    constructor(public cancelled: bool, public state: string) {}
+  }
+
+  /** Queues a run of action with input. */
+  export function enqueue(action: string, input: Uint8Array, opts: Options = new Options()): Result<Enqueued> {
+    const req = newRequest();
+    req.str('{"action":');
+    req.json(action);
+    if (input.length > 0) {
+      req.str(',"input":"');
+      b64encode(req, input);
+      req.byte(0x22);
+    }
+    if (opts.delay.length > 0) memberString(req, "delay", opts.delay);
+    if (opts.at.length > 0) memberString(req, "at", opts.at);
+    if (opts.maxAttempts != 0) memberJSON(req, "max_attempts", opts.maxAttempts.toString());
+    if (opts.key.length > 0) memberString(req, "key", opts.key);
+    req.byte(0x7d);
+    const r = roundTrip("task.enqueue", req);
+    if (!r.ok) return failure<Enqueued>(r.error!);
+    const j = new JSONReader(r.value);
+    const id = j.getString("id");
+    if (id === null || id.length == 0) return failure<Enqueued>(new MoatError(Code.INTERNAL, "op task.enqueue: the reply has no id"));
+    return success<Enqueued>(new Enqueued(id, j.bool("existing")));
+  }
+
+  function idRequest(id: string): Buf {
+    const req = newRequest();
+    req.str('{"id":');
+    req.json(id);
+    req.byte(0x7d);
+    return req;
+  }
+
+  /** The state of the task id of this module; Code.NOT_FOUND for an id of no task of it. */
+  export function status(id: string): Result<Status> {
+    const r = roundTrip("task.status", idRequest(id));
+    if (!r.ok) return failure<Status>(r.error!);
+    const j = new JSONReader(r.value);
+    const st = new Status();
+    const state = j.getString("state");
+    const attempts = j.getInt("attempts");
+    const max = j.getInt("max_attempts");
+    if (state === null || !attempts.ok || !max.ok) return failure<Status>(new MoatError(Code.INTERNAL, "op task.status: the reply has no state and attempts"));
+    st.state = state;
+    st.attempts = <i32>attempts.value;
+    st.maxAttempts = <i32>max.value;
+    const error = j.getString("error");
+    if (error !== null) st.error = error;
+    const code = j.getString("code");
+    if (code !== null) st.code = code;
+    const runAt = j.getString("run_at");
+    if (runAt !== null) st.runAt = runAt;
+    if (j.find("result")) {
+      const enc = new Buf();
+      const v = j.stringBytes(enc) ? b64decode(enc.bytes()) : null;
+      if (v === null) return failure<Status>(new MoatError(Code.INTERNAL, "op task.status: the result is not a base64 string"));
+      st.result = v.slice(0);
+    }
+    return success<Status>(st);
+  }
+
+  /** Cancels the task id of this module if it is queued or running. */
+  export function cancel(id: string): Result<Cancelled> {
+    const r = roundTrip("task.cancel", idRequest(id));
+    if (!r.ok) return failure<Cancelled>(r.error!);
+    const j = new JSONReader(r.value);
+    const state = j.getString("state");
+    return success<Cancelled>(new Cancelled(j.bool("cancelled"), state !== null ? state : ""));
   }
 }
 

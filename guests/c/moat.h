@@ -5,7 +5,10 @@
  * host invokes them with an input and returns their output. Inside an
  * action the plugin reaches the host through ops: its configuration
  * (moat_config_get), the structured log (moat_log_info...), a key-value
- * store (moat_kv_get/put/delete/list) and, for any other op, moat_call.
+ * store (moat_kv_get/put/delete/list), documents in the models of its
+ * moat.yaml (moat_db_insert/get/query/update/delete/count), ranked
+ * full-text search (moat_knowledge_add/delete/search), background tasks
+ * (moat_task_enqueue/status/cancel) and, for any other op, moat_call.
  *
  *     #include "moat.h"
  *
@@ -39,7 +42,13 @@
  *     caller unchanged, so `return err;` propagates an op's failure.
  *   - Values come back in a moat_buf the caller owns (zero-initialize it,
  *     release it with moat_buf_free). The SDK keeps a NUL after the last
- *     byte, so a text value is also a C string.
+ *     byte, so a text value is also a C string. Structured replies (a
+ *     moat_db_doc, a moat_db_page, moat_knowledge_hits, a moat_task_info)
+ *     are caller-owned the same way: *_INIT, reuse, *_free.
+ *   - JSON going to the host (a document, a condition's value, metadata)
+ *     is built with moat_json_writer and checked to be one JSON value
+ *     before it joins a request: text that would add members to the
+ *     request around it is refused with MOAT_INVALID_ARGUMENT.
  *   - The input is valid only during the call (its buffer is reused), and
  *     is NUL-terminated too. The output buffer belongs to the SDK.
  *   - Instances are reused between invocations (pooled isolation), one call
@@ -55,6 +64,8 @@
 #ifndef MOAT_H
 #define MOAT_H
 
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -76,8 +87,10 @@ extern "C" {
 #define MOAT_UNKNOWN_OP "unknown_op"
 #define MOAT_DENIED "denied"
 #define MOAT_TOO_LARGE "too_large"
+#define MOAT_CONFLICT "conflict"
 #define MOAT_UNAVAILABLE "unavailable"
 #define MOAT_INTERNAL "internal"
+#define MOAT_RESOURCE_EXHAUSTED "resource_exhausted"
 #define MOAT_GUEST_ERROR "guest_error"
 #define MOAT_CONFIRMATION_REQUIRED "confirmation_required"
 
@@ -302,6 +315,29 @@ static inline bool moat_json_read_string(moat_json *j, moat_buf *out) {
     return false;
 }
 
+static inline bool moat__digits(moat_json *j) {
+    const char *start = j->p;
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
+    return j->p > start;
+}
+
+/* moat__number steps over a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static inline bool moat__number(moat_json *j) {
+    if (j->p < j->end && *j->p == '-') j->p++;
+    if (j->p < j->end && *j->p == '0') j->p++;
+    else if (!moat__digits(j)) return false;
+    if (j->p < j->end && *j->p == '.') {
+        j->p++;
+        if (!moat__digits(j)) return false;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        j->p++;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+        if (!moat__digits(j)) return false;
+    }
+    return true;
+}
+
 /* moat_json_skip steps over one value of any type. Nesting is bounded so
  * a hostile reply cannot exhaust the stack. */
 static inline bool moat__skip(moat_json *j, int depth) {
@@ -331,10 +367,17 @@ static inline bool moat__skip(moat_json *j, int depth) {
             return false;
         }
     }
-    /* a number, true, false or null */
-    const char *start = j->p;
-    while (j->p < j->end && strchr("0123456789+-.eEtruefalsn", *j->p) && *j->p) j->p++;
-    return j->p > start;
+    /* true, false, null or a number, held to JSON's grammar: the SDK
+     * checks JSON handed to it with this too (moat_json_valid). */
+    static const char *const lits[] = {"true", "false", "null"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t n = strlen(lits[i]);
+        if ((size_t)(j->end - j->p) >= n && memcmp(j->p, lits[i], n) == 0) {
+            j->p += n;
+            return true;
+        }
+    }
+    return moat__number(j);
 }
 
 static inline bool moat_json_skip(moat_json *j) { return moat__skip(j, 0); }
@@ -382,6 +425,264 @@ static inline bool moat_json_get_string(const char *text, size_t n, const char *
 static inline bool moat_json_get_bool(const char *text, size_t n, const char *key) {
     moat_json v;
     return moat_json_find(text, n, key, &v) && v.end - v.p >= 4 && memcmp(v.p, "true", 4) == 0;
+}
+
+/* moat_json_get_raw points *raw at the JSON text of the member key (any
+ * type; an object or array whole). It returns false if the member is
+ * missing or malformed. raw aliases text. */
+static inline bool moat_json_get_raw(const char *text, size_t n, const char *key, moat_bytes *raw) {
+    moat_json v;
+    if (!moat_json_find(text, n, key, &v)) return false;
+    moat__ws(&v);
+    const char *start = v.p;
+    if (!moat_json_skip(&v)) return false;
+    raw->data = (const uint8_t *)start;
+    raw->len = (size_t)(v.p - start);
+    return true;
+}
+
+/* moat__scalar copies the number at raw into tmp as a C string; false if
+ * it is not a number or too long to be one we read. */
+static inline bool moat__scalar(moat_bytes raw, char *tmp, size_t cap) {
+    moat_json j = {(const char *)raw.data, (const char *)raw.data + raw.len};
+    if (raw.len == 0 || raw.len >= cap || !moat__number(&j) || j.p != j.end) return false;
+    memcpy(tmp, raw.data, raw.len);
+    tmp[raw.len] = 0;
+    return true;
+}
+
+/* moat_json_get_int reads the integer member key into *out. It returns
+ * false if the member is missing, not a number, has a fraction or an
+ * exponent, or does not fit in 64 bits. */
+static inline bool moat_json_get_int(const char *text, size_t n, const char *key, int64_t *out) {
+    moat_bytes raw;
+    char tmp[32], *end;
+    if (!moat_json_get_raw(text, n, key, &raw) || !moat__scalar(raw, tmp, sizeof tmp) || strpbrk(tmp, ".eE")) return false;
+    errno = 0;
+    long long v = strtoll(tmp, &end, 10);
+    if (errno || *end) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+/* moat_json_get_number reads the number member key into *out; false if
+ * the member is missing or not a number. */
+static inline bool moat_json_get_number(const char *text, size_t n, const char *key, double *out) {
+    moat_bytes raw;
+    char tmp[64], *end;
+    if (!moat_json_get_raw(text, n, key, &raw) || !moat__scalar(raw, tmp, sizeof tmp)) return false;
+    double v = strtod(tmp, &end);
+    if (*end) return false;
+    *out = v;
+    return true;
+}
+
+/* moat_json_array_next steps through an array: start with j at the
+ * array's '[' and *started false; each call that returns 1 points *elem
+ * at the next element's JSON text (aliasing the array's). It returns 0
+ * after the last element, -1 on malformed input. */
+static inline int moat_json_array_next(moat_json *j, bool *started, moat_bytes *elem) {
+    moat__ws(j);
+    if (!*started) {
+        if (j->p >= j->end || *j->p != '[') return -1;
+        j->p++;
+        *started = true;
+        moat__ws(j);
+        if (j->p < j->end && *j->p == ']') {
+            j->p++;
+            return 0;
+        }
+    } else {
+        if (j->p >= j->end) return -1;
+        if (*j->p == ']') {
+            j->p++;
+            return 0;
+        }
+        if (*j->p++ != ',') return -1;
+        moat__ws(j);
+    }
+    const char *start = j->p;
+    if (!moat_json_skip(j)) return -1;
+    elem->data = (const uint8_t *)start;
+    elem->len = (size_t)(j->p - start);
+    return 1;
+}
+
+/* moat_json_valid reports whether text[0:n] is exactly one JSON value
+ * (with white space around it), and an object when object is true. The
+ * SDK checks every JSON it is handed with it before putting it into a
+ * request: a document such as `{}, "model": "other"` would otherwise add
+ * members to the request around it. */
+static inline bool moat_json_valid(const char *text, size_t n, bool object) {
+    if (!text) return false;
+    moat_json j = {text, text + n};
+    moat__ws(&j);
+    if (object && (j.p >= j.end || *j.p != '{')) return false;
+    if (!moat_json_skip(&j)) return false;
+    moat__ws(&j);
+    return j.p == j.end;
+}
+
+/* ---- writing JSON ------------------------------------------------------ */
+
+/* moat_json_writer builds JSON text: objects, arrays, keys and scalars,
+ * with the commas and escapes placed for you. A misuse (a key outside an
+ * object, a value where a key belongs, nesting past 32 levels, a number
+ * that is not finite, raw text that is not one JSON value) marks the
+ * writer failed instead of writing bad JSON; moat_jw_text then returns
+ * NULL and the ops that take its text refuse it.
+ *
+ *     moat_json_writer w = MOAT_JSON_WRITER_INIT;
+ *     moat_jw_object(&w);
+ *     moat_jw_key(&w, "title"); moat_jw_string(&w, title);
+ *     moat_jw_key(&w, "done");  moat_jw_bool(&w, false);
+ *     moat_jw_end(&w);
+ *     moat_error *err = moat_db_insert("notes", moat_jw_text(&w), &id, &version);
+ *     moat_jw_free(&w);
+ */
+typedef struct {
+    moat_buf buf;
+    uint32_t objects; /* bit d: the container at depth d is an object */
+    uint32_t nonempty; /* bit d: the container at depth d holds a member */
+    int depth;
+    bool keyed;  /* a key was written; its value comes next */
+    bool failed;
+} moat_json_writer;
+
+#define MOAT_JSON_WRITER_INIT {MOAT_BUF_INIT, 0, 0, 0, false, false}
+
+/* moat__jw_value prepares for a value: a comma when one is due, and
+ * checks that a value may come here. */
+static inline bool moat__jw_value(moat_json_writer *w) {
+    if (w->failed) return false;
+    if (w->depth == 0) {
+        if (w->buf.len) w->failed = true; /* a second top-level value */
+        return !w->failed;
+    }
+    uint32_t bit = 1u << (w->depth - 1);
+    if (w->objects & bit) {
+        if (!w->keyed) w->failed = true;
+        w->keyed = false;
+        return !w->failed;
+    }
+    if (w->nonempty & bit) moat_buf_putc(&w->buf, ',');
+    w->nonempty |= bit;
+    return true;
+}
+
+static inline void moat__jw_open(moat_json_writer *w, char c, bool object) {
+    if (!moat__jw_value(w)) return;
+    if (w->depth >= 32) {
+        w->failed = true;
+        return;
+    }
+    moat_buf_putc(&w->buf, c);
+    uint32_t bit = 1u << w->depth;
+    w->depth++;
+    w->nonempty &= ~bit;
+    if (object) w->objects |= bit;
+    else w->objects &= ~bit;
+}
+
+/* moat_jw_object and moat_jw_array open a container; moat_jw_end closes
+ * the innermost. */
+static inline void moat_jw_object(moat_json_writer *w) { moat__jw_open(w, '{', true); }
+static inline void moat_jw_array(moat_json_writer *w) { moat__jw_open(w, '[', false); }
+
+static inline void moat_jw_end(moat_json_writer *w) {
+    if (w->failed) return;
+    if (w->depth == 0 || w->keyed) {
+        w->failed = true;
+        return;
+    }
+    w->depth--;
+    moat_buf_putc(&w->buf, (w->objects >> w->depth) & 1 ? '}' : ']');
+}
+
+/* moat_jw_key writes a member's name; its value comes next. */
+static inline void moat_jw_key(moat_json_writer *w, const char *key) {
+    if (w->failed) return;
+    uint32_t bit = w->depth ? 1u << (w->depth - 1) : 0;
+    if (!key || !(w->objects & bit) || w->keyed) {
+        w->failed = true;
+        return;
+    }
+    if (w->nonempty & bit) moat_buf_putc(&w->buf, ',');
+    w->nonempty |= bit;
+    moat_json_string(&w->buf, key, strlen(key));
+    moat_buf_putc(&w->buf, ':');
+    w->keyed = true;
+}
+
+/* moat_jw_string_n writes n bytes of s as a string (UTF-8 expected). */
+static inline void moat_jw_string_n(moat_json_writer *w, const char *s, size_t n) {
+    if (!s) w->failed = true;
+    if (moat__jw_value(w)) moat_json_string(&w->buf, s, n);
+}
+
+static inline void moat_jw_string(moat_json_writer *w, const char *s) { moat_jw_string_n(w, s, s ? strlen(s) : 0); }
+
+static inline void moat_jw_int(moat_json_writer *w, int64_t v) {
+    if (moat__jw_value(w)) moat_buf_printf(&w->buf, "%lld", (long long)v);
+}
+
+/* moat__number_text writes finite v into tmp (32 bytes) in the fewest of
+ * 15 to 17 significant digits that read back as v: 0.1, not
+ * 0.10000000000000001. */
+static inline int moat__number_text(char *tmp, double v) {
+    int n = 0;
+    for (int digits = 15; digits <= 17; digits++) {
+        n = snprintf(tmp, 32, "%.*g", digits, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    return n;
+}
+
+/* moat_jw_number writes a finite number; NaN and the infinities have no
+ * JSON form and fail the writer. */
+static inline void moat_jw_number(moat_json_writer *w, double v) {
+    char tmp[32];
+    if (!isfinite(v)) w->failed = true;
+    if (moat__jw_value(w)) moat_buf_append(&w->buf, tmp, (size_t)moat__number_text(tmp, v));
+}
+
+static inline void moat_jw_bool(moat_json_writer *w, bool v) {
+    if (moat__jw_value(w)) moat_buf_puts(&w->buf, v ? "true" : "false");
+}
+
+static inline void moat_jw_null(moat_json_writer *w) {
+    if (moat__jw_value(w)) moat_buf_puts(&w->buf, "null");
+}
+
+/* moat_jw_raw writes json, which must be exactly one JSON value (checked
+ * with moat_json_valid), for example a document read from db.get. */
+static inline void moat_jw_raw(moat_json_writer *w, const char *json) {
+    if (!json || !moat_json_valid(json, strlen(json), false)) w->failed = true;
+    if (moat__jw_value(w)) moat_buf_puts(&w->buf, json);
+}
+
+/* moat_jw_text returns the JSON written (a C string), or NULL when the
+ * writer failed or a container is still open. */
+static inline const char *moat_jw_text(const moat_json_writer *w) {
+    if (w->failed || w->depth != 0 || w->keyed || w->buf.len == 0) return NULL;
+    return (const char *)w->buf.data;
+}
+
+static inline void moat__jw_clear(moat_json_writer *w) {
+    w->objects = w->nonempty = 0;
+    w->depth = 0;
+    w->keyed = w->failed = false;
+}
+
+/* moat_jw_reset empties the writer for reuse; moat_jw_free releases it. */
+static inline void moat_jw_reset(moat_json_writer *w) {
+    moat_buf_reset(&w->buf);
+    moat__jw_clear(w);
+}
+
+static inline void moat_jw_free(moat_json_writer *w) {
+    moat_buf_free(&w->buf);
+    moat__jw_clear(w);
 }
 
 /* ---- base64 (kv values are bytes, base64 in JSON) ---------------------- */
@@ -672,6 +973,625 @@ static inline moat_error *moat_kv_list(const char *prefix, bool (*fn)(const char
     moat_buf_free(&page);
     moat_buf_free(&key);
     return e;
+}
+
+/* ---- db: documents in the models of moat.yaml ------------------------- */
+/* The module's documents: JSON objects in the models its moat.yaml
+ * declares (models:), each granted by name (capabilities: db: [notes]).
+ * The host validates every document against its model and scopes every op
+ * to the caller's organization (and, in a model with scope: user, to the
+ * caller): another organization's or user's document is not found. JSON
+ * handed to these functions (a document, set, a condition's value) is
+ * checked to be one JSON value first, so it cannot add members to the
+ * request around it; build it with moat_json_writer. The types, operators
+ * and limits are in abi/db.go of the moat repository. */
+
+/* A stored document and what the host keeps beside it. Zero-initialize
+ * (MOAT_DB_DOC_INIT), reuse across calls, release with moat_db_doc_free. */
+typedef struct {
+    moat_buf id;      /* 28 lowercase hexadecimal digits, made by the host */
+    int64_t version;  /* 1 on insert, one more on every update */
+    moat_buf doc;     /* the document: a JSON object */
+    moat_buf owner;   /* the user who inserted it */
+    moat_buf created; /* RFC 3339 in UTC, millisecond precision */
+    moat_buf updated;
+} moat_db_doc;
+
+#define MOAT_DB_DOC_INIT {MOAT_BUF_INIT, 0, MOAT_BUF_INIT, MOAT_BUF_INIT, MOAT_BUF_INIT, MOAT_BUF_INIT}
+
+static inline void moat_db_doc_free(moat_db_doc *d) {
+    moat_buf_free(&d->id);
+    moat_buf_free(&d->doc);
+    moat_buf_free(&d->owner);
+    moat_buf_free(&d->created);
+    moat_buf_free(&d->updated);
+    d->version = 0;
+}
+
+/* The conditions of a query or a count, all of which must hold: build
+ * them with moat_db_where_string/int/number/bool/json, each appending
+ * [field, op, value] with op one of = != < <= > >= in prefix contains.
+ * Zero-initialize (MOAT_DB_WHERE_INIT); release with moat_db_where_free. */
+typedef struct {
+    moat_buf json; /* the conditions, comma-separated */
+    size_t n;
+    bool bad; /* a field or op was NULL, or a value not JSON: the op refuses the list */
+} moat_db_where;
+
+#define MOAT_DB_WHERE_INIT {MOAT_BUF_INIT, 0, false}
+
+static inline void moat__db_cond(moat_db_where *w, const char *field, const char *op, const char *value, size_t value_len) {
+    if (!field || !op || !value) {
+        w->bad = true;
+        return;
+    }
+    if (w->n++) moat_buf_putc(&w->json, ',');
+    moat_buf_putc(&w->json, '[');
+    moat_json_string(&w->json, field, strlen(field));
+    moat_buf_putc(&w->json, ',');
+    moat_json_string(&w->json, op, strlen(op));
+    moat_buf_putc(&w->json, ',');
+    moat_buf_append(&w->json, value, value_len);
+    moat_buf_putc(&w->json, ']');
+}
+
+static inline void moat_db_where_string(moat_db_where *w, const char *field, const char *op, const char *value) {
+    moat_buf v = MOAT_BUF_INIT;
+    if (value) moat_json_string(&v, value, strlen(value));
+    moat__db_cond(w, field, op, value ? (const char *)v.data : NULL, v.len);
+    moat_buf_free(&v);
+}
+
+static inline void moat_db_where_int(moat_db_where *w, const char *field, const char *op, int64_t value) {
+    char v[24];
+    int n = snprintf(v, sizeof v, "%lld", (long long)value);
+    moat__db_cond(w, field, op, v, (size_t)n);
+}
+
+/* moat_db_where_number refuses NaN and the infinities (no JSON form). */
+static inline void moat_db_where_number(moat_db_where *w, const char *field, const char *op, double value) {
+    char v[32];
+    int n = isfinite(value) ? moat__number_text(v, value) : 0;
+    moat__db_cond(w, field, op, isfinite(value) ? v : NULL, (size_t)n);
+}
+
+static inline void moat_db_where_bool(moat_db_where *w, const char *field, const char *op, bool value) {
+    moat__db_cond(w, field, op, value ? "true" : "false", value ? 4 : 5);
+}
+
+/* moat_db_where_json takes the value as JSON text, checked to be one
+ * value: an array for in ("[1,2,3]"), or what a moat_json_writer wrote. */
+static inline void moat_db_where_json(moat_db_where *w, const char *field, const char *op, const char *value_json) {
+    bool ok = value_json && moat_json_valid(value_json, strlen(value_json), false);
+    moat__db_cond(w, field, op, ok ? value_json : NULL, ok ? strlen(value_json) : 0);
+}
+
+static inline void moat_db_where_free(moat_db_where *w) {
+    moat_buf_free(&w->json);
+    w->n = 0;
+    w->bad = false;
+}
+
+/* A query: every condition of where holds (NULL: every document); order
+ * is a NULL-terminated list of fields, "-field" for descending (NULL: by
+ * id, which also breaks ties); limit is the page size (0: the host's
+ * default, 100; at most 1000); after is the next of the previous page. */
+typedef struct {
+    const moat_db_where *where;
+    const char *const *order;
+    int limit;
+    const char *after;
+} moat_db_query_opts;
+
+/* One page of a query. Zero-initialize (MOAT_DB_PAGE_INIT), reuse across
+ * calls, release with moat_db_page_free. */
+typedef struct {
+    moat_db_doc *docs;
+    size_t len;
+    moat_buf next; /* empty on the last page; else pass it as after */
+} moat_db_page;
+
+#define MOAT_DB_PAGE_INIT {NULL, 0, MOAT_BUF_INIT}
+
+static inline void moat_db_page_free(moat_db_page *p) {
+    for (size_t i = 0; i < p->len; i++) moat_db_doc_free(&p->docs[i]);
+    free(p->docs);
+    p->docs = NULL;
+    p->len = 0;
+    moat_buf_free(&p->next);
+}
+
+/* What moat_db_update does: set (a JSON object, or NULL) replaces the
+ * fields it names; unset (a NULL-terminated list, or NULL) removes
+ * fields; with version not 0 the document must still be at that
+ * version, or the update fails with MOAT_CONFLICT. */
+typedef struct {
+    const char *set;
+    const char *const *unset;
+    int64_t version;
+} moat_db_change;
+
+/* moat__need refuses a NULL argument, naming it. */
+static inline moat_error *moat__need(const char *op, const char *name, const void *v) {
+    return v ? NULL : moat_errorf(MOAT_INVALID_ARGUMENT, "op %s: %s is NULL", op, name);
+}
+
+/* moat__member appends ,"key":"value" (the comma unless first). */
+static inline void moat__member(moat_buf *req, const char *key, const char *value, bool first) {
+    if (!first) moat_buf_putc(req, ',');
+    moat_json_string(req, key, strlen(key));
+    moat_buf_putc(req, ':');
+    moat_json_string(req, value, strlen(value));
+}
+
+/* moat__names appends ,"key":["a","b"] from a NULL-terminated list. */
+static inline void moat__names(moat_buf *req, const char *key, const char *const *names) {
+    moat_buf_puts(req, ",");
+    moat_json_string(req, key, strlen(key));
+    moat_buf_puts(req, ":[");
+    for (size_t i = 0; names[i]; i++) {
+        if (i) moat_buf_putc(req, ',');
+        moat_json_string(req, names[i], strlen(names[i]));
+    }
+    moat_buf_putc(req, ']');
+}
+
+/* moat__where appends ,"where":[...]; it refuses a list a builder marked bad. */
+static inline moat_error *moat__where(const char *op, moat_buf *req, const moat_db_where *where) {
+    if (!where) return NULL;
+    if (where->bad)
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op %s: a condition of where has a NULL field, op or value, a value that is not one JSON value, or a number that is not finite; check the moat_db_where_* calls", op);
+    if (where->n == 0) return NULL;
+    moat_buf_puts(req, ",\"where\":[");
+    moat_buf_append(req, where->json.data, where->json.len);
+    moat_buf_putc(req, ']');
+    return NULL;
+}
+
+/* moat__db_doc_read fills d from the JSON object of a stored document. */
+static inline moat_error *moat__db_doc_read(const char *op, const char *text, size_t n, moat_db_doc *d) {
+    moat_bytes raw;
+    if (!moat_json_get_string(text, n, "id", &d->id) || !moat_json_get_int(text, n, "version", &d->version) ||
+        !moat_json_get_raw(text, n, "doc", &raw) || raw.len == 0 || raw.data[0] != '{')
+        return moat_errorf(MOAT_INTERNAL, "op %s: a document of the reply lacks its id, version or doc: %.200s", op, text);
+    moat_buf_reset(&d->doc);
+    moat_buf_append(&d->doc, raw.data, raw.len);
+    moat_json_get_string(text, n, "owner", &d->owner);
+    moat_json_get_string(text, n, "created", &d->created);
+    moat_json_get_string(text, n, "updated", &d->updated);
+    return NULL;
+}
+
+/* moat__db_request starts {"model":MODEL,"id":ID (when id is not NULL). */
+static inline void moat__db_request(moat_buf *req, const char *model, const char *id) {
+    moat_buf_putc(req, '{');
+    moat__member(req, "model", model, true);
+    if (id) moat__member(req, "id", id, false);
+}
+
+/* moat_db_insert stores doc_json (a JSON object) as a new document of
+ * model; id (may be NULL) receives its id, *version (may be NULL) its
+ * version, 1. */
+static inline moat_error *moat_db_insert(const char *model, const char *doc_json, moat_buf *id, int64_t *version) {
+    moat_error *e;
+    if ((e = moat__need("db.insert", "model", model)) || (e = moat__need("db.insert", "doc_json", doc_json))) return e;
+    if (!moat_json_valid(doc_json, strlen(doc_json), true))
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op db.insert: doc_json is not one JSON object; build it with moat_json_writer");
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__db_request(&req, model, NULL);
+    moat_buf_puts(&req, ",\"doc\":");
+    moat_buf_puts(&req, doc_json);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("db.insert", &req, &reply))) return e;
+    moat_buf got = MOAT_BUF_INIT;
+    int64_t v = 0;
+    if (!moat_json_get_string((const char *)reply.data, reply.len, "id", &got) || !moat_json_get_int((const char *)reply.data, reply.len, "version", &v))
+        e = moat_errorf(MOAT_INTERNAL, "op db.insert: the reply has no id and version: %.200s", (const char *)reply.data);
+    if (!e && id) {
+        moat_buf_reset(id);
+        moat_buf_append(id, got.data, got.len);
+    }
+    if (!e && version) *version = v;
+    moat_buf_free(&got);
+    return e;
+}
+
+/* moat_db_get reads the document id of model into doc; *found is false
+ * (and doc left as it was) when the caller's scope holds none. */
+static inline moat_error *moat_db_get(const char *model, const char *id, moat_db_doc *doc, bool *found) {
+    moat_error *e;
+    if ((e = moat__need("db.get", "model", model)) || (e = moat__need("db.get", "id", id)) || (e = moat__need("db.get", "doc", doc))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__db_request(&req, model, id);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("db.get", &req, &reply))) return e;
+    bool f = moat_json_get_bool((const char *)reply.data, reply.len, "found");
+    if (found) *found = f;
+    return f ? moat__db_doc_read("db.get", (const char *)reply.data, reply.len, doc) : NULL;
+}
+
+/* moat_db_query reads one page of the documents of model that q selects
+ * (q may be NULL: every document, by id) into page. */
+static inline moat_error *moat_db_query(const char *model, const moat_db_query_opts *q, moat_db_page *page) {
+    moat_error *e;
+    if ((e = moat__need("db.query", "model", model)) || (e = moat__need("db.query", "page", page))) return e;
+    moat_buf req = MOAT_BUF_INIT, copy = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__db_request(&req, model, NULL);
+    if (q) {
+        if ((e = moat__where("db.query", &req, q->where))) {
+            moat_buf_free(&req);
+            return e;
+        }
+        if (q->order && q->order[0]) moat__names(&req, "order", q->order);
+        if (q->limit) moat_buf_printf(&req, ",\"limit\":%d", q->limit);
+        if (q->after && *q->after) moat__member(&req, "after", q->after, false);
+    }
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("db.query", &req, &reply))) return e;
+    /* The documents are read out of a copy: the reply buffer is the SDK's. */
+    moat_buf_append(&copy, reply.data, reply.len);
+    moat_db_page_free(page);
+    const char *text = (const char *)copy.data;
+    moat_json j;
+    if (!moat_json_find(text, copy.len, "docs", &j)) e = moat_errorf(MOAT_INTERNAL, "op db.query: the reply has no docs");
+    bool started = false;
+    size_t cap = 0;
+    for (moat_bytes el; !e;) {
+        int r = moat_json_array_next(&j, &started, &el);
+        if (r == 0) break;
+        if (r < 0) {
+            e = moat_errorf(MOAT_INTERNAL, "op db.query: malformed docs in the reply");
+            break;
+        }
+        if (page->len == cap) {
+            cap = cap ? cap * 2 : 16;
+            moat_db_doc *grown = (moat_db_doc *)realloc(page->docs, cap * sizeof *grown);
+            if (!grown) abort();
+            page->docs = grown;
+        }
+        /* Counted at once, so moat_db_page_free releases it whatever happens. */
+        moat_db_doc *d = &page->docs[page->len++];
+        memset(d, 0, sizeof *d);
+        e = moat__db_doc_read("db.query", (const char *)el.data, el.len, d);
+    }
+    if (!e) moat_json_get_string(text, copy.len, "next", &page->next);
+    moat_buf_free(&copy);
+    return e;
+}
+
+/* moat_db_update changes the document id of model as change says and
+ * returns its new version in *version (may be NULL). A stale
+ * change->version fails with MOAT_CONFLICT: read it again and retry. */
+static inline moat_error *moat_db_update(const char *model, const char *id, const moat_db_change *change, int64_t *version) {
+    moat_error *e;
+    if ((e = moat__need("db.update", "model", model)) || (e = moat__need("db.update", "id", id)) || (e = moat__need("db.update", "change", change))) return e;
+    if (change->set && !moat_json_valid(change->set, strlen(change->set), true))
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op db.update: set is not one JSON object; build it with moat_json_writer");
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__db_request(&req, model, id);
+    if (change->set) {
+        moat_buf_puts(&req, ",\"set\":");
+        moat_buf_puts(&req, change->set);
+    }
+    if (change->unset && change->unset[0]) moat__names(&req, "unset", change->unset);
+    if (change->version) moat_buf_printf(&req, ",\"version\":%lld", (long long)change->version);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("db.update", &req, &reply))) return e;
+    int64_t v = 0;
+    if (!moat_json_get_int((const char *)reply.data, reply.len, "version", &v))
+        return moat_errorf(MOAT_INTERNAL, "op db.update: the reply has no version: %.200s", (const char *)reply.data);
+    if (version) *version = v;
+    return NULL;
+}
+
+/* moat_db_delete removes the document id of model; *deleted (may be NULL)
+ * says whether it was there. With version not 0 the document must still
+ * be at that version, or the delete fails with MOAT_CONFLICT. */
+static inline moat_error *moat_db_delete(const char *model, const char *id, int64_t version, bool *deleted) {
+    moat_error *e;
+    if ((e = moat__need("db.delete", "model", model)) || (e = moat__need("db.delete", "id", id))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__db_request(&req, model, id);
+    if (version) moat_buf_printf(&req, ",\"version\":%lld", (long long)version);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("db.delete", &req, &reply))) return e;
+    if (deleted) *deleted = moat_json_get_bool((const char *)reply.data, reply.len, "deleted");
+    return NULL;
+}
+
+/* moat_db_count counts the documents of model for which every condition
+ * of where holds (NULL: all of them). */
+static inline moat_error *moat_db_count(const char *model, const moat_db_where *where, int64_t *count) {
+    moat_error *e;
+    if ((e = moat__need("db.count", "model", model)) || (e = moat__need("db.count", "count", count))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__db_request(&req, model, NULL);
+    if ((e = moat__where("db.count", &req, where))) {
+        moat_buf_free(&req);
+        return e;
+    }
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("db.count", &req, &reply))) return e;
+    if (!moat_json_get_int((const char *)reply.data, reply.len, "count", count))
+        return moat_errorf(MOAT_INTERNAL, "op db.count: the reply has no count: %.200s", (const char *)reply.data);
+    return NULL;
+}
+
+/* ---- knowledge: ranked full-text search over collections ------------- */
+/* The module's knowledge: documents of text with metadata in named
+ * collections (granted per collection: capabilities: knowledge: [docs]),
+ * searched by ranked full text, scoped by the host to the caller's
+ * organization and this module. A query is plain text, never syntax:
+ * quotes, operators and the like only separate words. meta and filter
+ * are flat JSON objects of strings, numbers and booleans. The rules and
+ * limits are in abi/knowledge.go of the moat repository. */
+
+/* One hit of a search. */
+typedef struct {
+    moat_buf id;
+    double score;     /* higher is better; compare within one search only */
+    moat_buf snippet; /* the text around the words found, "…" where cut */
+    moat_buf meta;    /* the document's meta: a JSON object ({} when none) */
+} moat_knowledge_hit;
+
+/* The hits of a search, best first. Zero-initialize
+ * (MOAT_KNOWLEDGE_HITS_INIT), reuse, release with moat_knowledge_hits_free. */
+typedef struct {
+    moat_knowledge_hit *hits;
+    size_t len;
+} moat_knowledge_hits;
+
+#define MOAT_KNOWLEDGE_HITS_INIT {NULL, 0}
+
+static inline void moat_knowledge_hits_free(moat_knowledge_hits *h) {
+    for (size_t i = 0; i < h->len; i++) {
+        moat_buf_free(&h->hits[i].id);
+        moat_buf_free(&h->hits[i].snippet);
+        moat_buf_free(&h->hits[i].meta);
+    }
+    free(h->hits);
+    h->hits = NULL;
+    h->len = 0;
+}
+
+/* A search's options: at most limit hits (0: 10; at most 50), and only
+ * documents whose meta holds every key of filter (a JSON object, or NULL)
+ * with an equal value. */
+typedef struct {
+    int limit;
+    const char *filter;
+} moat_knowledge_search_opts;
+
+/* moat_knowledge_add stores text under id in collection, replacing the
+ * document of that id there; meta_json is a flat JSON object or NULL.
+ * *replaced (may be NULL) says whether it replaced one. */
+static inline moat_error *moat_knowledge_add(const char *collection, const char *id, const char *text, const char *meta_json, bool *replaced) {
+    moat_error *e;
+    if ((e = moat__need("knowledge.add", "collection", collection)) || (e = moat__need("knowledge.add", "id", id)) ||
+        (e = moat__need("knowledge.add", "text", text)))
+        return e;
+    if (meta_json && !moat_json_valid(meta_json, strlen(meta_json), true))
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op knowledge.add: meta_json is not one JSON object; build it with moat_json_writer");
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "collection", collection, true);
+    moat__member(&req, "id", id, false);
+    moat__member(&req, "text", text, false);
+    if (meta_json) {
+        moat_buf_puts(&req, ",\"meta\":");
+        moat_buf_puts(&req, meta_json);
+    }
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("knowledge.add", &req, &reply))) return e;
+    if (replaced) *replaced = moat_json_get_bool((const char *)reply.data, reply.len, "replaced");
+    return NULL;
+}
+
+/* moat_knowledge_delete removes the document id from collection;
+ * *deleted (may be NULL) says whether it existed. */
+static inline moat_error *moat_knowledge_delete(const char *collection, const char *id, bool *deleted) {
+    moat_error *e;
+    if ((e = moat__need("knowledge.delete", "collection", collection)) || (e = moat__need("knowledge.delete", "id", id))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "collection", collection, true);
+    moat__member(&req, "id", id, false);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("knowledge.delete", &req, &reply))) return e;
+    if (deleted) *deleted = moat_json_get_bool((const char *)reply.data, reply.len, "deleted");
+    return NULL;
+}
+
+/* moat_knowledge_search finds the documents of collection holding every
+ * word of query, best first, into hits (opts may be NULL). */
+static inline moat_error *moat_knowledge_search(const char *collection, const char *query, const moat_knowledge_search_opts *opts,
+                                                moat_knowledge_hits *hits) {
+    moat_error *e;
+    if ((e = moat__need("knowledge.search", "collection", collection)) || (e = moat__need("knowledge.search", "query", query)) ||
+        (e = moat__need("knowledge.search", "hits", hits)))
+        return e;
+    if (opts && opts->filter && !moat_json_valid(opts->filter, strlen(opts->filter), true))
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op knowledge.search: filter is not one JSON object; build it with moat_json_writer");
+    moat_buf req = MOAT_BUF_INIT, copy = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "collection", collection, true);
+    moat__member(&req, "query", query, false);
+    if (opts && opts->limit) moat_buf_printf(&req, ",\"limit\":%d", opts->limit);
+    if (opts && opts->filter) {
+        moat_buf_puts(&req, ",\"filter\":");
+        moat_buf_puts(&req, opts->filter);
+    }
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("knowledge.search", &req, &reply))) return e;
+    moat_buf_append(&copy, reply.data, reply.len);
+    moat_knowledge_hits_free(hits);
+    moat_json j;
+    if (!moat_json_find((const char *)copy.data, copy.len, "hits", &j)) e = moat_errorf(MOAT_INTERNAL, "op knowledge.search: the reply has no hits");
+    bool started = false;
+    size_t cap = 0;
+    for (moat_bytes el; !e;) {
+        int r = moat_json_array_next(&j, &started, &el);
+        if (r == 0) break;
+        if (r < 0) {
+            e = moat_errorf(MOAT_INTERNAL, "op knowledge.search: malformed hits in the reply");
+            break;
+        }
+        if (hits->len == cap) {
+            cap = cap ? cap * 2 : 16;
+            moat_knowledge_hit *grown = (moat_knowledge_hit *)realloc(hits->hits, cap * sizeof *grown);
+            if (!grown) abort();
+            hits->hits = grown;
+        }
+        /* Counted at once, so moat_knowledge_hits_free releases it whatever happens. */
+        moat_knowledge_hit *h = &hits->hits[hits->len++];
+        memset(h, 0, sizeof *h);
+        const char *t = (const char *)el.data;
+        moat_bytes meta;
+        if (!moat_json_get_string(t, el.len, "id", &h->id) || !moat_json_get_number(t, el.len, "score", &h->score)) {
+            e = moat_errorf(MOAT_INTERNAL, "op knowledge.search: a hit of the reply lacks its id or score: %.200s", t);
+            break;
+        }
+        moat_json_get_string(t, el.len, "snippet", &h->snippet);
+        if (moat_json_get_raw(t, el.len, "meta", &meta) && meta.len && meta.data[0] == '{') moat_buf_append(&h->meta, meta.data, meta.len);
+        else moat_buf_puts(&h->meta, "{}");
+    }
+    moat_buf_free(&copy);
+    return e;
+}
+
+/* ---- tasks: background runs of this module's actions ------------------- */
+/* A task runs one of this module's actions later, on whichever host
+ * claims it, as the principal whose invocation enqueued it, retried with
+ * backoff on failure (capabilities: tasks: true). It runs at least once:
+ * make the action safe to repeat. Limits are in abi/task.go. */
+
+/* Task states. */
+#define MOAT_TASK_QUEUED "queued"
+#define MOAT_TASK_RUNNING "running"
+#define MOAT_TASK_DONE "done"
+#define MOAT_TASK_FAILED "failed"
+#define MOAT_TASK_CANCELLED "cancelled"
+
+/* An enqueue's options; all zero runs the task as soon as a runner is
+ * free, with 3 attempts. delay is a duration in Go's syntax ("90s",
+ * "15m", "2h30m") and at an RFC 3339 time; set at most one, at most 30
+ * days ahead. max_attempts is 1 to 25 (0: 3). A key makes the enqueue
+ * idempotent: while a task of this module and organization holds it, the
+ * enqueue returns that task's id and *existing true. */
+typedef struct {
+    const char *delay;
+    const char *at;
+    int max_attempts;
+    const char *key;
+} moat_task_opts;
+
+/* A task's state. Zero-initialize (MOAT_TASK_INFO_INIT), reuse, release
+ * with moat_task_info_free. */
+typedef struct {
+    moat_buf state; /* a MOAT_TASK_* */
+    int attempts, max_attempts;
+    moat_buf result; /* done: the action's output (bytes, NUL-terminated) */
+    moat_buf error;  /* the last failure's message, code its abi code */
+    moat_buf code;
+    moat_buf run_at; /* queued: when it runs next (RFC 3339) */
+} moat_task_info;
+
+#define MOAT_TASK_INFO_INIT {MOAT_BUF_INIT, 0, 0, MOAT_BUF_INIT, MOAT_BUF_INIT, MOAT_BUF_INIT, MOAT_BUF_INIT}
+
+static inline void moat_task_info_free(moat_task_info *t) {
+    moat_buf_free(&t->state);
+    moat_buf_free(&t->result);
+    moat_buf_free(&t->error);
+    moat_buf_free(&t->code);
+    moat_buf_free(&t->run_at);
+    t->attempts = t->max_attempts = 0;
+}
+
+/* moat_task_enqueue queues a run of action with the input_len bytes at
+ * input (opts may be NULL). id receives the task's id; *existing (may be
+ * NULL) is true when opts->key named a task enqueued before. */
+static inline moat_error *moat_task_enqueue(const char *action, const void *input, size_t input_len, const moat_task_opts *opts,
+                                            moat_buf *id, bool *existing) {
+    moat_error *e;
+    if ((e = moat__need("task.enqueue", "action", action)) || (e = moat__need("task.enqueue", "id", id))) return e;
+    if (input_len && !input) return moat_errorf(MOAT_INVALID_ARGUMENT, "op task.enqueue: input is NULL but input_len is %zu", input_len);
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "action", action, true);
+    if (input_len) {
+        moat_buf_puts(&req, ",\"input\":\"");
+        moat__b64encode(&req, (const uint8_t *)input, input_len);
+        moat_buf_putc(&req, '"');
+    }
+    if (opts) {
+        if (opts->delay) moat__member(&req, "delay", opts->delay, false);
+        if (opts->at) moat__member(&req, "at", opts->at, false);
+        if (opts->max_attempts) moat_buf_printf(&req, ",\"max_attempts\":%d", opts->max_attempts);
+        if (opts->key) moat__member(&req, "key", opts->key, false);
+    }
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("task.enqueue", &req, &reply))) return e;
+    bool ex = moat_json_get_bool((const char *)reply.data, reply.len, "existing");
+    if (!moat_json_get_string((const char *)reply.data, reply.len, "id", id) || id->len == 0)
+        return moat_errorf(MOAT_INTERNAL, "op task.enqueue: the reply has no id: %.200s", (const char *)reply.data);
+    if (existing) *existing = ex;
+    return NULL;
+}
+
+/* moat_task_status reads the state of the task id of this module into
+ * info. An id of no task of this module and organization fails with
+ * MOAT_NOT_FOUND. */
+static inline moat_error *moat_task_status(const char *id, moat_task_info *info) {
+    moat_error *e;
+    if ((e = moat__need("task.status", "id", id)) || (e = moat__need("task.status", "info", info))) return e;
+    moat_buf req = MOAT_BUF_INIT, enc = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "id", id, true);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("task.status", &req, &reply))) return e;
+    const char *t = (const char *)reply.data;
+    int64_t attempts = 0, max = 0;
+    if (!moat_json_get_string(t, reply.len, "state", &info->state) || !moat_json_get_int(t, reply.len, "attempts", &attempts) ||
+        !moat_json_get_int(t, reply.len, "max_attempts", &max))
+        return moat_errorf(MOAT_INTERNAL, "op task.status: the reply has no state and attempts: %.200s", t);
+    info->attempts = (int)attempts;
+    info->max_attempts = (int)max;
+    moat_json_get_string(t, reply.len, "error", &info->error);
+    moat_json_get_string(t, reply.len, "code", &info->code);
+    moat_json_get_string(t, reply.len, "run_at", &info->run_at);
+    moat_buf_reset(&info->result);
+    if (moat_json_get_string(t, reply.len, "result", &enc) && !moat__b64decode(enc.data, enc.len, &info->result))
+        e = moat_errorf(MOAT_INTERNAL, "op task.status: the result is not base64");
+    moat_buf_free(&enc);
+    return e;
+}
+
+/* moat_task_cancel cancels the task id if it is queued or running;
+ * *cancelled (may be NULL) says whether it did, state (may be NULL)
+ * receives the task's state after the call either way. */
+static inline moat_error *moat_task_cancel(const char *id, bool *cancelled, moat_buf *state) {
+    moat_error *e;
+    if ((e = moat__need("task.cancel", "id", id))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "id", id, true);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("task.cancel", &req, &reply))) return e;
+    if (cancelled) *cancelled = moat_json_get_bool((const char *)reply.data, reply.len, "cancelled");
+    if (state) moat_json_get_string((const char *)reply.data, reply.len, "state", state);
+    return NULL;
 }
 
 /* ---- the exports ------------------------------------------------------ */

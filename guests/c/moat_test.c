@@ -1,6 +1,7 @@
 /*
- * Unit tests of moat.h's parts that need no WebAssembly: JSON, base64 and
- * the op wrappers against a fake host. Built natively (the exports and the
+ * Unit tests of moat.h's parts that need no WebAssembly: JSON (reading,
+ * writing, validating), base64 and the op wrappers' requests and replies
+ * against a fake host. Built natively (the exports and the
  * input path are covered end to end by examples/polyglot):
  *
  *     clang-19 -Wall -Wextra -Werror -Wno-unknown-attributes -o moat_test moat_test.c && ./moat_test
@@ -200,11 +201,249 @@ static void test_ops(void) {
     moat_buf_free(&v);
 }
 
+static void test_json_valid(void) {
+    struct { const char *text; bool object, want; } cases[] = {
+        {"{}", true, true},
+        {" {\"a\": [1, -2.5e3, true, null, {\"b\": \"}\"}]} ", true, true},
+        {"[1,2]", false, true},
+        {"[1,2]", true, false},
+        {"\"s\"", false, true},
+        {"-0.5E+2", false, true},
+        {"{}, \"model\": \"other\"", true, false}, /* members smuggled into the request */
+        {"{\"a\":1}}", true, false},
+        {"{\"a\":tru}", true, false},
+        {"{\"a\":truex}", true, false},
+        {"{\"a\":01}", true, false},
+        {"{\"a\":1.}", true, false},
+        {"{\"a\":-}", true, false},
+        {"{\"a\":1e}", true, false},
+        {"{\"a\":+1}", true, false},
+        {"{\"a\":NaN}", true, false},
+        {"{\"a\" 1}", true, false},
+        {"", false, false},
+        {"1 2", false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK(moat_json_valid(cases[i].text, strlen(cases[i].text), cases[i].object) == cases[i].want, "valid(%s, %d)", cases[i].text, cases[i].object);
+    CHECK(!moat_json_valid(NULL, 0, false), "NULL");
+}
+
+static void test_json_numbers(void) {
+    const char *body = "{\"i\":9007199254740993,\"neg\":-5,\"f\":1.5,\"e\":1e3,\"s\":\"7\",\"big\":99999999999999999999,\"t\":true}";
+    size_t n = strlen(body);
+    int64_t v = 0;
+    double d = 0;
+    CHECK(moat_json_get_int(body, n, "i", &v) && v == 9007199254740993LL, "i = %lld", (long long)v);
+    CHECK(moat_json_get_int(body, n, "neg", &v) && v == -5, "neg");
+    CHECK(!moat_json_get_int(body, n, "f", &v) && !moat_json_get_int(body, n, "e", &v), "a fraction or an exponent is not an int");
+    CHECK(!moat_json_get_int(body, n, "s", &v) && !moat_json_get_int(body, n, "t", &v) && !moat_json_get_int(body, n, "none", &v), "not numbers");
+    CHECK(!moat_json_get_int(body, n, "big", &v), "an int past 64 bits is refused, not clamped");
+    CHECK(moat_json_get_number(body, n, "f", &d) && d == 1.5, "f");
+    CHECK(moat_json_get_number(body, n, "e", &d) && d == 1000, "e");
+    CHECK(!moat_json_get_number(body, n, "s", &d), "s");
+    moat_bytes raw;
+    CHECK(moat_json_get_raw(body, n, "s", &raw) && raw.len == 3 && memcmp(raw.data, "\"7\"", 3) == 0, "raw");
+}
+
+static void test_json_writer(void) {
+    moat_json_writer w = MOAT_JSON_WRITER_INIT;
+    moat_jw_object(&w);
+    moat_jw_key(&w, "t\"");
+    moat_jw_string(&w, "a\\b\n\x01 \xc3\xbc");
+    moat_jw_key(&w, "n");
+    moat_jw_int(&w, -9007199254740991LL);
+    moat_jw_key(&w, "f");
+    moat_jw_number(&w, 0.5);
+    moat_jw_key(&w, "g");
+    moat_jw_number(&w, 0.1);
+    moat_jw_key(&w, "h");
+    moat_jw_number(&w, 1.0 / 3.0);
+    moat_jw_key(&w, "l");
+    moat_jw_array(&w);
+    moat_jw_bool(&w, true);
+    moat_jw_null(&w);
+    moat_jw_array(&w);
+    moat_jw_end(&w);
+    moat_jw_raw(&w, " {\"x\":[1]} ");
+    moat_jw_end(&w);
+    moat_jw_key(&w, "o");
+    moat_jw_object(&w);
+    moat_jw_end(&w);
+    moat_jw_end(&w);
+    const char *want = "{\"t\\\"\":\"a\\\\b\\n\\u0001 \xc3\xbc\",\"n\":-9007199254740991,\"f\":0.5,\"g\":0.1,\"h\":0.3333333333333333,\"l\":[true,null,[], {\"x\":[1]} ],\"o\":{}}";
+    CHECK(moat_jw_text(&w) && strcmp(moat_jw_text(&w), want) == 0, "wrote %s", moat_jw_text(&w) ? moat_jw_text(&w) : "NULL");
+    CHECK(moat_json_valid(moat_jw_text(&w), strlen(moat_jw_text(&w)), true), "what it wrote is valid");
+    moat_jw_free(&w);
+
+    /* Misuse fails the writer: its text is NULL, never bad JSON. */
+    moat_jw_array(&w);
+    moat_jw_key(&w, "k"); /* a key in an array */
+    CHECK(!moat_jw_text(&w), "key in an array");
+    moat_jw_reset(&w);
+    moat_jw_object(&w);
+    moat_jw_int(&w, 1); /* a value without its key */
+    moat_jw_end(&w);
+    CHECK(!moat_jw_text(&w), "value without a key");
+    moat_jw_reset(&w);
+    moat_jw_object(&w);
+    moat_jw_key(&w, "a");
+    moat_jw_end(&w); /* a key without its value */
+    CHECK(!moat_jw_text(&w), "key without a value");
+    moat_jw_reset(&w);
+    moat_jw_object(&w);
+    CHECK(!moat_jw_text(&w), "unclosed");
+    moat_jw_reset(&w);
+    moat_jw_int(&w, 1);
+    moat_jw_int(&w, 2);
+    CHECK(!moat_jw_text(&w), "two top-level values");
+    moat_jw_reset(&w);
+    moat_jw_number(&w, 0.0 / 0.0);
+    CHECK(!moat_jw_text(&w), "NaN");
+    moat_jw_reset(&w);
+    moat_jw_array(&w);
+    moat_jw_raw(&w, "1, 2");
+    moat_jw_end(&w);
+    CHECK(!moat_jw_text(&w), "raw that is two values");
+    moat_jw_reset(&w);
+    for (int i = 0; i < 40; i++) moat_jw_array(&w);
+    for (int i = 0; i < 40; i++) moat_jw_end(&w);
+    CHECK(!moat_jw_text(&w), "nesting past 32");
+    moat_jw_reset(&w);
+    moat_jw_end(&w);
+    CHECK(!moat_jw_text(&w), "end of nothing");
+    moat_jw_free(&w);
+    CHECK(!moat_jw_text(&w), "empty");
+}
+
+static void test_db_ops(void) {
+    moat_buf id = MOAT_BUF_INIT;
+    int64_t version = 0;
+    reply(MOAT__STATUS_OK, "{\"id\":\"0123456789abcdef0123456789ab\",\"version\":1}");
+    CHECK(moat_db_insert("notes", "{\"title\":\"x\"}", &id, &version) == NULL && version == 1 && strcmp((char *)id.data, "0123456789abcdef0123456789ab") == 0, "insert");
+    CHECK(strcmp(last_op, "db.insert") == 0 && strcmp(last_req, "{\"model\":\"notes\",\"doc\":{\"title\":\"x\"}}") == 0, "insert request %s", last_req);
+
+    /* JSON that would add members to the request never reaches the host. */
+    crossings = 0;
+    moat_error *e = moat_db_insert("notes", "{}, \"model\": \"secrets\"", &id, &version);
+    CHECK(moat_error_is(e, MOAT_INVALID_ARGUMENT) && crossings == 0, "a smuggled member: %s", e ? e->message : "NULL");
+    moat_db_change bad_set = {"{\"a\":1}, \"id\":\"x\"", NULL, 0};
+    CHECK(moat_error_is(moat_db_update("notes", "i", &bad_set, NULL), MOAT_INVALID_ARGUMENT) && crossings == 0, "update with a smuggled member");
+    CHECK(moat_error_is(moat_db_insert(NULL, "{}", &id, NULL), MOAT_INVALID_ARGUMENT) && crossings == 0, "NULL model");
+    CHECK(moat_error_is(moat_db_insert("notes", "[1]", &id, NULL), MOAT_INVALID_ARGUMENT) && crossings == 0, "a document that is not an object");
+
+    moat_db_where where = MOAT_DB_WHERE_INIT;
+    moat_db_where_string(&where, "tags", "contains", "h\"o");
+    moat_db_where_int(&where, "n", ">=", -3);
+    moat_db_where_number(&where, "f", "<", 0.25);
+    moat_db_where_bool(&where, "done", "=", false);
+    moat_db_where_json(&where, "n", "in", "[1,2]");
+    static const char *const order[] = {"-n", "title", NULL};
+    moat_db_query_opts q = {&where, order, 2, "cursor"};
+    moat_db_page page = MOAT_DB_PAGE_INIT;
+    reply(MOAT__STATUS_OK,
+          "{\"docs\":[{\"id\":\"a\",\"version\":2,\"doc\":{\"t\":\"x\"},\"owner\":\"ann\",\"created\":\"c\",\"updated\":\"u\"},"
+          "{\"id\":\"b\",\"version\":1,\"doc\":{},\"owner\":\"bob\",\"created\":\"c2\",\"updated\":\"u2\"}],\"next\":\"n1\"}");
+    CHECK(moat_db_query("notes", &q, &page) == NULL && page.len == 2 && strcmp((char *)page.next.data, "n1") == 0, "query");
+    CHECK(strcmp(last_req, "{\"model\":\"notes\",\"where\":[[\"tags\",\"contains\",\"h\\\"o\"],[\"n\",\">=\",-3],[\"f\",\"<\",0.25],"
+                           "[\"done\",\"=\",false],[\"n\",\"in\",[1,2]]],\"order\":[\"-n\",\"title\"],\"limit\":2,\"after\":\"cursor\"}") == 0,
+          "query request %s", last_req);
+    CHECK(page.len == 2 && strcmp((char *)page.docs[0].id.data, "a") == 0 && page.docs[0].version == 2 && strcmp((char *)page.docs[0].doc.data, "{\"t\":\"x\"}") == 0 &&
+              strcmp((char *)page.docs[1].owner.data, "bob") == 0 && strcmp((char *)page.docs[1].updated.data, "u2") == 0,
+          "the page's documents");
+    reply(MOAT__STATUS_OK, "{\"docs\":[]}");
+    CHECK(moat_db_query("notes", NULL, &page) == NULL && page.len == 0 && page.next.len == 0, "an empty last page replaces the last");
+    CHECK(strcmp(last_req, "{\"model\":\"notes\"}") == 0, "bare query %s", last_req);
+    reply(MOAT__STATUS_OK, "{\"docs\":[{\"id\":\"a\"}]}");
+    CHECK(moat_error_is(moat_db_query("notes", NULL, &page), MOAT_INTERNAL), "a document without its version");
+    moat_db_page_free(&page);
+
+    moat_db_where bad = MOAT_DB_WHERE_INIT;
+    moat_db_where_json(&bad, "n", "in", "[1], [\"x\"");
+    moat_db_where_number(&bad, "f", "=", 1.0 / 0.0);
+    int64_t count = -1;
+    crossings = 0;
+    CHECK(moat_error_is(moat_db_count("notes", &bad, &count), MOAT_INVALID_ARGUMENT) && crossings == 0 && bad.n == 0, "a bad condition is refused");
+    moat_db_where_free(&bad);
+    reply(MOAT__STATUS_OK, "{\"count\":7}");
+    CHECK(moat_db_count("notes", &where, &count) == NULL && count == 7, "count");
+    moat_db_where_free(&where);
+
+    static const char *const unset[] = {"body", NULL};
+    moat_db_change change = {"{\"done\":true}", unset, 3};
+    reply(MOAT__STATUS_OK, "{\"version\":4}");
+    CHECK(moat_db_update("notes", "a", &change, &version) == NULL && version == 4, "update");
+    CHECK(strcmp(last_req, "{\"model\":\"notes\",\"id\":\"a\",\"set\":{\"done\":true},\"unset\":[\"body\"],\"version\":3}") == 0, "update request %s", last_req);
+    reply(MOAT__STATUS_ERROR, "{\"code\":\"conflict\",\"message\":\"document a is at version 4, not 3\"}");
+    e = moat_db_update("notes", "a", &change, &version);
+    CHECK(moat_error_is(e, MOAT_CONFLICT) && strstr(e->message, "version 4"), "conflict keeps its code");
+
+    moat_db_doc d = MOAT_DB_DOC_INIT;
+    bool found = true;
+    reply(MOAT__STATUS_OK, "{\"found\":false}");
+    CHECK(moat_db_get("notes", "z", &d, &found) == NULL && !found, "get miss");
+    reply(MOAT__STATUS_OK, "{\"found\":true,\"id\":\"a\",\"version\":4,\"doc\":{\"n\":1},\"owner\":\"ann\",\"created\":\"c\",\"updated\":\"u\"}");
+    CHECK(moat_db_get("notes", "a", &d, &found) == NULL && found && d.version == 4 && strcmp((char *)d.doc.data, "{\"n\":1}") == 0, "get");
+    bool deleted = false;
+    reply(MOAT__STATUS_OK, "{\"deleted\":true}");
+    CHECK(moat_db_delete("notes", "a", 4, &deleted) == NULL && deleted && strcmp(last_req, "{\"model\":\"notes\",\"id\":\"a\",\"version\":4}") == 0, "delete %s", last_req);
+    moat_db_doc_free(&d);
+    moat_buf_free(&id);
+}
+
+static void test_knowledge_and_task_ops(void) {
+    bool replaced = true;
+    reply(MOAT__STATUS_OK, "{\"replaced\":false}");
+    CHECK(moat_knowledge_add("docs", "k1", "the \"text\"", "{\"lang\":\"en\"}", &replaced) == NULL && !replaced, "add");
+    CHECK(strcmp(last_req, "{\"collection\":\"docs\",\"id\":\"k1\",\"text\":\"the \\\"text\\\"\",\"meta\":{\"lang\":\"en\"}}") == 0, "add request %s", last_req);
+    crossings = 0;
+    CHECK(moat_error_is(moat_knowledge_add("docs", "k1", "t", "{}, \"collection\":\"private\"", NULL), MOAT_INVALID_ARGUMENT) && crossings == 0, "smuggled meta");
+    moat_knowledge_search_opts opts = {5, "{}, \"collection\":\"private\""};
+    moat_knowledge_hits hits = MOAT_KNOWLEDGE_HITS_INIT;
+    CHECK(moat_error_is(moat_knowledge_search("docs", "q", &opts, &hits), MOAT_INVALID_ARGUMENT) && crossings == 0, "smuggled filter");
+    opts.filter = "{\"lang\":\"en\"}";
+    reply(MOAT__STATUS_OK, "{\"hits\":[{\"id\":\"k1\",\"score\":1.25,\"snippet\":\"\\u2026the text\",\"meta\":{\"lang\":\"en\"}},{\"id\":\"k2\",\"score\":0.5,\"snippet\":\"s\",\"meta\":{}}]}");
+    CHECK(moat_knowledge_search("docs", "text", &opts, &hits) == NULL && hits.len == 2 && hits.hits[0].score == 1.25 &&
+              strcmp((char *)hits.hits[0].snippet.data, "\xe2\x80\xa6the text") == 0 && strcmp((char *)hits.hits[0].meta.data, "{\"lang\":\"en\"}") == 0 &&
+              strcmp((char *)hits.hits[1].id.data, "k2") == 0,
+          "search");
+    CHECK(strcmp(last_req, "{\"collection\":\"docs\",\"query\":\"text\",\"limit\":5,\"filter\":{\"lang\":\"en\"}}") == 0, "search request %s", last_req);
+    reply(MOAT__STATUS_OK, "{\"hits\":[{\"id\":\"k1\"}]}");
+    CHECK(moat_error_is(moat_knowledge_search("docs", "text", NULL, &hits), MOAT_INTERNAL), "a hit without its score");
+    moat_knowledge_hits_free(&hits);
+
+    moat_buf id = MOAT_BUF_INIT, state = MOAT_BUF_INIT;
+    bool existing = true, cancelled = false;
+    moat_task_opts topts = {"90s", NULL, 2, "k\"1"};
+    reply(MOAT__STATUS_OK, "{\"id\":\"t1\"}");
+    CHECK(moat_task_enqueue("work", "hi", 2, &topts, &id, &existing) == NULL && !existing && strcmp((char *)id.data, "t1") == 0, "enqueue");
+    CHECK(strcmp(last_req, "{\"action\":\"work\",\"input\":\"aGk=\",\"delay\":\"90s\",\"max_attempts\":2,\"key\":\"k\\\"1\"}") == 0, "enqueue request %s", last_req);
+    moat_task_info info = MOAT_TASK_INFO_INIT;
+    reply(MOAT__STATUS_OK, "{\"state\":\"done\",\"attempts\":1,\"max_attempts\":2,\"result\":\"aGk=\"}");
+    CHECK(moat_task_status("t1", &info) == NULL && strcmp((char *)info.state.data, MOAT_TASK_DONE) == 0 && info.attempts == 1 && info.max_attempts == 2 &&
+              info.result.len == 2 && memcmp(info.result.data, "hi", 2) == 0,
+          "status");
+    reply(MOAT__STATUS_OK, "{\"state\":\"failed\",\"attempts\":2,\"max_attempts\":2,\"error\":\"boom\",\"code\":\"guest_error\"}");
+    CHECK(moat_task_status("t1", &info) == NULL && info.result.len == 0 && strcmp((char *)info.error.data, "boom") == 0 && strcmp((char *)info.code.data, "guest_error") == 0,
+          "a failed task's status replaces the last");
+    reply(MOAT__STATUS_ERROR, "{\"code\":\"not_found\",\"message\":\"no task x\"}");
+    CHECK(moat_error_is(moat_task_status("x", &info), MOAT_NOT_FOUND), "not_found");
+    reply(MOAT__STATUS_OK, "{\"cancelled\":true,\"state\":\"cancelled\"}");
+    CHECK(moat_task_cancel("t1", &cancelled, &state) == NULL && cancelled && strcmp((char *)state.data, "cancelled") == 0, "cancel");
+    moat_task_info_free(&info);
+    moat_buf_free(&id);
+    moat_buf_free(&state);
+}
+
 int main(void) {
     test_json_strings();
     test_json_find();
     test_base64();
     test_ops();
+    test_json_valid();
+    test_json_numbers();
+    test_json_writer();
+    test_db_ops();
+    test_knowledge_and_task_ops();
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;

@@ -4,12 +4,17 @@
 //   const n = Number(moat.kv.get("count") ?? "0") + 1;
 //   moat.kv.put("count", String(n));
 //   moat.log.info("counted", { n });
+//   const { id } = moat.db.insert("notes", { title: "buy milk", done: false });
+//   const { docs } = moat.db.query("notes", { where: [moat.where("done", "=", false)], order: ["-due"] });
+//   const hits = moat.knowledge.search("docs", "rotate key", { filter: { lang: "en" } });
+//   moat.tasks.enqueue("digest", id, { key: id });
 //
 // Ops travel over the device-file transport: the host mounts a character
 // device at /dev/moat/ops ($MOAT_OPS) when it runs the script with the op
 // table enabled; each op is one JSON line written to it and one JSON line
 // read back. A failed op throws a MoatError whose code is the host's
-// (denied, not_found, invalid_argument, too_large, unavailable...).
+// (denied, not_found, invalid_argument, too_large, conflict,
+// unavailable...): catch (e) { if (e.code === "conflict") ... }.
 import * as std from "qjs:std";
 
 export class MoatError extends Error {
@@ -52,7 +57,7 @@ export function call(op, req) {
   return reply.resp ?? {};
 }
 
-// UTF-8 and base64: kv values are bytes, base64 in JSON.
+// UTF-8 and base64: kv values and task inputs are bytes, base64 in JSON.
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 function utf8Encode(s) {
@@ -107,11 +112,11 @@ function b64Decode(s) {
   return out;
 }
 
-function toBytes(v) {
+function toBytes(v, what = "a kv value") {
   if (typeof v === "string") return utf8Encode(v);
   if (v instanceof Uint8Array) return v;
   if (v instanceof ArrayBuffer) return new Uint8Array(v);
-  throw new MoatError("invalid_argument", "a kv value is a string, Uint8Array or ArrayBuffer");
+  throw new MoatError("invalid_argument", `${what} is a string, Uint8Array or ArrayBuffer`);
 }
 
 // kv is the module's key-value store, scoped by the host to the caller's
@@ -157,3 +162,183 @@ export function config(key) {
   const r = call("config.get", { key });
   return r.found ? r.value : undefined;
 }
+
+// encodable checks that v has a JSON form before it joins a request:
+// JSON.stringify would write NaN and the infinities as null (which the
+// host would refuse, or store, far from the mistake) and throws a
+// TypeError on a cycle or a BigInt. Either is a MoatError naming the op.
+function encodable(op, what, v) {
+  try {
+    JSON.stringify(v, (k, x) => {
+      if (typeof x === "number" && !Number.isFinite(x)) {
+        throw new MoatError("invalid_argument", `op ${op}: ${what}${k ? ` (${k})` : ""} holds ${x}, which has no JSON form`);
+      }
+      return x;
+    });
+  } catch (e) {
+    if (e instanceof MoatError) throw e;
+    throw new MoatError("invalid_argument", `op ${op}: ${what} cannot be encoded as JSON: ${e.message}`);
+  }
+}
+
+function plainObject(op, what, v) {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
+    throw new MoatError("invalid_argument", `op ${op}: ${what} must be an object, not ${v === null ? "null" : Array.isArray(v) ? "an array" : typeof v}`);
+  }
+  encodable(op, what, v);
+}
+
+function docOf(r) {
+  return { id: r.id, version: r.version, owner: r.owner ?? "", created: r.created ?? "", updated: r.updated ?? "", doc: r.doc ?? {} };
+}
+
+// where builds a condition of a query: where("done", "=", false). op is
+// one of = != < <= > >= in prefix contains.
+export function where(field, op, value) {
+  return [field, op, value];
+}
+
+// db is the module's documents: JSON objects in the models its moat.yaml
+// declares (models:), each granted by name (capabilities: {db: [notes]}).
+// The host checks every document against its model and scopes every op
+// to the caller's organization (and, in a model with scope: user, to the
+// caller): another organization's or user's document is not found. A
+// document read back is {id, version, owner, created, updated, doc}.
+export const db = {
+  // insert stores doc (an object) as a new document of model: {id, version}.
+  insert(model, doc) {
+    plainObject("db.insert", "the document", doc);
+    const r = call("db.insert", { model, doc });
+    return { id: r.id, version: r.version };
+  },
+  // get returns the document id of model, or null when the caller's scope
+  // holds none.
+  get(model, id) {
+    const r = call("db.get", { model, id });
+    return r.found ? docOf(r) : null;
+  },
+  // query returns one page, {docs, next}, of the documents of model for
+  // which every condition of where holds, in order ("-field" for
+  // descending); next is "" on the last page, else pass it as after.
+  query(model, { where = [], order = [], limit = 0, after = "" } = {}) {
+    encodable("db.query", "where", where);
+    const req = { model };
+    if (where.length) req.where = where;
+    if (order.length) req.order = order;
+    if (limit) req.limit = limit;
+    if (after) req.after = after;
+    const r = call("db.query", req);
+    return { docs: (r.docs ?? []).map(docOf), next: r.next ?? "" };
+  },
+  // update changes the document id of model (set's fields replace theirs,
+  // unset's are removed) and returns its new version. With version the
+  // document must still be at it, or the update throws code conflict.
+  update(model, id, { set, unset, version } = {}) {
+    const req = { model, id };
+    if (set !== undefined) {
+      plainObject("db.update", "set", set);
+      req.set = set;
+    }
+    if (unset && unset.length) req.unset = unset;
+    if (version) req.version = version;
+    return call("db.update", req).version;
+  },
+  // delete removes the document id of model and reports whether it was
+  // there; with version, the document must still be at it (else conflict).
+  delete(model, id, version = 0) {
+    const req = { model, id };
+    if (version) req.version = version;
+    return !!call("db.delete", req).deleted;
+  },
+  // count counts the documents of model for which every condition holds.
+  count(model, where = []) {
+    encodable("db.count", "where", where);
+    const req = { model };
+    if (where.length) req.where = where;
+    return call("db.count", req).count;
+  },
+};
+
+// knowledge is the module's ranked full-text search: documents of text
+// with metadata in named collections (capabilities: {knowledge: [docs]}).
+// A query is plain text, never syntax; meta and filter are flat objects of
+// strings, numbers and booleans.
+export const knowledge = {
+  // add stores text under id in collection, replacing the document of that
+  // id there, and reports whether it replaced one.
+  add(collection, id, text, meta) {
+    const req = { collection, id, text: String(text) };
+    if (meta !== undefined) {
+      plainObject("knowledge.add", "meta", meta);
+      req.meta = meta;
+    }
+    return !!call("knowledge.add", req).replaced;
+  },
+  // delete removes the document id from collection and reports whether it
+  // existed.
+  delete(collection, id) {
+    return !!call("knowledge.delete", { collection, id }).deleted;
+  },
+  // search returns the documents of collection holding every word of
+  // query, best first: [{id, score, snippet, meta}], at most limit (0: 10)
+  // whose meta holds every member of filter.
+  search(collection, query, { limit = 0, filter } = {}) {
+    const req = { collection, query: String(query) };
+    if (limit) req.limit = limit;
+    if (filter !== undefined) {
+      plainObject("knowledge.search", "filter", filter);
+      req.filter = filter;
+    }
+    return (call("knowledge.search", req).hits ?? []).map((h) => ({ id: h.id, score: h.score, snippet: h.snippet ?? "", meta: h.meta ?? {} }));
+  },
+};
+
+// tasks queues background runs of this module's own actions
+// (capabilities: {tasks: true}). A task runs later, on whichever host
+// claims it, as the principal whose invocation enqueued it, retried with
+// backoff; it runs at least once, so make the action safe to repeat.
+export const tasks = {
+  // enqueue queues a run of action with input (a string, Uint8Array or
+  // ArrayBuffer) and returns {id, existing}. delay is a duration in Go's
+  // syntax ("90s", "2h30m") or a number of seconds; at a Date or an RFC
+  // 3339 string (at most one, at most 30 days ahead); maxAttempts 1 to 25
+  // (default 3); key makes the enqueue idempotent: while a task of this
+  // module and organization holds it, enqueue returns that task, existing.
+  enqueue(action, input, { delay, at, maxAttempts, key } = {}) {
+    const req = { action };
+    if (input !== undefined && input !== null) {
+      const b = toBytes(input, "a task's input");
+      if (b.length) req.input = b64Encode(b);
+    }
+    if (delay !== undefined) req.delay = typeof delay === "number" ? `${delay}s` : String(delay);
+    if (at !== undefined) req.at = at instanceof Date ? at.toISOString() : String(at);
+    if (maxAttempts) req.max_attempts = maxAttempts;
+    if (key) req.key = key;
+    const r = call("task.enqueue", req);
+    return { id: r.id, existing: !!r.existing };
+  },
+  // status returns a task's state: {state (queued, running, done, failed,
+  // cancelled), attempts, maxAttempts, result (the action's output:
+  // Uint8Array) and resultText (as UTF-8), error, code, runAt}. An id of no
+  // task of this module and organization throws code not_found.
+  status(id) {
+    const r = call("task.status", { id });
+    const result = r.result ? b64Decode(r.result) : new Uint8Array(0);
+    return {
+      state: r.state,
+      attempts: r.attempts ?? 0,
+      maxAttempts: r.max_attempts ?? 0,
+      result,
+      resultText: utf8Decode(result),
+      error: r.error ?? "",
+      code: r.code ?? "",
+      runAt: r.run_at ?? "",
+    };
+  },
+  // cancel cancels a queued or running task: {cancelled, state}, state
+  // being the task's state after the call either way.
+  cancel(id) {
+    const r = call("task.cancel", { id });
+    return { cancelled: !!r.cancelled, state: r.state };
+  },
+};

@@ -89,6 +89,40 @@ impl<'a> Object<'a> {
         }
     }
 
+    /// The integer member `key`: `None` when absent or null, an error when
+    /// it is not an integer that fits in an `i64`.
+    pub fn get_i64(&self, key: &str) -> Result<Option<i64>> {
+        match self.get_raw(key) {
+            None | Some(b"null") => Ok(None),
+            Some(v) => std::str::from_utf8(v).ok().and_then(|t| t.parse::<i64>().ok()).map(Some).ok_or_else(|| self.wrong(key, "an integer")),
+        }
+    }
+
+    /// The number member `key`: `None` when absent or null, an error when
+    /// it is not a number.
+    pub fn get_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.get_raw(key) {
+            None | Some(b"null") => Ok(None),
+            Some(v) => {
+                let mut r = Reader { b: v, i: 0 };
+                if r.number().is_none() || r.i != v.len() {
+                    return Err(self.wrong(key, "a number"));
+                }
+                std::str::from_utf8(v).ok().and_then(|t| t.parse::<f64>().ok()).map(Some).ok_or_else(|| self.wrong(key, "a number"))
+            }
+        }
+    }
+
+    /// The object member `key` as JSON text: `None` when absent or null,
+    /// an error when it is of another type.
+    pub fn get_object(&self, key: &str) -> Result<Option<String>> {
+        match self.get_raw(key) {
+            None | Some(b"null") => Ok(None),
+            Some(v) if v.first() == Some(&b'{') => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+            Some(_) => Err(self.wrong(key, "an object")),
+        }
+    }
+
     /// The array-of-strings member `key`; absent or null is empty.
     pub fn get_strings(&self, key: &str) -> Result<Vec<String>> {
         match self.get_raw(key) {
@@ -268,17 +302,274 @@ impl<'a> Reader<'a> {
                 }
             }
             _ => {
-                let start = self.i;
-                while self.i < self.b.len() && matches!(self.b[self.i], b'0'..=b'9' | b'+' | b'-' | b'.' | b'e' | b'E' | b'a'..=b'z') {
-                    self.i += 1;
+                // true, false, null or a number, held to JSON's grammar:
+                // validate checks JSON handed to the SDK with this too.
+                for lit in [&b"true"[..], b"false", b"null"] {
+                    if self.b[self.i..].starts_with(lit) {
+                        self.i += lit.len();
+                        return Some(());
+                    }
                 }
-                if self.i > start {
-                    Some(())
-                } else {
-                    None
-                }
+                self.number()
             }
         }
+    }
+
+    fn digits(&mut self) -> Option<()> {
+        let start = self.i;
+        while self.i < self.b.len() && self.b[self.i].is_ascii_digit() {
+            self.i += 1;
+        }
+        if self.i > start {
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    /// Steps over a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+    fn number(&mut self) -> Option<()> {
+        if self.b.get(self.i) == Some(&b'-') {
+            self.i += 1;
+        }
+        if self.b.get(self.i) == Some(&b'0') {
+            self.i += 1;
+        } else {
+            self.digits()?;
+        }
+        if self.b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            self.digits()?;
+        }
+        if matches!(self.b.get(self.i), Some(b'e' | b'E')) {
+            self.i += 1;
+            if matches!(self.b.get(self.i), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            self.digits()?;
+        }
+        Some(())
+    }
+
+    /// The raw elements of the array at the cursor.
+    fn elements(&mut self) -> Option<Vec<&'a [u8]>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        if self.eat(b']').is_some() {
+            return Some(out);
+        }
+        loop {
+            self.ws();
+            let start = self.i;
+            self.skip(0)?;
+            out.push(&self.b[start..self.i]);
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Reports whether `text` is exactly one JSON value (white space around
+/// it allowed). The SDK checks JSON handed to it with this before the
+/// JSON joins a request, so that text such as `{}, "model": "other"`
+/// cannot add members to the request around it.
+pub fn valid(text: &str) -> bool {
+    let mut r = Reader { b: text.as_bytes(), i: 0 };
+    r.ws();
+    if r.skip(0).is_none() {
+        return false;
+    }
+    r.ws();
+    r.i == r.b.len()
+}
+
+/// The raw elements of a JSON array (each element's JSON text). `what`
+/// names the payload in error messages.
+pub fn elements<'a>(text: &'a [u8], what: &str) -> Result<Vec<&'a [u8]>> {
+    let mut r = Reader { b: text, i: 0 };
+    let out = r.elements().ok_or_else(|| malformed(what, text))?;
+    r.ws();
+    if r.i != text.len() {
+        return Err(malformed(what, text));
+    }
+    Ok(out)
+}
+
+/// A JSON value to send: documents, conditions' values, metadata. Build
+/// one from Rust values with `From` (`"x".into()`, `3.into()`,
+/// `vec!["a", "b"].into()`, `None::<i64>.into()` for null) and objects
+/// with [`Value::object`]; [`Value::raw`] takes JSON text, checked.
+///
+/// ```
+/// use moat::json::Value;
+/// let doc = Value::object([("title", "buy milk".into()), ("n", 3.into()), ("tags", vec!["home"].into())]);
+/// assert_eq!(doc.to_json().unwrap(), r#"{"title":"buy milk","n":3,"tags":["home"]}"#);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// null.
+    Null,
+    /// true or false.
+    Bool(bool),
+    /// An integer (the host's int fields hold at most 2^53-1 in magnitude).
+    Int(i64),
+    /// A number; NaN and the infinities have no JSON form and fail
+    /// [`Value::to_json`].
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// An array.
+    Array(Vec<Value>),
+    /// An object, its members in order.
+    Object(Vec<(String, Value)>),
+    /// JSON text, checked when made with [`Value::raw`].
+    Raw(Raw),
+}
+
+/// JSON text known to be one JSON value: only [`Value::raw`] makes one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Raw(String);
+
+impl Raw {
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Value {
+    /// An object of the given members.
+    pub fn object<K: Into<String>>(members: impl IntoIterator<Item = (K, Value)>) -> Value {
+        Value::Object(members.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+
+    /// JSON text as a value; an error (invalid_argument) unless the text
+    /// is exactly one JSON value.
+    pub fn raw(text: impl Into<String>) -> Result<Value> {
+        let text = text.into();
+        if !valid(&text) {
+            let shown: String = text.chars().take(100).collect();
+            return Err(Error::new(code::INVALID_ARGUMENT, format!("not one JSON value: {}", shown)));
+        }
+        Ok(Value::Raw(Raw(text)))
+    }
+
+    /// Whether the value is an object (or raw JSON text of one).
+    pub fn is_object(&self) -> bool {
+        match self {
+            Value::Object(_) => true,
+            Value::Raw(r) => r.0.trim_start().starts_with('{'),
+            _ => false,
+        }
+    }
+
+    /// The value as JSON text; an error (invalid_argument) for a number
+    /// that is not finite.
+    pub fn to_json(&self) -> Result<String> {
+        let mut out = String::new();
+        self.write(&mut out)?;
+        Ok(out)
+    }
+
+    fn write(&self, out: &mut String) -> Result<()> {
+        match self {
+            Value::Null => out.push_str("null"),
+            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Value::Int(v) => {
+                let _ = write!(out, "{}", v);
+            }
+            Value::Float(v) if v.is_finite() => {
+                let _ = write!(out, "{}", v);
+            }
+            Value::Float(v) => return Err(Error::new(code::INVALID_ARGUMENT, format!("the number {} has no JSON form", v))),
+            Value::Str(s) => write_string(out, s),
+            Value::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    v.write(out)?;
+                }
+                out.push(']');
+            }
+            Value::Object(members) => {
+                out.push('{');
+                for (i, (k, v)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_string(out, k);
+                    out.push(':');
+                    v.write(out)?;
+                }
+                out.push('}');
+            }
+            Value::Raw(r) => out.push_str(&r.0),
+        }
+        Ok(())
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Value {
+        Value::Str(s.to_string())
+    }
+}
+impl From<String> for Value {
+    fn from(s: String) -> Value {
+        Value::Str(s)
+    }
+}
+impl From<&String> for Value {
+    fn from(s: &String) -> Value {
+        Value::Str(s.clone())
+    }
+}
+impl From<bool> for Value {
+    fn from(b: bool) -> Value {
+        Value::Bool(b)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Float(v)
+    }
+}
+impl From<f32> for Value {
+    fn from(v: f32) -> Value {
+        Value::Float(v as f64)
+    }
+}
+macro_rules! value_from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Value {
+                Value::Int(v as i64)
+            }
+        }
+    )*};
+}
+value_from_int!(i8, i16, i32, i64, u8, u16, u32);
+impl<T: Into<Value>> From<Vec<T>> for Value {
+    fn from(v: Vec<T>) -> Value {
+        Value::Array(v.into_iter().map(Into::into).collect())
+    }
+}
+impl<T: Clone + Into<Value>> From<&[T]> for Value {
+    fn from(v: &[T]) -> Value {
+        Value::Array(v.iter().cloned().map(Into::into).collect())
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Value {
+        v.map_or(Value::Null, Into::into)
     }
 }
 
@@ -374,6 +665,64 @@ mod tests {
         }
         let deep = "[".repeat(100) + &"]".repeat(100);
         assert!(Object::parse(format!("{{\"a\":{}}}", deep).as_bytes(), "test").is_err());
+    }
+
+    #[test]
+    fn validity() {
+        for (text, want) in [
+            ("{}", true),
+            (r#" {"a": [1, -2.5e3, true, null, {"b": "}"}]} "#, true),
+            ("-0.5E+2", true),
+            ("\"s\"", true),
+            (r#"{}, "model": "other""#, false),
+            (r#"{"a":1}}"#, false),
+            (r#"{"a":tru}"#, false),
+            (r#"{"a":truex}"#, false),
+            (r#"{"a":01}"#, false),
+            (r#"{"a":1.}"#, false),
+            (r#"{"a":-}"#, false),
+            (r#"{"a":+1}"#, false),
+            (r#"{"a":NaN}"#, false),
+            ("", false),
+            ("1 2", false),
+        ] {
+            assert_eq!(valid(text), want, "{}", text);
+        }
+    }
+
+    #[test]
+    fn numbers() {
+        let o = Object::parse(br#"{"i":9007199254740993,"neg":-5,"f":1.5,"e":1e3,"s":"7","big":99999999999999999999}"#, "t").unwrap();
+        assert_eq!(o.get_i64("i").unwrap(), Some(9007199254740993));
+        assert_eq!(o.get_i64("neg").unwrap(), Some(-5));
+        assert_eq!(o.get_i64("none").unwrap(), None);
+        assert!(o.get_i64("f").is_err() && o.get_i64("e").is_err() && o.get_i64("s").is_err());
+        assert!(o.get_i64("big").is_err(), "an integer past 64 bits is refused, not clamped");
+        assert_eq!(o.get_f64("f").unwrap(), Some(1.5));
+        assert_eq!(o.get_f64("e").unwrap(), Some(1000.0));
+        assert!(o.get_f64("s").is_err());
+        assert_eq!(elements(br#"[1, {"a":[2]}, "x"]"#, "t").unwrap(), vec![&b"1"[..], br#"{"a":[2]}"#, br#""x""#]);
+        assert!(elements(b"[1,]", "t").is_err());
+    }
+
+    #[test]
+    fn values() {
+        let v = Value::object([
+            ("t\"", Value::from("a\\b\n\u{1} ü")),
+            ("n", (-9007199254740991i64).into()),
+            ("f", 0.5.into()),
+            ("l", vec![Value::Bool(true), Value::Null, Value::Array(vec![]), Value::raw(r#" {"x":[1]} "#).unwrap()].into()),
+            ("o", Value::object(Vec::<(String, Value)>::new())),
+            ("none", None::<i64>.into()),
+        ]);
+        let text = v.to_json().unwrap();
+        assert_eq!(text, "{\"t\\\"\":\"a\\\\b\\n\\u0001 ü\",\"n\":-9007199254740991,\"f\":0.5,\"l\":[true,null,[], {\"x\":[1]} ],\"o\":{},\"none\":null}");
+        assert!(valid(&text));
+        assert!(Value::Float(f64::NAN).to_json().is_err());
+        assert!(Value::Array(vec![Value::Float(f64::INFINITY)]).to_json().is_err());
+        assert!(Value::raw("1, 2").is_err());
+        assert!(Value::raw(r#"{}, "model": "x""#).is_err());
+        assert!(v.is_object() && Value::raw(" {}").unwrap().is_object() && !Value::from(1).is_object());
     }
 
     #[test]

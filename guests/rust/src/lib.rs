@@ -4,7 +4,9 @@
 //! host invokes them with an input and returns their output. Inside an
 //! action the plugin reaches the host through ops: its configuration
 //! ([`config::get`]), the structured log ([`log`], [`info!`]...), a
-//! key-value store ([`kv`]) and, for any other op, [`call`].
+//! key-value store ([`kv`]), documents in the models of its `moat.yaml`
+//! ([`db`]), ranked full-text search ([`knowledge`]), background tasks
+//! ([`tasks`]) and, for any other op, [`call`].
 //!
 //! ```ignore
 //! fn greet(input: &[u8]) -> moat::Result<String> {
@@ -30,12 +32,16 @@
 //! A `cdylib` has no `_start`, so the host never runs `main`; it calls the
 //! four exports [`actions!`] defines. The transport is the one import
 //! `moat.call`; requests and replies are JSON, written and read by the
-//! small [`json`] module (the crate has no dependencies).
+//! small [`json`] module (the crate has no dependencies): documents,
+//! conditions and metadata are [`json::Value`]s, and JSON text handed in
+//! ([`json::Value::raw`]) is checked to be one value before it joins a
+//! request.
 //!
 //! # Errors
 //!
 //! Ops return [`Error`], which carries an ABI code (see [`code`]) and a
-//! message. An action that returns an `Error` fails its invocation with that
+//! message: `Err(e) if e.is(moat::code::CONFLICT)` catches a stale db
+//! version. An action that returns an `Error` fails its invocation with that
 //! code, so `?` on an op passes its code (for example `denied`) to the
 //! host's caller. Any `std::error::Error` converts into an [`Error`] with
 //! code `guest_error`. A panic aborts the instance: the host reports a
@@ -52,9 +58,12 @@
 
 use std::fmt;
 
+pub mod db;
 pub mod json;
+pub mod knowledge;
 pub mod kv;
 pub mod log;
+pub mod tasks;
 
 mod transport;
 
@@ -77,10 +86,14 @@ pub mod code {
     pub const DENIED: &str = "denied";
     /// A key, value or message exceeds its limit.
     pub const TOO_LARGE: &str = "too_large";
+    /// The thing changed since it was read (a stale db version).
+    pub const CONFLICT: &str = "conflict";
     /// A backing service failed; retrying may help.
     pub const UNAVAILABLE: &str = "unavailable";
     /// A bug or an unexpected host failure.
     pub const INTERNAL: &str = "internal";
+    /// The invocation used up a host budget (bytes held, log records...).
+    pub const RESOURCE_EXHAUSTED: &str = "resource_exhausted";
     /// The action failed on its own account.
     pub const GUEST_ERROR: &str = "guest_error";
     /// A sensitive op needs the invocation to be confirmed first.
