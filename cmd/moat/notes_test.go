@@ -157,7 +157,7 @@ func TestNotesExample(t *testing.T) {
 			// The operator's view of the same tasks.
 			ls := moatIn(t, root, "tasks", "ls", "--config", notesConfig, "--data", data, "--org", "acme")
 			for plugin, id := range tasks {
-				if ls.code != 0 || !regexp.MustCompile(regexp.QuoteMeta(id) + `.*done`).MatchString(ls.stdout) || !strings.Contains(ls.stdout, plugin) {
+				if ls.code != 0 || !regexp.MustCompile(regexp.QuoteMeta(id)+`.*done`).MatchString(ls.stdout) || !strings.Contains(ls.stdout, plugin) {
 					t.Errorf("moat tasks ls --org acme lacks %s's done reminder %s: %d\n%s%s", plugin, id, ls.code, ls.stdout, ls.stderr)
 				}
 			}
