@@ -32,8 +32,10 @@ not_found, invalid_argument, conflict, too_large, unavailable...). A
 handler that raises MoatError fails its invocation with that code, on
 either transport (an HTTP client sees invalid_argument as 400, conflict as
 409); any other exception fails it with guest_error, and a native worker
-keeps serving. While a handler runs, print() goes to stderr (the host's
-log): the action's output is what the handler returns.
+keeps serving. A plain script run as a plugin's action (no serve()) that
+lets a MoatError escape fails with its code too. While a handler runs,
+print() goes to stderr (the host's log): the action's output is what the
+handler returns.
 """
 
 import base64 as _base64
@@ -291,20 +293,39 @@ def _serve_lines(t):
         t.send(msg)
 
 
+def _fail_script(err):
+    """End a script's action with err ({"code", "message"}) as the contract
+    of abi/script.go says: the error as the last line of stdout and exit
+    status SCRIPT_ERROR_EXIT keep its code; the line on stderr is for the
+    log."""
+    print(f"{err['code']}: {err['message']}", file=_sys.stderr)
+    _sys.stdout.flush()
+    _sys.stdout.buffer.write(b"\n" + _json.dumps(err, separators=(",", ":")).encode() + b"\n")
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    _os._exit(SCRIPT_ERROR_EXIT)
+
+
 def _serve_once():
     name = _os.environ.get("MOAT_ACTION", "")
     out, err = _run(name, _sys.stdin.buffer.read())
     if err is not None:
-        # The contract of abi/script.go: the error as the last line of
-        # stdout and exit status SCRIPT_ERROR_EXIT keep its code; the
-        # line on stderr is for the log.
-        print(f"{err['code']}: {err['message']}", file=_sys.stderr)
-        _sys.stdout.flush()
-        _sys.stdout.buffer.write(b"\n" + _json.dumps(err, separators=(",", ":")).encode() + b"\n")
-        _sys.stdout.flush()
-        _sys.exit(SCRIPT_ERROR_EXIT)
+        _fail_script(err)
     _sys.stdout.buffer.write(out + b"\n")  # the host drops one trailing newline
     _sys.stdout.flush()
+
+
+def _script_excepthook(kind, value, tb):
+    """A plain script run as a plugin's action (no serve()) that lets a
+    MoatError escape fails the action with its code too, as a handler
+    would: a denied op stays denied (HTTP 403), not guest_error."""
+    _sys.__excepthook__(kind, value, tb)
+    if isinstance(value, MoatError):
+        _fail_script({"code": str(value.code), "message": str(value.message)})
+
+
+if _os.environ.get("MOAT_ACTION") and not _on_pipe():
+    _sys.excepthook = _script_excepthook
 
 
 # --- ops --------------------------------------------------------------

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	python "github.com/moat-sandbox/moat/guests/python"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestSDKConstants: moat.py's copies of the wire constants are abi's.
@@ -94,6 +95,45 @@ moat.serve()
 				t.Fatalf("exit %d (%v), stdout %q, stderr %q; want exit %d, %q, %q", code, err, stdout.String(), stderr.String(), tt.exit, tt.out, tt.stderr)
 			}
 		})
+	}
+}
+
+// TestSDKPlainScript: a plain script (no serve()) that lets a MoatError
+// escape keeps its code when it runs as a plugin's action ($MOAT_ACTION
+// set): the same status and stdout line as a handler's failure, after the
+// usual traceback. Run as a program of its own (no $MOAT_ACTION), it
+// exits 1 like any Python program; any other exception does either way.
+func TestSDKPlainScript(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		testenv.Require(t, fmt.Sprintf("%s: %v (apt-get install python3)", py, err))
+	}
+	dir := t.TempDir()
+	if _, err := python.WriteSDK(dir); err != nil {
+		t.Fatal(err)
+	}
+	script := "import sys, moat\nprint('partial output')\nif sys.stdin.read() == 'moat':\n    raise moat.MoatError('denied', 'kv is not granted')\nraise ValueError('plain')\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		action, in, out, stderr string
+		exit                    int
+	}{
+		{"greet", "moat", "partial output\n\n" + `{"code":"denied","message":"kv is not granted"}` + "\n", "moat.MoatError: denied: kv is not granted\ndenied: kv is not granted", abi.ScriptErrorExit},
+		{"greet", "other", "partial output\n", "ValueError: plain", 1},
+		{"", "moat", "partial output\n", "moat.MoatError: denied: kv is not granted", 1},
+	} {
+		cmd := exec.Command(py, "-B", "main.py")
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "MOAT_ACTION=" + tt.action}
+		cmd.Stdin = strings.NewReader(tt.in)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != tt.exit || stdout.String() != tt.out || !strings.Contains(stderr.String(), tt.stderr) {
+			t.Errorf("MOAT_ACTION=%q stdin %q: exit %d (%v), stdout %q, stderr %q; want exit %d, %q, %q", tt.action, tt.in, code, err, stdout.String(), stderr.String(), tt.exit, tt.out, tt.stderr)
+		}
 	}
 }
 

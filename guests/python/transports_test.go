@@ -86,6 +86,10 @@ func sdkPlugin(t *testing.T, name, extra string) ([]byte, *policy.Manifest) {
 // file.
 func loadScript(t *testing.T, h *host.Host) *host.Module {
 	src, mf := sdkPlugin(t, "sdk-script", "")
+	return loadScriptOf(t, h, src, mf)
+}
+
+func loadScriptOf(t *testing.T, h *host.Host, src []byte, mf *policy.Manifest) *host.Module {
 	l, err := languages.Lookup("python")
 	if err != nil {
 		t.Fatal(err)
@@ -197,5 +201,21 @@ func TestSDKTransports(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSDKPlainScriptCode: a plain script (no handlers, no serve()) run as
+// a plugin's action by the WASM CPython fails with the code of the
+// MoatError it lets escape: kv without a grant is denied, as from Go.
+func TestSDKPlainScriptCode(t *testing.T) {
+	h := sdkHost(t)
+	mf, err := policy.ParseManifest("moat.yaml", []byte("name: sdk-plain\nversion: 1.0.0\nlanguage: python\nactions: [{name: read}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadScriptOf(t, h, []byte("import moat\nprint(moat.kv.get_str('count'))\n"), mf)
+	_, err = m.Invoke(context.Background(), host.Request{Action: "read", Principal: policy.Principal{User: "ann", Org: "acme"}})
+	if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv") {
+		t.Fatalf("a plain script's escaped MoatError: %v; want denied naming kv", err)
 	}
 }
