@@ -33,6 +33,8 @@ build: deps ## build bin/moat and its confinement wrapper bin/moat-confine (stat
 examples: deps ## build the example plugins
 	@echo "==> build examples/hello-go/hello-go.wasm (GOOS=wasip1, c-shared)"
 	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/hello-go/hello-go.wasm ./examples/hello-go
+	@echo "==> build examples/notes/go/notes-go.wasm (GOOS=wasip1, c-shared)"
+	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/notes/go/notes-go.wasm ./examples/notes/go
 
 run: build examples $(SETUP) ## build moat, the toolchains and the examples; invoke greet, then run code in three languages
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"
@@ -110,4 +112,4 @@ fixtures: tools ## rebuild the WAT fixtures in testdata/
 		echo "wat2wasm $$flags $$f -> $$out"; wat2wasm $$flags $$f -o $$out || exit 1; done
 
 clean:
-	rm -rf $(BIN) examples/*/*.wasm
+	rm -rf $(BIN) examples/*/*.wasm examples/notes/*/*.wasm

@@ -16,8 +16,10 @@ import (
 // moat_invoke. Each invocation runs the command once, on a fresh
 // instance, with the input on stdin, the action's name in $MOAT_ACTION,
 // the op table on its device file (RunRequest.Ops), and what it writes to
-// stdout as the output (less one trailing newline: print adds it). A
-// non-zero exit is a guest_error carrying the last line of stderr; stderr
+// stdout as the output (less one trailing newline: print adds it). An
+// action fails with a code of its own by exiting with abi.ScriptErrorExit
+// and an abi.Error as the last line of stdout (abi/script.go); any other
+// non-zero exit is a guest_error carrying the last line of stderr. stderr
 // goes to the log, tagged like every op of the invocation.
 //
 // Everything around the call is the host's, as for a compiled plugin: the
@@ -118,6 +120,9 @@ func (m *Module) runScript(ctx context.Context, req *Request, lim Limits, confir
 		return nil, needsConfirm, nil
 	}
 	if res.ExitCode != 0 {
+		if e := scriptError(res.ExitCode, stdout.Bytes()); e != nil {
+			return nil, "", guestFailure(m.name, req.Action, e.Code, e.Message, e)
+		}
 		reason := fmt.Sprintf("the script exited with status %d", res.ExitCode)
 		if last := lastLine(stderr.Bytes()); last != "" {
 			reason += ": " + last
@@ -125,6 +130,25 @@ func (m *Module) runScript(ctx context.Context, req *Request, lim Limits, confir
 		return nil, "", &Error{Module: m.name, Action: req.Action, Code: abi.CodeGuestError, Reason: reason}
 	}
 	return bytes.TrimSuffix(stdout.Bytes(), []byte("\n")), "", nil
+}
+
+// scriptError is the error a script failed its action with: exit status
+// abi.ScriptErrorExit and an abi.Error with a code as the last line of its
+// stdout (abi/script.go). Anything else is nil: the caller reports a
+// guest_error. stdout is already capped at the action's output limit.
+func scriptError(status uint32, stdout []byte) *abi.Error {
+	if status != abi.ScriptErrorExit {
+		return nil
+	}
+	line := bytes.TrimRight(stdout, "\r\n")
+	if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	var e abi.Error
+	if err := abi.Unmarshal(line, &e); err != nil || e.Code == "" {
+		return nil
+	}
+	return &e
 }
 
 // tailOf returns at most n bytes from the end of b.

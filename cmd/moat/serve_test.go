@@ -163,7 +163,15 @@ func TestServeConfigError(t *testing.T) {
 // off its log; the rest of its stderr goes to rest.
 func startServe(t *testing.T, rest *bytes.Buffer, args ...string) (*exec.Cmd, string) {
 	t.Helper()
+	return startServeIn(t, "", rest, args...)
+}
+
+// startServeIn is startServe in the working directory dir ("" for the
+// test's), for a configuration whose paths are relative.
+func startServeIn(t *testing.T, dir string, rest io.Writer, args ...string) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(moatBin, append([]string{"serve"}, args...)...)
+	cmd.Dir = dir
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

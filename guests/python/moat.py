@@ -22,24 +22,37 @@ One script, either way moat runs it:
   transport ($MOAT_OPS, /dev/moat/ops); serve() runs the action named by
   $MOAT_ACTION once, on stdin, and writes the output to stdout.
 
+Beside kv, log and config: moat.db (documents in the models moat.yaml
+declares), moat.knowledge (ranked full-text search) and moat.tasks
+(background runs of this plugin's own actions), the same ops as the Go
+SDK's DB, Knowledge and Tasks; call() reaches any op by name.
+
 A failed op raises MoatError, whose .code is the host's (denied,
-not_found, invalid_argument, too_large, unavailable...). A handler that
-raises MoatError fails its invocation with that code; any other exception
-fails it with guest_error, and a native worker keeps serving.
+not_found, invalid_argument, conflict, too_large, unavailable...). A
+handler that raises MoatError fails its invocation with that code, on
+either transport (an HTTP client sees invalid_argument as 400, conflict as
+409); any other exception fails it with guest_error, and a native worker
+keeps serving. A plain script run as a plugin's action (no serve()) that
+lets a MoatError escape fails with its code too. While a handler runs,
+print() goes to stderr (the host's log): the action's output is what the
+handler returns.
 """
 
 import base64 as _base64
+import datetime as _dt
 import io as _io
 import json as _json
 import os as _os
 import sys as _sys
 import traceback as _traceback
 
-__all__ = ["MoatError", "Input", "call", "kv", "log", "config", "action", "serve"]
+__all__ = ["MoatError", "Input", "call", "kv", "log", "config", "db", "knowledge", "tasks",
+           "Doc", "Page", "Hit", "TaskStatus", "action", "serve"]
 
 ABI_VERSION = 1  # abi.Version
 MAX_LINE = 16 << 20  # abi.MaxPipeLine: a longer line ends the worker
 _PIPE_FROM_HOST, _PIPE_TO_HOST = 3, 4  # abi.PipeFromHostFD, abi.PipeToHostFD
+SCRIPT_ERROR_EXIT = 70  # abi.ScriptErrorExit: a script's action failed with the error on stdout's last line
 
 
 class MoatError(Exception):
@@ -90,7 +103,7 @@ class _Device:
             raise MoatError("unavailable", f"cannot open {path}: {e.strerror}") from None
 
     def call(self, op, req):
-        line = _json.dumps({"op": op, "req": req}, separators=(",", ":")).encode() + b"\n"
+        line = ('{"op":' + _json.dumps(op) + ',"req":' + req + "}\n").encode()
         view = memoryview(line)
         while view:
             view = view[self._f.write(view):]
@@ -113,7 +126,10 @@ class _Lines:
         self.busy = False  # an invocation runs: ops may be called
 
     def send(self, msg):
-        line = _json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        self.send_line(_json.dumps(msg, separators=(",", ":")))
+
+    def send_line(self, text):
+        line = text.encode() + b"\n"
         view = memoryview(line)
         while view:
             view = view[self._w.write(view):]
@@ -130,7 +146,7 @@ class _Lines:
         if not self.busy:
             raise MoatError("unavailable", f"op {op}: ops can be called only while an action runs (inside a handler registered with moat.action)")
         self._next += 1
-        self.send({"type": "call", "id": self._next, "op": op, "req": req})
+        self.send_line('{"type":"call","id":' + str(self._next) + ',"op":' + _json.dumps(op) + ',"req":' + req + "}")
         m = self.recv()
         if m.get("type") != "reply" or m.get("id") != self._next:
             raise _ProtocolError(f"expected the reply to call {self._next}, got {m.get('type')!r} {m.get('id')!r}")
@@ -150,9 +166,29 @@ def _get():
     return _transport
 
 
+def _json_default(v):
+    """Encodes what json cannot: a datetime as RFC 3339, the form of time
+    fields and of task.enqueue's at."""
+    if isinstance(v, _dt.datetime):
+        if v.tzinfo is None:
+            raise ValueError(f"the datetime {v.isoformat()} has no time zone; use an aware one, like datetime.now(timezone.utc)")
+        return v.isoformat()
+    raise TypeError(f"a {type(v).__name__} is not JSON: send str, int, float, bool, None, list, dict or datetime")
+
+
+def _encode(op, what, v):
+    try:
+        return _json.dumps(v, separators=(",", ":"), allow_nan=False, default=_json_default)
+    except (TypeError, ValueError) as e:
+        raise MoatError("invalid_argument", f"op {op}: encode {what}: {e}") from None
+
+
 def call(op, req=None):
-    """Run one op by name and return its decoded response (a dict)."""
-    msg = _get().call(op, req or {})
+    """Run one op by name and return its decoded response (a dict). req is
+    a dict (None: {}); datetimes in it are sent as RFC 3339."""
+    if not isinstance(op, str) or not op:
+        raise MoatError("invalid_argument", "call: the op name must be a non-empty str, like \"kv.get\"")
+    msg = _get().call(op, _encode(op, "the request", req if req is not None else {}))
     err = msg.get("error")
     if err:
         raise MoatError(err.get("code", "internal"), err.get("message", ""))
@@ -204,15 +240,21 @@ def _run(name, data, correlation_id=""):
         return None, {"code": "no_such_action", "message": f"no action {name!r} is registered (moat.action); registered: {sorted(_actions)}"}
     inp = Input(data)
     inp.action, inp.correlation_id = name, correlation_id
+    # The output is what the handler returns: its print()s go to stderr,
+    # the host's log, on either transport (on the device file stdout is
+    # the output; a native worker's stdout goes nowhere).
+    stdout, _sys.stdout = _sys.stdout, _sys.stderr
     try:
         return _output(fn(inp)), None
     except MoatError as e:
-        return None, {"code": e.code, "message": e.message}
+        return None, {"code": str(e.code), "message": str(e.message)}
     except _ProtocolError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of the handler is the action's
         _traceback.print_exc(file=_sys.stderr)
         return None, {"code": "guest_error", "message": f"{type(e).__name__}: {e}"}
+    finally:
+        _sys.stdout = stdout
 
 
 def serve():
@@ -251,14 +293,39 @@ def _serve_lines(t):
         t.send(msg)
 
 
+def _fail_script(err):
+    """End a script's action with err ({"code", "message"}) as the contract
+    of abi/script.go says: the error as the last line of stdout and exit
+    status SCRIPT_ERROR_EXIT keep its code; the line on stderr is for the
+    log."""
+    print(f"{err['code']}: {err['message']}", file=_sys.stderr)
+    _sys.stdout.flush()
+    _sys.stdout.buffer.write(b"\n" + _json.dumps(err, separators=(",", ":")).encode() + b"\n")
+    _sys.stdout.flush()
+    _sys.stderr.flush()
+    _os._exit(SCRIPT_ERROR_EXIT)
+
+
 def _serve_once():
     name = _os.environ.get("MOAT_ACTION", "")
     out, err = _run(name, _sys.stdin.buffer.read())
     if err is not None:
-        print(f"{err['code']}: {err['message']}", file=_sys.stderr)
-        _sys.exit(1)
+        _fail_script(err)
     _sys.stdout.buffer.write(out + b"\n")  # the host drops one trailing newline
     _sys.stdout.flush()
+
+
+def _script_excepthook(kind, value, tb):
+    """A plain script run as a plugin's action (no serve()) that lets a
+    MoatError escape fails the action with its code too, as a handler
+    would: a denied op stays denied (HTTP 403), not guest_error."""
+    _sys.__excepthook__(kind, value, tb)
+    if isinstance(value, MoatError):
+        _fail_script({"code": str(value.code), "message": str(value.message)})
+
+
+if _os.environ.get("MOAT_ACTION") and not _on_pipe():
+    _sys.excepthook = _script_excepthook
 
 
 # --- ops --------------------------------------------------------------
@@ -321,3 +388,244 @@ def config(key, default=None):
     """One value of the module's configuration, or default."""
     r = call("config.get", {"key": key})
     return r.get("value", "") if r.get("found") else default
+
+
+# --- db ---------------------------------------------------------------
+
+
+class Doc:
+    """A stored document: .doc, its fields (a dict), and what the host keeps
+    beside it: .id, .version (1 on insert, one more on every update), .owner
+    (the user who inserted it), .created and .updated (RFC 3339 in UTC,
+    millisecond precision, as the host writes every time)."""
+
+    __slots__ = ("id", "version", "owner", "created", "updated", "doc")
+
+    def __init__(self, w):
+        self.id = w.get("id", "")
+        self.version = w.get("version", 0)
+        self.owner = w.get("owner", "")
+        self.created = w.get("created", "")
+        self.updated = w.get("updated", "")
+        self.doc = w.get("doc") or {}
+
+    def __repr__(self):
+        return f"Doc(id={self.id!r}, version={self.version}, owner={self.owner!r}, doc={self.doc!r})"
+
+
+class Page:
+    """One page of a query: .docs (a list of Doc) and .next, the cursor of
+    the next page ("" on the last). Iterating a Page iterates its docs."""
+
+    __slots__ = ("docs", "next")
+
+    def __init__(self, docs, next_):
+        self.docs, self.next = docs, next_
+
+    def __iter__(self):
+        return iter(self.docs)
+
+    def __len__(self):
+        return len(self.docs)
+
+    def __repr__(self):
+        return f"Page({len(self.docs)} docs, next={self.next!r})"
+
+
+def _conditions(op, where):
+    """where as the wire's [field, op, value] arrays; a malformed one is
+    refused here, naming it, before anything is sent."""
+    if where is None:
+        return []
+    if isinstance(where, (str, bytes)) or not hasattr(where, "__iter__"):
+        raise MoatError("invalid_argument", f"op {op}: where is a list of (field, op, value) conditions, not a {type(where).__name__}")
+    out = []
+    for i, c in enumerate(where):
+        if isinstance(c, (str, bytes)) or not hasattr(c, "__len__") or len(c) != 3 or not isinstance(c[0], str) or not isinstance(c[1], str):
+            raise MoatError("invalid_argument", f"op {op}: condition {i} is {c!r}; write (field, op, value), like (\"done\", \"=\", False)")
+        out.append([c[0], c[1], c[2]])
+    return out
+
+
+class _DB:
+    """The module's documents: JSON objects in the models its moat.yaml
+    declares (models:), each granted by name (capabilities: db: [notes]).
+    The host checks every document against its model and scopes every op
+    to the caller's organization (and, in a model with scope: user, to the
+    caller): another organization's or user's document is not found. Time
+    fields are RFC 3339 strings; a datetime (with a time zone) is sent as
+    one. The types, filter operators and limits are in abi/db.go."""
+
+    def insert(self, model, doc):
+        """Store doc (a dict) as a new document of model: (id, version)."""
+        r = call("db.insert", {"model": model, "doc": doc})
+        return r.get("id", ""), r.get("version", 0)
+
+    def get(self, model, id):  # noqa: A002 - the wire's name
+        """The document id of model as a Doc, or None when the caller's
+        scope holds none."""
+        r = call("db.get", {"model": model, "id": id})
+        return Doc(r) if r.get("found") else None
+
+    def query(self, model, where=None, order=None, limit=0, after=""):
+        """One page of the documents of model for which every condition of
+        where holds: a list of (field, op, value), op one of = != < <= > >=
+        in prefix contains. order names fields, "-field" descending (ties,
+        and no order, go by id); limit is the page size (0: the host's
+        default, 100); after is the .next of the previous page."""
+        req = {"model": model, "where": _conditions("db.query", where), "order": list(order or []), "limit": limit, "after": after}
+        r = call("db.query", req)
+        return Page([Doc(d) for d in r.get("docs") or []], r.get("next", ""))
+
+    def update(self, model, id, set=None, unset=None, version=0):  # noqa: A002 - the wire's names
+        """Change the document id of model: set's fields (a dict) replace
+        theirs, unset's (a list of names) are removed. With version not 0
+        the document must still be at that version, or MoatError conflict
+        is raised. Returns the new version."""
+        req = {"model": model, "id": id, "version": version}
+        if set is not None:
+            req["set"] = set
+        if unset:
+            req["unset"] = list(unset)
+        return call("db.update", req).get("version", 0)
+
+    def delete(self, model, id, version=0):  # noqa: A002 - the wire's name
+        """Remove the document id of model; True if it was there. With
+        version not 0 it must still be at that version (else conflict)."""
+        return call("db.delete", {"model": model, "id": id, "version": version}).get("deleted", False)
+
+    def count(self, model, where=None):
+        """How many documents of model match where (as for query)."""
+        return call("db.count", {"model": model, "where": _conditions("db.count", where)}).get("count", 0)
+
+
+# --- knowledge --------------------------------------------------------
+
+
+class Hit:
+    """A document found: .id, .score (higher is better; comparable only
+    within one search), .snippet (its text around the terms found) and
+    .meta (a dict)."""
+
+    __slots__ = ("id", "score", "snippet", "meta")
+
+    def __init__(self, w):
+        self.id = w.get("id", "")
+        self.score = w.get("score", 0.0)
+        self.snippet = w.get("snippet", "")
+        self.meta = w.get("meta") or {}
+
+    def __repr__(self):
+        return f"Hit(id={self.id!r}, score={self.score:.4g}, snippet={self.snippet!r})"
+
+
+class _Knowledge:
+    """The module's knowledge: documents of text with metadata in named
+    collections, searched by ranked full text, scoped by the host to the
+    caller's organization and this module (not to the user: a plugin whose
+    documents are a user's filters by meta). A module reaches only the
+    collections its grants name (capabilities: knowledge: [notes]). Words,
+    queries, meta and limits: abi/knowledge.go."""
+
+    def add(self, collection, id, text, meta=None):  # noqa: A002 - the wire's name
+        """Store text under id in collection, replacing the document of that
+        id there; meta is a flat dict of str, int, float or bool. True if it
+        replaced one."""
+        req = {"collection": collection, "id": id, "text": text}
+        if meta:
+            req["meta"] = meta
+        return call("knowledge.add", req).get("replaced", False)
+
+    def delete(self, collection, id):  # noqa: A002 - the wire's name
+        """Remove the document id from collection; True if it existed."""
+        return call("knowledge.delete", {"collection": collection, "id": id}).get("deleted", False)
+
+    def search(self, collection, query, limit=0, filter=None):  # noqa: A002 - the wire's name
+        """The documents of collection holding every word of query whose
+        meta holds every key of filter with an equal value, best first, at
+        most limit (0: 10; at most 50) of them: a list of Hit. query is
+        plain text: quotes and operators are not syntax."""
+        req = {"collection": collection, "query": query, "limit": limit}
+        if filter:
+            req["filter"] = filter
+        return [Hit(h) for h in call("knowledge.search", req).get("hits") or []]
+
+
+# --- tasks ------------------------------------------------------------
+
+
+class TaskStatus:
+    """A task's state: .state (queued, running, done, failed, cancelled),
+    .attempts, .max_attempts, .result (the output of the run that succeeded,
+    bytes), .error and .code (the last failure), .run_at (RFC 3339: when a
+    queued task runs next)."""
+
+    __slots__ = ("state", "attempts", "max_attempts", "result", "error", "code", "run_at")
+
+    def __init__(self, w):
+        self.state = w.get("state", "")
+        self.attempts = w.get("attempts", 0)
+        self.max_attempts = w.get("max_attempts", 0)
+        self.result = _base64.b64decode(w.get("result") or "")
+        self.error = w.get("error", "")
+        self.code = w.get("code", "")
+        self.run_at = w.get("run_at", "")
+
+    def __repr__(self):
+        return f"TaskStatus(state={self.state!r}, attempts={self.attempts}/{self.max_attempts}, code={self.code!r})"
+
+
+def _duration(d):
+    """A delay as Go's duration syntax: seconds (int or float), a
+    timedelta, or already a str like "90s" or "2h30m"."""
+    if isinstance(d, str):
+        return d
+    if isinstance(d, _dt.timedelta):
+        d = d.total_seconds()
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        raise MoatError("invalid_argument", f"op task.enqueue: delay is seconds, a timedelta or a str like \"90s\", not {d!r}")
+    if isinstance(d, int):
+        return f"{d}s"
+    return ("%.9f" % d).rstrip("0").rstrip(".") + "s"  # Go reads no exponent
+
+
+class _Tasks:
+    """Background runs of this module's own actions (capabilities: tasks:
+    true). A task runs later, on whichever host claims it, as the caller
+    whose invocation enqueued it and with its correlation id; a failed
+    attempt is retried with backoff up to max_attempts. It runs at least
+    once: an action a task runs should be safe to repeat."""
+
+    def enqueue(self, action, input=None, delay=None, at=None, max_attempts=0, key=""):  # noqa: A002 - the wire's name
+        """Queue a run of action with input (bytes, str as UTF-8, None, or
+        a JSON value), now, after delay (seconds, a timedelta or "90s"), or
+        at a time (an aware datetime or RFC 3339); at most 30 days ahead.
+        max_attempts is 1 to 25 (0: 3). A key makes it idempotent: while a
+        task of this module and organization holds it, enqueue returns that
+        task. Returns (id, existing)."""
+        req = {"action": action, "max_attempts": max_attempts, "key": key}
+        data = _output(input)
+        if data:
+            req["input"] = _base64.b64encode(data).decode()
+        if delay is not None:
+            req["delay"] = _duration(delay)
+        if at is not None:
+            req["at"] = at
+        r = call("task.enqueue", req)
+        return r.get("id", ""), r.get("existing", False)
+
+    def status(self, id):  # noqa: A002 - the wire's name
+        """The TaskStatus of a task of this module; MoatError not_found for
+        any other id."""
+        return TaskStatus(call("task.status", {"id": id}))
+
+    def cancel(self, id):  # noqa: A002 - the wire's name
+        """Cancel a queued or running task: (cancelled, state). A task that
+        already finished is left as it is."""
+        r = call("task.cancel", {"id": id})
+        return r.get("cancelled", False), r.get("state", "")
+
+
+db = _DB()
+knowledge = _Knowledge()
+tasks = _Tasks()

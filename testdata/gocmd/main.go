@@ -1,6 +1,8 @@
 // Command gocmd is a WASI command fixture for moat's tests: it echoes its
 // stdin, args and environment, and can loop, flood its output, exhaust its
-// memory or exit with a chosen code.
+// memory or exit with a chosen code. As a script (gocmd script, with the
+// action in $MOAT_ACTION) it ends as its stdin says: "STATUS\nSTDOUT",
+// the action's name going to stderr.
 package main
 
 import (
@@ -33,6 +35,13 @@ func main() {
 		for {
 			sink = append(sink, make([]byte, 1<<20))
 		}
+	case "script":
+		in, _ := io.ReadAll(os.Stdin)
+		status, out, _ := strings.Cut(string(in), "\n")
+		code, _ := strconv.Atoi(status)
+		fmt.Fprintln(os.Stderr, "script action", os.Getenv("MOAT_ACTION"), "exits", code)
+		os.Stdout.WriteString(out)
+		os.Exit(code)
 	case "exit":
 		code, _ := strconv.Atoi(os.Args[2])
 		fmt.Fprintln(os.Stderr, "exiting with", code)
