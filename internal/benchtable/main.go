@@ -115,6 +115,13 @@ func main() {
 			}
 		}
 	}
+	for _, be := range []string{"sqlite", "postgres"} {
+		if p50, ok := get("TaskEnqueueToStart/"+be, "p50-µs"); ok {
+			p99, _ := get("TaskEnqueueToStart/"+be, "p99-µs")
+			rows = append(rows, row{"background task, enqueue to the start of its attempt, runner in the same process, " + be,
+				fmt.Sprintf("p50 %.2f ms, p99 %.2f ms", p50/1000, p99/1000), "", "", "report"})
+		}
+	}
 	for _, sp := range []struct{ what, native, plain string }{
 		{"spawn-to-exit /usr/bin/true through the full native runner (vs plain os/exec)", "Spawn/native-true", "Spawn/plain-true"},
 		{"spawn-to-exit python3 -c pass through the full native runner (vs plain os/exec)", "Spawn/native-python", "Spawn/plain-python"},
