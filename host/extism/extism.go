@@ -319,7 +319,6 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	// instance may have served another principal, whose responses (a
 	// Set-Cookie, a token in a header) http_headers would hand over.
 	inst.http = httpState{}
-	defer func() { inst.http = httpState{} }()
 	inst.mems.setLimit(c.Limits.MemoryLimitPages)
 	inst.stdout.begin(c.Log)
 	inst.stderr.begin(c.Log)
@@ -329,6 +328,10 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 	inst.state, inst.ctx = nil, nil
 	reusable := err == nil
 	defer func() {
+		// Cleared before the instance goes back: once in the pool,
+		// another call may take it (a deferred clear ran after put, and
+		// raced that call; TestConcurrentCalls under -race).
+		inst.http = httpState{}
 		if reusable {
 			p.put(inst)
 		} else {
