@@ -94,7 +94,8 @@ func rawRuntime(b *testing.B, importModule, importName string, closeOnDone ...bo
 // deadline on every call.
 func BenchmarkInvoke(b *testing.B) {
 	ctx := context.Background()
-	b.Cleanup(func() { pgtest.Stop() }) // the cluster of the -postgres rows, if one was started
+	// The cluster of the -postgres rows is stopped by TestMain (main_test.go):
+	// stopped here, the benchmarks after this one would find it gone.
 	b.Run("raw-wazero", func(b *testing.B) {
 		r := rawRuntime(b, "moat", "call")
 		mod, err := r.Instantiate(ctx, fixture(b, "plugin.wasm"))

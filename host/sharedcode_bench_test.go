@@ -19,7 +19,6 @@ import (
 // Each iteration is a new host; only Load is timed.
 func BenchmarkLoadGoGuest(b *testing.B) {
 	ctx := context.Background()
-	b.Cleanup(func() { pgtest.Stop() })
 	goGuest := testwasm.BuildGo(b, "./testdata/goguest", true)
 	codeKey := []byte("benchmark code key: 32 bytes of secret or more")
 	// load times one Load on a host made by cfg (untimed), closed after.
