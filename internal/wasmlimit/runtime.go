@@ -27,7 +27,10 @@ const RuntimeConfigID = "compiler;core-features=v2;close-on-context-done;memory-
 //     compilation cache, so a module is compiled once per machine whichever
 //     host runs it (the cache key is the module's bytes, not this config);
 //   - CloseOnContextDone, which is what lets a deadline stop a guest stuck
-//     in a loop (it costs a check on every loop back-edge);
+//     in a loop (it costs an exit to Go on every loop back-edge). Package
+//     host turns it off for its own runtime, whose modules carry a cheaper
+//     check of their own (host/interrupt.go); the Extism adapter and the
+//     Ruby driver, which run modules the host does not rewrite, keep it;
 //   - the memory ceiling MaxMemoryPages, under which each instance's
 //     Allocator applies the invocation's limit;
 //   - no DWARF line information: wazero parses the DWARF sections whenever
