@@ -289,7 +289,17 @@ func readLayout(wasm []byte) (*layout, error) {
 			lay.counts[id], err = checkTypes(r)
 		case 2:
 			err = lay.readImports(r)
-		case 3, 6, 9, 10, 11, 13:
+		case 3:
+			// Each defined function's type index against the types
+			// declared: wazero v1.12 indexes its type section by it
+			// unchecked when it validates a call, and a module calling a
+			// function of type 48 among 4 types panicked the host
+			// (found by FuzzLimitTables in make test's fuzz smoke).
+			lay.counts[id], err = r.vec(minEntryBytes[id], sectionName(id))
+			for i := uint32(0); err == nil && i < lay.counts[id]; i++ {
+				err = lay.checkTypeIndex(r, fmt.Sprintf("function %d", lay.importedFuncs+i))
+			}
+		case 6, 9, 10, 11, 13:
 			lay.counts[id], err = r.vec(minEntryBytes[id], sectionName(id))
 			if err == nil {
 				err = checkEntries(id, r, lay.counts[id])
@@ -733,7 +743,7 @@ func (lay *layout) readImports(r *wasmReader) error {
 		switch kind {
 		case 0x00: // function: type index
 			lay.importedFuncs++
-			_, err = r.u32()
+			err = lay.checkTypeIndex(r, "the imported function")
 		case 0x01: // table
 			lay.imports = append(lay.imports, importDecl{"table", mod, name})
 			err = lay.readTable(r, 2, what)
@@ -760,6 +770,19 @@ func (lay *layout) readImports(r *wasmReader) error {
 		if err != nil {
 			return fmt.Errorf("import %s: %w", what, err)
 		}
+	}
+	return nil
+}
+
+// checkTypeIndex reads a function's type index and refuses one past the
+// types the type section declared (which comes first, or there is none).
+func (lay *layout) checkTypeIndex(r *wasmReader, what string) error {
+	t, err := r.u32()
+	if err != nil {
+		return err
+	}
+	if t >= lay.counts[1] {
+		return fmt.Errorf("%s is of type %d, but the module declares %d types", what, t, lay.counts[1])
 	}
 	return nil
 }
