@@ -137,15 +137,7 @@ func (h *Host) rewrite(digest string, tableCap uint32, bounded []byte, lay *layo
 		return nil, "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		if f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*"); err == nil {
-			_, werr := f.Write(binary.LittleEndian.AppendUint32(code[:len(code):len(code)], crc32.Checksum(code, castagnoli)))
-			if cerr := f.Close(); werr == nil && cerr == nil {
-				werr = os.Rename(f.Name(), path)
-			}
-			if werr != nil {
-				os.Remove(f.Name())
-			}
-		}
+		_ = writeAtomic(path, binary.LittleEndian.AppendUint32(code[:len(code):len(code)], crc32.Checksum(code, castagnoli)))
 	}
 	return code, key, nil
 }

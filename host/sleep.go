@@ -14,9 +14,9 @@ import (
 )
 
 // A deadline must hold inside host calls too, not only in guest code.
-// wazero's CloseOnContextDone stops a guest at its next function call or
-// loop back-edge, but a guest blocked in a host function is in Go, where
-// wazero cannot reach it: WASI's poll_oneoff sleeps with the module's
+// The fuel check (interrupt.go) stops a guest running its own code within
+// a few thousand loop iterations, but a guest blocked in a host function
+// is in Go, where no check in its code can run: WASI's poll_oneoff sleeps with the module's
 // sys.Nanosleep, which has no context (WithSysNanosleep is a bare
 // time.Sleep), and fd_read of a stdin pipe blocks in read(2). A guest
 // sleeping 20 s under a 1 s limit slept 20 s.
@@ -28,7 +28,7 @@ import (
 // deadline (or a cancellation). wazero returns that error from the guest
 // call unwrapped, and the host classifies it as the timeout it is, within
 // a scheduler tick of the deadline. Returning early instead would let the
-// guest carry on until its next back-edge, or return a result computed
+// guest carry on until its next yield, or return a result computed
 // after its deadline.
 
 // Nanosleep returns a sys.Nanosleep for wazero.ModuleConfig.WithNanosleep
