@@ -708,7 +708,7 @@ func (r *wasmReader) skipImmediates(op byte) error {
 	case op == 0xfe:
 		err = r.atomicImmediates()
 	default:
-		return errors.New("not an instruction this host compiles")
+		return errors.New("not an instruction this host compiles (a proposal wazero v1.12 does not run, such as exception handling or garbage collection: build the module without it)")
 	}
 	return err
 }
