@@ -48,6 +48,8 @@ type Env struct {
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
 	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
+	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
+	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.

@@ -1,0 +1,36 @@
+package ops
+
+import (
+	"context"
+	"errors"
+
+	"github.com/moat-sandbox/moat/abi"
+)
+
+// The interfaces through which op families reach what the host holds for
+// them, where one family serves another: the http family's client sends
+// media.fetch's download too, and secrets are read by the http family
+// (headers a grant injects) and the ai family (provider keys). The host
+// fills them into Env; nil means this host offers none.
+
+// Outbound sends the requests of ops that leave the sandbox over HTTP
+// (http.fetch, media.fetch), under the http family's rules: the module's
+// http grants on every hop, addresses checked when dialled, headers a
+// grant injects added and scrubbed from the reply, the request audited.
+// maxBytes bounds the response body (a longer one is CodeTooLarge); it
+// overrides req.MaxBytes, which a caller other than http.fetch leaves 0.
+type Outbound interface {
+	Fetch(env *Env, req *abi.HTTPFetchRequest, maxBytes int64) (*abi.HTTPFetchResponse, error)
+}
+
+// SecretSource reads the operator's secrets: org "" is the operator's own
+// (an AI provider's key), any other an organization's (a header a grant
+// injects into that organization's requests). A value read from it must
+// never reach a guest, a log line, an audit record or an error message.
+type SecretSource interface {
+	Secret(ctx context.Context, org, name string) ([]byte, error)
+}
+
+// ErrSecretNotFound is what a SecretSource returns, wrapped, for a name
+// that has no secret in that scope.
+var ErrSecretNotFound = errors.New("no such secret")
