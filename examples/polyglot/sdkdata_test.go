@@ -96,19 +96,23 @@ func dataFixtures() []dataFixture {
 	for _, g := range sdkFixtures {
 		out = append(out, dataFixture{lang: g.lang, load: func(t *testing.T, h *host.Host) *host.Module { return load(t, h, bundle(t, g), nil) }})
 	}
-	return append(out, dataFixture{lang: "javascript", load: loadScriptFixture("examples/polyglot/testdata/sdk-js"), script: true})
+	return append(out, dataFixture{lang: "javascript", load: loadScriptFixture("examples/polyglot/testdata/sdk-js", nil), script: true})
 }
 
 // loadScriptFixture loads an interpreted plugin's directory as `moat run`
 // does: its sources with the language's SDK beside them, the interpreter
-// serving its manifest's actions.
-func loadScriptFixture(dir string) func(t *testing.T, h *host.Host) *host.Module {
+// serving its manifest's actions. edit, when not nil, changes the
+// manifest first.
+func loadScriptFixture(dir string, edit func(*policy.Manifest)) func(t *testing.T, h *host.Host) *host.Module {
 	return func(t *testing.T, h *host.Host) *host.Module {
 		t.Helper()
 		root := testwasm.RepoRoot(t)
 		mf, err := policy.LoadManifest(filepath.Join(root, dir, policy.ManifestFile))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(mf)
 		}
 		l, err := languages.Lookup(mf.Language)
 		if err != nil {

@@ -7,7 +7,9 @@
 // (kv.get/put/remove/list), documents in the models of its moat.yaml
 // (db.insert/get/query/update/remove/count), ranked full-text search
 // (knowledge.add/remove/search), background tasks
-// (tasks.enqueue/status/cancel) and, for any other op, call.
+// (tasks.enqueue/status/cancel), HTTP requests the host sends (http.fetch),
+// media the host keeps (media.fetch/put/get/info/thumbnail), model calls
+// (ai.complete/embed) and, for any other op, call.
 //
 //   import * as moat from "../../guests/assemblyscript/moat";
 //   export { moat_abi_version, moat_actions, moat_alloc, moat_invoke } from "../../guests/assemblyscript/moat";
@@ -1343,6 +1345,405 @@ export namespace tasks {
     const j = new JSONReader(r.value);
     const state = j.getString("state");
     return success<Cancelled>(new Cancelled(j.bool("cancelled"), state !== null ? state : ""));
+  }
+}
+
+/**
+ * HTTP requests the host sends for the plugin (the op http.fetch). The
+ * host, not the plugin, makes the connection: the URL must be covered by
+ * one of the module's http grants (capabilities: {http:
+ * ["https://api.example.com:443"]}), on every redirect too, and the
+ * address it reaches is checked after DNS, so a plugin reaches loopback,
+ * private or metadata addresses only where a grant names them. Headers a
+ * grant injects (a secret as a bearer token) are added by the host and
+ * never shown to the plugin.
+ *
+ *   const req = new moat.http.Request("POST", "https://api.example.com/v1/items");
+ *   req.headers.set("Content-Type", "application/json");
+ *   req.body = Uint8Array.wrap(String.UTF8.encode('{"name":"x"}'));
+ *   const r = moat.http.fetch(req);
+ *   if (!r.ok) return moat.Output.fail(r.error!);         // denied, too_large, unavailable...
+ *   if (r.value.status == 200) { ... r.value.body, r.value.header("content-type") ... }
+ *
+ * A status of 4xx or 5xx is a response, not an error. Limits are those
+ * of abi/http.go in the moat repository.
+ */
+export namespace http {
+  /** A request; the defaults are the host's (GET, 10 s, 1 MiB of body). */
+  export class Request {
+    /** The plugin's own headers (names case-insensitive). */
+    headers: Map<string, string> = new Map<string, string>();
+    /** The body's bytes (at most 2 MiB). */
+    body: Uint8Array = new Uint8Array(0);
+    /** The whole request's time, redirects and body included (0: 10 s; at most 60 000). */
+    timeoutMs: i32 = 0;
+    /** The most bytes of response body (0: 1 MiB; at most 2 MiB); a longer one fails with Code.TOO_LARGE. */
+    maxBytes: i64 = 0;
+    /** method "" is GET. */
+    constructor(public method: string, public url: string) {}
+  }
+
+  /** The final response, after redirects. */
+  export class Response {
+    status: i32 = 0;
+    /** Names in lower case; a header sent more than once is its values joined by ", ". */
+    headers: Map<string, string> = new Map<string, string>();
+    body: Uint8Array = new Uint8Array(0);
+    /** Where the body came from (the last redirect's target). */
+    url: string = "";
+    /** The value of header name (any case), or null. */
+    header(name: string): string | null {
+      const k = name.toLowerCase();
+      return this.headers.has(k) ? this.headers.get(k) : null;
+    }
+    /** The body as UTF-8 text. */
+    text(): string {
+      return utf8(this.body);
+    }
+  }
+
+  /** Sends req; the final response. */
+  export function fetch(req: Request): Result<Response> {
+    const b = newRequest();
+    b.str('{"url":');
+    b.json(req.url);
+    if (req.method.length > 0) memberString(b, "method", req.method);
+    if (req.headers.size > 0) {
+      b.str(',"headers":{');
+      const names = req.headers.keys();
+      for (let i = 0; i < names.length; i++) {
+        if (i > 0) b.byte(0x2c);
+        b.json(names[i]);
+        b.byte(0x3a);
+        b.json(req.headers.get(names[i]));
+      }
+      b.byte(0x7d);
+    }
+    if (req.body.length > 0) {
+      b.str(',"body":"');
+      b64encode(b, req.body);
+      b.byte(0x22);
+    }
+    if (req.timeoutMs != 0) memberJSON(b, "timeout_ms", req.timeoutMs.toString());
+    if (req.maxBytes != 0) memberJSON(b, "max_bytes", req.maxBytes.toString());
+    b.byte(0x7d);
+    const r = roundTrip("http.fetch", b);
+    if (!r.ok) return failure<Response>(r.error!);
+    const j = new JSONReader(r.value);
+    const status = j.getInt("status");
+    if (!status.ok) return failure<Response>(new MoatError(Code.INTERNAL, "op http.fetch: the reply has no status"));
+    const resp = new Response();
+    resp.status = <i32>status.value;
+    const url = j.getString("url");
+    if (url !== null) resp.url = url;
+    const headers = j.raw("headers");
+    if (headers !== null && headers.length > 0 && headers[0] == 0x7b) {
+      const h = new JSONReader(headers);
+      h.eat(0x7b);
+      if (!h.eat(0x7d)) {
+        while (true) {
+          const name = h.string();
+          const value = name !== null && h.eat(0x3a) ? h.string() : null;
+          if (name === null || value === null) return failure<Response>(new MoatError(Code.INTERNAL, "op http.fetch: the reply's headers are not strings"));
+          resp.headers.set(name, value);
+          if (h.eat(0x2c)) continue;
+          if (h.eat(0x7d)) break;
+          return failure<Response>(new MoatError(Code.INTERNAL, "op http.fetch: malformed headers in the reply"));
+        }
+      }
+    }
+    if (j.find("body")) {
+      const enc = new Buf();
+      const body = j.stringBytes(enc) ? b64decode(enc.bytes()) : null;
+      if (body === null) return failure<Response>(new MoatError(Code.INTERNAL, "op http.fetch: the body is not a base64 string"));
+      resp.body = body;
+    }
+    return success<Response>(resp);
+  }
+
+  /** GETs url with the host's default limits. */
+  export function get(url: string): Result<Response> {
+    return fetch(new Request("GET", url));
+  }
+}
+
+/**
+ * The organization's media: images, audio, video and PDF documents that
+ * the host fetches, checks and keeps, and that clients receive only from
+ * moat (GET /v1/media/{id} or a signed URL), never from where they came
+ * from (capabilities: {media: true}; fetch needs an http grant covering
+ * the URL as well). The host decides what an item is from its bytes:
+ * bytes of no allowed type, or of another type than the one given, fail
+ * with Code.INVALID_ARGUMENT. JPEG and PNG images are kept without their
+ * metadata (EXIF, GPS); an item's id is the hex SHA-256 of the bytes
+ * kept. Limits are those of abi/media.go in the moat repository.
+ */
+export namespace media {
+  /** The whole image within width x height, aspect kept (the default). */
+  export const CONTAIN = "contain";
+  /** Width x height filled, aspect kept, the overflow cut from the centre. */
+  export const COVER = "cover";
+  /** Exactly width x height, stretched. */
+  export const FILL = "fill";
+
+  /** A stored item. */
+  export class Info {
+    /** 64 lowercase hexadecimal digits. */
+    id: string = "";
+    /** "image/png", "application/pdf"... */
+    type: string = "";
+    size: i64 = 0;
+    /** 0 for what is not an image. */
+    width: i32 = 0;
+    height: i32 = 0;
+  }
+
+  /** An item and its bytes. */
+  export class Item {
+    constructor(public info: Info, public data: Uint8Array) {}
+  }
+
+  function readInfo(op: string, body: Uint8Array): Result<Info> {
+    const j = new JSONReader(body);
+    const id = j.getString("id");
+    const type = j.getString("type");
+    const size = j.getInt("size");
+    if (id === null || id.length == 0 || type === null || !size.ok) return failure<Info>(new MoatError(Code.INTERNAL, "op " + op + ": the reply lacks the item's id, type or size"));
+    const info = new Info();
+    info.id = id;
+    info.type = type;
+    info.size = size.value;
+    const w = j.getInt("width");
+    if (w.ok) info.width = <i32>w.value;
+    const h = j.getInt("height");
+    if (h.ok) info.height = <i32>h.value;
+    return success<Info>(info);
+  }
+
+  function infoCall(op: string, req: Buf): Result<Info> {
+    const r = roundTrip(op, req);
+    if (!r.ok) return failure<Info>(r.error!);
+    return readInfo(op, r.value);
+  }
+
+  function idRequest(id: string): Buf {
+    const req = newRequest();
+    req.str('{"id":');
+    req.json(id);
+    return req;
+  }
+
+  /** Has the host download url (under the module's http grants) and keep it; get reads its bytes. */
+  export function fetch(url: string): Result<Info> {
+    const req = newRequest();
+    req.str('{"url":');
+    req.json(url);
+    req.byte(0x7d);
+    return infoCall("media.fetch", req);
+  }
+
+  /** Keeps data (at most 2 MiB); type, when not "", must be what the bytes are. */
+  export function put(data: Uint8Array, type: string = ""): Result<Info> {
+    const req = newRequest();
+    req.str('{"data":"');
+    b64encode(req, data);
+    req.byte(0x22);
+    if (type.length > 0) memberString(req, "type", type);
+    req.byte(0x7d);
+    return infoCall("media.put", req);
+  }
+
+  /** An item of the caller's organization and its bytes; Code.TOO_LARGE past 2 MiB, Code.NOT_FOUND for no item. */
+  export function get(id: string): Result<Item> {
+    const req = idRequest(id);
+    req.byte(0x7d);
+    const r = roundTrip("media.get", req);
+    if (!r.ok) return failure<Item>(r.error!);
+    const info = readInfo("media.get", r.value);
+    if (!info.ok) return failure<Item>(info.error!);
+    const j = new JSONReader(r.value);
+    const enc = new Buf();
+    const data = j.find("data") && j.stringBytes(enc) ? b64decode(enc.bytes()) : null;
+    if (data === null) return failure<Item>(new MoatError(Code.INTERNAL, "op media.get: the reply's data is missing or not base64"));
+    return success<Item>(new Item(info.value, data));
+  }
+
+  /** Describes an item of the caller's organization. */
+  export function info(id: string): Result<Info> {
+    const req = idRequest(id);
+    req.byte(0x7d);
+    return infoCall("media.info", req);
+  }
+
+  /** Makes (and keeps) a thumbnail of the image item id, at most width x height (each 1 to 2048), fitted by fit. */
+  export function thumbnail(id: string, width: i32, height: i32, fit: string = CONTAIN): Result<Info> {
+    const req = idRequest(id);
+    memberJSON(req, "width", width.toString());
+    memberJSON(req, "height", height.toString());
+    if (fit.length > 0) memberString(req, "fit", fit);
+    req.byte(0x7d);
+    return infoCall("media.thumbnail", req);
+  }
+}
+
+/**
+ * Model calls through the providers the operator configured
+ * (OpenAI-compatible APIs), by the operator's aliases, each granted by
+ * name (capabilities: {ai: [small-chat]}). Token budgets per organization
+ * and per module per day are checked before each call: one over a budget
+ * fails with Code.DENIED, naming it. Every call is audited as a model
+ * call, with the id the reply carries. Limits are those of abi/ai.go in
+ * the moat repository.
+ *
+ *   const opts = new moat.ai.Options();
+ *   opts.maxTokens = 200;
+ *   const c = moat.ai.complete("small-chat", [moat.ai.system("Answer in one sentence."), moat.ai.user(question)], opts);
+ *   if (!c.ok) return moat.Output.fail(c.error!);
+ *   return moat.Output.text(c.value.text);
+ */
+export namespace ai {
+  export const SYSTEM = "system";
+  export const USER = "user";
+  export const ASSISTANT = "assistant";
+
+  /** One turn of a conversation. */
+  export class Message {
+    constructor(public role: string, public content: string) {}
+  }
+  /** The message that sets the conversation's rules. */
+  export function system(content: string): Message {
+    return new Message(SYSTEM, content);
+  }
+  /** A message of the user's. */
+  export function user(content: string): Message {
+    return new Message(USER, content);
+  }
+  /** A message of the model's, for a conversation's history. */
+  export function assistant(content: string): Message {
+    return new Message(ASSISTANT, content);
+  }
+
+  /** A completion's options; the defaults leave everything to the provider. */
+  export class Options {
+    /** 1 to 32768 (0: the provider's default). */
+    maxTokens: i32 = 0;
+    /** 0 to 2 (NaN, the default: the provider's). */
+    temperature: f64 = NaN;
+    /** A JSON Schema object: the reply is JSON matching it. */
+    jsonSchema: Value | null = null;
+  }
+
+  /** What a call cost, in the provider's tokens. */
+  export class Usage {
+    inputTokens: i64 = 0;
+    outputTokens: i64 = 0;
+  }
+
+  /** A model's reply. */
+  export class Completion {
+    /** JSON when the call set a schema. */
+    text: string = "";
+    usage: Usage = new Usage();
+    /** The model call's id in the audit trail. */
+    modelCallId: string = "";
+  }
+
+  /** One vector per input, in order. */
+  export class Embedding {
+    vectors: Array<Array<f32>> = [];
+    usage: Usage = new Usage();
+    modelCallId: string = "";
+  }
+
+  function readUsage(j: JSONReader, u: Usage): string | null {
+    const raw = j.raw("usage");
+    if (raw !== null) {
+      const uj = new JSONReader(raw);
+      const i = uj.getInt("input_tokens");
+      if (i.ok) u.inputTokens = i.value;
+      const o = uj.getInt("output_tokens");
+      if (o.ok) u.outputTokens = o.value;
+    }
+    const id = j.getString("model_call_id");
+    return id !== null && id.length > 0 ? id : null;
+  }
+
+  /** Asks model (an operator's alias) to continue messages. */
+  export function complete(model: string, messages: Message[], opts: Options = new Options()): Result<Completion> {
+    const schema = opts.jsonSchema;
+    if (schema !== null && (!schema.ok || !schema.json.trimStart().startsWith("{")))
+      return failure<Completion>(new MoatError(Code.INVALID_ARGUMENT, "op ai.complete: jsonSchema is not a JSON object"));
+    if (!isNaN(opts.temperature) && !isFinite(opts.temperature))
+      return failure<Completion>(new MoatError(Code.INVALID_ARGUMENT, "op ai.complete: the temperature is not finite; use 0 to 2, or NaN for the provider's default"));
+    const req = newRequest();
+    req.str('{"model":');
+    req.json(model);
+    req.str(',"messages":[');
+    for (let i = 0; i < messages.length; i++) {
+      if (i > 0) req.byte(0x2c);
+      req.str('{"role":');
+      req.json(messages[i].role);
+      memberString(req, "content", messages[i].content);
+      req.byte(0x7d);
+    }
+    req.byte(0x5d);
+    if (opts.maxTokens != 0) memberJSON(req, "max_tokens", opts.maxTokens.toString());
+    if (!isNaN(opts.temperature)) memberJSON(req, "temperature", Value.num(opts.temperature).json);
+    if (schema !== null) memberJSON(req, "json_schema", schema.json);
+    req.byte(0x7d);
+    const r = roundTrip("ai.complete", req);
+    if (!r.ok) return failure<Completion>(r.error!);
+    const j = new JSONReader(r.value);
+    const c = new Completion();
+    const text = j.getString("text");
+    if (text === null) return failure<Completion>(new MoatError(Code.INTERNAL, "op ai.complete: the reply has no text"));
+    c.text = text;
+    const id = readUsage(j, c.usage);
+    if (id === null) return failure<Completion>(new MoatError(Code.INTERNAL, "op ai.complete: the reply has no model_call_id"));
+    c.modelCallId = id;
+    return success<Completion>(c);
+  }
+
+  /** Asks model (an operator's alias) for one vector per input. */
+  export function embed(model: string, input: string[]): Result<Embedding> {
+    const req = newRequest();
+    req.str('{"model":');
+    req.json(model);
+    memberStrings(req, "input", input);
+    req.byte(0x7d);
+    const r = roundTrip("ai.embed", req);
+    if (!r.ok) return failure<Embedding>(r.error!);
+    const j = new JSONReader(r.value);
+    const els = j.elements("vectors");
+    if (els === null) return failure<Embedding>(new MoatError(Code.INTERNAL, "op ai.embed: the reply has no vectors array"));
+    const e = new Embedding();
+    for (let i = 0; i < els.length; i++) {
+      const vj = new JSONReader(els[i]);
+      const vec = new Array<f32>();
+      let ok = vj.eat(0x5b);
+      if (ok && !vj.eat(0x5d)) {
+        while (true) {
+          vj.ws();
+          const start = vj.i;
+          if (!vj.number()) {
+            ok = false;
+            break;
+          }
+          vec.push(<f32>parseFloat(String.UTF8.decodeUnsafe(vj.b.dataStart + start, vj.i - start)));
+          if (vj.eat(0x2c)) continue;
+          ok = vj.eat(0x5d);
+          break;
+        }
+      }
+      if (!ok) return failure<Embedding>(new MoatError(Code.INTERNAL, "op ai.embed: a vector holds something other than numbers"));
+      e.vectors.push(vec);
+    }
+    if (e.vectors.length != input.length)
+      return failure<Embedding>(new MoatError(Code.INTERNAL, "op ai.embed: " + input.length.toString() + " inputs but the reply has " + e.vectors.length.toString() + " vectors"));
+    const id = readUsage(j, e.usage);
+    if (id === null) return failure<Embedding>(new MoatError(Code.INTERNAL, "op ai.embed: the reply has no model_call_id"));
+    e.modelCallId = id;
+    return success<Embedding>(e);
   }
 }
 

@@ -8,7 +8,10 @@
  * store (moat_kv_get/put/delete/list), documents in the models of its
  * moat.yaml (moat_db_insert/get/query/update/delete/count), ranked
  * full-text search (moat_knowledge_add/delete/search), background tasks
- * (moat_task_enqueue/status/cancel) and, for any other op, moat_call.
+ * (moat_task_enqueue/status/cancel), HTTP requests the host sends
+ * (moat_http_fetch), media the host keeps (moat_media_fetch/put/get/info/
+ * thumbnail), model calls (moat_ai_complete/embed) and, for any other op,
+ * moat_call.
  *
  *     #include "moat.h"
  *
@@ -43,8 +46,10 @@
  *   - Values come back in a moat_buf the caller owns (zero-initialize it,
  *     release it with moat_buf_free). The SDK keeps a NUL after the last
  *     byte, so a text value is also a C string. Structured replies (a
- *     moat_db_doc, a moat_db_page, moat_knowledge_hits, a moat_task_info)
- *     are caller-owned the same way: *_INIT, reuse, *_free.
+ *     moat_db_doc, a moat_db_page, moat_knowledge_hits, a moat_task_info,
+ *     a moat_http_response, a moat_media_item, a moat_ai_completion, a
+ *     moat_ai_embedding) are caller-owned the same way: *_INIT, reuse,
+ *     *_free. Bytes (bodies, media) come back as bytes, never base64.
  *   - JSON going to the host (a document, a condition's value, metadata)
  *     is built with moat_json_writer and checked to be one JSON value
  *     before it joins a request: text that would add members to the
@@ -1592,6 +1597,431 @@ static inline moat_error *moat_task_cancel(const char *id, bool *cancelled, moat
     if (cancelled) *cancelled = moat_json_get_bool((const char *)reply.data, reply.len, "cancelled");
     if (state) moat_json_get_string((const char *)reply.data, reply.len, "state", state);
     return NULL;
+}
+
+/* ---- http: requests the host sends for the plugin ---------------------- */
+/* The host, not the plugin, makes the connection: the URL must be covered
+ * by one of the module's http grants (capabilities: http:
+ * ["https://api.example.com:443"]), on every redirect too, and the address
+ * it reaches is checked after DNS, so loopback, private and metadata
+ * addresses are reached only where a grant names them. Headers a grant
+ * injects (a secret as a bearer token) are added by the host and never
+ * shown to the plugin. A status of 4xx or 5xx is a response, not an
+ * error; a URL no grant covers is MOAT_DENIED, a body over its limit
+ * MOAT_TOO_LARGE, a server out of reach or too slow MOAT_UNAVAILABLE.
+ * Limits are in abi/http.go of the moat repository. */
+
+/* One request header. */
+typedef struct {
+    const char *name, *value;
+} moat_http_header;
+
+/* A request. Zero fields take the host's defaults. */
+typedef struct {
+    const char *method;              /* NULL or "": GET */
+    const char *url;
+    const moat_http_header *headers; /* headers_len of them (names case-insensitive), or NULL */
+    size_t headers_len;
+    const void *body;                /* body_len bytes (at most 2 MiB), or NULL */
+    size_t body_len;
+    int timeout_ms;                  /* the whole request, redirects and body included: 0 is 10 s; at most 60 000 */
+    int64_t max_bytes;               /* the response body: 0 is 1 MiB; at most 2 MiB */
+} moat_http_request;
+
+/* The final response, after redirects. Zero-initialize
+ * (MOAT_HTTP_RESPONSE_INIT), reuse, release with moat_http_response_free. */
+typedef struct {
+    int status;
+    moat_buf headers; /* a JSON object, lower-case names; read it with moat_http_response_header */
+    moat_buf body;    /* the body's bytes (binary: use len) */
+    moat_buf url;     /* where the body came from (the last redirect's target) */
+} moat_http_response;
+
+#define MOAT_HTTP_RESPONSE_INIT {0, MOAT_BUF_INIT, MOAT_BUF_INIT, MOAT_BUF_INIT}
+
+static inline void moat_http_response_free(moat_http_response *r) {
+    moat_buf_free(&r->headers);
+    moat_buf_free(&r->body);
+    moat_buf_free(&r->url);
+    r->status = 0;
+}
+
+/* moat_http_response_header reads the response header name (any case)
+ * into value; false when the response has none. A header sent more than
+ * once is its values joined by ", ". */
+static inline bool moat_http_response_header(const moat_http_response *r, const char *name, moat_buf *value) {
+    if (!r || !name || !value || !r->headers.len) return false;
+    moat_buf lower = MOAT_BUF_INIT;
+    for (const char *p = name; *p; p++) moat_buf_putc(&lower, (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p));
+    bool found = moat_json_get_string((const char *)r->headers.data, r->headers.len, lower.len ? (const char *)lower.data : "", value);
+    moat_buf_free(&lower);
+    return found;
+}
+
+/* moat_http_fetch sends req and reads the final response into resp. */
+static inline moat_error *moat_http_fetch(const moat_http_request *req, moat_http_response *resp) {
+    moat_error *e;
+    if ((e = moat__need("http.fetch", "req", req)) || (e = moat__need("http.fetch", "req->url", req->url)) || (e = moat__need("http.fetch", "resp", resp))) return e;
+    if (req->body_len && !req->body) return moat_errorf(MOAT_INVALID_ARGUMENT, "op http.fetch: body is NULL but body_len is %zu", req->body_len);
+    if (req->headers_len && !req->headers) return moat_errorf(MOAT_INVALID_ARGUMENT, "op http.fetch: headers is NULL but headers_len is %zu", req->headers_len);
+    for (size_t i = 0; i < req->headers_len; i++)
+        if (!req->headers[i].name || !req->headers[i].value) return moat_errorf(MOAT_INVALID_ARGUMENT, "op http.fetch: header %zu has a NULL name or value", i);
+    moat_buf r = MOAT_BUF_INIT, enc = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&r, '{');
+    moat__member(&r, "url", req->url, true);
+    if (req->method && *req->method) moat__member(&r, "method", req->method, false);
+    if (req->headers_len) {
+        moat_buf_puts(&r, ",\"headers\":{");
+        for (size_t i = 0; i < req->headers_len; i++) moat__member(&r, req->headers[i].name, req->headers[i].value, i == 0);
+        moat_buf_putc(&r, '}');
+    }
+    if (req->body_len) {
+        moat_buf_puts(&r, ",\"body\":\"");
+        moat__b64encode(&r, (const uint8_t *)req->body, req->body_len);
+        moat_buf_putc(&r, '"');
+    }
+    if (req->timeout_ms) moat_buf_printf(&r, ",\"timeout_ms\":%d", req->timeout_ms);
+    if (req->max_bytes) moat_buf_printf(&r, ",\"max_bytes\":%lld", (long long)req->max_bytes);
+    moat_buf_putc(&r, '}');
+    if ((e = moat__call_built("http.fetch", &r, &reply))) return e;
+    const char *t = (const char *)reply.data;
+    int64_t status = 0;
+    moat_bytes headers;
+    if (!moat_json_get_int(t, reply.len, "status", &status))
+        return moat_errorf(MOAT_INTERNAL, "op http.fetch: the reply has no status: %.200s", t);
+    resp->status = (int)status;
+    moat_buf_reset(&resp->headers);
+    if (moat_json_get_raw(t, reply.len, "headers", &headers) && headers.len && headers.data[0] == '{') moat_buf_append(&resp->headers, headers.data, headers.len);
+    else moat_buf_puts(&resp->headers, "{}");
+    moat_json_get_string(t, reply.len, "url", &resp->url);
+    moat_buf_reset(&resp->body);
+    if (moat_json_get_string(t, reply.len, "body", &enc) && !moat__b64decode(enc.data, enc.len, &resp->body))
+        e = moat_errorf(MOAT_INTERNAL, "op http.fetch: the body is not base64");
+    moat_buf_free(&enc);
+    return e;
+}
+
+/* ---- media: images, audio, video and PDFs the host keeps ---------------- */
+/* The organization's media (capabilities: media: true; moat_media_fetch
+ * needs an http grant covering the URL as well), served to clients only
+ * by moat (GET /v1/media/{id}, signed URLs), never from where it came
+ * from. The host decides what an item is from its bytes: bytes of no
+ * allowed type, or of another type than the one given, are
+ * MOAT_INVALID_ARGUMENT. JPEG and PNG images are kept without their
+ * metadata (EXIF, GPS); an item's id is the hex SHA-256 of the bytes kept.
+ * Limits are in abi/media.go of the moat repository. */
+
+/* Thumbnail fits. */
+#define MOAT_FIT_CONTAIN "contain" /* the whole image within width x height, aspect kept (the default) */
+#define MOAT_FIT_COVER "cover"     /* width x height filled, aspect kept, the overflow cut from the centre */
+#define MOAT_FIT_FILL "fill"       /* exactly width x height, stretched */
+
+/* A stored item. Zero-initialize (MOAT_MEDIA_ITEM_INIT), reuse, release
+ * with moat_media_item_free. */
+typedef struct {
+    moat_buf id;   /* 64 lowercase hexadecimal digits */
+    moat_buf type; /* "image/png", "application/pdf", ... */
+    int64_t size;  /* bytes */
+    int width, height; /* 0 for what is not an image */
+} moat_media_item;
+
+#define MOAT_MEDIA_ITEM_INIT {MOAT_BUF_INIT, MOAT_BUF_INIT, 0, 0, 0}
+
+static inline void moat_media_item_free(moat_media_item *m) {
+    moat_buf_free(&m->id);
+    moat_buf_free(&m->type);
+    m->size = 0;
+    m->width = m->height = 0;
+}
+
+/* moat__media_read fills item (when not NULL) from an item's description. */
+static inline moat_error *moat__media_read(const char *op, const char *t, size_t n, moat_media_item *item) {
+    moat_buf id = MOAT_BUF_INIT, type = MOAT_BUF_INIT;
+    int64_t size = 0, w = 0, h = 0;
+    moat_error *e = NULL;
+    if (!moat_json_get_string(t, n, "id", &id) || !id.len || !moat_json_get_string(t, n, "type", &type) || !moat_json_get_int(t, n, "size", &size))
+        e = moat_errorf(MOAT_INTERNAL, "op %s: the reply lacks the item's id, type or size: %.200s", op, t);
+    moat_json_get_int(t, n, "width", &w);
+    moat_json_get_int(t, n, "height", &h);
+    if (!e && item) {
+        moat_buf_reset(&item->id);
+        moat_buf_append(&item->id, id.data, id.len);
+        moat_buf_reset(&item->type);
+        moat_buf_append(&item->type, type.data, type.len);
+        item->size = size;
+        item->width = (int)w;
+        item->height = (int)h;
+    }
+    moat_buf_free(&id);
+    moat_buf_free(&type);
+    return e;
+}
+
+/* moat__media_call sends a request built in req and reads the item. */
+static inline moat_error *moat__media_call(const char *op, moat_buf *req, moat_media_item *item) {
+    moat_bytes reply;
+    moat_error *e = moat__call_built(op, req, &reply);
+    return e ? e : moat__media_read(op, (const char *)reply.data, reply.len, item);
+}
+
+/* moat_media_fetch has the host download url (under the module's http
+ * grants) and keep it; item (may be NULL) describes it. The plugin never
+ * sees the bytes: moat_media_get reads them. */
+static inline moat_error *moat_media_fetch(const char *url, moat_media_item *item) {
+    moat_error *e;
+    if ((e = moat__need("media.fetch", "url", url))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "url", url, true);
+    moat_buf_putc(&req, '}');
+    return moat__media_call("media.fetch", &req, item);
+}
+
+/* moat_media_put keeps the len bytes at data (at most 2 MiB); type, when
+ * not NULL, must be what the bytes are ("image/png"). */
+static inline moat_error *moat_media_put(const void *data, size_t len, const char *type, moat_media_item *item) {
+    if (len && !data) return moat_errorf(MOAT_INVALID_ARGUMENT, "op media.put: data is NULL but len is %zu", len);
+    moat_buf req = MOAT_BUF_INIT;
+    moat_buf_puts(&req, "{\"data\":\"");
+    moat__b64encode(&req, (const uint8_t *)data, len);
+    moat_buf_putc(&req, '"');
+    if (type && *type) moat__member(&req, "type", type, false);
+    moat_buf_putc(&req, '}');
+    return moat__media_call("media.put", &req, item);
+}
+
+/* moat__media_id_request builds {"id":ID (the caller closes it). */
+static inline void moat__media_id_request(moat_buf *req, const char *id) {
+    moat_buf_putc(req, '{');
+    moat__member(req, "id", id, true);
+}
+
+/* moat_media_get reads the bytes of an item of the caller's organization
+ * into data, and its description into item (may be NULL). An item over
+ * 2 MiB is MOAT_TOO_LARGE (clients read it from /v1/media/{id}); an id of
+ * no item of the organization MOAT_NOT_FOUND. */
+static inline moat_error *moat_media_get(const char *id, moat_media_item *item, moat_buf *data) {
+    moat_error *e;
+    if ((e = moat__need("media.get", "id", id)) || (e = moat__need("media.get", "data", data))) return e;
+    moat_buf req = MOAT_BUF_INIT, enc = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat__media_id_request(&req, id);
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("media.get", &req, &reply))) return e;
+    const char *t = (const char *)reply.data;
+    moat_buf_reset(data);
+    if (!moat_json_get_string(t, reply.len, "data", &enc) || !moat__b64decode(enc.data, enc.len, data))
+        e = moat_errorf(MOAT_INTERNAL, "op media.get: the reply's data is missing or not base64");
+    moat_buf_free(&enc);
+    return e ? e : moat__media_read("media.get", t, reply.len, item);
+}
+
+/* moat_media_info describes an item of the caller's organization. */
+static inline moat_error *moat_media_info(const char *id, moat_media_item *item) {
+    moat_error *e;
+    if ((e = moat__need("media.info", "id", id))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat__media_id_request(&req, id);
+    moat_buf_putc(&req, '}');
+    return moat__media_call("media.info", &req, item);
+}
+
+/* moat_media_thumbnail makes (and keeps) a thumbnail of the image item
+ * id, at most width x height (each 1 to 2048), fitted by fit (a
+ * MOAT_FIT_*; NULL is MOAT_FIT_CONTAIN), and describes it in item. */
+static inline moat_error *moat_media_thumbnail(const char *id, int width, int height, const char *fit, moat_media_item *item) {
+    moat_error *e;
+    if ((e = moat__need("media.thumbnail", "id", id))) return e;
+    moat_buf req = MOAT_BUF_INIT;
+    moat__media_id_request(&req, id);
+    moat_buf_printf(&req, ",\"width\":%d,\"height\":%d", width, height);
+    if (fit && *fit) moat__member(&req, "fit", fit, false);
+    moat_buf_putc(&req, '}');
+    return moat__media_call("media.thumbnail", &req, item);
+}
+
+/* ---- ai: model calls ---------------------------------------------------- */
+/* Models of the providers the operator configured (OpenAI-compatible
+ * APIs), named by the operator's aliases, each granted by name
+ * (capabilities: ai: [small-chat]). Token budgets per organization and
+ * per module per day are checked before a call: one over a budget is
+ * MOAT_DENIED, naming it. Every call is audited as a model call whose id
+ * the reply carries. Limits are in abi/ai.go of the moat repository. */
+
+/* Message roles. */
+#define MOAT_ROLE_SYSTEM "system"
+#define MOAT_ROLE_USER "user"
+#define MOAT_ROLE_ASSISTANT "assistant"
+
+/* One turn of a conversation. */
+typedef struct {
+    const char *role, *content;
+} moat_ai_message;
+
+/* A completion's options; all zero leaves them to the provider. */
+typedef struct {
+    int max_tokens;            /* 1 to 32768; 0: the provider's default */
+    const double *temperature; /* 0 to 2, or NULL: the provider's default */
+    const char *json_schema;   /* a JSON Schema object, or NULL: the reply is JSON matching it */
+} moat_ai_complete_opts;
+
+/* A model's reply. Zero-initialize (MOAT_AI_COMPLETION_INIT), reuse,
+ * release with moat_ai_completion_free. */
+typedef struct {
+    moat_buf text;
+    int64_t input_tokens, output_tokens;
+    moat_buf model_call_id; /* the model call's id in the audit trail */
+} moat_ai_completion;
+
+#define MOAT_AI_COMPLETION_INIT {MOAT_BUF_INIT, 0, 0, MOAT_BUF_INIT}
+
+static inline void moat_ai_completion_free(moat_ai_completion *c) {
+    moat_buf_free(&c->text);
+    moat_buf_free(&c->model_call_id);
+    c->input_tokens = c->output_tokens = 0;
+}
+
+/* Vectors, one per input: vector i is the dim floats at vectors + i * dim.
+ * Zero-initialize (MOAT_AI_EMBEDDING_INIT), reuse, release with
+ * moat_ai_embedding_free. */
+typedef struct {
+    float *vectors;
+    size_t len, dim;
+    int64_t input_tokens, output_tokens;
+    moat_buf model_call_id;
+} moat_ai_embedding;
+
+#define MOAT_AI_EMBEDDING_INIT {NULL, 0, 0, 0, 0, MOAT_BUF_INIT}
+
+static inline void moat_ai_embedding_free(moat_ai_embedding *m) {
+    free(m->vectors);
+    m->vectors = NULL;
+    m->len = m->dim = 0;
+    m->input_tokens = m->output_tokens = 0;
+    moat_buf_free(&m->model_call_id);
+}
+
+/* moat__ai_usage reads a reply's usage and model call id. */
+static inline moat_error *moat__ai_usage(const char *op, const char *t, size_t n, int64_t *in, int64_t *out, moat_buf *id) {
+    moat_bytes usage;
+    *in = *out = 0;
+    if (moat_json_get_raw(t, n, "usage", &usage)) {
+        moat_json_get_int((const char *)usage.data, usage.len, "input_tokens", in);
+        moat_json_get_int((const char *)usage.data, usage.len, "output_tokens", out);
+    }
+    if (!moat_json_get_string(t, n, "model_call_id", id) || !id->len)
+        return moat_errorf(MOAT_INTERNAL, "op %s: the reply has no model_call_id: %.200s", op, t);
+    return NULL;
+}
+
+/* moat_ai_complete asks model (an operator's alias) to continue the n
+ * messages (opts may be NULL) and reads the reply into out. */
+static inline moat_error *moat_ai_complete(const char *model, const moat_ai_message *messages, size_t n, const moat_ai_complete_opts *opts,
+                                           moat_ai_completion *out) {
+    moat_error *e;
+    if ((e = moat__need("ai.complete", "model", model)) || (e = moat__need("ai.complete", "out", out))) return e;
+    if (n && !messages) return moat_errorf(MOAT_INVALID_ARGUMENT, "op ai.complete: messages is NULL but n is %zu", n);
+    for (size_t i = 0; i < n; i++)
+        if (!messages[i].role || !messages[i].content) return moat_errorf(MOAT_INVALID_ARGUMENT, "op ai.complete: message %zu has a NULL role or content", i);
+    if (opts && opts->temperature && !isfinite(*opts->temperature))
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op ai.complete: the temperature is not a finite number; use 0 to 2, or NULL for the provider's default");
+    if (opts && opts->json_schema && !moat_json_valid(opts->json_schema, strlen(opts->json_schema), true))
+        return moat_errorf(MOAT_INVALID_ARGUMENT, "op ai.complete: json_schema is not one JSON object; build it with moat_json_writer");
+    moat_buf req = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "model", model, true);
+    moat_buf_puts(&req, ",\"messages\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) moat_buf_putc(&req, ',');
+        moat_buf_putc(&req, '{');
+        moat__member(&req, "role", messages[i].role, true);
+        moat__member(&req, "content", messages[i].content, false);
+        moat_buf_putc(&req, '}');
+    }
+    moat_buf_putc(&req, ']');
+    if (opts && opts->max_tokens) moat_buf_printf(&req, ",\"max_tokens\":%d", opts->max_tokens);
+    if (opts && opts->temperature) {
+        char tmp[32];
+        moat_buf_puts(&req, ",\"temperature\":");
+        moat_buf_append(&req, tmp, (size_t)moat__number_text(tmp, *opts->temperature));
+    }
+    if (opts && opts->json_schema) {
+        moat_buf_puts(&req, ",\"json_schema\":");
+        moat_buf_puts(&req, opts->json_schema);
+    }
+    moat_buf_putc(&req, '}');
+    if ((e = moat__call_built("ai.complete", &req, &reply))) return e;
+    const char *t = (const char *)reply.data;
+    if (!moat_json_get_string(t, reply.len, "text", &out->text)) return moat_errorf(MOAT_INTERNAL, "op ai.complete: the reply has no text: %.200s", t);
+    return moat__ai_usage("ai.complete", t, reply.len, &out->input_tokens, &out->output_tokens, &out->model_call_id);
+}
+
+/* moat_ai_embed asks model (an operator's alias) for one vector per input
+ * (a NULL-terminated list) and reads them into out. */
+static inline moat_error *moat_ai_embed(const char *model, const char *const *input, moat_ai_embedding *out) {
+    moat_error *e;
+    if ((e = moat__need("ai.embed", "model", model)) || (e = moat__need("ai.embed", "input", input)) || (e = moat__need("ai.embed", "out", out))) return e;
+    size_t n = 0;
+    moat_buf req = MOAT_BUF_INIT, copy = MOAT_BUF_INIT;
+    moat_bytes reply;
+    moat_buf_putc(&req, '{');
+    moat__member(&req, "model", model, true);
+    moat_buf_puts(&req, ",\"input\":[");
+    for (; input[n]; n++) {
+        if (n) moat_buf_putc(&req, ',');
+        moat_json_string(&req, input[n], strlen(input[n]));
+    }
+    moat_buf_puts(&req, "]}");
+    if ((e = moat__call_built("ai.embed", &req, &reply))) return e;
+    moat_buf_append(&copy, reply.data, reply.len);
+    moat_ai_embedding_free(out);
+    const char *t = (const char *)copy.data;
+    moat_json outer;
+    bool started = false;
+    size_t cap = 0;
+    if (!moat_json_find(t, copy.len, "vectors", &outer)) e = moat_errorf(MOAT_INTERNAL, "op ai.embed: the reply has no vectors");
+    for (moat_bytes vec; !e;) {
+        int r = moat_json_array_next(&outer, &started, &vec);
+        if (r == 0) break;
+        if (r < 0) {
+            e = moat_errorf(MOAT_INTERNAL, "op ai.embed: malformed vectors in the reply");
+            break;
+        }
+        moat_json in = {(const char *)vec.data, (const char *)vec.data + vec.len};
+        bool vstarted = false;
+        size_t dim = 0;
+        for (moat_bytes num;;) {
+            int s = moat_json_array_next(&in, &vstarted, &num);
+            char tmp[64];
+            if (s == 0) break;
+            if (s < 0 || !moat__scalar(num, tmp, sizeof tmp)) {
+                e = moat_errorf(MOAT_INTERNAL, "op ai.embed: vector %zu holds something other than numbers", out->len);
+                break;
+            }
+            size_t at = out->len * (out->len ? out->dim : 0) + dim;
+            if (at == cap) {
+                cap = cap ? cap * 2 : 256;
+                float *grown = (float *)realloc(out->vectors, cap * sizeof *grown);
+                if (!grown) abort();
+                out->vectors = grown;
+            }
+            out->vectors[at] = strtof(tmp, NULL);
+            dim++;
+        }
+        if (e) break;
+        if (out->len == 0) out->dim = dim;
+        else if (dim != out->dim) {
+            e = moat_errorf(MOAT_INTERNAL, "op ai.embed: vector %zu has %zu numbers, vector 0 %zu", out->len, dim, out->dim);
+            break;
+        }
+        out->len++;
+    }
+    if (!e && out->len != n) e = moat_errorf(MOAT_INTERNAL, "op ai.embed: %zu inputs but the reply has %zu vectors", n, out->len);
+    if (!e) e = moat__ai_usage("ai.embed", t, copy.len, &out->input_tokens, &out->output_tokens, &out->model_call_id);
+    moat_buf_free(&copy);
+    return e;
 }
 
 /* ---- the exports ------------------------------------------------------ */

@@ -434,6 +434,135 @@ static void test_knowledge_and_task_ops(void) {
     moat_buf_free(&state);
 }
 
+static void test_http_media_ai_ops(void) {
+    /* http.fetch: bytes out as base64, bytes back; headers by any case. */
+    moat_http_header hdrs[] = {{"X-Test", "s\"dk"}, {"Accept", "*/*"}};
+    moat_http_request req = {"POST", "https://api.example.com/echo", hdrs, 2, "\0\xffhi", 4, 1500, 4096};
+    moat_http_response resp = MOAT_HTTP_RESPONSE_INIT;
+    reply(MOAT__STATUS_OK, "{\"status\":201,\"headers\":{\"body\":\"Zm9v\",\"content-type\":\"application/octet-stream\"},\"body\":\"Z290OgD/aGk=\",\"url\":\"https://api.example.com/echo?final\"}");
+    CHECK(moat_http_fetch(&req, &resp) == NULL && resp.status == 201 && resp.body.len == 8 && memcmp(resp.body.data, "got:\0\xffhi", 8) == 0 &&
+              strcmp((char *)resp.url.data, "https://api.example.com/echo?final") == 0,
+          "fetch: status %d, %zu body bytes", resp.status, resp.body.len);
+    CHECK(strcmp(last_op, "http.fetch") == 0 && strcmp(last_req, "{\"url\":\"https://api.example.com/echo\",\"method\":\"POST\",\"headers\":{\"X-Test\":\"s\\\"dk\",\"Accept\":\"*/*\"},"
+                                                        "\"body\":\"AP9oaQ==\",\"timeout_ms\":1500,\"max_bytes\":4096}") == 0,
+          "fetch request %s", last_req);
+    moat_buf v = MOAT_BUF_INIT;
+    CHECK(moat_http_response_header(&resp, "Content-Type", &v) && strcmp((char *)v.data, "application/octet-stream") == 0, "a header by another case");
+    CHECK(!moat_http_response_header(&resp, "X-None", &v), "a header the response lacks");
+    /* A reply larger than the first buffer (StatusTooSmall, then a fetch),
+     * and an empty, status-only reply replacing it. */
+    moat_buf big = MOAT_BUF_INIT, raw = MOAT_BUF_INIT;
+    for (size_t i = 0; i < 60000; i++) moat_buf_putc(&raw, (char)(i * 7));
+    moat_buf_puts(&big, "{\"status\":200,\"body\":\"");
+    moat__b64encode(&big, raw.data, raw.len);
+    moat_buf_puts(&big, "\"}");
+    reply(MOAT__STATUS_OK, (const char *)big.data);
+    moat_http_request get = {NULL, "https://api.example.com/big", NULL, 0, NULL, 0, 0, 0};
+    CHECK(moat_http_fetch(&get, &resp) == NULL && resp.body.len == raw.len && memcmp(resp.body.data, raw.data, raw.len) == 0, "a large body");
+    CHECK(strcmp(last_req, "{\"url\":\"https://api.example.com/big\"}") == 0, "a bare GET %s", last_req);
+    reply(MOAT__STATUS_OK, "{\"status\":500}");
+    CHECK(moat_http_fetch(&get, &resp) == NULL && resp.status == 500 && resp.body.len == 0 && resp.url.len == 0 && !moat_http_response_header(&resp, "content-type", &v),
+          "a 500 with nothing else replaces the last response");
+    reply(MOAT__STATUS_ERROR, "{\"code\":\"denied\",\"message\":\"no http grant covers https://api.example.com/private\"}");
+    CHECK(moat_error_is(moat_http_fetch(&get, &resp), MOAT_DENIED), "denied keeps its code");
+    reply(MOAT__STATUS_OK, "{\"status\":200,\"body\":\"not base64!\"}");
+    CHECK(moat_error_is(moat_http_fetch(&get, &resp), MOAT_INTERNAL), "a body that is not base64");
+    crossings = 0;
+    moat_http_header bad_hdr[] = {{"X", NULL}};
+    moat_http_request bad = {NULL, "https://x/", bad_hdr, 1, NULL, 0, 0, 0};
+    CHECK(moat_error_is(moat_http_fetch(&bad, &resp), MOAT_INVALID_ARGUMENT) && crossings == 0, "a NULL header value");
+    bad.headers_len = 0;
+    bad.body_len = 3;
+    CHECK(moat_error_is(moat_http_fetch(&bad, &resp), MOAT_INVALID_ARGUMENT) && crossings == 0, "a NULL body with a length");
+    moat_http_response_free(&resp);
+    moat_buf_free(&big);
+    moat_buf_free(&raw);
+
+    /* media */
+    moat_media_item item = MOAT_MEDIA_ITEM_INIT;
+    const char *info = "{\"id\":\"ab12\",\"type\":\"image/png\",\"size\":3,\"width\":64,\"height\":48}";
+    reply(MOAT__STATUS_OK, info);
+    CHECK(moat_media_put("\x01\x02\xff", 3, "image/png", &item) == NULL && strcmp((char *)item.id.data, "ab12") == 0 && strcmp((char *)item.type.data, "image/png") == 0 &&
+              item.size == 3 && item.width == 64 && item.height == 48,
+          "put");
+    CHECK(strcmp(last_req, "{\"data\":\"AQL/\",\"type\":\"image/png\"}") == 0, "put request %s", last_req);
+    CHECK(moat_media_put(NULL, 0, NULL, NULL) == NULL && strcmp(last_req, "{\"data\":\"\"}") == 0, "empty put %s", last_req);
+    CHECK(moat_media_fetch("https://img.example.com/a.png", &item) == NULL && strcmp(last_req, "{\"url\":\"https://img.example.com/a.png\"}") == 0, "fetch %s", last_req);
+    CHECK(moat_media_info("ab12", &item) == NULL && strcmp(last_op, "media.info") == 0 && strcmp(last_req, "{\"id\":\"ab12\"}") == 0, "info %s", last_req);
+    reply(MOAT__STATUS_OK, "{\"id\":\"cd34\",\"type\":\"application/pdf\",\"size\":9}");
+    CHECK(moat_media_thumbnail("ab12", 16, 12, MOAT_FIT_COVER, &item) == NULL && strcmp((char *)item.id.data, "cd34") == 0 && item.width == 0 && item.height == 0,
+          "thumbnail (an item without width and height)");
+    CHECK(strcmp(last_req, "{\"id\":\"ab12\",\"width\":16,\"height\":12,\"fit\":\"cover\"}") == 0, "thumbnail request %s", last_req);
+    moat_buf data = MOAT_BUF_INIT;
+    reply(MOAT__STATUS_OK, "{\"id\":\"ab12\",\"type\":\"image/png\",\"size\":3,\"width\":64,\"height\":48,\"data\":\"AQL/\"}");
+    CHECK(moat_media_get("ab12", &item, &data) == NULL && data.len == 3 && memcmp(data.data, "\x01\x02\xff", 3) == 0 && item.width == 64, "get");
+    reply(MOAT__STATUS_OK, "{\"type\":\"image/png\",\"size\":3}");
+    CHECK(moat_error_is(moat_media_info("ab12", &item), MOAT_INTERNAL), "an item without its id");
+    reply(MOAT__STATUS_ERROR, "{\"code\":\"not_found\",\"message\":\"no media item gone\"}");
+    CHECK(moat_error_is(moat_media_get("gone", NULL, &data), MOAT_NOT_FOUND), "not_found keeps its code");
+    moat_media_item_free(&item);
+    moat_buf_free(&data);
+
+    /* ai */
+    moat_ai_message msgs[] = {{MOAT_ROLE_SYSTEM, "Be brief."}, {MOAT_ROLE_USER, "hi \"there\""}};
+    double temp = 0.25, zero = 0;
+    moat_ai_complete_opts opts = {64, &temp, NULL};
+    moat_ai_completion c = MOAT_AI_COMPLETION_INIT;
+    reply(MOAT__STATUS_OK, "{\"text\":\"hello \\u00fc\",\"usage\":{\"input_tokens\":12,\"output_tokens\":3},\"model_call_id\":\"mc-1\"}");
+    CHECK(moat_ai_complete("small-chat", msgs, 2, &opts, &c) == NULL && strcmp((char *)c.text.data, "hello \xc3\xbc") == 0 && c.input_tokens == 12 &&
+              c.output_tokens == 3 && strcmp((char *)c.model_call_id.data, "mc-1") == 0,
+          "complete");
+    CHECK(strcmp(last_req, "{\"model\":\"small-chat\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"hi \\\"there\\\"\"}],"
+                           "\"max_tokens\":64,\"temperature\":0.25}") == 0,
+          "complete request %s", last_req);
+    moat_ai_complete_opts schema = {0, &zero, "{\"type\":\"object\"}"};
+    CHECK(moat_ai_complete("small-chat", NULL, 0, &schema, &c) == NULL &&
+              strcmp(last_req, "{\"model\":\"small-chat\",\"messages\":[],\"temperature\":0,\"json_schema\":{\"type\":\"object\"}}") == 0,
+          "a zero temperature is sent, and the schema: %s", last_req);
+    crossings = 0;
+    moat_ai_complete_opts smuggled = {0, NULL, "{}, \"model\":\"big-chat\""};
+    CHECK(moat_error_is(moat_ai_complete("small-chat", msgs, 2, &smuggled, &c), MOAT_INVALID_ARGUMENT) && crossings == 0, "a smuggled schema");
+    double nan = 0.0 / 0.0;
+    moat_ai_complete_opts bad_temp = {0, &nan, NULL};
+    CHECK(moat_error_is(moat_ai_complete("small-chat", msgs, 2, &bad_temp, &c), MOAT_INVALID_ARGUMENT) && crossings == 0, "a NaN temperature");
+    moat_ai_message null_msg[] = {{MOAT_ROLE_USER, NULL}};
+    CHECK(moat_error_is(moat_ai_complete("small-chat", null_msg, 1, NULL, &c), MOAT_INVALID_ARGUMENT) && crossings == 0, "a NULL content");
+    reply(MOAT__STATUS_ERROR, "{\"code\":\"denied\",\"message\":\"the token budget of organization acme for today is spent\"}");
+    CHECK(moat_error_is(moat_ai_complete("small-chat", msgs, 2, NULL, &c), MOAT_DENIED), "over budget keeps its code");
+    reply(MOAT__STATUS_OK, "{\"text\":\"x\",\"usage\":{}}");
+    CHECK(moat_error_is(moat_ai_complete("small-chat", msgs, 2, NULL, &c), MOAT_INTERNAL), "a reply without its model call id");
+    moat_ai_completion_free(&c);
+
+    static const char *const input[] = {"a", "b \"c\"", NULL};
+    moat_ai_embedding emb = MOAT_AI_EMBEDDING_INIT;
+    reply(MOAT__STATUS_OK, "{\"vectors\":[[0.5,-0.25,1e-3],[1,2,3]],\"usage\":{\"input_tokens\":4,\"output_tokens\":0},\"model_call_id\":\"mc-2\"}");
+    CHECK(moat_ai_embed("small-embed", input, &emb) == NULL && emb.len == 2 && emb.dim == 3 && emb.vectors[0] == 0.5f && emb.vectors[1] == -0.25f &&
+              emb.vectors[2] == 1e-3f && emb.vectors[3] == 1 && emb.vectors[5] == 3 && emb.input_tokens == 4 && strcmp((char *)emb.model_call_id.data, "mc-2") == 0,
+          "embed");
+    CHECK(strcmp(last_req, "{\"model\":\"small-embed\",\"input\":[\"a\",\"b \\\"c\\\"\"]}") == 0, "embed request %s", last_req);
+    reply(MOAT__STATUS_OK, "{\"vectors\":[[0.5,1],[1]],\"model_call_id\":\"m\"}");
+    CHECK(moat_error_is(moat_ai_embed("small-embed", input, &emb), MOAT_INTERNAL), "vectors of different lengths");
+    reply(MOAT__STATUS_OK, "{\"vectors\":[[0.5]],\"model_call_id\":\"m\"}");
+    CHECK(moat_error_is(moat_ai_embed("small-embed", input, &emb), MOAT_INTERNAL), "fewer vectors than inputs");
+    reply(MOAT__STATUS_OK, "{\"vectors\":[[\"x\"],[1]],\"model_call_id\":\"m\"}");
+    CHECK(moat_error_is(moat_ai_embed("small-embed", input, &emb), MOAT_INTERNAL), "a vector of strings");
+    /* Many vectors: the float array grows past its first allocation. */
+    moat_buf many = MOAT_BUF_INIT;
+    static const char *inputs200[201];
+    moat_buf_puts(&many, "{\"vectors\":[");
+    for (int i = 0; i < 200; i++) {
+        inputs200[i] = "x";
+        moat_buf_printf(&many, "%s[%d,%d,%d]", i ? "," : "", i, -i, i * 2);
+    }
+    moat_buf_puts(&many, "],\"model_call_id\":\"m3\"}");
+    reply(MOAT__STATUS_OK, (const char *)many.data);
+    CHECK(moat_ai_embed("small-embed", inputs200, &emb) == NULL && emb.len == 200 && emb.dim == 3 && emb.vectors[199 * 3 + 2] == 398 && emb.vectors[150 * 3 + 1] == -150,
+          "200 vectors");
+    moat_buf_free(&many);
+    moat_ai_embedding_free(&emb);
+    moat_buf_free(&v);
+}
+
 int main(void) {
     test_json_strings();
     test_json_find();
@@ -444,6 +573,7 @@ int main(void) {
     test_json_writer();
     test_db_ops();
     test_knowledge_and_task_ops();
+    test_http_media_ai_ops();
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;

@@ -3,9 +3,11 @@
 // actions; the moat host invokes them with an input and returns their
 // output. Inside an action the plugin reaches the host through ops: its
 // configuration ([Config]), the structured log ([Log]), a key-value store
-// ([KV]), the knowledge base ([Knowledge]: documents searched by ranked
-// full text), background tasks of its own actions ([Tasks]), and any
-// other op by name ([Call]).
+// ([KV]), documents in the models of its moat.yaml ([DB]), the
+// knowledge base ([Knowledge]: documents searched by ranked full text),
+// background tasks of its own actions ([Tasks]), HTTP requests the host
+// sends for it ([HTTP]), media the host fetches and keeps ([Media]),
+// model calls ([AI]), and any other op by name ([Call]).
 //
 // A complete plugin:
 //

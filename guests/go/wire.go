@@ -178,3 +178,175 @@ func decodeConfigGet(body []byte, resp *abi.ConfigGetResponse) error {
 	}
 	return nil
 }
+
+// callBytes runs op like Call, but decodes the reply's top-level member
+// named member, a []byte (base64 in JSON), without encoding/json: set
+// receives its bytes and the rest of the reply is decoded into resp as
+// usual. http.fetch's body and media.get's data are up to 2 MiB, whose
+// base64 encoding/json would scan byte by byte twice (to validate, then
+// to decode), which on wasm costs far more than the op itself (see
+// decodeKVGet; BenchmarkDecodeBytesMember measures both paths). A reply
+// whose member is not the plain base64 string the host's encoder writes
+// goes whole through abi.Unmarshal.
+func callBytes(op string, req, resp any, member string, set func([]byte)) error {
+	body, err := abi.Marshal(req)
+	if err != nil {
+		return abi.Errorf(abi.CodeInvalidArgument, "op %s: encode request: %v", op, err)
+	}
+	return roundTrip(op, body, func(b []byte) error { return decodeBytesMember(op, b, member, resp, set) })
+}
+
+// decodeBytesMember decodes body into resp, taking the top-level member
+// named member out first when its value is a base64 string.
+func decodeBytesMember(op string, body []byte, member string, resp any, set func([]byte)) error {
+	if start, end, ok := findStringMember(body, member); ok {
+		enc := body[start+1 : end-1]
+		if !bytes.ContainsAny(enc, "\\\r\n") {
+			data := make([]byte, base64.StdEncoding.DecodedLen(len(enc)))
+			if n, err := base64.StdEncoding.Decode(data, enc); err == nil {
+				rest := make([]byte, 0, len(body)-(end-start)+4)
+				rest = append(append(append(rest, body[:start]...), "null"...), body[end:]...)
+				if err := abi.Unmarshal(rest, resp); err != nil {
+					return abi.Errorf(abi.CodeInternal, "op %s: decode reply into %T: %v", op, resp, err)
+				}
+				set(data[:n])
+				return nil
+			}
+		}
+	}
+	if err := abi.Unmarshal(body, resp); err != nil {
+		return abi.Errorf(abi.CodeInternal, "op %s: decode reply into %T: %v", op, resp, err)
+	}
+	return nil
+}
+
+// findStringMember finds the value of the top-level member name of the
+// JSON object in b when that value is a string: b[start:end] is the
+// literal, quotes included. It only locates: what it returns is decoded
+// by the caller, and anything it does not understand (malformed JSON, a
+// member that is not a string, the name twice, which encoding/json would
+// resolve to the last) is false, leaving the reply to encoding/json,
+// which says what is wrong with it.
+func findStringMember(b []byte, name string) (start, end int, found bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return 0, 0, false
+	}
+	for i < len(b) {
+		kStart := i
+		kEnd, ok := skipString(b, i)
+		if !ok {
+			return 0, 0, false
+		}
+		i = skipSpace(b, kEnd)
+		if i >= len(b) || b[i] != ':' {
+			return 0, 0, false
+		}
+		vStart := skipSpace(b, i+1)
+		vEnd, ok := skipValue(b, vStart, 0)
+		if !ok {
+			return 0, 0, false
+		}
+		// A key with escapes is not the plain name the host writes.
+		if string(b[kStart+1:kEnd-1]) == name {
+			if found || b[vStart] != '"' {
+				return 0, 0, false
+			}
+			start, end, found = vStart, vEnd, true
+		}
+		i = skipSpace(b, vEnd)
+		if i < len(b) && b[i] == '}' {
+			return start, end, found && skipSpace(b, i+1) == len(b)
+		}
+		if i >= len(b) || b[i] != ',' {
+			return 0, 0, false
+		}
+		i = skipSpace(b, i+1)
+	}
+	return 0, 0, false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal at b[i].
+func skipString(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	for i++; i < len(b); {
+		j := bytes.IndexAny(b[i:], "\"\\")
+		if j < 0 {
+			return 0, false
+		}
+		i += j
+		if b[i] == '"' {
+			return i + 1, true
+		}
+		i += 2 // a backslash and the byte it escapes
+	}
+	return 0, false
+}
+
+// skipValue returns the index after the JSON value at b[i]; nesting is
+// bounded, as in the other SDKs' readers.
+func skipValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) || depth > 64 {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		closing := byte('}')
+		if b[i] == '[' {
+			closing = ']'
+		}
+		i = skipSpace(b, i+1)
+		if i < len(b) && b[i] == closing {
+			return i + 1, true
+		}
+		for {
+			if closing == '}' {
+				var ok bool
+				if i, ok = skipString(b, i); !ok {
+					return 0, false
+				}
+				if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+					return 0, false
+				}
+				i = skipSpace(b, i+1)
+			}
+			var ok bool
+			if i, ok = skipValue(b, i, depth+1); !ok {
+				return 0, false
+			}
+			if i = skipSpace(b, i); i >= len(b) {
+				return 0, false
+			}
+			if b[i] == closing {
+				return i + 1, true
+			}
+			if b[i] != ',' {
+				return 0, false
+			}
+			i = skipSpace(b, i+1)
+		}
+	}
+	// A number, true, false or null: up to the next delimiter.
+	j := i
+	for ; j < len(b); j++ {
+		if c := b[j]; c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n' {
+			break
+		}
+	}
+	return j, j > i
+}

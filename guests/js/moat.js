@@ -8,6 +8,9 @@
 //   const { docs } = moat.db.query("notes", { where: [moat.where("done", "=", false)], order: ["-due"] });
 //   const hits = moat.knowledge.search("docs", "rotate key", { filter: { lang: "en" } });
 //   moat.tasks.enqueue("digest", id, { key: id });
+//   const resp = moat.http.fetch("https://api.example.com/v1/items", { timeoutMs: 5000 });
+//   const img = moat.media.fetch("https://images.example.com/cat.jpg");
+//   const { text } = moat.ai.complete("small-chat", [{ role: "user", content: "Hello" }], { maxTokens: 100 });
 //
 // Ops travel over the device-file transport: the host mounts a character
 // device at /dev/moat/ops ($MOAT_OPS) when it runs the script with the op
@@ -340,5 +343,203 @@ export const tasks = {
   cancel(id) {
     const r = call("task.cancel", { id });
     return { cancelled: !!r.cancelled, state: r.state };
+  },
+};
+
+// HTTPResponse is what http.fetch returns: status, headers (lower-case
+// names; a header sent more than once is its values joined by ", "),
+// body (a Uint8Array) and url (where the body came from, after
+// redirects). A status of 4xx or 5xx is a response, not an error.
+export class HTTPResponse {
+  constructor(r) {
+    this.status = r.status;
+    this.headers = r.headers ?? {};
+    this.body = r.body ? b64Decode(r.body) : new Uint8Array(0);
+    this.url = r.url ?? "";
+  }
+  // header returns the value of header name (any case), or null.
+  header(name) {
+    return this.headers[String(name).toLowerCase()] ?? null;
+  }
+  // text returns the body decoded as UTF-8.
+  text() {
+    return utf8Decode(this.body);
+  }
+  // json parses the body as JSON.
+  json() {
+    return JSON.parse(this.text());
+  }
+}
+
+function timeout(op, ms) {
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
+    throw new MoatError("invalid_argument", `op ${op}: timeoutMs is a number of milliseconds (0 to 60000), not ${ms}`);
+  }
+  return Math.ceil(ms);
+}
+
+// http sends HTTP requests through the host (the op http.fetch). The host,
+// not the script, makes the connection: the URL must be covered by one of
+// the module's http grants (capabilities: {http:
+// ["https://api.example.com:443"]}), on every redirect too, and the
+// address it reaches is checked after DNS, so loopback, private and
+// metadata addresses are reached only where a grant names them. Headers a
+// grant injects (a secret as a bearer token) are added by the host and
+// never shown to the script. A URL no grant covers throws code denied, a
+// body over its limit too_large, a server out of reach or too slow
+// unavailable.
+export const http = {
+  // fetch sends a request: method (default GET), headers (an object of
+  // strings), body (a string, Uint8Array or ArrayBuffer; at most 2 MiB),
+  // timeoutMs (the whole request: 0 is 10 s, at most 60000) and maxBytes
+  // (the response body: 0 is 1 MiB, at most 2 MiB). It returns an
+  // HTTPResponse.
+  fetch(url, { method, headers, body, timeoutMs, maxBytes } = {}) {
+    const req = { url: String(url) };
+    if (method) req.method = String(method);
+    if (headers !== undefined && headers !== null) {
+      plainObject("http.fetch", "headers", headers);
+      for (const [k, v] of Object.entries(headers)) {
+        if (typeof v !== "string") throw new MoatError("invalid_argument", `op http.fetch: header ${k} is a ${typeof v}, not a string`);
+      }
+      req.headers = headers;
+    }
+    if (body !== undefined && body !== null) {
+      const b = toBytes(body, "a request body");
+      if (b.length) req.body = b64Encode(b);
+    }
+    if (timeoutMs !== undefined && timeoutMs !== null) {
+      const ms = timeout("http.fetch", timeoutMs);
+      if (ms) req.timeout_ms = ms;
+    }
+    if (maxBytes) req.max_bytes = maxBytes;
+    return new HTTPResponse(call("http.fetch", req));
+  },
+  // get fetches url with GET and the host's default limits.
+  get(url) {
+    return http.fetch(url);
+  },
+};
+
+function mediaInfo(r) {
+  return { id: r.id, type: r.type, size: r.size ?? 0, width: r.width ?? 0, height: r.height ?? 0 };
+}
+
+// media is the organization's media: images, audio, video and PDF
+// documents that the host fetches, checks and keeps, and that clients
+// receive only from moat (GET /v1/media/{id} or a signed URL), never from
+// where they came from (capabilities: {media: true}; fetch needs an http
+// grant covering the URL as well). An item is {id, type, size, width,
+// height}; width and height are 0 for what is not an image. The host
+// decides what an item is from its bytes: bytes of no allowed type, or of
+// another type than the one given, throw code invalid_argument. JPEG and
+// PNG images are kept without their metadata (EXIF, GPS).
+export const media = {
+  // fetch has the host download url (under the module's http grants) and
+  // keep it; get reads its bytes.
+  fetch(url) {
+    return mediaInfo(call("media.fetch", { url: String(url) }));
+  },
+  // put keeps data (a Uint8Array or ArrayBuffer; at most 2 MiB); type,
+  // when given, must be what the bytes are ("image/png").
+  put(data, type) {
+    const req = { data: b64Encode(toBytes(data, "media data")) };
+    if (type) req.type = String(type);
+    return mediaInfo(call("media.put", req));
+  },
+  // get returns an item of the caller's organization with its bytes:
+  // {id, type, size, width, height, data (a Uint8Array)}. An item over
+  // 2 MiB throws too_large (clients read it from /v1/media/{id}); an id of
+  // no item of the organization not_found.
+  get(id) {
+    const r = call("media.get", { id: String(id) });
+    return { ...mediaInfo(r), data: r.data ? b64Decode(r.data) : new Uint8Array(0) };
+  },
+  // info describes an item of the caller's organization.
+  info(id) {
+    return mediaInfo(call("media.info", { id: String(id) }));
+  },
+  // thumbnail makes (and keeps) a thumbnail of the image item id, at most
+  // width x height (each 1 to 2048), fitted by fit: "contain" (the
+  // default: the whole image, aspect kept), "cover" (the box filled, the
+  // overflow cut) or "fill" (stretched).
+  thumbnail(id, width, height, fit) {
+    const req = { id: String(id), width, height };
+    if (fit) req.fit = String(fit);
+    return mediaInfo(call("media.thumbnail", req));
+  },
+};
+
+function usageOf(r) {
+  const u = r.usage ?? {};
+  return { inputTokens: u.input_tokens ?? 0, outputTokens: u.output_tokens ?? 0 };
+}
+
+// Completion is what ai.complete returns: text, usage {inputTokens,
+// outputTokens} and modelCallId (the model call's id in the audit trail).
+export class Completion {
+  constructor(r) {
+    this.text = r.text ?? "";
+    this.usage = usageOf(r);
+    this.modelCallId = r.model_call_id ?? "";
+  }
+  // json parses the text: the reply of a call with a jsonSchema.
+  json() {
+    return JSON.parse(this.text);
+  }
+}
+
+function messagesOf(messages) {
+  if (typeof messages === "string") return [{ role: "user", content: messages }];
+  if (!Array.isArray(messages)) {
+    throw new MoatError("invalid_argument", "op ai.complete: messages is an array of {role, content}, or a string (one user message)");
+  }
+  return messages.map((m, i) => {
+    if (m === null || typeof m !== "object" || typeof m.role !== "string" || typeof m.content !== "string") {
+      throw new MoatError("invalid_argument", `op ai.complete: message ${i} is not {role, content} of strings`);
+    }
+    return { role: m.role, content: m.content };
+  });
+}
+
+// ai calls models through the providers the operator configured
+// (OpenAI-compatible APIs), by the operator's aliases, each granted by
+// name (capabilities: {ai: [small-chat]}). Token budgets per organization
+// and per module per day are checked before each call: one over a budget
+// throws code denied, naming it. Every call is audited as a model call.
+export const ai = {
+  // complete asks model to continue messages ([{role: "system" | "user" |
+  // "assistant", content}], or a string: one user message) and returns a
+  // Completion. maxTokens is 1 to 32768 (default: the provider's);
+  // temperature 0 to 2; jsonSchema a JSON Schema object the reply must
+  // match (read it with .json()).
+  complete(model, messages, { maxTokens, temperature, jsonSchema } = {}) {
+    const req = { model: String(model), messages: messagesOf(messages) };
+    if (maxTokens) req.max_tokens = maxTokens;
+    if (temperature !== undefined && temperature !== null) {
+      if (typeof temperature !== "number" || !Number.isFinite(temperature)) {
+        throw new MoatError("invalid_argument", `op ai.complete: the temperature is ${temperature}; use a number from 0 to 2`);
+      }
+      req.temperature = temperature;
+    }
+    if (jsonSchema !== undefined && jsonSchema !== null) {
+      plainObject("ai.complete", "jsonSchema", jsonSchema);
+      req.json_schema = jsonSchema;
+    }
+    return new Completion(call("ai.complete", req));
+  },
+  // embed asks model for one vector per input (an array of strings, or a
+  // string): {vectors, usage, modelCallId}.
+  embed(model, input) {
+    const inputs = typeof input === "string" ? [input] : input;
+    if (!Array.isArray(inputs) || inputs.some((s) => typeof s !== "string")) {
+      throw new MoatError("invalid_argument", "op ai.embed: input is an array of strings, or a string");
+    }
+    const r = call("ai.embed", { model: String(model), input: inputs });
+    const vectors = r.vectors ?? [];
+    if (vectors.length !== inputs.length) {
+      throw new MoatError("internal", `op ai.embed: ${inputs.length} inputs but the host returned ${vectors.length} vectors`);
+    }
+    return { vectors, usage: usageOf(r), modelCallId: r.model_call_id ?? "" };
   },
 };

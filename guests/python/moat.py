@@ -23,9 +23,11 @@ One script, either way moat runs it:
   $MOAT_ACTION once, on stdin, and writes the output to stdout.
 
 Beside kv, log and config: moat.db (documents in the models moat.yaml
-declares), moat.knowledge (ranked full-text search) and moat.tasks
-(background runs of this plugin's own actions), the same ops as the Go
-SDK's DB, Knowledge and Tasks; call() reaches any op by name.
+declares), moat.knowledge (ranked full-text search), moat.tasks
+(background runs of this plugin's own actions), moat.http (requests the
+host sends), moat.media (media the host keeps) and moat.ai (model calls),
+the same ops as the Go SDK's DB, Knowledge, Tasks, HTTP, Media and AI;
+call() reaches any op by name.
 
 A failed op raises MoatError, whose .code is the host's (denied,
 not_found, invalid_argument, conflict, too_large, unavailable...). A
@@ -46,8 +48,8 @@ import os as _os
 import sys as _sys
 import traceback as _traceback
 
-__all__ = ["MoatError", "Input", "call", "kv", "log", "config", "db", "knowledge", "tasks",
-           "Doc", "Page", "Hit", "TaskStatus", "action", "serve"]
+__all__ = ["MoatError", "Input", "call", "kv", "log", "config", "db", "knowledge", "tasks", "http", "media", "ai",
+           "Doc", "Page", "Hit", "TaskStatus", "HTTPResponse", "MediaInfo", "Completion", "Embedding", "Usage", "action", "serve"]
 
 ABI_VERSION = 1  # abi.Version
 MAX_LINE = 16 << 20  # abi.MaxPipeLine: a longer line ends the worker
@@ -629,3 +631,274 @@ class _Tasks:
 db = _DB()
 knowledge = _Knowledge()
 tasks = _Tasks()
+
+
+# --- http -------------------------------------------------------------
+
+
+class HTTPResponse:
+    """The final response of http.fetch, after redirects: .status, .headers
+    (a dict, lower-case names; a header sent more than once is its values
+    joined by ", "), .body (bytes) and .url (where the body came from). A
+    status of 4xx or 5xx is a response, not an error."""
+
+    __slots__ = ("status", "headers", "body", "url")
+
+    def __init__(self, w):
+        self.status = w.get("status", 0)
+        self.headers = w.get("headers") or {}
+        self.body = _base64.b64decode(w.get("body") or "")
+        self.url = w.get("url", "")
+
+    def header(self, name, default=None):
+        """The value of header name (any case), or default."""
+        return self.headers.get(name.lower(), default)
+
+    @property
+    def text(self):
+        """The body decoded as UTF-8."""
+        return self.body.decode()
+
+    def json(self):
+        """The body parsed as JSON."""
+        return _json.loads(self.body)
+
+    def __repr__(self):
+        return f"HTTPResponse(status={self.status}, {len(self.body)} bytes, url={self.url!r})"
+
+
+def _bytes(op, what, v):
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise MoatError("invalid_argument", f"op {op}: {what} is bytes or str, not a {type(v).__name__}")
+
+
+def _timeout_ms(op, timeout):
+    """A timeout in seconds (int, float or timedelta) as whole milliseconds,
+    rounded up."""
+    if isinstance(timeout, _dt.timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0 or timeout == float("inf"):
+        raise MoatError("invalid_argument", f"op {op}: timeout is seconds (0 to 60) or a timedelta, not {timeout!r}")
+    return -int(-timeout * 1000 // 1)
+
+
+class _HTTP:
+    """HTTP requests the host sends for the plugin (the op http.fetch). The
+    host, not the plugin, makes the connection: the URL must be covered by
+    one of the module's http grants (capabilities: http:
+    ["https://api.example.com:443"]), on every redirect too, and the
+    address it reaches is checked after DNS, so loopback, private and
+    metadata addresses are reached only where a grant names them. Headers
+    a grant injects (a secret as a bearer token) are added by the host and
+    never shown to the plugin. A URL no grant covers raises MoatError
+    denied, a body over its limit too_large, a server out of reach or too
+    slow unavailable. Limits: abi/http.go."""
+
+    def fetch(self, url, method=None, headers=None, body=None, timeout=None, max_bytes=0):
+        """Send a request and return its HTTPResponse. method defaults to
+        GET; headers is a dict of str; body bytes or str (sent as UTF-8),
+        at most 2 MiB; timeout bounds the whole request in seconds (None:
+        10; at most 60); max_bytes the response body (0: 1 MiB; at most
+        2 MiB)."""
+        req = {"url": url}
+        if method:
+            req["method"] = method
+        if headers:
+            if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+                raise MoatError("invalid_argument", "op http.fetch: headers is a dict of str names to str values")
+            req["headers"] = headers
+        if body is not None:
+            data = _bytes("http.fetch", "the body", body)
+            if data:
+                req["body"] = _base64.b64encode(data).decode()
+        if timeout is not None:
+            ms = _timeout_ms("http.fetch", timeout)
+            if ms:
+                req["timeout_ms"] = ms
+        if max_bytes:
+            req["max_bytes"] = max_bytes
+        return HTTPResponse(call("http.fetch", req))
+
+    def get(self, url, **kw):
+        """fetch with GET."""
+        return self.fetch(url, **kw)
+
+
+# --- media ------------------------------------------------------------
+
+
+class MediaInfo:
+    """A stored media item: .id (the hex SHA-256 of the bytes kept), .type
+    ("image/png", "application/pdf"...), .size, and .width and .height (0
+    for what is not an image)."""
+
+    __slots__ = ("id", "type", "size", "width", "height")
+
+    def __init__(self, w):
+        self.id = w.get("id", "")
+        self.type = w.get("type", "")
+        self.size = w.get("size", 0)
+        self.width = w.get("width", 0)
+        self.height = w.get("height", 0)
+
+    def __repr__(self):
+        return f"MediaInfo(id={self.id!r}, type={self.type!r}, size={self.size}, {self.width}x{self.height})"
+
+
+class _Media:
+    """The organization's media: images, audio, video and PDF documents the
+    host fetches, checks and keeps, and that clients receive only from moat
+    (GET /v1/media/{id} or a signed URL), never from where they came from
+    (capabilities: media: true; fetch needs an http grant covering the URL
+    as well). The host decides what an item is from its bytes: bytes of no
+    allowed type, or of another type than the one given, raise MoatError
+    invalid_argument. JPEG and PNG images are kept without their metadata
+    (EXIF, GPS). Limits: abi/media.go."""
+
+    CONTAIN, COVER, FILL = "contain", "cover", "fill"
+
+    def fetch(self, url):
+        """Have the host download url (under the module's http grants) and
+        keep it: its MediaInfo. get reads the bytes."""
+        return MediaInfo(call("media.fetch", {"url": url}))
+
+    def put(self, data, type=None):  # noqa: A002 - the wire's name
+        """Keep data (bytes, at most 2 MiB): its MediaInfo. type, when
+        given, must be what the bytes are ("image/png")."""
+        req = {"data": _base64.b64encode(_bytes("media.put", "data", data)).decode()}
+        if type:
+            req["type"] = type
+        return MediaInfo(call("media.put", req))
+
+    def get(self, id):  # noqa: A002 - the wire's name
+        """(MediaInfo, bytes) of an item of the caller's organization. An
+        item over 2 MiB raises too_large (clients read it from
+        /v1/media/{id}); an id of no item of the organization not_found."""
+        r = call("media.get", {"id": id})
+        return MediaInfo(r), _base64.b64decode(r.get("data") or "")
+
+    def info(self, id):  # noqa: A002 - the wire's name
+        """The MediaInfo of an item of the caller's organization."""
+        return MediaInfo(call("media.info", {"id": id}))
+
+    def thumbnail(self, id, width, height, fit=None):  # noqa: A002 - the wire's name
+        """Make (and keep) a thumbnail of the image item id, at most width x
+        height (each 1 to 2048), fitted by fit: "contain" (None: the whole
+        image, aspect kept), "cover" (the box filled, the overflow cut) or
+        "fill" (stretched). Its MediaInfo."""
+        req = {"id": id, "width": width, "height": height}
+        if fit:
+            req["fit"] = fit
+        return MediaInfo(call("media.thumbnail", req))
+
+
+# --- ai ---------------------------------------------------------------
+
+
+class Usage:
+    """What a model call cost: .input_tokens and .output_tokens."""
+
+    __slots__ = ("input_tokens", "output_tokens")
+
+    def __init__(self, w):
+        self.input_tokens = (w or {}).get("input_tokens", 0)
+        self.output_tokens = (w or {}).get("output_tokens", 0)
+
+    def __repr__(self):
+        return f"Usage(input_tokens={self.input_tokens}, output_tokens={self.output_tokens})"
+
+
+class Completion:
+    """A model's reply: .text, .usage (Usage) and .model_call_id (the model
+    call's id in the audit trail)."""
+
+    __slots__ = ("text", "usage", "model_call_id")
+
+    def __init__(self, w):
+        self.text = w.get("text", "")
+        self.usage = Usage(w.get("usage"))
+        self.model_call_id = w.get("model_call_id", "")
+
+    def json(self):
+        """The text parsed as JSON: the reply of a call with a json_schema."""
+        return _json.loads(self.text)
+
+    def __repr__(self):
+        return f"Completion(text={self.text!r}, {self.usage!r}, model_call_id={self.model_call_id!r})"
+
+
+class Embedding:
+    """One vector per input, in order: .vectors (lists of float), .usage and
+    .model_call_id."""
+
+    __slots__ = ("vectors", "usage", "model_call_id")
+
+    def __init__(self, w):
+        self.vectors = w.get("vectors") or []
+        self.usage = Usage(w.get("usage"))
+        self.model_call_id = w.get("model_call_id", "")
+
+
+def _messages(messages):
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    out = []
+    for i, m in enumerate(messages or []):
+        if isinstance(m, dict):
+            role, content = m.get("role"), m.get("content")
+        elif isinstance(m, (tuple, list)) and len(m) == 2:
+            role, content = m
+        else:
+            role = content = None
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise MoatError("invalid_argument", f"op ai.complete: message {i} is {m!r}; write {{\"role\": \"user\", \"content\": \"...\"}} or (\"user\", \"...\")")
+        out.append({"role": role, "content": content})
+    return out
+
+
+class _AI:
+    """Model calls through the providers the operator configured
+    (OpenAI-compatible APIs), by the operator's aliases, each granted by
+    name (capabilities: ai: [small-chat]). Token budgets per organization
+    and per module per day are checked before each call: one over a budget
+    raises MoatError denied, naming it. Every call is audited as a model
+    call. Limits: abi/ai.go."""
+
+    def complete(self, model, messages, max_tokens=0, temperature=None, json_schema=None):
+        """Ask model to continue messages: a list of {"role", "content"}
+        dicts or (role, content) pairs (roles system, user, assistant), or
+        a str, one user message. max_tokens is 1 to 32768 (0: the
+        provider's default); temperature 0 to 2 (None: the provider's);
+        json_schema a JSON Schema dict the reply must match (read it with
+        .json()). Returns a Completion."""
+        req = {"model": model, "messages": _messages(messages)}
+        if max_tokens:
+            req["max_tokens"] = max_tokens
+        if temperature is not None:
+            if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+                raise MoatError("invalid_argument", f"op ai.complete: the temperature is a number from 0 to 2, not {temperature!r}")
+            req["temperature"] = temperature
+        if json_schema is not None:
+            if not isinstance(json_schema, dict):
+                raise MoatError("invalid_argument", f"op ai.complete: json_schema is a dict (a JSON Schema object), not a {type(json_schema).__name__}")
+            req["json_schema"] = json_schema
+        return Completion(call("ai.complete", req))
+
+    def embed(self, model, input):  # noqa: A002 - the wire's name
+        """Ask model for one vector per input (a list of str, or a str):
+        an Embedding."""
+        inputs = [input] if isinstance(input, str) else list(input)
+        if not all(isinstance(s, str) for s in inputs):
+            raise MoatError("invalid_argument", "op ai.embed: input is a list of str, or a str")
+        e = Embedding(call("ai.embed", {"model": model, "input": inputs}))
+        if len(e.vectors) != len(inputs):
+            raise MoatError("internal", f"op ai.embed: {len(inputs)} inputs but the host returned {len(e.vectors)} vectors")
+        return e
+
+
+http = _HTTP()
+media = _Media()
+ai = _AI()

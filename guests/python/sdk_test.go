@@ -156,3 +156,32 @@ func TestWanted(t *testing.T) {
 		}
 	}
 }
+
+// TestSDKWire runs testdata/wire_test.py with Debian's python3: moat.py's
+// http, media and ai wrappers against a fake transport, their requests,
+// replies and refusals (TestSDKTransports and examples/polyglot drive
+// them through a real host).
+func TestSDKWire(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		testenv.Require(t, fmt.Sprintf("%s: %v (apt-get install python3)", py, err))
+	}
+	dir := t.TempDir()
+	if _, err := python.WriteSDK(dir); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("testdata/wire_test.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "wire_test.py"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-B", "wire_test.py")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("python3 wire_test.py: %v\n%s", err, out)
+	}
+}

@@ -66,6 +66,12 @@ impl<'a> Object<'a> {
         Ok(Object { what, members })
     }
 
+    /// The members in order: each name and its raw JSON value (a name
+    /// given twice appears twice; the `get_*` methods read the last).
+    pub fn members(&self) -> impl Iterator<Item = (&str, &'a [u8])> + '_ {
+        self.members.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
     /// The raw JSON value of member `key`, if present.
     pub fn get_raw(&self, key: &str) -> Option<&'a [u8]> {
         self.members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)

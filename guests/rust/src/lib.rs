@@ -6,7 +6,9 @@
 //! ([`config::get`]), the structured log ([`log`], [`info!`]...), a
 //! key-value store ([`kv`]), documents in the models of its `moat.yaml`
 //! ([`db`]), ranked full-text search ([`knowledge`]), background tasks
-//! ([`tasks`]) and, for any other op, [`call`].
+//! ([`tasks`]), HTTP requests the host sends ([`http`]), media the host
+//! keeps ([`media`]), model calls ([`ai`]) and, for any other op,
+//! [`call`].
 //!
 //! ```ignore
 //! fn greet(input: &[u8]) -> moat::Result<String> {
@@ -58,11 +60,14 @@
 
 use std::fmt;
 
+pub mod ai;
 pub mod db;
+pub mod http;
 pub mod json;
 pub mod knowledge;
 pub mod kv;
 pub mod log;
+pub mod media;
 pub mod tasks;
 
 mod transport;
