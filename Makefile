@@ -35,6 +35,8 @@ examples: deps ## build the example plugins
 	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/hello-go/hello-go.wasm ./examples/hello-go
 	@echo "==> build examples/notes/go/notes-go.wasm (GOOS=wasip1, c-shared)"
 	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/notes/go/notes-go.wasm ./examples/notes/go
+	@echo "==> build examples/thumbnail/thumbnail.wasm (GOOS=wasip1, c-shared)"
+	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/thumbnail/thumbnail.wasm ./examples/thumbnail
 
 run: build examples $(SETUP) ## build moat, the toolchains and the examples; invoke greet, then run code in three languages
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"

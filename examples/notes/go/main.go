@@ -30,9 +30,10 @@ import (
 )
 
 const (
-	model      = "notes" // the model in moat.yaml
-	collection = "notes" // the knowledge collection the notes are searched in
-	maxTag     = 64      // characters in a tag; moat.yaml bounds their number
+	chatModel  = "small-chat" // the operator's model alias summarize asks (moat.yaml: ai)
+	model      = "notes"      // the model in moat.yaml
+	collection = "notes"      // the knowledge collection the notes are searched in
+	maxTag     = 64           // characters in a tag; moat.yaml bounds their number
 )
 
 // editable are the fields a caller may set; reminded is the reminder's.
@@ -47,6 +48,7 @@ func init() {
 	moat.Action("search", search)
 	moat.Action("remind", remind)
 	moat.Action("reminder", reminder)
+	moat.Action("summarize", summarize)
 }
 
 func invalid(format string, args ...any) error {
@@ -444,3 +446,65 @@ func reminder(input []byte) ([]byte, error) {
 // main never runs in a plugin built with -buildmode=c-shared; the Go
 // toolchain still requires it in package main.
 func main() {}
+
+// maxSummarized bounds the notes summarize reads: the prompt stays small,
+// and so does what the call costs the organization's token budget.
+const maxSummarized = 20
+
+// summarize: {"tag"?} → {"summary", "notes", "model_call_id", "usage"}:
+// the caller's open notes (up to maxSummarized, by due time, with tag
+// when given), summarized by the model small-chat. The host checks the
+// grant (moat.yaml: ai: [small-chat]) and the organization's and the
+// module's daily token budgets before the call, and the audit trail
+// holds the model call under model_call_id, joined to this invocation.
+func summarize(input []byte) ([]byte, error) {
+	var in struct {
+		Tag string `json:"tag"`
+	}
+	if err := decode(input, &in); err != nil {
+		return nil, err
+	}
+	q := moat.Query{Where: []moat.Cond{moat.Where("done", "=", false)}, Order: []string{"due"}, Limit: maxSummarized}
+	if in.Tag != "" {
+		q.Where = append(q.Where, moat.Where("tags", "contains", in.Tag))
+	}
+	page, err := moat.DB.Query(model, q)
+	if err != nil {
+		return nil, err
+	}
+	if len(page.Docs) == 0 {
+		return answer(map[string]any{"summary": "", "notes": 0})
+	}
+	var b strings.Builder
+	for i, d := range page.Docs {
+		n, err := note(d)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "%d. %v", i+1, n["title"])
+		if due, ok := n["due"]; ok {
+			fmt.Fprintf(&b, " (due %v)", due)
+		}
+		if body, _ := n["body"].(string); body != "" {
+			fmt.Fprintf(&b, ": %s", clipText(body, 500))
+		}
+		b.WriteByte('\n')
+	}
+	c, err := moat.AI.Complete(chatModel, []abi.AIMessage{
+		moat.SystemMessage("You summarize a person's open notes in at most three sentences. Name what is due first."),
+		moat.UserMessage(b.String()),
+	}, moat.CompleteOptions{MaxTokens: 200})
+	if err != nil {
+		return nil, err
+	}
+	return answer(map[string]any{"summary": c.Text, "notes": len(page.Docs), "model_call_id": c.ModelCallID, "usage": c.Usage})
+}
+
+// clipText cuts s to at most n runes.
+func clipText(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "…"
+}

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 import moat
 
+CHAT_MODEL = "small-chat"  # the operator's model alias summarize asks (moat.yaml: ai)
 MODEL = "notes"  # the model in moat.yaml
 COLLECTION = "notes"  # the knowledge collection the notes are searched in
 MAX_TAG = 64  # characters in a tag; moat.yaml bounds their number
@@ -255,6 +256,43 @@ def reminder(inp):
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     moat.db.update(MODEL, d.id, set={"reminded": now}, version=d.version)
     return {"reminded": True, "id": d.id, "title": title}
+
+
+# MAX_SUMMARIZED bounds the notes summarize reads: the prompt stays small,
+# and so does what the call costs the organization's token budget.
+MAX_SUMMARIZED = 20
+
+
+@moat.action("summarize")
+def summarize(inp):
+    """{"tag"?} → {"summary", "notes", "model_call_id", "usage"}: the
+    caller's open notes (up to MAX_SUMMARIZED, by due time, with tag when
+    given), summarized by the model small-chat. The host checks the grant
+    and the daily token budgets before the call; the audit trail holds the
+    model call under model_call_id, joined to this invocation."""
+    obj = decode(inp, ["tag"])
+    where = [("done", "=", False)]
+    if string(obj, "tag"):
+        where.append(("tags", "contains", obj["tag"]))
+    page = moat.db.query(MODEL, where=where, order=["due"], limit=MAX_SUMMARIZED)
+    notes = [note(d) for d in page]
+    if not notes:
+        return {"summary": "", "notes": 0}
+    lines = []
+    for i, n in enumerate(notes, 1):
+        line = f"{i}. {n['title']}"
+        if n.get("due"):
+            line += f" (due {n['due']})"
+        if n.get("body"):
+            body = n["body"]
+            line += ": " + (body if len(body) <= 500 else body[:500] + "…")
+        lines.append(line + "\n")
+    c = moat.ai.complete(CHAT_MODEL, [
+        ("system", "You summarize a person's open notes in at most three sentences. Name what is due first."),
+        ("user", "".join(lines)),
+    ], max_tokens=200)
+    return {"summary": c.text, "notes": len(notes), "model_call_id": c.model_call_id,
+            "usage": {"input_tokens": c.usage.input_tokens, "output_tokens": c.usage.output_tokens}}
 
 
 moat.serve()
