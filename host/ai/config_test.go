@@ -31,7 +31,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"valid", func(*ai.Config) {}, "", ""},
 		{"the zero value", func(c *ai.Config) { *c = ai.Config{} }, "", ""},
-		{"key from the environment", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "http://127.0.0.1:8000/v1", APIKeyEnv: "MOAT_TEST_GOOD_KEY"} }, "", ""},
+		{"key from the environment", func(c *ai.Config) {
+			c.Providers["p"] = ai.ProviderConfig{BaseURL: "http://127.0.0.1:8000/v1", APIKeyEnv: "MOAT_TEST_GOOD_KEY"}
+		}, "", ""},
 		{"no base_url", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{} }, "providers.p.base_url", "missing"},
 		{"a key in the URL", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://sk-x@api.example.com/v1"} }, "providers.p.base_url", "api_key_secret"},
 		{"a query in the URL", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://api.example.com/v1?key=1"} }, "providers.p.base_url", "query"},
@@ -39,19 +41,29 @@ func TestConfigValidate(t *testing.T) {
 		{"both keys", func(c *ai.Config) {
 			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeySecret: "k", APIKeyEnv: "MOAT_TEST_GOOD_KEY"}
 		}, "providers.p", "not both"},
-		{"unset variable", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeyEnv: "MOAT_TEST_UNSET_KEY"} }, "providers.p.api_key_env", "not set"},
-		{"a key breaking the header", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeyEnv: "MOAT_TEST_BAD_KEY"} }, "providers.p.api_key_env", "control character"},
-		{"bad secret name", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeySecret: "a b"} }, "providers.p.api_key_secret", "secret name"},
+		{"unset variable", func(c *ai.Config) {
+			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeyEnv: "MOAT_TEST_UNSET_KEY"}
+		}, "providers.p.api_key_env", "not set"},
+		{"a key breaking the header", func(c *ai.Config) {
+			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeyEnv: "MOAT_TEST_BAD_KEY"}
+		}, "providers.p.api_key_env", "control character"},
+		{"bad secret name", func(c *ai.Config) {
+			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeySecret: "a b"}
+		}, "providers.p.api_key_secret", "secret name"},
 		{"timeout too long", func(c *ai.Config) {
 			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", Timeout: policy.Duration(1 << 62)}
 		}, "providers.p.timeout", "1s to 10m"},
-		{"concurrency", func(c *ai.Config) { c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", MaxConcurrent: 5000} }, "providers.p.max_concurrent", "1 to 1024"},
+		{"concurrency", func(c *ai.Config) {
+			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", MaxConcurrent: 5000}
+		}, "providers.p.max_concurrent", "1 to 1024"},
 		{"bad provider name", func(c *ai.Config) { c.Providers["P Q"] = ai.ProviderConfig{BaseURL: "https://a.example/v1"} }, "providers.P Q", "provider name"},
 		{"unknown provider", func(c *ai.Config) { c.Models["chat"] = ai.ModelConfig{Provider: "q", Model: "m", Kind: ai.KindChat} }, "models.chat.provider", "one of p"},
 		{"no kind", func(c *ai.Config) { c.Models["chat"] = ai.ModelConfig{Provider: "p", Model: "m"} }, "models.chat.kind", "chat or kind: embed"},
 		{"odd kind", func(c *ai.Config) { c.Models["chat"] = ai.ModelConfig{Provider: "p", Model: "m", Kind: "image"} }, "models.chat.kind", "chat or embed"},
 		{"no provider model", func(c *ai.Config) { c.Models["chat"] = ai.ModelConfig{Provider: "p", Kind: ai.KindChat} }, "models.chat.model", "provider's name"},
-		{"an alias a grant cannot name", func(c *ai.Config) { c.Models["bad alias!"] = ai.ModelConfig{Provider: "p", Model: "m", Kind: ai.KindChat} }, "models.bad alias!", "model alias"},
+		{"an alias a grant cannot name", func(c *ai.Config) {
+			c.Models["bad alias!"] = ai.ModelConfig{Provider: "p", Model: "m", Kind: ai.KindChat}
+		}, "models.bad alias!", "model alias"},
 		{"max_output_tokens past abi's", func(c *ai.Config) {
 			c.Models["chat"] = ai.ModelConfig{Provider: "p", Model: "m", Kind: ai.KindChat, MaxOutputTokens: 40_000}
 		}, "models.chat.max_output_tokens", "1 to 32768"},
