@@ -3,9 +3,9 @@ package ai
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -186,7 +186,10 @@ var secretRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // Validate checks c (with its defaults filled in) and returns the first
 // mistake as a *ConfigError, in the order of the file's sections and, in
-// each, of the names sorted.
+// each, of the names sorted. It reads nothing outside c: the keys an
+// api_key_env names are checked by New, in the process that makes the
+// calls (a command reading the server's configuration for another
+// purpose need not hold them).
 func (c *Config) Validate() error {
 	fail := func(field, format string, args ...any) error {
 		return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
@@ -209,13 +212,6 @@ func (c *Config) Validate() error {
 		if p.APIKeyEnv != "" {
 			if !envRE.MatchString(p.APIKeyEnv) {
 				return fail(f+".api_key_env", "%q is not an environment variable's name, like OPENAI_API_KEY", p.APIKeyEnv)
-			}
-			v := os.Getenv(p.APIKeyEnv)
-			if v == "" {
-				return fail(f+".api_key_env", "$%s is empty or not set in moat's environment; export it, or keep the key with moat secrets set and name it in api_key_secret", p.APIKeyEnv)
-			}
-			if err := checkKey(v); err != nil {
-				return fail(f+".api_key_env", "the value of $%s %v", p.APIKeyEnv, err)
 			}
 		}
 		if d := p.Timeout.Std(); d < time.Second || d > 10*time.Minute {
@@ -286,6 +282,33 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// Ports are the TCP ports the providers' base URLs name (80 and 443 when
+// they name none), for a confined server's connect rule.
+func (c *Config) Ports() []uint16 {
+	var ports []uint16
+	for _, name := range sortedKeys(c.Providers) {
+		u, err := url.Parse(c.Providers[name].BaseURL)
+		if err != nil {
+			continue
+		}
+		port := uint16(80)
+		if u.Scheme == "https" {
+			port = 443
+		}
+		if p := u.Port(); p != "" {
+			n, err := strconv.ParseUint(p, 10, 16)
+			if err != nil {
+				continue
+			}
+			port = uint16(n)
+		}
+		if !slices.Contains(ports, port) {
+			ports = append(ports, port)
+		}
+	}
+	return ports
+}
+
 // checkBaseURL checks a provider's base URL: http or https, a host, no
 // user information (a key belongs in api_key_secret, where it is never
 // logged), no query or fragment (the paths are appended).
@@ -304,10 +327,17 @@ func checkBaseURL(s string) error {
 		return fmt.Errorf("no host; write it like https://api.openai.com/v1")
 	case u.User != nil:
 		return fmt.Errorf("holds user information; put the key in a secret (api_key_secret) rather than the URL, where it would be logged")
+	case u.Port() != "" && !validPort(u.Port()):
+		return fmt.Errorf("port %q is not a number from 1 to 65535", u.Port())
 	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
 		return fmt.Errorf("has a query or fragment; give the base the API's paths are appended to, like https://api.openai.com/v1")
 	}
 	return nil
+}
+
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0
 }
 
 // checkKey checks an API key before it goes into a header: visible ASCII

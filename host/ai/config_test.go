@@ -2,6 +2,7 @@ package ai_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,10 +11,8 @@ import (
 )
 
 // TestConfigValidate: every mistake names its field and says how to fix
-// it, and a key read from the environment is never quoted.
+// it.
 func TestConfigValidate(t *testing.T) {
-	t.Setenv("MOAT_TEST_GOOD_KEY", "sk-good")
-	t.Setenv("MOAT_TEST_BAD_KEY", "sk-bad\nInjected: 1")
 	base := func() ai.Config {
 		return ai.Config{
 			Providers: map[string]ai.ProviderConfig{"p": {BaseURL: "https://api.example.com/v1"}},
@@ -41,12 +40,6 @@ func TestConfigValidate(t *testing.T) {
 		{"both keys", func(c *ai.Config) {
 			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeySecret: "k", APIKeyEnv: "MOAT_TEST_GOOD_KEY"}
 		}, "providers.p", "not both"},
-		{"unset variable", func(c *ai.Config) {
-			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeyEnv: "MOAT_TEST_UNSET_KEY"}
-		}, "providers.p.api_key_env", "not set"},
-		{"a key breaking the header", func(c *ai.Config) {
-			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeyEnv: "MOAT_TEST_BAD_KEY"}
-		}, "providers.p.api_key_env", "control character"},
 		{"bad secret name", func(c *ai.Config) {
 			c.Providers["p"] = ai.ProviderConfig{BaseURL: "https://a.example/v1", APIKeySecret: "a b"}
 		}, "providers.p.api_key_secret", "secret name"},
@@ -98,5 +91,38 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("the error quotes a key: %v", err)
 			}
 		})
+	}
+}
+
+// TestNewChecksKeys: the keys api_key_env names are checked when the
+// Service is made, in the process that will send them, never quoted.
+func TestNewChecksKeys(t *testing.T) {
+	t.Setenv("MOAT_TEST_BAD_KEY", "sk-bad\nInjected: 1")
+	st := openStore(t)
+	for _, tt := range []struct{ env, says string }{
+		{"MOAT_TEST_UNSET_KEY", "not set"},
+		{"MOAT_TEST_BAD_KEY", "control character"},
+	} {
+		_, err := ai.New(ai.Config{Providers: map[string]ai.ProviderConfig{"p": {BaseURL: "https://a.example/v1", APIKeyEnv: tt.env}}}, st, nil)
+		var ce *ai.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "providers.p.api_key_env" || !strings.Contains(ce.Msg, tt.says) || strings.Contains(err.Error(), "sk-") {
+			t.Errorf("$%s: %v; want providers.p.api_key_env saying %q", tt.env, err, tt.says)
+		}
+	}
+}
+
+// TestPorts: the ports a confined server must be able to connect to.
+func TestPorts(t *testing.T) {
+	c := ai.Config{Providers: map[string]ai.ProviderConfig{
+		"a": {BaseURL: "https://api.example.com/v1"}, "b": {BaseURL: "http://127.0.0.1:8000/v1"},
+		"c": {BaseURL: "http://ollama.local/v1"}, "d": {BaseURL: "https://other.example:443/v1"},
+	}}
+	if got := fmt.Sprint(c.Ports()); got != "[443 8000 80]" {
+		t.Errorf("Ports = %s, want [443 8000 80]", got)
+	}
+	c = ai.Config{Providers: map[string]ai.ProviderConfig{"p": {BaseURL: "http://x:70000/v1"}}}
+	c.FillDefaults()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "port") {
+		t.Errorf("port 70000: %v", err)
 	}
 }

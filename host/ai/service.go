@@ -55,8 +55,8 @@ type Service struct {
 	now       func() time.Time
 }
 
-// New checks cfg (its defaults filled in) and makes the Service. Budgets
-// are kept in st.
+// New checks cfg (its defaults filled in) and the keys its api_key_env
+// variables hold, and makes the Service. Budgets are kept in st.
 func New(cfg Config, st *store.Store, logger *slog.Logger) (*Service, error) {
 	if st == nil {
 		return nil, errors.New("ai: a Service needs the store its budgets are kept in")
@@ -70,8 +70,18 @@ func New(cfg Config, st *store.Store, logger *slog.Logger) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, store: st, log: logger, providers: map[string]*provider{}, now: time.Now}
-	for name, p := range cfg.Providers {
-		s.providers[name] = newProvider(name, p)
+	for _, name := range sortedKeys(cfg.Providers) {
+		p := newProvider(name, cfg.Providers[name])
+		if env := p.cfg.APIKeyEnv; env != "" {
+			if p.envKey == "" {
+				return nil, &ConfigError{Field: "providers." + name + ".api_key_env",
+					Msg: "$" + env + " is empty or not set in moat's environment; export it, or keep the key with moat secrets set and name it in api_key_secret"}
+			}
+			if err := checkKey(p.envKey); err != nil {
+				return nil, &ConfigError{Field: "providers." + name + ".api_key_env", Msg: "the value of $" + env + " " + err.Error()}
+			}
+		}
+		s.providers[name] = p
 	}
 	return s, nil
 }

@@ -42,6 +42,16 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // rig is a Service on a fresh SQLite store, against a real
 // OpenAI-protocol server, with its log captured.
 type rig struct {
@@ -55,14 +65,9 @@ type rig struct {
 
 func newRig(t *testing.T, edit func(*ai.Config)) *rig {
 	t.Helper()
-	ctx := context.Background()
 	srv := aitest.New(t, testKey)
 	t.Setenv("MOAT_TEST_AI_KEY", testKey)
-	st, err := store.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	cfg := ai.Config{
 		Providers: map[string]ai.ProviderConfig{
 			"remote": {BaseURL: srv.URL, APIKeyEnv: "MOAT_TEST_AI_KEY", Timeout: policy.Duration(5 * time.Second)},
