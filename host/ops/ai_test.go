@@ -99,13 +99,19 @@ func TestAIOps(t *testing.T) {
 	if _, err := dispatch(t, env, allowAll, abi.OpAIComplete, `{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}`); codeOf(err) != abi.CodeNotFound || env.ModelCall() != nil {
 		t.Errorf("an alias the operator did not configure: %v", err)
 	}
-	// Hostile shapes are refused by decoding or the bounds.
+	// Hostile shapes are refused by decoding or the bounds (a 10 MB
+	// prompt, which no transport would carry, included), before the
+	// provider or the budget sees them.
 	huge := `{"model":"small-chat","messages":[{"role":"user","content":"` + strings.Repeat("a", abi.MaxAIPromptBytes) + `"}, {"role":"user","content":"b"}]}`
-	for _, req := range []string{`{"model":"small-chat","messages":"hi"}`, `{"model":"small-chat","messages":[{"role":"user","content":1}]}`, huge,
+	tenMB := `{"model":"small-chat","messages":[{"role":"user","content":"` + strings.Repeat("ab ", 10<<20/3) + `"}]}`
+	for _, req := range []string{`{"model":"small-chat","messages":"hi"}`, `{"model":"small-chat","messages":[{"role":"user","content":1}]}`, huge, tenMB,
 		`{"model":"small-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":1e300}`} {
-		if _, err := dispatch(t, env, g, abi.OpAIComplete, req); codeOf(err) != abi.CodeInvalidArgument && codeOf(err) != abi.CodeTooLarge {
-			t.Errorf("%.80s: %v", req, err)
+		if _, err := dispatch(t, env, g, abi.OpAIComplete, req); codeOf(err) != abi.CodeInvalidArgument && codeOf(err) != abi.CodeTooLarge || len(err.Error()) > 1024 {
+			t.Errorf("%.80s: %.300v", req, err)
 		}
+	}
+	if len(srv.Requests()) != before {
+		t.Error("a hostile request reached the provider")
 	}
 
 	reply, err = dispatch(t, env, g, abi.OpAIEmbed, `{"model":"embed-small","input":["red boat","blue harbour"]}`)

@@ -178,13 +178,19 @@ func (d *DB) KnowledgeUsage(ctx context.Context, org, module string) (u driver.K
 }
 
 // knowledgeVectors reads a collection's vectors of one model whose
-// document's meta contains the filter, the most recently updated first.
+// document's meta contains the filter, the most recently updated first;
+// the documents are chosen (and sorted) before their vectors are read, so
+// the sort carries ids, not vectors.
 const knowledgeVectors = `
-SELECT d.id, v.vec
-FROM knowledge_docs AS d JOIN knowledge_vectors AS v USING (org, module, collection, id)
-WHERE d.org = $1 AND d.module = $2 AND d.collection = $3 AND v.model = $4 AND d.meta @> $5::jsonb
-ORDER BY d.updated_at DESC, d.id DESC
-LIMIT $6`
+WITH recent AS (
+	SELECT d.id, d.updated_at FROM knowledge_docs AS d
+	WHERE d.org = $1 AND d.module = $2 AND d.collection = $3 AND d.meta @> $5::jsonb
+		AND EXISTS (SELECT 1 FROM knowledge_vectors AS v
+			WHERE v.org = d.org AND v.module = d.module AND v.collection = d.collection AND v.id = d.id AND v.model = $4)
+	ORDER BY d.updated_at DESC, d.id DESC
+	LIMIT $6)
+SELECT r.id, v.vec FROM recent AS r
+JOIN knowledge_vectors AS v ON v.org = $1 AND v.module = $2 AND v.collection = $3 AND v.id = r.id`
 
 // KnowledgeVectors implements driver.Backend.
 func (d *DB) KnowledgeVectors(ctx context.Context, q driver.KnowledgeVectorQuery, each func(id string, vec []byte) error) error {

@@ -239,19 +239,23 @@ func (d *DB) KnowledgeUsage(ctx context.Context, org, module string) (u driver.K
 }
 
 // knowledgeVectors reads a collection's vectors of one model, with the
-// meta filter of knowledgeSearch, the most recently updated first.
+// meta filter of knowledgeSearch, the most recently updated first. The
+// documents are chosen (and sorted) before their vectors are read, so the
+// sort carries ids, not vectors.
 const knowledgeVectors = `
-SELECT d.id, v.vec
-FROM knowledge_docs AS d JOIN knowledge_vectors AS v ON v.doc = d.doc
-WHERE d.org = ?1 AND d.module = ?2 AND d.collection = ?3 AND v.model = ?4
-	AND NOT EXISTS (
-		SELECT 1 FROM json_each(?5) AS f
-		WHERE NOT EXISTS (
-			SELECT 1 FROM json_each(d.meta) AS m
-			WHERE m.key = f.key AND m.atom = f.atom
-				AND (m.type = f.type OR m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))
-ORDER BY d.updated_at DESC, d.doc DESC
-LIMIT ?6`
+WITH recent(doc, id) AS (
+	SELECT d.doc, d.id FROM knowledge_docs AS d
+	WHERE d.org = ?1 AND d.module = ?2 AND d.collection = ?3
+		AND EXISTS (SELECT 1 FROM knowledge_vectors AS v WHERE v.doc = d.doc AND v.model = ?4)
+		AND NOT EXISTS (
+			SELECT 1 FROM json_each(?5) AS f
+			WHERE NOT EXISTS (
+				SELECT 1 FROM json_each(d.meta) AS m
+				WHERE m.key = f.key AND m.atom = f.atom
+					AND (m.type = f.type OR m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))
+	ORDER BY d.updated_at DESC, d.doc DESC
+	LIMIT ?6)
+SELECT r.id, v.vec FROM recent AS r JOIN knowledge_vectors AS v ON v.doc = r.doc`
 
 // KnowledgeVectors implements driver.Backend.
 func (d *DB) KnowledgeVectors(ctx context.Context, q driver.KnowledgeVectorQuery, each func(id string, vec []byte) error) error {
