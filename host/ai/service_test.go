@@ -288,6 +288,7 @@ func TestProviderFaults(t *testing.T) {
 		{"malformed JSON", aitest.Malformed, abi.CodeUnavailable, "not the API's JSON", false},
 		{"no choices", aitest.NoChoices, abi.CodeUnavailable, "no choices", true},
 		{"redirect", aitest.Redirect, abi.CodeUnavailable, "redirect", false},
+		{"a 400 quoting the key", aitest.BadRequest, abi.CodeInvalidArgument, "context length exceeded for key [key] ([key]", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

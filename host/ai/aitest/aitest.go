@@ -49,6 +49,9 @@ const (
 	Redirect
 	// WrongDims answers an embedding with vectors one value short.
 	WrongDims
+	// BadRequest answers 400 with a message that quotes the key the
+	// request carried, its start and its end, as careless providers do.
+	BadRequest
 )
 
 // Request is what the server received.
@@ -167,6 +170,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case Redirect:
 		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+		return
+	case BadRequest:
+		k := strings.TrimPrefix(rec.Authorization, "Bearer ")
+		fail(http.StatusBadRequest, fmt.Sprintf("context length exceeded for key %s (%s...%s)", k, k[:min(len(k), 8)], k[max(len(k)-6, 0):]))
 		return
 	}
 	model, _ := fields["model"].(string)
