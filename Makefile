@@ -104,6 +104,8 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@$(GO) test -run '^$$' -bench 'Call' -benchtime $(BENCHTIME) -count 1 ./host/extism/ | grep -E '^Benchmark'
 	@echo "==> the db family's store calls beside kv's, SQLite and PostgreSQL"
 	@$(GO) test -run '^$$' -bench 'DBvsKV' -benchtime 2000x -count 1 ./host/store/postgres/ | grep -E '^Benchmark'
+	@echo "==> hybrid knowledge search: full text and 5000 vectors of 768 dimensions, fused (SQLite)"
+	@$(GO) test -run '^$$' -bench 'KnowledgeHybrid' -benchtime 20x -count 1 ./host/store/ | grep -E '^Benchmark'
 	@echo "==> moat serve: echo and greet over HTTP/1.1 keep-alive vs a do-nothing echo handler, SQLite and PostgreSQL"
 	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 -v ./host/server/ | grep -E '^cpu:|^Benchmark|ceiling:|in process:' | $(GO) run ./internal/benchtable
 

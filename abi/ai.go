@@ -46,10 +46,14 @@ type AIUsage struct {
 }
 
 // AICompleteRequest asks Model (an operator's alias) to continue Messages.
-// MaxTokens is 1..MaxAIOutputTokens (0: the provider's default, capped by
-// the operator). Temperature, when set, is 0..2. JSONSchema, when set,
-// asks for a reply that is JSON matching it (the provider's structured
-// output; the host checks the reply is JSON).
+// MaxTokens is 1 up to the model's max_output_tokens, which the operator
+// sets (at most MaxAIOutputTokens); 0 asks for that most, and more is
+// refused with CodeInvalidArgument. The call holds the input's estimate
+// plus MaxTokens against the day's budgets, so a smaller MaxTokens lets
+// a call through a nearly spent budget. Temperature, when set, is 0..2.
+// JSONSchema, when set, is a JSON object (at most MaxAISchemaBytes, 64
+// deep) asking for a reply that is JSON matching it (the provider's
+// structured output; the host checks the reply is JSON).
 type AICompleteRequest struct {
 	Model       string          `json:"model"`
 	Messages    []AIMessage     `json:"messages"`
@@ -68,7 +72,8 @@ type AICompleteResponse struct {
 	ModelCallID string  `json:"model_call_id"`
 }
 
-// AIEmbedRequest asks Model for one vector per input.
+// AIEmbedRequest asks Model for one vector per input: 1 to
+// MaxAIEmbedInputs inputs, none empty, MaxAIEmbedBytes in all.
 type AIEmbedRequest struct {
 	Model string   `json:"model"`
 	Input []string `json:"input"`

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/native"
@@ -120,6 +121,12 @@ type Config struct {
 	// Tasks bounds the background tasks the host's modules enqueue
 	// (tasks.go).
 	Tasks TaskLimits
+	// AI makes the model calls of the ai ops and of hybrid knowledge
+	// (package host/ai: the operator's providers, model aliases and
+	// budgets, kept in the store). Hosts of one process should share
+	// one, so each provider's bound on calls in flight holds for all.
+	// Nil: no model calls, and knowledge is full text alone.
+	AI *ai.Service
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/transport"
@@ -152,7 +153,7 @@ type invocation struct {
 // newEnv is the ops environment of one of m's invocations, before Begin.
 func (m *Module) newEnv() ops.Env {
 	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
-		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig()}
+		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), AI: m.host.cfg.AI}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the
@@ -182,10 +183,42 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 		}
 	}()
 	reply, err = ops.Dispatch(env, inv, o, req)
-	if err == nil && (o.Mutates || o.LeavesSandbox) {
+	if mc := env.ModelCall(); mc != nil {
+		inv.m.auditModelCall(ctx, env, o, mc, err)
+	} else if err == nil && (o.Mutates || o.LeavesSandbox) {
 		inv.m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID(), env.Target())
 	}
 	return reply, err
+}
+
+// auditModelCall records an op that made a model call (ai.*, or
+// knowledge's embedding) as that call, whatever came of it: its model
+// call id beside the invocation's correlation id (and the mutation id of
+// an op that also changed storage), the model, provider, tokens and
+// latency; a call a budget refused is a deny naming the budget, and one
+// that failed carries the failure's code.
+func (m *Module) auditModelCall(ctx context.Context, e *ops.Env, o *ops.Op, mc *ai.Evidence, err error) {
+	ev := audit.Event{Kind: audit.KindOp, Decision: audit.Allow, CorrelationID: e.CorrelationID, Module: e.Module,
+		Action: e.Action, Op: o.Name, User: e.Principal.User, Org: e.Principal.Org, Rule: "grant",
+		ModelCallID: mc.ModelCallID, DurationNS: int64(mc.Latency), Attrs: mc.Attrs()}
+	if t := e.Target(); t != "" {
+		ev.Attrs["target"] = t
+	}
+	var ae *abi.Error
+	switch {
+	case mc.Budget != nil:
+		ev.Decision, ev.Rule, ev.Code, ev.Reason = audit.Deny, mc.Budget.Rule(), string(abi.CodeDenied), mc.Budget.Error()
+	case errors.As(err, &ae):
+		ev.Code, ev.Reason = string(ae.Code), ae.Message
+	case err != nil:
+		ev.Code, ev.Reason = string(abi.CodeInternal), err.Error()
+	case o.Mutates:
+		ev.MutationID = audit.NewID()
+		if id := e.Subject(); id != "" {
+			ev.Attrs["id"] = id
+		}
+	}
+	m.host.audit.Record(ctx, ev)
 }
 
 // AllowOp implements ops.Gate: the module's effective grants with the

@@ -289,6 +289,12 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 			}
 		}
 	}
+	// The server dials the model providers itself (ai.providers).
+	for _, p := range cfg.AI.Ports() {
+		if !slices.Contains(connect, p) {
+			connect = append(connect, p)
+		}
+	}
 	cfg.BeforeServe = func(ln net.Listener) error {
 		var ports []uint16
 		if a, ok := ln.Addr().(*net.TCPAddr); ok {

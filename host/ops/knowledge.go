@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"context"
+
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
 )
@@ -14,6 +16,15 @@ import (
 // everything a guest sends before any of it reaches SQL. Adds and deletes
 // mutate storage, so the host audits each with a mutation id and the
 // collection.
+//
+// With an embedding model configured for knowledge (the operator's
+// ai.knowledge.embedding_model), an add embeds the document and a search
+// its query: each a model call charged to the organization's and the
+// module's budgets and audited as one (SetModelCall), though the module
+// needs no ai grant for it (the operator chose the model, for knowledge
+// as a whole). A search then ranks hybrid (store/hybrid.go). A model call
+// refused (a budget, a provider down) fails the op: a document stored
+// without its vector would silently drop out of the nearest ones.
 
 func init() {
 	Register(Op{Name: abi.OpKnowledgeAdd, Capability: "knowledge", Func: Typed(knowledgeAdd), Mutates: true})
@@ -29,7 +40,8 @@ func knowledgeQuota(env *Env) store.KnowledgeQuota {
 }
 
 func knowledgeAdd(env *Env, req *abi.KnowledgeAddRequest) (*abi.KnowledgeAddResponse, error) {
-	doc := store.KnowledgeDoc{Collection: req.Collection, ID: req.ID, Text: req.Text, Meta: req.Meta, Owner: env.Principal.User}
+	doc := store.KnowledgeDoc{Collection: req.Collection, ID: req.ID, Text: req.Text, Meta: req.Meta, Owner: env.Principal.User,
+		Embed: knowledgeEmbedder(env)}
 	replaced, err := env.Store.KnowledgeAdd(env.Context, env.Scope(), doc, knowledgeQuota(env))
 	if err != nil {
 		return nil, storeError(env, abi.OpKnowledgeAdd, err)
@@ -46,9 +58,11 @@ func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeD
 }
 
 func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
-	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), store.KnowledgeQuery{
-		Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter,
-	})
+	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env)}
+	if env.AI != nil {
+		q.MinSimilarity = env.AI.MinSimilarity()
+	}
+	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), q)
 	if err != nil {
 		return nil, storeError(env, abi.OpKnowledgeSearch, err)
 	}
@@ -57,4 +71,24 @@ func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeS
 		resp.Hits[i] = abi.KnowledgeHit{ID: h.ID, Score: h.Score, Snippet: h.Snippet, Meta: h.Meta}
 	}
 	return resp, nil
+}
+
+// knowledgeEmbedder embeds a document's text or a query with the
+// operator's knowledge model, as a model call of the invocation; nil
+// when none is configured.
+func knowledgeEmbedder(env *Env) store.Embedder {
+	if env.AI == nil || env.AI.KnowledgeModel() == "" {
+		return nil
+	}
+	model := env.AI.KnowledgeModel()
+	return func(ctx context.Context, text string) (store.Vector, error) {
+		resp, ev, err := env.AI.Embed(ctx, caller(env), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
+		if ev != nil {
+			env.SetModelCall(ev)
+		}
+		if err != nil {
+			return store.Vector{}, err
+		}
+		return store.Vector{Model: model, Values: resp.Vectors[0]}, nil
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -50,6 +51,7 @@ type Env struct {
 	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
 	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
+	AI            *ai.Service  // the operator's models and budgets (ai.go); nil: no model calls on this host
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.
@@ -64,6 +66,8 @@ type Env struct {
 	allowed bool   // the gate allowed the op (for targeted ops: on target)
 	target  string // the target the gate allowed, for targeted ops
 	subject string // what the op acted on within its target (a document id), for the audit record
+
+	call *ai.Evidence // the model call the op made, for the audit record
 }
 
 // Gate decides, for the host, whether the op in flight may act on target:
@@ -106,10 +110,20 @@ func (e *Env) SetSubject(id string) { e.subject = id }
 // the op did not say), for the host's audit record.
 func (e *Env) Subject() string { return e.subject }
 
+// SetModelCall records the model call the call in flight made (ai.*, or
+// knowledge's embedding), for the host's audit record of the op: its id,
+// model, provider, tokens and latency, or the budget that refused it.
+func (e *Env) SetModelCall(ev *ai.Evidence) { e.call = ev }
+
+// ModelCall is the model call the call in flight made, nil when it made
+// none: the host audits an op that made one as that model call, whatever
+// its outcome.
+func (e *Env) ModelCall() *ai.Evidence { return e.call }
+
 // Dispatch runs op on req for the invocation env describes, with g as
 // the policy gate. It is the only way the host runs an op.
 func Dispatch(env *Env, g Gate, o *Op, req []byte) ([]byte, error) {
-	env.gate, env.op, env.allowed, env.target, env.subject = g, o, false, "", ""
+	env.gate, env.op, env.allowed, env.target, env.subject, env.call = g, o, false, "", "", nil
 	defer func() { env.gate, env.op = nil, nil }()
 	if !o.targeted {
 		// Granted as a whole: decide before decoding anything, so a

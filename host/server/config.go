@@ -17,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
@@ -103,6 +104,11 @@ type Config struct {
 	// Tasks bounds the background tasks modules enqueue and the
 	// replica's share of running them (TasksConfig).
 	Tasks TasksConfig `yaml:"tasks"`
+	// AI configures model calls (package host/ai): the providers
+	// (OpenAI-compatible APIs), the model aliases grants name, the daily
+	// token budgets per organization and module, and the model knowledge
+	// embeds with. Left out: no model calls, knowledge is full text.
+	AI ai.Config `yaml:"ai"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -278,6 +284,7 @@ func (c *Config) fillDefaults() {
 	c.Admission.fillDefaults()
 	c.Tasks.fillDefaults()
 	c.Metrics.fillDefaults()
+	c.AI.FillDefaults()
 	if c.BuildCacheBytes == 0 {
 		c.BuildCacheBytes = 2 << 30
 	}
@@ -542,6 +549,13 @@ func (c *Config) validate(ix *nodeIndex) error {
 	}
 	if err := c.Tasks.validate(fail, c.Admission.MaxInvocations); err != nil {
 		return err
+	}
+	if err := c.AI.Validate(); err != nil {
+		var ce *ai.ConfigError
+		if errors.As(err, &ce) {
+			return fail("ai."+ce.Field, "%s", ce.Msg)
+		}
+		return fail("ai", "%v", err)
 	}
 	p := &c.Piston
 	if !strings.HasPrefix(p.Prefix, "/") || strings.HasSuffix(p.Prefix, "/") || strings.HasPrefix(p.Prefix, "/v1") {

@@ -72,6 +72,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/audit", s.auditQuery, auth)
 	e.GET("/v1/tasks", s.listTasks, auth)
 	e.GET("/v1/tasks/:id", s.getTask, auth)
+	e.GET("/v1/ai/usage", s.aiUsage, auth)
 	e.GET("/v1/languages", s.listLanguages, auth)
 	e.POST("/v1/runs", s.runs, auth, run)
 

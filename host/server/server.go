@@ -43,6 +43,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
@@ -105,6 +106,9 @@ type Server struct {
 	httpMu sync.Mutex
 	http   *http.Server
 	closed sync.Once
+
+	// ai makes every host's model calls (nil: none configured).
+	ai *ai.Service
 }
 
 // New opens the data directory, starts a host for each profile in use and
@@ -146,6 +150,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 		execs: newAdmission("runs", cfg.Admission.MaxRuns, cfg.Admission.OrgRuns, time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 	}
+	// One Service for every host, so each provider's bound on calls in
+	// flight holds for the whole server.
+	if cfg.AI.Enabled() {
+		if s.ai, err = ai.New(cfg.AI, st, log); err != nil {
+			st.Close()
+			var ce *ai.ConfigError
+			if errors.As(err, &ce) {
+				return nil, fmt.Errorf("server: %s: ai.%s: %s", cfg.File, ce.Field, ce.Msg)
+			}
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	// One bound on native plugin workers for the whole server, whatever
 	// profile each organization's modules load under.
 	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
@@ -169,6 +185,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
 			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
+			AI:    s.ai,
 		})
 		if err != nil {
 			s.abort(ctx)

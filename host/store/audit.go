@@ -36,7 +36,7 @@ type AuditEvent struct {
 	Code          string // outcome code (abi.Code) for invocations
 	MutationID    string // storage mutation id for ops that change data
 	TaskID        string // the background task the event happened for, when there is one
-	ModelCallID   string // originating AI model call (future)
+	ModelCallID   string // the model call an op made (ai.*, knowledge's embeddings): its id, also the reply's model_call_id
 	DurationNS    int64
 	Attrs         map[string]string // anything else; stored as JSON
 }

@@ -22,17 +22,17 @@ import (
 // file holds them at the root, so the ops, the Go API and every backend
 // share one check.
 //
-// # Ranking, and where hybrid ranking goes
+// # Ranking
 //
-// Today a search is lexical: the backend finds the documents holding
-// every query term and scores them (BM25 over the collection's own
-// statistics on SQLite, ts_rank on PostgreSQL). When an embedding
-// provider is configured (a later issue), vectors of the documents and
-// the query join here: the backend's lexical candidates and the nearest
-// documents by vector are fused into one order (reciprocal rank fusion)
-// in KnowledgeSearch, between the backend call and the snippets, and the
-// hit's score becomes the fused one. The schema keeps a stable row per
-// document for a vector table to reference.
+// A search is lexical unless the caller gives it an embedder: the
+// backend finds the documents holding every query term and scores them
+// (BM25 over the collection's own statistics on SQLite, ts_rank on
+// PostgreSQL). With an embedder (an operator's embedding model, see
+// host/ai), documents are stored with their vectors, and a search ranks
+// hybrid (hybrid.go): the backend's lexical candidates and the nearest
+// documents by cosine similarity are fused into one order by reciprocal
+// rank fusion, between the backend calls and the snippets, and a hit's
+// score is the fused one.
 
 // KnowledgeDoc is a document to store: its collection and id, its text,
 // its meta (scalars only; see abi) and the user who adds it.
@@ -40,6 +40,22 @@ type KnowledgeDoc struct {
 	Collection, ID, Text string
 	Meta                 map[string]any
 	Owner                string
+	// Embed, when set, gives the document's vector. It is called once
+	// the document is valid and before it is written (it is a model
+	// call, which costs tokens: an invalid document costs none); its
+	// error fails the add unchanged. The vector's bytes count against
+	// the byte quota.
+	Embed Embedder
+}
+
+// Embedder returns the vector of text: a model call (host/ai).
+type Embedder func(ctx context.Context, text string) (Vector, error)
+
+// Vector is an embedding and the name of the model that made it: a
+// search compares only vectors of the same model.
+type Vector struct {
+	Model  string
+	Values []float32
 }
 
 // KnowledgeQuota bounds what an organization's module stores in
@@ -60,6 +76,12 @@ type KnowledgeQuery struct {
 	Collection, Query string
 	Limit             int // 0: abi.DefaultKnowledgeSearchLimit
 	Filter            map[string]any
+	// Embed, when set, ranks the search hybrid (hybrid.go): it is called
+	// with the query once the query is valid. MinSimilarity leaves out
+	// nearest documents whose cosine similarity to the query is not
+	// above it.
+	Embed         Embedder
+	MinSimilarity float64
 }
 
 // KnowledgeHit is one document a search found; see abi.KnowledgeHit.
@@ -102,8 +124,19 @@ func (s *Store) KnowledgeAdd(ctx context.Context, sc Scope, doc KnowledgeDoc, qu
 		Org: sc.Org, Module: sc.Module, Collection: doc.Collection, ID: doc.ID, Owner: doc.Owner,
 		Text: doc.Text, Meta: meta, Terms: docTerms(doc.Text),
 		Bytes: int64(len(doc.ID) + len(doc.Text) + len(meta)),
-		At:    time.Now().UnixNano(),
 	}
+	if doc.Embed != nil {
+		v, err := doc.Embed(ctx, doc.Text)
+		if err != nil {
+			return false, err
+		}
+		if d.Vector, err = encodeVector(op, v); err != nil {
+			return false, err
+		}
+		d.VectorModel = v.Model
+		d.Bytes += int64(len(d.Vector))
+	}
+	d.At = time.Now().UnixNano()
 	q := driver.KnowledgeUsage{Docs: max(quota.Documents, 0), Bytes: max(quota.Bytes, 0)}
 	replaced, inUse, adds, err := s.b.KnowledgeAdd(ctx, d, q)
 	if errors.Is(err, driver.ErrOverQuota) {
@@ -181,15 +214,27 @@ func (s *Store) KnowledgeSearch(ctx context.Context, sc Scope, q KnowledgeQuery)
 	for i, t := range terms {
 		encoded[i] = encodeTerm(t)
 	}
-	cands, err := s.b.KnowledgeSearch(ctx, driver.KnowledgeQuery{
+	dq := driver.KnowledgeQuery{
 		Org: sc.Org, Module: sc.Module, Collection: q.Collection,
 		Terms: encoded, Filter: filter, Limit: q.Limit,
-	})
-	if err != nil {
+	}
+	var cands []driver.KnowledgeCandidate
+	if q.Embed != nil {
+		v, err := q.Embed(ctx, q.Query) // its error, a model call's, goes back unchanged
+		if err != nil {
+			return nil, err
+		}
+		qv, err := encodeVector(op, v)
+		if err != nil {
+			return nil, err
+		}
+		cands, err = s.hybridSearch(ctx, dq, v.Model, qv, q.MinSimilarity)
+		if err != nil {
+			return nil, sc.wrap(op, err)
+		}
+	} else if cands, err = s.b.KnowledgeSearch(ctx, dq); err != nil {
 		return nil, sc.wrap(op, err)
 	}
-	// Hybrid ranking fuses vector candidates in here (see the top of
-	// this file); lexical ranking alone keeps the backend's order.
 	hits := make([]KnowledgeHit, len(cands))
 	for i, c := range cands {
 		meta := map[string]any{}

@@ -294,6 +294,7 @@ type Backend interface {
 	RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error)
 
 	Knowledge // knowledge documents and full-text search (knowledge.go)
+	AI        // daily token budgets of model calls (ai.go)
 	// The task queue and schedule ticks (tasks.go).
 	TaskBackend
 }

@@ -18,6 +18,11 @@ type KnowledgeDoc struct {
 	Terms []string
 	Bytes int64 // what the document counts against the byte quota
 	At    int64 // unix nanoseconds
+	// Vector, when not nil, is the document's embedding (VectorModel's):
+	// unit length, little-endian float32s. A document stored without one
+	// loses any vector it had, which belonged to its old text.
+	Vector      []byte
+	VectorModel string
 }
 
 // KnowledgeQuery is a search as the front hands it to a backend.
@@ -74,4 +79,22 @@ type Knowledge interface {
 	// id, bytewise).
 	KnowledgeSearch(ctx context.Context, q KnowledgeQuery) ([]KnowledgeCandidate, error)
 	KnowledgeUsage(ctx context.Context, org, module string) (KnowledgeUsage, error)
+	// KnowledgeVectors calls each with the id and vector of q's
+	// documents that have a vector of q.Model and whose meta matches
+	// q.Filter (as KnowledgeSearch's), the most recently updated first,
+	// at most q.Limit; vec is valid only during the call. An error from
+	// each ends the scan and is returned.
+	KnowledgeVectors(ctx context.Context, q KnowledgeVectorQuery, each func(id string, vec []byte) error) error
+	// KnowledgeDocs returns the documents of ids (those that exist) in
+	// the collection, with Score 0, in no particular order.
+	KnowledgeDocs(ctx context.Context, org, module, collection string, ids []string) ([]KnowledgeCandidate, error)
+}
+
+// KnowledgeVectorQuery selects the vectors of a collection a hybrid
+// search compares with its query's.
+type KnowledgeVectorQuery struct {
+	Org, Module, Collection string
+	Model                   string
+	Filter                  string // as KnowledgeQuery's
+	Limit                   int
 }

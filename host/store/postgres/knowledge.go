@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
@@ -67,6 +68,10 @@ ON CONFLICT (org, module, collection, id) DO UPDATE SET
 	owner = excluded.owner, text = excluded.text, meta = excluded.meta, tsv = excluded.tsv,
 	bytes = excluded.bytes, updated_at = excluded.updated_at`
 
+const knowledgeVector = `
+INSERT INTO knowledge_vectors (org, module, collection, id, model, vec) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (org, module, collection, id) DO UPDATE SET model = excluded.model, vec = excluded.vec`
+
 // KnowledgeAdd implements driver.Backend: the usage is read under the
 // module's lock (knowledgeLock), and the document being replaced after
 // it, by a statement whose snapshot sees every write committed before the
@@ -92,8 +97,17 @@ func (d *DB) KnowledgeAdd(ctx context.Context, doc driver.KnowledgeDoc, quota dr
 		if driver.OverKnowledgeQuota(quota, inUse, adds) {
 			return driver.ErrOverQuota
 		}
-		_, err = tx.Exec(ctx, knowledgeUpsert, doc.Org, doc.Module, doc.Collection, doc.ID, doc.Owner, doc.Text, doc.Meta,
-			prefixedTerms(collPrefix(doc.Org, doc.Module, doc.Collection), doc.Terms), doc.Bytes, doc.At)
+		if _, err = tx.Exec(ctx, knowledgeUpsert, doc.Org, doc.Module, doc.Collection, doc.ID, doc.Owner, doc.Text, doc.Meta,
+			prefixedTerms(collPrefix(doc.Org, doc.Module, doc.Collection), doc.Terms), doc.Bytes, doc.At); err != nil {
+			return err
+		}
+		// The vector of the new text, or none: never the old text's.
+		if doc.Vector != nil {
+			_, err = tx.Exec(ctx, knowledgeVector, doc.Org, doc.Module, doc.Collection, doc.ID, doc.VectorModel, doc.Vector)
+		} else if replaced {
+			_, err = tx.Exec(ctx, `DELETE FROM knowledge_vectors WHERE org = $1 AND module = $2 AND collection = $3 AND id = $4`,
+				doc.Org, doc.Module, doc.Collection, doc.ID)
+		}
 		return err
 	})
 	return replaced, inUse, adds, err
@@ -161,4 +175,56 @@ func (d *DB) KnowledgeUsage(ctx context.Context, org, module string) (u driver.K
 		return driver.KnowledgeUsage{}, nil
 	}
 	return u, err
+}
+
+// knowledgeVectors reads a collection's vectors of one model whose
+// document's meta contains the filter, the most recently updated first;
+// the documents are chosen (and sorted) before their vectors are read, so
+// the sort carries ids, not vectors.
+const knowledgeVectors = `
+WITH recent AS (
+	SELECT d.id, d.updated_at FROM knowledge_docs AS d
+	WHERE d.org = $1 AND d.module = $2 AND d.collection = $3 AND d.meta @> $5::jsonb
+		AND EXISTS (SELECT 1 FROM knowledge_vectors AS v
+			WHERE v.org = d.org AND v.module = d.module AND v.collection = d.collection AND v.id = d.id AND v.model = $4)
+	ORDER BY d.updated_at DESC, d.id DESC
+	LIMIT $6)
+SELECT r.id, v.vec FROM recent AS r
+JOIN knowledge_vectors AS v ON v.org = $1 AND v.module = $2 AND v.collection = $3 AND v.id = r.id`
+
+// KnowledgeVectors implements driver.Backend.
+func (d *DB) KnowledgeVectors(ctx context.Context, q driver.KnowledgeVectorQuery, each func(id string, vec []byte) error) error {
+	rows, err := d.pool.Query(ctx, knowledgeVectors, q.Org, q.Module, q.Collection, q.Model, q.Filter, q.Limit)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var id string
+	var vec pgtype.DriverBytes // the row's own buffer, valid until the next row: no copy per vector
+	for rows.Next() {
+		if err := rows.Scan(&id, &vec); err != nil {
+			return err
+		}
+		if err := each(id, vec); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// KnowledgeDocs implements driver.Backend.
+func (d *DB) KnowledgeDocs(ctx context.Context, org, module, collection string, ids []string) ([]driver.KnowledgeCandidate, error) {
+	rows, err := d.pool.Query(ctx, `
+SELECT id, text, meta::text FROM knowledge_docs
+WHERE org = $1 AND module = $2 AND collection = $3 AND id = ANY($4::text[])`, org, module, collection, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []driver.KnowledgeCandidate
+	var c driver.KnowledgeCandidate
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Text, &c.Meta}, func() error {
+		out = append(out, c)
+		return nil
+	})
+	return out, err
 }

@@ -336,6 +336,41 @@ CREATE TABLE schedule_ticks (
 );
 CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
 `},
+	// Model calls' daily token budgets and knowledge vectors; see
+	// SQLite's migration of the same name. A reservation updates its
+	// rows with a condition (used + reserved + n <= limit) that
+	// PostgreSQL evaluates again on the row's latest version once the
+	// row lock is granted, so concurrent reservations on replicas never
+	// both take the last tokens. A vector goes with its document by the
+	// foreign key.
+	{name: "ai", sql: `
+CREATE TABLE ai_usage (
+	org      text   NOT NULL,
+	module   text   NOT NULL,
+	day      bigint NOT NULL,
+	used     bigint NOT NULL DEFAULT 0,
+	reserved bigint NOT NULL DEFAULT 0,
+	calls    bigint NOT NULL DEFAULT 0,
+	PRIMARY KEY (org, day, module)
+);
+CREATE INDEX ai_usage_day ON ai_usage (day);
+CREATE TABLE ai_budgets (
+	org          text   NOT NULL PRIMARY KEY,
+	org_daily    bigint NOT NULL,
+	module_daily bigint NOT NULL,
+	updated_at   bigint NOT NULL
+);
+CREATE TABLE knowledge_vectors (
+	org        text  NOT NULL,
+	module     text  NOT NULL,
+	collection text  NOT NULL,
+	id         text  NOT NULL COLLATE "C",
+	model      text  NOT NULL,
+	vec        bytea NOT NULL,
+	PRIMARY KEY (org, module, collection, id),
+	FOREIGN KEY (org, module, collection, id) REFERENCES knowledge_docs ON DELETE CASCADE
+);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

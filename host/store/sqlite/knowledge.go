@@ -58,12 +58,19 @@ WHERE doc = ?`
 
 const knowledgeIndex = `INSERT INTO knowledge_fts (rowid, terms) VALUES (?, ?)`
 
+// knowledgeVector stores a document's vector, replacing any; a document
+// written without one loses the one of its old text (knowledgeNoVector).
+const (
+	knowledgeVector   = `INSERT INTO knowledge_vectors (doc, model, vec) VALUES (?, ?, ?) ON CONFLICT (doc) DO UPDATE SET model = excluded.model, vec = excluded.vec`
+	knowledgeNoVector = `DELETE FROM knowledge_vectors WHERE doc = ?`
+)
+
 // KnowledgeAdd implements driver.Backend: the quota check and the write
 // run in one IMMEDIATE transaction, which holds the file's write lock.
 func (d *DB) KnowledgeAdd(ctx context.Context, doc driver.KnowledgeDoc, quota driver.KnowledgeUsage) (replaced bool, inUse, adds driver.KnowledgeUsage, err error) {
 	// Prepared before the transaction (see KVPutWithin).
-	var st [5]*sql.Stmt
-	for i, q := range [...]string{knowledgeCollection, knowledgeQuotaCheck, knowledgeInsert, knowledgeReplace, knowledgeIndex} {
+	var st [7]*sql.Stmt
+	for i, q := range [...]string{knowledgeCollection, knowledgeQuotaCheck, knowledgeInsert, knowledgeReplace, knowledgeIndex, knowledgeVector, knowledgeNoVector} {
 		if st[i], err = d.prepared(ctx, d.w, q); err != nil {
 			return false, inUse, adds, err
 		}
@@ -105,6 +112,15 @@ func (d *DB) KnowledgeAdd(ctx context.Context, doc driver.KnowledgeDoc, quota dr
 	}
 	if _, err := tx.StmtContext(ctx, st[4]).ExecContext(ctx, old, prefixedTerms(coll, doc.Terms)); err != nil {
 		return false, inUse, adds, err
+	}
+	if doc.Vector != nil {
+		if _, err := tx.StmtContext(ctx, st[5]).ExecContext(ctx, old, doc.VectorModel, doc.Vector); err != nil {
+			return false, inUse, adds, err
+		}
+	} else if replaced {
+		if _, err := tx.StmtContext(ctx, st[6]).ExecContext(ctx, old); err != nil {
+			return false, inUse, adds, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return false, inUse, adds, err
@@ -220,4 +236,72 @@ func (d *DB) KnowledgeUsage(ctx context.Context, org, module string) (u driver.K
 		return driver.KnowledgeUsage{}, nil
 	}
 	return u, err
+}
+
+// knowledgeVectors reads a collection's vectors of one model, with the
+// meta filter of knowledgeSearch, the most recently updated first. The
+// documents are chosen (and sorted) before their vectors are read, so the
+// sort carries ids, not vectors.
+const knowledgeVectors = `
+WITH recent(doc, id) AS (
+	SELECT d.doc, d.id FROM knowledge_docs AS d
+	WHERE d.org = ?1 AND d.module = ?2 AND d.collection = ?3
+		AND EXISTS (SELECT 1 FROM knowledge_vectors AS v WHERE v.doc = d.doc AND v.model = ?4)
+		AND NOT EXISTS (
+			SELECT 1 FROM json_each(?5) AS f
+			WHERE NOT EXISTS (
+				SELECT 1 FROM json_each(d.meta) AS m
+				WHERE m.key = f.key AND m.atom = f.atom
+					AND (m.type = f.type OR m.type IN ('integer', 'real') AND f.type IN ('integer', 'real'))))
+	ORDER BY d.updated_at DESC, d.doc DESC
+	LIMIT ?6)
+SELECT r.id, v.vec FROM recent AS r JOIN knowledge_vectors AS v ON v.doc = r.doc`
+
+// KnowledgeVectors implements driver.Backend.
+func (d *DB) KnowledgeVectors(ctx context.Context, q driver.KnowledgeVectorQuery, each func(id string, vec []byte) error) error {
+	st, err := d.prepared(ctx, d.r, knowledgeVectors)
+	if err != nil {
+		return err
+	}
+	rows, err := st.QueryContext(ctx, q.Org, q.Module, q.Collection, q.Model, q.Filter, q.Limit)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var id string
+	var vec sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&id, &vec); err != nil {
+			return err
+		}
+		if err := each(id, vec); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// KnowledgeDocs implements driver.Backend.
+func (d *DB) KnowledgeDocs(ctx context.Context, org, module, collection string, ids []string) ([]driver.KnowledgeCandidate, error) {
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.r.QueryContext(ctx, `
+SELECT d.id, d.text, d.meta FROM json_each(?4) AS j
+JOIN knowledge_docs AS d ON d.org = ?1 AND d.module = ?2 AND d.collection = ?3 AND d.id = j.value`,
+		org, module, collection, string(list))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []driver.KnowledgeCandidate
+	for rows.Next() {
+		var c driver.KnowledgeCandidate
+		if err := rows.Scan(&c.ID, &c.Text, &c.Meta); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }

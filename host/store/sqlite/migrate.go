@@ -467,6 +467,44 @@ CREATE TABLE schedule_ticks (
 CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
 `,
 	},
+	{
+		name: "ai",
+		// Model calls' daily token budgets (store/ai.go): ai_usage holds
+		// a row per organization (module '') and per module per UTC day
+		// (days since 1970-01-01): tokens settled, tokens held by calls
+		// in flight, calls settled. ai_budgets holds an organization's
+		// override of the operator's defaults (0: the default).
+		// knowledge_vectors holds a knowledge document's embedding
+		// (unit-length little-endian float32s) and the model that made
+		// it; a document's delete takes its vector with it, and an add
+		// replaces or removes it in the add's transaction.
+		sql: `
+CREATE TABLE ai_usage (
+	org      TEXT    NOT NULL,
+	module   TEXT    NOT NULL,
+	day      INTEGER NOT NULL,
+	used     INTEGER NOT NULL DEFAULT 0,
+	reserved INTEGER NOT NULL DEFAULT 0,
+	calls    INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (org, day, module)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX ai_usage_day ON ai_usage (day);
+CREATE TABLE ai_budgets (
+	org          TEXT    NOT NULL PRIMARY KEY,
+	org_daily    INTEGER NOT NULL,
+	module_daily INTEGER NOT NULL,
+	updated_at   INTEGER NOT NULL
+) STRICT;
+CREATE TABLE knowledge_vectors (
+	doc   INTEGER NOT NULL PRIMARY KEY, -- knowledge_docs.doc
+	model TEXT    NOT NULL,
+	vec   BLOB    NOT NULL
+) STRICT;
+CREATE TRIGGER knowledge_vectors_delete AFTER DELETE ON knowledge_docs BEGIN
+	DELETE FROM knowledge_vectors WHERE doc = OLD.doc;
+END;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because
