@@ -11,10 +11,10 @@ var pngSignature = []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'}
 // pngInfo is what stripPNG learns of an image.
 type pngInfo struct {
 	width, height int
-	depth         int  // bits per sample
-	colorType     int  // IHDR's colour type
-	interlaced    bool // Adam7
-	frames        int  // an APNG's frames (acTL); 0 for a still image
+	depth         int   // bits per sample
+	colorType     int   // IHDR's colour type
+	interlaced    bool  // Adam7
+	frames        int   // an APNG's frames (acTL); 0 for a still image
 	framePixels   int64 // the pixels of every APNG frame together
 }
 
