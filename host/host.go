@@ -120,6 +120,9 @@ type Config struct {
 	// Tasks bounds the background tasks the host's modules enqueue
 	// (tasks.go).
 	Tasks TaskLimits
+	// Media configures the media family: each organization's quota and
+	// the bound on image decodes (mediaconfig.go).
+	Media MediaConfig
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

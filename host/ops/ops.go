@@ -50,6 +50,7 @@ type Env struct {
 	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
 	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
+	Media         MediaLimits  // the media family's quota and decode bound (media.go)
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.
