@@ -42,6 +42,13 @@ func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
 		// (the native launcher inherits the environment) have no use for it.
 		os.Unsetenv(server.EnvCodeKey)
 	}
+	if k := os.Getenv(server.EnvMediaKey); k != "" {
+		if err := server.ValidateMediaKey(k); err != nil {
+			return server.Config{}, usagef("$%s: %v", server.EnvMediaKey, err)
+		}
+		cfg.Media.URLKey = k
+		os.Unsetenv(server.EnvMediaKey)
+	}
 	return cfg, nil
 }
 

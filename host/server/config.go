@@ -103,6 +103,9 @@ type Config struct {
 	// Tasks bounds the background tasks modules enqueue and the
 	// replica's share of running them (TasksConfig).
 	Tasks TasksConfig `yaml:"tasks"`
+	// Media configures media items: each organization's quota, the
+	// memory of image decodes, signed URLs (MediaConfig).
+	Media MediaConfig `yaml:"media"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -277,6 +280,7 @@ func (c *Config) fillDefaults() {
 	c.HTTP.fillDefaults()
 	c.Admission.fillDefaults()
 	c.Tasks.fillDefaults()
+	c.Media.fillDefaults()
 	c.Metrics.fillDefaults()
 	if c.BuildCacheBytes == 0 {
 		c.BuildCacheBytes = 2 << 30
@@ -541,6 +545,9 @@ func (c *Config) validate(ix *nodeIndex) error {
 		return err
 	}
 	if err := c.Tasks.validate(fail, c.Admission.MaxInvocations); err != nil {
+		return err
+	}
+	if err := c.Media.validate(fail); err != nil {
 		return err
 	}
 	p := &c.Piston
