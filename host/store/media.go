@@ -122,7 +122,7 @@ func (s *Store) MediaPut(ctx context.Context, n MediaNew, quota int64) (item Med
 	stored, created, inUse, err := mb.MediaPut(ctx, row, n.Data, quota)
 	if errors.Is(err, driver.ErrOverQuota) {
 		return MediaItem{}, false, abi.Errorf(abi.CodeResourceExhausted,
-			"media put: the media quota of %d bytes for org %s would be exceeded (in use %d, this item adds %d)",
+			"the media quota of %d bytes for org %s would be exceeded (in use %d, this item adds %d)",
 			quota, n.Org, inUse, row.Size)
 	}
 	if err != nil {
@@ -250,7 +250,7 @@ func (s *Store) mediaCheck(org, id string) (driver.MediaBackend, error) {
 		return nil, err
 	}
 	if !ValidMediaID(id) {
-		return nil, abi.Errorf(abi.CodeInvalidArgument, "media: an item id is 64 lowercase hex digits (the SHA-256 of its bytes)")
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "a media item id is 64 lowercase hex digits (the SHA-256 of its bytes)")
 	}
 	return s.media()
 }
@@ -272,7 +272,7 @@ func mediaOrg(org string) error {
 // UTF-8, or holds a NUL.
 func mediaName(field, s string) error {
 	if len(s) > maxMediaName || !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
-		return abi.Errorf(abi.CodeInvalidArgument, "media: the %s must be UTF-8 text of at most %d bytes without NUL", field, maxMediaName)
+		return abi.Errorf(abi.CodeInvalidArgument, "media: the %s name must be UTF-8 text of at most %d bytes without NUL", field, maxMediaName)
 	}
 	return nil
 }
