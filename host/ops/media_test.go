@@ -190,7 +190,7 @@ func TestMediaOpsQuota(t *testing.T) {
 	for i, data := range [][]byte{b, photo(t, 65, 64)} {
 		e := mediaEnv(t, st, "acme")
 		e.Media.Quota = quota + first.Size // one more photo fits, not two
-		wg.Go(func() { _, errs[i] = mcall(t, e, allowAll, abi.OpMediaPut, abi.MediaPutRequest{Data: data}) })
+		wg.Go(func() { _, errs[i] = mcall(t, e, &gate{}, abi.OpMediaPut, abi.MediaPutRequest{Data: data}) }) // a gate each: a gate records what it is asked
 	}
 	wg.Wait()
 	if (errs[0] == nil) == (errs[1] == nil) {
