@@ -12,10 +12,13 @@ package abi
 // refused with CodeInvalidArgument, and so is data claiming one type
 // while being another. Images are decoded only after their header's
 // width × height is checked against MaxMediaPixels, so a small file
-// announcing a huge image (a decompression bomb) costs nothing. JPEG and
-// PNG images are stored without their metadata (EXIF, GPS, XMP, text
-// chunks). media.fetch follows the http family's rules for its URL: the
-// module's http grants, redirects re-checked, addresses checked at dial.
+// announcing a huge image (a decompression bomb) costs nothing. JPEG,
+// PNG, GIF and WebP images are stored without their metadata (EXIF with
+// its GPS position, XMP, IPTC, comments, text chunks, embedded
+// thumbnails), their pixels untouched; a JPEG's EXIF orientation is kept,
+// alone. Audio, video and PDF are kept as they are. media.fetch follows
+// the http family's rules for its URL: the module's http grants,
+// redirects re-checked, addresses checked at dial.
 const (
 	OpMediaFetch     = "media.fetch"
 	OpMediaPut       = "media.put"
@@ -95,7 +98,11 @@ type MediaInfoRequest struct {
 
 // MediaThumbnailRequest makes (and keeps) a thumbnail of an image item,
 // at most Width × Height (each 1..MaxThumbnailSide), fitted by Fit
-// (FitContain when empty). The reply is the thumbnail's MediaInfo.
+// (FitContain when empty), turned upright by a JPEG's EXIF orientation.
+// FitContain and FitCover never enlarge; FitFill makes exactly Width ×
+// Height. The thumbnail is a PNG, an item of its own (the same request
+// twice is the same item), and the reply is its MediaInfo. An animated
+// WebP has none.
 type MediaThumbnailRequest struct {
 	ID     string `json:"id"`
 	Width  int    `json:"width"`

@@ -143,6 +143,8 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"metrics token too short", func(b *bundle) { secret(b).StringData["metrics-token"] = "short" }, "the token is 5 characters; use at least 16", "server config"},
 		{"no code key", editServer("code_key_file: /run/secrets/moat/code-key", ""), "code_key_file is not set", "server config"},
 		{"code key too short", func(b *bundle) { secret(b).StringData["code-key"] = "0123456789abcdef" }, "is 16 characters; use at least 32", "server config"},
+		{"no media URL key", editServer("  url_key_file: /run/secrets/moat/media-key", ""), "media.url_key_file is not set", "server config"},
+		{"media URL key too short", func(b *bundle) { secret(b).StringData["media-key"] = "0123456789abcdef" }, "is 16 characters; use at least 32", "server config"},
 		{"code key missing from the Secret", func(b *bundle) {
 			delete(secret(b).StringData, "code-key")
 		}, `volume secrets: Secret moat has no key "code-key"`, "secret refs"},

@@ -1080,6 +1080,7 @@ func serverConfig(b *bundle) (server.Config, error) {
 	}
 	cfg.Metrics.TokenFile = strings.TrimPrefix(cfg.Metrics.TokenFile, root)
 	cfg.CodeKeyFile = strings.TrimPrefix(cfg.CodeKeyFile, root)
+	cfg.Media.URLKeyFile = strings.TrimPrefix(cfg.Media.URLKeyFile, root)
 	return cfg, nil
 }
 
@@ -1138,6 +1139,11 @@ func checkServerConfig(b *bundle) []string {
 		bad("code_key_file is not set: each replica would compile every module itself, at every change and every restart")
 	} else if kind, _, _, ok := mountedFile(ps, c, cfg.CodeKeyFile); !ok || kind != "secret" {
 		bad("code_key_file %s is not a file of a mounted Secret", cfg.CodeKeyFile)
+	}
+	if cfg.Media.URLKeyFile == "" {
+		bad("media.url_key_file is not set: a signed media URL one replica gives out would be refused by the others")
+	} else if kind, _, _, ok := mountedFile(ps, c, cfg.Media.URLKeyFile); !ok || kind != "secret" {
+		bad("media.url_key_file %s is not a file of a mounted Secret", cfg.Media.URLKeyFile)
 	}
 	if cfg.Piston.Enabled {
 		bad("piston.enabled: the Piston routes take no credentials; keep them off in a cluster")

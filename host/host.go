@@ -127,6 +127,9 @@ type Config struct {
 	// one, so each provider's bound on calls in flight holds for all.
 	// Nil: no model calls, and knowledge is full text alone.
 	AI *ai.Service
+	// Media configures the media family: each organization's quota and
+	// the bound on image decodes (mediaconfig.go).
+	Media MediaConfig
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

@@ -8,7 +8,7 @@
 
 FUZZTIME       ?= 60s
 FUZZSMOKETIME  ?= 5s
-FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./host:FuzzLimitTables ./host:FuzzInstrumentLoops ./host/server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./host/server:FuzzDecodeJSONBody ./host/store:FuzzDBDocument ./host/store:FuzzDBWhere
+FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./host:FuzzLimitTables ./host:FuzzInstrumentLoops ./host/server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./host/server:FuzzDecodeJSONBody ./host/store:FuzzDBDocument ./host/store:FuzzDBWhere ./host/media:FuzzIngest
 
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" as -fuzztime ends while a worker is mid-call

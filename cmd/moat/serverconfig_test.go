@@ -132,6 +132,8 @@ func TestDatabaseURLRefusals(t *testing.T) {
 			"$MOAT_DATABASE_URL: mysql://moat:xxxxx@db/moat is not a PostgreSQL URL"},
 		{"env: does not parse", []string{"MOAT_DATABASE_URL=postgres://moat:" + pw + "%zz@db/moat"}, []string{"keys", "list"}, 2,
 			"$MOAT_DATABASE_URL: (a database URL that does not parse): the URL does not parse"},
+		{"env: a short media URL key", []string{"MOAT_MEDIA_KEY=" + pw}, []string{"keys", "list"}, 2,
+			"$MOAT_MEDIA_KEY: the media URL key is 9 characters; use at least 32"},
 		{"keys: unreachable", nil, []string{"keys", "create", "--config", cfgAway, "--org", "acme", "--user", "ann"}, 1,
 			"postgres://moat:xxxxx@127.0.0.1:1/moat"},
 		{"audit: unreachable", nil, []string{"audit", "--config", cfgAway}, 1, "postgres://moat:xxxxx@127.0.0.1:1/moat"},

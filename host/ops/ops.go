@@ -52,6 +52,7 @@ type Env struct {
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
 	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
 	AI            *ai.Service  // the operator's models and budgets (ai.go); nil: no model calls on this host
+	Media         MediaLimits  // the media family's quota and decode bound (media.go)
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.

@@ -109,6 +109,9 @@ type Config struct {
 	// token budgets per organization and module, and the model knowledge
 	// embeds with. Left out: no model calls, knowledge is full text.
 	AI ai.Config `yaml:"ai"`
+	// Media configures media items: each organization's quota, the
+	// memory of image decodes, signed URLs (MediaConfig).
+	Media MediaConfig `yaml:"media"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -283,6 +286,7 @@ func (c *Config) fillDefaults() {
 	c.HTTP.fillDefaults()
 	c.Admission.fillDefaults()
 	c.Tasks.fillDefaults()
+	c.Media.fillDefaults()
 	c.Metrics.fillDefaults()
 	c.AI.FillDefaults()
 	if c.BuildCacheBytes == 0 {
@@ -556,6 +560,9 @@ func (c *Config) validate(ix *nodeIndex) error {
 			return fail("ai."+ce.Field, "%s", ce.Msg)
 		}
 		return fail("ai", "%v", err)
+	}
+	if err := c.Media.validate(fail); err != nil {
+		return err
 	}
 	p := &c.Piston
 	if !strings.HasPrefix(p.Prefix, "/") || strings.HasSuffix(p.Prefix, "/") || strings.HasPrefix(p.Prefix, "/v1") {

@@ -7,10 +7,12 @@ import (
 	"mime"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/abi"
 )
 
 // The policies every response carries. The API's documents are data,
@@ -63,7 +65,9 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 				return p
 			}
 		}
-		if p := s.checkOrigin(req); p != nil {
+		// A signed media URL is for pages, of any origin: the signature,
+		// checked by the route, is its authority (media.go).
+		if p := s.checkOrigin(req); p != nil && !signedMediaRequest(route, req) {
 			s.metrics.denials.WithLabelValues(p.Code).Inc()
 			return p
 		}
@@ -90,6 +94,10 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 		mt, _, err := mime.ParseMediaType(ct)
 		switch {
 		case ct == "":
+		case route == mediaRoute && err == nil && slices.Contains(abi.MediaTypes, mt):
+			// A media item, with the type its bytes were sniffed as: an
+			// image, audio, video or PDF, never a page, and served with
+			// nosniff and the sandboxing policy above (media.go).
 		case err == nil && (mt == "application/json" || mt == "application/problem+json" || mt == "application/octet-stream"):
 		case err == nil && mt == "text/plain":
 			h.Set(echo.HeaderContentType, "text/plain; charset=utf-8")

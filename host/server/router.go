@@ -73,6 +73,10 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/tasks", s.listTasks, auth)
 	e.GET("/v1/tasks/:id", s.getTask, auth)
 	e.GET("/v1/ai/usage", s.aiUsage, auth)
+	e.GET("/v1/media", s.listMedia, auth)
+	e.GET(mediaRoute, s.getMedia) // a key (authenticate) or a signed URL: media.go
+	e.POST("/v1/media/:id/url", s.mediaURL, auth)
+	e.DELETE(mediaRoute, s.deleteMedia, auth)
 	e.GET("/v1/languages", s.listLanguages, auth)
 	e.POST("/v1/runs", s.runs, auth, run)
 

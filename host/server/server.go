@@ -44,6 +44,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
@@ -88,6 +89,11 @@ type Server struct {
 	metrics       *metrics
 	echo          *echo.Echo
 	exec          Executor
+
+	// mediaKey signs media URLs (media.go); mediaKeyOwn: it is this
+	// server's own, from its data directory, not a configured one.
+	mediaKey    []byte
+	mediaKeyOwn bool
 
 	invocations *admission // admission of invocations and confirmations
 	execs       *admission // admission of runs (/v1/runs, Piston execute)
@@ -166,6 +172,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// profile each organization's modules load under.
 	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
 	nativeWorkers := s.nativeWorkers
+	// One bound on image decodes, and one media URL key, for every host.
+	decodes := media.NewDecodeSlots(int64(cfg.Media.DecodeBytes))
+	if s.mediaKey, s.mediaKeyOwn, err = mediaURLKey(cfg.Media, cfg.DataDir); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("server: %w (set media.url_key_file or $%s)", err, EnvMediaKey)
+	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
 		profiles = append(profiles, p)
@@ -186,6 +198,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
 			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
 			AI:    s.ai,
+			Media: host.MediaConfig{QuotaBytes: int64(cfg.Media.QuotaBytes), QuotaKnob: "media.quota_bytes", Decodes: decodes},
 		})
 		if err != nil {
 			s.abort(ctx)
@@ -194,6 +207,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.hosts[name] = h
 	}
 	s.logCodeSharing()
+	if s.mediaKeyOwn && cfg.DatabaseURL != "" {
+		log.Warn("media URLs are signed with this replica's own key (data_dir/"+mediaKeyFile+"): a URL signed here is refused by the other replicas; "+
+			"give every replica the same secret in $"+EnvMediaKey+" or media.url_key_file", "knob", "media.url_key_file")
+	}
 	if s.exec == nil && cfg.NewExecutor != nil {
 		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile]); err != nil {
 			s.abort(ctx)

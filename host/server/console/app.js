@@ -57,6 +57,7 @@ for (const t of document.querySelectorAll(".tab")) {
     for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== "tab-" + t.dataset.tab;
     if (t.dataset.tab === "audit") loadAudit();
     if (t.dataset.tab === "tasks") loadTasks();
+    if (t.dataset.tab === "media") loadMedia();
     if (t.dataset.tab === "confirm") loadConfirmations();
   });
 }
@@ -116,6 +117,7 @@ async function showResult(r) {
   pill.textContent = r.ok ? "200 OK" : r.status + " " + ((r.data && r.data.title) || "");
   $("#result-id").textContent = "request " + r.id;
   $("#output").textContent = r.ok ? r.data : problemText(r);
+  showOutputMedia(r.ok ? r.data : "");
   const box = $("#confirm-box");
   box.hidden = true;
   if (r.status === 428 && r.data.confirmation) {
@@ -225,6 +227,68 @@ async function loadTasks() {
       el("td", {}, k.action), el("td", { class: "state-" + k.state }, k.state), el("td", {}, k.attempts + "/" + k.max_attempts),
       el("td", {}, k.user), el("td", { class: "mono" }, runs), el("td", {}, k.error || ""), el("td", { class: "mono" }, k.id)));
   }
+}
+
+// --- media ---
+// An item's bytes come only from this server: images are <img> elements
+// whose src is a signed URL (an <img> sends no API key), anything else a
+// link to one, which the server serves as an attachment.
+const mediaID = /^[0-9a-f]{64}$/;
+async function signedMediaURL(id) {
+  const r = await api("POST", "/v1/media/" + id + "/url");
+  return r.ok ? r.data.url : "";
+}
+
+function humanSize(n) {
+  if (n < 1024) return n + " B";
+  if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+  return (n / (1 << 20)).toFixed(1) + " MiB";
+}
+
+async function mediaCard(it) {
+  const url = await signedMediaURL(it.id);
+  const card = el("figure", { class: "media-item", "data-id": it.id });
+  if (url && it.type.startsWith("image/")) card.append(el("img", { src: url, alt: it.id.slice(0, 12), loading: "lazy" }));
+  else if (url) card.append(el("a", { href: url, class: "media-file" }, it.type));
+  const dims = it.width ? " · " + it.width + "×" + it.height : "";
+  card.append(el("figcaption", {}, el("div", { class: "mono" }, it.id.slice(0, 16)),
+    el("div", { class: "sub" }, it.type + " · " + humanSize(it.size) + dims),
+    el("div", { class: "sub" }, (it.module || "") + (it.created ? " · " + new Date(it.created).toLocaleString() : ""))));
+  return card;
+}
+
+$("#media-form").addEventListener("submit", (ev) => { ev.preventDefault(); loadMedia(); });
+$("#refresh-media").addEventListener("click", () => loadMedia());
+$("#media-more").addEventListener("click", () => loadMedia(state.mediaNext));
+async function loadMedia(after) {
+  const q = new URLSearchParams();
+  if ($("#media-module").value) q.set("module", $("#media-module").value);
+  if (after) q.set("after", after);
+  q.set("limit", "24");
+  const r = await api("GET", "/v1/media?" + q);
+  const grid = $("#media-all");
+  if (!after) grid.replaceChildren();
+  if (!r.ok) return;
+  $("#no-media").hidden = r.data.items.length > 0 || !!after;
+  state.mediaNext = r.data.next;
+  $("#media-more").hidden = !r.data.next;
+  for (const card of await Promise.all(r.data.items.map(mediaCard))) grid.append(card);
+}
+
+// showOutputMedia previews the item an action's output names, when it is
+// a JSON object whose id is one of the organization's media items (as
+// media.put, media.fetch and media.thumbnail answer).
+async function showOutputMedia(out) {
+  const box = $("#output-media");
+  box.replaceChildren();
+  box.hidden = true;
+  let v;
+  try { v = JSON.parse(out); } catch { return; }
+  if (!v || typeof v !== "object" || typeof v.id !== "string" || !mediaID.test(v.id) || typeof v.type !== "string") return;
+  const card = await mediaCard({ id: v.id, type: v.type, size: Number(v.size) || 0, width: v.width, height: v.height });
+  if (!card.querySelector("img, a")) return; // not an item of this organization
+  box.append(card);
+  box.hidden = false;
 }
 
 // --- run code ---

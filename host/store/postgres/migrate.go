@@ -371,6 +371,43 @@ CREATE TABLE knowledge_vectors (
 	FOREIGN KEY (org, module, collection, id) REFERENCES knowledge_docs ON DELETE CASCADE
 );
 `},
+	{name: "media", sql: `
+-- Media items per organization (store.MediaPut), and their bytes in
+-- chunks of media.go's mediaChunk bytes, so that replicas share them
+-- with no shared disk and a Range request reads the chunks it covers.
+-- The chunks are stored EXTERNAL: TOASTed out of line, never compressed
+-- (media is compressed already; pglz would spend CPU to gain nothing).
+-- media_usage is each organization's items and bytes; every write locks
+-- its row first, which makes the quota atomic across replicas.
+CREATE TABLE media_items (
+	org        text    NOT NULL,
+	id         text    NOT NULL,
+	type       text    NOT NULL,
+	size       bigint  NOT NULL,
+	width      integer NOT NULL DEFAULT 0,
+	height     integer NOT NULL DEFAULT 0,
+	module     text    NOT NULL DEFAULT '',
+	user_id    text    NOT NULL DEFAULT '',
+	created_at bigint  NOT NULL,
+	chunk      integer NOT NULL,
+	PRIMARY KEY (org, id)
+);
+CREATE INDEX media_items_created ON media_items (org, created_at, id);
+CREATE INDEX media_items_module ON media_items (org, module, created_at, id);
+CREATE TABLE media_chunks (
+	org  text    NOT NULL,
+	id   text    NOT NULL,
+	seq  integer NOT NULL,
+	data bytea   NOT NULL,
+	PRIMARY KEY (org, id, seq)
+);
+ALTER TABLE media_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE media_usage (
+	org   text   NOT NULL PRIMARY KEY,
+	items bigint NOT NULL,
+	bytes bigint NOT NULL
+);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

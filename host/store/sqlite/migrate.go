@@ -505,6 +505,35 @@ CREATE TRIGGER knowledge_vectors_delete AFTER DELETE ON knowledge_docs BEGIN
 END;
 `,
 	},
+	{
+		name: "media",
+		// Media items per organization (store.MediaPut): the row here,
+		// the bytes in a file under media/ beside the database (media.go),
+		// renamed into place inside the transaction that inserts the row.
+		// media_usage is the organization's items and bytes, written in
+		// the same transaction, for the quota. Times are unix nanoseconds.
+		sql: `
+CREATE TABLE media_items (
+	org        TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	type       TEXT    NOT NULL,
+	size       INTEGER NOT NULL,
+	width      INTEGER NOT NULL DEFAULT 0,
+	height     INTEGER NOT NULL DEFAULT 0,
+	module     TEXT    NOT NULL DEFAULT '',
+	user_id    TEXT    NOT NULL DEFAULT '',
+	created_at INTEGER NOT NULL,
+	PRIMARY KEY (org, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX media_items_created ON media_items (org, created_at, id);
+CREATE INDEX media_items_module ON media_items (org, module, created_at, id);
+CREATE TABLE media_usage (
+	org   TEXT    NOT NULL PRIMARY KEY,
+	items INTEGER NOT NULL,
+	bytes INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

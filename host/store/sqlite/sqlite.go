@@ -147,6 +147,7 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	sweepMediaTemp(dir)
 
 	r, err := openPool(path, true)
 	if err != nil {

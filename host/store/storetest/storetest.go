@@ -2,7 +2,7 @@
 // every backend (store/sqlite, store/postgres, any later one) must pass it
 // unchanged, so the front's promises (scoping, validation, quotas,
 // single-use confirmations, audit batches, module blobs, the change feed,
-// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks, model calls' daily budgets, knowledge vectors and hybrid search) hold whichever database is behind a *store.Store.
+// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks, model calls' daily budgets, knowledge vectors and hybrid search, media items and their bytes) hold whichever database is behind a *store.Store.
 //
 // A backend's test calls Run with a function that opens a fresh, empty
 // store, and RunShared with one that opens several handles on one fresh
@@ -104,6 +104,11 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"AIBudgetRace", su.testAIBudgetRace},
 		{"KnowledgeHybrid", su.testKnowledgeHybrid},
 		{"KnowledgeVectorQuota", su.testKnowledgeVectorQuota},
+		{"MediaContract", su.testMediaContract},
+		{"MediaScoping", su.testMediaScoping},
+		{"MediaValidation", su.testMediaValidation},
+		{"MediaQuota", su.testMediaQuota},
+		{"MediaQuotaConcurrent", su.testMediaQuotaConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
@@ -150,6 +155,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"ScheduleFire", testSharedScheduleFire},
 		{"TaskEnqueue", testSharedTaskEnqueue},
 		{"AIBudget", testSharedAIBudget},
+		{"MediaQuota", testSharedMediaQuota},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })

@@ -1,0 +1,190 @@
+package ops
+
+import (
+	"errors"
+	"net/url"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/media"
+	"github.com/moat-sandbox/moat/host/store"
+)
+
+// The media family: images, audio, video and PDF documents kept per
+// organization (abi/media.go has the rules). The capability is granted
+// as a whole ("media"); media.fetch's URL is checked by the http
+// family's client (Env.Outbound) against the module's http grants, as
+// http.fetch's is, so a module granted media but no http target can
+// fetch nothing. Every byte that becomes an item, put by the guest or
+// downloaded, takes the same path: host/media's Ingest (type sniffed,
+// structure checked, bombs refused from the header, image metadata
+// stripped), then the store under the organization's quota. Puts,
+// fetches and thumbnails store an item, so the host audits each with a
+// mutation id and the item's id.
+//
+// The scope is the caller's organization (Env), never the request: an
+// id of another organization's item is not found, exactly as an id no
+// organization has, so a guest cannot learn what others keep.
+
+func init() {
+	Register(Op{Name: abi.OpMediaPut, Capability: "media", Func: Typed(mediaPut), Mutates: true})
+	Register(Op{Name: abi.OpMediaFetch, Capability: "media", Func: Typed(mediaFetch), Mutates: true, LeavesSandbox: true})
+	Register(Op{Name: abi.OpMediaGet, Capability: "media", Func: Typed(mediaGet)})
+	Register(Op{Name: abi.OpMediaInfo, Capability: "media", Func: Typed(mediaInfo)})
+	Register(Op{Name: abi.OpMediaThumbnail, Capability: "media", Func: Typed(mediaThumbnail), Mutates: true})
+}
+
+// MediaLimits is what the host gives the media family: the quota of each
+// organization and the bound on decoding shared by its hosts.
+type MediaLimits struct {
+	// Quota bounds the bytes of all an organization's items (0: none).
+	// Its refusal names QuotaKnob, the setting that changes it.
+	Quota     int64
+	QuotaKnob string
+	// Decodes bounds the memory of image decodes at once (nil: one
+	// bound for every host of the process that names none).
+	Decodes *media.DecodeSlots
+}
+
+// defaultDecodes is the decode bound of hosts that configure none.
+var defaultDecodes = media.NewDecodeSlots(0)
+
+func (l *MediaLimits) decodes() *media.DecodeSlots {
+	if l.Decodes != nil {
+		return l.Decodes
+	}
+	return defaultDecodes
+}
+
+func mediaPut(env *Env, req *abi.MediaPutRequest) (*abi.MediaInfo, error) {
+	if len(req.Data) > abi.MaxMediaInlineBytes {
+		return nil, abi.Errorf(abi.CodeTooLarge, "%s: the data is %d bytes; a put carries at most %d (abi.MaxMediaInlineBytes); "+
+			"have the host download larger items with %s", abi.OpMediaPut, len(req.Data), abi.MaxMediaInlineBytes, abi.OpMediaFetch)
+	}
+	return mediaKeep(env, abi.OpMediaPut, req.Data, req.Type)
+}
+
+func mediaFetch(env *Env, req *abi.MediaFetchRequest) (*abi.MediaInfo, error) {
+	if req.URL == "" {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "%s: url is empty; name the URL to download", abi.OpMediaFetch)
+	}
+	if env.Outbound == nil {
+		return nil, abi.Errorf(abi.CodeDenied, "%s: this host sends no requests (it has no outbound HTTP client), so it downloads nothing", abi.OpMediaFetch)
+	}
+	resp, err := env.Outbound.Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, abi.MaxMediaBytes)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Status < 200 || resp.Status > 299 {
+		code := abi.CodeUnavailable
+		if resp.Status == 404 || resp.Status == 410 {
+			code = abi.CodeNotFound
+		}
+		return nil, abi.Errorf(code, "%s: %s answered status %d; nothing was stored", abi.OpMediaFetch, hostOf(req.URL), resp.Status)
+	}
+	// The origin's Content-Type is not asked: the bytes say what they are.
+	return mediaKeep(env, abi.OpMediaFetch, resp.Body, "")
+}
+
+// hostOf names a URL's host for a message, never its path or query
+// (which may carry a token the guest put there).
+func hostOf(u string) string {
+	if p, err := url.Parse(u); err == nil && p.Host != "" {
+		return p.Host
+	}
+	return "the server"
+}
+
+// mediaKeep is the path every new item takes: checked and stripped by
+// media.Ingest, stored under the organization's quota, its id recorded
+// for the audit trail.
+func mediaKeep(env *Env, op string, data []byte, claimed string) (*abi.MediaInfo, error) {
+	it, err := media.Ingest(data, claimed)
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return mediaStore(env, op, it)
+}
+
+// mediaStore stores an item Ingest made.
+func mediaStore(env *Env, op string, it *media.Item) (*abi.MediaInfo, error) {
+	stored, _, err := env.Store.MediaPut(env.Context, store.MediaNew{
+		Org: env.Principal.Org, Module: env.Module, User: env.Principal.User,
+		Type: it.Type, Width: it.Width, Height: it.Height, Data: it.Data,
+	}, env.Media.Quota)
+	if err != nil {
+		var ae *abi.Error
+		if errors.As(err, &ae) && ae.Code == abi.CodeResourceExhausted && env.Media.QuotaKnob != "" {
+			return nil, abi.Errorf(ae.Code, "%s: %s; the operator sets the quota (%s)", op, ae.Message, env.Media.QuotaKnob)
+		}
+		return nil, mediaStoreError(env, op, err)
+	}
+	env.SetSubject(stored.ID)
+	return mediaInfoOf(stored), nil
+}
+
+func mediaGet(env *Env, req *abi.MediaGetRequest) (*abi.MediaGetResponse, error) {
+	it, data, err := env.Store.MediaRead(env.Context, env.Principal.Org, req.ID, abi.MaxMediaInlineBytes)
+	if err != nil {
+		var ae *abi.Error
+		if errors.As(err, &ae) && ae.Code == abi.CodeTooLarge {
+			return nil, abi.Errorf(abi.CodeTooLarge, "%s: the item is larger than the %d bytes a reply carries (abi.MaxMediaInlineBytes); "+
+				"clients fetch it from /v1/media/%s", abi.OpMediaGet, abi.MaxMediaInlineBytes, req.ID)
+		}
+		return nil, mediaStoreError(env, abi.OpMediaGet, err)
+	}
+	return &abi.MediaGetResponse{MediaInfo: *mediaInfoOf(it), Data: data}, nil
+}
+
+func mediaInfo(env *Env, req *abi.MediaInfoRequest) (*abi.MediaInfo, error) {
+	it, err := env.Store.MediaGet(env.Context, env.Principal.Org, req.ID)
+	if err != nil {
+		return nil, mediaStoreError(env, abi.OpMediaInfo, err)
+	}
+	return mediaInfoOf(it), nil
+}
+
+// mediaThumbnail makes a PNG of an image item (host/media's Thumbnail,
+// under the host's decode bound) and keeps it as an item of its own, by
+// the same path as a put: the same thumbnail asked for twice is one item.
+func mediaThumbnail(env *Env, req *abi.MediaThumbnailRequest) (*abi.MediaInfo, error) {
+	if !store.ValidMediaID(req.ID) {
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "%s: id must be an item's id, 64 lowercase hex digits", abi.OpMediaThumbnail)
+	}
+	src, data, err := env.Store.MediaRead(env.Context, env.Principal.Org, req.ID, abi.MaxMediaBytes)
+	if err != nil {
+		return nil, mediaStoreError(env, abi.OpMediaThumbnail, err)
+	}
+	th, err := media.Thumbnail(env.Context, env.Media.decodes(), data, src.Type, req.Width, req.Height, req.Fit)
+	if err != nil {
+		return nil, opError(abi.OpMediaThumbnail, err)
+	}
+	return mediaStore(env, abi.OpMediaThumbnail, th)
+}
+
+func mediaInfoOf(it store.MediaItem) *abi.MediaInfo {
+	return &abi.MediaInfo{ID: it.ID, Type: it.Type, Size: it.Size, Width: it.Width, Height: it.Height}
+}
+
+// mediaStoreError is storeError for the media family: an item the
+// organization does not have is not_found, whether another organization
+// has it or not.
+func mediaStoreError(env *Env, op string, err error) error {
+	if errors.Is(err, store.ErrMediaNotFound) {
+		return abi.Errorf(abi.CodeNotFound, "%s: this organization has no such media item", op)
+	}
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		return opError(op, ae)
+	}
+	return storeError(env, op, err)
+}
+
+// opError puts the op's name in front of an *abi.Error's message; any
+// other error is a host failure.
+func opError(op string, err error) error {
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		return &abi.Error{Code: ae.Code, Message: op + ": " + ae.Message}
+	}
+	return abi.Errorf(abi.CodeInternal, "%s failed inside the host", op)
+}
