@@ -152,7 +152,7 @@ type invocation struct {
 // newEnv is the ops environment of one of m's invocations, before Begin.
 func (m *Module) newEnv() ops.Env {
 	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
-		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig()}
+		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), Secrets: m.host.cfg.Secrets}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the

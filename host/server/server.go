@@ -44,6 +44,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
@@ -81,6 +82,7 @@ type Server struct {
 	// each organization draws from its share (registry.orgWorkers).
 	nativeWorkers *native.WorkerSlots
 	auth          *authenticator
+	vault         *secrets.Vault // the operator's secrets; its key may be nil (none configured)
 	keyRate       *rateLimit
 	orgRate       *rateLimit
 	piston        *rateLimit
@@ -146,6 +148,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 		execs: newAdmission("runs", cfg.Admission.MaxRuns, cfg.Admission.OrgRuns, time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 	}
+	// One vault for every host: a request's injected secret is read in
+	// its caller's organization, whichever profile applies to it.
+	s.vault = secrets.NewVault(st, cfg.SecretsKey, vaultAudit{s})
 	// One bound on native plugin workers for the whole server, whatever
 	// profile each organization's modules load under.
 	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
@@ -168,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
-			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
+			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued}, Secrets: s.vault,
 		})
 		if err != nil {
 			s.abort(ctx)

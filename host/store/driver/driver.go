@@ -296,6 +296,8 @@ type Backend interface {
 	Knowledge // knowledge documents and full-text search (knowledge.go)
 	// The task queue and schedule ticks (tasks.go).
 	TaskBackend
+	// The operator's secrets, sealed (secrets.go).
+	SecretBackend
 }
 
 // KVWrite is one kv write of a group commit (KVBatcher): a put (with a
