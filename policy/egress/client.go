@@ -108,6 +108,20 @@ var Methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.Me
 // request's framing, its connection, and its proxy, none the module's.
 var hostHeaders = []string{"Connection", "Content-Length", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
+// CheckInjectedHeader checks the name of a header the host itself adds to
+// requests (one a grant injects): a token, and none of the headers the
+// client writes (framing, connection, proxy) or Host.
+func CheckInjectedHeader(name string) error {
+	if !httpguts.ValidHeaderFieldName(name) {
+		return refuse("header", "header name %q is not a token%s", clip(name), ctlNote(name))
+	}
+	ck := http.CanonicalHeaderKey(name)
+	if ck == "Host" || slices.Contains(hostHeaders, ck) {
+		return refuse("header", "header %s is the client's to set (the host, framing, connection or proxy); it cannot be injected", ck)
+	}
+	return nil
+}
+
 // Prepare checks a request and builds it: the method, the URL normalized
 // (ParseURL) and rewritten, and the headers. It asks nothing of Check and
 // dials nothing; Do does. A refusal is an *Error.
