@@ -19,7 +19,6 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/host/extism"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/egress/egresstest"
 )
@@ -165,13 +164,12 @@ func TestEgressHostile(t *testing.T) {
 		}
 		return nil
 	})
-	t.Cleanup(extism.SetResolver(dns.Resolver()))
 
 	// The grant: any host on the servers' ports (so that the address check,
 	// not the grant, is what refuses), and g and 127.0.0.2 by address.
 	targets := fmt.Sprintf(`["http://*:%d", "http://*:%d", "http://127.0.0.1:%d", "http://*:%d", "http://127.0.0.2:%d"]`, P4, P6, PG, PR, PR)
 	p := profile(t, "name: egress\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http: {targets: "+targets+", allow_any: true}\n")
-	h := newHost(t, p, nil)
+	h := newHostWith(t, p, nil, func(c *host.Config) { c.Resolver = dns.Resolver() })
 	m, err := h.Load(ctx, buildPlugin(t, "egress"), host.LoadOptions{Manifest: manifest(t,
 		"name: egress\nversion: 1.0.0\nkind: extism\nactions: [{name: raw}, {name: last}]\ncapabilities:\n  http: {targets: "+targets+", allow_any: true}\n")})
 	if err != nil {
