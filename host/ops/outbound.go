@@ -393,7 +393,7 @@ func (f *fetch) unavailable(hop *egress.Hop, reason string) error {
 func (f *fetch) audit(hop *egress.Hop, ev HTTPEvent) {
 	ev.Op = f.via
 	if hop != nil {
-		ev.Method, ev.Target, ev.Path, ev.Hop = hop.Method, hop.Dest.String(), f.scrub(hop.URL.EscapedPath()), hop.N
+		ev.Method, ev.Target, ev.Path, ev.Hop = hop.Method, f.scrub(hop.Dest.String()), f.scrub(hop.URL.EscapedPath()), hop.N
 		ev.BytesOut = int64(len(hop.Body))
 		if !f.started.IsZero() {
 			ev.Duration = time.Since(f.started)
