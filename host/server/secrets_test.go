@@ -5,13 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
 func secretsKey(t testing.TB) *secrets.Key {
@@ -138,5 +144,52 @@ func TestAdminSecrets(t *testing.T) {
 	}
 	if evs, _ := ts.Store().AuditQuery(ctx, store.AuditFilter{Org: "globex", Decision: "deny", Limit: 100}); len(evs) != 3 {
 		t.Errorf("%d denials of globex's key audited, want 3", len(evs))
+	}
+}
+
+// TestServeInjectsSecrets: through moat serve end to end: an
+// organization's admin sets a secret over the admin route, uploads a
+// module the profile grants an injecting target, and invokes it: the API
+// sees the organization's value, the caller gets [secret]; another
+// organization's call uses its own (here missing) secret.
+func TestServeInjectsSecrets(t *testing.T) {
+	const token = "acme-api-token-0123456789"
+	var saw atomic.Value
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		saw.Store(r.Header.Get("X-Api-Key"))
+		fmt.Fprintf(w, "key=%s", r.Header.Get("X-Api-Key"))
+	}))
+	defer api.Close()
+	prof := filepath.Join(t.TempDir(), "profile.yaml")
+	os.WriteFile(prof, []byte("name: inject\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http:\n      - url: "+api.URL+"/v1/\n        headers: {X-Api-Key: \"${secret:api}\"}\n"), 0o644)
+	ts := start(t, "", func(c *server.Config) { c.SecretsKey, c.Profile = secretsKey(t), prof })
+	admin := ts.key(t, "acme", "ann", "admin")
+	other := ts.key(t, "globex", "gus", "admin")
+	if r := ts.do(t, "PUT", "/v1/admin/secrets/acme/api", admin, strings.NewReader(`{"value": "`+token+`"}`)); r.status != http.StatusCreated {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	manifest := []byte("name: fetcher\nversion: 1.0.0\nactions: [{name: call}]\ncapabilities:\n  http: [\"" + api.URL + "/v1/\"]\n")
+	wasm := testwasm.BuildGo(t, "./testdata/goguest", true)
+	for _, k := range []string{admin, other} {
+		if r := ts.upload(t, k, wasm, manifest); r.status != http.StatusCreated {
+			t.Fatalf("upload: %d %s", r.status, r.body)
+		}
+	}
+	input := `http.fetch {"url": "` + api.URL + `/v1/things"}`
+	r := ts.do(t, "POST", "/v1/modules/fetcher/actions/call", admin, strings.NewReader(input))
+	var out struct {
+		Status int    `json:"status"`
+		Body   []byte `json:"body"`
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &out) != nil || string(out.Body) != "key=[secret]" || saw.Load() != token {
+		t.Fatalf("invoke: %d %s; the API saw %q", r.status, r.body, saw.Load())
+	}
+	r = ts.do(t, "POST", "/v1/modules/fetcher/actions/call", other, strings.NewReader(input))
+	if r.status == http.StatusOK || !strings.Contains(string(r.body), "organization globex has no secret api") {
+		t.Errorf("globex's call: %d %s", r.status, r.body)
+	}
+	a := ts.do(t, "GET", "/v1/audit?kind=op&limit=100", admin, nil)
+	if a.status != 200 || !strings.Contains(string(a.body), `"injected":"X-Api-Key"`) || strings.Contains(string(a.body), token) {
+		t.Errorf("audit: %d %s", a.status, a.body)
 	}
 }
