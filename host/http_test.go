@@ -219,8 +219,7 @@ func TestHTTPFetchHostile(t *testing.T) {
 	forbidden := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "loopback") })
 	forbidden6 := serveOn(t, "[::1]:0", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "loopback v6") })
 	PF, PF6 := forbidden.port, forbidden6.port
-	var g *loopback
-	g = serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
+	g := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/redirect"):
 			w.Header().Set("Location", r.URL.Query().Get("to"))

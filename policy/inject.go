@@ -120,10 +120,10 @@ func clipText(s string) string {
 	return s
 }
 
-// checkInjected validates the headers a grant injects into the requests
-// of target: names that are tokens and none of the headers the client
-// sets itself, values that a header may carry, placeholders that parse.
-func checkInjected(ix *index, path, target string, headers map[string]string) error {
+// checkInjected validates the headers a grant injects (written at path):
+// names that are tokens and none of the headers the client sets itself,
+// values that a header may carry, placeholders that parse.
+func checkInjected(ix *index, path string, headers map[string]string) error {
 	if len(headers) > maxInjectedHeaders {
 		return ix.errorf(path, "%d headers; a grant injects at most %d", len(headers), maxInjectedHeaders)
 	}

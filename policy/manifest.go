@@ -574,7 +574,7 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 		case has && t.wild():
 			return ix.errorf(item+".headers", "%s matches any server, so its headers would go to every server; inject them under the target of the server they are for", s)
 		case has:
-			if err := checkInjected(ix, item+".headers", s, hs); err != nil {
+			if err := checkInjected(ix, item+".headers", hs); err != nil {
 				return err
 			}
 		}
