@@ -23,6 +23,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
@@ -343,6 +344,7 @@ func TestHTTPFetchHostile(t *testing.T) {
 		{name: "Host override", req: abi.HTTPFetchRequest{URL: G, Headers: map[string]string{"Host": "metadata.test"}}, code: abi.CodeDenied, msg: "differs from the URL's host", rule: "egress: header"},
 		{name: "framing", req: abi.HTTPFetchRequest{URL: G, Headers: map[string]string{"Transfer-Encoding": "chunked"}}, code: abi.CodeDenied, msg: "the client's to set", rule: "egress: header"},
 		{name: "too many headers", req: abi.HTTPFetchRequest{URL: G, Headers: manyHeaders(abi.MaxHTTPHeaders + 1)}, code: abi.CodeDenied, msg: "65 headers; the limit is 64", rule: "egress: header"},
+		{name: "headers too large", req: abi.HTTPFetchRequest{URL: G, Headers: map[string]string{"X-A": strings.Repeat("a", abi.MaxHTTPHeaderBytes)}}, code: abi.CodeDenied, msg: "the headers are 16387 bytes; the limit is 16384", rule: "egress: header"},
 		{name: "a request line in the method", req: abi.HTTPFetchRequest{Method: "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET", URL: G}, code: abi.CodeDenied, msg: "is not allowed; use one of GET", rule: "egress: method"},
 		{name: "CONNECT", req: abi.HTTPFetchRequest{Method: "CONNECT", URL: G}, code: abi.CodeDenied, msg: "is not allowed", rule: "egress: method"},
 		{name: "TRACE", req: abi.HTTPFetchRequest{Method: "TRACE", URL: G}, code: abi.CodeDenied, msg: "is not allowed", rule: "egress: method"},
@@ -655,5 +657,58 @@ default:
 		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "MOAT_SECRETS_KEY") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// An op of another family that downloads through Env.Outbound, as
+// media.fetch does: its request follows the http family's grants, not its
+// own capability's.
+func init() {
+	ops.Register(ops.Op{Name: "e2ehttp.download", Capability: "media", LeavesSandbox: true,
+		Func: ops.Typed(func(env *ops.Env, req *abi.MediaFetchRequest) (*abi.HTTPFetchResponse, error) {
+			return env.Outbound.Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, 64)
+		})})
+}
+
+// TestOutboundForAnotherOp: an op that is not http.fetch sends through the
+// same client: the URL needs an http grant (a media grant is not enough),
+// every hop is asked as http.fetch and audited with the op that sent it,
+// and its own bound applies.
+func TestOutboundForAnotherOp(t *testing.T) {
+	srv := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/big") {
+			w.Write(make([]byte, 65))
+			return
+		}
+		io.WriteString(w, "image bytes")
+	})
+	h, _ := httpHost(t, "name: p\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    media: true\n    http: [\""+srv.url+"/img/\"]\n", nil, nil)
+	m, err := loadWithManifest(t, h, "name: dl\nversion: 1.0.0\nactions: [{name: call}]\ncapabilities:\n  media: true\n  http: [\""+srv.url+"/img/\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(corr, url string) (string, error) {
+		res, err := m.Invoke(context.Background(), host.Request{Action: "call", Input: []byte(`e2ehttp.download {"url": "` + url + `"}`), Principal: ann, CorrelationID: corr})
+		if err != nil {
+			return "", err
+		}
+		var out abi.HTTPFetchResponse
+		json.Unmarshal(res.Output, &out)
+		return string(out.Body), nil
+	}
+	if body, err := call("via-ok", srv.url+"/img/a.png"); err != nil || body != "image bytes" {
+		t.Fatalf("%q %v", body, err)
+	}
+	if evs := httpEvents(t, h, "via-ok"); len(evs) != 2 || evs[0].Op != abi.OpHTTPFetch || evs[0].Attrs["via"] != "e2ehttp.download" || evs[1].Op != "e2ehttp.download" {
+		t.Errorf("audit: %+v; want the hop as http.fetch via e2ehttp.download, then the op", evs)
+	}
+	if _, err := call("via-path", srv.url+"/secret/a.png"); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "not under the granted prefix") {
+		t.Errorf("a path outside the http grant: %v", err)
+	}
+	if evs := httpEvents(t, h, "via-path"); len(evs) != 1 || evs[0].Op != abi.OpHTTPFetch || evs[0].Decision != audit.Deny {
+		t.Errorf("audit: %+v", evs)
+	}
+	if _, err := call("via-big", srv.url+"/img/big"); host.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "e2ehttp.download GET") {
+		t.Errorf("the op's own bound: %v", err)
 	}
 }
