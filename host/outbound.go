@@ -36,16 +36,28 @@ func (o *moduleOutbound) client() *ops.HTTPClient {
 
 // Fetch implements ops.Outbound.
 func (o *moduleOutbound) Fetch(env *ops.Env, req *abi.HTTPFetchRequest, maxBytes int64) (*abi.HTTPFetchResponse, error) {
-	return o.client().Fetch(env, req, maxBytes)
+	c := o.client()
+	if c == nil {
+		return nil, errModuleClosed
+	}
+	return c.Fetch(env, req, maxBytes)
 }
 
 // Send implements ops.HTTPSender.
 func (o *moduleOutbound) Send(env *ops.Env, req *abi.HTTPFetchRequest, opts ops.FetchOptions) (*abi.HTTPFetchResponse, error) {
-	return o.client().Send(env, req, opts)
+	c := o.client()
+	if c == nil {
+		return nil, errModuleClosed
+	}
+	return c.Send(env, req, opts)
 }
 
+// errModuleClosed refuses the first request of a module closed before it
+// made one (a call in flight when it was closed).
+var errModuleClosed = abi.Errorf(abi.CodeUnavailable, "http.fetch: the module was closed; no new connection is made for it")
+
 // closeHTTP closes the module's client, if it was made, and keeps it from
-// being made later.
+// being made later (a request in flight then is refused, errModuleClosed).
 func (m *Module) closeHTTP() {
 	m.http.once.Do(func() {})
 	if m.http.client != nil {
