@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/transport"
@@ -64,7 +63,7 @@ type Runner interface {
 	// Call runs call.Function. It returns the output, or an *Error whose
 	// Code says what went wrong (timeout, memory_limit, guest_error, ...).
 	// Ops the guest calls go through call.Dispatch; its network requests
-	// through call.CheckHTTP.
+	// through call.Fetch.
 	Call(ctx context.Context, call *Call) ([]byte, error)
 	// Close releases the module's instances and compiled code.
 	Close(ctx context.Context) error
@@ -163,55 +162,33 @@ func (c *Call) Dispatch(ctx context.Context, op, req []byte) ([]byte, error) {
 	return c.invocation.Dispatch(ctx, op, req)
 }
 
-// httpFetch is the op a driver's own network requests are checked as
-// (Extism's http_request). It is declared to policy here, not registered
-// in the op table, until http.fetch is an op guests call themselves: so
-// that a profile can grant it, name it among sensitive_ops, and find it in
-// the audit trail under one name on every path.
-var httpFetch = func() *ops.Op {
-	o := &ops.Op{Name: "http.fetch", Capability: "http", LeavesSandbox: true}
-	if err := policy.DeclareOp(o.Name, o.Capability); err != nil {
-		panic(err)
-	}
-	return o
-}()
+// HTTPOptions say how a driver's own request (Extism's http_request) is
+// named in messages and what bounds its reply; see Call.Fetch.
+type HTTPOptions struct {
+	// Label names the request in messages ("http_request").
+	Label string
+	// MaxBytes bounds the response body.
+	MaxBytes int64
+	// TooLarge is the refusal of a body of n bytes or more past MaxBytes
+	// (nil: one naming MaxBytes).
+	TooLarge func(n int64) error
+}
 
-// CheckHTTP decides whether the guest may send a request to rawURL now:
-// the URL's scheme, host and port must be among the module's effective
-// http targets (the manifest's request intersected with the profile's
-// grant), and http.fetch must not be a sensitive op of an unconfirmed
-// invocation. Allowed requests and refusals are audited as op http.fetch,
-// with the target (never the path or query, which may carry secrets).
-// A refusal is an *abi.Error with code denied or confirmation_required.
-func (c *Call) CheckHTTP(ctx context.Context, rawURL string) error {
-	if err := budget.From(ctx).Admit([]byte(httpFetch.Name)); err != nil {
-		return err
+// Fetch sends the guest's request exactly as the http.fetch op does: the
+// module's one HTTP client, each hop checked against its effective http
+// targets (path prefixes included) and the profile's sensitive ops, each
+// connection's address checked when dialled, the headers the grants
+// inject added and scrubbed from the reply, every hop and refusal in the
+// audit trail (op http.fetch), and the body charged to the invocation's
+// held bytes while it is read. A refusal is an *abi.Error for the guest;
+// once the invocation's deadline passed, ctx.Err() is set too.
+func (c *Call) Fetch(ctx context.Context, req *abi.HTTPFetchRequest, o HTTPOptions) (*abi.HTTPFetchResponse, error) {
+	if err := budget.From(ctx).Admit([]byte(abi.OpHTTPFetch)); err != nil {
+		return nil, err
 	}
 	c.env.Context = ctx
-	if err := c.AllowOp(&c.env, httpFetch, rawURL); err != nil {
-		return err
-	}
-	c.m.auditOp(ctx, &c.env, httpFetch.Name, audit.Allow, "grant", "", audit.NewID(), targetOf(rawURL))
-	return nil
+	return ops.Fetch(&c.env, &c.invocation, req, ops.FetchOptions{Label: o.Label, MaxBytes: o.MaxBytes, TooLarge: o.TooLarge, Budget: true})
 }
-
-// DenyHTTP records a refusal of a request that passed CheckHTTP but that
-// the network layer refused (a private address, a redirect elsewhere), so
-// the audit trail holds every refused request, and returns it as an
-// *abi.Error with code denied.
-func (c *Call) DenyHTTP(ctx context.Context, rule, reason string) error {
-	c.m.auditOp(ctx, &c.env, httpFetch.Name, audit.Deny, rule, reason, "", "")
-	return &abi.Error{Code: abi.CodeDenied, Message: reason}
-}
-
-// HTTPTargets are the module's effective http targets
-// ("scheme://host:port"); none means no request can be allowed.
-func (c *Call) HTTPTargets() []string { return c.m.policy.eval.Effective.HTTP.Targets }
-
-// AddressTargets are the effective http targets that the profile's grant
-// names by their IP address (policy.Evaluation.AddressTargets): the only
-// ones that may reach a loopback, private or metadata address.
-func (c *Call) AddressTargets() []string { return c.m.policy.eval.AddressTargets() }
 
 // Log is the host's logger tagged with the invocation: module, action,
 // principal and correlation id.

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -45,6 +46,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
@@ -130,6 +132,15 @@ type Config struct {
 	// Media configures the media family: each organization's quota and
 	// the bound on image decodes (mediaconfig.go).
 	Media MediaConfig
+	// Secrets are the operator's secrets (package host/secrets' Vault):
+	// the values an http grant injects into a request, resolved in the
+	// calling organization, and the operator's own provider keys. Nil:
+	// none, and a request whose grant injects a secret is refused.
+	Secrets ops.SecretSource
+	// Resolver resolves the host names of the requests modules send
+	// (http.fetch, Extism's http_request, media.fetch). Nil: the
+	// system's. Every address it answers is checked when dialled.
+	Resolver *net.Resolver
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

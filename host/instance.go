@@ -153,7 +153,8 @@ type invocation struct {
 // newEnv is the ops environment of one of m's invocations, before Begin.
 func (m *Module) newEnv() ops.Env {
 	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
-		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), AI: m.host.cfg.AI, Media: m.host.cfg.Media.mediaLimits()}
+		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), AI: m.host.cfg.AI, Media: m.host.cfg.Media.mediaLimits(),
+		Secrets: m.host.cfg.Secrets, Outbound: (*moduleOutbound)(m)}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the
@@ -185,7 +186,7 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 	reply, err = ops.Dispatch(env, inv, o, req)
 	if mc := env.ModelCall(); mc != nil {
 		inv.m.auditModelCall(ctx, env, o, mc, err)
-	} else if err == nil && (o.Mutates || o.LeavesSandbox) {
+	} else if err == nil && (o.Mutates || o.LeavesSandbox) && !o.AuditsItself {
 		inv.m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID(), env.Target())
 	}
 	return reply, err

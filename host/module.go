@@ -138,8 +138,9 @@ type Module struct {
 	dbQuota   store.DBQuota
 	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
 	script    *Script
-	source    []byte    // a native plugin's files, as signed
-	compiled  *compiled // its machine code, released by Close
+	source    []byte     // a native plugin's files, as signed
+	compiled  *compiled  // its machine code, released by Close
+	http      moduleHTTP // its outbound requests' client (outbound.go)
 
 	mu   sync.Mutex
 	idle []*instance
@@ -578,6 +579,7 @@ func (m *Module) Close(ctx context.Context) error {
 	// flight finish on their instances (wazero allows closing a compiled
 	// module under them).
 	defer m.host.release(c)
+	defer m.closeHTTP()
 	if m.runner != nil {
 		return m.runner.Close(ctx)
 	}

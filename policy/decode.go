@@ -259,6 +259,7 @@ var (
 	durationType = reflect.TypeFor[Duration]()
 	byteSizeType = reflect.TypeFor[ByteSize]()
 	httpCapsType = reflect.TypeFor[HTTPCaps]()
+	httpItemType = reflect.TypeFor[httpTargetItem]()
 	commandType  = reflect.TypeFor[Command]()
 	collsType    = reflect.TypeFor[Collections]()
 )
@@ -312,11 +313,19 @@ func (ix *index) walk(n *yaml.Node, t reflect.Type, path string) error {
 	case t == httpCapsType:
 		switch n.Kind {
 		case yaml.SequenceNode:
-			return ix.walk(n, reflect.TypeFor[[]string](), path)
+			return ix.walk(n, reflect.TypeFor[[]httpTargetItem](), path)
 		case yaml.MappingNode:
 			return ix.walkStruct(n, reflect.TypeFor[httpCapsObject](), path)
 		}
 		return ix.errorf(path, "expected a list of targets or a mapping {targets: [...], allow_any: true}, got %s; write it like http: [https://api.example.com:443]", describe(n))
+	case t == httpItemType:
+		switch n.Kind {
+		case yaml.ScalarNode:
+			return ix.walk(n, reflect.TypeFor[string](), path)
+		case yaml.MappingNode:
+			return ix.walkStruct(n, reflect.TypeFor[httpTargetObject](), path)
+		}
+		return ix.errorf(path, "expected a target like https://api.example.com:443, or {url: ..., headers: {...}}, got %s", describe(n))
 	case t == collsType:
 		switch {
 		case n.Kind == yaml.SequenceNode:

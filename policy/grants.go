@@ -1,12 +1,14 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"slices"
 	"strings"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy/egress"
 )
 
 // Mode is how much a module is trusted.
@@ -50,6 +52,7 @@ type Evaluation struct {
 
 	httpTargets    []httpTarget // Effective.HTTP.Targets, parsed once
 	addressTargets []string     // see AddressTargets
+	injections     []injecting  // the granted targets that inject headers (HTTPInjections)
 	maxLimits      Limits       // the granted maximums, for Report
 }
 
@@ -163,16 +166,16 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 			e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: "manifest", Reason: err.Error()})
 			continue
 		}
-		if check("http "+s, func(c *Capabilities) bool { return targetCovered(c.HTTP.Targets, r) },
-			fmt.Sprintf("no granted target covers it (granted: %s)", list(granted.HTTP.Targets))) {
+		if check("http "+s, func(c *Capabilities) bool { return targetCovered(c.HTTP.Targets, r) }, uncoveredReason(granted.HTTP.Targets, r)) {
 			eff.HTTP.Targets = append(eff.HTTP.Targets, s)
 			e.httpTargets = append(e.httpTargets, r)
 			eff.HTTP.AllowAny = eff.HTTP.AllowAny || r.wild()
-			if addressNamed(granted.HTTP.Targets, r) {
-				e.addressTargets = append(e.addressTargets, s)
+			if addressNamed(granted.HTTP.Targets, r) && !slices.Contains(e.addressTargets, r.origin()) {
+				e.addressTargets = append(e.addressTargets, r.origin())
 			}
 		}
 	}
+	e.injections = parseInjections(granted.HTTP)
 	eff.Media = flag("media", req.Media, func(c *Capabilities) bool { return c.Media })
 	for _, name := range req.AI {
 		if check("ai "+name, func(c *Capabilities) bool { return nameCovered(c.AI, name) },
@@ -270,7 +273,7 @@ func union(a, b Capabilities) Capabilities {
 	return Capabilities{
 		KV:         a.KV || b.KV,
 		DB:         merge(a.DB, b.DB),
-		HTTP:       HTTPCaps{Targets: merge(a.HTTP.Targets, b.HTTP.Targets), AllowAny: a.HTTP.AllowAny || b.HTTP.AllowAny},
+		HTTP:       HTTPCaps{Targets: merge(a.HTTP.Targets, b.HTTP.Targets), AllowAny: a.HTTP.AllowAny || b.HTTP.AllowAny, Headers: mergeHeaders(a.HTTP.Headers, b.HTTP.Headers)},
 		Media:      a.Media || b.Media,
 		AI:         merge(a.AI, b.AI),
 		Knowledge:  merge(a.Knowledge, b.Knowledge),
@@ -279,13 +282,54 @@ func union(a, b Capabilities) Capabilities {
 	}
 }
 
+// mergeHeaders adds b's injected headers to a's, target by target; where
+// both name a header of one target, b's value wins (b is the later layer).
+func mergeHeaders(a, b map[string]map[string]string) map[string]map[string]string {
+	if len(a) == 0 && len(b) == 0 {
+		return nil
+	}
+	out := map[string]map[string]string{}
+	for _, m := range []map[string]map[string]string{a, b} {
+		for target, hs := range m {
+			if out[target] == nil {
+				out[target] = map[string]string{}
+			}
+			for k, v := range hs {
+				for old := range out[target] {
+					if strings.EqualFold(old, k) {
+						delete(out[target], old)
+					}
+				}
+				out[target][k] = v
+			}
+		}
+	}
+	return out
+}
+
 // nameCovered: a collection or model is granted by name or by "*".
 func nameCovered(granted []string, name string) bool {
 	return slices.Contains(granted, name) || slices.Contains(granted, "*")
 }
 
-// AddressTargets are the effective HTTP targets whose host is an IP
-// address that a granted target names itself: the only targets through
+// uncoveredReason says why no granted target covers the requested r: none
+// reaches its server, or those that do grant only narrower paths.
+func uncoveredReason(granted []string, r httpTarget) string {
+	var narrower []string
+	for _, s := range granted {
+		if g, err := parseTarget(s); err == nil && g.coversServer(r) && !g.coversPath(r) {
+			narrower = append(narrower, s)
+		}
+	}
+	if len(narrower) > 0 {
+		return fmt.Sprintf("the profile grants only the paths under %s; ask for one of them (or a path below it) in %s", list(narrower), ManifestFile)
+	}
+	return fmt.Sprintf("no granted target covers it (granted: %s)", list(granted))
+}
+
+// AddressTargets are the effective HTTP targets, as scheme://host:port
+// (without a path prefix), whose host is an IP address that a granted
+// target names itself: the only targets through
 // which a request may reach a loopback, private, link-local, metadata or
 // other special address (package egress). The manifest asking for
 // http://127.0.0.1:8080 is not enough, nor is a grant of "*",
@@ -405,14 +449,34 @@ func (e *Evaluation) CheckOp(op, target string) error {
 		if err != nil {
 			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: err.Error()}
 		}
-		if e.httpTargets != nil {
-			for _, g := range e.httpTargets {
-				if g.covers(dest) {
-					return nil
+		effective := e.httpTargets
+		if effective == nil { // an Evaluation built by hand
+			for _, s := range e.Effective.HTTP.Targets {
+				if g, err := parseTarget(s); err == nil {
+					effective = append(effective, g)
 				}
 			}
-		} else if targetCovered(e.Effective.HTTP.Targets, dest) { // an Evaluation built by hand
-			return nil
+		}
+		for _, g := range effective {
+			if g.covers(dest) {
+				return nil
+			}
+		}
+		// A path the effective targets' prefixes do not cover, on a
+		// server they reach: say which, and why the path is not read.
+		for _, g := range effective {
+			if g.coversServer(dest) {
+				reason := fmt.Sprintf("the path /%s is not under the granted prefix %s", strings.Join(dest.path, "/"), g)
+				if dest.pathErr != nil {
+					var ee *egress.Error
+					reason = dest.pathErr.Error()
+					if errors.As(dest.pathErr, &ee) {
+						reason = ee.Reason
+					}
+					reason = fmt.Sprintf("%s; the granted target %s covers only paths read as plain segments under its prefix", reason, g)
+				}
+				return &DeniedError{Module: e.Module, Op: op, Rule: "grant path prefix", Reason: reason}
+			}
 		}
 		asked = targetCovered(e.Requested.HTTP.Targets, dest)
 		what, ask = "http "+dest.String(), "http: ["+dest.String()+"]"

@@ -178,36 +178,105 @@ func (c Collections) MarshalYAML() (any, error) {
 	return []string(c), nil
 }
 
-// HTTPCaps lists HTTP targets as "scheme://host:port". A host may be a
-// wildcard like "*.example.com"; a host of "*", or the target "*", matches
-// any server and is accepted only with AllowAny set, so that "everything"
-// is never written by accident.
+// HTTPCaps lists HTTP targets as "scheme://host:port", optionally with a
+// path prefix ("https://api.example.com:443/v1/": that path and those
+// below it, on whole segments). A host may be a wildcard like
+// "*.example.com"; a host of "*", or the target "*", matches any server
+// and is accepted only with AllowAny set, so that "everything" is never
+// written by accident.
 //
 // In YAML it is either a list of targets or a mapping
-// {targets: [...], allow_any: true}.
+// {targets: [...], allow_any: true}. In a profile, an entry of either
+// list may be a mapping {url: TARGET, headers: {NAME: VALUE}}: the host
+// adds those headers to every request the target covers, and a value may
+// hold ${secret:NAME}, the operator's secret NAME of the calling
+// organization (see HeaderInjection). A manifest asks for URLs only.
 type HTTPCaps struct {
 	Targets  []string
 	AllowAny bool
+	// Headers are the headers a profile's grant injects, by target (as
+	// written in Targets), then by header name. Profiles only.
+	Headers map[string]map[string]string
 }
 
 // httpCapsObject is the mapping form of HTTPCaps.
 type httpCapsObject struct {
-	Targets  []string `yaml:"targets,omitempty"`
-	AllowAny bool     `yaml:"allow_any,omitempty"`
+	Targets  []httpTargetItem `yaml:"targets,omitempty"`
+	AllowAny bool             `yaml:"allow_any,omitempty"`
+}
+
+// httpTargetItem is one entry of a list of targets: a target, or the
+// mapping form httpTargetObject.
+type httpTargetItem httpTargetObject
+
+// httpTargetObject is a target with the headers a grant injects.
+type httpTargetObject struct {
+	URL     string            `yaml:"url"`
+	Headers map[string]string `yaml:"headers,omitempty"`
+}
+
+// UnmarshalYAML accepts a target or {url, headers}.
+func (i *httpTargetItem) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*i = httpTargetItem{URL: n.Value}
+		return nil
+	case yaml.MappingNode:
+		var o httpTargetObject
+		if err := n.Decode(&o); err != nil {
+			return err
+		}
+		*i = httpTargetItem(o)
+		return nil
+	}
+	return newNodeError(n, "expected a target like https://api.example.com:443, or {url: https://api.example.com:443/, headers: {Authorization: \"Bearer ${secret:NAME}\"}}")
+}
+
+// MarshalYAML writes a target alone, or the mapping when it has headers.
+func (i httpTargetItem) MarshalYAML() (any, error) {
+	if len(i.Headers) == 0 {
+		return i.URL, nil
+	}
+	return httpTargetObject(i), nil
+}
+
+func (h *HTTPCaps) fromItems(items []httpTargetItem, allowAny bool) {
+	*h = HTTPCaps{AllowAny: allowAny}
+	for _, it := range items {
+		h.Targets = append(h.Targets, it.URL)
+		if len(it.Headers) > 0 {
+			if h.Headers == nil {
+				h.Headers = map[string]map[string]string{}
+			}
+			h.Headers[it.URL] = it.Headers
+		}
+	}
+}
+
+func (h HTTPCaps) items() []httpTargetItem {
+	out := make([]httpTargetItem, len(h.Targets))
+	for i, t := range h.Targets {
+		out[i] = httpTargetItem{URL: t, Headers: h.Headers[t]}
+	}
+	return out
 }
 
 // UnmarshalYAML accepts the list form and the mapping form.
 func (h *HTTPCaps) UnmarshalYAML(n *yaml.Node) error {
 	switch n.Kind {
 	case yaml.SequenceNode:
-		*h = HTTPCaps{}
-		return n.Decode(&h.Targets)
+		var items []httpTargetItem
+		if err := n.Decode(&items); err != nil {
+			return err
+		}
+		h.fromItems(items, false)
+		return nil
 	case yaml.MappingNode:
 		var o httpCapsObject
 		if err := n.Decode(&o); err != nil {
 			return err
 		}
-		*h = HTTPCaps(o)
+		h.fromItems(o.Targets, o.AllowAny)
 		return nil
 	}
 	return newNodeError(n, "expected a list of targets or {targets: [...], allow_any: true}")
@@ -216,9 +285,9 @@ func (h *HTTPCaps) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the list form unless AllowAny is set.
 func (h HTTPCaps) MarshalYAML() (any, error) {
 	if h.AllowAny {
-		return httpCapsObject(h), nil
+		return httpCapsObject{Targets: h.items(), AllowAny: true}, nil
 	}
-	return h.Targets, nil
+	return h.items(), nil
 }
 
 // IsZero lets yaml omit an empty HTTPCaps.
@@ -487,12 +556,27 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 	}
 	for i, s := range c.HTTP.Targets {
 		p := fmt.Sprintf("%s[%d]", tp, i)
+		item := p
+		if ix.has(p + ".url") {
+			p += ".url"
+		}
 		t, err := parseTarget(s)
 		if err != nil {
 			return ix.errorf(p, "%v", err)
 		}
 		if t.wild() && !c.HTTP.AllowAny {
 			return ix.errorf(p, "%q allows any server; if that is intended, use the mapping form and say so: http: {targets: [%q], allow_any: true}", s, s)
+		}
+		hs, has := c.HTTP.Headers[s]
+		switch {
+		case has && !grant:
+			return ix.errorf(item+".headers", "a manifest asks for URLs only: the headers a request carries from the operator (a secret as Authorization) are the operator's to write, in the profile's grant; write the target alone, like %s", s)
+		case has && t.wild():
+			return ix.errorf(item+".headers", "%s matches any server, so its headers would go to every server; inject them under the target of the server they are for", s)
+		case has:
+			if err := checkInjected(ix, item+".headers", hs); err != nil {
+				return err
+			}
 		}
 	}
 	for i, fp := range c.Filesystem {

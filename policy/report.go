@@ -45,6 +45,21 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 			line("  %s\t✓ granted", what)
 		}
 	}
+	// An http target's row also names the headers its grant injects:
+	// names and the secrets they hold, never a value.
+	httpRow := func(target string) {
+		what := "http " + target
+		t, err := parseTarget(target)
+		if refusal(what) != nil || err != nil {
+			row(what)
+			return
+		}
+		if in := e.injectionsFor(t); len(in) > 0 {
+			line("  %s\t✓ granted; the host injects %s", what, strings.Join(in, ", "))
+			return
+		}
+		row(what)
+	}
 	line("")
 	line("capabilities")
 	if r := refusal("signature"); r != nil {
@@ -66,7 +81,9 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	}
 	flag("kv", req.KV)
 	items("db", req.DB)
-	items("http", req.HTTP.Targets)
+	for _, t := range req.HTTP.Targets {
+		httpRow(t)
+	}
 	flag("media", req.Media)
 	items("ai", req.AI)
 	items("knowledge", req.Knowledge)

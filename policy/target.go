@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,15 +13,30 @@ import (
 	"github.com/moat-sandbox/moat/policy/egress"
 )
 
-// httpTarget is a parsed HTTP target: "scheme://host:port", or "*" for any
-// target. A target deliberately has no path: the unit of trust is the
-// server, and a path filter would only look like a boundary, since the
-// server decides what its paths mean.
+// httpTarget is a parsed HTTP target: "scheme://host:port", optionally
+// followed by a path prefix ("https://api.example.com:443/v1/"), or "*"
+// for any target.
+//
+// The unit of trust is still the server: a path prefix narrows which of
+// its paths a module may ask for, compared on whole decoded segments
+// (egress.PathSegments: a path with dot segments, encoded slashes or
+// other forms a server may resolve elsewhere is refused, not cleaned),
+// but it is no boundary on the server, which decides what its paths mean
+// (an /v1/ endpoint that proxies, redirects or reads another resource is
+// the server's business). See RATIONALE, "Why may an http target carry a
+// path prefix?".
 type httpTarget struct {
-	any    bool   // "*": every http and https target
-	scheme string // "http" or "https"
-	host   string // lower-case name, canonical IP, "*" or "*.suffix"
-	port   string // "1".."65535" or "*"
+	any    bool     // "*": every http and https target
+	scheme string   // "http" or "https"
+	host   string   // lower-case name, canonical IP, "*" or "*.suffix"
+	port   string   // "1".."65535" or "*"
+	path   []string // the prefix's decoded segments; nil: every path
+	// pathText is the path as written ("/v1/"), for String; "" with no
+	// prefix.
+	pathText string
+	// pathErr is set for a URL (urlTarget) whose path cannot be read as
+	// segments: no target with a path prefix covers it.
+	pathErr error
 }
 
 // wild reports whether t matches any host at all: the targets that need
@@ -46,8 +62,12 @@ func parseTarget(s string) (httpTarget, error) {
 	if scheme != "http" && scheme != "https" {
 		return httpTarget{}, fmt.Errorf("%q: scheme %s is not allowed; only http and https are, like https://%s", s, scheme, rest)
 	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		return httpTarget{}, fmt.Errorf("%q has a path; a target is only scheme://host:port (the module may fetch any path there), so write %s://%s", s, scheme, rest[:i])
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		return httpTarget{}, fmt.Errorf("%q has a query or fragment; a target is scheme://host:port with an optional path prefix, like %s://%s", s, scheme, rest[:i])
+	}
+	var pathText string
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		rest, pathText = rest[:i], rest[i:]
 	}
 	if strings.Contains(rest, "@") {
 		return httpTarget{}, fmt.Errorf("%q has user information; a target is only scheme://host:port", s)
@@ -58,7 +78,7 @@ func parseTarget(s string) (httpTarget, error) {
 		if scheme == "http" {
 			def = "80"
 		}
-		return httpTarget{}, fmt.Errorf("%q needs a port; write %s://%s:%s", s, scheme, strings.Trim(rest, "[]"), def)
+		return httpTarget{}, fmt.Errorf("%q needs a port; write %s://%s:%s%s", s, scheme, strings.Trim(rest, "[]"), def, pathText)
 	}
 	if port != "*" {
 		n, err := strconv.Atoi(port)
@@ -71,7 +91,23 @@ func parseTarget(s string) (httpTarget, error) {
 	if err != nil {
 		return httpTarget{}, fmt.Errorf("%q: %v", s, err)
 	}
-	return httpTarget{scheme: scheme, host: h, port: port}, nil
+	t := httpTarget{scheme: scheme, host: h, port: port}
+	if pathText != "" && pathText != "/" {
+		u, err := url.Parse("http://x" + pathText)
+		if err != nil {
+			return httpTarget{}, fmt.Errorf("%q: the path prefix %s is not a URL path", s, pathText)
+		}
+		segs, err := egress.PathSegments(u)
+		if err != nil {
+			var ee *egress.Error
+			if errors.As(err, &ee) {
+				err = errors.New(ee.Reason)
+			}
+			return httpTarget{}, fmt.Errorf("%q: %v; write the prefix as plain segments, like /v1/", s, err)
+		}
+		t.path, t.pathText = segs, pathText
+	}
+	return t, nil
 }
 
 // checkHost validates a target host: a wildcard, or a host in the one
@@ -120,7 +156,8 @@ func isAddress(h string) bool {
 }
 
 // covers reports whether the granted target g allows everything the
-// requested target r allows.
+// requested target r allows: the scheme, the port, the host, and, when g
+// has a path prefix, r's path (or prefix) on whole segments under it.
 func (g httpTarget) covers(r httpTarget) bool {
 	switch {
 	case g.any:
@@ -131,8 +168,24 @@ func (g httpTarget) covers(r httpTarget) bool {
 		return false
 	case g.port != "*" && g.port != r.port:
 		return false
+	case !hostCovers(g.host, r.host):
+		return false
 	}
-	return hostCovers(g.host, r.host)
+	return g.coversPath(r)
+}
+
+// coversPath reports whether g's path prefix (if any) covers r's path.
+func (g httpTarget) coversPath(r httpTarget) bool {
+	if g.path == nil {
+		return true
+	}
+	return r.pathErr == nil && egress.HasPathPrefix(r.path, g.path)
+}
+
+// coversServer is covers without the path: the scheme, port and host.
+func (g httpTarget) coversServer(r httpTarget) bool {
+	g.path = nil
+	return g.covers(r)
 }
 
 // hostCovers: "*" covers every host; "*.example.com" covers every name
@@ -151,19 +204,34 @@ func hostCovers(g, r string) bool {
 
 // urlTarget parses the URL an http.fetch op asks for into the concrete
 // target it reaches, normalized by package egress (the same normalization
-// as the request that is sent): the port defaults to 80 or 443 by scheme.
+// as the request that is sent): the port defaults to 80 or 443 by scheme,
+// and the path is read as segments (egress.PathSegments; a path that
+// cannot be read keeps its error in pathErr, for the grants with a path
+// prefix to refuse).
 func urlTarget(raw string) (httpTarget, error) {
-	_, d, err := egress.ParseURL(raw)
+	u, d, err := egress.ParseURL(raw)
 	if err != nil {
 		return httpTarget{}, err
 	}
-	return httpTarget{scheme: d.Scheme, host: d.Host, port: strconv.Itoa(int(d.Port))}, nil
+	t := httpTarget{scheme: d.Scheme, host: d.Host, port: strconv.Itoa(int(d.Port))}
+	t.path, t.pathErr = egress.PathSegments(u)
+	if t.path == nil && t.pathErr == nil {
+		t.path = []string{} // the root: under no prefix but the root's
+	}
+	return t, nil
 }
 
+// String is the target as written: scheme://host:port and the path
+// prefix, if any.
 func (t httpTarget) String() string {
 	if t.any {
 		return "*"
 	}
+	return t.origin() + t.pathText
+}
+
+// origin is scheme://host:port, without the path prefix.
+func (t httpTarget) origin() string {
 	h := t.host
 	if strings.Contains(h, ":") {
 		h = "[" + h + "]"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
@@ -229,12 +230,39 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := host.New(ctx, host.Config{DataDir: g.dataDir, Logger: log, Profile: profile})
+	cfg := host.Config{DataDir: g.dataDir, Logger: log, Profile: profile}
+	// The secrets a grant injects, under $MOAT_SECRETS_KEY, from the
+	// data directory's store (`moat secrets set --data DIR`).
+	key, err := secrets.LoadKey("")
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	os.Unsetenv(secrets.EnvKey) // no child needs it
+	var src *storeSecrets
+	if key != nil {
+		src = &storeSecrets{key: key}
+		cfg.Secrets = src
+	}
+	h, err := host.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	if src != nil {
+		src.vault = secrets.NewVault(h.Store(), key, nil)
+	}
 	recordConfinement(ctx, log, h.Audit(), "moat run", g.confined)
 	return h, nil
+}
+
+// storeSecrets reads secrets from the host's own store, which exists only
+// once the host does; no request runs before.
+type storeSecrets struct {
+	key   *secrets.Key
+	vault *secrets.Vault
+}
+
+func (s *storeSecrets) Secret(ctx context.Context, org, name string) ([]byte, error) {
+	return s.vault.Secret(ctx, org, name)
 }
 
 // limits returns the limits given on the command line; flags left at

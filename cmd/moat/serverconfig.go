@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/server"
 )
 
@@ -12,8 +13,9 @@ import (
 // (which wins over the file's data_dir; without a file, --data or its
 // default), and the database URL of $MOAT_DATABASE_URL, which wins over
 // the file's database_url, the code key of $MOAT_CODE_KEY, which wins
-// over the file's code_key_file, and the media URL key of $MOAT_MEDIA_KEY,
-// which wins over media.url_key_file. So `moat keys create --config moat-server.yaml`
+// over the file's code_key_file, the media URL key of $MOAT_MEDIA_KEY,
+// which wins over media.url_key_file, and the secrets key of
+// $MOAT_SECRETS_KEY, which wins over the file's secrets_key_file. So `moat keys create --config moat-server.yaml`
 // writes keys to the store the server reads, be it SQLite in data_dir or
 // a PostgreSQL database shared by replicas.
 func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
@@ -49,6 +51,14 @@ func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
 		}
 		cfg.Media.URLKey = k
 		os.Unsetenv(server.EnvMediaKey)
+	}
+	if os.Getenv(secrets.EnvKey) != "" {
+		k, err := secrets.LoadKey("")
+		if err != nil {
+			return server.Config{}, usagef("%v", err)
+		}
+		cfg.SecretsKey = k
+		os.Unsetenv(secrets.EnvKey) // as the code key: no child needs it
 	}
 	return cfg, nil
 }

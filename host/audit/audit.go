@@ -56,6 +56,11 @@ const (
 	// invocations: a retry scheduled after a failed attempt, a final
 	// failure, a schedule's tick fired (or refused over the queue bound).
 	KindTask = "task"
+	// KindSecret records a change to one of the operator's secrets
+	// (package host/secrets): set or deleted, by whom, in which
+	// organization ("" the operator's own), under which name; never
+	// the value.
+	KindSecret = "secret"
 
 	Allow = "allow"
 	Deny  = "deny"

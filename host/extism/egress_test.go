@@ -2,6 +2,8 @@ package extism_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,7 +22,8 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/host/extism"
+	"github.com/moat-sandbox/moat/host/secrets"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/egress/egresstest"
 )
@@ -165,13 +169,12 @@ func TestEgressHostile(t *testing.T) {
 		}
 		return nil
 	})
-	t.Cleanup(extism.SetResolver(dns.Resolver()))
 
 	// The grant: any host on the servers' ports (so that the address check,
 	// not the grant, is what refuses), and g and 127.0.0.2 by address.
 	targets := fmt.Sprintf(`["http://*:%d", "http://*:%d", "http://127.0.0.1:%d", "http://*:%d", "http://127.0.0.2:%d"]`, P4, P6, PG, PR, PR)
 	p := profile(t, "name: egress\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http: {targets: "+targets+", allow_any: true}\n")
-	h := newHost(t, p, nil)
+	h := newHostWith(t, p, nil, func(c *host.Config) { c.Resolver = dns.Resolver() })
 	m, err := h.Load(ctx, buildPlugin(t, "egress"), host.LoadOptions{Manifest: manifest(t,
 		"name: egress\nversion: 1.0.0\nkind: extism\nactions: [{name: raw}, {name: last}]\ncapabilities:\n  http: {targets: "+targets+", allow_any: true}\n")})
 	if err != nil {
@@ -472,5 +475,76 @@ func TestHTTPStateIsPerInvocation(t *testing.T) {
 	}
 	if got := call(bob, "last", ""); got.Status != 0 || got.Headers != nil {
 		t.Errorf("bob's invocation sees ann's last response: status %d, headers %v", got.Status, got.Headers)
+	}
+}
+
+// TestEgressInjection: Extism's http_request is sent by the same client
+// as http.fetch, so a grant's secret is injected into it and scrubbed from
+// what the plug-in reads back (body and headers, through http_headers),
+// and a redirect to another host does not carry it.
+func TestEgressInjection(t *testing.T) {
+	ctx := context.Background()
+	const tok = "extism-Secret-Value-42"
+	var saw atomic.Value
+	g := listen(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
+		saw.Store(r.Header.Get("Authorization"))
+		if to := r.URL.Query().Get("to"); to != "" {
+			http.Redirect(w, r, to, http.StatusFound)
+			return
+		}
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		io.WriteString(w, "got "+r.Header.Get("Authorization"))
+	})
+	other := listen(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
+		saw.Store("other:" + r.Header.Get("Authorization"))
+	})
+	G, O := fmt.Sprintf("http://127.0.0.1:%d", g.port), fmt.Sprintf("http://127.0.0.1:%d", other.port)
+	p := profile(t, "name: egress\ndefault:\n  capabilities:\n    http:\n      - url: "+G+"/\n        headers: {Authorization: \"Token ${secret:svc}\"}\n      - "+O+"\n")
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	raw := make([]byte, secrets.KeySize)
+	rand.Read(raw)
+	key, _ := secrets.ParseKey(base64.StdEncoding.EncodeToString(raw))
+	vault := secrets.NewVault(st, key, nil)
+	if _, err := vault.Set(ctx, secrets.Actor{Via: "cli", User: "root"}, "acme", "svc", []byte(tok)); err != nil {
+		t.Fatal(err)
+	}
+	h := newHostWith(t, p, nil, func(c *host.Config) { c.Store, c.Secrets = st, vault })
+	m, err := h.Load(ctx, buildPlugin(t, "egress"), host.LoadOptions{Manifest: manifest(t,
+		"name: egress\nversion: 1.0.0\nkind: extism\nactions: [{name: raw}, {name: last}]\ncapabilities:\n  http: ["+G+"/, "+O+"]\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(url string) rawResult {
+		in, _ := json.Marshal(rawCall{Req: map[string]any{"url": url, "method": "GET"}})
+		res, err := m.Invoke(ctx, host.Request{Action: "raw", Input: in, Principal: ann})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out rawResult
+		if err := json.Unmarshal(res.Output, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	out := call(G + "/echo")
+	if saw.Load() != "Token "+tok || out.Body != "got Token [secret]" || out.Headers["x-echo"] != "Token [secret]" {
+		t.Errorf("the server saw %q; the plug-in read %+v", saw.Load(), out)
+	}
+	call(G + "/?to=" + url.QueryEscape(O+"/x"))
+	if saw.Load() != "other:" {
+		t.Errorf("the redirect's other host saw %q", saw.Load())
+	}
+	evs, err := h.Audit().Query(ctx, audit.Filter{Kind: audit.KindOp, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if b, _ := json.Marshal(e); strings.Contains(string(b), tok) {
+			t.Errorf("an audit event holds the secret: %s", b)
+		}
 	}
 }

@@ -161,7 +161,6 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 	if len(p.functions) == 0 {
 		return fail("exports no function of type () -> (i32) or () -> (); an Extism plug-in's functions take no parameters")
 	}
-	p.httpc = newHTTPClient()
 	// One runtime per module, made by the go-sdk. It shares the host's
 	// compilation cache, so the module is compiled once per machine (the
 	// host has compiled the same bytes when nothing was relinked), and
@@ -205,7 +204,6 @@ type plugin struct {
 	spec      host.DriverSpec
 	functions []string
 	compiled  *extism.CompiledPlugin
-	httpc     *httpClient
 
 	mu     sync.Mutex
 	idle   []*instance
@@ -233,7 +231,6 @@ func (p *plugin) Close(ctx context.Context) error {
 }
 
 func (p *plugin) release(ctx context.Context) error {
-	p.httpc.close()
 	return p.compiled.Close(ctx)
 }
 
@@ -512,7 +509,7 @@ func (p *plugin) hostFunctions() []extism.HostFunction {
 	i64 := extism.ValueTypeI64
 	call := extism.NewHostFunctionWithStack(CallFunction, moatCall, []extism.ValueType{i64, i64}, []extism.ValueType{i64})
 	call.SetNamespace(UserModule)
-	req := extism.NewHostFunctionWithStack("http_request", p.httpc.request, []extism.ValueType{i64, i64}, []extism.ValueType{i64})
+	req := extism.NewHostFunctionWithStack("http_request", httpRequest, []extism.ValueType{i64, i64}, []extism.ValueType{i64})
 	status := extism.NewHostFunctionWithStack("http_status_code", httpStatusCode, nil, []extism.ValueType{api.ValueTypeI32})
 	headers := extism.NewHostFunctionWithStack("http_headers", httpHeaders, nil, []extism.ValueType{i64})
 	for _, f := range []*extism.HostFunction{&req, &status, &headers} {

@@ -47,15 +47,25 @@ func buildPlugin(t testing.TB, name string) []byte { return testwasm.BuildExtism
 // compilation cache and profile (nil: the built-in minimal). Its log goes
 // to logs when that is not nil.
 func newHost(t testing.TB, profile *policy.Profile, logs io.Writer) *host.Host {
+	return newHostWith(t, profile, logs, nil)
+}
+
+// newHostWith is newHost with the configuration changed by edit (a
+// test's own DNS server as the Resolver, secrets).
+func newHostWith(t testing.TB, profile *policy.Profile, logs io.Writer, edit func(*host.Config)) *host.Host {
 	t.Helper()
 	if logs == nil {
 		logs = io.Discard
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{
+	cfg := host.Config{
 		DataDir: t.TempDir(), CacheDir: cacheDir, Profile: profile,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h, err := host.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

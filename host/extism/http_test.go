@@ -138,10 +138,16 @@ capabilities:
 			denied++
 		}
 	}
-	// allowed by policy: a, a/home and its redirect, a/away, localhost;
-	// denied: host, port, the redirect, localhost's address (at dial
-	// time) and the file URL.
-	if allowed != 5 || denied != 5 {
-		t.Errorf("audit: %d allowed and %d denied http.fetch events, want 5 and 5:\n%+v", allowed, denied, evs)
+	// One event per hop sent or refused. Sent: a, a/home and the hop its
+	// redirect leads to, a/away (whose redirect is then refused);
+	// refused: another host, another port, a/away's redirect,
+	// localhost's address (at dial time) and the file URL.
+	if allowed != 4 || denied != 5 {
+		t.Errorf("audit: %d allowed and %d denied http.fetch events, want 4 and 5:\n%+v", allowed, denied, evs)
+	}
+	for _, e := range evs {
+		if e.Decision == audit.Allow && (e.Attrs["status"] == "" || e.Attrs["method"] != "GET" || e.Attrs["path"] == "" || e.MutationID == "") {
+			t.Errorf("an allowed hop without its status, method, path or id: %+v", e)
+		}
 	}
 }

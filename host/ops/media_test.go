@@ -189,7 +189,7 @@ func TestMediaOpsQuota(t *testing.T) {
 	errs := make([]error, 2)
 	for i, data := range [][]byte{b, photo(t, 65, 64)} {
 		e := mediaEnv(t, st, "acme")
-		e.Media.Quota = quota + first.Size // one more photo fits, not two
+		e.Media.Quota = quota + first.Size                                                                   // one more photo fits, not two
 		wg.Go(func() { _, errs[i] = mcall(t, e, &gate{}, abi.OpMediaPut, abi.MediaPutRequest{Data: data}) }) // a gate each: a gate records what it is asked
 	}
 	wg.Wait()

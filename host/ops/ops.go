@@ -200,6 +200,10 @@ type Op struct {
 	// them to decide which calls to record.
 	Mutates       bool
 	LeavesSandbox bool
+	// AuditsItself is true for an op that records its own audit events
+	// (the http family: one per request it sends, with its method, host,
+	// path, status and bytes): the host adds no event of its own for it.
+	AuditsItself bool
 
 	targeted bool // the capability is granted per target
 }

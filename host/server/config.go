@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"gopkg.in/yaml.v3"
@@ -72,6 +73,18 @@ type Config struct {
 	// CodeKey is the code key itself, for programs embedding the server;
 	// moat serve sets it from $MOAT_CODE_KEY.
 	CodeKey string `yaml:"-"`
+	// SecretsKeyFile names a file holding the key the operator's secrets
+	// are sealed under (its first line: the standard base64 of 32 random
+	// bytes, head -c 32 /dev/urandom | base64). The file must be readable
+	// by its owner only (chmod 600): one that group or others can read is
+	// refused. Without a key, `moat secrets` and /v1/admin/secrets say how
+	// to configure one, and a request whose grant injects a secret is
+	// refused. $MOAT_SECRETS_KEY (SecretsKey) wins over it. Every replica
+	// needs the same key.
+	SecretsKeyFile string `yaml:"secrets_key_file"`
+	// SecretsKey is the key itself, for programs embedding the server;
+	// moat serve sets it from $MOAT_SECRETS_KEY.
+	SecretsKey *secrets.Key `yaml:"-"`
 	// BuildCacheBytes bounds the code-execution build cache
 	// (DataDir/build-cache): past it, the least recently used builds are
 	// removed. Default 2GiB; every distinct submission is a build, so an
@@ -473,6 +486,13 @@ func (c *Config) validate(ix *nodeIndex) error {
 			return fail("code_key_file", "the key in %s is %d characters; use at least %d (openssl rand -hex 32 makes one)", c.CodeKeyFile, len(key), host.MinCodeKeyBytes)
 		}
 		c.CodeKey = key
+	}
+	if c.SecretsKeyFile != "" && c.SecretsKey == nil {
+		k, err := secrets.LoadKeyFile(c.SecretsKeyFile)
+		if err != nil {
+			return fail("secrets_key_file", "%v", err)
+		}
+		c.SecretsKey = k
 	}
 	if c.CodeKey != "" {
 		if err := ValidateCodeKey(c.CodeKey); err != nil {

@@ -46,6 +46,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
@@ -83,6 +84,7 @@ type Server struct {
 	// each organization draws from its share (registry.orgWorkers).
 	nativeWorkers *native.WorkerSlots
 	auth          *authenticator
+	vault         *secrets.Vault // the operator's secrets; its key may be nil (none configured)
 	keyRate       *rateLimit
 	orgRate       *rateLimit
 	piston        *rateLimit
@@ -168,6 +170,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
+	// One vault for every host: a request's injected secret is read in
+	// its caller's organization, whichever profile applies to it.
+	s.vault = secrets.NewVault(st, cfg.SecretsKey, vaultAudit{s})
 	// One bound on native plugin workers for the whole server, whatever
 	// profile each organization's modules load under.
 	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
@@ -196,9 +201,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
-			Tasks: host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
-			AI:    s.ai,
-			Media: host.MediaConfig{QuotaBytes: int64(cfg.Media.QuotaBytes), QuotaKnob: "media.quota_bytes", Decodes: decodes},
+			Tasks:   host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
+			AI:      s.ai,
+			Media:   host.MediaConfig{QuotaBytes: int64(cfg.Media.QuotaBytes), QuotaKnob: "media.quota_bytes", Decodes: decodes},
+			Secrets: s.vault,
 		})
 		if err != nil {
 			s.abort(ctx)

@@ -29,11 +29,6 @@ type Config struct {
 	// Guard decides on the address of every connection. Nil refuses every
 	// special address.
 	Guard *Guard
-	// Check decides whether a request may go to its destination, for the
-	// first request and each redirect: the grants. Its error is returned
-	// as it is (wrapped by nothing), so a caller can return its own kind.
-	// Nil allows every destination (the guard still applies).
-	Check func(ctx context.Context, u *url.URL, d Dest) error
 	// MaxRedirects is how many redirects one request follows (0:
 	// DefaultMaxRedirects; negative: none).
 	MaxRedirects int
@@ -84,8 +79,11 @@ func NewClient(cfg Config) *Client {
 		TLSHandshakeTimeout:    10 * time.Second,
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
-	// Jar nil: no cookie is kept from one request to the next.
-	c.http = &http.Client{Transport: c.transport, CheckRedirect: c.redirect, Jar: nil}
+	// Jar nil: no cookie is kept from one request to the next. Redirects
+	// are Send's own (each hop is a request of its own, asked about and
+	// given its own headers), so the http.Client follows none.
+	c.http = &http.Client{Transport: c.transport, Jar: nil,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return c
 }
 
@@ -108,35 +106,18 @@ var Methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.Me
 // request's framing, its connection, and its proxy, none the module's.
 var hostHeaders = []string{"Connection", "Content-Length", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// Prepare checks a request and builds it: the method, the URL normalized
-// (ParseURL) and rewritten, and the headers. It asks nothing of Check and
-// dials nothing; Do does. A refusal is an *Error.
-func (c *Client) Prepare(ctx context.Context, r Request) (*http.Request, Dest, error) {
-	method := strings.ToUpper(r.Method)
-	if method == "" {
-		method = http.MethodGet
+// CheckInjectedHeader checks the name of a header the host itself adds to
+// requests (one a grant injects): a token, and none of the headers the
+// client writes (framing, connection, proxy) or Host.
+func CheckInjectedHeader(name string) error {
+	if !httpguts.ValidHeaderFieldName(name) {
+		return refuse("header", "header name %q is not a token%s", clip(name), ctlNote(name))
 	}
-	if !slices.Contains(Methods, method) {
-		return nil, Dest{}, refuse("method", "method %q is not allowed; use one of %s", clip(r.Method), strings.Join(Methods, ", "))
+	ck := http.CanonicalHeaderKey(name)
+	if ck == "Host" || slices.Contains(hostHeaders, ck) {
+		return refuse("header", "header %s is the client's to set (the host, framing, connection or proxy); it cannot be injected", ck)
 	}
-	u, d, err := ParseURL(r.URL)
-	if err != nil {
-		return nil, Dest{}, err
-	}
-	h, err := c.header(r.Header, d)
-	if err != nil {
-		return nil, Dest{}, err
-	}
-	var body io.Reader
-	if r.Body != nil {
-		body = bytes.NewReader(r.Body) // NewRequest sets ContentLength and GetBody (for 307 and 308 redirects)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
-	if err != nil {
-		return nil, Dest{}, refuse("destination", "%s: %v", d, err)
-	}
-	req.Header = h
-	return req, d, nil
+	return nil
 }
 
 // header checks the module's headers and returns them as an http.Header.
@@ -199,42 +180,129 @@ func ctlNote(s string) string {
 	return "; it holds " + strings.Join(found, " and ") + ", which would end the header (header injection)"
 }
 
-// Do sends a request prepared by Prepare: Check is asked about its
-// destination, then about every redirect's, and every connection passes
-// the guard. The caller closes the response's body. An error is an *Error,
-// Check's error, or the network's.
-func (c *Client) Do(req *http.Request, d Dest) (*http.Response, error) {
-	if c.cfg.Check != nil {
-		if err := c.cfg.Check(req.Context(), req.URL, d); err != nil {
-			return nil, err
-		}
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, err
-	}
-	return resp, nil
+// Hop is one request of a chain: the module's own, then each redirect's.
+type Hop struct {
+	N      int // 0 for the module's request, then 1, 2, ... for each redirect followed
+	Method string
+	URL    *url.URL // normalized (ParseURL)
+	Dest   Dest
+	// Header is what is sent: the module's headers (less the credentials
+	// it set, once a redirect leaves its host), and what Hooks.Before
+	// adds.
+	Header http.Header
+	Body   []byte
 }
 
-// redirect normalizes a redirect's URL and asks Check about it.
-func (c *Client) redirect(req *http.Request, via []*http.Request) error {
-	if len(via) > c.cfg.MaxRedirects {
-		return refuse("redirect", "stopped at a redirect past the limit of %d redirects", c.cfg.MaxRedirects)
+// Hooks let a caller decide on each hop and see each redirect.
+type Hooks struct {
+	// Before is asked about every hop before it is sent (the grants, for
+	// the first request and every redirect); it may add headers to
+	// h.Header. Its error ends the chain and is returned as it is.
+	Before func(ctx context.Context, h *Hop) error
+	// Redirected is told of each redirect response, whose body is
+	// closed after it returns, before the next hop is asked about.
+	Redirected func(h *Hop, resp *http.Response)
+}
+
+// credentialHeaders are the module's headers a redirect to another host
+// does not carry, as browsers and net/http do.
+var credentialHeaders = []string{"Authorization", "Cookie", "Cookie2", "Proxy-Authorization", "Www-Authenticate"}
+
+// Send checks a request (the method, the URL normalized, the headers),
+// sends it, and follows its redirects itself, each a hop of its own:
+// normalized, asked about (hooks.Before), given its headers, and its
+// connection checked by the guard; at most MaxRedirects are followed. It
+// returns the final response (the caller closes its body) and its hop,
+// or the error and the hop it happened on (nil when the request was
+// refused before its first hop). An error is an *Error, Before's error,
+// or the network's.
+func (c *Client) Send(ctx context.Context, r Request, hooks Hooks) (*http.Response, *Hop, error) {
+	method := strings.ToUpper(r.Method)
+	if method == "" {
+		method = http.MethodGet
 	}
-	u, d, err := ParseURL(req.URL.String())
+	if !slices.Contains(Methods, method) {
+		return nil, nil, refuse("method", "method %q is not allowed; use one of %s", clip(r.Method), strings.Join(Methods, ", "))
+	}
+	u, d, err := ParseURL(r.URL)
 	if err != nil {
-		e := err.(*Error)
-		return &Error{Rule: e.Rule, Reason: "redirect to " + redact(req.URL) + ": " + e.Reason}
+		return nil, nil, err
 	}
-	req.URL, req.Host = u, ""
-	if c.cfg.Check != nil {
-		return c.cfg.Check(req.Context(), u, d)
+	h, err := c.header(r.Header, d)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil
+	hop := &Hop{Method: method, URL: u, Dest: d, Header: h.Clone(), Body: r.Body}
+	for {
+		if hooks.Before != nil {
+			if err := hooks.Before(ctx, hop); err != nil {
+				return nil, hop, err
+			}
+		}
+		var body io.Reader
+		if hop.Body != nil {
+			body = bytes.NewReader(hop.Body)
+		}
+		req, err := http.NewRequestWithContext(ctx, hop.Method, hop.URL.String(), body)
+		if err != nil {
+			return nil, hop, refuse("destination", "%s: %v", hop.Dest, err)
+		}
+		req.Header = hop.Header
+		resp, err := c.http.Do(req)
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err // url.Error repeats the URL, path and query included
+			}
+			return nil, hop, err
+		}
+		loc := resp.Header.Get("Location")
+		if !isRedirect(resp.StatusCode) || loc == "" {
+			return resp, hop, nil
+		}
+		if hooks.Redirected != nil {
+			hooks.Redirected(hop, resp)
+		}
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10) // lets the connection be reused
+		resp.Body.Close()
+		if hop.N >= c.cfg.MaxRedirects {
+			return nil, hop, refuse("redirect", "stopped at a redirect past the limit of %d redirects", c.cfg.MaxRedirects)
+		}
+		next, err := hop.URL.Parse(loc)
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return nil, hop, refuse("destination", "redirect to (invalid URL): not a URL: %v", err)
+		}
+		nu, nd, err := ParseURL(next.String())
+		if err != nil {
+			e := err.(*Error)
+			return nil, hop, &Error{Rule: e.Rule, Reason: "redirect to " + redact(next) + ": " + e.Reason}
+		}
+		n := &Hop{N: hop.N + 1, Method: hop.Method, URL: nu, Dest: nd, Header: h.Clone(), Body: hop.Body}
+		if resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusPermanentRedirect && hop.Method != http.MethodHead {
+			// 301, 302 and 303 are followed with a GET and no body, as
+			// browsers do; 307 and 308 repeat the method and the body.
+			n.Method, n.Body = http.MethodGet, nil
+			n.Header.Del("Content-Type")
+		}
+		if nd.Host != d.Host {
+			for _, k := range credentialHeaders {
+				n.Header.Del(k)
+			}
+		}
+		hop = n
+	}
+}
+
+func isRedirect(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
 }
 
 // redact is a URL's scheme and host, for messages: its path, query and

@@ -297,6 +297,8 @@ type Backend interface {
 	AI        // daily token budgets of model calls (ai.go)
 	// The task queue and schedule ticks (tasks.go).
 	TaskBackend
+	// The operator's secrets, sealed (secrets.go).
+	SecretBackend
 }
 
 // KVWrite is one kv write of a group commit (KVBatcher): a put (with a

@@ -408,6 +408,22 @@ CREATE TABLE media_usage (
 	bytes bigint NOT NULL
 );
 `},
+	{name: "secrets", sql: `
+-- The operator's secrets (store.SecretPut), sealed by package host/secrets;
+-- org '' is the operator's own.
+CREATE TABLE secrets (
+	org        text   NOT NULL,
+	name       text   NOT NULL,
+	ciphertext bytea  NOT NULL,
+	nonce      bytea  NOT NULL,
+	key_id     text   NOT NULL,
+	created_at bigint NOT NULL,
+	updated_at bigint NOT NULL,
+	created_by text   NOT NULL DEFAULT '',
+	updated_by text   NOT NULL DEFAULT '',
+	PRIMARY KEY (org, name)
+);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

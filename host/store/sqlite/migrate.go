@@ -534,6 +534,27 @@ CREATE TABLE media_usage (
 ) STRICT, WITHOUT ROWID;
 `,
 	},
+	{
+		name: "secrets",
+		// The operator's secrets (store.SecretPut), sealed by package
+		// host/secrets: AES-256-GCM under the key key_id names, with the
+		// org and name as additional data. org '' is the operator's own.
+		// Times are unix nanoseconds.
+		sql: `
+CREATE TABLE secrets (
+	org        TEXT    NOT NULL,
+	name       TEXT    NOT NULL,
+	ciphertext BLOB    NOT NULL,
+	nonce      BLOB    NOT NULL,
+	key_id     TEXT    NOT NULL,
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	created_by TEXT    NOT NULL DEFAULT '',
+	updated_by TEXT    NOT NULL DEFAULT '',
+	PRIMARY KEY (org, name)
+) STRICT, WITHOUT ROWID;
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because

@@ -2,7 +2,7 @@
 // every backend (store/sqlite, store/postgres, any later one) must pass it
 // unchanged, so the front's promises (scoping, validation, quotas,
 // single-use confirmations, audit batches, module blobs, the change feed,
-// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks, model calls' daily budgets, knowledge vectors and hybrid search, media items and their bytes) hold whichever database is behind a *store.Store.
+// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks, model calls' daily budgets, knowledge vectors and hybrid search, media items and their bytes, the operator's sealed secrets) hold whichever database is behind a *store.Store.
 //
 // A backend's test calls Run with a function that opens a fresh, empty
 // store, and RunShared with one that opens several handles on one fresh
@@ -109,6 +109,9 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"MediaValidation", su.testMediaValidation},
 		{"MediaQuota", su.testMediaQuota},
 		{"MediaQuotaConcurrent", su.testMediaQuotaConcurrent},
+		{"SecretsContract", su.testSecretsContract},
+		{"SecretsValidation", su.testSecretsValidation},
+		{"SecretsQuota", su.testSecretsQuota},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
