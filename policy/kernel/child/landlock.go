@@ -41,8 +41,8 @@ type ChildFS struct {
 	// socket or device node, and nothing executed; the same as a WASM
 	// guest may do in them (package host/grantfs). Read-only grants are
 	// ReadOnly.
-	Granted []string `json:",omitempty"`
-	ConnectTCP  []uint16 // TCP ports the child may connect to; none: all TCP connect and bind denied
+	Granted    []string `json:",omitempty"`
+	ConnectTCP []uint16 // TCP ports the child may connect to; none: all TCP connect and bind denied
 }
 
 // LandlockABI returns the Landlock ABI version of the running kernel, or 0
