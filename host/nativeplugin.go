@@ -134,6 +134,11 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	// worker started later. The kernel enforces them; the host sees no
 	// change a worker makes, so they are not audited one by one.
 	for _, g := range m.files.grants() {
+		for _, p := range []string{g.path, g.dir.RealPath()} {
+			if err := native.CheckGrant(p); err != nil {
+				return fail(abi.CodeDenied, err, "filesystem %s: %v", g.path, err)
+			}
+		}
 		if g.dir.RW() {
 			base.Granted = append(base.Granted, g.dir.RealPath())
 		} else {

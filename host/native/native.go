@@ -969,3 +969,18 @@ func wrapperPath(given string) string {
 
 // childFilters compiles the child seccomp filters once per process.
 var childFilters = sync.OnceValues(kernel.ChildFilters)
+
+// CheckGrant says why a native job cannot be granted the directory p
+// (Spec.ReadOnly or Spec.Granted for an operator's grant), or returns nil.
+// Under the job's scratch directories (/tmp, /var/tmp, /run, /dev/shm:
+// fresh tmpfs of its own, fully writable) a bound directory would take
+// their Landlock rights too, symlinks and FIFOs included, since Landlock
+// adds up the rights of every directory above a file.
+func CheckGrant(p string) error {
+	for _, s := range kernel.ScratchDirs {
+		if p == s || strings.HasPrefix(p, s+"/") {
+			return fmt.Errorf("%s lies under %s, which a native worker gets fresh (a tmpfs of its own, where it may make anything); grant a directory elsewhere", p, s)
+		}
+	}
+	return nil
+}
