@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -124,8 +126,13 @@ func (h *Host) openFileGrants(ctx context.Context, m *Module, correlation string
 			return refuse(g, err.Error(), err)
 		}
 		d, err := grantfs.Open(g.Path, g.RW)
-		if err != nil {
-			return refuse(g, fmt.Sprintf("cannot open the directory (%v); create it, or remove the grant", err), err)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return refuse(g, fmt.Sprintf("no such directory (%v); create it, or remove the grant", err), err)
+		case errors.Is(err, fs.ErrPermission):
+			return refuse(g, fmt.Sprintf("the host may not open it (%v): check its permissions, and that the host's own confinement allows it (moat serve allows what its profiles grant, moat run what the manifest asks for)", err), err)
+		case err != nil:
+			return refuse(g, fmt.Sprintf("cannot open the directory (%v); grant a directory", err), err)
 		}
 		m.files.list = append(m.files.list, fileGrant{path: g.Path, dir: d})
 		real := d.RealPath()

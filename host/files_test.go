@@ -377,7 +377,7 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 		{"[BASE/data/cache]", "reaches moat's own data directory"},
 		{"[BASE/alias]", "reaches moat's own data directory"}, // a symlink to it
 		{"[BASE]", "reaches moat's own data directory"},       // a parent of it
-		{"[BASE/missing]", "cannot open the directory"},
+		{"[BASE/missing]", "no such directory"},
 		{"[BASE/ro/file.txt]", "cannot open the directory"},
 	} {
 		t.Run(tt.grant, func(t *testing.T) {
