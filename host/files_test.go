@@ -459,3 +459,40 @@ func TestFileGrantReadWriteRefusedAsReadOnly(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestFileGrantRawWASI: the raw WASI calls of testdata/wat/hostile_fsraw.wat,
+// which no language runtime cleans up first: ".." chains, absolute paths,
+// an open that must not follow a link, links and renames out of a grant
+// and between grants. Each byte is the errno the guest saw (WASI numbers).
+func TestFileGrantRawWASI(t *testing.T) {
+	base := fileTree(t)
+	h := fileHost(t, base, host.Limits{})
+	raw := strings.ReplaceAll("name: fsraw\nversion: 1.0.0\nkind: wasi-command\ncapabilities:\n  filesystem: [BASE/ro, BASE/rw:rw]\n", "BASE", base)
+	mf, err := policy.ParseManifest("moat.yaml", []byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.Load(context.Background(), fixture(t, "hostile_fsraw.wasm"), host.LoadOptions{Manifest: mf, ManifestBytes: []byte(raw)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if _, err := m.Run(context.Background(), host.RunRequest{Stdout: &out, Principal: policy.Principal{User: "ann", Org: "acme"}}); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		ok, eloop, enosys, eperm, erofs = 0, 32, 52, 63, 69
+	)
+	want := []byte{eperm, eperm, eperm, eloop, erofs, erofs, eperm, eperm, eperm, eperm, enosys, erofs, erofs, eperm, eperm, eperm, ok}
+	if got := []byte(out.String()); !slices.Equal(got, want) {
+		t.Errorf("errnos %v, want %v", got, want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(base, "outside/secret")); string(b) != "s3cret" {
+		t.Errorf("outside/secret is %q", b)
+	}
+	for _, p := range []string{"rw/sl", "rw/hl", "rw/a", "ro/a", "ro/d"} {
+		if _, err := os.Lstat(filepath.Join(base, p)); err == nil {
+			t.Errorf("%s exists", p)
+		}
+	}
+}
