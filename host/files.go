@@ -211,15 +211,11 @@ type fileAuditor struct {
 // used up, as every op is refused then (budget.Admit).
 func (a *fileAuditor) Admit(c grantfs.Change) experimentalsys.Errno {
 	env := &a.inv.env
-	op := opOf(c)
-	if env.Principal.User == "" && env.Principal.Org == "" {
-		if err := budget.From(env.Context).Admit([]byte(op)); err != nil {
-			return experimentalsys.EPERM
-		}
-		a.record(c, audit.Deny, "no invocation is in flight (a start function): a file change needs a caller to answer for it", "")
+	if err := budget.From(orBackground(env.Context)).Admit([]byte(opOf(c))); err != nil {
 		return experimentalsys.EPERM
 	}
-	if err := budget.From(env.Context).Admit([]byte(op)); err != nil {
+	if env.Principal.User == "" && env.Principal.Org == "" {
+		a.record(c, audit.Deny, "no invocation is in flight (a start function): a file change needs a caller to answer for it", "")
 		return experimentalsys.EPERM
 	}
 	return 0
@@ -259,11 +255,14 @@ func (a *fileAuditor) record(c grantfs.Change, decision, why, mutation string) {
 	if decision == audit.Deny {
 		ev.Reason = fmt.Sprintf("%s %s %s: %s", opOf(c), c.Kind, auditPath(c.Path), why)
 	}
-	ctx := env.Context
+	a.inv.m.host.audit.Record(orBackground(env.Context), ev)
+}
+
+func orBackground(ctx context.Context) context.Context {
 	if ctx == nil {
-		ctx = context.Background()
+		return context.Background()
 	}
-	a.inv.m.host.audit.Record(ctx, ev)
+	return ctx
 }
 
 // auditPath bounds a guest's path for the trail: valid UTF-8, at most

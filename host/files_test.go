@@ -496,3 +496,38 @@ func TestFileGrantRawWASI(t *testing.T) {
 		}
 	}
 }
+
+// TestFileGrantStartFunctions: a change a module's start function makes
+// has no caller to answer for it: refused (EPERM) and audited; the same
+// change in an invocation is made.
+func TestFileGrantStartFunctions(t *testing.T) {
+	base := fileTree(t)
+	h := fileHost(t, base, host.Limits{})
+	raw := strings.ReplaceAll("name: fsinit\nversion: 1.0.0\nactions: [{name: mkdir}]\ncapabilities:\n  filesystem: [BASE/rw:rw]\n", "BASE", base)
+	mf, err := policy.ParseManifest("moat.yaml", []byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.Load(context.Background(), fixture(t, "hostile_fsinit.wasm"), host.LoadOptions{Manifest: mf, ManifestBytes: []byte(raw),
+		Isolation: host.IsolationFresh, CorrelationID: "fsinit-load"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Invoke(context.Background(), host.Request{Action: "mkdir", Principal: policy.Principal{User: "ann", Org: "acme"}, CorrelationID: "fsinit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Output; !slices.Equal(got, []byte{63, 0}) { // EPERM in _initialize, then made
+		t.Errorf("errnos %v, want [63 0]", got)
+	}
+	if _, err := os.Stat(filepath.Join(base, "rw/init")); err == nil {
+		t.Error("_initialize made rw/init")
+	}
+	if _, err := os.Stat(filepath.Join(base, "rw/call")); err != nil {
+		t.Errorf("the invocation did not make rw/call: %v", err)
+	}
+	evs := auditEvents(t, h, audit.Filter{Kind: audit.KindOp, Module: "fsinit", Decision: audit.Deny})
+	if len(evs) == 0 || evs[0].Attrs["path"] != "init" || evs[0].User != "" || !strings.Contains(evs[0].Reason, "no invocation is in flight") {
+		t.Errorf("denials: %+v", evs)
+	}
+}
