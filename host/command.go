@@ -135,7 +135,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	// stdin and sleeps end with the run (sleep.go).
 	stdin := stdinFor(cctx, req.Stdin)
 
-	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), confirmed: confirmed}}
+	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), confirmed: confirmed, epoch: 1}}
 	inst.env.Begin(cctx, req.Action, req.Principal, req.CorrelationID)
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := newLimitedMemory(lim)
@@ -154,7 +154,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	if _, set := req.Env[transport.DeviceEnv]; req.Ops && !set {
 		mc = mc.WithEnv(transport.DeviceEnv, transport.DevicePath)
 	}
-	if len(req.Mounts) > 0 || req.FS != nil || req.Ops {
+	if len(req.Mounts) > 0 || req.FS != nil || req.Ops || m.files != nil {
 		fsc := wazero.NewFSConfig()
 		for _, mt := range req.Mounts {
 			if err := checkMount(mt); err != nil {
@@ -168,6 +168,18 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		}
 		if req.FS != nil {
 			fsc = req.FS(fsc)
+		}
+		if m.files != nil {
+			// The granted directories (files.go), beside the mounts,
+			// which they may not overlap.
+			if err := m.checkGuestPaths(req.Mounts); err != nil {
+				return fail(abi.CodeInvalidArgument, err, "%v", err)
+			}
+			if !m.files.acquire() {
+				return fail(abi.CodeUnavailable, nil, "the module was closed")
+			}
+			defer m.files.release()
+			fsc = m.mountFileGrants(fsc, &inst.invocation)
 		}
 		if req.Ops {
 			fsc = transport.NewDevice(cctx, inst).Mount(fsc)

@@ -34,6 +34,7 @@ type instance struct {
 	stdout     guestStream
 	stderr     guestStream
 	stack      [3]uint64
+	files      *fileGrants // the module's directories, referenced while the instance lives
 }
 
 // newInstance instantiates the module. Instantiation (and _initialize, for
@@ -66,6 +67,15 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 		WithNanosleep(Nanosleep(func() context.Context { return inst.env.Context })).
 		WithRandSource(rand.Reader).
 		WithStartFunctions() // run below, under ictx (interrupt.go)
+	if m.files != nil {
+		// The granted directories, each a preopen at its own path
+		// (files.go); held until the instance closes.
+		if !m.files.acquire() {
+			return nil, &Error{Module: m.name, Code: abi.CodeUnavailable, Reason: "the module was closed"}
+		}
+		inst.files = m.files
+		mc = mc.WithFSConfig(m.mountFileGrants(wazero.NewFSConfig(), &inst.invocation))
+	}
 	inst.stderr.begin(ictx, inst.env.Log)
 	actx := inst.sess.Attach(ictx)
 	mod, err := h.runtime.InstantiateModule(actx, m.cm, mc)
@@ -82,6 +92,7 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	inst.sess.End()
 	inst.mem = alloc
 	if err != nil {
+		inst.files.release()
 		e := &Error{Module: m.name, Err: err}
 		switch {
 		case inst.mem.Hit():
@@ -129,6 +140,8 @@ func (inst *instance) close() {
 	if inst.mod != nil {
 		_ = inst.mod.Close(context.Background())
 	}
+	inst.files.release()
+	inst.files = nil
 }
 
 func (inst *instance) stderrNote() string {
@@ -148,6 +161,10 @@ type invocation struct {
 	env          ops.Env
 	confirmed    bool   // the invocation was confirmed: sensitive ops may run
 	needsConfirm string // the first sensitive op refused for want of a confirmation
+	// epoch counts the invocations an instance served: a descriptor into
+	// a granted directory kept from an earlier one is audited again when
+	// written (grantfs.Auditor.Epoch).
+	epoch uint64
 }
 
 // newEnv is the ops environment of one of m's invocations, before Begin.

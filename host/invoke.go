@@ -177,6 +177,7 @@ type callError struct {
 func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Limits) ([]byte, *callError) {
 	m := inst.m
 	ctx = inst.sess.Attach(ctx)
+	inst.epoch++
 	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
 	inst.env.DiskQuota = m.diskQuota
 	inst.sess.Begin(inst)

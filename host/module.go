@@ -138,9 +138,11 @@ type Module struct {
 	dbQuota   store.DBQuota
 	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
 	script    *Script
-	source    []byte     // a native plugin's files, as signed
-	compiled  *compiled  // its machine code, released by Close
-	http      moduleHTTP // its outbound requests' client (outbound.go)
+	source    []byte      // a native plugin's files, as signed
+	compiled  *compiled   // its machine code, released by Close
+	http      moduleHTTP  // its outbound requests' client (outbound.go)
+	files     *fileGrants // its granted directories (files.go); nil: none
+	filesOnce sync.Once   // Close drops the module's reference once
 
 	mu   sync.Mutex
 	idle []*instance
@@ -322,6 +324,11 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		host: h, name: name, digest: digest, cm: c.cm, isolation: opts.Isolation, maxIdle: opts.MaxIdle,
 		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil},
 	}
+	defer func() {
+		if !loaded {
+			m.closeFileGrants()
+		}
+	}()
 	if m.isolation == "" {
 		m.isolation = IsolationPooled
 	}
@@ -384,6 +391,14 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if !m.policy.implicit {
 		if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
 			return nil, err
+		}
+		if err := h.openFileGrants(ctx, m, opts.CorrelationID); err != nil {
+			return nil, err
+		}
+		if m.script != nil {
+			if err := m.checkGuestPaths(m.script.Mounts); err != nil {
+				return fail(abi.CodeInvalidArgument, err, "%v", err)
+			}
 		}
 		m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
 		if err := h.loadModels(ctx, m, opts); err != nil {
@@ -577,9 +592,10 @@ func (m *Module) Close(ctx context.Context) error {
 	}
 	// Its machine code is freed with the last module using it; calls in
 	// flight finish on their instances (wazero allows closing a compiled
-	// module under them).
+	// module under them), and keep its granted directories until then.
 	defer m.host.release(c)
 	defer m.closeHTTP()
+	m.closeFileGrants()
 	if m.runner != nil {
 		return m.runner.Close(ctx)
 	}

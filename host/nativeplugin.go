@@ -98,6 +98,15 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
 		return nil, err
 	}
+	if err := h.openFileGrants(ctx, m, opts.CorrelationID); err != nil {
+		return nil, err
+	}
+	loaded := false
+	defer func() {
+		if !loaded {
+			m.closeFileGrants()
+		}
+	}()
 	m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
 	if err := m.limits.validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
@@ -118,6 +127,23 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 		MemoryBytes: memory,
 		ReadOnly:    append([]string{nat.Dir}, nat.ReadOnly...),
 		WorkDir:     nat.Dir,
+	}
+	// The granted directories, bound into each worker's root and allowed
+	// by its Landlock layer: at the directory each resolved to when it was
+	// checked (files.go), so a symlink changed later cannot redirect a
+	// worker started later. The kernel enforces them; the host sees no
+	// change a worker makes, so they are not audited one by one.
+	for _, g := range m.files.grants() {
+		for _, p := range []string{g.path, g.dir.RealPath()} {
+			if err := native.CheckGrant(p); err != nil {
+				return fail(abi.CodeDenied, err, "filesystem %s: %v", g.path, err)
+			}
+		}
+		if g.dir.RW() {
+			base.Granted = append(base.Granted, g.dir.RealPath())
+		} else {
+			base.ReadOnly = append(base.ReadOnly, g.dir.RealPath())
+		}
 	}
 	env := append([]string{"PATH=" + native.DefaultPath, "LANG=C.UTF-8"}, nat.Env...)
 	workerEvent := audit.Event{Kind: audit.KindWorker, Module: name, CorrelationID: opts.CorrelationID}
@@ -169,6 +195,7 @@ func (h *Host) loadNative(ctx context.Context, opts LoadOptions) (*Module, error
 	m.info.Actions = m.public
 	m.info.Mode = string(m.policy.eval.Mode)
 	m.info.Signer = m.policy.eval.Signer
+	loaded = true
 	return m, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,5 +182,90 @@ default:
 	}
 	if len(gaveUp) != 1 || gaveUp[0].Decision != audit.Deny {
 		t.Fatalf("gave_up events: %+v", gaveUp)
+	}
+}
+
+// TestNativePluginFileGrants: a native worker sees its granted
+// directories bound at their paths in its own root: a read-only grant
+// cannot be written (EROFS: bound read-only), a read-write one can, but
+// no symlink or FIFO may be made there (Landlock: EACCES), and a link
+// out of a grant finds nothing (the job's root holds only what it is
+// granted). The directory's own permissions decide what the worker's uid
+// may write: moat never hands an operator's directory over.
+func TestNativePluginFileGrants(t *testing.T) {
+	requireNative(t)
+	// Not under /tmp: a native worker's /tmp is a tmpfs of its own, and a
+	// grant there is refused (see the end of the test).
+	base, err := os.MkdirTemp(".", ".moat-native-files-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	if base, err = filepath.Abs(base); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(base, 0o755))
+	for _, d := range []string{"ro", "rw", "outside"} {
+		must(os.Mkdir(filepath.Join(base, d), 0o755))
+	}
+	must(os.Chmod(filepath.Join(base, "rw"), 0o777))
+	must(os.WriteFile(filepath.Join(base, "ro/file.txt"), []byte("hello"), 0o644))
+	must(os.WriteFile(filepath.Join(base, "outside/secret"), []byte("s3cret"), 0o644))
+	must(os.Symlink("../outside/secret", filepath.Join(base, "ro/link_up")))
+	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
+	h := policyHost(t, "name: test\ndefault:\n  capabilities:\n    filesystem: ["+ro+", "+rw+":rw]\n  limits: {memory: 128MiB, timeout: 10s}\n")
+	mf, err := policy.ParseManifest("moat.yaml", []byte("name: native-files\n"+nativeManifest+"capabilities:\n  filesystem: ["+ro+", "+rw+":rw]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, Native: pyPlugin(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	for _, tt := range []struct{ probe, want string }{
+		{`["cat", "` + ro + `/file.txt"]`, "ok hello"},
+		{`["write", "` + ro + `/file.txt"]`, "EROFS"},
+		{`["write", "` + ro + `/new"]`, "EROFS"},
+		{`["cat", "` + ro + `/link_up"]`, "ENOENT"},
+		{`["cat", "` + base + `/outside/secret"]`, "ENOENT"},
+		{`["write", "` + rw + `/native.txt"]`, "ok"},
+		{`["mkdir", "` + rw + `/d"]`, "ok"},
+		{`["symlink", "/etc/passwd", "` + rw + `/sl"]`, "EACCES"},
+		{`["mkfifo", "` + rw + `/fifo"]`, "EACCES"},
+	} {
+		res, err := m.Invoke(ctx, host.Request{Action: "probe", Input: []byte(tt.probe), Principal: ann, CorrelationID: "native-files"})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.probe, err)
+		}
+		if string(res.Output) != tt.want {
+			t.Errorf("%s: %q, want %q", tt.probe, res.Output, tt.want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(rw, "native.txt")); string(b) != "x" {
+		t.Errorf("native.txt holds %q", b)
+	}
+	if fi, err := os.Stat(rw); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the granted directory changed owner: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ro, "file.txt")); string(b) != "hello" {
+		t.Errorf("ro/file.txt holds %q", b)
+	}
+
+	tmp := t.TempDir()
+	h = policyHost(t, "name: test\ndefault:\n  capabilities:\n    filesystem: ["+tmp+":rw]\n")
+	mf, err = policy.ParseManifest("moat.yaml", []byte("name: native-tmp\n"+nativeManifest+"capabilities:\n  filesystem: ["+tmp+":rw]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, Native: pyPlugin(t)}); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "which a native worker gets fresh") {
+		t.Errorf("a grant under /tmp: %v", err)
 	}
 }

@@ -262,6 +262,7 @@ var (
 	httpItemType = reflect.TypeFor[httpTargetItem]()
 	commandType  = reflect.TypeFor[Command]()
 	collsType    = reflect.TypeFor[Collections]()
+	fileType     = reflect.TypeFor[FileGrant]()
 )
 
 // nouns used in "unknown field" messages, by struct type: singular, plural.
@@ -334,6 +335,20 @@ func (ix *index) walk(n *yaml.Node, t reflect.Type, path string) error {
 			return nil
 		}
 		return ix.errorf(path, "expected a list of collections like [docs, faq], or true for every collection, got %s", describe(n))
+	case t == fileType:
+		switch n.Kind {
+		case yaml.ScalarNode:
+			return ix.walk(n, reflect.TypeFor[string](), path)
+		case yaml.MappingNode:
+			if err := ix.walkStruct(n, reflect.TypeFor[fileGrantObject](), path); err != nil {
+				return err
+			}
+			if !ix.has(path + ".path") {
+				return ix.errorf(path, "names no path; write it like {path: /srv/out, rw: true}")
+			}
+			return nil
+		}
+		return ix.errorf(path, "expected a path like /srv/data (read-only), /srv/out:rw, or {path: /srv/out, rw: true}, got %s", describe(n))
 	case t == commandType:
 		switch n.Kind {
 		case yaml.SequenceNode:

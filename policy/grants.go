@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 
@@ -190,10 +189,21 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 		}
 	}
 	eff.Tasks = flag("tasks", req.Tasks, func(c *Capabilities) bool { return c.Tasks })
-	for _, fp := range req.Filesystem {
-		if check("filesystem "+fp, func(c *Capabilities) bool { return pathCovered(c.Filesystem, fp) },
-			fmt.Sprintf("not under a granted path (granted: %s)", list(granted.Filesystem))) {
-			eff.Filesystem = append(eff.Filesystem, fp)
+	for _, fg := range req.Filesystem {
+		// Writes are granted only when both sides say rw. A read-write
+		// request under a read-only grant is refused as such (on_ungranted
+		// decides whether the module loads) and, loaded, gets the
+		// directory read-only: its writes fail with EROFS.
+		what := "filesystem " + fg.String()
+		if !check(what, func(c *Capabilities) bool { covered, _ := fileCovered(c.Filesystem, fg.Path); return covered },
+			fmt.Sprintf("not under a granted directory (granted: %s)", fileList(granted.Filesystem))) {
+			continue
+		}
+		eff.Filesystem = append(eff.Filesystem, fg)
+		if fg.RW && !check(what, func(c *Capabilities) bool { _, rw := fileCovered(c.Filesystem, fg.Path); return rw },
+			fmt.Sprintf("granted read-only (granted: %s), so it is mounted read-only; to let the module write, grant %s:rw or {path: %s, rw: true}",
+				fileList(granted.Filesystem), fg.Path, fg.Path)) {
+			eff.Filesystem[len(eff.Filesystem)-1].RW = false
 		}
 	}
 
@@ -278,7 +288,7 @@ func union(a, b Capabilities) Capabilities {
 		AI:         merge(a.AI, b.AI),
 		Knowledge:  merge(a.Knowledge, b.Knowledge),
 		Tasks:      a.Tasks || b.Tasks,
-		Filesystem: merge(a.Filesystem, b.Filesystem),
+		Filesystem: mergeFiles(a.Filesystem, b.Filesystem),
 	}
 }
 
@@ -302,6 +312,22 @@ func mergeHeaders(a, b map[string]map[string]string) map[string]map[string]strin
 				}
 				out[target][k] = v
 			}
+		}
+	}
+	return out
+}
+
+// mergeFiles adds b's file grants to a's: a path granted read-only and
+// read-write is kept read-write.
+func mergeFiles(a, b []FileGrant) []FileGrant {
+	out := slices.Clone(a)
+	for _, g := range b {
+		i := slices.IndexFunc(out, func(o FileGrant) bool { return o.Path == g.Path })
+		switch {
+		case i < 0:
+			out = append(out, g)
+		case g.RW:
+			out[i].RW = true
 		}
 	}
 	return out
@@ -355,18 +381,6 @@ func addressNamed(granted []string, r httpTarget) bool {
 func targetCovered(granted []string, r httpTarget) bool {
 	for _, s := range granted {
 		if g, err := parseTarget(s); err == nil && g.covers(r) {
-			return true
-		}
-	}
-	return false
-}
-
-// pathCovered: a path is granted when it is a granted path or lies under
-// one. Comparing whole path elements keeps /data from granting /database.
-func pathCovered(granted []string, p string) bool {
-	p = path.Clean(p)
-	for _, g := range granted {
-		if p == g || g == "/" || strings.HasPrefix(p, g+"/") {
 			return true
 		}
 	}

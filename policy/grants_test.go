@@ -31,7 +31,7 @@ default:
     http: [https://api.example.com:443, "https://*.cdn.example.com:443", "http://intranet.local:*"]
     ai: [gpt-small]
     knowledge: [docs]
-    filesystem: [/data]
+    filesystem: [/data, /out:rw]
   limits: {memory: 128MiB, timeout: 30s}
   trusted:
     capabilities: {media: true}
@@ -120,12 +120,20 @@ func TestEvaluateCapabilities(t *testing.T) {
 		{"knowledge false", "plain", "capabilities: {knowledge: false}\n", "", policy.ModeSandboxed,
 			policy.Capabilities{}, nil},
 
-		{"filesystem prefixes", "plain", "capabilities: {filesystem: [/data, /data/in, /database, /]}\n", "", policy.ModeSandboxed,
-			policy.Capabilities{Filesystem: []string{"/data", "/data/in"}}, []string{"filesystem /database", "filesystem /"}},
+		{"filesystem prefixes", "plain", "capabilities: {filesystem: [/data/in, /database, /outside]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/data/in"}}}, []string{"filesystem /database", "filesystem /outside"}},
+		{"filesystem the granted directory itself", "plain", "capabilities: {filesystem: [/data]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/data"}}}, nil},
+		{"filesystem rw asked, ro granted: mounted read-only, refused as rw", "plain", "capabilities: {filesystem: [/data/x:rw]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/data/x"}}}, []string{"filesystem /data/x:rw"}},
+		{"filesystem rw asked and granted", "plain", "capabilities: {filesystem: [{path: /out/a, rw: true}, /data]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/out/a", RW: true}, {Path: "/data"}}}, nil},
+		{"filesystem ro asked under an rw grant stays ro", "plain", "capabilities: {filesystem: [/out]}\n", "", policy.ModeSandboxed,
+			policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/out"}}}, nil},
 		{"filesystem trusted-only, sandboxed", "hello", "capabilities: {filesystem: [/srv/secret/x]}\n", "", policy.ModeSandboxed,
 			policy.Capabilities{}, []string{"filesystem /srv/secret/x"}},
 		{"filesystem trusted-only, trusted", "hello", "capabilities: {filesystem: [/srv/secret/x]}\n", "other", policy.ModeTrusted,
-			policy.Capabilities{Filesystem: []string{"/srv/secret/x"}}, nil},
+			policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/srv/secret/x"}}}, nil},
 		{"trusted part of another module", "plain", "capabilities: {filesystem: [/srv/secret]}\n", "acme", policy.ModeTrusted,
 			policy.Capabilities{}, []string{"filesystem /srv/secret"}},
 	} {

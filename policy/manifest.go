@@ -122,7 +122,7 @@ type Capabilities struct {
 	AI         []string    `yaml:"ai,omitempty"`         // model names; "*" in a grant for any
 	Knowledge  Collections `yaml:"knowledge,omitempty"`  // knowledge collections; "*" (or true) for any
 	Tasks      bool        `yaml:"tasks,omitempty"`      // background tasks
-	Filesystem []string    `yaml:"filesystem,omitempty"` // absolute path prefixes, read-write
+	Filesystem []FileGrant `yaml:"filesystem,omitempty"` // directories, read-only unless rw (files.go)
 }
 
 // IsZero reports whether c holds no capability.
@@ -521,7 +521,7 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 	for _, l := range []struct {
 		path string
 		list []string
-	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".knowledge", c.Knowledge}, {base + ".filesystem", c.Filesystem}} {
+	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".knowledge", c.Knowledge}} {
 		for i, s := range l.list {
 			if j := slices.Index(l.list, s); j < i {
 				return ix.errorf(fmt.Sprintf("%s[%d]", l.path, i), "%q is listed twice (also at [%d]); remove one", s, j)
@@ -579,13 +579,7 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 			}
 		}
 	}
-	for i, fp := range c.Filesystem {
-		p := fmt.Sprintf("%s.filesystem[%d]", base, i)
-		if !path.IsAbs(fp) || path.Clean(fp) != fp {
-			return ix.errorf(p, "%q must be an absolute, clean path (no .., no //, no trailing /), like %s", fp, cleanAbs(fp))
-		}
-	}
-	return nil
+	return checkFileGrants(ix, base, c.Filesystem, grant)
 }
 
 func cleanAbs(p string) string {

@@ -40,7 +40,7 @@ capabilities:
   ai: [gpt-small]
   knowledge: true
   tasks: true
-  filesystem: [/data/in]
+  filesystem: [/data/in, /data/out:rw, {path: "/srv/x:rw"}]
 limits:
   memory: 64MiB
   timeout: 10s
@@ -68,7 +68,7 @@ func TestParseManifestFull(t *testing.T) {
 			KV: true, DB: []string{"orders", "customers"},
 			HTTP:  policy.HTTPCaps{Targets: []string{"https://api.example.com:443"}},
 			Media: true, AI: []string{"gpt-small"}, Knowledge: policy.Collections{"*"}, Tasks: true,
-			Filesystem: []string{"/data/in"},
+			Filesystem: []policy.FileGrant{{Path: "/data/in"}, {Path: "/data/out", RW: true}, {Path: "/srv/x:rw"}},
 		},
 		Limits: policy.Limits{Memory: 64 << 20, Timeout: policy.Duration(10 * time.Second), Disk: 100 << 20,
 			Concurrency: 4, CallsPerMinute: 600},
@@ -221,6 +221,19 @@ var manifestErrors = []struct {
 	{"relative path", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [data/in]\n", 4, "capabilities.filesystem[0]", "absolute, clean path"},
 	{"trailing slash", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/data/in/]\n", 4, "capabilities.filesystem[0]", "like /data/in"},
 	{"dot-dot path", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/data/../etc]\n", 4, "capabilities.filesystem[0]", "like /etc"},
+	{"root path", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/]\n", 4, "capabilities.filesystem[0]", "/ is the whole machine"},
+	{"proc", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/proc/self]\n", 4, "capabilities.filesystem[0]", "/proc/self is under /proc, which no grant may reach"},
+	{"sys", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/sys:rw]\n", 4, "capabilities.filesystem[0]", "/sys is under /sys"},
+	{"dev", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [{path: /dev/shm, rw: true}]\n", 4, "capabilities.filesystem[0]", "/dev/shm is under /dev"},
+	{"NUL in path", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [\"/data\\0/x\"]\n", 4, "capabilities.filesystem[0]", "NUL byte"},
+	{"dot-dot in the rw form", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/data/..:rw]\n", 4, "capabilities.filesystem[0]", "absolute, clean path"},
+	{"path twice, modes differ", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/data, /data:rw]\n", 4, "capabilities.filesystem[1]", "listed twice (also at [0])"},
+	{"nested requests", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/srv, /srv/data:rw]\n", 4, "capabilities.filesystem[1]", "/srv/data and /srv (filesystem[0]) overlap"},
+	{"prefix but not parent is fine, then a nested one", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [/data, /database, /database/x]\n", 4, "capabilities.filesystem[2]", "overlap"},
+	{"mapping without path", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [{rw: true}]\n", 4, "capabilities.filesystem[0]", "names no path"},
+	{"mapping unknown key", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [{path: /data, mode: rw}]\n", 4, "capabilities.filesystem[0].mode", "mode"},
+	{"mapping rw not a bool", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [{path: /data, rw: yes please}]\n", 4, "capabilities.filesystem[0].rw", "not a boolean"},
+	{"a list of lists", "name: a\nversion: 1.0.0\ncapabilities:\n  filesystem: [[/data]]\n", 4, "capabilities.filesystem[0]", "expected a path like /srv/data"},
 }
 
 func TestParseManifestErrors(t *testing.T) {

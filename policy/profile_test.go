@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/policy"
+	"gopkg.in/yaml.v3"
 )
 
 // Two well-formed minisign public keys (base64 of "Ed", key id, Ed25519 key).
@@ -60,7 +61,7 @@ func TestParseProfileFull(t *testing.T) {
 		},
 		Modules: map[string]policy.Grant{"hello-go": {
 			Capabilities: policy.Capabilities{HTTP: policy.HTTPCaps{Targets: []string{"https://api.example.com:443"}}},
-			Trusted:      &policy.Grant{Capabilities: policy.Capabilities{Filesystem: []string{"/srv/data"}}},
+			Trusted:      &policy.Grant{Capabilities: policy.Capabilities{Filesystem: []policy.FileGrant{{Path: "/srv/data"}}}},
 		}},
 		Keys: map[string]policy.Grant{"acme-release": {Capabilities: policy.Capabilities{AI: []string{"gpt-small"}}}},
 		File: "minimal.yaml",
@@ -164,6 +165,9 @@ func TestParseProfileErrors(t *testing.T) {
 		{"grant bad collection", head + "default:\n  capabilities: {db: [\"a-b\"]}\n", 3, "default.capabilities.db[0]", "not a collection name"},
 		{"role permissions type", head + "role_permissions:\n  admin: orders.write\n", 3, "role_permissions.admin", "write it as [orders.write]"},
 		{"role name", head + "role_permissions:\n  \"two words\": [x]\n", 3, "role_permissions.two words", "not a valid role name"},
+		{"grant of /", head + "default:\n  capabilities:\n    filesystem: [/]\n", 4, "default.capabilities.filesystem[0]", "/ is the whole machine"},
+		{"grant of /proc", head + "modules:\n  a:\n    trusted: {capabilities: {filesystem: [/proc:rw]}}\n", 4, "modules.a.trusted.capabilities.filesystem[0]", "/proc is under /proc"},
+		{"grant twice", head + "default:\n  capabilities:\n    filesystem: [/srv, /srv:rw]\n", 4, "default.capabilities.filesystem[1]", "listed twice"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := policy.ParseProfile("minimal.yaml", []byte(tt.yaml))
@@ -179,7 +183,6 @@ default:
     db: ["*"]
     ai: ["*"]
     http: {targets: ["*", "https://*:443"], allow_any: true}
-    filesystem: [/]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +211,56 @@ func TestIsSensitiveAndPermissions(t *testing.T) {
 	} {
 		if got := p.Permissions(tt.roles); !slices.Equal(got, tt.want) {
 			t.Errorf("Permissions(%v) = %v, want %v", tt.roles, got, tt.want)
+		}
+	}
+}
+
+// A profile may grant one directory read-only and one inside it
+// read-write (unlike a manifest, which asks for what one preopen shows);
+// FileGrants lists every grant of every part, for the host's Landlock.
+func TestProfileFileGrants(t *testing.T) {
+	p, err := policy.ParseProfile("p.yaml", []byte(`name: p
+default:
+  capabilities:
+    filesystem: [/srv, /srv/out:rw]
+modules:
+  a:
+    trusted: {capabilities: {filesystem: [{path: /opt/a, rw: true}]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.FileGrants()
+	want := []policy.FileGrant{{Path: "/srv"}, {Path: "/srv/out", RW: true}, {Path: "/opt/a", RW: true}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("FileGrants = %+v, want %+v", got, want)
+	}
+	// The inner read-write grant covers a read-write request beside the
+	// outer read-only one.
+	m, err := policy.ParseManifest("moat.yaml", []byte("name: a\nversion: 1.0.0\ncapabilities: {filesystem: [/srv/out/x:rw, /srv/in]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := p.Evaluate(m, "")
+	if len(e.Refusals) != 0 || !reflect.DeepEqual(e.Effective.Filesystem, []policy.FileGrant{{Path: "/srv/out/x", RW: true}, {Path: "/srv/in"}}) {
+		t.Errorf("Evaluate: %+v %+v", e.Effective.Filesystem, e.Refusals)
+	}
+}
+
+// The grant's YAML round-trips: a path ending in :rw or :ro itself is
+// written as a mapping, so it reads back as the same path.
+func TestFileGrantYAML(t *testing.T) {
+	for _, g := range []policy.FileGrant{{Path: "/a"}, {Path: "/a", RW: true}, {Path: "/odd:rw"}, {Path: "/odd:ro", RW: true}} {
+		b, err := yaml.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back policy.FileGrant
+		if err := yaml.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back != g {
+			t.Errorf("%+v → %q → %+v", g, b, back)
 		}
 	}
 }

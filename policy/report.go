@@ -88,7 +88,14 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	items("ai", req.AI)
 	items("knowledge", req.Knowledge)
 	flag("tasks", req.Tasks)
-	items("filesystem", req.Filesystem)
+	for _, g := range req.Filesystem {
+		what := "filesystem " + g.String()
+		if r := refusal(what); r != nil {
+			line("  %s\t✗ refused (%s): %s", what, r.Rule, r.Reason)
+		} else {
+			line("  %s\t✓ granted %s", what, g.Mode())
+		}
+	}
 	line("  log, config\t✓ always available")
 	tw.Flush()
 

@@ -61,6 +61,13 @@ func TestReport(t *testing.T) {
 			"  kv           ✓ granted\n",
 			"\nverdict: LOADS\n",
 		}},
+		{"files", "deny_at_call", "plain", "capabilities: {filesystem: [/data/in, /out/a:rw, /data/x:rw, /etc]}\n", "", []string{
+			"  filesystem /data/in    ✓ granted read-only\n",
+			"  filesystem /out/a:rw   ✓ granted read-write\n",
+			"  filesystem /data/x:rw  ✗ refused (profile test: default grant): granted read-only (granted: /data, /out:rw), so it is mounted read-only; to let the module write, grant /data/x:rw or {path: /data/x, rw: true}\n",
+			"  filesystem /etc        ✗ refused (profile test: default grant): not under a granted directory (granted: /data, /out:rw)\n",
+			"\nverdict: LOADS; 2 requests will be denied at call time (on_ungranted: deny_at_call)\n",
+		}},
 		{"nothing requested", "refuse", "plain", "", "", []string{
 			"  (none requested)\n",
 			"\nverdict: LOADS\n",

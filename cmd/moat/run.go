@@ -165,7 +165,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f, []string{filepath.Dir(b.Path)}, manifestTargets(b.Manifest)); err != nil {
+	if err := confineHost(g, f, []string{filepath.Dir(b.Path)}, manifestTargets(b.Manifest), manifestFiles(b.Manifest)); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -384,11 +384,12 @@ func newCorrelationID() string {
 }
 
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
-// the data directory writable, the module's directory readable, and TCP
-// connections only to the ports of connectTo (HTTP targets). The report
-// is logged (a warning per missing layer) and audited by newHost; strict
-// mode refuses to go on without every layer.
-func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string) error {
+// the data directory writable, the module's directory readable, the
+// directories of files (the manifest's file grants) readable or writable
+// as they ask, and TCP connections only to the ports of connectTo (HTTP
+// targets). The report is logged (a warning per missing layer) and
+// audited by newHost; strict mode refuses to go on without every layer.
+func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, files []policy.FileGrant) error {
 	m, err := kernel.ParseConfineMode(f.confine)
 	if err != nil {
 		return usagef("%v", err)
@@ -409,13 +410,37 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string) erro
 		}
 	}
 	ports, anyPort := policy.TargetPorts(connectTo)
+	grantRead, grantWrite := fileGrantDirs(files)
 	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256,
-		ConnectTCP: ports, ConnectAnyTCP: anyPort})
+		ConnectTCP: ports, ConnectAnyTCP: anyPort, GrantRead: grantRead, GrantWrite: grantWrite})
 	if err != nil {
 		return err
 	}
 	g.confined = rep
 	return nil
+}
+
+// manifestFiles are the directories a manifest asks for: the confined
+// host may open them (read-write where it asks so); the grant, the mode
+// that is in effect and every name are checked by the host itself.
+func manifestFiles(mf *policy.Manifest) []policy.FileGrant {
+	if mf == nil {
+		return nil
+	}
+	return mf.Capabilities.Filesystem
+}
+
+// fileGrantDirs splits file grants into the directories the host's
+// Landlock layer lets it read and those it lets it write too.
+func fileGrantDirs(gs []policy.FileGrant) (read, write []string) {
+	for _, g := range gs {
+		if g.RW {
+			write = append(write, g.Path)
+		} else {
+			read = append(read, g.Path)
+		}
+	}
+	return read, write
 }
 
 // manifestTargets are the HTTP targets a manifest asks for: the confined

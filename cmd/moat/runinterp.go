@@ -124,7 +124,7 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	for _, m := range sp.Script.Mounts {
 		readOnly = append(readOnly, m.HostDir)
 	}
-	if err := confineHost(g, f, readOnly, nil); err != nil {
+	if err := confineHost(g, f, readOnly, nil, manifestFiles(mf)); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)

@@ -263,7 +263,10 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 	// Modules arrive after start-up, so the kernel's connect rule covers
 	// every target the profiles could grant; each dial is still checked
 	// against the module's own grant in Go.
+	// The same for the directories the profiles grant: each is opened,
+	// and every name beneath it checked, by the host.
 	var targets []string
+	var files []policy.FileGrant
 	for _, name := range append([]string{cfg.Profile}, slices.Collect(maps.Values(cfg.Profiles))...) {
 		p, err := policy.LoadProfile(name)
 		if err != nil {
@@ -271,7 +274,9 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 			return nil, err
 		}
 		targets = append(targets, p.HTTPTargets()...)
+		files = append(files, p.FileGrants()...)
 	}
+	grantRead, grantWrite := fileGrantDirs(files)
 	connect, anyPort := policy.TargetPorts(targets)
 	// The database's pool opens connections for as long as the server
 	// runs (and its LISTEN connection reconnects): its ports stay open
@@ -301,7 +306,7 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 			ports = append(ports, uint16(a.Port))
 		}
 		rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: mode, ReadOnly: readOnly, ReadWrite: readWrite, BindTCP: ports,
-			ConnectTCP: connect, ConnectAnyTCP: anyPort, MemoryBytes: hostMemory, Pids: 4096})
+			ConnectTCP: connect, ConnectAnyTCP: anyPort, MemoryBytes: hostMemory, Pids: 4096, GrantRead: grantRead, GrantWrite: grantWrite})
 		if err != nil {
 			return err
 		}

@@ -100,6 +100,12 @@ type Spec struct {
 	// sparingly. As root, each is handed to the job's uid for the run, as
 	// a given Dir is.
 	ReadWrite []string
+	// Granted are directories the operator granted the command read-write
+	// (a plugin's filesystem: [/srv/out:rw]). Unlike ReadWrite they stay
+	// the operator's: never handed to the job's uid, so the directory's
+	// own permissions decide whether that uid may write; and no symlink,
+	// FIFO or socket may be made in them (kernel.ChildFS.Granted).
+	Granted []string `json:",omitempty"`
 	// Wrapper is the binary that confines the child and execs the command.
 	// Default: moat-confine beside the running executable when there is
 	// one (it starts in a fraction of the time), else the running
@@ -416,7 +422,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
 		FS: kernel.ChildFS{Target: target, ExtraExec: extra, ReadOnly: s.ReadOnly,
-			ReadWrite: append([]string{dir}, s.ReadWrite...), ConnectTCP: ports},
+			ReadWrite: append([]string{dir}, s.ReadWrite...), Granted: s.Granted, ConnectTCP: ports},
 		StatusFD: 3 + len(extraFiles),
 	}
 	netLayer := "netns"
@@ -963,3 +969,18 @@ func wrapperPath(given string) string {
 
 // childFilters compiles the child seccomp filters once per process.
 var childFilters = sync.OnceValues(kernel.ChildFilters)
+
+// CheckGrant says why a native job cannot be granted the directory p
+// (Spec.ReadOnly or Spec.Granted for an operator's grant), or returns nil.
+// Under the job's scratch directories (/tmp, /var/tmp, /run, /dev/shm:
+// fresh tmpfs of its own, fully writable) a bound directory would take
+// their Landlock rights too, symlinks and FIFOs included, since Landlock
+// adds up the rights of every directory above a file.
+func CheckGrant(p string) error {
+	for _, s := range kernel.ScratchDirs {
+		if p == s || strings.HasPrefix(p, s+"/") {
+			return fmt.Errorf("%s lies under %s, which a native worker gets fresh (a tmpfs of its own, where it may make anything); grant a directory elsewhere", p, s)
+		}
+	}
+	return nil
+}

@@ -56,6 +56,13 @@ type HostConfinement struct {
 	// a backstop for the whole host process. Zero: no cgroup. Needs root.
 	MemoryBytes int64
 	Pids        int64
+	// GrantRead and GrantWrite are the directories the host's modules are
+	// granted (filesystem: in the profiles; the manifest's, for moat run):
+	// readable, and for GrantWrite writable, though never executable and
+	// never a place for symlinks, FIFOs or sockets, since the host makes
+	// none there for a guest (package host/grantfs). A missing one is
+	// skipped: a module granted it fails its load.
+	GrantRead, GrantWrite []string
 	// AllowExec keeps execve allowed (for a host that still starts native
 	// children itself); the launcher design makes this unnecessary.
 	AllowExec bool
@@ -147,6 +154,9 @@ func ConfineHost(c HostConfinement) (*HostReport, error) {
 const (
 	accessDev   = landlock.AccessFSSet(ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate)
 	accessNoJob = landlock.AccessFSSet(ll.AccessFSExecute | ll.AccessFSIoctlDev | ll.AccessFSMakeChar | ll.AccessFSMakeBlock)
+	// accessNoGrant: what a directory granted to modules never allows the
+	// host either.
+	accessNoGrant = accessNoJob | landlock.AccessFSSet(ll.AccessFSMakeSym|ll.AccessFSMakeFifo|ll.AccessFSMakeSock)
 )
 
 // isDir reports whether p (after symlinks) is a directory; Landlock refuses
@@ -203,6 +213,20 @@ func restrictHost(c HostConfinement) error {
 			rw = append(rw, abs)
 		}
 		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoJob, rw...))
+	}
+	for _, g := range []struct {
+		dirs   []string
+		access landlock.AccessFSSet
+	}{{c.GrantRead, read}, {c.GrantWrite, cfg.HandledAccessFS &^ accessNoGrant}} {
+		var dirs []string
+		for _, p := range g.dirs {
+			if isDir(p) {
+				dirs = append(dirs, p)
+			}
+		}
+		if len(dirs) > 0 {
+			rules = append(rules, landlock.PathAccess(g.access, dirs...))
+		}
 	}
 	if !c.ConnectAnyTCP {
 		// With ConnectAnyTCP the ruleset does not handle connect at all,

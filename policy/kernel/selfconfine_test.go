@@ -97,3 +97,68 @@ func TestConfineHostHelper(t *testing.T) {
 	}
 	fmt.Println("HOST-HOLDS")
 }
+
+const hostGrantsEnv = "MOAT_TEST_CONFINE_GRANTS"
+
+// TestConfineHostGrants: the directories modules are granted are the
+// host's to read (GrantRead) or to write (GrantWrite), but the host may
+// make no symlink or FIFO in them, and may still touch nothing else.
+func TestConfineHostGrants(t *testing.T) {
+	if abi, err := LandlockABI(); err != nil || abi < 1 {
+		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+			t.Fatalf("Landlock: %v", err)
+		}
+		t.Skipf("needs Landlock (%v)", err)
+	}
+	base := t.TempDir()
+	for _, d := range []string{"data", "ro", "rw", "other"} {
+		if err := os.Mkdir(base+"/"+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(base+"/"+d+"/f", []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestConfineHostGrantsHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), hostGrantsEnv+"="+base)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "GRANTS-HOLD") {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+}
+
+func TestConfineHostGrantsHelper(t *testing.T) {
+	base := os.Getenv(hostGrantsEnv)
+	if base == "" {
+		t.Skip("run by TestConfineHostGrants")
+	}
+	if _, err := ConfineHost(HostConfinement{Mode: ConfineBestEffort, ReadWrite: []string{base + "/data"},
+		GrantRead: []string{base + "/ro", base + "/missing"}, GrantWrite: []string{base + "/rw"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(base + "/ro/f"); err != nil {
+		t.Errorf("read ro/f: %v", err)
+	}
+	if err := os.WriteFile(base+"/ro/g", nil, 0o644); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("write ro/g: %v, want EACCES", err)
+	}
+	if err := os.WriteFile(base+"/rw/g", []byte("y"), 0o644); err != nil {
+		t.Errorf("write rw/g: %v", err)
+	}
+	if err := os.Mkdir(base+"/rw/d", 0o755); err != nil {
+		t.Errorf("mkdir rw/d: %v", err)
+	}
+	if err := os.Rename(base+"/rw/g", base+"/rw/d/g"); err != nil {
+		t.Errorf("rename within rw: %v", err)
+	}
+	if err := os.Symlink("/etc/shadow", base+"/rw/sl"); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("symlink in rw: %v, want EACCES", err)
+	}
+	if err := syscall.Mkfifo(base+"/rw/fifo", 0o644); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("mkfifo in rw: %v, want EACCES", err)
+	}
+	if _, err := os.ReadFile(base + "/other/f"); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("read other/f: %v, want EACCES", err)
+	}
+	fmt.Println("GRANTS-HOLD")
+}

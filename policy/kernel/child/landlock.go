@@ -35,7 +35,14 @@ type ChildFS struct {
 	ExtraExec   []string // more binaries the target may execute (read and execute)
 	ReadOnly    []string // more paths to read (files or directories, no execute)
 	ReadWrite   []string // directories to read and write (the job dir), no execute
-	ConnectTCP  []uint16 // TCP ports the child may connect to; none: all TCP connect and bind denied
+	// Granted are directories the operator granted read-write to a
+	// plugin (filesystem: [/srv/out:rw]): files and directories may be
+	// made, written, renamed and removed there, but no symlink, FIFO,
+	// socket or device node, and nothing executed; the same as a WASM
+	// guest may do in them (package host/grantfs). Read-only grants are
+	// ReadOnly.
+	Granted    []string `json:",omitempty"`
+	ConnectTCP []uint16 // TCP ports the child may connect to; none: all TCP connect and bind denied
 }
 
 // LandlockABI returns the Landlock ABI version of the running kernel, or 0
@@ -48,12 +55,17 @@ const (
 	accessExec  = landlock.AccessFSSet(ll.AccessFSExecute | ll.AccessFSReadFile)
 	accessDev   = landlock.AccessFSSet(ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate)
 	accessNoJob = landlock.AccessFSSet(ll.AccessFSExecute | ll.AccessFSIoctlDev | ll.AccessFSMakeChar | ll.AccessFSMakeBlock)
+	// accessNoGrant is what a granted directory never allows: beyond the
+	// job dir's exclusions, the kinds of file other programs reading the
+	// directory could be led astray by (a symlink out, a FIFO to block on).
+	accessNoGrant = accessNoJob | landlock.AccessFSSet(ll.AccessFSMakeSym|ll.AccessFSMakeFifo|ll.AccessFSMakeSock)
 )
 
 // RestrictChild applies the child's Landlock layer to the calling process
 // (all threads) and everything it executes afterwards: read-only system
 // directories, execute only on the target, its loader and spec.ExtraExec,
-// read-write (but not execute) only on spec.ReadWrite, the device files in
+// read-write (but not execute) only on spec.ReadWrite and spec.Granted
+// (no symlinks, FIFOs or sockets made there), the device files in
 // DeviceFiles, no TCP connect or bind except spec.ConnectTCP, and IPC
 // scoping (no signals or abstract unix sockets out of the domain). It uses
 // Landlock ABI 7 in best-effort mode: an older kernel gets what it supports,
@@ -88,6 +100,9 @@ func RestrictChild(spec ChildFS) error {
 	if len(spec.ReadWrite) > 0 {
 		rw := cfg.HandledAccessFS &^ accessNoJob
 		rules = append(rules, landlock.PathAccess(rw, spec.ReadWrite...))
+	}
+	if len(spec.Granted) > 0 {
+		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoGrant, spec.Granted...))
 	}
 	for _, p := range spec.ConnectTCP {
 		rules = append(rules, landlock.ConnectTCP(p))

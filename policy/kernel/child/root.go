@@ -22,7 +22,8 @@ import (
 //     allowlist), and the parts of /etc in SystemEtc;
 //   - the target, its loader and ExtraExec, read-only;
 //   - ReadOnly paths, read-only and noexec;
-//   - ReadWrite directories and the device files, read-write and noexec;
+//   - ReadWrite and Granted directories and the device files, read-write
+//     and noexec;
 //   - the job dir: a fresh tmpfs of JobDirBytes (noexec), or, when
 //     JobDirBytes is 0, the host's directory bound read-write (noexec);
 //   - fresh tmpfs at /tmp, /var/tmp, /run and /dev/shm (noexec, each
@@ -177,6 +178,7 @@ func planRoot(fs ChildFS, rs *RootSpec) (*rootPlan, error) {
 		}
 		add(bindRW, p)
 	}
+	add(bindRW, fs.Granted...)
 	add(bindDev, DeviceFiles...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

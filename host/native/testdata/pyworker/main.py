@@ -91,6 +91,15 @@ def probe(inp):
         elif what == "write":
             with open(args[0], "wb") as f:
                 f.write(b"x")
+        elif what == "cat":
+            with open(args[0]) as f:
+                return "ok " + f.read()
+        elif what == "mkdir":
+            os.mkdir(args[0])
+        elif what == "symlink":
+            os.symlink(args[0], args[1])
+        elif what == "mkfifo":
+            os.mkfifo(args[0])
         elif what == "tcp":
             s = socket.create_connection((args[0], int(args[1])), timeout=2)
             s.close()

@@ -1,0 +1,131 @@
+package main_test
+
+import (
+	"bytes"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testwasm"
+)
+
+// TestRunFileGrants is the issue's report, end to end: a profile grants
+// directories, `moat policy check` shows each with its mode, and the
+// plugin, run strictly confined, reads the read-only one, is refused
+// writes there with EROFS, and writes the read-write one (it used to get
+// "Bad file number": no preopen existed). The write is in the audit
+// trail.
+func TestRunFileGrants(t *testing.T) {
+	base := t.TempDir()
+	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
+	for _, d := range []string{ro, rw} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ro, "file.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plugin := writeModule(t, "fsguest", testwasm.BuildGo(t, "./testdata/fsguest", true))
+	manifest := "name: fsguest\nversion: 1.0.0\nactions: [{name: fs}]\ncapabilities:\n  filesystem: [" + ro + ", " + rw + ":rw]\n"
+	if err := os.WriteFile(filepath.Join(plugin, "moat.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	profile := filepath.Join(base, "profile.yaml")
+	if err := os.WriteFile(profile, []byte("name: files\ndefault:\n  capabilities:\n    filesystem: ["+ro+", {path: "+rw+", rw: true}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r := moat(t, "", "policy", "check", plugin, "--profile", profile)
+	for _, want := range []string{"filesystem " + ro + "     ✓ granted read-only", "filesystem " + rw + ":rw  ✓ granted read-write", "verdict: LOADS"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("policy check lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	data := t.TempDir()
+	for _, tt := range []struct{ input, want string }{
+		{"read " + ro + "/file.txt", "ok hello"},
+		{"write " + ro + "/file.txt x", "err EROFS"},
+		{"write " + rw + "/out.txt written-by-the-plugin", "ok"},
+		{"read " + rw + "/out.txt", "ok written-by-the-plugin"},
+	} {
+		r := moat(t, "", "run", plugin, "fs", "--input", tt.input, "--profile", profile, "--data", data, "--confine", "strict", "--correlation-id", "files-cli")
+		if r.code != 0 || r.stdout != tt.want {
+			t.Errorf("%s: exit %d stdout %q stderr %q; want %q", tt.input, r.code, r.stdout, r.stderr, tt.want)
+		}
+	}
+	a := moat(t, "", "audit", "--data", data, "--kind", "op", "--correlation", "files-cli")
+	if !strings.Contains(a.stdout, "fs/fs.write") || !strings.Contains(a.stdout, "deny") {
+		t.Errorf("the trail lacks the write and the refusal:\n%s", a.stdout)
+	}
+}
+
+// TestServeFileGrants: moat serve, confined after it binds its port,
+// still opens the directories its profile grants (its Landlock layer
+// allows them), and a module uploaded later uses them as granted.
+func TestServeFileGrants(t *testing.T) {
+	base := t.TempDir()
+	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
+	for _, d := range []string{ro, rw} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ro, "file.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	profile := filepath.Join(base, "profile.yaml")
+	if err := os.WriteFile(profile, []byte("name: files\ndefault:\n  capabilities:\n    filesystem: ["+ro+", "+rw+":rw]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
+	var rest bytes.Buffer
+	_, url := startServe(t, &rest, "--data", data, "--listen", "127.0.0.1:0", "--profile", profile)
+	req := func(method, path, ct string, body io.Reader) (int, string) {
+		t.Helper()
+		r, _ := http.NewRequest(method, url+path, body)
+		r.Header.Set("Authorization", "Bearer "+key)
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		res, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	manifest := "name: fsguest\nversion: 1.0.0\nactions: [{name: fs}]\ncapabilities:\n  filesystem: [" + ro + ", " + rw + ":rw]\n"
+	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/fsguest", true), "manifest": []byte(manifest)} {
+		w, _ := mw.CreateFormFile(name, name)
+		w.Write(content)
+	}
+	mw.Close()
+	if code, out := req("POST", "/v1/modules", mw.FormDataContentType(), &body); code != 201 {
+		t.Fatalf("upload: %d %s\n%s", code, out, rest.String())
+	}
+	for _, tt := range []struct{ input, want string }{
+		{"read " + ro + "/file.txt", "ok hello"},
+		{"write " + ro + "/file.txt x", "err EROFS"},
+		{"write " + rw + "/served.txt from-the-server", "ok"},
+	} {
+		if code, out := req("POST", "/v1/modules/fsguest/actions/fs", "", strings.NewReader(tt.input)); code != 200 || out != tt.want {
+			t.Errorf("%s: %d %q, want %q", tt.input, code, out, tt.want)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(rw, "served.txt")); string(b) != "from-the-server" {
+		t.Errorf("served.txt holds %q", b)
+	}
+	if a := moat(t, "", "audit", "--data", data, "--kind", "confinement"); !strings.Contains(a.stdout, "landlock") {
+		t.Errorf("the server did not confine itself with Landlock: %+v", a)
+	}
+}
