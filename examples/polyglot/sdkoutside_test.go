@@ -5,6 +5,8 @@ package polyglot_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,6 +27,8 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
 	_ "github.com/moat-sandbox/moat/languages/python"
@@ -59,15 +63,41 @@ const providerKey = "sk-moat-test-provider-7c1f"
 
 // withAIProvider configures cfg to call the OpenAI-compatible provider at
 // baseURL (its /v1/chat/completions and /v1/embeddings) with the key
-// providerKey, an operator's secret (organization ""), and the model
-// aliases small-chat (the provider's model test-chat) and small-embed
-// (test-embed).
-//
-// MERGE: the shape of this configuration in host.Config is the ai
-// helper's (issue 16, designed in parallel with this test); the lead
-// fills this body in at merge. Until then it configures nothing: the ai
-// rows fail as the http and media rows do in a tree without their ops.
-func withAIProvider(cfg *host.Config, baseURL string) {}
+// providerKey, an operator's secret (organization "") kept sealed in the
+// host's store by a real vault, and the model aliases small-chat (the
+// provider's model test-chat) and small-embed (test-embed).
+func withAIProvider(t *testing.T, cfg *host.Config, baseURL string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	key, err := secrets.ParseKey(base64.StdEncoding.EncodeToString(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vault := secrets.NewVault(st, key, nil)
+	if _, err := vault.Set(ctx, secrets.Actor{Via: "cli", User: "operator"}, "", "provider", []byte(providerKey)); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := ai.New(ai.Config{
+		Providers: map[string]ai.ProviderConfig{"test": {BaseURL: baseURL + "/v1", APIKeySecret: "provider"}},
+		Models: map[string]ai.ModelConfig{
+			"small-chat":  {Provider: "test", Model: "test-chat", Kind: ai.KindChat},
+			"small-embed": {Provider: "test", Model: "test-embed", Kind: ai.KindEmbed},
+		},
+	}, st, cfg.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store, cfg.Secrets, cfg.AI = st, vault, svc
+}
 
 // origin is the loopback server the plugins fetch from: /sdk/echo
 // answers 201 with X-Echo (the request's X-Test and method) and "got:"
@@ -207,7 +237,7 @@ default:
 		t.Fatal(err)
 	}
 	cfg := host.Config{DataDir: t.TempDir(), CacheDir: filepath.Join(buildDir, "cache"), Logger: slog.New(slog.DiscardHandler), Profile: p}
-	withAIProvider(&cfg, ai.URL)
+	withAIProvider(t, &cfg, ai.URL)
 	ctx := context.Background()
 	h, err := host.New(ctx, cfg)
 	if err != nil {
