@@ -106,6 +106,9 @@ func printEvents(w io.Writer, events []audit.Event) {
 		if e.MutationID != "" {
 			detail += " mutation=" + e.MutationID
 		}
+		if e.ModelCallID != "" {
+			detail += " model_call=" + e.ModelCallID
+		}
 		// Every field but the time is stored text, some of it written by
 		// a module or a client: one row per event, whatever it holds.
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05.000"), termSafe(e.Kind), termSafe(e.Decision),

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
@@ -53,7 +54,7 @@ func moatIn(t *testing.T, dir string, args ...string) result {
 // them, the plugin would be refused, naming each.
 func TestNotesPolicyCheck(t *testing.T) {
 	root := testwasm.RepoRoot(t)
-	want := []string{"db notes ✓ granted", "knowledge notes ✓ granted", "tasks ✓ granted", "log, config ✓ always available"}
+	want := []string{"db notes ✓ granted", "ai small-chat ✓ granted", "knowledge notes ✓ granted", "tasks ✓ granted", "log, config ✓ always available"}
 	for _, plugin := range []string{"examples/notes/go/moat.yaml", "examples/notes/python"} {
 		for _, profile := range []string{notesProfile, "dev"} {
 			r := moatIn(t, root, "policy", "check", plugin, "--profile", profile)
@@ -68,7 +69,7 @@ func TestNotesPolicyCheck(t *testing.T) {
 		if r.code != 3 || !strings.Contains(r.stdout, "REFUSED") {
 			t.Errorf("policy check %s under minimal: exit %d, want 3 (refused)\n%s", plugin, r.code, r.stdout)
 		}
-		for _, c := range []string{"db notes", "knowledge notes", "tasks"} {
+		for _, c := range []string{"db notes", "ai small-chat", "knowledge notes", "tasks"} {
 			if !strings.Contains(r.stdout, c) {
 				t.Errorf("policy check %s under minimal does not name %s:\n%s", plugin, c, r.stdout)
 			}
@@ -78,6 +79,30 @@ func TestNotesPolicyCheck(t *testing.T) {
 
 // capabilityLines is the capabilities section of a policy check report,
 // each line's runs of spaces as one.
+// notesConfigWithModel is examples/notes/moat-server.yaml with its model
+// provider pointed at an OpenAI-compatible server in the test (the one
+// stand-in the project allows: for a model provider), under the same
+// alias and the provider's model name the file gives.
+func notesConfigWithModel(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, notesConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const local = "http://127.0.0.1:11434/v1"
+	if !bytes.Contains(b, []byte(local)) {
+		t.Fatalf("%s no longer names the provider %s", notesConfig, local)
+	}
+	llm := aitest.New(t, "")
+	b = bytes.Replace(b, []byte(local), []byte(llm.URL), 1)
+	b = bytes.Replace(b, []byte("profile: examples/notes/profile.yaml"), []byte("profile: "+filepath.Join(root, notesProfile)), 1)
+	p := filepath.Join(t.TempDir(), "moat-server.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func capabilityLines(report string) []string {
 	_, rest, _ := strings.Cut(report, "\ncapabilities\n")
 	section, _, _ := strings.Cut(rest, "\n\n")
@@ -107,6 +132,7 @@ func TestNotesExample(t *testing.T) {
 				t.Setenv("MOAT_DATABASE_URL", pgtest.Database(t))
 			}
 			data := t.TempDir()
+			notesConfig := notesConfigWithModel(t, root)
 			keys := map[string]string{}
 			for _, u := range []struct{ org, user, role string }{{"acme", "ann", "admin"}, {"acme", "bob", "member"}, {"globex", "gus", "admin"}} {
 				r := moatIn(t, root, "keys", "create", "--config", notesConfig, "--data", data, "--org", u.org, "--user", u.user, "--role", u.role)
@@ -388,6 +414,26 @@ func (n *notesClient) walkThrough(plugin, backend string) string {
 		if !ok {
 			t.Errorf("the audit of %s lacks %s:\n%s", cid, what, out)
 		}
+	}
+
+	// Summarize: the caller's open notes, by the model small-chat (the
+	// test's OpenAI-compatible server, which answers "<model> heard: <the
+	// prompt's words>"): ann's open note (the milk is done) is in her
+	// summary, bob's are not;
+	// the model call is in the audit trail under the invocation's
+	// correlation id, with the id the plugin answered.
+	scid := "notes-summarize-" + plugin + "-" + backend
+	sum := n.must("ann", plugin, "summarize", `{}`, "X-Request-Id", scid)
+	text, _ := sum["summary"].(string)
+	mcid, _ := sum["model_call_id"].(string)
+	if !strings.HasPrefix(text, "llama3.2 heard:") || !strings.Contains(text, "dentist") || strings.Contains(text, "bob") || sum["notes"] != 1.0 || mcid == "" {
+		t.Errorf("summarize: %v", sum)
+	}
+	if code, out := n.do("ann", "GET", "/v1/audit?correlation_id="+scid, "", ""); code != 200 || !strings.Contains(out, `"model_call_id":"`+mcid+`"`) || !strings.Contains(out, `"op":"ai.complete"`) {
+		t.Errorf("the audit of %s lacks the model call %s: %d\n%s", scid, mcid, code, out)
+	}
+	if got := n.must("bob", plugin, "summarize", `{"tag":"home"}`); !strings.Contains(fmt.Sprint(got["summary"]), "milk") || strings.Contains(fmt.Sprint(got["summary"]), "dentist") {
+		t.Errorf("bob's summary: %v", got)
 	}
 
 	// Delete: stale version refused, then gone, from search too.

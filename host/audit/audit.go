@@ -171,6 +171,7 @@ func (l *Log) record(ctx context.Context, e Event) {
 		add("code", e.Code)
 		add("mutation_id", e.MutationID)
 		add("task_id", e.TaskID)
+		add("model_call_id", e.ModelCallID)
 		add("reason", e.Reason)
 		l.log.LogAttrs(ctx, level, "audit", attrs...)
 	}

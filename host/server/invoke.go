@@ -143,6 +143,7 @@ type AuditEventJSON struct {
 	Code          string            `json:"code,omitempty"`
 	MutationID    string            `json:"mutation_id,omitempty"`
 	TaskID        string            `json:"task_id,omitempty"`
+	ModelCallID   string            `json:"model_call_id,omitempty"`
 	DurationNS    int64             `json:"duration_ns,omitempty"`
 	Attrs         map[string]string `json:"attrs,omitempty"`
 }
@@ -198,7 +199,7 @@ func (s *Server) auditQuery(c echo.Context) error {
 	for i, e := range events {
 		out[i] = AuditEventJSON{ID: e.ID, Time: e.Time, Kind: e.Kind, Decision: e.Decision, CorrelationID: e.CorrelationID,
 			Module: e.Module, Action: e.Action, Op: e.Op, User: e.User, Org: e.Org, Rule: e.Rule, Reason: e.Reason,
-			Code: e.Code, MutationID: e.MutationID, TaskID: e.TaskID, DurationNS: e.DurationNS, Attrs: e.Attrs}
+			Code: e.Code, MutationID: e.MutationID, TaskID: e.TaskID, ModelCallID: e.ModelCallID, DurationNS: e.DurationNS, Attrs: e.Attrs}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"events": out})
 }
