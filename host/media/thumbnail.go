@@ -23,8 +23,9 @@ import (
 // decodes (abi.MaxMediaPixels of 16-bit PNG, 400 MB) and then some.
 const DefaultDecodeBytes = 1 << 30
 
-// DecodeSlots bounds the memory that image decodes (thumbnails) hold at
-// once, across every invocation of every host that shares it. Each decode
+// DecodeSlots bounds the memory that image decodes (thumbnails) and
+// downloads (media.fetch, Hold) hold at once, across every invocation of
+// every host that shares it. Each decode
 // estimates what it will allocate from the image's header (pixels, bit
 // depth, progressive JPEG's coefficients, the resampling buffers) and
 // takes that much before it decodes, waiting within its invocation's
@@ -58,6 +59,26 @@ func (s *DecodeSlots) acquire(ctx context.Context, n int64) (release func(), err
 	}
 	if err := s.sem.Acquire(ctx, n); err != nil {
 		return nil, ctxError(ctx, "waiting for memory to decode the image (other decodes held it)")
+	}
+	return func() { s.sem.Release(n) }, nil
+}
+
+// FetchHoldBytes is what a download holds of DecodeSlots while it runs:
+// the body (at most abi.MaxMediaBytes) and the copy Ingest keeps of it.
+const FetchHoldBytes = 2 * abi.MaxMediaBytes
+
+// Hold takes n bytes of the bound for media work other than a decode (a
+// download and its ingest: FetchHoldBytes), waiting within ctx; what
+// names the work in a refusal. Downloads share the bound with decodes so
+// that many concurrent media.fetch calls of 32 MiB bodies cannot add up
+// to more memory than the bound either.
+func (s *DecodeSlots) Hold(ctx context.Context, n int64, what string) (release func(), err error) {
+	if n > s.bytes {
+		return nil, abi.Errorf(abi.CodeResourceExhausted,
+			"%s needs about %d bytes of memory; the host holds at most %d bytes of media work at once (media.decode_bytes)", what, n, s.bytes)
+	}
+	if err := s.sem.Acquire(ctx, n); err != nil {
+		return nil, ctxError(ctx, "waiting for memory for "+what+" (other media work held it)")
 	}
 	return func() { s.sem.Release(n) }, nil
 }

@@ -40,8 +40,8 @@ type MediaLimits struct {
 	// Its refusal names QuotaKnob, the setting that changes it.
 	Quota     int64
 	QuotaKnob string
-	// Decodes bounds the memory of image decodes at once (nil: one
-	// bound for every host of the process that names none).
+	// Decodes bounds the memory of image decodes and downloads at once
+	// (nil: one bound for every host of the process that names none).
 	Decodes *media.DecodeSlots
 }
 
@@ -70,6 +70,14 @@ func mediaFetch(env *Env, req *abi.MediaFetchRequest) (*abi.MediaInfo, error) {
 	if env.Outbound == nil {
 		return nil, abi.Errorf(abi.CodeDenied, "%s: this host sends no requests (it has no outbound HTTP client), so it downloads nothing", abi.OpMediaFetch)
 	}
+	// The body and its ingested copy are held in memory: take room for
+	// them from the host-wide bound first, so that concurrent downloads
+	// wait for each other instead of adding up past it.
+	release, err := env.Media.decodes().Hold(env.Context, media.FetchHoldBytes, abi.OpMediaFetch)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	resp, err := env.Outbound.Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, abi.MaxMediaBytes)
 	if err != nil {
 		return nil, err

@@ -23,10 +23,12 @@ type MediaConfig struct {
 	// with resource_exhausted naming media.quota_bytes. Default 1GiB;
 	// from 1MiB to 1TiB.
 	QuotaBytes policy.ByteSize `yaml:"quota_bytes"`
-	// DecodeBytes bounds the memory this server's image decodes
-	// (thumbnails) hold at once, all organizations together: each
-	// decode takes what its image's header says it will need before it
-	// starts, and waits within its invocation's deadline for the rest.
+	// DecodeBytes bounds the memory this server's media work holds at
+	// once, all organizations together: each image decode (thumbnails)
+	// takes what its image's header says it will need before it starts,
+	// each media.fetch twice abi.MaxMediaBytes (the body and its ingested
+	// copy) before it sends, and both wait within their invocation's
+	// deadline for the rest.
 	// Default 1GiB; from 512MiB (the largest image the host decodes) to
 	// 64GiB.
 	DecodeBytes policy.ByteSize `yaml:"decode_bytes"`
