@@ -474,3 +474,31 @@ func dirArchive(t *testing.T, parent, dir string) string {
 	zw.Close()
 	return buf.String()
 }
+
+// TestRunServerConfig: moat run --server-config runs a plugin as the
+// server the file configures would: its profile, its store and its model
+// providers, so notes-go's summarize reaches the model from the command
+// line, through the confined host's connect rule for the provider's port.
+func TestRunServerConfig(t *testing.T) {
+	root := testwasm.RepoRoot(t)
+	dir := writeModule(t, "notes-go", testwasm.BuildGo(t, "./examples/notes/go", true))
+	copyFile(t, filepath.Join(root, "examples/notes/go/moat.yaml"), filepath.Join(dir, "moat.yaml"))
+	cfg := notesConfigWithModel(t, root)
+	data := t.TempDir()
+	run := func(action, input string) result {
+		return moatIn(t, root, "run", dir, action, "--server-config", cfg, "--data", data, "--org", "acme", "--user", "ann", "--input", input)
+	}
+	if r := run("create", `{"title":"call the dentist"}`); r.code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	r := run("summarize", `{}`)
+	var out map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil || !strings.Contains(fmt.Sprint(out["summary"]), "llama3.2 heard:") ||
+		!strings.Contains(fmt.Sprint(out["summary"]), "dentist") || out["model_call_id"] == "" {
+		t.Fatalf("summarize: %+v", r)
+	}
+	// Without the file, no model is configured: the call says so.
+	if r := moatIn(t, root, "run", dir, "summarize", "--data", data, "--profile", notesProfile, "--org", "acme", "--user", "ann", "--input", "{}"); r.code == 0 || !strings.Contains(r.stderr, "unavailable") {
+		t.Errorf("summarize without --server-config: %+v", r)
+	}
+}

@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/moat-sandbox/moat/host"
 	"log/slog"
 	"os"
 
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
@@ -29,6 +30,12 @@ type globalFlags struct {
 	// confined is what confineHost applied and lacks: newHost logs it and
 	// writes it to the audit trail once the host (and its store) exists.
 	confined *kernel.HostReport
+	// server is the server configuration moat run was given
+	// (--server-config); nil: none.
+	server *server.Config
+	// closers release what a command opened for its host (a store of
+	// --server-config's), after the host is closed.
+	closers []func()
 	// backstop is the write end of the backstop watcher's pipe: held for
 	// the life of the process (closing it tells the watcher the host is
 	// gone; see backstop.go).
@@ -96,6 +103,14 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	default:
 		return nil, usagef("--log-format %q: use text or json", g.logFormat)
 	}
+}
+
+// closeAll runs the closers, newest first.
+func (g *globalFlags) closeAll() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+	g.closers = nil
 }
 
 func (g *globalFlags) loadProfile() (*policy.Profile, error) {

@@ -5,17 +5,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/ai"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
 	"github.com/moat-sandbox/moat/host/secrets"
+	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
@@ -39,7 +44,10 @@ type runFlags struct {
 	correlate  string
 	confirm    string
 	confine    string
-	changed    func(string) bool
+	// serverConfig is a moat serve configuration to run with: its store,
+	// profile, secrets key, model providers and media settings.
+	serverConfig string
+	changed      func(string) bool
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -79,7 +87,8 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
   echo -n World | moat run examples/hello-go greet --org acme --user ann
   moat run hello.wasm --env GREETING=hi -- a b < in.txt
   moat run plugin.wasm greet --input World --config greeting=Hi   # an Extism plug-in
-  echo World | moat run examples/hello-js greet                     # an interpreted plugin`,
+  echo World | moat run examples/hello-js greet                     # an interpreted plugin
+  moat run examples/notes/go summarize --server-config examples/notes/moat-server.yaml --user ann  # its models too`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.inputSet = cmd.Flags().Changed("input")
@@ -112,6 +121,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.IntVar(&f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory + 512)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
+	fl.StringVar(&f.serverConfig, "server-config", "", "run as a server configured by this file would (moat serve's YAML): its store (data_dir or database_url), profile, secrets key, model providers (ai:) and media settings; --data and --profile still win")
 	return cmd
 }
 
@@ -119,6 +129,19 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	limits, err := f.limits()
 	if err != nil {
 		return err
+	}
+	defer g.closeAll() // after the host, which the paths below close
+	if f.serverConfig != "" {
+		// As moat serve would run it: the file's store, keys and models;
+		// --data and --profile given on the command line still win.
+		sc, err := g.serverConfig(f.serverConfig)
+		if err != nil {
+			return err
+		}
+		g.server, g.dataDir = &sc, sc.DataDir
+		if f.changed == nil || !f.changed("profile") {
+			g.profile = sc.Profile
+		}
 	}
 	cfg, err := keyValues("--config", f.config)
 	if err != nil {
@@ -231,6 +254,9 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 		return nil, err
 	}
 	cfg := host.Config{DataDir: g.dataDir, Logger: log, Profile: profile}
+	if s := g.server; s != nil {
+		return newServerHost(ctx, g, cfg, s)
+	}
 	// The secrets a grant injects, under $MOAT_SECRETS_KEY, from the
 	// data directory's store (`moat secrets set --data DIR`).
 	key, err := secrets.LoadKey("")
@@ -251,6 +277,39 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 		src.vault = secrets.NewVault(h.Store(), key, nil)
 	}
 	recordConfinement(ctx, log, h.Audit(), "moat run", g.confined)
+	return h, nil
+}
+
+// newServerHost is newHost under a server configuration (--server-config):
+// the host runs on the configuration's store (a data directory or
+// PostgreSQL), with its secrets key, its model providers and budgets, and
+// its media quota, so a plugin run from the command line reaches what it
+// would reach served. The store closes with the host.
+func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *server.Config) (*host.Host, error) {
+	st, err := store.Open(ctx, s.StoreLocation())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store = st
+	cfg.Secrets = secrets.NewVault(st, s.SecretsKey, nil)
+	cfg.Media = host.MediaConfig{QuotaBytes: int64(s.Media.QuotaBytes), QuotaKnob: "media.quota_bytes"}
+	if s.AI.Enabled() {
+		if cfg.AI, err = ai.New(s.AI, st, cfg.Logger); err != nil {
+			st.Close()
+			var ce *ai.ConfigError
+			if errors.As(err, &ce) {
+				return nil, usagef("%s: ai.%s: %s", s.File, ce.Field, ce.Msg)
+			}
+			return nil, err
+		}
+	}
+	g.closers = append(g.closers, func() { st.Close() })
+	h, err := host.New(ctx, cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	recordConfinement(ctx, cfg.Logger, h.Audit(), "moat run", g.confined)
 	return h, nil
 }
 
@@ -410,6 +469,17 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 		}
 	}
 	ports, anyPort := policy.TargetPorts(connectTo)
+	if g.server != nil { // --server-config: its database and model providers
+		dial, err := serverDialPorts(*g.server)
+		if err != nil {
+			return err
+		}
+		for _, p := range dial {
+			if !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+	}
 	grantRead, grantWrite := fileGrantDirs(files)
 	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256,
 		ConnectTCP: ports, ConnectAnyTCP: anyPort, GrantRead: grantRead, GrantWrite: grantWrite})

@@ -278,24 +278,12 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 	}
 	grantRead, grantWrite := fileGrantDirs(files)
 	connect, anyPort := policy.TargetPorts(targets)
-	// The database's pool opens connections for as long as the server
-	// runs (and its LISTEN connection reconnects): its ports stay open
-	// to connect to. A unix socket needs no rule: Landlock does not
-	// govern connecting to one.
-	if cfg.DatabaseURL != "" {
-		dbPorts, err := databasePorts(cfg.DatabaseURL)
-		if err != nil {
-			restore()
-			return nil, err
-		}
-		for _, p := range dbPorts {
-			if !slices.Contains(connect, p) {
-				connect = append(connect, p)
-			}
-		}
+	dial, err := serverDialPorts(*cfg)
+	if err != nil {
+		restore()
+		return nil, err
 	}
-	// The server dials the model providers itself (ai.providers).
-	for _, p := range cfg.AI.Ports() {
+	for _, p := range dial {
 		if !slices.Contains(connect, p) {
 			connect = append(connect, p)
 		}
@@ -328,6 +316,28 @@ func databasePorts(url string) ([]uint16, error) {
 	for _, e := range eps {
 		if e.Socket == "" && !slices.Contains(ports, e.Port) {
 			ports = append(ports, e.Port)
+		}
+	}
+	return ports, nil
+}
+
+// serverDialPorts are the TCP ports a host under cfg dials for itself,
+// which its kernel connect rule must allow: the database's (its pool opens
+// connections for as long as the host runs, and its LISTEN connection
+// reconnects; a unix socket needs no rule, Landlock does not govern
+// connecting to one) and the model providers' (ai.providers).
+func serverDialPorts(cfg server.Config) ([]uint16, error) {
+	var ports []uint16
+	if cfg.DatabaseURL != "" {
+		db, err := databasePorts(cfg.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, db...)
+	}
+	for _, p := range cfg.AI.Ports() {
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
 		}
 	}
 	return ports, nil

@@ -28,7 +28,7 @@ func caller(env *Env) ai.Caller {
 
 // noModels is the refusal of a model call on a host with no AI service.
 func noModels(op string) error {
-	return abi.Errorf(abi.CodeUnavailable, "%s: this host has no model providers configured; the operator configures them under ai: in the server configuration", op)
+	return abi.Errorf(abi.CodeUnavailable, "%s: this host has no model providers configured; the operator configures them under ai: in the server configuration (moat serve --config FILE, or moat run --server-config FILE)", op)
 }
 
 func aiComplete(env *Env, req *abi.AICompleteRequest) (*abi.AICompleteResponse, error) {
