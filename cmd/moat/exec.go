@@ -111,7 +111,9 @@ violations).`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&f.native, "native", false, "run CMD as a confined native child")
-	fl.StringVarP(&f.lang, "lang", "l", "", "the language of FILE... or -e CODE: a name or alias from `moat langs`")
+	// pflag takes a back-quoted word of a usage as the value's name, so
+	// the list is spelled out and the name given that way.
+	fl.StringVarP(&f.lang, "lang", "l", "", "the language of FILE... or -e CODE; `LANG` is one of "+strings.Join(languageNames(), ", ")+" or an alias (see moat langs)")
 	fl.StringVarP(&f.eval, "eval", "e", "", "source code to run instead of files (with --lang)")
 	fl.StringVar(&f.stdinFile, "stdin", "", "a file to give the program as stdin (default: moat's stdin when it is not a terminal)")
 	fl.DurationVar(&f.timeout, "timeout", native.DefaultTimeout, "wall-clock limit of the run, e.g. 500ms, 30s")
@@ -294,4 +296,13 @@ func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *
 		Attrs: map[string]string{"exit": strconv.Itoa(res.ExitCode), "layers": strings.Join(res.Layers, ","),
 			"unavailable": strings.Join(res.Unavailable, "; "), "argv": strings.Join(spec.Command, " ")}})
 	return nil
+}
+
+// languageNames are the names of the registered languages, sorted.
+func languageNames() []string {
+	var names []string
+	for _, l := range languages.All() {
+		names = append(names, l.Info().Name)
+	}
+	return names
 }

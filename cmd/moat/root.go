@@ -82,6 +82,7 @@ $MOAT_DATA or ./moat-data.`,
 	for _, c := range registered {
 		root.AddCommand(c(g))
 	}
+	suggestCommands(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})
