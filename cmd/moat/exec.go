@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
 
@@ -40,6 +41,8 @@ type execFlags struct {
 	env            []string
 	deny           []string
 	maxSource      int64
+
+	grant grantFlags // --dir, --file, --workdir
 }
 
 func newExecCmd(g *globalFlags) *cobra.Command {
@@ -74,6 +77,16 @@ CMD shares the host's network and a per-job iptables chain (matched by its
 cgroup) and Landlock let it reach exactly those targets. CMD without a slash
 is looked up in /usr/bin:/bin.
 
+Files: --dir HOST[:GUEST][:ro|rw] hands the program a directory, read-only
+unless :rw; --file HOST[:GUEST] a file, always read-only. A WASM program sees
+each at GUEST (default: the host path), served like a plugin's file grant
+(no symlink or .. leads out; each change of an rw directory audited). A
+native program sees each at its host path (GUEST, when given, must be the
+same), bound into its root; an rw directory stays the owner's (its
+permissions decide what the job's uid may write), and --workdir DIR makes a
+granted directory the working directory, so that python3 client.py finds
+its file. Nothing else of the host's files is visible.
+
 stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
 16 MiB). The program's stdout and stderr are printed, then one summary line
 on stderr (status, exit code, compile and run time, peak memory, whether the
@@ -89,6 +102,8 @@ violations).`,
   moat exec --lang rust --json main.rs
   moat exec --lang c --deny include:sys/socket.h main.c
   moat exec --native -- python3 -c 'print(1+1)'
+  moat exec --native --dir . --workdir . -- python3 client.py
+  moat exec --lang python --dir ./data:/data --dir ./out:/out:rw main.py
   moat exec --native --timeout 2s --memory 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
   echo data | moat exec --native --json -- /usr/bin/wc -c`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -128,6 +143,7 @@ violations).`,
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
+	addGrantFlags(fl, &f.grant)
 	return cmd
 }
 
@@ -142,11 +158,27 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	case f.diskMB <= 0 || f.diskMB > 1<<20:
 		return usagef("--disk %d: give a size in MiB, at least 1", f.diskMB)
 	}
+	gr, err := f.grant.parse()
+	if err != nil {
+		return err
+	}
+	ro, rw, err := gr.native()
+	if err != nil {
+		return err
+	}
+	for _, p := range append(append([]string{}, ro...), rw...) {
+		if err := native.CheckGrant(p); err != nil {
+			return usagef("--dir/--file: %v", err)
+		}
+	}
 	stdin, err := readExecStdin(f.stdinFile)
 	if err != nil {
 		return err
 	}
 	spec := native.Spec{
+		ReadOnly:    ro,
+		Granted:     rw,
+		WorkDir:     gr.workDir,
 		Command:     args,
 		Stdin:       stdin,
 		Timeout:     f.timeout,
@@ -305,4 +337,11 @@ func languageNames() []string {
 		names = append(names, l.Info().Name)
 	}
 	return names
+}
+
+// addGrantFlags adds --dir, --file and --workdir.
+func addGrantFlags(fl *pflag.FlagSet, g *grantFlags) {
+	fl.StringArrayVar(&g.dirs, "dir", nil, "a host directory the program sees: HOST[:GUEST][:ro|rw], read-only unless :rw (repeatable)")
+	fl.StringArrayVar(&g.files, "file", nil, "a host file the program may read: HOST[:GUEST] (repeatable)")
+	fl.StringVar(&g.workDir, "workdir", "", "the working directory of a native run: a --dir or a directory under one (default: the job's own empty directory)")
 }

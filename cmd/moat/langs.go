@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all" // every language registers itself
 	"github.com/moat-sandbox/moat/policy"
@@ -114,6 +115,34 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	if err != nil {
 		return err
 	}
+	gr, err := f.grant.parse()
+	if err != nil {
+		return err
+	}
+	var mounts []host.Mount
+	var grantedFiles []string
+	if lang.Info().Path == languages.PathNative {
+		ro, rw, err := gr.native()
+		if err != nil {
+			return err
+		}
+		for _, p := range ro {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p, ReadOnly: true})
+			} else {
+				grantedFiles = append(grantedFiles, p)
+			}
+		}
+		for _, p := range rw {
+			mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p})
+		}
+	} else {
+		var cleanup func()
+		if mounts, cleanup, err = gr.wasm(); err != nil {
+			return err
+		}
+		defer cleanup()
+	}
 	ex, closeHost, err := newExecutor(cmd, g)
 	if err != nil {
 		return err
@@ -127,6 +156,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
+		Mounts:        mounts, Files: grantedFiles, WorkDir: gr.workDir,
 	})
 	if err != nil {
 		return err
