@@ -199,7 +199,7 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	if f.json {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(execJSON(res)); err != nil {
+		if err := enc.Encode(execJSON(res, correlation)); err != nil {
 			return err
 		}
 	} else {
@@ -281,8 +281,10 @@ func shortDuration(d time.Duration) string {
 
 func mib(n uint64) string { return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20)) }
 
-// execJSON is the --json form: output as text, times in milliseconds.
-func execJSON(r *native.Result) any {
+// execJSON is the --json form: output as text, times in milliseconds,
+// named as the HTTP API's RunResult names them (run_time_ms,
+// peak_memory_bytes, correlation_id).
+func execJSON(r *native.Result, correlation string) any {
 	return struct {
 		Status       native.Status `json:"status"`
 		ExitCode     int           `json:"exit_code"`
@@ -290,16 +292,17 @@ func execJSON(r *native.Result) any {
 		Stdout       string        `json:"stdout"`
 		Stderr       string        `json:"stderr"`
 		Truncated    bool          `json:"truncated"`
-		WallMS       float64       `json:"wall_ms"`
-		CPUMS        float64       `json:"cpu_ms"`
+		WallMS       float64       `json:"run_time_ms"`
+		CPUMS        float64       `json:"cpu_time_ms"`
 		PeakMemory   uint64        `json:"peak_memory_bytes"`
 		PidsLimitHit bool          `json:"pids_limit_hit"`
 		Layers       []string      `json:"layers"`
 		Unavailable  []string      `json:"unavailable"`
 		Reason       string        `json:"reason,omitempty"`
+		Correlation  string        `json:"correlation_id"`
 	}{r.Status, r.ExitCode, r.Signal, string(r.Stdout), string(r.Stderr), r.Truncated,
 		float64(r.Wall.Microseconds()) / 1000, float64(r.CPU.Microseconds()) / 1000, r.PeakMemory,
-		r.PidsLimitHit, r.Layers, r.Unavailable, r.Reason}
+		r.PidsLimitHit, r.Layers, r.Unavailable, r.Reason, correlation}
 }
 
 // auditNative records the run and every kernel denial the host observed in

@@ -55,7 +55,7 @@ func TestRunDirFile(t *testing.T) {
 		t.Errorf("the read-only file changed: %q", b)
 	}
 	// The write is on the record, as a plugin's file grant's.
-	if a := moat(t, "", "audit", "--data", data, "--kind", "op", "--json"); a.code != 0 || !strings.Contains(a.stdout, `"Decision":"allow","CorrelationID"`) || !strings.Contains(a.stdout, "new.txt") {
+	if a := moat(t, "", "audit", "--data", data, "--kind", "op", "--json"); a.code != 0 || !strings.Contains(a.stdout, `"decision":"allow","correlation_id"`) || !strings.Contains(a.stdout, "new.txt") {
 		t.Errorf("audit of the write: %+v", a)
 	}
 

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all" // every language registers itself
 	"github.com/moat-sandbox/moat/policy"
@@ -261,34 +261,12 @@ func oneLineString(s string) string {
 	return s
 }
 
-// execResultJSON is the --json form: output as text when it is UTF-8,
-// times in milliseconds.
+// execResultJSON is the --json form: the HTTP API's RunResult (POST
+// /v1/runs), field for field: output as text, or base64 for both streams
+// with "encoding": "base64" when either is not UTF-8; times in
+// milliseconds.
 func execResultJSON(r *languages.ExecResult, correlation string) any {
-	text := func(b []byte) any {
-		if utf8.Valid(b) {
-			return string(b)
-		}
-		return b // base64, as encoding/json does for bytes
-	}
-	return struct {
-		Language      string                `json:"language"`
-		Version       string                `json:"version"`
-		Status        languages.Status      `json:"status"`
-		ExitCode      int                   `json:"exit_code"`
-		Signal        string                `json:"signal,omitempty"`
-		Stdout        any                   `json:"stdout"`
-		Stderr        any                   `json:"stderr"`
-		Message       string                `json:"message,omitempty"`
-		CompileOutput string                `json:"compile_output,omitempty"`
-		Violations    []languages.Violation `json:"violations,omitempty"`
-		CompileMS     float64               `json:"compile_ms"`
-		RunMS         float64               `json:"run_ms"`
-		PeakMemory    uint64                `json:"peak_memory_bytes"`
-		BuildCached   bool                  `json:"build_cached"`
-		CorrelationID string                `json:"correlation_id"`
-	}{r.Language, r.Version, r.Status, r.ExitCode, r.Signal, text(r.Stdout), text(r.Stderr), r.Message, r.CompileOutput,
-		r.Violations, float64(r.CompileTime.Microseconds()) / 1000, float64(r.RunTime.Microseconds()) / 1000,
-		r.PeakMemory, r.BuildCached, correlation}
+	return server.NewRunResult(r, correlation)
 }
 
 // localPrincipal is who a local `moat exec --lang` runs for: the login

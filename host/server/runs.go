@@ -250,6 +250,15 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	if err != nil {
 		return nil, err
 	}
+	out := NewRunResult(res, correlation)
+	budget.charge(out)
+	return out, nil
+}
+
+// NewRunResult is the API's form of a job's result: what POST /v1/runs
+// answers with, and what `moat exec --lang --json` prints, so that the CLI
+// and the HTTP API name the same things alike.
+func NewRunResult(res *languages.ExecResult, correlation string) *RunResult {
 	out := &RunResult{
 		Language: res.Language, Version: res.Version, Status: res.Status, ExitCode: res.ExitCode, Signal: res.Signal,
 		Message: res.Message, CompileOutput: res.CompileOutput, Violations: res.Violations,
@@ -257,8 +266,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 		PeakMemory: res.PeakMemory, BuildCached: res.BuildCached, CorrelationID: correlation,
 	}
 	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
-	budget.charge(out)
-	return out, nil
+	return out
 }
 
 // execProfile is the profile whose exec: limits bound p's jobs: the one
