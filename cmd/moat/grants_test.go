@@ -118,10 +118,10 @@ print("parent", os.path.exists(os.path.join(sys.argv[3], "secret.txt")))
 	if b, err := os.ReadFile(filepath.Join(out, "result.txt")); err != nil || string(b) != "done" {
 		t.Errorf("the rw directory: %q, %v", b, err)
 	}
-	if r := moat(t, "", "exec", "--native", "--dir", work+":/elsewhere", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "its own path") {
+	if r := moat(t, "", "exec", "--data", t.TempDir(), "--native", "--dir", work+":/elsewhere", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "its own path") {
 		t.Errorf("a guest path for a native run: %+v", r)
 	}
-	if r := moat(t, "", "exec", "--native", "--workdir", base, "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "add --dir") {
+	if r := moat(t, "", "exec", "--data", t.TempDir(), "--native", "--workdir", base, "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "add --dir") {
 		t.Errorf("an ungranted workdir: %+v", r)
 	}
 }
@@ -150,7 +150,7 @@ print(std.loadFile("`+filepath.Join(base, "f.txt")+`") === null ? "no host path"
 	if b, _ := os.ReadFile(filepath.Join(rw, "o.txt")); string(b) != "written" {
 		t.Errorf("the rw directory holds %q", b)
 	}
-	if r := moat(t, "", "exec", "--lang", "javascript", "--dir", ro+":/src", main); r.code == 0 || !strings.Contains(r.stderr, "overlaps /src") {
+	if r := moat(t, "", "exec", "--data", t.TempDir(), "--lang", "javascript", "--dir", ro+":/src", main); r.code == 0 || !strings.Contains(r.stderr, "overlaps /src") {
 		t.Errorf("a mount over the run's own /src: %+v", r)
 	}
 }
