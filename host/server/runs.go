@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -217,7 +218,12 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	}
 	info, ok := s.findLanguage(r.Language, r.Version)
 	if !ok {
-		return bad("language %q version %q is not offered here; GET /v1/languages lists them", r.Language, r.Version)
+		var hint string
+		var ule *languages.UnknownLanguageError
+		if _, err := languages.Lookup(r.Language); errors.As(err, &ule) && ule.Suggestion != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", ule.Suggestion)
+		}
+		return bad("language %q version %q is not offered here%s; GET /v1/languages lists them", r.Language, r.Version, hint)
 	}
 	src := languages.Source{Main: r.Main}
 	for i, f := range r.Files {
