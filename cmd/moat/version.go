@@ -18,8 +18,9 @@ func versionString() string {
 }
 
 // versionOf is moat's version line: the version the linker was given,
-// else the module's (go install github.com/moat-sandbox/moat/cmd/moat@v1.2.3),
-// else the VCS revision go build stamps in a git checkout (its first 12
+// else the module's (go install github.com/moat-sandbox/moat/cmd/moat@v1.2.3,
+// or the pseudo-version Go 1.24 and later stamp a git checkout's build
+// with: v0.0.0-TIME-COMMIT, +dirty), else the VCS revision go build stamps in a git checkout (its first 12
 // digits, "-dirty" for uncommitted changes, and the commit's time), else
 // "dev" saying how to get a better answer. A bug report then names the
 // code it ran, where "dev" named nothing.

@@ -20,6 +20,10 @@ func TestVersionOf(t *testing.T) {
 			"moat v0.3.0 (ABI v1, wazero v1.12.0, go1.26.8 linux/amd64)"},
 		{"go install at a version", &debug.BuildInfo{Main: debug.Module{Version: "v0.2.1"}, Deps: deps}, "dev",
 			"moat v0.2.1 (ABI v1, wazero v1.12.0, go1.26.8 linux/amd64)"},
+		// Go 1.24 and later stamp a git checkout's build with a
+		// pseudo-version that names the commit and its time.
+		{"a pseudo-version", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261127192552-3208e3fc32cc"}, Deps: deps, Settings: vcs}, "dev",
+			"moat v0.0.0-20261127192552-3208e3fc32cc (ABI v1, wazero v1.12.0, go1.26.8 linux/amd64)"},
 		{"a git checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Deps: deps, Settings: vcs}, "dev",
 			"moat 86dc8770b9fd (commit of 2026-11-27T19:03:50Z, ABI v1, wazero v1.12.0, go1.26.8 linux/amd64)"},
 		{"uncommitted changes", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Deps: deps, Settings: dirty}, "dev",
