@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+)
+
+// progress reports long work on stderr: on a terminal, one line redrawn in
+// place (a bar when the total is known, the elapsed time otherwise); on
+// anything else (a log, a CI job), a line when a step starts and one when
+// it ends, so logs stay readable and greppable.
+type progress struct {
+	w   io.Writer
+	tty bool
+}
+
+func newProgress(f *os.File) *progress {
+	return &progress{w: f, tty: term.IsTerminal(int(f.Fd()))}
+}
+
+// bytesStep tracks one download.
+type bytesStep struct {
+	p     *progress
+	label string
+	began time.Time
+	mu    sync.Mutex
+	last  time.Time
+	done  int64
+	total int64
+}
+
+// bytes starts a step that moves bytes (a download).
+func (p *progress) bytes(label string) *bytesStep {
+	if !p.tty {
+		fmt.Fprintf(p.w, "moat: %s: downloading\n", label)
+	}
+	return &bytesStep{p: p, label: label, began: time.Now(), total: -1}
+}
+
+// update is the callback for toolchains.InstallNPM.
+func (s *bytesStep) update(done, total int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done, s.total = done, total
+	if !s.p.tty || time.Since(s.last) < 100*time.Millisecond {
+		return
+	}
+	s.last = time.Now()
+	fmt.Fprintf(s.p.w, "\r\033[K%s", barLine(s.label, done, total))
+}
+
+// end finishes the step: err nil, it worked.
+func (s *bytesStep) end(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p.tty {
+		fmt.Fprint(s.p.w, "\r\033[K")
+	}
+	if err != nil {
+		fmt.Fprintf(s.p.w, "moat: %s: failed after %s\n", s.label, shortDuration(time.Since(s.began)))
+		return
+	}
+	fmt.Fprintf(s.p.w, "moat: %s: %.1f MB in %s\n", s.label, float64(s.done)/1e6, shortDuration(time.Since(s.began)))
+}
+
+// barLine is "label  [#####.....]  12.3/26.0 MB  47%", or without the bar
+// when the total is unknown.
+func barLine(label string, done, total int64) string {
+	if total <= 0 {
+		return fmt.Sprintf("moat: %s  %.1f MB", label, float64(done)/1e6)
+	}
+	const width = 30
+	n := int(done * width / total)
+	n = min(max(n, 0), width)
+	return fmt.Sprintf("moat: %s  [%s%s]  %.1f/%.1f MB  %d%%", label, strings.Repeat("#", n), strings.Repeat(".", width-n),
+		float64(done)/1e6, float64(total)/1e6, done*100/total)
+}
+
+// timedStep tracks work that has no fraction to show (a compiler, an
+// interpreter's first compile): the elapsed time.
+type timedStep struct {
+	p     *progress
+	label string
+	began time.Time
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// timed starts a step with no known total: "preparing go… 4s".
+func (p *progress) timed(label string) *timedStep {
+	s := &timedStep{p: p, label: label, began: time.Now(), stop: make(chan struct{})}
+	if !p.tty {
+		fmt.Fprintf(p.w, "moat: %s…\n", label)
+		return s
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			fmt.Fprintf(p.w, "\r\033[Kmoat: %s… %s", label, time.Since(s.began).Truncate(time.Second))
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// end finishes the step with a line saying how long it took.
+func (s *timedStep) end(err error) {
+	close(s.stop)
+	s.wg.Wait()
+	if s.p.tty {
+		fmt.Fprint(s.p.w, "\r\033[K")
+	}
+	if err != nil {
+		fmt.Fprintf(s.p.w, "moat: %s: failed after %s: %s\n", s.label, shortDuration(time.Since(s.began)), oneLine(err))
+		return
+	}
+	fmt.Fprintf(s.p.w, "moat: %s: done in %s\n", s.label, shortDuration(time.Since(s.began)))
+}
