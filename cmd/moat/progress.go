@@ -129,3 +129,31 @@ func (s *timedStep) end(err error) {
 	}
 	fmt.Fprintf(s.p.w, "moat: %s: done in %s\n", s.label, shortDuration(time.Since(s.began)))
 }
+
+// preparer is an ExecRequest.Preparing for lang: first-time work that
+// lasts past a second shows as a timed step ("preparing go (building the
+// standard library…)"), and nothing shows for work that ends sooner, so
+// warm runs print what they always did.
+func (p *progress) preparer(lang string) func(stage string) func() {
+	return func(stage string) func() {
+		label := "preparing " + lang + " (a first build; cached for next time)"
+		if stage == "load" {
+			label = "preparing " + lang + " (compiling it to machine code, once)"
+		}
+		var mu sync.Mutex
+		var step *timedStep
+		timer := time.AfterFunc(time.Second, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			step = p.timed(label)
+		})
+		return func() {
+			timer.Stop()
+			mu.Lock()
+			defer mu.Unlock()
+			if step != nil {
+				step.end(nil)
+			}
+		}
+	}
+}

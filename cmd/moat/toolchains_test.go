@@ -127,9 +127,19 @@ func TestToolchainsInstallAnywhere(t *testing.T) {
 		!strings.Contains(list.stdout, "python  ") {
 		t.Errorf("toolchains list: %+v", list)
 	}
+	// warm does the first-time work (the interpreter's compile to machine
+	// code, into the data dir's cache), saying so; the first run after it
+	// has nothing left to prepare.
+	warm := u.run(t, u.work, "", "toolchains", "warm", "python")
+	if warm.code != 0 || !strings.Contains(warm.stderr, "moat: preparing python") || !strings.Contains(warm.stderr, "done in") {
+		t.Fatalf("toolchains warm python: %+v", warm)
+	}
 	ex := u.run(t, u.other, "", "exec", "--lang", "python", "-e", "import sys; print('hello from', sys.platform)")
 	if ex.code != 0 || ex.stdout != "hello from wasi\n" {
 		t.Fatalf("exec --lang python from another directory: %+v", ex)
+	}
+	if strings.Contains(ex.stderr, "preparing") {
+		t.Errorf("the first run after warm prepared again: %q", ex.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(u.xdg, "moat", "data", "moat.db")); err != nil {
 		t.Errorf("the run's data is not in the XDG data dir: %v", err)
