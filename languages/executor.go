@@ -423,7 +423,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 
 	if r, ok := l.(ArtifactRunner); ok {
 		began := time.Now()
-		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
+		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
 		res.RunTime = time.Since(began)
 		if out != nil {
 			res.Stdout, res.Stderr, res.ExitCode, res.PeakMemory = out.Stdout, out.Stderr, out.ExitCode, out.PeakMemory

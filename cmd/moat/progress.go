@@ -66,7 +66,7 @@ func (s *bytesStep) end(err error) {
 		fmt.Fprintf(s.p.w, "moat: %s: failed after %s\n", s.label, shortDuration(time.Since(s.began)))
 		return
 	}
-	fmt.Fprintf(s.p.w, "moat: %s: %.1f MB in %s\n", s.label, float64(s.done)/1e6, shortDuration(time.Since(s.began)))
+	fmt.Fprintf(s.p.w, "moat: %s: %s in %s\n", s.label, byteSize(s.done), shortDuration(time.Since(s.began)))
 }
 
 // barLine is "label  [#####.....]  12.3/26.0 MB  47%", or without the bar
@@ -156,4 +156,12 @@ func (p *progress) preparer(lang string) func(stage string) func() {
 			}
 		}
 	}
+}
+
+// byteSize is n in kB or MB, decimal (as download sizes are given).
+func byteSize(n int64) string {
+	if n < 1e6 {
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 }
