@@ -214,3 +214,32 @@ func TestCopiedBinaryRunsNative(t *testing.T) {
 		t.Fatalf("native run from a copied binary: %+v", r)
 	}
 }
+
+// TestExecConfigHonoured: moat exec --config runs on the server's store
+// and caches: its audit trail has the run, the default store does not.
+func TestExecConfigHonoured(t *testing.T) {
+	u := newUserMachine(t)
+	serverData := filepath.Join(t.TempDir(), "server-data")
+	cfg := filepath.Join(u.work, "moat-server.yaml")
+	if err := os.WriteFile(cfg, []byte("data_dir: "+serverData+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := u.run(t, u.other, "", "exec", "--config", cfg, "--lang", "javascript", "-e", "console.log('served')")
+	if r.code != 0 || r.stdout != "served\n" {
+		t.Fatalf("exec --config: %+v", r)
+	}
+	_, id, ok := strings.Cut(r.stderr, "correlation_id=")
+	if !ok {
+		t.Fatalf("no correlation id: %q", r.stderr)
+	}
+	id = strings.TrimSpace(id)
+	if a := u.run(t, u.work, "", "audit", "--config", cfg); !strings.Contains(a.stdout, id) {
+		t.Errorf("the server's audit trail lacks run %s: %+v", id, a)
+	}
+	if a := u.run(t, u.work, "", "audit"); strings.Contains(a.stdout, id) {
+		t.Errorf("the default audit trail has run %s too: %+v", id, a)
+	}
+	if _, err := os.Stat(filepath.Join(serverData, "build-cache")); err != nil {
+		t.Errorf("the build cache is not in the config's data_dir: %v", err)
+	}
+}

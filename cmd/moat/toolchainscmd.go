@@ -270,15 +270,23 @@ var warmSources = map[string]string{
 }
 
 func newToolchainsWarmCmd(g *globalFlags) *cobra.Command {
-	return &cobra.Command{
+	var configFile string
+	cmd := &cobra.Command{
 		Use:   "warm [LANG...]",
 		Short: "Do each language's first-time work now (Go's standard library, interpreter compiles), so first runs are fast",
 		Long: `Run a tiny program in each language named (every available one when none is),
 so the work a first run does once (building Go's standard library for WASI,
 compiling an interpreter WASM to machine code) lands in the data directory's
-caches now rather than in someone's first request. Use the same --data (or
-none) as the commands and the server that will run the code.`,
+caches now rather than in someone's first request. Give the server's
+--config to warm the caches of its data_dir, or the same --data (or none) as
+the commands that will run the code.`,
+		Example: `  moat toolchains warm
+  moat toolchains warm go python --config /etc/moat/server.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.useServerConfig(configFile, cmd.Flags().Changed("profile")); err != nil {
+				return err
+			}
+			defer g.closeAll()
 			var names []string
 			if len(args) == 0 {
 				for _, s := range languages.Statuses() {
@@ -319,6 +327,8 @@ none) as the commands and the server that will run the code.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&configFile, "config", "", "the server's configuration file (YAML): warm the caches of its data_dir")
+	return cmd
 }
 
 func warmOne(ctx context.Context, ex *languages.Executor, name, src string) error {
