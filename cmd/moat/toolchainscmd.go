@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/moat-sandbox/moat/internal/moatdir"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -91,6 +93,17 @@ installed is kept.`,
 
 func installToolchains(ctx context.Context, dir string, provs []toolchains.Provision, apt bool) error {
 	p := newProgress(os.Stderr)
+	if home := moatdir.Home(); home != "" && filepath.Dir(dir) == home {
+		// The home may exist already, made 0700 with the data directory;
+		// its toolchains must be reachable by every user (root's, in
+		// /var/lib/moat, are the system's), while data/ stays 0700.
+		if err := os.MkdirAll(home, 0o755); err != nil {
+			return fmt.Errorf("toolchains: %w", err)
+		}
+		if err := os.Chmod(home, 0o755); err != nil {
+			return fmt.Errorf("toolchains: %w", err)
+		}
+	}
 	var aptMissing []string
 	var notes []string
 	for _, pr := range provs {
