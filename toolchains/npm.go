@@ -41,8 +41,10 @@ const DefaultNPMRegistry = "https://registry.npmjs.org"
 const (
 	maxTarballBytes  = 256 << 20
 	maxUnpackedBytes = 1 << 30
-	maxPackageFiles  = 50000
 )
+
+// maxPackageFiles bounds the entries of one package (a var for tests).
+var maxPackageFiles = 50000
 
 // integrityFile, inside an installed package's directory, holds the
 // checksum it was installed from: a package whose file matches its pin is
@@ -212,9 +214,12 @@ func unpackTarball(r io.Reader, dest string) error {
 	if err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
-	tr := tar.NewReader(gz)
+	// Everything the decompressor yields counts, skipped entries and tar
+	// headers included: the checksum vouches for the bytes, the bound for
+	// what a mistake in a pin could cost.
+	tr := tar.NewReader(&boundedReader{r: gz, left: maxUnpackedBytes + int64(maxPackageFiles)*1024})
 	var total int64
-	files := 0
+	entries := 0
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -222,6 +227,9 @@ func unpackTarball(r io.Reader, dest string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("unpack: %w", err)
+		}
+		if entries++; entries > maxPackageFiles {
+			return fmt.Errorf("unpack: more than %d entries", maxPackageFiles)
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
 		_, rel, ok := strings.Cut(name, "/")
@@ -238,9 +246,6 @@ func unpackTarball(r io.Reader, dest string) error {
 				return fmt.Errorf("unpack: %w", err)
 			}
 		case tar.TypeReg:
-			if files++; files > maxPackageFiles {
-				return fmt.Errorf("unpack: more than %d files", maxPackageFiles)
-			}
 			if total += hdr.Size; hdr.Size < 0 || total > maxUnpackedBytes {
 				return fmt.Errorf("unpack: more than %d bytes unpacked", maxUnpackedBytes)
 			}
@@ -269,4 +274,22 @@ func unpackTarball(r io.Reader, dest string) error {
 			// uses is one.
 		}
 	}
+}
+
+// boundedReader fails once more than left bytes were read through it.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("more than %d bytes unpacked", maxUnpackedBytes)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

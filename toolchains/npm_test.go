@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha512"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -68,6 +69,7 @@ func registry(t *testing.T, pkg toolchains.NPMPackage, body []byte) {
 }
 
 func TestInstallNPM(t *testing.T) {
+	defer toolchains.SetMaxPackageFiles(100)()
 	good := tarball(t, entry{name: "package/package.json", body: `{"version":"1.0.0"}`},
 		entry{name: "package/dist/tool.wasm", body: "\x00asm"},
 		entry{name: "package/evil-link", link: "/etc/shadow", typ: tar.TypeSymlink})
@@ -82,6 +84,7 @@ func TestInstallNPM(t *testing.T) {
 		{name: "climbing out is refused", served: tarball(t, entry{name: "package/../../../outside", body: "x"}), wantErr: "leaves the package"},
 		{name: "absolute path is refused", served: tarball(t, entry{name: "package//etc/x/../../../../../../tmp/outside", body: "x"}), wantErr: "leaves the package"},
 		{name: "a duplicate entry is refused", served: tarball(t, entry{name: "package/a", body: "1"}, entry{name: "package/a", body: "2"}), wantErr: "exists"},
+		{name: "too many entries", served: manyDirs(t, 101), wantErr: "more than 100 entries"},
 		{name: "not a tarball", served: []byte("<html>captive portal</html>"), wantErr: "unpack"},
 	}
 	for _, tt := range tests {
@@ -146,4 +149,13 @@ func TestPinnedIntegrity(t *testing.T) {
 			}
 		}
 	}
+}
+
+// manyDirs is a tarball of n empty directories.
+func manyDirs(t *testing.T, n int) []byte {
+	es := make([]entry, n)
+	for i := range es {
+		es[i] = entry{name: fmt.Sprintf("package/d%d/", i), typ: tar.TypeDir}
+	}
+	return tarball(t, es...)
 }
