@@ -1,11 +1,15 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -47,15 +51,7 @@ func (u newUser) run(t *testing.T, dir, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(u.bin, args...)
 	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "MOAT_TOOLCHAINS", "MOAT_DATA", "XDG_DATA_HOME", "HOME":
-			continue
-		}
-		cmd.Env = append(cmd.Env, kv)
-	}
-	cmd.Env = append(cmd.Env, "HOME="+u.home, "XDG_DATA_HOME="+u.xdg)
+	cmd.Env = u.env()
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -67,6 +63,21 @@ func (u newUser) run(t *testing.T, dir, stdin string, args ...string) result {
 		t.Fatal(err)
 	}
 	return result{out.String(), errb.String(), code}
+}
+
+// env is the test's environment with HOME and XDG_DATA_HOME in the temp
+// tree and none of moat's overrides.
+func (u newUser) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "MOAT_TOOLCHAINS", "MOAT_DATA", "XDG_DATA_HOME", "HOME", "MOAT_DATABASE_URL":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "HOME="+u.home, "XDG_DATA_HOME="+u.xdg)
 }
 
 func (u newUser) langStatus(t *testing.T, name string) (available bool, missing string) {
@@ -241,5 +252,51 @@ func TestExecConfigHonoured(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(serverData, "build-cache")); err != nil {
 		t.Errorf("the build cache is not in the config's data_dir: %v", err)
+	}
+}
+
+// TestServeSeesKeysFromAnywhere is the reported 401: moat serve started in
+// one directory and moat keys create run in another, neither given --data
+// nor --config, share one store (moat's home), so the key works.
+func TestServeSeesKeysFromAnywhere(t *testing.T) {
+	u := newUserMachine(t)
+	cmd := exec.Command(u.bin, "serve", "--listen", "127.0.0.1:0")
+	cmd.Dir = u.work
+	cmd.Env = u.env()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	urlRe := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	base := ""
+	for base == "" && lines.Scan() {
+		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatal("moat serve did not log its URL")
+	}
+	go io.Copy(io.Discard, stderr)
+
+	create := u.run(t, u.other, "", "keys", "create", "--org", "acme", "--user", "ann")
+	key := strings.TrimSpace(create.stdout)
+	if create.code != 0 || key == "" {
+		t.Fatalf("keys create: %+v", create)
+	}
+	req, _ := http.NewRequest("GET", base+"/v1/audit", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/audit with a key made in another directory: %s, want 200 OK", res.Status)
 	}
 }
