@@ -127,7 +127,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
-		Preparing:     newProgress(os.Stderr).preparer(lang.Info().Name),
+		Preparing:     g.progress().preparer(lang.Info().Name),
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -14,14 +15,27 @@ import (
 // progress reports long work on stderr: on a terminal, one line redrawn in
 // place (a bar when the total is known, the elapsed time otherwise); on
 // anything else (a log, a CI job), a line when a step starts and one when
-// it ends, so logs stay readable and greppable.
+// it ends, so logs stay readable and greppable; under --log-format json,
+// those lines are log records.
 type progress struct {
 	w   io.Writer
 	tty bool
+	log *slog.Logger // --log-format json: records, not lines
 }
 
 func newProgress(f *os.File) *progress {
 	return &progress{w: f, tty: term.IsTerminal(int(f.Fd()))}
+}
+
+// progress reports on stderr as the command's logs do: JSON records under
+// --log-format json, lines (or a redrawn line on a terminal) otherwise.
+func (g *globalFlags) progress() *progress {
+	if g.logFormat == "json" {
+		if log, err := g.logger(); err == nil {
+			return &progress{w: os.Stderr, log: log}
+		}
+	}
+	return newProgress(os.Stderr)
 }
 
 // bytesStep tracks one download.
@@ -37,7 +51,10 @@ type bytesStep struct {
 
 // bytes starts a step that moves bytes (a download).
 func (p *progress) bytes(label string) *bytesStep {
-	if !p.tty {
+	switch {
+	case p.log != nil:
+		p.log.Info("downloading", "step", label)
+	case !p.tty:
 		fmt.Fprintf(p.w, "moat: %s: downloading\n", label)
 	}
 	return &bytesStep{p: p, label: label, began: time.Now(), total: -1}
@@ -59,6 +76,10 @@ func (s *bytesStep) update(done, total int64) {
 func (s *bytesStep) end(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.p.log != nil {
+		s.p.log.Info("downloaded", "step", s.label, "bytes", s.done, "elapsed_ms", time.Since(s.began).Milliseconds(), "ok", err == nil)
+		return
+	}
 	if s.p.tty {
 		fmt.Fprint(s.p.w, "\r\033[K")
 	}
@@ -95,6 +116,10 @@ type timedStep struct {
 // timed starts a step with no known total: "preparing go… 4s".
 func (p *progress) timed(label string) *timedStep {
 	s := &timedStep{p: p, label: label, began: time.Now(), stop: make(chan struct{})}
+	if p.log != nil {
+		p.log.Info("started", "step", label)
+		return s
+	}
 	if !p.tty {
 		fmt.Fprintf(p.w, "moat: %s…\n", label)
 		return s
@@ -120,6 +145,14 @@ func (p *progress) timed(label string) *timedStep {
 func (s *timedStep) end(err error) {
 	close(s.stop)
 	s.wg.Wait()
+	if s.p.log != nil {
+		if err != nil {
+			s.p.log.Warn("failed", "step", s.label, "elapsed_ms", time.Since(s.began).Milliseconds(), "error", oneLine(err))
+		} else {
+			s.p.log.Info("done", "step", s.label, "elapsed_ms", time.Since(s.began).Milliseconds())
+		}
+		return
+	}
 	if s.p.tty {
 		fmt.Fprint(s.p.w, "\r\033[K")
 	}

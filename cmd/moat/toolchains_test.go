@@ -145,6 +145,19 @@ func TestToolchainsInstallAnywhere(t *testing.T) {
 	if warm.code != 0 || !strings.Contains(warm.stderr, "moat: preparing python") || !strings.Contains(warm.stderr, "done in") {
 		t.Fatalf("toolchains warm python: %+v", warm)
 	}
+	// Under --log-format json the progress is log records, nothing else.
+	warm = u.run(t, u.work, "", "--log-format", "json", "toolchains", "warm", "python")
+	done := false
+	for _, line := range strings.Split(strings.TrimSpace(warm.stderr), "\n") {
+		var rec struct{ Msg, Step string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("warm --log-format json wrote a line that is not JSON: %q", line)
+		}
+		done = done || rec.Msg == "done" && rec.Step == "preparing python"
+	}
+	if warm.code != 0 || !done {
+		t.Errorf("warm --log-format json: no done record: %+v", warm)
+	}
 	ex := u.run(t, u.other, "", "exec", "--lang", "python", "-e", "import sys; print('hello from', sys.platform)")
 	if ex.code != 0 || ex.stdout != "hello from wasi\n" {
 		t.Fatalf("exec --lang python from another directory: %+v", ex)

@@ -83,7 +83,7 @@ installed is kept.`,
 					return usagef("%v", err)
 				}
 			}
-			return installToolchains(cmd.Context(), dir, provs, !noApt)
+			return installToolchains(cmd.Context(), g.progress(), dir, provs, !noApt)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the toolchains directory to install into (default $MOAT_TOOLCHAINS, else moat's home's)")
@@ -91,8 +91,7 @@ installed is kept.`,
 	return cmd
 }
 
-func installToolchains(ctx context.Context, dir string, provs []toolchains.Provision, apt bool) error {
-	p := newProgress(os.Stderr)
+func installToolchains(ctx context.Context, p *progress, dir string, provs []toolchains.Provision, apt bool) error {
 	if home := moatdir.Home(); home != "" && filepath.Dir(dir) == home {
 		// The home may exist already, made 0700 with the data directory;
 		// its toolchains must be reachable by every user (root's, in
@@ -141,6 +140,13 @@ func installToolchains(ctx context.Context, dir string, provs []toolchains.Provi
 		} else if err := aptInstall(ctx, aptMissing, p); err != nil {
 			return err
 		}
+	}
+	if p.log != nil {
+		p.log.Info("toolchains installed", "dir", dir)
+		for _, n := range notes {
+			p.log.Warn("not installed", "what", n)
+		}
+		return nil
 	}
 	fmt.Fprintf(os.Stderr, "moat: toolchains in %s\n", dir)
 	for _, n := range notes {
@@ -320,7 +326,7 @@ the commands that will run the code.`,
 				return err
 			}
 			defer closeHost()
-			p := newProgress(os.Stderr)
+			p := g.progress()
 			var failed []string
 			for _, name := range names {
 				src, ok := warmSources[name]
