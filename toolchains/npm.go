@@ -147,6 +147,52 @@ func InstallNPM(ctx context.Context, dir string, p NPMPackage, progress func(don
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("npm %s: %w", p, err)
 	}
+	if err := linkBins(dir, p); err != nil {
+		return fmt.Errorf("npm %s: %w", p, err)
+	}
+	return nil
+}
+
+// linkBins makes node_modules/.bin/NAME for each command the package's
+// package.json declares ("bin"), as npm does: mk/guests.mk runs .bin/asc.
+// A name with a slash or a target outside the package is skipped.
+func linkBins(dir string, p NPMPackage) error {
+	pkgDir := npmPackageDir(dir, p)
+	b, err := os.ReadFile(filepath.Join(pkgDir, "package.json"))
+	if err != nil {
+		return nil // no package.json: no commands
+	}
+	var meta struct {
+		Bin json.RawMessage `json:"bin"`
+	}
+	if json.Unmarshal(b, &meta) != nil || len(meta.Bin) == 0 {
+		return nil
+	}
+	bins := map[string]string{}
+	var one string
+	if json.Unmarshal(meta.Bin, &one) == nil {
+		bins[path.Base(p.Name)] = one
+	} else if json.Unmarshal(meta.Bin, &bins) != nil {
+		return nil
+	}
+	binDir := filepath.Join(dir, "npm", "node_modules", ".bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	for name, target := range bins {
+		t := path.Clean(strings.TrimPrefix(target, "./"))
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || !filepath.IsLocal(t) {
+			continue
+		}
+		link := filepath.Join(binDir, name)
+		os.Remove(link)
+		if err := os.Symlink("../"+p.Name+"/"+t, link); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(filepath.Join(pkgDir, filepath.FromSlash(t))); err == nil && fi.Mode().IsRegular() {
+			os.Chmod(filepath.Join(pkgDir, filepath.FromSlash(t)), 0o755)
+		}
+	}
 	return nil
 }
 

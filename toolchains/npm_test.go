@@ -70,7 +70,7 @@ func registry(t *testing.T, pkg toolchains.NPMPackage, body []byte) {
 
 func TestInstallNPM(t *testing.T) {
 	defer toolchains.SetMaxPackageFiles(100)()
-	good := tarball(t, entry{name: "package/package.json", body: `{"version":"1.0.0"}`},
+	good := tarball(t, entry{name: "package/package.json", body: `{"version":"1.0.0","bin":{"tool":"./dist/tool.wasm","../escape":"dist/tool.wasm","climb":"../../../etc/passwd"}}`},
 		entry{name: "package/dist/tool.wasm", body: "\x00asm"},
 		entry{name: "package/evil-link", link: "/etc/shadow", typ: tar.TypeSymlink})
 	tests := []struct {
@@ -127,6 +127,18 @@ func TestInstallNPM(t *testing.T) {
 			}
 			if !toolchains.NPMInstalled(dir, pkg) {
 				t.Error("not installed after InstallNPM")
+			}
+			// package.json's bin, as npm links it; nothing outside.
+			bin := filepath.Join(dir, "npm", "node_modules", ".bin")
+			if b, err := os.ReadFile(filepath.Join(bin, "tool")); err != nil || string(b) != "\x00asm" {
+				t.Errorf(".bin/tool: %q, %v", b, err)
+			}
+			ents, _ := os.ReadDir(bin)
+			if len(ents) != 1 {
+				t.Errorf(".bin holds %d entries, want only tool", len(ents))
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "npm", "node_modules", "escape")); err == nil {
+				t.Error("a bin name climbed out of .bin")
 			}
 			other := pkg
 			other.Integrity = integrity([]byte("another release"))
