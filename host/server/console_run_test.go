@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -154,15 +155,30 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 		chromedp.Evaluate(`[...`+shadow+`.querySelectorAll(".cm-line span[class]")].filter(s => getComputedStyle(s).color !== getComputedStyle(s.closest(".cm-line")).color).length`, &tokens),
 		shot("console-editor-hello.png"),
 		// Typed code is kept across a switch.
-		typeOver("#include <stdio.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); puts(\"typed\"); return 0; }"),
+		typeOver("#include <stdio.h>\n#include <unistd.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); sleep(2); puts(\"typed\"); return 0; }"),
 		setLang("c"),
 		chromedp.Evaluate(doc, &keptDoc),
 	)
 	if err != nil {
 		t.Fatalf("editor: %v", err)
 	}
-	if firstLang == "" || !strings.Contains(strings.ToLower(firstDoc), "hello") {
-		t.Errorf("the Run tab opened on %q with %q; want a language and its hello world", firstLang, firstDoc)
+	// The tab opens on the first of the console's preferred languages the
+	// server offers (python, javascript, go, ...; it once opened on
+	// assemblyscript, sorted first, with an empty editor).
+	var offered struct{ Languages []struct{ Name string } }
+	if err := json.Unmarshal(ts.do(t, "GET", "/v1/languages", key, nil).body, &offered); err != nil {
+		t.Fatal(err)
+	}
+	wantFirst := ""
+	for _, p := range []string{"python", "javascript", "go", "rust", "c", "cpp", "ruby", "assemblyscript", "bash", "python3-native"} {
+		for _, l := range offered.Languages {
+			if wantFirst == "" && l.Name == p {
+				wantFirst = p
+			}
+		}
+	}
+	if firstLang != wantFirst || !strings.Contains(firstDoc, "hello from") {
+		t.Errorf("the Run tab opened on %q with %q; want %s and its hello world", firstLang, firstDoc, wantFirst)
 	}
 	if !strings.Contains(cppDoc, "std::cout") {
 		t.Errorf("after switching to cpp the editor holds %q; want the C++ hello world", cppDoc)
@@ -170,16 +186,22 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	if tokens < 3 {
 		t.Errorf("%d highlighted tokens in the C++ hello world; want syntax highlighting", tokens)
 	}
-	want := "#include <stdio.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); puts(\"typed\"); return 0; }"
+	want := "#include <stdio.h>\n#include <unistd.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); sleep(2); puts(\"typed\"); return 0; }"
 	if keptDoc != want {
 		t.Errorf("after typing and switching language the editor holds %q; want the typed code %q", keptDoc, want)
 	}
 
-	var pill, stdout, logs string
-	var errorShown bool
+	// The first run of a language in the tab: past 1.5 s without an
+	// answer (the program sleeps 2 s) the page says the language is being
+	// prepared, and stops saying so when the answer comes.
+	var pill, stdout, logs, preparing string
+	var errorShown, preparingAfter bool
 	var auditRows int
 	err = chromedp.Run(ctx,
 		chromedp.Click("#run", chromedp.ByQuery),
+		chromedp.Poll(`!document.querySelector("#run-preparing").hidden`, nil, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Text("#run-preparing", &preparing, chromedp.ByQuery),
+		shot("console-run-preparing.png"),
 		chromedp.Poll(`document.querySelector("#run-status").textContent === "ok" || document.querySelector("#run-status").classList.contains("bad")`, nil, chromedp.WithPollingTimeout(60*time.Second)),
 		chromedp.Poll(`document.querySelectorAll("#run-audit tr").length > 0`, nil, chromedp.WithPollingTimeout(10*time.Second)),
 		chromedp.Text("#run-status", &pill, chromedp.ByQuery),
@@ -187,10 +209,14 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 		chromedp.Text("#run-stderr", &logs, chromedp.ByQuery),
 		chromedp.Evaluate(`!document.querySelector("#run-error").hidden`, &errorShown),
 		chromedp.Evaluate(`document.querySelectorAll("#run-audit tr").length`, &auditRows),
+		chromedp.Evaluate(`!document.querySelector("#run-preparing").hidden`, &preparingAfter),
 		shot("console-run-ok.png"),
 	)
 	if err != nil {
 		t.Fatalf("run: %v", err)
+	}
+	if !strings.HasPrefix(preparing, "Preparing c") || preparingAfter {
+		t.Errorf("the preparing state read %q while the first run was pending, and shows after it: %v", preparing, preparingAfter)
 	}
 	if pill != "ok" || stdout != "typed\n" || logs != "log line\n" || errorShown || auditRows < 1 {
 		t.Errorf("run: status %q, output %q, logs %q, error shown %v, %d audit rows; want ok, \"typed\\n\", \"log line\\n\", no error, the run's audit events",
@@ -204,7 +230,7 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 		chromedp.Click("#run-hello", chromedp.ByQuery),
 		typeOver("int main(void) { oops }"),
 		chromedp.Click("#run", chromedp.ByQuery),
-		chromedp.Poll(`!document.querySelector("#run-error").hidden`, nil, chromedp.WithPollingTimeout(60*time.Second)),
+		chromedp.Poll(`!document.querySelector("#run-error").hidden || !document.querySelector("#run-preparing").hidden`, nil, chromedp.WithPollingTimeout(60*time.Second)),
 		chromedp.Text("#run-status", &pill, chromedp.ByQuery),
 		chromedp.Text("#run-stdout", &stdout, chromedp.ByQuery),
 		chromedp.Text("#run-error-title", &errTitle, chromedp.ByQuery),

@@ -369,7 +369,10 @@ async function loadLanguages() {
   sel.replaceChildren();
   const langs = r.ok ? r.data.languages : [];
   state.languages = langs;
-  state.warm = state.warm || {};
+  // warm: the languages a run of which finished in this tab (kept across
+  // reloads in sessionStorage): until one has, a slow answer is taken for
+  // the language being prepared.
+  state.warm = JSON.parse(sessionStorage.getItem("moat.warm") || "{}");
   $("#no-languages").hidden = langs.length > 0;
   $("#run-grid").hidden = langs.length === 0;
   for (const l of langs) sel.append(el("option", { value: l.name }, l.name + " " + l.version));
@@ -443,7 +446,7 @@ $("#run-form").addEventListener("submit", async (ev) => {
   const prep = $("#run-preparing");
   const timer = setTimeout(() => {
     if (state.warm[lang]) return;
-    prep.textContent = "Preparing " + lang + ": its first run on this server compiles the toolchain and caches it. Later runs start in milliseconds.";
+    prep.textContent = "Preparing " + lang + ": no " + lang + " run has finished in this tab yet, and a language's first run on a server compiles and caches its toolchain, which takes seconds. Later runs start fast.";
     prep.hidden = false;
     pill.className = "pill preparing"; pill.textContent = "preparing " + lang + "…";
   }, 1500);
@@ -465,7 +468,7 @@ $("#run-form").addEventListener("submit", async (ev) => {
       return;
     }
     const d = r.data;
-    state.warm[lang] = true;
+    state.warm[lang] = true; sessionStorage.setItem("moat.warm", JSON.stringify(state.warm));
     const err = runError(d);
     pill.className = "pill " + (err ? "bad" : "ok");
     pill.textContent = err ? d.status : "ok";
