@@ -62,7 +62,8 @@ func TestConsoleEditorBundle(t *testing.T) {
 // language's hello world in a CodeMirror editor that highlights it;
 // switching language replaces untouched code and keeps typed code; a run
 // shows its stdout as output, its stderr as logs and its audit events; a
-// compile error shows as an error, apart from the output. It fails when
+// compile error shows as an error, apart from the output, and the markup
+// its message quotes shows as text. It fails when
 // editor.js is missing or the CSP blocks any of it (every violation is
 // recorded by a listener installed before any script). Screenshots go to
 // t.ArtifactDir() (kept by go test -artifacts; the log names them).
@@ -226,9 +227,10 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	// A compile error is an error, not a green "ok", and not output.
 	var errTitle, errDetail string
 	var violations []string
+	var pwned bool
 	err = chromedp.Run(ctx,
 		chromedp.Click("#run-hello", chromedp.ByQuery),
-		typeOver("int main(void) { oops }"),
+		typeOver(`int main(void) { oops; } /* <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> */`),
 		chromedp.Click("#run", chromedp.ByQuery),
 		chromedp.Poll(`!document.querySelector("#run-error").hidden || !document.querySelector("#run-preparing").hidden`, nil, chromedp.WithPollingTimeout(60*time.Second)),
 		chromedp.Text("#run-status", &pill, chromedp.ByQuery),
@@ -237,6 +239,7 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 		chromedp.Text("#run-error-detail", &errDetail, chromedp.ByQuery),
 		shot("console-run-error.png"),
 		chromedp.Evaluate(`window.violations`, &violations),
+		chromedp.Evaluate(`window.pwned !== undefined`, &pwned),
 	)
 	if err != nil {
 		var dump string
@@ -245,6 +248,9 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	}
 	if pill != "compile-error" || stdout != "" || !strings.HasPrefix(errTitle, "Compile error") || !strings.Contains(errDetail, "oops") {
 		t.Errorf("compile error: status %q, output %q, error %q: %q; want compile-error, no output, the compiler's message in the error box", pill, stdout, errTitle, errDetail)
+	}
+	if pwned || !strings.Contains(errDetail, "<img") {
+		t.Errorf("the compiler's message quoting markup: ran %v, shown as %q; want it shown as text", pwned, errDetail)
 	}
 	if len(violations) > 0 {
 		t.Errorf("the console breaks its CSP: %v", violations)
