@@ -8,7 +8,8 @@ package console
 
 import "embed"
 
-// Files holds index.html, app.js, style.css and editor.js.
+// Files holds index.html, app.js, style.css, editor.js and hello.json
+// (the Run code tab's hello world per language).
 //
-//go:embed index.html app.js style.css editor.js
+//go:embed index.html app.js style.css editor.js hello.json
 var Files embed.FS
