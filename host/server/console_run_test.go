@@ -199,9 +199,10 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	// prepared, and stops saying so when the answer comes.
 	var pill, stdout, logs, preparing string
 	var errorShown, preparingAfter bool
+	var afterRun string
 	var auditRows int
 	err = chromedp.Run(ctx,
-		chromedp.Click("#run", chromedp.ByQuery),
+		chromedp.KeyEvent(kb.Enter, chromedp.KeyModifiers(input.ModifierCtrl)), // runs, from the editor
 		chromedp.Poll(`!document.querySelector("#run-preparing").hidden`, nil, chromedp.WithPollingTimeout(30*time.Second)),
 		chromedp.Text("#run-preparing", &preparing, chromedp.ByQuery),
 		shot("console-run-preparing.png"),
@@ -213,10 +214,14 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 		chromedp.Evaluate(`!document.querySelector("#run-error").hidden`, &errorShown),
 		chromedp.Evaluate(`document.querySelectorAll("#run-audit tr").length`, &auditRows),
 		chromedp.Evaluate(`!document.querySelector("#run-preparing").hidden`, &preparingAfter),
+		chromedp.Evaluate(doc, &afterRun),
 		shot("console-run-ok.png"),
 	)
 	if err != nil {
 		t.Fatalf("run: %v", err)
+	}
+	if afterRun != want {
+		t.Errorf("Ctrl+Enter changed the code to %q; want it to run %q unchanged", afterRun, want)
 	}
 	if !strings.HasPrefix(preparing, "Preparing c") || preparingAfter {
 		t.Errorf("the preparing state read %q while the first run was pending, and shows after it: %v", preparing, preparingAfter)

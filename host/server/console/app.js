@@ -329,8 +329,8 @@ const editor = {
   init() {
     if (this.cm || !$("#run-editor")) return;
     if (window.MoatEditor) {
-      this.cm = window.MoatEditor.create($("#run-editor"), { doc: "", label: "Source", onChange: () => { state.edited = true; } });
-      this.cm.view.contentDOM.addEventListener("keydown", runShortcut);
+      this.cm = window.MoatEditor.create($("#run-editor"), { doc: "", label: "Source",
+        onChange: () => { state.edited = true; }, onRun: () => $("#run-form").requestSubmit() });
       return;
     }
     $("#run-editor").hidden = true; $("#editor-missing").hidden = false; $("#run-source").hidden = false;
@@ -345,6 +345,7 @@ function runShortcut(ev) {
   if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); $("#run-form").requestSubmit(); }
 }
 $("#run-stdin").addEventListener("keydown", runShortcut);
+$("#run-source").addEventListener("keydown", runShortcut);
 
 // setHello puts the language's hello world in the editor; the code counts
 // as untouched again.

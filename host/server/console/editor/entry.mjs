@@ -26,7 +26,7 @@
 // bundles this file and its pinned dependencies into ../editor.js
 // (`make console-editor`); the server embeds that file, so the console
 // loads no script from anywhere but its own origin.
-import { EditorState, Compartment } from "@codemirror/state";
+import { EditorState, Compartment, Prec } from "@codemirror/state";
 import { EditorView, keymap, lineNumbers, highlightActiveLine, highlightActiveLineGutter, drawSelection } from "@codemirror/view";
 import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
 import { syntaxHighlighting, defaultHighlightStyle, bracketMatching, indentOnInput, StreamLanguage, indentUnit } from "@codemirror/language";
@@ -72,7 +72,8 @@ const theme = EditorView.theme({
 // no 'unsafe-inline', no nonce) refuses; in a shadow root it adopts
 // constructed style sheets (adoptedStyleSheets), which no inline style
 // source is involved in. onChange is called after each edit the user
-// makes (not after setValue).
+// makes (not after setValue); onRun when the user presses Ctrl+Enter
+// (Cmd+Enter on a Mac).
 function create(host, opts) {
   const parent = host.shadowRoot || host.attachShadow({ mode: "open" });
   const lang = new Compartment();
@@ -85,6 +86,9 @@ function create(host, opts) {
         theme, lineNumbers(), highlightActiveLineGutter(), highlightActiveLine(), drawSelection(), history(),
         indentOnInput(), bracketMatching(), indentUnit.of("    "),
         syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
+        // Mod-Enter (Ctrl or Cmd) runs, ahead of the default keymap's
+        // insertBlankLine.
+        Prec.highest(keymap.of([{ key: "Mod-Enter", run: () => { if (opts.onRun) opts.onRun(); return !!opts.onRun; } }])),
         keymap.of([...defaultKeymap, ...historyKeymap, indentWithTab]),
         EditorView.contentAttributes.of({ "aria-label": opts.label || "Source" }),
         lang.of(modeFor(opts.language)),
