@@ -67,7 +67,8 @@ func TestConsoleEditorBundle(t *testing.T) {
 // compile error shows as an error, apart from the output, and the markup
 // its message quotes shows as text. It fails when
 // editor.js is missing or the CSP blocks any of it (every violation is
-// recorded by a listener installed before any script). Screenshots go to
+// recorded by a listener installed before any script); a reload keeps the
+// draft. Screenshots go to
 // t.ArtifactDir() (kept by go test -artifacts; the log names them).
 func TestConsoleEditor(t *testing.T) {
 	bin := chromium(t)
@@ -261,6 +262,23 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	}
 	if len(violations) > 0 {
 		t.Errorf("the console breaks its CSP: %v", violations)
+	}
+
+	// A reload keeps the draft: the language and the typed code.
+	var reloadLang, reloadDoc string
+	err = chromedp.Run(ctx,
+		chromedp.Reload(),
+		chromedp.WaitVisible(`.tab[data-tab="run"]`, chromedp.ByQuery),
+		chromedp.Click(`.tab[data-tab="run"]`, chromedp.ByQuery),
+		chromedp.Poll(`window.MoatEditor && `+doc+` !== null && `+doc+`.length > 0`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Value("#run-language", &reloadLang, chromedp.ByQuery),
+		chromedp.Evaluate(doc, &reloadDoc),
+	)
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if reloadLang != "c" || !strings.HasPrefix(reloadDoc, "int main(void) { oops; }") {
+		t.Errorf("after a reload the tab shows %s with %q; want c and the typed code", reloadLang, reloadDoc)
 	}
 }
 

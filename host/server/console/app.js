@@ -330,11 +330,11 @@ const editor = {
     if (this.cm || !$("#run-editor")) return;
     if (window.MoatEditor) {
       this.cm = window.MoatEditor.create($("#run-editor"), { doc: "", label: "Source",
-        onChange: () => { state.edited = true; }, onRun: () => $("#run-form").requestSubmit() });
+        onChange: edited, onRun: () => $("#run-form").requestSubmit() });
       return;
     }
     $("#run-editor").hidden = true; $("#editor-missing").hidden = false; $("#run-source").hidden = false;
-    $("#run-source").addEventListener("input", () => { state.edited = true; });
+    $("#run-source").addEventListener("input", edited);
   },
   get value() { return this.cm ? this.cm.getValue() : $("#run-source").value; },
   set value(text) { if (this.cm) this.cm.setValue(text); else $("#run-source").value = text; },
@@ -347,11 +347,27 @@ function runShortcut(ev) {
 $("#run-stdin").addEventListener("keydown", runShortcut);
 $("#run-source").addEventListener("keydown", runShortcut);
 
+// The draft: the language and, once the user has edited it, the code,
+// kept in sessionStorage (this tab only, cleared on sign-out) so that a
+// reload does not lose what was typed.
+let draftTimer = 0;
+function saveDraft() {
+  const d = { language: $("#run-language").value };
+  if (state.edited) d.code = editor.value;
+  sessionStorage.setItem("moat.draft", JSON.stringify(d));
+}
+function edited() {
+  state.edited = true;
+  clearTimeout(draftTimer);
+  draftTimer = setTimeout(saveDraft, 300);
+}
+
 // setHello puts the language's hello world in the editor; the code counts
 // as untouched again.
 function setHello(lang) {
   editor.value = hello[lang] || "";
   state.edited = false;
+  saveDraft();
 }
 
 async function loadLanguages() {
@@ -370,17 +386,19 @@ async function loadLanguages() {
   $("#run-grid").hidden = langs.length === 0;
   for (const l of langs) sel.append(el("option", { value: l.name }, l.name + " " + l.version));
   const names = langs.map((l) => l.name);
-  const first = preferred.find((n) => names.includes(n)) || names[0];
+  let draft = {};
+  try { draft = JSON.parse(sessionStorage.getItem("moat.draft") || "{}") || {}; } catch { draft = {}; }
+  const first = names.includes(draft.language) ? draft.language : preferred.find((n) => names.includes(n)) || names[0];
   if (!first) return;
   sel.value = first;
   editor.language(first);
-  setHello(first);
+  if (typeof draft.code === "string") { editor.value = draft.code; state.edited = true; } else setHello(first);
   // Switching language replaces untouched code with the new language's
   // hello world and keeps code the user typed or pasted (only its
   // highlighting changes): "Hello world" replaces it on request.
   sel.onchange = () => {
     editor.language(sel.value);
-    if (!state.edited) setHello(sel.value);
+    if (!state.edited) setHello(sel.value); else saveDraft();
   };
 }
 $("#run-hello").addEventListener("click", () => { setHello($("#run-language").value); if (editor.cm) editor.cm.focus(); });
@@ -431,6 +449,7 @@ $("#run-form").addEventListener("submit", async (ev) => {
   btn.disabled = true;
   const lang = $("#run-language").value;
   const pill = $("#run-status");
+  saveDraft();
   clearRun();
   pill.className = "pill running"; pill.textContent = "running…";
   // The first run of a language on a server builds its toolchain's cache
