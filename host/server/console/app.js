@@ -135,6 +135,7 @@ async function showResult(r) {
   pill.className = "pill " + (r.ok ? "ok" : r.status === 428 ? "warn" : "bad");
   pill.textContent = r.ok ? "200 OK" : r.status + " " + ((r.data && r.data.title) || "");
   $("#result-id").textContent = "request " + r.id;
+  $("#result-corr").textContent = r.id;
   // An error is shown as an error, apart from the output box, which
   // holds only what the action returned.
   $("#output").textContent = r.ok ? r.data : "";
