@@ -159,7 +159,7 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 		chromedp.Evaluate(`[...`+shadow+`.querySelectorAll(".cm-line span[class]")].filter(s => getComputedStyle(s).color !== getComputedStyle(s.closest(".cm-line")).color).length`, &tokens),
 		shot("console-editor-hello.png"),
 		// Typed code is kept across a switch.
-		typeOver("#include <stdio.h>\n#include <unistd.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); sleep(2); puts(\"typed\"); return 0; }"),
+		typeOver("#include <stdio.h>\n#include <unistd.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); sleep(3); puts(\"typed\"); return 0; }"),
 		setLang("c"),
 		chromedp.Evaluate(doc, &keptDoc),
 	)
@@ -190,13 +190,13 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	if tokens < 3 {
 		t.Errorf("%d highlighted tokens in the C++ hello world; want syntax highlighting", tokens)
 	}
-	want := "#include <stdio.h>\n#include <unistd.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); sleep(2); puts(\"typed\"); return 0; }"
+	want := "#include <stdio.h>\n#include <unistd.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); sleep(3); puts(\"typed\"); return 0; }"
 	if keptDoc != want {
 		t.Errorf("after typing and switching language the editor holds %q; want the typed code %q", keptDoc, want)
 	}
 
 	// The first run of a language in the tab: past 1.5 s without an
-	// answer (the program sleeps 2 s) the page says the language is being
+	// answer (the program sleeps 3 s) the page says the language is being
 	// prepared, and stops saying so when the answer comes.
 	var pill, stdout, logs, preparing string
 	var errorShown, preparingAfter bool
