@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -347,5 +350,63 @@ func TestConsoleHelloWorlds(t *testing.T) {
 	}
 	if len(missing) > 0 {
 		t.Logf("hello worlds not run here (toolchain missing): %s", strings.Join(missing, ", "))
+	}
+}
+
+// TestConsoleFilesServed checks how the console's files go out: under the
+// front door's console CSP (object-src 'none', base-uri 'none' and
+// form-action 'self' included: the handler once replaced it with a laxer
+// one), gzipped when accepted and not when refused, 304 to a current
+// copy, and nothing but the embedded files.
+func TestConsoleFilesServed(t *testing.T) {
+	ts := start(t, "", nil)
+	want, err := fs.ReadFile(console.Files, "editor.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/", "/console/app.js", "/console/editor.js", "/console/hello.json"} {
+		r := ts.do(t, "GET", path, "", nil)
+		csp := r.header.Get("Content-Security-Policy")
+		for _, d := range []string{"script-src 'self'", "style-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'"} {
+			if r.status != 200 || !strings.Contains(csp, d) {
+				t.Errorf("GET %s: %d, CSP %q; want 200 and %s", path, r.status, csp, d)
+			}
+		}
+	}
+
+	gz := ts.do(t, "GET", "/console/editor.js", "", nil, "Accept-Encoding", "br, gzip;q=0.8")
+	etag := gz.header.Get("ETag")
+	if gz.status != 200 || gz.header.Get("Content-Encoding") != "gzip" || etag == "" || !strings.Contains(gz.header.Get("Vary"), "Accept-Encoding") {
+		t.Fatalf("GET editor.js accepting gzip: %d, Content-Encoding %q, ETag %q, Vary %q", gz.status, gz.header.Get("Content-Encoding"), etag, gz.header.Get("Vary"))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(got, want) || len(gz.body) > len(want)/2 {
+		t.Errorf("the gzipped editor.js (%d bytes) unpacks to %d bytes (err %v); want the embedded %d", len(gz.body), len(got), err, len(want))
+	}
+	for _, ae := range []string{"gzip;q=0", "identity", "br"} {
+		r := ts.do(t, "GET", "/console/editor.js", "", nil, "Accept-Encoding", ae)
+		if r.header.Get("Content-Encoding") != "" || !bytes.Equal(r.body, want) {
+			t.Errorf("Accept-Encoding %q: Content-Encoding %q, %d bytes; want the plain file", ae, r.header.Get("Content-Encoding"), len(r.body))
+		}
+	}
+
+	for _, tc := range []struct {
+		inm    string
+		status int
+	}{{etag, 304}, {"W/" + etag, 304}, {`"x", ` + etag, 304}, {"*", 304}, {`"0123"`, 200}, {strings.Repeat(",", 1000), 200}} {
+		r := ts.do(t, "GET", "/console/editor.js", "", nil, "If-None-Match", tc.inm)
+		if r.status != tc.status || (tc.status == 304 && len(r.body) != 0) {
+			t.Errorf("If-None-Match %.40q: %d with %d bytes; want %d", tc.inm, r.status, len(r.body), tc.status)
+		}
+	}
+
+	for _, path := range []string{"/console/editor/package.json", "/console/editor/entry.mjs", "/console/../console.go", "/console/%2e%2e/openapi.go", "/console/index.html", "/console/", "/console/.hidden"} {
+		if r := ts.do(t, "GET", path, "", nil); r.status != 404 {
+			t.Errorf("GET %s: %d; want 404 (only the embedded files are served, index.html at /)", path, r.status)
+		}
 	}
 }
