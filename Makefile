@@ -41,7 +41,7 @@ examples: deps ## build the example plugins
 run: build examples $(SETUP) ## build moat, the toolchains and the examples; invoke greet, then run code in three languages
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"
 	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
-	@echo "==> again: the count lives in ./moat-data and rises across runs"
+	@echo "==> again: the count lives in moat's data dir (~/.local/share/moat/data; /var/lib/moat/data as root; --data or \$$MOAT_DATA to choose) and rises across runs"
 	@$(MOAT) run examples/hello-go greet --input World --config greeting=Hello && echo
 	@echo "==> the same plugin written in Rust: $(MOAT) run examples/hello-rust greet --input World"
 	@$(MOAT) run examples/hello-rust greet --input World && echo

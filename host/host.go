@@ -55,18 +55,16 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	_ "github.com/moat-sandbox/moat/host/ops" // the op table registers itself
+	"github.com/moat-sandbox/moat/internal/moatdir"
 )
 
 // DefaultDataDir is where the store and the compilation cache live when
-// Config.DataDir is empty: $MOAT_DATA, or ./moat-data (the same default as
-// `moat serve`, so the CLI and the server see the same data when started in
-// the same directory).
-func DefaultDataDir() string {
-	if d := os.Getenv("MOAT_DATA"); d != "" {
-		return d
-	}
-	return "moat-data"
-}
+// Config.DataDir is empty: $MOAT_DATA, else moat's home's data directory
+// (/var/lib/moat/data as root, $XDG_DATA_HOME/moat/data or
+// ~/.local/share/moat/data otherwise; see internal/moatdir), the same for
+// every command and `moat serve` whatever the working directory; ./moat-data
+// only when there is no home.
+func DefaultDataDir() string { return moatdir.Data() }
 
 // Config configures a Host. The zero value is usable.
 type Config struct {

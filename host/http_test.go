@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -486,6 +487,12 @@ func TestHTTPSecretInjection(t *testing.T) {
 			http.Redirect(w, r, "/other/"+tok, http.StatusFound)
 		case strings.HasSuffix(path, "/base64"):
 			io.WriteString(w, base64.StdEncoding.EncodeToString([]byte(tok)))
+		case strings.HasSuffix(path, "/deflate"):
+			// Compressed though nobody asked: the token inside, unseen.
+			w.Header().Set("Content-Encoding", "deflate")
+			zw, _ := flate.NewWriter(w, flate.BestCompression)
+			io.WriteString(zw, "you sent "+auth)
+			zw.Close()
 		default:
 			io.WriteString(w, "a saw "+auth)
 		}
@@ -625,6 +632,20 @@ default:
 	res, err = fetch(t, m, ann, "base64", abi.HTTPFetchRequest{URL: A + "/api/base64"})
 	if err != nil || string(res.Body) != base64.StdEncoding.EncodeToString([]byte(acmeTok)) {
 		t.Errorf("base64 of the secret: %q %v", res.Body, err)
+	}
+
+	// A body the server compressed unasked would hide the value from
+	// scrubbing: refused and audited, where a secret was injected; the
+	// same body without one is the guest's as it came.
+	_, err = fetch(t, m, ann, "deflate", abi.HTTPFetchRequest{URL: A + "/api/deflate"})
+	if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), `Content-Encoding "deflate"`) {
+		t.Errorf("an encoded body where a secret is injected: %v", err)
+	}
+	if evs := httpEvents(t, h, "deflate"); len(evs) != 1 || evs[0].Decision != audit.Deny || evs[0].Rule != "secret" {
+		t.Errorf("the encoded body's audit: %+v", evs)
+	}
+	if res, err := fetch(t, m, ann, "deflate-plain", abi.HTTPFetchRequest{URL: A + "/deflate"}); err != nil || res.Headers["content-encoding"] != "deflate" {
+		t.Errorf("an encoded body, no secret injected: %+v %v", res, err)
 	}
 
 	// Nothing in the audit trail or the host's log holds a value.

@@ -194,16 +194,24 @@ default:
 // may write: moat never hands an operator's directory over.
 func TestNativePluginFileGrants(t *testing.T) {
 	requireNative(t)
-	// Not under /tmp: a native worker's /tmp is a tmpfs of its own, and a
-	// grant there is refused (see the end of the test).
-	base, err := os.MkdirTemp(".", ".moat-native-files-")
+	// Not under /tmp (nor /var/tmp, /run, /dev/shm): a native worker's
+	// are tmpfs of its own, and a grant there is refused (see the end of
+	// the test). Beside the package when the checkout is not under one
+	// (a clean clone in /tmp is), else under /var/lib (the test is root's).
+	parent, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scratch := range []string{"/tmp", "/var/tmp", "/run", "/dev/shm"} {
+		if parent == scratch || strings.HasPrefix(parent, scratch+"/") {
+			parent = "/var/lib"
+		}
+	}
+	base, err := os.MkdirTemp(parent, ".moat-native-files-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(base)
-	if base, err = filepath.Abs(base); err != nil {
-		t.Fatal(err)
-	}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {

@@ -56,6 +56,14 @@ type ExecRequest struct {
 	// WorkDir is a native run's working directory when it is not the job
 	// dir: one of Mounts or under one (host/native Spec.WorkDir).
 	WorkDir string
+	// Preparing, when set, is called as the job starts work a later job
+	// of the same language does not repeat, and the func it returns when
+	// that work ends: "build" for a build not in the cache (Go's first
+	// builds its standard library, about 15 s), "load" for a WASM the
+	// executor has not loaded yet (an interpreter's first compile to
+	// machine code, seconds, unless the host's compilation cache has it).
+	// The compiler gives no fraction, so this is all a caller can show.
+	Preparing func(stage string) (done func())
 }
 
 // ExecResult is what a job produced. A failing program is a result with a

@@ -215,7 +215,7 @@ func (e *Executor) Exec(ctx context.Context, req ExecRequest) (*ExecResult, erro
 	lim := req.Limits.or(e.limits)
 
 	began := time.Now()
-	art, cached, err := e.build(ctx, lang, req.Source, lim)
+	art, cached, err := e.build(ctx, lang, req.Source, lim, req.Preparing)
 	res.CompileTime, res.BuildCached = time.Since(began), cached
 	var ce *CompileError
 	var le *BuildLimitError
@@ -275,10 +275,13 @@ func (e *Executor) validate(l Language, req ExecRequest) []Violation {
 // or cancellation, and never the build another job is waiting for; and
 // what a build ends with is only ever the build's own outcome (the
 // artifact, a compile error, a tool's limit, the executor's bound).
-func (e *Executor) build(ctx context.Context, l Language, src Source, lim ExecLimits) (*Artifact, bool, error) {
+func (e *Executor) build(ctx context.Context, l Language, src Source, lim ExecLimits, preparing func(string) func()) (*Artifact, bool, error) {
 	key := BuildKey(l, src)
 	if a, ok := e.cache.Get(key); ok {
 		return a, true, nil
+	}
+	if preparing != nil {
+		defer preparing("build")()
 	}
 	e.flightMu.Lock()
 	c, joined := e.flight[key]
@@ -426,7 +429,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 			return fmt.Errorf("a %s run gets no host directories; run it without --dir and --file", l.Info().Name)
 		}
 		began := time.Now()
-		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
+		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
 		res.RunTime = time.Since(began)
 		if out != nil {
 			res.Stdout, res.Stderr, res.ExitCode, res.PeakMemory = out.Stdout, out.Stderr, out.ExitCode, out.PeakMemory
@@ -450,7 +453,7 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 	// A submission's own build is one-off: its machine code is not
 	// shared through the store (host.LoadOptions.LocalCode); an
 	// interpreter's is, and is the same for every run.
-	m, err := e.module(ctx, l, a.WASM, a.Kind == ArtifactWASM)
+	m, err := e.module(ctx, l, a.WASM, a.Kind == ArtifactWASM, req.Preparing)
 	if err != nil {
 		return err
 	}
@@ -520,7 +523,7 @@ func (e *Executor) wasmOutcome(ctx context.Context, err error, res *ExecResult) 
 
 // module loads wasm on the host once per process (the host itself caches
 // the machine code by digest, on disk and in memory).
-func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCode bool) (*host.Module, error) {
+func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCode bool, preparing func(string) func()) (*host.Module, error) {
 	if len(wasm) == 0 {
 		return nil, errors.New("the artifact has no WASM")
 	}
@@ -530,6 +533,9 @@ func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCod
 	e.modMu.Unlock()
 	if ok {
 		return m, nil
+	}
+	if preparing != nil {
+		defer preparing("load")()
 	}
 	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode})
 	if err != nil {

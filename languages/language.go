@@ -269,6 +269,9 @@ type ArtifactRunner interface {
 // and limits apply.
 type RunEnv struct {
 	Host *host.Host
+	// Preparing is ExecRequest.Preparing (may be nil): a runner that
+	// compiles an interpreter the first time calls it with "load".
+	Preparing func(stage string) (done func())
 }
 
 // SrcGuestPath is where an interpreted run sees the artifact's Files.

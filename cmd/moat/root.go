@@ -68,7 +68,9 @@ Start here:
   moat serve; moat keys create --org O --user U      the HTTP API and web console
 
 Data (the key-value store and the compilation cache) lives in --data, default
-$MOAT_DATA or ./moat-data.`,
+$MOAT_DATA, else moat's home: $XDG_DATA_HOME/moat/data, /var/lib/moat/data as
+root, ~/.local/share/moat/data otherwise; the same from any directory.
+Toolchains: moat toolchains install.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// The log is set up before any command runs, so that what is
@@ -80,7 +82,7 @@ $MOAT_DATA or ./moat-data.`,
 		},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.dataDir, "data", "", "data directory for the store and the compile cache (default $MOAT_DATA or ./moat-data)")
+	pf.StringVar(&g.dataDir, "data", "", "data directory for the store and the compile cache (default $MOAT_DATA, else ~/.local/share/moat/data; /var/lib/moat/data as root)")
 	pf.StringVar(&g.profile, "profile", "minimal", "operator profile: a built-in name (minimal, dev) or a YAML file")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")

@@ -42,7 +42,8 @@ read the audit trail, run code), the web console at /, health and readiness
 probes, and Prometheus metrics.
 
 With no configuration it listens on 127.0.0.1:8080, keeps its data in --data
-(default $MOAT_DATA or ./moat-data) and applies the minimal profile. A
+(default $MOAT_DATA, else ~/.local/share/moat/data; /var/lib/moat/data as
+root) and applies the minimal profile. A
 configuration file (--config) sets the listen address, TLS, data directory,
 profiles per organization, limits, the log and the Piston-compatible routes;
 its errors name the file, line and field.

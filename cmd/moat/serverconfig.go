@@ -66,3 +66,23 @@ func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
 // storeName names the server's store in messages: the data directory, or
 // the database URL without its password.
 func storeName(cfg server.Config) string { return server.RedactURL(cfg.StoreLocation()) }
+
+// useServerConfig makes the commands that open a host (exec, toolchains
+// warm) work on the data of the server configFile configures, as moat
+// run --server-config does: its store (data directory or database), its
+// caches and its profile, unless --data or --profile was given
+// (profileGiven). An empty configFile changes nothing.
+func (g *globalFlags) useServerConfig(configFile string, profileGiven bool) error {
+	if configFile == "" {
+		return nil
+	}
+	sc, err := g.serverConfig(configFile)
+	if err != nil {
+		return err
+	}
+	g.server, g.dataDir = &sc, sc.DataDir
+	if !profileGiven {
+		g.profile = sc.Profile
+	}
+	return nil
+}

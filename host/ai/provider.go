@@ -323,6 +323,11 @@ func (p *provider) complete(ctx context.Context, key string, req *chatRequest) (
 	if len(text) > maxReplyText {
 		return "", usage, ok, bad(fmt.Sprintf("of %d bytes of text, over the %d a guest receives", len(text), maxReplyText))
 	}
+	// A server that echoes its request (a debugging proxy posing as a
+	// provider) would hand the guest the operator's key: never.
+	if key != "" {
+		text = strings.ReplaceAll(text, key, "[key]")
+	}
 	return text, usage, ok, nil
 }
 

@@ -396,6 +396,12 @@ func TestKeyFromSecret(t *testing.T) {
 	if n := len(r.srv.Requests()); n != 2 {
 		t.Errorf("%d requests reached the provider, want the 2 with a usable key", n)
 	}
+	// A provider that echoes the request hands back no key.
+	r.srv.FailNext(aitest.EchoKey)
+	resp, _, err := r.svc.Complete(ctx, c, req)
+	if err != nil || resp.Text != "you sent Bearer [key]" {
+		t.Errorf("a completion echoing the key: %+v %v", resp, err)
+	}
 	noKey(t, "the log", r.log.String())
 }
 

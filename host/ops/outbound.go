@@ -210,6 +210,13 @@ func (c *HTTPClient) Send(env *Env, req *abi.HTTPFetchRequest, o FetchOptions) (
 	if err := checkResponseHeaders(resp.Header); err != nil {
 		return nil, f.refuse(hop, "response headers", abi.CodeTooLarge, err.Error())
 	}
+	// A body the server encoded on its own (br, deflate: the transport
+	// decodes only the gzip it asks for, and then drops the header) could
+	// carry an injected value where scrubbing cannot see it: refused, and
+	// never read.
+	if ce := resp.Header.Get("Content-Encoding"); len(f.used) > 0 && ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, f.refuse(hop, "secret", abi.CodeDenied, fmt.Sprintf("the response body is encoded (Content-Encoding %.40q), and the host cannot scrub a secret its grant injected out of an encoded body; the server must answer unencoded", ce))
+	}
 	limit := o.MaxBytes
 	bud := budget.From(ctx)
 	if !o.Budget {

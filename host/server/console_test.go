@@ -149,10 +149,14 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Errorf("confirmation: status %q, then output %q", pill, confirmed)
 	}
 
+	// Sign out reloads the page (nothing of the session stays in it):
+	// wait for that navigation, not for an element, which would race it.
+	if _, err := chromedp.RunResponse(bctx, chromedp.Click("#sign-out", chromedp.ByQuery)); err != nil {
+		t.Fatalf("sign out: %v", err)
+	}
 	// A wrong key is refused on the page.
 	var msg string
 	err = chromedp.Run(bctx,
-		chromedp.Click("#sign-out", chromedp.ByQuery),
 		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
 		chromedp.SendKeys("#api-key", "moat_sk_wrong", chromedp.ByQuery),
 		chromedp.Click("#sign-in", chromedp.ByQuery),

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,25 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	}
 	if len(violations) > 0 {
 		t.Errorf("the console breaks its CSP: %v", violations)
+	}
+
+	// A failed invocation (loop passes its 1500ms timeout) is an error in
+	// its own box, not a green pill and not output.
+	var pill, title, after string
+	var errShown bool
+	err = chromedp.Run(bctx,
+		chromedp.Evaluate(`(() => { const s = document.querySelector("#action-select"); s.value = "loop"; s.dispatchEvent(new Event("change")); })()`, nil),
+		chromedp.Click("#invoke", chromedp.ByQuery),
+		chromedp.Poll(`!document.querySelector("#invoke-error").hidden`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text("#result-status", &pill, chromedp.ByQuery),
+		chromedp.Text("#invoke-error-title", &title, chromedp.ByQuery),
+		chromedp.Text("#output", &after, chromedp.ByQuery),
+		chromedp.Evaluate(`!document.querySelector("#invoke-error").hidden`, &errShown),
+	)
+	if err != nil {
+		t.Fatalf("failed invocation: %v", err)
+	}
+	if !errShown || strings.HasPrefix(pill, "200") || !strings.Contains(title, "(") || after != "" {
+		t.Errorf("failed invocation: pill %q, error box %v %q, output %q; want a non-200 pill, the problem in the error box, no output", pill, errShown, title, after)
 	}
 }

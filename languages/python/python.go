@@ -85,6 +85,16 @@ func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.S
 	return a, nil
 }
 
+// Available implements languages.Checker: the interpreter WASM is
+// provisioned (`moat toolchains install python`), so `moat langs` says
+// "available" only when a run can start.
+func (Language) Available() error {
+	if _, err := toolchains.NPMFile(NPMPackage); err != nil {
+		return fmt.Errorf("python: %w", err)
+	}
+	return nil
+}
+
 // Interpreter returns python.wasm from toolchainDir (or, when empty, the
 // directory package toolchains finds). The 26 MB are read once per process
 // and shared by every artifact.

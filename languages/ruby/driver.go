@@ -84,7 +84,7 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 
 // compile returns the compiled interpreter, compiling (or loading from the
 // disk cache) once per engine, and provides its imports.
-func (e *engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
+func (e *engine) compile(ctx context.Context, wasm []byte, preparing func(string) func()) (wazero.CompiledModule, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(wasm) > 0 && len(wasm) == len(e.last) && &wasm[0] == &e.last[0] {
@@ -94,6 +94,9 @@ func (e *engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModul
 	if cm, ok := e.compiled[key]; ok {
 		e.last, e.lastCM = wasm, cm
 		return cm, nil
+	}
+	if preparing != nil {
+		defer preparing("load")()
 	}
 	cm, err := e.rt.CompileModule(context.WithoutCancel(ctx), wasm)
 	if err != nil {
@@ -197,7 +200,7 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	if err != nil {
 		return nil, err
 	}
-	cm, err := e.compile(ctx, a.WASM)
+	cm, err := e.compile(ctx, a.WASM, env.Preparing)
 	if err != nil {
 		return nil, err
 	}

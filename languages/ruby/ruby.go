@@ -79,6 +79,16 @@ func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.S
 	}, nil
 }
 
+// Available implements languages.Checker: the interpreter WASM is
+// provisioned (`moat toolchains install ruby`), so `moat langs` says
+// "available" only when a run can start.
+func (Language) Available() error {
+	if _, err := toolchains.NPMFile(NPMPackage); err != nil {
+		return fmt.Errorf("ruby: %w", err)
+	}
+	return nil
+}
+
 // Interpreter returns ruby+stdlib.wasm from toolchainDir (or, when empty,
 // the directory package toolchains finds), read once per process.
 func Interpreter(toolchainDir string) ([]byte, error) {

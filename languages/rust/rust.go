@@ -98,7 +98,7 @@ func (*Language) Available() error {
 		return err
 	}
 	if _, err := os.Stat(wasmStd); err != nil {
-		return fmt.Errorf("%w: %s is missing (install the Debian package libstd-rust-dev-wasm32: `make toolchains`)", toolchains.ErrMissing, wasmStd)
+		return fmt.Errorf("%w: %s is missing (install the Debian package libstd-rust-dev-wasm32: `moat toolchains install rust` as root)", toolchains.ErrMissing, wasmStd)
 	}
 	return nil
 }

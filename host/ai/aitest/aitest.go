@@ -52,6 +52,10 @@ const (
 	// BadRequest answers 400 with a message that quotes the key the
 	// request carried, its start and its end, as careless providers do.
 	BadRequest
+	// EchoKey answers a completion with the request's Authorization
+	// header as its text, as a debugging proxy posing as a provider
+	// would.
+	EchoKey
 )
 
 // Request is what the server received.
@@ -195,6 +199,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		fail(http.StatusBadRequest, err.Error())
 		return
+	}
+	if fault == EchoKey && r.URL.Path == "/v1/chat/completions" {
+		reply["choices"] = []any{map[string]any{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": "you sent " + rec.Authorization}}}
 	}
 	if fault == NoUsage {
 		delete(reply, "usage")

@@ -26,6 +26,25 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// problemParts splits a problem response (RFC 9457) into a title, the
+// status and code, and the detail, for an error box.
+function problemParts(r) {
+  if (r.data && typeof r.data === "object") {
+    const code = r.data.code ? " · " + r.data.code : "";
+    return { title: (r.data.title || "Error") + " (" + r.status + code + ")", detail: r.data.detail || JSON.stringify(r.data) };
+  }
+  return { title: "Error (" + r.status + ")", detail: String(r.data || "") };
+}
+
+// showError fills the error box of a view ("run" or "invoke"), or hides it
+// for null.
+function showError(view, err) {
+  const box = $("#" + view + "-error");
+  box.hidden = !err;
+  $("#" + view + "-error-title").textContent = err ? err.title : "";
+  $("#" + view + "-error-detail").textContent = err ? err.detail : "";
+}
+
 function problemText(r) {
   if (r.data && typeof r.data === "object") return (r.data.title || "Error") + ": " + (r.data.detail || JSON.stringify(r.data));
   return String(r.data || r.status);
@@ -116,7 +135,11 @@ async function showResult(r) {
   pill.className = "pill " + (r.ok ? "ok" : r.status === 428 ? "warn" : "bad");
   pill.textContent = r.ok ? "200 OK" : r.status + " " + ((r.data && r.data.title) || "");
   $("#result-id").textContent = "request " + r.id;
-  $("#output").textContent = r.ok ? r.data : problemText(r);
+  $("#result-corr").textContent = r.id;
+  // An error is shown as an error, apart from the output box, which
+  // holds only what the action returned.
+  $("#output").textContent = r.ok ? r.data : "";
+  showError("invoke", r.ok || r.status === 428 ? null : problemParts(r));
   showOutputMedia(r.ok ? r.data : "");
   const box = $("#confirm-box");
   box.hidden = true;
@@ -292,43 +315,184 @@ async function showOutputMedia(out) {
 }
 
 // --- run code ---
-const samples = {
-  python: 'print("hello from python")\n', c: '#include <stdio.h>\nint main(void) { puts("hello from C"); return 0; }\n',
-  cpp: '#include <iostream>\nint main() { std::cout << "hello from C++\\n"; }\n', rust: 'fn main() { println!("hello from Rust"); }\n',
-  go: 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hello from Go") }\n', ruby: 'puts "hello from Ruby"\n',
-  javascript: 'console.log("hello from JavaScript");\n',
+// hello (hello.json, loaded with the languages) holds a program per
+// language the executor may offer (GET /v1/languages names them); each
+// prints "hello from ..." (TestConsoleHelloWorlds runs every one the
+// server offers). The tab opens on the first of preferred the server
+// offers, with its hello world in the editor.
+let hello = {};
+const preferred = ["python", "javascript", "go", "rust", "c", "cpp", "ruby", "assemblyscript", "bash", "python3-native"];
+
+// The editor: CodeMirror (editor.js, window.MoatEditor), or the plain
+// textarea when that file did not load.
+const editor = {
+  cm: null,
+  init() {
+    if (this.cm || !$("#run-editor")) return;
+    if (window.MoatEditor) {
+      this.cm = window.MoatEditor.create($("#run-editor"), { doc: "", label: "Source",
+        onChange: edited, onRun: () => $("#run-form").requestSubmit() });
+      return;
+    }
+    $("#run-editor").hidden = true; $("#editor-missing").hidden = false; $("#run-source").hidden = false;
+    $("#run-source").addEventListener("input", edited);
+  },
+  get value() { return this.cm ? this.cm.getValue() : $("#run-source").value; },
+  set value(text) { if (this.cm) this.cm.setValue(text); else $("#run-source").value = text; },
+  language(name) { if (this.cm) this.cm.setLanguage(name); $("#run-editor").dataset.language = name; },
 };
+
+function runShortcut(ev) {
+  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) { ev.preventDefault(); $("#run-form").requestSubmit(); }
+}
+$("#run-stdin").addEventListener("keydown", runShortcut);
+$("#run-source").addEventListener("keydown", runShortcut);
+
+// The draft: the language and, once the user has edited it, the code,
+// kept in sessionStorage (this tab only, cleared on sign-out) so that a
+// reload does not lose what was typed.
+let draftTimer = 0;
+function saveDraft() {
+  const d = { language: $("#run-language").value };
+  if (state.edited) d.code = editor.value;
+  sessionStorage.setItem("moat.draft", JSON.stringify(d));
+}
+function edited() {
+  state.edited = true;
+  clearTimeout(draftTimer);
+  draftTimer = setTimeout(saveDraft, 300);
+}
+
+// setHello puts the language's hello world in the editor; the code counts
+// as untouched again.
+function setHello(lang) {
+  editor.value = hello[lang] || "";
+  state.edited = false;
+  saveDraft();
+}
+
 async function loadLanguages() {
-  const r = await api("GET", "/v1/languages");
+  editor.init();
+  const [r, h] = await Promise.all([api("GET", "/v1/languages"), fetch("/console/hello.json").then((x) => x.json()).catch(() => ({}))]);
+  hello = h;
   const sel = $("#run-language");
   sel.replaceChildren();
   const langs = r.ok ? r.data.languages : [];
   state.languages = langs;
+  // warm: the languages a run of which finished in this tab (kept across
+  // reloads in sessionStorage): until one has, a slow answer is taken for
+  // the language being prepared.
+  state.warm = JSON.parse(sessionStorage.getItem("moat.warm") || "{}");
   $("#no-languages").hidden = langs.length > 0;
-  $("#run-form").hidden = langs.length === 0;
+  $("#run-grid").hidden = langs.length === 0;
   for (const l of langs) sel.append(el("option", { value: l.name }, l.name + " " + l.version));
-  sel.onchange = () => { if (samples[sel.value]) $("#run-source").value = samples[sel.value]; };
-  sel.onchange();
+  const names = langs.map((l) => l.name);
+  let draft = {};
+  try { draft = JSON.parse(sessionStorage.getItem("moat.draft") || "{}") || {}; } catch { draft = {}; }
+  const first = names.includes(draft.language) ? draft.language : preferred.find((n) => names.includes(n)) || names[0];
+  if (!first) return;
+  sel.value = first;
+  editor.language(first);
+  if (typeof draft.code === "string") { editor.value = draft.code; state.edited = true; } else setHello(first);
+  // Switching language replaces untouched code with the new language's
+  // hello world and keeps code the user typed or pasted (only its
+  // highlighting changes): "Hello world" replaces it on request.
+  sel.onchange = () => {
+    editor.language(sel.value);
+    if (!state.edited) setHello(sel.value); else saveDraft();
+  };
 }
+$("#run-hello").addEventListener("click", () => { setHello($("#run-language").value); if (editor.cm) editor.cm.focus(); });
+
+// The result side: status, output (stdout), logs (stderr), an error apart
+// from both, and the run's audit events (GET /v1/audit by its
+// correlation id).
+function clearRun() {
+  showError("run", null);
+  $("#run-stdout").textContent = ""; $("#run-stderr").textContent = "";
+  $("#run-audit").replaceChildren(); $("#run-no-audit").hidden = true;
+  $("#run-meta").textContent = "";
+}
+
+// runError says what went wrong with a run the server did answer, or null
+// when it ran to a zero exit.
+function runError(d) {
+  if (d.status === "ok") return null;
+  const titles = { "compile-error": "Compile error", "runtime-error": "Runtime error", timeout: "Time limit", "memory-limit": "Memory limit",
+    "output-limit": "Output limit", invalid: "Refused before it ran" };
+  let title = (titles[d.status] || d.status) + (d.exit_code ? " (exit " + d.exit_code + ")" : "") + (d.signal ? " (signal " + d.signal + ")" : "");
+  const parts = [];
+  if (d.message) parts.push(d.message);
+  if (d.compile_output) parts.push(d.compile_output);
+  for (const v of d.violations || []) parts.push((v.file ? v.file + (v.line ? ":" + v.line : "") + ": " : "") + v.message + (v.rule ? " (" + v.rule + ")" : ""));
+  if (!parts.length && d.stderr) parts.push("see the logs (stderr)");
+  return { title, detail: parts.join("\n").trim() };
+}
+
+async function showRunAudit(id) {
+  const tb = $("#run-audit");
+  tb.replaceChildren();
+  if (!id) return;
+  const r = await api("GET", "/v1/audit?correlation_id=" + encodeURIComponent(id));
+  if (!r.ok) return;
+  for (const e of r.data.events) {
+    tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(e.time).toLocaleTimeString()), el("td", {}, e.kind),
+      el("td", { class: e.decision || "" }, e.decision || ""), el("td", {}, [e.module, e.op || e.action].filter(Boolean).join(" · ")),
+      el("td", {}, e.code || ""), el("td", {}, e.reason || "")));
+  }
+  $("#run-no-audit").hidden = r.data.events.length > 0;
+}
+
 $("#run-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
-  const btn = $("#run"); btn.disabled = true;
+  const btn = $("#run");
+  if (btn.disabled) return;
+  btn.disabled = true;
+  const lang = $("#run-language").value;
+  const pill = $("#run-status");
+  saveDraft();
+  clearRun();
+  pill.className = "pill running"; pill.textContent = "running…";
+  // The first run of a language on a server builds its toolchain's cache
+  // (an interpreter compiled to native code, Go's standard library):
+  // seconds, not milliseconds. Say so rather than look stuck.
+  const prep = $("#run-preparing");
+  const timer = setTimeout(() => {
+    if (state.warm[lang]) return;
+    prep.textContent = "Preparing " + lang + ": no " + lang + " run has finished in this tab yet, and a language's first run on a server compiles and caches its toolchain, which takes seconds. Later runs start fast.";
+    prep.hidden = false;
+    pill.className = "pill preparing"; pill.textContent = "preparing " + lang + "…";
+  }, 1500);
   try {
-    const lang = $("#run-language").value;
     const info = state.languages.find((l) => l.name === lang);
     const ext = info && info.extensions && info.extensions.length ? info.extensions[0] : "";
-    const body = JSON.stringify({ language: lang, files: [{ name: "main" + ext, content: $("#run-source").value }], stdin: $("#run-stdin").value });
-    const r = await api("POST", "/v1/runs", body, { "Content-Type": "application/json" });
-    $("#run-result").hidden = false;
-    const pill = $("#run-status");
-    if (!r.ok) { pill.className = "pill bad"; pill.textContent = r.status; $("#run-stdout").textContent = ""; $("#run-stderr").textContent = problemText(r); return; }
+    const body = JSON.stringify({ language: lang, files: [{ name: "main" + ext, content: editor.value }], stdin: $("#run-stdin").value });
+    let r;
+    try {
+      r = await api("POST", "/v1/runs", body, { "Content-Type": "application/json" });
+    } catch (e) {
+      r = { ok: false, status: 0, data: { title: "The request failed", detail: e.message } };
+    }
+    clearTimeout(timer); prep.hidden = true;
+    if (!r.ok) {
+      pill.className = "pill bad"; pill.textContent = r.status ? r.status + " " + ((r.data && r.data.title) || "error") : "no answer";
+      showError("run", problemParts(r));
+      await showRunAudit(r.id);
+      return;
+    }
     const d = r.data;
-    pill.className = "pill " + (d.status === "ok" ? "ok" : "bad");
-    pill.textContent = d.status + (d.exit_code ? " (exit " + d.exit_code + ")" : "");
-    $("#run-meta").textContent = d.language + " " + d.version + " · run " + d.run_time_ms.toFixed(1) + " ms" + (d.build_cached ? " · cached build" : "");
+    state.warm[lang] = true; sessionStorage.setItem("moat.warm", JSON.stringify(state.warm));
+    const err = runError(d);
+    pill.className = "pill " + (err ? "bad" : "ok");
+    pill.textContent = err ? d.status : "ok";
+    const b64 = d.encoding === "base64";
+    $("#run-meta").textContent = d.language + " " + d.version + (d.compile_time_ms ? " · compile " + d.compile_time_ms.toFixed(0) + " ms" : "") +
+      (d.status === "compile-error" || d.status === "invalid" ? "" : " · run " + d.run_time_ms.toFixed(1) + " ms") + (d.build_cached ? " · cached build" : "") + (b64 ? " · output in base64 (not UTF-8)" : "");
     $("#run-stdout").textContent = d.stdout;
-    $("#run-stderr").textContent = d.compile_output ? d.compile_output + d.stderr : d.stderr + (d.message ? "\n" + d.message : "");
-  } finally { btn.disabled = false; }
+    $("#run-stderr").textContent = d.stderr;
+    showError("run", err);
+    await showRunAudit(d.correlation_id || r.id);
+  } finally { clearTimeout(timer); prep.hidden = true; btn.disabled = false; }
 });
 
 if (state.key) signIn(state.key).catch(() => {});

@@ -83,11 +83,11 @@ func (c *Compiler) Available() error {
 	}
 	if c.Sysroot != "" {
 		if _, err := os.Stat(c.Sysroot); err != nil {
-			return fmt.Errorf("%w: %s is missing (install the Debian package %s: `make toolchains`)", toolchains.ErrMissing, c.Sysroot, c.SysrootPkg)
+			return fmt.Errorf("%w: %s is missing (install the Debian package %s: `moat toolchains install` as root)", toolchains.ErrMissing, c.Sysroot, c.SysrootPkg)
 		}
 	}
 	if _, err := os.Stat("/usr/lib/wasm32-wasi/libc.a"); err != nil {
-		return fmt.Errorf("%w: wasi-libc is missing (install the Debian package wasi-libc: `make toolchains`)", toolchains.ErrMissing)
+		return fmt.Errorf("%w: wasi-libc is missing (install the Debian package wasi-libc: `moat toolchains install c` as root)", toolchains.ErrMissing)
 	}
 	return nil
 }
