@@ -27,7 +27,7 @@ deps: ## download the pinned Go modules
 
 build: deps ## build bin/moat and its confinement wrapper bin/moat-confine (static, no cgo)
 	@echo "==> build $(MOAT) and $(BIN)/moat-confine"
-	@$(GO) build -trimpath -o $(MOAT) ./cmd/moat
+	@$(GO) build -trimpath -buildvcs=auto -o $(MOAT) ./cmd/moat
 	@$(GO) build -trimpath -o $(BIN)/moat-confine ./cmd/moat-confine
 
 examples: deps ## build the example plugins

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -62,6 +63,15 @@ type Mount struct {
 	HostDir   string
 	GuestPath string
 	ReadOnly  bool
+	// Granted serves the directory as a plugin's file grant is served
+	// (package grantfs): every name resolved beneath it by os.Root, so no
+	// symlink or ".." leads out; a read-only one refuses every change
+	// before the kernel sees it; each change of a read-write one, and each
+	// refusal, is an audit event of the run. For a directory a user hands
+	// a run (moat exec --dir), where a mount of moat's own files (an
+	// interpreter's library) needs none of that. A directory reaching
+	// moat's data or cache directory is refused.
+	Granted bool
 }
 
 // RunResult is how a command ended. A non-zero exit code is a result, not
@@ -160,9 +170,18 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 			if err := checkMount(mt); err != nil {
 				return fail(abi.CodeInvalidArgument, err, "%v", err)
 			}
-			if mt.ReadOnly {
+			switch {
+			case mt.Granted:
+				d, err := m.host.openGrantedMount(mt)
+				if err != nil {
+					return fail(abi.CodeDenied, err, "%v", err)
+				}
+				defer d.Close()
+				g := fileGrant{path: mt.GuestPath, dir: d}
+				fsc = fsc.(sysfs.FSConfig).WithSysFSMount(d.FS(&fileAuditor{inv: &inst.invocation, grant: g}), mt.GuestPath)
+			case mt.ReadOnly:
 				fsc = fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
-			} else {
+			default:
 				fsc = fsc.WithDirMount(mt.HostDir, mt.GuestPath)
 			}
 		}

@@ -166,6 +166,23 @@ func (h *Host) protectedDirs() []protectedDir {
 	return out
 }
 
+// openGrantedMount opens a Mount.Granted directory, refusing one that
+// reaches moat's own data or cache directory.
+func (h *Host) openGrantedMount(mt Mount) (*grantfs.Dir, error) {
+	d, err := grantfs.Open(mt.HostDir, !mt.ReadOnly)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s at %s: %w", mt.HostDir, mt.GuestPath, err)
+	}
+	real := d.RealPath()
+	for _, p := range h.protectedDirs() {
+		if policy.PathWithin(real, p.path) || policy.PathWithin(p.path, real) {
+			d.Close()
+			return nil, fmt.Errorf("mount %s at %s: it reaches moat's own %s %s, which a guest must never touch; give a directory apart from it", mt.HostDir, mt.GuestPath, p.what, p.path)
+		}
+	}
+	return d, nil
+}
+
 // closeFileGrants drops the module's reference to its directories.
 func (m *Module) closeFileGrants() {
 	m.filesOnce.Do(func() { m.files.release() })

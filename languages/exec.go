@@ -3,6 +3,7 @@ package languages
 import (
 	"time"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -41,6 +42,20 @@ type ExecRequest struct {
 	Validation    ValidationProfile
 	Principal     policy.Principal
 	CorrelationID string
+	// Mounts are host directories the program sees (moat exec --dir,
+	// --file). A WASM run gets each at its GuestPath through the host's
+	// grant filesystem (host.Mount.Granted is set for it); a native run
+	// binds each at its own path (GuestPath must equal HostDir),
+	// read-only, or read-write as an operator's grant (host/native
+	// Spec.Granted). The HTTP API sets none.
+	Mounts []host.Mount
+	// Files are host files a native run may read, each bound read-only
+	// at its own path (a WASM run takes a file as a Mount of a directory
+	// holding a copy).
+	Files []string
+	// WorkDir is a native run's working directory when it is not the job
+	// dir: one of Mounts or under one (host/native Spec.WorkDir).
+	WorkDir string
 	// Preparing, when set, is called as the job starts work a later job
 	// of the same language does not repeat, and the func it returns when
 	// that work ends: "build" for a build not in the cache (Go's first

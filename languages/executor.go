@@ -421,7 +421,13 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 		srcDir = d
 	}
 
+	if a.Kind != ArtifactNative && (len(req.Files) > 0 || req.WorkDir != "") {
+		return fmt.Errorf("files and a working directory are for native runs; a %s run takes directories as mounts", l.Info().Name)
+	}
 	if r, ok := l.(ArtifactRunner); ok {
+		if len(req.Mounts) > 0 {
+			return fmt.Errorf("a %s run gets no host directories; run it without --dir and --file", l.Info().Name)
+		}
 		began := time.Now()
 		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
 		res.RunTime = time.Since(began)
@@ -463,6 +469,15 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 		Limits: host.Limits{Timeout: lim.Timeout, MemoryLimitPages: pages(lim.MemoryBytes), MaxOutputBytes: int(lim.MaxOutputBytes)},
 	}
 	rr.Mounts = a.RunMounts(srcDir)
+	for _, mt := range req.Mounts {
+		for _, own := range rr.Mounts {
+			if pathWithin(mt.GuestPath, own.GuestPath) || pathWithin(own.GuestPath, mt.GuestPath) {
+				return fmt.Errorf("mount %s at %s: it overlaps %s, where the run's own files are; give another guest path", mt.HostDir, mt.GuestPath, own.GuestPath)
+			}
+		}
+		mt.Granted = true
+		rr.Mounts = append(rr.Mounts, mt)
+	}
 	began := time.Now()
 	out, err := m.Run(ctx, rr)
 	res.RunTime = time.Since(began)
@@ -568,6 +583,9 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}
+	if err := nativeMounts(&spec, req); err != nil {
+		return err
+	}
 	r, err := native.Run(ctx, spec)
 	if err != nil {
 		return err
@@ -632,4 +650,37 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 	ev.Kind, ev.Decision, ev.Code, ev.DurationNS = audit.KindInvocation, audit.Allow, string(r.Status), int64(r.Wall)
 	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ","), "warm": strconv.FormatBool(r.Warm)}
 	a.Record(ctx, ev)
+}
+
+// nativeMounts adds a request's mounts, files and working directory to a
+// native run: each bound at its own path, read-only or as an operator's
+// read-write grant (never handed to the job's uid).
+func nativeMounts(spec *native.Spec, req ExecRequest) error {
+	for _, mt := range req.Mounts {
+		if filepath.Clean(mt.GuestPath) != filepath.Clean(mt.HostDir) {
+			return fmt.Errorf("mount %s at %s: a native run sees a directory at its own path; drop the guest path or give %s", mt.HostDir, mt.GuestPath, mt.HostDir)
+		}
+		if err := native.CheckGrant(mt.HostDir); err != nil {
+			return err
+		}
+		if mt.ReadOnly {
+			spec.ReadOnly = append(spec.ReadOnly, mt.HostDir)
+		} else {
+			spec.Granted = append(spec.Granted, mt.HostDir)
+		}
+	}
+	for _, f := range req.Files {
+		if err := native.CheckGrant(f); err != nil {
+			return err
+		}
+		spec.ReadOnly = append(spec.ReadOnly, f)
+	}
+	spec.WorkDir = req.WorkDir
+	return nil
+}
+
+// pathWithin says whether p is dir or lies beneath it.
+func pathWithin(p, dir string) bool {
+	p, dir = filepath.Clean(p), filepath.Clean(dir)
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }

@@ -214,9 +214,15 @@ func Register(l Language) {
 type UnknownLanguageError struct {
 	Name  string
 	Known []string
+	// Suggestion is the language Name is a likely typo of ("python" for
+	// "pyton"), or "".
+	Suggestion string
 }
 
 func (e *UnknownLanguageError) Error() string {
+	if e.Suggestion != "" {
+		return fmt.Sprintf("unknown language %q: did you mean %q? Use one of %s (see `moat langs`)", e.Name, e.Suggestion, strings.Join(e.Known, ", "))
+	}
 	return fmt.Sprintf("unknown language %q: use one of %s (see `moat langs`)", e.Name, strings.Join(e.Known, ", "))
 }
 
@@ -227,7 +233,7 @@ func Lookup(name string) (Language, error) {
 	if canon, ok := aliases[strings.ToLower(strings.TrimSpace(name))]; ok {
 		return byName[canon], nil
 	}
-	return nil, &UnknownLanguageError{Name: name, Known: names()}
+	return nil, &UnknownLanguageError{Name: name, Known: names(), Suggestion: suggest(name)}
 }
 
 // All returns every registered language, sorted by name.

@@ -92,7 +92,13 @@ func newAIUsageCmd(g *globalFlags, f *aiFlags) *cobra.Command {
 			if f.asJSON {
 				enc := json.NewEncoder(w)
 				for _, r := range rows {
-					if err := enc.Encode(r); err != nil {
+					// GET /v1/ai/usage's names, with the organization
+					// (the API's is its caller's, given once).
+					row := struct {
+						Org string `json:"org"`
+						server.AIUsageEntry
+					}{r.Org, server.AIUsageEntry{Day: r.Day, Module: r.Module, Used: r.Used, Reserved: r.Reserved, Calls: r.Calls}}
+					if err := enc.Encode(row); err != nil {
 						return err
 					}
 				}

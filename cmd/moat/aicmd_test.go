@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/host/store"
 )
 
@@ -46,10 +47,17 @@ func TestAICmd(t *testing.T) {
 		t.Fatalf("ai usage: %d\n%q%s", all.code, all.stdout, all.stderr)
 	}
 	acme := moat(t, "", "ai", "usage", "--config", conf, "--org", "acme", "--json")
-	var rows []store.AIUsage
+	// GET /v1/ai/usage's names, decoded strictly.
+	type usageRow struct {
+		Org string `json:"org"`
+		server.AIUsageEntry
+	}
+	var rows []usageRow
 	for _, line := range strings.Split(strings.TrimSpace(acme.stdout), "\n") {
-		var u store.AIUsage
-		if json.Unmarshal([]byte(line), &u) != nil {
+		var u usageRow
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if dec.Decode(&u) != nil {
 			t.Fatalf("ai usage --json: %q", acme.stdout)
 		}
 		rows = append(rows, u)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/spf13/cobra"
 )
@@ -20,14 +21,14 @@ func newAuditCmd(g *globalFlags) *cobra.Command {
 	var asJSON bool
 	var configFile string
 	cmd := &cobra.Command{
-		Use:   "audit [--correlation ID] [--module M] [--decision deny]",
+		Use:   "audit [--correlation-id ID] [--module M] [--decision deny]",
 		Short: "Query the audit trail: decisions, invocations, mutations, signatures, confirmations",
 		Long: `Audit prints events from the audit trail, oldest first: every policy decision
 (allow and deny), invocation, storage mutation, signature check and
 confirmation, with its correlation id. The trail is the store in --data, or
 the server's (--config: its data_dir or database_url; $MOAT_DATABASE_URL
 wins over both).`,
-		Example: "  moat audit --decision deny\n  moat audit --config moat-server.yaml --org acme\n  moat audit --correlation 9f1c2a... --json\n  moat audit --module hello-go --since 1h",
+		Example: "  moat audit --decision deny\n  moat audit --config moat-server.yaml --org acme\n  moat audit --correlation-id 9f1c2a... --json\n  moat audit --module hello-go --since 1h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch f.Decision {
@@ -57,7 +58,7 @@ wins over both).`,
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, e := range events {
-					if err := enc.Encode(e); err != nil {
+					if err := enc.Encode(server.AuditEventOf(e)); err != nil {
 						return err
 					}
 				}
@@ -68,7 +69,11 @@ wins over both).`,
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&f.CorrelationID, "correlation-id", "", "only events of this correlation id (the X-Request-Id of a request, the correlation_id of a run)")
+	// The flag's first name, kept for scripts; --correlation-id is the
+	// name moat run and the HTTP API use.
 	fl.StringVar(&f.CorrelationID, "correlation", "", "only events of this correlation id")
+	fl.MarkHidden("correlation")
 	fl.StringVar(&f.Module, "module", "", "only events of this module")
 	fl.StringVar(&f.Decision, "decision", "", "only allow or deny decisions")
 	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load, confinement")

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy/kernel"
@@ -36,6 +38,22 @@ type backstopWatch struct {
 	Cgroup  string `json:"cgroup"` // kernel.HostCgroupName of the host`
 	Store   string `json:"store"`  // the host's store: its data dir, or its database URL
 	Who     string `json:"who"`    // "moat run", "moat serve"
+	// LogFormat is the host's log format: a json host's watcher writes
+	// its lines as JSON records too.
+	LogFormat string `json:"log_format,omitempty"`
+}
+
+// say writes one line of the watcher on stderr, in the host's log format.
+func (w backstopWatch) say(level slog.Level, msg string, attrs ...slog.Attr) {
+	if w.LogFormat == "json" {
+		slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{ReplaceAttr: host.SafeLogAttr})).LogAttrs(context.Background(), level, msg, attrs...)
+		return
+	}
+	line := "moat: " + msg
+	for _, a := range attrs {
+		line += ": " + a.Value.String()
+	}
+	fmt.Fprintln(os.Stderr, line)
 }
 
 // startBackstopWatch starts the watcher of the calling process's backstop
@@ -50,7 +68,7 @@ func startBackstopWatch(who, storeLocation string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := json.Marshal(backstopWatch{HostPID: os.Getpid(), Cgroup: name, Store: storeLocation, Who: who})
+	js, err := json.Marshal(backstopWatch{HostPID: os.Getpid(), Cgroup: name, Store: storeLocation, Who: who, LogFormat: logFormat})
 	if err != nil {
 		return nil, err
 	}
@@ -107,12 +125,12 @@ func (w backstopWatch) report() int {
 	if !oom {
 		reason = fmt.Sprintf("%s reached its backstop's process limit (moat/%s): a thread or process could not be created", w.Who, w.Cgroup)
 	}
-	fmt.Fprintf(os.Stderr, "moat: %s\n", reason)
+	w.say(slog.LevelError, reason)
 	if st, err := store.Open(context.Background(), w.Store); err == nil {
 		ev := audit.Event{ID: audit.NewID(), Kind: audit.KindConfinement, Decision: audit.Deny, Module: w.Who,
 			Rule: "backstop", Reason: reason, Attrs: map[string]string{"host_pid": strconv.Itoa(w.HostPID), "memory_limit": strconv.FormatInt(limit, 10)}}
 		if err := st.AuditInsert(context.Background(), []store.AuditEvent{ev}); err != nil {
-			fmt.Fprintf(os.Stderr, "moat: backstop watcher: audit: %v\n", err)
+			w.say(slog.LevelError, "backstop watcher: audit", slog.String("err", err.Error()))
 		}
 		st.Close()
 	}

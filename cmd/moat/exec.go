@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
 
@@ -43,6 +44,8 @@ type execFlags struct {
 	env            []string
 	deny           []string
 	maxSource      int64
+
+	grant grantFlags // --dir, --file, --workdir
 }
 
 func newExecCmd(g *globalFlags) *cobra.Command {
@@ -77,6 +80,16 @@ CMD shares the host's network and a per-job iptables chain (matched by its
 cgroup) and Landlock let it reach exactly those targets. CMD without a slash
 is looked up in /usr/bin:/bin.
 
+Files: --dir HOST[:GUEST][:ro|rw] hands the program a directory, read-only
+unless :rw; --file HOST[:GUEST] a file, always read-only. A WASM program sees
+each at GUEST (default: the host path), served like a plugin's file grant
+(no symlink or .. leads out; each change of an rw directory audited). A
+native program sees each at its host path (GUEST, when given, must be the
+same), bound into its root; an rw directory stays the owner's (its
+permissions decide what the job's uid may write), and --workdir DIR makes a
+granted directory the working directory, so that python3 client.py finds
+its file. Nothing else of the host's files is visible.
+
 stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
 16 MiB). The program's stdout and stderr are printed, then one summary line
 on stderr (status, exit code, compile and run time, peak memory, whether the
@@ -92,6 +105,8 @@ violations).`,
   moat exec --lang rust --json main.rs
   moat exec --lang c --deny include:sys/socket.h main.c
   moat exec --native -- python3 -c 'print(1+1)'
+  moat exec --native --dir . --workdir . -- python3 client.py
+  moat exec --lang python --dir ./data:/data --dir ./out:/out:rw main.py
   moat exec --native --timeout 2s --memory 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
   echo data | moat exec --native --json -- /usr/bin/wc -c`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -118,7 +133,9 @@ violations).`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&f.native, "native", false, "run CMD as a confined native child")
-	fl.StringVarP(&f.lang, "lang", "l", "", "the language of FILE... or -e CODE: a name or alias from `moat langs`")
+	// pflag takes a back-quoted word of a usage as the value's name, so
+	// the list is spelled out and the name given that way.
+	fl.StringVarP(&f.lang, "lang", "l", "", "the language of FILE... or -e CODE; `LANG` is one of "+strings.Join(languageNames(), ", ")+" or an alias (see moat langs)")
 	fl.StringVarP(&f.eval, "eval", "e", "", "source code to run instead of files (with --lang)")
 	fl.StringVar(&f.stdinFile, "stdin", "", "a file to give the program as stdin (default: moat's stdin when it is not a terminal)")
 	fl.DurationVar(&f.timeout, "timeout", native.DefaultTimeout, "wall-clock limit of the run, e.g. 500ms, 30s")
@@ -133,6 +150,7 @@ violations).`,
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
+	addGrantFlags(fl, &f.grant)
 	fl.StringVar(&f.serverConfig, "config", "", "the server's configuration file (YAML): run on its store and caches (data_dir or database_url) and its profile, as it would")
 	return cmd
 }
@@ -148,11 +166,27 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	case f.diskMB <= 0 || f.diskMB > 1<<20:
 		return usagef("--disk %d: give a size in MiB, at least 1", f.diskMB)
 	}
+	gr, err := f.grant.parse()
+	if err != nil {
+		return err
+	}
+	ro, rw, err := gr.native()
+	if err != nil {
+		return err
+	}
+	for _, p := range append(append([]string{}, ro...), rw...) {
+		if err := native.CheckGrant(p); err != nil {
+			return usagef("--dir/--file: %v", err)
+		}
+	}
 	stdin, err := readExecStdin(f.stdinFile)
 	if err != nil {
 		return err
 	}
 	spec := native.Spec{
+		ReadOnly:    ro,
+		Granted:     rw,
+		WorkDir:     gr.workDir,
 		Command:     args,
 		Stdin:       stdin,
 		Timeout:     f.timeout,
@@ -173,7 +207,7 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	if f.json {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(execJSON(res)); err != nil {
+		if err := enc.Encode(execJSON(res, correlation)); err != nil {
 			return err
 		}
 	} else {
@@ -255,8 +289,10 @@ func shortDuration(d time.Duration) string {
 
 func mib(n uint64) string { return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20)) }
 
-// execJSON is the --json form: output as text, times in milliseconds.
-func execJSON(r *native.Result) any {
+// execJSON is the --json form: output as text, times in milliseconds,
+// named as the HTTP API's RunResult names them (run_time_ms,
+// peak_memory_bytes, correlation_id).
+func execJSON(r *native.Result, correlation string) any {
 	return struct {
 		Status       native.Status `json:"status"`
 		ExitCode     int           `json:"exit_code"`
@@ -264,16 +300,17 @@ func execJSON(r *native.Result) any {
 		Stdout       string        `json:"stdout"`
 		Stderr       string        `json:"stderr"`
 		Truncated    bool          `json:"truncated"`
-		WallMS       float64       `json:"wall_ms"`
-		CPUMS        float64       `json:"cpu_ms"`
+		WallMS       float64       `json:"run_time_ms"`
+		CPUMS        float64       `json:"cpu_time_ms"`
 		PeakMemory   uint64        `json:"peak_memory_bytes"`
 		PidsLimitHit bool          `json:"pids_limit_hit"`
 		Layers       []string      `json:"layers"`
 		Unavailable  []string      `json:"unavailable"`
 		Reason       string        `json:"reason,omitempty"`
+		Correlation  string        `json:"correlation_id"`
 	}{r.Status, r.ExitCode, r.Signal, string(r.Stdout), string(r.Stderr), r.Truncated,
 		float64(r.Wall.Microseconds()) / 1000, float64(r.CPU.Microseconds()) / 1000, r.PeakMemory,
-		r.PidsLimitHit, r.Layers, r.Unavailable, r.Reason}
+		r.PidsLimitHit, r.Layers, r.Unavailable, r.Reason, correlation}
 }
 
 // auditNative records the run and every kernel denial the host observed in
@@ -305,4 +342,20 @@ func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *
 		Attrs: map[string]string{"exit": strconv.Itoa(res.ExitCode), "layers": strings.Join(res.Layers, ","),
 			"unavailable": strings.Join(res.Unavailable, "; "), "argv": strings.Join(spec.Command, " ")}})
 	return nil
+}
+
+// languageNames are the names of the registered languages, sorted.
+func languageNames() []string {
+	var names []string
+	for _, l := range languages.All() {
+		names = append(names, l.Info().Name)
+	}
+	return names
+}
+
+// addGrantFlags adds --dir, --file and --workdir.
+func addGrantFlags(fl *pflag.FlagSet, g *grantFlags) {
+	fl.StringArrayVar(&g.dirs, "dir", nil, "a host directory the program sees: HOST[:GUEST][:ro|rw], read-only unless :rw (repeatable)")
+	fl.StringArrayVar(&g.files, "file", nil, "a host file the program may read: HOST[:GUEST] (repeatable)")
+	fl.StringVar(&g.workDir, "workdir", "", "the working directory of a native run: a --dir or a directory under one (default: the job's own empty directory)")
 }

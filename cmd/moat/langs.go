@@ -8,8 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all" // every language registers itself
 	"github.com/moat-sandbox/moat/policy"
@@ -114,6 +115,34 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	if err != nil {
 		return err
 	}
+	gr, err := f.grant.parse()
+	if err != nil {
+		return err
+	}
+	var mounts []host.Mount
+	var grantedFiles []string
+	if lang.Info().Path == languages.PathNative {
+		ro, rw, err := gr.native()
+		if err != nil {
+			return err
+		}
+		for _, p := range ro {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p, ReadOnly: true})
+			} else {
+				grantedFiles = append(grantedFiles, p)
+			}
+		}
+		for _, p := range rw {
+			mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p})
+		}
+	} else {
+		var cleanup func()
+		if mounts, cleanup, err = gr.wasm(); err != nil {
+			return err
+		}
+		defer cleanup()
+	}
 	ex, closeHost, err := newExecutor(cmd, g)
 	if err != nil {
 		return err
@@ -127,6 +156,9 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
+		Mounts:        mounts,
+		Files:         grantedFiles,
+		WorkDir:       gr.workDir,
 		Preparing:     g.progress().preparer(lang.Info().Name),
 	})
 	if err != nil {
@@ -232,34 +264,12 @@ func oneLineString(s string) string {
 	return s
 }
 
-// execResultJSON is the --json form: output as text when it is UTF-8,
-// times in milliseconds.
+// execResultJSON is the --json form: the HTTP API's RunResult (POST
+// /v1/runs), field for field: output as text, or base64 for both streams
+// with "encoding": "base64" when either is not UTF-8; times in
+// milliseconds.
 func execResultJSON(r *languages.ExecResult, correlation string) any {
-	text := func(b []byte) any {
-		if utf8.Valid(b) {
-			return string(b)
-		}
-		return b // base64, as encoding/json does for bytes
-	}
-	return struct {
-		Language      string                `json:"language"`
-		Version       string                `json:"version"`
-		Status        languages.Status      `json:"status"`
-		ExitCode      int                   `json:"exit_code"`
-		Signal        string                `json:"signal,omitempty"`
-		Stdout        any                   `json:"stdout"`
-		Stderr        any                   `json:"stderr"`
-		Message       string                `json:"message,omitempty"`
-		CompileOutput string                `json:"compile_output,omitempty"`
-		Violations    []languages.Violation `json:"violations,omitempty"`
-		CompileMS     float64               `json:"compile_ms"`
-		RunMS         float64               `json:"run_ms"`
-		PeakMemory    uint64                `json:"peak_memory_bytes"`
-		BuildCached   bool                  `json:"build_cached"`
-		CorrelationID string                `json:"correlation_id"`
-	}{r.Language, r.Version, r.Status, r.ExitCode, r.Signal, text(r.Stdout), text(r.Stderr), r.Message, r.CompileOutput,
-		r.Violations, float64(r.CompileTime.Microseconds()) / 1000, float64(r.RunTime.Microseconds()) / 1000,
-		r.PeakMemory, r.BuildCached, correlation}
+	return server.NewRunResult(r, correlation)
 }
 
 // localPrincipal is who a local `moat exec --lang` runs for: the login

@@ -69,9 +69,7 @@ func run(ctx context.Context, args []string) (code int) {
 	fmt.Fprintf(os.Stderr, "moat: %s\n", oneLine(err))
 	var he *host.Error
 	if errors.As(err, &he) && he.Confirmation != nil {
-		c := he.Confirmation
-		fmt.Fprintf(os.Stderr, "moat: to %s, run the same command with --confirm %s (no input; single use; same --org and --user; expires at %s)\n",
-			c.Summary, c.Token, c.ExpiresAt.Local().Format("15:04:05"))
+		fmt.Fprintln(os.Stderr, confirmHint(args, he.Confirmation))
 	}
 	switch host.CodeOf(err) {
 	case "":

@@ -1,7 +1,9 @@
 package main_test
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -101,11 +103,21 @@ func TestConfirmFlow(t *testing.T) {
 	if r.code != 4 || token == nil || r.stdout != "" {
 		t.Fatalf("first run: %+v", r)
 	}
+	// The hint names the command that works: the one typed, less its
+	// input, plus --confirm TOKEN. Run it as printed (by a shell), but
+	// first as another org, which must be refused.
+	hint := regexp.MustCompile(`(?m)^  (\S+ .*--confirm \S+)$`).FindStringSubmatch(r.stderr)
+	if hint == nil || strings.Contains(hint[1], "Bob") || !strings.HasPrefix(hint[1], moatBin+" run --data ") {
+		t.Fatalf("the hint names no command to run without the input: %q", r.stderr)
+	}
 	if r := moat(t, "", "run", "--data", data, plugin, "greet", "--confirm", token[1], "--org", "globex"); r.code != 3 || !strings.Contains(r.stderr, "another principal") {
 		t.Fatalf("other org: %+v", r)
 	}
-	if r := moat(t, "", "run", "--data", data, plugin, "greet", "--confirm", token[1]); r.code != 0 || r.stdout != "Hello, Bob! (call #1)" {
-		t.Fatalf("confirmed: %+v", r)
+	sh := exec.Command("/bin/sh", "-c", hint[1])
+	var stdout, stderr bytes.Buffer
+	sh.Stdout, sh.Stderr = &stdout, &stderr
+	if err := sh.Run(); err != nil || stdout.String() != "Hello, Bob! (call #1)" {
+		t.Fatalf("the hint's command %q: %v, stdout %q, stderr %q", hint[1], err, stdout.String(), stderr.String())
 	}
 	if r := moat(t, "", "run", "--data", data, plugin, "greet", "--confirm", token[1]); r.code != 3 || !strings.Contains(r.stderr, "already used") {
 		t.Fatalf("replay: %+v", r)

@@ -73,6 +73,13 @@ root, ~/.local/share/moat/data otherwise; the same from any directory.
 Toolchains: moat toolchains install.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The log is set up before any command runs, so that what is
+		// logged before a command builds its host (a confinement
+		// report, the backstop watcher) has the format asked for.
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			_, err := g.logger()
+			return err
+		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dataDir, "data", "", "data directory for the store and the compile cache (default $MOAT_DATA, else ~/.local/share/moat/data; /var/lib/moat/data as root)")
@@ -84,6 +91,7 @@ Toolchains: moat toolchains install.`,
 	for _, c := range registered {
 		root.AddCommand(c(g))
 	}
+	suggestCommands(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})
@@ -91,21 +99,38 @@ Toolchains: moat toolchains install.`,
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, usagef("--log-level %q: use debug, info, warn or error", g.logLevel)
+	return newLogger(g.logFormat, g.logLevel)
+}
+
+// newLogger is the log on stderr in format (text or json) at level. It
+// also becomes slog's default, so that every line the process writes
+// (the confinement report, the backstop, a package logging through
+// slog.Default or the log package) has the one format: a plain-text line
+// among JSON ones breaks the operator's log pipeline.
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
 	}
 	// DEL, which both handlers leave raw (host.SafeLogAttr).
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: host.SafeLogAttr}
-	switch g.logFormat {
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: host.SafeLogAttr}
+	var log *slog.Logger
+	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		log = slog.New(slog.NewTextHandler(os.Stderr, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	default:
-		return nil, usagef("--log-format %q: use text or json", g.logFormat)
+		return nil, usagef("--log-format %q: use text or json", format)
 	}
+	slog.SetDefault(log)
+	logFormat = format
+	return log, nil
 }
+
+// logFormat is the format newLogger last set up: processes this one
+// starts (the backstop watcher) write theirs alike.
+var logFormat = "text"
 
 // closeAll runs the closers, newest first.
 func (g *globalFlags) closeAll() {

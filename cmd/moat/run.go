@@ -48,6 +48,8 @@ type runFlags struct {
 	// profile, secrets key, model providers and media settings.
 	serverConfig string
 	changed      func(string) bool
+
+	grant grantFlags // --dir, --file (WASI commands)
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -121,11 +123,16 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.IntVar(&f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory + 512)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
+	fl.StringArrayVar(&f.grant.dirs, "dir", nil, "a host directory a WASI command sees: HOST[:GUEST][:ro|rw], read-only unless :rw (repeatable; a plugin's are its manifest's filesystem grants)")
+	fl.StringArrayVar(&f.grant.files, "file", nil, "a host file a WASI command may read: HOST[:GUEST] (repeatable)")
 	fl.StringVar(&f.serverConfig, "server-config", "", "run as a server configured by this file would (moat serve's YAML): its store (data_dir or database_url), profile, secrets key, model providers (ai:) and media settings; --data and --profile still win")
 	return cmd
 }
 
 func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs []string) error {
+	if (len(f.grant.dirs) > 0 || len(f.grant.files) > 0) && (len(args) == 2 || isPluginDir(args[0])) {
+		return usagef("--dir and --file are for WASI commands; a plugin's files are its manifest's filesystem grants (see moat policy check)")
+	}
 	limits, err := f.limits()
 	if err != nil {
 		return err
@@ -173,6 +180,23 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if err != nil {
 		return usagef("%v", err)
 	}
+	gr, err := f.grant.parse()
+	if err != nil {
+		return err
+	}
+	mounts, cleanupMounts, err := gr.wasm()
+	if err != nil {
+		return err
+	}
+	defer cleanupMounts()
+	for i := range mounts {
+		mounts[i].Granted = true
+	}
+	grantRO := []string{filepath.Dir(b.Path)}
+	grantFiles := manifestFiles(b.Manifest)
+	for _, mt := range mounts {
+		grantFiles = append(grantFiles, policy.FileGrant{Path: mt.HostDir, RW: !mt.ReadOnly})
+	}
 	var input []byte
 	if len(args) == 2 && f.confirm == "" {
 		if len(cmdArgs) > 0 {
@@ -188,7 +212,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f, []string{filepath.Dir(b.Path)}, manifestTargets(b.Manifest), manifestFiles(b.Manifest)); err != nil {
+	if err := confineHost(g, f, grantRO, manifestTargets(b.Manifest), grantFiles); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -233,7 +257,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	}
 	res, err := mod.Run(ctx, host.RunRequest{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Args: cmdArgs, Env: env, Principal: principal, CorrelationID: f.correlate,
+		Args: cmdArgs, Env: env, Principal: principal, CorrelationID: f.correlate, Mounts: mounts,
 	})
 	if err != nil {
 		return err
@@ -521,4 +545,15 @@ func manifestTargets(mf *policy.Manifest) []string {
 		return nil
 	}
 	return mf.Capabilities.HTTP.Targets
+}
+
+// isPluginDir says whether p is a plugin directory of a kind that only
+// serves actions (interpreted or native): --dir and --file are refused
+// for it before anything runs.
+func isPluginDir(p string) bool {
+	if _, ok := nativePlugin(p); ok {
+		return true
+	}
+	_, _, ok := interpretedPlugin(p)
+	return ok
 }

@@ -33,6 +33,7 @@ func init() { registerCommand(newServeCmd) }
 func newServeCmd(g *globalFlags) *cobra.Command {
 	var configFile, listen, confine string
 	var hostMB int
+	var printConfig bool
 	cmd := &cobra.Command{
 		Use:   "serve [--config moat-server.yaml] [--listen ADDR]",
 		Short: "Serve the HTTP API and the web console",
@@ -76,11 +77,16 @@ server runs without is a warning and an audit event (moat audit --kind
 confinement). --confine=strict refuses to start when a layer is missing;
 --confine=off serves unconfined.`,
 		Example: `  moat serve
+  moat serve --print-config > moat-server.yaml   # a commented sample, every value the default
   moat keys create --org acme --user ann          # prints the API key
   moat serve --config moat-server.yaml
   MOAT_DATABASE_URL=postgres://moat:PW@db:5432/moat moat serve --config moat-server.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printConfig {
+				_, err := cmd.OutOrStdout().Write(server.SampleConfig)
+				return err
+			}
 			cfg, err := g.serverConfig(configFile)
 			if err != nil {
 				return err
@@ -97,6 +103,11 @@ confinement). --confine=strict refuses to start when a layer is missing;
 			}
 			if listen != "" {
 				cfg.Listen = listen
+			}
+			if cfg.Logger == nil {
+				if cfg.Logger, err = newLogger(cfg.Log.Format, cfg.Log.Level); err != nil {
+					return err
+				}
 			}
 			mode, err := kernel.ParseConfineMode(confine)
 			if err != nil {
@@ -165,6 +176,7 @@ confinement). --confine=strict refuses to start when a layer is missing;
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "server configuration file (YAML)")
+	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print a commented sample configuration (every value the default) and exit: moat serve --print-config > moat-server.yaml")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	cmd.Flags().IntVar(&hostMB, "host-memory", 4096, "the confined server's own memory ceiling in MiB (its backstop cgroup; needs root)")
 	cmd.Flags().StringVar(&confine, "confine", string(kernel.ConfineBestEffort), "confine the server with Landlock and seccomp once its port is bound: off, best-effort or strict")

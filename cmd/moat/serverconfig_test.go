@@ -94,7 +94,7 @@ func TestStoreCommandsUseServerConfig(t *testing.T) {
 			}
 			srv.Process.Signal(syscall.SIGTERM) // a graceful stop writes the queued audit events
 			srv.Wait()
-			if r := moatEnv(t, env, "audit", "--config", cfg, "--org", org, "--json"); r.code != 0 || !strings.Contains(r.stdout, `"Org":"`+org+`"`) {
+			if r := moatEnv(t, env, "audit", "--config", cfg, "--org", org, "--json"); r.code != 0 || !strings.Contains(r.stdout, `"org":"`+org+`"`) {
 				t.Errorf("audit --config: the server's events of %s are not there: %+v", org, r)
 			}
 			if r := moatEnv(t, env, "keys", "revoke", "--config", cfg, keys[0].ID); r.code != 0 {

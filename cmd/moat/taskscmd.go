@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/spf13/cobra"
 )
@@ -185,9 +186,8 @@ func newTasksChangeCmd(g *globalFlags, f *tasksFlags, verb string) *cobra.Comman
 func printTasksJSON(w io.Writer, tasks []store.Task) error {
 	enc := json.NewEncoder(w)
 	for i := range tasks {
-		t := &tasks[i]
-		t.Claim = "" // the token of an attempt in flight is no one's business
-		if err := enc.Encode(t); err != nil {
+		// As GET /v1/tasks names its fields; never the claim token.
+		if err := enc.Encode(server.TaskJSONOf(&tasks[i])); err != nil {
 			return err
 		}
 	}

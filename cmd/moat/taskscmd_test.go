@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/host/store"
 )
 
@@ -47,8 +48,10 @@ func TestTasksCmd(t *testing.T) {
 		t.Errorf("tasks ls printed raw control bytes or split a row:\n%q", ls.stdout)
 	}
 	acme := moat(t, "", "tasks", "ls", "--data", data, "--org", "acme", "--state", "failed", "--json")
-	var got store.Task
-	if acme.code != 0 || strings.Count(acme.stdout, "\n") != 1 || json.Unmarshal([]byte(acme.stdout), &got) != nil || got.ID != failed || got.State != "failed" {
+	var got server.TaskJSON
+	dec := json.NewDecoder(strings.NewReader(acme.stdout))
+	dec.DisallowUnknownFields() // GET /v1/tasks's names, no others
+	if acme.code != 0 || dec.Decode(&got) != nil || got.Org != "acme" || strings.Count(acme.stdout, "\n") != 1 || got.ID != failed || got.State != "failed" {
 		t.Errorf("tasks ls --org acme --state failed --json: %d %s %s", acme.code, acme.stdout, acme.stderr)
 	}
 	show := moat(t, "", "tasks", "show", "--data", data, failed)

@@ -85,9 +85,9 @@ type dataFixture struct {
 	lang string
 	load func(t *testing.T, h *host.Host) *host.Module
 	// script: a failed invocation is the script's guest_error, whose
-	// reason carries the op's error (a script cannot fail with a code of
-	// its own; its SDK's MoatError still carries the code to the script,
-	// which the stale command shows).
+	// reason carries the op's error (the fixture catches the MoatError
+	// and exits 1; its code reaches the script, which the stale command
+	// shows).
 	script bool
 }
 

@@ -46,9 +46,10 @@ var outsideFixtures = []guest{
 	{"assemblyscript", "examples/polyglot/testdata/outside-as", buildAS("examples/polyglot/testdata/outside-as")},
 }
 
-// outsideScripts are the fixtures that run as script plugins. A
-// JavaScript script cannot fail with a code of its own (its escaped
-// MoatError is a guest_error naming the code); Python's serve() keeps it.
+// outsideScripts are the fixtures that run as script plugins. The
+// JavaScript fixture catches its MoatError and exits 1, a guest_error
+// naming the code (an escaped one would keep its code: TestScriptErrorCodes
+// in host/server); Python's serve() keeps it.
 var outsideScripts = []struct {
 	lang, dir string
 	script    bool

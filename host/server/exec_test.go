@@ -134,3 +134,21 @@ func TestConsoleRunCode(t *testing.T) {
 		t.Errorf("stdout on the page = %q", stdout)
 	}
 }
+
+// TestRunsUnknownLanguage: a mistyped language is a 400 naming the likely
+// one; a name built to be long gets no suggestion and no slow answer.
+func TestRunsUnknownLanguage(t *testing.T) {
+	ts := start(t, "", withExecutor(t))
+	key := ts.key(t, "acme", "ann", "admin")
+	for _, tc := range []struct{ lang, want, not string }{
+		{"javscript", `did you mean \"javascript\"?`, ""},
+		{"cobol", "is not offered here; GET /v1/languages", "did you mean"},
+		{strings.Repeat("pyton", 1000), "is not offered here", "did you mean"},
+	} {
+		body := `{"language":"` + tc.lang + `","files":[{"name":"main.x","content":"x"}]}`
+		r := ts.do(t, "POST", "/v1/runs", key, strings.NewReader(body), "Content-Type", "application/json")
+		if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), tc.want) || tc.not != "" && strings.Contains(string(r.body), tc.not) {
+			t.Errorf("%.20s: %d %s; want 400 with %q", tc.lang, r.status, r.body, tc.want)
+		}
+	}
+}

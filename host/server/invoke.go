@@ -197,9 +197,16 @@ func (s *Server) auditQuery(c echo.Context) error {
 	}
 	out := make([]AuditEventJSON, len(events))
 	for i, e := range events {
-		out[i] = AuditEventJSON{ID: e.ID, Time: e.Time, Kind: e.Kind, Decision: e.Decision, CorrelationID: e.CorrelationID,
-			Module: e.Module, Action: e.Action, Op: e.Op, User: e.User, Org: e.Org, Rule: e.Rule, Reason: e.Reason,
-			Code: e.Code, MutationID: e.MutationID, TaskID: e.TaskID, ModelCallID: e.ModelCallID, DurationNS: e.DurationNS, Attrs: e.Attrs}
+		out[i] = AuditEventOf(e)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"events": out})
+}
+
+// AuditEventOf is an audit event as /v1/audit answers it, and as `moat
+// audit --json` prints it: one naming of its fields for the CLI and the
+// HTTP API.
+func AuditEventOf(e store.AuditEvent) AuditEventJSON {
+	return AuditEventJSON{ID: e.ID, Time: e.Time, Kind: e.Kind, Decision: e.Decision, CorrelationID: e.CorrelationID,
+		Module: e.Module, Action: e.Action, Op: e.Op, User: e.User, Org: e.Org, Rule: e.Rule, Reason: e.Reason,
+		Code: e.Code, MutationID: e.MutationID, TaskID: e.TaskID, ModelCallID: e.ModelCallID, DurationNS: e.DurationNS, Attrs: e.Attrs}
 }

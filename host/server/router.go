@@ -120,21 +120,30 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		status := c.Response().Status
 		took := time.Since(start)
 		s.metrics.observeRequest(route, methodLabel(c.Request().Method), statusClass(status), took)
-		// The access log: failures at info, successes at debug, so that
-		// a busy server's log holds what needs reading.
-		level := slog.LevelDebug
-		if status >= 400 {
-			level = slog.LevelInfo
+		// The access log: a line per request at info, so an operator
+		// sees the traffic at the default level; the probes and scrapes
+		// a load balancer and Prometheus send every few seconds at
+		// debug. The path is without its query, which may carry a
+		// signed media URL's signature or a search term.
+		level := slog.LevelInfo
+		if probe(route) && status < 400 {
+			level = slog.LevelDebug
 		}
 		if s.log.Enabled(c.Request().Context(), level) {
 			p := st.principal
 			s.log.LogAttrs(c.Request().Context(), level, "http", slog.String("method", c.Request().Method),
-				slog.String("path", c.Request().URL.Path), slog.Int("status", status), slog.Duration("took", took),
-				slog.String("correlation_id", id), slog.String("user", p.User), slog.String("org", p.Org),
+				slog.String("path", c.Request().URL.Path), slog.Int("status", status), slog.Int64("bytes", c.Response().Size),
+				slog.Duration("took", took), slog.String("correlation_id", id), slog.String("user", p.User), slog.String("org", p.Org),
 				slog.String("remote", c.Request().RemoteAddr))
 		}
 		return nil
 	}
+}
+
+// probe says whether route is one a load balancer or a scraper calls
+// every few seconds.
+func probe(route string) bool {
+	return route == "/healthz" || route == "/readyz" || route == "/metrics"
 }
 
 // methodLabel is the method as a metric label: the methods the routes

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -217,7 +218,12 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	}
 	info, ok := s.findLanguage(r.Language, r.Version)
 	if !ok {
-		return bad("language %q version %q is not offered here; GET /v1/languages lists them", r.Language, r.Version)
+		var hint string
+		var ule *languages.UnknownLanguageError
+		if _, err := languages.Lookup(r.Language); errors.As(err, &ule) && ule.Suggestion != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", ule.Suggestion)
+		}
+		return bad("language %q version %q is not offered here%s; GET /v1/languages lists them", r.Language, r.Version, hint)
 	}
 	src := languages.Source{Main: r.Main}
 	for i, f := range r.Files {
@@ -250,6 +256,15 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	if err != nil {
 		return nil, err
 	}
+	out := NewRunResult(res, correlation)
+	budget.charge(out)
+	return out, nil
+}
+
+// NewRunResult is the API's form of a job's result: what POST /v1/runs
+// answers with, and what `moat exec --lang --json` prints, so that the CLI
+// and the HTTP API name the same things alike.
+func NewRunResult(res *languages.ExecResult, correlation string) *RunResult {
 	out := &RunResult{
 		Language: res.Language, Version: res.Version, Status: res.Status, ExitCode: res.ExitCode, Signal: res.Signal,
 		Message: res.Message, CompileOutput: res.CompileOutput, Violations: res.Violations,
@@ -257,8 +272,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 		PeakMemory: res.PeakMemory, BuildCached: res.BuildCached, CorrelationID: correlation,
 	}
 	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
-	budget.charge(out)
-	return out, nil
+	return out
 }
 
 // execProfile is the profile whose exec: limits bound p's jobs: the one

@@ -351,6 +351,10 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	}
 	s.log.Info("moat serve: listening", "url", scheme+"://"+ln.Addr().String(), "data", s.cfg.DataDir,
 		"store", RedactURL(s.store.Path()), "profile", s.cfg.Profile)
+	if scheme == "http" && !loopback(ln.Addr()) {
+		s.log.Warn("moat serve: listening beyond this machine without TLS: API keys, inputs and outputs cross the network in clear",
+			"listen", ln.Addr().String(), "fix", "set tls.cert and tls.key in the config, or listen on 127.0.0.1 behind a TLS-terminating proxy")
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(ln) }()
 	select {
@@ -444,4 +448,11 @@ func newID() string {
 		r >>= 4
 	}
 	return string(b[:])
+}
+
+// loopback says whether addr reaches only this machine: a loopback IP.
+// The unspecified address (0.0.0.0, ::) listens on every interface.
+func loopback(addr net.Addr) bool {
+	a, ok := addr.(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
 }

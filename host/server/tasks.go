@@ -116,9 +116,11 @@ func (r *registry) scheduled() []host.ScheduledModule {
 	return out
 }
 
-// TaskJSON is a background task in responses.
+// TaskJSON is a background task in responses, and in `moat tasks --json`
+// (TaskJSONOf): one naming of its fields for the CLI and the HTTP API.
 type TaskJSON struct {
 	ID            string     `json:"id"`
+	Org           string     `json:"org"`
 	Module        string     `json:"module"`
 	Action        string     `json:"action"`
 	State         string     `json:"state"`
@@ -139,8 +141,10 @@ type TaskJSON struct {
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 }
 
-func taskJSON(t *store.Task) TaskJSON {
-	j := TaskJSON{ID: t.ID, Module: t.Module, Action: t.Action, State: t.State, Attempts: t.Attempts, MaxAttempts: t.MaxAttempts,
+// TaskJSONOf is t as the API answers it: never the claim token of an
+// attempt in flight.
+func TaskJSONOf(t *store.Task) TaskJSON {
+	j := TaskJSON{ID: t.ID, Org: t.Org, Module: t.Module, Action: t.Action, State: t.State, Attempts: t.Attempts, MaxAttempts: t.MaxAttempts,
 		User: t.User, Roles: t.Roles, CorrelationID: t.CorrelationID, Key: t.Key, Schedule: t.Schedule, Input: t.Input,
 		Result: t.Result, Error: t.Error, Code: t.Code, RunAt: t.RunAt, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	if !t.FinishedAt.IsZero() {
@@ -184,7 +188,7 @@ func (s *Server) listTasks(c echo.Context) error {
 	}
 	out := make([]TaskJSON, len(tasks))
 	for i := range tasks {
-		out[i] = taskJSON(&tasks[i])
+		out[i] = TaskJSONOf(&tasks[i])
 	}
 	return c.JSON(http.StatusOK, map[string]any{"tasks": out})
 }
@@ -201,7 +205,7 @@ func (s *Server) getTask(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, taskJSON(t))
+	return c.JSON(http.StatusOK, TaskJSONOf(t))
 }
 
 // clip shortens a client's value for a message.

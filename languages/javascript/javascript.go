@@ -3,9 +3,11 @@
 // (QuickJS-NG v0.11.0, embedded in the binary: nothing is fetched at run
 // time), and a run is
 //
-//	qjs --std /src/main.js ARGS...
+//	qjs --std -e BOOTSTRAP /src/main.js ARGS...
 //
-// with the submission's files mounted read-only at /src. --std makes the
+// with the submission's files mounted read-only at /src; the bootstrap
+// (bootstrap.go) runs main.js as qjs would and turns an uncaught MoatError
+// into the action's error code. --std makes the
 // std and os modules globals, so scripts read stdin (std.in.getline()),
 // the environment (std.getenv) and exit with a code (std.exit). A script
 // that uses import or export runs as an ES module; ./moat.js, the guest
@@ -61,7 +63,7 @@ func (Language) Build(_ context.Context, _ languages.BuildEnv, src languages.Sou
 		Kind:  languages.ArtifactInterpreted,
 		WASM:  quickjswasi.QuickJSWASM,
 		Files: files,
-		Args:  []string{"--std", "/src/" + entry.Name},
+		Args:  []string{"--std", "-e", bootstrap(isModule(entry.Name, string(entry.Content))), "/src/" + entry.Name},
 	}, nil
 }
 

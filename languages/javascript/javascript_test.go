@@ -50,6 +50,32 @@ std.exit(3);`},
 			wantCode:   1,
 		},
 		{
+			// The bootstrap runs a classic script as qjs does, in sloppy
+			// mode: a module would throw a ReferenceError here.
+			name:     "classic script, sloppy mode",
+			files:    []string{"main.js", "// a comment first\nundeclared = 5; print(undeclared, typeof globalThis.undeclared);"},
+			wantOut:  "5 number\n",
+			wantCode: 0,
+		},
+		{
+			name:     "module after a shebang and comments",
+			files:    []string{"main.js", "#!/usr/bin/env qjs\n/* c */ // d\nimport { twice } from \"./util.js\"; print(twice(4), typeof std);", "util.js", `export const twice = (n) => 2 * n;`},
+			wantOut:  "8 object\n",
+			wantCode: 0,
+		},
+		{
+			name:       "uncaught exception in a module keeps its stack",
+			files:      []string{"main.js", "import * as moat from \"./moat.js\";\nfunction deep() { throw new moat.MoatError(\"invalid_argument\", \"bad title\"); }\ndeep();"},
+			wantErrOut: "    at deep (/src/main.js:2:",
+			wantCode:   1,
+		},
+		{
+			name:       "a thrown string",
+			files:      []string{"main.js", `throw "plain string";`},
+			wantErrOut: "plain string",
+			wantCode:   1,
+		},
+		{
 			name:     "the source is read-only",
 			files:    []string{"main.js", `const f = std.open("/src/new.txt", "w"); print(f === null ? "refused" : "written");`},
 			wantOut:  "refused\n",
