@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// autoBuildTimeout bounds the build moat run and moat dev start by
+// themselves (the first Go build on a machine compiles the standard
+// library).
+const autoBuildTimeout = 5 * time.Minute
+
+// buildIfStale builds the plugin in dir when its manifest names a
+// compiled language and its module is missing or stale, before moat run
+// reads the module. Stale means: a source file (any file moat build would
+// copy, moat.yaml included) was modified after the module was written.
+// Modification times rather than a recorded digest: nothing to store
+// beside the plugin, and an edit is what makes a module stale; a module
+// that a build of another moat wrote is not rebuilt until a source
+// changes. It reports whether it built.
+func buildIfStale(ctx context.Context, g *globalFlags, dir string) (bool, error) {
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return false, nil
+	}
+	mfPath := filepath.Join(dir, "moat.yaml")
+	mf, err := policy.LoadManifest(mfPath)
+	if err != nil || mf.Language == "" {
+		return false, nil // not a plugin from source: moat run says what is missing
+	}
+	lang, err := languages.Lookup(mf.Language)
+	if err != nil {
+		return false, nil
+	}
+	if _, ok := lang.(languages.PluginBuilder); !ok {
+		return false, nil
+	}
+	name := mf.Module
+	if name == "" {
+		name = mf.Name + ".wasm"
+	}
+	module := filepath.Join(dir, name)
+	why, err := staleReason(dir, module)
+	if err != nil {
+		return false, fmt.Errorf("run %s: checking whether %s is up to date: %w", dir, module, err)
+	}
+	if why == "" {
+		return false, nil
+	}
+	fmt.Fprintf(os.Stderr, "==> %s: building it first (moat build %s)\n", why, dir)
+	return true, buildPlugin(ctx, g, dir, "", autoBuildTimeout)
+}
+
+// staleReason returns why module needs building from the sources in dir,
+// or "" when it is newer than every one of them.
+func staleReason(dir, module string) (string, error) {
+	mst, err := os.Stat(module)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("%s does not exist", module), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	built := mst.ModTime()
+	var newer string
+	const maxFiles = 10000
+	seen := 0
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n := d.Name()
+		if p != dir && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "target") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !d.Type().IsRegular() || strings.HasSuffix(n, ".wasm") || strings.HasSuffix(n, ".minisig") {
+			return nil
+		}
+		if seen++; seen > maxFiles {
+			return fmt.Errorf("more than %d files under %s: move build outputs out of it", maxFiles, dir)
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.ModTime().After(built) {
+			newer = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if newer != "" {
+		return fmt.Sprintf("%s is newer than %s", newer, module), nil
+	}
+	return "", nil
+}
