@@ -72,29 +72,7 @@ func staleReason(dir, module string) (string, error) {
 	}
 	built := mst.ModTime()
 	var newer string
-	const maxFiles = 10000
-	seen := 0
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		n := d.Name()
-		if p != dir && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "target") {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.IsDir() || !d.Type().IsRegular() || strings.HasSuffix(n, ".wasm") || strings.HasSuffix(n, ".minisig") {
-			return nil
-		}
-		if seen++; seen > maxFiles {
-			return fmt.Errorf("more than %d files under %s: move build outputs out of it", maxFiles, dir)
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
+	err = walkSources(dir, func(p string, fi fs.FileInfo) error {
 		if fi.ModTime().After(built) {
 			newer = p
 			return filepath.SkipAll
@@ -108,4 +86,37 @@ func staleReason(dir, module string) (string, error) {
 		return fmt.Sprintf("%s is newer than %s", newer, module), nil
 	}
 	return "", nil
+}
+
+// maxSourceFiles bounds the files walkSources looks at.
+const maxSourceFiles = 10000
+
+// walkSources calls fn with each file of dir that moat build copies (a
+// plugin's sources, moat.yaml included): regular files, not in dot
+// directories, node_modules or target, and not modules or signatures.
+func walkSources(dir string, fn func(path string, fi fs.FileInfo) error) error {
+	seen := 0
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n := d.Name()
+		if p != dir && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "target") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !d.Type().IsRegular() || strings.HasSuffix(n, ".wasm") || strings.HasSuffix(n, ".minisig") {
+			return nil
+		}
+		if seen++; seen > maxSourceFiles {
+			return fmt.Errorf("more than %d files under %s: move build outputs out of it", maxSourceFiles, dir)
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return fn(p, fi)
+	})
 }
