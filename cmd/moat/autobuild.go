@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,13 +21,16 @@ import (
 const autoBuildTimeout = 5 * time.Minute
 
 // buildIfStale builds the plugin in dir when its manifest names a
-// compiled language and its module is missing or stale, before moat run
-// reads the module. Stale means: a source file (any file moat build would
-// copy, moat.yaml included) was modified after the module was written.
-// Modification times rather than a recorded digest: nothing to store
-// beside the plugin, and an edit is what makes a module stale; a module
-// that a build of another moat wrote is not rebuilt until a source
-// changes. It reports whether it built.
+// compiled language, dir holds its sources, and its module is missing or
+// stale, before moat run reads the module. Stale means: a source file (one
+// with the language's extensions, or a build file: go.mod, Cargo.toml,
+// ...) was modified after the module was written. A directory with a
+// module and no sources (a plugin as shipped) is never built, and
+// moat.yaml is not a source: the host reads it at each run. Modification
+// times rather than a recorded digest: nothing to store beside the
+// plugin, and an edit is what makes a module stale; a module that a build
+// of another moat wrote is not rebuilt until a source changes. It reports
+// whether it built.
 func buildIfStale(ctx context.Context, g *globalFlags, dir string) (bool, error) {
 	st, err := os.Stat(dir)
 	if err != nil || !st.IsDir() {
@@ -49,7 +53,7 @@ func buildIfStale(ctx context.Context, g *globalFlags, dir string) (bool, error)
 		name = mf.Name + ".wasm"
 	}
 	module := filepath.Join(dir, name)
-	why, err := staleReason(dir, module)
+	why, err := staleReason(dir, module, lang.Info().Extensions)
 	if err != nil {
 		return false, fmt.Errorf("run %s: checking whether %s is up to date: %w", dir, module, err)
 	}
@@ -60,9 +64,29 @@ func buildIfStale(ctx context.Context, g *globalFlags, dir string) (bool, error)
 	return true, buildPlugin(ctx, g, dir, "", autoBuildTimeout)
 }
 
-// staleReason returns why module needs building from the sources in dir,
-// or "" when it is newer than every one of them.
-func staleReason(dir, module string) (string, error) {
+// buildFiles are the files besides sources whose change changes a build.
+var buildFiles = []string{"go.mod", "go.sum", "Cargo.toml", "Cargo.lock", "asconfig.json"}
+
+// staleReason returns why module needs building from the sources in dir
+// (files with one of exts, and buildFiles), or "" when it is newer than
+// every one of them or dir holds none.
+func staleReason(dir, module string, exts []string) (string, error) {
+	var sources int
+	var newest string
+	var newestTime time.Time
+	err := walkSources(dir, func(p string, fi fs.FileInfo) error {
+		if !slices.Contains(exts, filepath.Ext(p)) && !slices.Contains(buildFiles, filepath.Base(p)) {
+			return nil
+		}
+		sources++
+		if fi.ModTime().After(newestTime) {
+			newest, newestTime = p, fi.ModTime()
+		}
+		return nil
+	})
+	if err != nil || sources == 0 {
+		return "", err
+	}
 	mst, err := os.Stat(module)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("%s does not exist", module), nil
@@ -70,20 +94,8 @@ func staleReason(dir, module string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	built := mst.ModTime()
-	var newer string
-	err = walkSources(dir, func(p string, fi fs.FileInfo) error {
-		if fi.ModTime().After(built) {
-			newer = p
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	if newer != "" {
-		return fmt.Sprintf("%s is newer than %s", newer, module), nil
+	if newestTime.After(mst.ModTime()) {
+		return fmt.Sprintf("%s is newer than %s", newest, module), nil
 	}
 	return "", nil
 }

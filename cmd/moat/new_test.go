@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all" // Lookup finds every language
 )
@@ -39,10 +41,17 @@ func langMissing(lang string) string {
 	return ""
 }
 
+// mainSource is the code file moat new writes for each language.
+var mainSource = map[string]string{
+	"go": "main.go", "rust": "src/lib.rs", "c": "main.c", "cpp": "main.cpp", "assemblyscript": "index.ts",
+	"javascript": "main.js", "python": "main.py", "python-native": "main.py",
+}
+
 // TestNewBuildRun does what a new user does, through the real binary, in
 // a directory outside the moat tree: moat new in each language, moat run
 // (which builds a compiled plugin first), again (no rebuild: the count
-// rises in the store), then after an edit (rebuilt, the edit shows); and
+// rises in the store), after a change of the manifest's config (no
+// rebuild, the new greeting), after a source is modified (rebuilt); and
 // moat build twice gives the same bytes.
 func TestNewBuildRun(t *testing.T) {
 	data := filepath.Join(os.TempDir(), "moat-test-cli-build") // the Go seed cache, kept across runs
@@ -58,10 +67,11 @@ func TestNewBuildRun(t *testing.T) {
 			if r.code != 0 || !strings.Contains(r.stderr, "made greeter") {
 				t.Fatalf("new: exit %d: %s", r.code, r.stderr)
 			}
+			org := fmt.Sprintf("new-%s-%d", lang, time.Now().UnixNano()) // the data dir is shared across runs
 			compiled := lang == "go" || lang == "rust" || lang == "c" || lang == "cpp" || lang == "assemblyscript"
 			run := func(want string, rebuild bool) {
 				t.Helper()
-				r := moatIn(t, work, "run", "--data", data, "--org", "new-"+lang+"-"+filepath.Base(work), "greeter", "greet", "--input", "World")
+				r := moatIn(t, work, "run", "--data", data, "--org", org, "greeter", "greet", "--input", "World")
 				if r.code != 0 || strings.TrimSpace(r.stdout) != want {
 					t.Fatalf("run: exit %d, stdout %q, want %q; stderr:\n%s", r.code, r.stdout, want, r.stderr)
 				}
@@ -72,17 +82,23 @@ func TestNewBuildRun(t *testing.T) {
 			run("Hello, World! (call #1)", true)
 			run("Hello, World! (call #2)", false)
 
-			// An edit: the greeting in the manifest's config changes what
-			// the plugin says, and the manifest is newer than the module.
+			// The manifest's config is read at each run: no rebuild.
 			mf := filepath.Join(dir, "moat.yaml")
 			b, _ := os.ReadFile(mf)
 			b = bytes.Replace(b, []byte("greeting: Hello"), []byte("greeting: Howdy"), 1)
 			if err := os.WriteFile(mf, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			later := time.Now().Add(2 * time.Second)
-			os.Chtimes(mf, later, later)
-			run("Howdy, World! (call #3)", true)
+			run("Howdy, World! (call #3)", false)
+
+			// A source modified after the module: rebuilt first.
+			time.Sleep(10 * time.Millisecond)
+			now := time.Now()
+			if err := os.Chtimes(filepath.Join(dir, mainSource[lang]), now, now); err != nil {
+				t.Fatal(err)
+			}
+			run("Howdy, World! (call #4)", true)
+			run("Howdy, World! (call #5)", false)
 
 			if !compiled {
 				return
@@ -205,5 +221,24 @@ func TestNewRefuses(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(occupied, "keep.txt")); string(b) != "mine" {
 		t.Error("moat new changed a file of an occupied directory")
+	}
+}
+
+// TestRunWithoutSources: a plugin as shipped (module and manifest, no
+// sources) runs without a build, even when its manifest is newer; with no
+// module and nothing to build from, moat run names moat build.
+func TestRunWithoutSources(t *testing.T) {
+	dir := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
+	time.Sleep(10 * time.Millisecond)
+	copyFile(t, filepath.Join(testwasm.RepoRoot(t), "examples", "hello-go", "moat.yaml"), filepath.Join(dir, "moat.yaml"))
+	data := t.TempDir()
+	r := moat(t, "", "run", "--data", data, dir, "greet", "--input", "World")
+	if r.code != 0 || strings.Contains(r.stderr, "building") || strings.TrimSpace(r.stdout) != "Hello, World! (call #1)" {
+		t.Fatalf("exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
+	}
+	os.Remove(filepath.Join(dir, "hello-go.wasm"))
+	r = moat(t, "", "run", "--data", data, dir, "greet", "--input", "World")
+	if r.code == 0 || !strings.Contains(r.stderr, "moat build "+dir) {
+		t.Fatalf("exit %d, want the moat build hint:\n%s", r.code, r.stderr)
 	}
 }
