@@ -242,3 +242,36 @@ func TestRunWithoutSources(t *testing.T) {
 		t.Fatalf("exit %d, want the moat build hint:\n%s", r.code, r.stderr)
 	}
 }
+
+// TestBuildGoHandWrittenModule is the reported failure: a Go plugin in
+// the user's own module, in a directory only its owner can read, whose
+// go.mod requires a moat version that was never published and replaces it
+// with a checkout the compiler cannot read. moat build copies the module
+// and points the replace at the SDK it carries.
+func TestBuildGoHandWrittenModule(t *testing.T) {
+	testenv.Require(t, langMissing("go"))
+	home := t.TempDir()
+	os.Chmod(home, 0o700)
+	mod := filepath.Join(home, "src", "mine")
+	plugin := filepath.Join(mod, "plugins", "hello")
+	if err := os.MkdirAll(plugin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	root := testwasm.RepoRoot(t)
+	gomod := "module example.com/mine\n\ngo 1.24\n\nrequire github.com/moat-sandbox/moat v0.3.0\n\nreplace github.com/moat-sandbox/moat v0.3.0 => " + root + "\n"
+	os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o600)
+	os.WriteFile(filepath.Join(mod, "go.sum"), []byte("github.com/moat-sandbox/moat v0.3.0 h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"), 0o600)
+	copyFile(t, filepath.Join(root, "examples/hello-go/main.go"), filepath.Join(plugin, "main.go"))
+	copyFile(t, filepath.Join(root, "examples/hello-go/moat.yaml"), filepath.Join(plugin, "moat.yaml"))
+	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
+	if r := moat(t, "", "build", "--data", data, plugin); r.code != 0 {
+		t.Fatalf("build: exit %d:\n%s", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(mod, "go.mod")); string(b) != gomod {
+		t.Errorf("moat build changed the plugin's go.mod:\n%s", b)
+	}
+	r := moat(t, "", "run", "--data", t.TempDir(), plugin, "greet", "--input", "World")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "Hello, World! (call #1)" || strings.Contains(r.stderr, "building") {
+		t.Fatalf("run: exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
