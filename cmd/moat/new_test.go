@@ -275,3 +275,69 @@ func TestBuildGoHandWrittenModule(t *testing.T) {
 		t.Fatalf("run: exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestBuildPluginHostile: a plugin's directory is as hostile as a
+// code-execution submission. A symlink to a host file is not copied, an
+// include or replace naming a host path finds nothing, and a go.mod that
+// replaces the SDK with a directory of its own is overridden by the SDK
+// the binary carries.
+func TestBuildPluginHostile(t *testing.T) {
+	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	os.WriteFile(secret, []byte("TOP-SECRET-BYTES"), 0o600)
+	for _, tc := range []struct {
+		name, lang string
+		files      map[string]string
+		link       string // a file name made a symlink to secret
+		wantFail   bool
+	}{
+		{name: "c symlink", lang: "c", link: "secret.h", wantFail: true,
+			files: map[string]string{"main.c": "#include \"moat.h\"\n#include \"secret.h\"\nstatic const moat_action actions[] = {{0}};\nMOAT_ACTIONS(actions)\n"}},
+		{name: "c absolute include", lang: "c", wantFail: true,
+			files: map[string]string{"main.c": "#include \"" + secret + "\"\n"}},
+		{name: "go replace to a host dir", lang: "go", wantFail: true,
+			files: map[string]string{
+				"go.mod":  "module example.com/p\n\ngo 1.24\n\nrequire example.com/leak v0.0.0\n\nreplace example.com/leak => " + filepath.Dir(secret) + "\n",
+				"main.go": "package main\n\nimport _ \"example.com/leak\"\n\nfunc main() {}\n"}},
+		{name: "go replaces the SDK", lang: "go",
+			files: map[string]string{
+				"go.mod":                    "module example.com/p\n\ngo 1.24\n\nrequire github.com/moat-sandbox/moat v0.0.0\n\nreplace github.com/moat-sandbox/moat => ./fake\n",
+				"fake/go.mod":               "module github.com/moat-sandbox/moat\n\ngo 1.24\n",
+				"fake/guests/go/nothing.go": "package moat\n\nfunc Action(string, func([]byte) ([]byte, error)) { panic(\"the plugin's own SDK was used\") }\n",
+				"main.go":                   "package main\n\nimport moat \"github.com/moat-sandbox/moat/guests/go\"\n\nfunc init() { moat.Action(\"echo\", func(b []byte) ([]byte, error) { return b, nil }) }\n\nfunc main() {}\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.Require(t, langMissing(tc.lang))
+			dir := filepath.Join(t.TempDir(), "p")
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, "moat.yaml"), []byte("name: p\nversion: 0.1.0\nlanguage: "+tc.lang+"\nactions:\n  - name: echo\n"), 0o644)
+			for n, body := range tc.files {
+				os.MkdirAll(filepath.Dir(filepath.Join(dir, n)), 0o755)
+				os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644)
+			}
+			if tc.link != "" {
+				if err := os.Symlink(secret, filepath.Join(dir, tc.link)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := moat(t, "", "build", "--data", data, dir)
+			if strings.Contains(r.stdout+r.stderr, "TOP-SECRET-BYTES") {
+				t.Fatalf("the build showed the host file's bytes:\n%s", r.stderr)
+			}
+			if tc.wantFail {
+				if r.code == 0 || !strings.Contains(r.stderr, "the compiler refused the source") {
+					t.Fatalf("exit %d, want the compiler's refusal:\n%s", r.code, r.stderr)
+				}
+				t.Logf("refused:\n%s", r.stderr)
+				return
+			}
+			if r.code != 0 {
+				t.Fatalf("build: exit %d:\n%s", r.code, r.stderr)
+			}
+			r = moat(t, "", "run", "--data", t.TempDir(), dir, "echo", "--input", "ok")
+			if r.code != 0 || r.stdout != "ok" {
+				t.Fatalf("run: exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}
