@@ -341,3 +341,18 @@ func TestBuildPluginHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestNativeRelativeData: a native Python plugin runs with a relative
+// --data (the workers' root bind-mounts moat.py from it, which needs an
+// absolute path).
+func TestNativeRelativeData(t *testing.T) {
+	testenv.Require(t, langMissing("python-native"))
+	work := t.TempDir()
+	if r := moatIn(t, work, "new", "pn", "--lang", "python-native"); r.code != 0 {
+		t.Fatalf("new: exit %d: %s", r.code, r.stderr)
+	}
+	r := moatIn(t, work, "run", "--data", "rel-data", "pn", "greet", "--input", "World")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "Hello, World! (call #1)" {
+		t.Fatalf("run: exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
