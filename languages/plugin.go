@@ -59,4 +59,3 @@ func CopyPluginSource(src, dst string) error {
 		return os.WriteFile(t, b, 0o644)
 	})
 }
-
