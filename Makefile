@@ -30,13 +30,14 @@ build: deps ## build bin/moat and its confinement wrapper bin/moat-confine (stat
 	@$(GO) build -trimpath -buildvcs=auto -o $(MOAT) ./cmd/moat
 	@$(GO) build -trimpath -o $(BIN)/moat-confine ./cmd/moat-confine
 
-examples: deps ## build the example plugins
-	@echo "==> build examples/hello-go/hello-go.wasm (GOOS=wasip1, c-shared)"
-	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/hello-go/hello-go.wasm ./examples/hello-go
-	@echo "==> build examples/notes/go/notes-go.wasm (GOOS=wasip1, c-shared)"
-	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/notes/go/notes-go.wasm ./examples/notes/go
-	@echo "==> build examples/thumbnail/thumbnail.wasm (GOOS=wasip1, c-shared)"
-	@GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o examples/thumbnail/thumbnail.wasm ./examples/thumbnail
+# The examples build through `moat build`, the one path a user's plugin
+# takes too (the SDKs the binary carries, the same flags), so the bytes
+# `make examples` writes are the bytes `moat build` writes for the same
+# source, and rebuilding never breaks a signature.
+GO_EXAMPLES := examples/hello-go examples/notes/go examples/thumbnail
+
+examples: build ## build the Go example plugins with bin/moat build
+	@for d in $(GO_EXAMPLES); do $(MOAT) build $$d || exit 1; done
 
 run: build examples $(SETUP) ## build moat, the toolchains and the examples; invoke greet, then run code in three languages
 	@echo "==> $(MOAT) run examples/hello-go greet --input World"

@@ -75,7 +75,7 @@ func ReadBundle(path string) (*Bundle, error) {
 	if b.Wasm, err = os.ReadFile(b.Path); err != nil {
 		hint := ""
 		if errors.Is(err, fs.ErrNotExist) && b.Manifest != nil {
-			hint = fmt.Sprintf(" (named by %s; build the module first)", b.ManifestPath)
+			hint = fmt.Sprintf(" (named by %s; build the module first: moat build %s)", b.ManifestPath, filepath.Dir(b.ManifestPath))
 		}
 		return nil, fmt.Errorf("module %s: %w%s", b.Path, unwrapPathError(err), hint)
 	}
@@ -120,7 +120,7 @@ func findWasm(dir string) (string, error) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "*.wasm"))
 	switch len(matches) {
 	case 0:
-		return "", fmt.Errorf("module %s: the directory holds no .wasm file and no %s; build the plugin first (for Go: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o %s .)", dir, ManifestFile, file)
+		return "", fmt.Errorf("module %s: the directory holds no .wasm file and no %s; build the plugin first: `moat new NAME --lang LANG` makes one with its %s, and `moat build %s` builds it", dir, ManifestFile, ManifestFile, dir)
 	case 1:
 		return matches[0], nil
 	default:

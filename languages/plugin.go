@@ -12,30 +12,12 @@ import (
 // PluginBuilder is implemented by a compiled language that can build a
 // moat plugin (a WASI reactor exporting the moat ABI) from a source
 // directory, for `moat build`. The directory is trusted no more than a
-// code-execution submission: the compiler runs under RunTool with dir and
-// its enclosing project readable, and writes only env.WorkDir.
+// code-execution submission: it is copied into env.WorkDir
+// (CopyPluginSource) with the guest SDK the binary carries (package
+// guests), and the compiler runs under RunTool reading and writing only
+// env.WorkDir (and the toolchain, read-only).
 type PluginBuilder interface {
 	BuildPlugin(ctx context.Context, env BuildEnv, dir string) ([]byte, error)
-}
-
-// ProjectRoot returns the nearest ancestor of dir (or dir itself) holding
-// a go.mod or a .git, or dir when there is
-// none: the tree a plugin build may read (its SDK, its module's go.mod).
-func ProjectRoot(dir string) string {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return dir
-	}
-	for d := abs; ; d = filepath.Dir(d) {
-		for _, marker := range []string{"go.mod", ".git"} {
-			if _, err := os.Stat(filepath.Join(d, marker)); err == nil {
-				return d
-			}
-		}
-		if filepath.Dir(d) == d {
-			return abs
-		}
-	}
 }
 
 // MaxPluginSourceBytes bounds what CopyPluginSource copies.
@@ -76,28 +58,4 @@ func CopyPluginSource(src, dst string) error {
 		}
 		return os.WriteFile(t, b, 0o644)
 	})
-}
-
-// Reachable reports whether p can be read by any user: every directory
-// above it is world-searchable and p itself world-readable. A confined job
-// runs as another uid (65534 when moat is root), so a path that is not
-// reachable cannot be granted to it.
-func Reachable(p string) bool {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return false
-	}
-	fi, err := os.Stat(abs)
-	if err != nil || fi.Mode().Perm()&0o004 == 0 {
-		return false
-	}
-	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil || fi.Mode().Perm()&0o001 == 0 {
-			return false
-		}
-		if filepath.Dir(d) == d {
-			return true
-		}
-	}
 }

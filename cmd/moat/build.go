@@ -27,19 +27,24 @@ func newBuildCmd(g *globalFlags) *cobra.Command {
 
 DIR/moat.yaml's language: picks the compiler and module: the output file
 (default <name>.wasm), written into DIR. Plugins are WASI reactors exporting
-the moat ABI (see guests/): Go builds with -buildmode=c-shared; C and C++
-with -mexec-model=reactor (every .c/.cpp file in DIR; guests/c is on the
-include path when DIR is inside the moat tree); Rust builds DIR/lib.rs or
+the moat ABI: Go builds with -buildmode=c-shared; C and C++ with
+-mexec-model=reactor (every .c/.cpp file in DIR); Rust builds DIR/lib.rs or
 DIR/src/lib.rs as a cdylib; AssemblyScript builds DIR/index.ts or
 DIR/assembly/index.ts with _initialize as its start.
 
+The guest SDK is the one inside this binary, never a copy the plugin points
+at: Go gets it as a local module replacing github.com/moat-sandbox/moat,
+Rust as the crate moat, C and C++ as moat.h beside the sources,
+AssemblyScript as moat.ts. Nothing is downloaded, and the same source gives
+the same bytes wherever it lies (make examples builds through here too).
+
 The compiler runs confined, as for ` + "`moat exec --lang`" + `: no network, the
-toolchains read-only, a scratch directory to write; the module is copied into
-DIR afterwards. C, C++, Rust and AssemblyScript sources are copied into the
-scratch directory; Go reads DIR's module in place, so as root the module must
-be world-readable (the compiler runs as uid 65534).
+toolchains read-only, a scratch directory to write. DIR (for Go, the
+plugin's module) is copied into the scratch directory, so it need not be
+readable by the compiler's uid; the module is copied into DIR afterwards.
 Interpreted languages need no build: their source is the module.`,
-		Example: `  moat build examples/hello-go && moat run examples/hello-go greet --input World
+		Example: `  moat new hello --lang go && moat build hello && moat run hello greet --input World
+  moat build examples/hello-go && moat run examples/hello-go greet --input World
   moat build --out /tmp/hello.wasm examples/hello-c`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -164,6 +164,11 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if f.correlate == "" {
 		f.correlate = newCorrelationID()
 	}
+	// A plugin from source whose module is missing or stale is built
+	// first, before anything is read or the process confines itself.
+	if _, err := buildIfStale(ctx, g, args[0]); err != nil {
+		return err
+	}
 	if mf, ok := nativePlugin(args[0]); ok {
 		if len(cmdArgs) > 0 {
 			return usagef("arguments after -- are for WASI commands; an action takes --input")

@@ -145,12 +145,18 @@ func runNativePlugin(ctx context.Context, g *globalFlags, f *runFlags, dir strin
 	nat := &host.Native{Dir: abs, Source: b.Wasm}
 	if pysdk.Wanted(mf.Language, mf.Command) {
 		// moat.py, where every worker uid can read it.
-		sdk := filepath.Join(g.data(), "lang-state", "python-native-sdk")
+		// Absolute: the workers' root bind-mounts it (a relative --data,
+		// the old ./moat-data default, was refused by moat-confine).
+		data, err := filepath.Abs(g.data())
+		if err != nil {
+			return err
+		}
+		sdk := filepath.Join(data, "lang-state", "python-native-sdk")
 		env, err := pysdk.WriteSDK(sdk)
 		if err != nil {
 			return err
 		}
-		if err := readableByAll(g.data(), sdk); err != nil {
+		if err := readableByAll(data, sdk); err != nil {
 			return err
 		}
 		nat.Env, nat.ReadOnly = env, []string{sdk}

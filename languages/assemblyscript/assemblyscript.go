@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -130,31 +131,44 @@ func (l *Language) Build(ctx context.Context, env languages.BuildEnv, src langua
 	return &languages.Artifact{Kind: languages.ArtifactWASM, WASM: wasm, BuildLog: log}, nil
 }
 
-// BuildPlugin compiles DIR/index.ts (or DIR/assembly/index.ts) into a
-// reactor: no _start, the plugin's exported functions.
+// BuildPlugin compiles DIR/index.ts (or DIR/assembly/index.ts, or
+// DIR/main.ts) into a reactor: no _start, the plugin's exported functions,
+// and the SDK's abort (--use abort=.../moat/abort).
+//
+// The SDK is the moat.ts this binary carries (package guests), never a
+// file outside the work dir. A plugin made by `moat new` imports it as
+// "./moat" (its own moat.ts, for editors, is replaced in the copy by the
+// binary's); one laid out as the moat tree's examples are, importing
+// "../../guests/assemblyscript/moat", finds it there, because the copy
+// sits at src/plugin with the SDK at guests/assemblyscript in the work
+// dir. One file either way, so the SDK's module is compiled once.
 func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir string) ([]byte, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
+	const plugin = "src/plugin"
 	var entry string
 	for _, c := range []string{"index.ts", "assembly/index.ts", "main.ts"} {
 		if _, err := os.Stat(filepath.Join(abs, c)); err == nil {
-			entry = "plugin/" + c
+			entry = plugin + "/" + c
 			break
 		}
 	}
 	if entry == "" {
 		return nil, fmt.Errorf("assemblyscript: no index.ts, assembly/index.ts or main.ts in %s", dir)
 	}
-	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
+	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, filepath.FromSlash(plugin))); err != nil {
 		return nil, err
 	}
-	var ro []string
-	if p := languages.ProjectRoot(abs); languages.Reachable(p) {
-		ro = append(ro, p)
+	sdkDir := "guests/assemblyscript"
+	if _, err := os.Stat(filepath.Join(abs, "moat.ts")); err == nil {
+		sdkDir = plugin
 	}
-	wasm, _, err := l.asc(ctx, env, entry, []string{"--exportStart", "_initialize"}, ro)
+	if err := guests.Write(filepath.Join(env.WorkDir, filepath.FromSlash(sdkDir)), "assemblyscript"); err != nil {
+		return nil, fmt.Errorf("assemblyscript: %w", err)
+	}
+	wasm, _, err := l.asc(ctx, env, entry, []string{"--exportStart", "_initialize", "--use", "abort=" + sdkDir + "/moat/abort"}, nil)
 	return wasm, err
 }
 

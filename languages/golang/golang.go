@@ -51,9 +51,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
+	"golang.org/x/mod/modfile"
 )
 
 // registered: Info may run go for its version only after init (see
@@ -172,9 +174,18 @@ func (l *Language) Build(ctx context.Context, env languages.BuildEnv, src langua
 
 // BuildPlugin builds the main package in dir with -buildmode=c-shared: a
 // reactor whose //go:wasmexport functions are the plugin (see guests/go).
-// The package's module (the nearest go.mod above dir) is readable; there
-// is no module proxy, so its imports must be in the standard library or
-// in that module.
+//
+// The compiler never reads the plugin where it lies: the plugin's module
+// (the nearest go.mod above dir, unless that is moat's own module, as for
+// the examples in the moat tree: then dir alone, under a go.mod of its
+// own) is copied into the work dir, the Go SDK this binary carries is
+// written beside it as a local module (package guests), and the copy's
+// go.mod replaces github.com/moat-sandbox/moat with it. So a plugin
+// builds with no network and no moat checkout, from a directory the
+// compiler's uid could not read, against the ABI of the moat that builds
+// it, and the same source gives the same bytes wherever it lies.
+// There is no module proxy: other imports must be in the standard library
+// or in the plugin's module.
 func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir string) ([]byte, error) {
 	root, ver, err := toolchains.GoRoot()
 	if err != nil {
@@ -184,12 +195,84 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	if err != nil {
 		return nil, err
 	}
-	mod := languages.ProjectRoot(abs)
-	if os.Geteuid() == 0 && !languages.Reachable(mod) {
-		return nil, fmt.Errorf("go: %s must be readable by the build's unprivileged uid (world-readable, in world-searchable directories): the Go toolchain reads the whole module, which is not copied", mod)
+	pkg, err := stagePlugin(abs, env.WorkDir)
+	if err != nil {
+		return nil, err
 	}
-	wasm, _, err := l.goBuild(ctx, env, root, ver, abs, []string{"-buildmode=c-shared"}, []string{mod})
+	wasm, _, err := l.goBuild(ctx, env, root, ver, pkg, []string{"-buildmode=c-shared"}, nil)
 	return wasm, err
+}
+
+// stagePlugin copies the plugin in dir into work/plugin and the embedded
+// Go SDK into work/moat-sdk, and returns the package's directory relative
+// to work.
+func stagePlugin(dir, work string) (string, error) {
+	const sdkDir = "moat-sdk"
+	if err := guests.Write(filepath.Join(work, sdkDir), "go"); err != nil {
+		return "", fmt.Errorf("go: %w", err)
+	}
+	plugin := filepath.Join(work, "plugin")
+	modRoot, data := "", []byte(nil)
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			if modfile.ModulePath(b) != guests.GoModulePath {
+				modRoot, data = d, b
+			}
+			break
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	rel := "."
+	var f *modfile.File
+	if modRoot == "" {
+		// No module of its own (or moat's, for an example in the tree):
+		// the directory alone is the plugin.
+		if err := languages.CopyPluginSource(dir, plugin); err != nil {
+			return "", err
+		}
+		f = &modfile.File{}
+		if err := f.AddModuleStmt("moat.local/plugin"); err != nil {
+			return "", err
+		}
+		if err := f.AddGoStmt(guests.GoLanguageVersion); err != nil {
+			return "", err
+		}
+	} else {
+		if err := languages.CopyPluginSource(modRoot, plugin); err != nil {
+			return "", err
+		}
+		rel, _ = filepath.Rel(modRoot, dir)
+		var err error
+		if f, err = modfile.Parse(filepath.Join(modRoot, "go.mod"), data, nil); err != nil {
+			return "", fmt.Errorf("go: %w", err)
+		}
+	}
+	for _, r := range slices.Clone(f.Replace) {
+		if r.Old.Path == guests.GoModulePath {
+			if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
+				return "", err
+			}
+		}
+	}
+	if !slices.ContainsFunc(f.Require, func(r *modfile.Require) bool { return r.Mod.Path == guests.GoModulePath }) {
+		if err := f.AddRequire(guests.GoModulePath, "v0.0.0"); err != nil {
+			return "", err
+		}
+	}
+	if err := f.AddReplace(guests.GoModulePath, "", "../"+sdkDir, ""); err != nil {
+		return "", err
+	}
+	f.Cleanup()
+	out, err := f.Format()
+	if err != nil {
+		return "", fmt.Errorf("go: writing the plugin's go.mod: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(plugin, "go.mod"), out, 0o644); err != nil {
+		return "", err
+	}
+	return filepath.Join("plugin", rel), nil
 }
 
 // goBuild runs `go build` on pkgDir (relative to the work dir, or

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -160,7 +161,7 @@ func (l *Language) Build(ctx context.Context, env languages.BuildEnv, src langua
 	if err := languages.WriteSource(dir, src.Files); err != nil {
 		return nil, err
 	}
-	wasm, log, err := l.rustc(ctx, env, filepath.Join("src", filepath.FromSlash(src.Entry().Name)), "bin", nil)
+	wasm, log, err := l.rustc(ctx, env, filepath.Join("src", filepath.FromSlash(src.Entry().Name)), "bin", "main", "out.wasm", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -187,18 +188,24 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
 		return nil, err
 	}
-	// A plugin may include the guest SDK by a path relative to it
-	// (#[path = "../../guests/rust/moat.rs"]): its project stays readable
-	// when the job uid can reach it.
-	var ro []string
-	if p := languages.ProjectRoot(abs); languages.Reachable(p) {
-		ro = append(ro, p)
+	// The moat crate is the one this binary carries (package guests), not
+	// whatever a Cargo.toml's path dependency points at: it is compiled
+	// first, as an rlib with the plugin's flags, and handed to the plugin
+	// as the extern crate moat, so `moat::...` resolves wherever the
+	// plugin lies and no file outside the work dir is read.
+	if err := guests.Write(filepath.Join(env.WorkDir, "moat-sdk"), "rust"); err != nil {
+		return nil, fmt.Errorf("rust: %w", err)
 	}
-	wasm, _, err := l.rustc(ctx, env, root, "cdylib", ro)
+	if _, _, err := l.rustc(ctx, env, "moat-sdk/src/lib.rs", "rlib", "moat", "libmoat.rlib", nil); err != nil {
+		return nil, fmt.Errorf("rust: compiling the moat SDK crate: %w", err)
+	}
+	wasm, _, err := l.rustc(ctx, env, root, "cdylib", "main", "out.wasm", []string{"--extern", "moat=libmoat.rlib"})
 	return wasm, err
 }
 
-func (*Language) rustc(ctx context.Context, env languages.BuildEnv, root, crateType string, readOnly []string) ([]byte, string, error) {
+// rustc compiles the crate rooted at root (relative to the work dir) into
+// out in the work dir.
+func (*Language) rustc(ctx context.Context, env languages.BuildEnv, root, crateType, crateName, out string, extra []string) ([]byte, string, error) {
 	if err := Rust.Available(); err != nil {
 		return nil, "", err
 	}
@@ -207,18 +214,20 @@ func (*Language) rustc(ctx context.Context, env languages.BuildEnv, root, crateT
 		return nil, "", err
 	}
 	args := append([]string{bin}, flags...)
-	args = append(args, "--crate-type", crateType, "--crate-name", "main", "-o", "out.wasm", root)
+	args = append(args, "--crate-type", crateType, "--crate-name", crateName, "-o", out)
+	args = append(args, extra...)
+	args = append(args, root)
 	res, err := languages.RunTool(ctx, env, languages.Tool{Command: args, ExtraExec: []string{hostRustLb, "/usr/bin/rust-lld", "/usr/lib/llvm-14/bin"},
-		ReadOnly: readOnly, MemoryBytes: 1 << 30})
+		MemoryBytes: 1 << 30})
 	if err != nil {
 		return nil, "", err
 	}
 	if err := languages.CompileFailure("rust", res); err != nil {
 		return nil, "", err
 	}
-	wasm, err := languages.ReadOutput(env.WorkDir, "out.wasm")
+	wasm, err := languages.ReadOutput(env.WorkDir, out)
 	if err != nil {
-		return nil, "", fmt.Errorf("rust: rustc succeeded but wrote no module: %w", err)
+		return nil, "", fmt.Errorf("rust: rustc succeeded but wrote no %s: %w", out, err)
 	}
 	return wasm, string(res.Stderr), nil
 }

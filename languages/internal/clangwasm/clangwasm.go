@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -173,19 +174,14 @@ func (c *Compiler) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, "plugin")); err != nil {
 		return nil, err
 	}
-	// The guest SDK's headers (guests/c in the moat tree), copied too.
-	root := languages.ProjectRoot(abs)
-	incs := []string{"-Iplugin"}
-	for _, lang := range slices.Compact([]string{c.Lang, "c"}) {
-		sdk := filepath.Join(root, "guests", lang)
-		if fi, err := os.Stat(sdk); err == nil && fi.IsDir() {
-			dst := filepath.Join(env.WorkDir, "sdk", lang)
-			if err := languages.CopyPluginSource(sdk, dst); err != nil {
-				return nil, err
-			}
-			incs = append(incs, "-I"+filepath.Join("sdk", lang))
-		}
+	// The guest SDK's header is the one this binary carries (package
+	// guests), written beside the sources over any moat.h the plugin has
+	// (`moat new` puts one there for editors): a plugin builds wherever it
+	// lies, against the ABI of the moat that builds it.
+	if err := guests.Write(filepath.Join(env.WorkDir, "plugin"), c.Lang); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Lang, err)
 	}
+	incs := []string{"-Iplugin"}
 	a, err := c.compile(ctx, env, files, incs, []string{"-mexec-model=reactor"})
 	if err != nil {
 		return nil, err
