@@ -38,6 +38,7 @@ import (
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/languages/ruby"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/toolchains"
 )
 
 // kinds are the only objects deploy/ may hold, each decoded into its API
@@ -159,7 +160,6 @@ type bundle struct {
 	kust          *kustomization
 	kustFile      string
 	containerfile string
-	toolchainsMK  string // ../mk/toolchains.mk, for the pinned npm packages
 }
 
 // loadBundle reads every *.yaml under dir; a document that does not decode
@@ -204,11 +204,6 @@ func loadBundle(t *testing.T, dir string) *bundle {
 		t.Fatal(err)
 	}
 	b.containerfile = string(cf)
-	mk, err := os.ReadFile(filepath.Join(dir, "..", "mk", "toolchains.mk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.toolchainsMK = string(mk)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -1345,13 +1340,12 @@ func checkContainerfile(b *bundle) []string {
 	}
 
 	// The interpreter WASMs: the packages languages/python and
-	// languages/ruby read, at the versions mk/toolchains.mk pins.
+	// languages/ruby read, at the versions moat toolchains install pins
+	// (package toolchains, which make toolchains runs too).
 	pinned := map[string]string{}
-	if m := regexp.MustCompile(`(?m)^NPM_PACKAGES\s*:?=\s*(.+)$`).FindStringSubmatch(b.toolchainsMK); m != nil {
-		for _, p := range strings.Fields(m[1]) {
-			if i := strings.LastIndex(p, "@"); i > 0 {
-				pinned[p[:i]] = p
-			}
+	for _, p := range toolchains.Provisions() {
+		for _, n := range p.NPM {
+			pinned[n.Name] = n.String()
 		}
 	}
 	m := regexp.MustCompile(`ARG NPM_WASM_PACKAGES="([^"]*)"`).FindStringSubmatch(b.containerfile)
@@ -1363,9 +1357,9 @@ func checkContainerfile(b *bundle) []string {
 		pkg := npmPackage(need)
 		want, ok := pinned[pkg]
 		if !ok {
-			bad("mk/toolchains.mk pins no version of %s", pkg)
+			bad("package toolchains pins no version of %s", pkg)
 		} else if !slices.Contains(installed, want) {
-			bad("NPM_WASM_PACKAGES must hold %s, as mk/toolchains.mk pins it (holds %v)", want, installed)
+			bad("NPM_WASM_PACKAGES must hold %s, as package toolchains pins it (holds %v)", want, installed)
 		}
 	}
 	return out
