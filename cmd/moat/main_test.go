@@ -26,6 +26,16 @@ func TestMain(m *testing.M) {
 	// moat's home (the default data dir) inside the test's temp dir: a
 	// command run without --data must not write /var/lib/moat or ~.
 	os.Setenv("XDG_DATA_HOME", filepath.Join(dir, "xdg"))
+	// The repository's toolchains (make toolchains) for the commands the
+	// tests run outside the tree, where moat would not find them above
+	// its working directory; make test exports the same.
+	if os.Getenv("MOAT_TOOLCHAINS") == "" {
+		if abs, err := filepath.Abs(filepath.Join("..", "..", ".toolchains")); err == nil {
+			if _, err := os.Stat(abs); err == nil {
+				os.Setenv("MOAT_TOOLCHAINS", abs)
+			}
+		}
+	}
 	build := exec.Command("go", "build", "-o", moatBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
