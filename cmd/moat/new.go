@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/moat-sandbox/moat/guests"
+	"github.com/moat-sandbox/moat/languages"
 	"github.com/spf13/cobra"
 )
 
@@ -48,10 +50,10 @@ func newPlugin(name, lang, dir string) error {
 	switch {
 	case lang == "":
 		return usagef("give the plugin's language: --lang %s", strings.Join(guests.Languages, "|"))
-	case !contains(guests.Languages, lang):
+	case !slices.Contains(guests.Languages, lang):
 		hint := ""
-		if s := nearestWord(lang, append(guests.Languages, "js", "as", "py", "c++", "golang", "python3")); s != "" {
-			hint = fmt.Sprintf(" (did you mean %s?)", langAlias(s))
+		if s := templateFor(lang); s != "" {
+			hint = fmt.Sprintf(" (did you mean %s?)", s)
 		}
 		return usagef("--lang %q: moat new makes plugins in %s%s", lang, strings.Join(guests.Languages, ", "), hint)
 	}
@@ -82,66 +84,25 @@ func newPlugin(name, lang, dir string) error {
 	return nil
 }
 
-// langAlias maps the short names nearestWord may pick to the --lang value.
-func langAlias(s string) string {
-	switch s {
-	case "js":
-		return "javascript"
-	case "as":
-		return "assemblyscript"
-	case "py", "python3":
-		return "python"
-	case "c++":
-		return "cpp"
-	case "golang":
-		return "go"
+// templateFor is the template (guests.Languages) lang means or likely
+// means: an alias of a language (js, golang, python3), or the language
+// the registry suggests for a typo (pyton) — the registry's own names and
+// suggestion, so moat new, moat exec and /v1/runs agree on them.
+func templateFor(lang string) string {
+	name := ""
+	l, err := languages.Lookup(lang)
+	var unknown *languages.UnknownLanguageError
+	switch {
+	case err == nil:
+		name = l.Info().Name
+	case errors.As(err, &unknown):
+		name = unknown.Suggestion
 	}
-	return s
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
+	if name == "python3-native" {
+		name = "python-native" // the template's name of the native Python plugin
 	}
-	return false
-}
-
-// nearestWord returns the word of words nearest to s by edit distance,
-// when it is near enough to be what was meant (at most a third of its
-// letters wrong, and at most 3), or "".
-func nearestWord(s string, words []string) string {
-	s = strings.ToLower(s)
-	best, bestD := "", 1<<30
-	for _, w := range words {
-		if d := editDistance(s, w); d < bestD {
-			best, bestD = w, d
-		}
+	if !slices.Contains(guests.Languages, name) {
+		return ""
 	}
-	if bestD == 0 || bestD <= 3 && bestD*3 <= max(len(s), len(best)) {
-		return best
-	}
-	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return name
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -123,7 +124,7 @@ func installToolchains(ctx context.Context, p *progress, dir string, provs []too
 			}
 		}
 		for _, a := range pr.Apt {
-			if !dpkgInstalled(a) && !containsString(aptMissing, a) {
+			if !dpkgInstalled(a) && !slices.Contains(aptMissing, a) {
 				aptMissing = append(aptMissing, a)
 			}
 		}
@@ -208,15 +209,6 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func newToolchainsListCmd() *cobra.Command {
