@@ -2,9 +2,9 @@ package ops
 
 import (
 	"context"
-	"errors"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store"
 )
 
 // The interfaces through which op families reach what the host holds for
@@ -32,5 +32,6 @@ type SecretSource interface {
 }
 
 // ErrSecretNotFound is what a SecretSource returns, wrapped, for a name
-// that has no secret in that scope.
-var ErrSecretNotFound = errors.New("no such secret")
+// that has no secret in that scope: the store's own sentinel, one error
+// whether a source reads the store or not.
+var ErrSecretNotFound = store.ErrSecretNotFound

@@ -111,8 +111,8 @@ func (v *Vault) Secret(ctx context.Context, org, name string) ([]byte, error) {
 		return nil, fmt.Errorf("secrets: secret %s of %s: %w", name, orgName(org), ErrNoKey)
 	}
 	sec, err := v.st.SecretGet(ctx, org, name)
-	if errors.Is(err, store.ErrSecretNotFound) {
-		return nil, fmt.Errorf("secrets: %s has no secret %s: %w", orgName(org), name, ops.ErrSecretNotFound)
+	if errors.Is(err, store.ErrSecretNotFound) { // ops.ErrSecretNotFound is the same sentinel
+		return nil, fmt.Errorf("secrets: %s has no secret %s: %w", orgName(org), name, store.ErrSecretNotFound)
 	}
 	if err != nil {
 		return nil, err
