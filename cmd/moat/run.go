@@ -327,7 +327,7 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 			st.Close()
 			var ce *ai.ConfigError
 			if errors.As(err, &ce) {
-				return nil, usagef("%s: ai.%s: %s", s.File, ce.Field, ce.Msg)
+				return nil, usagef("%s: %v", s.File, ce) // ce says ai.FIELD: what and how to fix it
 			}
 			return nil, err
 		}
