@@ -281,17 +281,28 @@ func (f *file) writing(detail string) experimentalsys.Errno {
 	return 0
 }
 
-func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
+// beforeWrite is what Write and Pwrite check before n bytes are written:
+// the descriptor is open and no directory, and a write that changes
+// something is asked of (and reported to) the audit. skip is true for an
+// empty write, which changes nothing and is not audited.
+func (f *file) beforeWrite(n int) (skip bool, e experimentalsys.Errno) {
 	if e := f.check(); e != 0 {
-		return 0, e
+		return true, e
 	}
 	if f.dir {
-		return 0, experimentalsys.EISDIR
+		return true, experimentalsys.EISDIR
 	}
-	if len(buf) == 0 {
-		return 0, 0
+	if n == 0 {
+		return true, 0
 	}
 	if e := f.writing("descriptor"); e != 0 {
+		return true, e
+	}
+	return false, 0
+}
+
+func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
+	if skip, e := f.beforeWrite(len(buf)); skip {
 		return 0, e
 	}
 	n, err := f.f.Write(buf)
@@ -299,16 +310,7 @@ func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
 }
 
 func (f *file) Pwrite(buf []byte, off int64) (int, experimentalsys.Errno) {
-	if e := f.check(); e != 0 {
-		return 0, e
-	}
-	if f.dir {
-		return 0, experimentalsys.EISDIR
-	}
-	if len(buf) == 0 {
-		return 0, 0
-	}
-	if e := f.writing("descriptor"); e != 0 {
+	if skip, e := f.beforeWrite(len(buf)); skip {
 		return 0, e
 	}
 	n, err := f.f.WriteAt(buf, off)
