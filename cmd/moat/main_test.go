@@ -56,6 +56,13 @@ func moat(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(moatBin, args...)
 	cmd.Stdin = strings.NewReader(stdin)
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd (a moat binary, its Dir, Env and Stdin set) and returns
+// its output and exit status; it fails the test only when cmd cannot run.
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

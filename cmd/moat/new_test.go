@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/languages"
@@ -45,78 +43,6 @@ func langMissing(lang string) string {
 var mainSource = map[string]string{
 	"go": "main.go", "rust": "src/lib.rs", "c": "main.c", "cpp": "main.cpp", "assemblyscript": "index.ts",
 	"javascript": "main.js", "python": "main.py", "python-native": "main.py",
-}
-
-// TestNewBuildRun does what a new user does, through the real binary, in
-// a directory outside the moat tree: moat new in each language, moat run
-// (which builds a compiled plugin first), again (no rebuild: the count
-// rises in the store), after a change of the manifest's config (no
-// rebuild, the new greeting), after a source is modified (rebuilt); and
-// moat build twice gives the same bytes.
-func TestNewBuildRun(t *testing.T) {
-	data := filepath.Join(os.TempDir(), "moat-test-cli-build") // the Go seed cache, kept across runs
-	for _, lang := range guests.Languages {
-		t.Run(lang, func(t *testing.T) {
-			testenv.Require(t, langMissing(lang))
-			work := t.TempDir()
-			if err := os.Chmod(work, 0o700); err != nil { // a private home: the confined compiler must not need to read it
-				t.Fatal(err)
-			}
-			dir := filepath.Join(work, "greeter")
-			r := moatIn(t, work, "new", "greeter", "--lang", lang)
-			if r.code != 0 || !strings.Contains(r.stderr, "made greeter") {
-				t.Fatalf("new: exit %d: %s", r.code, r.stderr)
-			}
-			org := fmt.Sprintf("new-%s-%d", lang, time.Now().UnixNano()) // the data dir is shared across runs
-			compiled := lang == "go" || lang == "rust" || lang == "c" || lang == "cpp" || lang == "assemblyscript"
-			run := func(want string, rebuild bool) {
-				t.Helper()
-				r := moatIn(t, work, "run", "--data", data, "--org", org, "greeter", "greet", "--input", "World")
-				if r.code != 0 || strings.TrimSpace(r.stdout) != want {
-					t.Fatalf("run: exit %d, stdout %q, want %q; stderr:\n%s", r.code, r.stdout, want, r.stderr)
-				}
-				if built := strings.Contains(r.stderr, "building it first"); built != (rebuild && compiled) {
-					t.Fatalf("run built the module: %v, want %v; stderr:\n%s", built, rebuild && compiled, r.stderr)
-				}
-			}
-			run("Hello, World! (call #1)", true)
-			run("Hello, World! (call #2)", false)
-
-			// The manifest's config is read at each run: no rebuild.
-			mf := filepath.Join(dir, "moat.yaml")
-			b, _ := os.ReadFile(mf)
-			b = bytes.Replace(b, []byte("greeting: Hello"), []byte("greeting: Howdy"), 1)
-			if err := os.WriteFile(mf, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			run("Howdy, World! (call #3)", false)
-
-			// A source modified after the module: rebuilt first.
-			time.Sleep(10 * time.Millisecond)
-			now := time.Now()
-			if err := os.Chtimes(filepath.Join(dir, mainSource[lang]), now, now); err != nil {
-				t.Fatal(err)
-			}
-			run("Howdy, World! (call #4)", true)
-			run("Howdy, World! (call #5)", false)
-
-			if !compiled {
-				return
-			}
-			var outs [2][]byte
-			for i := range outs {
-				out := filepath.Join(work, "out.wasm")
-				r := moatIn(t, work, "build", "--data", data, "--out", out, "greeter")
-				if r.code != 0 {
-					t.Fatalf("build: exit %d: %s", r.code, r.stderr)
-				}
-				outs[i], _ = os.ReadFile(out)
-			}
-			if len(outs[0]) == 0 || !bytes.Equal(outs[0], outs[1]) {
-				t.Fatalf("two builds of the same source differ (%d and %d bytes): a rebuild would break a signature", len(outs[0]), len(outs[1]))
-			}
-		})
-	}
 }
 
 // TestBuildExamplesAnywhere: moat build of each example in the moat tree

@@ -35,16 +35,7 @@ func moatIn(t *testing.T, dir string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(moatBin, args...)
 	cmd.Dir = dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{out.String(), errb.String(), code}
+	return runCmd(t, cmd)
 }
 
 // TestNotesPolicyCheck: `moat policy check` of either notes plugin reports

@@ -63,11 +63,12 @@ Start here:
   moat audit --decision deny                         what was refused, and why
   moat doctor                                        which kernel layers this machine offers
   moat exec --native -- python3 script.py            a native program under those layers
-  moat exec --lang c main.c < input.txt               source code in any language of moat langs
+  moat exec --lang c main.c < input.txt              source code in any language of moat langs
   moat new hello --lang go                           a new plugin (any of 8 languages), SDK included
   moat build examples/hello-go                       a plugin from source, by its moat.yaml
   moat dev hello greet --input World                 run again on every change
   moat serve; moat keys create --org O --user U      the HTTP API and web console
+  MOAT_API_KEY=KEY moat deploy hello                 a plugin onto a running server
 
 Data (the key-value store and the compilation cache) lives in --data, default
 $MOAT_DATA, else moat's home: $XDG_DATA_HOME/moat/data, /var/lib/moat/data as

