@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/moat-sandbox/moat/internal/textdist"
 	"io"
 	"maps"
 	"reflect"
@@ -584,10 +585,13 @@ func article(n *yaml.Node) string {
 // suggest returns the name in names closest to s, when it is close enough
 // to be a plausible typo or is a known synonym (network for http), else "".
 func suggest(s string, names []string) string {
+	if len(s) > 64 { // a key from an uploaded manifest: nothing that long is a typo of a field
+		return ""
+	}
 	ls := strings.ToLower(s)
 	best, bestD := "", 1<<30
 	for _, n := range names {
-		if d := editDistance(ls, n); d < bestD {
+		if d := textdist.Distance(ls, n); d < bestD {
 			best, bestD = n, d
 		}
 	}
@@ -596,7 +600,7 @@ func suggest(s string, names []string) string {
 	}
 	for _, k := range slices.Sorted(maps.Keys(fieldHints)) {
 		h := fieldHints[k]
-		if slices.Contains(names, h) && (ls == k || len(k) >= 4 && editDistance(ls, k) <= 1) {
+		if slices.Contains(names, h) && (ls == k || len(k) >= 4 && textdist.Distance(ls, k) <= 1) {
 			return h
 		}
 	}
@@ -606,31 +610,4 @@ func suggest(s string, names []string) string {
 		}
 	}
 	return ""
-}
-
-// editDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and transpositions of adjacent bytes each cost 1,
-// so "timoeut" is one edit from "timeout".
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range len(b) + 1 {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/moat-sandbox/moat/internal/textdist"
 	"io"
 	"log/slog"
 	"net"
@@ -839,7 +840,7 @@ func structFields(t reflect.Type) []string {
 func closest(s string, names []string) string {
 	best, bestD := "", len(s)/3+1
 	for _, n := range names {
-		if d := editDistance(strings.ToLower(s), n); d < bestD {
+		if d := textdist.Distance(strings.ToLower(s), n); d < bestD {
 			best, bestD = n, d
 		}
 	}
@@ -851,26 +852,6 @@ func closest(s string, names []string) string {
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // allowed reports whether a Piston request from addr may be served.
