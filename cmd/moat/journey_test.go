@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -263,26 +261,7 @@ func (u newUser) serve(t *testing.T, dir string, args ...string) string {
 	cmd := exec.Command(u.bin, args...)
 	cmd.Dir = dir
 	cmd.Env = u.env()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stderr)
-	urlRe := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
-	var log strings.Builder
-	for lines.Scan() {
-		log.WriteString(lines.Text() + "\n")
-		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
-			go io.Copy(io.Discard, stderr)
-			return m[1]
-		}
-	}
-	t.Fatalf("moat serve did not log its URL:\n%s", log.String())
-	return ""
+	return startServeCmd(t, cmd, io.Discard)
 }
 
 func writeFile(t *testing.T, path, content string) {

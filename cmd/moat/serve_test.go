@@ -172,6 +172,14 @@ func startServeIn(t *testing.T, dir string, rest io.Writer, args ...string) (*ex
 	t.Helper()
 	cmd := exec.Command(moatBin, append([]string{"serve"}, args...)...)
 	cmd.Dir = dir
+	return cmd, startServeCmd(t, cmd, rest)
+}
+
+// startServeCmd starts cmd, a moat serve, and returns its URL, read off its
+// log; the rest of its stderr goes to rest. The server is killed when the
+// test ends.
+func startServeCmd(t *testing.T, cmd *exec.Cmd, rest io.Writer) string {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -187,11 +195,11 @@ func startServeIn(t *testing.T, dir string, rest io.Writer, args ...string) (*ex
 		head.WriteString(lines.Text() + "\n")
 		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
 			go io.Copy(rest, stderr)
-			return cmd, m[1]
+			return m[1]
 		}
 	}
 	t.Fatalf("moat serve did not log its URL:\n%s", head.String())
-	return nil, ""
+	return ""
 }
 
 // children lists the processes whose parent is pid.
