@@ -40,6 +40,7 @@ print() goes to stderr (the host's log): the action's output is what the
 handler returns.
 """
 
+import atexit as _atexit
 import base64 as _base64
 import datetime as _dt
 import io as _io
@@ -259,15 +260,56 @@ def _run(name, data, correlation_id=""):
         _sys.stdout = stdout
 
 
+_served = False
+_top_level_failed = False
+
+
+def _resident():
+    return _os.environ.get("MOAT_RESIDENT") == "1"
+
+
 def serve():
-    """Serve the registered actions: for ever on the pipe (a native worker),
-    or the one action of this run on the device file (a WASI script)."""
+    """Serve the registered actions: for ever on the pipe (a native worker)
+    or from a resident instance (a WASI script whose instance serves many
+    calls, $MOAT_RESIDENT), else the one action of this run on the device
+    file. A script that registers actions and does not call serve() is
+    served when its top-level code ends."""
+    global _served
+    if _served:
+        return
+    _served = True
     if not _actions:
         raise RuntimeError("moat.serve(): no actions registered; register them with moat.action first")
     if _on_pipe():
         _serve_lines(_get())
+    elif _resident():
+        _serve_resident(_get())
     else:
         _serve_once()
+
+
+def _serve_resident(dev):
+    """Serve calls until the host stops the instance: each moat.next hands
+    back the previous call's result and takes the next call (abi/resident.go)."""
+    req = _json.dumps({"ready": {"actions": list(_actions)}}, separators=(",", ":"))
+    while True:
+        msg = dev.call("moat.next", req)
+        err = msg.get("error")
+        if err:
+            raise _ProtocolError(f"moat.next: {err.get('code')}: {err.get('message')}")
+        nxt = msg.get("resp") or {}
+        if nxt.get("stop"):
+            return
+        out, err = _run(nxt.get("action", ""), _base64.b64decode(nxt.get("input") or ""), nxt.get("correlation_id", ""))
+        if err is not None:
+            req = _json.dumps({"error": err}, separators=(",", ":"))
+        else:
+            req = '{"output":"' + _base64.b64encode(out).decode() + '"}'
+
+
+def _serve_at_exit():
+    if _actions and not _served and not _top_level_failed:
+        serve()
 
 
 def _serve_lines(t):
@@ -321,13 +363,27 @@ def _script_excepthook(kind, value, tb):
     """A plain script run as a plugin's action (no serve()) that lets a
     MoatError escape fails the action with its code too, as a handler
     would: a denied op stays denied (HTTP 403), not guest_error."""
+    global _top_level_failed
+    _top_level_failed = True
     _sys.__excepthook__(kind, value, tb)
     if isinstance(value, MoatError):
         _fail_script({"code": str(value.code), "message": str(value.message)})
 
 
+def _resident_excepthook(kind, value, tb):
+    """Top-level code that failed serves nothing: the instance ends with
+    the traceback on stderr, and its load fails with it."""
+    global _top_level_failed
+    _top_level_failed = True
+    _sys.__excepthook__(kind, value, tb)
+
+
 if _os.environ.get("MOAT_ACTION") and not _on_pipe():
     _sys.excepthook = _script_excepthook
+if _resident() and not _on_pipe():
+    _sys.excepthook = _resident_excepthook
+if (_resident() or _os.environ.get("MOAT_ACTION")) and not _on_pipe():
+    _atexit.register(_serve_at_exit)
 
 
 # --- ops --------------------------------------------------------------
