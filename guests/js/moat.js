@@ -603,7 +603,7 @@ export function failure(e) {
     message = "uncaught " + String(e);
   }
   const stack = e !== null && typeof e === "object" && e.stack ? String(e.stack) : "";
-  std.err.puts(String(e) + "\n" + stack + (stack.endsWith("\n") ? "" : "\n"));
+  std.err.puts(stack + (stack === "" || stack.endsWith("\n") ? "" : "\n") + String(e) + "\n"); // the message last, as Python ends a traceback: the line a log or an error shows
   std.err.flush();
   return { code: isMoat ? e.code : "guest_error", message };
 }
