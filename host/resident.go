@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/budget"
@@ -90,7 +91,11 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 	case r.inCall:
 		r.inCall = false
 		r.dev.SetContext(r.lifetime)
-		r.results <- residentResult{output: req.Output, err: req.Error}
+		out := req.Output
+		if len(out) == 0 && req.OutputText != "" {
+			out = []byte(req.OutputText)
+		}
+		r.results <- residentResult{output: out, err: req.Error}
 	default:
 		return abi.NextReply{}, abi.Errorf(abi.CodeInvalidArgument, "%s: a result with no call to answer (send ready first)", abi.OpNext)
 	}
@@ -98,7 +103,13 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 	case c := <-r.calls:
 		r.inCall = true
 		r.dev.SetContext(c.ctx)
-		return abi.NextReply{Action: c.action, Input: c.input, CorrelationID: c.correlationID}, nil
+		next := abi.NextReply{Action: c.action, CorrelationID: c.correlationID}
+		if utf8.Valid(c.input) {
+			next.Text = string(c.input)
+		} else {
+			next.Input = c.input
+		}
+		return next, nil
 	case <-r.stop:
 		return abi.NextReply{Stop: true}, nil
 	}

@@ -608,16 +608,23 @@ export function failure(e) {
   return { code: isMoat ? e.code : "guest_error", message };
 }
 
-function runHandler(name, bytes, correlationId) {
+function runHandler(name, text, bytes, correlationId) {
   const fn = handlers.get(name);
   if (!fn) {
     return { error: { code: "no_such_action", message: `no action ${JSON.stringify(name)} is registered (moat.action); registered: ${[...handlers.keys()].join(", ")}` } };
   }
   try {
-    const v = fn(utf8Decode(bytes), { action: name, correlationId, bytes });
+    const call = {
+      action: name,
+      correlationId,
+      get bytes() { return bytes ?? (bytes = utf8Encode(text)); },
+    };
+    const v = fn(text ?? utf8Decode(bytes), call);
     if (v instanceof Promise) {
       return { error: { code: "guest_error", message: `the handler of ${name} returned a Promise: handlers run synchronously (make it a plain function)` } };
     }
+    if (typeof v === "string") return { text: v };
+    if (v !== undefined && v !== null && !(v instanceof Uint8Array) && !(v instanceof ArrayBuffer)) return { text: JSON.stringify(v) };
     return { output: outputBytes(v) };
   } catch (e) {
     return { error: failure(e) };
@@ -661,15 +668,17 @@ export function serve() {
     for (;;) {
       const next = call("moat.next", req);
       if (next.stop) return;
-      const r = runHandler(next.action ?? "", b64Decode(next.input ?? ""), next.correlation_id ?? "");
-      req = r.error ? { error: r.error } : { output: b64Encode(r.output) };
+      const text = next.input === undefined ? (next.text ?? "") : undefined;
+      const r = runHandler(next.action ?? "", text, text === undefined ? b64Decode(next.input) : undefined, next.correlation_id ?? "");
+      req = r.error ? { error: r.error } : r.text !== undefined ? { output_text: r.text } : { output: b64Encode(r.output) };
     }
   }
-  const r = runHandler(std.getenv("MOAT_ACTION") ?? "", readAll(std.in), "");
+  const r = runHandler(std.getenv("MOAT_ACTION") ?? "", undefined, readAll(std.in), "");
   if (r.error) {
     throw new MoatError(r.error.code, r.error.message);
   }
-  std.out.write(r.output.buffer, r.output.byteOffset, r.output.length);
+  const out = r.text !== undefined ? utf8Encode(r.text) : r.output;
+  std.out.write(out.buffer, out.byteOffset, out.length);
   std.out.puts("\n"); // the host drops one trailing newline
   std.out.flush();
 }

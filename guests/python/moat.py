@@ -300,7 +300,8 @@ def _serve_resident(dev):
         nxt = msg.get("resp") or {}
         if nxt.get("stop"):
             return
-        out, err = _run(nxt.get("action", ""), _base64.b64decode(nxt.get("input") or ""), nxt.get("correlation_id", ""))
+        data = nxt.get("text", "").encode() if "input" not in nxt else _base64.b64decode(nxt["input"])
+        out, err = _run(nxt.get("action", ""), data, nxt.get("correlation_id", ""))
         if err is not None:
             req = _json.dumps({"error": err}, separators=(",", ":"))
         else:

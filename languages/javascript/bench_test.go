@@ -61,30 +61,8 @@ func BenchmarkRun(b *testing.B) {
 	})
 }
 
-// BenchmarkPluginCall measures one warm call of an echo action through
-// Module.Invoke: a resident plugin (handlers registered with moat.action:
-// one instance serves every call) against the same action as a per-call
-// script (the interpreter starts and runs the script for each call).
+// BenchmarkPluginCall: interptest.Suite.BenchPluginCall, in JavaScript.
 func BenchmarkPluginCall(b *testing.B) {
-	p := policy.Principal{User: "bench", Org: "acme"}
-	for _, tc := range []struct{ name, script string }{
-		{"resident", `import * as moat from "./moat.js";
-moat.action("echo", (s) => s);`},
-		{"per-call", `print(std.in.readAsString());`},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			mf, err := policy.ParseManifest("moat.yaml", []byte("name: echo-"+tc.name+"\nversion: 0.1.0\nlanguage: javascript\nkind: moat\nactions: [{name: echo}]\n"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			m := suite.LoadScript(b, mf, "main.js", tc.script)
-			req := host.Request{Action: "echo", Input: []byte("hello"), Principal: p}
-			b.ResetTimer()
-			for b.Loop() {
-				if res, err := m.Invoke(context.Background(), req); err != nil || string(res.Output) != "hello" {
-					b.Fatal(string(res.Output), err)
-				}
-			}
-		})
-	}
+	suite.BenchPluginCall(b, "main.js", `import * as moat from "./moat.js";
+moat.action("echo", (s) => s);`, `print(std.in.readAsString());`)
 }

@@ -124,3 +124,27 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 		t.Errorf("a script with no handlers: %q, %v", res.Output, err)
 	}
 }
+
+// BenchPluginCall measures one warm call of an echo action through
+// Module.Invoke: a resident plugin (resident: its handler registered with
+// moat.action; one instance serves every call) against the same action as
+// a per-call script (per-call: the interpreter starts and runs the script
+// for each call).
+func (s *Suite) BenchPluginCall(b *testing.B, file, resident, perCall string) {
+	p := policy.Principal{User: "bench", Org: "acme"}
+	for _, tc := range []struct{ name, script string }{{"resident", resident}, {"per-call", perCall}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := s.LoadScript(b, s.residentManifest(b, "echo-"+tc.name, "echo"), file, tc.script)
+			defer m.Close(context.Background())
+			req := host.Request{Action: "echo", Input: []byte("hello"), Principal: p}
+			n := 0
+			for b.Loop() {
+				n++
+				req.Principal.Org = fmt.Sprintf("bench%d", n/50000) // under the profile's calls per minute
+				if res, err := m.Invoke(context.Background(), req); err != nil || string(res.Output) != "hello" {
+					b.Fatal(string(res.Output), err)
+				}
+			}
+		})
+	}
+}
