@@ -160,10 +160,17 @@ export const log = {
   error: logAt("error"),
 };
 
+const configCache = new Map();
+
 // config returns one value of the module's configuration, or undefined.
+// The configuration is fixed for as long as the module is loaded, so a
+// value is asked of the host once per instance and kept.
 export function config(key) {
-  const r = call("config.get", { key });
-  return r.found ? r.value : undefined;
+  if (!configCache.has(key)) {
+    const r = call("config.get", { key });
+    configCache.set(key, r.found ? r.value : undefined);
+  }
+  return configCache.get(key);
 }
 
 // encodable checks that v has a JSON form before it joins a request:

@@ -112,7 +112,7 @@ class _Device:
             view = view[self._f.write(view):]
         reply = bytearray()
         while not reply.endswith(b"\n"):
-            chunk = self._f.read(65536)
+            chunk = self._f.read(4096)
             if not chunk:
                 raise MoatError("internal", f"no reply from the host for op {op}")
             reply += chunk
@@ -443,10 +443,19 @@ kv = _KV()
 log = _Log()
 
 
+_config = {}
+_MISSING = object()
+
+
 def config(key, default=None):
-    """One value of the module's configuration, or default."""
-    r = call("config.get", {"key": key})
-    return r.get("value", "") if r.get("found") else default
+    """One value of the module's configuration, or default. The
+    configuration is fixed for as long as the module is loaded, so a value
+    is asked of the host once per instance and kept."""
+    v = _config.get(key)
+    if v is None:
+        r = call("config.get", {"key": key})
+        v = _config[key] = r.get("value", "") if r.get("found") else _MISSING
+    return default if v is _MISSING else v
 
 
 # --- db ---------------------------------------------------------------
