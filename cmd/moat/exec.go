@@ -24,9 +24,6 @@ const maxExecStdin = 16 << 20
 
 type execFlags struct {
 	native bool
-	// serverConfig is --config: a moat serve configuration whose store,
-	// caches and profile the run uses.
-	serverConfig string
 	timeout      time.Duration
 	memoryMB     int
 	diskMB       int
@@ -110,10 +107,6 @@ violations).`,
   moat exec --native --timeout 2s --memory 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
   echo data | moat exec --native --json -- /usr/bin/wc -c`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.useServerConfig(f.serverConfig, cmd.Flags().Changed("profile")); err != nil {
-				return err
-			}
-			defer g.closeAll() // after the host, which the paths below close
 			switch {
 			case f.native && f.lang != "":
 				return usagef("use either --native (a command) or --lang (source code), not both")
@@ -151,8 +144,7 @@ violations).`,
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
 	addGrantFlags(fl, &f.grant)
-	fl.StringVar(&f.serverConfig, "config", "", "the server's configuration file (YAML): run on its store and caches (data_dir or database_url) and its profile, as it would")
-	return cmd
+	return g.withServerConfig(cmd, "run on its store and caches (data_dir or database_url) and its profile, as it would")
 }
 
 func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) error {

@@ -48,7 +48,7 @@ whether its machine code came from the compilation cache.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return g.withServerConfig(cmd, "load through its store and compile cache (data_dir or database_url) under its profile")
 }
 
 func printInfo(w io.Writer, info host.Info) {

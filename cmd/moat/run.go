@@ -138,17 +138,10 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		return err
 	}
 	defer g.closeAll() // after the host, which the paths below close
-	if f.serverConfig != "" {
-		// As moat serve would run it: the file's store, keys and models;
-		// --data and --profile given on the command line still win.
-		sc, err := g.serverConfig(f.serverConfig)
-		if err != nil {
-			return err
-		}
-		g.server, g.dataDir = &sc, sc.DataDir
-		if f.changed == nil || !f.changed("profile") {
-			g.profile = sc.Profile
-		}
+	// As moat serve would run it: the file's store, keys and models;
+	// --data and --profile given on the command line still win.
+	if err := g.useServerConfig(f.serverConfig, f.changed != nil && f.changed("profile")); err != nil {
+		return err
 	}
 	cfg, err := keyValues("--config", f.config)
 	if err != nil {
