@@ -23,14 +23,14 @@ import (
 const maxExecStdin = 16 << 20
 
 type execFlags struct {
-	native bool
-	timeout      time.Duration
-	memoryMB     int
-	diskMB       int
-	pids         int
-	allowExec    []string
-	allowNet     []string
-	json         bool
+	native    bool
+	timeout   time.Duration
+	memoryMB  int
+	diskMB    int
+	pids      int
+	allowExec []string
+	allowNet  []string
+	json      bool
 
 	// code execution (--lang)
 	lang           string
