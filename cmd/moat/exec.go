@@ -66,7 +66,7 @@ With --native, CMD runs as a confined native child, for programs without a
 WebAssembly path. The layers, in order: its own cgroup (memory, CPU, pids);
 new pid, mount, network, ipc and uts namespaces (and a user namespace when
 moat is not root); a root filesystem of its own (the system directories
-read-only, CMD and --allow-exec, a job dir of --disk MiB, fresh /tmp, /run
+read-only, CMD and --allow-exec, a job dir of --disk-mib MiB, fresh /tmp, /run
 and /dev/shm; nothing of the host's beyond; every writable place noexec);
 rlimits; an unprivileged uid of its own (when moat is root); Landlock
 (execute only CMD, its loader and --allow-exec, write only its own dirs); a
@@ -98,13 +98,13 @@ confinement; 2 for bad usage or a refused submission (--lang: see the
 violations).`,
 		Example: `  moat exec --lang python -e 'print(input().upper())' <<< hello
   moat exec --lang c main.c util.c util.h -- arg1 arg2
-  moat exec --lang go --stdin input.txt --timeout 2s --memory 64 main.go
+  moat exec --lang go --stdin input.txt --timeout 2s --memory-mib 64 main.go
   moat exec --lang rust --json main.rs
   moat exec --lang c --deny include:sys/socket.h main.c
   moat exec --native -- python3 -c 'print(1+1)'
   moat exec --native --dir . --workdir . -- python3 client.py
   moat exec --lang python --dir ./data:/data --dir ./out:/out:rw main.py
-  moat exec --native --timeout 2s --memory 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
+  moat exec --native --timeout 2s --memory-mib 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
   echo data | moat exec --native --json -- /usr/bin/wc -c`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -133,13 +133,13 @@ violations).`,
 	fl.StringVar(&f.stdinFile, "stdin", "", "a file to give the program as stdin (default: moat's stdin when it is not a terminal)")
 	fl.DurationVar(&f.timeout, "timeout", native.DefaultTimeout, "wall-clock limit of the run, e.g. 500ms, 30s")
 	fl.DurationVar(&f.compileTimeout, "compile-timeout", languages.DefaultExecLimits.CompileTimeout, "limit of the build stage (with --lang)")
-	fl.IntVar(&f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (WASM linear memory; cgroup for native runs, which needs root)")
+	mibFlag(fl, &f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (WASM linear memory; cgroup for native runs, which needs root)")
 	fl.IntVar(&f.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr before the run is stopped as output-limit (with --lang)")
 	fl.StringArrayVar(&f.env, "env", nil, "an environment variable K=V for the program (repeatable; with --lang)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "a language rule to refuse, e.g. import:net (Go), include:sys/socket.h (C), import:socket (Python) (repeatable; with --lang)")
 	fl.Int64Var(&f.maxSource, "max-source", languages.DefaultMaxSourceBytes, "bytes of source over all files (with --lang)")
 	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads (with --native)")
-	fl.IntVar(&f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory too (with --native)")
+	mibFlag(fl, &f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory-mib too (with --native)")
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
@@ -152,11 +152,11 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	case f.timeout <= 0:
 		return usagef("--timeout %s: give a positive duration such as 500ms or 30s", f.timeout)
 	case f.memoryMB <= 0 || f.memoryMB > 1<<20:
-		return usagef("--memory %d: give a size in MiB, at least 1", f.memoryMB)
+		return usagef("--memory-mib %d: give a size in MiB, at least 1", f.memoryMB)
 	case f.pids <= 0:
 		return usagef("--pids %d: give a positive number", f.pids)
 	case f.diskMB <= 0 || f.diskMB > 1<<20:
-		return usagef("--disk %d: give a size in MiB, at least 1", f.diskMB)
+		return usagef("--disk-mib %d: give a size in MiB, at least 1", f.diskMB)
 	}
 	gr, err := f.grant.parse()
 	if err != nil {

@@ -71,7 +71,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	case f.compileTimeout <= 0:
 		return usagef("--compile-timeout %s: give a positive duration such as 60s", f.compileTimeout)
 	case f.memoryMB <= 0 || f.memoryMB > 4096:
-		return usagef("--memory %d: give a size in MiB between 1 and 4096", f.memoryMB)
+		return usagef("--memory-mib %d: give a size in MiB between 1 and 4096", f.memoryMB)
 	case f.maxOutput <= 0:
 		return usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
 	case f.eval != "" && len(files) > 0:
