@@ -81,11 +81,14 @@ Files: --dir HOST[:GUEST][:ro|rw] hands the program a directory, read-only
 unless :rw; --file HOST[:GUEST] a file, always read-only. A WASM program sees
 each at GUEST (default: the host path), served like a plugin's file grant
 (no symlink or .. leads out; each change of an rw directory audited). A
-native program sees each at its host path (GUEST, when given, must be the
-same), bound into its root; an rw directory stays the owner's (its
-permissions decide what the job's uid may write), and --workdir DIR makes a
-granted directory the working directory, so that python3 client.py finds
-its file. Nothing else of the host's files is visible.
+native program sees each bound into its own root, at GUEST when given
+(which must lie apart from what the root holds: not /, /proc, the system
+or scratch directories, /dev, /etc's files or another grant) and a --file
+at its host path; an rw directory stays the owner's (its permissions decide
+what the job's uid may write), and --workdir DIR (a host path, or a guest
+path of a --dir) makes a granted directory the working directory, so that
+python3 client.py finds its file. Nothing else of the host's files is
+visible.
 
 stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
 16 MiB). The program's stdout and stderr are printed, then one summary line
@@ -162,13 +165,13 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	if err != nil {
 		return err
 	}
-	ro, rw, err := gr.native()
+	ng, err := gr.native()
 	if err != nil {
 		return err
 	}
-	for _, p := range append(append([]string{}, ro...), rw...) {
+	for _, p := range append(append([]string{}, ng.ro...), ng.rw...) {
 		if err := native.CheckGrant(p); err != nil {
-			return usagef("--dir/--file: %v", err)
+			return usagef("--dir/--file: %v (or show it elsewhere: --dir %s:/data)", err, p)
 		}
 	}
 	stdin, err := readExecStdin(f.stdinFile)
@@ -176,9 +179,10 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 		return err
 	}
 	spec := native.Spec{
-		ReadOnly:    ro,
-		Granted:     rw,
-		WorkDir:     gr.workDir,
+		ReadOnly:    ng.ro,
+		Granted:     ng.rw,
+		Mounts:      ng.mounts,
+		WorkDir:     ng.workDir,
 		Command:     args,
 		Stdin:       stdin,
 		Timeout:     f.timeout,

@@ -121,19 +121,24 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	}
 	var mounts []host.Mount
 	var grantedFiles []string
+	var workDir string
 	if lang.Info().Path == languages.PathNative {
-		ro, rw, err := gr.native()
+		ng, err := gr.native()
 		if err != nil {
 			return err
 		}
-		for _, p := range ro {
+		workDir = ng.workDir
+		for _, m := range ng.mounts {
+			mounts = append(mounts, host.Mount{HostDir: m.Source, GuestPath: m.Target, ReadOnly: !m.RW})
+		}
+		for _, p := range ng.ro {
 			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 				mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p, ReadOnly: true})
 			} else {
 				grantedFiles = append(grantedFiles, p)
 			}
 		}
-		for _, p := range rw {
+		for _, p := range ng.rw {
 			mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p})
 		}
 	} else {
@@ -158,7 +163,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		CorrelationID: correlation,
 		Mounts:        mounts,
 		Files:         grantedFiles,
-		WorkDir:       gr.workDir,
+		WorkDir:       workDir,
 		Preparing:     g.progress().preparer(lang.Info().Name),
 	})
 	if err != nil {
