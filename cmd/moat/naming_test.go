@@ -115,6 +115,34 @@ func TestInspectMatchesModulesAPI(t *testing.T) {
 		t.Errorf("fields both print: %v, want %v", shared, want)
 	}
 
+	// moat langs --json and GET /v1/languages: the same names for the
+	// same fields of each language both list.
+	var apiLangs struct{ Languages []map[string]json.RawMessage }
+	if err := json.Unmarshal(req("GET", "/v1/languages", "", nil), &apiLangs); err != nil || len(apiLangs.Languages) == 0 {
+		t.Fatalf("/v1/languages: %v, %d languages", err, len(apiLangs.Languages))
+	}
+	l := moat(t, "", "langs", "--json")
+	var cliLangs []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(l.stdout), &cliLangs); err != nil || l.code != 0 {
+		t.Fatalf("langs --json: %v\n%s", err, l.stderr)
+	}
+	byName := map[string]map[string]json.RawMessage{}
+	for _, c := range cliLangs {
+		byName[string(c["name"])] = c
+	}
+	for _, a := range apiLangs.Languages {
+		c, ok := byName[string(a["name"])]
+		if !ok {
+			t.Errorf("/v1/languages lists %s; moat langs --json has no such \"name\"", a["name"])
+			continue
+		}
+		for k, v := range a {
+			if cv, ok := c[k]; !ok || string(must(json.Marshal(json.RawMessage(cv)))) != string(must(json.Marshal(json.RawMessage(v)))) {
+				t.Errorf("language %s field %q: API %s, CLI %s", a["name"], k, v, cv)
+			}
+		}
+	}
+
 	until := time.Now().Add(time.Second).UTC()
 	var fromAPI struct{ Events []server.AuditEventJSON }
 	q := url.Values{"since": {since.Format(time.RFC3339Nano)}, "until": {until.Format(time.RFC3339Nano)}}
