@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
@@ -289,12 +291,20 @@ func mib(n uint64) string { return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20)) }
 // named as the HTTP API's RunResult names them (run_time_ms,
 // peak_memory_bytes, correlation_id).
 func execJSON(r *native.Result, correlation string) any {
+	// Output that is not UTF-8 is base64, both streams, with encoding
+	// saying so: what POST /v1/runs does (server.RunResult), where JSON
+	// would otherwise replace the bytes with U+FFFD.
+	stdout, stderr, encoding := string(r.Stdout), string(r.Stderr), ""
+	if !utf8.Valid(r.Stdout) || !utf8.Valid(r.Stderr) {
+		stdout, stderr, encoding = base64.StdEncoding.EncodeToString(r.Stdout), base64.StdEncoding.EncodeToString(r.Stderr), "base64"
+	}
 	return struct {
 		Status       native.Status `json:"status"`
 		ExitCode     int           `json:"exit_code"`
 		Signal       string        `json:"signal,omitempty"`
 		Stdout       string        `json:"stdout"`
 		Stderr       string        `json:"stderr"`
+		Encoding     string        `json:"encoding,omitempty"`
 		Truncated    bool          `json:"truncated"`
 		WallMS       float64       `json:"run_time_ms"`
 		CPUMS        float64       `json:"cpu_time_ms"`
@@ -304,7 +314,7 @@ func execJSON(r *native.Result, correlation string) any {
 		Unavailable  []string      `json:"unavailable"`
 		Reason       string        `json:"reason,omitempty"`
 		Correlation  string        `json:"correlation_id"`
-	}{r.Status, r.ExitCode, r.Signal, string(r.Stdout), string(r.Stderr), r.Truncated,
+	}{r.Status, r.ExitCode, r.Signal, stdout, stderr, encoding, r.Truncated,
 		float64(r.Wall.Microseconds()) / 1000, float64(r.CPU.Microseconds()) / 1000, r.PeakMemory,
 		r.PidsLimitHit, r.Layers, r.Unavailable, r.Reason, correlation}
 }

@@ -240,3 +240,25 @@ func TestMiBFlagNames(t *testing.T) {
 		}
 	}
 }
+
+// TestExecNativeJSONEncoding: moat exec --native --json carries output
+// that is not UTF-8 as POST /v1/runs does (base64, encoding: base64),
+// not as U+FFFD; text stays text.
+func TestExecNativeJSONEncoding(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the native layer stack needs root; CI runs as root")
+	}
+	data := t.TempDir()
+	for _, tc := range []struct {
+		printf, encoding, stdout string
+	}{
+		{`\377\n`, "base64", "/wo="},
+		{`h\303\251\n`, "", "hé\n"},
+	} {
+		r := moat(t, "", "exec", "--data", data, "--native", "--json", "--", "printf", tc.printf)
+		var res struct{ Stdout, Encoding string }
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || res.Stdout != tc.stdout || res.Encoding != tc.encoding {
+			t.Errorf("printf %s: exit %d, %v, %+v; want stdout %q encoding %q\n%s", tc.printf, r.code, err, res, tc.stdout, tc.encoding, r.stderr)
+		}
+	}
+}
