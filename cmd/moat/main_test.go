@@ -261,7 +261,7 @@ func TestBackstopReported(t *testing.T) {
 	}
 	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
 	data := t.TempDir()
-	r := moat(t, "", "run", "--data", data, "--host-memory", "24", plugin, "greet", "--input", "x")
+	r := moat(t, "", "run", "--data", data, "--host-memory-mib", "24", plugin, "greet", "--input", "x")
 	if r.code != -1 || !strings.Contains(r.stderr, "moat: moat run was killed by its memory backstop: the host process reached its ceiling of 24 MiB") {
 		t.Fatalf("a host over its ceiling: %+v", r)
 	}
@@ -278,7 +278,7 @@ func TestBackstopReported(t *testing.T) {
 	}
 	// A ceiling the host stays under changes nothing.
 	echo := filepath.Join(testwasm.RepoRoot(t), "testdata", "plugin.wasm")
-	if r := moat(t, "", "run", "--data", data, "--host-memory", "600", echo, "echo", "--input", "fine"); r.code != 0 || r.stdout != "fine" {
+	if r := moat(t, "", "run", "--data", data, "--host-memory-mib", "600", echo, "echo", "--input", "fine"); r.code != 0 || r.stdout != "fine" {
 		t.Errorf("under the ceiling: %+v", r)
 	}
 }
