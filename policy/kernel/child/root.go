@@ -262,6 +262,19 @@ func CheckMount(m Mount, taken []string) error {
 	return nil
 }
 
+// cloneNoSymlinks is a detached clone of the directory at dir, which
+// CheckMount found free of symlinks: opened with openat2 refusing any
+// symlink on the way (ELOOP), so a component swapped for one since (by
+// whoever may write its parent) cannot lead the clone elsewhere.
+func cloneNoSymlinks(dir string) (int, error) {
+	d, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(d)
+	return unix.OpenTree(d, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+}
+
 // mountTmpfs mounts a fresh tmpfs at dir.
 func mountTmpfs(dir string, flags uintptr, size int64, mode uint32, uid, gid int) error {
 	opts := fmt.Sprintf("mode=%o,uid=%d,gid=%d", mode, uid, gid)
@@ -292,10 +305,13 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 	for i := range plan.binds {
 		b := &plan.binds[i]
 		src := b.path
+		var fd int
 		if b.src != "" {
 			src = b.src
+			fd, err = cloneNoSymlinks(src)
+		} else {
+			fd, err = unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 		if err != nil {
 			return fmt.Errorf("root: clone %s: %w", src, err)
 		}
