@@ -281,7 +281,6 @@ var warmSources = map[string]string{
 }
 
 func newToolchainsWarmCmd(g *globalFlags) *cobra.Command {
-	var configFile string
 	cmd := &cobra.Command{
 		Use:   "warm [LANG...]",
 		Short: "Do each language's first-time work now (Go's standard library, interpreter compiles), so first runs are fast",
@@ -294,10 +293,6 @@ the commands that will run the code.`,
 		Example: `  moat toolchains warm
   moat toolchains warm go python --config /etc/moat/server.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.useServerConfig(configFile, cmd.Flags().Changed("profile")); err != nil {
-				return err
-			}
-			defer g.closeAll()
 			var names []string
 			if len(args) == 0 {
 				for _, s := range languages.Statuses() {
@@ -338,8 +333,7 @@ the commands that will run the code.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "the server's configuration file (YAML): warm the caches of its data_dir")
-	return cmd
+	return g.withServerConfig(cmd, "warm the caches of its data_dir")
 }
 
 func warmOne(ctx context.Context, ex *languages.Executor, name, src string) error {
