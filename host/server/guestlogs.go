@@ -180,28 +180,38 @@ func wantsLogs(c echo.Context) (bool, error) {
 	}
 }
 
-// collectLogs prepares an invocation of the request in c: when the caller
-// asked for logs, a collector on the request's context, and the functions
-// that answer with the envelope (ok) or put the records on a problem.
-func (s *Server) collectLogs(c echo.Context) (ctx context.Context, ok func([]byte) error, failed func(*Problem) *Problem, err error) {
-	ctx = c.Request().Context()
+// logsFor prepares an invocation of the request in c: when the caller
+// asked for logs (?logs=true), a collector, on the context the invocation
+// is to run under; else nil and the request's context, and no allocation.
+func logsFor(c echo.Context) (*guestLogs, context.Context, error) {
+	ctx := c.Request().Context()
 	want, err := wantsLogs(c)
 	if err != nil || !want {
-		return ctx, func(out []byte) error { return writeOutput(c, out) }, func(p *Problem) *Problem { return p }, err
+		return nil, ctx, err
 	}
 	g := &guestLogs{}
-	ctx = withGuestLogs(ctx, g)
-	ok = func(out []byte) error {
-		res := InvocationJSON{Output: string(out), CorrelationID: correlationID(c)}
-		if !utf8.Valid(out) {
-			res.Output, res.Encoding = base64.StdEncoding.EncodeToString(out), "base64"
-		}
-		res.Logs, res.LogsDropped = g.take()
-		return c.JSON(http.StatusOK, res)
+	return g, withGuestLogs(ctx, g), nil
+}
+
+// answer sends an invocation's output: raw, or with g's records in an
+// InvocationJSON when g is not nil.
+func (g *guestLogs) answer(c echo.Context, out []byte) error {
+	if g == nil {
+		return writeOutput(c, out)
 	}
-	failed = func(p *Problem) *Problem {
+	res := InvocationJSON{Output: string(out), CorrelationID: correlationID(c)}
+	if !utf8.Valid(out) {
+		res.Output, res.Encoding = base64.StdEncoding.EncodeToString(out), "base64"
+	}
+	res.Logs, res.LogsDropped = g.take()
+	return c.JSON(http.StatusOK, res)
+}
+
+// failed puts g's records, when g is not nil, on the problem of a failed
+// invocation.
+func (g *guestLogs) failed(p *Problem) *Problem {
+	if g != nil {
 		p.Logs, p.LogsDropped = g.take()
-		return p
 	}
-	return ctx, ok, failed, nil
+	return p
 }

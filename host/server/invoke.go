@@ -28,7 +28,7 @@ func (s *Server) invoke(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, answer, failed, err := s.collectLogs(c)
+	logs, ctx, err := logsFor(c)
 	if err != nil {
 		return err
 	}
@@ -39,9 +39,9 @@ func (s *Server) invoke(c echo.Context) error {
 	})
 	s.metrics.observeInvocation(e.version.Name, action, start, err)
 	if err != nil {
-		return failed(fromHostError(err))
+		return logs.failed(fromHostError(err))
 	}
-	return answer(res.Output)
+	return logs.answer(c, res.Output)
 }
 
 // writeOutput sends a module's output as text/plain when it is UTF-8,
@@ -101,7 +101,7 @@ func (s *Server) pendingConfirmations(c echo.Context) error {
 // whose module was replaced since is a 409 confirmation_stale.
 func (s *Server) confirm(c echo.Context) error {
 	p := principalOf(c)
-	ctx, answer, failed, err := s.collectLogs(c)
+	logs, ctx, err := logsFor(c)
 	if err != nil {
 		return err
 	}
@@ -129,9 +129,9 @@ func (s *Server) confirm(c echo.Context) error {
 	res, err := e.mod.Confirm(ctx, host.ConfirmRequest{Token: token, Principal: p, CorrelationID: correlationID(c)})
 	s.metrics.observeInvocation(module, "confirm", start, err)
 	if err != nil {
-		return failed(fromHostError(err))
+		return logs.failed(fromHostError(err))
 	}
-	return answer(res.Output)
+	return logs.answer(c, res.Output)
 }
 
 // AuditEventJSON is an audit event in responses.
