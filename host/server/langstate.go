@@ -240,7 +240,7 @@ func (s *Server) startWarming() {
 // checkWarm checks a name of languages.warm.
 func checkWarm(name string) error {
 	if _, err := languages.Lookup(name); err != nil {
-		return fmt.Errorf("%w; `moat langs` lists them", err)
+		return err // names the languages and suggests one
 	}
 	if _, ok := languages.WarmRequest(name); !ok {
 		return fmt.Errorf("%s has no first-time work to do ahead; drop it", name)
