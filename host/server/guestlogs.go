@@ -68,6 +68,7 @@ type guestLogs struct {
 	recs    []GuestLogRecord
 	bytes   int
 	dropped int
+	taken   bool // the response has them: later records are not kept
 }
 
 type guestLogsKey struct{}
@@ -105,20 +106,24 @@ func (g *guestLogs) add(r slog.Record) {
 	if !guest {
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.recs) >= maxGuestLogRecords || g.bytes >= maxGuestLogBytes {
-		g.dropped++
+	if g.full() {
 		return
 	}
-	// The record's size as the response will carry it; a guest's field
-	// that does not marshal (it came from JSON, so it should) is dropped.
+	// The record's size as the response will carry it (measured outside
+	// the lock: it is work in proportion to what the guest logged); a
+	// guest's field that does not marshal (it came from JSON, so it
+	// should) is dropped.
 	b, err := json.Marshal(rec)
 	if err != nil {
 		rec.Fields = nil
 		b, _ = json.Marshal(rec)
 	}
-	if g.bytes+len(b) > maxGuestLogBytes {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.taken {
+		return
+	}
+	if len(g.recs) >= maxGuestLogRecords || g.bytes+len(b) > maxGuestLogBytes {
 		g.dropped++
 		return
 	}
@@ -126,9 +131,24 @@ func (g *guestLogs) add(r slog.Record) {
 	g.recs = append(g.recs, rec)
 }
 
+// full counts a record as dropped, and says so, when no more fit.
+func (g *guestLogs) full() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.taken {
+		return true
+	}
+	if len(g.recs) >= maxGuestLogRecords || g.bytes >= maxGuestLogBytes {
+		g.dropped++
+		return true
+	}
+	return false
+}
+
 func (g *guestLogs) take() ([]GuestLogRecord, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.taken = true
 	out := g.recs
 	if out == nil {
 		out = []GuestLogRecord{}
