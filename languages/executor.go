@@ -654,11 +654,13 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 
 // nativeMounts adds a request's mounts, files and working directory to a
 // native run: each bound at its own path, read-only or as an operator's
-// read-write grant (never handed to the job's uid).
+// read-write grant (never handed to the job's uid), or, given a guest path
+// of its own, bound there (native.Spec.Mounts).
 func nativeMounts(spec *native.Spec, req ExecRequest) error {
 	for _, mt := range req.Mounts {
 		if filepath.Clean(mt.GuestPath) != filepath.Clean(mt.HostDir) {
-			return fmt.Errorf("mount %s at %s: a native run sees a directory at its own path; drop the guest path or give %s", mt.HostDir, mt.GuestPath, mt.HostDir)
+			spec.Mounts = append(spec.Mounts, native.Mount{Source: filepath.Clean(mt.HostDir), Target: mt.GuestPath, RW: !mt.ReadOnly})
+			continue
 		}
 		if err := native.CheckGrant(mt.HostDir); err != nil {
 			return err

@@ -37,15 +37,18 @@ const (
 
 // Info describes a language for `moat langs`, the Piston runtimes list and
 // error messages.
+//
+// Its JSON names are GET /v1/languages's, so `moat langs --json` and the
+// HTTP API name a language's fields alike.
 type Info struct {
-	Name       string   // canonical name: "python", "c", "cpp"
-	Aliases    []string // other names clients use: "py", "python3", "c++"
-	Version    string   // the compiler's or interpreter's version
-	Path       Path
-	Extensions []string // file extensions, with the dot: ".py"
+	Name       string   `json:"name"`       // canonical name: "python", "c", "cpp"
+	Aliases    []string `json:"aliases"`    // other names clients use: "py", "python3", "c++"
+	Version    string   `json:"version"`    // the compiler's or interpreter's version
+	Path       Path     `json:"path"`       // compiled, interpreted or native
+	Extensions []string `json:"extensions"` // file extensions, with the dot: ".py"
 	// Toolchain names what builds or interprets the code, for humans:
 	// "clang 19 + wasi-libc", "CPython 3.12.0 (WASI)".
-	Toolchain string
+	Toolchain string `json:"toolchain"`
 }
 
 // File is one file of a submission. Name is a relative slash-separated

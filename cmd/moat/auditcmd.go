@@ -17,18 +17,22 @@ import (
 
 func newAuditCmd(g *globalFlags) *cobra.Command {
 	var f audit.Filter
-	var since time.Duration
 	var asJSON bool
 	var configFile string
 	cmd := &cobra.Command{
-		Use:   "audit [--correlation-id ID] [--module M] [--decision deny]",
+		Use:   "audit [--correlation-id ID] [--module M] [--decision deny] [--since T] [--until T]",
 		Short: "Query the audit trail: decisions, invocations, mutations, signatures, confirmations",
 		Long: `Audit prints events from the audit trail, oldest first: every policy decision
 (allow and deny), invocation, storage mutation, signature check and
 confirmation, with its correlation id. The trail is the store in --data, or
 the server's (--config: its data_dir or database_url; $MOAT_DATABASE_URL
-wins over both).`,
-		Example: "  moat audit --decision deny\n  moat audit --config moat-server.yaml --org acme\n  moat audit --correlation-id 9f1c2a... --json\n  moat audit --module hello-go --since 1h",
+wins over both).
+
+The flags are /v1/audit's query parameters under the same names:
+--correlation-id, --module, --decision, --kind, --since, --until, --limit.
+--since and --until take an RFC 3339 time, as the API does, or a duration
+back from now (1h); the range is [since, until).`,
+		Example: "  moat audit --decision deny\n  moat audit --config moat-server.yaml --org acme\n  moat audit --correlation-id 9f1c2a... --json\n  moat audit --module hello-go --since 1h\n  moat audit --since 2026-01-02T00:00:00Z --until 2026-01-03T00:00:00Z",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch f.Decision {
@@ -36,11 +40,11 @@ wins over both).`,
 			default:
 				return usagef("--decision %q: use allow or deny", f.Decision)
 			}
-			if since < 0 {
-				return usagef("--since %s: give a positive duration such as 1h", since)
+			if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+				return usagef("--since %s is not before --until %s: the range is [since, until)", f.Since.Format(time.RFC3339), f.Until.Format(time.RFC3339))
 			}
-			if since > 0 {
-				f.Since = time.Now().Add(-since)
+			if f.Limit < 1 || f.Limit > store.MaxAuditLimit {
+				return usagef("--limit %d: give a number from 1 to %d", f.Limit, store.MaxAuditLimit)
 			}
 			cfg, err := g.serverConfig(configFile)
 			if err != nil {
@@ -78,7 +82,8 @@ wins over both).`,
 	fl.StringVar(&f.Decision, "decision", "", "only allow or deny decisions")
 	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load, confinement")
 	fl.StringVar(&f.Org, "org", "", "only events of this organization")
-	fl.DurationVar(&since, "since", 0, "only events newer than this, e.g. 1h")
+	fl.Var(newTimeOrAgo(&f.Since), "since", "only events at or after this: an RFC 3339 time (2026-01-02T15:04:05Z) or a duration back from now (1h)")
+	fl.Var(newTimeOrAgo(&f.Until), "until", "only events before this: an RFC 3339 time or a duration back from now")
 	fl.IntVar(&f.Limit, "limit", 100, "at most this many (the most recent)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON lines")
 	fl.StringVar(&configFile, "config", "", "the server's configuration file (YAML): read its data_dir or database_url")

@@ -120,7 +120,7 @@ func (w backstopWatch) report() int {
 		return 0
 	}
 	reason := fmt.Sprintf("%s was killed by its memory backstop: the host process reached its ceiling of %d MiB (cgroup moat/%s; "+
-		"raise it with --host-memory), so the kernel's OOM killer ended it and the invocations in flight were lost",
+		"raise it with --host-memory-mib), so the kernel's OOM killer ended it and the invocations in flight were lost",
 		w.Who, limit>>20, w.Cgroup)
 	if !oom {
 		reason = fmt.Sprintf("%s reached its backstop's process limit (moat/%s): a thread or process could not be created", w.Who, w.Cgroup)

@@ -53,7 +53,7 @@ Interpreted languages need no build: their source is the module.`,
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "limit of the build (the first Go build on a machine compiles the standard library)")
 	cmd.Flags().StringVar(&out, "out", "", "where to write the module (default: DIR/ and the manifest's module: file)")
-	return cmd
+	return g.withServerConfig(cmd, "keep the build's language state in its data_dir")
 }
 
 func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout time.Duration) error {

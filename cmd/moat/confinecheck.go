@@ -134,5 +134,5 @@ Exit status 0 when every check holds, 1 otherwise.`,
 		},
 	}
 	cmd.Flags().StringVar(&mode, "confine", string(kernel.ConfineStrict), "strict or best-effort")
-	return cmd
+	return g.withServerConfig(cmd, "check with its data_dir as the writable directory")
 }

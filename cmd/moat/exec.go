@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
@@ -23,17 +25,14 @@ import (
 const maxExecStdin = 16 << 20
 
 type execFlags struct {
-	native bool
-	// serverConfig is --config: a moat serve configuration whose store,
-	// caches and profile the run uses.
-	serverConfig string
-	timeout      time.Duration
-	memoryMB     int
-	diskMB       int
-	pids         int
-	allowExec    []string
-	allowNet     []string
-	json         bool
+	native    bool
+	timeout   time.Duration
+	memoryMB  int
+	diskMB    int
+	pids      int
+	allowExec []string
+	allowNet  []string
+	json      bool
 
 	// code execution (--lang)
 	lang           string
@@ -69,7 +68,7 @@ With --native, CMD runs as a confined native child, for programs without a
 WebAssembly path. The layers, in order: its own cgroup (memory, CPU, pids);
 new pid, mount, network, ipc and uts namespaces (and a user namespace when
 moat is not root); a root filesystem of its own (the system directories
-read-only, CMD and --allow-exec, a job dir of --disk MiB, fresh /tmp, /run
+read-only, CMD and --allow-exec, a job dir of --disk-mib MiB, fresh /tmp, /run
 and /dev/shm; nothing of the host's beyond; every writable place noexec);
 rlimits; an unprivileged uid of its own (when moat is root); Landlock
 (execute only CMD, its loader and --allow-exec, write only its own dirs); a
@@ -84,11 +83,14 @@ Files: --dir HOST[:GUEST][:ro|rw] hands the program a directory, read-only
 unless :rw; --file HOST[:GUEST] a file, always read-only. A WASM program sees
 each at GUEST (default: the host path), served like a plugin's file grant
 (no symlink or .. leads out; each change of an rw directory audited). A
-native program sees each at its host path (GUEST, when given, must be the
-same), bound into its root; an rw directory stays the owner's (its
-permissions decide what the job's uid may write), and --workdir DIR makes a
-granted directory the working directory, so that python3 client.py finds
-its file. Nothing else of the host's files is visible.
+native program sees each bound into its own root, at GUEST when given
+(which must lie apart from what the root holds: not /, /proc, the system
+or scratch directories, /dev, /etc's files or another grant) and a --file
+at its host path; an rw directory stays the owner's (its permissions decide
+what the job's uid may write), and --workdir DIR (a host path, or a guest
+path of a --dir) makes a granted directory the working directory, so that
+python3 client.py finds its file. Nothing else of the host's files is
+visible.
 
 stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
 16 MiB). The program's stdout and stderr are printed, then one summary line
@@ -101,19 +103,15 @@ confinement; 2 for bad usage or a refused submission (--lang: see the
 violations).`,
 		Example: `  moat exec --lang python -e 'print(input().upper())' <<< hello
   moat exec --lang c main.c util.c util.h -- arg1 arg2
-  moat exec --lang go --stdin input.txt --timeout 2s --memory 64 main.go
+  moat exec --lang go --stdin input.txt --timeout 2s --memory-mib 64 main.go
   moat exec --lang rust --json main.rs
   moat exec --lang c --deny include:sys/socket.h main.c
   moat exec --native -- python3 -c 'print(1+1)'
   moat exec --native --dir . --workdir . -- python3 client.py
   moat exec --lang python --dir ./data:/data --dir ./out:/out:rw main.py
-  moat exec --native --timeout 2s --memory 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
+  moat exec --native --timeout 2s --memory-mib 64 --allow-exec /usr/bin/cat -- sh -c 'echo hi > f; cat f'
   echo data | moat exec --native --json -- /usr/bin/wc -c`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.useServerConfig(f.serverConfig, cmd.Flags().Changed("profile")); err != nil {
-				return err
-			}
-			defer g.closeAll() // after the host, which the paths below close
 			switch {
 			case f.native && f.lang != "":
 				return usagef("use either --native (a command) or --lang (source code), not both")
@@ -140,19 +138,18 @@ violations).`,
 	fl.StringVar(&f.stdinFile, "stdin", "", "a file to give the program as stdin (default: moat's stdin when it is not a terminal)")
 	fl.DurationVar(&f.timeout, "timeout", native.DefaultTimeout, "wall-clock limit of the run, e.g. 500ms, 30s")
 	fl.DurationVar(&f.compileTimeout, "compile-timeout", languages.DefaultExecLimits.CompileTimeout, "limit of the build stage (with --lang)")
-	fl.IntVar(&f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (WASM linear memory; cgroup for native runs, which needs root)")
+	mibFlag(fl, &f.memoryMB, "memory", native.DefaultMemory>>20, "memory limit in MiB (WASM linear memory; cgroup for native runs, which needs root)")
 	fl.IntVar(&f.maxOutput, "max-output", 1<<20, "bytes of stdout and of stderr before the run is stopped as output-limit (with --lang)")
 	fl.StringArrayVar(&f.env, "env", nil, "an environment variable K=V for the program (repeatable; with --lang)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "a language rule to refuse, e.g. import:net (Go), include:sys/socket.h (C), import:socket (Python) (repeatable; with --lang)")
 	fl.Int64Var(&f.maxSource, "max-source", languages.DefaultMaxSourceBytes, "bytes of source over all files (with --lang)")
 	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads (with --native)")
-	fl.IntVar(&f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory too (with --native)")
+	mibFlag(fl, &f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory-mib too (with --native)")
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
 	addGrantFlags(fl, &f.grant)
-	fl.StringVar(&f.serverConfig, "config", "", "the server's configuration file (YAML): run on its store and caches (data_dir or database_url) and its profile, as it would")
-	return cmd
+	return g.withServerConfig(cmd, "run on its store and caches (data_dir or database_url) and its profile, as it would")
 }
 
 func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) error {
@@ -160,23 +157,23 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	case f.timeout <= 0:
 		return usagef("--timeout %s: give a positive duration such as 500ms or 30s", f.timeout)
 	case f.memoryMB <= 0 || f.memoryMB > 1<<20:
-		return usagef("--memory %d: give a size in MiB, at least 1", f.memoryMB)
+		return usagef("--memory-mib %d: give a size in MiB, at least 1", f.memoryMB)
 	case f.pids <= 0:
 		return usagef("--pids %d: give a positive number", f.pids)
 	case f.diskMB <= 0 || f.diskMB > 1<<20:
-		return usagef("--disk %d: give a size in MiB, at least 1", f.diskMB)
+		return usagef("--disk-mib %d: give a size in MiB, at least 1", f.diskMB)
 	}
 	gr, err := f.grant.parse()
 	if err != nil {
 		return err
 	}
-	ro, rw, err := gr.native()
+	ng, err := gr.native()
 	if err != nil {
 		return err
 	}
-	for _, p := range append(append([]string{}, ro...), rw...) {
+	for _, p := range append(append([]string{}, ng.ro...), ng.rw...) {
 		if err := native.CheckGrant(p); err != nil {
-			return usagef("--dir/--file: %v", err)
+			return usagef("--dir/--file: %v (or show it elsewhere: --dir %s:/data)", err, p)
 		}
 	}
 	stdin, err := readExecStdin(f.stdinFile)
@@ -184,9 +181,10 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 		return err
 	}
 	spec := native.Spec{
-		ReadOnly:    ro,
-		Granted:     rw,
-		WorkDir:     gr.workDir,
+		ReadOnly:    ng.ro,
+		Granted:     ng.rw,
+		Mounts:      ng.mounts,
+		WorkDir:     ng.workDir,
 		Command:     args,
 		Stdin:       stdin,
 		Timeout:     f.timeout,
@@ -293,12 +291,20 @@ func mib(n uint64) string { return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20)) }
 // named as the HTTP API's RunResult names them (run_time_ms,
 // peak_memory_bytes, correlation_id).
 func execJSON(r *native.Result, correlation string) any {
+	// Output that is not UTF-8 is base64, both streams, with encoding
+	// saying so: what POST /v1/runs does (server.RunResult), where JSON
+	// would otherwise replace the bytes with U+FFFD.
+	stdout, stderr, encoding := string(r.Stdout), string(r.Stderr), ""
+	if !utf8.Valid(r.Stdout) || !utf8.Valid(r.Stderr) {
+		stdout, stderr, encoding = base64.StdEncoding.EncodeToString(r.Stdout), base64.StdEncoding.EncodeToString(r.Stderr), "base64"
+	}
 	return struct {
 		Status       native.Status `json:"status"`
 		ExitCode     int           `json:"exit_code"`
 		Signal       string        `json:"signal,omitempty"`
 		Stdout       string        `json:"stdout"`
 		Stderr       string        `json:"stderr"`
+		Encoding     string        `json:"encoding,omitempty"`
 		Truncated    bool          `json:"truncated"`
 		WallMS       float64       `json:"run_time_ms"`
 		CPUMS        float64       `json:"cpu_time_ms"`
@@ -308,7 +314,7 @@ func execJSON(r *native.Result, correlation string) any {
 		Unavailable  []string      `json:"unavailable"`
 		Reason       string        `json:"reason,omitempty"`
 		Correlation  string        `json:"correlation_id"`
-	}{r.Status, r.ExitCode, r.Signal, string(r.Stdout), string(r.Stderr), r.Truncated,
+	}{r.Status, r.ExitCode, r.Signal, stdout, stderr, encoding, r.Truncated,
 		float64(r.Wall.Microseconds()) / 1000, float64(r.CPU.Microseconds()) / 1000, r.PeakMemory,
 		r.PidsLimitHit, r.Layers, r.Unavailable, r.Reason, correlation}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/native"
 )
 
 // maxGrantFile bounds a --file handed to a WASM run, which gets a copy.
@@ -93,11 +94,12 @@ type grantFlags struct {
 	workDir     string
 }
 
-// grants are a run's parsed --dir, --file and --workdir.
+// grants are a run's parsed --dir and --file, and --workdir as given
+// (native resolves it: it may be a guest path).
 type grants struct {
-	dirs    []dirGrant
-	files   []fileGrant
-	workDir string
+	dirs        []dirGrant
+	files       []fileGrant
+	workDirFlag string
 }
 
 func (f grantFlags) parse() (*grants, error) {
@@ -116,40 +118,84 @@ func (f grantFlags) parse() (*grants, error) {
 		}
 		g.files = append(g.files, fg)
 	}
-	if f.workDir != "" {
-		wd, err := realPath(f.workDir)
-		if err != nil {
-			return nil, usagef("--workdir %q: %v", f.workDir, err)
-		}
-		g.workDir = wd
-	}
+	g.workDirFlag = f.workDir
 	return g, nil
 }
 
-// native checks that every grant sees its host path (a native run binds
-// each at its own path) and returns the read-only paths, the read-write
-// directories and the working directory.
-func (g *grants) native() (ro, rw []string, err error) {
+// nativeGrants are a native run's grants: paths bound at their own path,
+// read-only (ro, files included) or read-write (rw); directories bound at
+// a guest path of their own (mounts: the job's root is its own, so a
+// directory can appear anywhere in it that nothing else of the root
+// holds, kernel.CheckMount); and the working directory as the job sees it.
+type nativeGrants struct {
+	ro, rw  []string
+	mounts  []native.Mount
+	workDir string
+}
+
+// native returns the grants of a native run. A --file keeps its host path
+// (a native root binds directories and files where they are; a file
+// elsewhere would be a copy, as for WASM, and a native program finding
+// its file at its own path is what --file promises). --workdir may name
+// the host directory or, for a --dir HOST:GUEST, its guest path.
+func (g *grants) native() (nativeGrants, error) {
+	var n nativeGrants
 	for _, d := range g.dirs {
-		if d.guest != d.host {
-			return nil, nil, usagef("--dir %s:%s: a native run sees a directory at its own path; drop :%s", d.host, d.guest, d.guest)
+		switch {
+		case d.guest != d.host:
+			n.mounts = append(n.mounts, native.Mount{Source: d.host, Target: d.guest, RW: d.rw})
+		case d.rw:
+			n.rw = append(n.rw, d.host)
+		default:
+			n.ro = append(n.ro, d.host)
 		}
-		if d.rw {
-			rw = append(rw, d.host)
-		} else {
-			ro = append(ro, d.host)
+	}
+	for i, a := range n.mounts {
+		for _, b := range n.mounts[i+1:] {
+			if slicesContainsDirOf([]string{a.Target}, b.Target) || slicesContainsDirOf([]string{b.Target}, a.Target) {
+				return n, usagef("--dir: the guest paths %s and %s overlap; give each its own directory", a.Target, b.Target)
+			}
 		}
 	}
 	for _, f := range g.files {
 		if f.guest != f.host {
-			return nil, nil, usagef("--file %s:%s: a native run sees a file at its own path; drop :%s", f.host, f.guest, f.guest)
+			return n, usagef("--file %s:%s: a native run sees a file at its own path; drop :%s, or give its directory with --dir %s:%s", f.host, f.guest, f.guest, path.Dir(f.host), path.Dir(f.guest))
 		}
-		ro = append(ro, f.host)
+		n.ro = append(n.ro, f.host)
 	}
-	if g.workDir != "" && !slicesContainsDirOf(append(append([]string{}, ro...), rw...), g.workDir) {
-		return nil, nil, usagef("--workdir %s: the run sees only what --dir grants; add --dir %s", g.workDir, g.workDir)
+	// Before a job starts, so a bad guest path is a usage error naming
+	// the fix (the wrapper checks again against the root it builds).
+	if err := native.CheckMounts(native.Spec{ReadOnly: n.ro, Granted: n.rw, Mounts: n.mounts}); err != nil {
+		return n, usagef("--dir: %v", err)
 	}
-	return ro, rw, nil
+	if g.workDirFlag == "" {
+		return n, nil
+	}
+	// A guest path of a --dir HOST:GUEST, as the job sees it.
+	if wd := path.Clean(g.workDirFlag); path.IsAbs(wd) {
+		for _, m := range n.mounts {
+			if slicesContainsDirOf([]string{m.Target}, wd) {
+				n.workDir = wd
+				return n, nil
+			}
+		}
+	}
+	wd, err := realPath(g.workDirFlag)
+	if err != nil {
+		return n, usagef("--workdir %q: %v", g.workDirFlag, err)
+	}
+	// A host directory under a --dir HOST:GUEST: where the job sees it.
+	for _, m := range n.mounts {
+		if rel, err := filepath.Rel(m.Source, wd); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			n.workDir = path.Join(m.Target, filepath.ToSlash(rel))
+			return n, nil
+		}
+	}
+	if !slicesContainsDirOf(append(append([]string{}, n.ro...), n.rw...), wd) {
+		return n, usagef("--workdir %s: the run sees only what --dir grants; add --dir %s", wd, wd)
+	}
+	n.workDir = wd
+	return n, nil
 }
 
 func slicesContainsDirOf(ps []string, dir string) bool {
@@ -167,7 +213,7 @@ func slicesContainsDirOf(ps []string, dir string) bool {
 // directories, and the file's own directory would show its neighbours).
 // cleanup removes the copies.
 func (g *grants) wasm() (mounts []host.Mount, cleanup func(), err error) {
-	if g.workDir != "" {
+	if g.workDirFlag != "" {
 		return nil, nil, usagef("--workdir is for native runs; a WASM program's paths are the guest paths of --dir and --file")
 	}
 	for _, d := range g.dirs {

@@ -118,8 +118,8 @@ print("parent", os.path.exists(os.path.join(sys.argv[3], "secret.txt")))
 	if b, err := os.ReadFile(filepath.Join(out, "result.txt")); err != nil || string(b) != "done" {
 		t.Errorf("the rw directory: %q, %v", b, err)
 	}
-	if r := moat(t, "", "exec", "--data", t.TempDir(), "--native", "--dir", work+":/elsewhere", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "its own path") {
-		t.Errorf("a guest path for a native run: %+v", r)
+	if r := moat(t, "", "exec", "--data", t.TempDir(), "--native", "--file", filepath.Join(base, "input.txt")+":/in.txt", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "its own path") {
+		t.Errorf("a guest path for a native run's file: %+v", r)
 	}
 	if r := moat(t, "", "exec", "--data", t.TempDir(), "--native", "--workdir", base, "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "add --dir") {
 		t.Errorf("an ungranted workdir: %+v", r)
@@ -152,5 +152,75 @@ print(std.loadFile("`+filepath.Join(base, "f.txt")+`") === null ? "no host path"
 	}
 	if r := moat(t, "", "exec", "--data", t.TempDir(), "--lang", "javascript", "--dir", ro+":/src", main); r.code == 0 || !strings.Contains(r.stderr, "overlaps /src") {
 		t.Errorf("a mount over the run's own /src: %+v", r)
+	}
+}
+
+// TestExecNativeDirGuest: a native run's --dir HOST:GUEST is bound at
+// GUEST in the job's own root, read-only (EROFS) or :rw, and --workdir
+// takes the guest path or the host one; the host path itself is not in
+// the root. A host directory under /tmp may be shown elsewhere (only at
+// its own path would it take the scratch tmpfs's rights). Every GUEST
+// that would lie at, above or below what the root holds (/, /proc, the
+// system and scratch directories, /etc's files, /dev, /var/run, another
+// grant) is refused by name before a job starts, exit 2.
+func TestExecNativeDirGuest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the native layer stack (uid switch, own root) needs root; CI runs as root")
+	}
+	base := t.TempDir() // under /tmp: allowed as the host side of a mount
+	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
+	os.Mkdir(ro, 0o755)
+	os.Mkdir(filepath.Join(ro, "sub"), 0o755)
+	os.Mkdir(rw, 0o777)
+	os.Chmod(rw, 0o777) // the job's uid is its own: the directory's permissions decide
+	os.WriteFile(filepath.Join(ro, "in.txt"), []byte("from-ro"), 0o644)
+	link := filepath.Join(t.TempDir(), "link")
+	os.Symlink(ro, link)
+	data := t.TempDir()
+	sh := func(args ...string) result {
+		t.Helper()
+		return moat(t, "", append([]string{"exec", "--data", data, "--native"}, args...)...)
+	}
+	script := `read a < /data/in.txt; echo "$a"; echo "$(pwd)"; ( echo x > /data/new ) 2>/dev/null || echo ro-refused; echo w > /out/o.txt && echo rw-ok; [ -e ` + ro + ` ] && echo host-path-seen; true`
+	r := sh("--dir", ro+":/data", "--dir", rw+":/out:rw", "--workdir", "/data/sub", "--", "sh", "-c", script)
+	if want := "from-ro\n/data/sub\nro-refused\nrw-ok\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d\nstdout %q\nwant   %q\nstderr %s", r.code, r.stdout, want, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(rw, "o.txt")); err != nil || string(b) != "w\n" {
+		t.Errorf("the rw directory: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
+		t.Error("a write reached the read-only directory")
+	}
+	// --workdir by its host path, and a symlinked host path: its target.
+	if r := sh("--dir", link+":/data", "--workdir", filepath.Join(ro, "sub"), "--", "sh", "-c", `pwd; read a < ../in.txt; echo "$a"`); r.code != 0 || r.stdout != "/data/sub\nfrom-ro\n" {
+		t.Errorf("workdir by host path: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dir", ro + ":/"}, "cannot be /"},
+		{[]string{"--dir", ro + ":/proc"}, "holds /proc"},
+		{[]string{"--dir", ro + ":/data/../proc"}, "holds /proc"},
+		{[]string{"--dir", ro + ":/usr/local/x"}, "holds /usr"},
+		{[]string{"--dir", ro + ":/bin"}, "holds /bin"},
+		{[]string{"--dir", ro + ":/tmp/x"}, "holds /tmp"},
+		{[]string{"--dir", ro + ":/etc"}, "holds /etc/"},
+		{[]string{"--dir", ro + ":/etc/ssl"}, "holds /etc/ssl"},
+		{[]string{"--dir", ro + ":/dev"}, "holds /dev"},
+		{[]string{"--dir", ro + ":/var/run/x"}, "holds /var/run"},
+		{[]string{"--dir", ro + ":/data", "--dir", rw + ":/data/out:rw"}, "overlap"},
+		{[]string{"--dir", ro + ":/srv", "--dir", "/srv"}, "holds /srv"},
+		{[]string{"--dir", ro + ":data"}, "must be absolute"},
+		{[]string{"--file", filepath.Join(ro, "in.txt") + ":/in.txt"}, "its own path"},
+	} {
+		if _, err := os.Stat("/srv"); err != nil && strings.Contains(strings.Join(tc.args, " "), " /srv") {
+			continue
+		}
+		if r := sh(append(tc.args, "--", "true")...); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d stderr %q; want exit 2 naming %q", tc.args, r.code, r.stderr, tc.want)
+		}
 	}
 }

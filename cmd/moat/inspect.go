@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/server"
 	"github.com/spf13/cobra"
 )
 
@@ -41,14 +42,43 @@ whether its machine code came from the compilation cache.`,
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(mod.Info())
+				return enc.Encode(inspectJSONOf(mod))
 			}
 			printInfo(cmd.OutOrStdout(), mod.Info())
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return g.withServerConfig(cmd, "load through its store and compile cache (data_dir or database_url) under its profile")
+}
+
+// inspectJSON is moat inspect --json: host.Info, with what it shares with
+// GET /v1/modules/{name} (server.ModuleJSON) named and shaped as there:
+// the actions as objects (name, roles, permissions, confirm) rather than
+// bare names, and the manifest's version. A script that reads one reads
+// the other (TestInspectMatchesModulesAPI).
+type inspectJSON struct {
+	host.Info
+	Version string              `json:"version,omitempty"`
+	Actions []server.ActionJSON `json:"actions"`
+}
+
+func inspectJSONOf(mod *host.Module) inspectJSON {
+	out := inspectJSON{Info: mod.Info(), Actions: []server.ActionJSON{}}
+	mf := mod.Manifest()
+	if mf != nil {
+		out.Version = mf.Version
+	}
+	for _, a := range mod.Actions() {
+		aj := server.ActionJSON{Name: a}
+		if mf != nil {
+			if ma, ok := mf.Action(a); ok {
+				aj.Roles, aj.Permissions, aj.Confirm = ma.Roles, ma.Permissions, ma.Confirm
+			}
+		}
+		out.Actions = append(out.Actions, aj)
+	}
+	return out
 }
 
 func printInfo(w io.Writer, info host.Info) {

@@ -172,7 +172,7 @@ changed module, changed manifest, signature of another module).`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&pubFiles, "key", nil, "public key file (NAME.pub); repeatable")
-	return cmd
+	return g.withServerConfig(cmd, "without --key, verify against its profile's trusted_keys")
 }
 
 // readSignable reads what moat sign and moat verify work on: a module

@@ -71,7 +71,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	case f.compileTimeout <= 0:
 		return usagef("--compile-timeout %s: give a positive duration such as 60s", f.compileTimeout)
 	case f.memoryMB <= 0 || f.memoryMB > 4096:
-		return usagef("--memory %d: give a size in MiB between 1 and 4096", f.memoryMB)
+		return usagef("--memory-mib %d: give a size in MiB between 1 and 4096", f.memoryMB)
 	case f.maxOutput <= 0:
 		return usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
 	case f.eval != "" && len(files) > 0:
@@ -121,19 +121,24 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	}
 	var mounts []host.Mount
 	var grantedFiles []string
+	var workDir string
 	if lang.Info().Path == languages.PathNative {
-		ro, rw, err := gr.native()
+		ng, err := gr.native()
 		if err != nil {
 			return err
 		}
-		for _, p := range ro {
+		workDir = ng.workDir
+		for _, m := range ng.mounts {
+			mounts = append(mounts, host.Mount{HostDir: m.Source, GuestPath: m.Target, ReadOnly: !m.RW})
+		}
+		for _, p := range ng.ro {
 			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 				mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p, ReadOnly: true})
 			} else {
 				grantedFiles = append(grantedFiles, p)
 			}
 		}
-		for _, p := range rw {
+		for _, p := range ng.rw {
 			mounts = append(mounts, host.Mount{HostDir: p, GuestPath: p})
 		}
 	} else {
@@ -158,7 +163,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		CorrelationID: correlation,
 		Mounts:        mounts,
 		Files:         grantedFiles,
-		WorkDir:       gr.workDir,
+		WorkDir:       workDir,
 		Preparing:     g.progress().preparer(lang.Info().Name),
 	})
 	if err != nil {

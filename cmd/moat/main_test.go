@@ -162,7 +162,7 @@ func TestFailuresAreOneLine(t *testing.T) {
 		want string
 	}{
 		{"timeout", []string{"run", cmdWasm, "--timeout", "200ms", "--", "loop"}, 124, "timeout: did not finish within 200ms"},
-		{"memory", []string{"run", cmdWasm, "--memory", "32", "--", "alloc"}, 125, "memory_limit"},
+		{"memory", []string{"run", cmdWasm, "--memory-mib", "32", "--", "alloc"}, 125, "memory_limit"},
 		{"output flood", []string{"run", cmdWasm, "--max-output", "1000", "--", "flood"}, 1, "output_too_large"},
 		{"trap", []string{"run", plugin, "trap"}, 1, "trap: wasm error: unreachable"},
 		{"guest fault", []string{"run", plugin, "badptr"}, 1, "guest_fault"},
@@ -171,7 +171,7 @@ func TestFailuresAreOneLine(t *testing.T) {
 		{"missing file", []string{"run", filepath.Join(dir, "nope.wasm"), "x"}, 2, "no such file or directory"},
 		{"not wasm", []string{"run", notWasm}, 1, "not a WebAssembly binary"},
 		{"bad flag", []string{"run", plugin, "noop", "--bogus"}, 2, "unknown flag: --bogus"},
-		{"bad memory", []string{"run", plugin, "noop", "--memory", "9999"}, 2, "--memory 9999"},
+		{"bad memory", []string{"run", plugin, "noop", "--memory-mib", "9999"}, 2, "--memory-mib 9999"},
 		{"bad config", []string{"run", plugin, "noop", "--config", "novalue"}, 2, `--config "novalue": write key=value`},
 		{"bad org", []string{"run", plugin, "noop", "--org", "a b"}, 2, "principal org"},
 	}
@@ -249,7 +249,7 @@ func TestExecNative(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "cat: /etc/shadow: No such file or directory") || !strings.Contains(r.stderr, "layers=cgroup,") {
 		t.Fatalf("shadow: %+v", r)
 	}
-	r = moat(t, "", "exec", "--data", data, "--native", "--memory", "32", "--", "python3", "-c", "x = bytearray(300 << 20)")
+	r = moat(t, "", "exec", "--data", data, "--native", "--memory-mib", "32", "--", "python3", "-c", "x = bytearray(300 << 20)")
 	if r.code != 125 || !strings.Contains(r.stderr, "status=memory-limit") {
 		t.Fatalf("oom: %+v", r)
 	}
@@ -268,7 +268,7 @@ func TestBackstopReported(t *testing.T) {
 	}
 	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
 	data := t.TempDir()
-	r := moat(t, "", "run", "--data", data, "--host-memory", "24", plugin, "greet", "--input", "x")
+	r := moat(t, "", "run", "--data", data, "--host-memory-mib", "24", plugin, "greet", "--input", "x")
 	if r.code != -1 || !strings.Contains(r.stderr, "moat: moat run was killed by its memory backstop: the host process reached its ceiling of 24 MiB") {
 		t.Fatalf("a host over its ceiling: %+v", r)
 	}
@@ -285,7 +285,7 @@ func TestBackstopReported(t *testing.T) {
 	}
 	// A ceiling the host stays under changes nothing.
 	echo := filepath.Join(testwasm.RepoRoot(t), "testdata", "plugin.wasm")
-	if r := moat(t, "", "run", "--data", data, "--host-memory", "600", echo, "echo", "--input", "fine"); r.code != 0 || r.stdout != "fine" {
+	if r := moat(t, "", "run", "--data", data, "--host-memory-mib", "600", echo, "echo", "--input", "fine"); r.code != 0 || r.stdout != "fine" {
 		t.Errorf("under the ceiling: %+v", r)
 	}
 }

@@ -55,7 +55,7 @@ Exit status: 0 when the module would load, 3 when it would be refused.`,
 		},
 	}
 	check.Flags().StringVar(&signedBy, "signed-by", "", "evaluate as if signed by this trusted key name (default: verify the signature beside the module)")
-	cmd.AddCommand(check)
+	cmd.AddCommand(g.withServerConfig(check, "check against its profile"))
 	return cmd
 }
 

@@ -79,7 +79,7 @@ stderr are printed, and moat exits with the module's exit code.
 
 Once everything is read, moat confines itself (--confine, default
 best-effort): Landlock and seccomp, and as root a cgroup of its own capped at
---host-memory. Each layer it runs without is a warning and an audit event
+--host-memory-mib. Each layer it runs without is a warning and an audit event
 (moat audit --kind confinement); were the host ever killed at its ceiling, a
 watcher process says so on stderr and in the audit trail.
 
@@ -116,11 +116,11 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.StringVar(&f.usr, "user", "", "user the call runs for (default: your login name)")
 	fl.StringArrayVar(&f.roles, "role", nil, "a role of the user (repeatable)")
 	fl.DurationVar(&f.timeout, "timeout", host.DefaultLimits.Timeout, "wall-clock limit, e.g. 500ms, 30s")
-	fl.IntVar(&f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
+	mibFlag(fl, &f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
 	fl.IntVar(&f.maxTable, "max-table-elements", host.DefaultMaxTableElements, fmt.Sprintf("references the module's tables may hold, 8 bytes of host memory each (at most %d)", host.MaxTableElementsCeiling))
 	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
-	fl.IntVar(&f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory + 512)")
+	mibFlag(fl, &f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory-mib + 512)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
 	fl.StringArrayVar(&f.grant.dirs, "dir", nil, "a host directory a WASI command sees: HOST[:GUEST][:ro|rw], read-only unless :rw (repeatable; a plugin's are its manifest's filesystem grants)")
@@ -138,17 +138,10 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		return err
 	}
 	defer g.closeAll() // after the host, which the paths below close
-	if f.serverConfig != "" {
-		// As moat serve would run it: the file's store, keys and models;
-		// --data and --profile given on the command line still win.
-		sc, err := g.serverConfig(f.serverConfig)
-		if err != nil {
-			return err
-		}
-		g.server, g.dataDir = &sc, sc.DataDir
-		if f.changed == nil || !f.changed("profile") {
-			g.profile = sc.Profile
-		}
+	// As moat serve would run it: the file's store, keys and models;
+	// --data and --profile given on the command line still win.
+	if err := g.useServerConfig(f.serverConfig, f.changed != nil && f.changed("profile")); err != nil {
+		return err
 	}
 	cfg, err := keyValues("--config", f.config)
 	if err != nil {
@@ -360,7 +353,7 @@ func (f *runFlags) limits() (host.Limits, error) {
 	case f.timeout <= 0:
 		return host.Limits{}, usagef("--timeout %s: give a positive duration such as 500ms or 30s", f.timeout)
 	case f.memoryMB <= 0 || f.memoryMB > 4096:
-		return host.Limits{}, usagef("--memory %d: give a size in MiB between 1 and 4096", f.memoryMB)
+		return host.Limits{}, usagef("--memory-mib %d: give a size in MiB between 1 and 4096", f.memoryMB)
 	case f.maxOutput <= 0:
 		return host.Limits{}, usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
 	case f.maxTable <= 0 || f.maxTable > host.MaxTableElementsCeiling:
@@ -370,7 +363,7 @@ func (f *runFlags) limits() (host.Limits, error) {
 	if f.changed == nil || f.changed("timeout") {
 		l.Timeout = f.timeout
 	}
-	if f.changed == nil || f.changed("memory") {
+	if f.changed == nil || mibChanged(f.changed, "memory") {
 		l.MemoryLimitPages = uint32(f.memoryMB) * 16
 	}
 	if f.changed == nil || f.changed("max-output") {
@@ -487,7 +480,7 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 	// runtime and compiled code, and enough pids for Go's threads.
 	hostMemory := int64(f.memoryMB)<<20 + 512<<20
 	if f.hostMB < 0 {
-		return usagef("--host-memory %d: give a size in MiB", f.hostMB)
+		return usagef("--host-memory-mib %d: give a size in MiB", f.hostMB)
 	} else if f.hostMB > 0 {
 		hostMemory = int64(f.hostMB) << 20
 	}

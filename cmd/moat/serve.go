@@ -68,7 +68,7 @@ Once its port is bound the server confines itself (--confine, default
 best-effort): Landlock lets it read the system and the toolchains and write
 only its data and scratch directories, bind only its own port; seccomp
 denies execve, ptrace, namespaces, setuid, bpf, io_uring, mount and MPTCP;
-as root, a cgroup of its own caps its memory (--host-memory) and threads, a
+as root, a cgroup of its own caps its memory (--host-memory-mib) and threads, a
 backstop behind the per-invocation limits: should the server ever reach it,
 a watcher process reports the kill on stderr and in the audit trail.
 Compilers and native programs then start from a launcher process started
@@ -139,7 +139,7 @@ confinement). --confine=strict refuses to start when a layer is missing;
 				}()
 			} else {
 				if hostMB <= 0 {
-					return usagef("--host-memory %d: give the server's memory ceiling in MiB", hostMB)
+					return usagef("--host-memory-mib %d: give the server's memory ceiling in MiB", hostMB)
 				}
 				restore, err := prepareServeConfinement(&cfg, mode, int64(hostMB)<<20, onConfined)
 				if err != nil {
@@ -178,7 +178,7 @@ confinement). --confine=strict refuses to start when a layer is missing;
 	cmd.Flags().StringVar(&configFile, "config", "", "server configuration file (YAML)")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print a commented sample configuration (every value the default) and exit: moat serve --print-config > moat-server.yaml")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
-	cmd.Flags().IntVar(&hostMB, "host-memory", 4096, "the confined server's own memory ceiling in MiB (its backstop cgroup; needs root)")
+	mibFlag(cmd.Flags(), &hostMB, "host-memory", 4096, "the confined server's own memory ceiling in MiB (its backstop cgroup; needs root)")
 	cmd.Flags().StringVar(&confine, "confine", string(kernel.ConfineBestEffort), "confine the server with Landlock and seccomp once its port is bound: off, best-effort or strict")
 	return cmd
 }

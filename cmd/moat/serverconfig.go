@@ -5,6 +5,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/spf13/cobra"
 )
 
 // serverConfig is the server configuration as moat serve reads it, for
@@ -85,4 +86,27 @@ func (g *globalFlags) useServerConfig(configFile string, profileGiven bool) erro
 		g.profile = sc.Profile
 	}
 	return nil
+}
+
+// withServerConfig gives cmd the --config flag of every command that opens
+// the store, the compile cache or the data directory, or reads the
+// profile (inspect, build, confine-check, policy check, verify, exec,
+// toolchains warm): the server's configuration file, whose data_dir,
+// database_url and profile the command then uses as moat serve would
+// (useServerConfig; --data and --profile still win). It wraps cmd.RunE,
+// so call it once RunE is set; what the command opened for the server's
+// store is closed when RunE returns. One copy of the mechanism, so
+// --config means the same on every command that takes it.
+func (g *globalFlags) withServerConfig(cmd *cobra.Command, use string) *cobra.Command {
+	var file string
+	cmd.Flags().StringVar(&file, "config", "", "the server's configuration file (YAML): "+use+"; --data and --profile still win")
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if err := g.useServerConfig(file, c.Flags().Changed("profile")); err != nil {
+			return err
+		}
+		defer g.closeAll() // after the host, which run closes
+		return run(c, args)
+	}
+	return cmd
 }

@@ -264,24 +264,7 @@ func orDash(s string) string {
 	return s
 }
 
-// warmSources are the programs `moat toolchains warm` runs: the smallest
-// that make each language do its first-time work (Go's standard library
-// build, an interpreter's compile to machine code).
-var warmSources = map[string]string{
-	"go":             "package main\n\nfunc main() { println(\"ok\") }\n",
-	"c":              "int main(void) { return 0; }\n",
-	"cpp":            "int main() { return 0; }\n",
-	"rust":           "fn main() {}\n",
-	"assemblyscript": "console.log(\"ok\");\n",
-	"javascript":     "console.log('ok');\n",
-	"python":         "print('ok')\n",
-	"ruby":           "puts 'ok'\n",
-	"bash":           "echo ok\n",
-	"python3-native": "print('ok')\n",
-}
-
 func newToolchainsWarmCmd(g *globalFlags) *cobra.Command {
-	var configFile string
 	cmd := &cobra.Command{
 		Use:   "warm [LANG...]",
 		Short: "Do each language's first-time work now (Go's standard library, interpreter compiles), so first runs are fast",
@@ -294,10 +277,6 @@ the commands that will run the code.`,
 		Example: `  moat toolchains warm
   moat toolchains warm go python --config /etc/moat/server.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.useServerConfig(configFile, cmd.Flags().Changed("profile")); err != nil {
-				return err
-			}
-			defer g.closeAll()
 			var names []string
 			if len(args) == 0 {
 				for _, s := range languages.Statuses() {
@@ -321,12 +300,12 @@ the commands that will run the code.`,
 			p := g.progress()
 			var failed []string
 			for _, name := range names {
-				src, ok := warmSources[name]
+				req, ok := languages.WarmRequest(name)
 				if !ok {
 					continue
 				}
 				step := p.timed("preparing " + name)
-				err := warmOne(cmd.Context(), ex, name, src)
+				err := warmOne(cmd.Context(), ex, req)
 				step.end(err)
 				if err != nil {
 					failed = append(failed, name)
@@ -338,16 +317,12 @@ the commands that will run the code.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&configFile, "config", "", "the server's configuration file (YAML): warm the caches of its data_dir")
-	return cmd
+	return g.withServerConfig(cmd, "warm the caches of its data_dir")
 }
 
-func warmOne(ctx context.Context, ex *languages.Executor, name, src string) error {
-	res, err := ex.Exec(ctx, languages.ExecRequest{
-		Language:  name,
-		Source:    languages.Source{Files: []languages.File{{Name: "main" + firstExt(name), Content: []byte(src)}}},
-		Principal: localPrincipal(),
-	})
+func warmOne(ctx context.Context, ex *languages.Executor, req languages.ExecRequest) error {
+	req.Principal = localPrincipal()
+	res, err := ex.Exec(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -106,6 +106,14 @@ type Spec struct {
 	// own permissions decide whether that uid may write; and no symlink,
 	// FIFO or socket may be made in them (kernel.ChildFS.Granted).
 	Granted []string `json:",omitempty"`
+	// Mounts are host directories the command sees at another path of
+	// its own root (moat exec --native --dir ./data:/data): read-only, or
+	// read-write as Granted. The guest path must lie apart from
+	// everything else the root holds (kernel.CheckMount: not /, /proc,
+	// the system or scratch directories, the job dir, another grant);
+	// the host directory may lie anywhere, /tmp included, since only the
+	// guest path is named by the Landlock rules.
+	Mounts []Mount `json:",omitempty"`
 	// Wrapper is the binary that confines the child and execs the command.
 	// Default: moat-confine beside the running executable when there is
 	// one (it starts in a fraction of the time), else the running
@@ -288,6 +296,9 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	if err := checkEnv(spec.Env); err != nil {
 		return nil, err
 	}
+	if err := CheckMounts(spec); err != nil {
+		return nil, err
+	}
 	s := withDefaults(spec)
 	root := os.Geteuid() == 0
 	if root && !pool.joinedReady() {
@@ -411,7 +422,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 
 	workDir := dir
 	if s.WorkDir != "" {
-		if workDir, err = checkWorkDir(s.WorkDir, s.ReadOnly, s.ReadWrite); err != nil {
+		if workDir, err = checkWorkDir(s.WorkDir, s.ReadOnly, append(append(slices.Clone(s.ReadWrite), s.Granted...), mountTargets(s.Mounts)...)); err != nil {
 			return nil, err
 		}
 	}
@@ -422,7 +433,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		Rlimits: rlimitsFor(s, cg != nil, uid, root),
 		SetIDs:  root, UID: uid, GID: gid,
 		FS: kernel.ChildFS{Target: target, ExtraExec: extra, ReadOnly: s.ReadOnly,
-			ReadWrite: append([]string{dir}, s.ReadWrite...), Granted: s.Granted, ConnectTCP: ports},
+			ReadWrite: append([]string{dir}, s.ReadWrite...), Granted: s.Granted, Mounts: s.Mounts, ConnectTCP: ports},
 		StatusFD: 3 + len(extraFiles),
 	}
 	netLayer := "netns"
@@ -790,6 +801,37 @@ func checkWorkDir(wd string, ro, rw []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("native: WorkDir %s is not under ReadOnly or ReadWrite: the job's root holds only the paths it is given (add it to ReadOnly)", wd)
+}
+
+// Mount is a host directory (Source) a native job sees at Target of its
+// own root, read-only unless RW (Spec.Mounts).
+type Mount = kernel.Mount
+
+// CheckMounts says why s's Mounts cannot be shown in its job's root, or
+// returns nil: each guest path against what every job's root holds (the
+// system directories and files, /proc, the scratch tmpfs, the device
+// files, the jobs' directory) and what s binds itself, so that a caller
+// hears of it before a job starts. The confinement wrapper checks again,
+// against the root it builds (kernel.CheckMount), and refuses to start.
+func CheckMounts(s Spec) error {
+	taken := slices.Concat(kernel.SystemDirs, kernel.SystemEtc, kernel.DeviceFiles, kernel.ScratchDirs, kernel.RootLinks,
+		[]string{JobsDir(), s.Dir}, s.ExtraExec, s.ReadOnly, s.ReadWrite, s.Granted)
+	for _, m := range s.Mounts {
+		if err := kernel.CheckMount(m, taken); err != nil {
+			return fmt.Errorf("native: %w", err)
+		}
+		taken = append(taken, m.Target)
+	}
+	return nil
+}
+
+// mountTargets are the guest paths of ms.
+func mountTargets(ms []Mount) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Target
+	}
+	return out
 }
 
 // JobsDir is where job dirs are created.

@@ -105,6 +105,9 @@ type Config struct {
 	ShutdownTimeout policy.Duration `yaml:"shutdown_timeout"`
 	// Piston configures the Piston-compatible code-execution routes.
 	Piston PistonConfig `yaml:"piston"`
+	// Languages configures the code executor's languages
+	// (LanguagesConfig): which to warm at start.
+	Languages LanguagesConfig `yaml:"languages"`
 	// Modules configures module management (ModulesConfig).
 	Modules ModulesConfig `yaml:"modules"`
 	// HTTP is the front door: allowed Host and Origin headers,
@@ -228,6 +231,15 @@ func (b BudgetLimits) Limits() budget.Limits {
 		LogBytes: int64(b.LogBytes), LogRecords: b.LogRecords, AuditRows: b.AuditRows,
 		HTTPRequestBytes: int64(b.HTTPRequestBytes), HTTPResponseBytes: int64(b.HTTPResponseBytes),
 	}
+}
+
+// LanguagesConfig configures the code executor's languages.
+type LanguagesConfig struct {
+	// Warm names languages whose first-time work (Go's standard library,
+	// an interpreter's compile to machine code) the server does at start,
+	// in the background, rather than in someone's first run. GET
+	// /v1/languages shows each as preparing while it runs.
+	Warm []string `yaml:"warm"`
 }
 
 // LogConfig configures the log.
@@ -465,6 +477,11 @@ func (c *Config) validate(ix *nodeIndex) error {
 			}
 		}
 		return e
+	}
+	for i, name := range c.Languages.Warm {
+		if err := checkWarm(name); err != nil {
+			return fail(fmt.Sprintf("languages.warm[%d]", i), "%v", err)
+		}
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 		return fail("listen", "%q is not host:port (%v); write it like 127.0.0.1:8080, or :8080 for every interface", c.Listen, err)

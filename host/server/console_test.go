@@ -96,7 +96,7 @@ func TestConsoleInChromium(t *testing.T) {
 		})
 	}
 
-	var output, who string
+	var output, who, logRows string
 	var auditRows int
 	err := chromedp.Run(bctx,
 		chromedp.Navigate(ts.URL+"/"),
@@ -112,6 +112,7 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Text("#output", &output, chromedp.ByQuery),
 		chromedp.Poll(`document.querySelectorAll("#audit-table tr").length >= 2`, nil, chromedp.WithPollingTimeout(10*time.Second)),
 		chromedp.Evaluate(`document.querySelectorAll("#audit-table tr").length`, &auditRows),
+		chromedp.Evaluate(`[...document.querySelectorAll("#invoke-logs tr")].map(r => [...r.cells].slice(1).map(c => c.textContent).join(" | ")).join("\n")`, &logRows),
 		shot("console-greet.png"),
 	)
 	if err != nil {
@@ -126,10 +127,14 @@ func TestConsoleInChromium(t *testing.T) {
 	if auditRows < 2 {
 		t.Errorf("%d audit rows for the invocation, want its kv.put and the invocation", auditRows)
 	}
+	// hello-go logs moat.Log.Info("greeting", "name", name).
+	if logRows != `INFO | greeting | {"name":"Chromium"}` {
+		t.Errorf("guest logs on the page = %q, want the one greeting record with its name", logRows)
+	}
 
 	// A confirm-required action: the page shows the request, approving
 	// it runs the action.
-	var confirmed, pill string
+	var confirmed, pill, confirmedLogs string
 	err = chromedp.Run(bctx,
 		chromedp.Click(`#modules li[data-name="hello-confirm"]`, chromedp.ByQuery),
 		chromedp.Evaluate(`document.querySelector("#input").value = ""`, nil),
@@ -141,12 +146,13 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Click("#confirm-approve", chromedp.ByQuery),
 		chromedp.Poll(`document.querySelector("#output").textContent.startsWith("Hello, Later!")`, nil, chromedp.WithPollingTimeout(20*time.Second)),
 		chromedp.Text("#output", &confirmed, chromedp.ByQuery),
+		chromedp.Text("#invoke-logs", &confirmedLogs, chromedp.ByQuery),
 	)
 	if err != nil {
 		t.Fatalf("confirmation in the console: %v", err)
 	}
-	if !strings.HasPrefix(pill, "428") || confirmed != "Hello, Later! (call #1)" {
-		t.Errorf("confirmation: status %q, then output %q", pill, confirmed)
+	if !strings.HasPrefix(pill, "428") || confirmed != "Hello, Later! (call #1)" || !strings.Contains(confirmedLogs, `"name":"Later"`) {
+		t.Errorf("confirmation: status %q, then output %q and logs %q", pill, confirmed, confirmedLogs)
 	}
 
 	// Sign out reloads the page (nothing of the session stays in it):

@@ -21,6 +21,14 @@ func TestConsoleUnderCSP(t *testing.T) {
 	ts := start(t, "", nil)
 	key := ts.key(t, "acme", "ann", "admin")
 	spinModule(t, ts, key, "spin", testwasm.BuildGo(t, "./testdata/goguest", true))
+	// hello-js made to log its input as the message, then 300 records more
+	// than a response carries.
+	uploadJS(t, ts, key, `import * as moat from "./moat.js";
+const input = std.in.readAsString() ?? "";
+moat.log.warn(input, { input });
+for (let i = 0; i < 300; i++) moat.log.info("record " + i);
+print("logged");
+`)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
@@ -88,5 +96,34 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	}
 	if !errShown || strings.HasPrefix(pill, "200") || !strings.Contains(title, "(") || after != "" {
 		t.Errorf("failed invocation: pill %q, error box %v %q, output %q; want a non-200 pill, the problem in the error box, no output", pill, errShown, title, after)
+	}
+
+	// Guest logs holding markup show as text; past a response's 200
+	// records the page says how many more there were.
+	var first, dropped string
+	var rows int
+	err = chromedp.Run(bctx,
+		chromedp.Click(`#modules li[data-name="hello-js"]`, chromedp.ByQuery),
+		chromedp.SetValue("#input", hostile, chromedp.ByQuery),
+		chromedp.Click("#invoke", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector("#output").textContent === "logged"`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Sleep(300*time.Millisecond),
+		chromedp.Evaluate(`document.querySelector("#invoke-logs .log-message").textContent`, &first),
+		chromedp.Evaluate(`document.querySelectorAll("#invoke-logs tr").length`, &rows),
+		chromedp.Text("#invoke-logs-dropped", &dropped, chromedp.ByQuery),
+		chromedp.Evaluate(`window.pwned !== undefined`, &pwned),
+		chromedp.Evaluate(`window.violations`, &violations),
+	)
+	if err != nil {
+		t.Fatalf("guest logs: %v", err)
+	}
+	if first != hostile || pwned {
+		t.Errorf("a guest log record of markup shows as %q (ran: %v); want its text %q", first, pwned, hostile)
+	}
+	if rows != 200 || !strings.HasPrefix(dropped, "101 more record") {
+		t.Errorf("%d log rows, dropped note %q; want 200 rows and 101 more", rows, dropped)
+	}
+	if len(violations) > 0 {
+		t.Errorf("the console breaks its CSP: %v", violations)
 	}
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // invoke runs an action with the request body as its input. The output is
-// the response body as the module wrote it.
+// the response body as the module wrote it; with ?logs=true, it is an
+// InvocationJSON with the guest's log records of the invocation.
 func (s *Server) invoke(c echo.Context) error {
 	e, err := s.lookup(c)
 	if err != nil {
@@ -27,16 +28,20 @@ func (s *Server) invoke(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	logs, ctx, err := logsFor(c)
+	if err != nil {
+		return err
+	}
 	action := c.Param("action")
 	start := time.Now()
-	res, err := e.mod.Invoke(c.Request().Context(), host.Request{
+	res, err := e.mod.Invoke(ctx, host.Request{
 		Action: action, Input: input, Principal: principalOf(c), CorrelationID: correlationID(c),
 	})
 	s.metrics.observeInvocation(e.version.Name, action, start, err)
 	if err != nil {
-		return fromHostError(err)
+		return logs.failed(fromHostError(err))
 	}
-	return writeOutput(c, res.Output)
+	return logs.answer(c, res.Output)
 }
 
 // writeOutput sends a module's output as text/plain when it is UTF-8,
@@ -96,7 +101,10 @@ func (s *Server) pendingConfirmations(c echo.Context) error {
 // whose module was replaced since is a 409 confirmation_stale.
 func (s *Server) confirm(c echo.Context) error {
 	p := principalOf(c)
-	ctx := c.Request().Context()
+	logs, ctx, err := logsFor(c)
+	if err != nil {
+		return err
+	}
 	token := c.Param("token")
 	sum := sha256.Sum256([]byte(token))
 	hash := hex.EncodeToString(sum[:])
@@ -121,9 +129,9 @@ func (s *Server) confirm(c echo.Context) error {
 	res, err := e.mod.Confirm(ctx, host.ConfirmRequest{Token: token, Principal: p, CorrelationID: correlationID(c)})
 	s.metrics.observeInvocation(module, "confirm", start, err)
 	if err != nil {
-		return fromHostError(err)
+		return logs.failed(fromHostError(err))
 	}
-	return writeOutput(c, res.Output)
+	return logs.answer(c, res.Output)
 }
 
 // AuditEventJSON is an audit event in responses.

@@ -31,6 +31,10 @@ type Problem struct {
 	Action        string                    `json:"action,omitempty"`
 	Confirmation  *host.ConfirmationRequest `json:"confirmation,omitempty"`
 	RetryAfter    int                       `json:"retry_after,omitempty"` // seconds
+	// Logs are the guest's records of a failed invocation asked with
+	// ?logs=true (see InvocationJSON), and LogsDropped those past its bounds.
+	Logs        []GuestLogRecord `json:"logs,omitempty"`
+	LogsDropped int              `json:"logs_dropped,omitempty"`
 
 	header http.Header
 }

@@ -346,7 +346,7 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 }
 
 func (s *Server) execute(c echo.Context, info languages.Info, req languages.ExecRequest) (*languages.ExecResult, error) {
-	res, err := s.exec.Exec(c.Request().Context(), req)
+	res, err := s.execJob(c.Request().Context(), req)
 	if err != nil {
 		s.metrics.runs.WithLabelValues(info.Name, "error").Inc()
 		return nil, problem(http.StatusServiceUnavailable, "unavailable", "%s: %v", info.Name, err)
@@ -383,21 +383,6 @@ func (s *Server) findLanguage(name, version string) (languages.Info, bool) {
 		}
 	}
 	return languages.Info{}, false
-}
-
-func (s *Server) listLanguages(c echo.Context) error {
-	out := []map[string]any{}
-	if s.exec != nil {
-		for _, l := range s.languages() {
-			aliases := l.Aliases
-			if aliases == nil {
-				aliases = []string{}
-			}
-			out = append(out, map[string]any{"name": l.Name, "version": l.Version, "aliases": aliases, "path": l.Path,
-				"extensions": l.Extensions, "toolchain": l.Toolchain})
-		}
-	}
-	return c.JSON(http.StatusOK, map[string]any{"languages": out})
 }
 
 // The Piston-compatible routes. Their requests and responses are Piston's
@@ -599,7 +584,7 @@ func (s *Server) pistonExecute(c echo.Context) error {
 			el.MemoryBytes = *m.v
 		}
 	}
-	res, err := s.exec.Exec(c.Request().Context(), languages.ExecRequest{
+	res, err := s.execJob(c.Request().Context(), languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Limits: el,
 		Principal: principalOf(c), CorrelationID: correlationID(c),
 	})

@@ -105,6 +105,12 @@ type Server struct {
 	// WatchModules); watchDone is closed when it has returned.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	// langs tracks each language's first-time work (langstate.go);
+	// stopWarm ends the warming of languages.warm, and warmDone is closed
+	// when it has returned.
+	langs    langStates
+	stopWarm context.CancelFunc
+	warmDone chan struct{}
 	// stopTasks ends the task runner (tasks.go); tasksDone is closed
 	// when it has returned.
 	stopTasks context.CancelFunc
@@ -197,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: profile %s: %w", name, err)
 		}
 		h, err := host.New(ctx, host.Config{
-			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: log, Profile: prof, NativeWorkers: nativeWorkers,
+			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: slog.New(guestLogCapture{inner: log.Handler()}), Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
@@ -249,6 +255,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close(ctx)
 		return nil, err
 	}
+	s.startWarming()
 	s.ready.Store(true)
 	return s, nil
 }
@@ -400,6 +407,10 @@ func (s *Server) Close(ctx context.Context) error {
 	var err error
 	s.closed.Do(func() {
 		s.ready.Store(false)
+		if s.stopWarm != nil {
+			s.stopWarm()
+			<-s.warmDone
+		}
 		if s.stopTasks != nil {
 			s.stopTasks() // attempts in flight stop, their tasks go back to the queue
 			<-s.tasksDone

@@ -10,6 +10,7 @@ type (
 	ChildFS     = child.ChildFS
 	Rlimits     = child.Rlimits
 	RootSpec    = child.RootSpec
+	Mount       = child.Mount
 )
 
 const (
@@ -27,6 +28,7 @@ var (
 	SystemEtc   = child.SystemEtc
 	DeviceFiles = child.DeviceFiles
 	ScratchDirs = child.ScratchDirs
+	RootLinks   = child.RootLinks
 )
 
 // ConfineMain runs the confinement wrapper when ConfineEnv is set; see
@@ -35,6 +37,10 @@ func ConfineMain() { child.ConfineMain() }
 
 // RestrictChild applies a child's Landlock layer; see child.RestrictChild.
 func RestrictChild(spec ChildFS) error { return child.RestrictChild(spec) }
+
+// CheckMount says whether a root holding taken can show m; see
+// child.CheckMount.
+func CheckMount(m Mount, taken []string) error { return child.CheckMount(m, taken) }
 
 // LandlockABI returns the kernel's Landlock ABI version.
 func LandlockABI() (int, error) { return child.LandlockABI() }

@@ -123,11 +123,36 @@ $("#invoke-form").addEventListener("submit", async (ev) => {
   const btn = $("#invoke"); btn.disabled = true;
   try {
     const action = $("#action-select").value;
-    const r = await api("POST", "/v1/modules/" + encodeURIComponent(state.current) + "/actions/" + encodeURIComponent(action),
+    const r = await api("POST", "/v1/modules/" + encodeURIComponent(state.current) + "/actions/" + encodeURIComponent(action) + "?logs=true",
       $("#input").value, { "Content-Type": "application/octet-stream" });
     await showResult(r);
   } finally { btn.disabled = false; }
 });
+
+// outputOf is the action's output in an invocation answered with
+// ?logs=true (the envelope's output; base64 marked as such).
+function outputOf(r) {
+  if (!r.ok || !r.data || typeof r.data !== "object") return "";
+  return r.data.encoding === "base64" ? "(not UTF-8; base64) " + r.data.output : r.data.output;
+}
+
+// showLogs lists an invocation's guest log records (the envelope's, or a
+// problem's for a failed one), each field as text.
+function showLogs(r) {
+  const tb = $("#invoke-logs");
+  tb.replaceChildren();
+  const d = r.data && typeof r.data === "object" ? r.data : {};
+  const logs = Array.isArray(d.logs) ? d.logs : [];
+  for (const l of logs) {
+    const fields = l.fields ? JSON.stringify(l.fields) : "";
+    tb.append(el("tr", { class: "log-" + String(l.level || "").toLowerCase() }, el("td", { class: "mono" }, new Date(l.time).toLocaleTimeString()),
+      el("td", {}, l.stream ? l.level + " · " + l.stream : l.level), el("td", { class: "mono log-message" }, l.message), el("td", { class: "mono" }, fields)));
+  }
+  $("#invoke-no-logs").hidden = logs.length > 0 || r.status === 428;
+  const dropped = $("#invoke-logs-dropped");
+  dropped.hidden = !d.logs_dropped;
+  dropped.textContent = d.logs_dropped ? d.logs_dropped + " more record(s) not shown: a response carries at most 200 records and 64 KiB of them; the server's log has them all." : "";
+}
 
 async function showResult(r) {
   $("#result").hidden = false;
@@ -138,9 +163,10 @@ async function showResult(r) {
   $("#result-corr").textContent = r.id;
   // An error is shown as an error, apart from the output box, which
   // holds only what the action returned.
-  $("#output").textContent = r.ok ? r.data : "";
+  $("#output").textContent = outputOf(r);
   showError("invoke", r.ok || r.status === 428 ? null : problemParts(r));
-  showOutputMedia(r.ok ? r.data : "");
+  showLogs(r);
+  showOutputMedia(r.ok ? r.data.output : "");
   const box = $("#confirm-box");
   box.hidden = true;
   if (r.status === 428 && r.data.confirmation) {
@@ -178,7 +204,7 @@ $("#upload-form").addEventListener("submit", async (ev) => {
 function saveTokens() { sessionStorage.setItem("moat.tokens", JSON.stringify(state.tokens)); }
 
 async function approve(token) {
-  const r = await api("POST", "/v1/confirmations/" + encodeURIComponent(token));
+  const r = await api("POST", "/v1/confirmations/" + encodeURIComponent(token) + "?logs=true");
   delete state.tokens[token]; saveTokens();
   loadConfirmations();
   return r;
@@ -203,7 +229,7 @@ async function loadConfirmations() {
     if (token) {
       const b = el("button", { class: "primary small" }, "Approve and run");
       const out = el("pre", { class: "output", hidden: true });
-      b.addEventListener("click", async () => { const res = await approve(token); out.hidden = false; out.textContent = res.ok ? res.data : problemText(res); });
+      b.addEventListener("click", async () => { const res = await approve(token); out.hidden = false; out.textContent = res.ok ? outputOf(res) : problemText(res); });
       li.append(b, out);
     } else {
       li.append(el("div", { class: "sub" }, "requested elsewhere: approve it where it was requested"));
@@ -379,29 +405,74 @@ async function loadLanguages() {
   sel.replaceChildren();
   const langs = r.ok ? r.data.languages : [];
   state.languages = langs;
-  // warm: the languages a run of which finished in this tab (kept across
-  // reloads in sessionStorage): until one has, a slow answer is taken for
-  // the language being prepared.
-  state.warm = JSON.parse(sessionStorage.getItem("moat.warm") || "{}");
   $("#no-languages").hidden = langs.length > 0;
   $("#run-grid").hidden = langs.length === 0;
-  for (const l of langs) sel.append(el("option", { value: l.name }, l.name + " " + l.version));
-  const names = langs.map((l) => l.name);
+  // An unavailable language is listed, not offered: its option says so
+  // and the state line under it what to install.
+  for (const l of langs) sel.append(el("option", { value: l.name, disabled: l.state === "unavailable" }, l.name + " " + l.version + (l.state === "unavailable" ? " (unavailable)" : "")));
+  const names = langs.filter((l) => l.state !== "unavailable").map((l) => l.name);
   let draft = {};
   try { draft = JSON.parse(sessionStorage.getItem("moat.draft") || "{}") || {}; } catch { draft = {}; }
   const first = names.includes(draft.language) ? draft.language : preferred.find((n) => names.includes(n)) || names[0];
   if (!first) return;
   sel.value = first;
   editor.language(first);
+  showLangState();
   if (typeof draft.code === "string") { editor.value = draft.code; state.edited = true; } else setHello(first);
   // Switching language replaces untouched code with the new language's
   // hello world and keeps code the user typed or pasted (only its
   // highlighting changes): "Hello world" replaces it on request.
   sel.onchange = () => {
     editor.language(sel.value);
+    showLangState();
     if (!state.edited) setHello(sel.value); else saveDraft();
   };
 }
+// A language's state is the server's (GET /v1/languages): ready, cold
+// (its first run does first-time work: first_run says what), preparing
+// (that work is in flight, since when), or unavailable (what to install).
+// The console never guesses it: while a run is in flight, or while the
+// chosen language is preparing (languages.warm at the server's start),
+// it asks again every second.
+function langStateText(l) {
+  if (!l) return "";
+  const head = l.name + " " + l.version + " · ";
+  switch (l.state) {
+    case "ready": return head + "ready";
+    case "cold": return head + "cold: " + l.first_run + ".";
+    case "preparing": return head + "preparing for " + Math.max(0, Math.round((Date.now() - new Date(l.since).getTime()) / 1000)) + " s: " + l.first_run + ".";
+    case "unavailable": return head + "unavailable: " + l.missing + " Install it on the server: " + l.fix;
+    default: return head + l.state;
+  }
+}
+
+function showLangState() {
+  const l = (state.languages || []).find((x) => x.name === $("#run-language").value);
+  const p = $("#run-lang-state");
+  p.textContent = langStateText(l);
+  p.dataset.state = l ? l.state : "";
+  if (l && l.state === "preparing") watchLanguages();
+}
+
+// refreshLanguages reads the languages' states again (the list itself is
+// loadLanguages').
+async function refreshLanguages() {
+  const r = await api("GET", "/v1/languages");
+  if (!r.ok) return;
+  const byName = new Map(r.data.languages.map((l) => [l.name, l]));
+  state.languages = (state.languages || []).map((l) => byName.get(l.name) || l);
+  showLangState();
+}
+
+let watching = 0;
+function watchLanguages() {
+  if (watching) return;
+  watching = setTimeout(async () => {
+    watching = 0;
+    await refreshLanguages();
+  }, 1000);
+}
+
 $("#run-hello").addEventListener("click", () => { setHello($("#run-language").value); if (editor.cm) editor.cm.focus(); });
 
 // The result side: status, output (stdout), logs (stderr), an error apart
@@ -453,16 +524,26 @@ $("#run-form").addEventListener("submit", async (ev) => {
   saveDraft();
   clearRun();
   pill.className = "pill running"; pill.textContent = "running…";
-  // The first run of a language on a server builds its toolchain's cache
-  // (an interpreter compiled to native code, Go's standard library):
-  // seconds, not milliseconds. Say so rather than look stuck.
+  // The first run of a language on a server does first-time work (an
+  // interpreter compiled to machine code, Go's standard library):
+  // seconds, not milliseconds. While the run is in flight, the server's
+  // state of the language says whether that is what it is doing.
   const prep = $("#run-preparing");
-  const timer = setTimeout(() => {
-    if (state.warm[lang]) return;
-    prep.textContent = "Preparing " + lang + ": no " + lang + " run has finished in this tab yet, and a language's first run on a server compiles and caches its toolchain, which takes seconds. Later runs start fast.";
-    prep.hidden = false;
-    pill.className = "pill preparing"; pill.textContent = "preparing " + lang + "…";
-  }, 1500);
+  let inFlight = true;
+  const poll = async () => {
+    await refreshLanguages();
+    if (!inFlight) return;
+    const l = state.languages.find((x) => x.name === lang);
+    if (l && l.state === "preparing") {
+      prep.textContent = "Preparing " + lang + ": " + l.first_run + ". Later runs start fast.";
+      prep.hidden = false;
+      pill.className = "pill preparing"; pill.textContent = "preparing " + lang + "…";
+    } else {
+      prep.hidden = true;
+      pill.className = "pill running"; pill.textContent = "running…";
+    }
+  };
+  const timer = setInterval(poll, 700);
   try {
     const info = state.languages.find((l) => l.name === lang);
     const ext = info && info.extensions && info.extensions.length ? info.extensions[0] : "";
@@ -473,7 +554,8 @@ $("#run-form").addEventListener("submit", async (ev) => {
     } catch (e) {
       r = { ok: false, status: 0, data: { title: "The request failed", detail: e.message } };
     }
-    clearTimeout(timer); prep.hidden = true;
+    inFlight = false; clearInterval(timer); prep.hidden = true;
+    refreshLanguages();
     if (!r.ok) {
       pill.className = "pill bad"; pill.textContent = r.status ? r.status + " " + ((r.data && r.data.title) || "error") : "no answer";
       showError("run", problemParts(r));
@@ -481,7 +563,6 @@ $("#run-form").addEventListener("submit", async (ev) => {
       return;
     }
     const d = r.data;
-    state.warm[lang] = true; sessionStorage.setItem("moat.warm", JSON.stringify(state.warm));
     const err = runError(d);
     pill.className = "pill " + (err ? "bad" : "ok");
     pill.textContent = err ? d.status : "ok";
@@ -492,7 +573,7 @@ $("#run-form").addEventListener("submit", async (ev) => {
     $("#run-stderr").textContent = d.stderr;
     showError("run", err);
     await showRunAudit(d.correlation_id || r.id);
-  } finally { clearTimeout(timer); prep.hidden = true; btn.disabled = false; }
+  } finally { inFlight = false; clearInterval(timer); prep.hidden = true; btn.disabled = false; }
 });
 
 if (state.key) signIn(state.key).catch(() => {});

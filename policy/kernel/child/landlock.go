@@ -41,8 +41,21 @@ type ChildFS struct {
 	// socket or device node, and nothing executed; the same as a WASM
 	// guest may do in them (package host/grantfs). Read-only grants are
 	// ReadOnly.
-	Granted    []string `json:",omitempty"`
+	Granted []string `json:",omitempty"`
+	// Mounts are host directories shown at another path in the job's own
+	// root (moat exec --native --dir HOST:GUEST), read-only or, with RW,
+	// as Granted: the rules name the guest path, which exists only inside
+	// the job's root (RootSpec), so they need one. CheckMount says which
+	// guest paths a root can take.
+	Mounts     []Mount  `json:",omitempty"`
 	ConnectTCP []uint16 // TCP ports the child may connect to; none: all TCP connect and bind denied
+}
+
+// Mount is a host directory bound at Target in the job's root.
+type Mount struct {
+	Source string // the host's directory: absolute, symlinks resolved
+	Target string // where the job sees it: absolute and clean
+	RW     bool   // read-write as ChildFS.Granted; else read-only
 }
 
 // LandlockABI returns the Landlock ABI version of the running kernel, or 0
@@ -77,7 +90,15 @@ func RestrictChild(spec ChildFS) error {
 	}
 	cfg := landlock.V7.BestEffort()
 	var files, dirs []string
-	for _, p := range append(append([]string{}, SystemEtc...), spec.ReadOnly...) {
+	var mountRO, mountRW []string
+	for _, m := range spec.Mounts {
+		if m.RW {
+			mountRW = append(mountRW, m.Target)
+		} else {
+			mountRO = append(mountRO, m.Target)
+		}
+	}
+	for _, p := range append(append(append([]string{}, SystemEtc...), spec.ReadOnly...), mountRO...) {
 		if isDir(p) {
 			dirs = append(dirs, p)
 		} else {
@@ -101,8 +122,8 @@ func RestrictChild(spec ChildFS) error {
 		rw := cfg.HandledAccessFS &^ accessNoJob
 		rules = append(rules, landlock.PathAccess(rw, spec.ReadWrite...))
 	}
-	if len(spec.Granted) > 0 {
-		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoGrant, spec.Granted...))
+	if granted := append(append([]string{}, spec.Granted...), mountRW...); len(granted) > 0 {
+		rules = append(rules, landlock.PathAccess(cfg.HandledAccessFS&^accessNoGrant, granted...))
 	}
 	for _, p := range spec.ConnectTCP {
 		rules = append(rules, landlock.ConnectTCP(p))

@@ -44,6 +44,10 @@ type RootSpec struct {
 // ScratchDirs are the fresh tmpfs a job gets in its own root.
 var ScratchDirs = []string{"/tmp", "/var/tmp", "/run", "/dev/shm"}
 
+// RootLinks are the paths buildRoot itself makes in every job's root
+// beside ScratchDirs and DeviceFiles: a fresh /proc and its links.
+var RootLinks = []string{"/proc", "/var/run", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"}
+
 // bindKind says how a path is bound into the job's root.
 type bindKind int
 
@@ -70,7 +74,10 @@ type bind struct {
 	path string // resolved: no symlink in it
 	kind bindKind
 	dir  bool
-	fd   int // a detached clone of the host's tree at path
+	fd   int // a detached clone of the host's tree at path (or src)
+	// src is the host's directory a Mount shows at path; "" for the
+	// binds at their own path.
+	src string
 }
 
 type link struct{ path, target string }
@@ -183,7 +190,89 @@ func planRoot(fs ChildFS, rs *RootSpec) (*rootPlan, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return r, r.prune()
+	if err := r.prune(); err != nil {
+		return nil, err
+	}
+	// The Mounts last, each checked against everything else the root
+	// holds: nothing of the root may lie at, above or below a guest path.
+	taken := r.paths()
+	taken = append(taken, rs.JobDir)
+	for _, m := range fs.Mounts {
+		if err := CheckMount(m, taken); err != nil {
+			return nil, err
+		}
+		taken = append(taken, m.Target)
+		kind := bindRead
+		if m.RW {
+			kind = bindRW
+		}
+		r.binds = append(r.binds, bind{path: m.Target, src: m.Source, kind: kind, dir: true, fd: -1})
+	}
+	return r, nil
+}
+
+// paths are every path the root shows before its Mounts: the binds, the
+// links, the scratch tmpfs, /proc and the links buildRoot makes itself.
+func (r *rootPlan) paths() []string {
+	out := append(append([]string{}, RootLinks...), ScratchDirs...)
+	for _, b := range r.binds {
+		out = append(out, b.path)
+	}
+	for _, l := range r.links {
+		out = append(out, l.path)
+	}
+	return out
+}
+
+// CheckMount refuses a Mount that the job's root cannot show safely:
+// a Source that is not an absolute directory without symlinks, and a
+// Target that is not absolute and clean, is /, or lies at, above or below
+// a path of taken (what the root already shows: the system directories,
+// /proc, the scratch tmpfs, the job dir, the other binds and links). Its
+// parents are then fresh directories of the root's own tmpfs, made
+// without following any symlink, and nothing of the root is hidden by it
+// or bound inside the host's directory.
+func CheckMount(m Mount, taken []string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("mount %s at %s: "+format, append([]any{m.Source, m.Target}, args...)...)
+	}
+	if !filepath.IsAbs(m.Source) || filepath.Clean(m.Source) != m.Source {
+		return bad("the host directory must be an absolute, clean path")
+	}
+	if real, err := filepath.EvalSymlinks(m.Source); err != nil || real != m.Source {
+		return bad("the host directory must exist, with no symlink in its path (resolve it first)")
+	}
+	if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
+		return bad("the host path is not a directory")
+	}
+	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || strings.ContainsRune(m.Target, 0) {
+		return bad("the guest path must be absolute and clean, e.g. /data")
+	}
+	if m.Target == "/" {
+		return bad("the guest path cannot be / (the job's root is moat's)")
+	}
+	for _, p := range taken {
+		if p == "" {
+			continue
+		}
+		if under(m.Target, p) || under(p, m.Target) {
+			return bad("the job's root already holds %s there; choose a guest path apart from it, e.g. /data", p)
+		}
+	}
+	return nil
+}
+
+// cloneNoSymlinks is a detached clone of the directory at dir, which
+// CheckMount found free of symlinks: opened with openat2 refusing any
+// symlink on the way (ELOOP), so a component swapped for one since (by
+// whoever may write its parent) cannot lead the clone elsewhere.
+func cloneNoSymlinks(dir string) (int, error) {
+	d, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(d)
+	return unix.OpenTree(d, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
 }
 
 // mountTmpfs mounts a fresh tmpfs at dir.
@@ -215,9 +304,16 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 	// they came from (a job dir under /tmp).
 	for i := range plan.binds {
 		b := &plan.binds[i]
-		fd, err := unix.OpenTree(unix.AT_FDCWD, b.path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		src := b.path
+		var fd int
+		if b.src != "" {
+			src = b.src
+			fd, err = cloneNoSymlinks(src)
+		} else {
+			fd, err = unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		}
 		if err != nil {
-			return fmt.Errorf("root: clone %s: %w", b.path, err)
+			return fmt.Errorf("root: clone %s: %w", src, err)
 		}
 		b.fd = fd
 		attr := unix.MountAttr{Attr_set: b.kind.attrs()}

@@ -1,0 +1,39 @@
+package languages
+
+// warmSources are the smallest programs that make each language do its
+// first-time work (Go's standard library build, an interpreter's compile
+// to machine code) and nothing else.
+var warmSources = map[string]string{
+	"go":             "package main\n\nfunc main() { println(\"ok\") }\n",
+	"c":              "int main(void) { return 0; }\n",
+	"cpp":            "int main() { return 0; }\n",
+	"rust":           "fn main() {}\n",
+	"assemblyscript": "console.log(\"ok\");\n",
+	"javascript":     "console.log('ok');\n",
+	"python":         "print('ok')\n",
+	"ruby":           "puts 'ok'\n",
+	"bash":           "echo ok\n",
+	"python3-native": "print('ok')\n",
+}
+
+// WarmRequest is the job that warms a language: a run of its smallest
+// program, so that the work a first run does once lands in the caches now
+// rather than in someone's first request (`moat toolchains warm`, and a
+// server's languages.warm). ok is false for a language with no warm
+// program.
+func WarmRequest(name string) (req ExecRequest, ok bool) {
+	l, err := Lookup(name)
+	if err != nil {
+		return ExecRequest{}, false
+	}
+	info := l.Info()
+	src, ok := warmSources[info.Name]
+	if !ok {
+		return ExecRequest{}, false
+	}
+	ext := ""
+	if len(info.Extensions) > 0 {
+		ext = info.Extensions[0]
+	}
+	return ExecRequest{Language: info.Name, Source: Source{Files: []File{{Name: "main" + ext, Content: []byte(src)}}}}, true
+}
