@@ -104,19 +104,37 @@ class _Device:
             self._f = _io.open(path, "r+b", buffering=0)
         except OSError as e:
             raise MoatError("unavailable", f"cannot open {path}: {e.strerror}") from None
+        self._buf = bytearray(65536)
 
     def call(self, op, req):
-        line = ('{"op":' + _json.dumps(op) + ',"req":' + req + "}\n").encode()
-        view = memoryview(line)
-        while view:
-            view = view[self._f.write(view):]
-        reply = bytearray()
+        # Every step counts here: CPython on WASM runs each op's Python
+        # at a fraction of native speed, so the line is built once, the
+        # write is usually whole, and replies are read into one buffer
+        # kept for the descriptor's life and decoded as text before
+        # json.loads (which would otherwise detect the encoding in Python).
+        q = _op_json.get(op)
+        if q is None:
+            q = _op_json[op] = _compact.encode(op)
+        line = ('{"op":' + q + ',"req":' + req + "}\n").encode()
+        n = self._f.write(line)
+        if n != len(line):
+            view = memoryview(line)[n:]
+            while view:
+                view = view[self._f.write(view):]
+        buf = self._buf
+        n = self._f.readinto(buf)
+        if n and buf[n - 1] == 10:
+            return _json.loads(buf[:n].decode())
+        reply = bytearray(buf[:n])
         while not reply.endswith(b"\n"):
-            chunk = self._f.read(4096)
-            if not chunk:
+            n = self._f.readinto(buf)
+            if not n:
                 raise MoatError("internal", f"no reply from the host for op {op}")
-            reply += chunk
-        return _json.loads(reply)
+            reply += buf[:n]
+        return _json.loads(reply.decode())
+
+
+_op_json = {}
 
 
 class _Lines:
@@ -179,9 +197,16 @@ def _json_default(v):
     raise TypeError(f"a {type(v).__name__} is not JSON: send str, int, float, bool, None, list, dict or datetime")
 
 
+# One encoder for every request: json.dumps with arguments builds a new
+# JSONEncoder each call, which in CPython on WASM costs more than the
+# encoding of a small request.
+_request_encoder = _json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_json_default)
+_compact = _json.JSONEncoder(separators=(",", ":"))
+
+
 def _encode(op, what, v):
     try:
-        return _json.dumps(v, separators=(",", ":"), allow_nan=False, default=_json_default)
+        return _request_encoder.encode(v)
     except (TypeError, ValueError) as e:
         raise MoatError("invalid_argument", f"op {op}: encode {what}: {e}") from None
 
@@ -291,7 +316,7 @@ def serve():
 def _serve_resident(dev):
     """Serve calls until the host stops the instance: each moat.next hands
     back the previous call's result and takes the next call (abi/resident.go)."""
-    req = _json.dumps({"ready": {"actions": list(_actions)}}, separators=(",", ":"))
+    req = _compact.encode({"ready": {"actions": list(_actions)}})
     while True:
         msg = dev.call("moat.next", req)
         err = msg.get("error")
@@ -303,7 +328,7 @@ def _serve_resident(dev):
         data = nxt.get("text", "").encode() if "input" not in nxt else _base64.b64decode(nxt["input"])
         out, err = _run(nxt.get("action", ""), data, nxt.get("correlation_id", ""))
         if err is not None:
-            req = _json.dumps({"error": err}, separators=(",", ":"))
+            req = _compact.encode({"error": err})
         else:
             req = '{"output":"' + _base64.b64encode(out).decode() + '"}'
 
