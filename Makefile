@@ -77,8 +77,9 @@ test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## s
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
-	@echo "==> go test -race (store, host pool, supervisor)"
+	@echo "==> go test -race (store, host pool, supervisor, resident interpreters)"
 	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV|Supervisor|Conformance' ./host/...
+	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'TestResident' ./languages/javascript/
 
 vet:
 	@echo "==> go vet"

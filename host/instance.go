@@ -142,7 +142,7 @@ func (inst *instance) oversized(lim Limits) bool {
 
 func (inst *instance) close() {
 	if inst.res != nil && inst.mod != nil {
-		inst.closeResident()
+		inst.closeResident() // a goroutine still running takes the module and files over
 	}
 	if inst.mod != nil {
 		_ = inst.mod.Close(context.Background())

@@ -87,7 +87,7 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 			return abi.NextReply{}, abi.Errorf(abi.CodeInvalidArgument, "%s: ready was sent already", abi.OpNext)
 		}
 		r.readied = true
-		r.ready <- slices.Clone(req.Ready.Actions)
+		r.ready <- slices.Clone(req.Ready.Actions) // buffered: the creator may have gone
 	case r.inCall:
 		r.inCall = false
 		r.dev.SetContext(r.lifetime)
@@ -95,7 +95,11 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 		if len(out) == 0 && req.OutputText != "" {
 			out = []byte(req.OutputText)
 		}
-		r.results <- residentResult{output: out, err: req.Error}
+		select {
+		case r.results <- residentResult{output: out, err: req.Error}:
+		case <-r.lifetime.Done(): // the caller gave up and the instance is ending
+			return abi.NextReply{Stop: true}, nil
+		}
 	default:
 		return abi.NextReply{}, abi.Errorf(abi.CodeInvalidArgument, "%s: a result with no call to answer (send ready first)", abi.OpNext)
 	}
@@ -111,6 +115,8 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 		}
 		return next, nil
 	case <-r.stop:
+		return abi.NextReply{Stop: true}, nil
+	case <-r.lifetime.Done():
 		return abi.NextReply{Stop: true}, nil
 	}
 }
@@ -323,31 +329,46 @@ func (inst *instance) residentDied(ctx context.Context, lim Limits) ([]byte, *ca
 
 // closeResident stops the instance's goroutine: its moat.next answers stop
 // and the script returns from _start; one that does not within
-// residentStopGrace is ended by closing its module.
-func (inst *instance) closeResident() {
+// residentStopGrace is ended by cancelling its context. It reports whether
+// the goroutine ended: if not, the goroutine closes the module itself
+// when it does, and the caller must leave it alone.
+func (inst *instance) closeResident() bool {
 	r := inst.res
 	if r.stopOnce.CompareAndSwap(false, true) {
 		close(r.stop)
 	}
 	select {
 	case <-r.done:
+		r.cancel()
+		return true
 	case <-time.After(residentStopGrace):
-		inst.kill(sys.ExitCodeContextCanceled)
+		return inst.kill(sys.ExitCodeContextCanceled)
 	}
-	r.cancel()
 }
 
-// kill closes the instance's module under its running script, which ends
-// at its next interrupt check (a loop header, an op, a sleep), and waits
-// for its goroutine, at most residentStopGrace: a script blocked in a host
-// call that ignores its context is left to end on its own.
-func (inst *instance) kill(code uint32) {
+// kill ends the script however it is running: the instance's context is
+// cancelled, which its interrupt checks (at loop headers, ops and sleeps)
+// and its moat.next obey, and waits for its goroutine, at most
+// residentStopGrace. The module is never closed under the running guest
+// (its descriptors would be closed under calls in flight); a guest still
+// running after the grace (blocked in a host call that ignores its
+// context) is left to end on its own, and the goroutine then closes its
+// module. kill reports whether the goroutine ended.
+func (inst *instance) kill(code uint32) bool {
 	r := inst.res
-	_ = inst.mod.CloseWithExitCode(context.Background(), code)
-	r.cancel() // ops and sleeps of the idle instance end too
+	r.cancel()
 	select {
 	case <-r.done:
+		return true
 	case <-time.After(residentStopGrace):
-		inst.m.host.log.Warn("a resident instance did not end when closed", "module", inst.m.name)
 	}
+	inst.m.host.log.Warn("a resident instance did not end when stopped; its module is closed when it does", "module", inst.m.name, "exit_code", code)
+	mod, files := inst.mod, inst.files
+	inst.mod, inst.files = nil, nil
+	go func() {
+		<-r.done
+		_ = mod.Close(context.Background())
+		files.release()
+	}()
+	return false
 }

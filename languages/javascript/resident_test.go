@@ -16,6 +16,7 @@ moat.action("count", () => String(++calls));
 moat.action("fail", () => { throw new moat.MoatError("invalid_argument", "no thanks"); });
 moat.action("put", (s) => { moat.kv.put("k", s); return moat.kv.get("k"); });
 moat.action("spin", () => { for (;;) {} });
+moat.action("nap", () => { os.sleep(60000); });
 moat.action("balloon", () => { const a = []; for (;;) a.push(new Array(1 << 16).fill(1)); });
 `,
 		TopLevelOp: `import * as moat from "./moat.js";

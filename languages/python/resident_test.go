@@ -43,6 +43,14 @@ def spin(inp):
         pass
 
 
+@moat.action("nap")
+def nap(inp):
+    # CPython on WASI cannot sleep (ENOTSUP): it waits in the host
+    # instead, an op after another.
+    while True:
+        moat.kv.get("k")
+
+
 @moat.action("balloon")
 def balloon(inp):
     a = []

@@ -19,7 +19,10 @@ type ResidentScripts struct {
 	// Main registers echo (the input back), count (a global counter, one
 	// more each call, as a string), fail (MoatError invalid_argument "no
 	// thanks"), put (kv.put "k" to the input, then kv.get "k"), spin (a
-	// loop that never ends) and balloon (allocates without end).
+	// loop that never ends), nap (sleeps a minute, or where the
+	// interpreter cannot sleep, calls ops for ever: either way it waits in
+	// the host, not in a loop of its own) and balloon (allocates without
+	// end).
 	Main string
 	// TopLevelOp calls kv.get at the top level, then registers echo.
 	TopLevelOp string
@@ -56,7 +59,7 @@ func (s *Suite) residentManifest(t testing.TB, name string, actions ...string) *
 func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	ctx := context.Background()
 	p := policy.Principal{User: "ann", Org: "acme"}
-	m := s.LoadScript(t, s.residentManifest(t, s.Language+"-resident", "echo", "count", "fail", "put", "spin", "balloon"), sc.File, sc.Main)
+	m := s.LoadScript(t, s.residentManifest(t, s.Language+"-resident", "echo", "count", "fail", "put", "spin", "nap", "balloon"), sc.File, sc.Main)
 	call := func(action, in string) (string, error) {
 		res, err := m.Invoke(ctx, host.Request{Action: action, Input: []byte(in), Principal: p})
 		return string(res.Output), err
@@ -88,6 +91,18 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 		t.Errorf("spin took %s to stop; its deadline is 2s", d)
 	}
 	counts(1, 1) // a new instance: the spinning one was discarded
+	start = time.Now()
+	if _, err := call("nap", ""); host.CodeOf(err) != abi.CodeTimeout || time.Since(start) > 10*time.Second {
+		t.Fatalf("nap: %v after %s, want timeout at its 2s deadline", err, time.Since(start))
+	}
+	counts(1, 1)
+	// A caller that gives up: canceled, the instance discarded.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(200*time.Millisecond, cancel)
+	if _, err := m.Invoke(cctx, host.Request{Action: "spin", Principal: p}); host.CodeOf(err) != abi.CodeCanceled {
+		t.Fatalf("spin canceled by its caller: %v, want canceled", err)
+	}
+	counts(1, 1)
 	// An interpreter catches its own out-of-memory (QuickJS's InternalError,
 	// Python's MemoryError): the handler fails with guest_error and the
 	// instance, its garbage collected, serves on. One that dies at the
