@@ -77,8 +77,9 @@ test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## s
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
-	@echo "==> go test -race (store, host pool, supervisor)"
+	@echo "==> go test -race (store, host pool, supervisor, resident interpreters)"
 	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV|Supervisor|Conformance' ./host/...
+	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'TestResident' ./languages/javascript/
 
 vet:
 	@echo "==> go vet"
@@ -101,6 +102,8 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/ ./host/native/ | $(GO) run ./internal/benchtable
 	@echo "==> languages: hello world, warm build cache, vs the same as plain processes"
 	@$(GO) test -run '^$$' -bench 'Exec|Baseline' -benchtime 20x -count 1 ./languages/all/ | grep -E '^Benchmark'
+	@echo "==> interpreted plugins: a warm call of a resident instance vs the interpreter started per call; idle memory"
+	@$(GO) test -run '^$$' -bench 'PluginCall' -benchtime $(BENCHTIME) -count 1 ./languages/javascript/ ./languages/python/ | grep -E '^Benchmark'
 	@echo "==> Extism: Plugin.Call through moat vs extism go-sdk directly, same plug-in"
 	@$(GO) test -run '^$$' -bench 'Call' -benchtime $(BENCHTIME) -count 1 ./host/extism/ | grep -E '^Benchmark'
 	@echo "==> the db family's store calls beside kv's, SQLite and PostgreSQL"

@@ -35,12 +35,16 @@ type instance struct {
 	stderr     guestStream
 	stack      [3]uint64
 	files      *fileGrants // the module's directories, referenced while the instance lives
+	res        *resident   // a resident script's goroutine (resident.go), or nil
 }
 
 // newInstance instantiates the module. Instantiation (and _initialize, for
 // reactors) runs under the invocation's timeout and memory limit: a guest
 // that loops or balloons in its initializer is stopped like any other.
 func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error) {
+	if m.script != nil && m.script.Resident {
+		return m.newResidentInstance(ctx, lim)
+	}
 	h := m.host
 	inst := &instance{invocation: invocation{m: m, env: m.newEnv()}}
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
@@ -137,6 +141,9 @@ func (inst *instance) oversized(lim Limits) bool {
 }
 
 func (inst *instance) close() {
+	if inst.res != nil && inst.mod != nil {
+		inst.closeResident() // a goroutine still running takes the module and files over
+	}
 	if inst.mod != nil {
 		_ = inst.mod.Close(context.Background())
 	}

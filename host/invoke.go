@@ -75,8 +75,9 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 		return Result{}, err
 	}
 	defer release()
-	if m.script != nil || m.runner != nil {
-		// Scripts and foreign modules run outside the instance pool.
+	if m.script != nil && !m.script.Resident || m.runner != nil {
+		// Scripts run per call and foreign modules run outside the
+		// instance pool; resident scripts are in it (resident.go).
 		call := m.callForeign
 		if m.script != nil {
 			call = m.runScript
@@ -175,6 +176,9 @@ type callError struct {
 }
 
 func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Limits) ([]byte, *callError) {
+	if inst.res != nil {
+		return inst.callResident(ctx, req, lim)
+	}
 	m := inst.m
 	ctx = inst.sess.Attach(ctx)
 	inst.epoch++

@@ -443,6 +443,17 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	m.info.Actions = m.public
 	m.info.Mode = string(m.policy.eval.Mode)
 	m.info.Signer = m.policy.eval.Signer
+	if m.script != nil && m.script.Resident {
+		// The first instance now, as a plugin's: a script that fails as
+		// it starts, or registers other actions than its manifest's,
+		// fails its load, and the first call finds a warm instance.
+		inst, err := m.newResidentInstance(ctx, m.limits)
+		if err != nil {
+			m.Close(ctx)
+			return nil, err
+		}
+		m.put(inst)
+	}
 	m.compiled, loaded = c, true
 	return m, nil
 }

@@ -8,3 +8,19 @@ func (m *Module) IdleInstances() int {
 	defer m.mu.Unlock()
 	return len(m.idle)
 }
+
+// IdleMemoryBytes is the linear memory the module's idle instances hold,
+// in bytes: what its pool costs while nothing runs (a resident Python
+// instance holds its interpreter's heap, tens of MiB; a compiled plugin's
+// a few). The pool's size bounds it (LoadOptions.MaxIdle).
+func (m *Module) IdleMemoryBytes() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n uint64
+	for _, inst := range m.idle {
+		if inst.mem != nil {
+			n += inst.mem.Size()
+		}
+	}
+	return n
+}

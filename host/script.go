@@ -35,6 +35,12 @@ type Script struct {
 	// Mounts are the script's directory and the interpreter's library,
 	// read-only as a rule.
 	Mounts []Mount
+	// Resident says the script registers its actions' handlers
+	// (moat.action) and serves many calls from one instance, in the
+	// module's pool (resident.go, abi/resident.go); otherwise each call
+	// runs the script once on a fresh instance, the action in
+	// $MOAT_ACTION.
+	Resident bool
 	// Source is the plugin's sources in canonical form
 	// (languages.PackSources): what its signature covers, in place of the
 	// module bytes, which are the interpreter's and the same for every

@@ -127,7 +127,20 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 	if err != nil {
 		return nil, fmt.Errorf("%s plugin: %w", in.Name, err)
 	}
-	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir)}}, nil
+	resident := false
+	if d, ok := l.(ResidentDetector); ok {
+		resident = d.Resident(src)
+	}
+	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir), Resident: resident}}, nil
+}
+
+// ResidentDetector is implemented by the interpreted languages whose
+// plugins may be resident (host.Script.Resident): Resident says whether
+// the plugin's entry file registers its actions' handlers (moat.action),
+// so that its interpreter starts once and serves many calls. A script
+// that does not is run once per call, its action in $MOAT_ACTION.
+type ResidentDetector interface {
+	Resident(src Source) bool
 }
 
 // writeSourceDir writes files into root/<their digest>, unless a complete

@@ -160,10 +160,17 @@ export const log = {
   error: logAt("error"),
 };
 
+const configCache = new Map();
+
 // config returns one value of the module's configuration, or undefined.
+// The configuration is fixed for as long as the module is loaded, so a
+// value is asked of the host once per instance and kept.
 export function config(key) {
-  const r = call("config.get", { key });
-  return r.found ? r.value : undefined;
+  if (!configCache.has(key)) {
+    const r = call("config.get", { key });
+    configCache.set(key, r.found ? r.value : undefined);
+  }
+  return configCache.get(key);
 }
 
 // encodable checks that v has a JSON form before it joins a request:
@@ -543,3 +550,148 @@ export const ai = {
     return { vectors, usage: usageOf(r), modelCallId: r.model_call_id ?? "" };
   },
 };
+
+// --- handlers ------------------------------------------------------------
+//
+//   moat.action("greet", (name, call) => `Hello, ${name}!`);
+//
+// A script that registers its actions with moat.action is resident: moat
+// runs its top-level code once, when an instance starts, and the instance
+// then serves many calls, each calling the handler of its action (the
+// globals a call changes stay for the next call on the same instance;
+// isolation: fresh in the profile gives each call a new one). A handler
+// gets the input as a string (UTF-8) and a call object ({action,
+// correlationId, bytes: the input as a Uint8Array}); it returns a string,
+// a Uint8Array, null or undefined (empty), or a value sent as JSON. It runs
+// synchronously: a Promise is refused. A MoatError it throws fails the call
+// with its code (throw new MoatError("invalid_argument", "...") is a 400);
+// anything else is a guest_error. Ops work only inside a handler:
+// top-level code runs for no caller.
+
+const handlers = new Map();
+let served = false;
+
+// action registers fn as the handler of the action name.
+export function action(name, fn) {
+  if (typeof name !== "string" || name === "") {
+    throw new TypeError("moat.action: the action name must be a non-empty string");
+  }
+  if (typeof fn !== "function") {
+    throw new TypeError(`moat.action(${JSON.stringify(name)}): the handler must be a function`);
+  }
+  if (handlers.has(name)) {
+    throw new TypeError(`moat.action: action ${JSON.stringify(name)} is registered twice`);
+  }
+  handlers.set(name, fn);
+}
+
+function outputBytes(v) {
+  if (v === undefined || v === null) return new Uint8Array(0);
+  if (typeof v === "string") return utf8Encode(v);
+  if (v instanceof Uint8Array) return v;
+  if (v instanceof ArrayBuffer) return new Uint8Array(v);
+  return utf8Encode(JSON.stringify(v));
+}
+
+// failure is the {code, message} a thrown value fails its call with; the
+// stack goes to stderr, the host's log.
+export function failure(e) {
+  const isMoat = e !== null && typeof e === "object" && e.name === "MoatError" && typeof e.code === "string" && e.code !== "";
+  let message;
+  if (isMoat) {
+    message = String(e.message ?? "");
+    if (message.startsWith(e.code + ": ")) message = message.slice(e.code.length + 2);
+    else if (message === e.code) message = "";
+  } else if (e !== null && typeof e === "object" && "message" in e) {
+    message = (e.name ? e.name + ": " : "") + String(e.message);
+    const frame = String(e.stack ?? "").split("\n").map((l) => l.trim()).find((l) => l.startsWith("at "));
+    if (frame) message += " (" + frame + ")";
+  } else {
+    message = "uncaught " + String(e);
+  }
+  const stack = e !== null && typeof e === "object" && e.stack ? String(e.stack) : "";
+  std.err.puts(stack + (stack === "" || stack.endsWith("\n") ? "" : "\n") + String(e) + "\n"); // the message last, as Python ends a traceback: the line a log or an error shows
+  std.err.flush();
+  return { code: isMoat ? e.code : "guest_error", message };
+}
+
+function runHandler(name, text, bytes, correlationId) {
+  const fn = handlers.get(name);
+  if (!fn) {
+    return { error: { code: "no_such_action", message: `no action ${JSON.stringify(name)} is registered (moat.action); registered: ${[...handlers.keys()].join(", ")}` } };
+  }
+  try {
+    const call = {
+      action: name,
+      correlationId,
+      get bytes() { return bytes ?? (bytes = utf8Encode(text)); },
+    };
+    const v = fn(text ?? utf8Decode(bytes), call);
+    if (v instanceof Promise) {
+      return { error: { code: "guest_error", message: `the handler of ${name} returned a Promise: handlers run synchronously (make it a plain function)` } };
+    }
+    if (typeof v === "string") return { text: v };
+    if (v !== undefined && v !== null && !(v instanceof Uint8Array) && !(v instanceof ArrayBuffer)) return { text: JSON.stringify(v) };
+    return { output: outputBytes(v) };
+  } catch (e) {
+    return { error: failure(e) };
+  } finally {
+    std.out.flush();
+  }
+}
+
+function readAll(f) {
+  const chunks = [];
+  let total = 0;
+  for (;;) {
+    const buf = new ArrayBuffer(65536);
+    const n = f.read(buf, 0, buf.byteLength);
+    if (n <= 0) break;
+    chunks.push(new Uint8Array(buf, 0, n));
+    total += n;
+  }
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.length;
+  }
+  return out;
+}
+
+// serve answers the registered actions' calls: for as long as the instance
+// lives when it is resident ($MOAT_RESIDENT), else the one action of this
+// run ($MOAT_ACTION, the input on stdin, the output on stdout). moat's
+// bootstrap calls it after the script's top-level code when the script
+// registered actions and did not call it itself.
+export function serve() {
+  if (served) return;
+  served = true;
+  if (handlers.size === 0) {
+    throw new MoatError("invalid_argument", "moat.serve(): no actions registered; register them with moat.action first");
+  }
+  if (std.getenv("MOAT_RESIDENT") === "1") {
+    let req = { ready: { actions: [...handlers.keys()] } };
+    for (;;) {
+      const next = call("moat.next", req);
+      if (next.stop) return;
+      const text = next.input === undefined ? (next.text ?? "") : undefined;
+      const r = runHandler(next.action ?? "", text, text === undefined ? b64Decode(next.input) : undefined, next.correlation_id ?? "");
+      req = r.error ? { error: r.error } : r.text !== undefined ? { output_text: r.text } : { output: b64Encode(r.output) };
+    }
+  }
+  const r = runHandler(std.getenv("MOAT_ACTION") ?? "", undefined, readAll(std.in), "");
+  if (r.error) {
+    throw new MoatError(r.error.code, r.error.message);
+  }
+  const out = r.text !== undefined ? utf8Encode(r.text) : r.output;
+  std.out.write(out.buffer, out.byteOffset, out.length);
+  std.out.puts("\n"); // the host drops one trailing newline
+  std.out.flush();
+}
+
+// registered reports whether the script registered actions (the bootstrap
+// asks, after its top-level code).
+export function registered() {
+  return handlers.size > 0;
+}

@@ -40,6 +40,7 @@ print() goes to stderr (the host's log): the action's output is what the
 handler returns.
 """
 
+import atexit as _atexit
 import base64 as _base64
 import datetime as _dt
 import io as _io
@@ -103,19 +104,37 @@ class _Device:
             self._f = _io.open(path, "r+b", buffering=0)
         except OSError as e:
             raise MoatError("unavailable", f"cannot open {path}: {e.strerror}") from None
+        self._buf = bytearray(65536)
 
     def call(self, op, req):
-        line = ('{"op":' + _json.dumps(op) + ',"req":' + req + "}\n").encode()
-        view = memoryview(line)
-        while view:
-            view = view[self._f.write(view):]
-        reply = bytearray()
+        # Every step counts here: CPython on WASM runs each op's Python
+        # at a fraction of native speed, so the line is built once, the
+        # write is usually whole, and replies are read into one buffer
+        # kept for the descriptor's life and decoded as text before
+        # json.loads (which would otherwise detect the encoding in Python).
+        q = _op_json.get(op)
+        if q is None:
+            q = _op_json[op] = _compact.encode(op)
+        line = ('{"op":' + q + ',"req":' + req + "}\n").encode()
+        n = self._f.write(line)
+        if n != len(line):
+            view = memoryview(line)[n:]
+            while view:
+                view = view[self._f.write(view):]
+        buf = self._buf
+        n = self._f.readinto(buf)
+        if n and buf[n - 1] == 10:
+            return _json.loads(buf[:n].decode())
+        reply = bytearray(buf[:n])
         while not reply.endswith(b"\n"):
-            chunk = self._f.read(65536)
-            if not chunk:
+            n = self._f.readinto(buf)
+            if not n:
                 raise MoatError("internal", f"no reply from the host for op {op}")
-            reply += chunk
-        return _json.loads(reply)
+            reply += buf[:n]
+        return _json.loads(reply.decode())
+
+
+_op_json = {}
 
 
 class _Lines:
@@ -178,9 +197,16 @@ def _json_default(v):
     raise TypeError(f"a {type(v).__name__} is not JSON: send str, int, float, bool, None, list, dict or datetime")
 
 
+# One encoder for every request: json.dumps with arguments builds a new
+# JSONEncoder each call, which in CPython on WASM costs more than the
+# encoding of a small request.
+_request_encoder = _json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_json_default)
+_compact = _json.JSONEncoder(separators=(",", ":"))
+
+
 def _encode(op, what, v):
     try:
-        return _json.dumps(v, separators=(",", ":"), allow_nan=False, default=_json_default)
+        return _request_encoder.encode(v)
     except (TypeError, ValueError) as e:
         raise MoatError("invalid_argument", f"op {op}: encode {what}: {e}") from None
 
@@ -259,15 +285,57 @@ def _run(name, data, correlation_id=""):
         _sys.stdout = stdout
 
 
+_served = False
+_top_level_failed = False
+
+
+def _resident():
+    return _os.environ.get("MOAT_RESIDENT") == "1"
+
+
 def serve():
-    """Serve the registered actions: for ever on the pipe (a native worker),
-    or the one action of this run on the device file (a WASI script)."""
+    """Serve the registered actions: for ever on the pipe (a native worker)
+    or from a resident instance (a WASI script whose instance serves many
+    calls, $MOAT_RESIDENT), else the one action of this run on the device
+    file. A script that registers actions and does not call serve() is
+    served when its top-level code ends."""
+    global _served
+    if _served:
+        return
+    _served = True
     if not _actions:
         raise RuntimeError("moat.serve(): no actions registered; register them with moat.action first")
     if _on_pipe():
         _serve_lines(_get())
+    elif _resident():
+        _serve_resident(_get())
     else:
         _serve_once()
+
+
+def _serve_resident(dev):
+    """Serve calls until the host stops the instance: each moat.next hands
+    back the previous call's result and takes the next call (abi/resident.go)."""
+    req = _compact.encode({"ready": {"actions": list(_actions)}})
+    while True:
+        msg = dev.call("moat.next", req)
+        err = msg.get("error")
+        if err:
+            raise _ProtocolError(f"moat.next: {err.get('code')}: {err.get('message')}")
+        nxt = msg.get("resp") or {}
+        if nxt.get("stop"):
+            return
+        data = nxt.get("text", "").encode() if "input" not in nxt else _base64.b64decode(nxt["input"])
+        out, err = _run(nxt.get("action", ""), data, nxt.get("correlation_id", ""))
+        if err is not None:
+            req = _compact.encode({"error": err})
+        else:
+            req = '{"output":"' + _base64.b64encode(out).decode() + '"}'
+
+
+def _serve_at_exit():
+    if _actions and not _served and not _top_level_failed:
+        serve()
 
 
 def _serve_lines(t):
@@ -321,13 +389,27 @@ def _script_excepthook(kind, value, tb):
     """A plain script run as a plugin's action (no serve()) that lets a
     MoatError escape fails the action with its code too, as a handler
     would: a denied op stays denied (HTTP 403), not guest_error."""
+    global _top_level_failed
+    _top_level_failed = True
     _sys.__excepthook__(kind, value, tb)
     if isinstance(value, MoatError):
         _fail_script({"code": str(value.code), "message": str(value.message)})
 
 
+def _resident_excepthook(kind, value, tb):
+    """Top-level code that failed serves nothing: the instance ends with
+    the traceback on stderr, and its load fails with it."""
+    global _top_level_failed
+    _top_level_failed = True
+    _sys.__excepthook__(kind, value, tb)
+
+
 if _os.environ.get("MOAT_ACTION") and not _on_pipe():
     _sys.excepthook = _script_excepthook
+if _resident() and not _on_pipe():
+    _sys.excepthook = _resident_excepthook
+if (_resident() or _os.environ.get("MOAT_ACTION")) and not _on_pipe():
+    _atexit.register(_serve_at_exit)
 
 
 # --- ops --------------------------------------------------------------
@@ -386,10 +468,19 @@ kv = _KV()
 log = _Log()
 
 
+_config = {}
+_MISSING = object()
+
+
 def config(key, default=None):
-    """One value of the module's configuration, or default."""
-    r = call("config.get", {"key": key})
-    return r.get("value", "") if r.get("found") else default
+    """One value of the module's configuration, or default. The
+    configuration is fixed for as long as the module is loaded, so a value
+    is asked of the host once per instance and kept."""
+    v = _config.get(key)
+    if v is None:
+        r = call("config.get", {"key": key})
+        v = _config[key] = r.get("value", "") if r.get("found") else _MISSING
+    return default if v is _MISSING else v
 
 
 # --- db ---------------------------------------------------------------

@@ -110,6 +110,20 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 			})
 		}
 		greet("greet"+suffix, 1)
+		// The same greet in JavaScript and in Python: resident
+		// interpreters (their handlers registered with moat.action), one
+		// instance serving call after call.
+		if db == "" {
+			for _, lang := range []string{"js", "python"} {
+				b.Run("greet-"+lang, func(b *testing.B) {
+					ts, key := serve(b, url(b))
+					if r := ts.do(b, "POST", "/v1/modules", key, scriptArchive(b, "hello-"+lang, nil), "Content-Type", "application/gzip"); r.status != http.StatusCreated {
+						b.Fatalf("upload hello-%s: %d %s", lang, r.status, r.body)
+					}
+					load(b, "greet-"+lang, ts.URL+"/v1/modules/hello-"+lang+"/actions/greet", key)
+				})
+			}
+		}
 		// With the default admission (GOMAXPROCS/2 invocations of one
 		// organization at once: 1 on two cores) one org's kv writes never
 		// overlap, so no commit can hold two of them; with 8 they can.

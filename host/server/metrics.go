@@ -104,7 +104,9 @@ func newMetrics(s *Server) *metrics {
 		f(c)
 	}
 	f(&poolCollector{s: s, max: s.cfg.Metrics.MaxSeries,
-		idle:   prometheus.NewDesc("moat_pool_idle_instances", "Instances pooled and ready, by organization and module.", []string{"org", "module"}, nil),
+		idle: prometheus.NewDesc("moat_pool_idle_instances", "Instances pooled and ready, by organization and module.", []string{"org", "module"}, nil),
+		idleMemory: prometheus.NewDesc("moat_pool_idle_memory_bytes", "Linear memory the pooled instances hold while idle, by organization and module (a resident interpreter's heap).",
+			[]string{"org", "module"}, nil),
 		loaded: prometheus.NewDesc("moat_modules_loaded", "Modules loaded, over all organizations.", nil, nil)})
 	return m
 }
@@ -257,24 +259,30 @@ func labelValue(s string) string {
 // poolCollector reads the pools at scrape time rather than tracking them
 // on every call.
 type poolCollector struct {
-	s            *Server
-	max          int // label sets; the rest are summed under other
-	idle, loaded *prometheus.Desc
+	s                        *Server
+	max                      int // label sets; the rest are summed under other
+	idle, idleMemory, loaded *prometheus.Desc
 }
 
-func (p *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- p.idle; ch <- p.loaded }
+func (p *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.idle
+	ch <- p.idleMemory
+	ch <- p.loaded
+}
 
 func (p *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	type pool struct {
 		org, name string
 		idle      int
+		memory    uint64
 	}
 	var pools []pool
 	p.s.modules.each(func(k modKey, e *entry) {
-		pools = append(pools, pool{labelValue(k.org), labelValue(k.name), e.mod.IdleInstances()})
+		pools = append(pools, pool{labelValue(k.org), labelValue(k.name), e.mod.IdleInstances(), e.mod.IdleMemoryBytes()})
 	})
 	slices.SortFunc(pools, func(a, b pool) int { return strings.Compare(a.org+"\x00"+a.name, b.org+"\x00"+b.name) })
 	sums := map[[2]string]int{}
+	memory := map[[2]string]uint64{}
 	var order [][2]string
 	for i, x := range pools {
 		k := [2]string{x.org, x.name}
@@ -285,9 +293,11 @@ func (p *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			order = append(order, k)
 		}
 		sums[k] += x.idle
+		memory[k] += x.memory
 	}
 	for _, k := range order {
 		ch <- prometheus.MustNewConstMetric(p.idle, prometheus.GaugeValue, float64(sums[k]), k[0], k[1])
+		ch <- prometheus.MustNewConstMetric(p.idleMemory, prometheus.GaugeValue, float64(memory[k]), k[0], k[1])
 	}
 	ch <- prometheus.MustNewConstMetric(p.loaded, prometheus.GaugeValue, float64(len(pools)))
 }

@@ -340,6 +340,7 @@ func TestOpsEndpoints(t *testing.T) {
 		`moat_invocation_duration_seconds_count{action="greet",module="hello-go"} 1`,
 		`moat_denials_total{code="unauthenticated"} 1`,
 		`moat_pool_idle_instances{module="hello-go",org="acme"} 1`,
+		`moat_pool_idle_memory_bytes{module="hello-go",org="acme"} `,
 		`moat_modules_loaded 1`,
 		`moat_http_requests_total{method="POST",route="/v1/modules/:name/actions/:action",status="2xx"} 1`,
 	} {

@@ -87,10 +87,33 @@ type DeviceReply struct {
 // times, or writes a thousand requests and reads no reply, meets a
 // refusal, never a growing host.
 type Device struct {
-	ctx    context.Context
-	d      Dispatcher
-	budget *budget.Budget
+	ctx      context.Context
+	d        Dispatcher
+	budget   *budget.Budget
+	resident Resident
 }
+
+// Resident is the host's side of a resident interpreter (abi.OpNext): Next
+// takes the previous call's result, or the guest's ready message, and
+// blocks until the next call or the instance's end. InCall reports whether
+// a call is being served; ops outside one are refused, since top-level
+// code runs for no caller. Both run on the guest's goroutine, inside its
+// write to the device.
+type Resident interface {
+	Next(req *abi.NextRequest) (abi.NextReply, error)
+	InCall() bool
+}
+
+// SetResident makes the device serve abi.OpNext through r. Call it before
+// the guest starts.
+func (dev *Device) SetResident(r Resident) { dev.resident = r }
+
+// SetContext sets the context the device's ops run with: a resident
+// instance's Next sets each call's as it hands the call over. It must be
+// called on the guest's goroutine (from Resident.Next), the one that
+// serves the device; the device's own buffers stay charged to the budget
+// it was made with.
+func (dev *Device) SetContext(ctx context.Context) { dev.ctx = ctx }
 
 // NewDevice returns the device of a run whose ops go to d.
 func NewDevice(ctx context.Context, d Dispatcher) *Device {
@@ -124,6 +147,12 @@ func (dev *Device) Serve(line []byte) []byte {
 		return replyError(abi.Errorf(abi.CodeInvalidArgument, `device %s: the request has no "op"; write {"op":"kv.get","req":{...}}`, DevicePath))
 	}
 	body := []byte(req.Req)
+	if req.Op == abi.OpNext {
+		return dev.next(body)
+	}
+	if dev.resident != nil && !dev.resident.InCall() {
+		return replyError(abi.Errorf(abi.CodeUnavailable, "op %s: ops can be called only while an action runs (inside a handler registered with moat.action); top-level code runs once, when the instance starts, for no caller", req.Op))
+	}
 	if len(body) == 0 || string(body) == "null" {
 		body = []byte("{}")
 	}
@@ -135,6 +164,28 @@ func (dev *Device) Serve(line []byte) []byte {
 		return replyError(err)
 	}
 	return marshalReply(DeviceReply{Resp: resp})
+}
+
+// next serves abi.OpNext: the previous call's result in, the next call out.
+func (dev *Device) next(body []byte) []byte {
+	if dev.resident == nil {
+		return replyError(abi.Errorf(abi.CodeUnavailable, "%s: this run serves the one action in $MOAT_ACTION; its instance is not resident", abi.OpNext))
+	}
+	var req abi.NextRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			return replyError(abi.Errorf(abi.CodeInvalidArgument, `%s: the request is {"ready":{"actions":[...]}}, {"output":"BASE64"} or {"error":{"code":...,"message":...}}: %v`, abi.OpNext, err))
+		}
+	}
+	reply, err := dev.resident.Next(&req)
+	if err != nil {
+		return replyError(err)
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		return replyError(abi.Errorf(abi.CodeInternal, "%s: %v", abi.OpNext, err))
+	}
+	return marshalReply(DeviceReply{Resp: b})
 }
 
 func replyError(err error) []byte {

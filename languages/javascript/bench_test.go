@@ -60,3 +60,9 @@ func BenchmarkRun(b *testing.B) {
 		cpu.Report(b)
 	})
 }
+
+// BenchmarkPluginCall: interptest.Suite.BenchPluginCall, in JavaScript.
+func BenchmarkPluginCall(b *testing.B) {
+	suite.BenchPluginCall(b, "main.js", `import * as moat from "./moat.js";
+moat.action("echo", (s) => s);`, `print(std.in.readAsString());`)
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/abi"
+	jssdk "github.com/moat-sandbox/moat/guests/js"
 )
 
 // A script's uncaught exception is QuickJS's to report, and QuickJS
@@ -50,7 +51,7 @@ const bootstrapTemplate = `(function () {
       summary = "uncaught " + String(e);
     }
     const stack = e !== null && typeof e === "object" && e.stack ? String(e.stack) : "";
-    std.err.puts(String(e) + "\n" + stack + (stack.endsWith("\n") ? "" : "\n"));
+    std.err.puts(stack + (stack === "" || stack.endsWith("\n") ? "" : "\n") + String(e) + "\n"); // the message last, as Python ends a traceback: the line a log or an error shows
     std.err.flush();
     if (!std.getenv("MOAT_ACTION")) std.exit(1);
     std.out.flush();
@@ -58,10 +59,18 @@ const bootstrapTemplate = `(function () {
     std.out.flush();
     std.exit(EXIT_STATUS);
   }
+  // A script that registered handlers (moat.action) serves them once its
+  // top-level code is done: resident, or the one action of this run.
+  function serveHandlers() {
+    if (!std.getenv("MOAT_RESIDENT") && !std.getenv("MOAT_ACTION")) return;
+    const sdk = path.slice(0, path.lastIndexOf("/") + 1) + "SDK_FILE";
+    return import(sdk).then((m) => { if (m.registered()) m.serve(); });
+  }
   if (MODULE) {
-    import(path).catch(fail);
+    import(path).then(serveHandlers).catch(fail);
   } else {
     try { std.loadScript(path); } catch (e) { fail(e); }
+    Promise.resolve().then(serveHandlers).catch(fail);
   }
 })();`
 
@@ -72,6 +81,7 @@ func bootstrap(module bool) string {
 		"CODE_GUEST_ERROR", string(abi.CodeGuestError),
 		"EXIT_STATUS", strconv.Itoa(abi.ScriptErrorExit),
 		"MODULE", map[bool]string{true: "true", false: "false"}[module],
+		"SDK_FILE", jssdk.FileName,
 	)
 	return r.Replace(bootstrapTemplate)
 }
@@ -79,7 +89,7 @@ func bootstrap(module bool) string {
 // bootstrapID is part of the build key: a changed bootstrap is a changed
 // artifact.
 var bootstrapID = func() string {
-	h := sha256.Sum256([]byte(bootstrapTemplate))
+	h := sha256.Sum256(append([]byte(bootstrapTemplate), jssdk.SDK...))
 	return hex.EncodeToString(h[:8])
 }()
 

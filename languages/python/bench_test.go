@@ -63,3 +63,9 @@ func BenchmarkRun(b *testing.B) {
 		cpu.Report(b)
 	})
 }
+
+// BenchmarkPluginCall: interptest.Suite.BenchPluginCall, in Python.
+func BenchmarkPluginCall(b *testing.B) {
+	suite.BenchPluginCall(b, "main.py", "import moat\n\n\n@moat.action(\"echo\")\ndef echo(inp):\n    return bytes(inp)\n",
+		"import sys\n\nsys.stdout.write(sys.stdin.read())\n")
+}

@@ -213,6 +213,16 @@ func cpuTime(who int) time.Duration {
 // languages.BuildScriptPlugin): the interpreter serving mf's actions.
 func (s *Suite) LoadScript(t testing.TB, mf *policy.Manifest, files ...string) *host.Module {
 	t.Helper()
+	m, err := s.load(t, mf, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// load is LoadScript returning the load's error.
+func (s *Suite) load(t testing.TB, mf *policy.Manifest, files ...string) (*host.Module, error) {
+	t.Helper()
 	l, err := languages.Lookup(s.Language)
 	if err != nil {
 		t.Fatal(err)
@@ -232,11 +242,7 @@ func (s *Suite) LoadScript(t testing.TB, mf *policy.Manifest, files ...string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script})
 }
 
 // writeFiles writes the artifact's files into a new directory, the one

@@ -1,0 +1,374 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// A resident script instance is an interpreter that stays alive between
+// calls: its script ran once, when the instance started, registered its
+// handlers (moat.action) and then waits in the op device for calls
+// (abi.OpNext, abi/resident.go). It sits in the module's instance pool as
+// a compiled plugin's instance does, under the same limits, so isolation:
+// fresh, the pool size, memory limits and the discarding of an instance
+// after a timeout, trap or memory limit are the compiled path's. What a
+// call leaves in the interpreter's globals stays for the next call on the
+// same instance, as a compiled plugin's memory does.
+//
+// The instance runs its _start on a goroutine of its own. A call is handed
+// to that goroutine (resident.calls), which returns it to the guest from
+// its moat.next; the guest's next moat.next brings the result back
+// (resident.results). The caller's deadline is enforced by closing the
+// module: the interrupt check at the guest's loop headers (interrupt.go)
+// then ends it.
+
+// residentStartTimeout bounds the script's top-level code, its imports and
+// handler registrations, when the instance starts: at least this, or the
+// module's timeout if longer.
+const residentStartTimeout = 10 * time.Second
+
+// residentStopGrace is how long a closing instance is given to leave its
+// moat.next and return from _start before its module is closed under it.
+const residentStopGrace = time.Second
+
+type resident struct {
+	dev      *transport.Device
+	calls    chan *residentCall
+	results  chan residentResult
+	ready    chan []string // the actions the script registered, once
+	readied  bool          // guest goroutine only: ready was sent
+	done     chan struct{} // closed when _start returned
+	err      error         // _start's error, once done is closed
+	stop     chan struct{}
+	stopOnce atomic.Bool
+	inCall   bool // guest goroutine only
+	lifetime context.Context
+	cancel   context.CancelFunc
+}
+
+type residentCall struct {
+	ctx           context.Context
+	action        string
+	input         []byte
+	correlationID string
+}
+
+type residentResult struct {
+	output []byte
+	err    *abi.Error
+}
+
+// InCall implements transport.Resident.
+func (r *resident) InCall() bool { return r.inCall }
+
+// Next implements transport.Resident, on the guest's goroutine.
+func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
+	switch {
+	case req.Ready != nil:
+		if r.readied {
+			return abi.NextReply{}, abi.Errorf(abi.CodeInvalidArgument, "%s: ready was sent already", abi.OpNext)
+		}
+		r.readied = true
+		r.ready <- slices.Clone(req.Ready.Actions) // buffered: the creator may have gone
+	case r.inCall:
+		r.inCall = false
+		r.dev.SetContext(r.lifetime)
+		out := req.Output
+		if len(out) == 0 && req.OutputText != "" {
+			out = []byte(req.OutputText)
+		}
+		select {
+		case r.results <- residentResult{output: out, err: req.Error}:
+		case <-r.lifetime.Done(): // the caller gave up and the instance is ending
+			return abi.NextReply{Stop: true}, nil
+		}
+	default:
+		return abi.NextReply{}, abi.Errorf(abi.CodeInvalidArgument, "%s: a result with no call to answer (send ready first)", abi.OpNext)
+	}
+	select {
+	case c := <-r.calls:
+		r.inCall = true
+		r.dev.SetContext(c.ctx)
+		next := abi.NextReply{Action: c.action, CorrelationID: c.correlationID}
+		if utf8.Valid(c.input) {
+			next.Text = string(c.input)
+		} else {
+			next.Input = c.input
+		}
+		return next, nil
+	case <-r.stop:
+		return abi.NextReply{Stop: true}, nil
+	case <-r.lifetime.Done():
+		return abi.NextReply{Stop: true}, nil
+	}
+}
+
+// newResidentInstance starts an instance of a resident script and waits
+// until its script said ready, naming every action of the manifest.
+func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance, error) {
+	fail := func(code abi.Code, err error, format string, args ...any) (*instance, error) {
+		return nil, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
+	if err := m.checkInitialMemory(lim); err != nil {
+		return nil, err
+	}
+	lifetime, cancel := context.WithCancel(context.Background())
+	// The device's own buffers are the instance's, under the default
+	// budget; each call's ops are charged to the call's (SetContext).
+	lifetime = budget.With(lifetime, budget.New(budget.Limits{}, nil))
+	r := &resident{calls: make(chan *residentCall), results: make(chan residentResult), ready: make(chan []string, 1),
+		done: make(chan struct{}), stop: make(chan struct{}), lifetime: lifetime, cancel: cancel}
+	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), epoch: 1}, res: r}
+	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
+	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
+	inst.env.Begin(lifetime, "", policy.Principal{}, "")
+	inst.sess.Begin(inst)
+	inst.mem = newLimitedMemory(lim)
+
+	sc := m.script
+	env := maps.Clone(sc.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[abi.ResidentEnv] = "1"
+	env[transport.DeviceEnv] = transport.DevicePath
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithArgs(append([]string{m.name}, sc.Args...)...).
+		WithStdout(&inst.stdout).WithStderr(&inst.stderr).
+		WithSysWalltime().WithSysNanotime().
+		WithNanosleep(Nanosleep(func() context.Context { return inst.env.Context })).
+		WithRandSource(rand.Reader).
+		WithStartFunctions() // run below, on the instance's goroutine
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		mc = mc.WithEnv(k, env[k])
+	}
+	fsc := wazero.NewFSConfig()
+	for _, mt := range sc.Mounts {
+		if mt.ReadOnly {
+			fsc = fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
+		} else {
+			fsc = fsc.WithDirMount(mt.HostDir, mt.GuestPath)
+		}
+	}
+	if m.files != nil {
+		if err := m.checkGuestPaths(sc.Mounts); err != nil {
+			cancel()
+			return fail(abi.CodeInvalidArgument, err, "%v", err)
+		}
+		if !m.files.acquire() {
+			cancel()
+			return fail(abi.CodeUnavailable, nil, "the module was closed")
+		}
+		inst.files = m.files
+		fsc = m.mountFileGrants(fsc, &inst.invocation)
+	}
+	r.dev = transport.NewDevice(lifetime, inst)
+	r.dev.SetResident(r)
+	mc = mc.WithFSConfig(fsc.(sysfs.FSConfig).WithSysFSMount(r.dev.FS(), transport.DeviceDir))
+
+	start := max(lim.Timeout, residentStartTimeout)
+	sctx, scancel := context.WithTimeout(ctx, start)
+	defer scancel()
+	inst.stdout.begin(sctx, inst.env.Log)
+	inst.stderr.begin(sctx, inst.env.Log)
+	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
+	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
+	if err != nil {
+		inst.stdout.end()
+		inst.stderr.end()
+		inst.files.release()
+		cancel()
+		if inst.mem.Hit() {
+			return fail(abi.CodeMemoryLimit, err, "the interpreter's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
+		}
+		return fail(abi.CodeTrap, err, "instantiation failed: %s", firstLine(err))
+	}
+	inst.mod = mod
+	go func() {
+		r.err = startModule(actx, mod, abi.ExportStart)
+		close(r.done)
+	}()
+	var actions []string
+	select {
+	case actions = <-r.ready:
+	case <-r.done:
+	case <-sctx.Done():
+	}
+	inst.stdout.end()
+	inst.stderr.end()
+	if actions == nil {
+		timedOut := sctx.Err() != nil
+		inst.kill(sys.ExitCodeDeadlineExceeded)
+		inst.close()
+		switch {
+		case inst.mem.Hit():
+			return fail(abi.CodeMemoryLimit, r.err, "the script's top-level code needs more memory than the limit of %d pages (%d MiB)%s",
+				lim.MemoryLimitPages, lim.MemoryLimitPages/16, inst.stderrNote())
+		case timedOut && ctx.Err() == nil:
+			return fail(abi.CodeTimeout, nil, "the script's top-level code did not finish (register its actions with moat.action) within %s", start)
+		case timedOut:
+			return fail(abi.CodeCanceled, ctx.Err(), "the caller gave up while the instance started")
+		case r.err == nil:
+			return fail(abi.CodeBadModule, nil, "the script ended without serving its actions: a resident plugin registers them with moat.action%s", inst.stderrNote())
+		}
+		return fail(abi.CodeBadModule, r.err, "the script failed as it started: %s%s", firstLine(r.err), inst.stderrNote())
+	}
+	var missing []string
+	for _, a := range m.actions {
+		if !slices.Contains(actions, a) {
+			missing = append(missing, a)
+		}
+	}
+	if len(missing) > 0 {
+		inst.close()
+		return fail(abi.CodeBadModule, nil, "the script registered the actions %s, not %s that its moat.yaml declares: register each with moat.action",
+			quoteList(actions), quoteList(missing))
+	}
+	return inst, nil
+}
+
+func quoteList(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = fmt.Sprintf("%q", v)
+	}
+	return strings.Join(q, ", ")
+}
+
+// callResident serves one call on a resident instance.
+func (inst *instance) callResident(ctx context.Context, req *Request, lim Limits) ([]byte, *callError) {
+	m, r := inst.m, inst.res
+	export := req.Action
+	if a, ok := m.policy.manifest.Action(req.Action); ok && a.Export != "" {
+		export = a.Export
+	}
+	ctx = inst.sess.Attach(ctx)
+	inst.epoch++
+	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
+	inst.env.DiskQuota = m.diskQuota
+	inst.stdout.begin(ctx, inst.env.Log)
+	inst.stderr.begin(ctx, inst.env.Log)
+	inst.mem.SetLimit(uint64(lim.MemoryLimitPages) * 65536)
+	defer func() {
+		inst.stdout.end()
+		inst.stderr.end()
+		inst.env.Begin(r.lifetime, "", policy.Principal{}, "")
+	}()
+	fail := func(code abi.Code, reusable bool, err error, format string, args ...any) ([]byte, *callError) {
+		return nil, &callError{Error: &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}, reusable: reusable}
+	}
+	select {
+	case r.calls <- &residentCall{ctx: ctx, action: export, input: req.Input, correlationID: req.CorrelationID}:
+	case <-r.done:
+		return inst.residentDied(ctx, lim)
+	case <-ctx.Done():
+		return inst.residentStopped(ctx, lim)
+	}
+	select {
+	case res := <-r.results:
+		if res.err != nil {
+			if res.err.Code == "" {
+				res.err.Code = abi.CodeGuestError
+			}
+			return nil, &callError{Error: guestFailure(m.name, req.Action, res.err.Code, res.err.Message, res.err), reusable: true}
+		}
+		if len(res.output) > lim.MaxOutputBytes {
+			return fail(abi.CodeOutputTooLarge, true, nil, "output is %d bytes; the limit is %d", len(res.output), lim.MaxOutputBytes)
+		}
+		return res.output, nil
+	case <-r.done:
+		return inst.residentDied(ctx, lim)
+	case <-ctx.Done():
+		return inst.residentStopped(ctx, lim)
+	}
+}
+
+// residentStopped ends an instance whose caller's context ended during the
+// call: the module is closed, which ends the guest at its next interrupt
+// check, and the failure is the caller's deadline or cancellation.
+func (inst *instance) residentStopped(ctx context.Context, lim Limits) ([]byte, *callError) {
+	code := sys.ExitCodeContextCanceled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = sys.ExitCodeDeadlineExceeded
+	}
+	inst.kill(code)
+	return inst.classify(ctx, sys.NewExitError(code), lim)
+}
+
+// residentDied reports an instance whose _start returned during a call: a
+// trap, the memory limit, an exit, or a protocol the script broke.
+func (inst *instance) residentDied(ctx context.Context, lim Limits) ([]byte, *callError) {
+	err := inst.res.err
+	if err == nil {
+		err = errors.New("the script returned from its start while serving the call")
+	}
+	return inst.classify(ctx, err, lim)
+}
+
+// closeResident stops the instance's goroutine: its moat.next answers stop
+// and the script returns from _start; one that does not within
+// residentStopGrace is ended by cancelling its context. It reports whether
+// the goroutine ended: if not, the goroutine closes the module itself
+// when it does, and the caller must leave it alone.
+func (inst *instance) closeResident() bool {
+	r := inst.res
+	if r.stopOnce.CompareAndSwap(false, true) {
+		close(r.stop)
+	}
+	select {
+	case <-r.done:
+		r.cancel()
+		return true
+	case <-time.After(residentStopGrace):
+		return inst.kill(sys.ExitCodeContextCanceled)
+	}
+}
+
+// kill ends the script however it is running: the instance's context is
+// cancelled, which its interrupt checks (at loop headers, ops and sleeps)
+// and its moat.next obey, and waits for its goroutine, at most
+// residentStopGrace. The module is never closed under the running guest
+// (its descriptors would be closed under calls in flight); a guest still
+// running after the grace (blocked in a host call that ignores its
+// context) is left to end on its own, and the goroutine then closes its
+// module. kill reports whether the goroutine ended.
+func (inst *instance) kill(code uint32) bool {
+	r := inst.res
+	r.cancel()
+	select {
+	case <-r.done:
+		return true
+	case <-time.After(residentStopGrace):
+	}
+	inst.m.host.log.Warn("a resident instance did not end when stopped; its module is closed when it does", "module", inst.m.name, "exit_code", code)
+	mod, files := inst.mod, inst.files
+	inst.mod, inst.files = nil, nil
+	go func() {
+		<-r.done
+		_ = mod.Close(context.Background())
+		files.release()
+	}()
+	return false
+}

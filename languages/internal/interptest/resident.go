@@ -1,0 +1,170 @@
+package interptest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// ResidentScripts are one language's scripts for TestResident, each the
+// entry file (File) of a plugin.
+type ResidentScripts struct {
+	File string
+	// Main registers echo (the input back), count (a global counter, one
+	// more each call, as a string), fail (MoatError invalid_argument "no
+	// thanks"), put (kv.put "k" to the input, then kv.get "k"), spin (a
+	// loop that never ends), nap (sleeps a minute, or where the
+	// interpreter cannot sleep, calls ops for ever: either way it waits in
+	// the host, not in a loop of its own) and balloon (allocates without
+	// end).
+	Main string
+	// TopLevelOp calls kv.get at the top level, then registers echo.
+	TopLevelOp string
+	// Wrong registers only "other".
+	Wrong string
+	// Classic reads its input and prints it back, registering nothing.
+	Classic string
+}
+
+// residentManifest declares a plugin of s's language with actions.
+func (s *Suite) residentManifest(t testing.TB, name string, actions ...string) *policy.Manifest {
+	t.Helper()
+	y := fmt.Sprintf("name: %s\nversion: 0.1.0\nlanguage: %s\nkind: moat\ncapabilities: {kv: true}\nlimits: {memory: 64MiB}\nactions:\n", name, s.Language)
+	for _, a := range actions {
+		y += "  - {name: " + a + ", timeout: 2s}\n"
+	}
+	mf, err := policy.ParseManifest("moat.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mf
+}
+
+// TestResident holds what a resident plugin promises, in s's language:
+// one instance serves many calls (a global rises from call to call); ops
+// run inside a handler under the caller's principal; a MoatError keeps its
+// code and the instance survives it; a handler that never returns is
+// stopped at its deadline, its instance discarded and the next call served
+// by a new one (the global starts again); one that balloons meets its
+// memory limit; ops at the top level are refused (top-level code
+// runs for no caller) and fail the load, as does a script that registers
+// other actions than its manifest's; a script that registers nothing runs
+// once per call, as before.
+func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
+	ctx := context.Background()
+	p := policy.Principal{User: "ann", Org: "acme"}
+	m := s.LoadScript(t, s.residentManifest(t, s.Language+"-resident", "echo", "count", "fail", "put", "spin", "nap", "balloon"), sc.File, sc.Main)
+	call := func(action, in string) (string, error) {
+		res, err := m.Invoke(ctx, host.Request{Action: action, Input: []byte(in), Principal: p})
+		return string(res.Output), err
+	}
+	counts := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			if out, err := call("count", ""); err != nil || out != fmt.Sprint(i) {
+				t.Fatalf("count, call %d on this instance: %q, %v", i, out, err)
+			}
+		}
+	}
+	if out, err := call("echo", "héllo\n\x00bytes"); err != nil || out != "héllo\n\x00bytes" {
+		t.Fatalf("echo: %q, %v", out, err)
+	}
+	counts(1, 3)
+	if _, err := call("fail", ""); host.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "no thanks") {
+		t.Fatalf("fail: %v, want invalid_argument with the message", err)
+	}
+	counts(4, 4) // the instance survived the guest's error
+	if out, err := call("put", "v1"); err != nil || out != "v1" {
+		t.Fatalf("put: %q, %v", out, err)
+	}
+	start := time.Now()
+	if _, err := call("spin", ""); host.CodeOf(err) != abi.CodeTimeout {
+		t.Fatalf("spin: %v, want timeout", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("spin took %s to stop; its deadline is 2s", d)
+	}
+	counts(1, 1) // a new instance: the spinning one was discarded
+	start = time.Now()
+	if _, err := call("nap", ""); host.CodeOf(err) != abi.CodeTimeout || time.Since(start) > 10*time.Second {
+		t.Fatalf("nap: %v after %s, want timeout at its 2s deadline", err, time.Since(start))
+	}
+	counts(1, 1)
+	// A caller that gives up: canceled, the instance discarded.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(200*time.Millisecond, cancel)
+	if _, err := m.Invoke(cctx, host.Request{Action: "spin", Principal: p}); host.CodeOf(err) != abi.CodeCanceled {
+		t.Fatalf("spin canceled by its caller: %v, want canceled", err)
+	}
+	counts(1, 1)
+	// An interpreter catches its own out-of-memory (QuickJS's InternalError,
+	// Python's MemoryError): the handler fails with guest_error and the
+	// instance, its garbage collected, serves on. One that dies at the
+	// limit instead is discarded.
+	_, err := call("balloon", "")
+	switch host.CodeOf(err) {
+	case abi.CodeGuestError:
+		counts(2, 2)
+	case abi.CodeMemoryLimit:
+		counts(1, 1)
+	default:
+		t.Fatalf("balloon: %v, want memory_limit or the interpreter's own out-of-memory error", err)
+	}
+	if m.IdleInstances() != 1 {
+		t.Errorf("%d idle instances after calls one at a time, want 1", m.IdleInstances())
+	}
+
+	load := func(name, script string, actions ...string) error {
+		l, err := s.load(t, s.residentManifest(t, name, actions...), sc.File, script)
+		if err == nil {
+			l.Close(ctx)
+		}
+		return err
+	}
+	if err := load(s.Language+"-toplevel", sc.TopLevelOp, "echo"); err == nil || !strings.Contains(err.Error(), "only while an action runs") {
+		t.Errorf("an op at the top level: %v, want the load refused naming the rule", err)
+	}
+	if err := load(s.Language+"-wrong", sc.Wrong, "echo"); host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), `"echo"`) {
+		t.Errorf("a script registering other actions: %v, want bad_module naming echo", err)
+	}
+	classic := s.LoadScript(t, s.residentManifest(t, s.Language+"-classic", "echo"), sc.File, sc.Classic)
+	defer classic.Close(ctx)
+	if res, err := classic.Invoke(ctx, host.Request{Action: "echo", Input: []byte("per call"), Principal: p}); err != nil || string(res.Output) != "per call" {
+		t.Errorf("a script with no handlers: %q, %v", res.Output, err)
+	}
+}
+
+// BenchPluginCall measures one warm call of an echo action through
+// Module.Invoke: a resident plugin (resident: its handler registered with
+// moat.action; one instance serves every call) against the same action as
+// a per-call script (per-call: the interpreter starts and runs the script
+// for each call).
+func (s *Suite) BenchPluginCall(b *testing.B, file, resident, perCall string) {
+	p := policy.Principal{User: "bench", Org: "acme"}
+	for _, tc := range []struct{ name, script string }{{"resident", resident}, {"per-call", perCall}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := s.LoadScript(b, s.residentManifest(b, "echo-"+tc.name, "echo"), file, tc.script)
+			defer m.Close(context.Background())
+			req := host.Request{Action: "echo", Input: []byte("hello"), Principal: p}
+			n := 0
+			for b.Loop() {
+				n++
+				req.Principal.Org = fmt.Sprintf("bench%d", n/50000) // under the profile's calls per minute
+				if res, err := m.Invoke(context.Background(), req); err != nil || string(res.Output) != "hello" {
+					b.Fatal(string(res.Output), err)
+				}
+			}
+			if tc.name == "resident" {
+				// What one idle instance holds: calls one at a time
+				// leave one in the pool.
+				b.ReportMetric(float64(m.IdleMemoryBytes())/(1<<20), "idle-MiB")
+			}
+		})
+	}
+}
