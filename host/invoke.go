@@ -176,24 +176,31 @@ type callError struct {
 }
 
 func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Limits) ([]byte, *callError) {
-	if inst.res != nil {
-		return inst.callResident(ctx, req, lim)
-	}
 	m := inst.m
 	ctx = inst.sess.Attach(ctx)
 	inst.epoch++
 	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
 	inst.env.DiskQuota = m.diskQuota
-	inst.sess.Begin(inst)
+	idle := context.Background()
+	if inst.res != nil {
+		idle = inst.res.lifetime // a resident script's session spans its life
+	} else {
+		inst.sess.Begin(inst)
+	}
 	inst.stdout.begin(ctx, inst.env.Log)
 	inst.stderr.begin(ctx, inst.env.Log)
 	inst.mem.SetLimit(uint64(lim.MemoryLimitPages) * 65536)
 	defer func() {
 		inst.stdout.end()
 		inst.stderr.end()
-		inst.sess.End()
-		inst.env.Begin(context.Background(), "", policy.Principal{}, "")
+		if inst.res == nil {
+			inst.sess.End()
+		}
+		inst.env.Begin(idle, "", policy.Principal{}, "")
 	}()
+	if inst.res != nil {
+		return inst.callResident(ctx, req, lim)
+	}
 	fail := func(code abi.Code, reusable bool, err error, format string, args ...any) ([]byte, *callError) {
 		return nil, &callError{Error: &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}, reusable: reusable}
 	}

@@ -257,25 +257,14 @@ func quoteList(s []string) string {
 	return strings.Join(q, ", ")
 }
 
-// callResident serves one call on a resident instance.
+// callResident serves one call on a resident instance, begun by call
+// (the call's environment, output streams and memory limit).
 func (inst *instance) callResident(ctx context.Context, req *Request, lim Limits) ([]byte, *callError) {
 	m, r := inst.m, inst.res
 	export := req.Action
 	if a, ok := m.policy.manifest.Action(req.Action); ok && a.Export != "" {
 		export = a.Export
 	}
-	ctx = inst.sess.Attach(ctx)
-	inst.epoch++
-	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
-	inst.env.DiskQuota = m.diskQuota
-	inst.stdout.begin(ctx, inst.env.Log)
-	inst.stderr.begin(ctx, inst.env.Log)
-	inst.mem.SetLimit(uint64(lim.MemoryLimitPages) * 65536)
-	defer func() {
-		inst.stdout.end()
-		inst.stderr.end()
-		inst.env.Begin(r.lifetime, "", policy.Principal{}, "")
-	}()
 	fail := func(code abi.Code, reusable bool, err error, format string, args ...any) ([]byte, *callError) {
 		return nil, &callError{Error: &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}, reusable: reusable}
 	}

@@ -265,8 +265,14 @@ func TestPluginPython(t *testing.T) {
 		if want := fmt.Sprintf(`{"count":%d,"greeting":"Hi"}`, n); err != nil || out != want {
 			t.Fatalf("ops: %q %v, want %s", out, err, want)
 		}
-		if c := d.calls(); !slices.Equal(c, []string{abi.OpLogWrite, abi.OpKVGet, abi.OpKVPut, abi.OpConfigGet}) {
-			t.Fatalf("op calls %q", c)
+		// moat.config asks once per key and keeps it: the configuration
+		// is fixed while the module is loaded.
+		want := []string{abi.OpLogWrite, abi.OpKVGet, abi.OpKVPut, abi.OpConfigGet}
+		if n > 1 {
+			want = want[:3]
+		}
+		if c := d.calls(); !slices.Equal(c, want) {
+			t.Fatalf("op calls %q, want %q", c, want)
 		}
 	}
 	if out, err := invoke(t, p, d, "numpy", "1000", 5*time.Second); err != nil || out != "499500" {
