@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,6 +119,36 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	}
 	if m.IdleInstances() != 1 {
 		t.Errorf("%d idle instances after calls one at a time, want 1", m.IdleInstances())
+	}
+
+	// Calls at once: each instance serves one call at a time, the pool
+	// grows to the calls in flight (the profile allows 4), and every call
+	// gets its own input back.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				in := fmt.Sprintf("g%d-%d", g, i)
+				out, err := call("echo", in)
+				if err == nil && out != in {
+					err = fmt.Errorf("echo %q answered %q", in, out)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent echo: %v", err)
+	}
+	if n := m.IdleInstances(); n < 1 || n > 4 {
+		t.Errorf("%d idle instances after 6 callers at once under a concurrency of 4", n)
 	}
 
 	load := func(name, script string, actions ...string) error {
