@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -103,21 +102,7 @@ func Scaffold(dir, name, lang string) ([]string, error) {
 	if lang == "rust" {
 		files[".gitignore"] = []byte("/target/\n")
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		p := filepath.Join(dir, filepath.FromSlash(n))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(p, files[n], 0o644); err != nil {
-			return nil, err
-		}
-	}
-	return names, nil
+	return writeFiles(dir, files)
 }
 
 // compiled reports whether lang's plugins are WebAssembly modules built

@@ -21,6 +21,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -122,19 +123,24 @@ func Write(dir, lang string) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
+	if _, err := writeFiles(dir, files); err != nil {
+		return fmt.Errorf("guests: writing the %s SDK: %w", lang, err)
 	}
-	slices.Sort(names)
+	return nil
+}
+
+// writeFiles writes files (slash-separated paths under dir → contents),
+// in name order, files 0644 and directories 0755, and returns the names.
+func writeFiles(dir string, files map[string][]byte) ([]string, error) {
+	names := slices.Sorted(maps.Keys(files))
 	for _, n := range names {
 		p := filepath.Join(dir, filepath.FromSlash(n))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("guests: writing the %s SDK: %w", lang, err)
+			return nil, err
 		}
 		if err := os.WriteFile(p, files[n], 0o644); err != nil {
-			return fmt.Errorf("guests: writing the %s SDK: %w", lang, err)
+			return nil, err
 		}
 	}
-	return nil
+	return names, nil
 }

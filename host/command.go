@@ -150,17 +150,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := newLimitedMemory(lim)
 
-	mc := wazero.NewModuleConfig().
-		WithName("").
-		WithArgs(append([]string{m.name}, req.Args...)...).
-		WithStdin(stdin).WithStdout(stdout).WithStderr(stderr).
-		WithSysWalltime().WithSysNanotime().
-		WithNanosleep(Nanosleep(func() context.Context { return cctx })).
-		WithRandSource(rand.Reader).
-		WithStartFunctions() // run below, under cctx (interrupt.go)
-	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
-		mc = mc.WithEnv(k, req.Env[k])
-	}
+	mc := m.commandConfig(req.Args, req.Env, stdout, stderr, func() context.Context { return cctx }).WithStdin(stdin)
 	if _, set := req.Env[transport.DeviceEnv]; req.Ops && !set {
 		mc = mc.WithEnv(transport.DeviceEnv, transport.DevicePath)
 	}
@@ -179,10 +169,8 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 				defer d.Close()
 				g := fileGrant{path: mt.GuestPath, dir: d}
 				fsc = fsc.(sysfs.FSConfig).WithSysFSMount(d.FS(&fileAuditor{inv: &inst.invocation, grant: g}), mt.GuestPath)
-			case mt.ReadOnly:
-				fsc = fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
 			default:
-				fsc = fsc.WithDirMount(mt.HostDir, mt.GuestPath)
+				fsc = dirMount(fsc, mt)
 			}
 		}
 		if req.FS != nil {
@@ -251,6 +239,35 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	default:
 		return failed(abi.CodeTrap, err, "%s", firstLine(err))
 	}
+}
+
+// commandConfig is the module configuration of a run of m as a WASI
+// command: argv (the module's name, then args), env in name order, the
+// output streams, the clocks, sleeps that end with the context sleepCtx
+// returns, crypto randomness, and no start functions: the host runs them
+// itself, under the run's context (interrupt.go). Stdin and the file
+// system are the caller's to add.
+func (m *Module) commandConfig(args []string, env map[string]string, stdout, stderr io.Writer, sleepCtx func() context.Context) wazero.ModuleConfig {
+	mc := wazero.NewModuleConfig().
+		WithName("").
+		WithArgs(append([]string{m.name}, args...)...).
+		WithStdout(stdout).WithStderr(stderr).
+		WithSysWalltime().WithSysNanotime().
+		WithNanosleep(Nanosleep(sleepCtx)).
+		WithRandSource(rand.Reader).
+		WithStartFunctions()
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		mc = mc.WithEnv(k, env[k])
+	}
+	return mc
+}
+
+// dirMount adds mt, a host directory, to fsc: read-only or read-write.
+func dirMount(fsc wazero.FSConfig, mt Mount) wazero.FSConfig {
+	if mt.ReadOnly {
+		return fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
+	}
+	return fsc.WithDirMount(mt.HostDir, mt.GuestPath)
 }
 
 // checkEnv refuses environment variable names a WASI environment cannot

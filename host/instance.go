@@ -142,7 +142,9 @@ func (inst *instance) oversized(lim Limits) bool {
 
 func (inst *instance) close() {
 	if inst.res != nil && inst.mod != nil {
-		inst.closeResident() // a goroutine still running takes the module and files over
+		// Its moat.next answers stop, or its next interrupt check ends
+		// it; a goroutine still running takes the module and files over.
+		inst.kill()
 	}
 	if inst.mod != nil {
 		_ = inst.mod.Close(context.Background())

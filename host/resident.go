@@ -2,14 +2,11 @@ package host
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -45,8 +42,8 @@ import (
 // module's timeout if longer.
 const residentStartTimeout = 10 * time.Second
 
-// residentStopGrace is how long a closing instance is given to leave its
-// moat.next and return from _start before its module is closed under it.
+// residentStopGrace is how long a stopped instance is given to return from
+// _start before it is left to end on its own (kill).
 const residentStopGrace = time.Second
 
 type resident struct {
@@ -57,8 +54,6 @@ type resident struct {
 	readied  bool          // guest goroutine only: ready was sent
 	done     chan struct{} // closed when _start returned
 	err      error         // _start's error, once done is closed
-	stop     chan struct{}
-	stopOnce atomic.Bool
 	inCall   bool // guest goroutine only
 	lifetime context.Context
 	cancel   context.CancelFunc
@@ -114,9 +109,7 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 			next.Input = c.input
 		}
 		return next, nil
-	case <-r.stop:
-		return abi.NextReply{Stop: true}, nil
-	case <-r.lifetime.Done():
+	case <-r.lifetime.Done(): // the instance is closed
 		return abi.NextReply{Stop: true}, nil
 	}
 }
@@ -135,7 +128,7 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	// budget; each call's ops are charged to the call's (SetContext).
 	lifetime = budget.With(lifetime, budget.New(budget.Limits{}, nil))
 	r := &resident{calls: make(chan *residentCall), results: make(chan residentResult), ready: make(chan []string, 1),
-		done: make(chan struct{}), stop: make(chan struct{}), lifetime: lifetime, cancel: cancel}
+		done: make(chan struct{}), lifetime: lifetime, cancel: cancel}
 	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), epoch: 1}, res: r}
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
 	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
@@ -150,24 +143,10 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	}
 	env[abi.ResidentEnv] = "1"
 	env[transport.DeviceEnv] = transport.DevicePath
-	mc := wazero.NewModuleConfig().
-		WithName("").
-		WithArgs(append([]string{m.name}, sc.Args...)...).
-		WithStdout(&inst.stdout).WithStderr(&inst.stderr).
-		WithSysWalltime().WithSysNanotime().
-		WithNanosleep(Nanosleep(func() context.Context { return inst.env.Context })).
-		WithRandSource(rand.Reader).
-		WithStartFunctions() // run below, on the instance's goroutine
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		mc = mc.WithEnv(k, env[k])
-	}
+	mc := m.commandConfig(sc.Args, env, &inst.stdout, &inst.stderr, func() context.Context { return inst.env.Context })
 	fsc := wazero.NewFSConfig()
 	for _, mt := range sc.Mounts {
-		if mt.ReadOnly {
-			fsc = fsc.WithReadOnlyDirMount(mt.HostDir, mt.GuestPath)
-		} else {
-			fsc = fsc.WithDirMount(mt.HostDir, mt.GuestPath)
-		}
+		fsc = dirMount(fsc, mt)
 	}
 	if m.files != nil {
 		if err := m.checkGuestPaths(sc.Mounts); err != nil {
@@ -217,7 +196,7 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	inst.stderr.end()
 	if actions == nil {
 		timedOut := sctx.Err() != nil
-		inst.kill(sys.ExitCodeDeadlineExceeded)
+		inst.kill()
 		inst.close()
 		switch {
 		case inst.mem.Hit():
@@ -240,21 +219,10 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	}
 	if len(missing) > 0 {
 		inst.close()
-		return fail(abi.CodeBadModule, nil, "the script registered the actions %s, not %s that its moat.yaml declares: register each with moat.action",
-			quoteList(actions), quoteList(missing))
+		return fail(abi.CodeBadModule, nil, "the script registered the actions %q, but not %q, which its moat.yaml declares: register each with moat.action",
+			actions, missing)
 	}
 	return inst, nil
-}
-
-func quoteList(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	q := make([]string, len(s))
-	for i, v := range s {
-		q[i] = fmt.Sprintf("%q", v)
-	}
-	return strings.Join(q, ", ")
 }
 
 // callResident serves one call on a resident instance, begun by call
@@ -302,7 +270,7 @@ func (inst *instance) residentStopped(ctx context.Context, lim Limits) ([]byte, 
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = sys.ExitCodeDeadlineExceeded
 	}
-	inst.kill(code)
+	inst.kill()
 	return inst.classify(ctx, sys.NewExitError(code), lim)
 }
 
@@ -316,25 +284,6 @@ func (inst *instance) residentDied(ctx context.Context, lim Limits) ([]byte, *ca
 	return inst.classify(ctx, err, lim)
 }
 
-// closeResident stops the instance's goroutine: its moat.next answers stop
-// and the script returns from _start; one that does not within
-// residentStopGrace is ended by cancelling its context. It reports whether
-// the goroutine ended: if not, the goroutine closes the module itself
-// when it does, and the caller must leave it alone.
-func (inst *instance) closeResident() bool {
-	r := inst.res
-	if r.stopOnce.CompareAndSwap(false, true) {
-		close(r.stop)
-	}
-	select {
-	case <-r.done:
-		r.cancel()
-		return true
-	case <-time.After(residentStopGrace):
-		return inst.kill(sys.ExitCodeContextCanceled)
-	}
-}
-
 // kill ends the script however it is running: the instance's context is
 // cancelled, which its interrupt checks (at loop headers, ops and sleeps)
 // and its moat.next obey, and waits for its goroutine, at most
@@ -342,16 +291,16 @@ func (inst *instance) closeResident() bool {
 // (its descriptors would be closed under calls in flight); a guest still
 // running after the grace (blocked in a host call that ignores its
 // context) is left to end on its own, and the goroutine then closes its
-// module. kill reports whether the goroutine ended.
-func (inst *instance) kill(code uint32) bool {
+// module.
+func (inst *instance) kill() {
 	r := inst.res
 	r.cancel()
 	select {
 	case <-r.done:
-		return true
+		return
 	case <-time.After(residentStopGrace):
 	}
-	inst.m.host.log.Warn("a resident instance did not end when stopped; its module is closed when it does", "module", inst.m.name, "exit_code", code)
+	inst.m.host.log.Warn("a resident instance did not end when stopped; its module is closed when it does", "module", inst.m.name)
 	mod, files := inst.mod, inst.files
 	inst.mod, inst.files = nil, nil
 	go func() {
@@ -359,5 +308,4 @@ func (inst *instance) kill(code uint32) bool {
 		_ = mod.Close(context.Background())
 		files.release()
 	}()
-	return false
 }

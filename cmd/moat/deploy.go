@@ -102,7 +102,7 @@ cross the network in clear.`,
 				signer = "signature sent, but the server's profile trusts no key of it"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deployed %s (%s, %s, sha256:%s) to %s for org %s\n",
-				termSafe(m.Name), m.Kind, termSafe(signer), short(m.Digest), base, termSafe(m.Org))
+				termSafe(m.Name), m.Kind, termSafe(signer), m.Digest[:min(12, len(m.Digest))], base, termSafe(m.Org))
 			for _, a := range m.Actions {
 				fmt.Fprintf(cmd.OutOrStdout(), "  curl -H \"Authorization: Bearer $MOAT_API_KEY\" --data INPUT %s/v1/modules/%s/actions/%s\n",
 					base, url.PathEscape(m.Name), url.PathEscape(a.Name))
@@ -115,13 +115,6 @@ cross the network in clear.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "limit of the upload (the server compiles the module before it answers)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the server's description of the module (GET /v1/modules/{name}'s JSON)")
 	return cmd
-}
-
-func short(digest string) string {
-	if len(digest) > 12 {
-		return digest[:12]
-	}
-	return digest
 }
 
 // deployServer resolves the server's base URL and refuses plain HTTP to

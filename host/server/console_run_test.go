@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/input"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -91,18 +90,7 @@ func TestConsoleEditor(t *testing.T) {
 	ctx, cancel = context.WithTimeout(ctx, 120*time.Second)
 	defer cancel()
 
-	out := t.ArtifactDir()
-	shot := func(name string) chromedp.Action {
-		return chromedp.ActionFunc(func(ctx context.Context) error {
-			var png []byte
-			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
-				return err
-			}
-			p := filepath.Join(out, name)
-			t.Logf("screenshot: %s", p)
-			return os.WriteFile(p, png, 0o644)
-		})
-	}
+	shot := func(name string) chromedp.Action { return screenshot(t, name) }
 	// doc is the editor's text, read through CodeMirror's own state (the
 	// DOM shows only the visible lines).
 	const doc = `window.MoatEditor.textOf(document.querySelector("#run-editor"))`
@@ -127,11 +115,7 @@ func TestConsoleEditor(t *testing.T) {
 	var firstLang, firstDoc, cppDoc, keptDoc string
 	var tokens int
 	err := chromedp.Run(ctx,
-		chromedp.ActionFunc(func(ctx context.Context) error {
-			_, err := page.AddScriptToEvaluateOnNewDocument(`window.violations = [];
-document.addEventListener("securitypolicyviolation", e => window.violations.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber));`).Do(ctx)
-			return err
-		}),
+		recordCSPViolations(),
 		chromedp.Navigate(ts.URL+"/"),
 		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
 		chromedp.Evaluate(`document.querySelector("#sign-out").getClientRects().length > 0`, &signOutBefore),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,18 +82,7 @@ func TestConsoleInChromium(t *testing.T) {
 	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	defer bcancel()
 
-	out := t.ArtifactDir()
-	shot := func(name string) chromedp.Action {
-		return chromedp.ActionFunc(func(ctx context.Context) error {
-			var png []byte
-			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
-				return err
-			}
-			p := filepath.Join(out, name)
-			t.Logf("screenshot: %s", p)
-			return os.WriteFile(p, png, 0o644)
-		})
-	}
+	shot := func(name string) chromedp.Action { return screenshot(t, name) }
 
 	var output, who, logRows string
 	var auditRows int

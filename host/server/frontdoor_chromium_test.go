@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,11 +47,7 @@ print("logged");
 	var violations []string
 	var pwned bool
 	err := chromedp.Run(bctx,
-		chromedp.ActionFunc(func(ctx context.Context) error {
-			_, err := page.AddScriptToEvaluateOnNewDocument(`window.violations = [];
-document.addEventListener("securitypolicyviolation", e => window.violations.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber));`).Do(ctx)
-			return err
-		}),
+		recordCSPViolations(),
 		chromedp.Navigate(ts.URL+"/"),
 		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
 		chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
@@ -126,4 +124,29 @@ document.addEventListener("securitypolicyviolation", e => window.violations.push
 	if len(violations) > 0 {
 		t.Errorf("the console breaks its CSP: %v", violations)
 	}
+}
+
+// screenshot saves a full-page screenshot as name in the test's artifact
+// directory (go test -artifacts keeps it).
+func screenshot(t *testing.T, name string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var png []byte
+		if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+			return err
+		}
+		p := filepath.Join(t.ArtifactDir(), name)
+		t.Logf("screenshot: %s", p)
+		return os.WriteFile(p, png, 0o644)
+	})
+}
+
+// recordCSPViolations makes every page the browser loads next collect its
+// Content-Security-Policy violations in window.violations, for the test to
+// read.
+func recordCSPViolations() chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		_, err := page.AddScriptToEvaluateOnNewDocument(`window.violations = [];
+document.addEventListener("securitypolicyviolation", e => window.violations.push(e.violatedDirective + " " + e.blockedURI + " " + e.sourceFile + ":" + e.lineNumber));`).Do(ctx)
+		return err
+	})
 }

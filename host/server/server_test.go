@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"context"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -340,13 +342,19 @@ func TestOpsEndpoints(t *testing.T) {
 		`moat_invocation_duration_seconds_count{action="greet",module="hello-go"} 1`,
 		`moat_denials_total{code="unauthenticated"} 1`,
 		`moat_pool_idle_instances{module="hello-go",org="acme"} 1`,
-		`moat_pool_idle_memory_bytes{module="hello-go",org="acme"} `,
 		`moat_modules_loaded 1`,
 		`moat_http_requests_total{method="POST",route="/v1/modules/:name/actions/:action",status="2xx"} 1`,
 	} {
 		if !strings.Contains(string(r.body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The pooled hello-go instance holds its linear memory (a Go guest's
+	// is megabytes), so the gauge is not zero.
+	if m := regexp.MustCompile(`moat_pool_idle_memory_bytes\{module="hello-go",org="acme"\} ([0-9.e+]+)`).FindSubmatch(r.body); m == nil {
+		t.Error("metrics lack moat_pool_idle_memory_bytes for hello-go")
+	} else if v, _ := strconv.ParseFloat(string(m[1]), 64); v < 1<<20 {
+		t.Errorf("moat_pool_idle_memory_bytes for hello-go is %s, want the instance's memory (over 1 MiB)", m[1])
 	}
 	if r := ts.do(t, "GET", "/", "", nil); !strings.Contains(r.header.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Errorf("console CSP = %q", r.header.Get("Content-Security-Policy"))
