@@ -54,7 +54,7 @@ type resident struct {
 	readied  bool          // guest goroutine only: ready was sent
 	done     chan struct{} // closed when _start returned
 	err      error         // _start's error, once done is closed
-	inCall   bool // guest goroutine only
+	inCall   bool          // guest goroutine only
 	lifetime context.Context
 	cancel   context.CancelFunc
 }
