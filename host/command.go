@@ -50,6 +50,13 @@ type RunRequest struct {
 	// to it and read one reply line per op. The ops run for Principal,
 	// under the module's grants and with the same audit as moat.call.
 	Ops bool
+	// Entry, for a module loaded with a Snapshot, is the code a run
+	// started from its image runs (CPython source for python.wasm): the
+	// run then starts there when its file system is the capture's, and
+	// from _start, with Args, otherwise (RunResult.FromSnapshot says
+	// which). The code carries what the image cannot: the run's
+	// arguments and environment.
+	Entry string
 }
 
 // CacheDir is the directory of the host's compilation cache. Drivers that
@@ -83,6 +90,9 @@ type RunResult struct {
 	// WebAssembly memory grows and never shrinks, so its final size is
 	// its peak). It is set on failed runs too, with their *Error.
 	PeakMemoryBytes uint64
+	// FromSnapshot says the run started from the module's snapshot
+	// (RunRequest.Entry), not from _start.
+	FromSnapshot bool
 }
 
 // Run executes a WASI command's _start with the given stdio, args and env.
@@ -193,10 +203,15 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		}
 		mc = mc.WithFSConfig(fsc)
 	}
+	img := m.imageFor(ctx, req, lim)
 	runStart := time.Now()
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc))
 	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
-	if err == nil {
+	switch {
+	case err != nil:
+	case img != nil:
+		err = m.enterImage(actx, mod, img, req.Entry)
+	default:
 		err = startModule(actx, mod, abi.ExportStart)
 	}
 	took := time.Since(runStart)
@@ -225,7 +240,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		if inst.mem.InitialHit() {
 			return failed(abi.CodeMemoryLimit, nil, "the module's initial memory exceeds the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 		}
-		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil
+		return RunResult{ExitCode: 0, Duration: took, PeakMemoryBytes: peak, FromSnapshot: img != nil}, needsConfirm, nil
 	case inst.mem.Hit():
 		return failed(abi.CodeMemoryLimit, err, "the guest tried to grow its memory past the limit of %d pages (%d MiB)", lim.MemoryLimitPages, lim.MemoryLimitPages/16)
 	case inst.sess.Fault() != nil:
@@ -235,7 +250,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
 		return failed(abi.CodeCanceled, err, "the caller canceled the run")
 	case errors.As(err, &exit):
-		return RunResult{ExitCode: exit.ExitCode(), Duration: took, PeakMemoryBytes: peak}, needsConfirm, nil
+		return RunResult{ExitCode: exit.ExitCode(), Duration: took, PeakMemoryBytes: peak, FromSnapshot: img != nil}, needsConfirm, nil
 	default:
 		return failed(abi.CodeTrap, err, "%s", firstLine(err))
 	}

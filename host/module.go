@@ -79,6 +79,10 @@ type LoadOptions struct {
 	// Script makes a WASI command (an interpreter) serve the manifest's
 	// actions; see Script.
 	Script *Script
+	// Snapshot lets the runs of a WASI command (an interpreter) start
+	// from an image of its state instead of from _start (snapshot.go):
+	// RunRequest.Entry for a run, and a resident Script's instances.
+	Snapshot *Snapshot
 	// Native loads a native plugin (kind: native) instead of WebAssembly:
 	// Load's wasm must then be empty. See Native.
 	Native *Native
@@ -127,6 +131,7 @@ type Module struct {
 	hasInit   bool
 	memMin    uint32 // the declared initial memory, in pages
 	info      Info
+	snap      *snapshotState // runs may start from an image (snapshot.go)
 
 	actions   []string          // as the module registers them (moat_actions)
 	actionIdx map[string]uint32 // module action name -> index
@@ -288,7 +293,19 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if tableCap > MaxTableElementsCeiling {
 		return fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, MaxTableElementsCeiling)
 	}
-	code, _, lay, err := limitTables(wasm, tableCap)
+	// A module whose runs start from a snapshot has its globals and its
+	// entry exported (snapshot.go); its compiled code is its own.
+	codeDigest, source := digest, wasm
+	var globals int
+	if opts.Snapshot != nil {
+		var err error
+		var entry uint32
+		if source, globals, entry, err = h.prepareSnapshot(ctx, digest, wasm, opts.Snapshot); err != nil {
+			return fail(abi.CodeBadModule, err, "snapshot: %v", err)
+		}
+		codeDigest = fmt.Sprintf("%s-snap%d", digest, entry)
+	}
+	code, _, lay, err := limitTables(source, tableCap)
 	if err != nil {
 		var tle *TableLimitError
 		if errors.As(err, &tle) {
@@ -303,7 +320,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	// (interrupt.go). The compilation's key is what decides the bytes
 	// compiled: the module, its table cap and the rewrite's version.
 	bounded := code // what a foreign driver runs, in a runtime of its own
-	code, key, err := h.rewrite(digest, tableCap, code, lay)
+	code, key, err := h.rewrite(codeDigest, tableCap, code, lay)
 	if err != nil {
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 	}
@@ -329,6 +346,9 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			m.closeFileGrants()
 		}
 	}()
+	if opts.Snapshot != nil {
+		m.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
+	}
 	if m.isolation == "" {
 		m.isolation = IsolationPooled
 	}

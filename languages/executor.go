@@ -453,7 +453,12 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 	// A submission's own build is one-off: its machine code is not
 	// shared through the store (host.LoadOptions.LocalCode); an
 	// interpreter's is, and is the same for every run.
-	m, err := e.module(ctx, l, a.WASM, a.Kind == ArtifactWASM, req.Preparing)
+	var snap *host.Snapshot
+	sn, snaps := l.(Snapshotter)
+	if snaps && a.Kind == ArtifactInterpreted {
+		snap = sn.Snapshot(a)
+	}
+	m, err := e.module(ctx, l, a.WASM, a.Kind == ArtifactWASM, snap, req.Preparing)
 	if err != nil {
 		return err
 	}
@@ -477,6 +482,9 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 		}
 		mt.Granted = true
 		rr.Mounts = append(rr.Mounts, mt)
+	}
+	if snap != nil {
+		rr.Entry, _ = sn.EntryCode(a, req.Args, env)
 	}
 	began := time.Now()
 	out, err := m.Run(ctx, rr)
@@ -523,7 +531,7 @@ func (e *Executor) wasmOutcome(ctx context.Context, err error, res *ExecResult) 
 
 // module loads wasm on the host once per process (the host itself caches
 // the machine code by digest, on disk and in memory).
-func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCode bool, preparing func(string) func()) (*host.Module, error) {
+func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCode bool, snap *host.Snapshot, preparing func(string) func()) (*host.Module, error) {
 	if len(wasm) == 0 {
 		return nil, errors.New("the artifact has no WASM")
 	}
@@ -537,7 +545,7 @@ func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCod
 	if preparing != nil {
 		defer preparing("load")()
 	}
-	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode})
+	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode, Snapshot: snap})
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}

@@ -268,6 +268,19 @@ type ArtifactRunner interface {
 	RunArtifact(ctx context.Context, env RunEnv, a *Artifact, in RunInput) (*RunOutput, error)
 }
 
+// Snapshotter is implemented by the interpreted languages whose runs can
+// start from a snapshot of their interpreter (host.Snapshot): started
+// once, its state copied, and each run entered with code that hands it
+// its script, arguments and environment.
+type Snapshotter interface {
+	// Snapshot is how a's interpreter is captured; nil: not at all.
+	Snapshot(a *Artifact) *host.Snapshot
+	// EntryCode is what a run of a with args (after the artifact's) and
+	// env (the whole environment) enters the image with; false: the run
+	// starts cold (the interpreter would read env as it starts, say).
+	EntryCode(a *Artifact, args []string, env map[string]string) (string, bool)
+}
+
 // RunEnv is what a run may use: the host whose runtime, compilation cache
 // and limits apply.
 type RunEnv struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages/internal/interptest"
+	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -40,6 +41,37 @@ func BenchmarkRun(b *testing.B) {
 		for b.Loop() {
 			req.Stdin = strings.NewReader("World\n")
 			if res, err := m.Run(context.Background(), req); err != nil || res.ExitCode != 0 {
+				b.Fatal(res, err)
+			}
+		}
+		cpu.Report(b)
+	})
+	b.Run("python-snapshot", func(b *testing.B) {
+		// The same run, started from the interpreter's snapshot
+		// (snapshot.go), as moat exec starts it.
+		a := build(b, "main.py", script)
+		lang := python.Language{}
+		m, err := suite.Host.Load(context.Background(), a.WASM, host.LoadOptions{Name: "py-bench-snap", Snapshot: lang.Snapshot(a)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		src := b.TempDir()
+		for _, f := range a.Files {
+			if err := os.WriteFile(filepath.Join(src, f.Name), f.Content, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		entry, ok := lang.EntryCode(a, nil, a.Env)
+		if !ok {
+			b.Fatal("no entry code")
+		}
+		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Entry: entry,
+			Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}
+		b.ResetTimer()
+		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
+		for b.Loop() {
+			req.Stdin = strings.NewReader("World\n")
+			if res, err := m.Run(context.Background(), req); err != nil || res.ExitCode != 0 || !res.FromSnapshot {
 				b.Fatal(res, err)
 			}
 		}

@@ -1,0 +1,412 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/wasmsnap"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Snapshots: an interpreter started once, its state reused by every run.
+//
+// CPython spends ~25 ms of a 30 ms hello world starting: its allocator,
+// its type objects, the imports of site and encodings. All of it lands in
+// linear memory and one global, the shadow-stack pointer. So the host
+// runs the interpreter once to a point the guest chooses (the park),
+// copies its memory and globals (package wasmsnap), and starts later runs
+// from that image: a fresh instance of the same compiled module, the
+// image written into it, and a call of an entry function with the code
+// the run needs.
+//
+// The park. The guest, given $MOAT_SNAPSHOT (a nonce the host makes per
+// capture), writes the nonce as a line on stdout and then reads the wall
+// clock; that clock read never returns: the host copies the state there
+// and ends the capture run. A clock read, because it is a host call made
+// with the interpreter's lock held and nothing else in flight (a read or
+// a write would release CPython's GIL, leaving no thread state to enter
+// with). A guest cannot park a run that is not a capture: only a capture
+// has the nonce and the clock that parks.
+//
+// The entry. The image's stack still holds the frames that led to the
+// clock read; they are not resumed. The entry is called as a C function
+// is called from inside that clock read: its string argument is written
+// just below the captured stack pointer, and the pointer is set below it,
+// so the captured frames stay intact under the new ones (the interpreter
+// sees a nested call, as a C extension calling back into Python does).
+// For CPython the entry is PyRun_SimpleStringFlags, found by
+// wasmsnap.FindEntry; the code it runs sets sys.argv, the environment and
+// the script, and ends the process as `python main.py` would.
+//
+// What an image fixes for every run started from it: what the guest did
+// before the park (for a plugin, its top-level code, run once when the
+// image is made), the interpreter's hash secret (PYTHONHASHSEED), and the
+// mounts: a run must have the same directories at the same guest paths,
+// in the same order, as the capture had, because the guest's libc listed
+// them at its start. A run that does not (extra --dir mounts, an
+// interpreter variable in its environment) starts cold; Module.Run says
+// which in RunResult.FromSnapshot.
+//
+// Images are cached in memory per module and on disk under the cache
+// directory, by the module's digest and Snapshot.Key (the bootstrap, the
+// SDK and the plugin's sources): a new interpreter, SDK or plugin is a new
+// image. A capture that fails (the guest never parks, or the probe fails)
+// is logged once and the module's runs start cold.
+
+// SnapshotEnv names the variable that gives a capture run its nonce.
+const SnapshotEnv = "MOAT_SNAPSHOT"
+
+// Snapshot says how a WASI command's runs may start from an image of one
+// of its runs (LoadOptions.Snapshot).
+type Snapshot struct {
+	// Key names the image among the module's: a digest of whatever the
+	// guest's state at the park depends on besides the module's bytes.
+	Key string
+	// The entry is the function a restored instance is entered by: a C
+	// function of EntryParams ints or pointers, the first the code to
+	// run. It is the first function of that signature the module calls
+	// with a pointer to FindMarker's bytes (and FindFixed's values at
+	// their positions) when run with FindArgs (argv after argv[0];
+	// wasmsnap.FindEntry): for CPython, exec(MARKER) finds
+	// PyRun_StringFlags(str, Py_file_input, globals, locals, flags).
+	// Found once per module digest and kept in the cache directory.
+	FindArgs    []string
+	FindMarker  string
+	FindFixed   map[int]uint64
+	EntryParams int
+	// EntryCall returns the entry's arguments for the code at address
+	// code, given the numbers the guest wrote after the nonce on its park
+	// line (an object's address: CPython's id()).
+	EntryCall func(code uint32, park []uint64) []uint64
+	// StackPointer is the index of the global that is the guest's shadow
+	// stack pointer (clang's __stack_pointer, 0).
+	StackPointer int
+	// Args (after argv[0]), Env and Mounts are the capture run's. Mounts
+	// are what every run started from the image must have, in order.
+	Args   []string
+	Env    map[string]string
+	Mounts []Mount
+	// Probe is the code the host runs from a new image before it keeps
+	// it: it must print the nonce it is given and end with status 0.
+	Probe func(nonce string) string
+}
+
+// snapshotState is a module's image, made once.
+type snapshotState struct {
+	spec    Snapshot
+	globals int
+	mu      sync.Mutex
+	img     *wasmsnap.Image
+	failed  error
+}
+
+// errParked unwinds a capture run from its park.
+var errParked = errors.New("parked for a snapshot")
+
+// maxEntryCode bounds the code an entry is called with: it is written on
+// the guest's shadow stack, below the captured frames.
+const maxEntryCode = 64 << 10
+
+// prepareSnapshot finds the entry of wasm (whose digest is digest) and
+// makes it and the globals reachable from the host (wasmsnap.Prepare),
+// for a module loaded with a Snapshot. It returns the bytes to compile,
+// the number of globals and the entry.
+func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, spec *Snapshot) ([]byte, int, uint32, error) {
+	if spec.Probe == nil || spec.Key == "" || spec.FindMarker == "" || spec.EntryCall == nil || spec.EntryParams < 1 {
+		return nil, 0, 0, errors.New("a Snapshot needs a Key, a FindMarker, EntryParams, an EntryCall and a Probe")
+	}
+	path := filepath.Join(h.cacheDir, "snapshots", digest[:32]+"-"+SnapshotKey([]byte(spec.FindMarker), []byte(strings.Join(spec.FindArgs, "\x00")),
+		[]byte(fmt.Sprint(spec.EntryParams, spec.FindFixed)))+".entry")
+	var entry uint32
+	if b, err := os.ReadFile(path); err == nil && len(b) == 4 {
+		entry = binary.LittleEndian.Uint32(b)
+	} else {
+		args := append([]string{"entry"}, spec.FindArgs...)
+		if entry, err = wasmsnap.FindEntry(ctx, wasm, args, spec.FindMarker, spec.EntryParams, spec.FindFixed); err != nil {
+			return nil, 0, 0, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
+			_ = writeAtomic(path, binary.LittleEndian.AppendUint32(nil, entry))
+		}
+	}
+	out, globals, err := wasmsnap.Prepare(wasm, map[string]uint32{"run": entry})
+	return out, globals, entry, err
+}
+
+// snapshotImage returns the module's image, capturing it on first use;
+// nil when the module has none or its capture failed (runs start cold).
+func (m *Module) snapshotImage(ctx context.Context) *wasmsnap.Image {
+	s := m.snap
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.img != nil || s.failed != nil {
+		return s.img
+	}
+	path := filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+s.spec.Key+".img")
+	if b, err := os.ReadFile(path); err == nil {
+		if img, err := wasmsnap.Unmarshal(b); err == nil && len(img.Globals) == s.globals {
+			s.img = img
+			return img
+		}
+	}
+	began := time.Now()
+	img, err := m.captureSnapshot(ctx)
+	if err != nil {
+		s.failed = err
+		m.host.log.Warn("no snapshot: runs of the module start cold", "module", m.name, "err", err)
+		return nil
+	}
+	s.img = img
+	m.host.log.Info("snapshot made", "module", m.name, "bytes", img.Bytes(), "pages", img.Pages, "took", time.Since(began).Round(time.Millisecond))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
+		_ = writeAtomic(path, img.Marshal())
+	}
+	return img
+}
+
+// captureSnapshot runs the module to its park and copies its state there,
+// then checks the image with the probe.
+func (m *Module) captureSnapshot(ctx context.Context) (*wasmsnap.Image, error) {
+	s := m.snap
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	token := hex.EncodeToString(nonce)
+	env := maps.Clone(s.spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[SnapshotEnv] = token
+
+	lim := m.limits
+	cctx, cancel := context.WithTimeout(ctx, max(lim.Timeout, 30*time.Second))
+	defer cancel()
+	var stderr bytes.Buffer
+	watch := &parkWatch{token: []byte(token)}
+	var (
+		mod  api.Module
+		img  *wasmsnap.Image
+		cerr error
+	)
+	mc := m.commandConfig(s.spec.Args, env, watch, &limitedBuffer{b: &stderr, n: 4096}, func() context.Context { return cctx }).
+		WithWalltime(func() (int64, int32) {
+			if watch.armed() && img == nil && cerr == nil {
+				if img, cerr = wasmsnap.Capture(mod, s.globals); cerr == nil {
+					img.Values = watch.values()
+				}
+				panic(errParked)
+			}
+			t := time.Now()
+			return t.Unix(), int32(t.Nanosecond())
+		}, sys.ClockResolution(1))
+	fsc := wazero.NewFSConfig()
+	for _, mt := range s.spec.Mounts {
+		fsc = dirMount(fsc, mt)
+	}
+	mc = mc.WithFSConfig(fsc)
+	alloc := newLimitedMemory(lim)
+	actx := experimental.WithMemoryAllocator(cctx, alloc)
+	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	err = startModule(actx, mod, "_start")
+	_ = mod.Close(context.Background())
+	switch {
+	case cerr != nil:
+		return nil, cerr
+	case img == nil && err == nil:
+		return nil, fmt.Errorf("the guest ended without parking (%s)", lastLine(stderr.Bytes()))
+	case img == nil:
+		return nil, fmt.Errorf("the guest failed before it parked: %s (%s)", firstLine(err), lastLine(stderr.Bytes()))
+	}
+	// The probe: a run from the image must print its nonce and succeed,
+	// or the entry is not what it was taken for.
+	var out, perr bytes.Buffer
+	code, err := m.runFromImage(cctx, img, s.spec.Probe(token), m.commandConfig(nil, nil, &limitedBuffer{b: &out, n: 4096}, &limitedBuffer{b: &perr, n: 4096}, func() context.Context { return cctx }), s.spec.Mounts, lim)
+	if err != nil || code != 0 || out.String() != token {
+		return nil, fmt.Errorf("the image failed its probe (status %d, output %q, stderr %q): %v", code, out.String(), tailOf(perr.Bytes(), 300), err)
+	}
+	return img, nil
+}
+
+// runFromImage is a whole run of a probe on a fresh instance: restored,
+// entered with code, closed. Runs proper go through run.
+func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code string, mc wazero.ModuleConfig, mounts []Mount, lim Limits) (uint32, error) {
+	fsc := wazero.NewFSConfig()
+	for _, mt := range mounts {
+		fsc = dirMount(fsc, mt)
+	}
+	actx := experimental.WithMemoryAllocator(ctx, newLimitedMemory(lim))
+	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc.WithFSConfig(fsc))
+	if err != nil {
+		return 0, err
+	}
+	defer mod.Close(context.Background())
+	err = m.enterImage(actx, mod, img, code)
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), nil
+	}
+	return 0, err
+}
+
+// enterImage writes img into mod, a fresh instance, and calls the entry
+// with code. It ends as startModule does: nil for a clean end (an exit
+// with status 0, or the entry returning), a *sys.ExitError for an exit
+// with another status (status 1 when the entry returned 0, C's NULL:
+// CPython's PyRun_StringFlags returns NULL with an exception the code
+// did not handle), or the trap.
+func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.Image, code string) error {
+	if err := img.Restore(mod); err != nil {
+		return err
+	}
+	spec := m.snap.spec
+	sp, ok := mod.ExportedGlobal(wasmsnap.GlobalExport(spec.StackPointer)).(api.MutableGlobal)
+	if !ok || spec.StackPointer >= len(img.Globals) {
+		return fmt.Errorf("global %d is not a mutable stack pointer", spec.StackPointer)
+	}
+	top := uint32(img.Globals[spec.StackPointer])
+	at := (top - uint32(len(code)) - 1 - 16) &^ 15
+	if len(code) > maxEntryCode || at > top || at < 64<<10 {
+		return fmt.Errorf("the entry's code (%d bytes) does not fit on the stack below %d", len(code), top)
+	}
+	if !mod.Memory().Write(at, append([]byte(code), 0)) {
+		return fmt.Errorf("the stack at %d is outside memory", at)
+	}
+	sp.Set(uint64(at - 16))
+	fn := mod.ExportedFunction(wasmsnap.EntryPrefix + "run")
+	if fn == nil || !wasmsnap.EntrySignature(fn.Definition(), spec.EntryParams) {
+		return fmt.Errorf("the entry is missing or does not take %d ints", spec.EntryParams)
+	}
+	args := spec.EntryCall(at, img.Values)
+	if len(args) != spec.EntryParams {
+		return fmt.Errorf("the entry takes %d arguments, not %d", spec.EntryParams, len(args))
+	}
+	r, err := fn.Call(ctx, args...)
+	var exit *sys.ExitError
+	switch {
+	case errors.As(err, &exit) && exit.ExitCode() == 0:
+		return nil
+	case err != nil:
+		return err
+	case r[0] == 0:
+		return sys.NewExitError(1)
+	}
+	return nil
+}
+
+// imageFor returns the image a run may start from: the module has one,
+// the request asks for it (Entry), and the run's file system is the
+// capture's (the same mounts at the same guest paths in the same order,
+// nothing else); nil otherwise.
+func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasmsnap.Image {
+	if m.snap == nil || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
+		return nil
+	}
+	want := m.snap.spec.Mounts
+	if len(req.Mounts) != len(want) {
+		return nil
+	}
+	for i, mt := range req.Mounts {
+		if mt.GuestPath != want[i].GuestPath || mt.ReadOnly != want[i].ReadOnly || mt.Granted {
+			return nil
+		}
+	}
+	img := m.snapshotImage(ctx)
+	if img == nil || img.Pages > lim.MemoryLimitPages {
+		return nil
+	}
+	return img
+}
+
+// parkWatch is a capture's stdout: it arms the park when the guest has
+// written its park line, the nonce and then numbers (decimal, separated
+// by spaces) up to a newline.
+type parkWatch struct {
+	mu    sync.Mutex
+	token []byte // the nonce
+	seen  []byte
+	line  []byte // the park line after the nonce, once whole
+}
+
+func (w *parkWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.line != nil {
+		return len(p), nil
+	}
+	w.seen = append(w.seen, p...)
+	if i := bytes.Index(w.seen, w.token); i >= 0 {
+		if rest, _, ok := bytes.Cut(w.seen[i+len(w.token):], []byte("\n")); ok {
+			w.line = append([]byte{' '}, rest...)
+		}
+	} else if len(w.seen) > 8192 {
+		w.seen = slices.Clone(w.seen[len(w.seen)-len(w.token):])
+	}
+	return len(p), nil
+}
+
+func (w *parkWatch) armed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.line != nil
+}
+
+// values are the park line's numbers; one that is not a number ends them.
+func (w *parkWatch) values() []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var vs []uint64
+	for _, f := range strings.Fields(string(w.line)) {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil || len(vs) == 16 {
+			break
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// limitedBuffer keeps the first n bytes written to it.
+type limitedBuffer struct {
+	b *bytes.Buffer
+	n int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.n - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// SnapshotKey is a Snapshot.Key: the digest of the parts given, each
+// length-prefixed so that no two lists collide.
+func SnapshotKey(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:", len(p))
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}

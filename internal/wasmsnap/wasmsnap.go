@@ -1,0 +1,284 @@
+// Package wasmsnap captures a running WebAssembly instance's state (its
+// linear memory and its globals) and restores it into a fresh instance of
+// the same module: the way an interpreter that took 30 ms to start, or a
+// plugin's top-level code, is paid for once instead of on every instance.
+//
+// It is Wizer's idea, kept apart from the module's code. Wizer writes the
+// captured state into a new module (data segments, global initialisers),
+// which then has to be compiled again: 4 s for CPython, 12 s for Ruby,
+// per plugin. Here the module is compiled once, with its globals exported
+// (Prepare), and an image is applied to a fresh instance after
+// instantiation (Image.Restore): a copy of the memory's non-zero bytes.
+// The machine code is shared by every image of the module.
+//
+// What an image cannot carry is state outside the instance: open
+// descriptors, the preopened directories the guest's libc listed at its
+// start, the environment it read. The caller restores into an instance
+// configured as the captured one was (same mounts in the same order) and
+// hands the guest whatever changed (arguments, environment) through the
+// entry it calls.
+//
+// Entries are functions the module does not export, exported by Prepare as
+// EntryPrefix+name, so that a restored instance can be entered somewhere
+// other than _start: an interpreter's "run this string" (CPython's
+// PyRun_SimpleStringFlags). A stripped interpreter names none of its
+// functions (python.wasm's name section and DWARF addresses are gone), so
+// FindEntry finds one by what it does: the first function called with a
+// pointer to a marker string the run was given. Reactors (Ruby's) export
+// their entries already.
+package wasmsnap
+
+import (
+	"bytes"
+		"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// EntryPrefix is the prefix of the exports Prepare adds for entries.
+const EntryPrefix = "moat:entry."
+
+// GlobalExport is the name under which Prepare exports the module's i-th
+// defined global.
+func GlobalExport(i int) string { return "moat:global." + strconv.Itoa(i) }
+
+// Image is one instance's state: its memory, as its runs of non-zero
+// bytes (a fresh memory is zero), and the values of its defined globals.
+type Image struct {
+	Pages   uint32
+	Runs    []Run
+	Globals []uint64
+	// Values are what the guest told the host as it was captured (the
+	// address of an object the entry needs, say).
+	Values []uint64
+}
+
+// Run is Data at offset Off of the memory.
+type Run struct {
+	Off  uint32
+	Data []byte
+}
+
+// Bytes is the size of the image's memory contents.
+func (img *Image) Bytes() int {
+	n := 0
+	for _, r := range img.Runs {
+		n += len(r.Data)
+	}
+	return n
+}
+
+// zeroGap is how many zero bytes end a run: fewer are copied with it (a
+// run costs a call and a bounds check; 64 zero bytes cost less).
+const zeroGap = 64
+
+// Capture reads mod's memory and the globals Prepare exported. Call it
+// while the guest is stopped (inside a host function it called, or between
+// calls): the memory is copied as it is.
+func Capture(mod api.Module, globals int) (*Image, error) {
+	mem := mod.Memory()
+	if mem == nil {
+		return nil, errors.New("wasmsnap: the module has no memory")
+	}
+	size := mem.Size()
+	all, ok := mem.Read(0, size)
+	if !ok {
+		return nil, errors.New("wasmsnap: cannot read the memory")
+	}
+	img := &Image{Pages: size / 65536}
+	for i := 0; i < len(all); {
+		for i < len(all) && all[i] == 0 {
+			i++
+		}
+		if i == len(all) {
+			break
+		}
+		start, zeros := i, 0
+		for i < len(all) && zeros < zeroGap {
+			if all[i] == 0 {
+				zeros++
+			} else {
+				zeros = 0
+			}
+			i++
+		}
+		end := i - zeros
+		img.Runs = append(img.Runs, Run{Off: uint32(start), Data: bytes.Clone(all[start:end])})
+	}
+	for i := range globals {
+		g := mod.ExportedGlobal(GlobalExport(i))
+		if g == nil {
+			return nil, fmt.Errorf("wasmsnap: global %d is not exported: the module was not prepared (Prepare)", i)
+		}
+		img.Globals = append(img.Globals, g.Get())
+	}
+	return img, nil
+}
+
+// Restore writes the image into mod, a fresh instance of the module it
+// was captured from: the memory grown to the image's size, the runs
+// copied, the globals set. A grow the instance's memory limit refuses is
+// an error.
+func (img *Image) Restore(mod api.Module) error {
+	mem := mod.Memory()
+	if mem == nil {
+		return errors.New("wasmsnap: the module has no memory")
+	}
+	if have := mem.Size() / 65536; have < img.Pages {
+		if _, ok := mem.Grow(img.Pages - have); !ok {
+			return fmt.Errorf("wasmsnap: cannot grow the memory to the image's %d pages (%d MiB)", img.Pages, img.Pages/16)
+		}
+	}
+	// The instance's own data segments were copied at instantiation;
+	// every byte they wrote that is zero in the image must be cleared.
+	// The image's zero gaps are few and short next to its runs, so the
+	// memory is cleared between runs, not as a whole.
+	all, ok := mem.Read(0, mem.Size())
+	if !ok {
+		return errors.New("wasmsnap: cannot read the memory")
+	}
+	at := uint32(0)
+	for _, r := range img.Runs {
+		clear(all[at:r.Off])
+		copy(all[r.Off:], r.Data)
+		at = r.Off + uint32(len(r.Data))
+	}
+	clear(all[at:])
+	for i, v := range img.Globals {
+		g, ok := mod.ExportedGlobal(GlobalExport(i)).(api.MutableGlobal)
+		if !ok {
+			continue // an immutable global has its initial value already
+		}
+		g.Set(v)
+	}
+	return nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// imageMagic starts a marshalled image; its last byte is the format's
+// version.
+var imageMagic = []byte("moatimg\x02")
+
+// Marshal encodes the image for the disk, ending with a CRC-32C so that a
+// torn file is found out.
+func (img *Image) Marshal() []byte {
+	b := append([]byte{}, imageMagic...)
+	b = binary.AppendUvarint(b, uint64(img.Pages))
+	b = binary.AppendUvarint(b, uint64(len(img.Globals)))
+	for _, g := range img.Globals {
+		b = binary.AppendUvarint(b, g)
+	}
+	b = binary.AppendUvarint(b, uint64(len(img.Values)))
+	for _, v := range img.Values {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendUvarint(b, uint64(len(img.Runs)))
+	for _, r := range img.Runs {
+		b = binary.AppendUvarint(b, uint64(r.Off))
+		b = binary.AppendUvarint(b, uint64(len(r.Data)))
+		b = append(b, r.Data...)
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// Unmarshal decodes what Marshal wrote; damage is an error.
+func Unmarshal(b []byte) (*Image, error) {
+	bad := errors.New("wasmsnap: not an image, or a damaged one")
+	if len(b) < len(imageMagic)+4 || !bytes.HasPrefix(b, imageMagic) {
+		return nil, bad
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, bad
+	}
+	r := bytes.NewReader(body[len(imageMagic):])
+	u := func() uint64 {
+		v, err := binary.ReadUvarint(r)
+		if err != nil {
+			return 0
+		}
+		return v
+	}
+	img := &Image{Pages: uint32(u())}
+	if img.Pages > 65536 {
+		return nil, bad
+	}
+	ng := u()
+	if ng > 1<<16 {
+		return nil, bad
+	}
+	for range ng {
+		img.Globals = append(img.Globals, u())
+	}
+	nv := u()
+	if nv > 1<<10 {
+		return nil, bad
+	}
+	for range nv {
+		img.Values = append(img.Values, u())
+	}
+	nr := u()
+	end := uint64(img.Pages) * 65536
+	at := uint64(0)
+	for range nr {
+		off, n := u(), u()
+		if off < at || off+n > end || n > uint64(r.Len()) {
+			return nil, bad
+		}
+		data := make([]byte, n)
+		_, _ = r.Read(data)
+		img.Runs = append(img.Runs, Run{Off: uint32(off), Data: data})
+		at = off + n
+	}
+	if r.Len() != 0 {
+		return nil, bad
+	}
+	return img, nil
+}
+
+// Prepare returns wasm with each defined global exported as
+// GlobalExport(i), and each function of entries (name → function index,
+// FindEntry's answer) exported as EntryPrefix+name; and how many globals
+// the module defines (Capture's argument). A module that already exports
+// a name Prepare would add is refused.
+func Prepare(wasm []byte, entries map[string]uint32) ([]byte, int, error) {
+	m, err := parse(wasm)
+	if err != nil {
+		return nil, 0, err
+	}
+	var add []export
+	for i := range m.globals {
+		add = append(add, export{name: GlobalExport(i), kind: 3, index: m.importedGlobals + uint32(i)})
+	}
+	for _, name := range slices.Sorted(maps.Keys(entries)) {
+		idx := entries[name]
+		if idx < m.importedFuncs || idx-m.importedFuncs >= uint32(len(m.bodies)) {
+			return nil, 0, fmt.Errorf("wasmsnap: entry %s is function %d, which the module does not define", name, idx)
+		}
+		add = append(add, export{name: EntryPrefix + name, kind: 0, index: idx})
+	}
+	out, err := m.withExports(add)
+	return out, len(m.globals), err
+}
+
+// EntrySignature says whether fn takes params i32 values and returns an
+// i32: a C function of params pointers or ints returning one.
+func EntrySignature(fn api.FunctionDefinition, params int) bool {
+	p, r := fn.ParamTypes(), fn.ResultTypes()
+	if len(p) != params || len(r) != 1 || r[0] != api.ValueTypeI32 {
+		return false
+	}
+	for _, t := range p {
+		if t != api.ValueTypeI32 {
+			return false
+		}
+	}
+	return true
+}
