@@ -115,7 +115,7 @@ func parse(wasm []byte) (*module, error) {
 		if r.err != nil {
 			break
 		}
-				s := &reader{b: body}
+		s := &reader{b: body}
 		switch id {
 		case 2:
 			for range s.u32() {

@@ -30,7 +30,7 @@ package wasmsnap
 
 import (
 	"bytes"
-		"encoding/binary"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"

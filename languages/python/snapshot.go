@@ -131,11 +131,11 @@ func (Language) Snapshot(a *languages.Artifact) *host.Snapshot {
 	// the bootstrap does not read it; the library's own) and the library.
 	mounts := a.RunMounts(a.Mounts[0].HostDir)
 	return &host.Snapshot{
-		Key:          host.SnapshotKey([]byte(snapshotBoot), []byte(Version)),
-		FindArgs:     []string{"-c", "exec(" + pyQuote(findMarker) + ")"},
-		FindMarker:   findMarker,
-		FindFixed:    map[int]uint64{1: pyFileInput},
-		EntryParams:  5,
+		Key:         host.SnapshotKey([]byte(snapshotBoot), []byte(Version)),
+		FindArgs:    []string{"-c", "exec(" + pyQuote(findMarker) + ")"},
+		FindMarker:  findMarker,
+		FindFixed:   map[int]uint64{1: pyFileInput},
+		EntryParams: 5,
 		EntryCall: func(code uint32, park []uint64) []uint64 {
 			var globals uint64
 			if len(park) > 0 {
