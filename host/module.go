@@ -297,6 +297,9 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	// entry exported (snapshot.go); its compiled code is its own.
 	codeDigest, source := digest, wasm
 	var globals int
+	if opts.Snapshot == nil && opts.Script != nil && opts.Script.Resident {
+		opts.Snapshot = opts.Script.Snapshot
+	}
 	if opts.Snapshot != nil {
 		var err error
 		var entry uint32

@@ -13,6 +13,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
@@ -123,46 +124,14 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	if err := m.checkInitialMemory(lim); err != nil {
 		return nil, err
 	}
-	lifetime, cancel := context.WithCancel(context.Background())
-	// The device's own buffers are the instance's, under the default
-	// budget; each call's ops are charged to the call's (SetContext).
-	lifetime = budget.With(lifetime, budget.New(budget.Limits{}, nil))
-	r := &resident{calls: make(chan *residentCall), results: make(chan residentResult), ready: make(chan []string, 1),
-		done: make(chan struct{}), lifetime: lifetime, cancel: cancel}
-	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), epoch: 1}, res: r}
-	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
-	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
-	inst.env.Begin(lifetime, "", policy.Principal{}, "")
-	inst.sess.Begin(inst)
-	inst.mem = newLimitedMemory(lim)
-
-	sc := m.script
-	env := maps.Clone(sc.Env)
-	if env == nil {
-		env = map[string]string{}
+	img := m.residentImage(ctx, lim)
+	inst, cancel := m.residentShell(lim)
+	r, lifetime := inst.res, inst.res.lifetime
+	mc, err := m.residentConfig(inst)
+	if err != nil {
+		cancel()
+		return nil, err
 	}
-	env[abi.ResidentEnv] = "1"
-	env[transport.DeviceEnv] = transport.DevicePath
-	mc := m.commandConfig(sc.Args, env, &inst.stdout, &inst.stderr, func() context.Context { return inst.env.Context })
-	fsc := wazero.NewFSConfig()
-	for _, mt := range sc.Mounts {
-		fsc = dirMount(fsc, mt)
-	}
-	if m.files != nil {
-		if err := m.checkGuestPaths(sc.Mounts); err != nil {
-			cancel()
-			return fail(abi.CodeInvalidArgument, err, "%v", err)
-		}
-		if !m.files.acquire() {
-			cancel()
-			return fail(abi.CodeUnavailable, nil, "the module was closed")
-		}
-		inst.files = m.files
-		fsc = m.mountFileGrants(fsc, &inst.invocation)
-	}
-	r.dev = transport.NewDevice(lifetime, inst)
-	r.dev.SetResident(r)
-	mc = mc.WithFSConfig(fsc.(sysfs.FSConfig).WithSysFSMount(r.dev.FS(), transport.DeviceDir))
 
 	start := max(lim.Timeout, residentStartTimeout)
 	sctx, scancel := context.WithTimeout(ctx, start)
@@ -183,7 +152,11 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	}
 	inst.mod = mod
 	go func() {
-		r.err = startModule(actx, mod, abi.ExportStart)
+		if img != nil {
+			r.err = m.enterImage(actx, mod, img, m.snap.spec.Resume)
+		} else {
+			r.err = startModule(actx, mod, abi.ExportStart)
+		}
 		close(r.done)
 	}()
 	var actions []string
@@ -223,6 +196,84 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 			actions, missing)
 	}
 	return inst, nil
+}
+
+// residentShell is a resident instance of m before its module is
+// instantiated: its lifetime (cancel ends it), channels and streams.
+func (m *Module) residentShell(lim Limits) (*instance, context.CancelFunc) {
+	lifetime, cancel := context.WithCancel(context.Background())
+	// The device's own buffers are the instance's, under the default
+	// budget; each call's ops are charged to the call's (SetContext).
+	lifetime = budget.With(lifetime, budget.New(budget.Limits{}, nil))
+	r := &resident{calls: make(chan *residentCall), results: make(chan residentResult), ready: make(chan []string, 1),
+		done: make(chan struct{}), lifetime: lifetime, cancel: cancel}
+	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), epoch: 1}, res: r}
+	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
+	inst.stderr = guestStream{name: "stderr", level: slog.LevelWarn}
+	inst.env.Begin(lifetime, "", policy.Principal{}, "")
+	inst.sess.Begin(inst)
+	inst.mem = newLimitedMemory(lim)
+	return inst, cancel
+}
+
+// residentImage is the image m's resident instances start from (made on
+// first use by captureResident); nil: they start cold.
+func (m *Module) residentImage(ctx context.Context, lim Limits) *wasmsnap.Image {
+	if m.snap == nil || m.snap.spec.Resume == "" {
+		return nil
+	}
+	img := m.snapshotImage(ctx, m.captureResident)
+	if img == nil || img.Pages > lim.MemoryLimitPages {
+		return nil
+	}
+	return img
+}
+
+// captureResident captures an instance configured as every resident
+// instance of m is (residentConfig): the script's top level runs, and the
+// SDK parks where it would serve (moat.py's serve()).
+func (m *Module) captureResident(ctx context.Context) (*wasmsnap.Image, error) {
+	inst, cancel := m.residentShell(m.limits)
+	defer cancel()
+	mc, err := m.residentConfig(inst)
+	if err != nil {
+		return nil, err
+	}
+	defer inst.files.release()
+	return m.capture(ctx, mc, inst.sess.Attach)
+}
+
+// residentConfig is the configuration of a resident instance inst of m:
+// the script's arguments and environment, its mounts, the module's file
+// grants and the op device, in that order (a snapshot's capture has the
+// same, snapshot.go). Output goes to inst's streams.
+func (m *Module) residentConfig(inst *instance) (wazero.ModuleConfig, error) {
+	r := inst.res
+	sc := m.script
+	env := maps.Clone(sc.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[abi.ResidentEnv] = "1"
+	env[transport.DeviceEnv] = transport.DevicePath
+	mc := m.commandConfig(sc.Args, env, &inst.stdout, &inst.stderr, func() context.Context { return inst.env.Context })
+	fsc := wazero.NewFSConfig()
+	for _, mt := range sc.Mounts {
+		fsc = dirMount(fsc, mt)
+	}
+	if m.files != nil {
+		if err := m.checkGuestPaths(sc.Mounts); err != nil {
+			return nil, &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: err.Error(), Err: err}
+		}
+		if !m.files.acquire() {
+			return nil, &Error{Module: m.name, Code: abi.CodeUnavailable, Reason: "the module was closed"}
+		}
+		inst.files = m.files
+		fsc = m.mountFileGrants(fsc, &inst.invocation)
+	}
+	r.dev = transport.NewDevice(r.lifetime, inst)
+	r.dev.SetResident(r)
+	return mc.WithFSConfig(fsc.(sysfs.FSConfig).WithSysFSMount(r.dev.FS(), transport.DeviceDir)), nil
 }
 
 // callResident serves one call on a resident instance, begun by call

@@ -41,6 +41,11 @@ type Script struct {
 	// runs the script once on a fresh instance, the action in
 	// $MOAT_ACTION.
 	Resident bool
+	// Snapshot, for a resident script, lets its instances start from an
+	// image of one that ran the top level and parked where it would
+	// serve (snapshot.go; Snapshot.Resume enters the serve loop). Its
+	// Key must cover the plugin's sources and the SDK.
+	Snapshot *Snapshot
 	// Source is the plugin's sources in canonical form
 	// (languages.PackSources): what its signature covers, in place of the
 	// module bytes, which are the interpreter's and the same for every

@@ -9,7 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,6 +106,10 @@ type Snapshot struct {
 	// Probe is the code the host runs from a new image before it keeps
 	// it: it must print the nonce it is given and end with status 0.
 	Probe func(nonce string) string
+	// Resume is the code a resident Script's instance started from the
+	// image is entered with (its serve loop); Args, Env and Mounts are
+	// then the Script's, with the op device.
+	Resume string
 }
 
 // snapshotState is a module's image, made once.
@@ -150,9 +154,10 @@ func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, 
 	return out, globals, entry, err
 }
 
-// snapshotImage returns the module's image, capturing it on first use;
-// nil when the module has none or its capture failed (runs start cold).
-func (m *Module) snapshotImage(ctx context.Context) *wasmsnap.Image {
+// snapshotImage returns the module's image, made by capture on first use
+// (or read from the disk); nil when the module has none or its capture
+// failed, so that runs start cold.
+func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context) (*wasmsnap.Image, error)) *wasmsnap.Image {
 	s := m.snap
 	if s == nil {
 		return nil
@@ -170,10 +175,13 @@ func (m *Module) snapshotImage(ctx context.Context) *wasmsnap.Image {
 		}
 	}
 	began := time.Now()
-	img, err := m.captureSnapshot(ctx)
+	img, err := capture(ctx)
+	if err == nil {
+		err = m.probeImage(ctx, img)
+	}
 	if err != nil {
 		s.failed = err
-		m.host.log.Warn("no snapshot: runs of the module start cold", "module", m.name, "err", err)
+		m.host.log.Warn("no snapshot: instances of the module start cold", "module", m.name, "err", err)
 		return nil
 	}
 	s.img = img
@@ -184,19 +192,26 @@ func (m *Module) snapshotImage(ctx context.Context) *wasmsnap.Image {
 	return img
 }
 
-// captureSnapshot runs the module to its park and copies its state there,
-// then checks the image with the probe.
-func (m *Module) captureSnapshot(ctx context.Context) (*wasmsnap.Image, error) {
+// captureCommand captures a run of the command as Snapshot's Args, Env and
+// Mounts say.
+func (m *Module) captureCommand(ctx context.Context) (*wasmsnap.Image, error) {
+	s := m.snap.spec
+	mc := m.commandConfig(s.Args, s.Env, io.Discard, io.Discard, func() context.Context { return ctx })
+	fsc := wazero.NewFSConfig()
+	for _, mt := range s.Mounts {
+		fsc = dirMount(fsc, mt)
+	}
+	return m.capture(ctx, mc.WithFSConfig(fsc), nil)
+}
+
+// capture runs the module, configured as mc, to its park and copies its
+// state there. attach, when set, readies the context the guest runs in
+// (a resident capture's op device).
+func (m *Module) capture(ctx context.Context, mc wazero.ModuleConfig, attach func(context.Context) context.Context) (*wasmsnap.Image, error) {
 	s := m.snap
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	token := hex.EncodeToString(nonce)
-	env := maps.Clone(s.spec.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	env[SnapshotEnv] = token
-
 	lim := m.limits
 	cctx, cancel := context.WithTimeout(ctx, max(lim.Timeout, 30*time.Second))
 	defer cancel()
@@ -207,7 +222,7 @@ func (m *Module) captureSnapshot(ctx context.Context) (*wasmsnap.Image, error) {
 		img  *wasmsnap.Image
 		cerr error
 	)
-	mc := m.commandConfig(s.spec.Args, env, watch, &limitedBuffer{b: &stderr, n: 4096}, func() context.Context { return cctx }).
+	mc = mc.WithEnv(SnapshotEnv, token).WithStdout(watch).WithStderr(&limitedBuffer{b: &stderr, n: 4096}).
 		WithWalltime(func() (int64, int32) {
 			if watch.armed() && img == nil && cerr == nil {
 				if img, cerr = wasmsnap.Capture(mod, s.globals); cerr == nil {
@@ -218,13 +233,10 @@ func (m *Module) captureSnapshot(ctx context.Context) (*wasmsnap.Image, error) {
 			t := time.Now()
 			return t.Unix(), int32(t.Nanosecond())
 		}, sys.ClockResolution(1))
-	fsc := wazero.NewFSConfig()
-	for _, mt := range s.spec.Mounts {
-		fsc = dirMount(fsc, mt)
+	actx := experimental.WithMemoryAllocator(cctx, newLimitedMemory(lim))
+	if attach != nil {
+		actx = attach(actx)
 	}
-	mc = mc.WithFSConfig(fsc)
-	alloc := newLimitedMemory(lim)
-	actx := experimental.WithMemoryAllocator(cctx, alloc)
 	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
@@ -239,14 +251,24 @@ func (m *Module) captureSnapshot(ctx context.Context) (*wasmsnap.Image, error) {
 	case img == nil:
 		return nil, fmt.Errorf("the guest failed before it parked: %s (%s)", firstLine(err), lastLine(stderr.Bytes()))
 	}
-	// The probe: a run from the image must print its nonce and succeed,
-	// or the entry is not what it was taken for.
-	var out, perr bytes.Buffer
-	code, err := m.runFromImage(cctx, img, s.spec.Probe(token), m.commandConfig(nil, nil, &limitedBuffer{b: &out, n: 4096}, &limitedBuffer{b: &perr, n: 4096}, func() context.Context { return cctx }), s.spec.Mounts, lim)
-	if err != nil || code != 0 || out.String() != token {
-		return nil, fmt.Errorf("the image failed its probe (status %d, output %q, stderr %q): %v", code, out.String(), tailOf(perr.Bytes(), 300), err)
-	}
 	return img, nil
+}
+
+// probeImage checks a new image: a run from it must print the nonce the
+// probe is given and succeed, or the entry is not what it was taken for.
+func (m *Module) probeImage(ctx context.Context, img *wasmsnap.Image) error {
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	token := hex.EncodeToString(nonce)
+	cctx, cancel := context.WithTimeout(ctx, max(m.limits.Timeout, 30*time.Second))
+	defer cancel()
+	var out, perr bytes.Buffer
+	mc := m.commandConfig(nil, nil, &limitedBuffer{b: &out, n: 4096}, &limitedBuffer{b: &perr, n: 4096}, func() context.Context { return cctx })
+	code, err := m.runFromImage(cctx, img, m.snap.spec.Probe(token), mc, m.snap.spec.Mounts, m.limits)
+	if err != nil || code != 0 || out.String() != token {
+		return fmt.Errorf("the image failed its probe (status %d, output %q, stderr %q): %v", code, out.String(), tailOf(perr.Bytes(), 300), err)
+	}
+	return nil
 }
 
 // runFromImage is a whole run of a probe on a fresh instance: restored,
@@ -332,7 +354,7 @@ func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasm
 			return nil
 		}
 	}
-	img := m.snapshotImage(ctx)
+	img := m.snapshotImage(ctx, m.captureCommand)
 	if img == nil || img.Pages > lim.MemoryLimitPages {
 		return nil
 	}
@@ -409,4 +431,19 @@ func SnapshotKey(parts ...[]byte) string {
 		h.Write(p)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// SnapshotBytes is the size of the image the module's runs or resident
+// instances start from (its memory's non-zero bytes); 0 while it has none
+// (not yet made, not asked for, or its capture failed).
+func (m *Module) SnapshotBytes() int {
+	if m.snap == nil {
+		return 0
+	}
+	m.snap.mu.Lock()
+	defer m.snap.mu.Unlock()
+	if m.snap.img == nil {
+		return 0
+	}
+	return m.snap.img.Bytes()
 }

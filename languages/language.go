@@ -279,6 +279,10 @@ type Snapshotter interface {
 	// env (the whole environment) enters the image with; false: the run
 	// starts cold (the interpreter would read env as it starts, say).
 	EntryCode(a *Artifact, args []string, env map[string]string) (string, bool)
+	// ResidentSnapshot is how a resident plugin's instances are captured
+	// (after its top level, where its SDK would serve) and resumed; nil:
+	// they start cold.
+	ResidentSnapshot(a *Artifact, src Source) *host.Snapshot
 }
 
 // RunEnv is what a run may use: the host whose runtime, compilation cache

@@ -131,7 +131,11 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 	if d, ok := l.(ResidentDetector); ok {
 		resident = d.Resident(src)
 	}
-	return &ScriptPlugin{WASM: a.WASM, Script: &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir), Resident: resident}}, nil
+	sc := &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir), Resident: resident}
+	if sn, ok := l.(Snapshotter); ok && resident {
+		sc.Snapshot = sn.ResidentSnapshot(a, src)
+	}
+	return &ScriptPlugin{WASM: a.WASM, Script: sc}, nil
 }
 
 // ResidentDetector is implemented by the interpreted languages whose

@@ -106,6 +106,9 @@ class _Device:
             raise MoatError("unavailable", f"cannot open {path}: {e.strerror}") from None
         self._buf = bytearray(65536)
 
+    def close(self):
+        self._f.close()
+
     def call(self, op, req):
         # Every step counts here: CPython on WASM runs each op's Python
         # at a fraction of native speed, so the line is built once, the
@@ -308,9 +311,41 @@ def serve():
     if _on_pipe():
         _serve_lines(_get())
     elif _resident():
+        nonce = _os.environ.pop("MOAT_SNAPSHOT", None)
+        if nonce:
+            _park(nonce)
         _serve_resident(_get())
     else:
         _serve_once()
+
+
+def _park(nonce):
+    """Be captured here (host/snapshot.go): the nonce and the address of
+    this module's globals (where _resume runs) on stdout, then a clock read
+    the host does not return from. The device is closed first: an instance
+    started from the image opens its own."""
+    global _transport
+    if _transport is not None:
+        _transport.close()
+        _transport = None
+    import time
+    _os.write(1, ("%s %d\n" % (nonce, id(globals()))).encode())
+    time.time()
+    raise RuntimeError("moat: the snapshot's park returned")
+
+
+def _resume():
+    """An instance started from the image enters here: serve, as serve()
+    would have after the top level."""
+    rng = _sys.modules.get("random")
+    if rng is not None:
+        rng.seed()  # not the image's sequence
+    try:
+        _serve_resident(_get())
+    except BaseException:  # noqa: BLE001 - the instance ends; the host reports it
+        _traceback.print_exc(file=_sys.stderr)
+        _sys.stderr.flush()
+        _os._exit(1)
 
 
 def _serve_resident(dev):

@@ -8,7 +8,7 @@ import (
 )
 
 // The package's tests share one host: the interpreter is compiled once.
-var suite = &interptest.Suite{Language: "python", Module: "py-test"}
+var suite = &interptest.Suite{Language: "python", Module: "py-test", Snapshots: true}
 
 func TestMain(m *testing.M) { interptest.Main(m, suite) }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
 )
@@ -148,9 +149,23 @@ func (Language) Snapshot(a *languages.Artifact) *host.Snapshot {
 		Env:          maps.Clone(a.Env),
 		Mounts:       mounts,
 		Probe: func(nonce string) string {
-			return fmt.Sprintf("sys.stdout.write(%s); sys.stdout.flush(); os._exit(0)", pyQuote(nonce))
+			return fmt.Sprintf("import sys, os\nsys.stdout.write(%s)\nsys.stdout.flush()\nos._exit(0)\n", pyQuote(nonce))
 		},
 	}
+}
+
+// ResidentSnapshot implements languages.Snapshotter: moat.py parks in
+// serve() when $MOAT_SNAPSHOT is set, after the plugin's top level, and an
+// instance from the image enters moat._resume(), which serves. The image
+// depends on the sources (the SDK is among them) and the interpreter.
+func (Language) ResidentSnapshot(a *languages.Artifact, src languages.Source) *host.Snapshot {
+	s := Language{}.Snapshot(a)
+	if s == nil {
+		return nil
+	}
+	s.Key = host.SnapshotKey([]byte(s.Key), languages.PackSources(src), pysdk.SDK)
+	s.Resume = "_resume()"
+	return s
 }
 
 // EntryCode implements languages.Snapshotter.

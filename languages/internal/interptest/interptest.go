@@ -29,6 +29,10 @@ type Suite struct {
 	Module   string // the module name runs load under; default Language + "-test"
 	Host     *host.Host
 	Log      SyncBuffer // the host's log, JSON lines
+	// Snapshots says the language starts resident instances from a
+	// snapshot (languages.Snapshotter): TestResident then checks that
+	// they do.
+	Snapshots bool
 }
 
 // Main sets up the suite's host (its compilation cache kept in the
@@ -222,6 +226,11 @@ func (s *Suite) LoadScript(t testing.TB, mf *policy.Manifest, files ...string) *
 
 // load is LoadScript returning the load's error.
 func (s *Suite) load(t testing.TB, mf *policy.Manifest, files ...string) (*host.Module, error) {
+	return s.loadIsolated(t, mf, "", files...)
+}
+
+// loadIsolated is load with the module's isolation.
+func (s *Suite) loadIsolated(t testing.TB, mf *policy.Manifest, iso host.Isolation, files ...string) (*host.Module, error) {
 	t.Helper()
 	l, err := languages.Lookup(s.Language)
 	if err != nil {
@@ -242,7 +251,7 @@ func (s *Suite) load(t testing.TB, mf *policy.Manifest, files ...string) (*host.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script})
+	return s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script, Isolation: iso})
 }
 
 // writeFiles writes the artifact's files into a new directory, the one

@@ -77,6 +77,9 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 		t.Fatalf("echo: %q, %v", out, err)
 	}
 	counts(1, 3)
+	if got := m.SnapshotBytes() > 0; got != s.Snapshots {
+		t.Fatalf("the instance started from a snapshot: %v, want %v (log: %s)", got, s.Snapshots, s.Log.String())
+	}
 	if _, err := call("fail", ""); host.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "no thanks") {
 		t.Fatalf("fail: %v, want invalid_argument with the message", err)
 	}
@@ -178,9 +181,18 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 // for each call).
 func (s *Suite) BenchPluginCall(b *testing.B, file, resident, perCall string) {
 	p := policy.Principal{User: "bench", Org: "acme"}
-	for _, tc := range []struct{ name, script string }{{"resident", resident}, {"per-call", perCall}} {
+	for _, tc := range []struct {
+		name, script string
+		iso          host.Isolation
+	}{{"resident", resident, ""}, {"resident-fresh", resident, host.IsolationFresh}, {"per-call", perCall, ""}} {
 		b.Run(tc.name, func(b *testing.B) {
-			m := s.LoadScript(b, s.residentManifest(b, "echo-"+tc.name, "echo"), file, tc.script)
+			// resident-fresh: isolation fresh, so every call starts an
+			// instance (from the snapshot where the language has one)
+			// and runs the top level's state afresh.
+			m, err := s.loadIsolated(b, s.residentManifest(b, "echo-"+tc.name, "echo"), tc.iso, file, tc.script)
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer m.Close(context.Background())
 			req := host.Request{Action: "echo", Input: []byte("hello"), Principal: p}
 			n := 0
