@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
+	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -44,7 +45,11 @@ type engine struct {
 	rt       wazero.Runtime
 	mu       sync.Mutex
 	compiled map[[32]byte]wazero.CompiledModule
-	stubbed  bool // the import modules are instantiated
+	keys     map[wazero.CompiledModule][32]byte // each one's digest
+	globals  map[wazero.CompiledModule]int      // how many globals each defines
+	stubbed  bool                          // the import modules are instantiated
+	cacheDir string
+	images   map[wazero.CompiledModule]*imageState
 
 	// last remembers the bytes of the last compile: artifacts from Build
 	// share Interpreter's slice, and hashing 30 MB on every run costs
@@ -77,7 +82,8 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("ruby: instantiate WASI: %w", err)
 	}
-	e := &engine{rt: rt, compiled: map[[32]byte]wazero.CompiledModule{}}
+	e := &engine{rt: rt, compiled: map[[32]byte]wazero.CompiledModule{}, globals: map[wazero.CompiledModule]int{}, keys: map[wazero.CompiledModule][32]byte{},
+		cacheDir: dir, images: map[wazero.CompiledModule]*imageState{}}
 	engines[dir] = e
 	return e, nil
 }
@@ -98,7 +104,13 @@ func (e *engine) compile(ctx context.Context, wasm []byte, preparing func(string
 	if preparing != nil {
 		defer preparing("load")()
 	}
-	cm, err := e.rt.CompileModule(context.WithoutCancel(ctx), wasm)
+	// Its globals exported, so that a run can start from the snapshot
+	// (snapshot.go); one compiled module serves cold runs too.
+	prepared, globals, err := wasmsnap.Prepare(wasm, nil)
+	if err != nil {
+		return nil, &host.Error{Module: "ruby", Code: abi.CodeBadModule, Reason: "prepare the interpreter: " + err.Error(), Err: err}
+	}
+	cm, err := e.rt.CompileModule(context.WithoutCancel(ctx), prepared)
 	if err != nil {
 		return nil, &host.Error{Module: "ruby", Code: abi.CodeBadModule, Reason: "compile the interpreter: " + firstLine(err), Err: err}
 	}
@@ -112,6 +124,7 @@ func (e *engine) compile(ctx context.Context, wasm []byte, preparing func(string
 		e.stubbed = true
 	}
 	e.compiled[key] = cm
+	e.globals[cm], e.keys[cm] = globals, key
 	e.last, e.lastCM = wasm, cm
 	return cm, nil
 }
@@ -240,7 +253,18 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 
 	alloc := wasmlimit.NewAllocator(lim.memory)
 	rctx := context.WithValue(experimental.WithMemoryAllocator(cctx, alloc), handlesKey{}, &handles{})
-	code, err := drive(rctx, e.rt, cm, mc, a.Args[0], append(slices.Clone(a.Args[1:]), in.Args...))
+	argv := append(slices.Clone(a.Args[1:]), in.Args...)
+	var code int
+	setup, fromSnapshot := fromImage(argv, envs)
+	var img *wasmsnap.Image
+	if fromSnapshot && in.SrcDir != "" {
+		img = e.image(ctx, cm)
+	}
+	if img != nil && uint64(img.Pages)*65536 <= lim.memory {
+		code, err = driveImage(rctx, e.rt, cm, mc, img, setup, a.Args[0])
+	} else {
+		code, err = drive(rctx, e.rt, cm, mc, a.Args[0], argv)
+	}
 	var exit *sys.ExitError
 	switch {
 	case over.Exceeded() != "":
@@ -277,23 +301,37 @@ func drive(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, mc 
 	}
 	defer mod.Close(context.Background())
 	g := guest{ctx: ctx, mod: mod, realloc: mod.ExportedFunction(exportRealloc)}
+	if err := g.start(argv); err != nil {
+		return 0, err
+	}
+	if _, err := g.eval(noProcesses + "nil"); err != nil {
+		return 0, err
+	}
+	return g.status(g.eval(scriptWrapper(script)))
+}
 
+// start runs ruby-init with argv as ARGV, and ruby-init-loadpath.
+func (g guest) start(argv []string) error {
 	args := append([]string{"ruby", "--disable-gems", "-EUTF-8", "-e_=0", "--"}, argv...)
 	list, err := g.stringList(args)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	if _, err := mod.ExportedFunction(exportInit).Call(ctx, uint64(list), uint64(len(args))); err != nil {
-		return 0, err
+	if _, err := g.mod.ExportedFunction(exportInit).Call(g.ctx, uint64(list), uint64(len(args))); err != nil {
+		return err
 	}
-	if _, err := mod.ExportedFunction(exportInitLoadpath).Call(ctx); err != nil {
-		return 0, err
-	}
-	src, n, err := g.cstring(wrapper(script))
+	_, err = g.mod.ExportedFunction(exportInitLoadpath).Call(g.ctx)
+	return err
+}
+
+// eval evaluates code with rb-eval-string-protect, returning the handle of
+// its value.
+func (g guest) eval(code string) (uint32, error) {
+	src, n, err := g.cstring(code)
 	if err != nil {
 		return 0, err
 	}
-	r, err := mod.ExportedFunction(exportEval).Call(ctx, uint64(src), uint64(n))
+	r, err := g.mod.ExportedFunction(exportEval).Call(g.ctx, uint64(src), uint64(n))
 	if err != nil {
 		return 0, err
 	}
@@ -306,7 +344,16 @@ func drive(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, mc 
 		// the interpreter itself (a throw without catch, say).
 		return 0, fmt.Errorf("ruby: the script ended with an uncaught non-exception (protect state %d)", state)
 	}
-	r, err = mod.ExportedFunction(exportRStringPtr).Call(ctx, uint64(handle))
+	return handle, nil
+}
+
+// status reads the exit status the wrapper evaluated to (a string), the
+// value of handle.
+func (g guest) status(handle uint32, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	r, err := g.mod.ExportedFunction(exportRStringPtr).Call(g.ctx, uint64(handle))
 	if err != nil {
 		return 0, err
 	}
@@ -314,7 +361,7 @@ func drive(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, mc 
 	if err != nil {
 		return 0, err
 	}
-	status, ok := mod.Memory().Read(ptr, uint32(n2))
+	status, ok := g.mod.Memory().Read(ptr, uint32(n2))
 	if !ok {
 		return 0, fmt.Errorf("ruby: rstring-ptr returned [%d, +%d), outside memory", ptr, n2)
 	}
@@ -322,17 +369,19 @@ func drive(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, mc 
 	if err != nil {
 		return 0, fmt.Errorf("ruby: the wrapper returned %q, not an exit status", status)
 	}
-	if post := mod.ExportedFunction(exportPostRString); post != nil {
-		_, _ = post.Call(ctx, r[0])
+	if post := g.mod.ExportedFunction(exportPostRString); post != nil {
+		_, _ = post.Call(g.ctx, r[0])
 	}
 	return code, nil
 }
 
-// wrapper is the Ruby that runs the script: it loads it as the main
+// scriptWrapper is the Ruby that runs the script: it loads it as the main
 // program and turns its end into an exit status string, printing an
-// uncaught exception as ruby would.
-func wrapper(script string) string {
-	return noProcesses + `$stdout.sync = true
+// uncaught exception as ruby would. It is evaluated on its own, after the
+// prelude (noProcesses, or a run from the image's setup), so that its
+// lines, which a backtrace shows, are the same either way.
+func scriptWrapper(script string) string {
+	return `$stdout.sync = true
 $stderr.sync = true
 $0 = ` + rubyQuote(script) + `
 begin
