@@ -47,7 +47,7 @@ type engine struct {
 	compiled map[[32]byte]wazero.CompiledModule
 	keys     map[wazero.CompiledModule][32]byte // each one's digest
 	globals  map[wazero.CompiledModule]int      // how many globals each defines
-	stubbed  bool                          // the import modules are instantiated
+	stubbed  bool                               // the import modules are instantiated
 	cacheDir string
 	images   map[wazero.CompiledModule]*imageState
 
