@@ -29,6 +29,8 @@ import (
 //	host → guest  {"resp":{"found":false}}
 //	guest → host  {"op":"http.fetch","req":{...}}
 //	host → guest  {"error":{"code":"denied","message":"op http.fetch: ..."}}
+//	guest → host  {"op":"log.write","noreply":true,"req":{...}}
+//	(no reply: DeviceRequest.NoReply)
 //
 // Op names and the JSON of requests and responses are those of package abi
 // (the same bytes the import transport passes), and the op runs through the
@@ -67,6 +69,13 @@ const (
 type DeviceRequest struct {
 	Op  string      `json:"op"`
 	Req abi.RawJSON `json:"req,omitempty"` // the op's request; absent means {}
+	// NoReply asks for no reply line: the op runs as any other (checks,
+	// budget, audit), and what it answers, error included, is dropped.
+	// For ops whose answer a guest has no use for (log.write): a reply
+	// not read is a read and a decode the guest does not pay, which in
+	// an interpreter on WASM is most of an op's cost. moat.next always
+	// replies.
+	NoReply bool `json:"noreply,omitempty"`
 }
 
 // DeviceReply is one line the host answers with: Resp on success (the op's
@@ -150,16 +159,25 @@ func (dev *Device) Serve(line []byte) []byte {
 	if req.Op == abi.OpNext {
 		return dev.next(body)
 	}
+	if req.NoReply {
+		_ = dev.dispatch(req.Op, body)
+		return nil
+	}
+	return dev.dispatch(req.Op, body)
+}
+
+// dispatch runs one op and returns its reply line.
+func (dev *Device) dispatch(op string, body []byte) []byte {
 	if dev.resident != nil && !dev.resident.InCall() {
-		return replyError(abi.Errorf(abi.CodeUnavailable, "op %s: ops can be called only while an action runs (inside a handler registered with moat.action); top-level code runs once, when the instance starts, for no caller", req.Op))
+		return replyError(abi.Errorf(abi.CodeUnavailable, "op %s: ops can be called only while an action runs (inside a handler registered with moat.action); top-level code runs once, when the instance starts, for no caller", op))
 	}
 	if len(body) == 0 || string(body) == "null" {
 		body = []byte("{}")
 	}
-	if err := Admit(dev.ctx, []byte(req.Op), body); err != nil {
+	if err := Admit(dev.ctx, []byte(op), body); err != nil {
 		return replyError(err)
 	}
-	resp, err := dev.d.Dispatch(dev.ctx, []byte(req.Op), body)
+	resp, err := dev.d.Dispatch(dev.ctx, []byte(op), body)
 	if err != nil {
 		return replyError(err)
 	}
@@ -200,6 +218,13 @@ func replyError(err error) []byte {
 func marshalReply(r DeviceReply) []byte {
 	if len(r.Resp) == 0 && r.Error == nil {
 		r.Resp = abi.RawJSON("{}")
+	}
+	if r.Error == nil && json.Valid(r.Resp) && bytes.IndexByte(r.Resp, '\n') < 0 {
+		// The common case, without reflection: the op's response as it
+		// is (valid JSON on one line, as json.Marshal would check).
+		b := make([]byte, 0, len(r.Resp)+10)
+		b = append(append(append(b, `{"resp":`...), r.Resp...), "}\n"...)
+		return b
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -343,7 +368,9 @@ func (f *deviceFile) Write(p []byte) (int, experimentalsys.Errno) {
 		case f.overflow != nil:
 			f.queue(replyError(f.overflow))
 		case len(line) > 0: // blank lines are ignored
-			f.queue(f.dev.Serve(line))
+			if reply := f.dev.Serve(line); reply != nil {
+				f.queue(reply)
+			}
 		}
 		f.resetLine()
 	}
