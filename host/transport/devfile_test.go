@@ -179,3 +179,34 @@ func ExampleDevice_Serve() {
 	// Output:
 	// {"error":{"code":"denied","message":"op fail.abi: not granted"}}
 }
+
+// TestDeviceNoReply: a request with "noreply" runs (even when it fails) and
+// answers nothing, so the next reply on the channel is the next request's;
+// a thousand of them leave nothing unread; moat.next still replies.
+func TestDeviceNoReply(t *testing.T) {
+	d := &echo{}
+	f := open(t, transport.NewDevice(context.Background(), d).FS())
+	lines := `{"op":"log.write","noreply":true,"req":{"n":1}}` + "\n" +
+		`{"op":"fail.abi","noreply":true}` + "\n" +
+		`{"op":"kv.get","req":{"key":"k"}}` + "\n"
+	if n, errno := f.Write([]byte(lines)); errno != 0 || n != len(lines) {
+		t.Fatalf("write: %d, %v", n, errno)
+	}
+	if got := readAll(t, f, 4096); got != `{"resp":{"op":"kv.get","req":{"key":"k"}}}`+"\n" {
+		t.Fatalf("replies %q, want only kv.get's", got)
+	}
+	if strings.Join(d.calls, ";") != `log.write {"n":1};fail.abi {};kv.get {"key":"k"}` {
+		t.Fatalf("dispatched %q", d.calls)
+	}
+	flood := strings.Repeat(`{"op":"log.write","noreply":true,"req":{}}`+"\n", 1000)
+	if n, errno := f.Write([]byte(flood)); errno != 0 || n != len(flood) {
+		t.Fatalf("flood: %d, %v", n, errno)
+	}
+	if got := readAll(t, f, 4096); got != "" {
+		t.Fatalf("a noreply flood left %d bytes to read", len(got))
+	}
+	f.Write([]byte(`{"op":"moat.next","noreply":true,"req":{}}` + "\n"))
+	if got := readAll(t, f, 4096); !strings.Contains(got, "not resident") {
+		t.Fatalf("moat.next with noreply: %q, want its reply", got)
+	}
+}
