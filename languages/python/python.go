@@ -7,8 +7,11 @@
 //
 // with the submission's files mounted read-only at /src (so sys.path[0] is
 // /src and sibling modules import). The module is 26 MB: the host compiles
-// it once and keeps the machine code in its compilation cache, so a run
-// costs an instantiation and CPython's start-up, not a compile.
+// it once and keeps the machine code in its compilation cache. A run
+// starts from a snapshot of CPython after its start-up (snapshot.go), so it
+// costs an instantiation and a copy of the image, not CPython's 25 ms of
+// start-up; a run the image cannot stand for (more mounts, a PYTHON...
+// variable) starts cold, with the same result.
 //
 // moat.py, the guest SDK, sits beside the script (import moat) and reaches
 // the op table through the device-file transport when the run enables it.

@@ -19,6 +19,9 @@
 //     and turns SystemExit and uncaught exceptions into an exit status
 //     (printing the exception as ruby does). $stdout and $stderr are
 //     synchronous, because the reactor never runs ruby_cleanup to flush.
+//     Everything before the wrapper is done once and kept as an image
+//     (snapshot.go): a run restores it and sets ARGV, ENV and the seed,
+//     ~21 ms instead of ~240.
 //
 // The module is 30 MB and takes about 12 s to compile cold; its machine
 // code goes to the host's compilation cache, and the runtime and compiled
