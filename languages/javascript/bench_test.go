@@ -3,9 +3,7 @@ package javascript_test
 import (
 	"context"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,12 +25,7 @@ func BenchmarkRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		src := b.TempDir()
-		for _, f := range a.Files {
-			if err := os.WriteFile(filepath.Join(src, f.Name), f.Content, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
+		src := interptest.WriteFiles(b, a)
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Stdout: io.Discard, Mounts: []host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}}
 		b.ResetTimer()
 		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)

@@ -3,9 +3,7 @@ package python_test
 import (
 	"context"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,12 +27,7 @@ func BenchmarkRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		src := b.TempDir()
-		for _, f := range a.Files {
-			if err := os.WriteFile(filepath.Join(src, f.Name), f.Content, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
+		src := interptest.WriteFiles(b, a)
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}
 		b.ResetTimer()
 		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
@@ -55,12 +48,7 @@ func BenchmarkRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		src := b.TempDir()
-		for _, f := range a.Files {
-			if err := os.WriteFile(filepath.Join(src, f.Name), f.Content, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
+		src := interptest.WriteFiles(b, a)
 		entry, ok := lang.EntryCode(a, nil, a.Env)
 		if !ok {
 			b.Fatal("no entry code")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -26,16 +27,7 @@ type snapRun struct {
 
 func runSnap(t *testing.T, m *host.Module, a *languages.Artifact, fromSnapshot bool, stdin string, args []string, env map[string]string, extra ...host.Mount) snapRun {
 	t.Helper()
-	src := t.TempDir()
-	for _, f := range a.Files {
-		p := filepath.Join(src, f.Name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, f.Content, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := interptest.WriteFiles(t, a)
 	all := maps.Clone(a.Env)
 	maps.Copy(all, env)
 	var stdout, stderr bytes.Buffer

@@ -132,7 +132,7 @@ func (s *Suite) Run(t testing.TB, a *languages.Artifact, o RunOpts) (RunResult, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := writeFiles(t, a)
+	src := WriteFiles(t, a)
 	env := map[string]string{}
 	for k, v := range a.Env {
 		env[k] = v
@@ -254,9 +254,9 @@ func (s *Suite) loadIsolated(t testing.TB, mf *policy.Manifest, iso host.Isolati
 	return s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script, Isolation: iso})
 }
 
-// writeFiles writes the artifact's files into a new directory, the one
+// WriteFiles writes the artifact's files into a new directory, the one
 // mounted at /src.
-func writeFiles(t testing.TB, a *languages.Artifact) string {
+func WriteFiles(t testing.TB, a *languages.Artifact) string {
 	t.Helper()
 	src := t.TempDir()
 	for _, f := range a.Files {
