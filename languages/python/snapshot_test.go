@@ -145,3 +145,36 @@ func TestSnapshotFallsBackCold(t *testing.T) {
 		t.Error("a run setting PYTHONPATH was given entry code: CPython reads it only as it starts")
 	}
 }
+
+// A plugin's top level that fakes the park (it can read the nonce before
+// moat.py pops it) with a bogus address only spoils its own image: the
+// probe fails, the host keeps no image, and the plugin's instances start
+// cold and serve.
+func TestSnapshotFakeParkFailsProbe(t *testing.T) {
+	mf, err := policy.ParseManifest("moat.yaml", []byte("name: fake-park\nversion: 0.1.0\nlanguage: python\nkind: moat\nactions:\n  - {name: echo}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := suite.LoadScript(t, mf, "main.py", `import os, sys, time
+import moat
+nonce = os.environ.get("MOAT_SNAPSHOT")
+if nonce:
+    os.write(1, (nonce + " 12345678\n").encode())
+    time.time()
+
+@moat.action("echo")
+def echo(inp):
+    return bytes(inp)
+`)
+	defer m.Close(context.Background())
+	res, err := m.Invoke(context.Background(), host.Request{Action: "echo", Input: []byte("still here"), Principal: policy.Principal{User: "ann", Org: "acme"}})
+	if err != nil || string(res.Output) != "still here" {
+		t.Fatalf("echo: %q, %v", res.Output, err)
+	}
+	if n := m.SnapshotBytes(); n != 0 {
+		t.Errorf("the host kept an image the plugin's top level parked itself (%d bytes)", n)
+	}
+	if !strings.Contains(suite.Log.String(), "failed its probe") {
+		t.Errorf("the failed probe is not in the log")
+	}
+}
