@@ -29,7 +29,7 @@ func BenchmarkRun(b *testing.B) {
 		if err := writeFiles(in.SrcDir, a.Files); err != nil {
 			b.Fatal(err)
 		}
-		env := languages.RunEnv{Host: testHost}
+		env := languages.RunEnv{Host: suite.Host}
 		if _, err := l.RunArtifact(context.Background(), env, a, in); err != nil { // compile outside the timing
 			b.Fatal(err)
 		}

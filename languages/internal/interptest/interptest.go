@@ -220,7 +220,7 @@ func (s *Suite) LoadScript(t testing.TB, mf *policy.Manifest, files ...string) *
 	return m
 }
 
-// load is LoadScript returning the load's error.
+// load is LoadScript returning the build's or the load's error.
 func (s *Suite) load(t testing.TB, mf *policy.Manifest, files ...string) (*host.Module, error) {
 	t.Helper()
 	l, err := languages.Lookup(s.Language)
@@ -240,7 +240,7 @@ func (s *Suite) load(t testing.TB, mf *policy.Manifest, files ...string) (*host.
 		t.Skip(err)
 	}
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	return s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script})
 }

@@ -31,6 +31,10 @@ type ResidentScripts struct {
 	Wrong string
 	// Classic reads its input and prints it back, registering nothing.
 	Classic string
+	// ClassicRefused says the language has no per-call scripts (Ruby,
+	// whose interpreter is not a WASI command: languages.InterpreterProvider):
+	// Classic's load must fail, naming how to register a handler.
+	ClassicRefused string
 }
 
 // residentManifest declares a plugin of s's language with actions.
@@ -56,7 +60,8 @@ func (s *Suite) residentManifest(t testing.TB, name string, actions ...string) *
 // memory limit; ops at the top level are refused (top-level code
 // runs for no caller) and fail the load, as does a script that registers
 // other actions than its manifest's; a script that registers nothing runs
-// once per call, as before.
+// once per call, as before, or, in a language with no per-call scripts
+// (ClassicRefused), fails its load.
 func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	ctx := context.Background()
 	p := policy.Principal{User: "ann", Org: "acme"}
@@ -163,6 +168,12 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	}
 	if err := load(s.Language+"-wrong", sc.Wrong, "echo"); host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), `"echo"`) {
 		t.Errorf("a script registering other actions: %v, want bad_module naming echo", err)
+	}
+	if sc.ClassicRefused != "" {
+		if err := load(s.Language+"-classic", sc.Classic, "echo"); err == nil || !strings.Contains(err.Error(), sc.ClassicRefused) {
+			t.Errorf("a script with no handlers: %v, want its load refused naming %q", err, sc.ClassicRefused)
+		}
+		return
 	}
 	classic := s.LoadScript(t, s.residentManifest(t, s.Language+"-classic", "echo"), sc.File, sc.Classic)
 	defer classic.Close(ctx)
