@@ -38,6 +38,7 @@ module Moat
   OP_NEXT = "moat.next" # abi.OpNext
   RESIDENT_ENV = "MOAT_RESIDENT" # abi.ResidentEnv
   OPS_ENV = "MOAT_OPS" # transport.DeviceEnv
+  MAX_REQUEST = 4 << 20 # abi.MaxRequestBytes: a request line's body
 
   # An op failed, or a handler fails its call: code is the host's error
   # code, reason what went wrong.
@@ -243,14 +244,26 @@ module Moat
 
         data = nxt.key?("input") ? unb64(nxt["input"]) : (nxt["text"] || "").b
         out, err = run(nxt["action"].to_s, data, nxt["correlation_id"].to_s)
-        req = if err
-                JSON.generate({ "error" => err })
-              elsif (text = out.dup.force_encoding(Encoding::UTF_8)).valid_encoding?
-                JSON.generate({ "output_text" => text }) # text costs no base64 either way
-              else
-                "{\"output\":\"#{b64(out)}\"}"
-              end
+        req = result_line(out, err)
       end
+    end
+
+    # result_line is the moat.next request carrying a call's result. An
+    # output the device cannot carry in one line, or that the instance has
+    # no memory left to encode, fails the call, not the instance.
+    def result_line(out, err)
+      line = if err
+               JSON.generate({ "error" => err })
+             elsif (text = out.dup.force_encoding(Encoding::UTF_8)).valid_encoding?
+               JSON.generate({ "output_text" => text }) # text costs no base64 either way
+             else
+               "{\"output\":\"#{b64(out)}\"}"
+             end
+      return line if line.bytesize <= MAX_REQUEST
+
+      JSON.generate({ "error" => { "code" => "output_too_large", "message" => "the output is #{out.bytesize} bytes; a call's result is at most #{MAX_REQUEST} bytes on the op device" } })
+    rescue NoMemoryError
+      '{"error":{"code":"guest_error","message":"the output could not be encoded: out of memory (NoMemoryError)"}}'
     end
   end
 
