@@ -58,3 +58,11 @@ func BenchmarkRun(b *testing.B) {
 		cpu.Report(b)
 	})
 }
+
+// BenchmarkPluginCall: interptest.Suite.BenchPluginCall, in Ruby: a warm
+// call of an echo action on a resident instance. Ruby plugins have no
+// per-call form.
+func BenchmarkPluginCall(b *testing.B) {
+	interpreter(b)
+	suite.BenchPluginCall(b, "main.rb", "require \"moat\"\n\nMoat.action(\"echo\") { |input| input }\n", "")
+}

@@ -186,10 +186,14 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 // Module.Invoke: a resident plugin (resident: its handler registered with
 // moat.action; one instance serves every call) against the same action as
 // a per-call script (per-call: the interpreter starts and runs the script
-// for each call).
+// for each call). A language with no per-call scripts (Ruby) passes ""
+// for perCall.
 func (s *Suite) BenchPluginCall(b *testing.B, file, resident, perCall string) {
 	p := policy.Principal{User: "bench", Org: "acme"}
 	for _, tc := range []struct{ name, script string }{{"resident", resident}, {"per-call", perCall}} {
+		if tc.script == "" {
+			continue
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			m := s.LoadScript(b, s.residentManifest(b, "echo-"+tc.name, "echo"), file, tc.script)
 			defer m.Close(context.Background())
