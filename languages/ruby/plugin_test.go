@@ -20,7 +20,7 @@ func pluginManifest(t testing.TB, name string, actions ...string) *policy.Manife
 	t.Helper()
 	y := fmt.Sprintf("name: %s\nversion: 0.1.0\nlanguage: ruby\nkind: moat\ncapabilities: {kv: true}\nlimits: {memory: 64MiB}\nactions:\n", name)
 	for _, a := range actions {
-		y += "  - {name: " + a + ", timeout: 5s, max_output: 64KiB}\n"
+		y += "  - {name: " + a + ", timeout: 5s, max_output: 96KiB}\n"
 	}
 	mf, err := policy.ParseManifest("moat.yaml", []byte(y))
 	if err != nil {
@@ -83,7 +83,8 @@ func TestPluginHostile(t *testing.T) {
 		}
 	}
 	count(1)
-	for _, in := range []string{"\xff\xfe\x00binary", "", strings.Repeat("é", 1000)} {
+	// A reply longer than the SDK's 64 KiB read buffer arrives in pieces.
+	for _, in := range []string{"\xff\xfe\x00binary", "", strings.Repeat("é", 1000), strings.Repeat("é\"\n", 20000), strings.Repeat("\xff", 50000)} {
 		if out, err := call("echo", in); err != nil || out != in {
 			t.Fatalf("echo %q: %q, %v", in, out, err)
 		}
