@@ -300,10 +300,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if err := lay.checkCounts(); err != nil {
 		return fail(abi.CodeMemoryLimit, err, "%v", err)
 	}
-	// Check for the end of the invocation at every loop header
-	// (interrupt.go). The compilation's key is what decides the bytes
-	// compiled: the module, its table cap and the rewrite's version.
-	bounded := code // what a foreign driver runs, in a runtime of its own
+	bounded := code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
 	interp := scriptInterpreter(opts)
 	var c *compiled
 	var cm wazero.CompiledModule
