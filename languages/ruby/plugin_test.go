@@ -205,6 +205,13 @@ func TestPluginRefused(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal naming %q", tc.name, err, tc.want)
 		}
 	}
+	// The host holds the rule too, for an embedder that builds its own
+	// host.Script: an Interpreter serves resident scripts only.
+	sc := mustScript(t, "require 'moat'\nMoat.action('echo') { |i| i }\n")
+	sc.Resident = false
+	if _, err := suite.Host.Load(context.Background(), mustWASM(t), host.LoadOptions{Manifest: pluginManifest(t, "rb-percall", "echo"), Script: sc}); host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "Moat.action") {
+		t.Errorf("a non-resident script with an Interpreter: %v, want bad_module naming Moat.action", err)
+	}
 	// Top-level code that raises, or never registers what it promised:
 	// the load fails with the exception.
 	start := time.Now()
