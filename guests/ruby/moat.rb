@@ -330,6 +330,8 @@ module Moat
   class DB
     # insert stores doc (a Hash) as a new document of model: [id, version].
     def insert(model, doc)
+      raise Error.new("invalid_argument", "op db.insert: the document is a Hash, not a #{doc.class}") unless doc.is_a?(Hash)
+
       r = Moat.call("db.insert", { "model" => model, "doc" => doc })
       [r["id"] || "", r["version"] || 0]
     end
@@ -352,6 +354,8 @@ module Moat
     # new version.
     def update(model, id, set: nil, unset: nil, version: 0)
       req = { "model" => model, "id" => id, "version" => version }
+      raise Error.new("invalid_argument", "op db.update: set is a Hash, not a #{set.class}") unless set.nil? || set.is_a?(Hash)
+
       req["set"] = set unless set.nil?
       req["unset"] = Array(unset) if unset && !unset.empty?
       Moat.call("db.update", req)["version"] || 0
