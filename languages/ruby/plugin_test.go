@@ -56,6 +56,7 @@ Moat.action("put") do |input|
 end
 Moat.action("get") { |_| Moat.kv.get("k") || "(none)" }
 Moat.action("cfg") { |_| [Moat.config("greeting", "Hi"), Moat.config("missing", "dflt")].join(",") }
+Moat.action("cfgkept") { |_| Moat.instance_variable_get(:@config) }
 Moat.action("system") { |_| system("ls") ? "ran" : "did not run" }
 `
 
@@ -68,7 +69,7 @@ Moat.action("system") { |_| system("ls") ? "ran" : "did not run" }
 // bounded part; an output over the action's limit is output_too_large.
 func TestPluginHostile(t *testing.T) {
 	interpreter(t)
-	actions := []string{"count", "echo", "loud", "base", "nomem", "throw", "exit", "exitbang", "js", "big", "huge", "json", "put", "get", "cfg", "system"}
+	actions := []string{"count", "echo", "loud", "base", "nomem", "throw", "exit", "exitbang", "js", "big", "huge", "json", "put", "get", "cfg", "cfgkept", "system"}
 	m := suite.LoadScript(t, pluginManifest(t, "rb-hostile", actions...), "main.rb", hostileMain)
 	defer m.Close(context.Background())
 	p := policy.Principal{User: "ann", Org: "acme"}
@@ -139,6 +140,12 @@ func TestPluginHostile(t *testing.T) {
 	}
 	if out, err := call("cfg", ""); err != nil || out != "Hi,dflt" {
 		t.Fatalf("cfg: %q, %v", out, err)
+	}
+	// Moat.config asked the host once per key and kept the answers, a
+	// missing key too: the configuration is fixed while the module is
+	// loaded.
+	if out, err := call("cfgkept", ""); err != nil || out != `{"greeting":"missing","missing":"missing"}` {
+		t.Fatalf("the instance's kept configuration: %q, %v", out, err)
 	}
 
 	// Ops run as the caller: another organization's kv is its own, and
