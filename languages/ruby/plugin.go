@@ -120,15 +120,14 @@ func (pluginInterpreter) Run(ctx context.Context, mod api.Module, args []string)
 	if !ok {
 		return fmt.Errorf("ruby: rstring-ptr returned [%d, +%d), outside memory", ptr, size)
 	}
-	switch status := string(b); {
-	case status == "0":
+	// Anything but "0" is the script's own doing: an exception it raised
+	// or an exit it called.
+	status := string(b)
+	if status == "0" {
 		return nil
-	case strings.HasPrefix(status, "error: "):
-		msg := strings.TrimPrefix(status, "error: ")
-		return &host.ScriptError{Message: msg, OutOfMemory: strings.HasPrefix(msg, "NoMemoryError:")}
-	default:
-		return errors.New(status)
 	}
+	msg := strings.TrimPrefix(status, "error: ")
+	return &host.ScriptError{Message: msg, OutOfMemory: strings.HasPrefix(msg, "NoMemoryError:")}
 }
 
 // pluginWrapper is the Ruby an instance evaluates: main.rb loaded as the

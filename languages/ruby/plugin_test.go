@@ -229,6 +229,10 @@ func TestPluginRefused(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the refused load took %s", d)
 	}
+	_, err = suite.Host.Load(context.Background(), mustWASM(t), host.LoadOptions{Manifest: pluginManifest(t, "rb-exit", "echo"), Script: mustScript(t, "require 'moat'\nMoat.action('echo') { |i| i }\nexit 3\n")})
+	if host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "exited with status 3") {
+		t.Errorf("a script exiting at its top level: %v, want bad_module naming the status", err)
+	}
 }
 
 func mustWASM(t testing.TB) []byte {
