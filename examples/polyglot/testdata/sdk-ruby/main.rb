@@ -1,10 +1,70 @@
-# The Ruby SDK's fixture of the db, knowledge and task ops, with the same
-# commands as the C, Rust, AssemblyScript and JavaScript fixtures, driven
-# by examples/polyglot's TestSDKData. Each action's output is a JSON
-# object; a failed op's Moat::Error fails the action with its code.
+# The Ruby SDK's conformance fixture, with the same commands as the C,
+# Rust and AssemblyScript fixtures: kv, log, config, call, fail, echo and
+# trap (examples/polyglot's TestSDK), and db, knowledge and task
+# (TestSDKData, like the JavaScript fixture), each output a JSON object. A
+# failed op's Moat::Error fails the action with its code.
 require "moat"
 
+# kv: "put KEY VALUE", "get KEY", "del KEY", "list PREFIX" (every page).
+Moat.action("kv") do |input|
+  cmd, key, value = input.split(" ", 3)
+  case cmd
+  when "put"
+    Moat.kv.put(key, value || "")
+    "ok"
+  when "get" then Moat.kv.get(key) || "<not found>"
+  when "del" then Moat.kv.delete(key) ? "deleted" : "<not found>"
+  when "list"
+    keys = []
+    after = ""
+    loop do
+      page, more = Moat.kv.list(prefix: key.to_s, after: after)
+      keys.concat(page)
+      break unless more && !page.empty?
+
+      after = page.last
+    end
+    keys.join("\n")
+  else raise Moat::Error.new("invalid_argument", "unknown kv command #{cmd}")
+  end
+end
+
+# log: "LEVEL message" logs with the field k=v.
+Moat.action("log") do |input|
+  level, message = input.text.split(" ", 2)
+  if %w[debug info warn error].include?(level)
+    Moat.log.public_send(level, message.to_s, k: "v")
+  else # a level Moat.log has no method for: the host refuses it
+    Moat.call("log.write", { "level" => level, "message" => message.to_s, "fields" => { "k" => "v" } })
+  end
+  "ok"
+end
+
+# config: the value of the key in the input, or not_found.
+Moat.action("config") do |input|
+  Moat.config(input.text) or raise Moat::Error.new("not_found", "no config key #{input.text}")
+end
+
+# call: "OP JSON" runs any op and returns its reply, as JSON.
+Moat.action("call") do |input|
+  op, req = input.text.split(" ", 2)
+  JSON.generate(Moat.call(op, JSON.parse(req || "{}")))
+end
+
+# fail: "CODE message" fails with that code.
+Moat.action("fail") do |input|
+  code, message = input.text.split(" ", 2)
+  raise Moat::Error.new(code, message.to_s)
+end
+
+# echo: the input, byte for byte.
 Moat.action("echo") { |input| input }
+
+# trap: the input goes to stderr, then the instance aborts.
+Moat.action("trap") do |input|
+  $stderr.puts(input.text)
+  exit!(134)
+end
 
 # db: "insert MODEL N TAGS TITLE", "get MODEL ID", "query MODEL TAG",
 # "update MODEL ID VERSION TITLE", "stale MODEL ID", "hostile MODEL",
