@@ -93,6 +93,11 @@ func TestPluginHostile(t *testing.T) {
 	if out, err := call("json", `{"a":[1,2]}`); err != nil || out != `{"got":{"a":[1,2]},"action":"json"}` {
 		t.Fatalf("json: %q, %v", out, err)
 	}
+	// Deeply nested JSON: the parser's nesting limit, a guest_error; the
+	// instance serves on (count below).
+	if _, err := call("json", strings.Repeat("[", 200000)); host.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), "NestingError") {
+		t.Fatalf("json nested 200000 deep: %v, want guest_error JSON::NestingError", err)
+	}
 	if out, err := call("loud", ""); err != nil || out != "quiet" {
 		t.Fatalf("loud: %q, %v", out, err)
 	}
