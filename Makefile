@@ -106,7 +106,7 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@echo "==> languages: hello world, warm build cache, vs the same as plain processes"
 	@$(GO) test -run '^$$' -bench 'Exec|Baseline' -benchtime 20x -count 1 ./languages/all/ | grep -E '^Benchmark'
 	@echo "==> interpreted plugins: a warm call of a resident instance vs the interpreter started per call; idle memory"
-	@$(GO) test -run '^$$' -bench 'PluginCall' -benchtime $(BENCHTIME) -count 1 ./languages/javascript/ ./languages/python/ | grep -E '^Benchmark'
+	@$(GO) test -run '^$$' -bench 'PluginCall' -benchtime $(BENCHTIME) -count 1 ./languages/javascript/ ./languages/python/ ./languages/ruby/ | grep -E '^Benchmark'
 	@echo "==> Extism: Plugin.Call through moat vs extism go-sdk directly, same plug-in"
 	@$(GO) test -run '^$$' -bench 'Call' -benchtime $(BENCHTIME) -count 1 ./host/extism/ | grep -E '^Benchmark'
 	@echo "==> the db family's store calls beside kv's, SQLite and PostgreSQL"

@@ -41,9 +41,9 @@ func CheckName(name string) error {
 // README, a test where the language has one, and the SDK (Files) where the
 // language's tools look for it: Go and Rust in .moat-sdk/ (a local module
 // and a path crate the plugin's go.mod and Cargo.toml point at), C and
-// C++ moat.h and AssemblyScript moat.ts beside the code, JavaScript and
-// Python in .moat-sdk/ for editors only (moat provides them at run time;
-// a native Python plugin, one flat directory, gets none).
+// C++ moat.h and AssemblyScript moat.ts beside the code, JavaScript,
+// Python and Ruby in .moat-sdk/ for editors only (moat provides them at
+// run time; a native Python plugin, one flat directory, gets none).
 // dir must not exist or be empty. It returns the files written, relative
 // to dir, sorted.
 func Scaffold(dir, name, lang string) ([]string, error) {
@@ -89,7 +89,7 @@ func Scaffold(dir, name, lang string) ([]string, error) {
 	switch lang {
 	case "c", "cpp", "assemblyscript":
 		sdkDir = ""
-	case "javascript", "python":
+	case "javascript", "python", "ruby":
 		sdkDir = ".moat-sdk"
 	case "python-native":
 		// A native plugin is one flat directory (its directories are

@@ -15,6 +15,7 @@
 //	assemblyscript         moat.ts
 //	javascript             moat.js
 //	python, python-native  moat.py
+//	ruby                   moat.rb
 package guests
 
 import (
@@ -31,7 +32,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 )
 
-//go:embed go/*.go c/moat.h rust/Cargo.toml rust/src/*.rs assemblyscript/moat.ts js/moat.js python/moat.py
+//go:embed go/*.go c/moat.h rust/Cargo.toml rust/src/*.rs assemblyscript/moat.ts js/moat.js python/moat.py ruby/moat.rb
 var sdk embed.FS
 
 // GoModulePath is the module path of the Go SDK's local module, the left
@@ -44,7 +45,7 @@ const GoLanguageVersion = "1.24"
 
 // Languages lists the languages Files knows, in the order `moat new`
 // offers them.
-var Languages = []string{"go", "rust", "c", "cpp", "assemblyscript", "javascript", "python", "python-native"}
+var Languages = []string{"go", "rust", "c", "cpp", "assemblyscript", "javascript", "python", "python-native", "ruby"}
 
 // Files returns the SDK files of lang, by slash-separated path relative
 // to the directory they belong in. The map is new on each call.
@@ -85,6 +86,8 @@ func Files(lang string) (map[string][]byte, error) {
 		err = one("js/moat.js", "moat.js")
 	case "python", "python-native":
 		err = one("python/moat.py", "moat.py")
+	case "ruby":
+		err = one("ruby/moat.rb", "moat.rb")
 	default:
 		return nil, fmt.Errorf("guests: no SDK for language %q (one of %s)", lang, strings.Join(Languages, ", "))
 	}

@@ -29,6 +29,7 @@ func TestFilesMatchTheTree(t *testing.T) {
 		{lang: "javascript", only: []string{"js/moat.js", "moat.js"}},
 		{lang: "python", only: []string{"python/moat.py", "moat.py"}},
 		{lang: "python-native", only: []string{"python/moat.py", "moat.py"}},
+		{lang: "ruby", only: []string{"ruby/moat.rb", "moat.rb"}},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			got, err := Files(tc.lang)

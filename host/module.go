@@ -143,11 +143,12 @@ type Module struct {
 	dbQuota   store.DBQuota
 	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
 	script    *Script
-	source    []byte      // a native plugin's files, as signed
-	compiled  *compiled   // its machine code, released by Close
-	http      moduleHTTP  // its outbound requests' client (outbound.go)
-	files     *fileGrants // its granted directories (files.go); nil: none
-	filesOnce sync.Once   // Close drops the module's reference once
+	scriptRT  wazero.Runtime // the runtime of the script's Interpreter (cm is compiled there), or nil: the host's
+	source    []byte         // a native plugin's files, as signed
+	compiled  *compiled      // its machine code, released by Close
+	http      moduleHTTP     // its outbound requests' client (outbound.go)
+	files     *fileGrants    // its granted directories (files.go); nil: none
+	filesOnce sync.Once      // Close drops the module's reference once
 
 	mu   sync.Mutex
 	idle []*instance
@@ -319,20 +320,41 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if err := lay.checkCounts(); err != nil {
 		return fail(abi.CodeMemoryLimit, err, "%v", err)
 	}
-	// Check for the end of the invocation at every loop header
-	// (interrupt.go). The compilation's key is what decides the bytes
-	// compiled: the module, its table cap and the rewrite's version.
-	bounded := code // what a foreign driver runs, in a runtime of its own
-	code, key, err := h.rewrite(codeDigest, tableCap, code, lay)
-	if err != nil {
-		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
-	}
-	c, err := h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
-	if err != nil {
-		if ctx.Err() != nil {
-			return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
+	bounded := code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
+	interp := scriptInterpreter(opts)
+	var c *compiled
+	var cm wazero.CompiledModule
+	var scriptRT wazero.Runtime
+	if interp != nil {
+		// The interpreter compiles in its own runtime (interpreter.go),
+		// the bytes with bounded tables and without the host's rewrite.
+		scriptRT, cm, err = interp.Compile(ctx, h, bounded)
+		if err != nil {
+			var e *Error
+			switch {
+			case errors.As(err, &e):
+				return nil, err
+			case ctx.Err() != nil:
+				return fail(abi.CodeCanceled, err, "the load was canceled while the interpreter compiled: %v", err)
+			}
+			return fail(abi.CodeBadModule, err, "the interpreter: %v", firstLine(err))
 		}
-		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
+	} else {
+		// Check for the end of the invocation at every loop header
+		// (interrupt.go). The compilation's key is what decides the bytes
+		// compiled: the module, its table cap and the rewrite's version.
+		code, key, err := h.rewrite(codeDigest, tableCap, code, lay)
+		if err != nil {
+			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
+		}
+		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
+		if err != nil {
+			if ctx.Err() != nil {
+				return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
+			}
+			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
+		}
+		cm = c.cm
 	}
 	loaded := false
 	defer func() {
@@ -341,7 +363,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		}
 	}()
 	m := &Module{
-		host: h, name: name, digest: digest, cm: c.cm, isolation: opts.Isolation, maxIdle: opts.MaxIdle,
+		host: h, name: name, digest: digest, cm: cm, scriptRT: scriptRT, isolation: opts.Isolation, maxIdle: opts.MaxIdle,
 		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil},
 	}
 	defer func() {
@@ -361,17 +383,17 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if m.maxIdle <= 0 {
 		m.maxIdle = 8
 	}
-	m.info = describe(name, digest, len(wasm), c)
+	m.info = describe(name, digest, len(wasm), cm, c)
 	if lay.memory != nil {
 		m.memMin = lay.memory.min
 		m.info.MemoryMin = lay.memory.min
 	}
-	exports := c.cm.ExportedFunctions()
+	exports := cm.ExportedFunctions()
 	_, m.hasInit = exports[abi.ExportInitWASI]
-	if importsExtism(m.info) || opts.Manifest != nil && opts.Manifest.Kind == policy.KindExtism {
+	if interp == nil && (importsExtism(m.info) || opts.Manifest != nil && opts.Manifest.Kind == policy.KindExtism) {
 		m.kind = KindExtism // its driver checks the imports it provides
 	}
-	if m.kind != KindExtism {
+	if m.kind != KindExtism && interp == nil { // an interpreter provides its own imports
 		if err := h.checkImports(m.info.Imports, lay.imports); err != nil {
 			return fail(abi.CodeBadModule, nil, "%v", err)
 		}
@@ -380,6 +402,8 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	_, hasStart := exports[abi.ExportStart]
 	switch {
 	case m.kind == KindExtism:
+	case interp != nil:
+		m.kind = KindCommand // its Run starts it; loadScript makes it KindScript
 	case hasInvoke && hasStart:
 		return fail(abi.CodeBadModule, nil, "exports both %s and %s: a moat plugin must be a reactor (build Go plugins with -buildmode=c-shared, C with -mexec-model=reactor)",
 			abi.ExportInvoke, abi.ExportStart)
@@ -388,7 +412,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		if err := m.checkPluginExports(exports); err != nil {
 			return fail(abi.CodeBadModule, nil, "%v", err)
 		}
-		if _, ok := c.cm.ExportedMemories()[abi.ExportMemory]; !ok {
+		if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {
 			return fail(abi.CodeBadModule, nil, "exports no memory named %q; the host passes input and output through it", abi.ExportMemory)
 		}
 	case hasStart:
@@ -649,16 +673,21 @@ func manifestKind(k Kind) policy.Kind {
 	return policy.KindMoat
 }
 
-func describe(name, digest string, size int, c *compiled) Info {
-	info := Info{Name: name, Digest: digest, Size: size, Compile: CompileInfo{FromDiskCache: c.fromCache, FromSharedCode: c.fromStore, Duration: c.took}}
-	for _, def := range c.cm.ImportedFunctions() {
+// describe reads cm's imports and exports; c is the host's compilation of
+// it, nil for a Script's Interpreter, which compiles in its own runtime.
+func describe(name, digest string, size int, cm wazero.CompiledModule, c *compiled) Info {
+	info := Info{Name: name, Digest: digest, Size: size}
+	if c != nil {
+		info.Compile = CompileInfo{FromDiskCache: c.fromCache, FromSharedCode: c.fromStore, Duration: c.took}
+	}
+	for _, def := range cm.ImportedFunctions() {
 		mod, n, _ := def.Import()
 		if mod == InterruptModule {
 			continue // the host's, not the author's (interrupt.go)
 		}
 		info.Imports = append(info.Imports, Signature{Module: mod, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}
-	exports := c.cm.ExportedFunctions()
+	exports := cm.ExportedFunctions()
 	for _, n := range slices.Sorted(maps.Keys(exports)) {
 		if n == InterruptStartExport {
 			continue // the host's, not the author's (interrupt.go)
@@ -667,13 +696,13 @@ func describe(name, digest string, size int, c *compiled) Info {
 		info.Exports = append(info.Exports, Signature{Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}
 	_, info.Reactor = exports[abi.ExportInitWASI]
-	for _, mem := range c.cm.ExportedMemories() {
+	for _, mem := range cm.ExportedMemories() {
 		info.MemoryMin = mem.Min()
 		if max, ok := mem.Max(); ok {
 			info.MemoryMax = max
 		}
 	}
-	for _, mem := range c.cm.ImportedMemories() {
+	for _, mem := range cm.ImportedMemories() {
 		info.MemoryMin = mem.Min()
 	}
 	return info

@@ -139,7 +139,11 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	inst.stdout.begin(sctx, inst.env.Log)
 	inst.stderr.begin(sctx, inst.env.Log)
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
-	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
+	rt := m.host.runtime
+	if m.scriptRT != nil {
+		rt = m.scriptRT // the Interpreter's (interpreter.go)
+	}
+	mod, err := rt.InstantiateModule(actx, m.cm, mc)
 	if err != nil {
 		inst.stdout.end()
 		inst.stderr.end()
@@ -152,9 +156,12 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	}
 	inst.mod = mod
 	go func() {
-		if img != nil {
+		switch {
+		case img != nil:
 			r.err = m.enterImage(actx, mod, img, m.snap.spec.Resume)
-		} else {
+		case m.script.Interpreter != nil:
+			r.err = m.script.Interpreter.Run(actx, mod, m.script.Args)
+		default:
 			r.err = startModule(actx, mod, abi.ExportStart)
 		}
 		close(r.done)
@@ -171,8 +178,10 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 		timedOut := sctx.Err() != nil
 		inst.kill()
 		inst.close()
+		var se *ScriptError
+		raised := errors.As(r.err, &se) && !se.OutOfMemory // the script's own failure, whatever the allocator saw (interpreter.go)
 		switch {
-		case inst.mem.Hit():
+		case inst.mem.Hit() && !raised:
 			return fail(abi.CodeMemoryLimit, r.err, "the script's top-level code needs more memory than the limit of %d pages (%d MiB)%s",
 				lim.MemoryLimitPages, lim.MemoryLimitPages/16, inst.stderrNote())
 		case timedOut && ctx.Err() == nil:

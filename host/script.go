@@ -51,6 +51,11 @@ type Script struct {
 	// module bytes, which are the interpreter's and the same for every
 	// plugin. A signed script without it is refused.
 	Source []byte
+	// Interpreter, when set, makes and starts the interpreter's instances
+	// in place of the host's runtime (interpreter.go): for interpreters
+	// that are not WASI commands, like ruby.wasm. Such a script must be
+	// Resident.
+	Interpreter Interpreter
 }
 
 // ScriptActionEnv names the environment variable that carries the action
@@ -62,6 +67,9 @@ const ScriptActionEnv = "MOAT_ACTION"
 func (m *Module) loadScript(opts LoadOptions) error {
 	fail := func(format string, args ...any) error {
 		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: fmt.Sprintf(format, args...)}
+	}
+	if opts.Script.Interpreter != nil && !opts.Script.Resident {
+		return fail("this interpreter serves only resident scripts: register each action's handler with moat.action (in Ruby, Moat.action(\"greet\") { |input| ... })")
 	}
 	if m.kind != KindCommand {
 		return fail("a script runs on a WASI command (an interpreter exporting _start); this module is of kind %s", m.kind)

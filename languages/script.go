@@ -132,10 +132,29 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 		resident = d.Resident(src)
 	}
 	sc := &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir), Resident: resident}
+	if p, ok := l.(InterpreterProvider); ok {
+		if !resident {
+			return nil, fmt.Errorf("%s plugin: %s registers no action handler; a %s plugin serves its actions from handlers, one instance many calls: %s",
+				in.Name, src.Entry().Name, in.Name, p.HandlerHint())
+		}
+		sc.Interpreter = p.ScriptInterpreter()
+	}
 	if sn, ok := l.(Snapshotter); ok && resident {
 		sc.Snapshot = sn.ResidentSnapshot(a, src)
 	}
 	return &ScriptPlugin{WASM: a.WASM, Script: sc}, nil
+}
+
+// InterpreterProvider is implemented by the interpreted languages whose
+// interpreter the host cannot run as a WASI command (Ruby's is a
+// wit-bindgen reactor): ScriptInterpreter makes and starts their plugins'
+// instances (host.Interpreter), and the plugins must be resident, since
+// that is the one way the host serves them. HandlerHint shows how a
+// script registers a handler, for the error that refuses one that does
+// not.
+type InterpreterProvider interface {
+	ScriptInterpreter() host.Interpreter
+	HandlerHint() string
 }
 
 // ResidentDetector is implemented by the interpreted languages whose

@@ -42,7 +42,7 @@ func langMissing(lang string) string {
 // mainSource is the code file moat new writes for each language.
 var mainSource = map[string]string{
 	"go": "main.go", "rust": "src/lib.rs", "c": "main.c", "cpp": "main.cpp", "assemblyscript": "index.ts",
-	"javascript": "main.js", "python": "main.py", "python-native": "main.py",
+	"javascript": "main.js", "python": "main.py", "python-native": "main.py", "ruby": "main.rb",
 }
 
 // TestBuildExamplesAnywhere: moat build of each example in the moat tree

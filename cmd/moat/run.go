@@ -39,11 +39,14 @@ type runFlags struct {
 	timeout    time.Duration
 	memoryMB   int
 	hostMB     int
-	maxOutput  int
-	maxTable   int
-	correlate  string
-	confirm    string
-	confine    string
+	// compileRoom is host memory a kind of plugin needs beyond the
+	// default margin (not a flag): see runInterpretedPlugin.
+	compileRoom int64
+	maxOutput   int
+	maxTable    int
+	correlate   string
+	confirm     string
+	confine     string
 	// serverConfig is a moat serve configuration to run with: its store,
 	// profile, secrets key, model providers and media settings.
 	serverConfig string
@@ -120,7 +123,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
 	fl.IntVar(&f.maxTable, "max-table-elements", host.DefaultMaxTableElements, fmt.Sprintf("references the module's tables may hold, 8 bytes of host memory each (at most %d)", host.MaxTableElementsCeiling))
 	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
-	mibFlag(fl, &f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory-mib + 512)")
+	mibFlag(fl, &f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory-mib + 512, and 512 more for a Ruby plugin)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
 	fl.StringArrayVar(&f.grant.dirs, "dir", nil, "a host directory a WASI command sees: HOST[:GUEST][:ro|rw], read-only unless :rw (repeatable; a plugin's are its manifest's filesystem grants)")
@@ -478,7 +481,7 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 	data := g.data()
 	// The host's own cgroup: the guest's memory limit plus room for the
 	// runtime and compiled code, and enough pids for Go's threads.
-	hostMemory := int64(f.memoryMB)<<20 + 512<<20
+	hostMemory := int64(f.memoryMB)<<20 + 512<<20 + f.compileRoom
 	if f.hostMB < 0 {
 		return usagef("--host-memory-mib %d: give a size in MiB", f.hostMB)
 	} else if f.hostMB > 0 {

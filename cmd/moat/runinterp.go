@@ -124,6 +124,13 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	for _, m := range sp.Script.Mounts {
 		readOnly = append(readOnly, m.HostDir)
 	}
+	if sp.Script.Interpreter != nil {
+		// Its interpreter compiles in this process the first time
+		// (ruby.wasm: 30 MB through wazero's optimizing compiler, about
+		// 600 MiB at its peak), past the default margin: the backstop
+		// cgroup would kill the run.
+		f.compileRoom = 512 << 20
+	}
 	if err := confineHost(g, f, readOnly, nil, manifestFiles(mf)); err != nil {
 		return err
 	}

@@ -10,10 +10,11 @@ import (
 
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/languages/python"
+	"github.com/moat-sandbox/moat/languages/ruby"
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
-// TestRunInterpretedPlugin: moat run runs the JavaScript and Python hello
+// TestRunInterpretedPlugin: moat run runs the JavaScript, Python and Ruby hello
 // plugins from their directories: the script is the action, the input its
 // stdin, and its kv counter (through the device file) rises across runs,
 // scoped by organization; an undeclared action and a missing action name
@@ -24,8 +25,13 @@ func TestRunInterpretedPlugin(t *testing.T) {
 	}
 	root := testwasm.RepoRoot(t)
 	data := t.TempDir()
-	for _, tt := range []struct{ dir, name string }{{"examples/hello-python", "Py"}, {"examples/hello-js", "JS"}} {
+	for _, tt := range []struct{ dir, name string }{{"examples/hello-python", "Py"}, {"examples/hello-js", "JS"}, {"examples/hello-ruby", "Rb"}} {
 		t.Run(filepath.Base(tt.dir), func(t *testing.T) {
+			if tt.name == "Rb" {
+				if _, err := ruby.Interpreter(""); errors.Is(err, toolchains.ErrMissing) {
+					needTool(t, filepath.Join(toolchains.Dir(), "npm", "node_modules", ruby.NPMPackage))
+				}
+			}
 			dir := filepath.Join(root, tt.dir)
 			for i, want := range []string{"Hello, " + tt.name + "! (call #1)", "Hello, " + tt.name + "! (call #2)"} {
 				r := moat(t, tt.name, "run", "--data", data, dir, "greet")

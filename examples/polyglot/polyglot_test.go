@@ -419,8 +419,8 @@ func TestGreetErrors(t *testing.T) {
 	}
 }
 
-// TestSDK drives every part of the C (built as C and as C++), Rust and
-// AssemblyScript SDKs through their conformance fixtures, with one table: kv (including a
+// TestSDK drives every part of the C (built as C and as C++), Rust,
+// AssemblyScript and Ruby SDKs through their conformance fixtures, with one table: kv (including a
 // value and a key list larger than one reply buffer or one page), config,
 // log, the raw call, error codes both ways, binary input, and a trap that
 // carries its message. TestSDKData drives their db, knowledge and task
@@ -432,11 +432,26 @@ func TestSDK(t *testing.T) {
 	for i := range 1001 { // one more than a kv.list page
 		keys = append(keys, fmt.Sprintf("p/%04d", i))
 	}
+	type fixture struct {
+		lang string
+		load func(t *testing.T, h *host.Host) *host.Module
+	}
+	var fixtures []fixture
 	for _, g := range sdkFixtures {
-		t.Run(g.lang, func(t *testing.T) {
+		fixtures = append(fixtures, fixture{g.lang, func(t *testing.T, h *host.Host) *host.Module {
+			return load(t, h, bundle(t, g), func(o *host.LoadOptions) { o.Config = map[string]string{"greeting": "hi"} })
+		}})
+	}
+	// The Ruby SDK's fixture is a resident script plugin, loaded as moat
+	// run loads one.
+	fixtures = append(fixtures, fixture{"ruby", loadScriptFixture("examples/polyglot/testdata/sdk-ruby", func(mf *policy.Manifest) {
+		mf.Config = map[string]string{"greeting": "hi"}
+	})})
+	for _, f := range fixtures {
+		t.Run(f.lang, func(t *testing.T) {
 			logs := newCapture()
 			h := sdkHost(t, slog.New(logs))
-			m := load(t, h, bundle(t, g), func(o *host.LoadOptions) { o.Config = map[string]string{"greeting": "hi"} })
+			m := f.load(t, h)
 			for _, k := range keys {
 				if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, k, []byte("x")); err != nil {
 					t.Fatal(err)

@@ -79,8 +79,9 @@ var sdkBackends = []struct {
 }
 
 // dataFixture is a plugin with the db, knowledge and task actions of the
-// SDK fixtures: a compiled one (a guest of sdkFixtures) or the
-// JavaScript one, a script the interpreter runs.
+// SDK fixtures: a compiled one (a guest of sdkFixtures), the JavaScript
+// one, a script the interpreter runs per call, or the Ruby one, resident
+// (its handlers keep an op's code, as a compiled plugin does).
 type dataFixture struct {
 	lang string
 	load func(t *testing.T, h *host.Host) *host.Module
@@ -96,7 +97,8 @@ func dataFixtures() []dataFixture {
 	for _, g := range sdkFixtures {
 		out = append(out, dataFixture{lang: g.lang, load: func(t *testing.T, h *host.Host) *host.Module { return load(t, h, bundle(t, g), nil) }})
 	}
-	return append(out, dataFixture{lang: "javascript", load: loadScriptFixture("examples/polyglot/testdata/sdk-js", nil), script: true})
+	return append(out, dataFixture{lang: "javascript", load: loadScriptFixture("examples/polyglot/testdata/sdk-js", nil), script: true},
+		dataFixture{lang: "ruby", load: loadScriptFixture("examples/polyglot/testdata/sdk-ruby", nil)})
 }
 
 // loadScriptFixture loads an interpreted plugin's directory as `moat run`

@@ -32,6 +32,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
 	_ "github.com/moat-sandbox/moat/languages/python"
+	_ "github.com/moat-sandbox/moat/languages/ruby"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -49,13 +50,14 @@ var outsideFixtures = []guest{
 // outsideScripts are the fixtures that run as script plugins. The
 // JavaScript fixture catches its MoatError and exits 1, a guest_error
 // naming the code (an escaped one would keep its code: TestScriptErrorCodes
-// in host/server); Python's serve() keeps it.
+// in host/server); Python's serve() and Ruby's keep it.
 var outsideScripts = []struct {
 	lang, dir string
 	script    bool
 }{
 	{"javascript", "examples/polyglot/testdata/outside-js", true},
 	{"python", "examples/polyglot/testdata/outside-python", false},
+	{"ruby", "examples/polyglot/testdata/outside-ruby", false},
 }
 
 // providerKey is the key the OpenAI-compatible test server demands: the

@@ -110,11 +110,11 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 			})
 		}
 		greet("greet"+suffix, 1)
-		// The same greet in JavaScript and in Python: resident
+		// The same greet in JavaScript, Python and Ruby: resident
 		// interpreters (their handlers registered with moat.action), one
 		// instance serving call after call.
 		if db == "" {
-			for _, lang := range []string{"js", "python"} {
+			for _, lang := range []string{"js", "python", "ruby"} {
 				b.Run("greet-"+lang, func(b *testing.B) {
 					ts, key := serve(b, url(b))
 					if r := ts.do(b, "POST", "/v1/modules", key, scriptArchive(b, "hello-"+lang, nil), "Content-Type", "application/gzip"); r.status != http.StatusCreated {

@@ -29,7 +29,7 @@ func BenchmarkRun(b *testing.B) {
 		if err := writeFiles(in.SrcDir, a.Files); err != nil {
 			b.Fatal(err)
 		}
-		env := languages.RunEnv{Host: testHost}
+		env := languages.RunEnv{Host: suite.Host}
 		if _, err := l.RunArtifact(context.Background(), env, a, in); err != nil { // compile outside the timing
 			b.Fatal(err)
 		}
@@ -57,4 +57,12 @@ func BenchmarkRun(b *testing.B) {
 		}
 		cpu.Report(b)
 	})
+}
+
+// BenchmarkPluginCall: interptest.Suite.BenchPluginCall, in Ruby: a warm
+// call of an echo action on a resident instance. Ruby plugins have no
+// per-call form.
+func BenchmarkPluginCall(b *testing.B) {
+	interpreter(b)
+	suite.BenchPluginCall(b, "main.rb", "require \"moat\"\n\nMoat.action(\"echo\") { |input| input }\n", "")
 }

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"slices"
 
+	rbsdk "github.com/moat-sandbox/moat/guests/ruby"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -68,16 +69,21 @@ func (Language) Info() languages.Info {
 }
 
 // Build implements languages.Language: the artifact is the interpreter and
-// the files; the first Arg is the script as the guest sees it.
+// the files, with moat.rb, the SDK, beside them (unless the source has a
+// file of that name); the first Arg is the script as the guest sees it.
 func (Language) Build(_ context.Context, env languages.BuildEnv, src languages.Source) (*languages.Artifact, error) {
 	wasm, err := Interpreter(env.ToolchainDir)
 	if err != nil {
 		return nil, err
 	}
+	files := slices.Clone(src.Files)
+	if !slices.ContainsFunc(files, func(f languages.File) bool { return f.Name == rbsdk.FileName }) {
+		files = append(files, languages.File{Name: rbsdk.FileName, Content: rbsdk.SDK})
+	}
 	return &languages.Artifact{
 		Kind:  languages.ArtifactInterpreted,
 		WASM:  wasm,
-		Files: slices.Clone(src.Files),
+		Files: files,
 		Args:  []string{"/src/" + src.Entry().Name},
 	}, nil
 }

@@ -3,7 +3,6 @@ package ruby_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,36 +11,16 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/languages/ruby"
-	"github.com/moat-sandbox/moat/toolchains"
 )
 
-// The package's tests share one host, and so one compiled interpreter.
-var testHost *host.Host
+// The package's tests share one host, and so one compiled interpreter
+// (its machine code kept between test runs in .toolchains when `make
+// toolchains` made it).
+var suite = &interptest.Suite{Language: "ruby", Module: "rb-test"}
 
-func TestMain(m *testing.M) {
-	code := func() int {
-		dir, err := os.MkdirTemp("", "moat-ruby-test-")
-		if err != nil {
-			panic(err)
-		}
-		defer os.RemoveAll(dir)
-		// Keep the 30 MB interpreter's machine code between test runs when
-		// `make toolchains` made a .toolchains directory.
-		cache := filepath.Join(dir, "cache")
-		if d := toolchains.Dir(); isDir(d) {
-			cache = filepath.Join(d, "cache", "wazero")
-		}
-		ctx := context.Background()
-		testHost, err = host.New(ctx, host.Config{DataDir: dir, CacheDir: cache, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			panic(err)
-		}
-		defer testHost.Close(ctx)
-		return m.Run()
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { interptest.Main(m, suite) }
 
 // interpreter skips when `make toolchains` has not provisioned ruby.wasm,
 // except in CI (MOAT_REQUIRE_TOOLS=1), where that is a failure.
@@ -73,7 +52,7 @@ func run(t testing.TB, in languages.RunInput, files ...string) (*languages.RunOu
 	if err := writeFiles(in.SrcDir, a.Files); err != nil {
 		t.Fatal(err)
 	}
-	return l.RunArtifact(context.Background(), languages.RunEnv{Host: testHost}, a, in)
+	return l.RunArtifact(context.Background(), languages.RunEnv{Host: suite.Host}, a, in)
 }
 
 func TestRun(t *testing.T) {
@@ -183,9 +162,4 @@ func writeFiles(dir string, files []languages.File) error {
 		}
 	}
 	return nil
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return p != "" && err == nil && fi.IsDir()
 }

@@ -224,7 +224,7 @@ func (s *Suite) LoadScript(t testing.TB, mf *policy.Manifest, files ...string) *
 	return m
 }
 
-// load is LoadScript returning the load's error.
+// load is LoadScript returning the build's or the load's error.
 func (s *Suite) load(t testing.TB, mf *policy.Manifest, files ...string) (*host.Module, error) {
 	return s.loadIsolated(t, mf, "", files...)
 }
@@ -249,7 +249,7 @@ func (s *Suite) loadIsolated(t testing.TB, mf *policy.Manifest, iso host.Isolati
 		t.Skip(err)
 	}
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	return s.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: mf, Script: sp.Script, Isolation: iso})
 }

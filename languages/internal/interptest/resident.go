@@ -31,6 +31,10 @@ type ResidentScripts struct {
 	Wrong string
 	// Classic reads its input and prints it back, registering nothing.
 	Classic string
+	// ClassicRefused says the language has no per-call scripts (Ruby,
+	// whose interpreter is not a WASI command: languages.InterpreterProvider):
+	// Classic's load must fail, naming how to register a handler.
+	ClassicRefused string
 }
 
 // residentManifest declares a plugin of s's language with actions.
@@ -56,7 +60,8 @@ func (s *Suite) residentManifest(t testing.TB, name string, actions ...string) *
 // memory limit; ops at the top level are refused (top-level code
 // runs for no caller) and fail the load, as does a script that registers
 // other actions than its manifest's; a script that registers nothing runs
-// once per call, as before.
+// once per call, as before, or, in a language with no per-call scripts
+// (ClassicRefused), fails its load.
 func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	ctx := context.Background()
 	p := policy.Principal{User: "ann", Org: "acme"}
@@ -167,6 +172,12 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	if err := load(s.Language+"-wrong", sc.Wrong, "echo"); host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), `"echo"`) {
 		t.Errorf("a script registering other actions: %v, want bad_module naming echo", err)
 	}
+	if sc.ClassicRefused != "" {
+		if err := load(s.Language+"-classic", sc.Classic, "echo"); err == nil || !strings.Contains(err.Error(), sc.ClassicRefused) {
+			t.Errorf("a script with no handlers: %v, want its load refused naming %q", err, sc.ClassicRefused)
+		}
+		return
+	}
 	classic := s.LoadScript(t, s.residentManifest(t, s.Language+"-classic", "echo"), sc.File, sc.Classic)
 	defer classic.Close(ctx)
 	if res, err := classic.Invoke(ctx, host.Request{Action: "echo", Input: []byte("per call"), Principal: p}); err != nil || string(res.Output) != "per call" {
@@ -178,13 +189,17 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 // Module.Invoke: a resident plugin (resident: its handler registered with
 // moat.action; one instance serves every call) against the same action as
 // a per-call script (per-call: the interpreter starts and runs the script
-// for each call).
+// for each call). A language with no per-call scripts (Ruby) passes ""
+// for perCall.
 func (s *Suite) BenchPluginCall(b *testing.B, file, resident, perCall string) {
 	p := policy.Principal{User: "bench", Org: "acme"}
 	for _, tc := range []struct {
 		name, script string
 		iso          host.Isolation
 	}{{"resident", resident, ""}, {"resident-fresh", resident, host.IsolationFresh}, {"per-call", perCall, ""}} {
+		if tc.script == "" {
+			continue
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			// resident-fresh: isolation fresh, so every call starts an
 			// instance (from the snapshot where the language has one)

@@ -1,0 +1,65 @@
+package host
+
+import (
+	"context"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Interpreter runs a Script whose interpreter the host cannot run itself:
+// one that is not a WASI command, or that imports functions the host's
+// runtime does not provide. ruby.wasm is such an interpreter: a
+// wit-bindgen reactor (ruby-init, rb-eval-string-protect...) importing
+// rb-js-abi-host and canonical_abi, which languages/ruby drives in a
+// wazero runtime of its own. The interpreted language supplies it
+// (languages.InterpreterProvider puts it in Script.Interpreter).
+//
+// Only how an instance is made and how its script starts are the
+// interpreter's. Everything else stays the host's, with one copy of each
+// mechanism: the module's pool and isolation, the limits (the memory
+// allocator comes in ctx, the deadline through ctx's cancellation), the op
+// device bound to each call (mounted by the host in mc), the principal's
+// authorization and the audit trail. Such a script must be resident
+// (Script.Resident): its instance serves its calls through abi.OpNext.
+//
+// The interpreter's runtime must stop a guest whose context ends
+// (wasmlimit.NewRuntimeConfig's CloseOnContextDone): the host does not
+// rewrite its bytes with its own interrupt check (interrupt.go).
+type Interpreter interface {
+	// Compile compiles wasm (the bytes given to Host.Load, their tables
+	// bounded) in the interpreter's runtime, or returns the module
+	// compiled before, and that runtime: the host instantiates the module
+	// there, with the host's arguments, environment, stdio, mounts, op
+	// device and memory allocator, and no start function. h's compilation
+	// cache should hold the machine code. The host closes neither.
+	Compile(ctx context.Context, h *Host, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error)
+	// Run starts the instance (its _initialize, say) and runs the script
+	// named by args (Script.Args) on it, returning when the script ends:
+	// for a resident script, when the host stops it (its moat.next
+	// answered stop, or ctx was cancelled) or it failed. It runs on a
+	// goroutine of its own; the host closes mod afterwards.
+	Run(ctx context.Context, mod api.Module, args []string) error
+}
+
+// scriptInterpreter is the Interpreter of a load's script, or nil.
+func scriptInterpreter(opts LoadOptions) Interpreter {
+	if opts.Script == nil {
+		return nil
+	}
+	return opts.Script.Interpreter
+}
+
+// ScriptError is how an Interpreter's Run reports that the script itself
+// failed: an exception its top-level code (or its serve loop) raised and
+// did not rescue, as opposed to a trap or an exit. The host then reports
+// that failure, even when a memory grow was refused on the way: an
+// interpreter with a garbage collector takes a refused grow in its stride
+// (Ruby's GC asks for more, is refused, and collects), so a refusal is the
+// cause only when the script says so (OutOfMemory: Ruby's NoMemoryError).
+type ScriptError struct {
+	Message     string // the exception's class and first line
+	OutOfMemory bool
+}
+
+func (e *ScriptError) Error() string { return e.Message }
