@@ -85,6 +85,8 @@ module Moat
       @buf = String.new(capacity: 65_536)
     end
 
+    def close = @f.close
+
     # call sends {"op":op,"req":req} (req already JSON) and returns the
     # decoded reply.
     def call(op, req)
@@ -145,6 +147,16 @@ module Moat
       end
 
       serve_resident
+    end
+
+    # before_snapshot: the host is about to copy this instance's memory,
+    # its top level done, for later instances to start from
+    # (languages/ruby/plugin.go). The op device is closed: an instance
+    # started from the copy opens its own (a descriptor is not in the
+    # copy).
+    def before_snapshot
+      @device&.close
+      @device = nil
     end
 
     # config is one value of the module's configuration, or default. The

@@ -348,31 +348,41 @@ func (g guest) eval(code string) (uint32, error) {
 }
 
 // status reads the exit status the wrapper evaluated to (a string), the
-// value of handle.
+// value of handle; err is the evaluation's.
 func (g guest) status(handle uint32, err error) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, err := g.mod.ExportedFunction(exportRStringPtr).Call(g.ctx, uint64(handle))
+	status, err := g.text(handle)
 	if err != nil {
 		return 0, err
 	}
-	ptr, n2, err := g.pair(uint32(r[0]))
-	if err != nil {
-		return 0, err
-	}
-	status, ok := g.mod.Memory().Read(ptr, uint32(n2))
-	if !ok {
-		return 0, fmt.Errorf("ruby: rstring-ptr returned [%d, +%d), outside memory", ptr, n2)
-	}
-	code, err := strconv.Atoi(string(status))
+	code, err := strconv.Atoi(status)
 	if err != nil {
 		return 0, fmt.Errorf("ruby: the wrapper returned %q, not an exit status", status)
 	}
+	return code, nil
+}
+
+// text reads the string that is the value of handle.
+func (g guest) text(handle uint32) (string, error) {
+	r, err := g.mod.ExportedFunction(exportRStringPtr).Call(g.ctx, uint64(handle))
+	if err != nil {
+		return "", err
+	}
+	ptr, n, err := g.pair(uint32(r[0]))
+	if err != nil {
+		return "", err
+	}
+	b, ok := g.mod.Memory().Read(ptr, uint32(n))
+	if !ok {
+		return "", fmt.Errorf("ruby: rstring-ptr returned [%d, +%d), outside memory", ptr, n)
+	}
+	s := string(b)
 	if post := g.mod.ExportedFunction(exportPostRString); post != nil {
 		_, _ = post.Call(g.ctx, r[0])
 	}
-	return code, nil
+	return s, nil
 }
 
 // scriptWrapper is the Ruby that runs the script: it loads it as the main

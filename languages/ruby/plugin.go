@@ -3,10 +3,11 @@ package ruby
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -20,10 +21,14 @@ import (
 // not a WASI command, so the host asks this package (host.Interpreter) to
 // compile it in the Ruby engine's runtime, which provides its imports, and
 // to run main.rb on each instance it makes there: _initialize, ruby-init,
-// ruby-init-loadpath, then one rb-eval-string-protect of pluginWrapper,
-// which loads main.rb (its handlers registered with Moat.action) and then
-// serves calls through moat.next until the host stops the instance. That
-// eval returns only when the instance ends.
+// ruby-init-loadpath, an rb-eval-string-protect of pluginTopLevel, which
+// loads main.rb (its handlers registered with Moat.action), then one of
+// pluginServe, which serves calls through moat.next until the host stops
+// the instance (that eval returns only when the instance ends). Between
+// the two evals the first instance's state is copied (package wasmsnap),
+// and later instances of the plugin start from that copy: restored, a new
+// random seed, pluginServe. The top level runs once per load, not per
+// instance.
 
 var (
 	_ languages.InterpreterProvider = Language{}
@@ -31,7 +36,7 @@ var (
 )
 
 // ScriptInterpreter implements languages.InterpreterProvider.
-func (Language) ScriptInterpreter() host.Interpreter { return pluginInterpreter{} }
+func (Language) ScriptInterpreter() host.Interpreter { return &pluginInterpreter{} }
 
 // HandlerHint implements languages.InterpreterProvider.
 func (Language) HandlerHint() string {
@@ -51,11 +56,18 @@ func (Language) Resident(src languages.Source) bool {
 	return false
 }
 
-type pluginInterpreter struct{}
+type pluginInterpreter struct {
+	globals int // how many globals the compiled interpreter exports
 
-// Compile implements host.Interpreter: the engine of h's cache directory,
-// the one `moat exec` uses, compiles the interpreter once per process.
-func (pluginInterpreter) Compile(ctx context.Context, h *host.Host, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error) {
+	// The plugin's image: the first instance's state after its top level
+	// (Wizer's case: the reactor's eval returned, its wasm stack is
+	// empty), which later instances are started from instead of running
+	// ruby-init and the top level again. Kept for the plugin's load.
+	mu  sync.Mutex
+	img *wasmsnap.Image
+}
+
+func (p *pluginInterpreter) Compile(ctx context.Context, h *host.Host, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error) {
 	e, err := engineFor(ctx, h)
 	if err != nil {
 		return nil, nil, err
@@ -64,65 +76,62 @@ func (pluginInterpreter) Compile(ctx context.Context, h *host.Host, wasm []byte)
 	if err != nil {
 		return nil, nil, err
 	}
+	e.mu.Lock()
+	p.globals = e.globals[cm]
+	e.mu.Unlock()
 	return e.rt, cm, nil
 }
 
-// Run implements host.Interpreter. args[0] is the script (/src/main.rb).
-// It returns nil when the script served until the host stopped it, and an
-// error naming the exception when its top-level code raised or the serve
-// loop ended with one.
-func (pluginInterpreter) Run(ctx context.Context, mod api.Module, args []string) error {
+// Run starts an instance: from the plugin's image when there is one
+// (restored, then a new seed and the serve loop), else from nothing
+// (_initialize, ruby-init, the load path, the top level), keeping the
+// image of the first instance whose top level succeeded.
+func (p *pluginInterpreter) Run(ctx context.Context, mod api.Module, args []string) error {
 	if len(args) == 0 {
 		return errors.New("ruby: the plugin names no script (Script.Args[0])")
 	}
 	ctx = context.WithValue(ctx, handlesKey{}, &handles{})
+	g := guest{ctx: ctx, mod: mod, realloc: mod.ExportedFunction(exportRealloc)}
+	p.mu.Lock()
+	img := p.img
+	p.mu.Unlock()
+	if img != nil {
+		if err := img.Restore(mod); err != nil {
+			return err
+		}
+		return g.scriptStatus(g.eval(pluginServe))
+	}
 	if init := mod.ExportedFunction("_initialize"); init != nil { // wasi-vfs unpacks the stdlib
 		if _, err := init.Call(ctx); err != nil {
 			return err
 		}
 	}
-	g := guest{ctx: ctx, mod: mod, realloc: mod.ExportedFunction(exportRealloc)}
-	argv := []string{"ruby", "--disable-gems", "-EUTF-8", "-e_=0"}
-	list, err := g.stringList(argv)
+	if err := g.start(nil); err != nil {
+		return err
+	}
+	if err := g.scriptStatus(g.eval(pluginTopLevel(args[0]))); err != nil {
+		return err
+	}
+	if snap, err := wasmsnap.Capture(mod, p.globals); err == nil {
+		p.mu.Lock()
+		if p.img == nil {
+			p.img = snap
+		}
+		p.mu.Unlock()
+	}
+	return g.scriptStatus(g.eval(pluginServe))
+}
+
+// scriptStatus reads what a plugin wrapper evaluated to: "0", or why the
+// script failed.
+func (g guest) scriptStatus(handle uint32, err error) error {
 	if err != nil {
 		return err
 	}
-	if _, err := mod.ExportedFunction(exportInit).Call(ctx, uint64(list), uint64(len(argv))); err != nil {
-		return err
-	}
-	if _, err := mod.ExportedFunction(exportInitLoadpath).Call(ctx); err != nil {
-		return err
-	}
-	src, n, err := g.cstring(pluginWrapper(args[0]))
+	status, err := g.text(handle)
 	if err != nil {
 		return err
 	}
-	r, err := mod.ExportedFunction(exportEval).Call(ctx, uint64(src), uint64(n))
-	if err != nil {
-		return err
-	}
-	handle, state, err := g.pair(uint32(r[0]))
-	if err != nil {
-		return err
-	}
-	if state != 0 {
-		return fmt.Errorf("ruby: the script ended with an uncaught non-exception (protect state %d)", state)
-	}
-	r, err = mod.ExportedFunction(exportRStringPtr).Call(ctx, uint64(handle))
-	if err != nil {
-		return err
-	}
-	ptr, size, err := g.pair(uint32(r[0]))
-	if err != nil {
-		return err
-	}
-	b, ok := mod.Memory().Read(ptr, uint32(size))
-	if !ok {
-		return fmt.Errorf("ruby: rstring-ptr returned [%d, +%d), outside memory", ptr, size)
-	}
-	// Anything but "0" is the script's own doing: an exception it raised
-	// or an exit it called.
-	status := string(b)
 	if status == "0" {
 		return nil
 	}
@@ -130,20 +139,25 @@ func (pluginInterpreter) Run(ctx context.Context, mod api.Module, args []string)
 	return &host.ScriptError{Message: msg, OutOfMemory: strings.HasPrefix(msg, "NoMemoryError:")}
 }
 
-// pluginWrapper is the Ruby an instance evaluates: main.rb loaded as the
-// main program with the SDK on $LOAD_PATH, then Moat.serve, which returns
-// when the host stops the instance. It evaluates to "0" then, to the exit
-// status of an exit, or to "error: " and the first line of the exception
-// that ended the script (printed whole on stderr, the host's log).
-func pluginWrapper(script string) string {
+// pluginTopLevel loads the plugin's script (its top level registers the
+// handlers) and readies the instance to be copied; pluginServe serves.
+// Both end as a status: "0", or the failure (exit or exception).
+func pluginTopLevel(script string) string {
 	return noProcesses + `$stdout.sync = true
 $stderr.sync = true
 $0 = ` + rubyQuote(script) + `
 $LOAD_PATH.unshift(File.dirname($0))
-begin
-  require "moat"
+` + pluginRescue(`require "moat"
   load($0)
-  Moat.serve
+  Moat.before_snapshot`)
+}
+
+var pluginServe = pluginRescue(`Random.srand # not the image's sequence
+  Moat.serve`)
+
+func pluginRescue(body string) string {
+	return `begin
+  ` + body + `
   "0"
 rescue SystemExit => e
   e.success? ? "0" : "the script exited with status #{e.status}"

@@ -262,3 +262,61 @@ func mustScript(t testing.TB, main string) *host.Script {
 	}
 	return sp.Script
 }
+
+// TestPluginSnapshot: instances after the first start from its image: the
+// top level ran once (what it computed is the same in every instance),
+// each instance draws its own random numbers, and what a call leaves
+// behind is gone in the next fresh instance. The top level's op device is
+// closed before the copy, so the restored instances' ops work.
+func TestPluginSnapshot(t *testing.T) {
+	interpreter(t)
+	l := ruby.Language{}
+	src, err := languages.PluginSource(l, map[string][]byte{"main.rb": []byte(`require "moat"
+TOP = rand.to_s
+begin
+  Moat.kv.get("x") # refused at the top level: the device is open now
+rescue Moat::Error
+end
+Moat.action("probe") do |_input|
+  left = $left.inspect
+  $left = "from a call"
+  Moat.kv.put("k", "v")
+  [TOP, rand.to_s, left, Moat.kv.get("k")].join(" ")
+end
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := languages.BuildScriptPlugin(context.Background(), l, src, t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := suite.Host.Load(context.Background(), sp.WASM, host.LoadOptions{Manifest: pluginManifest(t, "rb-snap", "probe"), Script: sp.Script, Isolation: host.IsolationFresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	var outs []string
+	for range 3 {
+		res, err := m.Invoke(context.Background(), host.Request{Action: "probe", Principal: policy.Principal{User: "ann", Org: "acme"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, string(res.Output))
+	}
+	top := strings.Fields(outs[0])[0]
+	seen := map[string]bool{}
+	for _, out := range outs {
+		f := strings.Fields(out)
+		if len(f) != 4 || f[2] != "nil" || f[3] != "v" {
+			t.Fatalf("probe: %q, want TOP RAND nil v", out)
+		}
+		if f[0] != top {
+			t.Errorf("the top level ran again (the image is the first instance's, after its top level): %q", outs)
+		}
+		if seen[f[1]] {
+			t.Errorf("two instances drew the same random number: %q", outs)
+		}
+		seen[f[1]] = true
+	}
+}
