@@ -2,6 +2,7 @@ package ruby
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -40,9 +41,13 @@ type imageState struct {
 	failed error
 }
 
-// imageVersion names what capture does: a change to the steps or the
-// prelude is a new image.
-const imageVersion = "ruby-image-1"
+// capturePrelude is what the capture evaluates after ruby-init; its
+// digest is part of the image's name, so a change to it is a new image.
+var capturePrelude = noProcesses + "$stdout.sync = true\n$stderr.sync = true\nnil"
+
+// imageSteps names the capture's steps beside the prelude: change it with
+// them.
+const imageSteps = "initialize,ruby-init(--disable-gems -EUTF-8 -e_=0 --),loadpath"
 
 // image returns the image of cm, capturing it on first use; nil when the
 // capture failed, so that runs start cold.
@@ -61,7 +66,8 @@ func (e *engine) image(ctx context.Context, cm wazero.CompiledModule) *wasmsnap.
 	if st.img != nil || st.failed != nil {
 		return st.img
 	}
-	path := filepath.Join(e.cacheDir, "snapshots", hex.EncodeToString(key[:16])+"-"+imageVersion+".img")
+	steps := sha256.Sum256([]byte(imageSteps + "\x00" + capturePrelude))
+	path := filepath.Join(e.cacheDir, "snapshots", "ruby-"+hex.EncodeToString(key[:16])+"-"+hex.EncodeToString(steps[:8])+".img")
 	if b, err := os.ReadFile(path); err == nil {
 		if img, err := wasmsnap.Unmarshal(b); err == nil && len(img.Globals) == globals {
 			st.img = img
@@ -103,7 +109,7 @@ func (e *engine) capture(ctx context.Context, cm wazero.CompiledModule, globals 
 	if err := g.start(nil); err != nil {
 		return nil, err
 	}
-	if _, err := g.eval(noProcesses + "$stdout.sync = true\n$stderr.sync = true\nnil"); err != nil {
+	if _, err := g.eval(capturePrelude); err != nil {
 		return nil, err
 	}
 	return wasmsnap.Capture(mod, globals)
