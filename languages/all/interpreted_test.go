@@ -98,3 +98,28 @@ func TestInterpretedArtifact(t *testing.T) {
 		}
 	}
 }
+
+// TestSDKInBuildKey: an interpreted language whose build adds files of its
+// own beside the source (its SDK) names them in the build key
+// (languages.BuildIdentifier), or a moat with another SDK would run a
+// cached build carrying the old one.
+func TestSDKInBuildKey(t *testing.T) {
+	for _, l := range languages.All() {
+		if l.Info().Path != languages.PathInterpreted {
+			continue
+		}
+		t.Run(l.Info().Name, func(t *testing.T) {
+			needLanguage(t, l.Info().Name)
+			src := hello(t, l)
+			a, err := l.Build(context.Background(), languages.BuildEnv{WorkDir: t.TempDir()}, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a.Files) > len(src.Files) {
+				if _, ok := l.(languages.BuildIdentifier); !ok {
+					t.Errorf("the build adds %d files to the source, but the language is no BuildIdentifier", len(a.Files)-len(src.Files))
+				}
+			}
+		})
+	}
+}

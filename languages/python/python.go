@@ -23,6 +23,8 @@ package python
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -108,3 +110,13 @@ func Interpreter(toolchainDir string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// sdkID is part of the build key (languages.BuildIdentifier): a build
+// carries moat.py, so a moat with another SDK must not reuse it.
+var sdkID = func() string {
+	h := sha256.Sum256(pysdk.SDK)
+	return hex.EncodeToString(h[:8])
+}()
+
+// BuildID implements languages.BuildIdentifier.
+func (Language) BuildID() string { return "sdk-" + sdkID }

@@ -33,6 +33,8 @@ package ruby
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -107,3 +109,13 @@ func Interpreter(toolchainDir string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// sdkID is part of the build key (languages.BuildIdentifier): a build
+// carries moat.rb, so a moat with another SDK must not reuse it.
+var sdkID = func() string {
+	h := sha256.Sum256(rbsdk.SDK)
+	return hex.EncodeToString(h[:8])
+}()
+
+// BuildID implements languages.BuildIdentifier.
+func (Language) BuildID() string { return "sdk-" + sdkID }
