@@ -241,8 +241,13 @@ def _encode(op, what, v):
         raise MoatError("invalid_argument", f"op {op}: encode {what}: {e}") from None
 
 
+_EMPTY_REPLY = '{"resp":{}}\n'
+
+
 def _decode_reply(text, op):
     """A reply line, decoded: a dict, or a protocol error."""
+    if text == _EMPTY_REPLY:  # kv.put and the like: no scan
+        return {"resp": {}}
     try:
         v, end = _scan(text, 0)
     except (StopIteration, ValueError):
@@ -531,7 +536,10 @@ class _Log:
     the correlation id. Keyword arguments become fields."""
 
     def _write(self, level, message, fields):
-        req = _encode("log.write", "the record", {"level": level, "message": str(message), "fields": fields or None})
+        if not fields:
+            req = '{"level":"' + level + '","message":' + _quote(str(message)) + "}"
+        else:
+            req = _encode("log.write", "the record", {"level": level, "message": str(message), "fields": fields})
         t = _get()
         if isinstance(t, _Device):
             # A log record's reply says nothing the caller uses, and
