@@ -177,6 +177,10 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 		}
 	}
 	began := time.Now()
+	// The capture is the module's, not the caller's: a caller that gives
+	// up must not leave the module without an image for its life. It has
+	// its own deadline (capture).
+	ctx = context.WithoutCancel(ctx)
 	img, err := capture(ctx)
 	if err == nil {
 		err = m.probeImage(ctx, img)
@@ -258,7 +262,9 @@ func (m *Module) capture(ctx context.Context, mc wazero.ModuleConfig, attach fun
 	_, _ = rand.Read(nonce)
 	token := hex.EncodeToString(nonce)
 	lim := m.limits
-	cctx, cancel := context.WithTimeout(ctx, max(lim.Timeout, 30*time.Second))
+	// As long as an instance's start may take (resident.go): a top level
+	// that takes longer fails the same way cold.
+	cctx, cancel := context.WithTimeout(ctx, max(lim.Timeout, residentStartTimeout))
 	defer cancel()
 	var stderr bytes.Buffer
 	watch := &parkWatch{token: []byte(token)}
