@@ -144,6 +144,13 @@ func TestSnapshotFallsBackCold(t *testing.T) {
 	if _, ok := (python.Language{}).EntryCode(a, nil, map[string]string{"PYTHONPATH": "/x"}); ok {
 		t.Error("a run setting PYTHONPATH was given entry code: CPython reads it only as it starts")
 	}
+	// An environment too large for the entry's place on the guest's
+	// stack: cold, and the variable is there.
+	big := build(t, "main.py", "import os\nprint(len(os.environ['BIG']))\n")
+	r = runSnap(t, m, big, true, "", nil, map[string]string{"BIG": strings.Repeat("x", 70<<10)})
+	if r.fromSnapshot || r.stdout != "71680\n" {
+		t.Errorf("with a 70 KiB variable: %+v", r)
+	}
 }
 
 // A plugin's top level that fakes the park (it can read the nonce before
