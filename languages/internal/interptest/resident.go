@@ -3,6 +3,8 @@ package interptest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -224,5 +227,43 @@ func (s *Suite) BenchPluginCall(b *testing.B, file, resident, perCall string) {
 				b.ReportMetric(float64(m.IdleMemoryBytes())/(1<<20), "idle-MiB")
 			}
 		})
+	}
+}
+
+// TestHelloPlugin runs examples/<example> (its moat.yaml and entry file)
+// through the interpreter with the device file, twice, as moat run loads
+// it: the counter in kv goes up and the log has the guest's record, tagged
+// with the module, the action and the caller.
+func (s *Suite) TestHelloPlugin(t *testing.T, example, entry string) {
+	dir := filepath.Join("..", "..", "examples", example)
+	mf, err := policy.LoadManifest(filepath.Join(dir, "moat.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(dir, entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := s.LoadScript(t, mf, entry, string(script))
+	for i, want := range []string{"Hello, World! (call #1)", "Hello, World! (call #2)"} {
+		res, err := m.Invoke(context.Background(), host.Request{Action: "greet", Input: []byte("World\n"),
+			Principal: policy.Principal{User: "carol", Org: "acme"}})
+		if err != nil || string(res.Output) != want {
+			t.Fatalf("call %d: %q, %v; want %q", i+1, res.Output, err, want)
+		}
+	}
+	v, found, err := s.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: mf.Name}, "count")
+	if err != nil || !found || string(v) != "2" {
+		t.Fatalf("kv row count = %q, %v, %v; want 2", v, found, err)
+	}
+	var record string
+	for _, line := range strings.Split(s.Log.String(), "\n") {
+		if strings.Contains(line, `"module":"`+mf.Name+`"`) && strings.Contains(line, `"msg":"greeting"`) {
+			record = line
+		}
+	}
+	if !strings.Contains(record, `"guest.name":"World"`) || !strings.Contains(record, `"user":"carol"`) || !strings.Contains(record, `"source":"guest"`) ||
+		!strings.Contains(record, `"action":"greet"`) {
+		t.Fatalf("no guest log record for %s with the name, the action and the caller; log:\n%s", mf.Name, s.Log.String())
 	}
 }
