@@ -574,16 +574,16 @@ func (s *Supervisor) watch() {
 // returns false when the supervisor should stop.
 func (s *Supervisor) restart() bool {
 	s.mu.Lock()
-	last := s.lastReason
-	if s.lastExit != "" {
-		last += " (" + s.lastExit + ")"
-	}
+	last, exit := s.lastReason, s.lastExit // replace writes lastExit after it kills
 	s.mu.Unlock()
+	if exit != "" {
+		last += " (" + exit + ")"
+	}
 	backoff, gaveUp, first := s.loop.next(last)
 	if gaveUp != nil {
 		if first {
 			s.log.Error("native worker given up", "reason", gaveUp)
-			s.event(WorkerEvent{Kind: EventGaveUp, Reason: gaveUp.Error(), Exit: s.lastExit})
+			s.event(WorkerEvent{Kind: EventGaveUp, Reason: gaveUp.Error(), Exit: exit})
 		}
 		return false
 	}
