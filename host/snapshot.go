@@ -128,6 +128,12 @@ var errParked = errors.New("parked for a snapshot")
 // the guest's shadow stack, below the captured frames.
 const maxEntryCode = 64 << 10
 
+// entries remembers, for the life of the process, the entries found (by
+// the name of the file each is kept in: the module's digest and how it was
+// found): finding one runs the interpreter for ~1 s, and a process may
+// have many hosts, each with a cache directory of its own.
+var entries sync.Map
+
 // prepareSnapshot finds the entry of wasm (whose digest is digest) and
 // makes it and the globals reachable from the host (wasmsnap.Prepare),
 // for a module loaded with a Snapshot. It returns the bytes to compile,
@@ -139,13 +145,19 @@ func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, 
 	path := filepath.Join(h.cacheDir, "snapshots", digest[:32]+"-"+SnapshotKey([]byte(spec.FindMarker), []byte(strings.Join(spec.FindArgs, "\x00")),
 		[]byte(fmt.Sprint(spec.EntryParams, spec.FindFixed)))+".entry")
 	var entry uint32
-	if b, err := os.ReadFile(path); err == nil && len(b) == 4 {
+	memo := filepath.Base(path) // the same question for every host of the process
+	if v, ok := entries.Load(memo); ok {
+		entry = v.(uint32)
+	} else if b, err := os.ReadFile(path); err == nil && len(b) == 4 {
 		entry = binary.LittleEndian.Uint32(b)
 	} else {
 		args := append([]string{"entry"}, spec.FindArgs...)
 		if entry, err = wasmsnap.FindEntry(ctx, wasm, args, spec.FindMarker, spec.EntryParams, spec.FindFixed); err != nil {
 			return nil, 0, 0, err
 		}
+	}
+	entries.Store(memo, entry)
+	if _, err := os.Stat(path); err != nil {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
 			_ = writeAtomic(path, binary.LittleEndian.AppendUint32(nil, entry))
 		}
