@@ -136,6 +136,9 @@ func run(dir string, env []string, name string, args ...string) error {
 // so each example is compiled once per test binary.
 var buildDir string
 
+// compileCache is the hosts' compilation cache.
+var compileCache string
+
 func TestMain(m *testing.M) {
 	d, err := os.MkdirTemp("", "moat-polyglot")
 	if err != nil {
@@ -143,6 +146,15 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	buildDir = d
+	compileCache = filepath.Join(d, "cache")
+	if t := toolchains.Dir(); t != "" {
+		// The interpreters' machine code is the same for every
+		// package's tests: kept where languages' tests keep it
+		// (interptest.CacheDir), so ruby.wasm is compiled once per run.
+		if fi, err := os.Stat(t); err == nil && fi.IsDir() {
+			compileCache = filepath.Join(t, "cache", "wazero")
+		}
+	}
 	code := m.Run()
 	os.RemoveAll(d)
 	if err := pgtest.Stop(); err != nil { // the cluster TestSDKData started, if any
@@ -276,7 +288,7 @@ func newHost(t testing.TB, logger *slog.Logger) *host.Host {
 	ctx := context.Background()
 	// One compilation cache for the package: each module is compiled by
 	// wazero once, not once per test.
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: filepath.Join(buildDir, "cache"), Logger: logger})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +593,7 @@ func benchHost(b *testing.B) *host.Host {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: b.TempDir(), CacheDir: filepath.Join(buildDir, "cache"), Logger: slog.New(slog.DiscardHandler),
+	h, err := host.New(ctx, host.Config{DataDir: b.TempDir(), CacheDir: compileCache, Logger: slog.New(slog.DiscardHandler),
 		Profile: p, OmitAllowedInvocationAudit: true})
 	if err != nil {
 		b.Fatal(err)

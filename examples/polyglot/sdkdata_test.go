@@ -51,7 +51,7 @@ func sdkHostOn(t testing.TB, logger *slog.Logger, st *store.Store) *host.Host {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: filepath.Join(buildDir, "cache"), Logger: logger, Profile: p, Store: st})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: logger, Profile: p, Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

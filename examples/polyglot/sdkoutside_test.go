@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -239,7 +238,7 @@ default:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := host.Config{DataDir: t.TempDir(), CacheDir: filepath.Join(buildDir, "cache"), Logger: slog.New(slog.DiscardHandler), Profile: p}
+	cfg := host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: slog.New(slog.DiscardHandler), Profile: p}
 	withAIProvider(t, &cfg, ai.URL)
 	ctx := context.Background()
 	h, err := host.New(ctx, cfg)

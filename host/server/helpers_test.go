@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/toolchains"
 )
 
 // cacheDir is the compilation cache every test server shares, so that
@@ -36,6 +37,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	cacheDir = dir
+	if d := toolchains.Dir(); d != "" {
+		// The interpreters' machine code (ruby.wasm takes 12 s to
+		// compile) is the same for every package's tests: kept where
+		// languages' tests keep it (interptest.CacheDir).
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			cacheDir = filepath.Join(d, "cache", "wazero")
+		}
+	}
 	code := m.Run()
 	pgtest.Stop() // the throwaway PostgreSQL cluster, if a test started one
 	os.RemoveAll(dir)
