@@ -180,13 +180,9 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 		return s.img
 	}
 	path := filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+s.spec.Key+".img")
-	if b, err := os.ReadFile(path); err == nil {
-		if img, err := wasmsnap.Unmarshal(b); err == nil && len(img.Globals) == s.globals {
-			s.img = img
-			now := time.Now()
-			_ = os.Chtimes(path, now, now) // used: the last to be pruned
-			return img
-		}
+	if img := wasmsnap.Load(path, s.globals); img != nil {
+		s.img = img
+		return img
 	}
 	began := time.Now()
 	// The capture is the module's, not the caller's: a caller that gives
@@ -204,10 +200,8 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 	}
 	s.img = img
 	m.host.log.Info("snapshot made", "module", m.name, "bytes", img.Bytes(), "pages", img.Pages, "took", time.Since(began).Round(time.Millisecond))
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		if writeAtomic(path, img.Marshal()) == nil {
-			pruneImages(filepath.Dir(path), maxImageBytes)
-		}
+	if wasmsnap.Save(path, img) == nil {
+		wasmsnap.Prune(filepath.Dir(path), maxImageBytes)
 	}
 	return img
 }
@@ -215,43 +209,6 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 // maxImageBytes bounds the images kept on disk: a plugin's image is ~10
 // MB, and every version of every plugin a server loads has one.
 const maxImageBytes = 1 << 30
-
-// pruneImages removes the least recently used images (by modification
-// time, which a use renews) until those in dir hold at most max bytes. A
-// removed image is made again when it is next needed.
-func pruneImages(dir string, max int64) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	type file struct {
-		path string
-		size int64
-		at   time.Time
-	}
-	var files []file
-	var total int64
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".img") {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue
-		}
-		files = append(files, file{filepath.Join(dir, e.Name()), info.Size(), info.ModTime()})
-		total += info.Size()
-	}
-	slices.SortFunc(files, func(a, b file) int { return a.at.Compare(b.at) })
-	for _, f := range files {
-		if total <= max {
-			break
-		}
-		if os.Remove(f.path) == nil {
-			total -= f.size
-		}
-	}
-}
 
 // captureCommand captures a run of the command as Snapshot's Args, Env and
 // Mounts say.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -68,11 +66,9 @@ func (e *engine) image(ctx context.Context, cm wazero.CompiledModule) *wasmsnap.
 	}
 	steps := sha256.Sum256([]byte(imageSteps + "\x00" + capturePrelude))
 	path := filepath.Join(e.cacheDir, "snapshots", "ruby-"+hex.EncodeToString(key[:16])+"-"+hex.EncodeToString(steps[:8])+".img")
-	if b, err := os.ReadFile(path); err == nil {
-		if img, err := wasmsnap.Unmarshal(b); err == nil && len(img.Globals) == globals {
-			st.img = img
-			return img
-		}
+	if img := wasmsnap.Load(path, globals); img != nil {
+		st.img = img
+		return img
 	}
 	img, err := e.capture(ctx, cm, globals)
 	if err != nil {
@@ -80,12 +76,7 @@ func (e *engine) image(ctx context.Context, cm wazero.CompiledModule) *wasmsnap.
 		return nil
 	}
 	st.img = img
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		tmp := fmt.Sprintf("%s.%d.tmp", path, time.Now().UnixNano())
-		if os.WriteFile(tmp, img.Marshal(), 0o600) == nil {
-			_ = os.Rename(tmp, path)
-		}
-	}
+	_ = wasmsnap.Save(path, img) // a failed write costs the next process a capture
 	return img
 }
 
