@@ -124,12 +124,9 @@ class _Device:
         # Every step counts here: CPython on WASM runs each op's Python
         # at a fraction of native speed, so the line is built once, the
         # write is usually whole, and replies are read into one buffer
-        # kept for the descriptor's life and decoded as text before
-        # json.loads (which would otherwise detect the encoding in Python).
-        q = _op_json.get(op)
-        if q is None:
-            q = _op_json[op] = _compact.encode(op)
-        line = ('{"op":' + q + ',"req":' + req + "}\n").encode()
+        # kept for the descriptor's life and decoded as text before the
+        # scanner sees them (_decode_reply).
+        line = ('{"op":' + _quote(op) + ',"req":' + req + "}\n").encode()
         n = self._f.write(line)
         if n != len(line):
             view = memoryview(line)[n:]
@@ -146,9 +143,6 @@ class _Device:
                 raise MoatError("internal", f"no reply from the host for op {op}")
             reply += buf[:n]
         return _decode_reply(reply.decode(), op)
-
-
-_op_json = {}
 
 
 class _Lines:
@@ -223,15 +217,9 @@ _scan = _json_scanner.c_make_scanner(_json_decoder.JSONDecoder())
 _quote = _json_encoder.encode_basestring_ascii
 
 
-class _Compact:
-    """The compact encoder, as json.JSONEncoder's encode."""
-
-    @staticmethod
-    def encode(v):
-        return "".join(_c_compact(v, 0))
-
-
-_compact = _Compact()
+def _compact(v):
+    """v as compact JSON (the C encoder, called directly)."""
+    return "".join(_c_compact(v, 0))
 
 
 def _encode(op, what, v):
@@ -399,7 +387,7 @@ def _resume():
 def _serve_resident(dev):
     """Serve calls until the host stops the instance: each moat.next hands
     back the previous call's result and takes the next call (abi/resident.go)."""
-    req = _compact.encode({"ready": {"actions": list(_actions)}})
+    req = _compact({"ready": {"actions": list(_actions)}})
     while True:
         msg = dev.call("moat.next", req)
         err = msg.get("error")
@@ -411,7 +399,7 @@ def _serve_resident(dev):
         data = nxt.get("text", "").encode() if "input" not in nxt else _base64.b64decode(nxt["input"])
         out, err = _run(nxt.get("action", ""), data, nxt.get("correlation_id", ""))
         if err is not None:
-            req = _compact.encode({"error": err})
+            req = _compact({"error": err})
         else:
             req = '{"output":"' + _base64.b64encode(out).decode() + '"}'
 
