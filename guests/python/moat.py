@@ -42,6 +42,7 @@ handler returns.
 
 import atexit as _atexit
 import base64 as _base64
+import binascii as _binascii
 import datetime as _dt
 import io as _io
 import json as _json
@@ -112,37 +113,41 @@ class _Device:
     def close(self):
         self._f.close()
 
-    def tell(self, op, req):
-        """Send a request whose reply the guest has no use for: the host
-        runs it and answers nothing ("noreply")."""
-        line = ('{"op":' + _quote(op) + ',"noreply":true,"req":' + req + "}\n").encode()
-        view = memoryview(line)
+    def tell(self, line):
+        """Send a request line (bytes) whose reply the guest has no use
+        for: it says "noreply", and the host runs it and answers nothing."""
+        n = self._f.write(line)
+        if n != len(line):
+            self._write_rest(line, n)
+
+    def _write_rest(self, line, n):
+        view = memoryview(line)[n:]
         while view:
             view = view[self._f.write(view):]
 
-    def call(self, op, req):
-        # Every step counts here: CPython on WASM runs each op's Python
-        # at a fraction of native speed, so the line is built once, the
-        # write is usually whole, and replies are read into one buffer
-        # kept for the descriptor's life and decoded as text before the
-        # scanner sees them (_decode_reply).
-        line = ('{"op":' + _quote(op) + ',"req":' + req + "}\n").encode()
+    def line(self, line, op):
+        """Send a request line (bytes) and return the host's reply line
+        (str). CPython on WASM pays about a microsecond for each call,
+        method lookup or new object, so the hot ops build their whole
+        line with one concatenation, the write is usually whole, and the
+        reply is read into one buffer kept for the descriptor's life."""
         n = self._f.write(line)
         if n != len(line):
-            view = memoryview(line)[n:]
-            while view:
-                view = view[self._f.write(view):]
+            self._write_rest(line, n)
         buf = self._buf
         n = self._f.readinto(buf)
         if n and buf[n - 1] == 10:
-            return _decode_reply(buf[:n].decode(), op)
+            return buf[:n].decode()
         reply = bytearray(buf[:n])
         while not reply.endswith(b"\n"):
             n = self._f.readinto(buf)
             if not n:
                 raise MoatError("internal", f"no reply from the host for op {op}")
             reply += buf[:n]
-        return _decode_reply(reply.decode(), op)
+        return reply.decode()
+
+    def call(self, op, req):
+        return _decode_reply(self.line(('{"op":' + _quote(op) + ',"req":' + req + "}\n").encode(), op), op)
 
 
 class _Lines:
@@ -205,16 +210,21 @@ def _json_default(v):
     raise TypeError(f"a {type(v).__name__} is not JSON: send str, int, float, bool, None, list, dict or datetime")
 
 
-# CPython on WASM runs Python a few times slower than native, and each op
-# encodes a request and decodes a reply: json.dumps and json.loads, which
-# wrap the C encoder and scanner in Python (a new encoder per call,
-# whitespace checks), cost ~13 and ~10 µs there. The C encoder and scanner
-# are made once and called directly (~6 and ~5 µs), and the hottest
-# requests (kv.get, kv.put) are built from their strings (~1 µs).
+# CPython on WASM runs Python many times slower than native: a call, a
+# method lookup or a new object costs about a microsecond there, and a
+# request's Python is a few dozen of them. json.dumps and json.loads wrap
+# the C encoder and scanner in Python (a new encoder per call, whitespace
+# checks) and cost ~13 and ~10 µs; the C encoder and scanner are made once
+# and called directly (~6 and ~5 µs). The hottest ops (kv.get, kv.put,
+# log.write, moat.next) build their request line from strings and read the
+# common shapes of their replies without the scanner; every other shape
+# goes through it (_decode_reply).
 _c_request = _json_encoder.c_make_encoder(None, _json_default, _json_encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
 _c_compact = _json_encoder.c_make_encoder(None, None, _json_encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
 _scan = _json_scanner.c_make_scanner(_json_decoder.JSONDecoder())
 _quote = _json_encoder.encode_basestring_ascii
+_a2b = _binascii.a2b_base64
+_b2a = _binascii.b2a_base64
 
 
 def _compact(v):
@@ -240,9 +250,17 @@ def _decode_reply(text, op):
         v, end = _scan(text, 0)
     except (StopIteration, ValueError):
         v, end = None, -1
-    if not isinstance(v, dict) or text[end:].strip():
+    if v.__class__ is not dict or (end != len(text) - 1 and text[end:].strip()):
         raise _ProtocolError(f"op {op}: the host's reply is not a JSON object: {text[:200]!r}")
     return v
+
+
+def _result(msg):
+    """A decoded reply's response (a dict), or its error raised."""
+    err = msg.get("error")
+    if err:
+        raise MoatError(err.get("code", "internal"), err.get("message", ""))
+    return msg.get("resp") or {}
 
 
 def call(op, req=None):
@@ -255,11 +273,7 @@ def call(op, req=None):
 
 def _call_raw(op, req):
     """call with the request already JSON text."""
-    msg = _get().call(op, req)
-    err = msg.get("error")
-    if err:
-        raise MoatError(err.get("code", "internal"), err.get("message", ""))
-    return msg.get("resp") or {}
+    return _result(_get().call(op, req))
 
 
 # --- handlers ---------------------------------------------------------
@@ -300,19 +314,32 @@ def _output(v):
     return _json.dumps(v, separators=(",", ":")).encode()
 
 
-def _run(name, data, correlation_id=""):
-    """Run a handler: (output, None) or (None, {"code", "message"})."""
-    fn = _actions.get(name)
+def _next_result(v):
+    """A handler's return value as the moat.next request that hands it
+    back: text as itself (output_text), anything else as _output's bytes
+    in base64."""
+    if v.__class__ is str:
+        v.encode()  # a str that is not UTF-8 (a lone surrogate) fails as _output's would
+        return '{"output_text":' + _quote(v) + "}"
+    return '{"output":"' + _b2a(_output(v), newline=False).decode() + '"}'
+
+
+def _run(name, data, correlation_id="", result=_output):
+    """Run a handler: (result(its return value), None), or (None, {"code",
+    "message"})."""
+    fn = _actions[name] if name in _actions else None
     if fn is None:
         return None, {"code": "no_such_action", "message": f"no action {name!r} is registered (moat.action); registered: {sorted(_actions)}"}
     inp = Input(data)
-    inp.action, inp.correlation_id = name, correlation_id
+    inp.action = name
+    if correlation_id:
+        inp.correlation_id = correlation_id
     # The output is what the handler returns: its print()s go to stderr,
     # the host's log, on either transport (on the device file stdout is
     # the output; a native worker's stdout goes nowhere).
     stdout, _sys.stdout = _sys.stdout, _sys.stderr
     try:
-        return _output(fn(inp)), None
+        return result(fn(inp)), None
     except MoatError as e:
         return None, {"code": str(e.code), "message": str(e.message)}
     except _ProtocolError:
@@ -389,19 +416,23 @@ def _serve_resident(dev):
     back the previous call's result and takes the next call (abi/resident.go)."""
     req = _compact({"ready": {"actions": list(_actions)}})
     while True:
-        msg = dev.call("moat.next", req)
-        err = msg.get("error")
-        if err:
+        text = dev.line(('{"op":"moat.next","req":' + req + "}\n").encode(), "moat.next")
+        msg = _decode_reply(text, "moat.next")
+        if "resp" not in msg:
+            err = msg.get("error") or {}
             raise _ProtocolError(f"moat.next: {err.get('code')}: {err.get('message')}")
-        nxt = msg.get("resp") or {}
-        if nxt.get("stop"):
+        nxt = msg["resp"]
+        if nxt.__class__ is not dict:
+            raise _ProtocolError(f"moat.next: the call is not a JSON object: {text[:200]!r}")
+        if "stop" in nxt:
             return
-        data = nxt.get("text", "").encode() if "input" not in nxt else _base64.b64decode(nxt["input"])
-        out, err = _run(nxt.get("action", ""), data, nxt.get("correlation_id", ""))
+        if "text" in nxt:
+            data = nxt["text"].encode()
+        else:
+            data = _a2b(nxt["input"]) if "input" in nxt else b""
+        req, err = _run(nxt["action"] if "action" in nxt else "", data, nxt["correlation_id"] if "correlation_id" in nxt else "", _next_result)
         if err is not None:
             req = _compact({"error": err})
-        else:
-            req = '{"output":"' + _base64.b64encode(out).decode() + '"}'
 
 
 def _serve_at_exit():
@@ -492,7 +523,19 @@ class _KV:
 
     def get(self, key):
         """The value of key as bytes, or None."""
-        r = call("kv.get", {"key": key}) if not isinstance(key, str) else _call_raw("kv.get", '{"key":' + _quote(key) + "}")
+        t = _transport or _get()
+        if key.__class__ is not str or t.__class__ is not _Device:
+            r = call("kv.get", {"key": key})
+            return _base64.b64decode(r.get("value") or "") if r.get("found") else None
+        text = t.line(('{"op":"kv.get","req":{"key":' + _quote(key) + "}}\n").encode(), "kv.get")
+        # The host's two common answers (abi.KVGetResponse), read in place.
+        if text[:18] == '{"resp":{"value":"' and text[-17:] == '","found":true}}\n':
+            b64 = text[18:-17]
+            if '"' not in b64:
+                return _a2b(b64)
+        elif text == '{"resp":{"found":false}}\n':
+            return None
+        r = _result(_decode_reply(text, "kv.get"))
         return _base64.b64decode(r.get("value") or "") if r.get("found") else None
 
     def get_str(self, key):
@@ -501,13 +544,18 @@ class _KV:
         return None if v is None else v.decode()
 
     def put(self, key, value):
-        if isinstance(value, str):
+        if value.__class__ is str:
             value = value.encode()
-        b64 = _base64.b64encode(bytes(value)).decode()
-        if isinstance(key, str):
-            _call_raw("kv.put", '{"key":' + _quote(key) + ',"value":"' + b64 + '"}')
-        else:
+        elif value.__class__ is not bytes:
+            value = bytes(value)
+        b64 = _b2a(value, newline=False).decode()
+        t = _transport or _get()
+        if key.__class__ is not str or t.__class__ is not _Device:
             call("kv.put", {"key": key, "value": b64})
+            return
+        text = t.line(('{"op":"kv.put","req":{"key":' + _quote(key) + ',"value":"' + b64 + '"}}\n').encode(), "kv.put")
+        if text != _EMPTY_REPLY:
+            _result(_decode_reply(text, "kv.put"))
 
     def delete(self, key):
         """Remove key; True if it existed."""
@@ -524,16 +572,18 @@ class _Log:
     the correlation id. Keyword arguments become fields."""
 
     def _write(self, level, message, fields):
+        if message.__class__ is not str:
+            message = str(message)
         if not fields:
-            req = '{"level":"' + level + '","message":' + _quote(str(message)) + "}"
+            req = '{"level":"' + level + '","message":' + _quote(message) + "}"
         else:
-            req = _encode("log.write", "the record", {"level": level, "message": str(message), "fields": fields})
-        t = _get()
-        if isinstance(t, _Device):
+            req = '{"level":"' + level + '","message":' + _quote(message) + ',"fields":' + _encode("log.write", "the record's fields", fields) + "}"
+        t = _transport or _get()
+        if t.__class__ is _Device:
             # A log record's reply says nothing the caller uses, and
             # waiting for it costs most of the op: the host logs it (or
             # refuses it, in its own log and audit) without answering.
-            t.tell("log.write", req)
+            t.tell(('{"op":"log.write","noreply":true,"req":' + req + "}\n").encode())
         else:
             _call_raw("log.write", req)
 

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 const sdkProfile = `
 name: sdk-test
 default:
-  capabilities: {db: [items], knowledge: [docs], tasks: true}
+  capabilities: {db: [items], knowledge: [docs], tasks: true, kv: true}
   limits: {memory: 128MiB, timeout: 60s}
 `
 
@@ -153,6 +153,7 @@ func TestSDKTransports(t *testing.T) {
 	tests := []struct {
 		action, input string
 		want          string   // the output as JSON (compared as values), or
+		raw           string   // the output exactly, or
 		code          abi.Code // the failure's code, with
 		reason        string   // a substring of its reason
 	}{
@@ -170,6 +171,13 @@ func TestSDKTransports(t *testing.T) {
 		{action: "fail", input: "not_found", code: abi.CodeNotFound, reason: "failing as asked"},
 		{action: "fail", input: "rate_limited", code: abi.CodeGuestError, reason: "only the host gives"},
 		{action: "boom", code: abi.CodeGuestError, reason: "ZeroDivisionError: division by zero"},
+		{action: "kv", want: `{"text":"tëxt","bytes":[0,255,10,34],"array":"ab","empty":true,"missing":null,"big":true,
+			"long_key_get":"too_large","long_key_put":"too_large","bytes_key":"invalid_argument","log":"invalid_argument"}`},
+		{action: "output", input: "text", raw: "héllo \"wörld\"\n\u2028"},
+		{action: "output", input: "bytes", raw: "\x00\xff"},
+		{action: "output", input: "none", raw: ""},
+		{action: "output", input: "json", raw: `{"a":[1,"\u00e9"]}`},
+		{action: "output", input: "surrogate", code: abi.CodeGuestError, reason: "UnicodeEncodeError"},
 	}
 	for _, transport := range []struct {
 		name string
@@ -188,6 +196,12 @@ func TestSDKTransports(t *testing.T) {
 				}
 				if err != nil {
 					t.Errorf("%s: %v", tt.action, err)
+					continue
+				}
+				if tt.want == "" {
+					if string(res.Output) != tt.raw {
+						t.Errorf("%s %q = %q, want %q", tt.action, tt.input, res.Output, tt.raw)
+					}
 					continue
 				}
 				var got, want any

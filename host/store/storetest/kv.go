@@ -420,6 +420,11 @@ func (su suite) testCanceledContext(t *testing.T) {
 	if !strings.Contains(err.Error(), "kv.put") || !strings.Contains(err.Error(), scA.Org) {
 		t.Errorf("error %q does not name the operation and scope", err)
 	}
+	// A read is refused too, though SQLite's runs without the caller's
+	// cancellation once begun (sqlite.DB.KVGet).
+	if _, _, err := s.KVGet(ctx, scA, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("KVGet with canceled ctx = %v, want context.Canceled", err)
+	}
 }
 
 // usageByHand sums len(key)+len(value) over sc through the public API.

@@ -135,4 +135,53 @@ def call(inp):
     return {"count": moat.call("db.count", {"model": "items"}), "denied": denied}
 
 
+@moat.action("kv")
+def kv(inp):
+    """kv through every shape of reply the SDK reads: a value, an empty
+    value, no value, a reply longer than one read, and the host's errors."""
+    out = {}
+    key = 'k"\\é\n'  # a key that must be quoted to be JSON
+    moat.kv.put(key, "tëxt")
+    moat.kv.put("bytes", b"\x00\xff\n\"")
+    moat.kv.put("array", bytearray(b"ab"))
+    moat.kv.put("empty", "")
+    big = bytes(range(256)) * 400  # 100 KiB: its reply is longer than the SDK's read buffer
+    moat.kv.put("big", big)
+    out["text"] = moat.kv.get_str(key)
+    out["bytes"] = list(moat.kv.get("bytes"))
+    out["array"] = moat.kv.get_str("array")
+    out["empty"] = moat.kv.get("empty") == b""
+    out["missing"] = moat.kv.get("missing")
+    out["big"] = moat.kv.get("big") == big
+    for name, f in [
+        ("long_key_get", lambda: moat.kv.get("k" * 600)),
+        ("long_key_put", lambda: moat.kv.put("k" * 600, "v")),
+        ("bytes_key", lambda: moat.kv.put(b"k", "v")),
+    ]:
+        try:
+            f()
+            out[name] = "sent"
+        except moat.MoatError as e:
+            out[name] = e.code
+    moat.log.info(42, n=1, when=datetime(2026, 1, 2, tzinfo=UTC), name="é")
+    try:
+        moat.log.info("x", bad=object())
+        out["log"] = "sent"
+    except moat.MoatError as e:
+        out["log"] = e.code
+    return out
+
+
+@moat.action("output")
+def output(inp):
+    """Each kind of value a handler can return, by the input's name."""
+    return {
+        "text": "héllo \"wörld\"\n\u2028",
+        "bytes": b"\x00\xff",
+        "none": None,
+        "json": {"a": [1, "é"]},
+        "surrogate": "\udc80",
+    }[inp.text]
+
+
 moat.serve()
