@@ -544,10 +544,8 @@ class _KV:
         return None if v is None else v.decode()
 
     def put(self, key, value):
-        if value.__class__ is str:
-            value = value.encode()
-        elif value.__class__ is not bytes:
-            value = bytes(value)
+        if value.__class__ is not bytes:
+            value = value.encode() if isinstance(value, str) else bytes(value)
         b64 = _b2a(value, newline=False).decode()
         t = _transport or _get()
         if key.__class__ is not str or t.__class__ is not _Device:

@@ -171,7 +171,7 @@ func TestSDKTransports(t *testing.T) {
 		{action: "fail", input: "not_found", code: abi.CodeNotFound, reason: "failing as asked"},
 		{action: "fail", input: "rate_limited", code: abi.CodeGuestError, reason: "only the host gives"},
 		{action: "boom", code: abi.CodeGuestError, reason: "ZeroDivisionError: division by zero"},
-		{action: "kv", want: `{"text":"tëxt","bytes":[0,255,10,34],"array":"ab","empty":true,"missing":null,"big":true,
+		{action: "kv", want: `{"text":"tëxt","bytes":[0,255,10,34],"array":"ab","empty":true,"sub":"sub","missing":null,"big":true,
 			"long_key_get":"too_large","long_key_put":"too_large","bytes_key":"invalid_argument","log":"invalid_argument"}`},
 		{action: "output", input: "text", raw: "héllo \"wörld\"\n\u2028"},
 		{action: "output", input: "bytes", raw: "\x00\xff"},

@@ -145,12 +145,14 @@ def kv(inp):
     moat.kv.put("bytes", b"\x00\xff\n\"")
     moat.kv.put("array", bytearray(b"ab"))
     moat.kv.put("empty", "")
+    moat.kv.put("sub", type("Name", (str,), {})("sub"))  # a str subclass is text too
     big = bytes(range(256)) * 400  # 100 KiB: its reply is longer than the SDK's read buffer
     moat.kv.put("big", big)
     out["text"] = moat.kv.get_str(key)
     out["bytes"] = list(moat.kv.get("bytes"))
     out["array"] = moat.kv.get_str("array")
     out["empty"] = moat.kv.get("empty") == b""
+    out["sub"] = moat.kv.get_str("sub")
     out["missing"] = moat.kv.get("missing")
     out["big"] = moat.kv.get("big") == big
     for name, f in [
