@@ -19,8 +19,12 @@ One script, either way moat runs it:
   ready with the registered actions, then runs one invocation at a time;
   ops called inside a handler travel over the same pipe.
 - CPython 3.12 WASI (a script plugin): ops travel over the device-file
-  transport ($MOAT_OPS, /dev/moat/ops); serve() runs the action named by
-  $MOAT_ACTION once, on stdin, and writes the output to stdout.
+  transport ($MOAT_OPS, /dev/moat/ops). A plugin that registers handlers
+  runs resident ($MOAT_RESIDENT): its top level runs once per instance
+  (or once, into the snapshot new instances start from), and serve()
+  takes call after call from the host with moat.next. A plain script
+  without handlers runs per call instead: serve() runs the action named
+  by $MOAT_ACTION once, on stdin, and writes the output to stdout.
 
 Beside kv, log and config: moat.db (documents in the models moat.yaml
 declares), moat.knowledge (ranked full-text search), moat.tasks
