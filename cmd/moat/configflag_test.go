@@ -24,6 +24,7 @@ func TestConfigOnEveryDataCommand(t *testing.T) {
 		}
 	}
 
+	noSharedCache(t) // the cache must land in the config's data_dir
 	dir := t.TempDir()
 	served := filepath.Join(dir, "served")
 	cfg := filepath.Join(dir, "moat-server.yaml")

@@ -24,10 +24,12 @@ func newConfineCheckCmd(g *globalFlags) *cobra.Command {
 		Use:   "confine-check",
 		Short: "Confine this process as moat run does, then verify each layer refuses what it should",
 		Long: `Confine-check applies the host's own kernel layers (Landlock with only the
-data directory writable, seccomp without execve) to itself, then attempts
-what a compromised host would: execve, reading /etc/shadow, writing outside
-the data directory, a TCP connection, ptrace, unshare, setuid, an MPTCP
-socket. Each must be refused with the expected errno.
+data directory and the compile cache (--cache-dir, $MOAT_CACHE_DIR) writable,
+seccomp without execve) to itself, then attempts what a compromised host
+would: execve, reading /etc/shadow, writing outside the data directory, a TCP
+connection, ptrace, unshare, setuid, an MPTCP socket. Each must be refused
+with the expected errno, and writing in the data directory and the compile
+cache must work.
 
 Exit status 0 when every check holds, 1 otherwise.`,
 		Args: cobra.NoArgs,
@@ -37,6 +39,13 @@ Exit status 0 when every check holds, 1 otherwise.`,
 				return usagef("%v", err)
 			}
 			data := g.data()
+			cache, err := g.cache()
+			if err != nil {
+				return err
+			}
+			if err := cache.create(); err != nil {
+				return err
+			}
 			// A listener opened before confinement, to connect to after.
 			l, err := net.Listen("tcp4", "127.0.0.1:0")
 			if err != nil {
@@ -56,7 +65,7 @@ Exit status 0 when every check holds, 1 otherwise.`,
 			// confined, and would be left behind by every run).
 			outside := filepath.Join(os.TempDir(), fmt.Sprintf("moat-confine-check-%d", os.Getpid()))
 			defer os.Remove(outside) // created only if the layer failed to refuse it
-			rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadWrite: []string{data}, MemoryBytes: 1 << 30, Pids: 256,
+			rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadWrite: []string{data, cache.dir}, MemoryBytes: 1 << 30, Pids: 256,
 				ConnectTCP: []uint16{uint16(grantedPort)}})
 			if err != nil {
 				return err
@@ -75,6 +84,11 @@ Exit status 0 when every check holds, 1 otherwise.`,
 				{"write outside the data dir", unix.EACCES, func() error { return os.WriteFile(outside, nil, 0o600) }},
 				{"write in the data dir", nil, func() error {
 					p := filepath.Join(data, "confine-check")
+					defer os.Remove(p)
+					return os.WriteFile(p, []byte("ok"), 0o600)
+				}},
+				{"write in the compile cache", nil, func() error {
+					p := filepath.Join(cache.dir, fmt.Sprintf("confine-check-%d", os.Getpid()))
 					defer os.Remove(p)
 					return os.WriteFile(p, []byte("ok"), 0o600)
 				}},

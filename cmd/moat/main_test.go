@@ -36,6 +36,14 @@ func TestMain(m *testing.M) {
 			}
 		}
 	}
+	// One compile cache for every moat this test binary starts: each
+	// interpreter (ruby.wasm about 12 s, python.wasm 4 s) then compiles
+	// once per `go test` rather than once per test's fresh data dir. Set
+	// here, whatever the caller's environment says, so that no test reads
+	// or fills a cache from outside its run. Tests of first-run behaviour
+	// (compiling, progress, a fresh cache's contents) clear it:
+	// noSharedCache.
+	os.Setenv("MOAT_CACHE_DIR", filepath.Join(dir, "cache"))
 	build := exec.Command("go", "build", "-o", moatBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -45,6 +53,16 @@ func TestMain(m *testing.M) {
 	pgtest.Stop() // the throwaway PostgreSQL cluster of the replica tests, if one was started
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// noSharedCache makes the moat processes t starts keep their compile
+// cache in their data directory (the default), as a first run would: for
+// tests that assert on compiling, on progress lines or on what a fresh
+// data directory holds, which the cache TestMain shares would answer from
+// another test's run.
+func noSharedCache(t *testing.T) {
+	t.Helper()
+	t.Setenv("MOAT_CACHE_DIR", "")
 }
 
 type result struct {
@@ -198,6 +216,7 @@ func TestFailuresAreOneLine(t *testing.T) {
 // TestSecondProcessUsesCompileCache: a second moat process does not
 // recompile a module it has seen.
 func TestSecondProcessUsesCompileCache(t *testing.T) {
+	noSharedCache(t) // the first process must compile
 	plugin := writeModule(t, "goguest", testwasm.BuildGo(t, "./testdata/goguest", true))
 	data := t.TempDir()
 	first := moat(t, "", "inspect", plugin, "--data", data)
@@ -223,10 +242,11 @@ func TestVersionAndHelp(t *testing.T) {
 
 // TestConfineCheck: the confined host cannot execve, read /etc/shadow, write
 // outside its data directory, connect over TCP, ptrace, unshare, setuid or
-// open an MPTCP socket; every refusal has the expected errno.
+// open an MPTCP socket; every refusal has the expected errno; it can write
+// its data directory and its compile cache.
 func TestConfineCheck(t *testing.T) {
 	r := moat(t, "", "confine-check", "--data", t.TempDir())
-	if r.code != 0 || strings.Contains(r.stdout, "NOT HELD") || strings.Count(r.stdout, "held") != 10 ||
+	if r.code != 0 || strings.Contains(r.stdout, "NOT HELD") || strings.Count(r.stdout, "held") != 11 ||
 		!strings.Contains(r.stdout, "applied: [cgroup landlock (ABI 7) seccomp]") && os.Geteuid() == 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

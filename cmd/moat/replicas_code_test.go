@@ -97,6 +97,7 @@ func serveLogged(t *testing.T, log *lockedBuffer, env []string, args ...string) 
 //     shared code at start and serves it at once when ready;
 //   - a replica without the key compiles for itself and trusts nothing.
 func TestReplicasSharedCode(t *testing.T) {
+	noSharedCache(t) // each replica compiles or loads into a cache of its own
 	testStart := time.Now()
 	dbURL := pgtest.Database(t)
 	dir := t.TempDir()

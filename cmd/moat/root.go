@@ -25,6 +25,7 @@ type globalFlags struct {
 	profile   string
 	loaded    *policy.Profile // read once, before the process confines itself
 	dataDir   string
+	cacheDir  string // --cache-dir; cache() resolves it
 	logLevel  string
 	logFormat string
 	// confined is what confineHost applied and lacks: newHost logs it and
@@ -73,6 +74,10 @@ Start here:
 Data (the key-value store and the compilation cache) lives in --data, default
 $MOAT_DATA, else moat's home: $XDG_DATA_HOME/moat/data, /var/lib/moat/data as
 root, ~/.local/share/moat/data otherwise; the same from any directory.
+The compilation cache (machine code, interpreter snapshots) can live apart:
+--cache-dir, else a server configuration's cache_dir, else $MOAT_CACHE_DIR,
+else DATA/cache. Put it on fast local disk, or share it between processes
+(moat run, exec and serve on one machine): each module then compiles once.
 Toolchains: moat toolchains install.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -85,7 +90,8 @@ Toolchains: moat toolchains install.`,
 		},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.dataDir, "data", "", "data directory for the store and the compile cache (default $MOAT_DATA, else ~/.local/share/moat/data; /var/lib/moat/data as root)")
+	pf.StringVar(&g.dataDir, "data", "", "data directory for the store, the build cache and (without --cache-dir) the compile cache (default $MOAT_DATA, else ~/.local/share/moat/data; /var/lib/moat/data as root)")
+	pf.StringVar(&g.cacheDir, "cache-dir", "", "directory for the compile cache, apart from --data (default $MOAT_CACHE_DIR, else DATA/cache); processes may share one")
 	pf.StringVar(&g.profile, "profile", "minimal", "operator profile: a built-in name (minimal, dev) or a YAML file")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")

@@ -278,7 +278,14 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := host.Config{DataDir: g.dataDir, Logger: log, Profile: profile}
+	cache, err := g.cache()
+	if err != nil {
+		return nil, err
+	}
+	if err := cache.create(); err != nil {
+		return nil, err
+	}
+	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile}
 	if s := g.server; s != nil {
 		return newServerHost(ctx, g, cfg, s)
 	}
@@ -468,10 +475,10 @@ func newCorrelationID() string {
 }
 
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
-// the data directory writable, the module's directory readable, the
-// directories of files (the manifest's file grants) readable or writable
-// as they ask, and TCP connections only to the ports of connectTo (HTTP
-// targets). The report is logged (a warning per missing layer) and
+// the data directory and the compile cache (g.cache) writable, the
+// module's directory readable, the directories of files (the manifest's
+// file grants) readable or writable as they ask, and TCP connections only
+// to the ports of connectTo (HTTP targets). The report is logged (a warning per missing layer) and
 // audited by newHost; strict mode refuses to go on without every layer.
 func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, files []policy.FileGrant) error {
 	m, err := kernel.ParseConfineMode(f.confine)
@@ -479,6 +486,16 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 		return usagef("%v", err)
 	}
 	data := g.data()
+	// The compile cache may be apart from the data directory
+	// (--cache-dir, $MOAT_CACHE_DIR): made now, with a message naming
+	// its setting, rather than by Landlock's set-up.
+	cache, err := g.cache()
+	if err != nil {
+		return err
+	}
+	if err := cache.create(); err != nil {
+		return err
+	}
 	// The host's own cgroup: the guest's memory limit plus room for the
 	// runtime and compiled code, and enough pids for Go's threads.
 	hostMemory := int64(f.memoryMB)<<20 + 512<<20 + f.compileRoom
@@ -506,7 +523,7 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 		}
 	}
 	grantRead, grantWrite := fileGrantDirs(files)
-	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data}, MemoryBytes: hostMemory, Pids: 256,
+	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data, cache.dir}, MemoryBytes: hostMemory, Pids: 256,
 		ConnectTCP: ports, ConnectAnyTCP: anyPort, GrantRead: grantRead, GrantWrite: grantWrite})
 	if err != nil {
 		return err

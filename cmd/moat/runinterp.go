@@ -143,7 +143,7 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	// (host.Script): roles, confirm: true, limits and audit apply as to a
 	// compiled plugin.
 	// The first load compiles the interpreter to machine code (seconds;
-	// cached in the data dir afterwards): say so when it is slow.
+	// cached in the compile cache afterwards): say so when it is slow.
 	loaded := g.progress().preparer(l.Info().Name)("load")
 	mod, err := h.Load(ctx, sp.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, ManifestBytes: b.ManifestBytes, Signature: b.Signature,
 		Config: cfg, Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate, Script: sp.Script})

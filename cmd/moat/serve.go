@@ -52,7 +52,9 @@ Several servers are replicas of one service when their configurations give
 the same database_url (a PostgreSQL URL; $MOAT_DATABASE_URL overrides it, so
 the password can come from a secret): keys, modules and their bytes, kv,
 audit, confirmations and rate limits live in the database, each replica
-keeps only its compile cache in its data directory, and a module uploaded
+keeps only its compile cache on disk (in its data directory, or apart:
+--cache-dir, cache_dir, $MOAT_CACHE_DIR; replicas on one machine may share
+one), and a module uploaded
 or deleted through one is served so by all within a second. The password is
 never logged. Replicas given the same code key ($MOAT_CODE_KEY, or
 code_key_file in the configuration; at least 32 characters: openssl rand
@@ -66,7 +68,7 @@ SIGINT or SIGTERM shut the server down gracefully: requests in flight finish.
 
 Once its port is bound the server confines itself (--confine, default
 best-effort): Landlock lets it read the system and the toolchains and write
-only its data and scratch directories, bind only its own port; seccomp
+only its data, compile cache and scratch directories, bind only its own port; seccomp
 denies execve, ptrace, namespaces, setuid, bpf, io_uring, mount and MPTCP;
 as root, a cgroup of its own caps its memory (--host-memory-mib) and threads, a
 backstop behind the per-invocation limits: should the server ever reach it,
@@ -109,6 +111,18 @@ confinement). --confine=strict refuses to start when a layer is missing;
 					return err
 				}
 			}
+			// The compile cache: --cache-dir, cache_dir, $MOAT_CACHE_DIR
+			// or data_dir/cache, made (and its setting named, should that
+			// fail) before the server confines itself to it.
+			cache, err := resolveCache(g.cacheDir, cfg.CacheDir, cfg.File, cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			if err := cache.create(); err != nil {
+				return err
+			}
+			cfg.CacheDir = cache.dir
+			cfg.Logger.Info("moat serve: compile cache", "dir", cache.dir, "from", cache.from)
 			mode, err := kernel.ParseConfineMode(confine)
 			if err != nil {
 				return usagef("--confine: %v", err)
@@ -270,7 +284,7 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 		}
 	}
 	readWrite := []string{data, scratch}
-	if cfg.CacheDir != "" {
+	if cfg.CacheDir != "" { // resolved and made by the caller
 		readWrite = append(readWrite, cfg.CacheDir)
 	}
 	// Modules arrive after start-up, so the kernel's connect rule covers

@@ -270,10 +270,12 @@ func newToolchainsWarmCmd(g *globalFlags) *cobra.Command {
 		Short: "Do each language's first-time work now (Go's standard library, interpreter compiles), so first runs are fast",
 		Long: `Run a tiny program in each language named (every available one when none is),
 so the work a first run does once (building Go's standard library for WASI,
-compiling an interpreter WASM to machine code) lands in the data directory's
-caches now rather than in someone's first request. Give the server's
---config to warm the caches of its data_dir, or the same --data (or none) as
-the commands that will run the code.`,
+compiling an interpreter WASM to machine code) lands in the caches now
+rather than in someone's first request: the build cache in the data
+directory, machine code in the compile cache (DATA/cache, or --cache-dir,
+cache_dir, $MOAT_CACHE_DIR). Give the server's --config to warm the caches
+of its data_dir and cache_dir, or the same --data and --cache-dir (or none)
+as the commands that will run the code.`,
 		Example: `  moat toolchains warm
   moat toolchains warm go python --config /etc/moat/server.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
