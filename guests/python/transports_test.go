@@ -4,6 +4,7 @@ package python_test
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -152,6 +153,7 @@ func TestSDKTransports(t *testing.T) {
 	ann := policy.Principal{User: "ann", Org: "acme"}
 	tests := []struct {
 		action, input string
+		cid           string   // the request's correlation id
 		want          string   // the output as JSON (compared as values), or
 		raw           string   // the output exactly, or
 		code          abi.Code // the failure's code, with
@@ -173,6 +175,12 @@ func TestSDKTransports(t *testing.T) {
 		{action: "boom", code: abi.CodeGuestError, reason: "ZeroDivisionError: division by zero"},
 		{action: "kv", want: `{"text":"tëxt","bytes":[0,255,10,34],"array":"ab","empty":true,"sub":"sub","missing":null,"big":true,
 			"long_key_get":"too_large","long_key_put":"too_large","bytes_key":"invalid_argument","log":"invalid_argument"}`},
+		// moat.next hands each input over as it is: text with and
+		// without escapes in its JSON, bytes that are not UTF-8, none.
+		{action: "input", input: "World", cid: "c-1", want: `{"hex":"576f726c64","action":"input","cid":"c-1"}`},
+		{action: "input", input: "a\"b\\c\n<&>\u2028é", want: `{"hex":"` + hex.EncodeToString([]byte("a\"b\\c\n<&>\u2028é")) + `","action":"input","cid":""}`},
+		{action: "input", input: "\xff\x00", cid: "c\"2", want: `{"hex":"ff00","action":"input","cid":"c\"2"}`},
+		{action: "input", want: `{"hex":"","action":"input","cid":""}`},
 		{action: "output", input: "text", raw: "héllo \"wörld\"\n\u2028"},
 		{action: "output", input: "bytes", raw: "\x00\xff"},
 		{action: "output", input: "none", raw: ""},
@@ -186,7 +194,7 @@ func TestSDKTransports(t *testing.T) {
 		t.Run(transport.name, func(t *testing.T) {
 			m := transport.load(t, h)
 			for _, tt := range tests {
-				res, err := m.Invoke(context.Background(), host.Request{Action: tt.action, Input: []byte(tt.input), Principal: ann})
+				res, err := m.Invoke(context.Background(), host.Request{Action: tt.action, Input: []byte(tt.input), Principal: ann, CorrelationID: tt.cid})
 				if tt.code != "" {
 					var he *host.Error
 					if !errors.As(err, &he) || he.Code != tt.code || !strings.Contains(he.Reason, tt.reason) {

@@ -174,6 +174,12 @@ def kv(inp):
     return out
 
 
+@moat.action("input")
+def input_(inp):
+    """What the handler was given, whatever the bytes."""
+    return {"hex": inp.hex(), "action": inp.action, "cid": inp.correlation_id}
+
+
 @moat.action("output")
 def output(inp):
     """Each kind of value a handler can return, by the input's name."""
