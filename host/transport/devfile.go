@@ -147,6 +147,9 @@ func (dev *Device) FS() experimentalsys.FS { return deviceFS{dev: dev} }
 // Serve answers one request line (without its newline) with one reply line
 // (with its newline). It is the whole protocol; the files only frame it.
 func (dev *Device) Serve(line []byte) []byte {
+	if op, body, noReply, ok := parseRequest(line); ok {
+		return dev.serve(op, body, noReply)
+	}
 	var req DeviceRequest
 	if err := json.Unmarshal(line, &req); err != nil {
 		return replyError(abi.Errorf(abi.CodeInvalidArgument,
@@ -155,15 +158,50 @@ func (dev *Device) Serve(line []byte) []byte {
 	if req.Op == "" {
 		return replyError(abi.Errorf(abi.CodeInvalidArgument, `device %s: the request has no "op"; write {"op":"kv.get","req":{...}}`, DevicePath))
 	}
-	body := []byte(req.Req)
-	if req.Op == abi.OpNext {
+	return dev.serve(req.Op, []byte(req.Req), req.NoReply)
+}
+
+func (dev *Device) serve(op string, body []byte, noReply bool) []byte {
+	if op == abi.OpNext {
 		return dev.next(body)
 	}
-	if req.NoReply {
-		_ = dev.dispatch(req.Op, body)
+	if noReply {
+		_ = dev.dispatch(op, body)
 		return nil
 	}
-	return dev.dispatch(req.Op, body)
+	return dev.dispatch(op, body)
+}
+
+// parseRequest reads the two shapes of request line the SDKs write,
+// {"op":"NAME","req":REQ} and {"op":"NAME","noreply":true,"req":REQ},
+// without encoding/json's reflection; ok is false for any other line,
+// which Serve then decodes as JSON, so what a line means does not depend
+// on the path it takes. An interpreter's request is a handful of these
+// lines, and between its calls the host's code is out of the caches:
+// the smaller path is measurably cheaper there.
+func parseRequest(line []byte) (op string, body []byte, noReply, ok bool) {
+	const head, req, noreplyReq = `{"op":"`, `","req":`, `","noreply":true,"req":`
+	if len(line) < len(head)+len(req)+2 || string(line[:len(head)]) != head || line[len(line)-1] != '}' {
+		return "", nil, false, false
+	}
+	rest := line[len(head) : len(line)-1]
+	i := bytes.IndexByte(rest, '"')
+	if i <= 0 || !plainJSON(rest[:i]) {
+		return "", nil, false, false // no name, or one with escapes
+	}
+	op, rest = string(rest[:i]), rest[i:]
+	switch {
+	case bytes.HasPrefix(rest, []byte(req)):
+		body = rest[len(req):]
+	case bytes.HasPrefix(rest, []byte(noreplyReq)):
+		body, noReply = rest[len(noreplyReq):], true
+	default:
+		return "", nil, false, false
+	}
+	if !json.Valid(body) {
+		return "", nil, false, false
+	}
+	return op, body, noReply, true
 }
 
 // dispatch runs one op and returns its reply line.
@@ -189,8 +227,8 @@ func (dev *Device) next(body []byte) []byte {
 	if dev.resident == nil {
 		return replyError(abi.Errorf(abi.CodeUnavailable, "%s: this run serves the one action in $MOAT_ACTION; its instance is not resident", abi.OpNext))
 	}
-	var req abi.NextRequest
-	if len(body) > 0 {
+	req, ok := decodeNextRequest(body)
+	if !ok && len(body) > 0 {
 		if err := json.Unmarshal(body, &req); err != nil {
 			return replyError(abi.Errorf(abi.CodeInvalidArgument, `%s: the request is {"ready":{"actions":[...]}}, {"output":"BASE64"} or {"error":{"code":...,"message":...}}: %v`, abi.OpNext, err))
 		}
@@ -198,6 +236,9 @@ func (dev *Device) next(body []byte) []byte {
 	reply, err := dev.resident.Next(&req)
 	if err != nil {
 		return replyError(err)
+	}
+	if line, ok := appendNextReply(append(make([]byte, 0, 64+len(reply.Text)+len(reply.Input)*4/3), `{"resp":`...), reply); ok {
+		return append(line, "}\n"...)
 	}
 	b, err := json.Marshal(reply)
 	if err != nil {
