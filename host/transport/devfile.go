@@ -100,6 +100,7 @@ type Device struct {
 	d        Dispatcher
 	budget   *budget.Budget
 	resident Resident
+	runner   OpRunner
 }
 
 // Resident is the host's side of a resident interpreter (abi.OpNext): Next
@@ -116,6 +117,17 @@ type Resident interface {
 // SetResident makes the device serve abi.OpNext through r. Call it before
 // the guest starts.
 func (dev *Device) SetResident(r Resident) { dev.resident = r }
+
+// An OpRunner runs the work of an op a resident instance asked for during a
+// call (serve returns its reply line) and returns what serve returned,
+// running it on another goroutine if it likes: a panic of serve must then
+// be raised again on the caller's, where it ends the guest. See
+// host/resident.go for why.
+type OpRunner func(serve func() []byte) []byte
+
+// SetOpRunner makes the device run the ops of calls (not abi.OpNext)
+// through run. Call it before the guest starts.
+func (dev *Device) SetOpRunner(run OpRunner) { dev.runner = run }
 
 // SetContext sets the context the device's ops run with: a resident
 // instance's Next sets each call's as it hands the call over. It must be
@@ -165,6 +177,13 @@ func (dev *Device) serve(op string, body []byte, noReply bool) []byte {
 	if op == abi.OpNext {
 		return dev.next(body)
 	}
+	if dev.runner != nil && dev.resident != nil && dev.resident.InCall() {
+		return dev.runner(func() []byte { return dev.serveOp(op, body, noReply) })
+	}
+	return dev.serveOp(op, body, noReply)
+}
+
+func (dev *Device) serveOp(op string, body []byte, noReply bool) []byte {
 	if noReply {
 		_ = dev.dispatch(op, body)
 		return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +96,15 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	if out, err := call("put", "v1"); err != nil || out != "v1" {
 		t.Fatalf("put: %q, %v", out, err)
 	}
+	// The ops of a call run on the caller's goroutine, the guest and the
+	// caller polling for each other a while before they park (host/
+	// resident.go); with one processor they park at once.
+	prev := runtime.GOMAXPROCS(1)
+	out, err := call("put", "v2")
+	runtime.GOMAXPROCS(prev)
+	if err != nil || out != "v2" {
+		t.Fatalf("put with one processor: %q, %v", out, err)
+	}
 	start := time.Now()
 	if _, err := call("spin", ""); host.CodeOf(err) != abi.CodeTimeout {
 		t.Fatalf("spin: %v, want timeout", err)
@@ -119,7 +129,7 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	// Python's MemoryError): the handler fails with guest_error and the
 	// instance, its garbage collected, serves on. One that dies at the
 	// limit instead is discarded.
-	_, err := call("balloon", "")
+	_, err = call("balloon", "")
 	switch host.CodeOf(err) {
 	case abi.CodeGuestError:
 		counts(2, 2)
