@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,37 @@ func newHost(t testing.TB, buf io.Writer) *host.Host {
 	}
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
+}
+
+// TestLoadCacheUnwritable: a compile cache the host cannot write fails a
+// load as the host's fault (internal, naming the directory and the fix),
+// not as a bad module. The cache's directory is replaced by a file after
+// the host opened it, which refuses root too.
+func TestLoadCacheUnwritable(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	ctx := context.Background()
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: cache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries { // wazero's directory of its version, and the others
+		p := filepath.Join(cache, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = h.Load(ctx, fixture(t, "plugin.wasm"), host.LoadOptions{})
+	if host.CodeOf(err) != abi.CodeInternal || !strings.Contains(err.Error(), cache) || !strings.Contains(err.Error(), "cache_dir") {
+		t.Fatalf("load with an unwritable cache: %v; want internal naming %s and the setting", err, cache)
+	}
 }
 
 func fixture(t testing.TB, name string) []byte {

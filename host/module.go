@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -349,8 +350,14 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		}
 		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
 		if err != nil {
-			if ctx.Err() != nil {
+			var pe *fs.PathError
+			switch {
+			case ctx.Err() != nil:
 				return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
+			case errors.As(err, &pe):
+				// wazero compiled the module and could not keep it: the
+				// host's fault, not the module's.
+				return fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
 			}
 			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
 		}
