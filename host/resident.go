@@ -398,7 +398,13 @@ func (inst *instance) callResident(ctx context.Context, req *Request, lim Limits
 		var res residentResult
 		select {
 		case op := <-r.ops:
-			op.run()
+			if r.lifetime.Err() == nil {
+				op.run()
+			} else {
+				// Killed meanwhile (Module.Close): the guest has stopped
+				// waiting, and no op starts for a guest that is ending.
+				op.reply, op.panicked = nil, sys.NewExitError(sys.ExitCodeContextCanceled)
+			}
 			r.opDone <- struct{}{}
 			poll, until = spinning(), time.Now().Add(residentSpin)
 			continue
