@@ -274,7 +274,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}, profile: cfg.Profile}
 	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
-		return nil, fmt.Errorf("host: create cache dir %s: %w (choose another with --data or MOAT_DATA)", cfg.CacheDir, err)
+		return nil, fmt.Errorf("host: create cache dir %s: %w (set Config.CacheDir, or Config.DataDir, to a directory the host may create)", cfg.CacheDir, err)
 	}
 	if h.store == nil {
 		s, err := store.Open(ctx, cfg.DataDir)
