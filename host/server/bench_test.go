@@ -114,6 +114,21 @@ func BenchmarkGreetVsCeiling(b *testing.B) {
 		// interpreters (their handlers registered with moat.action), one
 		// instance serving call after call.
 		if db == "" {
+			// A multi-tenant server's interpreted plugins: hello-python
+			// uploaded by 8 organizations, called by all at once, where
+			// more resident calls are in flight than processors to
+			// spare (host/resident.go's spinning).
+			b.Run("greet-python-8orgs", func(b *testing.B) {
+				ts, _ := serve(b, url(b))
+				keys := make([]string, benchWorkers)
+				for i := range keys {
+					keys[i] = ts.key(b, fmt.Sprintf("org%d", i), "bench", "admin")
+					if r := ts.do(b, "POST", "/v1/modules", keys[i], scriptArchive(b, "hello-python", nil), "Content-Type", "application/gzip"); r.status != http.StatusCreated {
+						b.Fatalf("upload: %d %s", r.status, r.body)
+					}
+				}
+				load(b, "greet-python-8orgs", ts.URL+"/v1/modules/hello-python/actions/greet", keys...)
+			})
 			for _, lang := range []string{"js", "python", "ruby"} {
 				b.Run("greet-"+lang, func(b *testing.B) {
 					ts, key := serve(b, url(b))
