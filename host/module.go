@@ -357,7 +357,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 			case errors.As(err, &pe):
 				// wazero compiled the module and could not keep it: the
 				// host's fault, not the module's.
-				return fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
+				return fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (Config.CacheDir; in moat: cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
 			}
 			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
 		}

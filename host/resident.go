@@ -69,8 +69,11 @@ const residentStopGrace = time.Second
 // shorter than a call that computes.
 const residentSpin = 200 * time.Microsecond
 
-// residentCalls counts the resident calls in flight in this process.
-var residentCalls atomic.Int64
+// residentCalls counts the resident calls in flight in this process, and
+// residentProcs is GOMAXPROCS as the last call began (read once a call:
+// runtime.GOMAXPROCS takes the scheduler's lock, and a call polls at
+// every op).
+var residentCalls, residentProcs atomic.Int64
 
 // spinning is the channel a poll selects to keep polling (closed: always
 // ready), or nil to park. Polling pays only while every call in flight
@@ -81,7 +84,7 @@ var residentCalls atomic.Int64
 // throughput (measured, greet-python-8orgs). With one processor there is
 // never another to poll from.
 func spinning() chan struct{} {
-	if residentCalls.Load()*2 > int64(runtime.GOMAXPROCS(0)) {
+	if residentCalls.Load()*2 > residentProcs.Load() {
 		return nil
 	}
 	return alwaysReady
@@ -192,23 +195,18 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 	}
 	select {
 	case c := <-r.calls:
-		return r.begin(c), nil
+		r.inCall = true
+		r.dev.SetContext(c.ctx)
+		next := abi.NextReply{Action: c.action, CorrelationID: c.correlationID}
+		if utf8.Valid(c.input) {
+			next.Text = string(c.input)
+		} else {
+			next.Input = c.input
+		}
+		return next, nil
 	case <-r.lifetime.Done(): // the instance is closed
 		return abi.NextReply{Stop: true}, nil
 	}
-}
-
-// begin starts call c on the guest's goroutine: the reply to its moat.next.
-func (r *resident) begin(c *residentCall) abi.NextReply {
-	r.inCall = true
-	r.dev.SetContext(c.ctx)
-	next := abi.NextReply{Action: c.action, CorrelationID: c.correlationID}
-	if utf8.Valid(c.input) {
-		next.Text = string(c.input)
-	} else {
-		next.Input = c.input
-	}
-	return next
 }
 
 // newResidentInstance starts an instance of a resident script and waits
@@ -393,6 +391,7 @@ func (inst *instance) callResident(ctx context.Context, req *Request, lim Limits
 	fail := func(code abi.Code, reusable bool, err error, format string, args ...any) ([]byte, *callError) {
 		return nil, &callError{Error: &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}, reusable: reusable}
 	}
+	residentProcs.Store(int64(runtime.GOMAXPROCS(0)))
 	residentCalls.Add(1)
 	defer residentCalls.Add(-1)
 	select {

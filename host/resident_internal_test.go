@@ -1,17 +1,13 @@
 package host
 
-import (
-	"runtime"
-	"testing"
-)
+import "testing"
 
 // TestSpinning: the two sides of a resident call poll for each other only
 // while every call in flight can have two processors; past that they park
 // at once (a guest polling without yielding would hold the processor
 // another call's caller needs), and with one processor they always do.
 func TestSpinning(t *testing.T) {
-	prev := runtime.GOMAXPROCS(0)
-	defer runtime.GOMAXPROCS(prev)
+	defer residentProcs.Store(residentProcs.Load())
 	defer residentCalls.Store(residentCalls.Load())
 	for _, tc := range []struct {
 		procs int
@@ -20,7 +16,7 @@ func TestSpinning(t *testing.T) {
 	}{
 		{1, 1, false}, {2, 1, true}, {2, 2, false}, {4, 2, true}, {4, 3, false}, {16, 8, true}, {16, 9, false},
 	} {
-		runtime.GOMAXPROCS(tc.procs)
+		residentProcs.Store(int64(tc.procs))
 		residentCalls.Store(tc.calls)
 		if got := spinning() != nil; got != tc.poll {
 			t.Errorf("%d processors, %d calls in flight: polling %v, want %v", tc.procs, tc.calls, got, tc.poll)

@@ -43,9 +43,6 @@ Exit status 0 when every check holds, 1 otherwise.`,
 			if err != nil {
 				return err
 			}
-			if err := cache.create(); err != nil {
-				return err
-			}
 			// A listener opened before confinement, to connect to after.
 			l, err := net.Listen("tcp4", "127.0.0.1:0")
 			if err != nil {

@@ -33,17 +33,37 @@ type cacheSetting struct {
 	fix  string // how to choose another directory
 }
 
-// cache is the compile cache of the commands that open a host: --cache-dir,
-// else the cache_dir of the server configuration (--config), else
-// $MOAT_CACHE_DIR, else the data directory's cache/. The order is the data
-// directory's: the flag wins over the file, and the environment variable
-// is the default of the file (serverConfig).
+// cache is the compile cache of the commands that open a host, made and
+// checked writable (openCache): --cache-dir, else the cache_dir of the
+// server configuration (--config), else $MOAT_CACHE_DIR, else the data
+// directory's cache/. The order is the data directory's: the flag wins
+// over the file, and the environment variable is the default of the file
+// (serverConfig). Done once per process: confinement and the host both
+// ask.
 func (g *globalFlags) cache() (cacheSetting, error) {
+	if g.cacheOpened != nil {
+		return *g.cacheOpened, nil
+	}
 	var configured, file string
 	if g.server != nil {
 		configured, file = g.server.CacheDir, g.server.File
 	}
-	return resolveCache(g.cacheDir, configured, file, g.data())
+	c, err := openCache(g.cacheDir, configured, file, g.data())
+	if err != nil {
+		return cacheSetting{}, err
+	}
+	g.cacheOpened = &c
+	return c, nil
+}
+
+// openCache resolves the compile cache in cache's order for the given
+// flag, cache_dir of file and data directory, and makes it (create).
+func openCache(flag, configured, file, data string) (cacheSetting, error) {
+	c, err := resolveCache(flag, configured, file, data)
+	if err != nil {
+		return cacheSetting{}, err
+	}
+	return c, c.create()
 }
 
 // resolveCache is cache's order for the given flag, cache_dir of file and

@@ -22,12 +22,14 @@ func registerCommand(c func(*globalFlags) *cobra.Command) { registered = append(
 
 // globalFlags are shared by every subcommand.
 type globalFlags struct {
-	profile   string
-	loaded    *policy.Profile // read once, before the process confines itself
-	dataDir   string
-	cacheDir  string // --cache-dir; cache() resolves it
-	logLevel  string
-	logFormat string
+	profile  string
+	loaded   *policy.Profile // read once, before the process confines itself
+	dataDir  string
+	cacheDir string // --cache-dir; cache() resolves it
+	// cacheOpened is the compile cache cache() resolved and made.
+	cacheOpened *cacheSetting
+	logLevel    string
+	logFormat   string
 	// confined is what confineHost applied and lacks: newHost logs it and
 	// writes it to the audit trail once the host (and its store) exists.
 	confined *kernel.HostReport

@@ -282,9 +282,6 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cache.create(); err != nil {
-		return nil, err
-	}
 	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile}
 	if s := g.server; s != nil {
 		return newServerHost(ctx, g, cfg, s)
@@ -491,9 +488,6 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 	// its setting, rather than by Landlock's set-up.
 	cache, err := g.cache()
 	if err != nil {
-		return err
-	}
-	if err := cache.create(); err != nil {
 		return err
 	}
 	// The host's own cgroup: the guest's memory limit plus room for the

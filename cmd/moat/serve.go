@@ -114,11 +114,8 @@ confinement). --confine=strict refuses to start when a layer is missing;
 			// The compile cache: --cache-dir, cache_dir, $MOAT_CACHE_DIR
 			// or data_dir/cache, made (and its setting named, should that
 			// fail) before the server confines itself to it.
-			cache, err := resolveCache(g.cacheDir, cfg.CacheDir, cfg.File, cfg.DataDir)
+			cache, err := openCache(g.cacheDir, cfg.CacheDir, cfg.File, cfg.DataDir)
 			if err != nil {
-				return err
-			}
-			if err := cache.create(); err != nil {
 				return err
 			}
 			cfg.CacheDir = cache.dir

@@ -638,6 +638,7 @@ def _level(level):
         else:
             _call_raw("log.write", req)
 
+    write.__name__, write.__qualname__ = level, "_Log." + level
     return write
 
 

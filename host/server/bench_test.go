@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -234,17 +233,8 @@ func BenchmarkGreetInterleaved(b *testing.B) {
 					go func() {
 						defer wg.Done()
 						for next.Add(1) <= int64(n) {
-							req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("World"))
-							req.Header.Set("Authorization", "Bearer "+key)
-							res, err := client.Do(req)
-							if err != nil {
+							if err := post(client, url, key); err != nil {
 								b.Error(err)
-								return
-							}
-							io.Copy(io.Discard, res.Body)
-							res.Body.Close()
-							if res.StatusCode != http.StatusOK {
-								b.Errorf("%s: status %d", url, res.StatusCode)
 								return
 							}
 						}
@@ -316,24 +306,33 @@ func load(b *testing.B, name, url string, keys ...string) {
 	tr := &http.Transport{MaxIdleConnsPerHost: benchWorkers, MaxConnsPerHost: benchWorkers, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	body := []byte("World")
 	var turn atomic.Uint64
 	run(b, name, func() error {
-		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		key := ""
 		if len(keys) > 0 {
-			req.Header.Set("Authorization", "Bearer "+keys[turn.Add(1)%uint64(len(keys))])
+			key = keys[turn.Add(1)%uint64(len(keys))]
 		}
-		res, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: status %d", name, res.StatusCode)
-		}
-		return err
+		return post(client, url, key)
 	})
+}
+
+// post sends "World" to url with the bearer key (none when empty) and
+// reads the answer, which must be 200.
+func post(client *http.Client, url, key string) error {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("World"))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST %s: status %d", url, res.StatusCode)
+	}
+	return err
 }
 
 // run calls f b.N times from benchWorkers goroutines and reports the

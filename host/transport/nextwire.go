@@ -14,7 +14,7 @@ import (
 // below. These read and write the usual shapes of abi.NextRequest and
 // abi.NextReply by hand; ok is false for anything else, which then goes
 // through encoding/json, so a message means the same whichever path it
-// takes (TestNextWire holds the two to each other).
+// takes (FuzzWire holds the two to each other).
 
 // decodeNextRequest reads {"output_text":"TEXT"} and {"output":"BASE64"}
 // whose strings need no escapes.
