@@ -21,6 +21,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/atomicfile"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/tetratelabs/wazero"
 	"golang.org/x/sys/cpu"
@@ -445,26 +446,6 @@ func (s *codeShare) publish(ctx context.Context, akey, path string) (int, error)
 	return len(data), nil
 }
 
-// writeAtomic writes data to path through a temporary file in the same
-// directory and a rename, as wazero writes its own: a reader sees the
-// whole file or none.
-func writeAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	f, err := os.CreateTemp(dir, base+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
+// writeAtomic writes data to path whole or not at all (atomicfile), as
+// wazero writes its own files.
+func writeAtomic(path string, data []byte) error { return atomicfile.Write(path, data) }

@@ -17,6 +17,7 @@ import (
 	"weak"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/atomicfile"
 )
 
 // BuildIdentifier is implemented by a language whose build output depends
@@ -450,27 +451,6 @@ func (c *BuildCache) remember(key string, a *Artifact) {
 	c.order = append(c.order, key)
 }
 
-// writeAtomic writes b to a temporary file beside p, syncs it and renames
-// it over p: a crash leaves the old file or the new one, never half of one.
-func writeAtomic(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(b)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, p)
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return werr
-	}
-	return nil
-}
+// writeAtomic writes b to p whole or not at all (atomicfile): a crash
+// leaves the old file or the new one, never half of one.
+func writeAtomic(p string, b []byte) error { return atomicfile.Write(p, b) }

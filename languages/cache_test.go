@@ -92,7 +92,7 @@ func TestBuildCacheRoundTrip(t *testing.T) {
 		t.Fatal("a truncated blob was served")
 	}
 	// No temporary files are left behind.
-	left, _ := filepath.Glob(filepath.Join(dir, "*", ".tmp-*"))
+	left, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp")) // atomicfile's temporary names
 	if len(left) > 0 {
 		t.Errorf("temporary files left: %v", left)
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/atomicfile"
 )
 
 // Images on disk: a file per image, named by the caller after what the
@@ -30,27 +32,12 @@ func Load(path string, globals int) *Image {
 }
 
 // Save writes img at path (mode 0600, its directory 0700), whole or not
-// at all: a temporary file renamed into place.
+// at all (atomicfile).
 func Save(path string, img *Image) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(img.Marshal())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, img.Marshal())
 }
 
 // Prune removes the least recently used images (by modification time,
