@@ -54,6 +54,21 @@ type DriverSpec struct {
 	// machine code on disk with the host's.
 	Cache  wazero.CompilationCache
 	Logger *slog.Logger
+	// Deadline rewrites a module (Wasm, or Wasm as the driver changed it)
+	// as the host rewrites the modules it runs itself: every loop header,
+	// every entry of a function that calls and every bulk operation
+	// counts toward a call of InterruptModule.InterruptYield, which the
+	// module then imports and the driver must provide with Yield. A
+	// runtime's CloseOnContextDone checks only at loop headers: a tree of
+	// calls with no loop (2^60 calls at a depth of 61) ran past every
+	// deadline. The start section stays where it is: a driver
+	// instantiates under the call's context, and a start function's
+	// checks read it.
+	Deadline func(wasm []byte) ([]byte, error)
+	// Yield implements InterruptModule.InterruptYield: it ends the guest
+	// (a panic wazero turns into the call's error) once ctx is done or
+	// past its deadline, and otherwise puts the next fuel in stack[0].
+	Yield func(ctx context.Context, stack []uint64)
 }
 
 // Runner is a loaded foreign module. It must be safe for concurrent use.
@@ -113,6 +128,7 @@ func (m *Module) loadForeign(ctx context.Context, wasm []byte) error {
 	r, err := d.Load(ctx, DriverSpec{
 		Name: m.name, Digest: m.digest, Wasm: wasm, Info: m.info, Config: m.config, Limits: m.limits,
 		Isolation: m.isolation, MaxIdle: m.maxIdle, Cache: m.host.cache, Logger: m.host.log,
+		Deadline: rewriteForDriver, Yield: yieldContext,
 	})
 	if err != nil {
 		var e *Error

@@ -27,9 +27,9 @@ func instrument(t testing.TB, wasm []byte) []byte {
 	if err != nil {
 		t.Fatalf("limitTables: %v", err)
 	}
-	out, err := instrumentLoops(code, lay)
+	out, err := instrumentDeadline(code, lay, false)
 	if err != nil {
-		t.Fatalf("instrumentLoops: %v", err)
+		t.Fatalf("instrumentDeadline: %v", err)
 	}
 	return out
 }
@@ -183,7 +183,7 @@ func TestInstrumentLoopsShape(t *testing.T) {
 			if err != nil {
 				t.Fatalf("readLayout: %v", err)
 			}
-			out, err := instrumentLoops(wasm, lay)
+			out, err := instrumentDeadline(wasm, lay, false)
 			if tc.refused != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.refused) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.refused)
@@ -236,7 +236,7 @@ func spinModule(t testing.TB) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := instrumentLoops(wasm, lay)
+	out, err := instrumentDeadline(wasm, lay, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,31 +338,50 @@ func TestSpinningOnEveryProcessor(t *testing.T) {
 	t.Logf("%d spinning guests on %d processors stopped %s after their 200 ms deadline", n, runtime.GOMAXPROCS(0), time.Since(start)-200*time.Millisecond)
 }
 
-// FuzzInstrumentLoops: whatever bytes the table pass accepts and wazero
-// compiles, the instrumentation either rewrites into a module wazero
-// compiles with the same exports plus the host's, or refuses; it never
-// panics or hangs.
-func FuzzInstrumentLoops(f *testing.F) {
+// FuzzInstrumentDeadline is a differential test of the rewrite against
+// wazero's validation of the module as its author built it. Whatever
+// bytes the table pass accepts: when wazero compiles them, the rewrite
+// either refuses them (a size or a name the host reserves) or writes a
+// module wazero compiles with the same exports plus the host's; when
+// wazero refuses them, the rewrite refuses them too, or writes a module
+// wazero refuses as well. The second half is the escape of issue 27: an
+// index one past the module's own named the counter the rewrite adds,
+// and a module that wazero refused as built was compiled and ran past
+// every deadline. It never panics or hangs.
+func FuzzInstrumentDeadline(f *testing.F) {
 	for _, s := range append(realModuleSeeds(f), hostileSeeds()...) {
 		f.Add(s.wasm)
+	}
+	for _, s := range reachSeeds() {
+		f.Add(s)
 	}
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(MaxMemoryLimitPages))
 	f.Cleanup(func() { rt.Close(ctx) })
+	if err := instantiateInterrupt(ctx, rt); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, wasm []byte) {
 		watchdog := time.AfterFunc(20*time.Second, func() {
 			debug.SetTraceback("all")
-			panic(fmt.Sprintf("FuzzInstrumentLoops: one input (%d bytes) ran for 20 s", len(wasm)))
+			panic(fmt.Sprintf("FuzzInstrumentDeadline: one input (%d bytes) ran for 20 s", len(wasm)))
 		})
 		defer watchdog.Stop()
 		code, _, lay, err := limitTables(wasm, DefaultMaxTableElements)
 		if err != nil || lay.checkCounts() != nil {
 			return
 		}
-		out, ierr := instrumentLoops(code, lay)
+		out, ierr := instrumentDeadline(code, lay, false)
 		cm, cerr := rt.CompileModule(ctx, code)
 		if cerr != nil {
-			return // wazero refuses it as built: what the rewrite says does not matter
+			if ierr != nil || benignRefusal(cerr) {
+				return
+			}
+			if icm, err := rt.CompileModule(ctx, out); err == nil {
+				icm.Close(ctx)
+				t.Fatalf("wazero refuses the module as built (%v), and compiles its rewrite", cerr)
+			}
+			return
 		}
 		defer cm.Close(ctx)
 		if ierr != nil {
@@ -370,7 +389,7 @@ func FuzzInstrumentLoops(f *testing.F) {
 			if errors.As(ierr, &se) || errors.Is(ierr, errTruncated) || strings.Contains(ierr.Error(), "reserves") {
 				return
 			}
-			t.Fatalf("instrumentLoops refuses a module wazero compiles: %v", ierr)
+			t.Fatalf("instrumentDeadline refuses a module wazero compiles: %v", ierr)
 		}
 		icm, err := rt.CompileModule(ctx, out)
 		if err != nil {
@@ -383,6 +402,80 @@ func FuzzInstrumentLoops(f *testing.F) {
 			}
 		}
 	})
+}
+
+// benignRefusal reports whether wazero refused a module for a reason
+// that names no index and that a rewrite may lawfully remove: wazero
+// v1.12 refuses a custom section with an empty payload when it is the
+// module's last section (bytes.Reader reports EOF for a read of zero
+// bytes at the end), and the rewrite may append sections after it.
+func benignRefusal(err error) bool {
+	return strings.Contains(err.Error(), "failed to read custom section name")
+}
+
+// reachSeeds are modules that name, one past their own, an entry of each
+// index space the rewrite extends: globals (get, set, export, constant
+// expressions), types (call_indirect, block types), functions (call,
+// ref.func, element segments, exports, the start section), and a start
+// function of the wrong type. wazero refuses each as built.
+func reachSeeds() [][]byte {
+	hdr := "\x00asm\x01\x00\x00\x00"
+	typ := "\x01\x04\x01\x60\x00\x00"
+	fn := "\x03\x02\x01\x00"
+	tab := "\x04\x04\x01\x70\x00\x01"
+	exp := "\x07\x0a\x01\x06_start\x00\x00"
+	body := func(code string) string { // one function: no locals, code, end
+		b := "\x00" + code + "\x0b"
+		return "\x0a" + string(rune(len(b)+2)) + "\x01" + string(rune(len(b))) + b
+	}
+	var seeds [][]byte
+	for _, m := range []string{
+		hdr + typ + fn + exp + body("\x41\x00\x24\x00"),                                      // global.set 0 of none: the counter
+		hdr + typ + fn + exp + body("\x23\x00\x1a"),                                          // global.get 0 of none
+		hdr + typ + fn + "\x06\x06\x01\x7f\x01\x41\x00\x0b" + exp + body("\x41\x00\x24\x01"), // global.set 1 of 1
+		hdr + typ + fn + "\x07\x11\x02\x06_start\x00\x00\x04fuel\x03\x00" + body(""),         // export global 0 of none
+		hdr + typ + fn + tab + exp + body("\x41\x00\x11\x01\x00"),                            // call_indirect type 1 of 1
+		hdr + typ + fn + exp + body("\x02\x01\x1a\x0b"),                                      // block of type 1 of 1
+		hdr + typ + fn + exp + body("\x03\x01\x1a\x0b"),                                      // loop of type 1 of 1
+		hdr + typ + fn + exp + body("\x10\x01"),                                              // call 1 of 1
+		hdr + typ + fn + exp + body("\x10\xff\xff\xff\xff\x0f"),                              // call 2^32-1
+		hdr + typ + fn + exp + body("\xd2\x01\x1a"),                                          // ref.func 1 of 1
+		hdr + typ + fn + tab + exp + "\x09\x07\x01\x00\x41\x00\x0b\x01\x01" + body(""),       // element of function 1 of 1
+		hdr + typ + fn + "\x07\x0a\x01\x06_start\x00\x01" + body(""),                         // export of function 1 of 1
+		hdr + typ + fn + exp + "\x08\x01\x01" + body(""),                                     // start 1 of 1
+		hdr + "\x01\x08\x02\x60\x00\x00\x60\x01\x7f\x00" + "\x03\x03\x02\x00\x01" + exp + "\x08\x01\x01" +
+			"\x0a\x07\x02\x02\x00\x0b\x02\x00\x0b", // start of type (i32) -> ()
+		hdr + typ + fn + "\x05\x03\x01\x00\x01" + exp + body("\x41\x00\x41\x00\x41\x00\xfc\x0b\x00"), // a valid memory.fill
+	} {
+		seeds = append(seeds, []byte(m))
+	}
+	return seeds
+}
+
+// TestReachSeedsRefused: each reach seed but the last (a valid module)
+// is refused, by the rewrite or by wazero after it, and wazero refuses
+// each as built: the fuzz test's seeds run its second half.
+func TestReachSeedsRefused(t *testing.T) {
+	ctx := context.Background()
+	rt := newPlainRuntime(t)
+	seeds := reachSeeds()
+	for i, wasm := range seeds {
+		valid := i == len(seeds)-1
+		if _, err := rt.CompileModule(ctx, wasm); (err == nil) != valid {
+			t.Errorf("seed %d: wazero as built: %v", i, err)
+		}
+		lay, err := readLayout(wasm)
+		if err != nil {
+			t.Fatalf("seed %d: readLayout: %v", i, err)
+		}
+		out, err := instrumentDeadline(wasm, lay, false)
+		if err == nil {
+			_, err = rt.CompileModule(ctx, out)
+		}
+		if (err == nil) != valid {
+			t.Errorf("seed %d: the rewrite: %v", i, err)
+		}
+	}
 }
 
 // TestRewriteKept: the rewritten module is kept under the cache directory
@@ -398,7 +491,7 @@ func TestRewriteKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := instrumentLoops(bounded, lay)
+	want, err := instrumentDeadline(bounded, lay, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func TestCodeFileName(t *testing.T) {
 		t.Fatalf("limitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
 	}
 	// and the interrupt checks Load adds to every module (interrupt.go)
-	if rewritten, err = instrumentLoops(rewritten, lay); err != nil {
+	if rewritten, err = instrumentDeadline(rewritten, lay, false); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

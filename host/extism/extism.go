@@ -157,6 +157,15 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 	if err != nil {
 		return fail("cannot read the import section: %v", err)
 	}
+	// The deadline: every loop, every call and every bulk operation of
+	// the plug-in reaches the host's yield (host.DriverSpec.Deadline).
+	// CloseOnContextDone alone checks loop headers only.
+	if spec.Deadline == nil || spec.Yield == nil {
+		return fail("the host gave the driver no deadline rewrite (host.DriverSpec.Deadline and Yield)")
+	}
+	if wasm, err = spec.Deadline(wasm); err != nil {
+		return fail("invalid WebAssembly: %v", err)
+	}
 	p := &plugin{spec: spec, functions: functions(spec.Info)}
 	if len(p.functions) == 0 {
 		return fail("exports no function of type () -> (i32) or () -> (); an Extism plug-in's functions take no parameters")
@@ -172,7 +181,11 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 		Config: spec.Config,
 		Memory: &extism.ManifestMemory{MaxVarBytes: maxVarBytes, MaxHttpResponseBytes: -1},
 	}
-	cp, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, p.hostFunctions())
+	yield := extism.NewHostFunctionWithStack(host.InterruptYield, func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+		spec.Yield(ctx, stack)
+	}, nil, []extism.ValueType{api.ValueTypeI32})
+	yield.SetNamespace(host.InterruptModule)
+	cp, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, append(p.hostFunctions(), yield))
 	if err != nil {
 		return fail("the extism go-sdk cannot load it: %v", firstLine(err))
 	}

@@ -2,9 +2,11 @@ package extism_test
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,5 +90,74 @@ func TestHostileExtism(t *testing.T) {
 				t.Errorf("the host's heap grew by %d MiB", d>>20)
 			}
 		})
+	}
+}
+
+// extismCallTree is an Extism plug-in (it imports the kernel's
+// input_length) whose function tree calls f_60, where f_0 does nothing and
+// f_{i+1} calls f_i twice: 2^60 calls and no loop, which wazero's
+// CloseOnContextDone (loop headers only) never stops.
+func extismCallTree() []byte {
+	sec := func(id byte, body []byte) []byte {
+		return append(binary.AppendUvarint([]byte{id}, uint64(len(body))), body...)
+	}
+	vec := func(items ...[]byte) []byte {
+		b := binary.AppendUvarint(nil, uint64(len(items)))
+		for _, it := range items {
+			b = append(b, it...)
+		}
+		return b
+	}
+	name := func(s string) []byte { return append(binary.AppendUvarint(nil, uint64(len(s))), s...) }
+	const depth = 60
+	m := []byte("\x00asm\x01\x00\x00\x00")
+	m = append(m, sec(1, vec([]byte{0x60, 0, 0}, []byte{0x60, 0, 1, 0x7f}, []byte{0x60, 0, 1, 0x7e}))...)
+	m = append(m, sec(2, vec(append(append(name("extism:host/env"), name("input_length")...), 0x00, 0x02)))...)
+	funcs := make([][]byte, depth+2)
+	for i := range funcs {
+		funcs[i] = []byte{0}
+	}
+	funcs[depth+1] = []byte{1} // tree: () -> i32
+	m = append(m, sec(3, vec(funcs...))...)
+	m = append(m, sec(5, []byte{1, 0, 1})...)
+	m = append(m, sec(7, vec(append(name("tree"), 0x00, depth+2), append(name("memory"), 0x02, 0x00)))...)
+	bodies := [][]byte{{2, 0, 0x0b}}
+	for i := 1; i <= depth; i++ {
+		bodies = append(bodies, []byte{6, 0, 0x10, byte(i), 0x10, byte(i), 0x0b}) // f_i is function i+1 (after the import)
+	}
+	bodies = append(bodies, []byte{6, 0, 0x10, depth + 1, 0x41, 0, 0x0b})
+	return append(m, sec(10, vec(bodies...))...)
+}
+
+// TestExtismCallTreeDeadline: an Extism plug-in's call tree ends at its
+// deadline, as a moat plugin's does (host.DriverSpec.Deadline), and the
+// process spends no more CPU on it afterwards.
+func TestExtismCallTreeDeadline(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, nil, nil)
+	m, err := h.Load(ctx, extismCallTree(), host.LoadOptions{Name: "tree", Limits: host.Limits{Timeout: time.Second, MemoryLimitPages: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if m.Kind() != host.KindExtism {
+		t.Fatalf("kind %s, want extism", m.Kind())
+	}
+	for range 2 { // a fresh instance, then after one that ended at its deadline
+		start := time.Now()
+		_, err = m.Invoke(ctx, host.Request{Action: "tree", Principal: policy.Principal{User: "ann", Org: "acme"}})
+		if host.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "did not finish within 1s") {
+			t.Fatalf("err %v, want a timeout", err)
+		}
+		if took := time.Since(start); took > time.Second+deadlineSlack {
+			t.Errorf("took %s", took)
+		}
+	}
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	time.Sleep(300 * time.Millisecond)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if used := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()); used > 150*time.Millisecond {
+		t.Errorf("%s of CPU in the 300 ms after the calls ended", used)
 	}
 }
