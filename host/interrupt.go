@@ -68,15 +68,23 @@ import (
 // right after instantiation: the same order the specification gives.
 // The import is appended after the module's own, so every defined
 // function's index grows by one: calls, references, exports, element
-// segments, constant expressions and the name section are renumbered. A
-// function without a loop runs for a bounded time (its body; a recursion
-// ends at the stack limit), so loop headers are the only places a check
-// is needed.
+// segments, constant expressions and the name section are renumbered.
+//
+// Loop headers are not the only places a check is needed (issue 27): a
+// tree of calls with no loop makes 2^60 calls at a depth of 61, so the
+// same check runs at the entry of every function that calls (function);
+// and one memory.fill is one instruction however long, so every bulk
+// operation first calls a function the rewrite adds, which charges its
+// length (appendCharge). What the rewrite adds to the module's index
+// spaces must stay out of the guest's reach: each index the rewrite reads
+// in a space it extends is checked against the module's own (checkIndex),
+// since wazero validates only the rewritten module.
 //
 // Only the compiled copy is rewritten; a module's digest and signature
 // stay those of its author's bytes, as for the table limits (tables.go).
-// Extism plug-ins and the Ruby driver run in runtimes of their own and
-// keep CloseOnContextDone.
+// Extism plug-ins are rewritten too, by their driver (DriverSpec.Deadline);
+// the Ruby driver runs ruby.wasm, which no user shapes, in a runtime of its
+// own with CloseOnContextDone.
 
 const (
 	// InterruptModule and InterruptYield name the host function an
@@ -88,10 +96,10 @@ const (
 	// module exports the function its start section named; a module that
 	// exports this name itself is refused.
 	InterruptStartExport = "moat:start"
-	// fuelPerYield is how many loop iterations a guest runs between two
-	// calls of yield: ~50 ns a call, so under 0.01 ns an iteration, and a
-	// deadline overrun of at most this many iterations (~0.1 ms of a
-	// Go guest's code).
+	// fuelPerYield is how many loop iterations (calls, bulk-operation
+	// units) a guest runs between two calls of yield: ~50 ns a call, so
+	// under 0.01 ns an iteration, and a deadline overrun of at most this
+	// many iterations (~0.1 ms of a Go guest's code).
 	fuelPerYield = 1 << 14
 )
 
