@@ -530,15 +530,21 @@ func (in *instrumentation) code(r *wasmReader, end int) ([]byte, error) {
 // bulk operation, and every index the rewrite's additions could answer
 // checked against the module's own.
 //
-// Why at entry, and only there: code with no loop still runs for ever
-// when it calls. A tree of sixty functions each calling the one below
-// twice makes 2^60 calls at a depth of 61, the stack limit never nears,
-// and there is no loop header to count at. Every call of a function that
-// calls (directly, indirectly or as a tail call) now counts as one
-// iteration; a function that calls nothing runs its body once, so the
-// work between two checks is bounded by the bodies' sizes. A function
-// that begins with a loop (every function Go compiles) has the check at
-// that loop's header, which is its entry: it gets no second one.
+// Why at entry: code with no loop still runs for ever when it calls. A
+// tree of sixty functions each calling the one below twice makes 2^60
+// calls at a depth of 61, the stack limit never nears, and there is no
+// loop header to count at. Every entry of a function with two or more
+// places that call guest code (a call of a defined function, any
+// call_indirect), or with a tail call, now counts as one iteration. The
+// others need no check: between two checks every function entered calls
+// at most once per activation outside loops (whose headers check), so the
+// calls form a chain no longer than the call stack, and the work between
+// two checks is bounded by the stack's depth times the bodies' sizes. A
+// call of an import is the host's, which calls no guest code back. A
+// function that begins with a loop (every function Go compiles) has the
+// check at that loop's header, which is its entry: it gets no second one.
+// Wasmtime's epoch interruption checks at the same two places, every
+// function entry and loop header.
 func (in *instrumentation) function(out []byte, r *wasmReader) ([]byte, error) {
 	start := r.off
 	nl, err := r.u32()
@@ -556,18 +562,22 @@ func (in *instrumentation) function(out []byte, r *wasmReader) ([]byte, error) {
 	w := &rewriter{r: r, in: in, out: out, copied: start}
 	w.insert(nil)
 	entry := len(w.out) // where the body's instructions begin
-	calls, loopFirst := false, r.off < len(r.b) && r.b[r.off] == 0x03
+	calls, tail, loopFirst := 0, false, r.off < len(r.b) && r.b[r.off] == 0x03
 	for r.off < len(r.b) {
 		at := r.off
 		op, _ := r.byte()
 		switch op {
 		case 0x10, 0x12: // call, return_call
-			calls = true
+			if f, err := (&wasmReader{b: r.b, off: r.off}).u32(); err == nil && f >= in.importedFuncs {
+				calls++ // a call of the host's (an import) calls no guest code back
+			}
+			tail = tail || op == 0x12
 			w.funcIndex()
 		case 0xd2: // ref.func
 			w.funcIndex()
 		case 0x11, 0x13: // call_indirect, return_call_indirect: type, table
-			calls = true
+			calls++
+			tail = tail || op == 0x13
 			w.checked("type", in.nTypes)
 			w.index()
 		case 0x23, 0x24: // global.get, global.set
@@ -591,7 +601,7 @@ func (in *instrumentation) function(out []byte, r *wasmReader) ([]byte, error) {
 		}
 	}
 	body := w.finish()
-	if calls && !loopFirst {
+	if (calls > 1 || tail) && !loopFirst {
 		body = slices.Insert(body, entry, in.check...)
 	}
 	return body, nil
