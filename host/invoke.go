@@ -101,7 +101,19 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	inst.confirmed, inst.needsConfirm = confirmed, ""
 	out, cerr := inst.call(cctx, idx, &req, lim)
 	needsConfirm := inst.needsConfirm
-	if cerr != nil && !cerr.reusable {
+	// An instance whose memory.grow was refused during the call is full,
+	// whatever its guest made of it: a handler that caught the
+	// interpreter's MemoryError, or globals that hold what filled it,
+	// would fail the next caller's call too (another user's). It serves
+	// no other call.
+	full := inst.mem.Hit()
+	if full && cerr != nil && cerr.reusable {
+		cerr = inst.outOfMemory(cerr, lim)
+	}
+	if full || cerr != nil && !cerr.reusable {
+		if full && cerr == nil {
+			m.host.log.Debug("an instance that reached its memory limit is discarded", "module", m.name, "action", req.Action)
+		}
 		inst.close()
 	} else {
 		m.put(inst)
@@ -242,6 +254,18 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 		return nil, &callError{Error: guestFailure(m.name, req.Action, ge.Code, ge.Message, &ge), reusable: true}
 	}
 	return out, nil
+}
+
+// outOfMemory is a failure the guest reported (its error, an output too
+// large) after the host refused to grow its memory during the call: the
+// call is memory_limit, as a guest that died there is, the guest's own
+// message kept, and the instance is not reused (Invoke).
+func (inst *instance) outOfMemory(cerr *callError, lim Limits) *callError {
+	e := *cerr.Error
+	e.Code = abi.CodeMemoryLimit
+	e.Reason = fmt.Sprintf("the guest tried to grow its memory past the limit of %d pages (%d MiB) and failed: %s; the instance is discarded, and the next call gets a new one",
+		lim.MemoryLimitPages, lim.MemoryLimitPages/16, cerr.Reason)
+	return &callError{Error: &e}
 }
 
 // classify turns an error from a guest call into a *callError. The order

@@ -380,6 +380,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	}()
 	if opts.Snapshot != nil {
 		m.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
+		m.snap.scope.org, m.snap.scope.manifest = opts.Org, manifestBytes(opts)
 	}
 	if m.isolation == "" {
 		m.isolation = IsolationPooled

@@ -221,7 +221,7 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	img := m.residentImage(ctx, lim)
 	inst, cancel := m.residentShell(lim)
 	r, lifetime := inst.res, inst.res.lifetime
-	mc, err := m.residentConfig(inst)
+	mc, err := m.residentConfig(inst, nil)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -334,23 +334,33 @@ func (m *Module) residentImage(ctx context.Context, lim Limits) *wasmsnap.Image 
 
 // captureResident captures an instance configured as every resident
 // instance of m is (residentConfig): the script's top level runs, and the
-// SDK parks where it would serve (moat.py's serve()).
+// SDK parks where it would serve (moat.py's serve()). The module's file
+// grants are stand-ins there, empty and watched (grantStandIn): an image
+// holds nothing read from a tenant's directory, and a top level that
+// looks into one makes no image (its instances start cold, each reading
+// the directory itself, as the grant's audit and current content need).
 func (m *Module) captureResident(ctx context.Context) (*wasmsnap.Image, error) {
 	inst, cancel := m.residentShell(m.limits)
 	defer cancel()
-	mc, err := m.residentConfig(inst)
+	watch := &grantWatch{}
+	mc, err := m.residentConfig(inst, watch)
 	if err != nil {
 		return nil, err
 	}
-	defer inst.files.release()
-	return m.capture(ctx, mc, inst.sess.Attach)
+	img, err := m.capture(ctx, mc, inst.sess.Attach)
+	if g, p := watch.touched(); g != "" {
+		return nil, fmt.Errorf("the top level looked into the file grant %s (%s): an image would keep what it found there, so instances start cold", g, p)
+	}
+	return img, err
 }
 
 // residentConfig is the configuration of a resident instance inst of m:
 // the script's arguments and environment, its mounts, the module's file
 // grants and the op device, in that order (a snapshot's capture has the
-// same, snapshot.go). Output goes to inst's streams.
-func (m *Module) residentConfig(inst *instance) (wazero.ModuleConfig, error) {
+// same, snapshot.go). Output goes to inst's streams. With standIns (a
+// capture), each grant is mounted as an empty stand-in that reports to
+// it, not as the directory.
+func (m *Module) residentConfig(inst *instance, standIns *grantWatch) (wazero.ModuleConfig, error) {
 	r := inst.res
 	sc := m.script
 	env := maps.Clone(sc.Env)
@@ -368,11 +378,15 @@ func (m *Module) residentConfig(inst *instance) (wazero.ModuleConfig, error) {
 		if err := m.checkGuestPaths(sc.Mounts); err != nil {
 			return nil, &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: err.Error(), Err: err}
 		}
-		if !m.files.acquire() {
-			return nil, &Error{Module: m.name, Code: abi.CodeUnavailable, Reason: "the module was closed"}
+		if standIns != nil {
+			fsc = m.mountGrantStandIns(fsc, standIns)
+		} else {
+			if !m.files.acquire() {
+				return nil, &Error{Module: m.name, Code: abi.CodeUnavailable, Reason: "the module was closed"}
+			}
+			inst.files = m.files
+			fsc = m.mountFileGrants(fsc, &inst.invocation)
 		}
-		inst.files = m.files
-		fsc = m.mountFileGrants(fsc, &inst.invocation)
 	}
 	r.dev = transport.NewDevice(r.lifetime, inst)
 	r.dev.SetResident(r)

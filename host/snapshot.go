@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"embed"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +26,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -116,9 +122,15 @@ type Snapshot struct {
 type snapshotState struct {
 	spec    Snapshot
 	globals int
-	mu      sync.Mutex
-	img     *wasmsnap.Image
-	failed  error
+	// scope is what the module was loaded with that may shape its image
+	// beyond spec: its organization and manifest (imageKey).
+	scope struct {
+		org      string
+		manifest []byte
+	}
+	mu     sync.Mutex
+	img    *wasmsnap.Image
+	failed error
 }
 
 // errParked unwinds a capture run from its park.
@@ -179,7 +191,7 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 	if s.img != nil || s.failed != nil {
 		return s.img
 	}
-	path := filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+s.spec.Key+".img")
+	path := filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+m.imageKey()+".img")
 	if img := wasmsnap.Load(path, s.globals); img != nil {
 		s.img = img
 		return img
@@ -204,6 +216,63 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 		wasmsnap.Prune(filepath.Dir(path), maxImageBytes)
 	}
 	return img
+}
+
+// imageKey names the module's image in the cache directory, which every
+// host of the machine shares (moat serve has a host per organization):
+// the digest of everything that shaped the image besides the module's
+// bytes. Snapshot.Key is the guest's part (the interpreter, the SDK, the
+// plugin's sources); the rest is the host's: the organization and the
+// manifest the module was loaded with, its name and memory limit, the
+// capture's arguments, environment and mounts, and the shape of its file
+// grants (where each is mounted and how). Two organizations deploying
+// the same sources therefore never share an image: what a top level kept
+// (a random key it made, what its environment held) stays its
+// organization's, and an image is never restored into an instance whose
+// directories are mounted in another order than its capture's (libc
+// numbered them at its start; another shape left the op device's
+// descriptor pointing elsewhere, "Bad file descriptor"). What a grant
+// holds is not in the key: a capture never sees it (grantStandIn).
+func (m *Module) imageKey() string {
+	s := m.snap
+	args, env, mounts := s.spec.Args, s.spec.Env, s.spec.Mounts
+	if m.script != nil && s.spec.Resume != "" {
+		args, env, mounts = m.script.Args, m.script.Env, m.script.Mounts
+	}
+	parts := [][]byte{[]byte(s.spec.Key), []byte("org"), []byte(s.scope.org), []byte("manifest"), s.scope.manifest,
+		[]byte("name"), []byte(m.name), []byte("memory"), []byte(strconv.FormatUint(uint64(m.limits.MemoryLimitPages), 10)),
+		[]byte("args"), []byte(strconv.Itoa(len(args)))}
+	for _, a := range args {
+		parts = append(parts, []byte(a))
+	}
+	parts = append(parts, []byte("env"), []byte(strconv.Itoa(len(env))))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		parts = append(parts, []byte(k), []byte(env[k]))
+	}
+	parts = append(parts, []byte("mounts"), []byte(strconv.Itoa(len(mounts))))
+	for _, mt := range mounts {
+		parts = append(parts, []byte(mt.HostDir), []byte(mt.GuestPath), []byte(strconv.FormatBool(mt.ReadOnly)), []byte(strconv.FormatBool(mt.Granted)))
+	}
+	grants := m.files.grants()
+	parts = append(parts, []byte("grants"), []byte(strconv.Itoa(len(grants))))
+	for _, g := range grants {
+		parts = append(parts, []byte(g.path), []byte(g.dir.RealPath()), []byte(strconv.FormatBool(g.dir.RW())))
+	}
+	return SnapshotKey(parts...)
+}
+
+// manifestBytes is the manifest a module was loaded with, as signed or
+// else encoded; nil without one.
+func manifestBytes(opts LoadOptions) []byte {
+	if opts.ManifestBytes != nil || opts.Manifest == nil {
+		return opts.ManifestBytes
+	}
+	b, err := json.Marshal(opts.Manifest)
+	if err != nil {
+		// Unique to this load: an image no other load shares.
+		b = []byte(fmt.Sprintf("%p", opts.Manifest))
+	}
+	return b
 }
 
 // maxImageBytes bounds the images kept on disk: a plugin's image is ~10
@@ -466,4 +535,120 @@ func (m *Module) SnapshotBytes() int {
 		return 0
 	}
 	return m.snap.img.Bytes()
+}
+
+// grantWatch records the first access a capture's guest made to a file
+// grant's stand-in.
+type grantWatch struct {
+	mu          sync.Mutex
+	grant, path string
+}
+
+func (w *grantWatch) touch(grant, p string) experimentalsys.Errno {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.grant == "" {
+		w.grant, w.path = grant, p
+	}
+	return experimentalsys.ENOENT
+}
+
+// touched is the grant first accessed and the path asked for; "" when
+// none was.
+func (w *grantWatch) touched() (grant, path string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.grant, w.path
+}
+
+// mountGrantStandIns mounts a stand-in at each of the module's file
+// grants' paths, in the order mountFileGrants mounts the grants: the
+// capture's guest sees the directories where its instances will (its
+// libc numbers them as it starts), and nothing in them.
+func (m *Module) mountGrantStandIns(fsc wazero.FSConfig, w *grantWatch) wazero.FSConfig {
+	for _, g := range m.files.grants() {
+		fsc = fsc.(sysfs.FSConfig).WithSysFSMount(&grantStandIn{grant: g.path, watch: w, root: &sysfs.AdaptFS{FS: embed.FS{}}}, g.path)
+	}
+	return fsc
+}
+
+// grantStandIn is a file grant as a capture sees it: an empty directory
+// of no one's (the zero embed.FS), whose root the runtime may open and
+// stat (wazero opens a preopen's root when its descriptor is first
+// asked about), and every other access, listing the root included, is
+// recorded and fails with ENOENT; so the image made holds nothing of the
+// tenant's directory (captureResident).
+type grantStandIn struct {
+	experimentalsys.UnimplementedFS
+	grant string
+	watch *grantWatch
+	root  experimentalsys.FS
+}
+
+func isRoot(p string) bool { return p == "." || p == "" || p == "/" }
+
+func (f *grantStandIn) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode) (experimentalsys.File, experimentalsys.Errno) {
+	if isRoot(p) && flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR|experimentalsys.O_CREAT|experimentalsys.O_TRUNC) == 0 {
+		d, e := f.root.OpenFile(".", flag, perm)
+		if e != 0 {
+			return nil, e
+		}
+		return &standInRoot{File: d, f: f}, 0
+	}
+	return nil, f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Lstat(p string) (sys.Stat_t, experimentalsys.Errno) {
+	if isRoot(p) {
+		return f.root.Lstat(".")
+	}
+	return sys.Stat_t{}, f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Stat(p string) (sys.Stat_t, experimentalsys.Errno) {
+	if isRoot(p) {
+		return f.root.Stat(".")
+	}
+	return sys.Stat_t{}, f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Mkdir(p string, _ fs.FileMode) experimentalsys.Errno {
+	return f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Chmod(p string, _ fs.FileMode) experimentalsys.Errno {
+	return f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Rename(from, _ string) experimentalsys.Errno {
+	return f.watch.touch(f.grant, from)
+}
+
+func (f *grantStandIn) Rmdir(p string) experimentalsys.Errno { return f.watch.touch(f.grant, p) }
+
+func (f *grantStandIn) Unlink(p string) experimentalsys.Errno { return f.watch.touch(f.grant, p) }
+
+func (f *grantStandIn) Link(p, _ string) experimentalsys.Errno { return f.watch.touch(f.grant, p) }
+
+func (f *grantStandIn) Symlink(_, p string) experimentalsys.Errno {
+	return f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Readlink(p string) (string, experimentalsys.Errno) {
+	return "", f.watch.touch(f.grant, p)
+}
+
+func (f *grantStandIn) Utimens(p string, _, _ int64) experimentalsys.Errno {
+	return f.watch.touch(f.grant, p)
+}
+
+// standInRoot is a stand-in's root directory, opened: listing it is a
+// look into the grant.
+type standInRoot struct {
+	experimentalsys.File
+	f *grantStandIn
+}
+
+func (d *standInRoot) Readdir(int) ([]experimentalsys.Dirent, experimentalsys.Errno) {
+	return nil, d.f.watch.touch(d.f.grant, ".")
 }
