@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -372,14 +373,32 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close(ctx)
-	for _, tt := range []struct{ grant, reason string }{
+	tests := []struct{ grant, reason string }{
 		{"[BASE/data:rw]", "reaches moat's own data directory"},
 		{"[BASE/data/cache]", "reaches moat's own data directory"},
 		{"[BASE/alias]", "reaches moat's own data directory"}, // a symlink to it
 		{"[BASE]", "reaches moat's own data directory"},       // a parent of it
 		{"[BASE/missing]", "no such directory"},
 		{"[BASE/ro/file.txt]", "cannot open the directory"},
-	} {
+	}
+	// A bind mount shows the data directory at a path apart from it: the
+	// grant of it, of a directory within it, or of a directory holding
+	// it reaches the store all the same (compared by device and inode).
+	if os.Geteuid() == 0 {
+		must(os.MkdirAll(filepath.Join(data, "inside"), 0o755))
+		for _, d := range []string{"bound", "holder/m"} {
+			must(os.MkdirAll(filepath.Join(base, d), 0o755))
+			must(syscall.Mount(data, filepath.Join(base, d), "", syscall.MS_BIND, ""))
+			t.Cleanup(func() { syscall.Unmount(filepath.Join(base, d), syscall.MNT_DETACH) })
+		}
+		tests = append(tests,
+			struct{ grant, reason string }{"[BASE/bound:rw]", "reaches moat's own data directory"},
+			struct{ grant, reason string }{"[BASE/bound/inside]", "reaches moat's own data directory"},
+			struct{ grant, reason string }{"[BASE/holder]", "reaches moat's own data directory"})
+	} else {
+		t.Run("bind mounts", func(t *testing.T) { testenv.Require(t, "a bind mount of the data directory needs root") })
+	}
+	for _, tt := range tests {
 		t.Run(tt.grant, func(t *testing.T) {
 			_, err := loadFS(t, h, base, tt.grant)
 			var he *host.Error
@@ -389,7 +408,7 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 		})
 	}
 	evs := auditEvents(t, h, audit.Filter{Kind: audit.KindLoad, Decision: audit.Deny})
-	if len(evs) != 6 || evs[0].Rule != "capabilities.filesystem" {
+	if len(evs) != len(tests) || evs[0].Rule != "capabilities.filesystem" {
 		t.Errorf("load denials: %+v", evs)
 	}
 }
