@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -276,6 +277,10 @@ func (a *fileAuditor) Made(c grantfs.Change) { a.record(c, audit.Allow, "", audi
 func (a *fileAuditor) Refused(c grantfs.Change, why string) { a.record(c, audit.Deny, why, "") }
 
 func (a *fileAuditor) Epoch() uint64 { return a.inv.epoch }
+
+// Unnamed implements grantfs.UnnamedErrnoReporter: the WASI wrapper of
+// the call in flight gives the guest errno, not EIO (wasierrno.go).
+func (a *fileAuditor) Unnamed(errno syscall.Errno) { a.inv.fsErrno = errno }
 
 func opOf(c grantfs.Change) string {
 	if c.Kind == grantfs.KindAccess {

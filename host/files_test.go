@@ -413,6 +413,49 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 	}
 }
 
+// TestFileGrantDiskFull: a granted directory whose disk is full (a tmpfs
+// of 64 KiB and 16 inodes mounted for the test) gives the guest ENOSPC,
+// as the kernel said, not the EIO that WASI's functions make of every
+// errno the filesystem interface does not name: for a write, an append
+// and a directory made once no inode is left. Deleting frees it again,
+// and nothing of the failed writes is left but what fit.
+func TestFileGrantDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Require(t, "mounting a small tmpfs needs root")
+	}
+	base := fileTree(t)
+	rw := filepath.Join(base, "rw")
+	if err := syscall.Mount("tmpfs", rw, "tmpfs", 0, "size=64k,nr_inodes=16,mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(rw, syscall.MNT_DETACH) })
+	h := fileHost(t, base, host.Limits{})
+	m, err := loadFS(t, h, base, "[BASE/rw:rw]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 128<<10)
+	for _, tt := range []struct{ line, want string }{
+		{"write " + rw + "/big " + big, "err ENOSPC"},
+		{"append " + rw + "/big " + big, "err ENOSPC"},
+		{"unlink " + rw + "/big", "ok"},
+		{"write " + rw + "/small fits", "ok"},
+		{"read " + rw + "/small", "ok fits"},
+		{"mkdirs " + rw + " 40", "ok made=14 first=ENOSPC"},
+	} {
+		if got := fsCall(t, m, "full", tt.line); got != tt.want {
+			t.Errorf("%.60s: %q, want %q", tt.line, got, tt.want)
+		}
+	}
+	ents, err := os.ReadDir(rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 15 { // small and d0..d13 (16 inodes with the root)
+		t.Errorf("the full disk holds %d entries, want 15", len(ents))
+	}
+}
+
 // TestFileGrantCommand: a WASI command (Module.Run) gets the same
 // directories, and its changes are audited like a plugin's.
 func TestFileGrantCommand(t *testing.T) {

@@ -84,7 +84,7 @@ func (f *dirFS) change(c Change, do func() error) experimentalsys.Errno {
 	if a := f.audit.Admit(c); a != 0 {
 		return a
 	}
-	e, outside := errno(do())
+	e, outside := errno(f.note(do()))
 	switch {
 	case outside:
 		f.audit.Refused(c, RefusedOutside) // admitted above
@@ -204,7 +204,7 @@ func (f *dirFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode)
 		return nil, f.refuse(c, RefusedSpecial, experimentalsys.EPERM)
 	}
 	osf, err := f.dir.root.OpenFile(n, osFlags(flag), perm.Perm()&filePerm)
-	if e, outside := errno(err); e != 0 {
+	if e, outside := errno(f.note(err)); e != 0 {
 		if outside {
 			if write {
 				f.audit.Refused(c, RefusedOutside) // admitted above

@@ -77,6 +77,17 @@ func (c *sessionCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
+// SessionOf is the session a guest call's context carries (Attach), or
+// nil: for the host's other host functions (its WASI wrappers) that need
+// the invocation in flight.
+func SessionOf(ctx context.Context) *Session {
+	if c, ok := ctx.(*sessionCtx); ok {
+		return c.s
+	}
+	s, _ := ctx.Value(sessionKey{}).(*Session)
+	return s
+}
+
 // Attach returns a context for guest calls of this session.
 func (s *Session) Attach(ctx context.Context) context.Context { return &sessionCtx{ctx, s} }
 
