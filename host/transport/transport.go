@@ -142,12 +142,7 @@ func Instantiate(ctx context.Context, r wazero.Runtime) error {
 // call is moat.call. It is a GoModuleFunc, the cheapest kind of wazero host
 // function (no reflection), because every op crosses it.
 func call(ctx context.Context, mod api.Module, stack []uint64) {
-	var s *Session
-	if c, ok := ctx.(*sessionCtx); ok {
-		s = c.s
-	} else {
-		s, _ = ctx.Value(sessionKey{}).(*Session)
-	}
+	s := SessionOf(ctx)
 	if s == nil || s.Dispatcher == nil {
 		// Called outside an invocation: during _initialize, or by a host
 		// that did not set up a session.
