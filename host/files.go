@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -139,10 +141,12 @@ func (h *Host) openFileGrants(ctx context.Context, m *Module, correlation string
 		if err := policy.CheckFilePath(real); err != nil {
 			return refuse(g, fmt.Sprintf("it is %s: %v", real, err), err)
 		}
-		for _, p := range protected {
-			if policy.PathWithin(real, p.path) || policy.PathWithin(p.path, real) {
-				return refuse(g, fmt.Sprintf("%s reaches moat's own %s %s: a module must never touch the store, the compiled code the host runs, or other modules' files; grant a directory apart from it", real, p.what, p.path), nil)
-			}
+		p, err := reachesProtected(real, protected)
+		switch {
+		case err != nil:
+			return refuse(g, fmt.Sprintf("cannot tell whether %s reaches moat's own directories (%v); grant a directory the host can read", real, err), err)
+		case p != nil:
+			return refuse(g, fmt.Sprintf("%s reaches moat's own %s %s: a module must never touch the store, the compiled code the host runs, or other modules' files; grant a directory apart from it", real, p.what, p.path), nil)
 		}
 	}
 	return nil
@@ -174,13 +178,43 @@ func (h *Host) openGrantedMount(mt Mount) (*grantfs.Dir, error) {
 		return nil, fmt.Errorf("mount %s at %s: %w", mt.HostDir, mt.GuestPath, err)
 	}
 	real := d.RealPath()
-	for _, p := range h.protectedDirs() {
-		if policy.PathWithin(real, p.path) || policy.PathWithin(p.path, real) {
-			d.Close()
-			return nil, fmt.Errorf("mount %s at %s: it reaches moat's own %s %s, which a guest must never touch; give a directory apart from it", mt.HostDir, mt.GuestPath, p.what, p.path)
-		}
+	p, err := reachesProtected(real, h.protectedDirs())
+	switch {
+	case err != nil:
+		d.Close()
+		return nil, fmt.Errorf("mount %s at %s: cannot tell whether it reaches moat's own directories: %w", mt.HostDir, mt.GuestPath, err)
+	case p != nil:
+		d.Close()
+		return nil, fmt.Errorf("mount %s at %s: it reaches moat's own %s %s, which a guest must never touch; give a directory apart from it", mt.HostDir, mt.GuestPath, p.what, p.path)
 	}
 	return d, nil
+}
+
+// reachesProtected returns the first of the host's own directories that
+// dir (resolved) is, lies within or holds, or nil. Names are compared
+// first; then what the directories are (grantfs.Overlap: device and
+// inode up the tree, and the mounts below each), since a bind mount of
+// the data directory at another path has a name apart from it. A
+// protected directory that does not exist yet is compared by name only.
+func reachesProtected(dir string, protected []protectedDir) (*protectedDir, error) {
+	for i, p := range protected {
+		if policy.PathWithin(dir, p.path) || policy.PathWithin(p.path, dir) {
+			return &protected[i], nil
+		}
+	}
+	for i, p := range protected {
+		if _, err := os.Stat(p.path); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		over, err := grantfs.Overlap(dir, p.path)
+		if err != nil {
+			return nil, err
+		}
+		if over {
+			return &protected[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // closeFileGrants drops the module's reference to its directories.
@@ -243,6 +277,10 @@ func (a *fileAuditor) Made(c grantfs.Change) { a.record(c, audit.Allow, "", audi
 func (a *fileAuditor) Refused(c grantfs.Change, why string) { a.record(c, audit.Deny, why, "") }
 
 func (a *fileAuditor) Epoch() uint64 { return a.inv.epoch }
+
+// Unnamed implements grantfs.UnnamedErrnoReporter: the WASI wrapper of
+// the call in flight gives the guest errno, not EIO (wasierrno.go).
+func (a *fileAuditor) Unnamed(errno syscall.Errno) { a.inv.fsErrno = errno }
 
 func opOf(c grantfs.Change) string {
 	if c.Kind == grantfs.KindAccess {

@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -372,14 +373,32 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close(ctx)
-	for _, tt := range []struct{ grant, reason string }{
+	tests := []struct{ grant, reason string }{
 		{"[BASE/data:rw]", "reaches moat's own data directory"},
 		{"[BASE/data/cache]", "reaches moat's own data directory"},
 		{"[BASE/alias]", "reaches moat's own data directory"}, // a symlink to it
 		{"[BASE]", "reaches moat's own data directory"},       // a parent of it
 		{"[BASE/missing]", "no such directory"},
 		{"[BASE/ro/file.txt]", "cannot open the directory"},
-	} {
+	}
+	// A bind mount shows the data directory at a path apart from it: the
+	// grant of it, of a directory within it, or of a directory holding
+	// it reaches the store all the same (compared by device and inode).
+	if os.Geteuid() == 0 {
+		must(os.MkdirAll(filepath.Join(data, "inside"), 0o755))
+		for _, d := range []string{"bound", "holder/m"} {
+			must(os.MkdirAll(filepath.Join(base, d), 0o755))
+			must(syscall.Mount(data, filepath.Join(base, d), "", syscall.MS_BIND, ""))
+			t.Cleanup(func() { syscall.Unmount(filepath.Join(base, d), syscall.MNT_DETACH) })
+		}
+		tests = append(tests,
+			struct{ grant, reason string }{"[BASE/bound:rw]", "reaches moat's own data directory"},
+			struct{ grant, reason string }{"[BASE/bound/inside]", "reaches moat's own data directory"},
+			struct{ grant, reason string }{"[BASE/holder]", "reaches moat's own data directory"})
+	} else {
+		t.Run("bind mounts", func(t *testing.T) { testenv.Require(t, "a bind mount of the data directory needs root") })
+	}
+	for _, tt := range tests {
 		t.Run(tt.grant, func(t *testing.T) {
 			_, err := loadFS(t, h, base, tt.grant)
 			var he *host.Error
@@ -389,8 +408,51 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 		})
 	}
 	evs := auditEvents(t, h, audit.Filter{Kind: audit.KindLoad, Decision: audit.Deny})
-	if len(evs) != 6 || evs[0].Rule != "capabilities.filesystem" {
+	if len(evs) != len(tests) || evs[0].Rule != "capabilities.filesystem" {
 		t.Errorf("load denials: %+v", evs)
+	}
+}
+
+// TestFileGrantDiskFull: a granted directory whose disk is full (a tmpfs
+// of 64 KiB and 16 inodes mounted for the test) gives the guest ENOSPC,
+// as the kernel said, not the EIO that WASI's functions make of every
+// errno the filesystem interface does not name: for a write, an append
+// and a directory made once no inode is left. Deleting frees it again,
+// and nothing of the failed writes is left but what fit.
+func TestFileGrantDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Require(t, "mounting a small tmpfs needs root")
+	}
+	base := fileTree(t)
+	rw := filepath.Join(base, "rw")
+	if err := syscall.Mount("tmpfs", rw, "tmpfs", 0, "size=64k,nr_inodes=16,mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(rw, syscall.MNT_DETACH) })
+	h := fileHost(t, base, host.Limits{})
+	m, err := loadFS(t, h, base, "[BASE/rw:rw]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 128<<10)
+	for _, tt := range []struct{ line, want string }{
+		{"write " + rw + "/big " + big, "err ENOSPC"},
+		{"append " + rw + "/big " + big, "err ENOSPC"},
+		{"unlink " + rw + "/big", "ok"},
+		{"write " + rw + "/small fits", "ok"},
+		{"read " + rw + "/small", "ok fits"},
+		{"mkdirs " + rw + " 40", "ok made=14 first=ENOSPC"},
+	} {
+		if got := fsCall(t, m, "full", tt.line); got != tt.want {
+			t.Errorf("%.60s: %q, want %q", tt.line, got, tt.want)
+		}
+	}
+	ents, err := os.ReadDir(rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 15 { // small and d0..d13 (16 inodes with the root)
+		t.Errorf("the full disk holds %d entries, want 15", len(ents))
 	}
 }
 

@@ -297,7 +297,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	// leaves the machine code at every iteration, is off.
 	rc := wasmlimit.NewRuntimeConfig(cache).WithDebugInfoEnabled(cfg.DebugInfo).WithCloseOnContextDone(hostCloseOnContextDone)
 	h.runtime = wazero.NewRuntimeWithConfig(ctx, rc)
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.runtime); err != nil {
+	if err := instantiateWASI(ctx, h.runtime); err != nil {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: instantiate WASI: %w", err)
 	}

@@ -3,6 +3,7 @@ package host_test
 import (
 	"bytes"
 	"compress/flate"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -493,6 +494,25 @@ func TestHTTPSecretInjection(t *testing.T) {
 			zw, _ := flate.NewWriter(w, flate.BestCompression)
 			io.WriteString(zw, "you sent "+auth)
 			zw.Close()
+		case strings.Contains(path, "/ce/"):
+			// Gzip the client did not decode: the codings are spread over
+			// several values or listed after identity (the transport
+			// decodes only when the first value is exactly gzip).
+			codings := map[string][]string{
+				"dup":      {"identity", "gzip"},
+				"list":     {"identity, gzip"},
+				"empty":    {"", "gzip"},
+				"spaced":   {" identity ,  GZIP "},
+				"identity": {"identity", "IDENTITY"},
+			}[path[strings.LastIndex(path, "/")+1:]]
+			w.Header()["Content-Encoding"] = codings
+			if codings[len(codings)-1] == "IDENTITY" {
+				io.WriteString(w, "you sent "+auth)
+				return
+			}
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, "you sent "+auth)
+			zw.Close()
 		default:
 			io.WriteString(w, "a saw "+auth)
 		}
@@ -560,6 +580,17 @@ default:
 	// Outside the prefix nothing is injected.
 	if res, err := fetch(t, m, ann, "no-inject", abi.HTTPFetchRequest{URL: A + "/other/echo"}); err != nil || aSaw.Load() != "|" || !strings.Contains(string(res.Body), "you sent") {
 		t.Errorf("outside the prefix: %v, the server saw %q", err, aSaw.Load())
+	}
+	// A path encoded twice is not under the prefix (a server that decodes
+	// twice would read /api/../echo): it is refused there, and what the
+	// grant of the whole server allows carries no secret.
+	for _, p := range []string{"/api/%252e%252e/echo", "/api/%25%32%65%25%32%65/echo", "/api/x%252f..%252f..%252fecho"} {
+		res, err := fetch(t, m, ann, "double-encoded", abi.HTTPFetchRequest{URL: A + p})
+		if err != nil || aSaw.Load() != "|" {
+			t.Errorf("%s: %v; the server saw %q, want no injected header", p, err, aSaw.Load())
+		} else {
+			clean(p, show(res))
+		}
 	}
 	// A redirect to another granted host carries nothing injected; the
 	// guest's own header goes on.
@@ -646,6 +677,22 @@ default:
 	}
 	if res, err := fetch(t, m, ann, "deflate-plain", abi.HTTPFetchRequest{URL: A + "/deflate"}); err != nil || res.Headers["content-encoding"] != "deflate" {
 		t.Errorf("an encoded body, no secret injected: %+v %v", res, err)
+	}
+	// Every value of Content-Encoding and every coding in each counts:
+	// identity first hides a gzip after it from a reader of the first.
+	for _, c := range []string{"dup", "list", "empty", "spaced"} {
+		corr := "ce-" + c
+		_, err := fetch(t, m, ann, corr, abi.HTTPFetchRequest{URL: A + "/api/ce/" + c})
+		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "the response body is encoded (Content-Encoding") ||
+			!strings.Contains(strings.ToLower(err.Error()), `"gzip"`) {
+			t.Errorf("Content-Encoding %s where a secret is injected: %v", c, err)
+		}
+		if evs := httpEvents(t, h, corr); len(evs) != 1 || evs[0].Decision != audit.Deny || evs[0].Rule != "secret" {
+			t.Errorf("Content-Encoding %s: audit %+v", c, evs)
+		}
+	}
+	if res, err := fetch(t, m, ann, "ce-identity", abi.HTTPFetchRequest{URL: A + "/api/ce/identity"}); err != nil || string(res.Body) != "you sent Bearer [secret]" {
+		t.Errorf("identity twice: %v %q", err, res.Body)
 	}
 
 	// Nothing in the audit trail or the host's log holds a value.

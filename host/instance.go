@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/ai"
@@ -174,6 +175,10 @@ type invocation struct {
 	// a granted directory kept from an earlier one is audited again when
 	// written (grantfs.Auditor.Epoch).
 	epoch uint64
+	// fsErrno is an errno a granted directory's operation failed with
+	// that WASI's functions would give the guest as EIO (ENOSPC, EDQUOT,
+	// EFBIG), for the WASI wrapper of the call in flight (wasierrno.go).
+	fsErrno syscall.Errno
 }
 
 // newEnv is the ops environment of one of m's invocations, before Begin.

@@ -64,6 +64,16 @@ func TestPathPrefixHostile(t *testing.T) {
 		{"/v1/..%00", "control character"},
 		{"/v1/%c0%ae%c0%ae/admin", "not UTF-8"},
 		{"/v1/%zz", "not a URL"},
+		// Encoded twice (or more): a server that decodes twice climbs.
+		{"/v1/%252e%252e/admin", "encoded % (%25)"},
+		{"/v1/%252E%252E/admin", "encoded % (%25)"},
+		{"/v1/%25%32%65%25%32%65/admin", "encoded % (%25)"},
+		{"/v1/%25252e%25252e/admin", "encoded % (%25)"},
+		{"/v1/..%252fadmin", "encoded % (%25)"},
+		{"/v1/x%252f..%252f..%252fadmin", "encoded % (%25)"},
+		{"/v1/..%255cadmin", "encoded % (%25)"},
+		{"/v1/%2500/x", "encoded % (%25)"},
+		{"/v1/100%25", "encoded % (%25)"},
 	} {
 		err := e.CheckOp("http.fetch", api+tt.path)
 		if tt.want == "" {

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -127,5 +130,76 @@ func TestServeFileGrants(t *testing.T) {
 	}
 	if a := moat(t, "", "audit", "--data", data, "--kind", "confinement"); !strings.Contains(a.stdout, "landlock") {
 		t.Errorf("the server did not confine itself with Landlock: %+v", a)
+	}
+}
+
+// TestRunFileGrantsHostile: through `moat run`, strictly confined, a
+// grant of a bind mount of the data directory is refused at load, a full
+// granted disk gives the plugin ENOSPC (not EIO), and a FIFO in a granted
+// directory is refused without its writer ever seeing a reader.
+func TestRunFileGrantsHostile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Require(t, "bind mounts and a tmpfs need root")
+	}
+	base := t.TempDir()
+	data, bound, full, ro := filepath.Join(base, "data"), filepath.Join(base, "bound"), filepath.Join(base, "full"), filepath.Join(base, "ro")
+	for _, d := range []string{data, bound, full, ro} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mount(data, bound, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bound, syscall.MNT_DETACH) })
+	if err := syscall.Mount("tmpfs", full, "tmpfs", 0, "size=64k,mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(full, syscall.MNT_DETACH) })
+	fifo := filepath.Join(ro, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writerIn := make(chan struct{})
+	go func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		close(writerIn)
+	}()
+	t.Cleanup(func() {
+		if r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			<-writerIn
+			r.Close()
+		}
+	})
+
+	wasm := testwasm.BuildGo(t, "./testdata/fsguest", true)
+	run := func(grants, input string) result {
+		t.Helper()
+		plugin := writeModule(t, "fsguest", wasm)
+		manifest := "name: fsguest\nversion: 1.0.0\nactions: [{name: fs}]\ncapabilities:\n  filesystem: [" + grants + "]\n"
+		if err := os.WriteFile(filepath.Join(plugin, "moat.yaml"), []byte(manifest), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		profile := filepath.Join(t.TempDir(), "profile.yaml")
+		if err := os.WriteFile(profile, []byte("name: files\ndefault:\n  capabilities:\n    filesystem: ["+grants+"]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return moat(t, "", "run", plugin, "fs", "--input", input, "--profile", profile, "--data", data, "--confine", "strict")
+	}
+	if r := run(bound+":rw", "read "+bound+"/x"); r.code == 0 || !strings.Contains(r.stderr, "reaches moat's own data directory") {
+		t.Errorf("a bind mount of the data directory: exit %d stdout %q stderr %q; want refused", r.code, r.stdout, r.stderr)
+	}
+	if r := run(full+":rw", "write "+full+"/big "+strings.Repeat("x", 100<<10)); r.code != 0 || r.stdout != "err ENOSPC" {
+		t.Errorf("a full disk: exit %d stdout %q stderr %q; want err ENOSPC", r.code, r.stdout, r.stderr)
+	}
+	if r := run(ro, "read "+fifo); r.code != 0 || r.stdout != "err EPERM" {
+		t.Errorf("a FIFO: exit %d stdout %q stderr %q; want err EPERM", r.code, r.stdout, r.stderr)
+	}
+	select {
+	case <-writerIn:
+		t.Error("the FIFO's writer got a reader: moat opened it")
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -306,7 +306,7 @@ func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
 		return 0, e
 	}
 	n, err := f.f.Write(buf)
-	return n, experimentalsys.UnwrapOSError(err)
+	return n, experimentalsys.UnwrapOSError(f.fs.note(err))
 }
 
 func (f *file) Pwrite(buf []byte, off int64) (int, experimentalsys.Errno) {
@@ -314,7 +314,7 @@ func (f *file) Pwrite(buf []byte, off int64) (int, experimentalsys.Errno) {
 		return 0, e
 	}
 	n, err := f.f.WriteAt(buf, off)
-	return n, experimentalsys.UnwrapOSError(err)
+	return n, experimentalsys.UnwrapOSError(f.fs.note(err))
 }
 
 func (f *file) Truncate(size int64) experimentalsys.Errno {
@@ -330,21 +330,21 @@ func (f *file) Truncate(size int64) experimentalsys.Errno {
 	if e := f.writing("descriptor,truncate"); e != 0 {
 		return e
 	}
-	return experimentalsys.UnwrapOSError(f.f.Truncate(size))
+	return experimentalsys.UnwrapOSError(f.fs.note(f.f.Truncate(size)))
 }
 
 func (f *file) Sync() experimentalsys.Errno {
 	if e := f.check(); e != 0 {
 		return e
 	}
-	return experimentalsys.UnwrapOSError(f.f.Sync())
+	return experimentalsys.UnwrapOSError(f.fs.note(f.f.Sync()))
 }
 
 func (f *file) Datasync() experimentalsys.Errno {
 	if e := f.check(); e != 0 {
 		return e
 	}
-	return experimentalsys.UnwrapOSError(unix.Fdatasync(f.fd))
+	return experimentalsys.UnwrapOSError(f.fs.note(unix.Fdatasync(f.fd)))
 }
 
 // Utimens implements experimentalsys.File: futimens works on a
@@ -378,7 +378,7 @@ func (f *file) Close() experimentalsys.Errno {
 		return 0
 	}
 	f.closed = true
-	return experimentalsys.UnwrapOSError(f.f.Close())
+	return experimentalsys.UnwrapOSError(f.fs.note(f.f.Close()))
 }
 
 // ioErrno is an errno for a read: end of file is not an error.

@@ -84,7 +84,7 @@ func (f *dirFS) change(c Change, do func() error) experimentalsys.Errno {
 	if a := f.audit.Admit(c); a != 0 {
 		return a
 	}
-	e, outside := errno(do())
+	e, outside := errno(f.note(do()))
 	switch {
 	case outside:
 		f.audit.Refused(c, RefusedOutside) // admitted above
@@ -187,8 +187,24 @@ func (f *dirFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode)
 			return nil, experimentalsys.ELOOP
 		}
 	}
+	// What the name is, before anything is opened: opening a FIFO, even
+	// non-blocking and closed at once, is a reader its writer sees (a
+	// writer blocked in open goes on, and then gets SIGPIPE), and opening
+	// a device runs its driver's open (a tape rewinds, a terminal becomes
+	// a controlling one). Stat follows links beneath the root, as the
+	// open does, and opens nothing. Only what exists and is neither a
+	// regular file nor a directory is refused here; a name swapped for a
+	// FIFO between this and the open (by another program: a guest cannot
+	// make one) is still refused after it, below.
+	if fi, err := f.dir.root.Stat(n); err == nil && !plain(fi.Mode()) {
+		if write {
+			f.audit.Refused(c, RefusedSpecial) // admitted above
+			return nil, experimentalsys.EPERM
+		}
+		return nil, f.refuse(c, RefusedSpecial, experimentalsys.EPERM)
+	}
 	osf, err := f.dir.root.OpenFile(n, osFlags(flag), perm.Perm()&filePerm)
-	if e, outside := errno(err); e != 0 {
+	if e, outside := errno(f.note(err)); e != 0 {
 		if outside {
 			if write {
 				f.audit.Refused(c, RefusedOutside) // admitted above
@@ -203,7 +219,7 @@ func (f *dirFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode)
 		osf.Close()
 		return nil, experimentalsys.UnwrapOSError(err)
 	}
-	if t := fi.Mode().Type(); t != 0 && t != fs.ModeDir {
+	if !plain(fi.Mode()) {
 		// A FIFO, socket or device the operator (or another program)
 		// left in the directory: opening it could block the host or
 		// reach a device. It was opened non-blocking, and is closed
@@ -225,6 +241,13 @@ func (f *dirFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode)
 		f.audit.Made(c)
 	}
 	return file, 0
+}
+
+// plain reports whether m is a regular file's or a directory's: the only
+// kinds a granted directory opens.
+func plain(m fs.FileMode) bool {
+	t := m.Type()
+	return t == 0 || t == fs.ModeDir
 }
 
 // Lstat implements experimentalsys.FS.

@@ -29,6 +29,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"syscall"
 
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 )
@@ -125,6 +127,20 @@ const (
 	RefusedSpecial  = "only regular files and directories may be opened in a granted directory"
 )
 
+// UnnamedErrnoReporter is an optional interface of an Auditor: it is told
+// when an operation failed with an errno that WASI preview 1 has but the
+// filesystem interface (wazero's experimental sys.Errno) does not, and
+// that the guest would otherwise read as EIO: ENOSPC (the granted
+// directory's disk is full), EDQUOT (its quota is used up) and EFBIG. The
+// host gives the guest that errno in place of EIO (see host's WASI
+// wrappers).
+type UnnamedErrnoReporter interface {
+	Unnamed(errno syscall.Errno)
+}
+
+// unnamed are the errnos UnnamedErrnoReporter is told of.
+var unnamed = []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG}
+
 // Auditor is told of the changes a guest makes in a read-write directory,
 // and of what the grant refuses. Its methods are called on the guest's
 // goroutine, during the host call that asked.
@@ -143,4 +159,16 @@ type Auditor interface {
 	// writing in one invocation and written in another (a pooled instance
 	// keeps its descriptors) is reported again, once per invocation.
 	Epoch() uint64
+}
+
+// note tells the Auditor, when it asks to be told, of an errno the guest
+// would read as EIO (UnnamedErrnoReporter), and returns err.
+func (f *dirFS) note(err error) error {
+	var e syscall.Errno
+	if err != nil && errors.As(err, &e) && slices.Contains(unnamed, e) {
+		if r, ok := f.audit.(UnnamedErrnoReporter); ok {
+			r.Unnamed(e)
+		}
+	}
+	return err
 }

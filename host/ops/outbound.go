@@ -214,7 +214,7 @@ func (c *HTTPClient) Send(env *Env, req *abi.HTTPFetchRequest, o FetchOptions) (
 	// decodes only the gzip it asks for, and then drops the header) could
 	// carry an injected value where scrubbing cannot see it: refused, and
 	// never read.
-	if ce := resp.Header.Get("Content-Encoding"); len(f.used) > 0 && ce != "" && !strings.EqualFold(ce, "identity") {
+	if ce := encodedAs(resp.Header); len(f.used) > 0 && ce != "" {
 		return nil, f.refuse(hop, "secret", abi.CodeDenied, fmt.Sprintf("the response body is encoded (Content-Encoding %.40q), and the host cannot scrub a secret its grant injected out of an encoded body; the server must answer unencoded", ce))
 	}
 	limit := o.MaxBytes
@@ -414,6 +414,23 @@ func (f *fetch) audit(hop *egress.Hop, ev HTTPEvent) {
 	}
 	ev.Reason = f.scrub(ev.Reason)
 	f.c.record(f.env, ev)
+}
+
+// encodedAs is the first coding of a response's Content-Encoding other
+// than identity, or "" when its body is as sent. Every value of the
+// header and every comma-separated coding in each is read: the transport
+// decodes gzip only when the first value is exactly "gzip", so
+// "identity" then "gzip" (or "identity, gzip") arrives still compressed,
+// and reading the first value alone would let it through unscrubbed.
+func encodedAs(h http.Header) string {
+	for _, v := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // checkResponseHeaders bounds a response's headers as a request's are.

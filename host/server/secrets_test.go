@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -157,6 +158,14 @@ func TestServeInjectsSecrets(t *testing.T) {
 	var saw atomic.Value
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		saw.Store(r.Header.Get("X-Api-Key"))
+		if strings.HasSuffix(r.URL.Path, "/ce") {
+			// gzip behind identity: the client does not decode it.
+			w.Header()["Content-Encoding"] = []string{"identity", "gzip"}
+			zw := gzip.NewWriter(w)
+			fmt.Fprintf(zw, "key=%s", r.Header.Get("X-Api-Key"))
+			zw.Close()
+			return
+		}
 		fmt.Fprintf(w, "key=%s", r.Header.Get("X-Api-Key"))
 	}))
 	defer api.Close()
@@ -183,6 +192,18 @@ func TestServeInjectsSecrets(t *testing.T) {
 	}
 	if r.status != http.StatusOK || json.Unmarshal(r.body, &out) != nil || string(out.Body) != "key=[secret]" || saw.Load() != token {
 		t.Fatalf("invoke: %d %s; the API saw %q", r.status, r.body, saw.Load())
+	}
+	// Past the prefix by a path a server that decodes twice reads as
+	// /v1/../admin: refused, and nothing is sent.
+	saw.Store("unsent")
+	r = ts.do(t, "POST", "/v1/modules/fetcher/actions/call", admin, strings.NewReader(`http.fetch {"url": "`+api.URL+`/v1/%252e%252e/admin"}`))
+	if r.status == http.StatusOK || !strings.Contains(string(r.body), "encoded %") || saw.Load() != "unsent" {
+		t.Errorf("a double-encoded dot segment: %d %s; the API saw %q", r.status, r.body, saw.Load())
+	}
+	// A gzip body behind an identity Content-Encoding: refused unread.
+	r = ts.do(t, "POST", "/v1/modules/fetcher/actions/call", admin, strings.NewReader(`http.fetch {"url": "`+api.URL+`/v1/ce"}`))
+	if r.status == http.StatusOK || !strings.Contains(string(r.body), "the response body is encoded") || strings.Contains(string(r.body), token) {
+		t.Errorf("identity then gzip: %d %s", r.status, r.body)
 	}
 	r = ts.do(t, "POST", "/v1/modules/fetcher/actions/call", other, strings.NewReader(input))
 	if r.status == http.StatusOK || !strings.Contains(string(r.body), "organization globex has no secret api") {

@@ -77,6 +77,17 @@ func (c *sessionCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
+// SessionOf is the session a guest call's context carries (Attach), or
+// nil: for the host's other host functions (its WASI wrappers) that need
+// the invocation in flight.
+func SessionOf(ctx context.Context) *Session {
+	if c, ok := ctx.(*sessionCtx); ok {
+		return c.s
+	}
+	s, _ := ctx.Value(sessionKey{}).(*Session)
+	return s
+}
+
 // Attach returns a context for guest calls of this session.
 func (s *Session) Attach(ctx context.Context) context.Context { return &sessionCtx{ctx, s} }
 
@@ -131,12 +142,7 @@ func Instantiate(ctx context.Context, r wazero.Runtime) error {
 // call is moat.call. It is a GoModuleFunc, the cheapest kind of wazero host
 // function (no reflection), because every op crosses it.
 func call(ctx context.Context, mod api.Module, stack []uint64) {
-	var s *Session
-	if c, ok := ctx.(*sessionCtx); ok {
-		s = c.s
-	} else {
-		s, _ = ctx.Value(sessionKey{}).(*Session)
-	}
+	s := SessionOf(ctx)
 	if s == nil || s.Dispatcher == nil {
 		// Called outside an invocation: during _initialize, or by a host
 		// that did not set up a session.

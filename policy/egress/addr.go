@@ -7,7 +7,9 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // special is one range a connection may reach only when a grant names the
@@ -143,8 +145,10 @@ func NewGuard(targets []string) *Guard {
 }
 
 // Check decides on one address a connection is about to reach: a public
-// unicast address passes, a special one only when a grant names it. The
-// refusal is an *Error with Rule "address".
+// unicast address passes, a special one only when a grant names it. An
+// address of one of the host's own interfaces is special too, whatever
+// its range: it reaches the host's own services. The refusal is an
+// *Error with Rule "address".
 func (g *Guard) Check(ap netip.AddrPort) error {
 	a := ap.Addr()
 	if a.Zone() != "" {
@@ -154,13 +158,77 @@ func (g *Guard) Check(ap netip.AddrPort) error {
 	ap = netip.AddrPortFrom(a.Unmap(), ap.Port())
 	class := Classify(ap.Addr())
 	if class == "" {
-		return nil
+		own, err := ownAddrs.holds(ap.Addr())
+		switch {
+		case err != nil:
+			return &Error{Rule: "address", Addr: ap, Class: "unknown",
+				Reason: fmt.Sprintf("%s: the host could not list its own interface addresses to tell whether it is one of them (%v); refused", ap, err)}
+		case !own:
+			return nil
+		}
+		class = ownClass
 	}
 	if g != nil && (g.named[ap] || g.named[netip.AddrPortFrom(ap.Addr(), 0)]) {
 		return nil
 	}
+	what := article(class) + " " + class + " address"
+	if class == ownClass {
+		what = "an address of one of this host's own interfaces (it reaches the host's own services)"
+	}
 	return &Error{Rule: "address", Addr: ap, Class: class,
-		Reason: fmt.Sprintf("%s is %s %s address, and no granted target names it (a grant of http://%s would)", ap, article(class), class, ap)}
+		Reason: fmt.Sprintf("%s is %s, and no granted target names it (a grant of http://%s would)", ap, what, ap)}
+}
+
+// ownClass is the class of a public address of one of the host's own
+// interfaces. Loopback and private ranges are refused by their range; a
+// public address the host answers on is not in any of them, yet a
+// connection to it reaches the host's own services (an admin port bound
+// to 0.0.0.0, moat serve itself), so a wildcard grant or a name that
+// resolves to it must not reach it either.
+const ownClass = "this host's own"
+
+// ownAddrTTL is how long a listing of the host's interface addresses is
+// used before it is read again: an address added later (DHCP, a VIP
+// moved onto this machine) is refused within a second.
+const ownAddrTTL = time.Second
+
+// ownAddrs is the host's interface addresses, read at the first check
+// and again on a check past ownAddrTTL.
+var ownAddrs = &addrCache{list: net.InterfaceAddrs}
+
+type addrCache struct {
+	list func() ([]net.Addr, error)
+	mu   sync.Mutex
+	at   time.Time
+	set  map[netip.Addr]bool
+}
+
+// holds reports whether a is one of the host's interface addresses. A
+// listing that fails is an error, not "no": the check fails closed.
+func (c *addrCache) holds(a netip.Addr) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.set == nil || time.Since(c.at) > ownAddrTTL {
+		addrs, err := c.list()
+		if err != nil {
+			return false, err
+		}
+		set := make(map[netip.Addr]bool, len(addrs))
+		for _, ad := range addrs {
+			var ip net.IP
+			switch v := ad.(type) {
+			case *net.IPNet:
+				ip = v.IP
+			case *net.IPAddr:
+				ip = v.IP
+			}
+			if x, ok := netip.AddrFromSlice(ip); ok {
+				set[x.Unmap().WithZone("")] = true
+			}
+		}
+		c.set, c.at = set, time.Now()
+	}
+	return c.set[a.WithZone("")], nil
 }
 
 func article(s string) string {

@@ -106,6 +106,26 @@ var Methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.Me
 // request's framing, its connection, and its proxy, none the module's.
 var hostHeaders = []string{"Connection", "Content-Length", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
+// routingHeaders are headers a server or the proxy in front of it may read
+// as where the request came from or where it goes: the original host,
+// path or method a front proxy rewrote (X-Original-URL reaches /admin
+// behind a granted /v1 prefix on IIS and Symfony; X-Forwarded-Host makes
+// an application build links and tenants for another host), and the
+// client address (X-Forwarded-For passes an allow-list of internal
+// callers). A proxy in front sets them, never a client; a module that
+// sets one is asking for a request other than the one the grants were
+// asked about, so it is refused like a Host that differs from the URL.
+// Expect and HTTP2-Settings are the transport's, like the framing
+// headers.
+var routingHeaders = []string{
+	"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Prefix",
+	"X-Forwarded-Server", "X-Forwarded-Scheme", "X-Forwarded-Ssl", "X-Forwarded-Uri", "X-Forwarded-Path",
+	"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Client-Ip", "X-Cluster-Client-Ip", "Cf-Connecting-Ip",
+	"X-Original-Url", "X-Original-Uri", "X-Rewrite-Url", "X-Original-Host", "X-Host", "X-Http-Host-Override",
+	"X-Envoy-Original-Path", "X-Original-Method", "X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+	"Expect", "Http2-Settings", "Alt-Used",
+}
+
 // CheckInjectedHeader checks the name of a header the host itself adds to
 // requests (one a grant injects): a token, and none of the headers the
 // client writes (framing, connection, proxy) or Host.
@@ -120,7 +140,11 @@ func CheckInjectedHeader(name string) error {
 	return nil
 }
 
-// header checks the module's headers and returns them as an http.Header.
+// header checks the module's headers and returns them as an http.Header:
+// the one check of a module's headers, for http.fetch and Extism's
+// http_request alike (both send through Send). Host is the URL's (a Host
+// naming another is refused), and the framing, connection, proxy and
+// routing headers (hostHeaders, routingHeaders) are refused.
 func (c *Client) header(in map[string]string, d Dest) (http.Header, error) {
 	if len(in) > c.cfg.MaxHeaders {
 		return nil, refuse("header", "%d headers; the limit is %d", len(in), c.cfg.MaxHeaders)
@@ -160,6 +184,8 @@ func (c *Client) header(in map[string]string, d Dest) (http.Header, error) {
 			continue // the URL's host is sent
 		case slices.Contains(hostHeaders, ck):
 			return nil, refuse("header", "header %s is the client's to set (framing, connection or proxy), not the module's", ck)
+		case slices.Contains(routingHeaders, ck) || strings.HasPrefix(ck, "Proxy-"):
+			return nil, refuse("header", "header %s says where a request came from or goes (a proxy's to set, which servers route or trust by); a module may not set it: the request goes to its URL's host and path", ck)
 		}
 		h[ck] = []string{v}
 	}

@@ -75,6 +75,16 @@ func TestClient(t *testing.T) {
 		{name: "redirect loop", r: egress.Request{URL: s.URL + "/loop"}, rule: "redirect", hits: 6, hops: 6},
 		{name: "header injection", r: egress.Request{URL: s.URL, Header: map[string]string{"X": "a\r\nB: c"}}, rule: "header"},
 		{name: "TRACE", r: egress.Request{URL: s.URL, Method: "trace"}, rule: "method"},
+		{name: "X-Original-URL", r: egress.Request{URL: s.URL + "/v1/", Header: map[string]string{"X-Original-URL": "/admin"}}, rule: "header"},
+		{name: "X-Rewrite-URL", r: egress.Request{URL: s.URL + "/v1/", Header: map[string]string{"x-rewrite-url": "/admin"}}, rule: "header"},
+		{name: "X-Forwarded-Host", r: egress.Request{URL: s.URL, Header: map[string]string{"X-Forwarded-Host": "evil.test"}}, rule: "header"},
+		{name: "X-Forwarded-For", r: egress.Request{URL: s.URL, Header: map[string]string{"X-FORWARDED-FOR": "127.0.0.1"}}, rule: "header"},
+		{name: "Forwarded", r: egress.Request{URL: s.URL, Header: map[string]string{"Forwarded": "host=evil.test"}}, rule: "header"},
+		{name: "X-Real-IP", r: egress.Request{URL: s.URL, Header: map[string]string{"X-Real-IP": "10.0.0.1"}}, rule: "header"},
+		{name: "X-HTTP-Method-Override", r: egress.Request{URL: s.URL, Header: map[string]string{"X-HTTP-Method-Override": "DELETE"}}, rule: "header"},
+		{name: "a Proxy- header", r: egress.Request{URL: s.URL, Header: map[string]string{"Proxy-Anything": "x"}}, rule: "header"},
+		{name: "Expect", r: egress.Request{URL: s.URL, Header: map[string]string{"Expect": "100-continue"}}, rule: "header"},
+		{name: "Host naming another server", r: egress.Request{URL: s.URL, Header: map[string]string{"host": "evil.test"}}, rule: "header"},
 		{name: "zone", r: egress.Request{URL: "http://[::1%25lo]:" + port + "/"}, rule: "destination"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,7 +18,9 @@ import (
 // spelling (%2e, %2E%2e, ".. " and "..." as Windows servers read them,
 // full-width dots), also before a ";" (Tomcat's /v1/..;/admin); an
 // encoded "/" or "\" inside a segment (%2f, %5c), which a server may
-// decode before it routes; a backslash, which some servers read as "/";
+// decode before it routes; an encoded "%" (%25), since a server, proxy
+// or framework that decodes twice reads %252e%252e as %2e%2e and then as
+// "..", and which of them does is not the host's to know; a backslash, which some servers read as "/";
 // empty segments ("//"), which servers merge or not; control bytes
 // (%00 ends the path for some) and bytes that are not UTF-8 once decoded
 // (%c0%ae is an overlong "." for others). A trailing "/" is allowed: it
@@ -48,6 +50,8 @@ func PathSegments(u *url.URL) ([]string, error) {
 			return nil, refuse("path", "the path %s has a bad percent-encoding", clip(p))
 		}
 		switch {
+		case strings.Contains(s, "%"):
+			return nil, refuse("path", "the path %s has an encoded %% (%%25), which a server that decodes twice reads as another escape (%%252e%%252e is .. to it): write the path without it", clip(p))
 		case strings.ContainsAny(s, `/\`):
 			return nil, refuse("path", "the path %s has an encoded / or \\ inside a segment (%%2f, %%5c), which a server may decode before it routes", clip(p))
 		case !utf8.ValidString(s):

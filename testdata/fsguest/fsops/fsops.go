@@ -141,6 +141,7 @@ func Errno(err error) string {
 		{syscall.ELOOP, "ELOOP"}, {syscall.ENOSYS, "ENOSYS"}, {syscall.EISDIR, "EISDIR"}, {syscall.ENOTDIR, "ENOTDIR"},
 		{syscall.ENOTEMPTY, "ENOTEMPTY"}, {syscall.EEXIST, "EEXIST"}, {syscall.EACCES, "EACCES"}, {syscall.EINVAL, "EINVAL"},
 		{syscall.EXDEV, "EXDEV"}, {syscall.ENOTCAPABLE, "ENOTCAPABLE"},
+		{syscall.ENOSPC, "ENOSPC"}, {syscall.EDQUOT, "EDQUOT"}, {syscall.EFBIG, "EFBIG"}, {syscall.EIO, "EIO"},
 	} {
 		if e == n.e {
 			return n.name
