@@ -7,7 +7,7 @@ MOAT      := $(BIN)/moat
 export CGO_ENABLED := 0
 BENCHTIME ?= 1s
 
-.PHONY: all run build examples test test-tools test-only lint fmt vet staticcheck bench fixtures tools deps clean help
+.PHONY: all run build examples test test-tools test-only lint fmt vet staticcheck soak bench fixtures tools deps clean help
 
 # Each part of moat that needs its own set-up (toolchains, interpreter
 # WASMs, a browser) brings a fragment in mk/ that defines its targets and
@@ -99,6 +99,11 @@ staticcheck: ## staticcheck (pinned as a tool in go.mod), for linux and for the 
 	@GOOS=wasip1 GOARCH=wasm $(BIN)/staticcheck ./guests/... ./examples/... ./testdata/goguest/
 
 lint: fmt vet staticcheck ## gofmt, go vet, staticcheck
+
+SOAK_ROUNDS ?= 20
+soak: deps $(SETUP) ## long runs: invokes, native jobs and the hostile shapes (call trees, fills, compile bombs) round after round, nothing left behind
+	@echo "==> go test -run Soak ($(SOAK_ROUNDS) rounds of the hostile shapes)"
+	@MOAT_REQUIRE_TOOLS=1 MOAT_SOAK=$(SOAK_ROUNDS) $(GO) test -count=1 -p 1 -timeout 60m -run 'Soak' ./host/ ./host/native/ ./languages/all/
 
 bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec, as a table
 	@echo "==> go test -bench (benchtime $(BENCHTIME); about a minute)"

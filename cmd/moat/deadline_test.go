@@ -3,12 +3,15 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -24,6 +27,36 @@ func callTreeC() string {
 	}
 	b.WriteString("int main(void) { f60(); return 0; }\n")
 	return b.String()
+}
+
+// wasmCallTree is a WASI command whose _start calls f_60, where f_0 does
+// nothing and f_{i+1} calls f_i twice.
+func wasmCallTree() []byte {
+	const depth = 60
+	vec := func(n int, item func(i int) []byte) []byte {
+		b := binary.AppendUvarint(nil, uint64(n))
+		for i := range n {
+			b = append(b, item(i)...)
+		}
+		return b
+	}
+	sec := func(id byte, body []byte) []byte {
+		return append(binary.AppendUvarint([]byte{id}, uint64(len(body))), body...)
+	}
+	m := []byte("\x00asm\x01\x00\x00\x00")
+	m = append(m, sec(1, []byte{1, 0x60, 0, 0})...)
+	m = append(m, sec(3, vec(depth+2, func(int) []byte { return []byte{0} }))...)
+	m = append(m, sec(7, append([]byte{1, 6}, append([]byte("_start"), 0x00, depth+1)...))...)
+	m = append(m, sec(10, vec(depth+2, func(i int) []byte {
+		switch {
+		case i == 0:
+			return []byte{2, 0, 0x0b}
+		case i <= depth:
+			return []byte{6, 0, 0x10, byte(i - 1), 0x10, byte(i - 1), 0x0b}
+		}
+		return []byte{4, 0, 0x10, depth, 0x0b}
+	}))...)
+	return m
 }
 
 // TestRunDeadlineHostile: through the binary, a module that writes the
@@ -42,6 +75,33 @@ func TestRunDeadlineHostile(t *testing.T) {
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("the refusal took %s", took)
+	}
+
+	// A call tree as a WASI command: ends at --timeout with 124, and a
+	// SIGTERM while it runs under a long one ends moat at once.
+	tree := writeModule(t, "tree", wasmCallTree())
+	start = time.Now()
+	if r := moat(t, "", "run", tree, "--data", t.TempDir(), "--timeout", "1s"); r.code != 124 {
+		t.Errorf("moat run tree.wasm --timeout 1s: exit %d, stderr %q; want 124", r.code, r.stderr)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("moat run tree.wasm --timeout 1s took %s", took)
+	}
+	cmd := exec.Command(moatBin, "run", tree, "--data", t.TempDir(), "--timeout", "10m")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	start = time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		t.Logf("moat run of a call tree ended %s after SIGTERM", time.Since(start))
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Errorf("moat run of a call tree ignored SIGTERM for 10 s")
 	}
 
 	start = time.Now()

@@ -29,3 +29,10 @@ moat.action("other", (s) => s);
 		Classic: `std.out.puts(std.in.readAsString());`,
 	})
 }
+
+func TestResidentBulkPastDeadline(t *testing.T) {
+	suite.TestResidentBulkPastDeadline(t, "main.js", `import * as moat from "./moat.js";
+moat.action("fill", () => { const a = new Uint8Array(32 << 20); for (let i = 0; ; i++) a.fill(i & 255); });
+moat.action("echo", (s) => s);
+`)
+}

@@ -72,3 +72,20 @@ sys.stdout.write(sys.stdin.read())
 `,
 	})
 }
+
+func TestResidentBulkPastDeadline(t *testing.T) {
+	suite.TestResidentBulkPastDeadline(t, "main.py", `import moat
+
+
+@moat.action("fill")
+def fill(inp):
+    m = memoryview(bytearray(32 << 20))
+    while True:
+        m[: 16 << 20] = m[16 << 20 :]
+
+
+@moat.action("echo")
+def echo(inp):
+    return inp
+`)
+}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +40,35 @@ type ResidentScripts struct {
 	// whose interpreter is not a WASI command: languages.InterpreterProvider):
 	// Classic's load must fail, naming how to register a handler.
 	ClassicRefused string
+}
+
+// TestResidentBulkPastDeadline (issue 27): a resident handler whose loop
+// does much per iteration (main registers "fill", a fill of 32 MiB in a
+// loop that never ends, which the interpreter does with memory.fill)
+// ends at its 2 s deadline, the process spends no more CPU on the
+// discarded instance once the caller has its answer, and the next call
+// is served by a new one ("echo").
+func (s *Suite) TestResidentBulkPastDeadline(t *testing.T, file, main string) {
+	ctx := context.Background()
+	p := policy.Principal{User: "ann", Org: "acme"}
+	m := s.LoadScript(t, s.residentManifest(t, s.Language+"-fill", "fill", "echo"), file, main)
+	start := time.Now()
+	if _, err := m.Invoke(ctx, host.Request{Action: "fill", Principal: p}); host.CodeOf(err) != abi.CodeTimeout {
+		t.Fatalf("fill: %v, want timeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second+time.Second {
+		t.Errorf("fill ended %s after it started; its deadline is 2s", d)
+	}
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	time.Sleep(500 * time.Millisecond)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if used := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()); used > 250*time.Millisecond {
+		t.Errorf("%s of CPU in the 500 ms after the call ended: the discarded instance runs on", used)
+	}
+	if res, err := m.Invoke(ctx, host.Request{Action: "echo", Input: []byte("after"), Principal: p}); err != nil || string(res.Output) != "after" {
+		t.Fatalf("echo after the fill: %q, %v", res.Output, err)
+	}
 }
 
 // residentManifest declares a plugin of s's language with actions.
