@@ -65,6 +65,17 @@ type launchReply struct {
 	// reply with Result and, for a non-zero exit, Error.
 	Started bool `json:"started,omitempty"`
 	Pid     int  `json:"pid,omitempty"`
+	// Survivors: Error is a SurvivorsError's cause, so that the host
+	// sees the type (it reports and audits it).
+	Survivors bool `json:"survivors,omitempty"`
+}
+
+// replyError is the error of a reply to a run of spec.
+func replyError(rep launchReply, spec *Spec) error {
+	if rep.Survivors {
+		return &SurvivorsError{Command: spec.Command, Err: errors.New(rep.Error)}
+	}
+	return errors.New(rep.Error)
 }
 
 // LauncherWarmEnv tells a launcher how many wrappers to keep warm (see
@@ -192,7 +203,7 @@ func (l *Launcher) Run(ctx context.Context, spec Spec) (*Result, error) {
 	select {
 	case rep := <-ch:
 		if rep.Error != "" {
-			return nil, errors.New(rep.Error)
+			return nil, replyError(rep, &spec)
 		}
 		return rep.Result, nil
 	case <-ctx.Done():
@@ -201,6 +212,9 @@ func (l *Launcher) Run(ctx context.Context, spec Spec) (*Result, error) {
 		case rep := <-ch:
 			if rep.Result != nil {
 				return rep.Result, nil
+			}
+			if rep.Survivors {
+				return nil, replyError(rep, &spec)
 			}
 			return nil, ctx.Err()
 		case <-l.dead:
@@ -424,7 +438,10 @@ func LauncherMain() {
 			mu.Unlock()
 			cancel()
 			rep := launchReply{ID: req.ID, Result: res}
-			if err != nil {
+			var se *SurvivorsError
+			if errors.As(err, &se) {
+				rep.Error, rep.Survivors = se.Err.Error(), true
+			} else if err != nil {
 				rep.Error = err.Error()
 			}
 			reply(rep)
