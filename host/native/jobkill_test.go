@@ -69,6 +69,9 @@ func assertNothingLeft(t *testing.T, tag string) {
 	if procs := ownJobProcs(tag); len(procs) > 0 {
 		t.Errorf("job processes left: %q", procs)
 	}
+	if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-"+tag+"*")); len(left) > 0 {
+		t.Errorf("job dirs left: %v", left)
+	}
 }
 
 // freezeOwnJobs freezes (v1) every job cgroup of this binary that has a
@@ -220,7 +223,10 @@ func TestSweepReapsDeadRunner(t *testing.T) {
 			if len(kernel.JobCgroupDirs("job-"+tag)) == 0 {
 				t.Fatal("the killed runner left no cgroup: the case tests nothing")
 			}
-			reaped, err = kernel.SweepJobCgroups()
+			if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-"+tag+"*")); len(left) == 0 {
+				t.Fatal("the killed runner left no job dir: the case tests nothing")
+			}
+			reaped, err = sweepDeadRunners()
 			if err != nil {
 				t.Errorf("sweep: %v", err)
 			}

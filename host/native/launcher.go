@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,10 +22,19 @@ import (
 // confining, it starts the launcher (this binary again, in launcher mode),
 // and from then on every native run is a request to it over a pipe. The
 // launcher holds nothing but the ability to create confined children: it
-// reads Specs, runs them with Run, and writes Results back. It dies with
-// the host (parent-death signal, and EOF on its pipe).
+// reads Specs, runs them with Run, and writes Results back.
+//
+// It ends when its request pipe reads EOF: when the host closes it
+// (Close) or exits, whatever way. It then kills its jobs and workers,
+// waits until their cgroups are empty and removed, and exits. It ignores
+// SIGINT, SIGTERM and SIGHUP: those reach a whole process group or
+// service (Ctrl-C, systemd's stop), and a launcher that died of one would
+// leave its jobs mid-kill (a v1 cgroup frozen for good) and stay a zombie
+// while the host drained its requests. For the same reason it has no
+// parent-death signal: the EOF is as certain, and lets it clean up.
 type Launcher struct {
-	cmd  *exec.Cmd
+	cmd     *exec.Cmd
+	waitErr error // the launcher's exit, once dead is closed
 	w    *os.File
 	sock *os.File // unix seqpacket socket: the pipe ends of workers go over it
 	wmu  sync.Mutex
@@ -132,7 +142,6 @@ func StartLauncherWith(o LauncherOptions) (*Launcher, error) {
 	cmd.Env = append(os.Environ(), LauncherEnv+"=1", LauncherWarmEnv+"="+strconv.Itoa(max(warm, 0)), LauncherScratchEnv+"="+o.Scratch)
 	cmd.ExtraFiles = []*os.File{reqR, repW, launcherSock} // fds 3, 4 and 5
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
 	reqR.Close()
 	repW.Close()
@@ -167,8 +176,12 @@ func (l *Launcher) read(r *os.File) {
 			ch <- rep
 		}
 	}
+	// Reaped at once, not at Close: a launcher that exited early (killed)
+	// is no zombie for the rest of the host's life.
+	werr := l.cmd.Wait()
 	l.mu.Lock()
 	l.err = errors.New("native: the launcher exited")
+	l.waitErr = werr
 	l.mu.Unlock()
 	close(l.dead)
 }
@@ -230,7 +243,7 @@ func (l *Launcher) Close() error {
 	l.w.Close()
 	<-l.dead
 	l.sock.Close()
-	return l.cmd.Wait()
+	return l.waitErr
 }
 
 // Workers returns a WorkerLauncher that starts supervised workers through
@@ -344,6 +357,10 @@ func LauncherMain() {
 		return
 	}
 	os.Unsetenv(LauncherEnv)
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP) // see Launcher
+	if os.Geteuid() == 0 {
+		sweepOnce()
+	}
 	var pool *Pool
 	if n, _ := strconv.Atoi(os.Getenv(LauncherWarmEnv)); n > 0 {
 		pool = NewPool(n, "")

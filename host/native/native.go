@@ -58,7 +58,8 @@ type Spec struct {
 	// execute as well.
 	Command []string
 	// Dir is the job dir: the working directory and the only writable
-	// place. Empty: a fresh directory under os.TempDir()/moat-jobs, mode
+	// place. Empty: a fresh directory under os.TempDir()/moat-jobs (named
+	// job-<runner pid>-<runner start>-<id>, as its cgroup), mode
 	// 0700, owned by the job uid, removed after the run. A given Dir is
 	// used as is and kept.
 	Dir   string
@@ -865,7 +866,9 @@ func makeJobDir(id string, root bool, uid, gid int) (string, error) {
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(base, "job-"+id)
+	// Named for this runner, as its cgroup is: the sweep of a later
+	// runner removes the dirs of one that crashed, never a live one's.
+	dir := filepath.Join(base, "job-"+kernel.OwnJobCgroupTag()+id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
@@ -1074,8 +1077,21 @@ func (e *SurvivorsError) Unwrap() error { return e.Err }
 // job cgroups that runners which are gone left behind (see
 // kernel.SweepJobCgroups). What it cannot reap it says on stderr: the
 // process keeps running, its own jobs are unaffected.
-var sweepOnce = sync.OnceFunc(func() {
-	if _, err := kernel.SweepJobCgroups(); err != nil {
+var sweepOnce = sync.OnceFunc(func() { _, _ = sweepDeadRunners() })
+
+// sweepDeadRunners reaps the job cgroups and job dirs of runners that are
+// gone: see sweepOnce.
+func sweepDeadRunners() ([]string, error) {
+	reaped, err := kernel.SweepJobCgroups()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: %v\n", err)
 	}
-})
+	// Their job dirs too (once their processes are gone, above).
+	dirs, _ := filepath.Glob(filepath.Join(JobsDir(), "job-*"))
+	for _, d := range dirs {
+		if gone, named := kernel.JobRunnerGone(filepath.Base(d)); named && gone {
+			_ = os.RemoveAll(d)
+		}
+	}
+	return reaped, err
+}

@@ -133,7 +133,7 @@ func assertClean(t *testing.T, before map[int]bool) {
 	if left := kernel.JobCgroupDirs("job-" + kernel.OwnJobCgroupTag()); len(left) > 0 {
 		t.Errorf("cgroups left behind: %v", left)
 	}
-	if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-"+kernel.OwnJobCgroupTag()+"*")); len(left) > 0 {
 		t.Errorf("job dirs left behind: %v", left)
 	}
 	if os.Geteuid() != 0 {

@@ -53,6 +53,17 @@ func jobOwner(name string) (pid int, start uint64, ok bool) {
 	return 0, 0, false
 }
 
+// JobRunnerGone reports whether the runner named in a job's name (of its
+// cgroup or its job dir: <kind>-<pid>-<start>-<id>) has exited; named is
+// false for a name without a runner (an older moat's).
+func JobRunnerGone(name string) (gone, named bool) {
+	pid, start, ok := jobOwner(name)
+	if !ok {
+		return false, false
+	}
+	return runnerGone(pid, start), true
+}
+
 // runnerGone reports whether the runner (pid, start) has exited.
 func runnerGone(pid int, start uint64) bool {
 	now, err := processStart(pid)
