@@ -35,14 +35,14 @@ import (
 type Launcher struct {
 	cmd     *exec.Cmd
 	waitErr error // the launcher's exit, once dead is closed
-	w    *os.File
-	sock *os.File // unix seqpacket socket: the pipe ends of workers go over it
-	wmu  sync.Mutex
-	mu   sync.Mutex
-	next uint64
-	wait map[uint64]chan launchReply
-	dead chan struct{}
-	err  error
+	w       *os.File
+	sock    *os.File // unix seqpacket socket: the pipe ends of workers go over it
+	wmu     sync.Mutex
+	mu      sync.Mutex
+	next    uint64
+	wait    map[uint64]chan launchReply
+	dead    chan struct{}
+	err     error
 }
 
 // processLauncher, when set, runs every Run and Pool.Run of this process:
