@@ -271,4 +271,3 @@ wait:
 	}
 	assertNoNewLeftovers(t, before)
 }
-
