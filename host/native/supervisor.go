@@ -76,8 +76,8 @@ type WorkerSpec struct {
 	// doubles, up to 30 minutes, at each give-up that follows a revival
 	// within RestartWindow of it).
 	GiveUpCooldown time.Duration
-	Logger        *slog.Logger
-	Stderr        io.Writer // the worker's stderr; default: the log
+	Logger         *slog.Logger
+	Stderr         io.Writer // the worker's stderr; default: the log
 	// OnDenial is told of every refusal by a kernel layer or a deadline
 	// that the supervisor observes (an OOM kill, the pids limit, an
 	// invocation past its deadline), with the correlation id of the
@@ -172,13 +172,13 @@ type worker struct {
 	// chargeable: the call in flight has a known caller, who answers for
 	// the worker's death during it (PluginPool.InvokeAs).
 	chargeable atomic.Bool
-	proc     WorkerProcess
-	conn     *transport.PipeConn
-	exited   chan struct{}
-	exit     error
-	stderr   *tailWriter
-	toW      *os.File // host's write end
-	fromW    *os.File // host's read end
+	proc       WorkerProcess
+	conn       *transport.PipeConn
+	exited     chan struct{}
+	exit       error
+	stderr     *tailWriter
+	toW        *os.File // host's write end
+	fromW      *os.File // host's read end
 }
 
 // ErrGaveUp wraps the error of a supervisor that stopped restarting.
