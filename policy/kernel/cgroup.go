@@ -436,12 +436,15 @@ func (c *Cgroup) Destroy() error {
 	if c.destroyed {
 		return nil
 	}
-	kerr := c.kill()
-	rerr := c.remove()
-	if rerr == nil {
-		c.destroyed = true
+	if err := c.kill(); err != nil {
+		// Survivors hold the directories: rmdir could only fail (EBUSY).
+		return err
 	}
-	return errors.Join(kerr, rerr)
+	if err := c.remove(); err != nil {
+		return err
+	}
+	c.destroyed = true
+	return nil
 }
 
 // remove deletes the job directories, retrying while the kernel still

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,11 +45,20 @@ var jobCgroupKinds = []string{"job", "warm"}
 // jobOwner parses the runner out of a job cgroup's name.
 func jobOwner(name string) (pid int, start uint64, ok bool) {
 	for _, k := range jobCgroupKinds {
-		if rest, found := strings.CutPrefix(name, k+"-"); found {
-			var id string
-			n, err := fmt.Sscanf(strings.ReplaceAll(rest, "-", " "), "%d %d %s", &pid, &start, &id)
-			return pid, start, err == nil && n == 3 && pid > 0
+		rest, found := strings.CutPrefix(name, k+"-")
+		if !found {
+			continue
 		}
+		parts := strings.SplitN(rest, "-", 3)
+		if len(parts) != 3 || parts[2] == "" {
+			return 0, 0, false
+		}
+		p, err1 := strconv.Atoi(parts[0])
+		st, err2 := strconv.ParseUint(parts[1], 10, 64)
+		if err1 != nil || err2 != nil || p <= 0 || parts[0] != strconv.Itoa(p) {
+			return 0, 0, false
+		}
+		return p, st, true
 	}
 	return 0, 0, false
 }
