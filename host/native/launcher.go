@@ -332,7 +332,9 @@ func (w *launchedWorker) Wait() error {
 		select {
 		case rep := <-w.ch:
 			w.res = rep.Result
-			if rep.Error != "" {
+			if rep.Survivors {
+				w.err = &SurvivorsError{Err: errors.New(rep.Error)}
+			} else if rep.Error != "" {
 				w.err = errors.New(rep.Error)
 			}
 		case <-w.l.dead:
@@ -435,7 +437,10 @@ func LauncherMain() {
 				delete(workers, id)
 				mu.Unlock()
 				rep := launchReply{ID: id, Result: res}
-				if werr != nil {
+				switch {
+				case j.survivors != nil:
+					rep.Error, rep.Survivors = j.survivors.Error(), true
+				case werr != nil:
 					rep.Error = werr.Error()
 				}
 				reply(rep)

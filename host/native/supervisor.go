@@ -312,14 +312,17 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 	w := &worker{proc: proc, conn: transport.NewPipeConn(hr, hw), exited: make(chan struct{}), stderr: tail, toW: hw, fromW: hr}
 	go func() {
 		w.exit = proc.Wait()
+		corr := ""
+		if c := w.inflight.Load(); c != nil {
+			corr = *c
+		}
 		if r, ok := proc.(workerResult); ok && r.Result() != nil {
-			corr := ""
-			if c := w.inflight.Load(); c != nil {
-				corr = *c
-			}
 			for _, d := range r.Result().Denials(nil) {
 				s.denied(d, corr)
 			}
+		}
+		if se := (*SurvivorsError)(nil); errors.As(w.exit, &se) {
+			s.denied(Denial{Rule: "kernel: job survived its kill", Reason: se.Error()}, corr)
 		}
 		close(w.exited)
 	}()
@@ -851,6 +854,9 @@ func (p *confinedProcess) Wait() error {
 		p.j.kill() // anything it left running in its cgroup
 		p.res = p.j.exitResult()
 		p.j.cleanup()
+		if p.j.survivors != nil {
+			p.err = errors.Join(p.err, &SurvivorsError{Command: p.j.spec.Command, Err: p.j.survivors})
+		}
 	})
 	return p.err
 }
