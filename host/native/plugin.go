@@ -118,7 +118,7 @@ const MaxPluginWorkers = 256
 // A worker that dies during a call of a known caller (InvokeAs: a crash,
 // the OOM killer, the call's deadline, a protocol break) is that caller's
 // strike, not the plugin's: the worker is restarted at once for everyone
-// else, and a caller with callerStrikes strikes within RestartWindow is
+// else, and a caller with callerStrikesMax strikes within RestartWindow is
 // refused (rate_limited) for a backoff that doubles at each new strike.
 // One caller, whatever its role, cannot take the plugin away from its
 // organization by crashing it.
@@ -255,7 +255,7 @@ func (p *PluginPool) invoke(ctx context.Context, caller string, d transport.Disp
 	return out, err
 }
 
-// Per-caller strikes: callerStrikes deaths of a worker during one
+// Per-caller strikes: callerStrikesMax deaths of a worker during one
 // caller's calls within the restart window back that caller off for
 // callerFirstBackoff, doubled at each further strike (up to
 // callerMaxBackoff); a caller calm for a whole window starts over.
