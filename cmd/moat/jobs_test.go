@@ -271,3 +271,44 @@ wait:
 	}
 	assertNoNewLeftovers(t, before)
 }
+
+// TestExecKill9ThenSweep: moat exec killed with SIGKILL mid-job cannot
+// clean up: its job's cgroup (and job dir) stay, in every hierarchy. The
+// next moat exec sweeps them (their runner is gone) before its own job.
+func TestExecKill9ThenSweep(t *testing.T) {
+	needRootCgroups(t)
+	data := t.TempDir()
+	before := jobLeftovers()
+	cmd := exec.Command(moatBin, "exec", "--data", data, "--native", "--timeout", "60s", "--allow-exec", "/usr/bin/sleep", "--",
+		"sh", "-c", "for i in 1 2 3 4; do (sleep 300 & sleep 300) & done; sleep 300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tag := fmt.Sprintf("job-%d-", cmd.Process.Pid)
+	deadline := time.Now().Add(15 * time.Second)
+	for len(kernel.JobCgroupDirs(tag)) == 0 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("moat exec made no job cgroup")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	time.Sleep(300 * time.Millisecond)
+	left := 0
+	for l := range jobLeftovers() {
+		if !before[l] && strings.Contains(l, tag) {
+			left++
+		}
+	}
+	if left == 0 {
+		t.Fatal("the killed moat exec left nothing: the case tests nothing")
+	}
+	if r := moat(t, "", "exec", "--data", data, "--native", "--", "true"); r.code != 0 {
+		t.Fatalf("the next moat exec: %+v", r)
+	}
+	assertNoNewLeftovers(t, before)
+}
