@@ -212,7 +212,11 @@ func (r nativeRunner) Close(context.Context) error { return r.pool.Close() }
 // classified by the pool; the action's own error keeps its code, as a
 // WASM guest's does.
 func (r nativeRunner) Call(ctx context.Context, c *Call) ([]byte, error) {
-	out, err := r.pool.Invoke(ctx, c, c.Function, c.Input, c.CorrelationID)
+	// Per caller: a worker's death during the call is this principal's
+	// strike, and a principal that keeps killing workers is refused
+	// (rate_limited), not the plugin given up for its whole organization.
+	caller := c.Principal.Org + "\x00" + c.Principal.User
+	out, err := r.pool.InvokeAs(ctx, caller, c, c.Function, c.Input, c.CorrelationID)
 	if err == nil {
 		return out, nil
 	}

@@ -65,8 +65,8 @@ actions: [{name: echo}, {name: ops}, {name: crash}, {name: probe}, {name: hang, 
 // TestNativePlugin: a native plugin through the gate, as a user runs it:
 // its ops are checked against the grants (a denied op refused and
 // audited, an allowed mutation audited), its kernel layers hold, a crash
-// restarts the worker (audited), and a crash loop gives the plugin up
-// (audited), with an error that says what to do.
+// restarts the worker (audited), and a caller that keeps crashing it is
+// backed off, not the plugin given up for everyone.
 func TestNativePlugin(t *testing.T) {
 	requireNative(t)
 	ctx := context.Background()
@@ -163,25 +163,43 @@ default:
 		t.Fatalf("restart events: %+v", evs)
 	}
 
-	// A crash loop (MaxRestarts 2 within a minute) gives the plugin up.
-	for range 3 {
-		call(granted, "crash", "", "native-loop")
+	// Issue 27 (10): one caller with no role that keeps crashing the
+	// worker is backed off (rate_limited, saying for how long); the
+	// plugin is not given up for its organization (MaxRestarts is 2, so
+	// the crashes once gave it up until it was uploaded again): another
+	// caller's calls go on being served, and no gave_up is recorded.
+	eve := policy.Principal{User: "eve", Org: ann.Org}
+	callAs := func(who policy.Principal, action, cid string) (string, error) {
+		res, err := granted.Invoke(ctx, host.Request{Action: action, Principal: who, CorrelationID: cid})
+		return string(res.Output), err
 	}
-	_, err = call(granted, "echo", "x", "native-given-up")
-	var he *host.Error
-	if !errors.As(err, &he) || he.Code != abi.CodeUnavailable || !strings.Contains(he.Reason, "reload the module") {
-		t.Fatalf("after the crash loop: %v, want unavailable saying how to recover", err)
-	}
-	// The supervisor records the give-up as it stops: the failed call may
-	// be answered first.
-	var gaveUp []audit.Event
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if gaveUp = worker("gave_up"); len(gaveUp) > 0 {
-			break
+	for i := range 3 {
+		if _, err := callAs(eve, "crash", "native-loop"); codeOf(err) != abi.CodeUnavailable || !strings.Contains(err.Error(), "exit status 3") {
+			t.Fatalf("eve's crash #%d: %v, want unavailable naming exit status 3", i+1, err)
+		}
+		if out, err := call(granted, "echo", "still", "native-others"); err != nil || out != "still" {
+			t.Fatalf("ann's call after eve's crash #%d: %q, %v; want it served", i+1, out, err)
 		}
 	}
-	if len(gaveUp) != 1 || gaveUp[0].Decision != audit.Deny {
-		t.Fatalf("gave_up events: %+v", gaveUp)
+	start = time.Now()
+	_, err = callAs(eve, "crash", "native-backed-off")
+	var he *host.Error
+	if !errors.As(err, &he) || he.Code != abi.CodeRateLimited || !strings.Contains(he.Reason, "calls from you are refused for") ||
+		!strings.Contains(he.Reason, "3 times") || time.Since(start) > time.Second {
+		t.Fatalf("eve after 3 crashes: %v after %s; want rate_limited at once, saying for how long", err, time.Since(start))
+	}
+	if _, err := callAs(eve, "echo", "native-backed-off"); host.CodeOf(err) != abi.CodeRateLimited {
+		t.Fatalf("eve's echo while backed off: %v, want rate_limited", err)
+	}
+	if out, err := call(granted, "echo", "served", "native-others"); err != nil || out != "served" {
+		t.Fatalf("ann's call while eve is backed off: %q, %v", out, err)
+	}
+	if evs := auditEvents(t, h, audit.Filter{CorrelationID: "native-backed-off"}); len(evs) == 0 {
+		t.Errorf("eve's refused calls are not audited")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if gaveUp := worker("gave_up"); len(gaveUp) != 0 {
+		t.Fatalf("the plugin was given up by one caller's crashes: %+v", gaveUp)
 	}
 }
 

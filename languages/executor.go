@@ -228,7 +228,8 @@ func (e *Executor) Exec(ctx context.Context, req ExecRequest) (*ExecResult, erro
 		res.Status, res.Message = le.Status, "compile stage: "+le.Error()
 		return res, nil
 	case err != nil:
-		if ctx.Err() != nil {
+		e.auditSurvivors(ctx, req, "build", err)
+		if ctx.Err() != nil && !errors.As(err, new(*native.SurvivorsError)) {
 			return nil, fmt.Errorf("exec %s: %w", info.Name, ctx.Err())
 		}
 		return nil, fmt.Errorf("exec %s: %w", info.Name, err)
@@ -237,6 +238,7 @@ func (e *Executor) Exec(ctx context.Context, req ExecRequest) (*ExecResult, erro
 		res.CompileOutput = art.BuildLog
 	}
 	if err := e.run(ctx, lang, art, req, lim, res); err != nil {
+		e.auditSurvivors(ctx, req, "run", err)
 		return nil, fmt.Errorf("exec %s: %w", info.Name, err)
 	}
 	return res, nil
@@ -300,14 +302,28 @@ func (e *Executor) build(ctx context.Context, l Language, src Source, lim ExecLi
 	case <-c.done:
 	case <-wctx.Done():
 	}
-	e.leave(key, c)
-	select {
-	case <-c.done: // done, even if this job's wait ended at the same time
-		if c.err != nil {
+	if e.leave(key, c) {
+		// This job canceled the build: it reports once the build has
+		// ended, that is once the compiler's processes are dead and its
+		// cgroup removed (native.Run returns only then). A job that
+		// reported at once would let its caller exit (moat exec) in
+		// the middle of that kill, leaving the compiler frozen in its
+		// cgroup for good. A compiler that survived the kill is the
+		// job's error, not its timeout.
+		<-c.done
+		var se *native.SurvivorsError
+		if errors.As(c.err, &se) {
 			return nil, false, c.err
 		}
-		return c.a, joined, nil
-	default:
+	} else {
+		select {
+		case <-c.done: // done, even if this job's wait ended at the same time
+			if c.err != nil {
+				return nil, false, c.err
+			}
+			return c.a, joined, nil
+		default:
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
@@ -317,21 +333,24 @@ func (e *Executor) build(ctx context.Context, l Language, src Source, lim ExecLi
 
 // leave ends one job's wait for c. The last job to leave a build still
 // running cancels it, and takes it out of the flight map at once, so a
-// job arriving later starts a build of its own.
-func (e *Executor) leave(key string, c *buildCall) {
+// job arriving later starts a build of its own; it reports true, and must
+// wait for c.done before it reports.
+func (e *Executor) leave(key string, c *buildCall) (canceled bool) {
 	e.flightMu.Lock()
 	defer e.flightMu.Unlock()
 	c.waiters--
 	if c.waiters > 0 {
-		return
+		return false
 	}
 	select {
 	case <-c.done:
+		return false
 	default:
 		if e.flight[key] == c {
 			delete(e.flight, key)
 		}
 		c.cancel()
+		return true
 	}
 }
 
@@ -658,6 +677,21 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 	ev.Kind, ev.Decision, ev.Code, ev.DurationNS = audit.KindInvocation, audit.Allow, string(r.Status), int64(r.Wall)
 	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ","), "warm": strconv.FormatBool(r.Warm)}
 	a.Record(ctx, ev)
+}
+
+// auditSurvivors records a job whose processes outlived the kill at its
+// end (native.SurvivorsError) as a denied confinement event: the host
+// failed to hold the job to its limits, and an operator must look. Other
+// errors are not audited here.
+func (e *Executor) auditSurvivors(ctx context.Context, req ExecRequest, stage string, err error) {
+	var se *native.SurvivorsError
+	a := e.cfg.Host.Audit()
+	if a == nil || !errors.As(err, &se) {
+		return
+	}
+	a.Record(context.WithoutCancel(ctx), audit.Event{Kind: audit.KindConfinement, Decision: audit.Deny, CorrelationID: req.CorrelationID,
+		Module: "lang:" + req.Language, Action: "exec", User: req.Principal.User, Org: req.Principal.Org,
+		Rule: "job-survived", Code: "survivors", Reason: stage + ": " + se.Error()})
 }
 
 // nativeMounts adds a request's mounts, files and working directory to a

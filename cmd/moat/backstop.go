@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
+	"syscall"
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
@@ -102,6 +104,10 @@ func backstopWatchMain() {
 		fmt.Fprintf(os.Stderr, "moat: backstop watcher: %v\n", err)
 		os.Exit(2)
 	}
+	// A signal to the host's whole process group or service (Ctrl-C,
+	// systemd's stop) is the host's to act on: the watcher reports after
+	// the host is gone, so it outlives such a signal.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	_, _ = io.Copy(io.Discard, os.NewFile(3, "host-alive")) // until the host is gone
 	os.Exit(w.report())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -197,6 +198,13 @@ func execNative(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string)
 	correlation := newCorrelationID()
 	res, err := native.Run(cmd.Context(), spec)
 	if err != nil {
+		if se := (*native.SurvivorsError)(nil); errors.As(err, &se) {
+			// A job whose processes outlived its kill: the host failed
+			// to hold it, which the operator must see in the trail.
+			if aerr := auditSurvivors(context.WithoutCancel(cmd.Context()), g, correlation, &spec, se); aerr != nil {
+				return errors.Join(err, aerr)
+			}
+		}
 		return err
 	}
 	if err := auditNative(cmd.Context(), g, correlation, &spec, res); err != nil {
@@ -347,6 +355,30 @@ func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *
 		Action: "exec", User: who, Org: "local", Code: string(res.Status), DurationNS: int64(res.Wall),
 		Attrs: map[string]string{"exit": strconv.Itoa(res.ExitCode), "layers": strings.Join(res.Layers, ","),
 			"unavailable": strings.Join(res.Unavailable, "; "), "argv": strings.Join(spec.Command, " ")}})
+	return nil
+}
+
+// auditSurvivors records a run whose processes survived its kill
+// (native.SurvivorsError) as a denied confinement event.
+func auditSurvivors(ctx context.Context, g *globalFlags, correlation string, spec *native.Spec, se *native.SurvivorsError) error {
+	where := g.data()
+	if g.server != nil {
+		where = g.server.StoreLocation()
+	}
+	st, err := store.Open(ctx, where)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	a := audit.New(st, log)
+	defer a.Close(context.Background())
+	a.Record(ctx, audit.Event{Kind: audit.KindConfinement, Decision: audit.Deny, CorrelationID: correlation,
+		Module: "native:" + filepath.Base(spec.Command[0]), Action: "exec", User: loginName(), Org: "local",
+		Rule: "job-survived", Code: "survivors", Reason: se.Error()})
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,18 +22,27 @@ import (
 // confining, it starts the launcher (this binary again, in launcher mode),
 // and from then on every native run is a request to it over a pipe. The
 // launcher holds nothing but the ability to create confined children: it
-// reads Specs, runs them with Run, and writes Results back. It dies with
-// the host (parent-death signal, and EOF on its pipe).
+// reads Specs, runs them with Run, and writes Results back.
+//
+// It ends when its request pipe reads EOF: when the host closes it
+// (Close) or exits, whatever way. It then kills its jobs and workers,
+// waits until their cgroups are empty and removed, and exits. It ignores
+// SIGINT, SIGTERM and SIGHUP: those reach a whole process group or
+// service (Ctrl-C, systemd's stop), and a launcher that died of one would
+// leave its jobs mid-kill (a v1 cgroup frozen for good) and stay a zombie
+// while the host drained its requests. For the same reason it has no
+// parent-death signal: the EOF is as certain, and lets it clean up.
 type Launcher struct {
-	cmd  *exec.Cmd
-	w    *os.File
-	sock *os.File // unix seqpacket socket: the pipe ends of workers go over it
-	wmu  sync.Mutex
-	mu   sync.Mutex
-	next uint64
-	wait map[uint64]chan launchReply
-	dead chan struct{}
-	err  error
+	cmd     *exec.Cmd
+	waitErr error // the launcher's exit, once dead is closed
+	w       *os.File
+	sock    *os.File // unix seqpacket socket: the pipe ends of workers go over it
+	wmu     sync.Mutex
+	mu      sync.Mutex
+	next    uint64
+	wait    map[uint64]chan launchReply
+	dead    chan struct{}
+	err     error
 }
 
 // processLauncher, when set, runs every Run and Pool.Run of this process:
@@ -65,6 +75,17 @@ type launchReply struct {
 	// reply with Result and, for a non-zero exit, Error.
 	Started bool `json:"started,omitempty"`
 	Pid     int  `json:"pid,omitempty"`
+	// Survivors: Error is a SurvivorsError's cause, so that the host
+	// sees the type (it reports and audits it).
+	Survivors bool `json:"survivors,omitempty"`
+}
+
+// replyError is the error of a reply to a run of spec.
+func replyError(rep launchReply, spec *Spec) error {
+	if rep.Survivors {
+		return &SurvivorsError{Command: spec.Command, Err: errors.New(rep.Error)}
+	}
+	return errors.New(rep.Error)
 }
 
 // LauncherWarmEnv tells a launcher how many wrappers to keep warm (see
@@ -121,7 +142,6 @@ func StartLauncherWith(o LauncherOptions) (*Launcher, error) {
 	cmd.Env = append(os.Environ(), LauncherEnv+"=1", LauncherWarmEnv+"="+strconv.Itoa(max(warm, 0)), LauncherScratchEnv+"="+o.Scratch)
 	cmd.ExtraFiles = []*os.File{reqR, repW, launcherSock} // fds 3, 4 and 5
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
 	reqR.Close()
 	repW.Close()
@@ -156,8 +176,12 @@ func (l *Launcher) read(r *os.File) {
 			ch <- rep
 		}
 	}
+	// Reaped at once, not at Close: a launcher that exited early (killed)
+	// is no zombie for the rest of the host's life.
+	werr := l.cmd.Wait()
 	l.mu.Lock()
 	l.err = errors.New("native: the launcher exited")
+	l.waitErr = werr
 	l.mu.Unlock()
 	close(l.dead)
 }
@@ -192,7 +216,7 @@ func (l *Launcher) Run(ctx context.Context, spec Spec) (*Result, error) {
 	select {
 	case rep := <-ch:
 		if rep.Error != "" {
-			return nil, errors.New(rep.Error)
+			return nil, replyError(rep, &spec)
 		}
 		return rep.Result, nil
 	case <-ctx.Done():
@@ -201,6 +225,9 @@ func (l *Launcher) Run(ctx context.Context, spec Spec) (*Result, error) {
 		case rep := <-ch:
 			if rep.Result != nil {
 				return rep.Result, nil
+			}
+			if rep.Survivors {
+				return nil, replyError(rep, &spec)
 			}
 			return nil, ctx.Err()
 		case <-l.dead:
@@ -216,7 +243,7 @@ func (l *Launcher) Close() error {
 	l.w.Close()
 	<-l.dead
 	l.sock.Close()
-	return l.cmd.Wait()
+	return l.waitErr
 }
 
 // Workers returns a WorkerLauncher that starts supervised workers through
@@ -305,7 +332,9 @@ func (w *launchedWorker) Wait() error {
 		select {
 		case rep := <-w.ch:
 			w.res = rep.Result
-			if rep.Error != "" {
+			if rep.Survivors {
+				w.err = &SurvivorsError{Err: errors.New(rep.Error)}
+			} else if rep.Error != "" {
 				w.err = errors.New(rep.Error)
 			}
 		case <-w.l.dead:
@@ -330,6 +359,10 @@ func LauncherMain() {
 		return
 	}
 	os.Unsetenv(LauncherEnv)
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP) // see Launcher
+	if os.Geteuid() == 0 {
+		sweepOnce()
+	}
 	var pool *Pool
 	if n, _ := strconv.Atoi(os.Getenv(LauncherWarmEnv)); n > 0 {
 		pool = NewPool(n, "")
@@ -404,7 +437,10 @@ func LauncherMain() {
 				delete(workers, id)
 				mu.Unlock()
 				rep := launchReply{ID: id, Result: res}
-				if werr != nil {
+				switch {
+				case j.survivors != nil:
+					rep.Error, rep.Survivors = j.survivors.Error(), true
+				case werr != nil:
 					rep.Error = werr.Error()
 				}
 				reply(rep)
@@ -424,7 +460,10 @@ func LauncherMain() {
 			mu.Unlock()
 			cancel()
 			rep := launchReply{ID: req.ID, Result: res}
-			if err != nil {
+			var se *SurvivorsError
+			if errors.As(err, &se) {
+				rep.Error, rep.Survivors = se.Err.Error(), true
+			} else if err != nil {
 				rep.Error = err.Error()
 			}
 			reply(rep)

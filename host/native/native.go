@@ -58,7 +58,8 @@ type Spec struct {
 	// execute as well.
 	Command []string
 	// Dir is the job dir: the working directory and the only writable
-	// place. Empty: a fresh directory under os.TempDir()/moat-jobs, mode
+	// place. Empty: a fresh directory under os.TempDir()/moat-jobs (named
+	// job-<runner pid>-<runner start>-<id>, as its cgroup), mode
 	// 0700, owned by the job uid, removed after the run. A given Dir is
 	// used as is and kept.
 	Dir   string
@@ -201,6 +202,16 @@ type job struct {
 	overflow chan struct{} // closed when a stream passes MaxOutput with StopAtMaxOutput
 	started  time.Time
 	cleanups []func()
+	// survivors is set when the job's processes outlived the kill (a
+	// *kernel.SurvivorsError): the run is then an error, not a result.
+	survivors error
+}
+
+// killed records err, a failure to empty the job's cgroup, for Run.
+func (j *job) killed(err error) {
+	if err != nil && j.survivors == nil {
+		j.survivors = err
+	}
 }
 
 // cleanup undoes the job's setup in reverse order: the cgroup's processes
@@ -219,7 +230,7 @@ func (j *job) cleanup() {
 // 0 would name the caller's own process group.
 func (j *job) kill() {
 	if j.cg != nil {
-		_ = j.cg.Kill()
+		j.killed(j.cg.Kill())
 	}
 	if j.cmd.Process != nil {
 		_ = j.cmd.Process.Kill()
@@ -404,17 +415,18 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 			cg, prejoined = warm.cg, true
 			warm.cg = nil // the job's now: its cleanup hands it back
 			res.Layers = append(res.Layers, "cgroup")
-			j.cleanups = append(j.cleanups, func() { pool.recycle(cg) })
+			j.cleanups = append(j.cleanups, func() { j.killed(pool.recycle(cg)) })
 		}
 	}
 	if cg == nil && root {
-		cg, err = kernel.NewJobCgroup("job-"+id, lim)
+		sweepOnce()
+		cg, err = kernel.NewJobCgroup(kernel.JobCgroupName("job", id), lim)
 		if err != nil {
 			res.Unavailable = append(res.Unavailable, "cgroup: "+err.Error())
 			cg = nil
 		} else {
 			res.Layers = append(res.Layers, "cgroup")
-			j.cleanups = append(j.cleanups, func() { cg.Destroy() })
+			j.cleanups = append(j.cleanups, func() { j.killed(cg.Destroy()) })
 		}
 	} else if !root {
 		res.Unavailable = append(res.Unavailable, "cgroup: not root (memory, CPU and pids limits need root; rlimits still apply)")
@@ -477,7 +489,9 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		// behind would reach the host's network unfiltered. When the
 		// kill fails the rules stay, with the processes they hold.
 		j.cleanups = append(j.cleanups, func() {
-			if cg.Kill() == nil {
+			err := cg.Kill()
+			j.killed(err)
+			if err == nil {
 				_ = egress.Close()
 			}
 		})
@@ -607,7 +621,7 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 	return runPooled(ctx, processPool.Load(), spec)
 }
 
-func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
+func runPooled(ctx context.Context, pool *Pool, spec Spec) (res *Result, err error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return nil, errors.New("native: no command")
 	}
@@ -618,7 +632,16 @@ func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer j.cleanup()
+	// The cleanup kills what is left of the job, waits for its cgroup to
+	// empty and removes it (in every hierarchy) before Run reports: a
+	// caller that exits as soon as Run returns (moat exec) leaves nothing
+	// behind. Processes that outlive it make the run an error.
+	defer func() {
+		j.cleanup()
+		if j.survivors != nil {
+			res, err = nil, &SurvivorsError{Command: spec.Command, Err: j.survivors}
+		}
+	}()
 	s, cmd, cg, res, statusR, stdout, stderr, began := j.spec, j.cmd, j.cg, j.res, j.statusR, j.stdout, j.stderr, j.started
 	reason := make(chan string, 1)
 	go func() {
@@ -648,7 +671,8 @@ func runPooled(ctx context.Context, pool *Pool, spec Spec) (*Result, error) {
 	}
 	res.Wall = time.Since(began)
 	// The init of the pid namespace is gone, so the kernel has killed the
-	// rest; the cgroup kill (in the deferred Destroy) is the backstop.
+	// rest; the cgroup kill (in the deferred cleanup) makes sure, before
+	// Run returns.
 
 	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
 	res.Truncated = stdout.truncated || stderr.truncated
@@ -842,7 +866,9 @@ func makeJobDir(id string, root bool, uid, gid int) (string, error) {
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(base, "job-"+id)
+	// Named for this runner, as its cgroup is: the sweep of a later
+	// runner removes the dirs of one that crashed, never a live one's.
+	dir := filepath.Join(base, "job-"+kernel.OwnJobCgroupTag()+id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
@@ -1025,4 +1051,47 @@ func CheckGrant(p string) error {
 		}
 	}
 	return nil
+}
+
+// SurvivorsError is a run whose processes outlived the kill at its end
+// (its timeout, its cancellation, or its own exit): they are still in the
+// job's cgroup, holding its memory, so the run is a failure of the host
+// and not an outcome of the job. Run returns it instead of a Result;
+// the caller reports and audits it.
+type SurvivorsError struct {
+	Command []string
+	Err     error // a *kernel.SurvivorsError, maybe joined with the failed rmdir
+}
+
+func (e *SurvivorsError) Error() string {
+	name := ""
+	if len(e.Command) > 0 {
+		name = filepath.Base(e.Command[0]) + ": "
+	}
+	return "native: " + name + "the job's processes survived its end: " + e.Err.Error()
+}
+
+func (e *SurvivorsError) Unwrap() error { return e.Err }
+
+// sweepOnce reaps, once per process and before its first job cgroup, the
+// job cgroups that runners which are gone left behind (see
+// kernel.SweepJobCgroups). What it cannot reap it says on stderr: the
+// process keeps running, its own jobs are unaffected.
+var sweepOnce = sync.OnceFunc(func() { _, _ = sweepDeadRunners() })
+
+// sweepDeadRunners reaps the job cgroups and job dirs of runners that are
+// gone: see sweepOnce.
+func sweepDeadRunners() ([]string, error) {
+	reaped, err := kernel.SweepJobCgroups()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: %v\n", err)
+	}
+	// Their job dirs too (once their processes are gone, above).
+	dirs, _ := filepath.Glob(filepath.Join(JobsDir(), "job-*"))
+	for _, d := range dirs {
+		if gone, named := kernel.JobRunnerGone(filepath.Base(d)); named && gone {
+			_ = os.RemoveAll(d)
+		}
+	}
+	return reaped, err
 }

@@ -23,6 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	LauncherMain()
+	jobRunnerMain()
 	code := m.Run()
 	removeProbe()
 	os.Exit(code)
@@ -68,6 +69,28 @@ func run(t *testing.T, spec Spec) *Result {
 	return res
 }
 
+// othersJob reports whether process pid is a member of a job cgroup of
+// another runner (another moat process on the machine, its jobs running
+// under the same leased uid range): not this test's to count. A process of
+// this binary's jobs that survived is in this binary's job cgroup, whose
+// directory then stays; one that escaped it would be in no job cgroup.
+func othersJob(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	own := "/" + kernel.CgroupParent + "/job-" + kernel.OwnJobCgroupTag()
+	ownWarm := "/" + kernel.CgroupParent + "/warm-" + kernel.OwnJobCgroupTag()
+	for _, line := range strings.Split(string(b), "\n") {
+		_, path, _ := strings.Cut(line, ":")
+		_, path, _ = strings.Cut(path, ":")
+		if strings.HasPrefix(path, "/"+kernel.CgroupParent+"/") && !strings.HasPrefix(path, own) && !strings.HasPrefix(path, ownWarm) {
+			return true
+		}
+	}
+	return false
+}
+
 func clip(b []byte) string {
 	if len(b) > 600 {
 		return string(b[:600]) + "..."
@@ -105,12 +128,12 @@ func jobProcs() map[int]bool {
 // process of the job uid.
 func assertClean(t *testing.T, before map[int]bool) {
 	t.Helper()
-	for _, pat := range []string{"/sys/fs/cgroup/*/" + kernel.CgroupParent + "/job-*", "/sys/fs/cgroup/" + kernel.CgroupParent + "/job-*"} {
-		if left, _ := filepath.Glob(pat); len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
+	// Only this test binary's jobs: another moat on the machine may have
+	// jobs of its own running (their names carry their runner).
+	if left := kernel.JobCgroupDirs("job-" + kernel.OwnJobCgroupTag()); len(left) > 0 {
+		t.Errorf("cgroups left behind: %v", left)
 	}
-	if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(JobsDir(), "job-"+kernel.OwnJobCgroupTag()+"*")); len(left) > 0 {
 		t.Errorf("job dirs left behind: %v", left)
 	}
 	if os.Geteuid() != 0 {
@@ -122,7 +145,7 @@ func assertClean(t *testing.T, before map[int]bool) {
 	self, _ := os.Readlink("/proc/self/ns/pid")
 	for pid := range jobProcs() {
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
-		if !before[pid] && err == nil && ns != self {
+		if !before[pid] && err == nil && ns != self && !othersJob(pid) {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			t.Errorf("process of a job uid left behind: pid %d %q", pid, cmdline)
 		}
@@ -797,11 +820,8 @@ func TestPool(t *testing.T) {
 // this test's pool, and any other moat's running at the same time.
 func warmCgroups() map[string]bool {
 	out := map[string]bool{}
-	for _, pat := range []string{"/sys/fs/cgroup/*/" + kernel.CgroupParent + "/warm-*", "/sys/fs/cgroup/" + kernel.CgroupParent + "/warm-*"} {
-		left, _ := filepath.Glob(pat)
-		for _, d := range left {
-			out[d] = true
-		}
+	for _, d := range kernel.JobCgroupDirs("warm-" + kernel.OwnJobCgroupTag()) {
+		out[d] = true
 	}
 	return out
 }

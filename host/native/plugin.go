@@ -111,12 +111,27 @@ const MaxPluginWorkers = 256
 // checks, restart with backoff), sharing one crash-loop count. When the
 // plugin's workers crash WorkerSpec.MaxRestarts times within
 // RestartWindow, the whole plugin is given up: every worker is stopped and
-// every call fails with an error wrapping ErrGaveUp, until the module is
-// reloaded.
+// every call fails with an error wrapping ErrGaveUp, for
+// WorkerSpec.GiveUpCooldown; the first call after it starts a worker
+// again.
+//
+// A worker that dies during a call of a known caller (InvokeAs: a crash,
+// the OOM killer, the call's deadline, a protocol break) is that caller's
+// strike, not the plugin's: the worker is restarted at once for everyone
+// else, and a caller with callerStrikesMax strikes within RestartWindow is
+// refused (rate_limited) for a backoff that doubles at each new strike.
+// One caller, whatever its role, cannot take the plugin away from its
+// organization by crashing it.
 type PluginPool struct {
 	spec    PluginSpec
 	loop    *crashLoop
 	actions []string
+
+	// callers are the strikes and backoffs of callers whose calls killed
+	// a worker; p.mu guards it.
+	callers  map[string]*callerStrikes
+	revived  time.Time     // when the plugin was last revived after a give-up
+	cooldown time.Duration // the next give-up's cool-down
 
 	mu       sync.Mutex
 	all      []*Supervisor
@@ -155,7 +170,8 @@ func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
 	if !spec.Slots.take() {
 		return nil, fmt.Errorf("native plugin %s: %w (%s); close a native module, or raise the limit", w.Name, ErrNoWorkerSlots, spec.Slots.limits())
 	}
-	p := &PluginPool{spec: spec, loop: newCrashLoop(w), changed: make(chan struct{}), stop: make(chan struct{}), held: 1}
+	p := &PluginPool{spec: spec, loop: newCrashLoop(w), changed: make(chan struct{}), stop: make(chan struct{}), held: 1,
+		callers: map[string]*callerStrikes{}, cooldown: w.GiveUpCooldown}
 	s, err := supervise(ctx, w, p.loop, 0, nil)
 	if err != nil {
 		spec.Slots.give(1)
@@ -170,8 +186,11 @@ func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
 // closeOnGiveUp wakes the callers waiting for a worker when the plugin is
 // given up (each supervisor stops its own worker).
 func (p *PluginPool) closeOnGiveUp() {
+	p.mu.Lock()
+	gaveUp := p.loop.gaveUpCh
+	p.mu.Unlock()
 	select {
-	case <-p.loop.gaveUpCh:
+	case <-gaveUp:
 	case <-p.stop:
 		return
 	}
@@ -200,13 +219,105 @@ func (p *PluginPool) Workers() (running, busy int) {
 // serving); a failure of the worker is a *WorkerError (crashed, OOM-killed,
 // past ctx's deadline, broke the protocol; replaced for the next call; or
 // the plugin was given up: it wraps ErrGaveUp).
+//
+// Invoke knows no caller: a worker's death during the call counts toward
+// the plugin's crash loop. Hosts call InvokeAs.
 func (p *PluginPool) Invoke(ctx context.Context, d transport.Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
+	return p.invoke(ctx, "", d, action, input, correlationID)
+}
+
+// InvokeAs is Invoke for a known caller (a principal's organization and
+// user: any non-empty key that tells callers apart). A worker's death
+// during the call is the caller's strike, not the plugin's; a caller with
+// too many strikes is refused at once with a *WorkerError of code
+// rate_limited that says until when (see PluginPool).
+func (p *PluginPool) InvokeAs(ctx context.Context, caller string, d transport.Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
+	if caller == "" {
+		caller = "\x00anonymous" // never the plugin's own count
+	}
+	return p.invoke(ctx, caller, d, action, input, correlationID)
+}
+
+func (p *PluginPool) invoke(ctx context.Context, caller string, d transport.Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
+	if err := p.backedOff(caller, action); err != nil {
+		return nil, err
+	}
 	s, err := p.acquire(ctx, action)
 	if err != nil {
 		return nil, err
 	}
 	defer p.release(s)
-	return s.Invoke(ctx, d, action, input, correlationID)
+	out, err := s.invoke(ctx, d, action, input, correlationID, caller != "")
+	var we *WorkerError
+	if errors.As(err, &we) && we.charged {
+		p.strike(caller, we)
+	}
+	return out, err
+}
+
+// Per-caller strikes: callerStrikesMax deaths of a worker during one
+// caller's calls within the restart window back that caller off for
+// callerFirstBackoff, doubled at each further strike (up to
+// callerMaxBackoff); a caller calm for a whole window starts over.
+const (
+	callerStrikesMax   = 3
+	callerFirstBackoff = 10 * time.Second
+	callerMaxBackoff   = 10 * time.Minute
+	maxCallersTracked  = 10000
+)
+
+type callerStrikes struct {
+	at      []time.Time // strikes within the window
+	until   time.Time   // refused until then
+	backoff time.Duration
+	last    string // why the last strike
+}
+
+// backedOff refuses a caller that is backed off.
+func (p *PluginPool) backedOff(caller, action string) error {
+	if caller == "" {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.callers[caller]
+	if c == nil || !time.Now().Before(c.until) {
+		return nil
+	}
+	wait := time.Until(c.until).Round(time.Second)
+	return &WorkerError{Code: abi.CodeRateLimited, Worker: p.spec.Worker.Name, Action: action,
+		Reason: fmt.Sprintf("your calls ended the worker %d times within %s (the last: %s); calls from you are refused for %s more, while the plugin keeps serving others",
+			len(c.at), p.spec.Worker.RestartWindow, c.last, max(wait, time.Second))}
+}
+
+// strike records a worker's death during caller's call.
+func (p *PluginPool) strike(caller string, we *WorkerError) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	window := p.spec.Worker.RestartWindow
+	c := p.callers[caller]
+	if c == nil {
+		if len(p.callers) >= maxCallersTracked {
+			for k, o := range p.callers { // forget the calm ones first
+				if now.Sub(o.until) > window && (len(o.at) == 0 || now.Sub(o.at[len(o.at)-1]) > window) {
+					delete(p.callers, k)
+				}
+			}
+		}
+		c = &callerStrikes{}
+		p.callers[caller] = c
+	}
+	c.at = slices.DeleteFunc(c.at, func(t time.Time) bool { return now.Sub(t) >= window })
+	if len(c.at) == 0 && now.Sub(c.until) >= window {
+		c.backoff = 0 // calm for a whole window: start over
+	}
+	c.at = append(c.at, now)
+	c.last = we.Reason
+	if len(c.at) >= callerStrikesMax {
+		c.backoff = min(max(2*c.backoff, callerFirstBackoff), callerMaxBackoff)
+		c.until = now.Add(c.backoff)
+	}
 }
 
 func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, error) {
@@ -217,8 +328,10 @@ func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, e
 			return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: p.spec.Worker.Name, Action: action, Reason: "the plugin was closed (reloaded or shut down)"}
 		}
 		if err := p.loop.err(); err != nil {
-			p.mu.Unlock()
-			return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: p.spec.Worker.Name, Action: action, Reason: err.Error(), Err: err}
+			if !p.revive() {
+				p.mu.Unlock()
+				return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: p.spec.Worker.Name, Action: action, Reason: err.Error(), Err: err}
+			}
 		}
 		if n := len(p.idle); n > 0 {
 			// A worker that is up before one that restarts.
@@ -258,19 +371,51 @@ func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, e
 	}
 }
 
+// revive starts the plugin over once its give-up's cool-down has passed:
+// a fresh crash-loop count, and no worker (the next calls start them).
+// p.mu is held. It reports whether the plugin was revived.
+func (p *PluginPool) revive() bool {
+	at := p.loop.gaveUpAt()
+	if time.Since(at) < p.cooldown || p.closed || p.starting > 0 {
+		return false
+	}
+	window := p.spec.Worker.RestartWindow
+	if !p.revived.IsZero() && at.Sub(p.revived) < window {
+		// Given up again soon after the last revival: wait longer next time.
+		p.cooldown = min(2*p.cooldown, 30*time.Minute)
+	} else {
+		p.cooldown = p.spec.Worker.GiveUpCooldown
+	}
+	p.revived = time.Now()
+	old := p.all
+	p.all, p.idle, p.retry = nil, nil, false
+	p.loop = newCrashLoop(p.spec.Worker)
+	go func() {
+		for _, s := range old {
+			s.Close()
+		}
+	}()
+	go p.closeOnGiveUp()
+	if p.spec.Worker.OnEvent != nil {
+		p.spec.Worker.OnEvent(WorkerEvent{Kind: EventRevived, Worker: p.spec.Worker.Name,
+			Reason: fmt.Sprintf("the plugin was given up %s ago; its cool-down has passed, so workers start again", time.Since(at).Round(time.Second))})
+	}
+	return true
+}
+
 // grow starts one more worker, outside any caller's context: a caller
 // that gives up waiting does not waste the start. A failed start counts as
 // a crash of the plugin and the next one backs off.
 func (p *PluginPool) grow(slot int) {
 	defer p.growing.Done()
 	p.mu.Lock()
-	retry := p.retry
+	retry, loop := p.retry, p.loop // revive replaces p.loop
 	p.mu.Unlock()
 	if retry {
-		wait, gaveUp, first := p.loop.next("a new worker did not start")
+		wait, gaveUp, first := loop.next("a new worker did not start")
 		if gaveUp != nil {
 			if first && p.spec.Worker.OnEvent != nil {
-				p.spec.Worker.OnEvent(WorkerEvent{Kind: EventGaveUp, Worker: p.spec.Worker.Name, Slot: slot, Reason: gaveUp.Error(), Restarts: p.loop.count()})
+				p.spec.Worker.OnEvent(WorkerEvent{Kind: EventGaveUp, Worker: p.spec.Worker.Name, Slot: slot, Reason: gaveUp.Error(), Restarts: loop.count()})
 			}
 			p.mu.Lock()
 			p.starting--
@@ -280,12 +425,12 @@ func (p *PluginPool) grow(slot int) {
 			return
 		}
 		select {
-		case <-p.loop.gaveUpCh:
+		case <-loop.gaveUpCh:
 		case <-p.stop:
 		case <-time.After(wait):
 		}
 	}
-	s, err := supervise(context.Background(), p.spec.Worker, p.loop, slot, p.actions)
+	s, err := supervise(context.Background(), p.spec.Worker, loop, slot, p.actions)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.starting--
@@ -295,9 +440,9 @@ func (p *PluginPool) grow(slot int) {
 		p.giveSlots(1)
 		p.spec.Worker.Logger.Warn("native plugin: a new worker did not start", "worker", p.spec.Worker.Name, "err", err)
 		if p.spec.Worker.OnEvent != nil {
-			p.spec.Worker.OnEvent(WorkerEvent{Kind: EventRestartFailed, Worker: p.spec.Worker.Name, Slot: slot, Reason: err.Error(), Restarts: p.loop.count()})
+			p.spec.Worker.OnEvent(WorkerEvent{Kind: EventRestartFailed, Worker: p.spec.Worker.Name, Slot: slot, Reason: err.Error(), Restarts: loop.count()})
 		}
-	case p.closed || p.loop.err() != nil:
+	case p.closed || loop != p.loop || loop.err() != nil:
 		s.Close() // before Close returns: nothing of it may outlive the pool
 		p.giveSlots(1)
 	default:

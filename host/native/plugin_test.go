@@ -796,3 +796,54 @@ func TestWorkerSlotsWithin(t *testing.T) {
 		t.Fatalf("limits: %q", got)
 	}
 }
+
+// TestPluginRevivesAfterCooldown: a given-up plugin is not given up for
+// good (issue 27, 10): calls fail at once with ErrGaveUp for
+// GiveUpCooldown, then the next call starts a worker again and is served,
+// with a revived event; the caller with the most crashes is backed off
+// meanwhile (rate_limited), the others are not.
+func TestPluginRevivesAfterCooldown(t *testing.T) {
+	p, ev, _ := startPlugin(t, pyWorker(t), 1, Spec{MemoryBytes: 128 << 20}, func(ws *WorkerSpec) {
+		ws.MaxRestarts, ws.GiveUpCooldown = 2, 2*time.Second
+	})
+	d := newRecordingOps(t)
+	var err error
+	eventually(t, "the plugin to give up", func() bool {
+		_, err = invoke(t, p, d, "crash", "", 10*time.Second) // no caller: the plugin's own count
+		return errors.Is(err, ErrGaveUp)
+	})
+	if _, err := invoke(t, p, d, "echo", "x", 5*time.Second); !errors.Is(err, ErrGaveUp) {
+		t.Fatalf("a call within the cool-down: %v; want ErrGaveUp", err)
+	}
+	time.Sleep(2200 * time.Millisecond)
+	out, err := invoke(t, p, d, "echo", "back", 20*time.Second)
+	if err != nil || out != "back" {
+		t.Fatalf("a call after the cool-down: %q, %v; want it served by a new worker", out, err)
+	}
+	if _, ok := ev.find(EventRevived); !ok {
+		t.Errorf("events %v; want revived", ev.kinds())
+	}
+
+	// Per caller: eve's crashes back eve off, not the plugin.
+	as := func(who, action, input string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := p.InvokeAs(ctx, who, d, action, []byte(input), "corr-"+who)
+		return string(out), err
+	}
+	for i := range callerStrikesMax {
+		if _, err := as("acme/eve", "crash", ""); err == nil || errors.Is(err, ErrGaveUp) {
+			t.Fatalf("eve's crash #%d: %v; want the worker's crash", i+1, err)
+		}
+	}
+	var we *WorkerError
+	if _, err := as("acme/eve", "echo", "x"); !errors.As(err, &we) || we.Code != abi.CodeRateLimited {
+		t.Fatalf("eve backed off: %v; want rate_limited", err)
+	}
+	if out, err := as("acme/ann", "echo", "ann"); err != nil || out != "ann" {
+		t.Fatalf("ann while eve is backed off: %q, %v", out, err)
+	}
+	if p.loop.err() != nil {
+		t.Fatalf("the plugin gave up on one caller's crashes: %v", p.loop.err())
+	}
+}

@@ -62,7 +62,7 @@ func NewPool(size int, wrapper string) *Pool {
 	if os.Geteuid() == 0 {
 		// Idle wrappers die with the process that started them, but
 		// their cgroups stay when it crashed: sweep those first.
-		kernel.RemoveStaleCgroups("warm-*", time.Minute)
+		sweepOnce()
 	}
 	p := &Pool{size: max(size, 1), wrapper: wrapperPath(wrapper)}
 	p.refill()
@@ -112,19 +112,27 @@ func (p *Pool) Close() error {
 // wrapper's join holds through its RCU grace period, so a job's cleanup
 // would wait on the refill that follows it. v2 has no such wait: there
 // the cgroup is removed.
-func (p *Pool) recycle(cg *kernel.Cgroup) {
-	if cg.V2() || cg.Kill() != nil || cg.Empty() != nil || cg.Reset(warmLimits) != nil {
-		_ = cg.Destroy()
-		return
+//
+// An error is a job whose processes outlived the kill (see
+// kernel.Cgroup.Kill); its cgroup is then neither kept nor removable.
+func (p *Pool) recycle(cg *kernel.Cgroup) error {
+	if cg.V2() {
+		return cg.Destroy()
+	}
+	if err := cg.Kill(); err != nil {
+		return cg.Destroy()
+	}
+	if cg.Empty() != nil || cg.Reset(warmLimits) != nil {
+		return cg.Destroy()
 	}
 	p.mu.Lock()
 	if p.closed || len(p.free) >= p.size {
 		p.mu.Unlock()
-		_ = cg.Destroy()
-		return
+		return cg.Destroy()
 	}
 	p.free = append(p.free, cg)
 	p.mu.Unlock()
+	return nil
 }
 
 // takeFree returns a recycled cgroup, or nil.
@@ -257,7 +265,7 @@ func startWarm(wrapper string, recycled *kernel.Cgroup) (_ *warmWrapper, err err
 	if root && cg == nil {
 		// "warm-": an idle wrapper's cgroup, told apart from a job's in
 		// /sys/fs/cgroup (it becomes the job's when a job claims it).
-		if cg, err = kernel.NewJobCgroup("warm-"+newID(), warmLimits); err != nil {
+		if cg, err = kernel.NewJobCgroup(kernel.JobCgroupName("warm", newID()), warmLimits); err != nil {
 			return nil, err
 		}
 	}

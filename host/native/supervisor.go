@@ -39,6 +39,7 @@ type Supervisor struct {
 	actions    []string
 	lastReason string // why the previous worker went, for the restarted event
 	lastExit   string
+	charged    bool // the previous worker died of a call (see replace)
 
 	stop chan struct{}
 	done chan struct{}
@@ -65,11 +66,18 @@ type WorkerSpec struct {
 	// StartTimeout bounds the wait for the ready message (default 10s).
 	StartTimeout time.Duration
 	// MaxRestarts within RestartWindow (default 5 in 1 minute) before the
-	// supervisor gives up.
+	// supervisor gives up. A PluginPool's workers that die during a call
+	// of a known caller (InvokeAs) are that caller's strikes instead, and
+	// are not counted here.
 	MaxRestarts   int
 	RestartWindow time.Duration
-	Logger        *slog.Logger
-	Stderr        io.Writer // the worker's stderr; default: the log
+	// GiveUpCooldown is how long a PluginPool stays given up before it
+	// starts a worker again on the next call (default RestartWindow; it
+	// doubles, up to 30 minutes, at each give-up that follows a revival
+	// within RestartWindow of it).
+	GiveUpCooldown time.Duration
+	Logger         *slog.Logger
+	Stderr         io.Writer // the worker's stderr; default: the log
 	// OnDenial is told of every refusal by a kernel layer or a deadline
 	// that the supervisor observes (an OOM kill, the pids limit, an
 	// invocation past its deadline), with the correlation id of the
@@ -92,7 +100,8 @@ const (
 	EventRestarted         WorkerEventKind = "restarted"           // a replacement said ready
 	EventRestartFailed     WorkerEventKind = "restart_failed"      // a replacement did not start; counts as a crash
 	EventHealthCheckFailed WorkerEventKind = "health_check_failed" // a ping went unanswered: the worker is replaced
-	EventGaveUp            WorkerEventKind = "gave_up"             // the crash loop: no more restarts
+	EventGaveUp            WorkerEventKind = "gave_up"             // the crash loop: no more restarts, for the cool-down
+	EventRevived           WorkerEventKind = "revived"             // a given-up plugin's cool-down passed: workers start again
 )
 
 // WorkerEvent is one change in a worker's life, for logs and the audit
@@ -160,13 +169,16 @@ func (p *execProcess) Pid() int    { return p.cmd.Process.Pid }
 
 type worker struct {
 	inflight atomic.Pointer[string] // correlation id of the call in flight
-	proc     WorkerProcess
-	conn     *transport.PipeConn
-	exited   chan struct{}
-	exit     error
-	stderr   *tailWriter
-	toW      *os.File // host's write end
-	fromW    *os.File // host's read end
+	// chargeable: the call in flight has a known caller, who answers for
+	// the worker's death during it (PluginPool.InvokeAs).
+	chargeable atomic.Bool
+	proc       WorkerProcess
+	conn       *transport.PipeConn
+	exited     chan struct{}
+	exit       error
+	stderr     *tailWriter
+	toW        *os.File // host's write end
+	fromW      *os.File // host's read end
 }
 
 // ErrGaveUp wraps the error of a supervisor that stopped restarting.
@@ -185,6 +197,10 @@ type WorkerError struct {
 	Action string
 	Reason string
 	Err    error // the cause: ErrGaveUp, a context error, transport.ErrWorkerGone, transport.ErrPipeProtocol
+	// charged: the worker died or was killed because of this call (a
+	// crash, the OOM killer, its deadline, a protocol break): the
+	// caller's strike (see PluginPool.InvokeAs), not the plugin's.
+	charged bool
 }
 
 func (e *WorkerError) Error() string {
@@ -231,6 +247,9 @@ func workerDefaults(spec WorkerSpec) (WorkerSpec, error) {
 	}
 	if spec.RestartWindow <= 0 {
 		spec.RestartWindow = time.Minute
+	}
+	if spec.GiveUpCooldown <= 0 {
+		spec.GiveUpCooldown = spec.RestartWindow
 	}
 	if spec.Logger == nil {
 		spec.Logger = slog.Default()
@@ -293,14 +312,17 @@ func (s *Supervisor) start(ctx context.Context) (*worker, error) {
 	w := &worker{proc: proc, conn: transport.NewPipeConn(hr, hw), exited: make(chan struct{}), stderr: tail, toW: hw, fromW: hr}
 	go func() {
 		w.exit = proc.Wait()
+		corr := ""
+		if c := w.inflight.Load(); c != nil {
+			corr = *c
+		}
 		if r, ok := proc.(workerResult); ok && r.Result() != nil {
-			corr := ""
-			if c := w.inflight.Load(); c != nil {
-				corr = *c
-			}
 			for _, d := range r.Result().Denials(nil) {
 				s.denied(d, corr)
 			}
+		}
+		if se := (*SurvivorsError)(nil); errors.As(w.exit, &se) {
+			s.denied(Denial{Rule: "kernel: job survived its kill", Reason: se.Error()}, corr)
 		}
 		close(w.exited)
 	}()
@@ -404,10 +426,17 @@ func (s *Supervisor) Actions() []string {
 // call, the call fails with a *WorkerError and the worker is restarted; the
 // error of an action (an *abi.Error) leaves the worker running.
 func (s *Supervisor) Invoke(ctx context.Context, d transport.Dispatcher, action string, input []byte, correlationID string) ([]byte, error) {
+	return s.invoke(ctx, d, action, input, correlationID, false)
+}
+
+// invoke is Invoke; chargeable: the call's caller is known and answers
+// for the worker's death during it (see PluginPool.InvokeAs).
+func (s *Supervisor) invoke(ctx context.Context, d transport.Dispatcher, action string, input []byte, correlationID string, chargeable bool) ([]byte, error) {
 	w, err := s.waitWorker(ctx, action)
 	if err != nil {
 		return nil, err
 	}
+	w.chargeable.Store(chargeable)
 	w.inflight.Store(&correlationID)
 	out, err := w.conn.Invoke(ctx, d, action, input, correlationID)
 	var ae *abi.Error
@@ -442,7 +471,10 @@ func (s *Supervisor) Invoke(ctx context.Context, d transport.Dispatcher, action 
 	default:
 		we.Reason = "the worker broke the pipe protocol; it is restarted"
 	}
-	s.replace(w, we.Reason, exit)
+	// The call's, unless the caller only went away: a known caller's
+	// strike, not the plugin's crash loop.
+	we.charged = chargeable && !errors.Is(err, context.Canceled)
+	s.replace(w, we.Reason, exit, chargeable)
 	return nil, we
 }
 
@@ -498,14 +530,17 @@ func (s *Supervisor) ready() bool {
 }
 
 // replace kills w (if it is still the current worker) and lets the watcher
-// start a new one.
-func (s *Supervisor) replace(w *worker, reason, exit string) {
+// start a new one. charged: a call is answerable for the death (see
+// WorkerError.charged); the restart then does not count toward the crash
+// loop.
+func (s *Supervisor) replace(w *worker, reason, exit string, charged bool) {
 	s.mu.Lock()
 	if s.cur != w {
 		s.mu.Unlock()
 		return
 	}
 	s.cur = nil
+	s.charged = charged
 	s.lastReason = reason
 	s.broadcast()
 	s.mu.Unlock()
@@ -544,7 +579,7 @@ func (s *Supervisor) watch() {
 		case <-s.loop.gaveUpCh:
 			// Another worker of the plugin crash-looped: the plugin is
 			// given up whole, this worker with it.
-			s.replace(w, "the plugin was given up", "")
+			s.replace(w, "the plugin was given up", "", false)
 			s.mu.Lock()
 			s.broadcast()
 			s.mu.Unlock()
@@ -552,10 +587,11 @@ func (s *Supervisor) watch() {
 		case <-w.exited:
 			w.conn.Close()
 			reason := "it exited between calls"
-			if w.inflight.Load() != nil {
+			inCall := w.inflight.Load() != nil
+			if inCall {
 				reason = "the worker exited during the call" // as the call's error says
 			}
-			s.replace(w, reason, "")
+			s.replace(w, reason, "", inCall && w.chargeable.Load())
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), s.spec.HealthTimeout)
 			err := w.conn.Ping(ctx)
@@ -563,7 +599,7 @@ func (s *Supervisor) watch() {
 			if err != nil {
 				reason := fmt.Sprintf("health check failed: %v", err)
 				s.event(WorkerEvent{Kind: EventHealthCheckFailed, Pid: w.proc.Pid(), Reason: reason})
-				s.replace(w, reason, "")
+				s.replace(w, reason, "", false)
 			}
 		}
 	}
@@ -575,11 +611,23 @@ func (s *Supervisor) watch() {
 func (s *Supervisor) restart() bool {
 	s.mu.Lock()
 	last, exit := s.lastReason, s.lastExit // replace writes lastExit after it kills
+	charged := s.charged
+	s.charged = false
 	s.mu.Unlock()
 	if exit != "" {
 		last += " (" + exit + ")"
 	}
-	backoff, gaveUp, first := s.loop.next(last)
+	var backoff time.Duration
+	var gaveUp error
+	var first bool
+	if charged {
+		// A caller's call killed it: that caller is backed off (see
+		// PluginPool.InvokeAs); the plugin is restarted at once for the
+		// others, and its crash loop does not count it.
+		backoff, gaveUp = firstBackoff, s.loop.err()
+	} else {
+		backoff, gaveUp, first = s.loop.next(last)
+	}
 	if gaveUp != nil {
 		if first {
 			s.log.Error("native worker given up", "reason", gaveUp)
@@ -627,7 +675,15 @@ type crashLoop struct {
 	restarts []time.Time
 	backoff  time.Duration
 	gaveUp   error
+	gaveUpT  time.Time
 	gaveUpCh chan struct{}
+}
+
+// gaveUpAt is when the loop gave up (zero: it has not).
+func (l *crashLoop) gaveUpAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gaveUpT
 }
 
 const (
@@ -653,8 +709,9 @@ func (l *crashLoop) next(last string) (backoff time.Duration, gaveUp error, firs
 		l.backoff = firstBackoff // calm for a whole window: start over
 	}
 	if len(l.restarts) >= l.max {
-		l.gaveUp = fmt.Errorf("%w: %d restarts within %s, the last because %s; not restarting it again: fix the worker, then reload the module (upload it again to moat serve, or restart moat)",
+		l.gaveUp = fmt.Errorf("%w: %d restarts within %s, the last because %s; not restarting it again for a cool-down (a plugin starts workers again after it; a lone worker stays stopped): fix the worker, then reload the module (upload it again to moat serve, or restart moat)",
 			ErrGaveUp, len(l.restarts), l.window, last)
+		l.gaveUpT = time.Now()
 		close(l.gaveUpCh)
 		return 0, l.gaveUp, true
 	}
@@ -797,6 +854,9 @@ func (p *confinedProcess) Wait() error {
 		p.j.kill() // anything it left running in its cgroup
 		p.res = p.j.exitResult()
 		p.j.cleanup()
+		if p.j.survivors != nil {
+			p.err = errors.Join(p.err, &SurvivorsError{Command: p.j.spec.Command, Err: p.j.survivors})
+		}
 	})
 	return p.err
 }

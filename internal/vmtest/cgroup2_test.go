@@ -30,11 +30,11 @@ var guestRuns = []struct {
 	tests     []string // top-level tests; "Test/sub" selects one subtest
 }{
 	{"kernel", "kernel", []string{"TestV2JobCgroup", "TestV2HostCgroup", "TestV2RemoveStaleCgroups",
-		"TestCgroupLifecycle", "TestEgressAllowsOnlyTargets", "TestEgressForCgroup", "TestEgressForCgroupRefuses"}},
+		"TestCgroupLifecycle", "TestEgressAllowsOnlyTargets", "TestEgressForCgroup", "TestEgressForCgroupRefuses", "TestJobCgroupNames"}},
 	{"native", "native", []string{"TestV2JobBornInCgroup", "TestV2Limits", "TestV2NothingLeftBehind",
 		"TestMemoryLimit", "TestForkBomb", "TestTimeout", "TestContextCancel", "TestPool",
 		"TestSetupErrors", "TestJobDirWritable", "TestStdinOutputAndTruncation", "TestAllowNet", "TestAllowNetHostile",
-		"TestPoolDeadWrappers", "TestPoolClaimNeedsAck"}},
+		"TestPoolDeadWrappers", "TestPoolClaimNeedsAck", "TestJobEndLeavesNothing", "TestSweepReapsDeadRunner"}},
 }
 
 // runPattern is the -test.run pattern selecting tests.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,10 +316,17 @@ func (c *Cgroup) Pids() []int {
 	return readPids(d)
 }
 
-// Kill kills every process of the job and waits (up to 2 s) until the
-// cgroup is empty. v2 uses cgroup.kill; v1 has none, so it freezes the
-// group, sends SIGKILL to each member, and thaws it (a frozen member cannot
-// fork between the listing and the kill).
+// Kill kills every process of the job and waits until the cgroup is empty
+// in every hierarchy, or fails with a *SurvivorsError naming what is
+// left. v2 uses cgroup.kill; v1 has none, so it freezes the group, sends
+// SIGKILL to each member, and thaws it (a frozen member cannot fork
+// between the listing and the kill).
+//
+// Whatever the freeze did, the group is thawed before Kill returns: a
+// SIGKILL is only acted on once a task runs, so a group left frozen holds
+// its processes (and their memory) for good. A killer that dies between
+// the freeze and the thaw leaves exactly that; the sweep (SweepJobCgroups)
+// thaws and empties such a group once its owner is gone.
 func (c *Cgroup) Kill() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -328,51 +336,95 @@ func (c *Cgroup) Kill() error {
 	return c.kill()
 }
 
+// killWait bounds how long Kill waits for the members to be gone after
+// SIGKILL. A killed task still has to leave the kernel (an uninterruptible
+// sleep in reclaim or I/O ends first), which takes milliseconds, rarely a
+// second under memory pressure.
+var killWait = 5 * time.Second
+
 func (c *Cgroup) kill() error {
 	if c.v2 {
 		d := c.dirs[""]
-		if len(readPids(d)) == 0 {
+		if len(c.allPids()) == 0 {
 			return nil
 		}
 		if err := writeFile(d, "cgroup.kill", "1"); err != nil {
-			for _, p := range readPids(d) {
+			for _, p := range c.allPids() {
 				_ = syscall.Kill(p, syscall.SIGKILL)
 			}
 		}
-		return c.waitEmpty(d)
+		_ = writeFile(d, "cgroup.freeze", "0") // no-op unless someone froze it
+		return c.waitEmpty()
 	}
 	fz := c.dirs["freezer"]
-	if len(readPids(fz)) == 0 {
+	if len(c.allPids()) == 0 {
+		c.thaw()
 		return nil
 	}
-	frozen := writeFile(fz, "freezer.state", "FROZEN") == nil
-	if frozen {
-		for i := 0; i < 100 && !strings.HasPrefix(readString(fz, "freezer.state"), "FROZEN"); i++ {
+	if fz != "" && writeFile(fz, "freezer.state", "FROZEN") == nil {
+		// Bounded: a task in an uninterruptible sleep delays FROZEN; the
+		// kill below and the thaw after it run in any case.
+		for i := 0; i < 500 && !strings.HasPrefix(readString(fz, "freezer.state"), "FROZEN"); i++ {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	for _, p := range readPids(fz) {
+	for _, p := range c.allPids() {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
-	if frozen {
-		_ = writeFile(fz, "freezer.state", "THAWED")
-	}
-	return c.waitEmpty(fz)
+	c.thaw()
+	return c.waitEmpty()
 }
 
-func (c *Cgroup) waitEmpty(dir string) error {
-	deadline := time.Now().Add(2 * time.Second)
+// thaw makes sure a v1 group is not frozen (or freezing): see Kill.
+func (c *Cgroup) thaw() {
+	if fz := c.dirs["freezer"]; fz != "" && !c.v2 && readString(fz, "freezer.state") != "THAWED" {
+		_ = writeFile(fz, "freezer.state", "THAWED")
+	}
+}
+
+// allPids lists the members of the job in any of its hierarchies: a
+// wrapper that died while joining them is in some and not the others.
+func (c *Cgroup) allPids() []int {
+	var out []int
+	for _, d := range c.dirs {
+		for _, p := range readPids(d) {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// SurvivorsError is a job cgroup whose processes outlived SIGKILL and the
+// bounded wait for them: they still hold the job's memory and maybe its
+// files, and the cgroup's directories stay. The job must be reported as a
+// failure of the host, not as the job's outcome.
+type SurvivorsError struct {
+	Cgroup string        // CgroupParent/<id>
+	Pids   []int         // still members when the wait ended
+	Waited time.Duration // how long the wait was
+}
+
+func (e *SurvivorsError) Error() string {
+	return fmt.Sprintf("cgroup %s: %d process(es) (pids %v) still alive %s after SIGKILL; they keep the job's memory until they exit (look for a task stuck in the kernel: cat /proc/PID/stack)",
+		e.Cgroup, len(e.Pids), e.Pids, e.Waited)
+}
+
+func (c *Cgroup) waitEmpty() error {
+	deadline := time.Now().Add(killWait)
 	for {
-		ps := readPids(dir)
+		ps := c.allPids()
 		if len(ps) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup: %d processes still in %s after SIGKILL", len(ps), dir)
+			return &SurvivorsError{Cgroup: CgroupParent + "/" + c.id, Pids: ps, Waited: killWait}
 		}
 		for _, p := range ps {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
+		c.thaw()
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -384,12 +436,15 @@ func (c *Cgroup) Destroy() error {
 	if c.destroyed {
 		return nil
 	}
-	kerr := c.kill()
-	rerr := c.remove()
-	if rerr == nil {
-		c.destroyed = true
+	if err := c.kill(); err != nil {
+		// Survivors hold the directories: rmdir could only fail (EBUSY).
+		return err
 	}
-	return errors.Join(kerr, rerr)
+	if err := c.remove(); err != nil {
+		return err
+	}
+	c.destroyed = true
+	return nil
 }
 
 // remove deletes the job directories, retrying while the kernel still
