@@ -212,6 +212,17 @@ func ReadFile(dir, rel string) ([]byte, error) {
 	return readIn(r, dir, rel, -1)
 }
 
+// pathError names the OS path p in err (os.Root's errors name the path
+// relative to the root), as os.ReadFile would: "open p: no such file or
+// directory".
+func pathError(p string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &fs.PathError{Op: "open", Path: p, Err: pe.Err}
+	}
+	return err
+}
+
 // errTooBig is a file past what readIn may read.
 var errTooBig = errors.New("over the bound")
 
@@ -224,7 +235,7 @@ func readIn(r *os.Root, dir, rel string, limit int64) ([]byte, error) {
 	}
 	fi, err := r.Lstat(rel)
 	if err != nil {
-		return nil, err
+		return nil, pathError(p, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, refuse(p, fi.Mode())
@@ -234,7 +245,7 @@ func readIn(r *os.Root, dir, rel string, limit int64) ([]byte, error) {
 	// root: should a link replace it, it cannot lead out.
 	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, pathError(p, err)
 	}
 	defer f.Close()
 	if fi, err = f.Stat(); err != nil {
