@@ -32,6 +32,9 @@ const MaxPluginSourceBytes = 64 << 20
 // left out unread, and so is *.wasm; more than MaxPluginSourceBytes is
 // refused.
 func CopyPluginSource(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
 	return plugintree.Walk(src, plugintree.Options{SkipOutputs: true, MaxBytes: MaxPluginSourceBytes}, func(e plugintree.Entry) error {
 		t := filepath.Join(dst, filepath.FromSlash(e.Rel))
 		switch {

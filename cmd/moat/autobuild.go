@@ -88,7 +88,7 @@ func staleReason(dir, module string, exts []string) (string, error) {
 	if err != nil || sources == 0 {
 		return "", err
 	}
-	mst, err := os.Stat(module)
+	mst, err := plugintree.Stat(module) // a link or FIFO at the module's name is refused, not followed
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("%s does not exist", module), nil
 	}

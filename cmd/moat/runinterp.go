@@ -43,6 +43,9 @@ func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool)
 // moat.yaml.
 func scriptBundle(dir string, mf *policy.Manifest, l languages.Language) (*host.Bundle, languages.Source, error) {
 	src, err := pluginSource(dir, l)
+	if plugintree.IsError(err) {
+		return nil, src, err // it names the file
+	}
 	if err != nil {
 		return nil, src, fmt.Errorf("%s: %w", dir, err)
 	}

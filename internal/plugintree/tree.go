@@ -200,6 +200,20 @@ func Walk(dir string, opt Options, fn func(Entry) error) error {
 	})
 }
 
+// Stat returns the lstat of the file at p, an OS path in a plugin's tree,
+// refusing (*Error) a link or a special file as Walk does, for a caller
+// that needs the file's time or size and not its bytes.
+func Stat(p string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, refuse(p, fi.Mode())
+	}
+	return fi, nil
+}
+
 // ReadFile reads the regular file rel (slash-separated) of the tree at
 // dir, refusing a link or a special file as Walk does. A missing file is
 // an error satisfying errors.Is(err, fs.ErrNotExist).
