@@ -75,7 +75,9 @@ var treeCases = []treeCase{
 			return "helpers" + ext + " is a symbolic link (to " + filepath.Join(out, "id_ed25519") + "): a plugin's files must be regular files inside its directory"
 		}},
 	{name: "link to a directory outside", sources: true,
-		plant: func(t *testing.T, dir, name, ext, out string) { link(t, filepath.Join(out, "dir"), filepath.Join(dir, "lib")) },
+		plant: func(t *testing.T, dir, name, ext, out string) {
+			link(t, filepath.Join(out, "dir"), filepath.Join(dir, "lib"))
+		},
 		want: func(name, ext, out string) string {
 			return "lib is a symbolic link (to " + filepath.Join(out, "dir") + ")"
 		}},
