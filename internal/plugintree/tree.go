@@ -72,8 +72,18 @@ func (e *Error) Error() string {
 		return e.Path + ": " + e.Reason
 	}
 	if e.Kind == "symbolic link" {
-		return fmt.Sprintf("%s is a symbolic link (to %s): a plugin's files must be regular files inside its directory, so moat follows no link; replace the link with a copy of the file (cp --remove-destination %s %s) or remove it",
-			e.Path, e.Target, shellQuote(e.Target), shellQuote(e.Path))
+		// The fix copies what the link points to, named from the link's
+		// directory (a relative target is relative to it).
+		target := e.Target
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(e.Path), target)
+		}
+		fix := fmt.Sprintf("cp --remove-destination %s %s", shellQuote(target), shellQuote(e.Path))
+		if fi, err := os.Stat(e.Path); err == nil && fi.IsDir() {
+			fix = fmt.Sprintf("rm %s && cp -r %s %s", shellQuote(e.Path), shellQuote(target), shellQuote(e.Path))
+		}
+		return fmt.Sprintf("%s is a symbolic link (to %s): a plugin's files must be regular files inside its directory, so moat follows no link; replace the link with a copy of what it points to (%s) or remove it",
+			e.Path, e.Target, fix)
 	}
 	return fmt.Sprintf("%s is a %s: a plugin's directory may hold only regular files and directories, so moat does not open it; remove it or move it out of the directory", e.Path, e.Kind)
 }
