@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -72,7 +73,11 @@ func ReadBundle(path string) (*Bundle, error) {
 			b.Name = SanitizeModuleName(dirName(path))
 		}
 	}
-	if b.Wasm, err = os.ReadFile(b.Path); err != nil {
+	// The module, its signature and manifest are files of the plugin's
+	// tree, read by its rule (package plugintree): a link or a special
+	// file is refused, so that what is run, signed and deployed is what
+	// lies in the directory.
+	if b.Wasm, err = plugintree.ReadFile(filepath.Dir(b.Path), filepath.Base(b.Path)); err != nil {
 		hint := ""
 		if errors.Is(err, fs.ErrNotExist) && b.Manifest != nil {
 			hint = fmt.Sprintf(" (named by %s; build the module first: moat build %s)", b.ManifestPath, filepath.Dir(b.ManifestPath))
@@ -80,7 +85,7 @@ func ReadBundle(path string) (*Bundle, error) {
 		return nil, fmt.Errorf("module %s: %w%s", b.Path, unwrapPathError(err), hint)
 	}
 	b.SignaturePath = policy.SignatureFile(b.Path)
-	if sig, err := os.ReadFile(b.SignaturePath); err == nil {
+	if sig, err := plugintree.ReadFile(filepath.Dir(b.SignaturePath), filepath.Base(b.SignaturePath)); err == nil {
 		b.Signature = sig
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("signature %s: %w", b.SignaturePath, unwrapPathError(err))
@@ -90,7 +95,7 @@ func ReadBundle(path string) (*Bundle, error) {
 
 func readManifest(dir string) (*policy.Manifest, []byte, string, error) {
 	p := filepath.Join(dir, ManifestFile)
-	raw, err := os.ReadFile(p)
+	raw, err := plugintree.ReadFile(dir, ManifestFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, "", nil
 	}

@@ -2,11 +2,11 @@ package languages
 
 import (
 	"context"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/moat-sandbox/moat/internal/plugintree"
 )
 
 // PluginBuilder is implemented by a compiled language that can build a
@@ -26,35 +26,26 @@ const MaxPluginSourceBytes = 64 << 20
 // CopyPluginSource copies the plugin's source directory into dst, so the
 // confined compiler reads a copy in its own work dir rather than a tree
 // the job uid may not be able to reach (a directory under a 0700 home).
-// Build outputs and dependency trees (.git, node_modules, target, *.wasm)
-// are left out; more than MaxPluginSourceBytes is refused.
+// The tree is read as every path reads a plugin's tree (package
+// plugintree): a link or a special file is refused, naming it; build
+// outputs and dependency trees (dot entries, node_modules, target) are
+// left out unread, and so is *.wasm; more than MaxPluginSourceBytes is
+// refused.
 func CopyPluginSource(src, dst string) error {
-	var total int64
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		name := d.Name()
-		if rel != "." && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "target") {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		t := filepath.Join(dst, rel)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	return plugintree.Walk(src, plugintree.Options{SkipOutputs: true, MaxBytes: MaxPluginSourceBytes}, func(e plugintree.Entry) error {
+		t := filepath.Join(dst, filepath.FromSlash(e.Rel))
 		switch {
-		case d.IsDir():
+		case e.Info.IsDir():
 			return os.MkdirAll(t, 0o755)
-		case !d.Type().IsRegular() || strings.HasSuffix(name, ".wasm"):
+		case strings.HasSuffix(e.Rel, ".wasm"):
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		b, err := e.Read()
 		if err != nil {
 			return err
-		}
-		if total += int64(len(b)); total > MaxPluginSourceBytes {
-			return fmt.Errorf("%s holds more than %d MiB of source: move build outputs out of it", src, MaxPluginSourceBytes>>20)
 		}
 		return os.WriteFile(t, b, 0o644)
 	})

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/moat-sandbox/moat/internal/plugintree"
 )
 
 // ManifestFile is the name of a module's manifest, kept beside the module.
@@ -331,12 +333,14 @@ func ParseManifest(file string, data []byte) (*Manifest, error) {
 }
 
 // LoadManifest reads and parses the manifest at path. When path is a
-// directory, it reads the moat.yaml inside it.
+// directory, it reads the moat.yaml inside it. The manifest is a file of
+// its plugin's tree, read by the tree's rule (package plugintree): a
+// link or a special file (a FIFO would block the read) is refused.
 func LoadManifest(path string) (*Manifest, error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		path = filepath.Join(path, ManifestFile)
 	}
-	data, err := os.ReadFile(path)
+	data, err := plugintree.ReadFile(filepath.Dir(path), filepath.Base(path))
 	if err != nil {
 		return nil, fmt.Errorf("reading manifest: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -87,7 +88,7 @@ func staleReason(dir, module string, exts []string) (string, error) {
 	if err != nil || sources == 0 {
 		return "", err
 	}
-	mst, err := os.Stat(module)
+	mst, err := plugintree.Stat(module) // a link or FIFO at the module's name is refused, not followed
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Sprintf("%s does not exist", module), nil
 	}
@@ -105,30 +106,14 @@ const maxSourceFiles = 10000
 
 // walkSources calls fn with each file of dir that moat build copies (a
 // plugin's sources, moat.yaml included): regular files, not in dot
-// directories, node_modules or target, and not modules or signatures.
+// directories, node_modules or target, and not modules or signatures. The
+// tree is read by the one rule (package plugintree): a link or a special
+// file is refused, naming it.
 func walkSources(dir string, fn func(path string, fi fs.FileInfo) error) error {
-	seen := 0
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		n := d.Name()
-		if p != dir && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "target") {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
+	return plugintree.Walk(dir, plugintree.Options{SkipOutputs: true, MaxFiles: maxSourceFiles}, func(e plugintree.Entry) error {
+		if e.Info.IsDir() || strings.HasSuffix(e.Rel, ".wasm") || strings.HasSuffix(e.Rel, ".minisig") {
 			return nil
 		}
-		if d.IsDir() || !d.Type().IsRegular() || strings.HasSuffix(n, ".wasm") || strings.HasSuffix(n, ".minisig") {
-			return nil
-		}
-		if seen++; seen > maxSourceFiles {
-			return fmt.Errorf("more than %d files under %s: move build outputs out of it", maxSourceFiles, dir)
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return fn(p, fi)
+		return fn(e.Path, e.Info)
 	})
 }

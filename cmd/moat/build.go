@@ -122,11 +122,25 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 	case err != nil:
 		return fmt.Errorf("build %s: %w", dir, err)
 	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, wasm, 0o644); err != nil {
+	// A temporary file of our own (O_EXCL), renamed over out: a link
+	// planted at out or at a fixed temporary name is replaced, never
+	// written through.
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-")
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	tmp := f.Name()
+	_, err = f.Write(wasm)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}

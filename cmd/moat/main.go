@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
 	_ "github.com/moat-sandbox/moat/host/store/backends" // PostgreSQL for database_url / MOAT_DATABASE_URL
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -74,8 +75,8 @@ func run(ctx context.Context, args []string) (code int) {
 	switch host.CodeOf(err) {
 	case "":
 		var ue usageError
-		if errors.As(err, &ue) || isCobraUsage(err) {
-			return exitUsage
+		if errors.As(err, &ue) || isCobraUsage(err) || plugintree.IsError(err) {
+			return exitUsage // a link or special file in a plugin's tree: the server's 400
 		}
 		return exitFailure
 	case abi.CodeTimeout:

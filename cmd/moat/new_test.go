@@ -203,10 +203,11 @@ func TestBuildGoHandWrittenModule(t *testing.T) {
 }
 
 // TestBuildPluginHostile: a plugin's directory is as hostile as a
-// code-execution submission. A symlink to a host file is not copied, an
-// include or replace naming a host path finds nothing, and a go.mod that
-// replaces the SDK with a directory of its own is overridden by the SDK
-// the binary carries.
+// code-execution submission. A symlink to a host file is refused before
+// anything is copied (exit 2, naming it; TestPluginTreeHostile has every
+// kind and entry), an include or replace naming a host path finds
+// nothing, and a go.mod that replaces the SDK with a directory of its own
+// is overridden by the SDK the binary carries.
 func TestBuildPluginHostile(t *testing.T) {
 	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
 	secret := filepath.Join(t.TempDir(), "secret.txt")
@@ -216,8 +217,9 @@ func TestBuildPluginHostile(t *testing.T) {
 		files      map[string]string
 		link       string // a file name made a symlink to secret
 		wantFail   bool
+		want       string // in the refusal; default the compiler's
 	}{
-		{name: "c symlink", lang: "c", link: "secret.h", wantFail: true,
+		{name: "c symlink", lang: "c", link: "secret.h", wantFail: true, want: "secret.h is a symbolic link (to " + secret + ")",
 			files: map[string]string{"main.c": "#include \"moat.h\"\n#include \"secret.h\"\nstatic const moat_action actions[] = {{0}};\nMOAT_ACTIONS(actions)\n"}},
 		{name: "c absolute include", lang: "c", wantFail: true,
 			files: map[string]string{"main.c": "#include \"" + secret + "\"\n"}},
@@ -251,8 +253,12 @@ func TestBuildPluginHostile(t *testing.T) {
 				t.Fatalf("the build showed the host file's bytes:\n%s", r.stderr)
 			}
 			if tc.wantFail {
-				if r.code == 0 || !strings.Contains(r.stderr, "the compiler refused the source") {
-					t.Fatalf("exit %d, want the compiler's refusal:\n%s", r.code, r.stderr)
+				want := tc.want
+				if want == "" {
+					want = "the compiler refused the source"
+				}
+				if r.code == 0 || !strings.Contains(r.stderr, want) {
+					t.Fatalf("exit %d, want %q:\n%s", r.code, want, r.stderr)
 				}
 				t.Logf("refused:\n%s", r.stderr)
 				return

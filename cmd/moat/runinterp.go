@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -42,17 +43,20 @@ func interpretedPlugin(path string) (*policy.Manifest, languages.Language, bool)
 // moat.yaml.
 func scriptBundle(dir string, mf *policy.Manifest, l languages.Language) (*host.Bundle, languages.Source, error) {
 	src, err := pluginSource(dir, l)
+	if plugintree.IsError(err) {
+		return nil, src, err // it names the file
+	}
 	if err != nil {
 		return nil, src, fmt.Errorf("%s: %w", dir, err)
 	}
 	manifestPath := filepath.Join(dir, host.ManifestFile)
-	manifest, err := os.ReadFile(manifestPath)
+	manifest, err := plugintree.ReadFile(dir, host.ManifestFile)
 	if err != nil {
 		return nil, src, err
 	}
 	b := &host.Bundle{Path: dir, Wasm: languages.PackSources(src), Name: mf.Name, Manifest: mf,
 		ManifestPath: manifestPath, ManifestBytes: manifest, SignaturePath: filepath.Join(dir, mf.Name+".minisig")}
-	if sig, err := os.ReadFile(b.SignaturePath); err == nil {
+	if sig, err := plugintree.ReadFile(dir, mf.Name+".minisig"); err == nil {
 		b.Signature = sig
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, src, err
@@ -164,23 +168,25 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 }
 
 // pluginSource reads the plugin's source files (those with the language's
-// extensions, at the top of dir); the entry point is main<ext>.
+// extensions, at the top of dir); the entry point is main<ext>. The
+// directory is read by the one rule (package plugintree): a link or a
+// special file among its entries is refused, naming it.
 func pluginSource(dir string, l languages.Language) (languages.Source, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return languages.Source{}, err
-	}
 	exts := l.Info().Extensions
 	files := map[string][]byte{}
-	for _, e := range ents {
-		if e.IsDir() || !slices.Contains(exts, filepath.Ext(e.Name())) {
-			continue
+	err := plugintree.Walk(dir, plugintree.Options{Flat: true, MaxBytes: languages.MaxPluginSourceBytes}, func(e plugintree.Entry) error {
+		if e.Info.IsDir() || !slices.Contains(exts, filepath.Ext(e.Rel)) {
+			return nil
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := e.Read()
 		if err != nil {
-			return languages.Source{}, err
+			return err
 		}
-		files[e.Name()] = b
+		files[e.Rel] = b
+		return nil
+	})
+	if err != nil {
+		return languages.Source{}, err
 	}
 	return languages.PluginSource(l, files)
 }

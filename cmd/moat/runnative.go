@@ -12,6 +12,7 @@ import (
 	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -54,35 +55,23 @@ func nativeSource(dir, name string) ([]byte, error) {
 	if fi.Mode().Perm()&0o005 != 0o005 {
 		return nil, unreadable(dir, fi.Mode())
 	}
-	ents, err := os.ReadDir(dir)
+	files := map[string][]byte{}
+	err = plugintree.Walk(dir, plugintree.Options{Flat: true, MaxFiles: maxNativeFiles, MaxBytes: maxNativeBytes}, func(e plugintree.Entry) error {
+		switch {
+		case e.Info.IsDir():
+			return fmt.Errorf("%s is a directory: a native plugin is one flat directory (moat serve flattens an uploaded archive), so keep its files beside moat.yaml and install libraries as system packages", e.Path)
+		case e.Info.Mode().Perm()&0o004 == 0:
+			return unreadable(e.Path, e.Info.Mode())
+		}
+		b, err := e.Read()
+		if err != nil {
+			return err
+		}
+		files[e.Rel] = b
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	files := map[string][]byte{}
-	total := 0
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		info, err := e.Info()
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case e.IsDir():
-			return nil, fmt.Errorf("%s is a directory: a native plugin is one flat directory (moat serve flattens an uploaded archive), so keep its files beside moat.yaml and install libraries as system packages", p)
-		case !info.Mode().IsRegular():
-			continue
-		case info.Mode().Perm()&0o004 == 0:
-			return nil, unreadable(p, info.Mode())
-		}
-		if len(files) == maxNativeFiles || total+int(info.Size()) > maxNativeBytes {
-			return nil, fmt.Errorf("%s holds more than %d files or %d MiB: a native plugin's directory should hold its sources, not its dependencies (install those as system packages)", dir, maxNativeFiles, maxNativeBytes>>20)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		total += len(b)
-		files[e.Name()] = b
 	}
 	return languages.PackSources(languages.NativeSource(name, files)), nil
 }
@@ -100,13 +89,13 @@ func nativeBundle(dir string, mf *policy.Manifest) (*host.Bundle, error) {
 		return nil, err
 	}
 	manifestPath := filepath.Join(abs, host.ManifestFile)
-	manifest, err := os.ReadFile(manifestPath)
+	manifest, err := plugintree.ReadFile(abs, host.ManifestFile)
 	if err != nil {
 		return nil, err
 	}
 	b := &host.Bundle{Path: abs, Wasm: source, Name: mf.Name, Manifest: mf, ManifestPath: manifestPath, ManifestBytes: manifest,
 		SignaturePath: filepath.Join(abs, mf.Name+".minisig")}
-	if b.Signature, err = os.ReadFile(b.SignaturePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if b.Signature, err = plugintree.ReadFile(abs, mf.Name+".minisig"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	return b, nil

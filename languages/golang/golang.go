@@ -53,6 +53,7 @@ import (
 
 	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/toolchains"
 	"golang.org/x/mod/modfile"
@@ -214,7 +215,13 @@ func stagePlugin(dir, work string) (string, error) {
 	plugin := filepath.Join(work, "plugin")
 	modRoot, data := "", []byte(nil)
 	for d := dir; ; d = filepath.Dir(d) {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+		// Read by the plugin tree's rule: a go.mod that is a link or a
+		// FIFO (which would block) is refused, not followed.
+		b, err := plugintree.ReadFile(d, "go.mod")
+		if plugintree.IsError(err) {
+			return "", err
+		}
+		if err == nil {
 			if modfile.ModulePath(b) != guests.GoModulePath {
 				modRoot, data = d, b
 			}
