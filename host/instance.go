@@ -179,6 +179,12 @@ type invocation struct {
 	// that WASI's functions would give the guest as EIO (ENOSPC, EDQUOT,
 	// EFBIG), for the WASI wrapper of the call in flight (wasierrno.go).
 	fsErrno syscall.Errno
+	// endedOp is the reason of the op the invocation's end interrupted
+	// (an op that failed with timeout once the deadline passed, such as
+	// a wait for media memory): what the call waited for is a better
+	// reason for its timeout than the deadline alone, whether the guest
+	// returned the op's error or was stopped at its next check.
+	endedOp string
 }
 
 // newEnv is the ops environment of one of m's invocations, before Begin.
@@ -215,6 +221,10 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 		}
 	}()
 	reply, err = ops.Dispatch(env, inv, o, req)
+	var ae *abi.Error
+	if err != nil && ctx.Err() == context.DeadlineExceeded && errors.As(err, &ae) && ae.Code == abi.CodeTimeout {
+		inv.endedOp = o.Name + ": " + ae.Message
+	}
 	if mc := env.ModelCall(); mc != nil {
 		inv.m.auditModelCall(ctx, env, o, mc, err)
 	} else if err == nil && (o.Mutates || o.LeavesSandbox) && !o.AuditsItself {

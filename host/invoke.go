@@ -191,6 +191,7 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	m := inst.m
 	ctx = inst.sess.Attach(ctx)
 	inst.epoch++
+	inst.endedOp = ""
 	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
 	inst.env.DiskQuota = m.diskQuota
 	idle := context.Background()
@@ -282,6 +283,8 @@ func (inst *instance) classify(ctx context.Context, err error, lim Limits) ([]by
 			lim.MemoryLimitPages, lim.MemoryLimitPages/16, inst.stderrNote())
 	case inst.sess.Fault() != nil:
 		e.Code, e.Reason, e.Err = abi.CodeGuestFault, inst.sess.Fault().Error(), inst.sess.Fault()
+	case isDeadline(err, ctx) && inst.endedOp != "":
+		e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("did not finish within %s (its deadline ended %s)", lim.Timeout, inst.endedOp)
 	case isDeadline(err, ctx):
 		e.Code, e.Reason = abi.CodeTimeout, fmt.Sprintf("did not finish within %s", lim.Timeout)
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled || ctx.Err() == context.Canceled:
