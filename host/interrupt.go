@@ -610,23 +610,11 @@ func (in *instrumentation) function(out []byte, r *wasmReader) ([]byte, error) {
 // blockType reads a block type, checking a type index against the
 // module's types.
 func (in *instrumentation) blockType(r *wasmReader) error {
-	b, err := r.byte()
-	if err != nil {
-		return err
+	v, err := r.blockTypeIndex()
+	if err == nil && v >= int64(in.nTypes) {
+		err = fmt.Errorf("a block of type %d, but the module declares %d types", v, in.nTypes)
 	}
-	switch b {
-	case 0x40, 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
-		return nil
-	}
-	r.off--
-	v, err := r.s33()
-	if err != nil {
-		return err
-	}
-	if v < 0 || v >= int64(in.nTypes) {
-		return fmt.Errorf("a block of type %d, but the module declares %d types", v, in.nTypes)
-	}
-	return nil
+	return err
 }
 
 // isBulk reports whether the 0xfc instruction sub writes or copies a
@@ -939,7 +927,7 @@ func (r *wasmReader) skipImmediates(op byte) error {
 	var err error
 	switch {
 	case op == 0x02 || op == 0x03 || op == 0x04: // block, loop, if
-		err = r.blockType()
+		_, err = r.blockTypeIndex()
 	case op == 0x0c || op == 0x0d: // br, br_if
 		_, err = r.u32()
 	case op == 0x0e: // br_table
@@ -998,19 +986,24 @@ func (r *wasmReader) skipImmediates(op byte) error {
 	return err
 }
 
-// blockType skips a block type: empty (0x40), a value type, or a type
-// index (a positive signed LEB128 of up to 33 bits).
-func (r *wasmReader) blockType() error {
+// blockTypeIndex reads a block type: empty (0x40), a value type, or a
+// type index (a positive signed LEB128 of up to 33 bits), which it
+// returns; -1 for the others.
+func (r *wasmReader) blockTypeIndex() (int64, error) {
 	b, err := r.byte()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	switch b {
 	case 0x40, 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
-		return nil
+		return -1, nil
 	}
 	r.off--
-	return r.sleb(5)
+	v, err := r.s33()
+	if err == nil && v < 0 {
+		err = fmt.Errorf("a block of type %d", v)
+	}
+	return v, err
 }
 
 // memarg skips a memory argument: alignment (with bit 6 set, a memory

@@ -3,9 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -14,50 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/hostile"
 )
-
-// callTreeC is a C program with no loop that never ends: f_{i+1} calls
-// f_i twice, sixty levels, 2^60 calls at a depth of 61 (issue 27's
-// "sixty lines of C").
-func callTreeC() string {
-	var b strings.Builder
-	b.WriteString("volatile int sink;\n__attribute__((noinline)) void f0(void) { sink++; }\n")
-	for i := 1; i <= 60; i++ {
-		fmt.Fprintf(&b, "__attribute__((noinline)) void f%d(void) { f%d(); f%d(); }\n", i, i-1, i-1)
-	}
-	b.WriteString("int main(void) { f60(); return 0; }\n")
-	return b.String()
-}
-
-// wasmCallTree is a WASI command whose _start calls f_60, where f_0 does
-// nothing and f_{i+1} calls f_i twice.
-func wasmCallTree() []byte {
-	const depth = 60
-	vec := func(n int, item func(i int) []byte) []byte {
-		b := binary.AppendUvarint(nil, uint64(n))
-		for i := range n {
-			b = append(b, item(i)...)
-		}
-		return b
-	}
-	sec := func(id byte, body []byte) []byte {
-		return append(binary.AppendUvarint([]byte{id}, uint64(len(body))), body...)
-	}
-	m := []byte("\x00asm\x01\x00\x00\x00")
-	m = append(m, sec(1, []byte{1, 0x60, 0, 0})...)
-	m = append(m, sec(3, vec(depth+2, func(int) []byte { return []byte{0} }))...)
-	m = append(m, sec(7, append([]byte{1, 6}, append([]byte("_start"), 0x00, depth+1)...))...)
-	m = append(m, sec(10, vec(depth+2, func(i int) []byte {
-		switch {
-		case i == 0:
-			return []byte{2, 0, 0x0b}
-		case i <= depth:
-			return []byte{6, 0, 0x10, byte(i - 1), 0x10, byte(i - 1), 0x0b}
-		}
-		return []byte{4, 0, 0x10, depth, 0x0b}
-	}))...)
-	return m
-}
 
 // TestRunDeadlineHostile: through the binary, a module that writes the
 // counter the host adds is refused at once, and code with no loop ends
@@ -79,7 +36,7 @@ func TestRunDeadlineHostile(t *testing.T) {
 
 	// A call tree as a WASI command: ends at --timeout with 124, and a
 	// SIGTERM while it runs under a long one ends moat at once.
-	tree := writeModule(t, "tree", wasmCallTree())
+	tree := writeModule(t, "tree", hostile.CallTreeWasm(60))
 	start = time.Now()
 	if r := moat(t, "", "run", tree, "--data", t.TempDir(), "--timeout", "1s"); r.code != 124 {
 		t.Errorf("moat run tree.wasm --timeout 1s: exit %d, stderr %q; want 124", r.code, r.stderr)
@@ -105,7 +62,7 @@ func TestRunDeadlineHostile(t *testing.T) {
 	}
 
 	start = time.Now()
-	r = moat(t, "", "exec", "--data", t.TempDir(), "--lang", "c", "--timeout", "1s", "-e", callTreeC())
+	r = moat(t, "", "exec", "--data", t.TempDir(), "--lang", "c", "--timeout", "1s", "-e", hostile.CallTreeC(60))
 	if r.code != 124 || !strings.Contains(r.stderr, "status=timeout") {
 		t.Errorf("moat exec of a C call tree: exit %d, stderr %q; want 124 and status=timeout", r.code, r.stderr)
 	}
@@ -138,7 +95,7 @@ func TestServeAnswersWhileGuestsRunTrees(t *testing.T) {
 		_ = json.Unmarshal(b, &out)
 		return res.StatusCode, out, time.Since(start)
 	}
-	tree, _ := json.Marshal(map[string]any{"language": "c", "files": []map[string]string{{"name": "main.c", "content": callTreeC()}},
+	tree, _ := json.Marshal(map[string]any{"language": "c", "files": []map[string]string{{"name": "main.c", "content": hostile.CallTreeC(60)}},
 		"limits": map[string]string{"timeout": "3s"}})
 	// Built once first, so that the runs below spend their time running.
 	if code, out, _ := post(acme, string(tree)); code != 200 || out["status"] != "timeout" {

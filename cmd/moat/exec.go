@@ -330,6 +330,33 @@ func execJSON(r *native.Result, correlation string) any {
 // auditNative records the run and every kernel denial the host observed in
 // the audit trail of the data directory, under one correlation id.
 func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *native.Spec, res *native.Result) error {
+	return withAudit(ctx, g, func(a *audit.Log) {
+		module := "native:" + filepath.Base(spec.Command[0])
+		who := loginName()
+		deny := native.AuditDenials(a, audit.Event{CorrelationID: correlation, Module: module, Action: "exec", User: who, Org: "local"})
+		for _, d := range res.Denials(spec) {
+			deny(d, correlation)
+		}
+		a.Record(ctx, audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, CorrelationID: correlation, Module: module,
+			Action: "exec", User: who, Org: "local", Code: string(res.Status), DurationNS: int64(res.Wall),
+			Attrs: map[string]string{"exit": strconv.Itoa(res.ExitCode), "layers": strings.Join(res.Layers, ","),
+				"unavailable": strings.Join(res.Unavailable, "; "), "argv": strings.Join(spec.Command, " ")}})
+	})
+}
+
+// auditSurvivors records a run whose processes survived its kill
+// (native.SurvivorsError) as a denied confinement event.
+func auditSurvivors(ctx context.Context, g *globalFlags, correlation string, spec *native.Spec, se *native.SurvivorsError) error {
+	return withAudit(ctx, g, func(a *audit.Log) {
+		a.Record(ctx, audit.Event{Kind: audit.KindConfinement, Decision: audit.Deny, CorrelationID: correlation,
+			Module: "native:" + filepath.Base(spec.Command[0]), Action: "exec", User: loginName(), Org: "local",
+			Rule: "job-survived", Code: "survivors", Reason: se.Error()})
+	})
+}
+
+// withAudit runs record with the audit trail of the data directory (or,
+// with --config, of the server's store), flushed and closed afterwards.
+func withAudit(ctx context.Context, g *globalFlags, record func(a *audit.Log)) error {
 	where := g.data()
 	if g.server != nil { // --config: the server's store, be it PostgreSQL
 		where = g.server.StoreLocation()
@@ -345,40 +372,7 @@ func auditNative(ctx context.Context, g *globalFlags, correlation string, spec *
 	}
 	a := audit.New(st, log)
 	defer a.Close(context.Background())
-	module := "native:" + filepath.Base(spec.Command[0])
-	who := loginName()
-	deny := native.AuditDenials(a, audit.Event{CorrelationID: correlation, Module: module, Action: "exec", User: who, Org: "local"})
-	for _, d := range res.Denials(spec) {
-		deny(d, correlation)
-	}
-	a.Record(ctx, audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, CorrelationID: correlation, Module: module,
-		Action: "exec", User: who, Org: "local", Code: string(res.Status), DurationNS: int64(res.Wall),
-		Attrs: map[string]string{"exit": strconv.Itoa(res.ExitCode), "layers": strings.Join(res.Layers, ","),
-			"unavailable": strings.Join(res.Unavailable, "; "), "argv": strings.Join(spec.Command, " ")}})
-	return nil
-}
-
-// auditSurvivors records a run whose processes survived its kill
-// (native.SurvivorsError) as a denied confinement event.
-func auditSurvivors(ctx context.Context, g *globalFlags, correlation string, spec *native.Spec, se *native.SurvivorsError) error {
-	where := g.data()
-	if g.server != nil {
-		where = g.server.StoreLocation()
-	}
-	st, err := store.Open(ctx, where)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	log, err := g.logger()
-	if err != nil {
-		return err
-	}
-	a := audit.New(st, log)
-	defer a.Close(context.Background())
-	a.Record(ctx, audit.Event{Kind: audit.KindConfinement, Decision: audit.Deny, CorrelationID: correlation,
-		Module: "native:" + filepath.Base(spec.Command[0]), Action: "exec", User: loginName(), Org: "local",
-		Rule: "job-survived", Code: "survivors", Reason: se.Error()})
+	record(a)
 	return nil
 }
 

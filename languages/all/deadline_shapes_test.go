@@ -8,21 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/hostile"
 	"github.com/moat-sandbox/moat/languages"
 )
 
-// cTree is C (or C++) with no loop that never ends: f_{i+1} calls f_i
-// twice, sixty levels deep.
-func cTree() string {
-	var b strings.Builder
-	b.WriteString("volatile int sink;\n__attribute__((noinline)) void f0(void) { sink++; }\n")
-	for i := 1; i <= 60; i++ {
-		fmt.Fprintf(&b, "__attribute__((noinline)) void f%d(void) { f%d(); f%d(); }\n", i, i-1, i-1)
-	}
-	return b.String() + "int main(void) { f60(); return 0; }\n"
-}
-
-// rustTree is cTree in Rust.
+// rustTree is hostile.CallTreeC in Rust.
 func rustTree() string {
 	var b strings.Builder
 	b.WriteString("use std::sync::atomic::{AtomicU32, Ordering};\nstatic SINK: AtomicU32 = AtomicU32::new(0);\n#[inline(never)] fn f0() { SINK.fetch_add(1, Ordering::Relaxed); }\n")
@@ -52,8 +42,8 @@ func TestCodeShapesPastDeadline(t *testing.T) {
 		name, lang, file, code string
 		overhead               time.Duration // run time outside the deadline (loading the interpreter)
 	}{
-		{"call tree", "c", "main.c", cTree(), 0},
-		{"call tree", "cpp", "main.cpp", cTree(), 0},
+		{"call tree", "c", "main.c", hostile.CallTreeC(60), 0},
+		{"call tree", "cpp", "main.cpp", hostile.CallTreeC(60), 0},
 		{"call tree", "rust", "main.rs", rustTree(), 0},
 		{"memset of 64 MiB in a loop", "c", "main.c", "#include <string.h>\n#include <stdlib.h>\nvoid *(*volatile fill)(void *, int, size_t) = memset;\nint main(void){ char *p = malloc(64<<20); for (int i = 0; i < 1000000; i++) fill(p, i, 64<<20); return p[5]; }\n", 0},
 		{"TypedArray.fill of 64 MiB in a loop", "javascript", "main.js", "const a = new Uint8Array(64 << 20);\nfor (let i = 0; i < 1000000; i++) a.fill(i & 255);\n", 0},

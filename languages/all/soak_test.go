@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/hostile"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -35,7 +36,7 @@ func TestSoakHostileShapes(t *testing.T) {
 		status                 languages.Status
 		within                 time.Duration
 	}{
-		{"call tree", "c", "main.c", cTree(), languages.ExecLimits{Timeout: time.Second, CompileTimeout: 5 * time.Minute}, languages.StatusTimeout, 2 * time.Second},
+		{"call tree", "c", "main.c", hostile.CallTreeC(60), languages.ExecLimits{Timeout: time.Second, CompileTimeout: 5 * time.Minute}, languages.StatusTimeout, 2 * time.Second},
 		{"fill", "javascript", "main.js", "const a = new Uint8Array(64 << 20);\nfor (;;) a.fill(1);\n", languages.ExecLimits{Timeout: time.Second}, languages.StatusTimeout, 2 * time.Second},
 		{"preprocessor bomb", "c", "main.c", cBomb, languages.ExecLimits{Timeout: time.Second, CompileTimeout: 3 * time.Second}, languages.StatusTimeout, 10 * time.Second},
 	}
