@@ -687,6 +687,22 @@ const (
 // modules; a refusal is a 403 and a deny event.
 func (s *Server) mayManage(c echo.Context, perm, module string) error {
 	p := principalOf(c)
+	ok, rule, reason := s.holds(p, perm)
+	if ok {
+		return nil
+	}
+	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
+		CorrelationID: correlationID(c), Module: module, User: p.User, Org: p.Org, Rule: rule, Reason: reason,
+		Code: string(abi.CodeDenied), Attrs: map[string]string{"api": perm}})
+	return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)
+}
+
+// holds says whether p holds the API permission perm in its
+// organization's profile, and when not, the rule and the reason of the
+// refusal: held the way an action's permissions are, by a role that
+// role_permissions gives it; while the profile gives perm to no role at
+// all, the role admin (DefaultModuleRole) holds it.
+func (s *Server) holds(p policy.Principal, perm string) (ok bool, rule, reason string) {
 	prof := s.hostFor(p.Org).Profile()
 	configured := false
 	for _, perms := range prof.RolePermissions {
@@ -695,26 +711,20 @@ func (s *Server) mayManage(c echo.Context, perm, module string) error {
 			break
 		}
 	}
-	var rule, reason string
 	if configured {
 		if slices.Contains(prof.Permissions(p.Roles), perm) {
-			return nil
+			return true, "", ""
 		}
-		rule = "profile " + prof.Name + ": role_permissions " + perm
-		reason = fmt.Sprintf("%s@%s needs permission %s, which none of its roles %v holds in profile %s (role_permissions)",
-			p.User, p.Org, perm, orEmpty(p.Roles), prof.Name)
-	} else {
-		if p.HasRole(DefaultModuleRole) {
-			return nil
-		}
-		rule = "default: role " + DefaultModuleRole + " holds " + perm
-		reason = fmt.Sprintf("%s@%s needs role %s for %s (its roles are %v): profile %s gives %s to no role in role_permissions, so only %s may",
-			p.User, p.Org, DefaultModuleRole, perm, orEmpty(p.Roles), prof.Name, perm, DefaultModuleRole)
+		return false, "profile " + prof.Name + ": role_permissions " + perm,
+			fmt.Sprintf("%s@%s needs permission %s, which none of its roles %v holds in profile %s (role_permissions)",
+				p.User, p.Org, perm, orEmpty(p.Roles), prof.Name)
 	}
-	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
-		CorrelationID: correlationID(c), Module: module, User: p.User, Org: p.Org, Rule: rule, Reason: reason,
-		Code: string(abi.CodeDenied), Attrs: map[string]string{"api": perm}})
-	return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)
+	if p.HasRole(DefaultModuleRole) {
+		return true, "", ""
+	}
+	return false, "default: role " + DefaultModuleRole + " holds " + perm,
+		fmt.Sprintf("%s@%s needs role %s for %s (its roles are %v): profile %s gives %s to no role in role_permissions, so only %s may",
+			p.User, p.Org, DefaultModuleRole, perm, orEmpty(p.Roles), prof.Name, perm, DefaultModuleRole)
 }
 
 func orEmpty(roles []string) []string {

@@ -157,13 +157,34 @@ func TaskJSONOf(t *store.Task) TaskJSON {
 	return j
 }
 
-// listTasks returns the caller's organization's tasks, newest first,
-// filtered by module and state; before (a task id of the organization)
-// continues a listing after that task.
+// PermTasksRead reads every task of the organization (GET /v1/tasks):
+// their inputs and results are what other users' invocations handed in
+// and got out. Without it a caller sees the tasks its own user's
+// invocations enqueued, and no other. Held as the module permissions are
+// (mayManage): by default, the role admin.
+const PermTasksRead = "tasks.read"
+
+// PermAuditRead reads the organization's audit trail (GET /v1/audit).
+const PermAuditRead = "audit.read"
+
+// taskScope is the user whose tasks the caller may read: "" (any user of
+// its organization) when it holds PermTasksRead, its own otherwise.
+func (s *Server) taskScope(c echo.Context) string {
+	p := principalOf(c)
+	if ok, _, _ := s.holds(p, PermTasksRead); ok {
+		return ""
+	}
+	return p.User
+}
+
+// listTasks returns the caller's organization's tasks (the caller's
+// user's only, without PermTasksRead), newest first, filtered by module
+// and state; before (a task id it may read) continues a listing after
+// that task.
 func (s *Server) listTasks(c echo.Context) error {
 	p := principalOf(c)
 	q := c.QueryParams()
-	f := store.TaskFilter{Org: p.Org, Module: q.Get("module"), State: q.Get("state")}
+	f := store.TaskFilter{Org: p.Org, Module: q.Get("module"), State: q.Get("state"), User: s.taskScope(c)}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > store.MaxTaskLimit {
@@ -174,6 +195,9 @@ func (s *Server) listTasks(c echo.Context) error {
 	ctx := c.Request().Context()
 	if v := q.Get("before"); v != "" {
 		t, err := s.store.TaskGet(ctx, store.Scope{Org: p.Org}, v)
+		if err == nil && f.User != "" && t.User != f.User {
+			err = store.ErrTaskNotFound
+		}
 		if errors.Is(err, store.ErrTaskNotFound) {
 			return problem(http.StatusBadRequest, "invalid_argument", "before=%q is no task of organization %s", clip(v), p.Org)
 		}
@@ -193,12 +217,16 @@ func (s *Server) listTasks(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"tasks": out})
 }
 
-// getTask returns one task of the caller's organization. Any other id,
-// another organization's included, is the same 404.
+// getTask returns one task of the caller's organization (of the
+// caller's user, without PermTasksRead). Any other id, another
+// organization's or user's included, is the same 404.
 func (s *Server) getTask(c echo.Context) error {
 	p := principalOf(c)
 	id := c.Param("id")
 	t, err := s.store.TaskGet(c.Request().Context(), store.Scope{Org: p.Org}, id)
+	if user := s.taskScope(c); err == nil && user != "" && t.User != user {
+		err = store.ErrTaskNotFound
+	}
 	if errors.Is(err, store.ErrTaskNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no task %q in organization %s", clip(id), p.Org)
 	}
