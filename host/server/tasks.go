@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // TasksConfig configures the background tasks `moat serve` runs.
@@ -59,6 +62,7 @@ func (s *Server) startTasks() error {
 		Resolve:     s.resolveTaskModule,
 		Scheduled:   s.modules.scheduled,
 		Admit:       s.admitTask,
+		Authorize:   s.authorizeTask,
 		Concurrency: s.cfg.Tasks.concurrency(s.cfg.Admission.MaxInvocations),
 		MaxQueued:   s.cfg.Tasks.MaxQueued,
 		Logger:      s.log,
@@ -91,6 +95,54 @@ func (s *Server) resolveTaskModule(ctx context.Context, org, name string) (*host
 		return nil, fmt.Errorf("%w: module %s of organization %s", host.ErrModuleGone, name, org)
 	}
 	return nil, fmt.Errorf("module %s of organization %s is not loaded on this replica", name, org)
+}
+
+// authorizeTask ties a task to the API keys of its user: it runs only
+// while its user holds a key of its organization, not revoked, with every
+// role the task was enqueued with. Revoking a user's keys (or the one
+// with the roles) thus stops the tasks its invocations queued, on every
+// replica, at their next attempt; a task its user could enqueue again
+// through another key of the same roles still runs. A schedule's ticks
+// run as the organization's service principal (policy.ServiceUser), held
+// by no key, and are not tied to one.
+func (s *Server) authorizeTask(ctx context.Context, t *store.Task) error {
+	if t.User == policy.ServiceUser {
+		return nil
+	}
+	keys, err := s.store.APIKeys(ctx, t.Org)
+	if err != nil {
+		return err
+	}
+	var revoked []string
+	for _, k := range keys {
+		if k.User != t.User {
+			continue
+		}
+		if !k.RevokedAt.IsZero() {
+			revoked = append(revoked, k.ID)
+			continue
+		}
+		if holdsAll(k.Roles, t.Roles) {
+			return nil
+		}
+	}
+	why := "holds no API key"
+	if len(revoked) > 0 {
+		why = fmt.Sprintf("holds no API key that is not revoked (revoked: %s)", strings.Join(revoked, ", "))
+	}
+	return fmt.Errorf("%w: user %s of organization %s %s with the roles %v the task was enqueued with; "+
+		"a task runs only while its user could start it again (create a key: `moat keys create --org %s --user %s`, then enqueue it anew)",
+		host.ErrTaskUnauthorized, t.User, t.Org, why, orEmpty(t.Roles), t.Org, t.User)
+}
+
+// holdsAll says whether have holds every role of want.
+func holdsAll(have, want []string) bool {
+	for _, r := range want {
+		if !slices.Contains(have, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // admitTask takes an invocation slot of org for a task, as an HTTP
