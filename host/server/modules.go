@@ -65,6 +65,14 @@ type registry struct {
 	pinMu sync.Mutex
 	pins  map[string]int
 
+	// compiled is where the compilation cache keeps each loaded
+	// digest's machine code (host.CompiledFile), so that removeFiles
+	// takes it with the digest's other files: the cache is keyed by the
+	// bytes and nothing else removes it, so every version ever uploaded
+	// kept its machine code, outside the module quota.
+	compiledMu sync.Mutex
+	compiled   map[string][]string
+
 	// beforeCommit, when set (by tests), runs in an upload after its
 	// load and before it takes commit: where a racing deletion of the
 	// same bytes in another organization would land.
@@ -121,7 +129,7 @@ type entry struct {
 }
 
 func newRegistry(s *Server) *registry {
-	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}}
+	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}, compiled: map[string][]string{}}
 }
 
 func (r *registry) get(org, name string) *entry {
@@ -391,6 +399,13 @@ func (r *registry) removeFiles(digest string) error {
 			errs = append(errs, err)
 		}
 	}
+	r.compiledMu.Lock()
+	f := r.compiled[digest]
+	delete(r.compiled, digest)
+	r.compiledMu.Unlock()
+	if err := host.ForgetCompiled(f); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -437,7 +452,18 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		opts.Script = sp.Script
 		wasm = sp.WASM
 	}
-	return r.s.hostFor(v.Org).Load(ctx, wasm, opts)
+	h := r.s.hostFor(v.Org)
+	m, err := h.Load(ctx, wasm, opts)
+	if err == nil {
+		// A plugin's interpreter is shared by every plugin of its
+		// language: CacheFiles lists only a module's own code.
+		if f := m.CacheFiles(); len(f) > 0 {
+			r.compiledMu.Lock()
+			r.compiled[v.Digest] = f
+			r.compiledMu.Unlock()
+		}
+	}
+	return m, err
 }
 
 // native prepares a native plugin's version to load: refused unless the
@@ -885,7 +911,7 @@ func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.Modu
 		}
 	}
 	// The bytes before the version that refers to them (store.BlobGrace
-	// keeps them from a racing deletion meanwhile).
+	// keeps them from the sweep meanwhile).
 	if err := s.store.ModuleBlobPut(ctx, v.Digest, wasm); err != nil {
 		return nil, fmt.Errorf("store module %s: %w", v.Digest, err)
 	}
@@ -903,6 +929,24 @@ func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.Modu
 			"%v: %s is %d; delete modules (DELETE /v1/modules/{name}) or ask the operator to raise %s", qe, knob, qe.Max, knob)}
 	}
 	if err != nil {
+		return nil, err
+	}
+	// A prune or deletion through another replica that orphaned these
+	// same bytes between the two calls took their blob (store.BlobGrace):
+	// store it again, and the version again, so that the replicas that
+	// found it missing load it at the change.
+	if _, err := s.store.ModuleBlobGet(ctx, v.Org, v.Digest); errors.Is(err, store.ErrModuleNotFound) {
+		s.log.Warn("module upload: its bytes were removed by a racing prune or deletion of the same bytes; storing them again", "org", v.Org, "module", v.Name, "digest", v.Digest)
+		if err := s.store.ModuleBlobPut(ctx, v.Digest, wasm); err != nil {
+			return nil, fmt.Errorf("store module %s: %w", v.Digest, err)
+		}
+		more, err := s.store.ModulePut(ctx, *v, store.ModuleQuota{Bytes: int64(q.Bytes), Versions: q.Versions, KeepPerModule: q.KeepPerModule})
+		if err != nil {
+			return nil, err
+		}
+		pruned.Versions = append(pruned.Versions, more.Versions...)
+		pruned.Orphans = append(pruned.Orphans, more.Orphans...)
+	} else if err != nil {
 		return nil, err
 	}
 	v.Current = true
