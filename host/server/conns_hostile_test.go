@@ -2,10 +2,13 @@ package server_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -237,5 +240,42 @@ func TestOneSourceCannotStarveOthers(t *testing.T) {
 	}
 	if m := ts.scrape(t); !regexp.MustCompile(`(?m)^moat_http_connections_refused_total [1-9]`).MatchString(m) {
 		t.Errorf("moat_http_connections_refused_total counted no refusal:\n%s", grepLines(m, "moat_http_connections"))
+	}
+}
+
+// TestRefusedBeforeBodyHTTP2: over HTTP/2 (TLS) a keyless request whose
+// body never ends is answered 401 at once, without the Connection header
+// HTTP/2 forbids, and the connection serves the next request.
+func TestRefusedBeforeBodyHTTP2(t *testing.T) {
+	dir := t.TempDir()
+	certPEM, keyPEM, pool := selfSigned(t)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, certPEM, 0o600)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	ts := start(t, "", func(c *server.Config) { c.TLS = server.TLSConfig{Cert: certFile, Key: keyFile} })
+	url := strings.Replace(ts.URL, "http://", "https://", 1)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	pr, pw := io.Pipe() // a body that sends 10 bytes, then nothing
+	defer pw.Close()
+	go pw.Write([]byte("0123456789"))
+	req, _ := http.NewRequest("POST", url+"/v1/modules/m/actions/a", pr)
+	req.ContentLength = 1 << 20
+	start := time.Now()
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("HTTP/2 POST: %v", err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if took := time.Since(start); res.ProtoMajor != 2 || res.StatusCode != 401 || !strings.Contains(string(b), `"code":"unauthenticated"`) || took > time.Second {
+		t.Errorf("HTTP/%d %d %s after %v; want HTTP/2 401 unauthenticated at once", res.ProtoMajor, res.StatusCode, b, took)
+	}
+	if v, ok := res.Header["Connection"]; ok {
+		t.Errorf("an HTTP/2 response carries Connection: %q", v)
+	}
+	if res, err := c.Get(url + "/healthz"); err != nil || res.StatusCode != 200 {
+		t.Errorf("the next request: %v", err)
+	} else {
+		res.Body.Close()
 	}
 }

@@ -116,9 +116,12 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 	// request, and a client sending nothing more held its refusal, and a
 	// connection the cap cannot close (it is not idle), until
 	// http.body_timeout. The client must reconnect, which a refused one
-	// should.
+	// should. (HTTP/2 ends the stream alone; a Connection header is not
+	// allowed there.)
 	if b := stateOf(c).pending; b != nil && !b.done {
-		h["Connection"] = []string{"close"}
+		if c.Request().ProtoMajor == 1 {
+			h["Connection"] = []string{"close"}
+		}
 		_ = setDeadline(c.Response().Writer, true, time.Now())
 	}
 	_ = setDeadline(c.Response().Writer, false, time.Now().Add(time.Duration(s.cfg.HTTP.WriteTimeout)))
