@@ -89,7 +89,7 @@ func TestReadPermissions(t *testing.T) {
 		{"no role reads another user's task: not found", bob, "/v1/tasks/" + annTask, 404, "not_found", "no task", nil},
 		{"no role pages from another user's task: refused", bob, "/v1/tasks?before=" + annTask, 400, "invalid_argument", "is no task", nil},
 		{"no role reads its own task", bob, "/v1/tasks/" + bobTask, 200, "", "", nil},
-		{"no role filters by module: still its own", bob, "/v1/tasks?module=m&state=queued", 200, "", "", []string{bobTask}},
+		{"no role filters by module: still its own", bob, "/v1/tasks?module=m", 200, "", "", []string{bobTask}},
 		{"no role reads the audit trail: its own user's events", bob, "/v1/audit", 200, "", "", nil},
 		{"viewer reads another user's correlation id: nothing", vic, "/v1/audit?correlation_id=corr-ann", 200, "", "", nil},
 		{"admin reads the audit trail", ann, "/v1/audit", 200, "", "", nil},
