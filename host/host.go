@@ -237,10 +237,11 @@ type compiled struct {
 	fromStore bool // compiled code another host shared (Config.CodeKey)
 	took      time.Duration
 
-	key  string
-	done chan struct{} // closed when the compilation ended; then cm or err is set
-	err  error
-	refs int // the loaded modules using it (and loads in progress); guarded by compileMu
+	key   string
+	files []string      // what the compilation cache keeps of it (cacheFiles)
+	done  chan struct{} // closed when the compilation ended; then cm or err is set
+	err   error
+	refs  int // the loaded modules using it (and loads in progress); guarded by compileMu
 }
 
 // New starts a host: it opens (or creates) the data directory, the store
@@ -419,6 +420,7 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 		c.fromCache = c.err == nil && countFiles(h.cacheDir) == before && before > 0
 	}
 	c.took = time.Since(start)
+	c.files = h.cacheFiles(key, wasm)
 	close(c.done)
 	if c.err != nil {
 		err := c.err

@@ -66,6 +66,10 @@ func clipName(s string) string {
 // a module that no longer exists: its tasks fail at once, saying so.
 var ErrModuleGone = errors.New("the module was deleted")
 
+// ErrTaskUnauthorized is what a TaskRunnerConfig.Authorize returns
+// (wrapped) for a task whose principal may no longer run it.
+var ErrTaskUnauthorized = errors.New("the task's principal may no longer run it")
+
 // TaskRunnerConfig configures a TaskRunner. Store and Resolve are
 // required.
 type TaskRunnerConfig struct {
@@ -85,6 +89,12 @@ type TaskRunnerConfig struct {
 	// admission), so tasks and requests share one bound per organization
 	// and in all. An error puts the task back, its attempt not counted.
 	Admit func(ctx context.Context, org string) (release func(), err error)
+	// Authorize, when set, says whether t may still run as its principal
+	// (moat serve: whether its user still holds an API key with its
+	// roles). An error wrapping ErrTaskUnauthorized fails the task at
+	// once with code denied and its reason audited; any other error is a
+	// failed attempt with code unavailable, retried after its backoff.
+	Authorize func(ctx context.Context, t *store.Task) error
 	// Concurrency bounds the tasks this runner runs at once. Default
 	// max(1, GOMAXPROCS/2).
 	Concurrency int
@@ -308,6 +318,15 @@ func (r *TaskRunner) run(ctx context.Context, t store.Task) {
 	if ev := m.policy.eval; ev == nil || !ev.Effective.Tasks {
 		r.fail(actx, log, m, &t, abi.CodeDenied, fmt.Sprintf("module %s is no longer granted tasks by profile %s: its tasks do not run", t.Module, m.policy.profile.Name), true)
 		return
+	}
+	if r.cfg.Authorize != nil {
+		if err := r.cfg.Authorize(actx, &t); errors.Is(err, ErrTaskUnauthorized) {
+			r.fail(actx, log, m, &t, abi.CodeDenied, err.Error(), true)
+			return
+		} else if err != nil {
+			r.fail(actx, log, m, &t, abi.CodeUnavailable, "checking the task's principal: "+err.Error(), false)
+			return
+		}
 	}
 	if r.cfg.Admit != nil {
 		release, err := r.cfg.Admit(actx, t.Org)

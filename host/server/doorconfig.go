@@ -36,6 +36,16 @@ type HTTPConfig struct {
 	// idle, new connections wait in the kernel's queue. Default 512; it
 	// must leave room under the process's descriptor limit.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerSource bounds the connections open at once from one
+	// client address (an IPv6 client's /64, which one host commonly
+	// holds whole). At the bound the source's own connection idle the
+	// longest is closed to make room; when none is idle, the new
+	// connection is answered 429 and closed. Without it one client
+	// holding connections busy (a body sent a byte a minute) took every
+	// one of max_connections, and new clients, keyed or not, waited in
+	// the kernel's queue. Default (0) max_connections/8 (64), but at least 16 (or max_connections when less); behind a proxy
+	// every client is the proxy's address: raise it to max_connections.
+	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
 	// IdleTimeout closes a keep-alive connection idle this long. Default 30s.
 	IdleTimeout policy.Duration `yaml:"idle_timeout"`
 	// ReadHeaderTimeout bounds the time to send a request's headers.
@@ -116,6 +126,23 @@ func (h *HTTPConfig) fillDefaults() {
 	}
 }
 
+// defaultPerSource is http.max_connections_per_source's default for a
+// max_connections of n: an eighth, so that eight clients at their bound
+// still leave room, but at least 16, so that a small server still serves
+// one browser's parallel requests.
+func defaultPerSource(n int) int {
+	return max(min(n, 16), n/8)
+}
+
+// perSource is MaxConnectionsPerSource, or its default (0 in the config:
+// derived from max_connections, whatever that is set to).
+func (h *HTTPConfig) perSource() int {
+	if h.MaxConnectionsPerSource > 0 {
+		return h.MaxConnectionsPerSource
+	}
+	return defaultPerSource(h.MaxConnections)
+}
+
 func (a *AdmissionConfig) fillDefaults() {
 	procs := runtime.GOMAXPROCS(0)
 	def := func(p *int, v int) {
@@ -174,6 +201,9 @@ func (h *HTTPConfig) validate(fail failFunc) error {
 	}
 	if h.MaxConnections < 1 || h.MaxConnections > 1_000_000 {
 		return fail("http.max_connections", "%d is outside 1 to 1000000; leave it out for the default 512", h.MaxConnections)
+	}
+	if n := h.MaxConnectionsPerSource; n < 0 || n > h.MaxConnections {
+		return fail("http.max_connections_per_source", "%d is outside 1 to %d (http.max_connections); leave it out for the default %d", n, h.MaxConnections, defaultPerSource(h.MaxConnections))
 	}
 	if h.MaxHeaderBytes < 4<<10 || h.MaxHeaderBytes > 16<<20 {
 		return fail("http.max_header_bytes", "%s is outside 4KiB to 16MiB; leave it out for the default 64KiB", h.MaxHeaderBytes)

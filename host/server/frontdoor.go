@@ -56,6 +56,9 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		h["Content-Security-Policy"] = v[4:5:5]
 		c.Response().Before(func() { s.beforeWrite(c, route) })
+		// The body's deadline first: a request refused below is answered
+		// before its body, which must not hold the connection open.
+		s.bodyDeadline(c)
 
 		// /healthz and /readyz say nothing worth reading across origins
 		// and are probed by infrastructure under names of its own.
@@ -71,7 +74,6 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 			s.metrics.denials.WithLabelValues(p.Code).Inc()
 			return p
 		}
-		s.bodyDeadline(c)
 		return next(c)
 	}
 }
@@ -105,6 +107,22 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 			h.Set(echo.HeaderContentType, "application/octet-stream")
 			h.Set("Content-Disposition", "attachment")
 		}
+	}
+	// A response sent before the request's body was read to its end (a
+	// 401 for a missing key, a 403, a 413, a 429) closes the connection,
+	// and the read deadline passes at once: otherwise net/http reads up to
+	// 256 KiB of the rest of the body, before the response and again as
+	// it closes the body, so that the connection can carry another
+	// request, and a client sending nothing more held its refusal, and a
+	// connection the cap cannot close (it is not idle), until
+	// http.body_timeout. The client must reconnect, which a refused one
+	// should. (HTTP/2 ends the stream alone; a Connection header is not
+	// allowed there.)
+	if b := stateOf(c).pending; b != nil && !b.done {
+		if c.Request().ProtoMajor == 1 {
+			h["Connection"] = []string{"close"}
+		}
+		_ = setDeadline(c.Response().Writer, true, time.Now())
 	}
 	_ = setDeadline(c.Response().Writer, false, time.Now().Add(time.Duration(s.cfg.HTTP.WriteTimeout)))
 }
@@ -221,7 +239,9 @@ func (s *Server) bodyDeadline(c echo.Context) {
 	if err := setDeadline(w, true, time.Now().Add(time.Duration(s.cfg.HTTP.BodyTimeout))); err != nil {
 		return // not a connection with deadlines (a test recorder)
 	}
-	req.Body = &deadlineBody{ReadCloser: req.Body, w: w, timeout: time.Duration(s.cfg.HTTP.BodyTimeout)}
+	b := &deadlineBody{ReadCloser: req.Body, w: w, timeout: time.Duration(s.cfg.HTTP.BodyTimeout)}
+	req.Body = b
+	stateOf(c).pending = b
 }
 
 // deadlineBody lifts the read deadline at the end of the body and makes a

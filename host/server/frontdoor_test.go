@@ -462,6 +462,8 @@ func TestFrontDoorConfig(t *testing.T) {
 		{"http:\n  allowed_origins: [app.example.com]\n", "http.allowed_origins[0]: \"app.example.com\" is not a web origin"},
 		{"http:\n  allowed_origins: [\"https://app.example.com/path\"]\n", "is not a web origin"},
 		{"http:\n  max_connections: -1\n", "http.max_connections: -1 is outside 1 to 1000000"},
+		{"http:\n  max_connections: 100\n  max_connections_per_source: 101\n", "http.max_connections_per_source: 101 is outside 1 to 100 (http.max_connections); leave it out for the default 16"},
+		{"http:\n  max_connections_per_source: -1\n", "http.max_connections_per_source: -1 is outside 1 to 512"},
 		{"http:\n  idle_timeout: 10ms\n", "http.idle_timeout: 10ms is outside 1s to 1h0m0s"},
 		{"http:\n  max_header_bytes: 1KiB\n", "http.max_header_bytes"},
 		{"admission:\n  max_invocations: 2\n  org_invocations: 3\n", "admission.org_invocations: 3 is more than admission.max_invocations (2)"},

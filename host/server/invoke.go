@@ -156,13 +156,22 @@ type AuditEventJSON struct {
 	Attrs         map[string]string `json:"attrs,omitempty"`
 }
 
-// auditQuery returns the caller's organization's audit events, filtered by
+// auditQuery returns the caller's organization's audit events (its own
+// user's only, without PermAuditRead), filtered by
 // correlation_id, module, decision, kind and the time range [since, until)
 // (RFC 3339), the newest limit of them in time order.
 func (s *Server) auditQuery(c echo.Context) error {
 	p := principalOf(c)
 	q := c.QueryParams()
 	f := audit.Filter{Org: p.Org, CorrelationID: q.Get("correlation_id"), Module: q.Get("module"), Decision: q.Get("decision"), Kind: q.Get("kind")}
+	// The trail traces every caller of the organization: who called
+	// what, with which ops and decisions, and why refusals were refused.
+	// The whole of it is for those the organization gives PermAuditRead;
+	// anyone else reads its own user's events (its invocations', its
+	// tasks', its refusals).
+	if ok, _, _ := s.holds(p, PermAuditRead); !ok {
+		f.User = p.User
+	}
 	for _, t := range []struct {
 		name string
 		dst  *time.Time

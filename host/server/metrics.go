@@ -93,6 +93,12 @@ func newMetrics(s *Server) *metrics {
 		}
 		return 0
 	}))
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "moat_http_connections_refused_total", Help: "HTTP connections answered 429 and closed: their address had http.max_connections_per_source open, none idle."}, func() float64 {
+		if l := s.conns.Load(); l != nil {
+			return float64(l.refusals())
+		}
+		return 0
+	}))
 	for _, a := range []*admission{s.invocations, s.execs} {
 		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_admission_running", Help: "Admitted requests running, by kind.", ConstLabels: prometheus.Labels{"kind": a.kind}},
 			func() float64 { r, _ := a.stats(); return float64(r) }))

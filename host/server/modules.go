@@ -65,6 +65,14 @@ type registry struct {
 	pinMu sync.Mutex
 	pins  map[string]int
 
+	// compiled is where the compilation cache keeps each loaded
+	// digest's machine code (host.CompiledFile), so that removeFiles
+	// takes it with the digest's other files: the cache is keyed by the
+	// bytes and nothing else removes it, so every version ever uploaded
+	// kept its machine code, outside the module quota.
+	compiledMu sync.Mutex
+	compiled   map[string][]string
+
 	// beforeCommit, when set (by tests), runs in an upload after its
 	// load and before it takes commit: where a racing deletion of the
 	// same bytes in another organization would land.
@@ -121,7 +129,7 @@ type entry struct {
 }
 
 func newRegistry(s *Server) *registry {
-	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}}
+	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}, compiled: map[string][]string{}}
 }
 
 func (r *registry) get(org, name string) *entry {
@@ -391,6 +399,13 @@ func (r *registry) removeFiles(digest string) error {
 			errs = append(errs, err)
 		}
 	}
+	r.compiledMu.Lock()
+	f := r.compiled[digest]
+	delete(r.compiled, digest)
+	r.compiledMu.Unlock()
+	if err := host.ForgetCompiled(f); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -437,7 +452,18 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 		opts.Script = sp.Script
 		wasm = sp.WASM
 	}
-	return r.s.hostFor(v.Org).Load(ctx, wasm, opts)
+	h := r.s.hostFor(v.Org)
+	m, err := h.Load(ctx, wasm, opts)
+	if err == nil {
+		// A plugin's interpreter is shared by every plugin of its
+		// language: CacheFiles lists only a module's own code.
+		if f := m.CacheFiles(); len(f) > 0 {
+			r.compiledMu.Lock()
+			r.compiled[v.Digest] = f
+			r.compiledMu.Unlock()
+		}
+	}
+	return m, err
 }
 
 // native prepares a native plugin's version to load: refused unless the
@@ -687,6 +713,22 @@ const (
 // modules; a refusal is a 403 and a deny event.
 func (s *Server) mayManage(c echo.Context, perm, module string) error {
 	p := principalOf(c)
+	ok, rule, reason := s.holds(p, perm)
+	if ok {
+		return nil
+	}
+	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
+		CorrelationID: correlationID(c), Module: module, User: p.User, Org: p.Org, Rule: rule, Reason: reason,
+		Code: string(abi.CodeDenied), Attrs: map[string]string{"api": perm}})
+	return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)
+}
+
+// holds says whether p holds the API permission perm in its
+// organization's profile, and when not, the rule and the reason of the
+// refusal: held the way an action's permissions are, by a role that
+// role_permissions gives it; while the profile gives perm to no role at
+// all, the role admin (DefaultModuleRole) holds it.
+func (s *Server) holds(p policy.Principal, perm string) (ok bool, rule, reason string) {
 	prof := s.hostFor(p.Org).Profile()
 	configured := false
 	for _, perms := range prof.RolePermissions {
@@ -695,26 +737,20 @@ func (s *Server) mayManage(c echo.Context, perm, module string) error {
 			break
 		}
 	}
-	var rule, reason string
 	if configured {
 		if slices.Contains(prof.Permissions(p.Roles), perm) {
-			return nil
+			return true, "", ""
 		}
-		rule = "profile " + prof.Name + ": role_permissions " + perm
-		reason = fmt.Sprintf("%s@%s needs permission %s, which none of its roles %v holds in profile %s (role_permissions)",
-			p.User, p.Org, perm, orEmpty(p.Roles), prof.Name)
-	} else {
-		if p.HasRole(DefaultModuleRole) {
-			return nil
-		}
-		rule = "default: role " + DefaultModuleRole + " holds " + perm
-		reason = fmt.Sprintf("%s@%s needs role %s for %s (its roles are %v): profile %s gives %s to no role in role_permissions, so only %s may",
-			p.User, p.Org, DefaultModuleRole, perm, orEmpty(p.Roles), prof.Name, perm, DefaultModuleRole)
+		return false, "profile " + prof.Name + ": role_permissions " + perm,
+			fmt.Sprintf("%s@%s needs permission %s, which none of its roles %v holds in profile %s (role_permissions)",
+				p.User, p.Org, perm, orEmpty(p.Roles), prof.Name)
 	}
-	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
-		CorrelationID: correlationID(c), Module: module, User: p.User, Org: p.Org, Rule: rule, Reason: reason,
-		Code: string(abi.CodeDenied), Attrs: map[string]string{"api": perm}})
-	return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)
+	if p.HasRole(DefaultModuleRole) {
+		return true, "", ""
+	}
+	return false, "default: role " + DefaultModuleRole + " holds " + perm,
+		fmt.Sprintf("%s@%s needs role %s for %s (its roles are %v): profile %s gives %s to no role in role_permissions, so only %s may",
+			p.User, p.Org, DefaultModuleRole, perm, orEmpty(p.Roles), prof.Name, perm, DefaultModuleRole)
 }
 
 func orEmpty(roles []string) []string {
@@ -875,7 +911,7 @@ func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.Modu
 		}
 	}
 	// The bytes before the version that refers to them (store.BlobGrace
-	// keeps them from a racing deletion meanwhile).
+	// keeps them from the sweep meanwhile).
 	if err := s.store.ModuleBlobPut(ctx, v.Digest, wasm); err != nil {
 		return nil, fmt.Errorf("store module %s: %w", v.Digest, err)
 	}
@@ -893,6 +929,24 @@ func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.Modu
 			"%v: %s is %d; delete modules (DELETE /v1/modules/{name}) or ask the operator to raise %s", qe, knob, qe.Max, knob)}
 	}
 	if err != nil {
+		return nil, err
+	}
+	// A prune or deletion through another replica that orphaned these
+	// same bytes between the two calls took their blob (store.BlobGrace):
+	// store it again, and the version again, so that the replicas that
+	// found it missing load it at the change.
+	if _, err := s.store.ModuleBlobGet(ctx, v.Org, v.Digest); errors.Is(err, store.ErrModuleNotFound) {
+		s.log.Warn("module upload: its bytes were removed by a racing prune or deletion of the same bytes; storing them again", "org", v.Org, "module", v.Name, "digest", v.Digest)
+		if err := s.store.ModuleBlobPut(ctx, v.Digest, wasm); err != nil {
+			return nil, fmt.Errorf("store module %s: %w", v.Digest, err)
+		}
+		more, err := s.store.ModulePut(ctx, *v, store.ModuleQuota{Bytes: int64(q.Bytes), Versions: q.Versions, KeepPerModule: q.KeepPerModule})
+		if err != nil {
+			return nil, err
+		}
+		pruned.Versions = append(pruned.Versions, more.Versions...)
+		pruned.Orphans = append(pruned.Orphans, more.Orphans...)
+	} else if err != nil {
 		return nil, err
 	}
 	v.Current = true

@@ -25,6 +25,9 @@ type reqState struct {
 	keyID       string
 	body        []byte // the request body, read (and bounded) by admit
 	bodyRead    bool
+	// pending is the request's body while it may be unread (bodyDeadline):
+	// a response sent before its end closes the connection (beforeWrite).
+	pending *deadlineBody
 	// hdr backs the response header values the middleware and the
 	// invoke handler set, so that setting them costs no allocation each
 	// (see frontDoor): [0] the correlation id, [1:6] the front door's,

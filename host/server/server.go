@@ -311,7 +311,7 @@ func (s *Server) Listen() (net.Listener, error) {
 // It returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	hc := s.cfg.HTTP
-	limited := newConnLimit(ln, hc.MaxConnections)
+	limited := newConnLimit(ln, hc.MaxConnections, hc.perSource())
 	ln = limited
 	hs := &http.Server{
 		Handler:           s.echo,

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // TasksConfig configures the background tasks `moat serve` runs.
@@ -59,6 +62,7 @@ func (s *Server) startTasks() error {
 		Resolve:     s.resolveTaskModule,
 		Scheduled:   s.modules.scheduled,
 		Admit:       s.admitTask,
+		Authorize:   s.authorizeTask,
 		Concurrency: s.cfg.Tasks.concurrency(s.cfg.Admission.MaxInvocations),
 		MaxQueued:   s.cfg.Tasks.MaxQueued,
 		Logger:      s.log,
@@ -91,6 +95,54 @@ func (s *Server) resolveTaskModule(ctx context.Context, org, name string) (*host
 		return nil, fmt.Errorf("%w: module %s of organization %s", host.ErrModuleGone, name, org)
 	}
 	return nil, fmt.Errorf("module %s of organization %s is not loaded on this replica", name, org)
+}
+
+// authorizeTask ties a task to the API keys of its user: it runs only
+// while its user holds a key of its organization, not revoked, with every
+// role the task was enqueued with. Revoking a user's keys (or the one
+// with the roles) thus stops the tasks its invocations queued, on every
+// replica, at their next attempt; a task its user could enqueue again
+// through another key of the same roles still runs. A schedule's ticks
+// run as the organization's service principal (policy.ServiceUser), held
+// by no key, and are not tied to one.
+func (s *Server) authorizeTask(ctx context.Context, t *store.Task) error {
+	if t.User == policy.ServiceUser {
+		return nil
+	}
+	keys, err := s.store.APIKeys(ctx, t.Org)
+	if err != nil {
+		return err
+	}
+	var revoked []string
+	for _, k := range keys {
+		if k.User != t.User {
+			continue
+		}
+		if !k.RevokedAt.IsZero() {
+			revoked = append(revoked, k.ID)
+			continue
+		}
+		if holdsAll(k.Roles, t.Roles) {
+			return nil
+		}
+	}
+	why := "holds no API key"
+	if len(revoked) > 0 {
+		why = fmt.Sprintf("holds no API key that is not revoked (revoked: %s)", strings.Join(revoked, ", "))
+	}
+	return fmt.Errorf("%w: user %s of organization %s %s with the roles %v the task was enqueued with; "+
+		"a task runs only while its user could start it again (create a key: `moat keys create --org %s --user %s`, then enqueue it anew)",
+		host.ErrTaskUnauthorized, t.User, t.Org, why, orEmpty(t.Roles), t.Org, t.User)
+}
+
+// holdsAll says whether have holds every role of want.
+func holdsAll(have, want []string) bool {
+	for _, r := range want {
+		if !slices.Contains(have, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // admitTask takes an invocation slot of org for a task, as an HTTP
@@ -157,13 +209,34 @@ func TaskJSONOf(t *store.Task) TaskJSON {
 	return j
 }
 
-// listTasks returns the caller's organization's tasks, newest first,
-// filtered by module and state; before (a task id of the organization)
-// continues a listing after that task.
+// PermTasksRead reads every task of the organization (GET /v1/tasks):
+// their inputs and results are what other users' invocations handed in
+// and got out. Without it a caller sees the tasks its own user's
+// invocations enqueued, and no other. Held as the module permissions are
+// (mayManage): by default, the role admin.
+const PermTasksRead = "tasks.read"
+
+// PermAuditRead reads the organization's audit trail (GET /v1/audit).
+const PermAuditRead = "audit.read"
+
+// taskScope is the user whose tasks the caller may read: "" (any user of
+// its organization) when it holds PermTasksRead, its own otherwise.
+func (s *Server) taskScope(c echo.Context) string {
+	p := principalOf(c)
+	if ok, _, _ := s.holds(p, PermTasksRead); ok {
+		return ""
+	}
+	return p.User
+}
+
+// listTasks returns the caller's organization's tasks (the caller's
+// user's only, without PermTasksRead), newest first, filtered by module
+// and state; before (a task id it may read) continues a listing after
+// that task.
 func (s *Server) listTasks(c echo.Context) error {
 	p := principalOf(c)
 	q := c.QueryParams()
-	f := store.TaskFilter{Org: p.Org, Module: q.Get("module"), State: q.Get("state")}
+	f := store.TaskFilter{Org: p.Org, Module: q.Get("module"), State: q.Get("state"), User: s.taskScope(c)}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > store.MaxTaskLimit {
@@ -174,6 +247,9 @@ func (s *Server) listTasks(c echo.Context) error {
 	ctx := c.Request().Context()
 	if v := q.Get("before"); v != "" {
 		t, err := s.store.TaskGet(ctx, store.Scope{Org: p.Org}, v)
+		if err == nil && f.User != "" && t.User != f.User {
+			err = store.ErrTaskNotFound
+		}
 		if errors.Is(err, store.ErrTaskNotFound) {
 			return problem(http.StatusBadRequest, "invalid_argument", "before=%q is no task of organization %s", clip(v), p.Org)
 		}
@@ -193,12 +269,16 @@ func (s *Server) listTasks(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"tasks": out})
 }
 
-// getTask returns one task of the caller's organization. Any other id,
-// another organization's included, is the same 404.
+// getTask returns one task of the caller's organization (of the
+// caller's user, without PermTasksRead). Any other id, another
+// organization's or user's included, is the same 404.
 func (s *Server) getTask(c echo.Context) error {
 	p := principalOf(c)
 	id := c.Param("id")
 	t, err := s.store.TaskGet(c.Request().Context(), store.Scope{Org: p.Org}, id)
+	if user := s.taskScope(c); err == nil && user != "" && t.User != user {
+		err = store.ErrTaskNotFound
+	}
 	if errors.Is(err, store.ErrTaskNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no task %q in organization %s", clip(id), p.Org)
 	}

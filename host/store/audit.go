@@ -45,6 +45,7 @@ type AuditEvent struct {
 // exactly; Since and Until bound the event time to [Since, Until).
 type AuditFilter struct {
 	CorrelationID, Module, Decision, Kind, Org string    // exact matches; empty = any
+	User                                       string    // the principal's user, exactly; empty = any
 	Since, Until                               time.Time // zero = unbounded; Since inclusive, Until exclusive
 	Limit                                      int       // <= 0: 100; capped at 10000
 }
@@ -314,7 +315,7 @@ func (s *Store) AuditQuery(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 		limit = DefaultAuditLimit
 	}
 	df := driver.AuditFilter{
-		CorrelationID: f.CorrelationID, Module: f.Module, Decision: f.Decision, Kind: f.Kind, Org: f.Org,
+		CorrelationID: f.CorrelationID, Module: f.Module, Decision: f.Decision, Kind: f.Kind, Org: f.Org, User: f.User,
 		Limit: min(limit, MaxAuditLimit),
 	}
 	// A bound beyond what unix nanoseconds can hold either excludes
@@ -447,6 +448,7 @@ func auditMatch(e *AuditEvent, f driver.AuditFilter) bool {
 		(f.Decision == "" || e.Decision == f.Decision) &&
 		(f.Kind == "" || e.Kind == f.Kind) &&
 		(f.Org == "" || e.Org == f.Org) &&
+		(f.User == "" || e.User == f.User) &&
 		(!f.HasSince || t >= f.Since) &&
 		(!f.HasUntil || t < f.Until)
 }

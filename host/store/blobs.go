@@ -12,12 +12,16 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
-// BlobGrace is how long a module blob no version refers to is kept. An
-// upload stores the bytes (ModuleBlobPut) before the version that refers
-// to them (ModulePut); a blob younger than BlobGrace is never deleted, so
-// a concurrent delete of another module with the same bytes cannot take
-// them away between the two calls. Older orphans go when the last version
-// referring to them does, or at the next ModuleBlobSweep.
+// BlobGrace is how long ModuleBlobSweep keeps a module blob no version
+// refers to: an upload stores the bytes (ModuleBlobPut) before the
+// version that refers to them (ModulePut), and the sweep must not take
+// them in between. A blob whose last version is pruned (ModulePut) or
+// deleted (ModuleDelete) goes at once, in the same transaction, however
+// young: kept for the grace, the blobs of pruned versions were outside
+// every quota (an organization uploading 4 MiB versions in a loop kept an
+// hour of them). An upload of the same bytes racing that deletion (another
+// replica's, between its two calls) must check that its blob is there
+// after its ModulePut and store it again if not, as moat serve does.
 const BlobGrace = time.Hour
 
 // ModuleBlobPut stores the bytes of a module under digest, their hex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -85,8 +86,7 @@ func (e *QuotaError) Unwrap() error { return ErrQuota }
 
 // Pruned is what ModulePut removed to make room: the versions, and the
 // digests no module of any organization refers to any more (their bytes
-// may be deleted; the store deletes its own blob of each, unless the blob
-// was written within BlobGrace).
+// may be deleted; the store has deleted its own blob of each).
 type Pruned struct {
 	Versions []ModuleVersion
 	Orphans  []string
@@ -120,7 +120,7 @@ func (s *Store) ModulePut(ctx context.Context, v ModuleVersion, q ModuleQuota) (
 	}
 	pruned, orphans, err := s.b.ModulePut(ctx, row, func(all []driver.ModuleRow) ([]int, error) {
 		return planPrune(v.Org, all, q)
-	}, time.Now().Add(-BlobGrace).UnixNano())
+	}, math.MaxInt64)
 	var qe *QuotaError
 	if errors.As(err, &qe) {
 		return Pruned{}, err
@@ -231,7 +231,7 @@ func (s *Store) ModuleVersions(ctx context.Context, org, name string) ([]ModuleV
 // deletes its own blobs of them, as ModulePut does). An unknown module
 // wraps ErrModuleNotFound.
 func (s *Store) ModuleDelete(ctx context.Context, org, name string) (orphans []string, err error) {
-	orphans, err = s.b.ModuleDelete(ctx, org, name, time.Now().Add(-BlobGrace).UnixNano())
+	orphans, err = s.b.ModuleDelete(ctx, org, name, math.MaxInt64)
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("store: module.delete %s/%s: %w", org, name, ErrModuleNotFound)
 	}

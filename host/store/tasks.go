@@ -71,11 +71,13 @@ type NewTask struct {
 
 // TaskFilter selects tasks for TaskList. Org "" is every organization:
 // the operator's view (moat tasks); the server always passes the
-// caller's. Module, State and ID narrow it when set. Tasks come newest
+// caller's. Module, State, ID and User (the user whose invocation
+// enqueued the task) narrow it when set. Tasks come newest
 // first; Before continues a listing after the last task of the previous
 // page. Limit is DefaultTaskLimit when <= 0, at most MaxTaskLimit.
 type TaskFilter struct {
 	Org, Module, State, ID string
+	User                   string
 	Before                 *Task
 	Limit                  int
 }
@@ -309,7 +311,7 @@ func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
 	if limit <= 0 {
 		limit = DefaultTaskLimit
 	}
-	df := driver.TaskFilter{Org: f.Org, Module: f.Module, State: f.State, ID: f.ID, Limit: min(limit, MaxTaskLimit)}
+	df := driver.TaskFilter{Org: f.Org, Module: f.Module, State: f.State, ID: f.ID, User: f.User, Limit: min(limit, MaxTaskLimit)}
 	if f.State != "" && !slices.Contains(taskStates, f.State) {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "task list: state %q is not one of %s", clip(f.State), strings.Join(taskStates, ", "))
 	}

@@ -81,6 +81,7 @@ type AuditRow struct {
 // back newest first (time, then id, descending), at most Limit of them.
 type AuditFilter struct {
 	CorrelationID, Module, Decision, Kind, Org string
+	User                                       string
 	Since, Until                               int64
 	HasSince, HasUntil                         bool
 	Limit                                      int

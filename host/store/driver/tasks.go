@@ -27,6 +27,7 @@ type TaskRow struct {
 // BeforeID) in that order when HasBefore, at most Limit of them.
 type TaskFilter struct {
 	Org, Module, State, ID string
+	User                   string // the enqueuer's user; "" for any
 	BeforeCreated          int64
 	BeforeID               string
 	HasBefore              bool

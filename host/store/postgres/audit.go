@@ -97,7 +97,7 @@ SELECT id, time, kind, decision, correlation_id, module, action, op, user_id, or
 	rule, reason, code, mutation_id, task_id, model_call_id, duration_ns, coalesce(attrs, '')
 FROM audit_events WHERE true`)
 	for _, c := range []struct{ col, v string }{
-		{"correlation_id", f.CorrelationID}, {"module", f.Module}, {"decision", f.Decision}, {"kind", f.Kind}, {"org", f.Org},
+		{"correlation_id", f.CorrelationID}, {"module", f.Module}, {"decision", f.Decision}, {"kind", f.Kind}, {"org", f.Org}, {"user_id", f.User},
 	} {
 		if c.v != "" {
 			q.WriteString(" AND " + c.col + " = " + arg(c.v))

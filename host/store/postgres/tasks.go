@@ -127,7 +127,7 @@ func (d *DB) TaskList(ctx context.Context, f driver.TaskFilter) ([]driver.TaskRo
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}} {
+	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}, {"user_id", f.User}} {
 		if c.v != "" {
 			where = append(where, c.col+" = "+arg(c.v))
 		}

@@ -121,6 +121,7 @@ FROM audit_events WHERE 1`)
 	eq("decision", f.Decision)
 	eq("kind", f.Kind)
 	eq("org", f.Org)
+	eq("user_id", f.User)
 	if f.HasSince {
 		q.WriteString(" AND time >= ?")
 		args = append(args, f.Since)

@@ -106,7 +106,7 @@ func (d *DB) TaskGet(ctx context.Context, org, module, id string) (*driver.TaskR
 func (d *DB) TaskList(ctx context.Context, f driver.TaskFilter) ([]driver.TaskRow, error) {
 	var where []string
 	var args []any
-	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}} {
+	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}, {"user_id", f.User}} {
 		if c.v != "" {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.v)

@@ -136,6 +136,7 @@ func (su suite) testAuditFilters(t *testing.T) {
 			CorrelationID: fmt.Sprintf("corr-%d", i/4),
 			Module:        []string{"billing", "shipping"}[i%2],
 			Org:           []string{"acme", "globex", "initech"}[i%3],
+			User:          []string{"ann", "bob"}[i/5],
 		}
 		if e.Kind == "decision" {
 			e.Decision = []string{"allow", "deny"}[i%2]
@@ -159,6 +160,10 @@ func (su suite) testAuditFilters(t *testing.T) {
 		{"decision deny", store.AuditFilter{Decision: "deny"}, []string{"e03", "e09"}},
 		{"kind", store.AuditFilter{Kind: "invocation"}, []string{"e01", "e04", "e07"}},
 		{"org", store.AuditFilter{Org: "globex"}, []string{"e01", "e04", "e07"}},
+		{"user", store.AuditFilter{User: "bob"}, []string{"e05", "e06", "e07", "e08", "e09"}},
+		{"user and org", store.AuditFilter{User: "ann", Org: "globex"}, []string{"e01", "e04"}},
+		{"user that is SQL", store.AuditFilter{User: "ann' OR '1'='1"}, nil},
+		{"user's correlation id", store.AuditFilter{User: "ann", CorrelationID: "corr-1"}, []string{"e04"}},
 		{"since inclusive", store.AuditFilter{Since: t0.Add(7 * time.Minute)}, []string{"e07", "e08", "e09"}},
 		{"until exclusive", store.AuditFilter{Until: t0.Add(2 * time.Minute)}, []string{"e00", "e01"}},
 		{"since and until", store.AuditFilter{Since: t0.Add(3 * time.Minute), Until: t0.Add(5 * time.Minute)}, []string{"e03", "e04"}},

@@ -151,6 +151,7 @@ func (su suite) testAuditMatchesModel(t *testing.T) {
 			Decision:      maybe(func() string { return pick("allow", "deny") }),
 			Kind:          maybe(func() string { return pick(kinds...) }),
 			Org:           maybe(func() string { return pick(append(orgs, "umbrella")...) }),
+			User:          maybe(func() string { return pick("ann", "bob", "carol") }),
 			Limit:         []int{0, -1, 1, 2, 3, 7, 50, 100, 999, store.MaxAuditLimit + 1}[rng.IntN(10)],
 		}
 		if rng.IntN(3) == 0 {
@@ -163,7 +164,7 @@ func (su suite) testAuditMatchesModel(t *testing.T) {
 		for _, e := range model {
 			if (f.CorrelationID == "" || e.CorrelationID == f.CorrelationID) && (f.Module == "" || e.Module == f.Module) &&
 				(f.Decision == "" || e.Decision == f.Decision) && (f.Kind == "" || e.Kind == f.Kind) &&
-				(f.Org == "" || e.Org == f.Org) && (f.Since.IsZero() || !e.Time.Before(f.Since)) &&
+				(f.Org == "" || e.Org == f.Org) && (f.User == "" || e.User == f.User) && (f.Since.IsZero() || !e.Time.Before(f.Since)) &&
 				(f.Until.IsZero() || e.Time.Before(f.Until)) {
 				want = append(want, e)
 			}

@@ -160,14 +160,39 @@ func (su suite) testModuleBlobs(t *testing.T) {
 	if got, err := s.ModuleBlobGet(ctx, "acme", digest); err != nil || !bytes.Equal(got, code) {
 		t.Fatalf("a referenced blob after the sweep: %q, %v", got, err)
 	}
-	// Deleting the module orphans the digest; its blob is young, so it
-	// stays until a sweep after the grace.
+	// Deleting the module orphans the digest; its blob goes with it at
+	// once, young as it is: nothing is left for a sweep.
 	orphans, err := s.ModuleDelete(ctx, "acme", "hello")
 	if err != nil || len(orphans) != 1 || orphans[0] != digest {
 		t.Fatalf("ModuleDelete = %v, %v", orphans, err)
 	}
-	if gone, err := s.ModuleBlobSweep(ctx, time.Now().Add(store.BlobGrace+time.Minute)); err != nil || len(gone) != 1 || gone[0] != digest {
-		t.Fatalf("sweep after delete = %v, %v; want [%s]", gone, err, digest)
+	if gone, err := s.ModuleBlobSweep(ctx, time.Now().Add(store.BlobGrace+time.Minute)); err != nil || len(gone) != 0 {
+		t.Fatalf("sweep after delete = %v, %v; want nothing left to sweep", gone, err)
+	}
+	// Pruning a version does the same to its blob: a quota's pruned
+	// versions keep no bytes behind.
+	var pruneDigests []string
+	for i := range 3 {
+		b := []byte(fmt.Sprintf("version %d of prune", i))
+		sum := sha256.Sum256(b)
+		d := hex.EncodeToString(sum[:])
+		pruneDigests = append(pruneDigests, d)
+		if err := s.ModuleBlobPut(ctx, d, b); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.ModulePut(ctx, store.ModuleVersion{Org: "acme", Name: "prune", Digest: d, Size: int64(len(b))}, store.ModuleQuota{KeepPerModule: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && (len(p.Orphans) != 1 || p.Orphans[0] != pruneDigests[i-1]) {
+			t.Fatalf("put %d pruned %+v; want the version before it, orphaned", i, p)
+		}
+	}
+	if gone, err := s.ModuleBlobSweep(ctx, time.Now().Add(store.BlobGrace+time.Minute)); err != nil || len(gone) != 0 {
+		t.Fatalf("sweep after pruning = %v, %v; want nothing left to sweep (the pruned blobs went with their versions)", gone, err)
+	}
+	if got, err := s.ModuleBlobGet(ctx, "acme", pruneDigests[2]); err != nil || string(got) != "version 2 of prune" {
+		t.Fatalf("the kept version's blob: %q, %v", got, err)
 	}
 }
 

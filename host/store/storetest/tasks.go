@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -130,6 +131,24 @@ func (su suite) testTaskContract(t *testing.T) {
 	}
 	if _, err := s.TaskList(ctx, store.TaskFilter{Org: "acme", State: "queued' OR 1=1 --"}); err == nil {
 		t.Error("TaskList with a made-up state succeeded")
+	}
+	// By the enqueuer's user: the server's listing for a caller without
+	// tasks.read.
+	other := newTask("digest")
+	other.User = "bob"
+	id3 := enqueue(t, s, other)
+	for _, tt := range []struct {
+		user string
+		want []string
+	}{{"bob", []string{id3}}, {"alice", []string{id2, id}}, {"eve", nil}, {"alice' OR 1=1 --", nil}} {
+		l, err := s.TaskList(ctx, store.TaskFilter{Org: "acme", User: tt.user})
+		var got []string
+		for _, x := range l {
+			got = append(got, x.ID)
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("TaskList(user %q) = %v, %v; want %v", tt.user, got, err, tt.want)
+		}
 	}
 }
 

@@ -1,0 +1,46 @@
+package host
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// cacheFiles are the files the compilation cache keeps for the code
+// compiled under key: the rewritten module (rewrite) and wazero's machine
+// code of it, named as newCodeShare proves it predicts.
+func (h *Host) cacheFiles(key string, code []byte) []string {
+	if h.cacheDir == "" {
+		return nil
+	}
+	fp := currentCodeFingerprint(h.cfg.DebugInfo)
+	return []string{filepath.Join(h.cacheDir, rewrittenDir, key+".wasm"), filepath.Join(h.cacheDir, fp.wazeroDir, fp.fileName(code))}
+}
+
+// CacheFiles lists the files the host's compilation cache keeps for m's
+// code (none for a script, whose interpreter is shared, or a native
+// plugin), for an embedder that removes them with ForgetCompiled once no
+// module of the same bytes is loaded or stored any more. Call it before
+// Close.
+func (m *Module) CacheFiles() []string {
+	if m.compiled == nil || m.scriptRT != nil {
+		return nil
+	}
+	return append([]string(nil), m.compiled.files...)
+}
+
+// ForgetCompiled removes files CacheFiles named. The cache is keyed by
+// the bytes, so nothing else ever removes them: an embedder that prunes
+// modules (moat serve's module quota) would otherwise keep the machine
+// code of every version ever uploaded, often larger than the module. A
+// later load of the same bytes compiles them again.
+func ForgetCompiled(files []string) error {
+	var errs []error
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
