@@ -76,7 +76,7 @@ test-tools: ## install the Debian packages only the tests use (a browser, saniti
 test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## set up and run every test
 test-only:
 	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
-	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 ./...
+	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 -timeout 30m ./...
 	@echo "==> go test -race (store, host pool, supervisor, resident interpreters)"
 	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV|Supervisor|Conformance' $$($(GO) list ./host/... | grep -v -e /host/store/sqlite -e /host/store/postgres)
 	@# The store backends' conformance suites ran whole above without -race;
