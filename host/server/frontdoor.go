@@ -65,17 +65,53 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 		if route != "/healthz" && route != "/readyz" {
 			if p := s.checkHost(req); p != nil {
 				s.metrics.denials.WithLabelValues(p.Code).Inc()
-				return p
+				return drainRefused(c, p)
 			}
 		}
 		// A signed media URL is for pages, of any origin: the signature,
 		// checked by the route, is its authority (media.go).
 		if p := s.checkOrigin(req); p != nil && !signedMediaRequest(route, req) {
 			s.metrics.denials.WithLabelValues(p.Code).Inc()
-			return p
+			return drainRefused(c, p)
 		}
-		return next(c)
+		return drainRefused(c, next(c))
 	}
+}
+
+// drainWindow and drainBytes bound what the server reads of a body after
+// it answered without it (beforeWrite): the answer goes out at once, then
+// for at most drainWindow the rest of a small body is read and thrown
+// away. Closing a connection whose client is still sending resets it, and
+// a reset can discard the answer before the client reads it: a viewer's
+// refused upload came back to Go's client as "connection reset by peer",
+// not as its 403. A client that sends nothing more holds the connection
+// for drainWindow, not http.body_timeout. A request with a valid key may
+// have more read (drainBytesKeyed): a refused upload of a module of
+// several MiB then reaches its client as the refusal.
+const (
+	drainWindow     = 250 * time.Millisecond
+	drainBytes      = 1 << 20
+	drainBytesKeyed = 64 << 20
+)
+
+// drainRefused writes err (the answer, when there is one) at once, then
+// reads what arrives of an unread HTTP/1 body within drainWindow.
+func drainRefused(c echo.Context, err error) error {
+	st := stateOf(c)
+	b := st.pending
+	if b == nil || b.done || c.Request().ProtoMajor != 1 || !c.Response().Committed && err == nil {
+		return err
+	}
+	if err != nil {
+		c.Error(err)
+	}
+	c.Response().Flush()
+	limit := int64(drainBytes)
+	if st.keyID != "" {
+		limit = drainBytesKeyed
+	}
+	_, _ = io.CopyN(io.Discard, b.ReadCloser, limit)
+	return nil
 }
 
 // beforeWrite runs as the response's header goes out. Outside the
@@ -122,7 +158,7 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 		if c.Request().ProtoMajor == 1 {
 			h["Connection"] = []string{"close"}
 		}
-		_ = setDeadline(c.Response().Writer, true, time.Now())
+		_ = setDeadline(c.Response().Writer, true, time.Now().Add(drainWindow))
 	}
 	_ = setDeadline(c.Response().Writer, false, time.Now().Add(time.Duration(s.cfg.HTTP.WriteTimeout)))
 }
