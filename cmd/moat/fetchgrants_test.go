@@ -149,7 +149,7 @@ func TestFetchGrantedEveryPath(t *testing.T) {
 		fetches []fetch
 		refused string // the load's refusal, for a module that must not load
 	}{
-		{org: "grants", check: []string{"http " + granted.url + "  ✓ granted", "http " + other.url + "  ✗ refused"},
+		{org: "grants", check: []string{"http " + granted.url + " ✓ granted", "http " + other.url + " ✗ refused (profile grants: default grant): no granted target covers it", "verdict: LOADS; 1 request will be denied at call time"},
 			fetches: []fetch{{granted, "200 granted"}, {other, notGranted(other)}}},
 		{org: "dev", check: []string{"http " + granted.url + " ✓ granted", "http " + other.url + " ✓ granted", "verdict: LOADS"},
 			fetches: []fetch{{granted, "200 granted"}, {other, "200 other"}}},
