@@ -177,6 +177,24 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 		// here, so that policy check, CheckOp and the connection's
 		// address check give one answer.
 		named := addressNamed(granted.HTTP.Targets, r)
+		if r.host == "localhost" {
+			// A name of this machine's loopback: a name never reaches a
+			// special address, so the target would be granted and every
+			// connection refused. On a developer's profile it stands for
+			// the loopback addresses it names; elsewhere it is refused
+			// here, with the form that is granted.
+			if !p.ManifestAddresses {
+				e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: rule, Reason: fmt.Sprintf(
+					"localhost is a name of this machine's loopback address, and a name never reaches a loopback address; write the address, http://127.0.0.1:%s, in %s and have the profile grant it, or, on a developer's own machine, set manifest_addresses: true in profile %s (the dev profile does)",
+					r.port, ManifestFile, p.Name)})
+				continue
+			}
+			for _, h := range []string{"127.0.0.1", "[::1]"} {
+				if o := r.scheme + "://" + h + ":" + r.port; !slices.Contains(e.addressTargets, o) {
+					e.addressTargets = append(e.addressTargets, o)
+				}
+			}
+		}
 		if !named && !r.any && isAddress(r.host) {
 			switch class := addressClass(r.host); {
 			case class == "":

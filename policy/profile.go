@@ -57,7 +57,8 @@ type Profile struct {
 	// author and the machine's owner are one person; elsewhere the
 	// operator's grant must name such an address itself, so that a
 	// wildcard grant for the internet never reaches the host's own
-	// services. Link-local, cloud-metadata and other special addresses
+	// services. A manifest's http://localhost:PORT stands for 127.0.0.1
+	// and ::1 at PORT. Link-local, cloud-metadata and other special addresses
 	// are never reached this way, nor is a host name that resolves to a
 	// special address, nor a target the manifest writes with a wildcard.
 	ManifestAddresses bool `yaml:"manifest_addresses,omitempty"`
