@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -165,13 +166,50 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 			e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: "manifest", Reason: err.Error()})
 			continue
 		}
-		if check("http "+s, func(c *Capabilities) bool { return targetCovered(c.HTTP.Targets, r) }, uncoveredReason(granted.HTTP.Targets, r)) {
-			eff.HTTP.Targets = append(eff.HTTP.Targets, s)
-			e.httpTargets = append(e.httpTargets, r)
-			eff.HTTP.AllowAny = eff.HTTP.AllowAny || r.wild()
-			if addressNamed(granted.HTTP.Targets, r) && !slices.Contains(e.addressTargets, r.origin()) {
-				e.addressTargets = append(e.addressTargets, r.origin())
+		if !check("http "+s, func(c *Capabilities) bool { return targetCovered(c.HTTP.Targets, r) }, uncoveredReason(granted.HTTP.Targets, r)) {
+			continue
+		}
+		// A target whose host is a special address (loopback, private,
+		// metadata, ...) is reached only when a grant names the address
+		// (AddressTargets) or, on a developer's profile, when the
+		// manifest names a loopback or private one (ManifestAddresses).
+		// A grant that covers it otherwise, a wildcard, is a refusal
+		// here, so that policy check, CheckOp and the connection's
+		// address check give one answer.
+		named := addressNamed(granted.HTTP.Targets, r)
+		if r.host == "localhost" {
+			// A name of this machine's loopback: a name never reaches a
+			// special address, so the target would be granted and every
+			// connection refused. On a developer's profile it stands for
+			// the loopback addresses it names; elsewhere it is refused
+			// here, with the form that is granted.
+			if !p.ManifestAddresses {
+				e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: rule, Reason: fmt.Sprintf(
+					"localhost is a name of this machine's loopback address, and a name never reaches a loopback address; write the address, http://127.0.0.1:%s, in %s and have the profile grant it, or, on a developer's own machine, set manifest_addresses: true in profile %s (the dev profile does)",
+					r.port, ManifestFile, p.Name)})
+				continue
 			}
+			for _, h := range []string{"127.0.0.1", "[::1]"} {
+				if o := r.scheme + "://" + h + ":" + r.port; !slices.Contains(e.addressTargets, o) {
+					e.addressTargets = append(e.addressTargets, o)
+				}
+			}
+		}
+		if !named && !r.any && isAddress(r.host) {
+			switch class := addressClass(r.host); {
+			case class == "":
+			case p.ManifestAddresses && manifestAddressClass(class):
+				named = true
+			default:
+				e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: rule, Reason: addressReason(p, r, class)})
+				continue
+			}
+		}
+		eff.HTTP.Targets = append(eff.HTTP.Targets, s)
+		e.httpTargets = append(e.httpTargets, r)
+		eff.HTTP.AllowAny = eff.HTTP.AllowAny || r.wild()
+		if named && !slices.Contains(e.addressTargets, r.origin()) {
+			e.addressTargets = append(e.addressTargets, r.origin())
 		}
 	}
 	e.injections = parseInjections(granted.HTTP)
@@ -363,6 +401,43 @@ func uncoveredReason(granted []string, r httpTarget) string {
 // grant must write the address, like http://127.0.0.1:8080 (that port) or
 // http://127.0.0.1:* (any port).
 func (e *Evaluation) AddressTargets() []string { return e.addressTargets }
+
+// addressClass is egress.Classify of a canonical target host that is an
+// IP address: "" for a public unicast address, else its class.
+func addressClass(h string) string {
+	a, err := netip.ParseAddr(h)
+	if err != nil {
+		return ""
+	}
+	return egress.Classify(a)
+}
+
+// manifestAddressClass reports whether an address of class may be reached
+// because the manifest names it, under Profile.ManifestAddresses: the
+// developer's own machine and network, never link-local or metadata
+// addresses (egress's classes are exact strings: "unique-local (cloud
+// metadata)" is not "unique-local").
+func manifestAddressClass(class string) bool {
+	return class == "loopback" || class == "private" || class == "unique-local"
+}
+
+// addressReason says why a special address the profile covers without
+// naming it is refused, and the fix: a grant that names it.
+func addressReason(p *Profile, r httpTarget, class string) string {
+	reason := fmt.Sprintf("%s is %s %s address; a grant reaches such an address only by naming it, and no grant of profile %s does (it covers the target with a wildcard or name); grant %s in the profile",
+		r.host, indefinite(class), class, p.Name, r.origin())
+	if manifestAddressClass(class) && !p.ManifestAddresses {
+		reason += ", or, on a developer's own machine, set manifest_addresses: true in it (the dev profile does)"
+	}
+	return reason
+}
+
+func indefinite(s string) string {
+	if s != "" && strings.ContainsRune("aeiou", rune(s[0])) {
+		return "an"
+	}
+	return "a"
+}
 
 // addressNamed reports whether r's host is an IP address that a granted
 // target covering r writes literally.

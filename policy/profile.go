@@ -48,6 +48,21 @@ type Profile struct {
 	// use.
 	TrustedKeys []TrustedKey `yaml:"trusted_keys,omitempty"`
 
+	// ManifestAddresses lets a loopback or private address (127.0.0.0/8,
+	// ::1, 10/8, 172.16/12, 192.168/16, fc00::/7) that a module's manifest
+	// writes literally as an http target, like http://127.0.0.1:8080, be
+	// reached when a grant of this profile covers the target, a wildcard
+	// included, as if the grant named the address. It is for a
+	// developer's own machine (the dev profile), where the manifest's
+	// author and the machine's owner are one person; elsewhere the
+	// operator's grant must name such an address itself, so that a
+	// wildcard grant for the internet never reaches the host's own
+	// services. A manifest's http://localhost:PORT stands for 127.0.0.1
+	// and ::1 at PORT. Link-local, cloud-metadata and other special addresses
+	// are never reached this way, nor is a host name that resolves to a
+	// special address, nor a target the manifest writes with a wildcard.
+	ManifestAddresses bool `yaml:"manifest_addresses,omitempty"`
+
 	// RolePermissions maps a role to the permissions it holds, for actions
 	// that require permissions.
 	RolePermissions map[string][]string `yaml:"role_permissions,omitempty"`

@@ -54,8 +54,15 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 			row(what)
 			return
 		}
+		var notes []string
 		if in := e.injectionsFor(t); len(in) > 0 {
-			line("  %s\t✓ granted; the host injects %s", what, strings.Join(in, ", "))
+			notes = append(notes, "the host injects "+strings.Join(in, ", "))
+		}
+		if t.wild() || strings.HasPrefix(t.host, "*.") {
+			notes = append(notes, WildcardAddressNote)
+		}
+		if len(notes) > 0 {
+			line("  %s\t✓ granted; %s", what, strings.Join(notes, "; "))
 			return
 		}
 		row(what)
@@ -145,6 +152,12 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	tw.Flush()
 	return b.String()
 }
+
+// WildcardAddressNote is what policy check says of a granted target with
+// a wildcard host: what it reaches does not include the special addresses
+// (loopback, private, metadata, ...), which a target reaches only by
+// naming them (Evaluation.AddressTargets).
+const WildcardAddressNote = "not a loopback, private or metadata address (a target reaches one only by naming it)"
 
 // verdict is the last line of the report.
 func (e *Evaluation) verdict(p *Profile) string {

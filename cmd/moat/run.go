@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -194,7 +193,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		mounts[i].Granted = true
 	}
 	grantRO := []string{filepath.Dir(b.Path)}
-	grantFiles := manifestFiles(b.Manifest)
+	var grantFiles []policy.FileGrant // a WASI command's --dir and --file
 	for _, mt := range mounts {
 		grantFiles = append(grantFiles, policy.FileGrant{Path: mt.HostDir, RW: !mt.ReadOnly})
 	}
@@ -213,7 +212,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f, grantRO, manifestTargets(b.Manifest), grantFiles); err != nil {
+	if err := confineHost(g, f, grantRO, b.Manifest, grantFiles); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -473,11 +472,15 @@ func newCorrelationID() string {
 
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
 // the data directory and the compile cache (g.cache) writable, the
-// module's directory readable, the directories of files (the manifest's
-// file grants) readable or writable as they ask, and TCP connections only
-// to the ports of connectTo (HTTP targets). The report is logged (a warning per missing layer) and
+// module's directory (readOnly) readable, and what the module's effective
+// grants under the profile need (policy.Profile.KernelGrants: the ports of
+// its granted HTTP targets, the directories of its granted files) plus a
+// WASI command's own --dir and --file (files). Every kind of plugin
+// (compiled, interpreted, native, Extism) comes here with its manifest, so
+// the kernel layer is derived from the grants policy decides ops by, in
+// one place. The report is logged (a warning per missing layer) and
 // audited by newHost; strict mode refuses to go on without every layer.
-func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, files []policy.FileGrant) error {
+func confineHost(g *globalFlags, f *runFlags, readOnly []string, mf *policy.Manifest, files []policy.FileGrant) error {
 	m, err := kernel.ParseConfineMode(f.confine)
 	if err != nil {
 		return usagef("%v", err)
@@ -504,36 +507,26 @@ func confineHost(g *globalFlags, f *runFlags, readOnly, connectTo []string, file
 			return err
 		}
 	}
-	ports, anyPort := policy.TargetPorts(connectTo)
+	p, err := g.loadProfile()
+	if err != nil {
+		return err
+	}
+	k := p.KernelGrants(mf)
+	own := policy.KernelGrants{}
+	own.Read, own.Write = fileGrantDirs(files)
 	if g.server != nil { // --server-config: its database and model providers
-		dial, err := serverDialPorts(*g.server)
-		if err != nil {
+		if own.ConnectTCP, err = serverDialPorts(*g.server); err != nil {
 			return err
 		}
-		for _, p := range dial {
-			if !slices.Contains(ports, p) {
-				ports = append(ports, p)
-			}
-		}
 	}
-	grantRead, grantWrite := fileGrantDirs(files)
+	k = k.Merge(own)
 	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data, cache.dir}, MemoryBytes: hostMemory, Pids: 256,
-		ConnectTCP: ports, ConnectAnyTCP: anyPort, GrantRead: grantRead, GrantWrite: grantWrite})
+		ConnectTCP: k.ConnectTCP, ConnectAnyTCP: k.ConnectAnyTCP, GrantRead: k.Read, GrantWrite: k.Write})
 	if err != nil {
 		return err
 	}
 	g.confined = rep
 	return nil
-}
-
-// manifestFiles are the directories a manifest asks for: the confined
-// host may open them (read-write where it asks so); the grant, the mode
-// that is in effect and every name are checked by the host itself.
-func manifestFiles(mf *policy.Manifest) []policy.FileGrant {
-	if mf == nil {
-		return nil
-	}
-	return mf.Capabilities.Filesystem
 }
 
 // fileGrantDirs splits file grants into the directories the host's
@@ -547,16 +540,6 @@ func fileGrantDirs(gs []policy.FileGrant) (read, write []string) {
 		}
 	}
 	return read, write
-}
-
-// manifestTargets are the HTTP targets a manifest asks for: the confined
-// host may connect to their ports (Landlock's TCP rule is by port; the
-// grant, host and resolved address are checked in Go at dial time).
-func manifestTargets(mf *policy.Manifest) []string {
-	if mf == nil {
-		return nil
-	}
-	return mf.Capabilities.HTTP.Targets
 }
 
 // isPluginDir says whether p is a plugin directory of a kind that only

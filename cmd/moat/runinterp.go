@@ -135,7 +135,7 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 		// cgroup would kill the run.
 		f.compileRoom = 512 << 20
 	}
-	if err := confineHost(g, f, readOnly, nil, manifestFiles(mf)); err != nil {
+	if err := confineHost(g, f, readOnly, mf, nil); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)

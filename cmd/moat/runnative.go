@@ -164,7 +164,7 @@ func runNativePlugin(ctx context.Context, g *globalFlags, f *runFlags, dir strin
 		native.UseLauncher(nil)
 		l.Close()
 	}()
-	if err := confineHost(g, f, append([]string{abs}, nat.ReadOnly...), nil, manifestFiles(mf)); err != nil {
+	if err := confineHost(g, f, append([]string{abs}, nat.ReadOnly...), mf, nil); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)

@@ -289,29 +289,22 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 	// against the module's own grant in Go.
 	// The same for the directories the profiles grant: each is opened,
 	// and every name beneath it checked, by the host.
-	var targets []string
-	var files []policy.FileGrant
+	var profiles []*policy.Profile
 	for _, name := range append([]string{cfg.Profile}, slices.Collect(maps.Values(cfg.Profiles))...) {
 		p, err := policy.LoadProfile(name)
 		if err != nil {
 			restore()
 			return nil, err
 		}
-		targets = append(targets, p.HTTPTargets()...)
-		files = append(files, p.FileGrants()...)
+		profiles = append(profiles, p)
 	}
-	grantRead, grantWrite := fileGrantDirs(files)
-	connect, anyPort := policy.TargetPorts(targets)
 	dial, err := serverDialPorts(*cfg)
 	if err != nil {
 		restore()
 		return nil, err
 	}
-	for _, p := range dial {
-		if !slices.Contains(connect, p) {
-			connect = append(connect, p)
-		}
-	}
+	k := policy.HostKernelGrants(profiles...).Merge(policy.KernelGrants{ConnectTCP: dial})
+	grantRead, grantWrite, connect, anyPort := k.Read, k.Write, k.ConnectTCP, k.ConnectAnyTCP
 	cfg.BeforeServe = func(ln net.Listener) error {
 		var ports []uint16
 		if a, ok := ln.Addr().(*net.TCPAddr); ok {
