@@ -78,6 +78,10 @@ type registry struct {
 	// same bytes in another organization would land.
 	beforeCommit func()
 
+	// beforeLoad, when set (by tests), runs in a sync (ondemand.go)
+	// before it loads org/name: where a test holds a load in flight.
+	beforeLoad func(org, name string)
+
 	// nativeRoot holds native plugins' files, by digest, where their
 	// workers (each a uid of its own) can read them: made at the first
 	// native load under TMPDIR (a confined server's scratch, 0711),
@@ -299,6 +303,9 @@ func (r *registry) syncOnce(ctx context.Context, org, name, why string) (loadErr
 	var m *host.Module
 	if cur != nil {
 		defer r.pin(cur.Digest)()
+		if hook := r.beforeLoad; hook != nil {
+			hook(org, name)
+		}
 		start := time.Now()
 		wasm, err := r.bytes(ctx, *cur)
 		if err != nil && !errors.Is(err, store.ErrModuleNotFound) {
@@ -357,6 +364,9 @@ func (r *registry) syncOnce(ctx context.Context, org, name, why string) (loadErr
 // current is the current version of org/name in the store, nil when the
 // module does not exist.
 func (r *registry) current(ctx context.Context, org, name string) (*store.ModuleVersion, error) {
+	if host.ValidateModuleName(name) != nil {
+		return nil, nil // no upload has this name; the store may refuse it (NUL)
+	}
 	vs, err := r.s.store.ModuleVersions(ctx, org, name)
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return nil, nil
@@ -742,7 +752,11 @@ type VersionJSON struct {
 
 func (s *Server) moduleVersions(c echo.Context) error {
 	p := principalOf(c)
-	vs, err := s.store.ModuleVersions(c.Request().Context(), p.Org, c.Param("name"))
+	var vs []store.ModuleVersion
+	err := store.ErrModuleNotFound // no upload has an invalid name; the store may refuse it (NUL)
+	if host.ValidateModuleName(c.Param("name")) == nil {
+		vs, err = s.store.ModuleVersions(c.Request().Context(), p.Org, c.Param("name"))
+	}
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", c.Param("name"), p.Org)
 	}
@@ -765,7 +779,11 @@ func (s *Server) deleteModule(c echo.Context) error {
 	}
 	s.modules.commit.Lock()
 	defer s.modules.commit.Unlock()
-	orphans, err := s.store.ModuleDelete(ctx, p.Org, name)
+	var orphans []string
+	err := store.ErrModuleNotFound // no upload has an invalid name; the store may refuse it (NUL)
+	if host.ValidateModuleName(name) == nil {
+		orphans, err = s.store.ModuleDelete(ctx, p.Org, name)
+	}
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", name, p.Org)
 	}
