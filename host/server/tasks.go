@@ -87,8 +87,16 @@ func (s *Server) startTasks() error {
 // no version of it.
 func (s *Server) resolveTaskModule(ctx context.Context, org, name string) (*host.Module, error) {
 	e, err := s.modules.ensure(ctx, org, name)
+	var fe *loadFailedError
+	if errors.As(err, &fe) {
+		// The task's error is read by the organization's users: the
+		// reason (which may describe the operator's profile) stays in
+		// the log.
+		s.log.Error("task's module stored but not loadable on this replica", "org", org, "module", name, "digest", fe.v.Digest, "err", fe.err)
+		return nil, errors.New("stored but does not load on this replica; the server log has the reason")
+	}
 	if err != nil {
-		return nil, fmt.Errorf("module %s of organization %s: %w", name, org, err)
+		return nil, err // the runner names the module
 	}
 	if e == nil {
 		return nil, fmt.Errorf("%w: module %s of organization %s", host.ErrModuleGone, name, org)
