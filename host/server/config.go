@@ -324,6 +324,9 @@ func (c *Config) fillDefaults() {
 	if c.Modules.SharedCodeBytes == 0 {
 		c.Modules.SharedCodeBytes = store.DefaultCodeBudget
 	}
+	if c.Modules.LoadWait == 0 {
+		c.Modules.LoadWait = policy.Duration(DefaultModuleLoadWait)
+	}
 	if c.Modules.MaxNativeWorkersPerOrg == 0 {
 		c.Modules.MaxNativeWorkersPerOrg = max(1, c.Modules.MaxNativeWorkers/4)
 	}
@@ -525,6 +528,9 @@ func (c *Config) validate(ix *nodeIndex) error {
 	}
 	if n := c.Modules.MaxNativeWorkersPerOrg; n < 1 || n > c.Modules.MaxNativeWorkers {
 		return fail("modules.max_native_workers_per_org", "%d is outside 1..%d (modules.max_native_workers); remove the line for a quarter of max_native_workers", n, c.Modules.MaxNativeWorkers)
+	}
+	if d := time.Duration(c.Modules.LoadWait); d < time.Millisecond || d > 10*time.Minute {
+		return fail("modules.load_wait", "%s is outside 1ms to 10m; remove the line for the default %s", c.Modules.LoadWait, DefaultModuleLoadWait)
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fail("tls", "give both cert and key (PEM files), or neither to serve plain HTTP")

@@ -121,9 +121,12 @@ func (s *Server) confirm(c echo.Context) error {
 	if module == "" {
 		return problem(http.StatusNotFound, "not_found", "no pending confirmation for this token in organization %s: it is unknown, used or expired; invoke the action again for a new one", p.Org)
 	}
-	e := s.modules.get(p.Org, module)
-	if e == nil {
+	e, err := s.modules.ensure(ctx, p.Org, module)
+	if e == nil && err == nil {
 		return problem(http.StatusNotFound, "not_found", "the module %s of this confirmation was deleted", module)
+	}
+	if err != nil {
+		return s.moduleProblem(p.Org, module, correlationID(c), e, err)
 	}
 	start := time.Now()
 	res, err := e.mod.Confirm(ctx, host.ConfirmRequest{Token: token, Principal: p, CorrelationID: correlationID(c)})

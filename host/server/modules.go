@@ -78,6 +78,10 @@ type registry struct {
 	// same bytes in another organization would land.
 	beforeCommit func()
 
+	// beforeLoad, when set (by tests), runs in a sync (ondemand.go)
+	// before it loads org/name: where a test holds a load in flight.
+	beforeLoad func(org, name string)
+
 	// nativeRoot holds native plugins' files, by digest, where their
 	// workers (each a uid of its own) can read them: made at the first
 	// native load under TMPDIR (a confined server's scratch, 0711),
@@ -85,6 +89,17 @@ type registry struct {
 	nativeMu   sync.Mutex
 	nativeRoot string
 	orgSlots   map[string]*native.WorkerSlots // each organization's share of the server's native workers
+
+	// flights are the syncs of module names in progress (ondemand.go):
+	// one per name, shared by the change feed and every request waiting
+	// for the name; failures are the versions that did not load here.
+	// They run under life, which closeAll ends.
+	flightMu sync.Mutex
+	flights  map[modKey]*flight
+	failures map[modKey]failedLoad
+	flightWG sync.WaitGroup
+	life     context.Context
+	stopLife context.CancelFunc
 }
 
 // orgWorkers is org's share of the server's native worker slots.
@@ -129,7 +144,9 @@ type entry struct {
 }
 
 func newRegistry(s *Server) *registry {
-	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}, compiled: map[string][]string{}}
+	life, stop := context.WithCancel(context.Background())
+	return &registry{s: s, dir: filepath.Join(s.cfg.DataDir, "modules"), loaded: map[modKey]*entry{}, pins: map[string]int{}, compiled: map[string][]string{},
+		flights: map[modKey]*flight{}, failures: map[modKey]failedLoad{}, life: life, stopLife: stop}
 }
 
 func (r *registry) get(org, name string) *entry {
@@ -242,7 +259,15 @@ func (r *registry) follow(ctx context.Context, changes <-chan store.ModuleChange
 			}
 		}
 		for k := range pending {
-			if err := r.sync(ctx, k.org, k.name); err != nil {
+			// Through the shared flight: a request that is already
+			// loading this name (ensure) and this change are one load.
+			f := r.shared(k.org, k.name, "change")
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return
+			}
+			if err := f.err; err != nil {
 				if ctx.Err() != nil {
 					return
 				}
@@ -254,15 +279,16 @@ func (r *registry) follow(ctx context.Context, changes <-chan store.ModuleChange
 	}
 }
 
-// sync makes the registry's module org/name what the store says is
+// syncOnce makes the registry's module org/name what the store says is
 // current: loaded when it was uploaded or replaced, unloaded when deleted.
 // A version that the store has but that does not load here is unloaded,
 // not left serving the version it replaced (which may be what the upload
-// meant to fix), and logged.
-func (r *registry) sync(ctx context.Context, org, name string) error {
+// meant to fix), logged, and returned as loadErr. It is called through
+// shared (one at a time per name); why names its trigger in the log.
+func (r *registry) syncOnce(ctx context.Context, org, name, why string) (loadErr, err error) {
 	cur, err := r.current(ctx, org, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if e := r.get(org, name); e != nil && cur != nil && sameCode(e.version, *cur) {
 		r.mu.Lock()
@@ -270,25 +296,36 @@ func (r *registry) sync(ctx context.Context, org, name string) error {
 			r.loaded[modKey{org, name}] = &entry{mod: e.mod, version: *cur} // uploaded again: new time, uploader
 		}
 		r.mu.Unlock()
-		return nil
+		return nil, nil
 	} else if e == nil && cur == nil {
-		return nil
+		return nil, nil
 	}
 	var m *host.Module
 	if cur != nil {
 		defer r.pin(cur.Digest)()
+		if hook := r.beforeLoad; hook != nil {
+			hook(org, name)
+		}
+		start := time.Now()
 		wasm, err := r.bytes(ctx, *cur)
 		if err != nil && !errors.Is(err, store.ErrModuleNotFound) {
-			return err // the database: retried
+			return nil, err // the database: retried
 		}
 		if err == nil {
 			m, err = r.load(ctx, *cur, wasm, "sync-"+newID())
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 			r.s.log.Error("module changed through another replica does not load here; unloaded", "org", org, "module", name, "digest", cur.Digest, "err", err)
+			loadErr = err
+			r.recordFailure(*cur, err)
+		} else {
+			// One line per load: what a replica spent loading, and the
+			// proof that concurrent first requests shared one load.
+			r.s.log.Info("module loaded on this replica", "org", org, "module", name, "digest", short(cur.Digest), "trigger", why,
+				"took", time.Since(start).Round(time.Millisecond))
 		}
 	}
 	r.commit.Lock()
@@ -301,10 +338,7 @@ func (r *registry) sync(ctx context.Context, org, name string) error {
 		if m != nil {
 			m.Close(ctx)
 		}
-		if err != nil {
-			return err
-		}
-		return nil
+		return nil, err // a later change: applied on its own
 	}
 	old := r.get(org, name)
 	if old != nil && cur != nil && sameCode(old.version, *cur) {
@@ -312,7 +346,7 @@ func (r *registry) sync(ctx context.Context, org, name string) error {
 		if m != nil {
 			m.Close(ctx)
 		}
-		return nil
+		return nil, nil
 	}
 	if m != nil {
 		r.put(ctx, m, *cur)
@@ -324,12 +358,15 @@ func (r *registry) sync(ctx context.Context, org, name string) error {
 			r.removeOrphans([]string{old.version.Digest}, "")
 		}
 	}
-	return nil
+	return loadErr, nil
 }
 
 // current is the current version of org/name in the store, nil when the
 // module does not exist.
 func (r *registry) current(ctx context.Context, org, name string) (*store.ModuleVersion, error) {
+	if host.ValidateModuleName(name) != nil {
+		return nil, nil // no upload has this name; the store may refuse it (NUL)
+	}
 	vs, err := r.s.store.ModuleVersions(ctx, org, name)
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return nil, nil
@@ -533,6 +570,7 @@ func (r *registry) put(ctx context.Context, m *host.Module, v store.ModuleVersio
 	old := r.loaded[modKey{v.Org, v.Name}]
 	r.loaded[modKey{v.Org, v.Name}] = &entry{mod: m, version: v}
 	r.mu.Unlock()
+	r.recordFailure(v, nil)
 	if old != nil && old.mod != m {
 		old.mod.Close(ctx) // calls in flight finish on their instances
 	}
@@ -549,6 +587,7 @@ func (r *registry) remove(ctx context.Context, org, name string) {
 }
 
 func (r *registry) closeAll(ctx context.Context) {
+	r.stopFlights()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, e := range r.loaded {
@@ -581,6 +620,10 @@ type ModuleJSON struct {
 	Actions    []ActionJSON `json:"actions"`
 	UploadedBy string       `json:"uploaded_by"`
 	UploadedAt time.Time    `json:"uploaded_at"`
+	// State is "loading" for a module the store holds that this replica
+	// is still loading (kind, mode and signer are then not known yet),
+	// "not_loadable" for one that does not load here; empty when loaded.
+	State string `json:"state,omitempty"`
 }
 
 // ActionJSON is an action of a module and who may call it.
@@ -609,36 +652,89 @@ func describeModule(e *entry) ModuleJSON {
 	return out
 }
 
+// listModules lists what the store holds: a module this replica has not
+// loaded yet is loaded (the loads shared and run at once, waited for up
+// to modules.load_wait), and one still loading after that is listed from
+// the store with state "loading" rather than left out.
 func (s *Server) listModules(c echo.Context) error {
 	p := principalOf(c)
+	ctx := c.Request().Context()
 	out := []ModuleJSON{}
-	versions, err := s.store.Modules(c.Request().Context(), p.Org)
+	versions, err := s.store.Modules(ctx, p.Org)
 	if err != nil {
 		return err
 	}
 	for _, v := range versions {
-		if e := s.modules.get(p.Org, v.Name); e != nil {
+		if s.modules.get(p.Org, v.Name) == nil {
+			s.modules.shared(p.Org, v.Name, "request") // start every load before waiting for one
+		}
+	}
+	deadline := time.Now().Add(s.modules.loadWait()) // one wait for all
+	for _, v := range versions {
+		e, err := s.modules.ensureUntil(ctx, p.Org, v.Name, deadline)
+		var le *loadingError
+		var fe *loadFailedError
+		switch {
+		case e != nil:
 			out = append(out, describeModule(e))
+		case errors.As(err, &le):
+			out = append(out, describeStored(v, "loading"))
+		case errors.As(err, &fe):
+			out = append(out, describeStored(v, "not_loadable"))
+		case err != nil:
+			return err
 		}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"modules": out})
 }
 
-// lookup finds the principal's module: another organization's is a 404 like
-// a missing one, so that names do not leak between tenants.
+// describeStored describes a stored version this replica has not loaded,
+// from what the store says of it.
+func describeStored(v store.ModuleVersion, state string) ModuleJSON {
+	out := ModuleJSON{Name: v.Name, Org: v.Org, Digest: v.Digest, Version: v.Version, Size: v.Size, Actions: []ActionJSON{},
+		UploadedBy: v.UploadedBy, UploadedAt: v.UploadedAt, State: state}
+	if v.Manifest != nil {
+		if mf, err := policy.ParseManifest("moat.yaml", v.Manifest); err == nil {
+			for _, a := range mf.Actions {
+				out.Actions = append(out.Actions, ActionJSON{Name: a.Name, Roles: a.Roles, Permissions: a.Permissions, Confirm: a.Confirm})
+			}
+		}
+	}
+	return out
+}
+
+// lookup finds the principal's module, loading it on demand when the store
+// holds it and this replica has not loaded it yet (ensure): a stored
+// module is never a 404. Another organization's is a 404 like a missing
+// one, so that names do not leak between tenants.
 func (s *Server) lookup(c echo.Context) (*entry, error) {
-	name := c.Param("name")
-	e := s.modules.get(principalOf(c).Org, name)
-	if e == nil {
-		return nil, problem(http.StatusNotFound, "not_found", "no module %q in organization %s; GET /v1/modules lists them", name, principalOf(c).Org)
+	org, name := principalOf(c).Org, c.Param("name")
+	e, err := s.modules.ensure(c.Request().Context(), org, name)
+	if perr := s.moduleProblem(org, name, correlationID(c), e, err); perr != nil {
+		return nil, perr
 	}
 	return e, nil
 }
 
+// getModule describes a module: loaded on demand like an invocation's,
+// and, while it still loads (or when it does not load here), described
+// from what the store holds with its state, as GET /v1/modules lists it.
 func (s *Server) getModule(c echo.Context) error {
-	e, err := s.lookup(c)
-	if err != nil {
-		return err
+	org, name := principalOf(c).Org, c.Param("name")
+	e, err := s.modules.ensure(c.Request().Context(), org, name)
+	var le *loadingError
+	var fe *loadFailedError
+	if errors.As(err, &le) || errors.As(err, &fe) {
+		state := "loading"
+		if fe != nil {
+			state = "not_loadable"
+		}
+		if cur, cerr := s.modules.current(c.Request().Context(), org, name); cerr == nil && cur != nil {
+			return c.JSON(http.StatusOK, describeStored(*cur, state))
+		}
+	}
+	if perr := s.moduleProblem(org, name, correlationID(c), e, err); perr != nil {
+		return perr
 	}
 	return c.JSON(http.StatusOK, describeModule(e))
 }
@@ -656,7 +752,11 @@ type VersionJSON struct {
 
 func (s *Server) moduleVersions(c echo.Context) error {
 	p := principalOf(c)
-	vs, err := s.store.ModuleVersions(c.Request().Context(), p.Org, c.Param("name"))
+	var vs []store.ModuleVersion
+	err := store.ErrModuleNotFound // no upload has an invalid name; the store may refuse it (NUL)
+	if host.ValidateModuleName(c.Param("name")) == nil {
+		vs, err = s.store.ModuleVersions(c.Request().Context(), p.Org, c.Param("name"))
+	}
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", c.Param("name"), p.Org)
 	}
@@ -679,7 +779,11 @@ func (s *Server) deleteModule(c echo.Context) error {
 	}
 	s.modules.commit.Lock()
 	defer s.modules.commit.Unlock()
-	orphans, err := s.store.ModuleDelete(ctx, p.Org, name)
+	var orphans []string
+	err := store.ErrModuleNotFound // no upload has an invalid name; the store may refuse it (NUL)
+	if host.ValidateModuleName(name) == nil {
+		orphans, err = s.store.ModuleDelete(ctx, p.Org, name)
+	}
 	if errors.Is(err, store.ErrModuleNotFound) {
 		return problem(http.StatusNotFound, "not_found", "no module %q in organization %s", name, p.Org)
 	}
@@ -875,6 +979,15 @@ func (s *Server) uploadModule(c echo.Context) error {
 	if hook := s.modules.beforeCommit; hook != nil {
 		hook()
 	}
+	// The rollback check compares with the loaded current version: load
+	// it first when it was uploaded through another replica (outside
+	// commit, which its load takes).
+	if !s.cfg.Modules.AllowSignedRollback {
+		if _, err := s.modules.ensure(ctx, v.Org, v.Name); err != nil {
+			m.Close(ctx)
+			return s.moduleProblem(v.Org, v.Name, correlationID(c), nil, err)
+		}
+	}
 	s.modules.commit.Lock()
 	pruned, err := s.commitUpload(ctx, m, &v, up.wasm)
 	s.modules.commit.Unlock()
@@ -905,9 +1018,24 @@ func (s *Server) uploadModule(c echo.Context) error {
 // one (modules.allow_signed_rollback), and a version the organization's
 // quota cannot hold even after pruning; it returns the versions pruned.
 func (s *Server) commitUpload(ctx context.Context, m *host.Module, v *store.ModuleVersion, wasm []byte) ([]store.ModuleVersion, error) {
-	if cur := s.modules.get(v.Org, v.Name); cur != nil && !s.cfg.Modules.AllowSignedRollback {
-		if err := checkRollback(cur, m, *v); err != nil {
+	if !s.cfg.Modules.AllowSignedRollback {
+		cur := s.modules.get(v.Org, v.Name)
+		// What the store says is current, not only what this replica
+		// has loaded: a version stored through another replica since
+		// (not loaded here yet) would otherwise escape the check.
+		stored, err := s.modules.current(ctx, v.Org, v.Name)
+		if err != nil {
 			return nil, err
+		}
+		if stored != nil && (cur == nil || !sameCode(cur.version, *stored)) {
+			return nil, &refusal{rule: "modules.allow_signed_rollback", p: &Problem{Type: ProblemType("unavailable"), Title: http.StatusText(http.StatusServiceUnavailable),
+				Status: http.StatusServiceUnavailable, Code: "unavailable", RetryAfter: 2,
+				Detail: fmt.Sprintf("module %s was changed through another replica during this upload and is not loaded here yet; retry the upload", v.Name)}}
+		}
+		if cur != nil {
+			if err := checkRollback(cur, m, *v); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// The bytes before the version that refers to them (store.BlobGrace
@@ -1234,6 +1362,12 @@ type ModulesConfig struct {
 	// which stores it again). Default 2GiB; from 256MiB (the largest
 	// artifact shared) to 1TiB.
 	SharedCodeBytes policy.ByteSize `yaml:"shared_code_bytes"`
+	// LoadWait bounds how long a request waits for a module this replica
+	// is loading on demand (a module the store holds that was uploaded
+	// or changed through another replica and is not loaded here yet):
+	// past it the request is answered 503 with Retry-After, and the load
+	// goes on. Default 30s; from 1ms to 10m.
+	LoadWait policy.Duration `yaml:"load_wait"`
 }
 
 // ModuleQuotaConfig bounds the module versions each organization keeps,

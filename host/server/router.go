@@ -69,7 +69,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/modules/:name", s.getModule, auth)
 	e.DELETE("/v1/modules/:name", s.deleteModule, auth)
 	e.GET("/v1/modules/:name/versions", s.moduleVersions, auth)
-	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth, invocation)
+	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth, s.awaitModule, invocation)
 	e.GET("/v1/confirmations", s.pendingConfirmations, auth)
 	e.POST("/v1/confirmations/:token", s.confirm, auth, invocation)
 	e.GET("/v1/audit", s.auditQuery, auth)

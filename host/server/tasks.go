@@ -81,20 +81,27 @@ func (s *Server) startTasks() error {
 	return nil
 }
 
-// resolveTaskModule is the module a task runs on: the current version
-// loaded here, or ErrModuleGone when the store holds no version of it.
+// resolveTaskModule is the module a task runs on: the current version,
+// loaded on demand when the store holds it and this replica has not
+// loaded it yet (registry.ensure), or ErrModuleGone when the store holds
+// no version of it.
 func (s *Server) resolveTaskModule(ctx context.Context, org, name string) (*host.Module, error) {
-	if e := s.modules.get(org, name); e != nil {
-		return e.mod, nil
+	e, err := s.modules.ensure(ctx, org, name)
+	var fe *loadFailedError
+	if errors.As(err, &fe) {
+		// The task's error is read by the organization's users: the
+		// reason (which may describe the operator's profile) stays in
+		// the log.
+		s.log.Error("task's module stored but not loadable on this replica", "org", org, "module", name, "digest", fe.v.Digest, "err", fe.err)
+		return nil, errors.New("stored but does not load on this replica; the server log has the reason")
 	}
-	versions, err := s.store.ModuleVersions(ctx, org, name)
 	if err != nil {
-		return nil, err
+		return nil, err // the runner names the module
 	}
-	if len(versions) == 0 {
+	if e == nil {
 		return nil, fmt.Errorf("%w: module %s of organization %s", host.ErrModuleGone, name, org)
 	}
-	return nil, fmt.Errorf("module %s of organization %s is not loaded on this replica", name, org)
+	return e.mod, nil
 }
 
 // authorizeTask ties a task to the API keys of its user: it runs only
