@@ -145,7 +145,7 @@ func TestBadInput(t *testing.T) {
 		{name: "fetch without pending reply", action: "fetchbad", code: abi.CodeGuestFault, reason: "no pending reply"},
 		{name: "memory limit", action: "grow", code: abi.CodeMemoryLimit, reason: "past the limit of 64 pages (4 MiB)"},
 		{name: "guest error", action: "fail", code: abi.CodeGuestError, reason: "deliberate failure"},
-		{name: "bad config request", action: "config", input: `{"key":`, code: abi.CodeInvalidArgument, reason: "malformed"},
+		{name: "bad config request", action: "config", input: `{"key":`, code: abi.CodeInvalidArgument, reason: "config.get: the request is not valid JSON"},
 		{name: "timeout", action: "loop", limits: host.Limits{Timeout: 50 * time.Millisecond}, code: abi.CodeTimeout, reason: "did not finish within 50ms"},
 	}
 	for _, tt := range tests {
