@@ -342,3 +342,35 @@ func TestCompileCacheAcrossHosts(t *testing.T) {
 		t.Fatalf("from disk cache: first %v, second %v; want false, true", fromCache[0], fromCache[1])
 	}
 }
+
+// TestLoadFirstTime: LoadOptions.FirstTime reports the compile to machine
+// code only when the compilation cache does not hold it: the first host
+// of a cache directory compiles (FirstTime called), a second host of the
+// same directory reads the code back and must not say it is preparing
+// anything "once" again.
+func TestLoadFirstTime(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	ctx := context.Background()
+	for i, want := range []int{1, 0, 0} {
+		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: cache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, ended := 0, 0
+		m, err := h.Load(ctx, fixture(t, "plugin.wasm"), host.LoadOptions{Name: "first", FirstTime: func(stage string) func() {
+			if stage != "load" {
+				t.Errorf("stage %q, want load", stage)
+			}
+			calls++
+			return func() { ended++ }
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != want || ended != calls {
+			t.Errorf("host %d of one cache: FirstTime called %d times (ended %d), want %d", i+1, calls, ended, want)
+		}
+		m.Close(ctx)
+		h.Close(ctx)
+	}
+}

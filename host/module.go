@@ -97,6 +97,13 @@ type LoadOptions struct {
 	// database write of megabytes per run and evict the code of the
 	// modules replicas keep loading.
 	LocalCode bool
+	// FirstTime, when set, is called as the load starts work a later load
+	// of the same bytes on this machine does not repeat (compiling to
+	// machine code that the compilation cache does not hold yet, finding
+	// a snapshot's entry), and the func it returns when that work ends.
+	// It is not called for a load the cache answers, so a caller that
+	// shows "compiling it to machine code, once" says it only when true.
+	FirstTime func(stage string) (done func())
 
 	// Org is the organization the module is loaded for (as moat serve
 	// loads each organization's modules), or "" when callers of every
@@ -305,7 +312,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if opts.Snapshot != nil {
 		var err error
 		var entry uint32
-		if source, globals, entry, err = h.prepareSnapshot(ctx, digest, wasm, opts.Snapshot); err != nil {
+		if source, globals, entry, err = h.prepareSnapshot(ctx, digest, wasm, opts.Snapshot, opts.FirstTime); err != nil {
 			return fail(abi.CodeBadModule, err, "snapshot: %v", err)
 		}
 		codeDigest = fmt.Sprintf("%s-snap%d", digest, entry)
@@ -348,7 +355,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		if err != nil {
 			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 		}
-		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
+		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
 		if err != nil {
 			var pe *fs.PathError
 			switch {
