@@ -57,14 +57,21 @@ run: build examples $(SETUP) ## build moat, the toolchains and the examples; inv
 # Debian packages the tests use: wabt (wat2wasm, for the WAT fixtures),
 # iptables (per-cgroup egress rules), python3 (native fallback workloads).
 APT_PACKAGES += wabt iptables python3
+# APT_GET is apt-get waiting up to 10 minutes for another apt (an unattended
+# upgrade, a second make) to let go of the dpkg lock, instead of failing at
+# once; moat toolchains install waits as long (aptLockWait).
+APT_GET := apt-get -o DPkg::Lock::Timeout=600
+# APT_UPDATE is apt-get update, tried again while another apt holds the
+# package lists' lock (which DPkg::Lock::Timeout does not cover) for as long.
+APT_UPDATE := { updated=no; for i in $$(seq 120); do out=$$($(APT_GET) update -q 2>&1) && { updated=yes; break; }; case "$$out" in *"Could not get lock"*) sleep 5;; *) echo "$$out" >&2; break;; esac; done; [ $$updated = yes ]; }
 # apt_install installs the Debian packages of $(1) that are missing (as root
 # via apt; sudo otherwise), with apt-get update only when a first try fails.
 define apt_install
 	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "==> apt-get install$$missing"; \
-		if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null 2>&1 || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; }; \
-		else sudo apt-get install -y -q $$missing >/dev/null; fi; fi
+		if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -q $$missing >/dev/null 2>&1 || { $(APT_UPDATE) && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -q $$missing >/dev/null; }; \
+		else sudo $(APT_GET) install -y -q $$missing >/dev/null; fi; fi
 endef
 
 tools: ## install the Debian packages moat's toolchains and tests use

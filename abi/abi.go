@@ -28,10 +28,7 @@
 // encoded with Marshal as its body.
 package abi
 
-import (
-	"encoding/json"
-	"fmt"
-)
+import "encoding/json"
 
 // Version is the ABI version this package describes. A guest reports the
 // version it was built against through its moat_abi_version export; the host
@@ -103,10 +100,7 @@ func UnpackOutput(v uint64) (ptr, n uint32, failed bool) {
 func Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // Unmarshal decodes wire bytes into v. Unknown fields are ignored so that a
-// newer guest can talk to an older host within one ABI version.
-func Unmarshal(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("malformed %T: %v", v, err)}
-	}
-	return nil
-}
+// newer guest can talk to an older host within one ABI version. A failure
+// is an *Error in the wire's terms (see UnmarshalRequest, which also names
+// the op).
+func Unmarshal(b []byte, v any) error { return UnmarshalRequest("", b, v) }

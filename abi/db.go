@@ -231,17 +231,17 @@ func (c DBCondition) MarshalJSON() ([]byte, error) {
 func (c *DBCondition) UnmarshalJSON(b []byte) error {
 	var parts []json.RawMessage
 	if err := json.Unmarshal(b, &parts); err != nil {
-		return fmt.Errorf("a condition is a JSON array [field, op, value]: %w", err)
+		return fmt.Errorf("a condition is a JSON array [field, op, value], not %s", jsonKind(b))
 	}
 	if len(parts) != 3 {
 		return fmt.Errorf("a condition is [field, op, value]; this one has %d elements", len(parts))
 	}
 	var out DBCondition
 	if err := json.Unmarshal(parts[0], &out.Field); err != nil {
-		return fmt.Errorf("a condition's field must be a string: %w", err)
+		return fmt.Errorf("a condition's field must be a string, not %s", jsonKind(parts[0]))
 	}
 	if err := json.Unmarshal(parts[1], &out.Op); err != nil {
-		return fmt.Errorf("a condition's op must be a string: %w", err)
+		return fmt.Errorf("a condition's op must be a string, not %s", jsonKind(parts[1]))
 	}
 	out.Value = json.RawMessage(bytes.Clone(parts[2]))
 	*c = out

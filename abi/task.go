@@ -50,13 +50,16 @@ const (
 // At may be set; neither runs it as soon as a runner is free. Delay is a
 // duration in Go's syntax ("90s", "15m", "2h30m"), At an RFC 3339 time (a
 // time already past runs at once); both at most MaxTaskDelay ahead.
-// MaxAttempts is 1..MaxTaskAttempts (0: DefaultTaskAttempts). A non-empty
+// InputText is the input as text, for a caller that would otherwise write
+// base64 by hand; give Input or InputText, not both. MaxAttempts is
+// 1..MaxTaskAttempts (0: DefaultTaskAttempts). A non-empty
 // Key makes the enqueue idempotent: while a task of the module and
 // organization with that key is kept, enqueuing it again returns that
 // task's id (Existing true) and enqueues nothing.
 type TaskEnqueueRequest struct {
 	Action      string `json:"action"`
-	Input       []byte `json:"input,omitempty"` // base64 in JSON
+	Input       []byte `json:"input,omitempty"`      // base64 in JSON
+	InputText   string `json:"input_text,omitempty"` // the input as text, in place of Input
 	Delay       string `json:"delay,omitempty"`
 	At          string `json:"at,omitempty"`
 	MaxAttempts int    `json:"max_attempts,omitempty"`

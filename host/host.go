@@ -409,6 +409,9 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 		}
 		return c, nil
 	}
+	if who.firstTime != nil && !h.cachedCode(key, wasm) {
+		defer who.firstTime("load")()
+	}
 	start := time.Now()
 	if h.share != nil && !who.local {
 		var from codeSource
@@ -435,6 +438,20 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 type compileFor struct {
 	name, correlation string
 	local             bool
+	firstTime         func(stage string) func() // LoadOptions.FirstTime
+}
+
+// cachedCode reports whether the compilation cache holds the machine code
+// of key already (every file cacheFiles names exists): a compile of it then
+// reads, and is no first-time work.
+func (h *Host) cachedCode(key string, code []byte) bool {
+	files := h.cacheFiles(key, code)
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return false
+		}
+	}
+	return len(files) > 0
 }
 
 // release drops one reference to c, freeing its machine code with the

@@ -145,7 +145,7 @@ func TestBadInput(t *testing.T) {
 		{name: "fetch without pending reply", action: "fetchbad", code: abi.CodeGuestFault, reason: "no pending reply"},
 		{name: "memory limit", action: "grow", code: abi.CodeMemoryLimit, reason: "past the limit of 64 pages (4 MiB)"},
 		{name: "guest error", action: "fail", code: abi.CodeGuestError, reason: "deliberate failure"},
-		{name: "bad config request", action: "config", input: `{"key":`, code: abi.CodeInvalidArgument, reason: "malformed"},
+		{name: "bad config request", action: "config", input: `{"key":`, code: abi.CodeInvalidArgument, reason: "config.get: the request is not valid JSON"},
 		{name: "timeout", action: "loop", limits: host.Limits{Timeout: 50 * time.Millisecond}, code: abi.CodeTimeout, reason: "did not finish within 50ms"},
 	}
 	for _, tt := range tests {
@@ -340,5 +340,37 @@ func TestCompileCacheAcrossHosts(t *testing.T) {
 	}
 	if fromCache[0] || !fromCache[1] {
 		t.Fatalf("from disk cache: first %v, second %v; want false, true", fromCache[0], fromCache[1])
+	}
+}
+
+// TestLoadFirstTime: LoadOptions.FirstTime reports the compile to machine
+// code only when the compilation cache does not hold it: the first host
+// of a cache directory compiles (FirstTime called), a second host of the
+// same directory reads the code back and must not say it is preparing
+// anything "once" again.
+func TestLoadFirstTime(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "cache")
+	ctx := context.Background()
+	for i, want := range []int{1, 0, 0} {
+		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: cache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, ended := 0, 0
+		m, err := h.Load(ctx, fixture(t, "plugin.wasm"), host.LoadOptions{Name: "first", FirstTime: func(stage string) func() {
+			if stage != "load" {
+				t.Errorf("stage %q, want load", stage)
+			}
+			calls++
+			return func() { ended++ }
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != want || ended != calls {
+			t.Errorf("host %d of one cache: FirstTime called %d times (ended %d), want %d", i+1, calls, ended, want)
+		}
+		m.Close(ctx)
+		h.Close(ctx)
 	}
 }

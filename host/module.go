@@ -97,6 +97,20 @@ type LoadOptions struct {
 	// database write of megabytes per run and evict the code of the
 	// modules replicas keep loading.
 	LocalCode bool
+	// FirstTime, when set, is called as the load starts work a later load
+	// of the same bytes on this machine does not repeat (compiling to
+	// machine code that the compilation cache does not hold yet, finding
+	// a snapshot's entry), and the func it returns when that work ends.
+	// It is not called for a load the cache answers, so a caller that
+	// shows "compiling it to machine code, once" says it only when true.
+	FirstTime func(stage string) (done func())
+	// CheckOnly loads the module to look at it (moat build and moat
+	// inspect of an interpreted plugin): everything is checked and
+	// compiled, but no instance starts, so none of the module's code
+	// runs: a resident script's top level (and with it the snapshot
+	// image, made from it under the module's grants) waits for a load
+	// that serves calls.
+	CheckOnly bool
 
 	// Org is the organization the module is loaded for (as moat serve
 	// loads each organization's modules), or "" when callers of every
@@ -305,7 +319,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if opts.Snapshot != nil {
 		var err error
 		var entry uint32
-		if source, globals, entry, err = h.prepareSnapshot(ctx, digest, wasm, opts.Snapshot); err != nil {
+		if source, globals, entry, err = h.prepareSnapshot(ctx, digest, wasm, opts.Snapshot, opts.FirstTime); err != nil {
 			return fail(abi.CodeBadModule, err, "snapshot: %v", err)
 		}
 		codeDigest = fmt.Sprintf("%s-snap%d", digest, entry)
@@ -329,7 +343,16 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if interp != nil {
 		// The interpreter compiles in its own runtime (interpreter.go),
 		// the bytes with bounded tables and without the host's rewrite.
+		// The interpreter's own runtime does not say whether its cache
+		// answered: its compile is reported as first-time work always.
+		var done func()
+		if opts.FirstTime != nil {
+			done = opts.FirstTime("load")
+		}
 		scriptRT, cm, err = interp.Compile(ctx, h, bounded)
+		if done != nil {
+			done()
+		}
 		if err != nil {
 			var e *Error
 			switch {
@@ -348,7 +371,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		if err != nil {
 			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 		}
-		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode})
+		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
 		if err != nil {
 			var pe *fs.PathError
 			switch {
@@ -498,7 +521,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	m.info.Actions = m.public
 	m.info.Mode = string(m.policy.eval.Mode)
 	m.info.Signer = m.policy.eval.Signer
-	if m.script != nil && m.script.Resident {
+	if m.script != nil && m.script.Resident && !opts.CheckOnly {
 		// The first instance now, as a plugin's: a script that fails as
 		// it starts, or registers other actions than its manifest's,
 		// fails its load, and the first call finds a warm instance.

@@ -150,7 +150,7 @@ var entries sync.Map
 // makes it and the globals reachable from the host (wasmsnap.Prepare),
 // for a module loaded with a Snapshot. It returns the bytes to compile,
 // the number of globals and the entry.
-func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, spec *Snapshot) ([]byte, int, uint32, error) {
+func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, spec *Snapshot, firstTime func(string) func()) ([]byte, int, uint32, error) {
 	if spec.Probe == nil || spec.Key == "" || spec.FindMarker == "" || spec.EntryCall == nil || spec.EntryParams < 1 {
 		return nil, 0, 0, errors.New("a Snapshot needs a Key, a FindMarker, EntryParams, an EntryCall and a Probe")
 	}
@@ -163,6 +163,9 @@ func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, 
 	} else if b, err := os.ReadFile(path); err == nil && len(b) == 4 {
 		entry = binary.LittleEndian.Uint32(b)
 	} else {
+		if firstTime != nil {
+			defer firstTime("load")()
+		}
 		args := append([]string{"entry"}, spec.FindArgs...)
 		if entry, err = wasmsnap.FindEntry(ctx, wasm, args, spec.FindMarker, spec.EntryParams, spec.FindFixed); err != nil {
 			return nil, 0, 0, err

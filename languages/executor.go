@@ -561,10 +561,9 @@ func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCod
 	if ok {
 		return m, nil
 	}
-	if preparing != nil {
-		defer preparing("load")()
-	}
-	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode, Snapshot: snap})
+	// The host says when the load does first-time work (FirstTime): a
+	// load its compilation cache answers is no "preparing".
+	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode, Snapshot: snap, FirstTime: preparing})
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}

@@ -21,11 +21,11 @@ vm-kernel: ## unpack Debian's current linux-image-amd64 kernel for the cgroup v2
 	@test -f $(VM_KERNEL_DIR)/.complete || { \
 		set -e; \
 		pkg=$$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$$/\1/p' | head -n1); \
-		if [ -z "$$pkg" ]; then apt-get update -q >/dev/null; \
+		if [ -z "$$pkg" ]; then $(APT_UPDATE); \
 			pkg=$$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$$/\1/p' | head -n1); fi; \
 		echo "==> vm-kernel: $$pkg into $(VM_KERNEL_DIR) (apt-get download + dpkg -x, about 70 MB, once)"; \
 		rm -rf $(VM_KERNEL_DIR) && mkdir -p $(VM_KERNEL_DIR)/deb; \
-		cd $(VM_KERNEL_DIR)/deb && apt-get download -q $$pkg >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q $$pkg >/dev/null; }; \
+		cd $(VM_KERNEL_DIR)/deb && $(APT_GET) download -q $$pkg >/dev/null 2>&1 || { $(APT_UPDATE) && $(APT_GET) download -q $$pkg >/dev/null; }; \
 		dpkg -x $(VM_KERNEL_DIR)/deb/*.deb $(VM_KERNEL_DIR); rm -rf $(VM_KERNEL_DIR)/deb; \
 		release=$${pkg#linux-image-}; depmod -b $(VM_KERNEL_DIR) $$release; \
 		touch $(VM_KERNEL_DIR)/.complete; }

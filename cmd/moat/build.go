@@ -38,11 +38,15 @@ Rust as the crate moat, C and C++ as moat.h beside the sources,
 AssemblyScript as moat.ts. Nothing is downloaded, and the same source gives
 the same bytes wherever it lies (make examples builds through here too).
 
+An interpreted plugin (JavaScript, Python, Ruby) has no module to write:
+build checks it (the manifest, the sources, the language's checks) and
+compiles its interpreter into the compile cache, running none of its code;
+a resident plugin's snapshot is made at its first call.
+
 The compiler runs confined, as for ` + "`moat exec --lang`" + `: no network, the
 toolchains read-only, a scratch directory to write. DIR (for Go, the
 plugin's module) is copied into the scratch directory, so it need not be
-readable by the compiler's uid; the module is copied into DIR afterwards.
-Interpreted languages need no build: their source is the module.`,
+readable by the compiler's uid; the module is copied into DIR afterwards.`,
 		Example: `  moat new hello --lang go && moat build hello && moat run hello greet --input World
   moat build examples/hello-go && moat run examples/hello-go greet --input World
   moat build --out /tmp/hello.wasm examples/hello-c`,
@@ -70,11 +74,14 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 		return usagef("%s: language: %v", mfPath, err)
 	}
 	info := lang.Info()
+	if sl, ok := languages.ScriptLanguage(mf); ok {
+		if out != "" {
+			return usagef("--out: %s is %s: its sources are the module, there is nothing to write; leave --out out", info.Name, info.Path)
+		}
+		return buildInterpreted(ctx, g, dir, mf, sl)
+	}
 	pb, ok := lang.(languages.PluginBuilder)
 	if !ok {
-		if info.Path != languages.PathCompiled {
-			return usagef("%s is %s: its plugins run from source, there is nothing to build", info.Name, info.Path)
-		}
 		return usagef("%s cannot build plugins yet", info.Name)
 	}
 	if c, ok := lang.(languages.Checker); ok {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/spf13/cobra"
 )
 
@@ -22,10 +23,33 @@ func newInspectCmd(g *globalFlags) *cobra.Command {
 		Long: `Inspect compiles MODULE (a .wasm file or a plugin directory), checks it as
 moat would before running it, and prints what it is: its kind (moat-plugin or
 wasi-command), its sha256 digest, its actions, imports and exports, and
-whether its machine code came from the compilation cache.`,
+whether its machine code came from the compilation cache. An interpreted
+plugin (JavaScript, Python, Ruby) needs no build: inspect loads its sources
+as moat run does, without running them, and adds its language, interpreter
+and the grants its manifest asks for.`,
 		Example: "  moat inspect examples/hello-go\n  moat inspect --json prog.wasm | jq .exports",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if mf, l, ok := interpretedPlugin(args[0]); ok {
+				// No module file: the sources are the module, loaded as
+				// moat run loads them, without running any of them.
+				il, err := loadInterpreted(cmd.Context(), g, args[0], mf, l)
+				if err != nil {
+					return err
+				}
+				defer il.close()
+				if asJSON {
+					out := inspectJSONOf(il.mod)
+					out.Language, out.Interpreter, out.Resident = l.Info().Name, l.Info().Toolchain, il.script.Resident
+					out.Grants = &mf.Capabilities
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(out)
+				}
+				printInfo(cmd.OutOrStdout(), il.mod.Info())
+				printInterpretedInfo(cmd.OutOrStdout(), mf, l, il.script)
+				return nil
+			}
 			b, err := host.ReadBundle(args[0])
 			if err != nil {
 				return usagef("%v", err)
@@ -61,6 +85,12 @@ type inspectJSON struct {
 	host.Info
 	Version string              `json:"version,omitempty"`
 	Actions []server.ActionJSON `json:"actions"`
+	// An interpreted plugin's: its language, interpreter, whether its
+	// instances are resident, and the grants its manifest asks for.
+	Language    string               `json:"language,omitempty"`
+	Interpreter string               `json:"interpreter,omitempty"`
+	Resident    bool                 `json:"resident,omitempty"`
+	Grants      *policy.Capabilities `json:"grants,omitempty"`
 }
 
 func inspectJSONOf(mod *host.Module) inspectJSON {

@@ -163,7 +163,19 @@ func (s *timedStep) end(err error) {
 	fmt.Fprintf(s.p.w, "moat: %s: done in %s\n", s.label, shortDuration(time.Since(s.began)))
 }
 
-// preparer is an ExecRequest.Preparing for lang: first-time work that
+// preparingAfter is how long first-time work lasts before it shows: a
+// second, or $MOAT_PREPARING_AFTER (a duration; 0 shows every step, which
+// the tests use to see each one the executor reports).
+func preparingAfter() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("MOAT_PREPARING_AFTER")); err == nil && d >= 0 {
+		return d
+	}
+	return time.Second
+}
+
+// preparer is an ExecRequest.Preparing for lang: the host calls it only
+// for work a later run does not repeat (LoadOptions.FirstTime), so a
+// "once" in its label is true; first-time work that
 // lasts past a second shows as a timed step ("preparing go (building the
 // standard library…)"), and nothing shows for work that ends sooner, so
 // warm runs print what they always did.
@@ -175,7 +187,7 @@ func (p *progress) preparer(lang string) func(stage string) func() {
 		}
 		var mu sync.Mutex
 		var step *timedStep
-		timer := time.AfterFunc(time.Second, func() {
+		timer := time.AfterFunc(preparingAfter(), func() {
 			mu.Lock()
 			defer mu.Unlock()
 			step = p.timed(label)

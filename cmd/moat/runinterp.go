@@ -147,11 +147,11 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	// (host.Script): roles, confirm: true, limits and audit apply as to a
 	// compiled plugin.
 	// The first load compiles the interpreter to machine code (seconds;
-	// cached in the compile cache afterwards): say so when it is slow.
-	loaded := g.progress().preparer(l.Info().Name)("load")
+	// cached in the compile cache afterwards): the host says when it does
+	// (FirstTime), and it shows when it is slow.
 	mod, err := h.Load(ctx, sp.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, ManifestBytes: b.ManifestBytes, Signature: b.Signature,
-		Config: cfg, Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate, Script: sp.Script})
-	loaded()
+		Config: cfg, Limits: limits, Isolation: host.IsolationFresh, CorrelationID: f.correlate, Script: sp.Script,
+		FirstTime: g.progress().preparer(l.Info().Name)})
 	if err != nil {
 		return err
 	}

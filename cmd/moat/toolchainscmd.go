@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/moat-sandbox/moat/internal/moatdir"
 	"github.com/moat-sandbox/moat/languages"
@@ -177,6 +178,19 @@ func dpkgInstalled(pkg string) bool {
 	return err == nil && strings.Contains(string(out), "install ok installed")
 }
 
+// aptLockWait is how long moat's apt-get waits for another apt (an
+// unattended upgrade, a second make) to let go of the dpkg lock before
+// failing; the Makefile's APT_GET waits as long.
+const aptLockWait = 600 * time.Second
+
+// aptArgs is the command line of an apt-get run: args after the options
+// every run needs, the lock wait first (without it apt-get fails at once,
+// "Could not get lock /var/lib/dpkg/lock-frontend", while another apt
+// runs).
+func aptArgs(args ...string) []string {
+	return append([]string{"-o", fmt.Sprintf("DPkg::Lock::Timeout=%d", int(aptLockWait/time.Second))}, args...)
+}
+
 // aptInstall installs pkgs with apt-get, updating the package lists only
 // when a first try fails (as the Makefile's apt_install does).
 func aptInstall(ctx context.Context, pkgs []string, p *progress) error {
@@ -184,7 +198,7 @@ func aptInstall(ctx context.Context, pkgs []string, p *progress) error {
 		return fmt.Errorf("toolchains: apt-get not found: install these packages with the system's package manager: %s", strings.Join(pkgs, " "))
 	}
 	run := func(args ...string) ([]byte, error) {
-		c := exec.CommandContext(ctx, "apt-get", args...)
+		c := exec.CommandContext(ctx, "apt-get", aptArgs(args...)...)
 		c.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		return c.CombinedOutput()
 	}
@@ -192,8 +206,20 @@ func aptInstall(ctx context.Context, pkgs []string, p *progress) error {
 	install := append([]string{"install", "-y", "-q"}, pkgs...)
 	out, err := run(install...)
 	if err != nil {
-		if _, uerr := run("update", "-q"); uerr == nil {
-			out, err = run(install...)
+		// apt-get update waits for no lock of its own (the lists'
+		// lock ignores DPkg::Lock::Timeout): try it again while another
+		// apt holds that lock, for as long as install would wait.
+		deadline := time.Now().Add(aptLockWait)
+		for {
+			uout, uerr := run("update", "-q")
+			if uerr == nil {
+				out, err = run(install...)
+				break
+			}
+			if !strings.Contains(string(uout), "Could not get lock") || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(5 * time.Second)
 		}
 	}
 	if err != nil {

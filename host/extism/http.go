@@ -60,7 +60,7 @@ func httpRequest(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) 
 	_ = cp.Free(stack[0])
 	var r extism.HttpRequest
 	if err := json.Unmarshal(raw, &r); err != nil {
-		st.abort(abi.CodeInvalidArgument, "http_request: the request is not JSON {url, method, headers}: %v", err)
+		st.abort(abi.CodeInvalidArgument, "http_request: the request is not JSON {url, method, headers}: %s", abi.DescribeDecodeError("", raw, &r, err))
 	}
 	release()
 	what := "http_request " + redact(r.Url)

@@ -263,7 +263,11 @@ func Typed[Req, Resp any](f func(env *Env, req *Req) (*Resp, error)) Func {
 	return func(env *Env, b []byte) ([]byte, error) {
 		var req Req
 		if !decodeFast(b, &req) {
-			if err := abi.Unmarshal(b, &req); err != nil {
+			name := ""
+			if env.op != nil {
+				name = env.op.Name
+			}
+			if err := abi.UnmarshalRequest(name, b, &req); err != nil {
 				return nil, err
 			}
 		}

@@ -43,6 +43,13 @@ func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueRespons
 	if err := tc.CheckAction(req.Action); err != nil {
 		return nil, err
 	}
+	input := req.Input
+	if req.InputText != "" {
+		if len(req.Input) > 0 {
+			return nil, abi.Errorf(abi.CodeInvalidArgument, `task.enqueue: give "input" (base64 bytes) or "input_text" (text), not both`)
+		}
+		input = []byte(req.InputText)
+	}
 	runAt, err := taskRunAt(req, time.Now())
 	if err != nil {
 		return nil, err
@@ -53,7 +60,7 @@ func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueRespons
 	}
 	p := env.Principal
 	id, existing, err := env.Store.TaskEnqueue(env.Context, store.NewTask{
-		Org: p.Org, Module: env.Module, Action: req.Action, Input: req.Input, User: p.User, Roles: p.Roles,
+		Org: p.Org, Module: env.Module, Action: req.Action, Input: input, User: p.User, Roles: p.Roles,
 		CorrelationID: env.CorrelationID, RunAt: runAt, MaxAttempts: req.MaxAttempts, Key: req.Key,
 	}, tc.MaxQueued)
 	if err != nil {

@@ -165,7 +165,7 @@ func (dev *Device) Serve(line []byte) []byte {
 	var req DeviceRequest
 	if err := json.Unmarshal(line, &req); err != nil {
 		return replyError(abi.Errorf(abi.CodeInvalidArgument,
-			`device %s: a request is one JSON object per line, {"op":"kv.get","req":{...}}: %v`, DevicePath, err))
+			`device %s: a request is one JSON object per line, {"op":"kv.get","req":{...}}: %s`, DevicePath, abi.DescribeDecodeError("", line, &req, err)))
 	}
 	if req.Op == "" {
 		return replyError(abi.Errorf(abi.CodeInvalidArgument, `device %s: the request has no "op"; write {"op":"kv.get","req":{...}}`, DevicePath))
@@ -249,7 +249,7 @@ func (dev *Device) next(body []byte) []byte {
 	req, ok := decodeNextRequest(body)
 	if !ok && len(body) > 0 {
 		if err := json.Unmarshal(body, &req); err != nil {
-			return replyError(abi.Errorf(abi.CodeInvalidArgument, `%s: the request is {"ready":{"actions":[...]}}, {"output":"BASE64"} or {"error":{"code":...,"message":...}}: %v`, abi.OpNext, err))
+			return replyError(abi.Errorf(abi.CodeInvalidArgument, `%s: the request is {"ready":{"actions":[...]}}, {"output":"BASE64"}, {"output_text":"TEXT"} or {"error":{"code":...,"message":...}}: %s`, abi.OpNext, abi.DescribeDecodeError("", body, &req, err)))
 		}
 	}
 	reply, err := dev.resident.Next(&req)
