@@ -79,9 +79,8 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // drainWindow and drainBytes bound what the server reads of a body after
-// it answered without it (beforeWrite): the answer goes out at once, then
-// for at most drainWindow the rest of a small body is read and thrown
-// away. Closing a connection whose client is still sending resets it, and
+// it answered without it (beforeWrite): for at most drainWindow the rest
+// of a small body is read and thrown away, then the answer goes out. Closing a connection whose client is still sending resets it, and
 // a reset can discard the answer before the client reads it: a viewer's
 // refused upload came back to Go's client as "connection reset by peer",
 // not as its 403. A client that sends nothing more holds the connection
@@ -94,8 +93,10 @@ const (
 	drainBytesKeyed = 64 << 20
 )
 
-// drainRefused writes err (the answer, when there is one) at once, then
-// reads what arrives of an unread HTTP/1 body within drainWindow.
+// drainRefused writes err (the answer, when there is one), then reads
+// what arrives of an unread HTTP/1 body within drainWindow; net/http sends
+// the answer, with its length, when the handler returns. (Flushed before
+// the drain, it went out chunked, its length unknown.)
 func drainRefused(c echo.Context, err error) error {
 	st := stateOf(c)
 	b := st.pending
@@ -105,7 +106,6 @@ func drainRefused(c echo.Context, err error) error {
 	if err != nil {
 		c.Error(err)
 	}
-	c.Response().Flush()
 	limit := int64(drainBytes)
 	if st.keyID != "" {
 		limit = drainBytesKeyed
