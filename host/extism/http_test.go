@@ -90,7 +90,7 @@ capabilities:
 		{name: "redirect to a port not granted", url: a.URL + "/away", code: abi.CodeDenied, hitsA: 1,
 			reason: "http http://127.0.0.1:" + portB + " was requested but not granted: no granted target covers it"},
 		{name: "granted name resolving to loopback", url: "http://localhost:" + portC + "/", code: abi.CodeDenied,
-			reason: "is a loopback address, and no granted target names it"},
+			reason: "localhost is a name of this machine's loopback address, and a name never reaches a loopback address; write the address"},
 		{name: "not http", url: "file:///etc/passwd", code: abi.CodeDenied, reason: `http_request (invalid URL): scheme "file": not an http or https URL`},
 	}
 	for _, tt := range tests {
