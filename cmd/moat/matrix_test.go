@@ -129,7 +129,7 @@ func TestAcceptanceMatrix(t *testing.T) {
 			"  pdf: " + yamlQuote(matrixPDF) + "\n"
 	}
 	buildData := filepath.Join(os.TempDir(), "moat-test-cli-build") // the Go seed cache, as TestBuildGoPlugin keeps it
-	plugins := map[string]string{}                                   // lang -> plugin directory
+	plugins := map[string]string{}                                  // lang -> plugin directory
 	missing := map[string]string{}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
