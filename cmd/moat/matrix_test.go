@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
 // matrixPlugins are the acceptance matrix's plugins, one per language
@@ -203,6 +205,10 @@ func TestAcceptanceMatrix(t *testing.T) {
 			"ai ok " + aitest.Reply("tiny", "say matrix"), "files ok matrix file"}
 	}
 
+	// deniedLines is each family's line on the denying profile, which
+	// every language prints alike (files aside: each language words its
+	// own I/O errors).
+	deniedLines := map[string]string{}
 	for _, p := range matrixPlugins {
 		t.Run(p.lang, func(t *testing.T) {
 			testenv.Require(t, missing[p.lang])
@@ -211,6 +217,8 @@ func TestAcceptanceMatrix(t *testing.T) {
 			}
 			dir := plugins[p.lang]
 			name := filepath.Base(dir)
+			began := time.Now()
+			step := func(what string) { t.Logf("%s after %s", what, time.Since(began).Round(time.Millisecond)) }
 			runData := t.TempDir()
 			if r := moat(t, token, "secrets", "set", "--data", runData, "--org", "acme", "api"); r.code != 0 {
 				t.Fatalf("secrets set: %+v", r)
@@ -221,6 +229,7 @@ func TestAcceptanceMatrix(t *testing.T) {
 				}
 			}
 
+			step("deployed")
 			// Granted.
 			run := moat(t, "", "run", "--data", runData, "--server-config", runConf, "--profile", granted,
 				"--org", "acme", "--user", "ann", dir, "all", "--input", "A")
@@ -230,7 +239,9 @@ func TestAcceptanceMatrix(t *testing.T) {
 			if !strings.Contains(run.stderr, "matrix") {
 				t.Errorf("moat run: the guest's log record is not on stderr: %s", run.stderr)
 			}
+			step("moat run, granted")
 			code, out := invoke(a, "acme", name, "A")
+			step("replica a")
 			if got := lines(out); code != 200 || !slices.Equal(got, want("-", "0", "0")) {
 				t.Errorf("moat serve (replica a), granted: %d\n%s", code, out)
 			}
@@ -238,6 +249,7 @@ func TestAcceptanceMatrix(t *testing.T) {
 			if got := lines(out); code != 200 || !slices.Equal(got, want("A", "1", "1")) {
 				t.Errorf("moat serve (replica b, after a's call), granted: %d\n%s\nwant\n%s", code, out, strings.Join(want("A", "1", "1"), "\n"))
 			}
+			step("replica b")
 			if saw, _ := apiSaw.Load().(string); saw != token {
 				t.Errorf("the API saw X-Api-Key %q, want the secret", saw)
 			}
@@ -246,7 +258,9 @@ func TestAcceptanceMatrix(t *testing.T) {
 			denyData := t.TempDir()
 			drun := moat(t, "", "run", "--data", denyData, "--server-config", runConf, "--profile", denied,
 				"--org", "nix", "--user", "ann", dir, "all", "--input", "A")
+			step("moat run, denied")
 			code, out = invoke(b, "nix", name, "A")
+			step("replica b, denied")
 			runLines, serveLines := lines(drun.stdout), lines(out)
 			if drun.code != 0 || code != 200 || !slices.Equal(runLines, serveLines) || len(runLines) != len(matrixFamilies) {
 				t.Errorf("denied: moat run (exit %d) and moat serve (%d) differ:\n%s\n---\n%s\n%s", drun.code, code, drun.stdout, out, drun.stderr)
@@ -255,6 +269,7 @@ func TestAcceptanceMatrix(t *testing.T) {
 			_, serveAudit, _ := api(b.base, keys["nix"], "GET", "/v1/audit?kind=op&decision=deny&module="+name+"&limit=1000", "", "")
 			runDenied, serveDenied := deniedOps(t, runAudit.stdout), deniedOps(t, serveAudit)
 
+			step("audit")
 			// policy check's verdict per family agrees with what happened.
 			for _, prof := range []struct {
 				name, path string
@@ -290,6 +305,11 @@ func TestAcceptanceMatrix(t *testing.T) {
 						if !strings.HasPrefix(line, f.family+" err denied: ") {
 							t.Errorf("denied: %s", line)
 						}
+						if first := deniedLines[f.family]; first == "" {
+							deniedLines[f.family] = line
+						} else if line != first {
+							t.Errorf("denied %s: %q, but another language printed %q", f.family, line, first)
+						}
 						if !runDenied[f.family] || !serveDenied[f.family] {
 							t.Errorf("denied %s: audited by moat run %v, by moat serve %v", f.family, runDenied[f.family], serveDenied[f.family])
 						}
@@ -298,6 +318,68 @@ func TestAcceptanceMatrix(t *testing.T) {
 			}
 		})
 	}
+	// A stock Extism plug-in (testdata/extism/stock: only the Extism Go
+	// PDK) reaches the families Extism has: log and config (greet), http
+	// (fetch, Extism's http_request, through the same client and its
+	// injected secret).
+	t.Run("extism", func(t *testing.T) {
+		dir := buildStockExtism(t, filepath.Join(base, "plugins"), "matrix-extism")
+		writeFile(t, filepath.Join(dir, "moat.yaml"), "name: matrix-extism\nversion: 0.1.0\nkind: extism\n"+
+			"actions: [{name: greet}, {name: fetch}]\ncapabilities:\n  http: [\""+target.URL+"/v1/\"]\nconfig: {greeting: hi}\n")
+		for org, key := range keys {
+			if r := moatEnvIn(t, filepath.Dir(dir), []string{"MOAT_API_KEY=" + key}, "deploy", "matrix-extism", "--server", a.base); r.code != 0 {
+				t.Fatalf("deploy to %s: %+v", org, r)
+			}
+		}
+		runData := t.TempDir()
+		if r := moat(t, token, "secrets", "set", "--data", runData, "--org", "acme", "api"); r.code != 0 {
+			t.Fatalf("secrets set: %+v", r)
+		}
+		url := target.URL + "/v1/secret"
+		// The reason every language's http family was denied with.
+		deniedFetch := "op http.fetch " + target.URL + ": http " + target.URL + " was requested but not granted: no granted target covers it (granted: none) (rule: profile denied: default grant)"
+		if l := deniedLines["http"]; l != "" && l != "http err denied: "+deniedFetch {
+			t.Errorf("the plugins' http denial %q is not Extism's %q", l, deniedFetch)
+		}
+		for _, tc := range []struct {
+			org, profile, action, input, want string
+		}{
+			{"acme", granted, "greet", "A", "hi, A!"},
+			{"acme", granted, "fetch", url, "200 key=[secret]"},
+			{"nix", denied, "greet", "A", "hi, A!"},
+			{"nix", denied, "fetch", url, deniedFetch},
+		} {
+			data := runData
+			if tc.org == "nix" {
+				data = t.TempDir()
+			}
+			run := moat(t, "", "run", "--data", data, "--profile", tc.profile, "--org", tc.org, "--user", "ann", dir, tc.action, "--input", tc.input)
+			for _, r := range []*replica{a, b} {
+				code, out, err := api(r.base, keys[tc.org], "POST", "/v1/modules/matrix-extism/actions/"+tc.action, tc.input, "text/plain")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.want == deniedFetch { // denied on both paths, with one reason
+					if run.code != 3 || !strings.Contains(run.stderr, tc.want) || code != http.StatusForbidden || !strings.Contains(out, tc.want) {
+						t.Errorf("%s %s on %s: moat run exit %d %s; replica %s: %d %s; want denied: %s", tc.org, tc.action, tc.profile, run.code, run.stderr, r.name, code, out, tc.want)
+					}
+					continue
+				}
+				if run.code != 0 || run.stdout != tc.want || code != 200 || out != tc.want {
+					t.Errorf("%s %s: moat run exit %d %q %s; replica %s: %d %q; want %q", tc.org, tc.action, run.code, run.stdout, run.stderr, r.name, code, out, tc.want)
+				}
+			}
+		}
+		for _, prof := range []struct {
+			path string
+			ok   bool
+		}{{granted, true}, {denied, false}} {
+			check := moat(t, "", "policy", "check", dir, "--profile", prof.path)
+			if v, found := capabilityVerdicts(check.stdout)["http"]; !found || v != prof.ok {
+				t.Errorf("policy check on %s: http granted=%v (found %v), want %v\n%s", prof.path, v, found, prof.ok, check.stdout)
+			}
+		}
+	})
 	t.Logf("matrix done after %s", time.Since(start).Round(time.Millisecond))
 }
 
@@ -395,4 +477,27 @@ func copyTree(t *testing.T, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// buildStockExtism builds testdata/extism/stock, the plug-in written only
+// against the Extism Go PDK, as plugin name in a directory under parent.
+func buildStockExtism(t *testing.T, parent, name string) string {
+	t.Helper()
+	root := testwasm.RepoRoot(t)
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
+	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")
+	dl.Dir, dl.Env = filepath.Join(root, "testdata", "extism"), env
+	if msg, err := dl.CombinedOutput(); err != nil {
+		testenv.Require(t, fmt.Sprintf("the Extism Go PDK is not available (`make extism-pdk`): %v\n%s", err, msg))
+	}
+	dir := filepath.Join(parent, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, name+".wasm"), "./stock")
+	build.Dir, build.Env = filepath.Join(root, "testdata", "extism"), append(env, "GOOS=wasip1", "GOARCH=wasm")
+	if msg, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the stock plug-in: %v\n%s", err, msg)
+	}
+	return dir
 }
