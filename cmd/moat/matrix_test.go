@@ -381,6 +381,9 @@ func TestAcceptanceMatrix(t *testing.T) {
 		}
 	})
 	t.Logf("matrix done after %s", time.Since(start).Round(time.Millisecond))
+	if t.Failed() {
+		t.Logf("replica a:\n%s\nreplica b:\n%s", a.log, b.log)
+	}
 }
 
 // lines splits out into its lines, without the final newline.
