@@ -14,10 +14,13 @@
 // # Schema and migrations
 //
 // The schema is an ordered list of migrations. Open applies the ones the
-// file has not seen yet, in order, inside one IMMEDIATE transaction, and
-// records the schema version in PRAGMA user_version. A file written by a
-// newer moat (a version this package does not know) is refused rather than
-// guessed at. kv_usage and the module change log are kept by triggers, in
+// file has not seen yet, in order, inside one IMMEDIATE transaction,
+// after copying a file that holds a schema already to
+// moat.db.before-v<N>-<time> (VACUUM INTO), logs each step, and records
+// the schema version in PRAGMA user_version and each step in
+// schema_migrations. A file written by a newer moat is used when the
+// newer steps only added to the schema, and refused when one removed
+// what this moat uses (driver.Migration's MinReader). kv_usage and the module change log are kept by triggers, in
 // the transaction of the write.
 //
 // # Concurrency
@@ -61,6 +64,9 @@ const busyTimeoutMS = 5000
 func init() {
 	driver.Register(Scheme, func(ctx context.Context, dsn string) (driver.Backend, error) {
 		return Open(ctx, strings.TrimPrefix(dsn, Scheme+"://"))
+	})
+	driver.RegisterMigrator(Scheme, func(ctx context.Context, dsn string, o driver.MigrateOptions) (driver.MigrationReport, error) {
+		return Migrate(ctx, strings.TrimPrefix(dsn, Scheme+"://"), o)
 	})
 }
 
@@ -143,9 +149,9 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := migrate(ctx, w); err != nil {
+	if _, err := migrate(ctx, w, migrations, driver.MigrateOptionsFrom(ctx), false); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, locate(err, path))
 	}
 	sweepMediaTemp(dir)
 
@@ -163,6 +169,37 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		return nil, fmt.Errorf("%s: read pool: %w", path, err)
 	}
 	return &DB{path: path, w: w, r: r, wakes: map[chan struct{}]struct{}{}}, nil
+}
+
+// Migrate applies the pending steps of the database in dir (`moat
+// migrate`), after copying the file beside it, or with o.DryRun lists
+// them. The directory must hold a database already.
+func Migrate(ctx context.Context, dir string, o driver.MigrateOptions) (driver.MigrationReport, error) {
+	path := filepath.Join(dir, FileName)
+	if _, err := os.Stat(path); err != nil {
+		return driver.MigrationReport{}, fmt.Errorf("%s: %w", path, err)
+	}
+	w, err := openPool(path, false)
+	if err != nil {
+		return driver.MigrationReport{}, fmt.Errorf("%s: %w", path, err)
+	}
+	defer w.Close()
+	w.SetMaxOpenConns(1)
+	r, err := migrate(ctx, w, migrations, o, true)
+	r.Location = path
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", path, locate(err, path))
+	}
+	return r, nil
+}
+
+// locate names the database in a *driver.SchemaError.
+func locate(err error, path string) error {
+	var se *driver.SchemaError
+	if errors.As(err, &se) {
+		se.Location = path
+	}
+	return err
 }
 
 // openPool opens a database/sql pool on path whose every connection carries
