@@ -292,3 +292,19 @@ func LookupMigrator(scheme string) (MigrateFunc, bool) {
 	f, ok := migrators[scheme]
 	return f, ok
 }
+
+// AuditPruner is what a backend implements for audit retention
+// (store.AuditPrune). It is separate from Backend so that adding it
+// touched no other contract; both backends of this repository implement
+// it.
+type AuditPruner interface {
+	// AuditPrune deletes, in one short transaction, at most limit event
+	// rows older than before (unix nanoseconds) and at most limit
+	// segments whose newest event is older than before, oldest first,
+	// and returns how many rows and segments it removed, and how many
+	// events those segments packed. Rows another process is
+	// deleting at the same moment are skipped, not waited for: replicas
+	// pruning at once divide the work, and what one removed the other
+	// does not count.
+	AuditPrune(ctx context.Context, before int64, limit int) (rows, segments, packed int64, err error)
+}
