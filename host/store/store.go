@@ -107,6 +107,7 @@ func Open(ctx context.Context, dirOrURL string) (*Store, error) {
 // Migration options and reports; see package driver for each.
 type (
 	MigrateOptions  = driver.MigrateOptions
+	MigrateMode     = driver.MigrateMode
 	MigrationReport = driver.MigrationReport
 	MigrationStep   = driver.MigrationStep
 	SchemaError     = driver.SchemaError
