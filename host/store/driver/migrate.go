@@ -247,7 +247,12 @@ func Migrate(ctx context.Context, tx SchemaTx, all []Migration, o MigrateOptions
 		for _, s := range r.Steps {
 			total += s.Duration
 		}
-		log.Info("store: created the schema of a new database", "version", r.To, "steps", len(r.Steps), "duration", total.Round(time.Microsecond))
+		// A new SQLite file is every first `moat run`: not news.
+		level := slog.LevelInfo
+		if sqlite {
+			level = slog.LevelDebug
+		}
+		log.Log(ctx, level, "store: created the schema of a new database", "version", r.To, "steps", len(r.Steps), "duration", total.Round(time.Microsecond))
 	}
 	r.MinReader = minReader
 	r.Applied = true

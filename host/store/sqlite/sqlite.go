@@ -177,6 +177,9 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 func Migrate(ctx context.Context, dir string, o driver.MigrateOptions) (driver.MigrationReport, error) {
 	path := filepath.Join(dir, FileName)
 	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return driver.MigrationReport{}, fmt.Errorf("%s: no store here (%s is missing), so nothing to migrate; moat serve creates it, or pass the data directory that holds it (--data, or data_dir in --config)", dir, FileName)
+		}
 		return driver.MigrationReport{}, fmt.Errorf("%s: %w", path, err)
 	}
 	w, err := openPool(path, false)
