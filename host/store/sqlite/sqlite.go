@@ -48,6 +48,7 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/host/store/driver"
+	"golang.org/x/sys/unix"
 	msqlite "modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
 
@@ -73,7 +74,11 @@ func init() {
 // DB is the SQLite backend: one database file. It is safe for concurrent
 // use. Create it with Open (or store.Open).
 type DB struct {
-	path  string
+	path string
+	// lock holds a shared flock on the file for the DB's life, so that
+	// Restore can tell a store some moat process has open (flock is
+	// apart from SQLite's own POSIX locks, which it does not disturb).
+	lock  *os.File
 	w     *sql.DB  // the single writer connection; also runs migrations
 	r     *sql.DB  // read-only connections for queries
 	stmts sync.Map // stmtKey → *sql.Stmt: the hot statements, prepared once
@@ -132,9 +137,16 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: moat restore is replacing this store (%w); wait for it to finish", path, err)
 	}
+	opened := false
+	defer func() {
+		if !opened {
+			f.Close()
+		}
+	}()
 
 	w, err := openPool(path, false)
 	if err != nil {
@@ -168,7 +180,8 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("%s: read pool: %w", path, err)
 	}
-	return &DB{path: path, w: w, r: r, wakes: map[chan struct{}]struct{}{}}, nil
+	opened = true
+	return &DB{path: path, lock: f, w: w, r: r, wakes: map[chan struct{}]struct{}{}}, nil
 }
 
 // Migrate applies the pending steps of the database in dir (`moat
@@ -263,7 +276,11 @@ func (d *DB) Close() error {
 		errs = append(errs, st.(*sql.Stmt).Close())
 		return true
 	})
-	return errors.Join(append(errs, d.r.Close(), d.w.Close())...)
+	errs = append(errs, d.r.Close(), d.w.Close())
+	if d.lock != nil {
+		errs = append(errs, d.lock.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Location is the path of the database file, dir/moat.db.
