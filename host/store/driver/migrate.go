@@ -156,9 +156,9 @@ type SchemaTx interface {
 	Apply(ctx context.Context, v int, m Migration, minReader int, took func() time.Duration) error
 }
 
-// Plan decides what opening (or migrating) a database at state st does
-// with the steps all: the report of the steps to apply, or a
-// *SchemaError. empty says the database holds no schema of moat yet.
+// Plan decides what opening (migrating false) or migrating a database at
+// state st does with the steps all: the report of the steps to apply, or
+// a *SchemaError. sqlite selects SQLite's default (migrate at open).
 func Plan(st SchemaState, all []Migration, o MigrateOptions, migrating, sqlite bool) (MigrationReport, error) {
 	known := len(all)
 	if o.Known > 0 && o.Known < known {
@@ -178,10 +178,8 @@ func Plan(st SchemaState, all []Migration, o MigrateOptions, migrating, sqlite b
 		}
 		to = min(o.To, known)
 	}
-	minReader := st.MinReader
 	for v := st.Version + 1; v <= to; v++ {
 		m := all[v-1]
-		minReader = max(minReader, m.MinReader)
 		r.Steps = append(r.Steps, MigrationStep{From: v - 1, To: v, Name: m.Name, MinReader: m.MinReader})
 	}
 	if len(r.Steps) == 0 || migrating {
