@@ -424,6 +424,20 @@ func verify(ctx context.Context, stage string, got map[string]BackupEntry, man B
 	return nil
 }
 
+// sweepBackupTemp removes what a backup or restore that died left in dir:
+// a snapshot (.backup-*.db) or a staging directory (.restore-*), once
+// older than mediaTempGrace (a younger one may be in use).
+func sweepBackupTemp(dir string) {
+	for _, pat := range []string{".backup-*.db", ".restore-*"} {
+		found, _ := filepath.Glob(filepath.Join(dir, pat))
+		for _, p := range found {
+			if fi, err := os.Lstat(p); err == nil && time.Since(fi.ModTime()) > mediaTempGrace {
+				os.RemoveAll(p)
+			}
+		}
+	}
+}
+
 func randHex() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/sqlite"
@@ -409,5 +410,36 @@ func TestBackupWhileWriting(t *testing.T) {
 			t.Errorf("backup %d holds none of the writes", i)
 		}
 		r.Close()
+	}
+}
+
+// What a backup or restore killed midway left (a snapshot, a staging
+// directory) is removed by the next Open once it is old; a young one,
+// which may be in use, is kept.
+func TestBackupLeftoversSwept(t *testing.T) {
+	dir := t.TempDir()
+	seedStore(t, dir)
+	old := time.Now().Add(-2 * time.Hour)
+	snap := filepath.Join(dir, ".backup-0123456789abcdef.db")
+	stage := filepath.Join(dir, ".restore-42")
+	young := filepath.Join(dir, ".backup-fedcba9876543210.db")
+	os.WriteFile(snap, []byte("x"), 0o600)
+	os.MkdirAll(filepath.Join(stage, "media"), 0o700)
+	os.WriteFile(filepath.Join(stage, "moat.db"), []byte("x"), 0o600)
+	os.WriteFile(young, []byte("x"), 0o600)
+	os.Chtimes(snap, old, old)
+	os.Chtimes(stage, old, old)
+	s, err := store.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, p := range []string{snap, stage} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s is still there", p)
+		}
+	}
+	if _, err := os.Lstat(young); err != nil {
+		t.Errorf("a young snapshot was removed: %v", err)
 	}
 }

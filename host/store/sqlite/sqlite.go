@@ -166,6 +166,7 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		return nil, fmt.Errorf("%s: %w", path, locate(err, path))
 	}
 	sweepMediaTemp(dir)
+	sweepBackupTemp(dir)
 
 	r, err := openPool(path, true)
 	if err != nil {
