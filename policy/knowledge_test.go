@@ -87,9 +87,22 @@ func TestKnowledgeScopeWarnings(t *testing.T) {
 					t.Errorf("warning %q does not say %q and name the model", got[i], w)
 				}
 			}
-			report := m.Warnings()
-			if !slices.Equal(report, got) {
+			if again := m.Warnings(); !slices.Equal(again, got) {
 				t.Errorf("warnings are not stable")
+			}
+			// policy check's report prints each, or no section at all.
+			p, err := policy.ParseProfile("p.yaml", []byte("name: p\ndefault: {capabilities: {knowledge: true, db: [\"*\"]}}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			report := p.Evaluate(m, "").Report(m, p)
+			if has := strings.Contains(report, "\nwarnings\n"); has != (len(got) > 0) {
+				t.Errorf("report has a warnings section: %v, want %v:\n%s", has, len(got) > 0, report)
+			}
+			for _, w := range got {
+				if !strings.Contains(report, "  ⚠ "+w+"\n") {
+					t.Errorf("report lacks %q:\n%s", w, report)
+				}
 			}
 		})
 	}
