@@ -117,16 +117,28 @@ func (su suite) testKnowledgeUserScope(t *testing.T) {
 
 	// A user-scoped call without a user, or with a user no text can be,
 	// is refused: it would otherwise share one part with every such call.
-	for _, user := range []string{"", "a\x00b", strings.Repeat("u", abi.MaxKnowledgeIDLen+1), "\xff"} {
-		if _, err := s.KnowledgeAdd(ctx, orgO, store.KnowledgeDoc{Collection: "notes", ID: "x", Text: "x y", Owner: user, UserScoped: true}, store.KnowledgeQuota{}); codeOf(err) == "" {
-			t.Errorf("add as user %q: %v, want a refusal", user, err)
+	for _, bad := range []struct {
+		user string
+		code abi.Code
+		says string
+	}{
+		{"", abi.CodeInvalidArgument, "the caller has no user"},
+		{"a\x00b", abi.CodeInvalidArgument, "contains a NUL byte"},
+		{strings.Repeat("u", abi.MaxKnowledgeIDLen+1), abi.CodeTooLarge, "is 257 bytes"},
+		{"\xff", abi.CodeInvalidArgument, "is not valid UTF-8"},
+	} {
+		check := func(what string, err error) {
+			t.Helper()
+			if codeOf(err) != bad.code || !strings.Contains(err.Error(), bad.says) {
+				t.Errorf("%s as user %q: %v, want %s saying %q", what, bad.user, err, bad.code, bad.says)
+			}
 		}
-		if _, err := s.KnowledgeSearch(ctx, orgO, store.KnowledgeQuery{Collection: "notes", Query: "harbour", User: user, UserScoped: true}); codeOf(err) == "" {
-			t.Errorf("search as user %q: %v, want a refusal", user, err)
-		}
-		if _, err := s.KnowledgeDelete(ctx, orgO, store.KnowledgeKey{Collection: "notes", ID: "a1", User: user, UserScoped: true}); codeOf(err) == "" {
-			t.Errorf("delete as user %q: %v, want a refusal", user, err)
-		}
+		_, err := s.KnowledgeAdd(ctx, orgO, store.KnowledgeDoc{Collection: "notes", ID: "x", Text: "x y", Owner: bad.user, UserScoped: true}, store.KnowledgeQuota{})
+		check("add", err)
+		_, err = s.KnowledgeSearch(ctx, orgO, store.KnowledgeQuery{Collection: "notes", Query: "harbour", User: bad.user, UserScoped: true})
+		check("search", err)
+		_, err = s.KnowledgeDelete(ctx, orgO, store.KnowledgeKey{Collection: "notes", ID: "a1", User: bad.user, UserScoped: true})
+		check("delete", err)
 	}
 	// A user's id holding the separator cannot reach another user's part
 	// or another collection: "notes" of user "alice/x" is not alice's.
