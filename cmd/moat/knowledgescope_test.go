@@ -52,8 +52,9 @@ moat.action("whoami", () => {
 });
 `
 
-// TestKnowledgeScopeServe is issue 28's defect 6 through the binary, on
-// SQLite and on PostgreSQL: under moat serve, with the API keys of two
+// TestKnowledgeScopeServe is issue 28's defect 6 through the binary: under
+// moat run (its default confinement), and on SQLite and on PostgreSQL
+// under moat serve, with the API keys of two
 // users of acme (ann, an admin; bob) and one of globex (gus), what ann
 // indexes into the user-scoped collection bob's search does not find (not
 // even by naming ann in the request), ann's does; the org-scoped
@@ -80,6 +81,33 @@ func TestKnowledgeScopeServe(t *testing.T) {
 	if check.code != 0 || !strings.Contains(check.stdout, "⚠ knowledge collection handbook is org-scoped, but model prefs keeps documents per user") ||
 		strings.Contains(check.stdout, "collection notes is org-scoped") {
 		t.Errorf("policy check: exit %d, want a warning for handbook alone:\n%s%s", check.code, check.stdout, check.stderr)
+	}
+
+	// moat run, with its default confinement: the same scope and caller
+	// from the command line's principal.
+	runData := t.TempDir()
+	run := func(user, action, input string) map[string]any {
+		t.Helper()
+		r := moat(t, "", "run", dir, action, "--data", runData, "--profile", profile, "--org", "acme", "--user", user, "--input", input)
+		var out map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &out); r.code != 0 || err != nil {
+			t.Fatalf("moat run %s as %s: exit %d %v\n%s%s", action, user, r.code, err, r.stdout, r.stderr)
+		}
+		return out
+	}
+	run("ann", "index", `{"collection":"notes","id":"n1","body":"ann harbour"}`)
+	for _, tt := range []struct {
+		user, input, want string
+	}{
+		{"bob", `{"collection":"notes","q":"harbour","as":"ann"}`, `{"ids":[]}`},
+		{"ann", `{"collection":"notes","q":"harbour"}`, `{"ids":["n1"]}`},
+	} {
+		if got, _ := json.Marshal(run(tt.user, "search", tt.input)); string(got) != tt.want {
+			t.Errorf("moat run search as %s: %s, want %s", tt.user, got, tt.want)
+		}
+	}
+	if who := run("bob", "whoami", `{"user":"ann"}`); who["user"] != "bob" || who["org"] != "acme" {
+		t.Errorf("moat run whoami as bob: %v", who)
 	}
 
 	for _, backend := range []string{"sqlite", "postgres"} {
