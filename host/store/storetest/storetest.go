@@ -80,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"KnowledgeSnippet", su.testKnowledgeSnippet},
 		{"KnowledgeFilter", su.testKnowledgeFilter},
 		{"KnowledgeScoping", su.testKnowledgeScoping},
+		{"KnowledgeUserScope", su.testKnowledgeUserScope},
 		{"KnowledgeQuota", su.testKnowledgeQuota},
 		{"KnowledgeHostile", su.testKnowledgeHostile},
 		{"KnowledgeValidation", su.testKnowledgeValidation},
