@@ -50,7 +50,7 @@ var matrixPlugins = []struct {
 // starts with that word.
 var matrixFamilies = []struct{ family, capability string }{
 	{"log", ""}, {"config", ""}, {"kv", "kv"}, {"db", "db"}, {"knowledge", "knowledge"}, {"tasks", "tasks"},
-	{"http", "http"}, {"media", "media"}, {"ai", "ai"}, {"files", "filesystem"},
+	{"http", "http"}, {"media", "media"}, {"ai", "ai"}, {"files", "filesystem"}, {"caller", ""},
 }
 
 // matrixPDF is the document action all keeps with media.put: the
@@ -202,7 +202,7 @@ func TestAcceptanceMatrix(t *testing.T) {
 	want := func(kv, db, knowledge string) []string {
 		return []string{"log ok", "config ok hi", "kv ok " + kv, "db ok " + db, "knowledge ok " + knowledge, "tasks ok queued",
 			"http ok 200 key=[secret]", fmt.Sprintf("media ok application/pdf %d", len(matrixPDF)),
-			"ai ok " + aitest.Reply("tiny", "say matrix"), "files ok matrix file"}
+			"ai ok " + aitest.Reply("tiny", "say matrix"), "files ok matrix file", "caller ok ann acme"}
 	}
 
 	// deniedLines is each family's line on the denying profile, which
@@ -264,6 +264,9 @@ func TestAcceptanceMatrix(t *testing.T) {
 			runLines, serveLines := lines(drun.stdout), lines(out)
 			if drun.code != 0 || code != 200 || !slices.Equal(runLines, serveLines) || len(runLines) != len(matrixFamilies) {
 				t.Errorf("denied: moat run (exit %d) and moat serve (%d) differ:\n%s\n---\n%s\n%s", drun.code, code, drun.stdout, out, drun.stderr)
+			}
+			if last := runLines[len(runLines)-1]; last != "caller ok ann nix" {
+				t.Errorf("denied: the caller family says %q, want the invocation's principal, ann of nix", last)
 			}
 			runAudit := moat(t, "", "audit", "--data", denyData, "--kind", "op", "--decision", "deny", "--json", "--limit", "1000")
 			_, serveAudit, _ := api(b.base, keys["nix"], "GET", "/v1/audit?kind=op&decision=deny&module="+name+"&limit=1000", "", "")

@@ -212,6 +212,12 @@ function tryFiles(input: string): Attempt {
 
 // ---- the actions --------------------------------------------------------------
 
+function tryCaller(input: string): Attempt {
+  const p = moat.caller();
+  if (!p.ok) return fail(p.error!);
+  return ok(p.value.user + " " + p.value.org);
+}
+
 class Family {
   constructor(public name: string, public attempt: (input: string) => Attempt) {}
 }
@@ -227,6 +233,7 @@ const families: Family[] = [
   new Family("media", tryMedia),
   new Family("ai", tryAI),
   new Family("files", tryFiles),
+  new Family("caller", tryCaller),
 ];
 
 function all(input: Uint8Array): moat.Output {

@@ -154,12 +154,22 @@ static moat_error *try_files(const char *input, moat_buf *val) {
     return err;
 }
 
+static moat_error *try_caller(const char *input, moat_buf *val) {
+    (void)input;
+    moat_principal p = MOAT_PRINCIPAL_INIT;
+    moat_error *err = moat_caller(&p);
+    if (!err) moat_buf_printf(val, "%s %s", (const char *)p.user.data, (const char *)p.org.data);
+    moat_principal_free(&p);
+    return err;
+}
+
 static const struct {
     const char *name;
     family_fn fn;
 } families[] = {
     {"log", try_log},         {"config", try_config}, {"kv", try_kv},       {"db", try_db},   {"knowledge", try_knowledge},
     {"tasks", try_tasks},     {"http", try_http},     {"media", try_media}, {"ai", try_ai},   {"files", try_files},
+    {"caller", try_caller},
 };
 
 /* line appends "<family> ok <value>" without trailing white space, or

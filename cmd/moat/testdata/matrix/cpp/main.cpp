@@ -154,6 +154,12 @@ Outcome tryFiles(const std::string &) {
     return text;
 }
 
+Outcome tryCaller(const std::string &) {
+    Owned<moat_principal, moat_principal_free> p;
+    if (const moat_error *err = moat_caller(p.get())) return err;
+    return str(p->user) + " " + str(p->org);
+}
+
 struct Family {
     std::string_view name;
     Outcome (*attempt)(const std::string &input);
@@ -161,7 +167,7 @@ struct Family {
 
 const Family families[] = {
     {"log", tryLog},     {"config", tryConfig}, {"kv", tryKV},       {"db", tryDB}, {"knowledge", tryKnowledge},
-    {"tasks", tryTasks}, {"http", tryHTTP},     {"media", tryMedia}, {"ai", tryAI}, {"files", tryFiles},
+    {"tasks", tryTasks}, {"http", tryHTTP},     {"media", tryMedia}, {"ai", tryAI}, {"files", tryFiles}, {"caller", tryCaller},
 };
 
 // line is "<family> ok <value>" without trailing white space, or

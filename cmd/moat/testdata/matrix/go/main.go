@@ -120,6 +120,10 @@ func all(input []byte) ([]byte, error) {
 		b, err := os.ReadFile(config("file"))
 		return strings.TrimSpace(string(b)), err
 	})
+	attempt(&lines, "caller", func() (string, error) {
+		p, err := moat.Caller()
+		return p.User + " " + p.Org, err
+	})
 	return []byte(strings.Join(lines, "\n") + "\n"), nil
 }
 

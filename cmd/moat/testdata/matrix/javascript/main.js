@@ -53,6 +53,10 @@ moat.action("all", (input) => {
     f.close();
     return s.trim();
   });
+  attempt(lines, "caller", () => {
+    const p = moat.caller();
+    return `${p.user} ${p.org}`;
+  });
   return lines.join("\n") + "\n";
 });
 

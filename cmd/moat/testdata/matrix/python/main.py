@@ -56,6 +56,11 @@ def _files():
         return f.read().strip()
 
 
+def _caller():
+    p = moat.caller()
+    return f"{p.user} {p.org}"
+
+
 @moat.action("all")
 def all_families(inp):
     value = inp.text
@@ -70,6 +75,7 @@ def all_families(inp):
     _attempt(lines, "media", _media)
     _attempt(lines, "ai", lambda: moat.ai.complete("small-chat", "say matrix").text)
     _attempt(lines, "files", _files)
+    _attempt(lines, "caller", _caller)
     return "\n".join(lines) + "\n"
 
 

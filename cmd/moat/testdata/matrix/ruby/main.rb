@@ -44,6 +44,10 @@ Moat.action("all") do |input|
   end
   attempt(lines, "ai") { Moat.ai.complete("small-chat", "say matrix").text }
   attempt(lines, "files") { File.read(Moat.config("file")).strip }
+  attempt(lines, "caller") do
+    p = Moat.caller
+    "#{p.user} #{p.org}"
+  end
   lines.join("\n") + "\n"
 end
 

@@ -97,7 +97,12 @@ fn file(_: &str) -> Attempt {
     Ok(std::fs::read_to_string(config("file")?)?.trim().to_string())
 }
 
-const FAMILIES: [(&str, fn(&str) -> Attempt); 10] = [
+fn caller(_: &str) -> Attempt {
+    let p = moat::caller()?;
+    Ok(format!("{} {}", p.user, p.org))
+}
+
+const FAMILIES: [(&str, fn(&str) -> Attempt); 11] = [
     ("log", log),
     ("config", greeting),
     ("kv", key_value),
@@ -108,6 +113,7 @@ const FAMILIES: [(&str, fn(&str) -> Attempt); 10] = [
     ("media", keep),
     ("ai", complete),
     ("files", file),
+    ("caller", caller),
 ];
 
 fn all(input: &[u8]) -> moat::Result<String> {
