@@ -424,6 +424,13 @@ CREATE TABLE secrets (
 	PRIMARY KEY (org, name)
 );
 `},
+	{name: "tasks_origin", sql: `
+-- Where a task runs (store.Task.Origin): '' for a module the store holds,
+-- which any replica may load; another value for a module only one runner
+-- has (moat run's plugin from its directory), which no replica claims.
+-- Additive: a moat that predates it inserts and claims as before.
+ALTER TABLE tasks ADD COLUMN origin text NOT NULL DEFAULT '';
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

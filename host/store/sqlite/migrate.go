@@ -555,6 +555,17 @@ CREATE TABLE secrets (
 ) STRICT, WITHOUT ROWID;
 `,
 	},
+	{
+		name: "tasks_origin",
+		// Where a task runs (store.Task.Origin): '' for a module the
+		// store holds, which any runner on the store may load; another
+		// value for a module only one runner has (moat run's plugin from
+		// its directory), whose tasks no server may claim. Additive: a
+		// moat that predates it inserts and claims as before.
+		sql: `
+ALTER TABLE tasks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+`,
+	},
 }
 
 // migrate brings the schema of db up to date in one transaction. Because
