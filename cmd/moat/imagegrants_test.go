@@ -45,6 +45,9 @@ func TestRunPythonGrantsChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := t.TempDir()
+	// A cache of its own, so that its images can be counted.
+	cache := t.TempDir()
+	t.Setenv("MOAT_CACHE_DIR", cache)
 	for i, step := range []struct{ grants, want string }{
 		{"[" + a + "]", "in-a FileNotFoundError"},
 		{"[" + a + "]", "in-a FileNotFoundError"}, // the same grants: from the image
@@ -65,5 +68,12 @@ func TestRunPythonGrantsChange(t *testing.T) {
 		if strings.Contains(r.stderr, "Bad file descriptor") {
 			t.Errorf("run %d: %s", i+1, r.stderr)
 		}
+	}
+	// One image per set of grants (five), each made once: a run with the
+	// grants of an earlier one started from its image (moat run's work
+	// directory is new each time, and is not in the image's name).
+	imgs, _ := filepath.Glob(filepath.Join(cache, "snapshots", "*.img"))
+	if len(imgs) != 5 {
+		t.Errorf("%d images after 7 runs under 5 sets of grants, want 5: %v", len(imgs), imgs)
 	}
 }

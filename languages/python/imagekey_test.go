@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/policy"
@@ -270,15 +272,28 @@ def seen(inp):
 	good, _ := os.ReadFile(minePath)
 	flipped := bytes.Clone(good)
 	flipped[len(flipped)/2] ^= 0xff
+	// The other grants' image written under this image's name, as its
+	// own: it passes every check of the file, and its instance cannot
+	// start (libc's preopens are the other grants').
+	forged, err := wasmsnap.Unmarshal(otherBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Key = filepath.Base(minePath)
 	for _, c := range []struct {
 		name  string
 		plant []byte
+		// remade: the file is found unusable and made again at once;
+		// else an instance failed to start from it: the image is
+		// dropped, and this process's instances start cold.
+		remade bool
 	}{
-		{"truncated", good[:len(good)/3]},
-		{"a byte flipped", flipped},
-		{"another image's copied over it (other grants)", otherBytes},
-		{"garbage", []byte("not an image at all")},
-		{"empty", []byte{}},
+		{"truncated", good[:len(good)/3], true},
+		{"a byte flipped", flipped, true},
+		{"another image's copied over it (other grants)", otherBytes, true},
+		{"garbage", []byte("not an image at all"), true},
+		{"empty", []byte{}, true},
+		{"another image's forged under this one's name", forged.Marshal(), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := os.WriteFile(minePath, c.plant, 0o600); err != nil {
@@ -290,8 +305,8 @@ def seen(inp):
 				t.Errorf("the plugin read %v; want its own grant (a) only", got)
 			}
 			made, bad := log.counts()
-			if len(bad) != 1 || bad[0] != minePath || made != 1 {
-				t.Errorf("unusable images named %v, images made %d; want %s named once and the image made again\n%s", bad, made, minePath,
+			if want := map[bool]int{true: 1, false: 0}[c.remade]; len(bad) != 1 || bad[0] != minePath || made != want {
+				t.Errorf("unusable images named %v, images made %d; want %s named once and %d made\n%s", bad, made, minePath, want,
 					strings.Join(log.messages, "\n"))
 			}
 			for _, msg := range log.messages {
@@ -299,8 +314,15 @@ def seen(inp):
 					t.Errorf("the warning does not say how to clear the images: %s", msg)
 				}
 			}
-			if now, err := os.ReadFile(minePath); err != nil || bytes.Equal(now, c.plant) {
-				t.Errorf("the planted file is still there (%v)", err)
+			now, err := os.ReadFile(minePath)
+			switch {
+			case c.remade && (err != nil || bytes.Equal(now, c.plant)):
+				t.Errorf("the planted file is still there, or no image replaced it (%v)", err)
+			case !c.remade && !errors.Is(err, fs.ErrNotExist):
+				t.Errorf("the image no instance could start from is still there (%v)", err)
+			}
+			if !c.remade && m.SnapshotBytes() != 0 {
+				t.Error("the module still has the image its instance could not start from")
 			}
 			m.Close(context.Background())
 		})
