@@ -248,7 +248,10 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		if err != nil {
 			return err
 		}
-		return writeOutput(os.Stdout, res.Output)
+		if err := writeOutput(os.Stdout, res.Output); err != nil {
+			return err
+		}
+		return afterRun(ctx, g, f, h, mod)
 	}
 
 	if len(args) == 2 {
