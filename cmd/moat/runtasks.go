@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -50,10 +51,8 @@ func afterRun(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, mo
 	if f.wait > 0 {
 		return waitTasks(ctx, g, f, h, mod)
 	}
-	queued, err := originTasks(ctx, h.Store(), g.taskOrigin)
-	if err != nil || len(queued) == 0 {
-		return nil //nolint:nilerr // a listing that fails says nothing; the run itself succeeded
-	}
+	// A listing that fails says nothing: the run itself succeeded.
+	queued, _ := originTasks(ctx, h.Store(), g.taskOrigin)
 	mine := 0
 	for _, t := range queued {
 		if t.CorrelationID != f.correlate {
@@ -96,8 +95,21 @@ func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, m
 	if err != nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	wctx, cancel := context.WithTimeout(ctx, f.wait)
+	deadline := time.Now().Add(f.wait)
+	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	// The tasks waited for: those queued now, and each the runner starts
+	// (a task may enqueue tasks), so that each one's end is reported
+	// however soon it comes.
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	left, err := originTasks(ctx, st, origin)
+	if err != nil {
+		return fmt.Errorf("--wait: list the tasks: %w", err)
+	}
+	for _, t := range left {
+		seen[t.ID] = true
+	}
 	r, err := host.NewTaskRunner(host.TaskRunnerConfig{
 		Store:  st,
 		Origin: origin,
@@ -111,6 +123,9 @@ func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, m
 		Poll:        100 * time.Millisecond,
 		Logger:      log,
 		OnStart: func(t *store.Task) {
+			mu.Lock()
+			seen[t.ID] = true
+			mu.Unlock()
 			fmt.Fprintf(os.Stderr, "moat: task %s (%s %s): attempt %d of %d\n", t.ID, t.Module, t.Action, t.Attempts, t.MaxAttempts)
 		},
 	})
@@ -122,7 +137,6 @@ func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, m
 		defer close(runDone)
 		_ = r.Run(wctx)
 	}()
-	seen := map[string]bool{} // tasks waited for
 	var failed []string
 	report := func(t *store.Task) {
 		switch t.State {
@@ -137,7 +151,6 @@ func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, m
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	var left []store.Task
 	for {
 		left, err = originTasks(ctx, st, origin)
 		if err != nil {
@@ -146,21 +159,32 @@ func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, m
 			return fmt.Errorf("--wait: list the tasks: %w", err)
 		}
 		open := map[string]bool{}
+		later := 0 // queued to run after the wait ends
 		for _, t := range left {
 			open[t.ID] = true
+			if t.State == abi.TaskQueued && t.RunAt.After(deadline) {
+				later++
+			}
+		}
+		mu.Lock()
+		var ended []string
+		for id := range seen {
+			if !open[id] {
+				ended = append(ended, id)
+				delete(seen, id)
+			}
+		}
+		for _, t := range left {
 			seen[t.ID] = true
 		}
-		for id := range seen {
-			if open[id] {
-				continue
-			}
-			delete(seen, id)
+		mu.Unlock()
+		for _, id := range ended {
 			if t := originTask(ctx, st, origin, id); t != nil {
 				report(t)
 			}
 		}
-		if len(left) == 0 {
-			break
+		if len(left) == later {
+			break // nothing left, or nothing due before the wait ends
 		}
 		select {
 		case <-tick.C:

@@ -20,13 +20,14 @@ const taskerJS = `import * as moat from "./moat.js";
 
 moat.action("start", (input) => moat.tasks.enqueue("work", input).id);
 moat.action("work", (input) => "worked on " + input);
+moat.action("later", (input) => moat.tasks.enqueue("work", input, { delay: "1h" }).id);
 `
 
 const taskerYAML = `name: tasker
 version: 0.1.0
 language: javascript
 kind: moat
-actions: [{name: start}, {name: work}]
+actions: [{name: start}, {name: work}, {name: later}]
 capabilities: {tasks: true}
 `
 
@@ -89,6 +90,21 @@ func TestRunTasksNotClaimedByServe(t *testing.T) {
 		if err != nil || tk.State != abi.TaskDone || tk.Attempts != 1 || string(tk.Result) != "worked on "+in {
 			t.Errorf("task %s after moat run --wait = %+v, %v; want done on attempt 1 with its result", tid, tk, err)
 		}
+	}
+
+	// A task due after the wait ends: --wait says so at once, naming it,
+	// and fails; the task stays queued for a later --wait.
+	began := time.Now()
+	later := moat(t, "", "run", "--data", data, "--profile", "dev", plugin, "later", "--input", "three", "--wait=1m")
+	id3 := strings.TrimSpace(later.stdout)
+	if later.code != 1 || !strings.Contains(later.stderr, "--wait: 1 task(s) still queued after 1m0s: "+id3+" (tasker work") {
+		t.Errorf("moat run --wait of a task due in an hour: %d %q %s", later.code, later.stdout, later.stderr)
+	}
+	if took := time.Since(began); took > 45*time.Second {
+		t.Errorf("moat run --wait waited %s for a task due after the wait ends", took)
+	}
+	if tk, err := st.TaskGet(ctx, scope, id3); err != nil || tk.State != abi.TaskQueued || tk.Attempts != 0 {
+		t.Errorf("the task due in an hour = %+v, %v; want queued", tk, err)
 	}
 
 	// Hostile: --wait without an action, and a negative one, are usage
