@@ -61,6 +61,9 @@ func TestRunTasksNotClaimedByServe(t *testing.T) {
 	if want := "task " + id + " (tasker work) is queued; it runs only in a moat run of this plugin with --wait"; !strings.Contains(first.stderr, want) {
 		t.Errorf("moat run did not say where its task runs; stderr:\n%s\nwant %q", first.stderr, want)
 	}
+	if show := moat(t, "", "tasks", "show", "--data", data, id); show.code != 0 || !strings.Contains(show.stdout, "runs in:       moat run "+plugin+" ... --wait") {
+		t.Errorf("moat tasks show of the run's task: %d\n%s%s", show.code, show.stdout, show.stderr)
+	}
 	// The server polls its queue every second: three polls.
 	time.Sleep(3 * time.Second)
 	st, err := store.Open(ctx, data)
