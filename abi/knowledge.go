@@ -5,7 +5,10 @@ package abi
 // caller's organization and the calling module; the host takes both from
 // the invocation, never from the request, and a module reaches only the
 // collections its grants name (capability knowledge, granted per
-// collection like db's models).
+// collection like db's models). A collection the module's manifest
+// declares scope: user (knowledge: {notes: {scope: user}}) belongs to the
+// calling user too: another user of the organization finds, replaces and
+// deletes none of its documents; the user is the invocation's as well.
 //
 // # Words, terms and queries
 //

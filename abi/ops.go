@@ -105,3 +105,20 @@ type KVListResponse struct {
 	Keys []string `json:"keys"`
 	More bool     `json:"more"`
 }
+
+// OpCaller is moat.caller: who the invocation runs for. The request is
+// empty (any field a guest sends is ignored: the principal is the
+// invocation's, never the guest's word), and it needs no grant.
+const OpCaller = "moat.caller"
+
+// CallerResponse answers moat.caller with the invocation's principal: the
+// user and organization it runs for, the user's roles (never null), and
+// the correlation id its log records and audit events carry. A task or
+// schedule runs for the principal that enqueued it (a schedule's is the
+// organization's service principal).
+type CallerResponse struct {
+	User          string   `json:"user"`
+	Org           string   `json:"org"`
+	Roles         []string `json:"roles"`
+	CorrelationID string   `json:"correlation_id"`
+}

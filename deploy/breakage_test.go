@@ -78,6 +78,14 @@ func TestChecksCatchBreakage(t *testing.T) {
 		want  string
 		check string
 	}{
+		// schema migration
+		{"no migrate init container", func(b *bundle) { pod(b).InitContainers = nil }, "neither runs moat migrate in an init container nor sets migrate: auto", "schema migration"},
+		{"migrate of another config", func(b *bundle) { pod(b).InitContainers[0].Args[2] = "/etc/moat/other.yaml" }, "not with moat serve's --config", "schema migration"},
+		{"migrate of another database", func(b *bundle) { pod(b).InitContainers[0].Env = nil }, "would migrate another database", "schema migration"},
+		{"migrate by an older image", func(b *bundle) { pod(b).InitContainers[0].Image = "moat:0.0.9" }, "the migration must be the new release's", "schema migration"},
+		{"migrate init container as root", func(b *bundle) {
+			pod(b).InitContainers[0].SecurityContext.RunAsUser = i64(0)
+		}, "container migrate: runAsUser must be a fixed non-zero uid", "pod security"},
 		// pod security
 		{"container runs as root allowed", func(b *bundle) {
 			ctr(b).SecurityContext.RunAsNonRoot = ptr(false)

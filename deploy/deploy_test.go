@@ -309,6 +309,7 @@ var checks = []check{
 	{"network policy", checkNetworkPolicy},
 	{"example network policy", checkExampleNetworkPolicy},
 	{"server config", checkServerConfig},
+	{"schema migration", checkMigrate},
 	{"containerfile", checkContainerfile},
 }
 
@@ -1491,3 +1492,47 @@ var imageDeps = func() func(root string) (string, error) {
 		return string(out), nil
 	}
 }()
+
+// checkMigrate: on PostgreSQL moat serve refuses an older schema unless
+// migrate: auto, so the Deployment must upgrade it: an init container
+// running moat migrate with the server's own --config and database URL
+// (or the config says migrate: auto).
+func checkMigrate(b *bundle) []string {
+	d, c := b.deployment(), b.moatContainer()
+	if d == nil || c == nil {
+		return []string{"want one Deployment with a container named moat"}
+	}
+	cfg, err := serverConfig(b)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	if cfg.Migrate == "auto" {
+		return nil
+	}
+	want, err := configPath(c)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	for _, ic := range d.Spec.Template.Spec.InitContainers {
+		argv := append(append([]string{}, ic.Command...), ic.Args...)
+		if len(argv) < 2 || path.Base(argv[0]) != "moat" || argv[1] != "migrate" {
+			continue
+		}
+		var out []string
+		if i := slices.Index(argv, "--config"); i < 0 || i+1 >= len(argv) || argv[i+1] != want {
+			out = append(out, fmt.Sprintf("init container %s runs %q, not with moat serve's --config %s", ic.Name, argv, want))
+		}
+		if ic.Image != c.Image {
+			out = append(out, fmt.Sprintf("init container %s runs image %q, moat serve %q: the migration must be the new release's", ic.Name, ic.Image, c.Image))
+		}
+		same := func(e corev1.EnvVar) bool {
+			return e.Name == server.EnvDatabaseURL
+		}
+		i, j := slices.IndexFunc(ic.Env, same), slices.IndexFunc(c.Env, same)
+		if (i < 0) != (j < 0) || i >= 0 && fmt.Sprint(ic.Env[i]) != fmt.Sprint(c.Env[j]) {
+			out = append(out, fmt.Sprintf("init container %s does not get $%s as moat serve does: it would migrate another database", ic.Name, server.EnvDatabaseURL))
+		}
+		return out
+	}
+	return []string{"the Deployment neither runs moat migrate in an init container nor sets migrate: auto: new pods on PostgreSQL refuse the older schema"}
+}

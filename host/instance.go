@@ -191,7 +191,7 @@ type invocation struct {
 func (m *Module) newEnv() ops.Env {
 	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
 		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), AI: m.host.cfg.AI, Media: m.host.cfg.Media.mediaLimits(),
-		Secrets: m.host.cfg.Secrets, Outbound: (*moduleOutbound)(m)}
+		Secrets: m.host.cfg.Secrets, Outbound: (*moduleOutbound)(m), Knowledge: m.policy.manifest}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the

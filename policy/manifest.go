@@ -39,6 +39,10 @@ type Manifest struct {
 	// Models declares the document models of the db ops (db.insert,
 	// db.query, ...): their fields, scope and indexes. See models.go.
 	Models map[string]Model `yaml:"models,omitempty"`
+	// Knowledge declares the scope of the knowledge collections the
+	// module asks for (capabilities.knowledge): org (the default) or user.
+	// See knowledge.go.
+	Knowledge map[string]KnowledgeCollection `yaml:"knowledge,omitempty"`
 	// Schedules run actions on a cron schedule, as background tasks of
 	// the organization's service principal (see Schedule).
 	Schedules []Schedule `yaml:"schedules,omitempty"`
@@ -450,6 +454,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkModels(ix, m); err != nil {
+		return err
+	}
+	if err := checkKnowledge(ix, m); err != nil {
 		return err
 	}
 	if err := checkSchedules(ix, m); err != nil {

@@ -7,7 +7,7 @@ import "github.com/moat-sandbox/moat/policy"
 // the foundation's and the planned families', as their files will.
 func init() {
 	for op, capability := range map[string]string{
-		"log.write": "", "config.get": "",
+		"log.write": "", "config.get": "", "moat.caller": "",
 		"kv.get": "kv", "kv.put": "kv", "kv.delete": "kv", "kv.list": "kv",
 		"db.insert": "db", "db.get": "db", "db.query": "db", "db.update": "db", "db.delete": "db",
 		"http.fetch":  "http",

@@ -147,6 +147,15 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 		tw.Flush()
 	}
 
+	if warns := m.Warnings(); len(warns) > 0 {
+		line("")
+		line("warnings")
+		for _, w := range warns {
+			line("  ⚠ %s", w)
+		}
+		tw.Flush()
+	}
+
 	line("")
 	line("verdict: %s", e.verdict(p))
 	tw.Flush()

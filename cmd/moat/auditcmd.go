@@ -87,6 +87,7 @@ back from now (1h); the range is [since, until).`,
 	fl.IntVar(&f.Limit, "limit", 100, "at most this many (the most recent)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON lines")
 	fl.StringVar(&configFile, "config", "", "the server's configuration file (YAML): read its data_dir or database_url")
+	cmd.AddCommand(newAuditPruneCmd(g))
 	return cmd
 }
 

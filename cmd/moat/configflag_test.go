@@ -18,6 +18,7 @@ func TestConfigOnEveryDataCommand(t *testing.T) {
 	for _, c := range [][]string{
 		{"inspect"}, {"build"}, {"confine-check"}, {"policy", "check"}, {"verify"}, {"exec"},
 		{"toolchains", "warm"}, {"keys"}, {"audit"}, {"tasks"}, {"ai"}, {"secrets"}, {"serve"},
+		{"migrate"}, {"backup"}, {"restore"}, {"audit", "prune"},
 	} {
 		if r := moat(t, "", append(c, "--help")...); r.code != 0 || !strings.Contains(r.stdout, "--config") {
 			t.Errorf("moat %s has no --config:\n%s%s", strings.Join(c, " "), r.stdout, r.stderr)

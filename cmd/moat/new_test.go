@@ -233,6 +233,13 @@ func TestBuildPluginHostile(t *testing.T) {
 				"fake/go.mod":               "module github.com/moat-sandbox/moat\n\ngo 1.24\n",
 				"fake/guests/go/nothing.go": "package moat\n\nfunc Action(string, func([]byte) ([]byte, error)) { panic(\"the plugin's own SDK was used\") }\n",
 				"main.go":                   "package main\n\nimport moat \"github.com/moat-sandbox/moat/guests/go\"\n\nfunc init() { moat.Action(\"echo\", func(b []byte) ([]byte, error) { return b, nil }) }\n\nfunc main() {}\n"}},
+		// An AssemblyScript plugin imports the SDK from beside it, as
+		// moat new writes it, whether or not it kept moat.ts (moat build
+		// provides it, as it provides C's moat.h), and a moat.ts of its
+		// own is replaced by the binary's.
+		{name: "assemblyscript without moat.ts", lang: "assemblyscript", files: map[string]string{"index.ts": asEcho}},
+		{name: "assemblyscript replaces the SDK", lang: "assemblyscript",
+			files: map[string]string{"index.ts": asEcho, "moat.ts": "export const fake = \"the plugin's own SDK was used\";\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.Require(t, langMissing(tc.lang))
@@ -273,6 +280,13 @@ func TestBuildPluginHostile(t *testing.T) {
 		})
 	}
 }
+
+// asEcho is an AssemblyScript plugin's index.ts, as moat new lays one
+// out, with one action, echo.
+const asEcho = `import * as moat from "./moat";
+export { moat_abi_version, moat_actions, moat_alloc, moat_invoke } from "./moat";
+moat.action("echo", (input: Uint8Array): moat.Output => moat.Output.bytes(input.slice(0)));
+`
 
 // TestNativeRelativeData: a native Python plugin runs with a relative
 // --data (the workers' root bind-mounts moat.py from it, which needs an

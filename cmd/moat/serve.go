@@ -31,7 +31,7 @@ import (
 func init() { registerCommand(newServeCmd) }
 
 func newServeCmd(g *globalFlags) *cobra.Command {
-	var configFile, listen, confine string
+	var configFile, listen, confine, migrate string
 	var hostMB int
 	var printConfig bool
 	cmd := &cobra.Command{
@@ -105,6 +105,12 @@ confinement). --confine=strict refuses to start when a layer is missing;
 			}
 			if listen != "" {
 				cfg.Listen = listen
+			}
+			if migrate != "" {
+				cfg.Migrate = migrate
+				if _, err := cfg.MigrateMode(); err != nil {
+					return usagef("--migrate: %v", err)
+				}
 			}
 			if cfg.Logger == nil {
 				if cfg.Logger, err = newLogger(cfg.Log.Format, cfg.Log.Level); err != nil {
@@ -188,6 +194,7 @@ confinement). --confine=strict refuses to start when a layer is missing;
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "server configuration file (YAML)")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print a commented sample configuration (every value the default) and exit: moat serve --print-config > moat-server.yaml")
+	cmd.Flags().StringVar(&migrate, "migrate", "", "upgrade an older schema at start (auto) or never (manual), overriding migrate: in the config; left out, SQLite migrates and PostgreSQL refuses, naming moat migrate")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	mibFlag(cmd.Flags(), &hostMB, "host-memory", 4096, "the confined server's own memory ceiling in MiB (its backstop cgroup; needs root)")
 	cmd.Flags().StringVar(&confine, "confine", string(kernel.ConfineBestEffort), "confine the server with Landlock and seccomp once its port is bound: off, best-effort or strict")

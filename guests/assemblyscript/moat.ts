@@ -698,6 +698,54 @@ export function call(op: string, request: string): Result<string> {
 
 // ---- ops ----------------------------------------------------------------------
 
+/**
+ * Who an invocation runs for, as caller() returns it: the user and
+ * organization the host authenticated, the user's roles, and the
+ * correlation id the host's log records and audit events carry.
+ */
+export class Principal {
+  user: string = "";
+  org: string = "";
+  roles: string[] = [];
+  correlationId: string = "";
+  /** Whether the principal holds role. */
+  hasRole(role: string): bool {
+    return this.roles.includes(role);
+  }
+}
+
+/**
+ * Who the invocation runs for (the op moat.caller). It needs no grant. The
+ * principal is the host's, never anything in the input: key per-user data
+ * by caller().value.user, not by a user id the caller sends, which anyone
+ * can write.
+ */
+export function caller(): Result<Principal> {
+  const req = newRequest();
+  req.str("{}");
+  const r = roundTrip("moat.caller", req);
+  if (!r.ok) return failure<Principal>(r.error!);
+  const j = new JSONReader(r.value);
+  const p = new Principal();
+  const user = j.getString("user"), org = j.getString("org");
+  if (user === null || org === null || user.length == 0 || org.length == 0) {
+    return failure<Principal>(new MoatError(Code.INTERNAL, "op moat.caller: the reply names no user or organization"));
+  }
+  p.user = user;
+  p.org = org;
+  const id = j.getString("correlation_id");
+  if (id !== null) p.correlationId = id;
+  const els = j.elements("roles");
+  if (els !== null) {
+    for (let i = 0; i < els.length; i++) {
+      const role = new JSONReader(els[i]).string();
+      if (role === null) return failure<Principal>(new MoatError(Code.INTERNAL, "op moat.caller: a role of the reply is not a string"));
+      p.roles.push(role);
+    }
+  }
+  return success<Principal>(p);
+}
+
 /** The module's configuration, set by whoever loads the module. */
 export namespace config {
   /** The value of key, or null when the configuration has no such key. */

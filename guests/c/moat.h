@@ -3,8 +3,8 @@
  *
  * A plugin is a WebAssembly reactor that declares named actions; the moat
  * host invokes them with an input and returns their output. Inside an
- * action the plugin reaches the host through ops: its configuration
- * (moat_config_get), the structured log (moat_log_info...), a key-value
+ * action the plugin reaches the host through ops: who it runs for
+ * (moat_caller), its configuration (moat_config_get), the structured log (moat_log_info...), a key-value
  * store (moat_kv_get/put/delete/list), documents in the models of its
  * moat.yaml (moat_db_insert/get/query/update/delete/count), ranked
  * full-text search (moat_knowledge_add/delete/search), background tasks
@@ -834,6 +834,81 @@ static inline moat_error *moat_config_get(const char *key, moat_buf *value, bool
     if (!moat_json_get_string((const char *)reply.data, reply.len, "value", value) && f)
         return moat_errorf(MOAT_INTERNAL, "op config.get: reply has no string value: %.*s", (int)reply.len, (const char *)reply.data);
     return NULL;
+}
+
+/* The principal an invocation runs for, as moat_caller reads it: the user
+ * and organization, the user's roles and the correlation id the host's log
+ * records and audit events carry. Zero-initialize (MOAT_PRINCIPAL_INIT),
+ * reuse across calls, release with moat_principal_free. */
+typedef struct {
+    moat_buf user;
+    moat_buf org;
+    moat_buf *roles; /* nroles role names, each a C string */
+    size_t nroles;
+    moat_buf correlation_id;
+} moat_principal;
+
+#define MOAT_PRINCIPAL_INIT {MOAT_BUF_INIT, MOAT_BUF_INIT, NULL, 0, MOAT_BUF_INIT}
+
+static inline void moat_principal_free(moat_principal *p) {
+    moat_buf_free(&p->user);
+    moat_buf_free(&p->org);
+    for (size_t i = 0; i < p->nroles; i++) moat_buf_free(&p->roles[i]);
+    free(p->roles);
+    p->roles = NULL;
+    p->nroles = 0;
+    moat_buf_free(&p->correlation_id);
+}
+
+/* moat_principal_has_role reports whether p holds role. */
+static inline bool moat_principal_has_role(const moat_principal *p, const char *role) {
+    for (size_t i = 0; i < p->nroles; i++)
+        if (p->roles[i].data && strcmp((const char *)p->roles[i].data, role) == 0) return true;
+    return false;
+}
+
+/* moat_caller reads who the invocation runs for (the op moat.caller) into
+ * *out: the principal the host authenticated, never anything the input
+ * says. It needs no grant. Use its user, not a user id in the input, to
+ * keep per-user data apart. */
+static inline moat_error *moat_caller(moat_principal *out) {
+    moat_bytes reply;
+    moat_buf copy = MOAT_BUF_INIT;
+    moat_error *e = moat_call("moat.caller", NULL, 0, &reply);
+    if (e) return e;
+    moat_buf_append(&copy, reply.data, reply.len); /* the reply buffer is the SDK's */
+    moat_principal_free(out);
+    const char *text = (const char *)copy.data;
+    if (!moat_json_get_string(text, copy.len, "user", &out->user) || !moat_json_get_string(text, copy.len, "org", &out->org)) {
+        e = moat_errorf(MOAT_INTERNAL, "op moat.caller: the reply has no user or org: %.*s", (int)copy.len, text);
+        goto done;
+    }
+    moat_json_get_string(text, copy.len, "correlation_id", &out->correlation_id);
+    moat_json j;
+    if (moat_json_find(text, copy.len, "roles", &j)) {
+        bool started = false;
+        size_t cap = 0;
+        for (moat_bytes el;;) {
+            int r = moat_json_array_next(&j, &started, &el);
+            if (r == 0) break;
+            moat_json v = {(const char *)el.data, (const char *)el.data + el.len};
+            if (out->nroles == cap) {
+                cap = cap ? cap * 2 : 4;
+                moat_buf *grown = (moat_buf *)realloc(out->roles, cap * sizeof *grown);
+                if (!grown) abort();
+                out->roles = grown;
+            }
+            moat_buf *role = &out->roles[out->nroles++];
+            memset(role, 0, sizeof *role);
+            if (r < 0 || !moat_json_read_string(&v, role)) {
+                e = moat_errorf(MOAT_INTERNAL, "op moat.caller: malformed roles in the reply");
+                break;
+            }
+        }
+    }
+done:
+    moat_buf_free(&copy);
+    return e;
 }
 
 /* moat_log_write writes one record to the host's structured log, which

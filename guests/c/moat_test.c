@@ -563,8 +563,28 @@ static void test_http_media_ai_ops(void) {
     moat_buf_free(&v);
 }
 
+static void test_caller(void) {
+    moat_principal p = MOAT_PRINCIPAL_INIT;
+    reply(MOAT__STATUS_OK, "{\"user\":\"ann\",\"org\":\"acme\",\"roles\":[\"admin\",\"vi\\\"ewer\"],\"correlation_id\":\"c-1\"}");
+    CHECK(moat_caller(&p) == NULL, "caller");
+    CHECK(strcmp(last_op, "moat.caller") == 0 && strcmp(last_req, "{}") == 0, "request %s %s", last_op, last_req);
+    CHECK(strcmp((char *)p.user.data, "ann") == 0 && strcmp((char *)p.org.data, "acme") == 0 && strcmp((char *)p.correlation_id.data, "c-1") == 0,
+          "principal %s %s %s", (char *)p.user.data, (char *)p.org.data, (char *)p.correlation_id.data);
+    CHECK(p.nroles == 2 && moat_principal_has_role(&p, "admin") && moat_principal_has_role(&p, "vi\"ewer") && !moat_principal_has_role(&p, "adm"),
+          "roles %zu", p.nroles);
+    /* Reused: the second reply replaces the first, roles included. */
+    reply(MOAT__STATUS_OK, "{\"user\":\"bob\",\"org\":\"acme\",\"roles\":[],\"correlation_id\":\"c-2\"}");
+    CHECK(moat_caller(&p) == NULL && strcmp((char *)p.user.data, "bob") == 0 && p.nroles == 0 && !moat_principal_has_role(&p, "admin"), "reused");
+    reply(MOAT__STATUS_OK, "{\"org\":\"acme\"}");
+    CHECK(moat_error_is(moat_caller(&p), MOAT_INTERNAL), "a reply without a user");
+    reply(MOAT__STATUS_OK, "{\"user\":\"a\",\"org\":\"b\",\"roles\":[1]}");
+    CHECK(moat_error_is(moat_caller(&p), MOAT_INTERNAL), "a role that is not a string");
+    moat_principal_free(&p);
+}
+
 int main(void) {
     test_json_strings();
+    test_caller();
     test_json_find();
     test_base64();
     test_ops();

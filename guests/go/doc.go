@@ -1,8 +1,8 @@
 // Package moat is the guest SDK for writing moat plugins in Go. A plugin is
 // a WebAssembly reactor built with stock Go (no TinyGo) that registers named
 // actions; the moat host invokes them with an input and returns their
-// output. Inside an action the plugin reaches the host through ops: its
-// configuration ([Config]), the structured log ([Log]), a key-value store
+// output. Inside an action the plugin reaches the host through ops: who it
+// runs for ([Caller]), its configuration ([Config]), the structured log ([Log]), a key-value store
 // ([KV]), documents in the models of its moat.yaml ([DB]), the
 // knowledge base ([Knowledge]: documents searched by ranked full text),
 // background tasks of its own actions ([Tasks]), HTTP requests the host

@@ -1,6 +1,7 @@
 // moat.js — the moat guest SDK for JavaScript (QuickJS-NG running under moat).
 //
 //   import * as moat from "./moat.js";
+//   const { user, org, roles, correlationId } = moat.caller();
 //   const n = Number(moat.kv.get("count") ?? "0") + 1;
 //   moat.kv.put("count", String(n));
 //   moat.log.info("counted", { n });
@@ -159,6 +160,34 @@ export const log = {
   warn: logAt("warn"),
   error: logAt("error"),
 };
+
+// Principal is who an invocation runs for, as caller returns it: user and
+// org (as the host authenticated them), roles (never null) and
+// correlationId (what the host's log records and audit events carry).
+export class Principal {
+  constructor(r) {
+    if (typeof r.user !== "string" || r.user === "" || typeof r.org !== "string" || r.org === "") {
+      throw new MoatError("internal", "op moat.caller: the reply names no user or organization");
+    }
+    this.user = r.user;
+    this.org = r.org;
+    this.roles = Array.isArray(r.roles) ? r.roles.map(String) : [];
+    this.correlationId = r.correlation_id ?? "";
+  }
+  // hasRole reports whether the principal holds role.
+  hasRole(role) {
+    return this.roles.includes(role);
+  }
+}
+
+// caller returns who the invocation runs for (the op moat.caller). It
+// needs no grant, and is asked anew on every call: a resident instance
+// serves many callers. The principal is the host's, never anything in the
+// input: key per-user data by caller().user, not by a user id the caller
+// sends, which anyone can write.
+export function caller() {
+  return new Principal(call("moat.caller", {}));
+}
 
 const configCache = new Map();
 

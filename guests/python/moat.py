@@ -26,7 +26,9 @@ One script, either way moat runs it:
   without handlers runs per call instead: serve() runs the action named
   by $MOAT_ACTION once, on stdin, and writes the output to stdout.
 
-Beside kv, log and config: moat.db (documents in the models moat.yaml
+Beside kv, log and config: moat.caller() (who the invocation runs for,
+as the host authenticated them: .user, .org, .roles, .correlation_id),
+moat.db (documents in the models moat.yaml
 declares), moat.knowledge (ranked full-text search), moat.tasks
 (background runs of this plugin's own actions), moat.http (requests the
 host sends), moat.media (media the host keeps) and moat.ai (model calls),
@@ -57,7 +59,7 @@ import os as _os
 import sys as _sys
 import traceback as _traceback
 
-__all__ = ["MoatError", "Input", "call", "kv", "log", "config", "db", "knowledge", "tasks", "http", "media", "ai",
+__all__ = ["MoatError", "Input", "call", "caller", "Principal", "kv", "log", "config", "db", "knowledge", "tasks", "http", "media", "ai",
            "Doc", "Page", "Hit", "TaskStatus", "HTTPResponse", "MediaInfo", "Completion", "Embedding", "Usage", "action", "serve"]
 
 ABI_VERSION = 1  # abi.Version
@@ -669,6 +671,40 @@ def config(key, default=None):
         r = call("config.get", {"key": key})
         v = _config[key] = r.get("value", "") if r.get("found") else _MISSING
     return default if v is _MISSING else v
+
+
+class Principal:
+    """Who an invocation runs for, as caller() returns it: .user and .org
+    (as the host authenticated them), .roles (a list, empty when none) and
+    .correlation_id (what the host's log records and audit events carry)."""
+
+    __slots__ = ("user", "org", "roles", "correlation_id")
+
+    def __init__(self, w):
+        user, org = w.get("user"), w.get("org")
+        if user.__class__ is not str or not user or org.__class__ is not str or not org:
+            raise MoatError("internal", "op moat.caller: the reply names no user or organization")
+        roles = w.get("roles") or []
+        if roles.__class__ is not list or any(r.__class__ is not str for r in roles):
+            raise MoatError("internal", "op moat.caller: the reply's roles are not a list of strings")
+        self.user, self.org, self.roles = user, org, roles
+        self.correlation_id = w.get("correlation_id", "")
+
+    def has_role(self, role):
+        """Whether the principal holds role."""
+        return role in self.roles
+
+    def __repr__(self):
+        return f"Principal(user={self.user!r}, org={self.org!r}, roles={self.roles!r}, correlation_id={self.correlation_id!r})"
+
+
+def caller():
+    """Who the invocation runs for (the op moat.caller), a Principal. It
+    needs no grant and is asked anew on every call (a resident instance or
+    a native worker serves many callers). The principal is the host's,
+    never anything in the input: key per-user data by caller().user, not by
+    a user id the caller sends, which anyone can write."""
+    return Principal(call("moat.caller", {}))
 
 
 # --- db ---------------------------------------------------------------

@@ -153,11 +153,12 @@ func TestSDKTransports(t *testing.T) {
 	ann := policy.Principal{User: "ann", Org: "acme"}
 	tests := []struct {
 		action, input string
-		cid           string   // the request's correlation id
-		want          string   // the output as JSON (compared as values), or
-		raw           string   // the output exactly, or
-		code          abi.Code // the failure's code, with
-		reason        string   // a substring of its reason
+		who           policy.Principal // the caller; ann when empty
+		cid           string           // the request's correlation id
+		want          string           // the output as JSON (compared as values), or
+		raw           string           // the output exactly, or
+		code          abi.Code         // the failure's code, with
+		reason        string           // a substring of its reason
 	}{
 		{action: "db", want: `{"v1":1,"v2":2,"id":true,"version":1,"owner":"ann","name":"apple","when":"2026-01-02T03:04:05.678Z","created":true,
 			"first":["beet"],"second":["apple"],"more":true,"count":2,"all":3,"stale":"conflict","invalid":"invalid_argument",
@@ -186,6 +187,12 @@ func TestSDKTransports(t *testing.T) {
 		{action: "output", input: "none", raw: ""},
 		{action: "output", input: "json", raw: `{"a":[1,"\u00e9"]}`},
 		{action: "output", input: "surrogate", code: abi.CodeGuestError, reason: "UnicodeEncodeError"},
+		// moat.caller: the invocation's principal, on either transport,
+		// anew on every call of the one worker or instance.
+		{action: "caller", input: `{"user":"mallory"}`, cid: "c-ann", want: `{"user":"ann","org":"acme","roles":[],"cid":"c-ann","admin":false,"raw_user":"ann","raw_org":"acme"}`},
+		{action: "caller", who: policy.Principal{User: "bob", Org: "acme", Roles: []string{"admin"}}, cid: "c-bob",
+			want: `{"user":"bob","org":"acme","roles":["admin"],"cid":"c-bob","admin":true,"raw_user":"bob","raw_org":"acme"}`},
+		{action: "caller", cid: "c-ann-2", want: `{"user":"ann","org":"acme","roles":[],"cid":"c-ann-2","admin":false,"raw_user":"ann","raw_org":"acme"}`},
 	}
 	for _, transport := range []struct {
 		name string
@@ -194,7 +201,11 @@ func TestSDKTransports(t *testing.T) {
 		t.Run(transport.name, func(t *testing.T) {
 			m := transport.load(t, h)
 			for _, tt := range tests {
-				res, err := m.Invoke(context.Background(), host.Request{Action: tt.action, Input: []byte(tt.input), Principal: ann, CorrelationID: tt.cid})
+				who := ann
+				if tt.who.User != "" {
+					who = tt.who
+				}
+				res, err := m.Invoke(context.Background(), host.Request{Action: tt.action, Input: []byte(tt.input), Principal: who, CorrelationID: tt.cid})
 				if tt.code != "" {
 					var he *host.Error
 					if !errors.As(err, &he) || he.Code != tt.code || !strings.Contains(he.Reason, tt.reason) {

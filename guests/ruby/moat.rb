@@ -5,6 +5,7 @@
 #   require "moat"
 #
 #   Moat.action("greet") do |input|          # input: a Moat::Input (a binary String)
+#     me = Moat.caller                       # who the call runs for: #user, #org, #roles, #correlation_id
 #     n = (Moat.kv.get_str("count") || "0").to_i + 1
 #     Moat.kv.put("count", n.to_s)
 #     Moat.log.info("counted", n: n)
@@ -172,6 +173,14 @@ module Moat
       v == :missing ? default : v
     end
 
+    # caller is who the call runs for (the op moat.caller), a
+    # Moat::Principal. It needs no grant and is asked anew on every call (a
+    # resident instance serves many callers). The principal is the host's,
+    # never anything in the input: key per-user data by Moat.caller.user,
+    # not by a user id the caller sends, which anyone can write. (It
+    # shadows Kernel#caller only as Moat.caller.)
+    def caller = Principal.from(call("moat.caller", {}))
+
     def kv = (@kv ||= KV.new)
     def log = (@log ||= Log.new)
     def db = (@db ||= DB.new)
@@ -321,6 +330,24 @@ module Moat
         nil
       end
     end
+  end
+
+  # Who a call runs for, as Moat.caller returns it: #user and #org (as the
+  # host authenticated them), #roles (an Array, empty when none) and
+  # #correlation_id (what the host's log records and audit events carry).
+  Principal = Struct.new(:user, :org, :roles, :correlation_id) do
+    def self.from(w)
+      user, org, roles = w["user"], w["org"], w["roles"] || []
+      unless user.is_a?(String) && !user.empty? && org.is_a?(String) && !org.empty?
+        raise Error.new("internal", "op moat.caller: the reply names no user or organization")
+      end
+      raise Error.new("internal", "op moat.caller: the reply's roles are not a list of strings") unless roles.is_a?(Array) && roles.all?(String)
+
+      new(user, org, roles, w["correlation_id"] || "")
+    end
+
+    # role? reports whether the principal holds role.
+    def role?(role) = roles.include?(role)
   end
 
   # A stored document: its fields (#doc, a Hash) and what the host keeps

@@ -19,6 +19,7 @@ var requestTypes = map[string]any{
 	abi.OpAIComplete:      abi.AICompleteRequest{},
 	abi.OpAIEmbed:         abi.AIEmbedRequest{},
 	abi.OpConfigGet:       abi.ConfigGetRequest{},
+	abi.OpCaller:          abi.Empty{},
 	abi.OpDBInsert:        abi.DBInsertRequest{},
 	abi.OpDBGet:           abi.DBGetRequest{},
 	abi.OpDBQuery:         abi.DBQueryRequest{},

@@ -11,8 +11,9 @@ import (
 // searched by ranked full text (abi/knowledge.go has the rules). The
 // capability is granted per collection, like db's: each request's
 // collection is its target (OpTarget), checked by the gate once the
-// request is decoded. The scope comes from Env (the caller's organization
-// and the module), never from the request, and the store checks
+// request is decoded. The scope comes from Env (the caller's organization,
+// user and the module, and the collection's scope from the module's
+// manifest), never from the request, and the store applies it and checks
 // everything a guest sends before any of it reaches SQL. Adds and deletes
 // mutate storage, so the host audits each with a mutation id and the
 // collection.
@@ -39,9 +40,15 @@ func knowledgeQuota(env *Env) store.KnowledgeQuota {
 	return store.KnowledgeQuota{Documents: abi.MaxKnowledgeDocuments, Bytes: env.DiskQuota}
 }
 
+// userScoped reports whether the module's manifest declares collection
+// scope: user, which the store then applies to the caller's user.
+func (e *Env) userScoped(collection string) bool {
+	return e.Knowledge != nil && e.Knowledge.KnowledgeScope(collection) == abi.DBScopeUser
+}
+
 func knowledgeAdd(env *Env, req *abi.KnowledgeAddRequest) (*abi.KnowledgeAddResponse, error) {
 	doc := store.KnowledgeDoc{Collection: req.Collection, ID: req.ID, Text: req.Text, Meta: req.Meta, Owner: env.Principal.User,
-		Embed: knowledgeEmbedder(env)}
+		UserScoped: env.userScoped(req.Collection), Embed: knowledgeEmbedder(env)}
 	replaced, err := env.Store.KnowledgeAdd(env.Context, env.Scope(), doc, knowledgeQuota(env))
 	if err != nil {
 		return nil, storeError(env, abi.OpKnowledgeAdd, err)
@@ -50,7 +57,8 @@ func knowledgeAdd(env *Env, req *abi.KnowledgeAddRequest) (*abi.KnowledgeAddResp
 }
 
 func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeDeleteResponse, error) {
-	deleted, err := env.Store.KnowledgeDelete(env.Context, env.Scope(), req.Collection, req.ID)
+	deleted, err := env.Store.KnowledgeDelete(env.Context, env.Scope(), store.KnowledgeKey{
+		Collection: req.Collection, ID: req.ID, User: env.Principal.User, UserScoped: env.userScoped(req.Collection)})
 	if err != nil {
 		return nil, storeError(env, abi.OpKnowledgeDelete, err)
 	}
@@ -58,7 +66,8 @@ func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeD
 }
 
 func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
-	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env)}
+	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env),
+		User: env.Principal.User, UserScoped: env.userScoped(req.Collection)}
 	if env.AI != nil {
 		q.MinSimilarity = env.AI.MinSimilarity()
 	}

@@ -58,6 +58,10 @@ type Env struct {
 	// and the documents and bytes an organization's module may store.
 	Models  *store.Models
 	DBQuota store.DBQuota
+	// Knowledge is the module's manifest, for the scope of each knowledge
+	// collection (policy.Manifest.KnowledgeScope); nil: every collection
+	// is org-scoped.
+	Knowledge KnowledgeScoper
 
 	tagged *slog.Logger
 
@@ -180,6 +184,12 @@ func (e *Env) tags(attrs []slog.Attr) []slog.Attr {
 // and the module.
 func (e *Env) Scope() store.Scope {
 	return store.Scope{Org: e.Principal.Org, Module: e.Module}
+}
+
+// KnowledgeScoper says whether a knowledge collection is user-scoped
+// (abi.DBScopeUser) or org-scoped: *policy.Manifest.
+type KnowledgeScoper interface {
+	KnowledgeScope(collection string) string
 }
 
 // Func runs an op on the wire bytes of its request and returns the wire

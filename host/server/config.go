@@ -55,6 +55,18 @@ type Config struct {
 	// is never logged: every message names the URL without it
 	// (RedactURL).
 	DatabaseURL string `yaml:"database_url"`
+	// Migrate says whether moat serve upgrades an older schema at start:
+	// "auto" applies the pending steps (logging each); "manual" never
+	// does, so `moat migrate` must. Left out, SQLite migrates (after
+	// copying moat.db beside it) and PostgreSQL refuses to start on an
+	// older schema, naming `moat migrate`: replicas of the previous
+	// release may be serving from a shared database, and an upgrade
+	// they did not expect is one a rollback cannot undo
+	// (docs/OPERATIONS.md). A new, empty database gets its schema either
+	// way, unless manual.
+	Migrate string `yaml:"migrate"`
+	// Audit configures the audit trail's retention (AuditConfig).
+	Audit AuditConfig `yaml:"audit"`
 	// CacheDir holds compiled machine code, keyed by module content, so
 	// that a restart or a second server does not compile again. Default
 	// DataDir/cache.
@@ -495,6 +507,12 @@ func (c *Config) validate(ix *nodeIndex) error {
 		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 			return fail("database_url", "%v", err)
 		}
+	}
+	if _, err := c.MigrateMode(); err != nil {
+		return fail("migrate", "%v", err)
+	}
+	if err := c.Audit.validate(); err != nil {
+		return fail("audit.retention", "%v", err)
 	}
 	if c.CodeKeyFile != "" && c.CodeKey == "" {
 		b, err := os.ReadFile(c.CodeKeyFile)

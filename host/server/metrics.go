@@ -99,6 +99,9 @@ func newMetrics(s *Server) *metrics {
 		}
 		return 0
 	}))
+	f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "moat_audit_pruned_events_total", Help: "Audit events this replica removed as older than audit.retention."}, func() float64 {
+		return float64(s.auditPruned.Load())
+	}))
 	for _, a := range []*admission{s.invocations, s.execs} {
 		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_admission_running", Help: "Admitted requests running, by kind.", ConstLabels: prometheus.Labels{"kind": a.kind}},
 			func() float64 { r, _ := a.stats(); return float64(r) }))

@@ -105,6 +105,11 @@ type Server struct {
 	// WatchModules); watchDone is closed when it has returned.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	// stopPrune ends the audit prune (upgrade.go); pruneDone is closed
+	// when it has returned. auditPruned counts the events it removed.
+	stopPrune   context.CancelFunc
+	pruneDone   chan struct{}
+	auditPruned atomic.Int64
 	// langs tracks each language's first-time work (langstate.go);
 	// stopWarm ends the warming of languages.warm, and warmDone is closed
 	// when it has returned.
@@ -144,7 +149,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			log = slog.New(slog.NewTextHandler(os.Stderr, opts))
 		}
 	}
-	st, err := store.Open(ctx, cfg.StoreLocation())
+	mode, err := cfg.MigrateMode()
+	if err != nil {
+		return nil, fmt.Errorf("server: migrate: %w", err)
+	}
+	st, err := store.OpenWith(ctx, cfg.StoreLocation(), store.MigrateOptions{Mode: mode, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -256,6 +265,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.startWarming()
+	s.startAuditPrune()
 	s.ready.Store(true)
 	return s, nil
 }
@@ -418,6 +428,10 @@ func (s *Server) Close(ctx context.Context) error {
 		if s.stopWatch != nil {
 			s.stopWatch()
 			<-s.watchDone
+		}
+		if s.stopPrune != nil {
+			s.stopPrune()
+			<-s.pruneDone
 		}
 		s.modules.closeAll(ctx)
 		err = errors.Join(s.closeHosts(ctx), s.store.Close())

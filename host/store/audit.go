@@ -452,3 +452,48 @@ func auditMatch(e *AuditEvent, f driver.AuditFilter) bool {
 		(!f.HasSince || t >= f.Since) &&
 		(!f.HasUntil || t < f.Until)
 }
+
+// AuditPruneBatch is the most event rows (and, apart, segments) one
+// transaction of AuditPrune deletes: a few milliseconds of work, so that
+// pruning a large trail never holds the writer (SQLite) or many row locks
+// (PostgreSQL) for long.
+const AuditPruneBatch = 2000
+
+// AuditPruned is what AuditPrune removed.
+type AuditPruned struct {
+	Events   int64 // events removed, those segments packed included
+	Segments int64
+	Batches  int
+}
+
+// AuditPrune removes the audit events older than before, in batches of
+// AuditPruneBatch, each its own transaction, until none is left; a
+// routine events' segment goes when its newest event is older than
+// before. It is idempotent, and replicas may run it at once (PostgreSQL
+// skips the rows another is deleting): what it reports is what this call
+// removed. ctx ends it between batches, keeping what it removed.
+func (s *Store) AuditPrune(ctx context.Context, before time.Time) (AuditPruned, error) {
+	var p AuditPruned
+	ap, ok := s.b.(driver.AuditPruner)
+	if !ok {
+		return p, fmt.Errorf("audit prune: the %s backend cannot prune the audit trail", s.b.Location())
+	}
+	if before.IsZero() {
+		return p, errors.New("audit prune: no cutoff; give the time before which events are removed")
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return p, err
+		}
+		rows, segs, packed, err := ap.AuditPrune(ctx, before.UnixNano(), AuditPruneBatch)
+		if err != nil {
+			return p, fmt.Errorf("audit prune: %w", err)
+		}
+		p.Batches++
+		p.Events += rows + packed
+		p.Segments += segs
+		if rows < AuditPruneBatch && segs < AuditPruneBatch {
+			return p, nil
+		}
+	}
+}

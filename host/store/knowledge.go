@@ -33,6 +33,21 @@ import (
 // documents by cosine similarity are fused into one order by reciprocal
 // rank fusion, between the backend calls and the snippets, and a hit's
 // score is the fused one.
+//
+// # Scope
+//
+// A collection is org-scoped (every user of the organization finds its
+// documents) or user-scoped (scope: user in the manifest: only the user
+// who added a document finds, replaces or deletes it). The store applies
+// the scope, not the op: a user-scoped collection is stored as one
+// collection per user (partition), so every statement of every backend,
+// which confines itself to the organization, module and collection it is
+// given, confines itself to the user too: searches, hybrid candidates and
+// vectors, replacements and deletes. That also keeps each user's ranking
+// statistics apart (a score says nothing of another user's documents,
+// as it says nothing of another organization's), and gives each user
+// their own ids (another user's document of the same id is neither
+// replaced nor revealed by an add).
 
 // KnowledgeDoc is a document to store: its collection and id, its text,
 // its meta (scalars only; see abi) and the user who adds it.
@@ -40,6 +55,9 @@ type KnowledgeDoc struct {
 	Collection, ID, Text string
 	Meta                 map[string]any
 	Owner                string
+	// UserScoped says the collection is user-scoped: the document goes
+	// to Owner's part of it, which only Owner's calls reach.
+	UserScoped bool
 	// Embed, when set, gives the document's vector. It is called once
 	// the document is valid and before it is written (it is a model
 	// call, which costs tokens: an invalid document costs none); its
@@ -82,6 +100,37 @@ type KnowledgeQuery struct {
 	// above it.
 	Embed         Embedder
 	MinSimilarity float64
+	// UserScoped says the collection is user-scoped: the search reaches
+	// only User's documents (User must be set).
+	UserScoped bool
+	User       string
+}
+
+// KnowledgeKey names one document for KnowledgeDelete: its collection
+// and id, and, as KnowledgeQuery's, the caller and the collection's scope.
+type KnowledgeKey struct {
+	Collection, ID string
+	UserScoped     bool
+	User           string
+}
+
+// partition is the collection the backends store and search for
+// collection name: the name itself when it is org-scoped, else the name, a
+// slash and the user. A collection name holds no slash (validateCollection),
+// so no user's partition is another collection's name or another user's
+// partition. An empty user is refused: a user-scoped call without a user
+// would otherwise share one partition with every other such call.
+func partition(op, name string, userScoped bool, user string) (string, error) {
+	if !userScoped {
+		return name, nil
+	}
+	if user == "" {
+		return "", abi.Errorf(abi.CodeInvalidArgument, "%s: collection %s is user-scoped (scope: user) and the caller has no user; call it as a user", op, name)
+	}
+	if err := validateText(op, "user", user, abi.MaxKnowledgeIDLen, "use a shorter user id"); err != nil {
+		return "", err
+	}
+	return name + "/" + user, nil
 }
 
 // KnowledgeHit is one document a search found; see abi.KnowledgeHit.
@@ -120,8 +169,12 @@ func (s *Store) KnowledgeAdd(ctx context.Context, sc Scope, doc KnowledgeDoc, qu
 	if err != nil {
 		return false, err
 	}
+	part, err := partition(op, doc.Collection, doc.UserScoped, doc.Owner)
+	if err != nil {
+		return false, err
+	}
 	d := driver.KnowledgeDoc{
-		Org: sc.Org, Module: sc.Module, Collection: doc.Collection, ID: doc.ID, Owner: doc.Owner,
+		Org: sc.Org, Module: sc.Module, Collection: part, ID: doc.ID, Owner: doc.Owner,
 		Text: doc.Text, Meta: meta, Terms: docTerms(doc.Text),
 		Bytes: int64(len(doc.ID) + len(doc.Text) + len(meta)),
 	}
@@ -155,20 +208,25 @@ func (s *Store) KnowledgeAdd(ctx context.Context, sc Scope, doc KnowledgeDoc, qu
 	return replaced, nil
 }
 
-// KnowledgeDelete removes the document id of collection in sc and reports
-// whether it existed.
-func (s *Store) KnowledgeDelete(ctx context.Context, sc Scope, collection, id string) (deleted bool, err error) {
+// KnowledgeDelete removes the document k names in sc and reports whether
+// it existed (in a user-scoped collection: whether k.User had one of that
+// id).
+func (s *Store) KnowledgeDelete(ctx context.Context, sc Scope, k KnowledgeKey) (deleted bool, err error) {
 	const op = abi.OpKnowledgeDelete
 	if err := sc.validate(); err != nil {
 		return false, err
 	}
-	if err := validateCollection(op, collection); err != nil {
+	if err := validateCollection(op, k.Collection); err != nil {
 		return false, err
 	}
-	if err := validateDocID(op, id); err != nil {
+	if err := validateDocID(op, k.ID); err != nil {
 		return false, err
 	}
-	deleted, err = s.b.KnowledgeDelete(ctx, sc.Org, sc.Module, collection, id)
+	part, err := partition(op, k.Collection, k.UserScoped, k.User)
+	if err != nil {
+		return false, err
+	}
+	deleted, err = s.b.KnowledgeDelete(ctx, sc.Org, sc.Module, part, k.ID)
 	if err != nil {
 		return false, sc.wrap(op, err)
 	}
@@ -210,12 +268,16 @@ func (s *Store) KnowledgeSearch(ctx context.Context, sc Scope, q KnowledgeQuery)
 	if err != nil {
 		return nil, err
 	}
+	part, err := partition(op, q.Collection, q.UserScoped, q.User)
+	if err != nil {
+		return nil, err
+	}
 	encoded := make([]string, len(terms))
 	for i, t := range terms {
 		encoded[i] = encodeTerm(t)
 	}
 	dq := driver.KnowledgeQuery{
-		Org: sc.Org, Module: sc.Module, Collection: q.Collection,
+		Org: sc.Org, Module: sc.Module, Collection: part,
 		Terms: encoded, Filter: filter, Limit: q.Limit,
 	}
 	var cands []driver.KnowledgeCandidate

@@ -101,6 +101,39 @@ type Store struct {
 // Errors wrap the cause with %w and name the path or the URL (without its
 // password).
 func Open(ctx context.Context, dirOrURL string) (*Store, error) {
+	return OpenWith(ctx, dirOrURL, MigrateOptions{})
+}
+
+// Migration options and reports; see package driver for each.
+type (
+	MigrateOptions  = driver.MigrateOptions
+	MigrateMode     = driver.MigrateMode
+	MigrationReport = driver.MigrationReport
+	MigrationStep   = driver.MigrationStep
+	SchemaError     = driver.SchemaError
+)
+
+// The modes of MigrateOptions.Mode.
+const (
+	MigrateDefault = driver.MigrateDefault
+	MigrateAuto    = driver.MigrateAuto
+	MigrateNever   = driver.MigrateNever
+)
+
+// ErrSchemaOlder and ErrSchemaNewer match a *SchemaError: a refusal to
+// open a database whose schema is older than this moat's (run `moat
+// migrate`), or newer and contracted past what this moat can use.
+var (
+	ErrSchemaOlder = driver.ErrSchemaOlder
+	ErrSchemaNewer = driver.ErrSchemaNewer
+)
+
+// OpenWith is Open with o deciding what happens to an older schema: by
+// default SQLite migrates it (after a copy) and PostgreSQL refuses it,
+// since replicas of the previous release may be serving from a shared
+// database; MigrateAuto migrates either (`migrate: auto`).
+func OpenWith(ctx context.Context, dirOrURL string, o MigrateOptions) (*Store, error) {
+	ctx = driver.WithMigrateOptions(ctx, o)
 	if dirOrURL == "" {
 		return nil, errors.New("store: open: empty directory; pass the directory that holds (or will hold) " + FileName + ", or a postgres:// URL")
 	}
@@ -126,6 +159,29 @@ func Open(ctx context.Context, dirOrURL string) (*Store, error) {
 		s.kw = newKVWriter(kb)
 	}
 	return s, nil
+}
+
+// Migrate applies the pending schema steps of the store dirOrURL names
+// (`moat migrate`), under the lock that serializes migrations of every
+// process, logging each; with o.DryRun it reports them and applies none.
+// A second Migrate waiting on the lock finds nothing left to do.
+func Migrate(ctx context.Context, dirOrURL string, o MigrateOptions) (MigrationReport, error) {
+	if dirOrURL == "" {
+		return MigrationReport{}, errors.New("store: migrate: empty location; pass the data directory or the postgres:// URL")
+	}
+	scheme := "sqlite"
+	if i := strings.Index(dirOrURL, "://"); i > 0 && !strings.ContainsAny(dirOrURL[:i], `/\`) {
+		scheme = strings.ToLower(dirOrURL[:i])
+	}
+	m, ok := driver.LookupMigrator(scheme)
+	if !ok {
+		return MigrationReport{}, fmt.Errorf("store: migrate %s: no storage backend for scheme %q (registered: %s)", redact(dirOrURL), scheme, strings.Join(driver.Schemes(), ", "))
+	}
+	r, err := m(ctx, dirOrURL, o)
+	if err != nil {
+		return r, fmt.Errorf("store: migrate %s: %w", redact(dirOrURL), err)
+	}
+	return r, nil
 }
 
 // redact hides the password of a URL; a path comes back as it is.

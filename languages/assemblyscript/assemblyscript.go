@@ -137,11 +137,14 @@ func (l *Language) Build(ctx context.Context, env languages.BuildEnv, src langua
 //
 // The SDK is the moat.ts this binary carries (package guests), never a
 // file outside the work dir. A plugin made by `moat new` imports it as
-// "./moat" (its own moat.ts, for editors, is replaced in the copy by the
-// binary's); one laid out as the moat tree's examples are, importing
-// "../../guests/assemblyscript/moat", finds it there, because the copy
-// sits at src/plugin with the SDK at guests/assemblyscript in the work
-// dir. One file either way, so the SDK's module is compiled once.
+// "./moat": the copy gets the binary's moat.ts beside the code, over the
+// plugin's own (there for editors) or where it has none (a checkout that
+// does not keep the generated file), as C's moat.h and Rust's crate are
+// provided. One laid out as the moat tree's examples are, whose entry
+// imports "../../guests/assemblyscript/moat", finds it there, because the
+// copy sits at src/plugin with the SDK at guests/assemblyscript in the
+// work dir. abort is the SDK module the entry imports, so that module is
+// compiled once.
 func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir string) ([]byte, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -161,15 +164,32 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	if err := languages.CopyPluginSource(abs, filepath.Join(env.WorkDir, filepath.FromSlash(plugin))); err != nil {
 		return nil, err
 	}
-	sdkDir := "guests/assemblyscript"
-	if _, err := os.Stat(filepath.Join(abs, "moat.ts")); err == nil {
-		sdkDir = plugin
+	sdkDir := plugin
+	if treeSDK(filepath.Join(env.WorkDir, filepath.FromSlash(entry))) {
+		sdkDir = "guests/assemblyscript"
 	}
 	if err := guests.Write(filepath.Join(env.WorkDir, filepath.FromSlash(sdkDir)), "assemblyscript"); err != nil {
 		return nil, fmt.Errorf("assemblyscript: %w", err)
 	}
 	wasm, _, err := l.asc(ctx, env, entry, []string{"--exportStart", "_initialize", "--use", "abort=" + sdkDir + "/moat/abort"}, nil)
 	return wasm, err
+}
+
+// treeSDK reports whether the entry file imports the SDK as the moat
+// tree's examples do (".../guests/assemblyscript/moat"), not from beside
+// it. The entry re-exports the SDK's four exports, so it names the SDK's
+// path itself.
+func treeSDK(entry string) bool {
+	b, err := os.ReadFile(entry)
+	if err != nil {
+		return false
+	}
+	for _, m := range importRe.FindAllStringSubmatch(string(b), -1) {
+		if strings.HasSuffix(strings.TrimSuffix(m[1], ".ts"), "guests/assemblyscript/moat") {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Language) asc(ctx context.Context, env languages.BuildEnv, entry string, extra, readOnly []string) ([]byte, string, error) {

@@ -126,10 +126,10 @@ func load(id string) (moat.Doc, error) {
 	return d, nil
 }
 
-// index puts the note's text into the knowledge collection, its owner in
-// the meta: the collection is the organization's, not the user's, so
-// search filters by owner (and checks every hit against the user's own
-// notes).
+// index puts the note's text into the knowledge collection, which
+// moat.yaml declares scope: user: the host keeps it the caller's own, as
+// it keeps the notes. Its owner goes in the meta for whoever reads the
+// hits.
 func index(d moat.Doc) error {
 	var n struct {
 		Title string   `json:"title"`
@@ -330,23 +330,16 @@ func search(input []byte) ([]byte, error) {
 		return nil, err
 	}
 	hits := []map[string]any{}
-	// The caller's user name is the owner of the caller's notes: the
-	// host scopes the query, so it cannot be anyone else's. No note, no
-	// hit.
-	mine, err := moat.DB.Query(model, moat.Query{Limit: 1})
-	if err != nil {
-		return nil, err
-	}
-	if len(mine.Docs) == 0 {
-		return answer(map[string]any{"hits": hits})
-	}
-	found, err := moat.Knowledge.Search(collection, in.Q, moat.SearchOptions{Limit: in.Limit, Filter: map[string]any{"owner": mine.Docs[0].Owner}})
+	// The collection is user-scoped (moat.yaml): the host searches only
+	// what was indexed for the caller (moat.Caller().User), whatever the
+	// request says.
+	found, err := moat.Knowledge.Search(collection, in.Q, moat.SearchOptions{Limit: in.Limit})
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range found {
-		// Each hit is read back in the caller's scope: what the caller
-		// cannot get (deleted since, or not theirs) is not shown.
+		// Each hit is read back in the caller's scope: a note deleted
+		// since it was indexed is not shown.
 		d, ok, err := moat.DB.Get(model, h.ID)
 		if err != nil {
 			return nil, err

@@ -1,4 +1,4 @@
-"""Unit tests of moat.py's http, media and ai wrappers against a fake
+"""Unit tests of moat.py's http, media, ai and caller wrappers against a fake
 transport: the requests they send, the replies they read, and what they
 refuse before anything is sent. Run by sdk_test.go's TestSDKWire with
 Debian's python3 (the same moat.py the WASI CPython and native workers
@@ -136,4 +136,18 @@ assert (e.vectors, e.usage.input_tokens, e.usage.output_tokens, e.model_call_id)
 assert moat.ai.embed("small-embed", "one").vectors == [[3, 0.5]]
 assert refused("invalid_argument", moat.ai.embed, "small-embed", [1]) == 0
 assert refused("internal", moat.ai.embed, "short", ["a", "b"]) == 1
+
+# caller: asked anew on every call; a reply without a user, or with roles
+# that are not strings, is an error, never a principal to key data by.
+who = {"user": "ann", "org": "acme", "roles": ["admin"], "correlation_id": "c-1"}
+fake.handler = lambda op, req: {"resp": who}
+p = moat.caller()
+assert last() == ("moat.caller", {}), last()
+assert (p.user, p.org, p.roles, p.correlation_id, p.has_role("admin"), p.has_role("adm")) == ("ann", "acme", ["admin"], "c-1", True, False), p
+who = {"user": "bob", "org": "acme", "correlation_id": "c-2"}
+p = moat.caller()
+assert (p.user, p.roles, p.correlation_id) == ("bob", [], "c-2"), p
+for bad in ({"org": "acme"}, {"user": "", "org": "acme"}, {"user": "a", "org": "b", "roles": [1]}):
+    who = bad
+    assert refused("internal", moat.caller) == 1, bad
 print("ok")

@@ -2,8 +2,8 @@
 //!
 //! A plugin is a WebAssembly reactor that declares named actions; the moat
 //! host invokes them with an input and returns their output. Inside an
-//! action the plugin reaches the host through ops: its configuration
-//! ([`config::get`]), the structured log ([`log`], [`info!`]...), a
+//! action the plugin reaches the host through ops: who it runs for
+//! ([`caller`]), its configuration ([`config::get`]), the structured log ([`log`], [`info!`]...), a
 //! key-value store ([`kv`]), documents in the models of its `moat.yaml`
 //! ([`db`]), ranked full-text search ([`knowledge`]), background tasks
 //! ([`tasks`]), HTTP requests the host sends ([`http`]), media the host
@@ -68,7 +68,10 @@ pub mod knowledge;
 pub mod kv;
 pub mod log;
 pub mod media;
+mod principal;
 pub mod tasks;
+
+pub use principal::{caller, Principal};
 
 mod transport;
 

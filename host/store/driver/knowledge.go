@@ -7,6 +7,12 @@ import "context"
 // into the terms to index (package store's tokenizer), so that every
 // backend indexes the same terms and no backend's own parser ever reads
 // guest text.
+//
+// Collection, here and in every query, is the stored collection: the
+// collection's name, or for a user-scoped one the name, a slash and the
+// user (the front's partition), so that confining every statement to the
+// collection confines it to the user as well. A backend treats it as an
+// opaque key.
 type KnowledgeDoc struct {
 	Org, Module, Collection, ID string
 	Owner                       string // the user who added it

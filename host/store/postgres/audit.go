@@ -183,3 +183,29 @@ func (d *DB) AuditSegmentData(ctx context.Context, ids []int64) (map[int64][]byt
 	})
 	return out, err
 }
+
+// AuditPrune implements driver.AuditPruner. The rows of a batch are
+// taken FOR UPDATE SKIP LOCKED, so replicas pruning at once each delete
+// rows the other has not taken, and none waits for another's batch; each
+// batch is its own short transaction, so a large table is never locked
+// for long.
+func (d *DB) AuditPrune(ctx context.Context, before int64, limit int) (events, segments, packed int64, err error) {
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+DELETE FROM audit_events WHERE id IN (
+	SELECT id FROM audit_events WHERE time < $1 ORDER BY time LIMIT $2 FOR UPDATE SKIP LOCKED)`, before, limit)
+		if err != nil {
+			return err
+		}
+		events = tag.RowsAffected()
+		return tx.QueryRow(ctx, `
+WITH gone AS (
+	DELETE FROM audit_segments WHERE id IN (
+		SELECT id FROM audit_segments WHERE time_max < $1 ORDER BY time_max LIMIT $2 FOR UPDATE SKIP LOCKED)
+	RETURNING count)
+SELECT count(*), coalesce(sum(count), 0) FROM gone`, before, limit).Scan(&segments, &packed)
+	})
+	return events, segments, packed, err
+}
+
+var _ driver.AuditPruner = (*DB)(nil)

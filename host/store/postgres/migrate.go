@@ -3,12 +3,15 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
-// migration is one step of the schema, applied in order and recorded in
+// migrations are the steps of the schema, applied in order and recorded in
 // schema_migrations. Append new migrations; never edit or reorder one
 // that has shipped. The schema is SQLite's (store/sqlite), column for
 // column, in PostgreSQL's types: bytea for bytes, bigint for unix
@@ -16,13 +19,11 @@ import (
 // byte strings that need not be valid UTF-8 (a prefix can end inside a
 // character), which text refuses, and bytea compares bytewise like
 // SQLite's BINARY collation.
-type migration struct {
-	name string
-	sql  string
-}
-
-var migrations = []migration{
-	{name: "kv", sql: `
+//
+// Each step is a driver.Migration: read its doc for expand and contract
+// steps (MinReader). Adding a step is one new entry at the end.
+var migrations = []driver.Migration{
+	{Name: "kv", SQL: `
 CREATE TABLE kv (
 	org        text   NOT NULL,
 	module     text   NOT NULL,
@@ -55,7 +56,7 @@ BEGIN
 END $$;
 CREATE TRIGGER kv_usage AFTER INSERT OR UPDATE OR DELETE ON kv FOR EACH ROW EXECUTE FUNCTION moat_kv_usage();
 `},
-	{name: "audit_events", sql: `
+	{Name: "audit_events", SQL: `
 CREATE TABLE audit_events (
 	id             text   NOT NULL PRIMARY KEY,
 	time           bigint NOT NULL,
@@ -82,7 +83,7 @@ CREATE INDEX audit_events_decision_time ON audit_events (decision, time);
 CREATE INDEX audit_events_org_time ON audit_events (org, time);
 CREATE INDEX audit_events_time ON audit_events (time);
 `},
-	{name: "confirmations", sql: `
+	{Name: "confirmations", SQL: `
 CREATE TABLE confirmations (
 	token_hash   text   NOT NULL PRIMARY KEY,
 	org          text   NOT NULL,
@@ -101,7 +102,7 @@ CREATE INDEX confirmations_pending ON confirmations (org, created_at) WHERE used
 CREATE INDEX confirmations_expires_at ON confirmations (expires_at);
 CREATE INDEX confirmations_used_at ON confirmations (used_at) WHERE used_at IS NOT NULL;
 `},
-	{name: "api_keys", sql: `
+	{Name: "api_keys", SQL: `
 CREATE TABLE api_keys (
 	id         text   NOT NULL PRIMARY KEY,
 	hash       text   NOT NULL UNIQUE,
@@ -114,7 +115,7 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_org ON api_keys (org, created_at);
 `},
-	{name: "modules", sql: `
+	{Name: "modules", SQL: `
 CREATE TABLE module_versions (
 	org         text   NOT NULL,
 	name        text   NOT NULL,
@@ -167,7 +168,7 @@ BEGIN
 END $$;
 CREATE TRIGGER module_changes AFTER INSERT OR UPDATE OR DELETE ON modules FOR EACH ROW EXECUTE FUNCTION moat_module_change();
 `},
-	{name: "rate_buckets", sql: `
+	{Name: "rate_buckets", SQL: `
 CREATE TABLE rate_buckets (
 	key        text             NOT NULL PRIMARY KEY,
 	tokens     double precision NOT NULL,
@@ -177,7 +178,7 @@ CREATE TABLE rate_buckets (
 `},
 	// Routine audit events packed by the store's front; see SQLite's
 	// migration of the same name.
-	{name: "audit_segments", sql: `
+	{Name: "audit_segments", SQL: `
 CREATE TABLE audit_segments (
 	id       bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	org      text    NOT NULL,
@@ -196,7 +197,7 @@ CREATE INDEX audit_segments_time ON audit_segments (time_max, id);
 	// replica at every load, and pglz would cost each read its
 	// decompression (and the write its compression) to save disk the
 	// eviction budget bounds anyway.
-	{name: "code_artifacts", sql: `
+	{Name: "code_artifacts", SQL: `
 CREATE TABLE code_artifacts (
 	key       text   NOT NULL PRIMARY KEY,
 	mac       bytea  NOT NULL,
@@ -220,7 +221,7 @@ CREATE INDEX code_artifacts_used_at ON code_artifacts (used_at);
 	// index once written through). Every write locks its module's
 	// knowledge_usage row first (knowledgeLock), which makes the quota
 	// check atomic across replicas; the trigger keeps the row.
-	{name: "knowledge", sql: `
+	{Name: "knowledge", SQL: `
 CREATE TABLE knowledge_docs (
 	org        text     NOT NULL,
 	module     text     NOT NULL,
@@ -263,7 +264,7 @@ CREATE TRIGGER knowledge_usage AFTER INSERT OR UPDATE OR DELETE ON knowledge_doc
 	// what they compare to jsonb. ids compare bytewise (COLLATE "C").
 	// An array field's index is a GIN index on its jsonb, so there is
 	// no terms table here.
-	{name: "db_documents", sql: `
+	{Name: "db_documents", SQL: `
 CREATE TABLE db_documents (
 	org     text   NOT NULL,
 	module  text   NOT NULL,
@@ -294,7 +295,7 @@ CREATE TABLE db_models (
 	PRIMARY KEY (owner, module, model)
 );
 `},
-	{name: "tasks", sql: `
+	{Name: "tasks", SQL: `
 CREATE TABLE tasks (
 	id             text    NOT NULL PRIMARY KEY,
 	org            text    NOT NULL,
@@ -343,7 +344,7 @@ CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
 	// row lock is granted, so concurrent reservations on replicas never
 	// both take the last tokens. A vector goes with its document by the
 	// foreign key.
-	{name: "ai", sql: `
+	{Name: "ai", SQL: `
 CREATE TABLE ai_usage (
 	org      text   NOT NULL,
 	module   text   NOT NULL,
@@ -371,7 +372,7 @@ CREATE TABLE knowledge_vectors (
 	FOREIGN KEY (org, module, collection, id) REFERENCES knowledge_docs ON DELETE CASCADE
 );
 `},
-	{name: "media", sql: `
+	{Name: "media", SQL: `
 -- Media items per organization (store.MediaPut), and their bytes in
 -- chunks of media.go's mediaChunk bytes, so that replicas share them
 -- with no shared disk and a Range request reads the chunks it covers.
@@ -408,7 +409,7 @@ CREATE TABLE media_usage (
 	bytes bigint NOT NULL
 );
 `},
-	{name: "secrets", sql: `
+	{Name: "secrets", SQL: `
 -- The operator's secrets (store.SecretPut), sealed by package host/secrets;
 -- org '' is the operator's own.
 CREATE TABLE secrets (
@@ -424,51 +425,85 @@ CREATE TABLE secrets (
 	PRIMARY KEY (org, name)
 );
 `},
-	{name: "tasks_origin", sql: `
+	{Name: "tasks_origin", SQL: `
 -- Where a task runs (store.Task.Origin): '' for a module the store holds,
 -- which any replica may load; another value for a module only one runner
 -- has (moat run's plugin from its directory), which no replica claims.
--- Additive: a moat that predates it inserts and claims as before.
+-- An expand step: a moat that predates it inserts and claims as before.
 ALTER TABLE tasks ADD COLUMN origin text NOT NULL DEFAULT '';
 `},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas
-// starting at once ('moat' 'mig' in ASCII).
+// starting at once, and of `moat migrate` run twice ('moat' 'mig' in
+// ASCII).
 const migrateLock = 0x6d6f6174_6d6967
 
-// migrate brings the schema up to date in one transaction, under
-// migrateLock, so that replicas starting together apply each migration
-// once, and a database written by a newer moat is refused.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
+// migrate reads the schema's version under migrateLock and, as o and
+// migrating (store.Migrate rather than Open) allow, applies the pending
+// steps of all in one transaction: replicas starting together, or two
+// `moat migrate`, apply each step once; the second waits for the lock and
+// then finds nothing to do. A database a newer moat contracted is
+// refused, and so is an older schema unless o says to migrate at open
+// (driver.Plan).
+func migrate(ctx context.Context, pool *pgxpool.Pool, all []driver.Migration, o driver.MigrateOptions, migrating bool) (driver.MigrationReport, error) {
+	var r driver.MigrationReport
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var got bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, int64(migrateLock)).Scan(&got); err != nil {
 			return fmt.Errorf("migrate: lock: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `
+		if !got {
+			o.Logger().Info("store: waiting for another moat that is migrating this database (advisory lock)")
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
+				return fmt.Errorf("migrate: lock: %w", err)
+			}
+		}
+		var err error
+		r, err = driver.Migrate(ctx, pgSchema{tx}, all, o, migrating, false)
+		return err
+	})
+	return r, err
+}
+
+// pgSchema is driver.SchemaTx on PostgreSQL: the version is the largest in
+// schema_migrations, which also records each step's MinReader.
+type pgSchema struct{ tx pgx.Tx }
+
+func (s pgSchema) State(ctx context.Context) (driver.SchemaState, error) {
+	var st driver.SchemaState
+	var exists bool
+	if err := s.tx.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return st, err
+	}
+	// min_reader is read through to_jsonb so that the table of a moat
+	// from before the column (which an older moat made) reads as 0.
+	err := s.tx.QueryRow(ctx, `
+SELECT coalesce(max(version), 0),
+       coalesce(max((to_jsonb(m)->>'min_reader')::integer), 0),
+       coalesce((SELECT name FROM schema_migrations ORDER BY version DESC LIMIT 1), '')
+FROM schema_migrations m`).Scan(&st.Version, &st.MinReader, &st.Newest)
+	return st, err
+}
+
+func (s pgSchema) Apply(ctx context.Context, v int, m driver.Migration, minReader int, took func() time.Duration) error {
+	if _, err := s.tx.Exec(ctx, `
 CREATE TABLE IF NOT EXISTS schema_migrations (
 	version    integer NOT NULL PRIMARY KEY,
 	name       text    NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		var version int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
-			return fmt.Errorf("migrate: read schema version: %w", err)
-		}
-		if version > len(migrations) {
-			return fmt.Errorf("migrate: schema version %d is newer than this moat knows (%d); upgrade moat or use another database", version, len(migrations))
-		}
-		for i := version; i < len(migrations); i++ {
-			m := migrations[i]
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("migrate: %d (%s): %w", i+1, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, i+1, m.name); err != nil {
-				return fmt.Errorf("migrate: %d (%s): record: %w", i+1, m.name, err)
-			}
-		}
-		return nil
-	})
+);
+ALTER TABLE schema_migrations
+	ADD COLUMN IF NOT EXISTS min_reader  integer NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS duration_us bigint  NOT NULL DEFAULT 0`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	if _, err := s.tx.Exec(ctx, m.SQL); err != nil {
+		return err
+	}
+	if _, err := s.tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, min_reader, duration_us) VALUES ($1, $2, $3, $4)`,
+		v, m.Name, minReader, took().Microseconds()); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	return nil
 }

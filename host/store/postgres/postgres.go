@@ -31,8 +31,12 @@
 //     makes the change log's order the commit order.
 //   - rate buckets: one INSERT ... ON CONFLICT DO UPDATE ... RETURNING.
 //
-// Migrations are recorded in schema_migrations and applied under an
-// advisory lock, so replicas starting at once apply each one once.
+// Migrations are recorded in schema_migrations (with each step's
+// MinReader, see driver.Migration) and applied under an advisory lock, so
+// replicas starting at once, or two `moat migrate`, apply each one once.
+// Open applies them only to an empty database or when asked (`migrate:
+// auto`); an older schema is otherwise refused with the fix: replicas of
+// the previous release may still be serving from it.
 package postgres
 
 import (
@@ -53,6 +57,8 @@ func init() {
 	open := func(ctx context.Context, dsn string) (driver.Backend, error) { return Open(ctx, dsn) }
 	driver.Register("postgres", open)
 	driver.Register("postgresql", open)
+	driver.RegisterMigrator("postgres", Migrate)
+	driver.RegisterMigrator("postgresql", Migrate)
 }
 
 // DB is the PostgreSQL backend: a pool of connections to one database.
@@ -62,9 +68,52 @@ type DB struct {
 	location string
 }
 
-// Open connects to the database url names and applies any pending
-// migrations.
+// Open connects to the database url names. An empty database gets the
+// schema; an older schema is refused (driver.SchemaError) unless the
+// driver.MigrateOptions in ctx (store.OpenWith) say MigrateAuto: replicas
+// of the previous release may be serving from it, so upgrading it is the
+// operator's step (`moat migrate`). A newer schema is used when its newer
+// steps are all expand steps, and refused when one contracted it.
 func Open(ctx context.Context, dsn string) (*DB, error) {
+	pool, err := connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrate(ctx, pool, migrations, driver.MigrateOptionsFrom(ctx), false); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", locate(err, dsn))
+	}
+	return &DB{pool: pool, location: redact(dsn)}, nil
+}
+
+// Migrate applies the pending steps of the database dsn names (`moat
+// migrate`), or with o.DryRun lists them, under the advisory lock every
+// migration takes.
+func Migrate(ctx context.Context, dsn string, o driver.MigrateOptions) (driver.MigrationReport, error) {
+	pool, err := connect(ctx, dsn)
+	if err != nil {
+		return driver.MigrationReport{}, err
+	}
+	defer pool.Close()
+	r, err := migrate(ctx, pool, migrations, o, true)
+	r.Location = redact(dsn)
+	if err != nil {
+		return r, fmt.Errorf("postgres: %w", locate(err, dsn))
+	}
+	return r, nil
+}
+
+// locate names the database in a *driver.SchemaError.
+func locate(err error, dsn string) error {
+	var se *driver.SchemaError
+	if errors.As(err, &se) {
+		se.Location = redact(dsn)
+	}
+	return err
+}
+
+// connect opens a pool on dsn and checks it reaches the server.
+func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse the URL: %w", redactErr(err, dsn))
@@ -77,11 +126,7 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	return &DB{pool: pool, location: redact(dsn)}, nil
+	return pool, nil
 }
 
 // redact hides the password of a URL.

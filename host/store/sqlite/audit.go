@@ -227,3 +227,34 @@ func (d *DB) AuditSegmentData(ctx context.Context, ids []int64) (map[int64][]byt
 	}
 	return out, nil
 }
+
+// AuditPrune implements driver.AuditPruner: the writer is the only one,
+// so a batch is a plain DELETE of the oldest rows by the time indexes.
+func (d *DB) AuditPrune(ctx context.Context, before int64, limit int) (events, segments, packed int64, err error) {
+	err = d.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM audit_events WHERE rowid IN (SELECT rowid FROM audit_events WHERE time < ? ORDER BY time LIMIT ?)`, before, limit)
+		if err != nil {
+			return fmt.Errorf("audit prune: events: %w", err)
+		}
+		if events, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `DELETE FROM audit_segments WHERE id IN (SELECT id FROM audit_segments WHERE time_max < ? ORDER BY time_max LIMIT ?) RETURNING count`, before, limit)
+		if err != nil {
+			return fmt.Errorf("audit prune: segments: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n int64
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+			segments++
+			packed += n
+		}
+		return rows.Err()
+	})
+	return events, segments, packed, err
+}
+
+var _ driver.AuditPruner = (*DB)(nil)

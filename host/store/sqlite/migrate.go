@@ -4,24 +4,25 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
-// migration is one step of the schema. Migrations are applied in the order
-// of the migrations slice; the schema version of a file (PRAGMA
-// user_version) is the number of migrations applied to it. Append new
+// migrations are the steps of the schema, applied in order; the schema
+// version of a file (PRAGMA user_version) is the number of steps applied
+// to it, and schema_migrations records each step's MinReader (see
+// driver.Migration for expand and contract steps). Append new
 // migrations; never edit or reorder one that has shipped.
-type migration struct {
-	name string
-	sql  string
-}
-
-var migrations = []migration{
+var migrations = []driver.Migration{
 	{
-		name: "kv",
+		Name: "kv",
 		// key is compared with BINARY collation (memcmp), which the ordering
 		// and prefix ranges of KVList rely on. STRICT makes SQLite refuse a
 		// value of the wrong type instead of converting it.
-		sql: `
+		SQL: `
 CREATE TABLE kv (
 	org        TEXT    NOT NULL,
 	module     TEXT    NOT NULL,
@@ -33,10 +34,10 @@ CREATE TABLE kv (
 `,
 	},
 	{
-		name: "audit_events",
+		Name: "audit_events",
 		// time is unix nanoseconds. Empty strings, not NULL, stand for an
 		// absent field; attrs is a JSON object or NULL.
-		sql: `
+		SQL: `
 CREATE TABLE audit_events (
 	id             TEXT    NOT NULL PRIMARY KEY,
 	time           INTEGER NOT NULL,
@@ -65,10 +66,10 @@ CREATE INDEX audit_events_time ON audit_events (time);
 `,
 	},
 	{
-		name: "confirmations",
+		Name: "confirmations",
 		// Times are unix nanoseconds; used_at is NULL until the
 		// confirmation is used. Only a hash of the token is stored.
-		sql: `
+		SQL: `
 CREATE TABLE confirmations (
 	token_hash   TEXT    NOT NULL PRIMARY KEY,
 	org          TEXT    NOT NULL,
@@ -88,11 +89,11 @@ CREATE INDEX confirmations_used_at ON confirmations (used_at) WHERE used_at IS N
 `,
 	},
 	{
-		name: "api_keys",
+		Name: "api_keys",
 		// The server's API keys. Only the SHA-256 of a key is stored (see
 		// APIKey); roles is a JSON array. Times are unix nanoseconds;
 		// revoked_at is NULL while the key is valid.
-		sql: `
+		SQL: `
 CREATE TABLE api_keys (
 	id         TEXT    NOT NULL PRIMARY KEY,
 	hash       TEXT    NOT NULL UNIQUE,
@@ -107,12 +108,12 @@ CREATE INDEX api_keys_org ON api_keys (org, created_at);
 `,
 	},
 	{
-		name: "server_modules",
+		Name: "server_modules",
 		// Modules uploaded to the server, per organization: every version
 		// (by digest) with the manifest and signature it was uploaded with,
 		// and which version is current. The WebAssembly bytes live in the
 		// data directory, content-addressed by digest.
-		sql: `
+		SQL: `
 CREATE TABLE module_versions (
 	org         TEXT    NOT NULL,
 	name        TEXT    NOT NULL,
@@ -137,13 +138,13 @@ CREATE INDEX module_versions_digest ON module_versions (digest);
 `,
 	},
 	{
-		name: "kv_usage",
+		Name: "kv_usage",
 		// The bytes each (org, module) stores in kv (keys in UTF-8 bytes
 		// plus values), kept by triggers in the same transaction as every
 		// write, so a quota check reads one row instead of summing the
 		// scope. The UPDATE trigger also fires for the DO UPDATE of a put
 		// that replaces a key.
-		sql: `
+		SQL: `
 CREATE TABLE kv_usage (
 	org    TEXT    NOT NULL,
 	module TEXT    NOT NULL,
@@ -171,35 +172,37 @@ END;
 `,
 	},
 	{
-		name: "confirmation_binding",
+		Name: "confirmation_binding",
 		// binding is the hex SHA-256 naming the exact module (code,
 		// manifest, sources) a confirmation was requested on; a
 		// confirmation is refused once its module is another. Rows from
 		// before have none, so they are refused: they expire within
 		// minutes anyway.
-		sql: `
+		SQL: `
 ALTER TABLE confirmations ADD COLUMN binding TEXT NOT NULL DEFAULT '';
 CREATE INDEX module_versions_org_time ON module_versions (org, uploaded_at);
 `,
 	},
 	{
-		name: "user_id",
+		Name: "user_id",
 		// One schema on every backend: "user" is a reserved word in
-		// PostgreSQL, so the column is user_id everywhere.
-		sql: `
+		// PostgreSQL, so the column is user_id everywhere. A rename is a
+		// contract step: a moat from before it writes "user".
+		MinReader: 8,
+		SQL: `
 ALTER TABLE audit_events RENAME COLUMN user TO user_id;
 ALTER TABLE confirmations RENAME COLUMN user TO user_id;
 ALTER TABLE api_keys RENAME COLUMN user TO user_id;
 `,
 	},
 	{
-		name: "module_blobs",
+		Name: "module_blobs",
 		// The bytes of modules, content-addressed by digest (hex SHA-256)
 		// and shared by every organization that uploads them; written_at
 		// (unix nanoseconds) is the last time they were stored, which
 		// keeps a fresh blob from being deleted as an orphan before its
 		// version is written (store.BlobGrace).
-		sql: `
+		SQL: `
 CREATE TABLE module_blobs (
 	digest     TEXT    NOT NULL PRIMARY KEY,
 	data       BLOB    NOT NULL,
@@ -208,12 +211,12 @@ CREATE TABLE module_blobs (
 `,
 	},
 	{
-		name: "module_changes",
+		Name: "module_changes",
 		// The change log behind store.WatchModules: a row per write of
 		// the modules table (a new or replaced current version, or a
 		// deletion: digest ''), in commit order, written by triggers in
 		// the same transaction; the last 10000 are kept.
-		sql: `
+		SQL: `
 CREATE TABLE module_changes (
 	seq    INTEGER PRIMARY KEY AUTOINCREMENT,
 	org    TEXT    NOT NULL,
@@ -236,10 +239,10 @@ END;
 `,
 	},
 	{
-		name: "rate_buckets",
+		Name: "rate_buckets",
 		// Token buckets (store.RateTake): tokens held at updated_at (unix
 		// nanoseconds); taken says whether the last take got a token.
-		sql: `
+		SQL: `
 CREATE TABLE rate_buckets (
 	key        TEXT    NOT NULL PRIMARY KEY,
 	tokens     REAL    NOT NULL,
@@ -249,7 +252,7 @@ CREATE TABLE rate_buckets (
 `,
 	},
 	{
-		name: "audit_segments",
+		Name: "audit_segments",
 		// Routine audit events (allowed invocations and ops) of one
 		// organization, packed by store.AuditInsert: a row per batch and
 		// organization instead of a row and six index entries per event.
@@ -259,7 +262,7 @@ CREATE TABLE rate_buckets (
 		// columns come first, so reading them never reads data's overflow
 		// pages. audit_events keeps every other event, and every event
 		// stored before this migration.
-		sql: `
+		SQL: `
 CREATE TABLE audit_segments (
 	id       INTEGER PRIMARY KEY,
 	org      TEXT    NOT NULL,
@@ -274,13 +277,13 @@ CREATE INDEX audit_segments_time ON audit_segments (time_max);
 `,
 	},
 	{
-		name: "code_artifacts",
+		Name: "code_artifacts",
 		// Compiled machine code hosts share (store.CodeArtifact): the
 		// artifact by its key, the MAC the host checks, and times in unix
 		// nanoseconds; used_at orders eviction. data comes last, so that
 		// reading the other columns (and length(data), which SQLite takes
 		// from the record header) never reads its overflow pages.
-		sql: `
+		SQL: `
 CREATE TABLE code_artifacts (
 	key       TEXT    NOT NULL PRIMARY KEY,
 	mac       BLOB    NOT NULL,
@@ -292,7 +295,7 @@ CREATE INDEX code_artifacts_used_at ON code_artifacts (used_at);
 `,
 	},
 	{
-		name: "knowledge",
+		Name: "knowledge",
 		// Knowledge documents (store.KnowledgeAdd) and their full-text
 		// index. knowledge_fts indexes the terms the front made of each
 		// document's text (never the text), each prefixed with s<id> of
@@ -307,7 +310,7 @@ CREATE INDEX code_artifacts_used_at ON code_artifacts (used_at);
 		// BM25), each module's usage (for the quota) and the index in
 		// the transaction of every write; an update changes a
 		// document's content, never its scope.
-		sql: `
+		SQL: `
 CREATE TABLE knowledge_collections (
 	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	org        TEXT    NOT NULL,
@@ -361,7 +364,7 @@ END;
 `,
 	},
 	{
-		name: "db_documents",
+		Name: "db_documents",
 		// The db family (store/db.go): every document of every model in
 		// one table, doc its canonical JSON (size its bytes: length()
 		// of TEXT counts characters); created and updated are unix
@@ -373,7 +376,7 @@ END;
 		// db_models keeps each module's models as last loaded, for
 		// whom (owner: an organization, or '' for every one), to
 		// refuse a change stored documents could not follow.
-		sql: `
+		SQL: `
 CREATE TABLE db_documents (
 	org     TEXT    NOT NULL,
 	module  TEXT    NOT NULL,
@@ -416,7 +419,7 @@ CREATE TABLE db_models (
 `,
 	},
 	{
-		name: "tasks",
+		Name: "tasks",
 		// Background tasks (store.TaskEnqueue) and the ticks schedules
 		// fired (store.ScheduleFire). Times are unix nanoseconds, 0 for
 		// none; roles is a JSON array; claim is the token of the attempt
@@ -424,7 +427,7 @@ CREATE TABLE db_models (
 		// module; the partial indexes serve the claim (due queued tasks,
 		// lapsed leases), the queue bound (active tasks of a scope) and
 		// the pruning of finished tasks.
-		sql: `
+		SQL: `
 CREATE TABLE tasks (
 	id             TEXT    NOT NULL PRIMARY KEY,
 	org            TEXT    NOT NULL,
@@ -468,7 +471,7 @@ CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
 `,
 	},
 	{
-		name: "ai",
+		Name: "ai",
 		// Model calls' daily token budgets (store/ai.go): ai_usage holds
 		// a row per organization (module '') and per module per UTC day
 		// (days since 1970-01-01): tokens settled, tokens held by calls
@@ -478,7 +481,7 @@ CREATE INDEX schedule_ticks_tick ON schedule_ticks (tick);
 		// (unit-length little-endian float32s) and the model that made
 		// it; a document's delete takes its vector with it, and an add
 		// replaces or removes it in the add's transaction.
-		sql: `
+		SQL: `
 CREATE TABLE ai_usage (
 	org      TEXT    NOT NULL,
 	module   TEXT    NOT NULL,
@@ -506,13 +509,13 @@ END;
 `,
 	},
 	{
-		name: "media",
+		Name: "media",
 		// Media items per organization (store.MediaPut): the row here,
 		// the bytes in a file under media/ beside the database (media.go),
 		// renamed into place inside the transaction that inserts the row.
 		// media_usage is the organization's items and bytes, written in
 		// the same transaction, for the quota. Times are unix nanoseconds.
-		sql: `
+		SQL: `
 CREATE TABLE media_items (
 	org        TEXT    NOT NULL,
 	id         TEXT    NOT NULL,
@@ -535,12 +538,12 @@ CREATE TABLE media_usage (
 `,
 	},
 	{
-		name: "secrets",
+		Name: "secrets",
 		// The operator's secrets (store.SecretPut), sealed by package
 		// host/secrets: AES-256-GCM under the key key_id names, with the
 		// org and name as additional data. org '' is the operator's own.
 		// Times are unix nanoseconds.
-		sql: `
+		SQL: `
 CREATE TABLE secrets (
 	org        TEXT    NOT NULL,
 	name       TEXT    NOT NULL,
@@ -556,57 +559,171 @@ CREATE TABLE secrets (
 `,
 	},
 	{
-		name: "tasks_origin",
+		Name: "tasks_origin",
 		// Where a task runs (store.Task.Origin): '' for a module the
 		// store holds, which any runner on the store may load; another
 		// value for a module only one runner has (moat run's plugin from
 		// its directory), whose tasks no server may claim. Additive: a
-		// moat that predates it inserts and claims as before.
-		sql: `
+		// moat that predates it inserts and claims as before (an expand
+		// step: MinReader 0).
+		SQL: `
 ALTER TABLE tasks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
 `,
 	},
 }
 
-// migrate brings the schema of db up to date in one transaction. Because
-// the writer pool begins transactions IMMEDIATE, two processes opening the
-// same file at once apply each migration exactly once.
-func migrate(ctx context.Context, db *sql.DB) (err error) {
+// migrate reads the schema's version of db and, as o and migrating
+// (store.Migrate rather than Open) allow, applies the pending steps of
+// all in one transaction. Because the writer pool begins transactions
+// IMMEDIATE, two processes opening the same file at once apply each step
+// exactly once. Before it changes a file that holds a schema already, it
+// copies the file (VACUUM INTO, a consistent snapshot) to
+// moat.db.before-v<version>-<time> beside it and logs where.
+func migrate(ctx context.Context, db *sql.DB, all []driver.Migration, o driver.MigrateOptions, migrating bool) (r driver.MigrationReport, err error) {
+	if !o.DryRun {
+		var v int
+		if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+			return r, fmt.Errorf("migrate: read schema version: %w", err)
+		}
+		known := len(all)
+		if o.Known > 0 {
+			known = min(known, o.Known)
+		}
+		if v > 0 && v < known && (migrating || o.Mode != driver.MigrateNever) {
+			if r.Backup, err = backupBeforeMigrate(ctx, db, v); err != nil {
+				return r, err
+			}
+			o.Logger().Info("store: copied the database before migrating it; restore it with moat restore or by putting the file back as moat.db", "backup", r.Backup, "schema", v)
+		}
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("migrate: begin: %w", err)
+		return r, fmt.Errorf("migrate: begin: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-
-	var version int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("migrate: read schema version: %w", err)
+	defer tx.Rollback()
+	backup := r.Backup
+	r, err = driver.Migrate(ctx, sqliteSchema{tx, all}, all, o, migrating, true)
+	r.Backup = backup
+	if err != nil {
+		return r, fmt.Errorf("migrate: %w", err)
 	}
-	if version > len(migrations) {
-		return fmt.Errorf("migrate: schema version %d is newer than this moat knows (%d); upgrade moat or open another directory", version, len(migrations))
-	}
-	if version < 0 {
-		return fmt.Errorf("migrate: schema version %d is negative; the file was not written by moat", version)
-	}
-	for i := version; i < len(migrations); i++ {
-		m := migrations[i]
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: %d (%s): %w", i+1, m.name, err)
-		}
-	}
-	if version == len(migrations) {
-		return tx.Rollback()
-	}
-	// PRAGMA takes no bound parameters; the value is our own integer.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
-		return fmt.Errorf("migrate: write schema version: %w", err)
+	if !r.Applied {
+		return r, nil
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
+		return r, fmt.Errorf("migrate: commit: %w", err)
+	}
+	return r, nil
+}
+
+// backupBeforeMigrate copies the database to a new file beside it.
+func backupBeforeMigrate(ctx context.Context, db *sql.DB, version int) (string, error) {
+	var file string
+	if err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
+		return "", fmt.Errorf("migrate: find the database file to back up: %w", err)
+	}
+	dst := fmt.Sprintf("%s.before-v%d-%s", file, version, time.Now().UTC().Format("20060102T150405Z"))
+	if err := VacuumInto(ctx, db, dst); err != nil {
+		return "", fmt.Errorf("migrate: back the database up before migrating it (free disk space beside %s, or copy it away and remove it): %w", file, err)
+	}
+	return dst, nil
+}
+
+// VacuumInto writes a consistent copy of db's database to the new file
+// dst (mode 0600): SQLite's VACUUM INTO reads one snapshot, so writes
+// going on meanwhile are either in the copy whole or not at all.
+func VacuumInto(ctx context.Context, db *sql.DB, dst string) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return fmt.Errorf("%s exists already", dst)
+	}
+	// Create it first, private: VACUUM INTO fills an empty file.
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", filepath.Clean(dst)); err != nil {
+		os.Remove(dst)
+		return err
+	}
+	return nil
+}
+
+// sqliteSchema is driver.SchemaTx on SQLite: the version is PRAGMA
+// user_version (what every moat reads), and schema_migrations records
+// each step with its MinReader.
+type sqliteSchema struct {
+	tx  *sql.Tx
+	all []driver.Migration
+}
+
+func (s sqliteSchema) State(ctx context.Context) (driver.SchemaState, error) {
+	var st driver.SchemaState
+	if err := s.tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&st.Version); err != nil {
+		return st, err
+	}
+	if st.Version < 0 {
+		return st, fmt.Errorf("schema version %d is negative; the file was not written by moat", st.Version)
+	}
+	var n int
+	if err := s.tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&n); err != nil || n == 0 {
+		// A file from before schema_migrations: its steps are this
+		// moat's first ones, whose MinReader it knows. One past them
+		// without a record cannot be told compatible.
+		if st.Version > len(s.all) {
+			st.MinReader = st.Version
+			return st, err
+		}
+		for i := range st.Version {
+			st.MinReader = max(st.MinReader, s.all[i].MinReader)
+		}
+		return st, err
+	}
+	var recorded int
+	err := s.tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0), coalesce(max(min_reader), 0), coalesce((SELECT name FROM schema_migrations ORDER BY version DESC LIMIT 1), '') FROM schema_migrations`).Scan(&recorded, &st.MinReader, &st.Newest)
+	if recorded < st.Version {
+		// Steps past what is recorded cannot be told compatible.
+		st.MinReader = max(st.MinReader, st.Version)
+	}
+	return st, err
+}
+
+func (s sqliteSchema) Apply(ctx context.Context, v int, m driver.Migration, minReader int, took func() time.Duration) error {
+	var n int
+	if err := s.tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		if _, err := s.tx.ExecContext(ctx, `
+CREATE TABLE schema_migrations (
+	version     INTEGER NOT NULL PRIMARY KEY,
+	name        TEXT    NOT NULL,
+	min_reader  INTEGER NOT NULL DEFAULT 0,
+	applied_at  INTEGER NOT NULL, -- unix nanoseconds; 0: before this table
+	duration_us INTEGER NOT NULL DEFAULT 0
+) STRICT`); err != nil {
+			return fmt.Errorf("create schema_migrations: %w", err)
+		}
+		// The steps applied before the table existed, as this moat
+		// knows them.
+		mr := 0
+		for i := 1; i < v && i <= len(s.all); i++ {
+			mr = max(mr, s.all[i-1].MinReader)
+			if _, err := s.tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, min_reader, applied_at) VALUES (?, ?, ?, 0)`, i, s.all[i-1].Name, mr); err != nil {
+				return fmt.Errorf("record step %d: %w", i, err)
+			}
+		}
+	}
+	if _, err := s.tx.ExecContext(ctx, m.SQL); err != nil {
+		return err
+	}
+	if _, err := s.tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, min_reader, applied_at, duration_us) VALUES (?, ?, ?, ?, ?)`,
+		v, m.Name, minReader, time.Now().UnixNano(), took().Microseconds()); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	// PRAGMA takes no bound parameters; the value is our own integer.
+	if _, err := s.tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v)); err != nil {
+		return fmt.Errorf("write schema version: %w", err)
 	}
 	return nil
 }

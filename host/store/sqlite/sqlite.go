@@ -14,10 +14,13 @@
 // # Schema and migrations
 //
 // The schema is an ordered list of migrations. Open applies the ones the
-// file has not seen yet, in order, inside one IMMEDIATE transaction, and
-// records the schema version in PRAGMA user_version. A file written by a
-// newer moat (a version this package does not know) is refused rather than
-// guessed at. kv_usage and the module change log are kept by triggers, in
+// file has not seen yet, in order, inside one IMMEDIATE transaction,
+// after copying a file that holds a schema already to
+// moat.db.before-v<N>-<time> (VACUUM INTO), logs each step, and records
+// the schema version in PRAGMA user_version and each step in
+// schema_migrations. A file written by a newer moat is used when the
+// newer steps only added to the schema, and refused when one removed
+// what this moat uses (driver.Migration's MinReader). kv_usage and the module change log are kept by triggers, in
 // the transaction of the write.
 //
 // # Concurrency
@@ -45,6 +48,7 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/host/store/driver"
+	"golang.org/x/sys/unix"
 	msqlite "modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
 
@@ -62,12 +66,19 @@ func init() {
 	driver.Register(Scheme, func(ctx context.Context, dsn string) (driver.Backend, error) {
 		return Open(ctx, strings.TrimPrefix(dsn, Scheme+"://"))
 	})
+	driver.RegisterMigrator(Scheme, func(ctx context.Context, dsn string, o driver.MigrateOptions) (driver.MigrationReport, error) {
+		return Migrate(ctx, strings.TrimPrefix(dsn, Scheme+"://"), o)
+	})
 }
 
 // DB is the SQLite backend: one database file. It is safe for concurrent
 // use. Create it with Open (or store.Open).
 type DB struct {
-	path  string
+	path string
+	// lock holds a shared flock on the file for the DB's life, so that
+	// Restore can tell a store some moat process has open (flock is
+	// apart from SQLite's own POSIX locks, which it does not disturb).
+	lock  *os.File
 	w     *sql.DB  // the single writer connection; also runs migrations
 	r     *sql.DB  // read-only connections for queries
 	stmts sync.Map // stmtKey → *sql.Stmt: the hot statements, prepared once
@@ -126,9 +137,16 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: moat restore is replacing this store (%w); wait for it to finish", path, err)
 	}
+	opened := false
+	defer func() {
+		if !opened {
+			f.Close()
+		}
+	}()
 
 	w, err := openPool(path, false)
 	if err != nil {
@@ -143,11 +161,12 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := migrate(ctx, w); err != nil {
+	if _, err := migrate(ctx, w, migrations, driver.MigrateOptionsFrom(ctx), false); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, locate(err, path))
 	}
 	sweepMediaTemp(dir)
+	sweepBackupTemp(dir)
 
 	r, err := openPool(path, true)
 	if err != nil {
@@ -162,7 +181,42 @@ func Open(ctx context.Context, dir string) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("%s: read pool: %w", path, err)
 	}
-	return &DB{path: path, w: w, r: r, wakes: map[chan struct{}]struct{}{}}, nil
+	opened = true
+	return &DB{path: path, lock: f, w: w, r: r, wakes: map[chan struct{}]struct{}{}}, nil
+}
+
+// Migrate applies the pending steps of the database in dir (`moat
+// migrate`), after copying the file beside it, or with o.DryRun lists
+// them. The directory must hold a database already.
+func Migrate(ctx context.Context, dir string, o driver.MigrateOptions) (driver.MigrationReport, error) {
+	path := filepath.Join(dir, FileName)
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return driver.MigrationReport{}, fmt.Errorf("%s: no store here (%s is missing), so nothing to migrate; moat serve creates it, or pass the data directory that holds it (--data, or data_dir in --config)", dir, FileName)
+		}
+		return driver.MigrationReport{}, fmt.Errorf("%s: %w", path, err)
+	}
+	w, err := openPool(path, false)
+	if err != nil {
+		return driver.MigrationReport{}, fmt.Errorf("%s: %w", path, err)
+	}
+	defer w.Close()
+	w.SetMaxOpenConns(1)
+	r, err := migrate(ctx, w, migrations, o, true)
+	r.Location = path
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", path, locate(err, path))
+	}
+	return r, nil
+}
+
+// locate names the database in a *driver.SchemaError.
+func locate(err error, path string) error {
+	var se *driver.SchemaError
+	if errors.As(err, &se) {
+		se.Location = path
+	}
+	return err
 }
 
 // openPool opens a database/sql pool on path whose every connection carries
@@ -223,7 +277,11 @@ func (d *DB) Close() error {
 		errs = append(errs, st.(*sql.Stmt).Close())
 		return true
 	})
-	return errors.Join(append(errs, d.r.Close(), d.w.Close())...)
+	errs = append(errs, d.r.Close(), d.w.Close())
+	if d.lock != nil {
+		errs = append(errs, d.lock.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Location is the path of the database file, dir/moat.db.

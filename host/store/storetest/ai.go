@@ -339,7 +339,7 @@ func (su suite) testKnowledgeHybrid(t *testing.T) {
 	if ids := hitIDs(search(store.KnowledgeQuery{Query: "vehicle servicing"})); len(ids) != 2 || ids[0] != "both" || ids[1] != "words" {
 		t.Errorf("after fleet's text changed = %v", ids)
 	}
-	if _, err := s.KnowledgeDelete(ctx, sc, "docs", "both"); err != nil {
+	if _, err := s.KnowledgeDelete(ctx, sc, store.KnowledgeKey{Collection: "docs", ID: "both"}); err != nil {
 		t.Fatal(err)
 	}
 	if ids := hitIDs(search(store.KnowledgeQuery{Query: "vehicle servicing"})); len(ids) != 1 || ids[0] != "words" {

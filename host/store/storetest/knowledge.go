@@ -105,7 +105,7 @@ func (su suite) testKnowledgeContract(t *testing.T) {
 
 	// Delete.
 	for i, want := range []bool{true, false} {
-		deleted, err := s.KnowledgeDelete(ctx, scA, "docs", "intro")
+		deleted, err := s.KnowledgeDelete(ctx, scA, store.KnowledgeKey{Collection: "docs", ID: "intro"})
 		if err != nil || deleted != want {
 			t.Errorf("delete %d = %v, %v; want %v", i+1, deleted, err, want)
 		}
@@ -113,11 +113,11 @@ func (su suite) testKnowledgeContract(t *testing.T) {
 	if hits := ksearch(t, s, scA, store.KnowledgeQuery{Collection: "docs", Query: "organization"}); len(hits) != 0 {
 		t.Errorf("a deleted document still matches: %v", hitIDs(hits))
 	}
-	if deleted, err := s.KnowledgeDelete(ctx, scA, "kernel", "kernel"); err != nil || deleted {
+	if deleted, err := s.KnowledgeDelete(ctx, scA, store.KnowledgeKey{Collection: "kernel", ID: "kernel"}); err != nil || deleted {
 		t.Errorf("delete from a collection that does not hold the id = %v, %v", deleted, err)
 	}
 	// A collection emptied and written again works as a new one.
-	if _, err := s.KnowledgeDelete(ctx, scA, "docs", "kernel"); err != nil {
+	if _, err := s.KnowledgeDelete(ctx, scA, store.KnowledgeKey{Collection: "docs", ID: "kernel"}); err != nil {
 		t.Fatal(err)
 	}
 	kadd(t, s, scA, "docs", "again", "Seccomp again.", nil)
@@ -308,10 +308,10 @@ func (su suite) testKnowledgeScoping(t *testing.T) {
 	if hits := ksearch(t, s, scB, store.KnowledgeQuery{Collection: "docs", Query: "secret"}); len(hits) != 1 || !strings.Contains(hits[0].Snippet, "org-b mod") {
 		t.Errorf("org-b sees %+v, want its own text", hits)
 	}
-	if deleted, err := s.KnowledgeDelete(ctx, scB, "docs", "mine"); err != nil || deleted {
+	if deleted, err := s.KnowledgeDelete(ctx, scB, store.KnowledgeKey{Collection: "docs", ID: "mine"}); err != nil || deleted {
 		t.Errorf("org-b deleting org-a's id = %v, %v", deleted, err)
 	}
-	if deleted, err := s.KnowledgeDelete(ctx, scB, "docs", "same-id"); err != nil || !deleted {
+	if deleted, err := s.KnowledgeDelete(ctx, scB, store.KnowledgeKey{Collection: "docs", ID: "same-id"}); err != nil || !deleted {
 		t.Fatalf("org-b deleting its own = %v, %v", deleted, err)
 	}
 	for _, sc := range []store.Scope{scA, scA2} {
@@ -374,7 +374,7 @@ func (su suite) testKnowledgeQuota(t *testing.T) {
 	if err := add(store.Scope{Org: "org-b", Module: "mod"}, "3", "text", docs); err != nil {
 		t.Errorf("another organization's quota is its own: %v", err)
 	}
-	if _, err := s.KnowledgeDelete(ctx, scA, "q", "0"); err != nil {
+	if _, err := s.KnowledgeDelete(ctx, scA, store.KnowledgeKey{Collection: "q", ID: "0"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := add(scA, "3", "text", docs); err != nil {
@@ -713,14 +713,14 @@ func (su suite) testKnowledgeValidation(t *testing.T) {
 		if _, err := s.KnowledgeSearch(ctx, sc, store.KnowledgeQuery{Collection: "c", Query: "t"}); codeOf(err) != abi.CodeInvalidArgument {
 			t.Errorf("search in %+v: %v", sc, err)
 		}
-		if _, err := s.KnowledgeDelete(ctx, sc, "c", "i"); codeOf(err) != abi.CodeInvalidArgument {
+		if _, err := s.KnowledgeDelete(ctx, sc, store.KnowledgeKey{Collection: "c", ID: "i"}); codeOf(err) != abi.CodeInvalidArgument {
 			t.Errorf("delete in %+v: %v", sc, err)
 		}
 		if _, err := s.KnowledgeUsage(ctx, sc); codeOf(err) != abi.CodeInvalidArgument {
 			t.Errorf("usage of %+v: %v", sc, err)
 		}
 	}
-	if _, err := s.KnowledgeDelete(ctx, scA, "Bad", "i"); codeOf(err) != abi.CodeInvalidArgument {
+	if _, err := s.KnowledgeDelete(ctx, scA, store.KnowledgeKey{Collection: "Bad", ID: "i"}); codeOf(err) != abi.CodeInvalidArgument {
 		t.Errorf("delete from a bad collection name: %v", err)
 	}
 	// A document of no words is stored, and found by nothing.

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"AuditText", su.testAuditText},
 		{"AuditBatch", su.testAuditBatch},
 		{"AuditMatchesModel", su.testAuditMatchesModel},
+		{"AuditPrune", su.testAuditPrune},
 		{"ConfirmationUse", su.testConfirmationUse},
 		{"ConfirmationExpired", su.testConfirmationExpired},
 		{"ConfirmationUseRace", su.testConfirmationUseRace},
@@ -79,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"KnowledgeSnippet", su.testKnowledgeSnippet},
 		{"KnowledgeFilter", su.testKnowledgeFilter},
 		{"KnowledgeScoping", su.testKnowledgeScoping},
+		{"KnowledgeUserScope", su.testKnowledgeUserScope},
 		{"KnowledgeQuota", su.testKnowledgeQuota},
 		{"KnowledgeHostile", su.testKnowledgeHostile},
 		{"KnowledgeValidation", su.testKnowledgeValidation},
@@ -160,6 +162,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"TaskEnqueue", testSharedTaskEnqueue},
 		{"AIBudget", testSharedAIBudget},
 		{"MediaQuota", testSharedMediaQuota},
+		{"AuditPrune", testSharedAuditPrune},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })

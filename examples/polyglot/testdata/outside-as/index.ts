@@ -59,6 +59,15 @@ function usage(o: moat.Obj, u: moat.ai.Usage, id: string): moat.Output {
   return moat.Output.text(o.int("input_tokens", u.inputTokens).int("output_tokens", u.outputTokens).str("model_call_id", id).json());
 }
 
+// caller: who the invocation runs for (moat.caller), whatever the input says.
+function caller(input: Uint8Array): moat.Output {
+  const p = moat.caller();
+  if (!p.ok) return moat.Output.fail(p.error!);
+  const o = new moat.Obj().str("user", p.value.user).str("org", p.value.org).strs("roles", p.value.roles)
+    .str("correlation_id", p.value.correlationId).bool("admin", p.value.hasRole("admin"));
+  return moat.Output.text(o.json());
+}
+
 // ai: "complete MODEL PROMPT", "json MODEL PROMPT", "embed MODEL TEXT".
 function ai(input: Uint8Array): moat.Output {
   const s = moat.text(input);
@@ -98,3 +107,4 @@ function ai(input: Uint8Array): moat.Output {
 moat.action("http", http);
 moat.action("media", media);
 moat.action("ai", ai);
+moat.action("caller", caller);

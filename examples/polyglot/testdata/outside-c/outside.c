@@ -191,6 +191,34 @@ static moat_error *ai(moat_bytes input, moat_buf *out) {
     return err;
 }
 
-static const moat_action actions[] = {{"http", http}, {"media", media}, {"ai", ai}};
+/* caller: who the invocation runs for (moat_caller), whatever the input
+ * says: {"user","org","roles","correlation_id","admin"}. */
+static moat_error *caller(moat_bytes input, moat_buf *out) {
+    (void)input;
+    moat_principal p = MOAT_PRINCIPAL_INIT;
+    moat_error *err = moat_caller(&p);
+    if (!err) {
+        moat_json_writer w = MOAT_JSON_WRITER_INIT;
+        moat_jw_object(&w);
+        moat_jw_key(&w, "user");
+        moat_jw_string(&w, (const char *)p.user.data);
+        moat_jw_key(&w, "org");
+        moat_jw_string(&w, (const char *)p.org.data);
+        moat_jw_key(&w, "roles");
+        moat_jw_array(&w);
+        for (size_t i = 0; i < p.nroles; i++) moat_jw_string(&w, (const char *)p.roles[i].data);
+        moat_jw_end(&w);
+        moat_jw_key(&w, "correlation_id");
+        moat_jw_string(&w, (const char *)p.correlation_id.data);
+        moat_jw_key(&w, "admin");
+        moat_jw_bool(&w, moat_principal_has_role(&p, "admin"));
+        moat_jw_end(&w);
+        err = out_json(&w, out);
+    }
+    moat_principal_free(&p);
+    return err;
+}
+
+static const moat_action actions[] = {{"http", http}, {"media", media}, {"ai", ai}, {"caller", caller}};
 
 MOAT_ACTIONS(actions)

@@ -12,6 +12,9 @@
 //	       temperature 0.25), "json MODEL PROMPT" (a schema, nothing else)
 //	       → {"text","input_tokens","output_tokens","model_call_id"};
 //	       "embed MODEL TEXT" (TEXT and "moat") → {"vectors",...}
+//	caller who the invocation runs for (moat.caller), whatever the input
+//	       says → {"user","org","roles","correlation_id","admin" (holds
+//	       the role admin)}
 //
 // An op's error fails the action with the op's code.
 package main
@@ -32,6 +35,15 @@ func init() {
 	moat.Action("http", fetch)
 	moat.Action("media", media)
 	moat.Action("ai", ai)
+	moat.Action("caller", caller)
+}
+
+func caller([]byte) ([]byte, error) {
+	p, err := moat.Caller()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"user": p.User, "org": p.Org, "roles": p.Roles, "correlation_id": p.CorrelationID, "admin": p.HasRole("admin")})
 }
 
 func fetch(in []byte) ([]byte, error) {

@@ -80,7 +80,13 @@ function ai(input) {
   throw new moat.MoatError("invalid_argument", `unknown ai command ${cmd}`);
 }
 
-const actions = { http, media, ai };
+// caller: who the invocation runs for (moat.caller), whatever the input says.
+function caller() {
+  const p = moat.caller();
+  return { user: p.user, org: p.org, roles: p.roles, correlation_id: p.correlationId, admin: p.hasRole("admin") };
+}
+
+const actions = { http, media, ai, caller };
 const action = std.getenv("MOAT_ACTION");
 try {
   if (!actions[action]) throw new moat.MoatError("no_such_action", `no action ${action}`);

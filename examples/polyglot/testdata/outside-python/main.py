@@ -52,4 +52,11 @@ def ai(inp):
     return out
 
 
+@moat.action("caller")
+def whoami(inp):
+    """Who the invocation runs for (moat.caller), whatever the input says."""
+    p = moat.caller()
+    return {"user": p.user, "org": p.org, "roles": p.roles, "correlation_id": p.correlation_id, "admin": p.has_role("admin")}
+
+
 moat.serve()

@@ -44,3 +44,9 @@ Moat.action("ai") do |input|
   end
   out.merge("input_tokens" => r.usage.input_tokens, "output_tokens" => r.usage.output_tokens, "model_call_id" => r.model_call_id)
 end
+
+# caller: who the call runs for (moat.caller), whatever the input says.
+Moat.action("caller") do |_input|
+  me = Moat.caller
+  { "user" => me.user, "org" => me.org, "roles" => me.roles, "correlation_id" => me.correlation_id, "admin" => me.role?("admin") }
+end

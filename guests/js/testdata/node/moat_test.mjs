@@ -1,4 +1,4 @@
-// Unit tests of moat.js's http, media and ai wrappers against a fake host
+// Unit tests of moat.js's http, media, ai and caller wrappers against a fake host
 // (qjs_std.mjs): the requests they write on the device file, the replies
 // they read, and what they refuse before anything is sent. Run by
 // guests/js's TestSDKWire under node, as moat.js runs under QuickJS-NG.
@@ -105,5 +105,18 @@ assert.deepEqual(moat.ai.embed("small-embed", "one").vectors, [[3, 0.5]]);
 assert.equal(refused(() => moat.ai.embed("small-embed", [1]), "invalid_argument"), 0);
 globalThis.fakeHost = () => ({ resp: { vectors: [[1]], model_call_id: "m" } });
 refused(() => moat.ai.embed("small-embed", ["a", "b"]), "internal");
+
+// caller: asked anew on every call, never cached; a reply without a user
+// is an error, never an empty principal to key data by.
+let who = { user: "ann", org: "acme", roles: ["admin"], correlation_id: "c-1" };
+globalThis.fakeHost = (op, req) => (op === "moat.caller" ? { resp: who } : { error: { code: "unknown_op", message: op } });
+let p = moat.caller();
+assert.deepEqual(last(), { op: "moat.caller", req: {} });
+assert.deepEqual([p.user, p.org, p.roles, p.correlationId, p.hasRole("admin"), p.hasRole("adm")], ["ann", "acme", ["admin"], "c-1", true, false]);
+who = { user: "bob", org: "acme", correlation_id: "c-2" };
+p = moat.caller();
+assert.deepEqual([p.user, p.roles, p.correlationId], ["bob", [], "c-2"], "not the last caller's, and no roles is []");
+who = { org: "acme" };
+refused(() => moat.caller(), "internal");
 
 console.log("ok");

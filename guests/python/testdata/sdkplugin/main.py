@@ -192,4 +192,14 @@ def output(inp):
     }[inp.text]
 
 
+@moat.action("caller")
+def whoami(inp):
+    """Who the call runs for (moat.caller), whatever the input says; a raw
+    moat.caller naming another user learns the same."""
+    p = moat.caller()
+    raw = moat.call("moat.caller", {"user": "mallory", "org": "evil", "roles": ["admin"]})
+    return {"user": p.user, "org": p.org, "roles": p.roles, "cid": p.correlation_id, "admin": p.has_role("admin"),
+            "raw_user": raw["user"], "raw_org": raw["org"]}
+
+
 moat.serve()

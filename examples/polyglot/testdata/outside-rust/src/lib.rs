@@ -99,8 +99,24 @@ fn model(input: &[u8]) -> moat::Result<String> {
     }
 }
 
+/// caller: who the invocation runs for (moat.caller), whatever the input
+/// says.
+fn whoami(_input: &[u8]) -> moat::Result<String> {
+    let p = moat::caller()?;
+    let admin = p.has_role("admin");
+    Value::object([
+        ("user", p.user.as_str().into()),
+        ("org", p.org.as_str().into()),
+        ("roles", p.roles.clone().into()),
+        ("correlation_id", p.correlation_id.as_str().into()),
+        ("admin", admin.into()),
+    ])
+    .to_json()
+}
+
 moat::actions! {
     "http" => fetch,
     "media" => store,
     "ai" => model,
+    "caller" => whoami,
 }
