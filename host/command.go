@@ -79,6 +79,13 @@ type Mount struct {
 	// interpreter's library) needs none of that. A directory reaching
 	// moat's data or cache directory is refused.
 	Granted bool
+	// Content names what the directory holds when its caller knows it
+	// (a digest of the files it wrote there: an interpreted plugin's
+	// sources at /src). A snapshot image is named by it instead of by
+	// HostDir, which may be a fresh temporary directory for each load
+	// (moat run's), so that the next load of the same files starts from
+	// the image. Empty: the image is named by HostDir.
+	Content string
 }
 
 // RunResult is how a command ended. A non-zero exit code is a result, not

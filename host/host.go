@@ -121,6 +121,13 @@ type Config struct {
 	// Tasks bounds the background tasks the host's modules enqueue
 	// (tasks.go).
 	Tasks TaskLimits
+	// TaskOrigin is where the tasks the host's modules enqueue run
+	// (store.Task.Origin): "" (moat serve) for modules the store holds,
+	// which any runner on the store may load; another value for modules
+	// only this process has (moat run: "run:" and the plugin's
+	// directory), whose tasks only a TaskRunner with that Origin claims,
+	// never a server sharing the store.
+	TaskOrigin string
 	// AI makes the model calls of the ai ops and of hybrid knowledge
 	// (package host/ai: the operator's providers, model aliases and
 	// budgets, kept in the store). Hosts of one process should share

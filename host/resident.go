@@ -210,15 +210,37 @@ func (r *resident) Next(req *abi.NextRequest) (abi.NextReply, error) {
 }
 
 // newResidentInstance starts an instance of a resident script and waits
-// until its script said ready, naming every action of the manifest.
+// until its script said ready, naming every action of the manifest: from
+// the module's image when it has one, else cold. An instance that fails
+// to start from the image (a damaged or foreign image the checks let
+// through, a guest that cannot resume from it) drops the image, logged
+// with its path and how to clear every image, and starts cold at once:
+// the module's instances start cold until a new image is made (by the
+// next process), never failing again on the same image.
 func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance, error) {
-	fail := func(code abi.Code, err error, format string, args ...any) (*instance, error) {
-		return nil, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
-	}
 	if err := m.checkInitialMemory(lim); err != nil {
 		return nil, err
 	}
 	img := m.residentImage(ctx, lim)
+	inst, err := m.startResident(ctx, lim, img)
+	if err == nil || img == nil || ctx.Err() != nil {
+		return inst, err
+	}
+	path := m.dropImage(img, err)
+	inst, cerr := m.startResident(ctx, lim, nil)
+	var e *Error
+	if cerr != nil && errors.As(cerr, &e) {
+		e.Reason += fmt.Sprintf(" (cold; a start from the snapshot image %s failed first: %s; that image is removed, and `%s` clears them all)",
+			path, firstLine(err), m.clearImages())
+	}
+	return inst, cerr
+}
+
+// startResident is newResidentInstance from img (nil: cold).
+func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Image) (*instance, error) {
+	fail := func(code abi.Code, err error, format string, args ...any) (*instance, error) {
+		return nil, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
 	inst, cancel := m.residentShell(lim)
 	r, lifetime := inst.res, inst.res.lifetime
 	mc, err := m.residentConfig(inst, nil)
@@ -362,20 +384,21 @@ func (m *Module) captureResident(ctx context.Context) (*wasmsnap.Image, error) {
 // it, not as the directory.
 func (m *Module) residentConfig(inst *instance, standIns *grantWatch) (wazero.ModuleConfig, error) {
 	r := inst.res
-	sc := m.script
-	env := maps.Clone(sc.Env)
+	// Built from the inputs the image is named by, and nothing else.
+	in := m.imageInputs()
+	env := maps.Clone(in.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
 	env[abi.ResidentEnv] = "1"
 	env[transport.DeviceEnv] = transport.DevicePath
-	mc := m.commandConfig(sc.Args, env, &inst.stdout, &inst.stderr, func() context.Context { return inst.env.Context })
+	mc := m.commandConfig(in.Args, env, &inst.stdout, &inst.stderr, func() context.Context { return inst.env.Context })
 	fsc := wazero.NewFSConfig()
-	for _, mt := range sc.Mounts {
+	for _, mt := range in.Mounts {
 		fsc = dirMount(fsc, mt)
 	}
 	if m.files != nil {
-		if err := m.checkGuestPaths(sc.Mounts); err != nil {
+		if err := m.checkGuestPaths(in.Mounts); err != nil {
 			return nil, &Error{Module: m.name, Code: abi.CodeInvalidArgument, Reason: err.Error(), Err: err}
 		}
 		if standIns != nil {

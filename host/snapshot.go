@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -130,6 +130,7 @@ type snapshotState struct {
 	}
 	mu     sync.Mutex
 	img    *wasmsnap.Image
+	path   string // where img is kept on disk
 	failed error
 }
 
@@ -194,17 +195,26 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 	if s.img != nil || s.failed != nil {
 		return s.img
 	}
-	path := filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+m.imageKey()+".img")
-	if img := wasmsnap.Load(path, s.globals); img != nil {
+	path := m.imagePath()
+	s.path = path
+	img, err := wasmsnap.Open(path, s.globals)
+	if err == nil {
 		s.img = img
 		return img
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		// Torn, truncated, of another format, or another image's copied
+		// here: never restored. Made again below, over it.
+		m.host.log.Warn("snapshot image unusable, made again (instances start cold meanwhile)", "module", m.name, "image", path, "err", err,
+			"clear", m.clearImages())
+		_ = os.Remove(path)
 	}
 	began := time.Now()
 	// The capture is the module's, not the caller's: a caller that gives
 	// up must not leave the module without an image for its life. It has
 	// its own deadline (capture).
 	ctx = context.WithoutCancel(ctx)
-	img, err := capture(ctx)
+	img, err = capture(ctx)
 	if err == nil {
 		err = m.probeImage(ctx, img)
 	}
@@ -221,47 +231,118 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 	return img
 }
 
+// imageInputs is everything an instance of m is built from before its
+// first call, and so everything its image may hold: the capture builds
+// its instance from this struct (instanceArgs), and the image's name is
+// its digest (imageKey). A new input of an instance is a new field here,
+// and with it a new name: no list of what shapes an image is kept apart
+// from what builds the instance, so none can fall behind it.
+//
+// The guest's part is Snapshot.Key (the bootstrap, the SDK, the plugin's
+// sources) with the module's digest (the interpreter's bytes); the
+// host's: the organization and manifest it was loaded with, its name, the
+// profile's verdict (effective grants and limits), its config and limits,
+// the capture's arguments, environment and mounts, the shape of its file
+// grants (where each is mounted and how: libc numbered the preopens at
+// its start, and another shape leaves the op device's descriptor pointing
+// elsewhere, "Bad file descriptor") and whether it has the op device. Two
+// organizations deploying the same sources therefore never share an
+// image: what a top level kept stays its organization's. What a grant
+// holds is not an input: a capture never sees it (grantStandIn).
+type imageInputs struct {
+	Format   int // bump to retire every image made before
+	Module   string
+	Guest    string
+	Resume   string
+	Binding  string // Module.Binding: sources, manifest, config, signature's verdict
+	Org      string
+	Manifest []byte
+	Name     string
+	Policy   *policy.Evaluation
+	Config   map[string]string
+	Limits   Limits
+	Args     []string
+	Env      map[string]string
+	Mounts   []Mount
+	Grants   []imageGrant
+	Device   bool
+}
+
+// imageGrant is a file grant as an image sees it: where it is mounted,
+// what it is and how.
+type imageGrant struct {
+	Path, Real string
+	RW         bool
+}
+
+// imageInputs returns m's image inputs (see the type): those of a
+// resident instance when m is a resident script with a resumable image,
+// else those of a command's run.
+func (m *Module) imageInputs() imageInputs {
+	in := imageInputs{Format: 1, Module: m.digest, Name: m.name, Config: m.config, Limits: m.limits}
+	if m.policy != nil {
+		in.Policy, in.Binding = m.policy.eval, m.Binding()
+	}
+	if s := m.snap; s != nil {
+		in.Guest, in.Resume, in.Org, in.Manifest = s.spec.Key, s.spec.Resume, s.scope.org, s.scope.manifest
+		in.Args, in.Env, in.Mounts = s.spec.Args, s.spec.Env, s.spec.Mounts
+	}
+	if m.script != nil && (m.snap == nil || m.snap.spec.Resume != "") {
+		in.Args, in.Env, in.Mounts, in.Device = m.script.Args, m.script.Env, m.script.Mounts, true
+	}
+	for _, g := range m.files.grants() {
+		in.Grants = append(in.Grants, imageGrant{Path: g.path, Real: g.dir.RealPath(), RW: g.dir.RW()})
+	}
+	return in
+}
+
 // imageKey names the module's image in the cache directory, which every
 // host of the machine shares (moat serve has a host per organization):
-// the digest of everything that shaped the image besides the module's
-// bytes. Snapshot.Key is the guest's part (the interpreter, the SDK, the
-// plugin's sources); the rest is the host's: the organization and the
-// manifest the module was loaded with, its name and memory limit, the
-// capture's arguments, environment and mounts, and the shape of its file
-// grants (where each is mounted and how). Two organizations deploying
-// the same sources therefore never share an image: what a top level kept
-// (a random key it made, what its environment held) stays its
-// organization's, and an image is never restored into an instance whose
-// directories are mounted in another order than its capture's (libc
-// numbered them at its start; another shape left the op device's
-// descriptor pointing elsewhere, "Bad file descriptor"). What a grant
-// holds is not in the key: a capture never sees it (grantStandIn).
+// the digest of its imageInputs.
 func (m *Module) imageKey() string {
+	in := m.imageInputs()
+	// A mount whose content is named is named by it, not by where it is
+	// (Mount.Content).
+	in.Mounts = slices.Clone(in.Mounts)
+	for i := range in.Mounts {
+		if in.Mounts[i].Content != "" {
+			in.Mounts[i].HostDir = ""
+		}
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		// Unique to this module: an image no other shares.
+		b = []byte(fmt.Sprintf("unencodable %p: %v", m, err))
+	}
+	return SnapshotKey(b)
+}
+
+// imagePath is where m's image is kept.
+func (m *Module) imagePath() string {
+	return filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+m.imageKey()+".img")
+}
+
+// clearImages says how to remove every image of the cache directory.
+func (m *Module) clearImages() string {
+	return "rm -r " + filepath.Join(m.host.cacheDir, "snapshots")
+}
+
+// dropImage forgets img, which an instance failed to start from (cause),
+// and removes its file: the module's instances start cold from now on in
+// this process, and the next process makes a new image. It returns the
+// image's path.
+func (m *Module) dropImage(img *wasmsnap.Image, cause error) string {
 	s := m.snap
-	args, env, mounts := s.spec.Args, s.spec.Env, s.spec.Mounts
-	if m.script != nil && s.spec.Resume != "" {
-		args, env, mounts = m.script.Args, m.script.Env, m.script.Mounts
+	s.mu.Lock()
+	if s.img == img {
+		s.img, s.failed = nil, fmt.Errorf("an instance failed to start from the image: %w", cause)
 	}
-	parts := [][]byte{[]byte(s.spec.Key), []byte("org"), []byte(s.scope.org), []byte("manifest"), s.scope.manifest,
-		[]byte("name"), []byte(m.name), []byte("memory"), []byte(strconv.FormatUint(uint64(m.limits.MemoryLimitPages), 10)),
-		[]byte("args"), []byte(strconv.Itoa(len(args)))}
-	for _, a := range args {
-		parts = append(parts, []byte(a))
-	}
-	parts = append(parts, []byte("env"), []byte(strconv.Itoa(len(env))))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		parts = append(parts, []byte(k), []byte(env[k]))
-	}
-	parts = append(parts, []byte("mounts"), []byte(strconv.Itoa(len(mounts))))
-	for _, mt := range mounts {
-		parts = append(parts, []byte(mt.HostDir), []byte(mt.GuestPath), []byte(strconv.FormatBool(mt.ReadOnly)), []byte(strconv.FormatBool(mt.Granted)))
-	}
-	grants := m.files.grants()
-	parts = append(parts, []byte("grants"), []byte(strconv.Itoa(len(grants))))
-	for _, g := range grants {
-		parts = append(parts, []byte(g.path), []byte(g.dir.RealPath()), []byte(strconv.FormatBool(g.dir.RW())))
-	}
-	return SnapshotKey(parts...)
+	path := s.path
+	s.mu.Unlock()
+	_ = os.Remove(path)
+	m.host.log.Warn("an instance failed to start from its snapshot image: the image is removed and instances start cold",
+		"module", m.name, "image", path, "err", firstLine(cause), "clear", m.clearImages())
+	return path
 }
 
 // manifestBytes is the manifest a module was loaded with, as signed or
@@ -285,10 +366,10 @@ const maxImageBytes = 1 << 30
 // captureCommand captures a run of the command as Snapshot's Args, Env and
 // Mounts say.
 func (m *Module) captureCommand(ctx context.Context) (*wasmsnap.Image, error) {
-	s := m.snap.spec
-	mc := m.commandConfig(s.Args, s.Env, io.Discard, io.Discard, func() context.Context { return ctx })
+	in := m.imageInputs()
+	mc := m.commandConfig(in.Args, in.Env, io.Discard, io.Discard, func() context.Context { return ctx })
 	fsc := wazero.NewFSConfig()
-	for _, mt := range s.Mounts {
+	for _, mt := range in.Mounts {
 		fsc = dirMount(fsc, mt)
 	}
 	return m.capture(ctx, mc.WithFSConfig(fsc), nil)

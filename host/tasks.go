@@ -38,7 +38,7 @@ type TaskLimits struct {
 
 // taskConfig is the task family's view of m (ops.Env.Tasks).
 func (m *Module) taskConfig() *ops.TaskConfig {
-	return &ops.TaskConfig{CheckAction: m.checkTaskAction, MaxQueued: m.host.cfg.Tasks.MaxQueued}
+	return &ops.TaskConfig{CheckAction: m.checkTaskAction, MaxQueued: m.host.cfg.Tasks.MaxQueued, Origin: m.host.cfg.TaskOrigin}
 }
 
 // checkTaskAction refuses an action a task of m cannot run.
@@ -74,6 +74,13 @@ var ErrTaskUnauthorized = errors.New("the task's principal may no longer run it"
 // required.
 type TaskRunnerConfig struct {
 	Store *store.Store
+	// Origin is the origin whose tasks the runner claims (store.Task.Origin,
+	// Config.TaskOrigin of the hosts whose modules enqueue them): "" for
+	// the modules the store holds (moat serve; every replica may load
+	// them), or the one origin of modules only this process has (moat run
+	// --wait). A runner never claims a task of another origin: it could
+	// not run its module.
+	Origin string
 	// Resolve returns the module that a task of org's module named name
 	// runs on: its current version, whose grants and limits apply to
 	// the run. An error wrapping ErrModuleGone fails the task at once;
@@ -214,7 +221,7 @@ func (r *TaskRunner) Run(ctx context.Context) error {
 			nextPrune = now.Add(pruneEvery)
 		}
 		if free := r.cfg.Concurrency - running; free > 0 && ctx.Err() == nil {
-			tasks, err := st.TaskClaim(ctx, now, r.cfg.Lease, free)
+			tasks, err := st.TaskClaimOrigin(ctx, r.cfg.Origin, now, r.cfg.Lease, free)
 			switch {
 			case err != nil && ctx.Err() == nil && !failing:
 				r.log.Error("tasks: claim", "err", err)
@@ -301,7 +308,7 @@ func (r *TaskRunner) run(ctx context.Context, t store.Task) {
 	m, err := r.cfg.Resolve(actx, t.Org, t.Module)
 	if err != nil || m == nil {
 		if errors.Is(err, ErrModuleGone) {
-			r.fail(actx, log, nil, &t, abi.CodeNotFound, fmt.Sprintf("module %s of organization %s was deleted after the task was enqueued", t.Module, t.Org), true)
+			r.fail(actx, log, nil, &t, abi.CodeNotFound, fmt.Sprintf("module %s of organization %s is not in the store (deleted, or never uploaded there): the task cannot run", t.Module, t.Org), true)
 			return
 		}
 		// Not loaded here (yet: a replica follows uploads within a

@@ -55,6 +55,13 @@ var taskBackends = []taskBackend{
 // task profile.
 func taskHost(t *testing.T, loc string) *host.Host {
 	t.Helper()
+	return taskHostOrigin(t, loc, "")
+}
+
+// taskHostOrigin is taskHost whose modules' tasks record origin
+// (host.Config.TaskOrigin).
+func taskHostOrigin(t *testing.T, loc, origin string) *host.Host {
+	t.Helper()
 	ctx := context.Background()
 	p, err := policy.ParseProfile("tasks.yaml", []byte(taskProfile))
 	if err != nil {
@@ -64,7 +71,8 @@ func taskHost(t *testing.T, loc string) *host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TaskOrigin: origin})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
@@ -295,15 +303,16 @@ func TestTaskRetries(t *testing.T) {
 	})
 }
 
-// TestTaskModuleGone: a task of a module deleted since it was enqueued
-// fails at once, saying so.
+// TestTaskModuleGone: a task of a module the store does not hold
+// (deleted since it was enqueued, or never there) fails at once, on its
+// first attempt, naming the module: no retry can bring it back.
 func TestTaskModuleGone(t *testing.T) {
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
 	id := startTask(t, m, ann, "corr", map[string]any{"action": "work", "input": "x", "max_attempts": 5})
 	startRunner(t, h, host.TaskRunnerConfig{}) // knows no module
 	tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
-	if tk.State != abi.TaskFailed || tk.Attempts != 1 || !strings.Contains(tk.Error, "was deleted") || tk.Code != string(abi.CodeNotFound) {
+	if tk.State != abi.TaskFailed || tk.Attempts != 1 || !strings.Contains(tk.Error, "module tasker of organization acme is not in the store") || tk.Code != string(abi.CodeNotFound) {
 		t.Errorf("task of a deleted module = %+v", tk)
 	}
 }
@@ -548,4 +557,60 @@ func TestTaskRateLimited(t *testing.T) {
 	if err != nil || tk.State != abi.TaskQueued || tk.Attempts != 0 || tk.RunAt.Before(time.Now()) {
 		t.Errorf("a rate-limited task = %+v, %v; want queued again, no attempt spent, to run later", tk, err)
 	}
+}
+
+// TestTaskOrigin: a runner claims only the tasks of its origin
+// (store.Task.Origin), on both backends: a task enqueued by a module only
+// one process has (moat run's "run:DIR") is never claimed by a runner
+// serving the store's modules (moat serve, any replica), which could not
+// run it, and it runs on the runner of its origin; the store's tasks are
+// never claimed by a moat run. Two hosts share one store, as moat serve
+// and moat run do on a data directory (SQLite) or replicas on one
+// database (PostgreSQL).
+func TestTaskOrigin(t *testing.T) {
+	const runOrigin = "run:/home/ann/plugins/tasker"
+	forBackends(t, func(t *testing.T, b taskBackend) {
+		loc := b.location(t)
+		served := loadTaskGuest(t, taskHostOrigin(t, loc, ""), "tasker", "")
+		runHost := taskHostOrigin(t, loc, runOrigin)
+		local := loadTaskGuest(t, runHost, "tasker", "")
+		st := runHost.Store()
+		sc := store.Scope{Org: "acme", Module: "tasker"}
+		var mu sync.Mutex
+		ranOn := map[string]string{} // task id → runner
+		onStart := func(name string) func(*store.Task) {
+			return func(tk *store.Task) {
+				mu.Lock()
+				defer mu.Unlock()
+				ranOn[tk.ID] += name
+			}
+		}
+		// The server's runner first, alone: it must leave the run's task.
+		fromRun := startTask(t, local, ann, "corr-run", map[string]any{"action": "work", "input": "r", "max_attempts": 3})
+		fromServed := startTask(t, served, ann, "corr-served", map[string]any{"action": "work", "input": "s", "max_attempts": 3})
+		if tk, err := st.TaskGet(context.Background(), sc, fromRun); err != nil || tk.Origin != runOrigin {
+			t.Fatalf("the run's task = %+v, %v; want origin %q", tk, err, runOrigin)
+		}
+		startRunner(t, runHost, host.TaskRunnerConfig{OnStart: onStart("serve")}, served)
+		if tk := waitTask(t, st, sc, fromServed); tk.State != abi.TaskDone || tk.Origin != "" {
+			t.Fatalf("the served module's task = %+v; want done", tk)
+		}
+		time.Sleep(300 * time.Millisecond) // six polls of the server's runner
+		tk, err := st.TaskGet(context.Background(), sc, fromRun)
+		if err != nil || tk.State != abi.TaskQueued || tk.Attempts != 0 || tk.Error != "" {
+			t.Fatalf("the run's task after the server's runner polled = %+v, %v; want queued, no attempt spent", tk, err)
+		}
+		// The runner of the run's origin runs it, and no other.
+		startRunner(t, runHost, host.TaskRunnerConfig{Origin: runOrigin, OnStart: onStart("run")}, local)
+		if tk := waitTask(t, st, sc, fromRun); tk.State != abi.TaskDone || tk.Attempts != 1 {
+			t.Fatalf("the run's task = %+v; want done on its first attempt", tk)
+		}
+		again := startTask(t, served, ann, "corr-served-2", map[string]any{"action": "work", "input": "s2"})
+		waitTask(t, st, sc, again)
+		mu.Lock()
+		defer mu.Unlock()
+		if ranOn[fromRun] != "run" || ranOn[fromServed] != "serve" || ranOn[again] != "serve" {
+			t.Errorf("attempts by runner = %v; want the run's task on the run's runner only, the served ones on the server's", ranOn)
+		}
+	})
 }

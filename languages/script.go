@@ -132,6 +132,13 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 		resident = d.Resident(src)
 	}
 	sc := &host.Script{Args: a.Args, Env: a.Env, Source: PackSources(src), Mounts: a.RunMounts(dir), Resident: resident}
+	// What /src holds is a.Files, whatever the directory's name: an image
+	// of the plugin is named by them (host.Mount.Content).
+	for i := range sc.Mounts {
+		if sc.Mounts[i].HostDir == dir {
+			sc.Mounts[i].Content = filesDigest(a.Files)
+		}
+	}
 	if p, ok := l.(InterpreterProvider); ok {
 		if !resident {
 			return nil, fmt.Errorf("%s plugin: %s registers no action handler; a %s plugin serves its actions from handlers, one instance many calls: %s",
@@ -209,4 +216,16 @@ func writeSourceDir(root string, files []File) (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+// filesDigest names files by their names and contents, in name order.
+func filesDigest(files []File) string {
+	fs := slices.Clone(files)
+	slices.SortFunc(fs, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	h := sha256.New()
+	for _, f := range fs {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Content))
+		h.Write(f.Content)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -43,6 +43,10 @@ type globalFlags struct {
 	// the life of the process (closing it tells the watcher the host is
 	// gone; see backstop.go).
 	backstop *os.File
+	// taskOrigin is where the tasks of the modules this command's host
+	// loads run (host.Config.TaskOrigin): moat run's runOrigin, else
+	// cliOrigin.
+	taskOrigin string
 }
 
 func newRootCmd() *cobra.Command {

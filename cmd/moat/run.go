@@ -50,6 +50,9 @@ type runFlags struct {
 	// profile, secrets key, model providers and media settings.
 	serverConfig string
 	changed      func(string) bool
+	// wait bounds --wait: how long moat run runs the tasks its plugin
+	// enqueued after the action (0: it does not; runtasks.go).
+	wait time.Duration
 
 	grant grantFlags // --dir, --file (WASI commands)
 }
@@ -127,6 +130,8 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.StringVar(&f.confirm, "confirm", "", "run a confirm-required action with the token moat printed when it asked")
 	fl.StringArrayVar(&f.grant.dirs, "dir", nil, "a host directory a WASI command sees: HOST[:GUEST][:ro|rw], read-only unless :rw (repeatable; a plugin's are its manifest's filesystem grants)")
 	fl.StringArrayVar(&f.grant.files, "file", nil, "a host file a WASI command may read: HOST[:GUEST] (repeatable)")
+	fl.DurationVar(&f.wait, "wait", 0, "after the action, run the background tasks it enqueued (task.enqueue) here, for up to this long (--wait alone: "+defaultTaskWait.String()+"); no server runs a moat run plugin's tasks")
+	fl.Lookup("wait").NoOptDefVal = defaultTaskWait.String()
 	fl.StringVar(&f.serverConfig, "server-config", "", "run as a server configured by this file would (moat serve's YAML): its store (data_dir or database_url), profile, secrets key, model providers (ai:) and media settings; --data and --profile still win")
 	return cmd
 }
@@ -159,6 +164,15 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if f.correlate == "" {
 		f.correlate = newCorrelationID()
 	}
+	if f.wait < 0 {
+		return usagef("--wait %s: give a positive duration such as 30s or 5m", f.wait)
+	}
+	if f.wait > 0 && len(args) != 2 {
+		return usagef("--wait runs the tasks an action enqueues: name an ACTION")
+	}
+	// The tasks this plugin enqueues are this process's: no server that
+	// shares the store has its module (runtasks.go).
+	g.taskOrigin = runOrigin(args[0])
 	// A plugin from source whose module is missing or stale is built
 	// first, before anything is read or the process confines itself.
 	if _, err := buildIfStale(ctx, g, args[0]); err != nil {
@@ -234,7 +248,10 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		if err != nil {
 			return err
 		}
-		return writeOutput(os.Stdout, res.Output)
+		if err := writeOutput(os.Stdout, res.Output); err != nil {
+			return err
+		}
+		return afterRun(ctx, g, f, h, mod)
 	}
 
 	if len(args) == 2 {
@@ -242,7 +259,10 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		if err != nil {
 			return err
 		}
-		return writeOutput(os.Stdout, res.Output)
+		if err := writeOutput(os.Stdout, res.Output); err != nil {
+			return err
+		}
+		return afterRun(ctx, g, f, h, mod)
 	}
 
 	if mod.Kind() == host.KindPlugin || mod.Kind() == host.KindExtism {
@@ -281,7 +301,11 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile}
+	origin := g.taskOrigin
+	if origin == "" {
+		origin = cliOrigin
+	}
+	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile, TaskOrigin: origin}
 	if s := g.server; s != nil {
 		return newServerHost(ctx, g, cfg, s)
 	}

@@ -164,7 +164,10 @@ func runInterpretedPlugin(ctx context.Context, g *globalFlags, f *runFlags, dir 
 	if err != nil {
 		return err
 	}
-	return writeOutput(os.Stdout, res.Output)
+	if err := writeOutput(os.Stdout, res.Output); err != nil {
+		return err
+	}
+	return afterRun(ctx, g, f, h, mod)
 }
 
 // pluginSource reads the plugin's source files (those with the language's

@@ -187,7 +187,10 @@ func runNativePlugin(ctx context.Context, g *globalFlags, f *runFlags, dir strin
 	if err != nil {
 		return err
 	}
-	return writeOutput(os.Stdout, res.Output)
+	if err := writeOutput(os.Stdout, res.Output); err != nil {
+		return err
+	}
+	return afterRun(ctx, g, f, h, mod)
 }
 
 // readableByAll makes the directories from base down to dir traversable

@@ -231,6 +231,11 @@ func printTask(w io.Writer, t *store.Task) {
 	if t.Schedule != "" {
 		line("schedule", termSafe(t.Schedule))
 	}
+	if dir, ok := strings.CutPrefix(t.Origin, "run:"); ok {
+		line("runs in", "moat run "+termSafe(dir)+" ... --wait (no server runs it)")
+	} else if t.Origin != "" {
+		line("origin", termSafe(t.Origin))
+	}
 	line("created", t.CreatedAt.Local().Format(time.RFC3339))
 	switch {
 	case t.State == "queued":

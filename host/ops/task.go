@@ -33,6 +33,10 @@ type TaskConfig struct {
 	// MaxQueued bounds the tasks queued or running per organization and
 	// module (store.DefaultMaxQueuedTasks when 0).
 	MaxQueued int
+	// Origin is recorded on every task enqueued (store.Task.Origin):
+	// where it runs, so that no runner claims a task of a module it does
+	// not have.
+	Origin string
 }
 
 func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueResponse, error) {
@@ -61,7 +65,7 @@ func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueRespons
 	p := env.Principal
 	id, existing, err := env.Store.TaskEnqueue(env.Context, store.NewTask{
 		Org: p.Org, Module: env.Module, Action: req.Action, Input: input, User: p.User, Roles: p.Roles,
-		CorrelationID: env.CorrelationID, RunAt: runAt, MaxAttempts: req.MaxAttempts, Key: req.Key,
+		CorrelationID: env.CorrelationID, RunAt: runAt, MaxAttempts: req.MaxAttempts, Key: req.Key, Origin: tc.Origin,
 	}, tc.MaxQueued)
 	if err != nil {
 		return nil, storeError(env, abi.OpTaskEnqueue, err)

@@ -49,6 +49,13 @@ type Task struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	FinishedAt time.Time // zero until done, failed or cancelled
+	// Origin is where the task runs: "" for a module the store holds,
+	// which any runner on the store (every replica) may load; any other
+	// value names the one runner that has the module (moat run's
+	// "run:DIR": a plugin loaded from a directory, which no server has).
+	// A runner claims only its origin's tasks (TaskClaimOrigin), so a
+	// task never lands on a runner that cannot run it.
+	Origin string
 }
 
 // Finished reports whether the task reached a final state.
@@ -67,6 +74,7 @@ type NewTask struct {
 	RunAt         time.Time // zero: now
 	MaxAttempts   int       // 0: abi.DefaultTaskAttempts
 	Key           string
+	Origin        string // Task.Origin: "" for a module the store holds
 }
 
 // TaskFilter selects tasks for TaskList. Org "" is every organization:
@@ -78,6 +86,7 @@ type NewTask struct {
 type TaskFilter struct {
 	Org, Module, State, ID string
 	User                   string
+	Origin                 string // "" for every origin
 	Before                 *Task
 	Limit                  int
 }
@@ -154,6 +163,8 @@ func checkNewTask(t *NewTask, now time.Time) error {
 		return bad("key is not valid UTF-8 text without NUL")
 	case !utf8.ValidString(t.CorrelationID) || len(t.CorrelationID) > 128:
 		return bad("correlation id is not 0-128 bytes of UTF-8")
+	case !utf8.ValidString(t.Origin) || len(t.Origin) > 4096 || strings.ContainsRune(t.Origin, 0):
+		return bad("origin is not 0-4096 bytes of UTF-8 without NUL")
 	}
 	for i, r := range t.Roles {
 		if r == "" || len(r) > 128 || !utf8.ValidString(r) {
@@ -217,7 +228,7 @@ func (t *NewTask) row(now time.Time) (driver.TaskRow, error) {
 	return driver.TaskRow{
 		ID: id, Org: t.Org, Module: t.Module, Action: t.Action, Input: input, User: t.User, Roles: string(rj),
 		CorrelationID: corr, Key: t.Key, State: abi.TaskQueued, MaxAttempts: t.MaxAttempts,
-		RunAt: t.RunAt.UnixNano(), CreatedAt: n, UpdatedAt: n,
+		RunAt: t.RunAt.UnixNano(), CreatedAt: n, UpdatedAt: n, Origin: t.Origin,
 	}, nil
 }
 
@@ -311,7 +322,7 @@ func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
 	if limit <= 0 {
 		limit = DefaultTaskLimit
 	}
-	df := driver.TaskFilter{Org: f.Org, Module: f.Module, State: f.State, ID: f.ID, User: f.User, Limit: min(limit, MaxTaskLimit)}
+	df := driver.TaskFilter{Org: f.Org, Module: f.Module, State: f.State, ID: f.ID, User: f.User, Origin: f.Origin, Limit: min(limit, MaxTaskLimit)}
 	if f.State != "" && !slices.Contains(taskStates, f.State) {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "task list: state %q is not one of %s", clip(f.State), strings.Join(taskStates, ", "))
 	}
@@ -386,13 +397,21 @@ func (s *Store) TaskRetry(ctx context.Context, org, id string) (t *Task, changed
 // time has come, and running tasks whose lease lapsed (their runner
 // died). A lapsed task with no attempt left is failed instead, with an
 // error saying so. Each task is claimed by one caller at a time, across
-// processes and replicas.
+// processes and replicas. It claims the tasks of the store's modules
+// (Origin ""), as TaskClaimOrigin does for another origin.
 func (s *Store) TaskClaim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Task, error) {
+	return s.TaskClaimOrigin(ctx, "", now, lease, limit)
+}
+
+// TaskClaimOrigin is TaskClaim for the tasks of origin alone (Task.Origin):
+// a runner passes the origin whose modules it has, and never takes a
+// task of a module it cannot run.
+func (s *Store) TaskClaimOrigin(ctx context.Context, origin string, now time.Time, lease time.Duration, limit int) ([]Task, error) {
 	if limit <= 0 || lease <= 0 {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "store: task claim: limit %d and lease %s must be more than 0", limit, lease)
 	}
 	n := now.UnixNano()
-	rows, err := s.b.TaskClaim(ctx, n, now.Add(lease).UnixNano(), newClaim(), limit,
+	rows, err := s.b.TaskClaim(ctx, origin, n, now.Add(lease).UnixNano(), newClaim(), limit,
 		"the runner of its last attempt stopped before it ended (its lease lapsed), and no attempt is left", string(abi.CodeUnavailable))
 	if err != nil {
 		return nil, fmt.Errorf("store: task claim: %w", err)
@@ -545,7 +564,7 @@ func taskFromRow(r *driver.TaskRow) (*Task, error) {
 		ID: r.ID, Org: r.Org, Module: r.Module, Action: r.Action, Input: r.Input, User: r.User,
 		CorrelationID: r.CorrelationID, Key: r.Key, Schedule: r.Schedule, State: r.State, Attempts: r.Attempts,
 		MaxAttempts: r.MaxAttempts, RunAt: fromNanos(r.RunAt), Claim: r.Claim, Result: r.Result, Error: r.Error, Code: r.Code,
-		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt),
+		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt), Origin: r.Origin,
 	}
 	if r.LeaseUntil != 0 {
 		t.LeaseUntil = fromNanos(r.LeaseUntil)

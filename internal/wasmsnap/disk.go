@@ -1,6 +1,7 @@
 package wasmsnap
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,29 +16,54 @@ import (
 // guest's memory).
 
 // Load reads the image Save wrote at path, for a module defining globals
-// globals; nil when there is none, or it is damaged or of another module.
-// A use renews the file's time, so that Prune removes it last.
+// globals; nil when there is none, or it is damaged, of another module or
+// of another file (Open).
 func Load(path string, globals int) *Image {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	img, err := Unmarshal(b)
-	if err != nil || len(img.Globals) != globals {
-		return nil
-	}
-	now := time.Now()
-	_ = os.Chtimes(path, now, now)
+	img, _ := Open(path, globals)
 	return img
 }
 
+// Open reads the image Save wrote at path, for a module defining globals
+// globals. The error wraps fs.ErrNotExist when there is none; otherwise it
+// says why the file is no image to use: damaged (torn, truncated, another
+// format), made for another file (Image.Key: copied or renamed here), or
+// of a module with other globals. A use renews the file's time, so that
+// Prune removes it last.
+func Open(path string, globals int) (*Image, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	img, err := Unmarshal(b)
+	switch {
+	case err != nil:
+		return nil, err
+	case img.Key != filepath.Base(path):
+		return nil, fmt.Errorf("wasmsnap: the image was made as %q, not as this file (copied or renamed from another image)", clipKey(img.Key))
+	case len(img.Globals) != globals:
+		return nil, fmt.Errorf("wasmsnap: the image has %d globals; the module has %d (another module's image)", len(img.Globals), globals)
+	}
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
+	return img, nil
+}
+
+func clipKey(k string) string {
+	if len(k) > 80 {
+		return k[:80] + "..."
+	}
+	return k
+}
+
 // Save writes img at path (mode 0600, its directory 0700), whole or not
-// at all (atomicfile).
+// at all (atomicfile), bound to the file's name (Image.Key).
 func Save(path string, img *Image) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, img.Marshal())
+	c := *img
+	c.Key = filepath.Base(path)
+	return atomicfile.Write(path, c.Marshal())
 }
 
 // Prune removes the least recently used images (by modification time,

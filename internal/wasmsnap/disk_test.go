@@ -1,8 +1,11 @@
 package wasmsnap_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +62,55 @@ func TestSaveLoad(t *testing.T) {
 	}
 	if wasmsnap.Load(path, 1) != nil {
 		t.Error("loaded a damaged image")
+	}
+}
+
+// TestOpenRefusesForeignImages: a file that is not the image saved under
+// its name is refused with the reason (never restored): another image
+// copied or renamed over it, a truncated one, another format's, an empty
+// file, a module's with other globals; a missing one is fs.ErrNotExist.
+func TestOpenRefusesForeignImages(t *testing.T) {
+	dir := t.TempDir()
+	img := &wasmsnap.Image{Pages: 1, Globals: []uint64{7}, Runs: []wasmsnap.Run{{Off: 16, Data: []byte("state")}}}
+	other := filepath.Join(dir, "other.img")
+	if err := wasmsnap.Save(other, img); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile(other)
+	v2 := append([]byte("moatimg\x02"), good[len("moatimg\x03"):]...)
+	for _, c := range []struct {
+		name  string
+		bytes []byte // nil: no file
+		want  string
+	}{
+		{"missing", nil, "no such file"},
+		{"copied from another image", good, `made as "other.img"`},
+		{"truncated", good[:len(good)/2], "not an image"},
+		{"empty", []byte{}, "not an image"},
+		{"the previous format", v2, "not an image"},
+		{"garbage", []byte("#!/bin/sh\nrm -rf /\n"), "not an image"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, "m.img")
+			os.Remove(path)
+			if c.bytes != nil {
+				if err := os.WriteFile(path, c.bytes, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := wasmsnap.Open(path, 1)
+			if got != nil || err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Open = %v, %v; want no image, an error saying %q", got, err, c.want)
+			}
+			if (c.bytes == nil) != errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("Open's error %v: fs.ErrNotExist only for a missing file", err)
+			}
+		})
+	}
+	if _, err := wasmsnap.Open(other, 2); err == nil || !strings.Contains(err.Error(), "has 1 globals; the module has 2") {
+		t.Errorf("Open for other globals: %v", err)
+	}
+	if got, err := wasmsnap.Open(other, 1); err != nil || got.Key != "other.img" {
+		t.Errorf("Open of the image saved there = %+v, %v", got, err)
 	}
 }

@@ -57,6 +57,11 @@ type Image struct {
 	// Values are what the guest told the host as it was captured (the
 	// address of an object the entry needs, say).
 	Values []uint64
+	// Key is what the image was made for: Save records the name of its
+	// file (named after everything the image depends on), and Open
+	// refuses an image found under another name (copied or renamed from
+	// another's: restored, it would be another module's state).
+	Key string
 }
 
 // Run is Data at offset Off of the memory.
@@ -164,12 +169,17 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // imageMagic starts a marshalled image; its last byte is the format's
 // version.
-var imageMagic = []byte("moatimg\x02")
+var imageMagic = []byte("moatimg\x03")
+
+// maxKeyLen bounds an image's Key.
+const maxKeyLen = 1024
 
 // Marshal encodes the image for the disk, ending with a CRC-32C so that a
 // torn file is found out.
 func (img *Image) Marshal() []byte {
 	b := append([]byte{}, imageMagic...)
+	b = binary.AppendUvarint(b, uint64(len(img.Key)))
+	b = append(b, img.Key...)
 	b = binary.AppendUvarint(b, uint64(img.Pages))
 	b = binary.AppendUvarint(b, uint64(len(img.Globals)))
 	for _, g := range img.Globals {
@@ -206,7 +216,15 @@ func Unmarshal(b []byte) (*Image, error) {
 		}
 		return v
 	}
-	img := &Image{Pages: uint32(u())}
+	img := &Image{}
+	nk := u()
+	if nk > maxKeyLen || nk > uint64(r.Len()) {
+		return nil, bad
+	}
+	key := make([]byte, nk)
+	_, _ = r.Read(key)
+	img.Key = string(key)
+	img.Pages = uint32(u())
 	if img.Pages > 65536 {
 		return nil, bad
 	}

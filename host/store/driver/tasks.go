@@ -19,6 +19,10 @@ type TaskRow struct {
 	Error, Code             string
 	CreatedAt, UpdatedAt    int64
 	FinishedAt              int64
+	// Origin is where the task runs: "" for the store's own modules
+	// (any runner that loads modules from the store), else a name only
+	// the runner of that origin claims (store.Task.Origin).
+	Origin string
 }
 
 // TaskFilter selects tasks: of Org (every organization when empty),
@@ -28,6 +32,7 @@ type TaskRow struct {
 type TaskFilter struct {
 	Org, Module, State, ID string
 	User                   string // the enqueuer's user; "" for any
+	Origin                 string // the tasks of this origin only; "" for any
 	BeforeCreated          int64
 	BeforeID               string
 	HasBefore              bool
@@ -73,8 +78,9 @@ type TaskBackend interface {
 	// expired lease, the longest due first: state running, one more
 	// attempt, LeaseUntil leaseUntil, Claim claim. It returns them as
 	// claimed. A task is claimed by one caller at a time, across
-	// processes.
-	TaskClaim(ctx context.Context, now, leaseUntil int64, claim string, limit int, expiredError, expiredCode string) ([]TaskRow, error)
+	// processes. Only tasks whose Origin is origin are failed or
+	// claimed: a runner never takes a task of a module it cannot run.
+	TaskClaim(ctx context.Context, origin string, now, leaseUntil int64, claim string, limit int, expiredError, expiredCode string) ([]TaskRow, error)
 	// TaskExtend moves the lease of a task still running under claim
 	// to leaseUntil; ErrNotFound when the claim is lost (the task was
 	// cancelled, or its lease expired and another caller claimed it).

@@ -425,6 +425,13 @@ CREATE TABLE secrets (
 	PRIMARY KEY (org, name)
 );
 `},
+	{Name: "tasks_origin", SQL: `
+-- Where a task runs (store.Task.Origin): '' for a module the store holds,
+-- which any replica may load; another value for a module only one runner
+-- has (moat run's plugin from its directory), which no replica claims.
+-- An expand step: a moat that predates it inserts and claims as before.
+ALTER TABLE tasks ADD COLUMN origin text NOT NULL DEFAULT '';
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

@@ -26,19 +26,19 @@ import (
 //     cannot overwrite the task.
 
 const taskColumns = `id, org, module, action, input, user_id, roles, correlation_id, key, schedule, state, attempts,
-	max_attempts, run_at, lease_until, claim, coalesce(result, ''::bytea), error, code, created_at, updated_at, finished_at`
+	max_attempts, run_at, lease_until, claim, coalesce(result, ''::bytea), error, code, created_at, updated_at, finished_at, origin`
 
 // claimedColumns are taskColumns qualified, for the claim's RETURNING
 // (its FROM names the picked ids too).
 const claimedColumns = `tasks.id, tasks.org, tasks.module, tasks.action, tasks.input, tasks.user_id, tasks.roles,
 	tasks.correlation_id, tasks.key, tasks.schedule, tasks.state, tasks.attempts, tasks.max_attempts, tasks.run_at,
 	tasks.lease_until, tasks.claim, coalesce(tasks.result, ''::bytea), tasks.error, tasks.code, tasks.created_at,
-	tasks.updated_at, tasks.finished_at`
+	tasks.updated_at, tasks.finished_at, tasks.origin`
 
 func taskDest(t *driver.TaskRow) []any {
 	return []any{&t.ID, &t.Org, &t.Module, &t.Action, &t.Input, &t.User, &t.Roles, &t.CorrelationID, &t.Key, &t.Schedule,
 		&t.State, &t.Attempts, &t.MaxAttempts, &t.RunAt, &t.LeaseUntil, &t.Claim, &t.Result, &t.Error, &t.Code,
-		&t.CreatedAt, &t.UpdatedAt, &t.FinishedAt}
+		&t.CreatedAt, &t.UpdatedAt, &t.FinishedAt, &t.Origin}
 }
 
 func collectTasks(rows pgx.Rows) ([]driver.TaskRow, error) {
@@ -89,10 +89,10 @@ func insertTask(ctx context.Context, tx pgx.Tx, t driver.TaskRow, maxActive int)
 	}
 	_, err = tx.Exec(ctx, `
 INSERT INTO tasks (id, org, module, action, input, user_id, roles, correlation_id, key, schedule, state, attempts,
-	max_attempts, run_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13, $14, $15)`,
+	max_attempts, run_at, created_at, updated_at, origin)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0, $12, $13, $14, $15, $16)`,
 		t.ID, t.Org, t.Module, t.Action, t.Input, t.User, t.Roles, t.CorrelationID, t.Key, t.Schedule, t.State,
-		t.MaxAttempts, t.RunAt, t.CreatedAt, t.UpdatedAt)
+		t.MaxAttempts, t.RunAt, t.CreatedAt, t.UpdatedAt, t.Origin)
 	if err != nil {
 		return "", false, conflict(err)
 	}
@@ -127,7 +127,7 @@ func (d *DB) TaskList(ctx context.Context, f driver.TaskFilter) ([]driver.TaskRo
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}, {"user_id", f.User}} {
+	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}, {"user_id", f.User}, {"origin", f.Origin}} {
 		if c.v != "" {
 			where = append(where, c.col+" = "+arg(c.v))
 		}
@@ -148,28 +148,28 @@ func (d *DB) TaskList(ctx context.Context, f driver.TaskFilter) ([]driver.TaskRo
 }
 
 // TaskClaim implements driver.Backend.
-func (d *DB) TaskClaim(ctx context.Context, now, leaseUntil int64, claim string, limit int, expiredError, expiredCode string) ([]driver.TaskRow, error) {
+func (d *DB) TaskClaim(ctx context.Context, origin string, now, leaseUntil int64, claim string, limit int, expiredError, expiredCode string) ([]driver.TaskRow, error) {
 	var out []driver.TaskRow
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 UPDATE tasks SET state = 'failed', error = $1, code = $2, finished_at = $3, updated_at = $3, lease_until = 0, claim = ''
-WHERE id IN (SELECT id FROM tasks WHERE state = 'running' AND lease_until < $3 AND attempts >= max_attempts
-	FOR UPDATE SKIP LOCKED)`, expiredError, expiredCode, now); err != nil {
+WHERE id IN (SELECT id FROM tasks WHERE state = 'running' AND lease_until < $3 AND attempts >= max_attempts AND origin = $4
+	FOR UPDATE SKIP LOCKED)`, expiredError, expiredCode, now, origin); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
 WITH queued AS (
-	SELECT id, run_at AS due FROM tasks WHERE state = 'queued' AND run_at <= $1
+	SELECT id, run_at AS due FROM tasks WHERE state = 'queued' AND run_at <= $1 AND origin = $5
 	ORDER BY run_at LIMIT $4 FOR UPDATE SKIP LOCKED
 ), lapsed AS (
-	SELECT id, lease_until AS due FROM tasks WHERE state = 'running' AND lease_until < $1 AND attempts < max_attempts
+	SELECT id, lease_until AS due FROM tasks WHERE state = 'running' AND lease_until < $1 AND attempts < max_attempts AND origin = $5
 	ORDER BY lease_until LIMIT $4 FOR UPDATE SKIP LOCKED
 ), pick AS (
 	SELECT id FROM (SELECT id, due FROM queued UNION ALL SELECT id, due FROM lapsed) d ORDER BY due LIMIT $4
 )
 UPDATE tasks SET state = 'running', attempts = tasks.attempts + 1, lease_until = $2, claim = $3, updated_at = $1
 FROM pick WHERE tasks.id = pick.id
-RETURNING `+claimedColumns, now, leaseUntil, claim, limit)
+RETURNING `+claimedColumns, now, leaseUntil, claim, limit, origin)
 		if err != nil {
 			return err
 		}

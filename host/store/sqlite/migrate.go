@@ -558,6 +558,18 @@ CREATE TABLE secrets (
 ) STRICT, WITHOUT ROWID;
 `,
 	},
+	{
+		Name: "tasks_origin",
+		// Where a task runs (store.Task.Origin): '' for a module the
+		// store holds, which any runner on the store may load; another
+		// value for a module only one runner has (moat run's plugin from
+		// its directory), whose tasks no server may claim. Additive: a
+		// moat that predates it inserts and claims as before (an expand
+		// step: MinReader 0).
+		SQL: `
+ALTER TABLE tasks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+`,
+	},
 }
 
 // migrate reads the schema's version of db and, as o and migrating

@@ -16,12 +16,12 @@ import (
 // others (the file lock).
 
 const taskColumns = `id, org, module, action, input, user_id, roles, correlation_id, key, schedule, state, attempts,
-	max_attempts, run_at, lease_until, claim, coalesce(result, x''), error, code, created_at, updated_at, finished_at`
+	max_attempts, run_at, lease_until, claim, coalesce(result, x''), error, code, created_at, updated_at, finished_at, origin`
 
 func taskDest(t *driver.TaskRow) []any {
 	return []any{&t.ID, &t.Org, &t.Module, &t.Action, &t.Input, &t.User, &t.Roles, &t.CorrelationID, &t.Key, &t.Schedule,
 		&t.State, &t.Attempts, &t.MaxAttempts, &t.RunAt, &t.LeaseUntil, &t.Claim, &t.Result, &t.Error, &t.Code,
-		&t.CreatedAt, &t.UpdatedAt, &t.FinishedAt}
+		&t.CreatedAt, &t.UpdatedAt, &t.FinishedAt, &t.Origin}
 }
 
 func scanTasks(rows *sql.Rows) ([]driver.TaskRow, error) {
@@ -61,10 +61,10 @@ func insertTask(ctx context.Context, tx *sql.Tx, t driver.TaskRow, maxActive int
 	}
 	_, err = tx.ExecContext(ctx, `
 INSERT INTO tasks (id, org, module, action, input, user_id, roles, correlation_id, key, schedule, state, attempts,
-	max_attempts, run_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)`,
+	max_attempts, run_at, created_at, updated_at, origin)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)`,
 		t.ID, t.Org, t.Module, t.Action, t.Input, t.User, t.Roles, t.CorrelationID, t.Key, t.Schedule, t.State,
-		t.MaxAttempts, t.RunAt, t.CreatedAt, t.UpdatedAt)
+		t.MaxAttempts, t.RunAt, t.CreatedAt, t.UpdatedAt, t.Origin)
 	if isConstraint(err) {
 		return "", false, driver.ErrConflict
 	}
@@ -106,7 +106,7 @@ func (d *DB) TaskGet(ctx context.Context, org, module, id string) (*driver.TaskR
 func (d *DB) TaskList(ctx context.Context, f driver.TaskFilter) ([]driver.TaskRow, error) {
 	var where []string
 	var args []any
-	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}, {"user_id", f.User}} {
+	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"module", f.Module}, {"state", f.State}, {"id", f.ID}, {"user_id", f.User}, {"origin", f.Origin}} {
 		if c.v != "" {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.v)
@@ -129,23 +129,23 @@ func (d *DB) TaskList(ctx context.Context, f driver.TaskFilter) ([]driver.TaskRo
 }
 
 // TaskClaim implements driver.Backend.
-func (d *DB) TaskClaim(ctx context.Context, now, leaseUntil int64, claim string, limit int, expiredError, expiredCode string) ([]driver.TaskRow, error) {
+func (d *DB) TaskClaim(ctx context.Context, origin string, now, leaseUntil int64, claim string, limit int, expiredError, expiredCode string) ([]driver.TaskRow, error) {
 	var out []driver.TaskRow
 	err := d.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
 UPDATE tasks SET state = 'failed', error = ?, code = ?, finished_at = ?, updated_at = ?, lease_until = 0, claim = ''
-WHERE state = 'running' AND lease_until < ? AND attempts >= max_attempts`, expiredError, expiredCode, now, now, now); err != nil {
+WHERE state = 'running' AND lease_until < ? AND attempts >= max_attempts AND origin = ?`, expiredError, expiredCode, now, now, now, origin); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `
 UPDATE tasks SET state = 'running', attempts = attempts + 1, lease_until = ?, claim = ?, updated_at = ?
 WHERE id IN (
 	SELECT id FROM (
-		SELECT id, run_at AS due FROM tasks WHERE state = 'queued' AND run_at <= ?
+		SELECT id, run_at AS due FROM tasks WHERE state = 'queued' AND run_at <= ? AND origin = ?
 		UNION ALL
-		SELECT id, lease_until AS due FROM tasks WHERE state = 'running' AND lease_until < ?
+		SELECT id, lease_until AS due FROM tasks WHERE state = 'running' AND lease_until < ? AND origin = ?
 	) ORDER BY due LIMIT ?)
-RETURNING `+taskColumns, leaseUntil, claim, now, now, now, limit)
+RETURNING `+taskColumns, leaseUntil, claim, now, now, origin, now, origin, limit)
 		if err != nil {
 			return err
 		}

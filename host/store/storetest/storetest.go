@@ -101,6 +101,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"TaskLease", su.testTaskLease},
 		{"TaskHostile", su.testTaskHostile},
 		{"TaskQuota", su.testTaskQuota},
+		{"TaskOrigin", su.testTaskOrigin},
 		{"ScheduleFire", su.testScheduleFire},
 		{"AIBudget", su.testAIBudget},
 		{"AIBudgetRace", su.testAIBudgetRace},

@@ -681,3 +681,68 @@ func testSharedTaskEnqueue(t *testing.T, open func(t *testing.T, n int) []*store
 		}
 	}
 }
+
+// testTaskOrigin: a claim takes only the tasks of its origin
+// (Task.Origin), queued or lapsed, and fails only its own origin's lapsed
+// tasks with no attempt left; an origin is matched exactly (a hostile one
+// is a value, not SQL), kept on the task and listed by; an origin that is
+// no text is refused.
+func (su suite) testTaskOrigin(t *testing.T) {
+	s := su.open(t)
+	ctx := context.Background()
+	origins := []string{"", "run:/home/ann/a", "run:/home/ann/b", "' OR 1=1 --", "run:/home/ann/a/"}
+	ids := map[string]string{}
+	for _, o := range origins {
+		nt := newTask("work")
+		nt.Origin, nt.MaxAttempts = o, 1
+		ids[o] = enqueue(t, s, nt)
+		if got := getTask(t, s, taskScope, ids[o]); got.Origin != o {
+			t.Errorf("task of origin %q has origin %q", o, got.Origin)
+		}
+	}
+	now := time.Now().Add(time.Second) // every task is due
+	if got, err := s.TaskClaimOrigin(ctx, "run:/home/ann", now, time.Minute, 10); err != nil || len(got) != 0 {
+		t.Errorf("claim of an origin no task has = %v, %v; want none", got, err)
+	}
+	for _, o := range origins {
+		got, err := s.TaskClaimOrigin(ctx, o, now, time.Second, 10)
+		if err != nil || len(got) != 1 || got[0].ID != ids[o] || got[0].Origin != o {
+			t.Fatalf("claim of origin %q = %+v, %v; want its one task", o, got, err)
+		}
+	}
+	// Every lease lapses with no attempt left: a claim of one origin fails
+	// that origin's task alone.
+	later := now.Add(time.Hour)
+	if got, err := s.TaskClaimOrigin(ctx, "run:/home/ann/a", later, time.Minute, 10); err != nil || len(got) != 0 {
+		t.Fatalf("claim after the leases lapsed = %v, %v", got, err)
+	}
+	for _, o := range origins {
+		want := abi.TaskRunning
+		if o == "run:/home/ann/a" {
+			want = abi.TaskFailed
+		}
+		if got := getTask(t, s, taskScope, ids[o]); got.State != want {
+			t.Errorf("origin %q's lapsed task is %s, want %s", o, got.State, want)
+		}
+	}
+	for _, o := range origins {
+		got, err := s.TaskList(ctx, store.TaskFilter{Org: taskScope.Org, Origin: o})
+		// Origin "" lists every origin (the filter's zero value).
+		if n := map[bool]int{true: len(origins), false: 1}[o == ""]; err != nil || len(got) != n {
+			t.Errorf("TaskList(origin %q) = %d tasks, %v; want %d", o, len(got), err, n)
+		}
+	}
+	for _, bad := range []string{"run:\x00", "run:\xff", strings.Repeat("x", 4097)} {
+		nt := newTask("work")
+		nt.Origin = bad
+		_, _, err := s.TaskEnqueue(ctx, nt, 0)
+		wantTaskCode(t, fmt.Sprintf("enqueue with origin %q", clipStr(bad)), err, abi.CodeInvalidArgument)
+	}
+}
+
+func clipStr(s string) string {
+	if len(s) > 20 {
+		return s[:20] + "..."
+	}
+	return s
+}
