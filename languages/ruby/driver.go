@@ -22,7 +22,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -78,7 +77,7 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 		return nil, fmt.Errorf("ruby: compilation cache in %s: %w", dir, err)
 	}
 	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), wasmlimit.NewRuntimeConfig(cache))
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	if err := host.InstantiateWASI(ctx, rt); err != nil { // a sleep works as in every language (host/wasipoll.go)
 		rt.Close(ctx)
 		return nil, fmt.Errorf("ruby: instantiate WASI: %w", err)
 	}
