@@ -109,6 +109,10 @@ type Snapshot struct {
 	Args   []string
 	Env    map[string]string
 	Mounts []Mount
+	// Scratch says the runs started from the image have a scratch
+	// directory (RunRequest.Scratch): the capture has an empty one at
+	// ScratchGuestPath, after Mounts, and a run without one starts cold.
+	Scratch bool
 	// Probe is the code the host runs from a new image before it keeps
 	// it: it must print the nonce it is given and end with status 0.
 	Probe func(nonce string) string
@@ -252,6 +256,9 @@ func (m *Module) imageKey() string {
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		parts = append(parts, []byte(k), []byte(env[k]))
 	}
+	if s.spec.Scratch {
+		parts = append(parts, []byte("scratch"), []byte(ScratchGuestPath))
+	}
 	parts = append(parts, []byte("mounts"), []byte(strconv.Itoa(len(mounts))))
 	for _, mt := range mounts {
 		parts = append(parts, []byte(mt.HostDir), []byte(mt.GuestPath), []byte(strconv.FormatBool(mt.ReadOnly)), []byte(strconv.FormatBool(mt.Granted)))
@@ -290,6 +297,14 @@ func (m *Module) captureCommand(ctx context.Context) (*wasmsnap.Image, error) {
 	fsc := wazero.NewFSConfig()
 	for _, mt := range s.Mounts {
 		fsc = dirMount(fsc, mt)
+	}
+	if s.Scratch {
+		var done func()
+		var err error
+		if fsc, done, err = mountCaptureScratch(fsc); err != nil {
+			return nil, err
+		}
+		defer done()
 	}
 	return m.capture(ctx, mc.WithFSConfig(fsc), nil)
 }
@@ -370,6 +385,14 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 	for _, mt := range mounts {
 		fsc = dirMount(fsc, mt)
 	}
+	if m.snap.spec.Scratch && m.script == nil {
+		var done func()
+		var err error
+		if fsc, done, err = mountCaptureScratch(fsc); err != nil {
+			return 0, err
+		}
+		defer done()
+	}
 	actx := experimental.WithMemoryAllocator(ctx, newLimitedMemory(lim))
 	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc.WithFSConfig(fsc))
 	if err != nil {
@@ -438,7 +461,7 @@ func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasm
 		return nil
 	}
 	want := m.snap.spec.Mounts
-	if len(req.Mounts) != len(want) {
+	if len(req.Mounts) != len(want) || (req.Scratch != nil) != m.snap.spec.Scratch {
 		return nil
 	}
 	for i, mt := range req.Mounts {

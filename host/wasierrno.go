@@ -99,15 +99,15 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 // invocation's granted directory reported becomes that errno.
 func unnamedErrno(orig api.GoModuleFunction) api.GoModuleFunction {
 	return api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-		inv := invocationOf(ctx)
-		if inv != nil {
-			inv.fsErrno = 0
+		slot := errnoSlotOf(ctx)
+		if slot != nil {
+			*slot = 0
 		}
 		orig.Call(ctx, mod, stack)
-		if inv == nil || inv.fsErrno == 0 || uint32(stack[0]) != wasiEIO {
+		if slot == nil || *slot == 0 || uint32(stack[0]) != wasiEIO {
 			return
 		}
-		switch inv.fsErrno {
+		switch *slot {
 		case syscall.ENOSPC:
 			stack[0] = wasiENOSPC
 		case syscall.EDQUOT:
@@ -115,9 +115,24 @@ func unnamedErrno(orig api.GoModuleFunction) api.GoModuleFunction {
 		case syscall.EFBIG:
 			stack[0] = wasiEFBIG
 		}
-		inv.fsErrno = 0
+		*slot = 0
 	})
 }
+
+// errnoSlotOf is where the filesystems of a guest call's context report
+// an errno WASI's functions would turn into EIO: the invocation's, or,
+// for a runtime of a driver's own, the slot a ScratchFS attached.
+func errnoSlotOf(ctx context.Context) *syscall.Errno {
+	if inv := invocationOf(ctx); inv != nil {
+		return &inv.fsErrno
+	}
+	if s, ok := ctx.Value(errnoSlotKey{}).(*syscall.Errno); ok {
+		return s
+	}
+	return nil
+}
+
+type errnoSlotKey struct{}
 
 // invocationOf is the invocation a guest call's context serves, or nil.
 func invocationOf(ctx context.Context) *invocation {
