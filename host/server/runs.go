@@ -27,6 +27,10 @@ type RunRequest struct {
 	Args     []string          `json:"args,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Limits   RunLimits         `json:"limits,omitempty"`
+	// FilesOut are patterns naming files the run writes in its working
+	// directory (its scratch directory) that the result returns
+	// (RunResult.FilesOut): "out.txt", "*.png", "plots/*.svg".
+	FilesOut []string `json:"files_out,omitempty"`
 }
 
 // RunFile is one source file; Encoding is utf8 (the default) or base64.
@@ -67,6 +71,12 @@ type RunResult struct {
 	PeakMemory    uint64                `json:"peak_memory_bytes"`
 	BuildCached   bool                  `json:"build_cached"`
 	CorrelationID string                `json:"correlation_id"`
+	// ScratchFull names the limit of the run's scratch directory a write
+	// was refused for ("bytes", "files": the program got ENOSPC).
+	ScratchFull string `json:"scratch_full,omitempty"`
+	// FilesOut are the files FilesOut's patterns named, each with its
+	// content (Encoding utf-8 or base64) or why it is not returned.
+	FilesOut []languages.OutFile `json:"files_out,omitempty"`
 }
 
 // maxBatch bounds the jobs of one batch submission.
@@ -85,6 +95,10 @@ const MaxRunResponseBytes = 8 << 20
 
 // runOverhead is the JSON of a result without its outputs, generously.
 const runOverhead = 1 << 10
+
+// fileOverhead is the JSON of a returned file without its name, content
+// and reason, generously.
+const fileOverhead = 96
 
 // responseBudget is what is left of limits.max_run_response_bytes for a
 // request.
@@ -109,6 +123,23 @@ func (b *responseBudget) outputCap(asked int64) int64 {
 // their encoded size does not fit.
 func (b *responseBudget) charge(res *RunResult) {
 	size := int64(runOverhead + jsonLen(res.Stdout) + jsonLen(res.Stderr) + jsonLen(res.CompileOutput) + jsonLen(res.Message))
+	files := int64(0)
+	for _, f := range res.FilesOut {
+		files += int64(fileOverhead + jsonLen(f.Name) + jsonLen(f.Content) + jsonLen(f.Omitted))
+	}
+	if size+files > b.left {
+		// The files' contents go first: the outputs say what happened.
+		files = 0
+		for i := range res.FilesOut {
+			f := &res.FilesOut[i]
+			if f.Omitted == "" {
+				f.Encoding, f.Content = "", ""
+				f.Omitted = fmt.Sprintf("the response's outputs are limited to %d bytes over all jobs, encoded as JSON (limits.max_run_response_bytes)", b.limit)
+			}
+			files += int64(fileOverhead + jsonLen(f.Name) + jsonLen(f.Omitted))
+		}
+	}
+	size += files
 	if size > b.left {
 		res.Stdout, res.Stderr, res.Encoding = "", "", ""
 		res.CompileOutput = res.CompileOutput[:min(len(res.CompileOutput), 1024)]
@@ -244,6 +275,9 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	if len(src.Files) == 0 {
 		return bad("files is empty; send at least the program's source")
 	}
+	if err := languages.ValidateFilesOut(r.FilesOut); err != nil {
+		return bad("%v", err)
+	}
 	lim, err := s.jobLimits(principalOf(c), r.Limits)
 	if err != nil {
 		return nil, err
@@ -251,7 +285,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	lim.MaxOutputBytes = budget.outputCap(lim.MaxOutputBytes)
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
-		Principal: principalOf(c), CorrelationID: correlation,
+		Principal: principalOf(c), CorrelationID: correlation, FilesOut: r.FilesOut,
 	})
 	if err != nil {
 		return nil, err
@@ -270,6 +304,7 @@ func NewRunResult(res *languages.ExecResult, correlation string) *RunResult {
 		Message: res.Message, CompileOutput: res.CompileOutput, Violations: res.Violations,
 		CompileTimeMS: float64(res.CompileTime) / 1e6, RunTimeMS: float64(res.RunTime) / 1e6,
 		PeakMemory: res.PeakMemory, BuildCached: res.BuildCached, CorrelationID: correlation,
+		ScratchFull: res.ScratchFull, FilesOut: res.Files,
 	}
 	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
 	return out
