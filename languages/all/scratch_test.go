@@ -2,12 +2,15 @@ package all_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -205,4 +208,105 @@ func newScratchDirs(t *testing.T, before map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// TestScratchAndSleepHostile: what a program can do with its clock and
+// its scratch directory ends within its limits: a sleep far past the
+// deadline ends at the deadline as a timeout, a negative or overflowing
+// one is the language's own error at once, an absolute sleep in the past
+// returns at once; a run filling its scratch directory gets ENOSPC, the
+// result says so and the trail holds the refusal; and the directory is
+// gone after a run that timed out or ran out of memory.
+func TestScratchAndSleepHostile(t *testing.T) {
+	e := newExecutor(t, persistentDir(t, "build-cache"))
+	h := testHost(t)
+	cases := []struct {
+		name, lang, file, code string
+		timeout                time.Duration
+		status                 languages.Status
+		stdout                 string // a substring of it, when set
+		stderr                 string // a substring of it, when set
+		max                    time.Duration
+		audit                  string // the rule of a denial the trail must hold
+	}{
+		{"python sleep(1e9) ends at the deadline", "python", "main.py", "import time\nopen('x.txt','w').write('x')\ntime.sleep(1e9)\n",
+			500 * time.Millisecond, languages.StatusTimeout, "", "", 5 * time.Second, ""},
+		{"python sleep(1e18) overflows at once", "python", "main.py", "import time\ntime.sleep(1e18)\n",
+			5 * time.Second, languages.StatusRuntimeError, "", "OverflowError", 4 * time.Second, ""},
+		{"python sleep(-1) is refused at once", "python", "main.py", "import time\ntime.sleep(-1)\n",
+			5 * time.Second, languages.StatusRuntimeError, "", "ValueError", 4 * time.Second, ""},
+		{"python sleep(nan) is refused at once", "python", "main.py", "import time\ntime.sleep(float('nan'))\n",
+			5 * time.Second, languages.StatusRuntimeError, "", "ValueError", 4 * time.Second, ""},
+		{"c absolute sleep in the past returns at once", "c", "main.c", `#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+	struct timespec past = {1, 0};
+	int a = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &past, NULL);
+	int b = clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &past, NULL);
+	printf("%d %d\n", a, b);
+	return 0;
+}
+`, 5 * time.Second, languages.StatusOK, "0 0\n", "", 4 * time.Second, ""},
+		{"python fills its scratch directory", "python", "main.py", `import errno
+try:
+    with open("big.bin", "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20))
+except OSError as e:
+    print(errno.errorcode[e.errno])
+`, 20 * time.Second, languages.StatusOK, "ENOSPC", "", 20 * time.Second, "scratch quota"},
+		{"ruby fills its scratch directory", "ruby", "main.rb", `begin
+  File.open("big.bin", "wb") { |f| loop { f.write("x" * (1 << 20)) } }
+rescue SystemCallError => e
+  puts e.class
+end
+`, 20 * time.Second, languages.StatusOK, "Errno::ENOSPC", "", 20 * time.Second, ""},
+		{"python out of memory after writing", "python", "main.py", "open('x.txt','w').write('x')\nx = bytearray(1 << 30)\n",
+			10 * time.Second, languages.StatusMemoryLimit, "", "", 10 * time.Second, ""},
+	}
+	for i, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			needLanguage(t, tt.lang)
+			before := scratchDirs(t)
+			corr := fmt.Sprintf("scratch-hostile-%d", i)
+			start := time.Now()
+			res, err := e.Exec(context.Background(), languages.ExecRequest{Language: tt.lang, CorrelationID: corr,
+				Source: languages.Source{Files: []languages.File{{Name: tt.file, Content: []byte(tt.code)}}},
+				Limits: languages.ExecLimits{Timeout: tt.timeout, CompileTimeout: 5 * time.Minute, MemoryBytes: 256 << 20}})
+			took := time.Since(start) - res.CompileTime
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tt.status || !strings.Contains(string(res.Stdout), tt.stdout) || !strings.Contains(string(res.Stderr), tt.stderr) {
+				t.Fatalf("status %s (%s), stdout %q, stderr %q; want %s, %q, %q", res.Status, res.Message, res.Stdout, tailOf(res.Stderr), tt.status, tt.stdout, tt.stderr)
+			}
+			if took > tt.max {
+				t.Fatalf("took %s, want at most %s", took, tt.max)
+			}
+			if tt.audit != "" {
+				if res.ScratchFull != "bytes" || !strings.Contains(res.Message, "scratch directory is full") {
+					t.Errorf("scratch_full %q, message %q", res.ScratchFull, res.Message)
+				}
+				evs, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: corr, Decision: audit.Deny})
+				found := false
+				for _, ev := range evs {
+					found = found || ev.Rule == tt.audit && ev.Op == host.OpFileWrite && ev.Code == "no_space"
+				}
+				if err != nil || !found {
+					t.Errorf("no %q denial in the trail: %+v %v", tt.audit, evs, err)
+				}
+			}
+			if left := newScratchDirs(t, before); len(left) > 0 {
+				t.Fatalf("left behind: %v", left)
+			}
+		})
+	}
+}
+
+func tailOf(b []byte) string {
+	if len(b) > 500 {
+		b = b[len(b)-500:]
+	}
+	return string(b)
 }
