@@ -1,0 +1,99 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+// TestExecScratchAndSleep: through the built binary, under its default
+// confinement, as a user runs it: a Python program sleeps (CPython's
+// absolute-clock sleep was Errno 58) and writes a file by a relative name;
+// --files-out copies what it wrote; a flood of files meets the scratch
+// directory's file cap as ENOSPC and the summary says so; a pattern
+// leading out is a usage error naming the flag; and no scratch directory
+// is left in the moat process's temporary directory, after a timeout
+// too.
+func TestExecScratchAndSleep(t *testing.T) {
+	testenv.Require(t, langMissing("python"))
+	tmp := t.TempDir() // the moat process's TMPDIR: its scratch directories are made there
+	out := t.TempDir()
+	run := func(t *testing.T, args ...string) result {
+		t.Helper()
+		cmd := exec.Command(moatBin, append([]string{"--data", filepath.Join(t.TempDir(), "data")}, args...)...)
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		return runCmd(t, cmd)
+	}
+	cases := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, r result)
+	}{
+		{"sleep and write", []string{"exec", "--lang", "python", "-e", `import time; time.sleep(0.05); open("out.txt","w").write("hi"); print(open("out.txt").read())`}, func(t *testing.T, r result) {
+			if r.code != 0 || r.stdout != "hi\n" {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"--files-out copies what it wrote", []string{"exec", "--lang", "python", "--files-out", out, "--files-match", "*.txt", "--files-match", "plots/*",
+			"-e", `import os; os.mkdir("plots"); open("plots/a.svg","w").write("<svg/>"); open("r.txt","w").write("result"); open("skip.log","w").write("x")`}, func(t *testing.T, r result) {
+			if r.code != 0 {
+				t.Fatalf("%+v", r)
+			}
+			for name, want := range map[string]string{"r.txt": "result", "plots/a.svg": "<svg/>"} {
+				if b, err := os.ReadFile(filepath.Join(out, name)); err != nil || string(b) != want {
+					t.Errorf("%s: %q %v, want %q", name, b, err, want)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(out, "skip.log")); err == nil {
+				t.Error("skip.log was copied, though no pattern names it")
+			}
+		}},
+		{"--json returns files_out", []string{"exec", "--lang", "python", "--json", "--files-out", out, "-e", `open("j.txt","w").write("json")`}, func(t *testing.T, r result) {
+			var res struct {
+				Status   string
+				FilesOut []struct{ Name, Content, Encoding string } `json:"files_out"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || res.Status != "ok" || len(res.FilesOut) != 1 || res.FilesOut[0].Content != "json" {
+				t.Fatalf("%v %+v", err, r)
+			}
+		}},
+		{"a flood of files meets the cap", []string{"exec", "--lang", "python", "-e", `import errno
+n = 0
+try:
+    while True:
+        open("f%d" % n, "w").close()
+        n += 1
+except OSError as e:
+    print(errno.errorcode[e.errno], n)`}, func(t *testing.T, r result) {
+			if r.code != 0 || r.stdout != "ENOSPC 1024\n" || !strings.Contains(r.stderr, "scratch_full=files") {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a pattern leading out", []string{"exec", "--lang", "python", "--files-out", out, "--files-match", "../../etc/passwd", "-e", "print(1)"}, func(t *testing.T, r result) {
+			if r.code != 2 || !strings.Contains(r.stderr, `--files-match: the pattern "../../etc/passwd" has a ".." element`) {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a timeout leaves nothing behind", []string{"exec", "--lang", "python", "--timeout", "1s", "-e", `open("x.txt","w").write("x" * 1000)
+import time
+time.sleep(3600)`}, func(t *testing.T, r result) {
+			if r.code != 124 || !strings.Contains(r.stderr, "status=timeout") {
+				t.Fatalf("%+v", r)
+			}
+		}},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.check(t, run(t, tt.args...))
+			left, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*"))
+			if len(left) > 0 {
+				t.Fatalf("scratch directories left behind: %v", left)
+			}
+		})
+	}
+}
