@@ -1,10 +1,14 @@
 package main_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -92,6 +96,79 @@ time.sleep(3600)`}, func(t *testing.T, r result) {
 			tt.check(t, run(t, tt.args...))
 			left, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*"))
 			if len(left) > 0 {
+				t.Fatalf("scratch directories left behind: %v", left)
+			}
+		})
+	}
+}
+
+// TestServeRunsFilesOut: POST /v1/runs to the built `moat serve`, which
+// confines itself once its port is bound: a Python run sleeps, writes in
+// its scratch directory and gets the file back through files_out; a
+// pattern leading out is a 400 naming the field; nothing is left in the
+// server's temporary directory.
+func TestServeRunsFilesOut(t *testing.T) {
+	testenv.Require(t, langMissing("python"))
+	data, tmp := t.TempDir(), t.TempDir()
+	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
+	cmd := exec.Command(moatBin, "serve", "--data", data, "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := bufio.NewScanner(stderr)
+	urlRe := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
+	base := ""
+	for base == "" && lines.Scan() {
+		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatal("moat serve did not log its URL")
+	}
+	go io.Copy(io.Discard, stderr)
+	post := func(body string) (int, string) {
+		r, _ := http.NewRequest("POST", base+"/v1/runs", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+key)
+		r.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	cases := []struct {
+		name, body string
+		status     int
+		want       []string
+	}{
+		{"a file back", `{"language":"python","files":[{"name":"main.py","content":"import time\ntime.sleep(0.05)\nopen('out.txt','w').write('hi from serve')\nprint('ok')"}],"files_out":["*.txt"]}`,
+			200, []string{`"status":"ok"`, `"files_out":[{"name":"out.txt","size":13,"encoding":"utf-8","content":"hi from serve"}]`}},
+		{"a pattern leading out", `{"language":"python","files":[{"name":"main.py","content":"print(1)"}],"files_out":["../../etc/passwd"]}`,
+			400, []string{`files_out: the pattern \"../../etc/passwd\" has a \"..\" element`}},
+		{"a native language", `{"language":"bash","files":[{"name":"main.sh","content":"echo hi > out.txt"}],"files_out":["*.txt"]}`,
+			200, []string{`"status":"invalid"`, `files_out is for WASM runs`}},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := post(tt.body)
+			if code != tt.status {
+				t.Fatalf("%d %s, want %d", code, out, tt.status)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s\nwant %s", out, w)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*")); len(left) > 0 {
 				t.Fatalf("scratch directories left behind: %v", left)
 			}
 		})
