@@ -651,8 +651,12 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		envv = append(envv, k+"="+env[k])
 	}
+	// The job dir, its working directory, is its scratch: a tmpfs of its
+	// own (the native runner's disk limit) holding at most ScratchFiles
+	// names, as a WASM run's scratch directory does.
 	spec := native.Spec{Command: cmd, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
-		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec}
+		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec,
+		DiskFiles: lim.ScratchFiles}
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}

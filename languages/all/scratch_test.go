@@ -262,6 +262,10 @@ rescue SystemCallError => e
   puts e.class
 end
 `, 20 * time.Second, languages.StatusOK, "Errno::ENOSPC", "", 20 * time.Second, ""},
+		{"bash meets the file cap of its job dir", "bash", "main.sh", `i=0
+while : > "f$i" 2>/dev/null; do i=$((i+1)); [ $i -gt 5000 ] && break; done
+echo "$i files"; : > more 2>&1 | head -c 0; touch again 2>&1 | grep -o "No space left on device"
+`, 20 * time.Second, languages.StatusOK, "1024 files\nNo space left on device\n", "", 20 * time.Second, ""},
 		{"python out of memory after writing", "python", "main.py", "open('x.txt','w').write('x')\nx = bytearray(1 << 30)\n",
 			10 * time.Second, languages.StatusMemoryLimit, "", "", 10 * time.Second, ""},
 	}
