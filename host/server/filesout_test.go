@@ -143,6 +143,12 @@ func TestRunsFilesOut(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a Piston run writes and reads its working directory", func(t *testing.T) {
+		r := ts.do(t, "POST", "/api/v2/execute", "", strings.NewReader(`{"language":"c","version":"*","files":[{"name":"main.c","content":"#include <stdio.h>\nint main(void){FILE *f=fopen(\"o.txt\",\"w\");if(!f)return 9;fputs(\"piston\",f);fclose(f);char b[16]={0};f=fopen(\"o.txt\",\"r\");fread(b,1,15,f);puts(b);return 0;}"}]}`))
+		if r.status != 200 || !strings.Contains(string(r.body), `"stdout":"piston\n"`) {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
 	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "moat-scratch-*"))
 	if len(after) > len(scratchBefore) {
 		t.Errorf("scratch directories left behind: %v (before: %v)", after, scratchBefore)
