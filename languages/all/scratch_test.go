@@ -231,6 +231,12 @@ func TestScratchAndSleepHostile(t *testing.T) {
 	}{
 		{"python sleep(1e9) ends at the deadline", "python", "main.py", "import time\nopen('x.txt','w').write('x')\ntime.sleep(1e9)\n",
 			500 * time.Millisecond, languages.StatusTimeout, "", "", 5 * time.Second, ""},
+		{"javascript setTimeout past the deadline ends at it", "javascript", "main.js", "os.setTimeout(() => print('never'), 1e9);\n",
+			500 * time.Millisecond, languages.StatusTimeout, "", "", 5 * time.Second, ""},
+		{"ruby sleep past the deadline ends at it", "ruby", "main.rb", "sleep 3600\n",
+			500 * time.Millisecond, languages.StatusTimeout, "", "", 5 * time.Second, ""},
+		{"go time.Sleep past the deadline ends at it", "go", "main.go", "package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n",
+			500 * time.Millisecond, languages.StatusTimeout, "", "", 5 * time.Second, ""},
 		{"python sleep(1e18) overflows at once", "python", "main.py", "import time\ntime.sleep(1e18)\n",
 			5 * time.Second, languages.StatusRuntimeError, "", "OverflowError", 4 * time.Second, ""},
 		{"python sleep(-1) is refused at once", "python", "main.py", "import time\ntime.sleep(-1)\n",
