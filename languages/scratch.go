@@ -8,13 +8,16 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
 // Every WASM run gets a scratch directory of its own, its writable
@@ -22,7 +25,8 @@ import (
 // ScratchBytes and ScratchFiles), made empty before the run and removed
 // after it whatever the run ended with: the run is in this process, so
 // the removal runs after a timeout, an out-of-memory or a cancellation as
-// after a clean exit. A native run's working directory is its job dir, a
+// after a clean exit; what a process killed with SIGKILL leaves, the next
+// one removes (sweepScratchOnce). A native run's working directory is its job dir, a
 // tmpfs of its own that ends with it (host/native).
 //
 // FilesOut returns what the run wrote there. Everything in the directory
@@ -92,14 +96,34 @@ func ValidateFilesOut(patterns []string) error {
 	return nil
 }
 
-// newScratch makes a run's scratch directory.
+// scratchPrefix begins the names of scratch directories in the
+// temporary directory; the rest is "job-<pid>-<start>-<random>", the
+// process that made it as kernel.JobRunnerGone reads it.
+const scratchPrefix = "moat-scratch-"
+
+// newScratch makes a run's scratch directory, named for this process so
+// that a later one can remove it if this one is killed (sweepScratch).
 func newScratch() (string, error) {
-	d, err := os.MkdirTemp("", "moat-scratch-")
+	sweepScratchOnce()
+	d, err := os.MkdirTemp("", scratchPrefix+"job-"+kernel.OwnJobCgroupTag())
 	if err != nil {
 		return "", fmt.Errorf("the run's scratch directory: %w", err)
 	}
 	return d, nil
 }
+
+// sweepScratchOnce removes, once per process before its first run, the
+// scratch directories of moat processes that are gone: a run removes its
+// own however it ends, but a process killed with SIGKILL cannot. A live
+// process's are never touched (its pid and start time are in the name).
+var sweepScratchOnce = sync.OnceFunc(func() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), scratchPrefix+"job-*"))
+	for _, d := range dirs {
+		if gone, named := kernel.JobRunnerGone(strings.TrimPrefix(filepath.Base(d), scratchPrefix)); named && gone {
+			_ = os.RemoveAll(d)
+		}
+	}
+})
 
 // collectFiles returns the files beneath dir whose relative names match
 // one of patterns, at most MaxFilesOut of them and maxBytes of content in

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,7 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
@@ -172,5 +175,55 @@ func TestServeRunsFilesOut(t *testing.T) {
 				t.Fatalf("scratch directories left behind: %v", left)
 			}
 		})
+	}
+}
+
+// TestExecScratchSweptAfterKill9: a moat exec killed with SIGKILL cannot
+// remove its run's scratch directory; the next moat process to run code
+// does, and leaves a live one's alone.
+func TestExecScratchSweptAfterKill9(t *testing.T) {
+	testenv.Require(t, langMissing("python"))
+	tmp := t.TempDir()
+	start := func(code string) *exec.Cmd {
+		cmd := exec.Command(moatBin, "exec", "--data", filepath.Join(t.TempDir(), "data"), "--lang", "python", "--timeout", "60s", "-e", code)
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	waitScratch := func(n int) []string {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			dirs, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*"))
+			if len(dirs) >= n {
+				return dirs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d scratch directories, want %d", len(dirs), n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	live := start(`import time; time.sleep(60)`)
+	defer func() { live.Process.Kill(); live.Wait() }()
+	waitScratch(1)
+	killed := start(`open("x.txt", "w").write("x"); import time; time.sleep(60)`)
+	waitScratch(2) // its sweep, before its run, left the live one's alone
+	killed.Process.Signal(syscall.SIGKILL)
+	killed.Wait()
+	if dirs, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*")); len(dirs) != 2 {
+		t.Fatalf("after the kill: %v, want the killed run's left behind and the live one's", dirs)
+	}
+	cmd := exec.Command(moatBin, "exec", "--data", filepath.Join(t.TempDir(), "data"), "--lang", "python", "-e", "print(1)")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	if r := runCmd(t, cmd); r.code != 0 {
+		t.Fatalf("the next moat exec: %+v", r)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*"))
+	want := fmt.Sprintf("moat-scratch-job-%d-", live.Process.Pid)
+	if len(dirs) != 1 || !strings.HasPrefix(filepath.Base(dirs[0]), want) {
+		t.Fatalf("left %v, want only the live run's (%s*)", dirs, want)
 	}
 }
