@@ -80,6 +80,8 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		return usagef("give either -e CODE or FILE..., not both (program arguments go after --)")
 	case f.eval == "" && len(files) == 0:
 		return usagef("give the source: FILE... or -e CODE, e.g. moat exec --lang %s main%s", f.lang, firstExt(f.lang))
+	case f.diskMB <= 0 || f.diskMB > 1<<20:
+		return usagef("--disk-mib %d: give a size in MiB, at least 1", f.diskMB)
 	case len(f.filesMatch) > 0 && f.filesOut == "":
 		return usagef("--files-match names files for --files-out DIR: give the directory to copy them into")
 	}
@@ -175,10 +177,14 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	}
 	defer closeHost()
 	correlation := newCorrelationID()
+	lim := languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
+		MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)}
+	if mibChanged(cmd.Flags().Changed, "disk") {
+		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
+	}
 	res, err := ex.Exec(cmd.Context(), languages.ExecRequest{
 		Language: f.lang, Source: src, Stdin: stdin, Args: progArgs, Env: env,
-		Limits: languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
-			MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)},
+		Limits:        lim,
 		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,

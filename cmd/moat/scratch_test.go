@@ -81,6 +81,15 @@ except OSError as e:
 				t.Fatalf("%+v", r)
 			}
 		}},
+		{"--disk-mib bounds its bytes", []string{"exec", "--lang", "python", "--disk-mib", "1", "-e", `import errno
+try:
+    open("big.bin", "wb").write(b"x" * (2 << 20))
+except OSError as e:
+    print(errno.errorcode[e.errno])`}, func(t *testing.T, r result) {
+			if r.code != 0 || r.stdout != "ENOSPC\n" || !strings.Contains(r.stderr, "scratch_full=bytes") {
+				t.Fatalf("%+v", r)
+			}
+		}},
 		{"a pattern leading out", []string{"exec", "--lang", "python", "--files-out", out, "--files-match", "../../etc/passwd", "-e", "print(1)"}, func(t *testing.T, r result) {
 			if r.code != 2 || !strings.Contains(r.stderr, `--files-match: the pattern "../../etc/passwd" has a ".." element`) {
 				t.Fatalf("%+v", r)
