@@ -180,7 +180,12 @@ func TestServeRunsFilesOut(t *testing.T) {
 					t.Errorf("%s\nwant %s", out, w)
 				}
 			}
-			if left, _ := filepath.Glob(filepath.Join(tmp, "moat-scratch-*")); len(left) > 0 {
+			// The server moves its TMPDIR into a directory of its own
+			// (moat-serve-PID-*), where its runs' scratch directories are.
+			if serveTmp, _ := filepath.Glob(filepath.Join(tmp, "moat-serve-*")); len(serveTmp) != 1 {
+				t.Fatalf("the server's temporary directory: %v, want one in %s", serveTmp, tmp)
+			}
+			if left, _ := filepath.Glob(filepath.Join(tmp, "moat-serve-*", "moat-scratch-*")); len(left) > 0 {
 				t.Fatalf("scratch directories left behind: %v", left)
 			}
 		})
