@@ -652,11 +652,11 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 		envv = append(envv, k+"="+env[k])
 	}
 	// The job dir, its working directory, is its scratch: a tmpfs of its
-	// own (the native runner's disk limit) holding at most ScratchFiles
-	// names, as a WASM run's scratch directory does.
+	// own of ScratchBytes holding at most ScratchFiles names, as a WASM
+	// run's scratch directory (and so are its /tmp, /run and /dev/shm).
 	spec := native.Spec{Command: cmd, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
 		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec,
-		DiskFiles: lim.ScratchFiles}
+		DiskBytes: lim.ScratchBytes, DiskFiles: lim.ScratchFiles}
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}

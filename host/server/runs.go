@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -50,6 +51,11 @@ type RunLimits struct {
 	CompileTimeout string `json:"compile_timeout,omitempty"`
 	MemoryBytes    int64  `json:"memory_bytes,omitempty"`
 	MaxOutputBytes int64  `json:"max_output_bytes,omitempty"`
+	// ScratchBytes and ScratchFiles bound what the run may keep in its
+	// working directory, its scratch directory (exec.scratch,
+	// exec.scratch_files).
+	ScratchBytes int64 `json:"scratch_bytes,omitempty"`
+	ScratchFiles int64 `json:"scratch_files,omitempty"`
 }
 
 // RunResult is the outcome of a job: languages.ExecResult with the output
@@ -331,7 +337,7 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 		name = prof.Name
 	}
 	out := languages.ExecLimits{Timeout: time.Duration(m.Timeout), CompileTimeout: time.Duration(m.CompileTimeout),
-		MemoryBytes: int64(m.Memory), MaxOutputBytes: int64(m.Output)}
+		MemoryBytes: int64(m.Memory), MaxOutputBytes: int64(m.Output), ScratchBytes: int64(m.Scratch), ScratchFiles: int64(m.ScratchFiles)}
 	over := func(field, got, maximum, knob string) error {
 		return problem(http.StatusBadRequest, "invalid_argument",
 			"%s: %s is more than the %s the profile %s allows for organization %s (exec.%s); ask for at most %s, or leave it out to get %s",
@@ -367,6 +373,7 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 	}{
 		{"limits.memory_bytes", "memory", asked.MemoryBytes, m.Memory, &out.MemoryBytes},
 		{"limits.max_output_bytes", "output", asked.MaxOutputBytes, m.Output, &out.MaxOutputBytes},
+		{"limits.scratch_bytes", "scratch", asked.ScratchBytes, m.Scratch, &out.ScratchBytes},
 	} {
 		switch {
 		case b.v < 0:
@@ -376,6 +383,14 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 		case b.v > 0:
 			*b.dst = b.v
 		}
+	}
+	switch n, maxFiles := asked.ScratchFiles, int64(m.ScratchFiles); {
+	case n < 0:
+		return out, problem(http.StatusBadRequest, "invalid_argument", "limits.scratch_files: %d is negative; give a number of files, at most %d, or leave it out", n, maxFiles)
+	case n > maxFiles:
+		return out, over("limits.scratch_files", strconv.FormatInt(n, 10), strconv.FormatInt(maxFiles, 10), "scratch_files")
+	case n > 0:
+		out.ScratchFiles = n
 	}
 	return out, nil
 }
@@ -589,7 +604,8 @@ func (s *Server) pistonExecute(c echo.Context) error {
 	lim.Memory = min(lim.Memory, pm.Memory)
 	lim.MaxOutput = min(lim.MaxOutput, pm.Output)
 	el := languages.ExecLimits{Timeout: time.Duration(lim.RunTimeout), CompileTimeout: time.Duration(lim.CompileTimeout),
-		MemoryBytes: int64(lim.Memory), MaxOutputBytes: int64(lim.MaxOutput)}
+		MemoryBytes: int64(lim.Memory), MaxOutputBytes: int64(lim.MaxOutput),
+		ScratchBytes: int64(pm.Scratch), ScratchFiles: int64(pm.ScratchFiles)} // Piston has no field for them
 	for _, t := range []struct {
 		name string
 		v    *int64
