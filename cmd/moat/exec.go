@@ -157,7 +157,7 @@ violations).`,
 	fl.StringArrayVar(&f.deny, "deny", nil, "a language rule to refuse, e.g. import:net (Go), include:sys/socket.h (C), import:socket (Python) (repeatable; with --lang)")
 	fl.Int64Var(&f.maxSource, "max-source", languages.DefaultMaxSourceBytes, "bytes of source over all files (with --lang)")
 	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads (with --native)")
-	mibFlag(fl, &f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory-mib too (with --native); with --lang, the bytes a WASM run may keep in its working directory (default 64)")
+	mibFlag(fl, &f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory-mib too (with --native); with --lang, the bytes the run may keep in its working directory and, natively, in each of those (default 64)")
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
 	fl.StringVar(&f.filesOut, "files-out", "", "copy the files the program wrote in its working directory (a scratch directory of its own) into `DIR`, which must exist; --files-match says which (with --lang; WASM languages)")
