@@ -541,6 +541,9 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 	}
 	rr.Mounts = a.RunMounts(srcDir)
 	for _, mt := range req.Mounts {
+		if filepath.Clean(mt.GuestPath) == host.ScratchGuestPath {
+			return fmt.Errorf("mount %s at /: the run's working directory, its scratch directory, is there; give another guest path, e.g. %s:/data", mt.HostDir, mt.HostDir)
+		}
 		for _, own := range rr.Mounts {
 			if pathWithin(mt.GuestPath, own.GuestPath) || pathWithin(own.GuestPath, mt.GuestPath) {
 				return fmt.Errorf("mount %s at %s: it overlaps %s, where the run's own files are; give another guest path", mt.HostDir, mt.GuestPath, own.GuestPath)

@@ -170,6 +170,11 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 			return err
 		}
 		defer cleanup()
+		for _, m := range mounts {
+			if filepath.Clean(m.GuestPath) == "/" {
+				return usagef("--dir %s:/: / is the run's working directory, its own scratch directory; show the directory elsewhere, e.g. --dir %s:/data", m.HostDir, m.HostDir)
+			}
+		}
 	}
 	ex, closeHost, err := newExecutor(cmd, g)
 	if err != nil {

@@ -95,6 +95,11 @@ except OSError as e:
 				t.Fatalf("%+v", r)
 			}
 		}},
+		{"a directory shown at / is refused", []string{"exec", "--lang", "python", "--dir", out + ":/", "-e", "print(1)"}, func(t *testing.T, r result) {
+			if r.code != 2 || !strings.Contains(r.stderr, "/ is the run's working directory, its own scratch directory; show the directory elsewhere, e.g. --dir "+out+":/data") {
+				t.Fatalf("%+v", r)
+			}
+		}},
 		{"a timeout leaves nothing behind", []string{"exec", "--lang", "python", "--timeout", "1s", "-e", `open("x.txt","w").write("x" * 1000)
 import time
 time.sleep(3600)`}, func(t *testing.T, r result) {
