@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/grantfs"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/moat-sandbox/moat/policy"
@@ -50,6 +51,9 @@ type RunRequest struct {
 	// to it and read one reply line per op. The ops run for Principal,
 	// under the module's grants and with the same audit as moat.call.
 	Ops bool
+	// Scratch, when set, is the run's writable working directory,
+	// mounted at ScratchGuestPath ("/") under its quota (scratch.go).
+	Scratch *Scratch
 	// Entry, for a module loaded with a Snapshot, is the code a run
 	// started from its image runs (CPython source for python.wasm): the
 	// run then starts there when its file system is the capture's, and
@@ -100,6 +104,10 @@ type RunResult struct {
 	// FromSnapshot says the run started from the module's snapshot
 	// (RunRequest.Entry), not from _start.
 	FromSnapshot bool
+	// ScratchFull names the limit of RunRequest.Scratch's quota a change
+	// of the run was refused for ("bytes" or "files"; the guest got
+	// ENOSPC), or is empty.
+	ScratchFull string
 }
 
 // Run executes a WASI command's _start with the given stdio, args and env.
@@ -163,6 +171,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	stdin := stdinFor(cctx, req.Stdin)
 
 	inst := &instance{invocation: invocation{m: m, env: m.newEnv(), confirmed: confirmed, epoch: 1}}
+	var scratchDir *grantfs.Dir
 	inst.env.Begin(cctx, req.Action, req.Principal, req.CorrelationID)
 	inst.sess.Begin(inst) // commands may import moat too
 	alloc := newLimitedMemory(lim)
@@ -171,8 +180,17 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	if _, set := req.Env[transport.DeviceEnv]; req.Ops && !set {
 		mc = mc.WithEnv(transport.DeviceEnv, transport.DevicePath)
 	}
-	if len(req.Mounts) > 0 || req.FS != nil || req.Ops || m.files != nil {
+	if len(req.Mounts) > 0 || req.FS != nil || req.Ops || m.files != nil || req.Scratch != nil {
 		fsc := wazero.NewFSConfig()
+		if req.Scratch != nil {
+			d, err := openScratch(*req.Scratch)
+			if err != nil {
+				return fail(abi.CodeInvalidArgument, err, "%v", err)
+			}
+			defer d.Close()
+			defer func() { res.ScratchFull = d.QuotaHit() }()
+			scratchDir = d
+		}
 		for _, mt := range req.Mounts {
 			if err := checkMount(mt); err != nil {
 				return fail(abi.CodeInvalidArgument, err, "%v", err)
@@ -189,6 +207,11 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 			default:
 				fsc = dirMount(fsc, mt)
 			}
+		}
+		if scratchDir != nil {
+			// After the mounts, where a snapshot's capture has it
+			// (mountCaptureScratch).
+			fsc = mountScratch(fsc, scratchDir, &inst.invocation)
 		}
 		if req.FS != nil {
 			fsc = req.FS(fsc)

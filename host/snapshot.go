@@ -109,6 +109,10 @@ type Snapshot struct {
 	Args   []string
 	Env    map[string]string
 	Mounts []Mount
+	// Scratch says the runs started from the image have a scratch
+	// directory (RunRequest.Scratch): the capture has an empty one at
+	// ScratchGuestPath, after Mounts, and a run without one starts cold.
+	Scratch bool
 	// Probe is the code the host runs from a new image before it keeps
 	// it: it must print the nonce it is given and end with status 0.
 	Probe func(nonce string) string
@@ -266,6 +270,7 @@ type imageInputs struct {
 	Mounts   []Mount
 	Grants   []imageGrant
 	Device   bool
+	Scratch  bool // the capture had a run's scratch directory at ScratchGuestPath
 }
 
 // imageGrant is a file grant as an image sees it: where it is mounted,
@@ -285,7 +290,7 @@ func (m *Module) imageInputs() imageInputs {
 	}
 	if s := m.snap; s != nil {
 		in.Guest, in.Resume, in.Org, in.Manifest = s.spec.Key, s.spec.Resume, s.scope.org, s.scope.manifest
-		in.Args, in.Env, in.Mounts = s.spec.Args, s.spec.Env, s.spec.Mounts
+		in.Args, in.Env, in.Mounts, in.Scratch = s.spec.Args, s.spec.Env, s.spec.Mounts, s.spec.Scratch
 	}
 	if m.script != nil && (m.snap == nil || m.snap.spec.Resume != "") {
 		in.Args, in.Env, in.Mounts, in.Device = m.script.Args, m.script.Env, m.script.Mounts, true
@@ -372,6 +377,14 @@ func (m *Module) captureCommand(ctx context.Context) (*wasmsnap.Image, error) {
 	for _, mt := range in.Mounts {
 		fsc = dirMount(fsc, mt)
 	}
+	if in.Scratch {
+		var done func()
+		var err error
+		if fsc, done, err = mountCaptureScratch(fsc); err != nil {
+			return nil, err
+		}
+		defer done()
+	}
 	return m.capture(ctx, mc.WithFSConfig(fsc), nil)
 }
 
@@ -451,6 +464,14 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 	for _, mt := range mounts {
 		fsc = dirMount(fsc, mt)
 	}
+	if m.snap.spec.Scratch && m.script == nil {
+		var done func()
+		var err error
+		if fsc, done, err = mountCaptureScratch(fsc); err != nil {
+			return 0, err
+		}
+		defer done()
+	}
 	actx := experimental.WithMemoryAllocator(ctx, newLimitedMemory(lim))
 	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc.WithFSConfig(fsc))
 	if err != nil {
@@ -519,7 +540,7 @@ func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasm
 		return nil
 	}
 	want := m.snap.spec.Mounts
-	if len(req.Mounts) != len(want) {
+	if len(req.Mounts) != len(want) || (req.Scratch != nil) != m.snap.spec.Scratch {
 		return nil
 	}
 	for i, mt := range req.Mounts {

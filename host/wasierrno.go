@@ -24,6 +24,7 @@ import (
 // WASI preview 1's numbers (wasi_snapshot_preview1 errno).
 const (
 	wasiEIO    = 29
+	wasiEFAULT = 21
 	wasiEDQUOT = 19
 	wasiEFBIG  = 22
 	wasiENOSPC = 51
@@ -38,8 +39,18 @@ var wasiWriting = []string{
 	"path_filestat_set_times",
 }
 
-// instantiateWASI adds wazero's WASI preview 1 to r, with the functions
-// of wasiWriting wrapped to give an unnamed errno its number.
+// InstantiateWASI adds wazero's WASI preview 1 to r as the host serves
+// it: poll_oneoff takes absolute clock subscriptions and bounds every
+// timeout (wasipoll.go), and the functions of wasiWriting give an errno
+// wazero cannot name its number (above). A driver with a runtime of its
+// own (the Ruby interpreter's) instantiates WASI with this too, so that a
+// sleep behaves the same in every language.
+func InstantiateWASI(ctx context.Context, r wazero.Runtime) error {
+	return instantiateWASI(ctx, r)
+}
+
+// instantiateWASI adds wazero's WASI preview 1 to r, with poll_oneoff and
+// the functions of wasiWriting wrapped.
 func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
 	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
@@ -47,22 +58,39 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 	if err != nil {
 		return err
 	}
+	defer cm.Close(ctx)
 	defs := cm.ExportedFunctions()
-	for _, name := range wasiWriting {
+	goFunc := func(name string) (api.FunctionDefinition, api.GoModuleFunction, error) {
 		def, ok := defs[name]
 		if !ok {
-			cm.Close(ctx)
-			return fmt.Errorf("WASI has no function %s to wrap", name)
+			return nil, nil, fmt.Errorf("WASI has no function %s to wrap", name)
 		}
 		orig, ok := def.GoFunction().(api.GoModuleFunction)
 		if !ok {
-			cm.Close(ctx)
-			return fmt.Errorf("WASI's %s is not a Go function the host can wrap", name)
+			return nil, nil, fmt.Errorf("WASI's %s is not a Go function the host can wrap", name)
 		}
-		b.NewFunctionBuilder().WithGoModuleFunction(unnamedErrno(orig), def.ParamTypes(), def.ResultTypes()).
+		return def, orig, nil
+	}
+	export := func(name string, def api.FunctionDefinition, fn api.GoModuleFunction) {
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, def.ParamTypes(), def.ResultTypes()).
 			WithParameterNames(def.ParamNames()...).WithResultNames(def.ResultNames()...).Export(name)
 	}
-	cm.Close(ctx)
+	for _, name := range wasiWriting {
+		def, orig, err := goFunc(name)
+		if err != nil {
+			return err
+		}
+		export(name, def, unnamedErrno(orig))
+	}
+	pollDef, poll, err := goFunc("poll_oneoff")
+	if err != nil {
+		return err
+	}
+	_, clock, err := goFunc("clock_time_get")
+	if err != nil {
+		return err
+	}
+	export("poll_oneoff", pollDef, absoluteClock(poll, clock))
 	_, err = b.Instantiate(ctx)
 	return err
 }
@@ -71,15 +99,15 @@ func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 // invocation's granted directory reported becomes that errno.
 func unnamedErrno(orig api.GoModuleFunction) api.GoModuleFunction {
 	return api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-		inv := invocationOf(ctx)
-		if inv != nil {
-			inv.fsErrno = 0
+		slot := errnoSlotOf(ctx)
+		if slot != nil {
+			*slot = 0
 		}
 		orig.Call(ctx, mod, stack)
-		if inv == nil || inv.fsErrno == 0 || uint32(stack[0]) != wasiEIO {
+		if slot == nil || *slot == 0 || uint32(stack[0]) != wasiEIO {
 			return
 		}
-		switch inv.fsErrno {
+		switch *slot {
 		case syscall.ENOSPC:
 			stack[0] = wasiENOSPC
 		case syscall.EDQUOT:
@@ -87,9 +115,24 @@ func unnamedErrno(orig api.GoModuleFunction) api.GoModuleFunction {
 		case syscall.EFBIG:
 			stack[0] = wasiEFBIG
 		}
-		inv.fsErrno = 0
+		*slot = 0
 	})
 }
+
+// errnoSlotOf is where the filesystems of a guest call's context report
+// an errno WASI's functions would turn into EIO: the invocation's, or,
+// for a runtime of a driver's own, the slot a ScratchFS attached.
+func errnoSlotOf(ctx context.Context) *syscall.Errno {
+	if inv := invocationOf(ctx); inv != nil {
+		return &inv.fsErrno
+	}
+	if s, ok := ctx.Value(errnoSlotKey{}).(*syscall.Errno); ok {
+		return s
+	}
+	return nil
+}
+
+type errnoSlotKey struct{}
 
 // invocationOf is the invocation a guest call's context serves, or nil.
 func invocationOf(ctx context.Context) *invocation {

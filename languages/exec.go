@@ -27,7 +27,12 @@ type ExecLimits struct {
 	Timeout        time.Duration // the run stage
 	CompileTimeout time.Duration // the build stage
 	MemoryBytes    int64
-	MaxOutputBytes int64 // stdout and stderr, each
+	MaxOutputBytes int64 // stdout and stderr, each; and the files returned (FilesOut), together
+	// ScratchBytes and ScratchFiles bound the run's scratch directory, its
+	// writable working directory: the bytes of its files and the names
+	// made in it (host.Scratch). A WASM run past either gets ENOSPC.
+	ScratchBytes int64
+	ScratchFiles int64
 }
 
 // ExecRequest is one code-execution job: `moat exec --lang`, POST /v1/runs
@@ -56,6 +61,11 @@ type ExecRequest struct {
 	// WorkDir is a native run's working directory when it is not the job
 	// dir: one of Mounts or under one (host/native Spec.WorkDir).
 	WorkDir string
+	// FilesOut are patterns (path.Match, relative to the scratch
+	// directory: "out.txt", "*.png", "plots/*.svg") naming the files the
+	// run wrote that the result returns (ExecResult.Files), bounded by
+	// MaxFilesOut and MaxOutputBytes. ValidateFilesOut checks them.
+	FilesOut []string
 	// Preparing, when set, is called as the job starts work a later job
 	// of the same language does not repeat, and the func it returns when
 	// that work ends: "build" for a build not in the cache (Go's first
@@ -84,4 +94,9 @@ type ExecResult struct {
 	RunTime       time.Duration `json:"run_time_ns"`
 	PeakMemory    uint64        `json:"peak_memory_bytes"`
 	BuildCached   bool          `json:"build_cached"`
+	// ScratchFull names the scratch directory's limit the program was
+	// refused for ("bytes", "files"; it got ENOSPC), or is empty.
+	ScratchFull string `json:"scratch_full,omitempty"`
+	// Files are the files of the scratch directory that FilesOut named.
+	Files []OutFile `json:"files,omitempty"`
 }

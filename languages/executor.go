@@ -75,6 +75,8 @@ var DefaultExecLimits = ExecLimits{
 	CompileTimeout: 60 * time.Second,
 	MemoryBytes:    256 << 20,
 	MaxOutputBytes: 1 << 20,
+	ScratchBytes:   host.DefaultScratchBytes,
+	ScratchFiles:   host.DefaultScratchFiles,
 }
 
 func (l ExecLimits) or(d ExecLimits) ExecLimits {
@@ -89,6 +91,12 @@ func (l ExecLimits) or(d ExecLimits) ExecLimits {
 	}
 	if l.MaxOutputBytes <= 0 {
 		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	if l.ScratchBytes <= 0 {
+		l.ScratchBytes = d.ScratchBytes
+	}
+	if l.ScratchFiles <= 0 {
+		l.ScratchFiles = d.ScratchFiles
 	}
 	return l
 }
@@ -258,6 +266,9 @@ func (e *Executor) validate(l Language, req ExecRequest) []Violation {
 		if !slices.Contains(out, v) {
 			out = append(out, v)
 		}
+	}
+	if err := ValidateFilesOut(req.FilesOut); err != nil {
+		out = append(out, Violation{Rule: "files_out", Message: err.Error()})
 	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -443,15 +454,50 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 	if a.Kind != ArtifactNative && (len(req.Files) > 0 || req.WorkDir != "") {
 		return fmt.Errorf("files and a working directory are for native runs; a %s run takes directories as mounts", l.Info().Name)
 	}
+	var scratch *host.Scratch
+	if a.Kind != ArtifactNative {
+		d, err := newScratch()
+		if err != nil {
+			return err
+		}
+		// Removed whatever the run ends with: it runs in this process.
+		defer os.RemoveAll(d)
+		scratch = scratchOf(d, lim)
+		defer func() {
+			if res.ScratchFull != "" {
+				note := scratchNote(res.ScratchFull, lim)
+				if res.Message == "" {
+					res.Message = note
+				} else {
+					res.Message += " (" + note + ")"
+				}
+			}
+		}()
+		if len(req.FilesOut) > 0 {
+			defer func() {
+				files, err := collectFiles(d, req.FilesOut, lim.MaxOutputBytes)
+				res.Files = files
+				if err != nil && res.Message == "" {
+					res.Message = err.Error()
+				}
+			}()
+		}
+	} else if len(req.FilesOut) > 0 {
+		res.Status = StatusInvalid
+		res.Message = "files_out: a " + l.Info().Name + " run is native: its working directory ends with it, and files_out is for WASM runs; print what you need to stdout"
+		res.Violations = []Violation{{Rule: "files_out", Message: res.Message}}
+		return nil
+	}
 	if r, ok := l.(ArtifactRunner); ok {
 		if len(req.Mounts) > 0 {
 			return fmt.Errorf("a %s run gets no host directories; run it without --dir and --file", l.Info().Name)
 		}
 		began := time.Now()
-		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir})
+		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir, Scratch: scratch})
 		res.RunTime = time.Since(began)
 		if out != nil {
 			res.Stdout, res.Stderr, res.ExitCode, res.PeakMemory = out.Stdout, out.Stderr, out.ExitCode, out.PeakMemory
+			res.ScratchFull = out.ScratchFull
 		}
 		return e.wasmOutcome(ctx, err, res)
 	}
@@ -460,7 +506,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 		if a.Kind == ArtifactInterpreted && srcDir == "" && len(a.Files) > 0 {
 			return errors.New("interpreted artifact without a source dir")
 		}
-		return e.runWASM(ctx, l, a, req, lim, env, srcDir, res)
+		return e.runWASM(ctx, l, a, req, lim, env, srcDir, scratch, res)
 	case ArtifactNative:
 		return e.runNative(ctx, a, req, lim, env, srcDir, res)
 	default:
@@ -468,7 +514,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 	}
 }
 
-func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, res *ExecResult) error {
+func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, scratch *host.Scratch, res *ExecResult) error {
 	// A submission's own build is one-off: its machine code is not
 	// shared through the store (host.LoadOptions.LocalCode); an
 	// interpreter's is, and is the same for every run.
@@ -490,10 +536,14 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 		Stdin: bytes.NewReader(req.Stdin), Stdout: &stdout, Stderr: &stderr,
 		Args: append(append([]string{}, a.Args...), req.Args...), Env: env,
 		Principal: who, CorrelationID: req.CorrelationID,
-		Limits: host.Limits{Timeout: lim.Timeout, MemoryLimitPages: pages(lim.MemoryBytes), MaxOutputBytes: int(lim.MaxOutputBytes)},
+		Limits:  host.Limits{Timeout: lim.Timeout, MemoryLimitPages: pages(lim.MemoryBytes), MaxOutputBytes: int(lim.MaxOutputBytes)},
+		Scratch: scratch,
 	}
 	rr.Mounts = a.RunMounts(srcDir)
 	for _, mt := range req.Mounts {
+		if filepath.Clean(mt.GuestPath) == host.ScratchGuestPath {
+			return fmt.Errorf("mount %s at /: the run's working directory, its scratch directory, is there; give another guest path, e.g. %s:/data", mt.HostDir, mt.HostDir)
+		}
 		for _, own := range rr.Mounts {
 			if pathWithin(mt.GuestPath, own.GuestPath) || pathWithin(own.GuestPath, mt.GuestPath) {
 				return fmt.Errorf("mount %s at %s: it overlaps %s, where the run's own files are; give another guest path", mt.HostDir, mt.GuestPath, own.GuestPath)
@@ -511,7 +561,7 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 	if err == nil {
 		res.RunTime = out.Duration
 	}
-	res.PeakMemory = out.PeakMemoryBytes
+	res.PeakMemory, res.ScratchFull = out.PeakMemoryBytes, out.ScratchFull
 	res.Stdout, res.Stderr, res.ExitCode = stdout.Bytes(), stderr.Bytes(), int(out.ExitCode)
 	return e.wasmOutcome(ctx, err, res)
 }
@@ -604,8 +654,12 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		envv = append(envv, k+"="+env[k])
 	}
+	// The job dir, its working directory, is its scratch: a tmpfs of its
+	// own of ScratchBytes holding at most ScratchFiles names, as a WASM
+	// run's scratch directory (and so are its /tmp, /run and /dev/shm).
 	spec := native.Spec{Command: cmd, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
-		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec}
+		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec,
+		DiskBytes: lim.ScratchBytes, DiskFiles: lim.ScratchFiles}
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}

@@ -316,6 +316,10 @@ type RunInput struct {
 	Env    map[string]string
 	Limits ExecLimits
 	SrcDir string
+	// Scratch is the run's scratch directory, its writable working
+	// directory (mounted at host.ScratchGuestPath under its quota; see
+	// host.OpenScratchFS for a runtime of the runner's own).
+	Scratch *host.Scratch
 }
 
 // RunOutput is what a run produced. Limits hit are returned as *host.Error
@@ -324,4 +328,5 @@ type RunOutput struct {
 	Stdout, Stderr []byte
 	ExitCode       int
 	PeakMemory     uint64 // bytes of linear memory the run reached
+	ScratchFull    string // as host.RunResult.ScratchFull
 }

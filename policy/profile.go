@@ -94,13 +94,16 @@ const (
 const DefaultConfirmTTL = Duration(10 * time.Minute)
 
 // ExecLimits are the limits of one code-execution job: the run stage's
-// wall clock and memory, the build stage's wall clock, and the bytes kept
-// of each of stdout and stderr.
+// wall clock and memory, the build stage's wall clock, the bytes kept of
+// each of stdout and stderr, and what the run may keep in its scratch
+// directory (its working directory): bytes and files.
 type ExecLimits struct {
 	Timeout        Duration `yaml:"timeout,omitempty"`
 	CompileTimeout Duration `yaml:"compile_timeout,omitempty"`
 	Memory         ByteSize `yaml:"memory,omitempty"`
 	Output         ByteSize `yaml:"output,omitempty"` // per stream
+	Scratch        ByteSize `yaml:"scratch,omitempty"`
+	ScratchFiles   int      `yaml:"scratch_files,omitempty"`
 }
 
 // DefaultExecLimits are a profile's exec limits where it sets none: those
@@ -111,6 +114,8 @@ var DefaultExecLimits = ExecLimits{
 	CompileTimeout: Duration(60 * time.Second),
 	Memory:         256 << 20,
 	Output:         1 << 20,
+	Scratch:        64 << 20, // host.DefaultScratchBytes
+	ScratchFiles:   1024,     // host.DefaultScratchFiles
 }
 
 // MaxExecOutput bounds exec.output: a server holds a job's output in
@@ -135,6 +140,12 @@ func (p *Profile) ExecMaxima() ExecLimits {
 	}
 	if p.Exec.Output > 0 {
 		l.Output = p.Exec.Output
+	}
+	if p.Exec.Scratch > 0 {
+		l.Scratch = p.Exec.Scratch
+	}
+	if p.Exec.ScratchFiles > 0 {
+		l.ScratchFiles = p.Exec.ScratchFiles
 	}
 	return l
 }
@@ -296,7 +307,8 @@ func (p *Profile) check(ix *index) error {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"timeout", p.Exec.Timeout > 0}, {"compile_timeout", p.Exec.CompileTimeout > 0}, {"memory", p.Exec.Memory > 0}, {"output", p.Exec.Output > 0}} {
+	}{{"timeout", p.Exec.Timeout > 0}, {"compile_timeout", p.Exec.CompileTimeout > 0}, {"memory", p.Exec.Memory > 0}, {"output", p.Exec.Output > 0},
+		{"scratch", p.Exec.Scratch > 0}, {"scratch_files", p.Exec.ScratchFiles > 0}} {
 		if ix.has("exec."+f.name) && !f.set {
 			return ix.errorf("exec."+f.name, "must be more than 0; remove the line for the default")
 		}

@@ -18,10 +18,14 @@ func TestProfileExec(t *testing.T) {
 		err        string
 	}{
 		{name: "absent: the defaults", yaml: "name: p\n", want: policy.DefaultExecLimits},
-		{name: "all set", yaml: "name: p\nexec: {timeout: 2s, compile_timeout: 20s, memory: 64MiB, output: 4KiB}\n",
-			want: policy.ExecLimits{Timeout: policy.Duration(2 * time.Second), CompileTimeout: policy.Duration(20 * time.Second), Memory: 64 << 20, Output: 4 << 10}},
+		{name: "all set", yaml: "name: p\nexec: {timeout: 2s, compile_timeout: 20s, memory: 64MiB, output: 4KiB, scratch: 8MiB, scratch_files: 100}\n",
+			want: policy.ExecLimits{Timeout: policy.Duration(2 * time.Second), CompileTimeout: policy.Duration(20 * time.Second), Memory: 64 << 20, Output: 4 << 10, Scratch: 8 << 20, ScratchFiles: 100}},
 		{name: "some set", yaml: "name: p\nexec: {memory: 1GiB}\n",
-			want: policy.ExecLimits{Timeout: policy.DefaultExecLimits.Timeout, CompileTimeout: policy.DefaultExecLimits.CompileTimeout, Memory: 1 << 30, Output: policy.DefaultExecLimits.Output}},
+			want: policy.ExecLimits{Timeout: policy.DefaultExecLimits.Timeout, CompileTimeout: policy.DefaultExecLimits.CompileTimeout, Memory: 1 << 30, Output: policy.DefaultExecLimits.Output,
+				Scratch: policy.DefaultExecLimits.Scratch, ScratchFiles: policy.DefaultExecLimits.ScratchFiles}},
+		{name: "zero scratch", yaml: "name: p\nexec: {scratch: 0}\n", err: "exec.scratch: must be more than 0"},
+		{name: "zero scratch files", yaml: "name: p\nexec: {scratch_files: 0}\n", err: "exec.scratch_files: must be more than 0"},
+		{name: "negative scratch files", yaml: "name: p\nexec: {scratch_files: -3}\n", err: "exec.scratch_files: must be more than 0"},
 		{name: "zero timeout", yaml: "name: p\nexec: {timeout: 0s}\n", err: "test.yaml:2: exec.timeout: must be more than 0"},
 		{name: "negative compile timeout", yaml: "name: p\nexec: {compile_timeout: -1s}\n", err: `exec.compile_timeout: "-1s" is negative`},
 		{name: "zero memory", yaml: "name: p\nexec: {memory: 0}\n", err: "exec.memory: must be more than 0"},

@@ -44,6 +44,8 @@ type execFlags struct {
 	env            []string
 	deny           []string
 	maxSource      int64
+	filesOut       string   // --files-out DIR
+	filesMatch     []string // --files-match GLOB
 
 	grant grantFlags // --dir, --file, --workdir
 }
@@ -93,6 +95,15 @@ path of a --dir) makes a granted directory the working directory, so that
 python3 client.py finds its file. Nothing else of the host's files is
 visible.
 
+Working directory: a --lang run on WebAssembly writes where it likes by a
+relative name (open("out.txt", "w")): its working directory is a scratch
+directory of its own, at most 64 MiB (--disk-mib) and 1024 files (past either, the
+program's write fails with ENOSPC), removed when the run ends however it
+ends. --files-out DIR copies what it wrote there into DIR (the files
+--files-match names, default *; regular files only, at most 64, their
+contents within --max-output). A native run writes in its job dir, a
+tmpfs of its own that ends with it.
+
 stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
 16 MiB). The program's stdout and stderr are printed, then one summary line
 on stderr (status, exit code, compile and run time, peak memory, whether the
@@ -106,6 +117,7 @@ violations).`,
   moat exec --lang c main.c util.c util.h -- arg1 arg2
   moat exec --lang go --stdin input.txt --timeout 2s --memory-mib 64 main.go
   moat exec --lang rust --json main.rs
+  moat exec --lang python --files-out ./out -e 'open("plot.svg", "w").write("<svg/>")'
   moat exec --lang c --deny include:sys/socket.h main.c
   moat exec --native -- python3 -c 'print(1+1)'
   moat exec --native --dir . --workdir . -- python3 client.py
@@ -145,9 +157,11 @@ violations).`,
 	fl.StringArrayVar(&f.deny, "deny", nil, "a language rule to refuse, e.g. import:net (Go), include:sys/socket.h (C), import:socket (Python) (repeatable; with --lang)")
 	fl.Int64Var(&f.maxSource, "max-source", languages.DefaultMaxSourceBytes, "bytes of source over all files (with --lang)")
 	fl.IntVar(&f.pids, "pids", native.DefaultPids, "limit on processes and threads (with --native)")
-	mibFlag(fl, &f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory-mib too (with --native)")
+	mibFlag(fl, &f.diskMB, "disk", native.DefaultDisk>>20, "size in MiB of the job dir and of each of /tmp, /run and /dev/shm; files there count against --memory-mib too (with --native); with --lang, the bytes the run may keep in its working directory and, natively, in each of those (default 64)")
 	fl.StringArrayVar(&f.allowExec, "allow-exec", nil, "a binary CMD may execute, e.g. /usr/bin/cat for a shell script (repeatable; with --native)")
 	fl.StringArrayVar(&f.allowNet, "allow-net", nil, "a TCP target host:port CMD may connect to; enforced by a per-job iptables chain and Landlock (repeatable; needs root; with --native)")
+	fl.StringVar(&f.filesOut, "files-out", "", "copy the files the program wrote in its working directory (a scratch directory of its own) into `DIR`, which must exist; --files-match says which (with --lang; WASM languages)")
+	fl.StringArrayVar(&f.filesMatch, "files-match", nil, "a pattern naming the files --files-out copies, relative to the working directory: out.txt, *.png, plots/*.svg (repeatable; default *)")
 	fl.BoolVar(&f.json, "json", false, "print the result (status, output, times) as JSON on stdout")
 	addGrantFlags(fl, &f.grant)
 	return g.withServerConfig(cmd, "run on its store and caches (data_dir or database_url) and its profile, as it would")

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,6 +80,27 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		return usagef("give either -e CODE or FILE..., not both (program arguments go after --)")
 	case f.eval == "" && len(files) == 0:
 		return usagef("give the source: FILE... or -e CODE, e.g. moat exec --lang %s main%s", f.lang, firstExt(f.lang))
+	case f.diskMB <= 0 || f.diskMB > 1<<20:
+		return usagef("--disk-mib %d: give a size in MiB, at least 1", f.diskMB)
+	case len(f.filesMatch) > 0 && f.filesOut == "":
+		return usagef("--files-match names files for --files-out DIR: give the directory to copy them into")
+	}
+	var filesOut []string
+	var outRoot *os.Root
+	if f.filesOut != "" {
+		filesOut = f.filesMatch
+		if len(filesOut) == 0 {
+			filesOut = []string{"*"}
+		}
+		if err := languages.ValidateFilesOut(filesOut); err != nil {
+			return usagef("--files-match: %v", strings.TrimPrefix(err.Error(), "files_out: "))
+		}
+		r, err := os.OpenRoot(f.filesOut)
+		if err != nil {
+			return usagef("--files-out %s: %v; give an existing directory", f.filesOut, errors.Unwrap(err))
+		}
+		defer r.Close()
+		outRoot = r
 	}
 	lang, err := languages.Lookup(f.lang)
 	if err != nil {
@@ -147,6 +170,11 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 			return err
 		}
 		defer cleanup()
+		for _, m := range mounts {
+			if filepath.Clean(m.GuestPath) == "/" {
+				return usagef("--dir %s:/: / is the run's working directory, its own scratch directory; show the directory elsewhere, e.g. --dir %s:/data", m.HostDir, m.HostDir)
+			}
+		}
 	}
 	ex, closeHost, err := newExecutor(cmd, g)
 	if err != nil {
@@ -154,20 +182,30 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	}
 	defer closeHost()
 	correlation := newCorrelationID()
+	lim := languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
+		MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)}
+	if mibChanged(cmd.Flags().Changed, "disk") {
+		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
+	}
 	res, err := ex.Exec(cmd.Context(), languages.ExecRequest{
 		Language: f.lang, Source: src, Stdin: stdin, Args: progArgs, Env: env,
-		Limits: languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
-			MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)},
+		Limits:        lim,
 		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
 		Mounts:        mounts,
 		Files:         grantedFiles,
 		WorkDir:       workDir,
+		FilesOut:      filesOut,
 		Preparing:     g.progress().preparer(lang.Info().Name),
 	})
 	if err != nil {
 		return err
+	}
+	if outRoot != nil {
+		if err := copyFilesOut(outRoot, f.filesOut, res.Files); err != nil {
+			return err
+		}
 	}
 	if f.json {
 		enc := json.NewEncoder(cmd.OutOrStdout())
@@ -249,6 +287,9 @@ func langSummary(r *languages.ExecResult, correlation string) string {
 	if r.Message != "" && r.Status != languages.StatusOK {
 		fmt.Fprintf(&b, " reason=%q", oneLineString(r.Message))
 	}
+	if r.ScratchFull != "" {
+		fmt.Fprintf(&b, " scratch_full=%s", r.ScratchFull)
+	}
 	fmt.Fprintf(&b, " correlation_id=%s", correlation)
 	return b.String()
 }
@@ -281,4 +322,34 @@ func execResultJSON(r *languages.ExecResult, correlation string) any {
 // name in org "local", as `moat run` defaults.
 func localPrincipal() policy.Principal {
 	return policy.Principal{User: loginName(), Org: "local"}
+}
+
+// copyFilesOut writes the files a run returned (languages.OutFile) into
+// root, the --files-out directory, each at its name beneath it (os.Root:
+// no name leads out, whatever the guest called it), and says on stderr
+// which were not returned and why.
+func copyFilesOut(root *os.Root, dir string, files []languages.OutFile) error {
+	for _, f := range files {
+		if f.Omitted != "" {
+			fmt.Fprintf(os.Stderr, "moat: --files-out: %s not copied: %s\n", termSafe(f.Name), f.Omitted)
+			continue
+		}
+		b := []byte(f.Content)
+		if f.Encoding == "base64" {
+			var err error
+			if b, err = base64.StdEncoding.DecodeString(f.Content); err != nil {
+				return err
+			}
+		}
+		name := filepath.FromSlash(f.Name)
+		if d := filepath.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("--files-out %s: %w", dir, err)
+			}
+		}
+		if err := root.WriteFile(name, b, 0o644); err != nil {
+			return fmt.Errorf("--files-out %s: %w", dir, err)
+		}
+	}
+	return nil
 }

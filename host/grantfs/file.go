@@ -305,6 +305,14 @@ func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
 	if skip, e := f.beforeWrite(len(buf)); skip {
 		return 0, e
 	}
+	if f.fs.dir.quota != nil {
+		fitted, old, e := f.fit(buf, -1)
+		if e != 0 {
+			return 0, e
+		}
+		defer f.settle(old)
+		buf = fitted
+	}
 	n, err := f.f.Write(buf)
 	return n, experimentalsys.UnwrapOSError(f.fs.note(err))
 }
@@ -312,6 +320,14 @@ func (f *file) Write(buf []byte) (int, experimentalsys.Errno) {
 func (f *file) Pwrite(buf []byte, off int64) (int, experimentalsys.Errno) {
 	if skip, e := f.beforeWrite(len(buf)); skip {
 		return 0, e
+	}
+	if f.fs.dir.quota != nil && off >= 0 {
+		fitted, old, e := f.fit(buf, off)
+		if e != 0 {
+			return 0, e
+		}
+		defer f.settle(old)
+		buf = fitted
 	}
 	n, err := f.f.WriteAt(buf, off)
 	return n, experimentalsys.UnwrapOSError(f.fs.note(err))
@@ -329,6 +345,20 @@ func (f *file) Truncate(size int64) experimentalsys.Errno {
 	}
 	if e := f.writing("descriptor,truncate"); e != 0 {
 		return e
+	}
+	if u := f.fs.dir.quota; u != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(f.fd, &st); err != nil {
+			return experimentalsys.UnwrapOSError(err)
+		}
+		if err := u.resize(st.Size, size); err != nil {
+			return experimentalsys.UnwrapOSError(f.fs.note(err))
+		}
+		if err := f.f.Truncate(size); err != nil {
+			_ = u.resize(size, st.Size)
+			return experimentalsys.UnwrapOSError(f.fs.note(err))
+		}
+		return 0
 	}
 	return experimentalsys.UnwrapOSError(f.fs.note(f.f.Truncate(size)))
 }

@@ -196,14 +196,30 @@ func (f *dirFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode)
 	// regular file nor a directory is refused here; a name swapped for a
 	// FIFO between this and the open (by another program: a guest cannot
 	// make one) is still refused after it, below.
-	if fi, err := f.dir.root.Stat(n); err == nil && !plain(fi.Mode()) {
+	before, statErr := f.dir.root.Stat(n)
+	if statErr == nil && !plain(before.Mode()) {
 		if write {
 			f.audit.Refused(c, RefusedSpecial) // admitted above
 			return nil, experimentalsys.EPERM
 		}
 		return nil, f.refuse(c, RefusedSpecial, experimentalsys.EPERM)
 	}
+	// A quota (quota.go) counts the name a create makes, before it is
+	// made, and frees the bytes a truncation drops.
+	created := false
+	if q := f.dir.quota; q != nil && write && flag&experimentalsys.O_CREAT != 0 && errors.Is(statErr, fs.ErrNotExist) {
+		if err := q.addName(); err != nil {
+			return nil, experimentalsys.UnwrapOSError(f.note(err))
+		}
+		created = true
+	}
 	osf, err := f.dir.root.OpenFile(n, osFlags(flag), perm.Perm()&filePerm)
+	if created && err != nil {
+		f.dir.quota.dropName()
+	}
+	if q := f.dir.quota; q != nil && err == nil && statErr == nil && before.Mode().IsRegular() && flag&experimentalsys.O_TRUNC != 0 {
+		_ = q.resize(before.Size(), 0)
+	}
 	if e, outside := errno(f.note(err)); e != 0 {
 		if outside {
 			if write {
@@ -287,7 +303,14 @@ func (f *dirFS) Readlink(p string) (target string, e experimentalsys.Errno) {
 // Mkdir implements experimentalsys.FS.
 func (f *dirFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
 	e := f.change(Change{Kind: KindMkdir, Path: clean(p)}, func() error {
-		return f.dir.root.Mkdir(name(p), perm.Perm()&dirPerm)
+		if err := f.dir.quota.addName(); err != nil {
+			return err
+		}
+		err := f.dir.root.Mkdir(name(p), perm.Perm()&dirPerm)
+		if err != nil {
+			f.dir.quota.dropName()
+		}
+		return err
 	})
 	if e == experimentalsys.ENOTDIR {
 		e = experimentalsys.ENOENT // a parent that is a file, as wazero's DirFS answers
@@ -317,7 +340,16 @@ func (f *dirFS) Chmod(p string, perm fs.FileMode) experimentalsys.Errno {
 // its target.
 func (f *dirFS) Rename(from, to string) experimentalsys.Errno {
 	return f.change(Change{Kind: KindRename, Path: clean(from), To: clean(to)}, func() error {
-		return f.dir.root.Rename(name(from), name(to))
+		replaced, _ := f.dir.root.Lstat(name(to))
+		if err := f.dir.root.Rename(name(from), name(to)); err != nil {
+			return err
+		}
+		if replaced != nil && f.dir.quota != nil {
+			if src, err := f.dir.root.Lstat(name(to)); err != nil || !os.SameFile(src, replaced) {
+				f.dir.quota.removed(replaced)
+			}
+		}
+		return nil
 	})
 }
 
@@ -325,7 +357,14 @@ func (f *dirFS) Rename(from, to string) experimentalsys.Errno {
 // root, at a name beneath it. A file outside cannot be named.
 func (f *dirFS) Link(oldPath, newPath string) experimentalsys.Errno {
 	return f.change(Change{Kind: KindLink, Path: clean(oldPath), To: clean(newPath)}, func() error {
-		return f.dir.root.Link(name(oldPath), name(newPath))
+		if err := f.dir.quota.addName(); err != nil {
+			return err
+		}
+		err := f.dir.root.Link(name(oldPath), name(newPath))
+		if err != nil {
+			f.dir.quota.dropName()
+		}
+		return err
 	})
 }
 
@@ -362,6 +401,20 @@ func (f *dirFS) Rmdir(p string) experimentalsys.Errno {
 // os.Root's Remove would remove a directory asked to unlink, or a file
 // asked to rmdir. unlinkat never follows the element it removes.
 func (f *dirFS) removeAt(p string, flags int) error {
+	if f.dir.quota != nil {
+		// What the name was, for the quota: a name, and a file's bytes
+		// when it was the file's last link.
+		fi, _ := f.dir.root.Lstat(name(p))
+		if err := f.unlinkAt(p, flags); err != nil {
+			return err
+		}
+		f.dir.quota.removed(fi)
+		return nil
+	}
+	return f.unlinkAt(p, flags)
+}
+
+func (f *dirFS) unlinkAt(p string, flags int) error {
 	dir, base := path.Split(path.Clean(name(p)))
 	if dir == "" {
 		dir = "."

@@ -42,6 +42,8 @@ type Dir struct {
 	root *os.Root
 	path string // the directory opened: the grant's path with symlinks resolved
 	rw   bool
+	// quota, when set (Limit), bounds what the guest keeps beneath it.
+	quota *usage
 }
 
 // Open opens the directory at path for a grant, read-write or not. path

@@ -79,6 +79,11 @@ type Spec struct {
 	// directory, bound as it is: only RLIMIT_FSIZE bounds a file there.
 	// tmpfs pages count against MemoryBytes too.
 	DiskBytes int64
+	// DiskFiles, when set, bounds the names (files, directories) each of
+	// those tmpfs holds: past it the job gets ENOSPC. A code-execution
+	// run's is its scratch limit (languages.ExecLimits.ScratchFiles).
+	// Unset, the kernel's default applies.
+	DiskFiles int64 `json:",omitempty"`
 	// AddressSpace, when set, is the RLIMIT_AS in bytes instead of the
 	// default derived from MemoryBytes. Raise it for runtimes that reserve
 	// address space up front (V8 reserves about 10 GB per WebAssembly
@@ -906,7 +911,7 @@ func checkEnv(env []string) error {
 // DiskBytes unless the caller gave a Dir, and the scratch dirs as large.
 // In a user namespace (not root) the job is uid 0 there.
 func rootSpec(s Spec, dir string, root bool, uid, gid int) *kernel.RootSpec {
-	rs := &kernel.RootSpec{JobDir: dir, ScratchBytes: s.DiskBytes}
+	rs := &kernel.RootSpec{JobDir: dir, ScratchBytes: s.DiskBytes, Files: s.DiskFiles}
 	if s.Dir == "" {
 		rs.JobDirBytes = s.DiskBytes
 	}

@@ -33,7 +33,7 @@ func requireBash(t *testing.T, ts *testServer) {
 func TestRunLimitsClampedByProfile(t *testing.T) {
 	dir := t.TempDir()
 	tight := filepath.Join(dir, "tight.yaml")
-	if err := os.WriteFile(tight, []byte("name: tight\nexec: {timeout: 1s, compile_timeout: 5s, memory: 64MiB, output: 4KiB}\n"), 0o644); err != nil {
+	if err := os.WriteFile(tight, []byte("name: tight\nexec: {timeout: 1s, compile_timeout: 5s, memory: 64MiB, output: 4KiB, scratch: 1MiB, scratch_files: 8}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	exec := withExecutor(t)
@@ -62,6 +62,7 @@ func TestRunLimitsClampedByProfile(t *testing.T) {
 		run    languages.Status // the job's status on 200
 		msg    string           // in the job's message
 		maxRun time.Duration
+		stdout string // the job's stdout, when set
 	}{
 		{name: "viewer asks for an hour", key: viewer, body: job("echo hi", `{"timeout":"1h"}`), status: 400,
 			detail: "limits.timeout: 1h is more than the 10s the profile minimal allows for organization acme (exec.timeout); ask for at most 10s, or leave it out to get 10s"},
@@ -89,6 +90,16 @@ func TestRunLimitsClampedByProfile(t *testing.T) {
 			run: languages.StatusTimeout, msg: "wall-clock limit 1s passed", maxRun: 3 * time.Second},
 		{name: "left out, the output cap is the profile's", key: tightKey, body: job("yes flood", ""), status: 200,
 			run: languages.StatusOutputLimit, msg: "the output passed 4096 bytes; the rest was dropped", maxRun: 3 * time.Second},
+		{name: "viewer asks for a 1 GiB scratch directory", key: viewer, body: job("echo hi", `{"scratch_bytes":1073741824}`), status: 400,
+			detail: "limits.scratch_bytes: 1073741824 (1 GiB) is more than the 67108864 (64 MiB) the profile minimal allows for organization acme (exec.scratch); ask for at most 67108864 (64 MiB), or leave it out to get 67108864 (64 MiB)"},
+		{name: "admin asks for 2000 scratch files", key: admin, body: job("echo hi", `{"scratch_files":2000}`), status: 400,
+			detail: "limits.scratch_files: 2000 is more than the 1024 the profile minimal allows for organization acme (exec.scratch_files); ask for at most 1024, or leave it out to get 1024"},
+		{name: "negative scratch files", key: admin, body: job("echo hi", `{"scratch_files":-1}`), status: 400,
+			detail: "limits.scratch_files: -1 is negative; give a number of files, at most 1024, or leave it out"},
+		{name: "left out, the scratch files are the profile's", key: tightKey, body: job(`i=0; while : > "f$i" 2>/dev/null; do i=$((i+1)); [ $i -gt 100 ] && break; done; echo "$i files"`, ""), status: 200,
+			run: languages.StatusOK, msg: "", stdout: "8 files\n"},
+		{name: "left out, the scratch bytes are the profile's", key: tightKey, body: job(`printf '%*s' 2097152 '' > big 2>/dev/null; echo "status $?"`, ""), status: 200,
+			run: languages.StatusOK, msg: "", stdout: "status 1\n"},
 		{name: "less than the maximum is honoured", key: tightKey, body: job("sleep 5", `{"timeout":"300ms"}`), status: 200,
 			run: languages.StatusTimeout, msg: "wall-clock limit 300ms passed", maxRun: 2 * time.Second},
 	}
@@ -112,6 +123,9 @@ func TestRunLimitsClampedByProfile(t *testing.T) {
 			}
 			if res.Status != tt.run || !strings.Contains(res.Message, tt.msg) {
 				t.Fatalf("run status %s %q, want %s %q", res.Status, res.Message, tt.run, tt.msg)
+			}
+			if tt.stdout != "" && res.Stdout != tt.stdout {
+				t.Fatalf("stdout %q, want %q", res.Stdout, tt.stdout)
 			}
 			if tt.maxRun > 0 && time.Since(began) > tt.maxRun {
 				t.Fatalf("took %s", time.Since(began))

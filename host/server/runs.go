@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,6 +28,10 @@ type RunRequest struct {
 	Args     []string          `json:"args,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Limits   RunLimits         `json:"limits,omitempty"`
+	// FilesOut are patterns naming files the run writes in its working
+	// directory (its scratch directory) that the result returns
+	// (RunResult.FilesOut): "out.txt", "*.png", "plots/*.svg".
+	FilesOut []string `json:"files_out,omitempty"`
 }
 
 // RunFile is one source file; Encoding is utf8 (the default) or base64.
@@ -46,6 +51,11 @@ type RunLimits struct {
 	CompileTimeout string `json:"compile_timeout,omitempty"`
 	MemoryBytes    int64  `json:"memory_bytes,omitempty"`
 	MaxOutputBytes int64  `json:"max_output_bytes,omitempty"`
+	// ScratchBytes and ScratchFiles bound what the run may keep in its
+	// working directory, its scratch directory (exec.scratch,
+	// exec.scratch_files).
+	ScratchBytes int64 `json:"scratch_bytes,omitempty"`
+	ScratchFiles int64 `json:"scratch_files,omitempty"`
 }
 
 // RunResult is the outcome of a job: languages.ExecResult with the output
@@ -67,6 +77,12 @@ type RunResult struct {
 	PeakMemory    uint64                `json:"peak_memory_bytes"`
 	BuildCached   bool                  `json:"build_cached"`
 	CorrelationID string                `json:"correlation_id"`
+	// ScratchFull names the limit of the run's scratch directory a write
+	// was refused for ("bytes", "files": the program got ENOSPC).
+	ScratchFull string `json:"scratch_full,omitempty"`
+	// FilesOut are the files FilesOut's patterns named, each with its
+	// content (Encoding utf-8 or base64) or why it is not returned.
+	FilesOut []languages.OutFile `json:"files_out,omitempty"`
 }
 
 // maxBatch bounds the jobs of one batch submission.
@@ -85,6 +101,10 @@ const MaxRunResponseBytes = 8 << 20
 
 // runOverhead is the JSON of a result without its outputs, generously.
 const runOverhead = 1 << 10
+
+// fileOverhead is the JSON of a returned file without its name, content
+// and reason, generously.
+const fileOverhead = 96
 
 // responseBudget is what is left of limits.max_run_response_bytes for a
 // request.
@@ -109,6 +129,23 @@ func (b *responseBudget) outputCap(asked int64) int64 {
 // their encoded size does not fit.
 func (b *responseBudget) charge(res *RunResult) {
 	size := int64(runOverhead + jsonLen(res.Stdout) + jsonLen(res.Stderr) + jsonLen(res.CompileOutput) + jsonLen(res.Message))
+	files := int64(0)
+	for _, f := range res.FilesOut {
+		files += int64(fileOverhead + jsonLen(f.Name) + jsonLen(f.Content) + jsonLen(f.Omitted))
+	}
+	if size+files > b.left {
+		// The files' contents go first: the outputs say what happened.
+		files = 0
+		for i := range res.FilesOut {
+			f := &res.FilesOut[i]
+			if f.Omitted == "" {
+				f.Encoding, f.Content = "", ""
+				f.Omitted = fmt.Sprintf("the response's outputs are limited to %d bytes over all jobs, encoded as JSON (limits.max_run_response_bytes)", b.limit)
+			}
+			files += int64(fileOverhead + jsonLen(f.Name) + jsonLen(f.Omitted))
+		}
+	}
+	size += files
 	if size > b.left {
 		res.Stdout, res.Stderr, res.Encoding = "", "", ""
 		res.CompileOutput = res.CompileOutput[:min(len(res.CompileOutput), 1024)]
@@ -244,6 +281,9 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	if len(src.Files) == 0 {
 		return bad("files is empty; send at least the program's source")
 	}
+	if err := languages.ValidateFilesOut(r.FilesOut); err != nil {
+		return bad("%v", err)
+	}
 	lim, err := s.jobLimits(principalOf(c), r.Limits)
 	if err != nil {
 		return nil, err
@@ -251,7 +291,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	lim.MaxOutputBytes = budget.outputCap(lim.MaxOutputBytes)
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
-		Principal: principalOf(c), CorrelationID: correlation,
+		Principal: principalOf(c), CorrelationID: correlation, FilesOut: r.FilesOut,
 	})
 	if err != nil {
 		return nil, err
@@ -270,6 +310,7 @@ func NewRunResult(res *languages.ExecResult, correlation string) *RunResult {
 		Message: res.Message, CompileOutput: res.CompileOutput, Violations: res.Violations,
 		CompileTimeMS: float64(res.CompileTime) / 1e6, RunTimeMS: float64(res.RunTime) / 1e6,
 		PeakMemory: res.PeakMemory, BuildCached: res.BuildCached, CorrelationID: correlation,
+		ScratchFull: res.ScratchFull, FilesOut: res.Files,
 	}
 	out.Stdout, out.Stderr, out.Encoding = textOrBase64(res.Stdout, res.Stderr)
 	return out
@@ -296,7 +337,7 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 		name = prof.Name
 	}
 	out := languages.ExecLimits{Timeout: time.Duration(m.Timeout), CompileTimeout: time.Duration(m.CompileTimeout),
-		MemoryBytes: int64(m.Memory), MaxOutputBytes: int64(m.Output)}
+		MemoryBytes: int64(m.Memory), MaxOutputBytes: int64(m.Output), ScratchBytes: int64(m.Scratch), ScratchFiles: int64(m.ScratchFiles)}
 	over := func(field, got, maximum, knob string) error {
 		return problem(http.StatusBadRequest, "invalid_argument",
 			"%s: %s is more than the %s the profile %s allows for organization %s (exec.%s); ask for at most %s, or leave it out to get %s",
@@ -332,6 +373,7 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 	}{
 		{"limits.memory_bytes", "memory", asked.MemoryBytes, m.Memory, &out.MemoryBytes},
 		{"limits.max_output_bytes", "output", asked.MaxOutputBytes, m.Output, &out.MaxOutputBytes},
+		{"limits.scratch_bytes", "scratch", asked.ScratchBytes, m.Scratch, &out.ScratchBytes},
 	} {
 		switch {
 		case b.v < 0:
@@ -341,6 +383,14 @@ func (s *Server) jobLimits(p policy.Principal, asked RunLimits) (languages.ExecL
 		case b.v > 0:
 			*b.dst = b.v
 		}
+	}
+	switch n, maxFiles := asked.ScratchFiles, int64(m.ScratchFiles); {
+	case n < 0:
+		return out, problem(http.StatusBadRequest, "invalid_argument", "limits.scratch_files: %d is negative; give a number of files, at most %d, or leave it out", n, maxFiles)
+	case n > maxFiles:
+		return out, over("limits.scratch_files", strconv.FormatInt(n, 10), strconv.FormatInt(maxFiles, 10), "scratch_files")
+	case n > 0:
+		out.ScratchFiles = n
 	}
 	return out, nil
 }
@@ -554,7 +604,8 @@ func (s *Server) pistonExecute(c echo.Context) error {
 	lim.Memory = min(lim.Memory, pm.Memory)
 	lim.MaxOutput = min(lim.MaxOutput, pm.Output)
 	el := languages.ExecLimits{Timeout: time.Duration(lim.RunTimeout), CompileTimeout: time.Duration(lim.CompileTimeout),
-		MemoryBytes: int64(lim.Memory), MaxOutputBytes: int64(lim.MaxOutput)}
+		MemoryBytes: int64(lim.Memory), MaxOutputBytes: int64(lim.MaxOutput),
+		ScratchBytes: int64(pm.Scratch), ScratchFiles: int64(pm.ScratchFiles)} // Piston has no field for them
 	for _, t := range []struct {
 		name string
 		v    *int64

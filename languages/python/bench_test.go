@@ -54,7 +54,7 @@ func BenchmarkRun(b *testing.B) {
 			b.Fatal("no entry code")
 		}
 		req := host.RunRequest{Principal: policy.Principal{User: "bench", Org: "acme"}, Args: a.Args, Env: a.Env, Stdout: io.Discard, Entry: entry,
-			Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...)}
+			Mounts: append([]host.Mount{{HostDir: src, GuestPath: "/src", ReadOnly: true}}, a.Mounts...), Scratch: &host.Scratch{Dir: b.TempDir()}}
 		b.ResetTimer()
 		cpu := interptest.StartCPU(syscall.RUSAGE_SELF)
 		for b.Loop() {

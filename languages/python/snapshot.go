@@ -148,6 +148,7 @@ func (Language) Snapshot(a *languages.Artifact) *host.Snapshot {
 		Args:         []string{"-B", "-c", snapshotBoot},
 		Env:          maps.Clone(a.Env),
 		Mounts:       mounts,
+		Scratch:      true, // every exec run has one (languages/scratch.go)
 		Probe: func(nonce string) string {
 			return fmt.Sprintf("import sys, os\nsys.stdout.write(%s)\nsys.stdout.flush()\nos._exit(0)\n", pyQuote(nonce))
 		},

@@ -36,6 +36,7 @@ func runSnap(t *testing.T, m *host.Module, a *languages.Artifact, fromSnapshot b
 		Args: append(append([]string{}, a.Args...), args...), Env: all,
 		Principal: policy.Principal{User: "ann", Org: "acme"},
 		Mounts:    append(a.RunMounts(src), extra...),
+		Scratch:   &host.Scratch{Dir: t.TempDir()}, // as every exec run has (the image's capture had one)
 	}
 	if fromSnapshot {
 		code, ok := python.Language{}.EntryCode(a, args, all)

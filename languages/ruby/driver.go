@@ -22,7 +22,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -78,7 +77,7 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 		return nil, fmt.Errorf("ruby: compilation cache in %s: %w", dir, err)
 	}
 	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), wasmlimit.NewRuntimeConfig(cache))
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	if err := host.InstantiateWASI(ctx, rt); err != nil { // a sleep works as in every language (host/wasipoll.go)
 		rt.Close(ctx)
 		return nil, fmt.Errorf("ruby: instantiate WASI: %w", err)
 	}
@@ -247,17 +246,32 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	for _, k := range slices.Sorted(maps.Keys(envs)) {
 		mc = mc.WithEnv(k, envs[k])
 	}
+	fsc := wazero.NewFSConfig()
 	if in.SrcDir != "" {
-		mc = mc.WithFSConfig(wazero.NewFSConfig().WithReadOnlyDirMount(in.SrcDir, "/src"))
+		fsc = fsc.WithReadOnlyDirMount(in.SrcDir, "/src")
 	}
+	// The run's scratch directory at "/", after /src, as the capture has
+	// an empty one (snapshot.go).
+	var scratch *host.ScratchFS
+	if in.Scratch != nil {
+		if scratch, err = host.OpenScratchFS(*in.Scratch); err != nil {
+			return fail(abi.CodeInvalidArgument, err, "%v", err)
+		}
+		defer scratch.Close()
+		fsc = scratch.Mount(fsc)
+	}
+	mc = mc.WithFSConfig(fsc)
 
 	alloc := wasmlimit.NewAllocator(lim.memory)
 	rctx := context.WithValue(experimental.WithMemoryAllocator(cctx, alloc), handlesKey{}, &handles{})
+	if scratch != nil {
+		rctx = scratch.Context(rctx) // ENOSPC past its quota, not EIO
+	}
 	argv := append(slices.Clone(a.Args[1:]), in.Args...)
 	var code int
 	setup, fromSnapshot := fromImage(argv, envs)
 	var img *wasmsnap.Image
-	if fromSnapshot && in.SrcDir != "" {
+	if fromSnapshot && in.SrcDir != "" && in.Scratch != nil {
 		img = e.image(ctx, cm)
 	}
 	if img != nil && uint64(img.Pages)*65536 <= lim.memory {
@@ -289,7 +303,11 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	default:
 		return fail(abi.CodeTrap, err, "%s", firstLine(err))
 	}
-	return &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code, PeakMemory: alloc.Peak()}, nil
+	res := &languages.RunOutput{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code, PeakMemory: alloc.Peak()}
+	if scratch != nil {
+		res.ScratchFull = scratch.Full()
+	}
+	return res, nil
 }
 
 // drive instantiates the interpreter and runs script with argv, returning

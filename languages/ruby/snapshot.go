@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"io"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/tetratelabs/wazero"
 )
@@ -45,7 +47,7 @@ var capturePrelude = noProcesses + "$stdout.sync = true\n$stderr.sync = true\nni
 
 // imageSteps names the capture's steps beside the prelude: change it with
 // them.
-const imageSteps = "initialize,ruby-init(--disable-gems -EUTF-8 -e_=0 --),loadpath"
+const imageSteps = "initialize(/src,scratch /),ruby-init(--disable-gems -EUTF-8 -e_=0 --),loadpath"
 
 // image returns the image of cm, capturing it on first use; nil when the
 // capture failed, so that runs start cold.
@@ -85,11 +87,24 @@ func (e *engine) image(ctx context.Context, cm wazero.CompiledModule) *wasmsnap.
 func (e *engine) capture(ctx context.Context, cm wazero.CompiledModule, globals int) (*wasmsnap.Image, error) {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	// The preopens every run from the image has: /src, then a scratch
+	// directory at "/" (an empty one here), in that order.
+	dir, err := os.MkdirTemp("", "moat-scratch-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	scratch, err := host.OpenScratchFS(host.Scratch{Dir: dir, MaxBytes: 1, MaxFiles: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer scratch.Close()
+	fsc := scratch.Mount(wazero.NewFSConfig().WithReadOnlyDirMount(e.cacheDir, "/src"))
 	mc := wazero.NewModuleConfig().WithName("").WithArgs("ruby").
 		WithStdout(io.Discard).WithStderr(io.Discard).
 		WithSysWalltime().WithSysNanotime().
 		WithStartFunctions("_initialize").
-		WithFSConfig(wazero.NewFSConfig().WithReadOnlyDirMount(e.cacheDir, "/src"))
+		WithFSConfig(fsc)
 	rctx := context.WithValue(cctx, handlesKey{}, &handles{})
 	mod, err := e.rt.InstantiateModule(rctx, cm, mc)
 	if err != nil {

@@ -36,6 +36,11 @@ type RootSpec struct {
 	JobDir       string `json:"job_dir"`
 	JobDirBytes  int64  `json:"job_dir_bytes,omitempty"`
 	ScratchBytes int64  `json:"scratch_bytes"`
+	// Files, when set, bounds the names (inodes) each fresh tmpfs (the
+	// job dir and the scratch dirs) holds: a job making more gets ENOSPC,
+	// as past its bytes. Unset, the kernel's default (half the RAM's
+	// pages) applies.
+	Files int64 `json:"files,omitempty"`
 	// Owner of the job dir's tmpfs: the job's uid and gid as seen in its
 	// user namespace.
 	UID, GID int
@@ -276,10 +281,14 @@ func cloneNoSymlinks(dir string) (int, error) {
 }
 
 // mountTmpfs mounts a fresh tmpfs at dir.
-func mountTmpfs(dir string, flags uintptr, size int64, mode uint32, uid, gid int) error {
+func mountTmpfs(dir string, flags uintptr, size int64, mode uint32, uid, gid int, inodes ...int64) error {
 	opts := fmt.Sprintf("mode=%o,uid=%d,gid=%d", mode, uid, gid)
 	if size > 0 {
 		opts += ",size=" + strconv.FormatInt(size, 10)
+	}
+	if len(inodes) > 0 && inodes[0] > 0 {
+		// The directory itself is one of them.
+		opts += ",nr_inodes=" + strconv.FormatInt(inodes[0]+1, 10)
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
 		return fmt.Errorf("mount tmpfs at %s: %w", dir, err)
@@ -348,7 +357,7 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 		if err := mkdir(d); err != nil {
 			return err
 		}
-		if err := mountTmpfs(at(d), noexecFlags, rs.ScratchBytes, 0o1777, 0, 0); err != nil {
+		if err := mountTmpfs(at(d), noexecFlags, rs.ScratchBytes, 0o1777, 0, 0, rs.Files); err != nil {
 			return fmt.Errorf("root: %w", err)
 		}
 	}
@@ -378,7 +387,7 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 		if err := mkdir(rs.JobDir); err != nil {
 			return err
 		}
-		if err := mountTmpfs(at(rs.JobDir), noexecFlags, rs.JobDirBytes, 0o700, rs.UID, rs.GID); err != nil {
+		if err := mountTmpfs(at(rs.JobDir), noexecFlags, rs.JobDirBytes, 0o700, rs.UID, rs.GID, rs.Files); err != nil {
 			return fmt.Errorf("root: job dir: %w", err)
 		}
 	}
