@@ -15,7 +15,6 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
-	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -27,20 +26,7 @@ import (
 // empty.
 func tenantHosts(t *testing.T, base string) (*host.Host, *host.Host, string) {
 	t.Helper()
-	cache := filepath.Join(t.TempDir(), "cache")
-	if err := os.MkdirAll(cache, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	suiteCache := interptest.CacheDir(t.TempDir())
-	if ents, err := os.ReadDir(suiteCache); err == nil {
-		for _, e := range ents {
-			if e.IsDir() && e.Name() != "snapshots" {
-				if err := os.Symlink(filepath.Join(suiteCache, e.Name()), filepath.Join(cache, e.Name())); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	cache := imageCache(t)
 	p, err := policy.ParseProfile("tenants.yaml", []byte(strings.ReplaceAll("name: tenants\ndefault:\n  capabilities:\n    filesystem: [BASE/a, BASE/b]\n", "BASE", base)))
 	if err != nil {
 		t.Fatal(err)
