@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestFixturesUpToDate: the committed .wasm fixtures are what their WAT
@@ -14,10 +16,7 @@ import (
 func TestFixturesUpToDate(t *testing.T) {
 	wat2wasm, err := exec.LookPath("wat2wasm")
 	if err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatal("wat2wasm is not installed; `make tools` installs it (apt package wabt)")
-		}
-		t.Skip("wat2wasm (apt package wabt) is not installed; `make tools` installs it")
+		testenv.Require(t, "wat2wasm (apt package wabt) is not installed; `make tools` installs it")
 	}
 	sources, _ := filepath.Glob("../testdata/wat/*.wat")
 	if len(sources) == 0 {

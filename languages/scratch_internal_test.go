@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestCollectFilesHostile: what a scratch directory holds is the guest's
@@ -18,9 +20,7 @@ import (
 // block), a device, a name that is not text. None may be followed,
 // opened or read; each is listed with why.
 func TestCollectFilesHostile(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mknod of a device needs root")
-	}
+	testenv.Root(t, "mknod of a device needs root")
 	dir := t.TempDir()
 	outside := t.TempDir()
 	must := func(err error) {

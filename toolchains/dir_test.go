@@ -9,7 +9,7 @@ import (
 )
 
 // TestDirOrder: $MOAT_TOOLCHAINS, then a .toolchains above the working
-// directory, then moat's home's toolchains; none, "".
+// directory, then moat's home's toolchains, then the system's; none, "".
 func TestDirOrder(t *testing.T) {
 	root := t.TempDir()
 	repo := filepath.Join(root, "repo")
@@ -22,21 +22,28 @@ func TestDirOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A system home (root's installs, for every user) of the test's own.
+	system := filepath.Join(root, "system")
+	if err := os.MkdirAll(filepath.Join(system, "toolchains"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name, env, wd, xdg, want string
+		name, env, wd, xdg, system, want string
 	}{
-		{name: "MOAT_TOOLCHAINS wins", env: "/explicit", wd: deep, xdg: xdg, want: "/explicit"},
-		{name: "a repository's .toolchains above the working dir", wd: deep, xdg: xdg, want: filepath.Join(repo, ".toolchains")},
-		{name: "moat's home from anywhere else", wd: outside, xdg: xdg, want: home},
-		{name: "no home's toolchains yet", wd: outside, xdg: filepath.Join(root, "empty-xdg"), want: ""},
+		{name: "MOAT_TOOLCHAINS wins", env: "/explicit", wd: deep, xdg: xdg, system: system, want: "/explicit"},
+		{name: "a repository's .toolchains above the working dir", wd: deep, xdg: xdg, system: system, want: filepath.Join(repo, ".toolchains")},
+		{name: "moat's home from anywhere else", wd: outside, xdg: xdg, system: system, want: home},
+		{name: "the system's when the home has none", wd: outside, xdg: filepath.Join(root, "empty-xdg"), system: system, want: filepath.Join(system, "toolchains")},
+		{name: "no home's toolchains yet, no system's", wd: outside, xdg: filepath.Join(root, "empty-xdg"), system: filepath.Join(root, "no-system"), want: ""},
+		// In a test binary the machine's /var/lib/moat/toolchains is never
+		// the answer, whether or not root installed there.
+		{name: "no system home named", wd: outside, xdg: filepath.Join(root, "empty-xdg"), want: ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := os.Stat("/var/lib/moat/toolchains"); err == nil && tt.want == "" {
-				t.Skip("/var/lib/moat/toolchains exists on this machine: the system's toolchains are found")
-			}
 			t.Setenv(toolchains.EnvDir, tt.env)
 			t.Setenv("XDG_DATA_HOME", tt.xdg)
+			t.Setenv("MOAT_SYSTEM_HOME", tt.system)
 			t.Chdir(tt.wd)
 			if got := toolchains.Dir(); got != tt.want {
 				t.Errorf("Dir() = %q, want %q", got, tt.want)

@@ -30,8 +30,11 @@ const EnvDir = "MOAT_TOOLCHAINS"
 //     ($XDG_DATA_HOME/moat/toolchains or ~/.local/share/moat/toolchains;
 //     /var/lib/moat/toolchains as root): where `moat toolchains install`
 //     puts them, found from any working directory;
-//  4. the system's, /var/lib/moat/toolchains, when it exists (installed by
-//     root for every user).
+//  4. the system's, /var/lib/moat/toolchains ($MOAT_SYSTEM_HOME/toolchains
+//     when set), when it exists (installed by root for every user).
+//
+// In a test binary steps 3 and 4 never reach the machine's homes (see
+// internal/moatdir): a test finds toolchains its environment names.
 //
 // It returns "" when there is none.
 func Dir() string {
@@ -55,7 +58,7 @@ func Dir() string {
 			}
 		}
 	}
-	for _, d := range []string{moatdir.Toolchains(), filepath.Join(moatdir.SystemHome, "toolchains")} {
+	for _, d := range []string{moatdir.Toolchains(), moatdir.SystemToolchains()} {
 		if d != "" && isDir(d) {
 			return d
 		}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -63,7 +64,7 @@ func TestRunExtism(t *testing.T) {
 			{name: "plug-in error", args: []string{"run", dir, "remember", "--input", strings.Repeat("x", 5000)}, code: 1,
 				stderr: "moat: module memo: action remember: guest_error: a note is at most 4096 bytes"},
 		}...)
-	} else if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
+	} else if testenv.Required() {
 		t.Fatal("clang-19 is not installed; `make toolchains` installs it")
 	} else {
 		t.Log("clang-19 is not installed: the C plug-in cases are skipped")
@@ -92,10 +93,7 @@ func TestRunExtismEgress(t *testing.T) {
 	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")
 	dl.Dir, dl.Env = filepath.Join(root, "testdata", "extism"), env
 	if msg, err := dl.CombinedOutput(); err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("the Extism Go PDK is not available (`make extism-pdk`): %v\n%s", err, msg)
-		}
-		t.Skipf("the Extism Go PDK is not available: %v", err)
+		testenv.Require(t, fmt.Sprintf("the Extism Go PDK is not available (`make extism-pdk`): %v\n%s", err, msg))
 	}
 	dir := filepath.Join(t.TempDir(), "fetcher")
 	if err := os.Mkdir(dir, 0o755); err != nil {

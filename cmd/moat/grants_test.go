@@ -164,9 +164,7 @@ print(std.loadFile("`+filepath.Join(base, "f.txt")+`") === null ? "no host path"
 // system and scratch directories, /etc's files, /dev, /var/run, another
 // grant) is refused by name before a job starts, exit 2.
 func TestExecNativeDirGuest(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the native layer stack (uid switch, own root) needs root; CI runs as root")
-	}
+	testenv.Root(t, "the native layer stack (uid switch, own root) needs root; CI runs as root")
 	base := t.TempDir() // under /tmp: allowed as the host side of a mount
 	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
 	os.Mkdir(ro, 0o755)

@@ -2,21 +2,21 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // needTool skips when a Debian toolchain binary is missing, except in CI.
 func needTool(t *testing.T, bin string) {
 	t.Helper()
 	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s is not installed: run `make toolchains`", bin)
-		}
-		t.Skipf("%s is not installed: run `make toolchains`", bin)
+		testenv.Require(t, fmt.Sprintf("%s is not installed: run `make toolchains`", bin))
 	}
 }
 
@@ -113,10 +113,7 @@ int main(int argc, char **argv) {
 // the Go seed cache in it costs about 20 s of CPU once.
 func TestBuildGoPlugin(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatal("go is not installed")
-		}
-		t.Skip("go is not installed")
+		testenv.Require(t, "go is not installed")
 	}
 	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
 	out := filepath.Join(t.TempDir(), "hello-go.wasm")

@@ -5,6 +5,7 @@ package main_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/moatdir"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -26,6 +29,16 @@ func TestMain(m *testing.M) {
 	// moat's home (the default data dir) inside the test's temp dir: a
 	// command run without --data must not write /var/lib/moat or ~.
 	os.Setenv("XDG_DATA_HOME", filepath.Join(dir, "xdg"))
+	// The system's home (root's, and the toolchains every user falls back
+	// to: /var/lib/moat) a poisoned one of the test's, so a test passes on
+	// what the repository provides and never on what the machine has;
+	// checked unchanged after the run (machinehome_test.go).
+	poisoned := filepath.Join(dir, "poisoned-system-home")
+	digest, err := poisonMachineHome(poisoned)
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv(moatdir.EnvSystemHome, poisoned)
 	// The repository's toolchains (make toolchains) for the commands the
 	// tests run outside the tree, where moat would not find them above
 	// its working directory; make test exports the same.
@@ -51,6 +64,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	pgtest.Stop() // the throwaway PostgreSQL cluster of the replica tests, if one was started
+	if after, err := treeDigest(poisoned); err != nil || after != digest {
+		fmt.Fprintf(os.Stderr, "FAIL: a test's moat changed the poisoned system home %s (%v): it fell back to the machine's home\n", poisoned, err)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -261,9 +278,7 @@ func TestConfineCheck(t *testing.T) {
 // /etc/shadow is not in the job's root, and an OOM kill is reported with exit 125
 // and as a kernel denial in the audit trail.
 func TestExecNative(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the full native layer stack (cgroups, uid switch) needs root; CI runs as root")
-	}
+	testenv.Root(t, "the full native layer stack (cgroups, uid switch) needs root; CI runs as root")
 	data := t.TempDir()
 	r := moat(t, "", "exec", "--data", data, "--native", "--allow-exec", "/usr/bin/cat", "--", "sh", "-c", "cat /etc/shadow")
 	if r.code == 0 || !strings.Contains(r.stderr, "cat: /etc/shadow: No such file or directory") || !strings.Contains(r.stderr, "layers=cgroup,") {
@@ -283,9 +298,7 @@ func TestExecNative(t *testing.T) {
 // killed by the kernel, and that is never a bare SIGKILL: its watcher says
 // so on stderr and in the audit trail, and removes the cgroup.
 func TestBackstopReported(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the host's backstop cgroup needs root; CI runs as root")
-	}
+	testenv.Root(t, "the host's backstop cgroup needs root; CI runs as root")
 	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
 	data := t.TempDir()
 	r := moat(t, "", "run", "--data", data, "--host-memory-mib", "24", plugin, "greet", "--input", "x")

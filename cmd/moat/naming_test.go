@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -249,9 +250,7 @@ func TestMiBFlagNames(t *testing.T) {
 // that is not UTF-8 as POST /v1/runs does (base64, encoding: base64),
 // not as U+FFFD; text stays text.
 func TestExecNativeJSONEncoding(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the native layer stack needs root; CI runs as root")
-	}
+	testenv.Root(t, "the native layer stack needs root; CI runs as root")
 	data := t.TempDir()
 	for _, tc := range []struct {
 		printf, encoding, stdout string

@@ -9,23 +9,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/moatdir"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
 // newUser is a new user's machine in temp dirs: a copy of the moat binary
 // alone in its own directory (no moat-confine, no .toolchains, no
-// repository above it), a home, an XDG data dir and two working
-// directories, none inside the repository.
+// repository above it), a home, an XDG data dir, two working directories,
+// none inside the repository, and the machine's system home (what is
+// /var/lib/moat elsewhere: root's home and its toolchains for every
+// user), not made: a new machine has none.
 type newUser struct {
-	bin, xdg, home, work, other string
+	bin, xdg, home, work, other, system string
 }
 
 func newUserMachine(t *testing.T) newUser {
 	t.Helper()
 	root := t.TempDir()
 	u := newUser{bin: filepath.Join(root, "bin", "moat"), xdg: filepath.Join(root, "xdg"), home: filepath.Join(root, "home"),
-		work: filepath.Join(root, "work"), other: filepath.Join(root, "elsewhere", "deeper")}
+		work: filepath.Join(root, "work"), other: filepath.Join(root, "elsewhere", "deeper"), system: filepath.Join(root, "var-lib-moat")}
 	for _, d := range []string{filepath.Dir(u.bin), u.xdg, u.home, u.work, u.other} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -52,19 +55,20 @@ func (u newUser) run(t *testing.T, dir, stdin string, args ...string) result {
 	return runCmd(t, cmd)
 }
 
-// env is the test's environment with HOME and XDG_DATA_HOME in the temp
-// tree and none of moat's overrides.
+// env is the test's environment with HOME, XDG_DATA_HOME and the system
+// home in the temp tree and none of moat's overrides: the machine's
+// /var/lib/moat is not the new user's machine's.
 func (u newUser) env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "MOAT_TOOLCHAINS", "MOAT_DATA", "XDG_DATA_HOME", "HOME", "MOAT_DATABASE_URL":
+		case "MOAT_TOOLCHAINS", "MOAT_DATA", "XDG_DATA_HOME", "HOME", "MOAT_DATABASE_URL", moatdir.EnvSystemHome:
 			continue
 		}
 		env = append(env, kv)
 	}
-	return append(env, "HOME="+u.home, "XDG_DATA_HOME="+u.xdg)
+	return append(env, "HOME="+u.home, "XDG_DATA_HOME="+u.xdg, moatdir.EnvSystemHome+"="+u.system)
 }
 
 func (u newUser) langStatus(t *testing.T, name string) (available bool, missing string) {

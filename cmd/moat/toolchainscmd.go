@@ -33,7 +33,8 @@ The toolchains directory is the first of: $MOAT_TOOLCHAINS; a .toolchains
 directory above the working directory or the moat binary (a repository
 checkout, where ` + "`make toolchains`" + ` puts them); $XDG_DATA_HOME/moat/toolchains or
 ~/.local/share/moat/toolchains (/var/lib/moat/toolchains as root), where
-` + "`moat toolchains install`" + ` puts them; /var/lib/moat/toolchains.`,
+` + "`moat toolchains install`" + ` puts them; /var/lib/moat/toolchains (root's, for every
+user; $MOAT_SYSTEM_HOME/toolchains when that is set).`,
 	}
 	cmd.AddCommand(newToolchainsInstallCmd(g), newToolchainsListCmd(), newToolchainsWarmCmd(g))
 	return cmd

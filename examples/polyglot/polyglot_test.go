@@ -22,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -196,8 +197,8 @@ func bundle(t testing.TB, g guest) string {
 		t.Fatal(err)
 	}
 	if err := g.build(root, filepath.Join(dir, "tmp"), filepath.Join(dir, mf.Module)); err != nil {
-		if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-			t.Skipf("%s: %v", g.lang, err)
+		if errors.Is(err, toolchains.ErrMissing) {
+			testenv.Require(t, fmt.Sprintf("%s: %v", g.lang, err))
 		}
 		t.Fatalf("build %s: %v", g.dir, err)
 	}
@@ -534,10 +535,7 @@ func TestSDK(t *testing.T) {
 func TestCSDK(t *testing.T) {
 	clang, err := toolchains.Binary("clang-19", "clang-19")
 	if err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-			t.Skip(err)
-		}
-		t.Fatal(err)
+		testenv.Require(t, err.Error())
 	}
 	root := testwasm.RepoRoot(t)
 	bin := filepath.Join(t.TempDir(), "moat_test")
@@ -560,10 +558,7 @@ func TestRustSDK(t *testing.T) {
 		rustdoc, err = toolchains.Binary("rustdoc", "rustc")
 	}
 	if err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-			t.Skip(err)
-		}
-		t.Fatal(err)
+		testenv.Require(t, err.Error())
 	}
 	root := testwasm.RepoRoot(t)
 	// RUSTDOC too: a rustdoc from rustup earlier on PATH reads none of

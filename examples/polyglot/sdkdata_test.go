@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
@@ -137,8 +138,8 @@ func loadScriptFixture(dir string, edit func(*policy.Manifest)) func(t *testing.
 			t.Fatal(err)
 		}
 		sp, err := languages.BuildScriptPlugin(context.Background(), l, src, t.TempDir(), "")
-		if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-			t.Skip(err)
+		if errors.Is(err, toolchains.ErrMissing) {
+			testenv.Require(t, err.Error())
 		}
 		if err != nil {
 			t.Fatal(err)

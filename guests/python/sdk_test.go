@@ -45,10 +45,7 @@ func TestSDKConstants(t *testing.T) {
 func TestSDKServeOnce(t *testing.T) {
 	const py = "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s: %v (apt-get install python3)", py, err)
-		}
-		t.Skipf("%s: %v", py, err)
+		testenv.Require(t, fmt.Sprintf("%s: %v", py, err))
 	}
 	dir := t.TempDir()
 	if _, err := python.WriteSDK(dir); err != nil {

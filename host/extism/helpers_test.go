@@ -3,6 +3,7 @@ package extism_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	_ "github.com/moat-sandbox/moat/host/extism"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -34,10 +36,7 @@ func TestMain(m *testing.M) {
 // MOAT_REQUIRE_TOOLS is set (CI, after `make toolchains`).
 func requireTool(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
+	testenv.Require(t, fmt.Sprintf(format, args...))
 }
 
 // buildPlugin builds testdata/extism/NAME (testwasm.BuildExtism).

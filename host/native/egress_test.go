@@ -2,7 +2,6 @@ package native
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/egresstest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestAllowNetHostile: a job granted one TCP target (127.0.0.1:A) tries
@@ -25,9 +25,7 @@ import (
 // runs this test under v2. Nothing is left behind: no cgroup, no chain.
 func TestAllowNetHostile(t *testing.T) {
 	needPython(t)
-	if os.Geteuid() != 0 {
-		t.Skip("egress allowlists need root (iptables); CI runs as root")
-	}
+	testenv.Root(t, "egress allowlists need root (iptables); CI runs as root")
 	a, b := egresstest.NewListener(t), egresstest.NewListener(t)
 	cases := []struct {
 		name, probe string

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -46,9 +47,7 @@ func needPython(t testing.TB) {
 
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: cgroups and the uid switch are exercised here (CI runs as root)")
-	}
+	testenv.Root(t, "needs root: cgroups and the uid switch are exercised here (CI runs as root)")
 }
 
 // run runs spec with a per-test deadline and checks afterwards that the
@@ -268,9 +267,7 @@ attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262))
 // chain and its cgroup are gone afterwards.
 func TestAllowNet(t *testing.T) {
 	needPython(t)
-	if os.Geteuid() != 0 {
-		t.Skip("egress allowlists need root (iptables); CI runs as root")
-	}
+	testenv.Root(t, "egress allowlists need root (iptables); CI runs as root")
 	listen := func() int {
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -35,18 +36,12 @@ import (
 // Debian's python3 and numpy.
 func needPluginTools(t testing.TB) {
 	t.Helper()
-	fail := t.Skipf
-	if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-		fail = t.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		fail("needs root: each worker's own uid and cgroup are what is tested (CI runs as root)")
-	}
+	testenv.Root(t, "needs root: each worker's own uid and cgroup are what is tested (CI runs as root)")
 	if _, err := os.Stat(python); err != nil {
-		fail("%s is not installed (%v): apt-get install python3", python, err)
+		testenv.Require(t, fmt.Sprintf("%s is not installed (%v): apt-get install python3", python, err))
 	}
 	if out, err := exec.Command(python, "-c", "import numpy").CombinedOutput(); err != nil {
-		fail("python3-numpy is not installed (%v: %s): apt-get install python3-numpy (make tools)", err, out)
+		testenv.Require(t, fmt.Sprintf("python3-numpy is not installed (%v: %s): apt-get install python3-numpy (make tools)", err, out))
 	}
 }
 

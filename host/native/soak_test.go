@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // Soak: 1000 native runs, four at a time, leave nothing behind. Each job
@@ -43,10 +45,7 @@ exit 0`
 
 func TestSoakNativeRuns(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatal("MOAT_REQUIRE_TOOLS is set but the test is not root: the soak checks cgroups and uids, which need root")
-		}
-		t.Skip("needs root: cgroups and the uid switch are what the soak checks (CI runs as root)")
+		testenv.Require(t, "needs root: cgroups and the uid switch are what the soak checks (CI runs as root)")
 	}
 	// A temp dir of this test's own: the job dirs are made in it, so
 	// anything left there is this test's.

@@ -18,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -187,9 +188,7 @@ func TestSupervisorBadWorker(t *testing.T) {
 // (its own cgroup, the job uid), keeps serving ops through the pipe
 // transport, is restarted confined after a crash, and leaves nothing behind.
 func TestSupervisorConfined(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the confined worker test checks the uid switch and cgroup, which need root; CI runs as root")
-	}
+	testenv.Root(t, "the confined worker test checks the uid switch and cgroup, which need root; CI runs as root")
 	bin := buildWorker(t)
 	// The job uid must be able to reach and run the binary.
 	dir, err := os.MkdirTemp("", "moat-worker")

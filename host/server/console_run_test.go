@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/server"
 	"github.com/moat-sandbox/moat/host/server/console"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -319,8 +321,8 @@ func TestConsoleHelloWorlds(t *testing.T) {
 	ran := map[string]bool{}
 	for _, l := range offered.Languages {
 		t.Run(l.Name, func(t *testing.T) {
-			if l.State == server.LangUnavailable && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-				t.Skipf("%s is unavailable here: GET /v1/languages says so", l.Name)
+			if l.State == server.LangUnavailable {
+				testenv.Require(t, fmt.Sprintf("%s is unavailable here: GET /v1/languages says so", l.Name))
 			}
 			ext := ""
 			if len(l.Extensions) > 0 {
@@ -328,10 +330,10 @@ func TestConsoleHelloWorlds(t *testing.T) {
 			}
 			body, _ := json.Marshal(server.RunRequest{Language: l.Name, Files: []server.RunFile{{Name: "main" + ext, Content: hello[l.Name]}}})
 			r := ts.do(t, "POST", "/v1/runs", key, strings.NewReader(string(body)), "Content-Type", "application/json")
-			if r.status == 503 && strings.Contains(string(r.body), "not provisioned") && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
+			if r.status == 503 && strings.Contains(string(r.body), "not provisioned") {
 				// Listed, yet its toolchain is missing: `moat langs` and
 				// /v1/languages are made honest about that elsewhere.
-				t.Skipf("%s is offered but its toolchain is missing here: %s", l.Name, r.body)
+				testenv.Require(t, fmt.Sprintf("%s is offered but its toolchain is missing here: %s", l.Name, r.body))
 			}
 			var res server.RunResult
 			if err := json.Unmarshal(r.body, &res); err != nil || r.status != 200 {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // chromium finds Debian's chromium (mk/server.mk installs it).
@@ -19,10 +21,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-		t.Fatal("chromium is not installed; `make tools` installs it (apt package chromium, from mk/server.mk)")
-	}
-	t.Skip("chromium (apt package chromium) is not installed; `make tools` installs it")
+	testenv.Require(t, "chromium (apt package chromium) is not installed; `make tools` installs it")
 	return ""
 }
 

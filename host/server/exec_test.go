@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
 )
@@ -34,10 +36,7 @@ func withExecutor(t *testing.T) func(*server.Config) {
 func requireC(t *testing.T, ts *testServer) {
 	r := ts.do(t, "GET", "/api/v2/runtimes", "", nil)
 	if !strings.Contains(string(r.body), `"language":"c"`) {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("the c language is not available: %s", r.body)
-		}
-		t.Skipf("the c language is not available (make toolchains): %s", r.body)
+		testenv.Require(t, fmt.Sprintf("the c language is not available (make toolchains): %s", r.body))
 	}
 }
 

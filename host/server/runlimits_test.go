@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -18,10 +20,7 @@ import (
 func requireBash(t *testing.T, ts *testServer) {
 	t.Helper()
 	if r := ts.do(t, "GET", "/api/v2/runtimes", "", nil); !strings.Contains(string(r.body), `"language":"bash"`) {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("the bash language is not available: %s", r.body)
-		}
-		t.Skipf("the bash language is not available: %s", r.body)
+		testenv.Require(t, fmt.Sprintf("the bash language is not available: %s", r.body))
 	}
 }
 

@@ -6,21 +6,37 @@
 // each directory its own store, and keys the server never saw).
 //
 //	$XDG_DATA_HOME set (absolute): $XDG_DATA_HOME/moat, for anyone
-//	root:                          /var/lib/moat
+//	root:                          the system's home, SystemHome()
 //	other users:                   ~/.local/share/moat
 //
-// Data() is Home()/data and Toolchains() Home()/toolchains; $MOAT_DATA
-// and $MOAT_TOOLCHAINS, and the commands' flags, win over both.
+// SystemHome() is /var/lib/moat, or $MOAT_SYSTEM_HOME: root's home and
+// the toolchains every user falls back to. Data() is Home()/data and
+// Toolchains() Home()/toolchains; $MOAT_DATA and $MOAT_TOOLCHAINS, and
+// the commands' flags, win over both.
+//
+// A test binary never sees the machine's homes: in one (testing.Testing)
+// the system's home is only what $MOAT_SYSTEM_HOME names, and $HOME only
+// counts once a test has changed it. A test that passed because root once
+// ran `moat toolchains install` on the machine, or that wrote the
+// machine's store, tested the machine, not moat.
 package moatdir
 
 import (
 	"os"
 	"path/filepath"
+	"testing"
 )
 
-// SystemHome is moat's home for root, and the shared toolchains a user
-// without toolchains of their own falls back to.
-const SystemHome = "/var/lib/moat"
+// DefaultSystemHome is moat's home for root, and the shared toolchains a
+// user without toolchains of their own falls back to, unless
+// $MOAT_SYSTEM_HOME names another.
+const DefaultSystemHome = "/var/lib/moat"
+
+// EnvSystemHome overrides DefaultSystemHome: for a machine that keeps
+// moat's shared state elsewhere, and for tests, which point it at a
+// directory of their own so that the moat they run never reads the
+// machine's.
+const EnvSystemHome = "MOAT_SYSTEM_HOME"
 
 // EnvData overrides Data().
 const EnvData = "MOAT_DATA"
@@ -30,19 +46,42 @@ const EnvData = "MOAT_DATA"
 // $HOME and not root).
 const LegacyData = "moat-data"
 
+// startHome is $HOME as the process started: in a test binary, the
+// machine's user's home, which a test reaches only by setting $HOME to a
+// directory of its own.
+var startHome = os.Getenv("HOME")
+
+// SystemHome returns the system's moat home: $MOAT_SYSTEM_HOME when it is
+// set and absolute, else DefaultSystemHome; in a test binary, only
+// $MOAT_SYSTEM_HOME ("" without it: the machine has no system home for a
+// test).
+func SystemHome() string {
+	if s := os.Getenv(EnvSystemHome); filepath.IsAbs(s) {
+		return s
+	}
+	if testing.Testing() {
+		return ""
+	}
+	return DefaultSystemHome
+}
+
 // Home returns moat's home directory: $XDG_DATA_HOME/moat when
 // $XDG_DATA_HOME is set and absolute (as the XDG spec requires; for root
-// too: setting it is a choice), else SystemHome as root, else
+// too: setting it is a choice), else SystemHome() as root, else
 // $HOME/.local/share/moat. It returns "" when none can be named (not
-// root, no $HOME). The directory may not exist yet.
-func Home() string {
+// root, no $HOME; in a test binary, root without $MOAT_SYSTEM_HOME or a
+// user whose $HOME is still the machine's). The directory may not exist
+// yet.
+func Home() string { return home(os.Geteuid() == 0) }
+
+func home(root bool) string {
 	if x := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(x) {
 		return filepath.Join(x, "moat")
 	}
-	if os.Geteuid() == 0 {
-		return SystemHome
+	if root {
+		return SystemHome()
 	}
-	if h := os.Getenv("HOME"); filepath.IsAbs(h) {
+	if h := os.Getenv("HOME"); filepath.IsAbs(h) && !(testing.Testing() && h == startHome) {
 		return filepath.Join(h, ".local", "share", "moat")
 	}
 	return ""
@@ -65,6 +104,15 @@ func Data() string {
 func Toolchains() string {
 	if h := Home(); h != "" {
 		return filepath.Join(h, "toolchains")
+	}
+	return ""
+}
+
+// SystemToolchains returns SystemHome()/toolchains, the toolchains root
+// installed for every user, or "" when there is no system home.
+func SystemToolchains() string {
+	if s := SystemHome(); s != "" {
+		return filepath.Join(s, "toolchains")
 	}
 	return ""
 }

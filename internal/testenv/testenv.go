@@ -10,6 +10,16 @@ import (
 	"testing"
 )
 
+// EnvRequire is the variable that turns a missing tool or privilege from
+// a skip into a failure. "1" is its one meaning; no test reads it but
+// through this package (internal/archtest holds that).
+const EnvRequire = "MOAT_REQUIRE_TOOLS"
+
+// Required reports whether MOAT_REQUIRE_TOOLS=1: every tool and root are
+// promised, so their absence fails. For a test that runs fewer cases,
+// rather than none, without a tool.
+func Required() bool { return os.Getenv(EnvRequire) == "1" }
+
 // Require skips t, or fails it under MOAT_REQUIRE_TOOLS=1, when why is
 // not empty.
 func Require(t testing.TB, why string) {
@@ -17,10 +27,20 @@ func Require(t testing.TB, why string) {
 	if why == "" {
 		return
 	}
-	if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
+	if Required() {
 		t.Fatal(why)
 	}
 	t.Skip(why)
+}
+
+// Root skips t, or fails it under MOAT_REQUIRE_TOOLS=1, unless the test
+// runs as root; why says what needs root. A CI runner that lost root then
+// goes red, not silently green with the kernel layers untested.
+func Root(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Require(t, why)
+	}
 }
 
 // NativePython says why confined native Python workers cannot run here

@@ -4,11 +4,14 @@
 package testwasm
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 var (
@@ -88,10 +91,7 @@ func BuildExtism(t testing.TB, name string) []byte {
 	dl.Dir, dl.Env = dir, env
 	if msg, err := dl.CombinedOutput(); err != nil {
 		why := "the Extism Go PDK is neither in the module cache nor downloadable (`make toolchains` fetches it): " + err.Error() + "\n" + string(msg)
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
+		testenv.Require(t, fmt.Sprint(why))
 	}
 	out := filepath.Join(t.TempDir(), name+".wasm")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)

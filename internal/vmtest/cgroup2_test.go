@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // guestRuns are the test binaries' runs in the guest: the tests whose
@@ -62,13 +64,9 @@ func runPattern(tests []string) string {
 // production hosts run. Each test's verdict in the guest is a subtest
 // here.
 func TestCgroupV2(t *testing.T) {
-	require := os.Getenv("MOAT_REQUIRE_TOOLS") == "1"
 	skip := func(format string, args ...any) {
 		t.Helper()
-		if require {
-			t.Fatalf(format+" (MOAT_REQUIRE_TOOLS=1)", args...)
-		}
-		t.Skipf(format, args...)
+		testenv.Require(t, fmt.Sprintf(format, args...))
 	}
 	if testing.Short() {
 		t.Skip("boots a VM (-short)")

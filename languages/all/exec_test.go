@@ -3,6 +3,7 @@ package all_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
 	"github.com/moat-sandbox/moat/policy"
@@ -101,17 +103,11 @@ func needLanguage(t testing.TB, name string) languages.Language {
 	}
 	if c, ok := l.(languages.Checker); ok {
 		if err := c.Available(); err != nil {
-			if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-				t.Fatalf("%s: %v", name, err)
-			}
-			t.Skipf("%s: %v", name, err)
+			testenv.Require(t, fmt.Sprintf("%s: %v", name, err))
 		}
 	}
 	if l.Info().Path == languages.PathNative && !nativeOK() {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s: the native runner cannot run here", name)
-		}
-		t.Skipf("%s: the native runner cannot run here (no user namespaces and not root)", name)
+		testenv.Require(t, fmt.Sprintf("%s: the native runner cannot run here (no user namespaces and not root)", name))
 	}
 	return l
 }
@@ -285,8 +281,8 @@ func TestBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if l, err := languages.Lookup(tc.req.Language); err == nil {
 				needLanguage(t, l.Info().Name)
-				if strings.HasPrefix(tc.name, "native memory") && os.Geteuid() != 0 {
-					t.Skip("the memory limit of a native run is a cgroup's, which needs root")
+				if strings.HasPrefix(tc.name, "native memory") {
+					testenv.Root(t, "the memory limit of a native run is a cgroup's, which needs root")
 				}
 			}
 			res, err := e.Exec(context.Background(), tc.req)
@@ -490,9 +486,7 @@ func TestCanceled(t *testing.T) {
 // job's correlation id and principal.
 func TestNativeRunAudited(t *testing.T) {
 	needLanguage(t, "python3-native")
-	if os.Geteuid() != 0 {
-		t.Skip("the memory limit of a native run is a cgroup's, which needs root; CI runs as root")
-	}
+	testenv.Root(t, "the memory limit of a native run is a cgroup's, which needs root; CI runs as root")
 	e := newExecutor(t, "")
 	h := testHost(t)
 	res, err := e.Exec(context.Background(), languages.ExecRequest{Language: "python3-native",

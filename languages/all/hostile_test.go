@@ -16,6 +16,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -435,8 +436,8 @@ func TestHostile(t *testing.T) {
 	for i, tc := range hostileCases(fx) {
 		t.Run(tc.name, func(t *testing.T) {
 			needLanguage(t, tc.lang)
-			if tc.root && os.Geteuid() != 0 {
-				t.Skip("needs root: a cgroup limit, a job uid or a file planted in /root")
+			if tc.root {
+				testenv.Root(t, "needs root: a cgroup limit, a job uid or a file planted in /root")
 			}
 			fx.connects.Store(0)
 			corr := "hostile-" + strconv.Itoa(i)

@@ -19,6 +19,7 @@ import (
 
 	pysdk "github.com/moat-sandbox/moat/guests/python"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/languages/internal/interptest"
@@ -376,8 +377,8 @@ func loadImageCase(t *testing.T, cache, base string, c imageCase) (*host.Module,
 		t.Fatal(err)
 	}
 	sp, err := languages.BuildScriptPlugin(context.Background(), l, src, t.TempDir(), "")
-	if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-		t.Skip(err)
+	if errors.Is(err, toolchains.ErrMissing) {
+		testenv.Require(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -20,10 +21,7 @@ func TestStdlibFromFiles(t *testing.T) {
 	a := build(t, "main.py", script)
 	home := python.Stdlib("")
 	if home == "" {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatal("python's standard library has not been extracted into the toolchain directory; `make toolchains` does it")
-		}
-		t.Skip("python's standard library has not been extracted: run `make toolchains`")
+		testenv.Require(t, "python's standard library has not been extracted: run `make toolchains`")
 	}
 	if a.Env["PYTHONHOME"] != python.GuestHome || len(a.Mounts) != 1 || a.Mounts[0].HostDir != home || !a.Mounts[0].ReadOnly {
 		t.Fatalf("artifact env %v, mounts %+v; want PYTHONHOME=%s and %s mounted read-only", a.Env, a.Mounts, python.GuestHome, home)

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -55,8 +56,8 @@ func loadTenant(t *testing.T, h *host.Host, org, base, grants, main string) (*ho
 		t.Fatal(err)
 	}
 	sp, err := languages.BuildScriptPlugin(context.Background(), l, src, t.TempDir(), "")
-	if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-		t.Skip(err)
+	if errors.Is(err, toolchains.ErrMissing) {
+		testenv.Require(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/languages/internal/interptest"
 	"github.com/moat-sandbox/moat/languages/ruby"
@@ -27,10 +28,7 @@ func TestMain(m *testing.M) { interptest.Main(m, suite) }
 func interpreter(t testing.TB) {
 	t.Helper()
 	if _, err := ruby.Interpreter(""); err != nil {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testenv.Require(t, err.Error())
 	}
 }
 

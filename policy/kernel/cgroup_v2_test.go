@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // The tests named TestV2* exercise the cgroup v2 paths. This machine kind
@@ -25,9 +27,7 @@ const unifiedRoot = "/sys/fs/cgroup"
 
 func needV2(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups (CI runs as root)")
-	}
+	testenv.Root(t, "needs root to create cgroups (CI runs as root)")
 	if !CgroupUnified() {
 		if os.Getenv("MOAT_REQUIRE_CGROUP_V2") == "1" {
 			t.Fatal("MOAT_REQUIRE_CGROUP_V2=1 but /sys/fs/cgroup is not the unified hierarchy")

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // The package has no TestMain of its own (probe_test.go may add one), so the
@@ -125,9 +127,7 @@ func TestSeccompPoliciesAssemble(t *testing.T) {
 }
 
 func TestCgroupLifecycle(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
+	testenv.Root(t, "needs root to create cgroups")
 	cg, err := NewJobCgroup("test-"+strings.ReplaceAll(t.Name(), "/", "-"), JobLimits{MemoryBytes: 32 << 20, CPUQuota: 0.5, Pids: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -189,9 +189,7 @@ func TestCgroupLifecycle(t *testing.T) {
 // TestPrimeCgroupAttach: priming moves this process nowhere (it writes
 // itself into the cgroup it is in) and leaves the next attach cheap.
 func TestPrimeCgroupAttach(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to write cgroup.procs")
-	}
+	testenv.Root(t, "needs root to write cgroup.procs")
 	if CgroupUnified() {
 		t.Skip("a pure cgroup v2 host: moat clones into the job cgroup, nothing to prime")
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/egresstest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"golang.org/x/sys/unix"
 )
@@ -59,9 +60,7 @@ func v2Cgroup(t *testing.T, name string) string {
 // nothing reaches the listeners. Close removes the rules and keeps the
 // cgroup, which is the caller's.
 func TestEgressForCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("egress rules need root (iptables and cgroups); CI runs as root")
-	}
+	testenv.Root(t, "egress rules need root (iptables and cgroups); CI runs as root")
 	python, err := exec.LookPath("/usr/bin/python3")
 	if err != nil {
 		t.Fatal("python3 is required (make tools installs it)")
@@ -168,9 +167,7 @@ func TestEgressForCgroup(t *testing.T) {
 // (outside the v2 hierarchy, relative, not a directory, with "..") is
 // refused before any rule is made, naming the path.
 func TestEgressForCgroupRefuses(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("egress rules need root (iptables and cgroups); CI runs as root")
-	}
+	testenv.Root(t, "egress rules need root (iptables and cgroups); CI runs as root")
 	dir := v2Cgroup(t, "egref-"+strconv.Itoa(os.Getpid()))
 	for _, tt := range []struct{ name, dir, want string }{
 		{"outside the hierarchy", t.TempDir(), "is not a cgroup in the v2 hierarchy"},

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"golang.org/x/sys/unix"
 )
@@ -37,9 +38,7 @@ func listen(t *testing.T) int {
 // allowed port and is refused on another; outside the cgroup both work; no
 // rule, chain or cgroup is left behind.
 func TestEgressAllowsOnlyTargets(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("egress rules need root (iptables and cgroups); CI runs as root")
-	}
+	testenv.Root(t, "egress rules need root (iptables and cgroups); CI runs as root")
 	python, err := exec.LookPath("/usr/bin/python3")
 	if err != nil {
 		t.Fatal("python3 is required (make tools installs it)")
@@ -122,9 +121,7 @@ func TestParseEgressTargets(t *testing.T) {
 // TestEgressSetupError: a chain that cannot be made (here: its name is
 // taken) is an error, not a crash, and the half-made cgroup is removed.
 func TestEgressSetupError(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("egress rules need root (iptables and cgroups); CI runs as root")
-	}
+	testenv.Root(t, "egress rules need root (iptables and cgroups); CI runs as root")
 	id := "d" + strconv.Itoa(os.Getpid())
 	first, err := kernel.NewEgress(id, []kernel.EgressTarget{{IP: net.IPv4(127, 0, 0, 1), Port: 9}})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/hostile"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,10 +23,7 @@ const hostConfineEnv = "MOAT_TEST_CONFINE_HOST"
 // entries.
 func TestConfineHostHolds(t *testing.T) {
 	if abi, err := LandlockABI(); err != nil || abi < 4 || !SeccompSupported() {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("Landlock ABI %d (%v), seccomp %v: this machine kind has both", abi, err, SeccompSupported())
-		}
-		t.Skipf("needs Landlock ABI 4+ and seccomp (ABI %d, %v)", abi, err)
+		testenv.Require(t, fmt.Sprintf("needs Landlock ABI 4+ and seccomp (ABI %d, %v)", abi, err))
 	}
 	for _, c := range []struct {
 		name    string
@@ -105,10 +103,7 @@ const hostGrantsEnv = "MOAT_TEST_CONFINE_GRANTS"
 // make no symlink or FIFO in them, and may still touch nothing else.
 func TestConfineHostGrants(t *testing.T) {
 	if abi, err := LandlockABI(); err != nil || abi < 1 {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
-			t.Fatalf("Landlock: %v", err)
-		}
-		t.Skipf("needs Landlock (%v)", err)
+		testenv.Require(t, fmt.Sprintf("needs Landlock (%v)", err))
 	}
 	base := t.TempDir()
 	for _, d := range []string{"data", "ro", "rw", "other"} {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
@@ -179,8 +180,8 @@ func (s *Suite) Build(t testing.TB, files ...string) *languages.Artifact {
 		t.Fatalf("validate: %v", vs)
 	}
 	a, err := l.Build(context.Background(), languages.BuildEnv{WorkDir: t.TempDir()}, src)
-	if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-		t.Skip(err)
+	if errors.Is(err, toolchains.ErrMissing) {
+		testenv.Require(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -245,8 +246,8 @@ func (s *Suite) loadIsolated(t testing.TB, mf *policy.Manifest, iso host.Isolati
 		t.Fatal(err)
 	}
 	sp, err := languages.BuildScriptPlugin(context.Background(), l, src, t.TempDir(), "")
-	if errors.Is(err, toolchains.ErrMissing) && os.Getenv("MOAT_REQUIRE_TOOLS") == "" {
-		t.Skip(err)
+	if errors.Is(err, toolchains.ErrMissing) {
+		testenv.Require(t, err.Error())
 	}
 	if err != nil {
 		return nil, err

@@ -46,6 +46,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // EnvURL names the variable that points tests at an existing server.
@@ -75,10 +77,7 @@ func URL(t testing.TB) string {
 	t.Helper()
 	once.Do(setup)
 	if baseURL == "" {
-		if os.Getenv("MOAT_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("PostgreSQL is required (MOAT_REQUIRE_TOOLS=1): %s", skip)
-		}
-		t.Skipf("no PostgreSQL: %s", skip)
+		testenv.Require(t, "no PostgreSQL: "+skip)
 	}
 	return baseURL
 }
