@@ -624,6 +624,10 @@ func TestSignedRollback(t *testing.T) {
 		{"prerelease of the current release", false, "2.0.0", "2.0.0-rc.1", false, 409, "rollback", "version 2.0.0-rc.1", event{"load", "deny", "modules.allow_signed_rollback"}},
 		{"10.0.0 after 9.0.0 (numeric, not text, order)", false, "9.0.0", "10.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
 		{"the current version again", false, "2.0.0", "2.0.0", true, 201, "", "", event{"load", "allow", "api upload"}},
+		{"leading zeros are their value (010.0.0 after 9.0.0)", false, "9.0.0", "010.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
+		{"a version package semver cannot order sorts first", false, "2.0.0", "3.0.0-rc..1", false, 409, "rollback", "version 3.0.0-rc..1", event{"load", "deny", "modules.allow_signed_rollback"}},
+		{"release after its prerelease", false, "2.0.0-rc.2", "2.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
+		{"rc.10 after rc.9", false, "2.0.0-rc.9", "2.0.0-rc.10", false, 201, "", "", event{"load", "allow", "api upload"}},
 		{"operator allows rollback", true, "2.0.0", "1.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
