@@ -384,6 +384,14 @@ func TestArchiveHostile(t *testing.T) {
 		{"zip duplicate names", "application/zip", zipDup, 400, "invalid_argument", "appears twice", "archive"},
 		{"zip entry larger than it declares", "application/zip", lying, 400, "invalid_argument", "not the size its header declares", "archive"},
 		{"gzip that is not", "application/gzip", []byte("\x1f\x8bnot really gzip"), 400, "invalid_argument", "not gzip", "archive"},
+		// The manifest is decoded by the strict YAML decoder: an alias is
+		// refused where it is written, not expanded; a tag is not decoded.
+		{"manifest with an alias", "application/x-tar", tarOf(t, false, entry{name: "p/moat.yaml", body: []byte("name: hello-go\nversion: 0.1.0\nactions:\n  - &g {name: greet}\n  - *g\n")}, entry{name: "p/hello-go.wasm", body: wasm}),
+			400, "invalid_argument", "archive: moat.yaml:5: actions[1]: YAML aliases (*g) are not supported (the anchor &g is at line 4)", "api upload"},
+		{"manifest with a !!binary name", "application/x-tar", tarOf(t, false, entry{name: "p/moat.yaml", body: []byte("name: !!binary aGVsbG8tZ28=\nversion: 0.1.0\n")}, entry{name: "p/hello-go.wasm", body: wasm}),
+			400, "invalid_argument", "archive: moat.yaml:1: name: YAML tags (!!binary) are not supported", "api upload"},
+		{"manifest of two documents", "application/x-tar", tarOf(t, false, entry{name: "p/moat.yaml", body: append(append([]byte{}, mf...), "---\nname: evil\n"...)}, entry{name: "p/hello-go.wasm", body: wasm}),
+			400, "invalid_argument", "a second YAML document starts here", "api upload"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
