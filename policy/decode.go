@@ -30,10 +30,8 @@ type index = yamlstrict.Index
 // document, no aliases, merge keys or tags, no unknown or repeated field,
 // every value of its field's kind. what says what an empty file lacks.
 func decode(file string, data []byte, what string, v any) (*index, error) {
-	return yamlstrict.Decode(file, data, v, &yamlOptions{Empty: what, Shapes: shapes, Nouns: fieldNoun, Hints: fieldHints})
+	return yamlstrict.Decode(file, data, v, &yamlstrict.Options{Empty: what, Shapes: shapes, Nouns: fieldNoun, Hints: fieldHints})
 }
-
-type yamlOptions = yamlstrict.Options
 
 // shapes check the types whose YAML form is not their Go form.
 var shapes = map[reflect.Type]yamlstrict.Shape{
