@@ -1,6 +1,9 @@
 package abi
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Code classifies a failure. Codes cross the wire as strings, so a guest in
 // any language can switch on them, and the host maps them to exit statuses
@@ -57,4 +60,46 @@ func (e *Error) Error() string {
 // Errorf returns an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode is the error's Code, so that CodeOf finds it.
+func (e *Error) ErrorCode() Code { return e.Code }
+
+// CodeOf returns the Code err carries: that of the first error in its
+// chain (errors.As order, outermost first) with an ErrorCode() Code
+// method, such as an *Error, a host.Error or a policy.DeniedError; "" when
+// none has one. It is the one derivation of a code from an error: each
+// boundary (an op's reply, an HTTP status, moat's exit status, the audit
+// trail, the metrics) maps the code, never the error's type, so an error
+// that carries a code keeps it however it is wrapped.
+func CodeOf(err error) Code {
+	var c interface{ ErrorCode() Code }
+	if errors.As(err, &c) {
+		return c.ErrorCode()
+	}
+	return ""
+}
+
+// AsError is err as the wire's *Error: the *Error itself when that is
+// what gives err its code (CodeOf), else an *Error with err's code and
+// message; an error without a code is CodeInternal.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var c interface{ ErrorCode() Code }
+	if !errors.As(err, &c) {
+		return &Error{Code: CodeInternal, Message: err.Error()}
+	}
+	if e, ok := c.(*Error); ok {
+		if e.Code == "" {
+			return &Error{Code: CodeInternal, Message: e.Message}
+		}
+		return e
+	}
+	code := c.ErrorCode()
+	if code == "" {
+		code = CodeInternal
+	}
+	return &Error{Code: code, Message: err.Error()}
 }

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -82,11 +81,10 @@ var (
 	ErrRateLimited    = &Error{Code: abi.CodeRateLimited}
 )
 
-// CodeOf returns the abi.Code of err, or "" when err is not a moat error.
-func CodeOf(err error) abi.Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+// ErrorCode is e's Code, for abi.CodeOf.
+func (e *Error) ErrorCode() abi.Code { return e.Code }
+
+// CodeOf is abi.CodeOf: the code of the first error in err's chain that
+// carries one (an *Error, an *abi.Error, a policy.DeniedError, ...), or
+// "" when none does.
+func CodeOf(err error) abi.Code { return abi.CodeOf(err) }

@@ -172,14 +172,14 @@ func checkFileGrants(ix *index, base string, gs []FileGrant, grant bool) error {
 	for i, g := range gs {
 		p := fmt.Sprintf("%s.filesystem[%d]", base, i)
 		if err := CheckFilePath(g.Path); err != nil {
-			return ix.errorf(p, "%v", err)
+			return ix.Errorf(p, "%v", err)
 		}
 		for j, o := range gs[:i] {
 			switch {
 			case o.Path == g.Path:
-				return ix.errorf(p, "%s is listed twice (also at [%d]); keep one, with the mode the module needs", g.Path, j)
+				return ix.Errorf(p, "%s is listed twice (also at [%d]); keep one, with the mode the module needs", g.Path, j)
 			case !grant && (PathWithin(g.Path, o.Path) || PathWithin(o.Path, g.Path)):
-				return ix.errorf(p, "%s and %s (filesystem[%d]) overlap: a module sees one directory through one grant; ask for the outer one, with the mode the module needs", g.Path, o.Path, j)
+				return ix.Errorf(p, "%s and %s (filesystem[%d]) overlap: a module sees one directory through one grant; ask for the outer one, with the mode the module needs", g.Path, o.Path, j)
 			}
 		}
 	}

@@ -702,3 +702,6 @@ func (e *DeniedError) Error() string {
 
 // Code classifies the error for the wire: abi.CodeDenied.
 func (e *DeniedError) Code() abi.Code { return abi.CodeDenied }
+
+// ErrorCode is Code, for abi.CodeOf.
+func (e *DeniedError) ErrorCode() abi.Code { return e.Code() }

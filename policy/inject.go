@@ -125,28 +125,28 @@ func clipText(s string) string {
 // values that a header may carry, placeholders that parse.
 func checkInjected(ix *index, path string, headers map[string]string) error {
 	if len(headers) > maxInjectedHeaders {
-		return ix.errorf(path, "%d headers; a grant injects at most %d", len(headers), maxInjectedHeaders)
+		return ix.Errorf(path, "%d headers; a grant injects at most %d", len(headers), maxInjectedHeaders)
 	}
 	seen := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		p := path + "." + name
 		value := headers[name]
 		if err := egress.CheckInjectedHeader(name); err != nil {
-			return ix.errorf(p, "%v", err)
+			return ix.Errorf(p, "%v", err)
 		}
 		canon := http.CanonicalHeaderKey(name)
 		if first, dup := seen[canon]; dup {
-			return ix.errorf(p, "the same header as %s (names differ only in case); keep one", first)
+			return ix.Errorf(p, "the same header as %s (names differ only in case); keep one", first)
 		}
 		seen[canon] = name
 		if len(value) > maxInjectedValueBytes {
-			return ix.errorf(p, "the value is %d bytes; the limit is %d", len(value), maxInjectedValueBytes)
+			return ix.Errorf(p, "the value is %d bytes; the limit is %d", len(value), maxInjectedValueBytes)
 		}
 		if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
-			return ix.errorf(p, "the value has a control character (CR, LF or NUL would end the header); write it on one line")
+			return ix.Errorf(p, "the value has a control character (CR, LF or NUL would end the header); write it on one line")
 		}
 		if _, err := parseTemplate(value); err != nil {
-			return ix.errorf(p, "%v", err)
+			return ix.Errorf(p, "%v", err)
 		}
 	}
 	return nil

@@ -39,9 +39,9 @@ func checkKnowledge(ix *index, m *Manifest) error {
 		p := "knowledge." + name
 		switch {
 		case !collectionRE.MatchString(name):
-			return ix.errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like docs", name)
+			return ix.Errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like docs", name)
 		case !nameCovered(m.Capabilities.Knowledge, name):
-			return ix.errorf(p, "collection %s is declared but not asked for; add it to capabilities.knowledge (asked for: %s)%s",
+			return ix.Errorf(p, "collection %s is declared but not asked for; add it to capabilities.knowledge (asked for: %s)%s",
 				name, list(m.Capabilities.Knowledge), didYouMean(name, m.Capabilities.Knowledge))
 		}
 		switch kc.Scope {
@@ -49,7 +49,7 @@ func checkKnowledge(ix *index, m *Manifest) error {
 			kc.Scope = abi.DBScopeOrg
 		case abi.DBScopeOrg, abi.DBScopeUser:
 		default:
-			return ix.errorf(p+".scope", "%q is not a scope; write org (every user of the organization finds its documents) or user (only the user who added one)", kc.Scope)
+			return ix.Errorf(p+".scope", "%q is not a scope; write org (every user of the organization finds its documents) or user (only the user who added one)", kc.Scope)
 		}
 		m.Knowledge[name] = kc
 	}

@@ -320,12 +320,8 @@ type Limits struct {
 // Every error is a *FileError naming the file, line and field, and saying how
 // to fix it.
 func ParseManifest(file string, data []byte) (*Manifest, error) {
-	root, err := document(file, data, "a manifest needs at least name: and version:")
-	if err != nil {
-		return nil, err
-	}
 	var m Manifest
-	ix, err := decodeStrict(file, data, root, &m)
+	ix, err := decode(file, data, "a manifest needs at least name: and version:", &m)
 	if err != nil {
 		return nil, err
 	}
@@ -388,26 +384,26 @@ const (
 func (m *Manifest) check(ix *index) error {
 	switch {
 	case m.Name == "":
-		return ix.errorf("name", "required; add a line like name: hello-go (%s)", nameChars)
+		return ix.Errorf("name", "required; add a line like name: hello-go (%s)", nameChars)
 	case !moduleNameRE.MatchString(m.Name):
-		return ix.errorf("name", "%q is not a valid module name; %s", m.Name, moduleNameRule)
+		return ix.Errorf("name", "%q is not a valid module name; %s", m.Name, moduleNameRule)
 	case m.Version == "":
-		return ix.errorf("version", "required; add a line like version: 1.0.0")
+		return ix.Errorf("version", "required; add a line like version: 1.0.0")
 	case !versionRE.MatchString(m.Version):
-		return ix.errorf("version", "%q is not a version; write MAJOR.MINOR.PATCH with an optional -suffix, like 1.2.0 or 1.2.0-rc.1", m.Version)
+		return ix.Errorf("version", "%q is not a version; write MAJOR.MINOR.PATCH with an optional -suffix, like 1.2.0 or 1.2.0-rc.1", m.Version)
 	}
 	if m.Module == "" {
 		m.Module = m.Name + ".wasm"
 	} else if strings.ContainsAny(m.Module, `/\`) || strings.Contains(m.Module, "..") || m.Module == "." || strings.TrimSpace(m.Module) != m.Module {
-		return ix.errorf("module", "%q must be a plain file name beside moat.yaml, like %s.wasm (no directories, no ..)", m.Module, m.Name)
+		return ix.Errorf("module", "%q must be a plain file name beside moat.yaml, like %s.wasm (no directories, no ..)", m.Module, m.Name)
 	}
 	if m.Kind == "" {
 		m.Kind = KindMoat
 	} else if !slices.Contains(kinds, string(m.Kind)) {
-		return ix.errorf("kind", "%q is not a module kind%s; write one of %s", m.Kind, didYouMean(string(m.Kind), kinds), strings.Join(kinds, ", "))
+		return ix.Errorf("kind", "%q is not a module kind%s; write one of %s", m.Kind, didYouMean(string(m.Kind), kinds), strings.Join(kinds, ", "))
 	}
 	if m.Kind == KindWASICommand && len(m.Actions) > 0 {
-		return ix.errorf("actions", "a wasi-command module has no actions (it runs from _start); remove actions, or set kind: moat")
+		return ix.Errorf("actions", "a wasi-command module has no actions (it runs from _start); remove actions, or set kind: moat")
 	}
 	if err := checkCommand(ix, m); err != nil {
 		return err
@@ -418,18 +414,18 @@ func (m *Manifest) check(ix *index) error {
 		p := fmt.Sprintf("actions[%d]", i)
 		switch {
 		case a.Name == "":
-			return ix.errorf(p+".name", "an action needs a name; add name: greet")
+			return ix.Errorf(p+".name", "an action needs a name; add name: greet")
 		case !actionNameRE.MatchString(a.Name):
-			return ix.errorf(p+".name", "%q is not a valid action name; use 1-64 characters A-Z a-z 0-9 . _ - starting with a letter or digit", a.Name)
+			return ix.Errorf(p+".name", "%q is not a valid action name; use 1-64 characters A-Z a-z 0-9 . _ - starting with a letter or digit", a.Name)
 		}
 		if j, dup := seen[a.Name]; dup {
-			return ix.errorf(p+".name", "action %q is already declared as actions[%d]; action names must be unique", a.Name, j)
+			return ix.Errorf(p+".name", "action %q is already declared as actions[%d]; action names must be unique", a.Name, j)
 		}
 		seen[a.Name] = i
 		if a.Export == "" {
 			a.Export = a.Name
 		} else if strings.ContainsFunc(a.Export, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			return ix.errorf(p+".export", "%q contains spaces or control characters; write the exported function name exactly", a.Export)
+			return ix.Errorf(p+".export", "%q contains spaces or control characters; write the exported function name exactly", a.Export)
 		}
 		if err := checkTokens(ix, p+".roles", "role", a.Roles); err != nil {
 			return err
@@ -437,14 +433,14 @@ func (m *Manifest) check(ix *index) error {
 		if err := checkTokens(ix, p+".permissions", "permission", a.Permissions); err != nil {
 			return err
 		}
-		if ix.has(p+".timeout") && a.Timeout == 0 {
-			return ix.errorf(p+".timeout", "must be more than 0; remove the line to use the module's limit")
+		if ix.Has(p+".timeout") && a.Timeout == 0 {
+			return ix.Errorf(p+".timeout", "must be more than 0; remove the line to use the module's limit")
 		}
-		if ix.has(p+".max_input") && a.MaxInput == 0 {
-			return ix.errorf(p+".max_input", "must be more than 0; remove the line to use the host's default")
+		if ix.Has(p+".max_input") && a.MaxInput == 0 {
+			return ix.Errorf(p+".max_input", "must be more than 0; remove the line to use the host's default")
 		}
-		if ix.has(p+".max_output") && a.MaxOutput == 0 {
-			return ix.errorf(p+".max_output", "must be more than 0; remove the line to use the host's default")
+		if ix.Has(p+".max_output") && a.MaxOutput == 0 {
+			return ix.Errorf(p+".max_output", "must be more than 0; remove the line to use the host's default")
 		}
 	}
 	if err := checkCaps(ix, "capabilities", &m.Capabilities, false); err != nil {
@@ -464,7 +460,7 @@ func (m *Manifest) check(ix *index) error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {
 		if !tokenRE.MatchString(k) {
-			return ix.errorf("config."+k, "%q is not a valid config key; use letters, digits and . _ - : / @ +", k)
+			return ix.Errorf("config."+k, "%q is not a valid config key; use letters, digits and . _ - : / @ +", k)
 		}
 	}
 	return nil
@@ -477,34 +473,34 @@ func (m *Manifest) check(ix *index) error {
 func checkCommand(ix *index, m *Manifest) error {
 	if m.Kind != KindNative {
 		if len(m.Command) > 0 {
-			return ix.errorf("command", "only a native plugin has a command; remove it, or write kind: native")
+			return ix.Errorf("command", "only a native plugin has a command; remove it, or write kind: native")
 		}
 		return nil
 	}
 	switch {
 	case len(m.Command) == 0:
-		return ix.errorf("command", "a native plugin needs the command that starts its worker; add a line like command: python3 main.py")
+		return ix.Errorf("command", "a native plugin needs the command that starts its worker; add a line like command: python3 main.py")
 	case len(m.Command) > maxCommandArgs:
-		return ix.errorf("command", "has %d arguments; the most is %d", len(m.Command), maxCommandArgs)
+		return ix.Errorf("command", "has %d arguments; the most is %d", len(m.Command), maxCommandArgs)
 	case len(m.Actions) == 0:
-		return ix.errorf("actions", "a native plugin declares the actions its worker serves; add actions: [{name: greet}]")
+		return ix.Errorf("actions", "a native plugin declares the actions its worker serves; add actions: [{name: greet}]")
 	}
 	for i, a := range m.Command {
 		p := fmt.Sprintf("command[%d]", i)
 		switch {
 		case a == "":
-			return ix.errorf(p, "is empty; remove it")
+			return ix.Errorf(p, "is empty; remove it")
 		case len(a) > maxCommandArgLen:
-			return ix.errorf(p, "is %d bytes; the most is %d", len(a), maxCommandArgLen)
+			return ix.Errorf(p, "is %d bytes; the most is %d", len(a), maxCommandArgLen)
 		case strings.ContainsFunc(a, func(r rune) bool { return r < ' ' || r == 0x7f }):
-			return ix.errorf(p, "%q contains control characters", a)
+			return ix.Errorf(p, "%q contains control characters", a)
 		}
 	}
 	prog := m.Command[0]
 	if !strings.HasPrefix(prog, "/") && strings.Contains(prog, "/") {
 		clean := path.Clean(prog)
 		if clean == ".." || strings.HasPrefix(clean, "../") {
-			return ix.errorf("command[0]", "%q leaves the module's directory; name a program inside it (./worker), on the PATH (python3), or by its absolute path", prog)
+			return ix.Errorf("command[0]", "%q leaves the module's directory; name a program inside it (./worker), on the PATH (python3), or by its absolute path", prog)
 		}
 	}
 	return nil
@@ -514,7 +510,7 @@ func checkCommand(ix *index, m *Manifest) error {
 func checkTokens(ix *index, path, what string, list []string) error {
 	for i, s := range list {
 		if !tokenRE.MatchString(s) {
-			return ix.errorf(fmt.Sprintf("%s[%d]", path, i), "%q is not a valid %s name; use letters, digits and . _ - : / @ + (no spaces)", s, what)
+			return ix.Errorf(fmt.Sprintf("%s[%d]", path, i), "%q is not a valid %s name; use letters, digits and . _ - : / @ + (no spaces)", s, what)
 		}
 	}
 	return nil
@@ -526,7 +522,7 @@ func checkTokens(ix *index, path, what string, list []string) error {
 func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 	hp := base + ".http"
 	tp := hp + ".targets"
-	if n := ix.values[hp]; n != nil && n.Kind == yaml.SequenceNode {
+	if n := ix.Value(hp); n != nil && n.Kind == yaml.SequenceNode {
 		tp = hp
 	}
 	for _, l := range []struct {
@@ -535,7 +531,7 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".knowledge", c.Knowledge}} {
 		for i, s := range l.list {
 			if j := slices.Index(l.list, s); j < i {
-				return ix.errorf(fmt.Sprintf("%s[%d]", l.path, i), "%q is listed twice (also at [%d]); remove one", s, j)
+				return ix.Errorf(fmt.Sprintf("%s[%d]", l.path, i), "%q is listed twice (also at [%d]); remove one", s, j)
 			}
 		}
 	}
@@ -544,15 +540,15 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 		switch {
 		case name == "*" && grant:
 		case name == "*":
-			return ix.errorf(p, `a module names the collections it uses; "*" is only for profiles`)
+			return ix.Errorf(p, `a module names the collections it uses; "*" is only for profiles`)
 		case !collectionRE.MatchString(name):
-			return ix.errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like orders", name)
+			return ix.Errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like orders", name)
 		}
 	}
 	for i, name := range c.Knowledge {
 		p := fmt.Sprintf("%s.knowledge[%d]", base, i)
 		if name != AllCollections && !collectionRE.MatchString(name) {
-			return ix.errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like docs (or knowledge: true for every collection)", name)
+			return ix.Errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like docs (or knowledge: true for every collection)", name)
 		}
 	}
 	for i, name := range c.AI {
@@ -560,30 +556,30 @@ func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
 		switch {
 		case name == "*" && grant:
 		case name == "*":
-			return ix.errorf(p, `a module names the models it uses; "*" is only for profiles`)
+			return ix.Errorf(p, `a module names the models it uses; "*" is only for profiles`)
 		case !tokenRE.MatchString(name):
-			return ix.errorf(p, "%q is not a model name; use letters, digits and . _ - : / @ +, like gpt-small", name)
+			return ix.Errorf(p, "%q is not a model name; use letters, digits and . _ - : / @ +, like gpt-small", name)
 		}
 	}
 	for i, s := range c.HTTP.Targets {
 		p := fmt.Sprintf("%s[%d]", tp, i)
 		item := p
-		if ix.has(p + ".url") {
+		if ix.Has(p + ".url") {
 			p += ".url"
 		}
 		t, err := parseTarget(s)
 		if err != nil {
-			return ix.errorf(p, "%v", err)
+			return ix.Errorf(p, "%v", err)
 		}
 		if t.wild() && !c.HTTP.AllowAny {
-			return ix.errorf(p, "%q allows any server; if that is intended, use the mapping form and say so: http: {targets: [%q], allow_any: true}", s, s)
+			return ix.Errorf(p, "%q allows any server; if that is intended, use the mapping form and say so: http: {targets: [%q], allow_any: true}", s, s)
 		}
 		hs, has := c.HTTP.Headers[s]
 		switch {
 		case has && !grant:
-			return ix.errorf(item+".headers", "a manifest asks for URLs only: the headers a request carries from the operator (a secret as Authorization) are the operator's to write, in the profile's grant; write the target alone, like %s", s)
+			return ix.Errorf(item+".headers", "a manifest asks for URLs only: the headers a request carries from the operator (a secret as Authorization) are the operator's to write, in the profile's grant; write the target alone, like %s", s)
 		case has && t.wild():
-			return ix.errorf(item+".headers", "%s matches any server, so its headers would go to every server; inject them under the target of the server they are for", s)
+			return ix.Errorf(item+".headers", "%s matches any server, so its headers would go to every server; inject them under the target of the server they are for", s)
 		case has:
 			if err := checkInjected(ix, item+".headers", hs); err != nil {
 				return err
@@ -603,12 +599,12 @@ func cleanAbs(p string) string {
 func checkLimits(ix *index, base string, l Limits) error {
 	for _, f := range limitFields {
 		p := base + "." + f.name
-		if ix.has(p) && f.get(l) == 0 {
-			return ix.errorf(p, "must be more than 0; remove the line to leave it unset")
+		if ix.Has(p) && f.get(l) == 0 {
+			return ix.Errorf(p, "must be more than 0; remove the line to leave it unset")
 		}
 	}
 	if l.Memory > 4<<30 {
-		return ix.errorf(base+".memory", "%s is more than 4 GiB, the most a 32-bit WebAssembly memory can address", l.Memory)
+		return ix.Errorf(base+".memory", "%s is more than 4 GiB, the most a 32-bit WebAssembly memory can address", l.Memory)
 	}
 	return nil
 }

@@ -2,9 +2,10 @@
 // Principal), what a module asks for (its Manifest, moat.yaml), what the
 // operator grants (a Profile), what that leaves in effect (an Evaluation),
 // and whether a module is signed by a key the operator trusts (Sign,
-// Verify). It imports abi and no other package of ours, so it can be read,
-// tested and reused without the runtime; its only outside dependencies are
-// gopkg.in/yaml.v3 and aead.dev/minisign.
+// Verify). It imports abi, policy/egress and internal helpers and no other
+// package of ours, so it can be read, tested and reused without the
+// runtime; its only outside dependencies are gopkg.in/yaml.v3,
+// aead.dev/minisign and golang.org/x/mod/semver.
 package policy
 
 import (

@@ -210,12 +210,8 @@ func LoadProfile(nameOrPath string) (*Profile, error) {
 // Every error is a *FileError naming the file, line and field, and saying how
 // to fix it.
 func ParseProfile(file string, data []byte) (*Profile, error) {
-	root, err := document(file, data, "a profile needs at least name:")
-	if err != nil {
-		return nil, err
-	}
 	var p Profile
-	ix, err := decodeStrict(file, data, root, &p)
+	ix, err := decode(file, data, "a profile needs at least name:", &p)
 	if err != nil {
 		return nil, err
 	}
@@ -231,17 +227,17 @@ var onUngrantedValues = []string{OnUngrantedRefuse, OnUngrantedDenyAtCall}
 func (p *Profile) check(ix *index) error {
 	switch {
 	case p.Name == "":
-		return ix.errorf("name", "required; add a line like name: production (%s)", nameChars)
+		return ix.Errorf("name", "required; add a line like name: production (%s)", nameChars)
 	case !moduleNameRE.MatchString(p.Name):
-		return ix.errorf("name", "%q is not a valid profile name; %s", p.Name, strings.Replace(moduleNameRule, "hello-go", "production", 1))
+		return ix.Errorf("name", "%q is not a valid profile name; %s", p.Name, strings.Replace(moduleNameRule, "hello-go", "production", 1))
 	}
 	if p.OnUngranted == "" {
 		p.OnUngranted = OnUngrantedRefuse
 	} else if !slices.Contains(onUngrantedValues, p.OnUngranted) {
-		return ix.errorf("on_ungranted", "%q is not a choice%s; write refuse (refuse the module at load) or deny_at_call (load it, deny the op when called)", p.OnUngranted, didYouMean(p.OnUngranted, onUngrantedValues))
+		return ix.Errorf("on_ungranted", "%q is not a choice%s; write refuse (refuse the module at load) or deny_at_call (load it, deny the op when called)", p.OnUngranted, didYouMean(p.OnUngranted, onUngrantedValues))
 	}
-	if ix.has("confirm_ttl") && p.ConfirmTTL == 0 {
-		return ix.errorf("confirm_ttl", "must be more than 0; remove the line for the default 10m")
+	if ix.Has("confirm_ttl") && p.ConfirmTTL == 0 {
+		return ix.Errorf("confirm_ttl", "must be more than 0; remove the line for the default 10m")
 	}
 	if p.ConfirmTTL == 0 {
 		p.ConfirmTTL = DefaultConfirmTTL
@@ -249,7 +245,7 @@ func (p *Profile) check(ix *index) error {
 	ops := KnownOps()
 	for i, op := range p.SensitiveOps {
 		if _, ok := OpCapability(op); !ok {
-			return ix.errorf(fmt.Sprintf("sensitive_ops[%d]", i), "%q is not an op of this host's op table%s; known ops are %s", op, didYouMean(op, ops), strings.Join(ops, ", "))
+			return ix.Errorf(fmt.Sprintf("sensitive_ops[%d]", i), "%q is not an op of this host's op table%s; known ops are %s", op, didYouMean(op, ops), strings.Join(ops, ", "))
 		}
 	}
 	names := map[string]int{}
@@ -258,32 +254,32 @@ func (p *Profile) check(ix *index) error {
 		path := fmt.Sprintf("trusted_keys[%d]", i)
 		switch {
 		case k.Name == "":
-			return ix.errorf(path+".name", "a trusted key needs a name; add name: acme-release")
+			return ix.Errorf(path+".name", "a trusted key needs a name; add name: acme-release")
 		case !moduleNameRE.MatchString(k.Name):
-			return ix.errorf(path+".name", "%q is not a valid key name; %s", k.Name, strings.Replace(moduleNameRule, "hello-go", "acme-release", 1))
+			return ix.Errorf(path+".name", "%q is not a valid key name; %s", k.Name, strings.Replace(moduleNameRule, "hello-go", "acme-release", 1))
 		}
 		if j, dup := names[k.Name]; dup {
-			return ix.errorf(path+".name", "%q is already the name of trusted_keys[%d]; key names must be unique", k.Name, j)
+			return ix.Errorf(path+".name", "%q is already the name of trusted_keys[%d]; key names must be unique", k.Name, j)
 		}
 		names[k.Name] = i
 		if k.Key == "" {
-			return ix.errorf(path+".key", "required; paste the base64 line starting with RW from the key's minisign .pub file")
+			return ix.Errorf(path+".key", "required; paste the base64 line starting with RW from the key's minisign .pub file")
 		}
 		if !isMinisignPublicKey(k.Key) {
-			return ix.errorf(path+".key", "not a minisign public key (expected the base64 line starting with RW from a .pub file)")
+			return ix.Errorf(path+".key", "not a minisign public key (expected the base64 line starting with RW from a .pub file)")
 		}
 		if j, dup := keys[k.Key]; dup {
-			return ix.errorf(path+".key", "the same key as trusted_keys[%d]; list each key once", j)
+			return ix.Errorf(path+".key", "the same key as trusted_keys[%d]; list each key once", j)
 		}
 		keys[k.Key] = i
 	}
 	if p.RequireSignature && len(p.TrustedKeys) == 0 {
-		return ix.errorf("require_signature", "true, but trusted_keys is empty, so no module could load; add a trusted key or set require_signature: false")
+		return ix.Errorf("require_signature", "true, but trusted_keys is empty, so no module could load; add a trusted key or set require_signature: false")
 	}
 	for _, role := range slices.Sorted(maps.Keys(p.RolePermissions)) {
 		path := "role_permissions." + role
 		if !tokenRE.MatchString(role) {
-			return ix.errorf(path, "%q is not a valid role name; use letters, digits and . _ - : / @ + (no spaces)", role)
+			return ix.Errorf(path, "%q is not a valid role name; use letters, digits and . _ - : / @ + (no spaces)", role)
 		}
 		if err := checkTokens(ix, path, "permission", p.RolePermissions[role]); err != nil {
 			return err
@@ -297,7 +293,7 @@ func (p *Profile) check(ix *index) error {
 	for _, name := range slices.Sorted(maps.Keys(p.Modules)) {
 		path := "modules." + name
 		if !moduleNameRE.MatchString(name) {
-			return ix.errorf(path, "%q is not a valid module name; %s", name, moduleNameRule)
+			return ix.Errorf(path, "%q is not a valid module name; %s", name, moduleNameRule)
 		}
 		g := p.Modules[name]
 		if err := checkGrant(ix, path, &g, false); err != nil {
@@ -309,12 +305,12 @@ func (p *Profile) check(ix *index) error {
 		set  bool
 	}{{"timeout", p.Exec.Timeout > 0}, {"compile_timeout", p.Exec.CompileTimeout > 0}, {"memory", p.Exec.Memory > 0}, {"output", p.Exec.Output > 0},
 		{"scratch", p.Exec.Scratch > 0}, {"scratch_files", p.Exec.ScratchFiles > 0}} {
-		if ix.has("exec."+f.name) && !f.set {
-			return ix.errorf("exec."+f.name, "must be more than 0; remove the line for the default")
+		if ix.Has("exec."+f.name) && !f.set {
+			return ix.Errorf("exec."+f.name, "must be more than 0; remove the line for the default")
 		}
 	}
 	if p.Exec.Output > MaxExecOutput {
-		return ix.errorf("exec.output", "%s is more than %s: the server holds a job's output in memory", p.Exec.Output, MaxExecOutput)
+		return ix.Errorf("exec.output", "%s is more than %s: the server holds a job's output in memory", p.Exec.Output, MaxExecOutput)
 	}
 	keyNames := make([]string, len(p.TrustedKeys))
 	for i, k := range p.TrustedKeys {
@@ -324,9 +320,9 @@ func (p *Profile) check(ix *index) error {
 		path := "keys." + name
 		if _, ok := names[name]; !ok {
 			if len(keyNames) == 0 {
-				return ix.errorf(path, "no trusted key is named %s, and trusted_keys is empty; add it to trusted_keys first", name)
+				return ix.Errorf(path, "no trusted key is named %s, and trusted_keys is empty; add it to trusted_keys first", name)
 			}
-			return ix.errorf(path, "no trusted key is named %s%s; trusted keys are %s", name, didYouMean(name, keyNames), strings.Join(keyNames, ", "))
+			return ix.Errorf(path, "no trusted key is named %s%s; trusted keys are %s", name, didYouMean(name, keyNames), strings.Join(keyNames, ", "))
 		}
 		g := p.Keys[name]
 		if err := checkGrant(ix, path, &g, false); err != nil {
@@ -345,7 +341,7 @@ func checkGrant(ix *index, path string, g *Grant, inTrusted bool) error {
 	}
 	if g.Trusted != nil {
 		if inTrusted {
-			return ix.errorf(path+".trusted", "trusted cannot be nested inside trusted; move these lines up one level")
+			return ix.Errorf(path+".trusted", "trusted cannot be nested inside trusted; move these lines up one level")
 		}
 		return checkGrant(ix, path+".trusted", g.Trusted, true)
 	}

@@ -69,10 +69,10 @@ func checkSchedules(ix *index, m *Manifest) error {
 		return nil
 	}
 	if len(m.Schedules) > MaxSchedules {
-		return ix.errorf("schedules", "has %d schedules; the most is %d", len(m.Schedules), MaxSchedules)
+		return ix.Errorf("schedules", "has %d schedules; the most is %d", len(m.Schedules), MaxSchedules)
 	}
 	if !m.Capabilities.Tasks {
-		return ix.errorf("schedules", "schedules run as background tasks; ask for them with capabilities: {tasks: true}")
+		return ix.Errorf("schedules", "schedules run as background tasks; ask for them with capabilities: {tasks: true}")
 	}
 	seen := map[string]int{}
 	for i := range m.Schedules {
@@ -81,33 +81,33 @@ func checkSchedules(ix *index, m *Manifest) error {
 		a, ok := m.Action(s.Action)
 		switch {
 		case s.Action == "":
-			return ix.errorf(p+".action", "a schedule names the action it runs; add action: digest")
+			return ix.Errorf(p+".action", "a schedule names the action it runs; add action: digest")
 		case !ok:
 			names := make([]string, len(m.Actions))
 			for j, a := range m.Actions {
 				names[j] = a.Name
 			}
-			return ix.errorf(p+".action", "%q is not an action of this manifest%s; declare it under actions: (declared: %s)",
+			return ix.Errorf(p+".action", "%q is not an action of this manifest%s; declare it under actions: (declared: %s)",
 				s.Action, didYouMean(s.Action, names), strings.Join(names, ", "))
 		case a.Confirm:
-			return ix.errorf(p+".action", "action %q needs confirmation (confirm: true), which a schedule cannot give; schedule another action", s.Action)
+			return ix.Errorf(p+".action", "action %q needs confirmation (confirm: true), which a schedule cannot give; schedule another action", s.Action)
 		case len(a.Roles) > 0 && !slices.Contains(a.Roles, ServiceRole):
-			return ix.errorf(p+".action", "action %q admits only the roles %s; a schedule runs as %s with the role %s: add it to the action's roles",
+			return ix.Errorf(p+".action", "action %q admits only the roles %s; a schedule runs as %s with the role %s: add it to the action's roles",
 				s.Action, strings.Join(a.Roles, ", "), ServiceUser, ServiceRole)
 		case s.Cron == "":
-			return ix.errorf(p+".cron", `a schedule needs a cron expression, like cron: "0 7 * * *" (every day at 07:00 UTC)`)
+			return ix.Errorf(p+".cron", `a schedule needs a cron expression, like cron: "0 7 * * *" (every day at 07:00 UTC)`)
 		case len(s.Input) > abi.MaxTaskInputLen:
-			return ix.errorf(p+".input", "is %d bytes; the most is %d", len(s.Input), abi.MaxTaskInputLen)
-		case s.MaxAttempts < 0 || s.MaxAttempts > abi.MaxTaskAttempts || ix.has(p+".max_attempts") && s.MaxAttempts == 0:
-			return ix.errorf(p+".max_attempts", "%d: give 1 to %d, or leave it out for %d", s.MaxAttempts, abi.MaxTaskAttempts, abi.DefaultTaskAttempts)
+			return ix.Errorf(p+".input", "is %d bytes; the most is %d", len(s.Input), abi.MaxTaskInputLen)
+		case s.MaxAttempts < 0 || s.MaxAttempts > abi.MaxTaskAttempts || ix.Has(p+".max_attempts") && s.MaxAttempts == 0:
+			return ix.Errorf(p+".max_attempts", "%d: give 1 to %d, or leave it out for %d", s.MaxAttempts, abi.MaxTaskAttempts, abi.DefaultTaskAttempts)
 		}
 		c, err := ParseCron(s.Cron)
 		if err != nil {
-			return ix.errorf(p+".cron", "%v", err)
+			return ix.Errorf(p+".cron", "%v", err)
 		}
 		s.parsed = c
 		if j, dup := seen[s.Name()]; dup {
-			return ix.errorf(p, "runs %s on %q as schedules[%d] does; remove one", s.Action, c.String(), j)
+			return ix.Errorf(p, "runs %s on %q as schedules[%d] does; remove one", s.Action, c.String(), j)
 		}
 		seen[s.Name()] = i
 	}

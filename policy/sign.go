@@ -325,6 +325,9 @@ func (e *SignatureError) Error() string {
 // signed module is refused by policy.
 func (e *SignatureError) Code() abi.Code { return abi.CodeDenied }
 
+// ErrorCode is Code, for abi.CodeOf.
+func (e *SignatureError) ErrorCode() abi.Code { return e.Code() }
+
 // UnsignedError is the refusal for a module that has no signature file: the
 // caller looks for SignatureFile(modulePath), and when it does not exist
 // reports this rather than calling Verify, so that the message names the

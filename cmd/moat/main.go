@@ -72,7 +72,14 @@ func run(ctx context.Context, args []string) (code int) {
 	if errors.As(err, &he) && he.Confirmation != nil {
 		fmt.Fprintln(os.Stderr, confirmHint(args, he.Confirmation))
 	}
-	switch host.CodeOf(err) {
+	return exitStatus(err)
+}
+
+// exitStatus is moat's exit status for err: its code's (abi.CodeOf,
+// whatever the type that carries it), or for an error without a code,
+// usage or failure.
+func exitStatus(err error) int {
+	switch abi.CodeOf(err) {
 	case "":
 		var ue usageError
 		if errors.As(err, &ue) || isCobraUsage(err) || plugintree.IsError(err) {

@@ -141,4 +141,10 @@ func TestPolicyCheck(t *testing.T) {
 	if r := moat(t, "", "policy", "check", bad); r.code != 2 || !strings.Contains(r.stderr, "moat.yaml:4") || !strings.Contains(r.stderr, "allow_any") {
 		t.Fatalf("bad manifest: %+v", r)
 	}
+	// An alias is refused where it is written, not expanded (a manifest's
+	// walker used to follow them).
+	os.WriteFile(bad, []byte("name: x\nversion: 1.0.0\ncapabilities:\n  db: &c [orders]\n  kv: *c\n"), 0o644)
+	if r := moat(t, "", "policy", "check", bad); r.code != 2 || !strings.Contains(r.stderr, "moat.yaml:5: capabilities.kv: YAML aliases (*c) are not supported (the anchor &c is at line 4)") {
+		t.Fatalf("alias in a manifest: %+v", r)
+	}
 }

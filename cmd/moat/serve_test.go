@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -150,12 +151,28 @@ func TestServeNewcomerFlow(t *testing.T) {
 	}
 }
 
+// TestServeConfigError: moat serve refuses a bad config before it
+// listens, naming the file, line and field; the hostile rows are the
+// strict YAML decoder's (a second document was ignored and the server
+// started on the first; a tag was decoded).
 func TestServeConfigError(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "moat-server.yaml")
-	os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nlimits:\n  key_rate: lots\n"), 0o644)
-	r := moat(t, "", "serve", "--config", cfg)
-	if r.code != 2 || !strings.Contains(r.stderr, "moat-server.yaml:3: limits.key_rate: \"lots\" is not a number") {
-		t.Errorf("bad config: %+v", r)
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"bad value", "listen: 127.0.0.1:0\nlimits:\n  key_rate: lots\n", "moat-server.yaml:3: limits.key_rate: \"lots\" is not a number"},
+		{"second document", "listen: 127.0.0.1:0\n---\nlisten: 127.0.0.1:1\n", "moat-server.yaml:3: a second YAML document starts here"},
+		{"alias", "listen: &l 127.0.0.1:0\ndata_dir: *l\n", "moat-server.yaml:2: data_dir: YAML aliases (*l) are not supported"},
+		{"binary tag", "listen: 127.0.0.1:0\ndata_dir: !!binary L3RtcA==\n", "moat-server.yaml:2: data_dir: YAML tags (!!binary) are not supported"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "moat-server.yaml")
+			os.WriteFile(cfg, []byte(tt.yaml), 0o644)
+			// A server that started anyway is killed, and fails the row.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r := runCmd(t, exec.CommandContext(ctx, moatBin, "serve", "--config", cfg))
+			if r.code != 2 || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("got %+v, want exit 2 and %q", r, tt.want)
+			}
+		})
 	}
 }
 

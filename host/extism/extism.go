@@ -716,10 +716,7 @@ func moatCall(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) {
 	}
 	var out []byte
 	if err != nil {
-		e, ok := err.(*abi.Error)
-		if !ok {
-			e = &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
-		}
+		e := abi.AsError(err)
 		b, merr := abi.Marshal(struct {
 			Error *abi.Error `json:"error"`
 		}{e})

@@ -24,6 +24,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -303,8 +304,9 @@ func Typed[Req, Resp any](f func(env *Env, req *Req) (*Resp, error)) Func {
 // other store failure into abi.CodeUnavailable without leaking paths or SQL
 // to the guest; the full error goes to the host log.
 func storeError(env *Env, op string, err error) error {
-	if e, ok := err.(*abi.Error); ok {
-		return e
+	var e *abi.Error
+	if errors.As(err, &e) {
+		return e // a wrapped one too: its code and message are for the guest
 	}
 	env.Log().Error("store failure", "op", op, "err", err)
 	return &abi.Error{Code: abi.CodeUnavailable, Message: op + ": storage is unavailable"}

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"github.com/moat-sandbox/moat/internal/textdist"
-	"io"
+	"github.com/moat-sandbox/moat/internal/yamlstrict"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -23,7 +21,6 @@ import (
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
-	"gopkg.in/yaml.v3"
 )
 
 // Config configures a Server. DefaultConfig is what `moat serve` runs with
@@ -432,62 +429,38 @@ func LoadConfig(path string) (Config, error) {
 // names the file, the line and the field, and says how to fix it.
 func ParseConfig(file string, data []byte) (Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			c.fillDefaults()
-			c.File = file
-			return c, c.validate(nil)
-		}
-		return Config{}, &policy.FileError{File: file, Line: yamlErrLine(err), Msg: "YAML syntax: " + strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	if len(doc.Content) == 0 {
-		c.fillDefaults()
-		c.File = file
-		return c, c.validate(nil)
-	}
-	root := doc.Content[0]
-	ix := &nodeIndex{file: file, at: map[string]*yaml.Node{}}
-	if err := ix.walk(root, reflect.TypeFor[Config](), ""); err != nil {
+	ix, err := yamlstrict.Decode(file, data, &c, configYAML)
+	if err != nil {
 		return Config{}, err
-	}
-	if err := root.Decode(&c); err != nil {
-		return Config{}, &policy.FileError{File: file, Line: yamlErrLine(err), Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	c.fillDefaults()
 	c.File = file
 	return c, c.validate(ix)
 }
 
-// yamlErrLine reads the line number out of a yaml.v3 error ("yaml: line
-// 3: ..."), 0 when it names none.
-func yamlErrLine(err error) int {
-	s := err.Error()
-	i := strings.Index(s, "line ")
-	if i < 0 {
-		return 0
-	}
-	n := 0
-	for _, r := range s[i+5:] {
-		if r < '0' || r > '9' {
-			break
-		}
-		n = n*10 + int(r-'0')
-	}
-	return n
-}
+// configYAML is how a server config differs from a manifest for the strict
+// decoder: an empty file is the defaults.
+var configYAML = &yamlstrict.Options{Shapes: map[reflect.Type]yamlstrict.Shape{
+	reflect.TypeFor[policy.Duration](): yamlstrict.Scalar("a duration like 30s", func(s string) error {
+		_, err := policy.ParseDuration(s)
+		return err
+	}),
+	reflect.TypeFor[policy.ByteSize](): yamlstrict.Scalar("a size like 64MiB", func(s string) error {
+		_, err := policy.ParseByteSize(s)
+		return err
+	}),
+}}
 
 // validate checks what the types cannot: addresses, pairs of fields,
 // ranges. ix locates fields in the file (nil for the defaults).
-func (c *Config) validate(ix *nodeIndex) error {
+func (c *Config) validate(ix *yamlstrict.Index) error {
 	fail := func(field, format string, args ...any) error {
 		e := &policy.FileError{File: c.File, Field: field, Msg: fmt.Sprintf(format, args...)}
 		if c.File == "" {
 			e.File = "server config"
 		}
 		if ix != nil {
-			if n := ix.find(field); n != nil {
+			if n := ix.Node(field); n != nil {
 				e.Line, e.Column = n.Line, n.Column
 			}
 		}
@@ -695,204 +668,6 @@ func (b BudgetLimits) validate(fail func(field, format string, args ...any) erro
 		}
 	}
 	return nil
-}
-
-// nodeIndex checks a YAML tree against a Go type and remembers where each
-// field was written, so that errors can name the line.
-type nodeIndex struct {
-	file string
-	at   map[string]*yaml.Node
-}
-
-func (ix *nodeIndex) find(path string) *yaml.Node {
-	for path != "" {
-		if n := ix.at[path]; n != nil {
-			return n
-		}
-		i := strings.LastIndexAny(path, ".[")
-		if i < 0 {
-			break
-		}
-		path = path[:i]
-	}
-	return nil
-}
-
-func (ix *nodeIndex) errorf(n *yaml.Node, path, format string, args ...any) error {
-	return &policy.FileError{File: ix.file, Line: n.Line, Column: n.Column, Field: path, Msg: fmt.Sprintf(format, args...)}
-}
-
-var (
-	durationType = reflect.TypeFor[policy.Duration]()
-	byteSizeType = reflect.TypeFor[policy.ByteSize]()
-)
-
-func (ix *nodeIndex) walk(n *yaml.Node, t reflect.Type, path string) error {
-	if n.Kind == yaml.AliasNode {
-		return ix.errorf(n, path, "YAML aliases are not supported here; write the value out")
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
-	}
-	scalar := func(want string) error {
-		if n.Kind != yaml.ScalarNode {
-			return ix.errorf(n, path, "expected %s, got a %s", want, kindName(n))
-		}
-		return nil
-	}
-	switch {
-	case t == durationType:
-		if err := scalar("a duration like 30s"); err != nil {
-			return err
-		}
-		if _, err := policy.ParseDuration(n.Value); err != nil {
-			return ix.errorf(n, path, "%v", err)
-		}
-		return nil
-	case t == byteSizeType:
-		if err := scalar("a size like 64MiB"); err != nil {
-			return err
-		}
-		if _, err := policy.ParseByteSize(n.Value); err != nil {
-			return ix.errorf(n, path, "%v", err)
-		}
-		return nil
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			return ix.errorf(n, path, "expected a mapping of field: value lines, got a %s; known fields are %s", kindName(n), strings.Join(structFields(t), ", "))
-		}
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			p := join(path, k.Value)
-			ix.at[p] = k
-			f, ok := fieldByTag(t, k.Value)
-			if !ok {
-				names := structFields(t)
-				if s := closest(k.Value, names); s != "" {
-					return ix.errorf(k, p, "unknown field; did you mean %s? Known fields are %s", s, strings.Join(names, ", "))
-				}
-				return ix.errorf(k, p, "unknown field; known fields are %s", strings.Join(names, ", "))
-			}
-			if seen[k.Value] {
-				return ix.errorf(k, p, "defined twice; keep one")
-			}
-			seen[k.Value] = true
-			if err := ix.walk(v, f.Type, p); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			return ix.errorf(n, path, "expected a mapping of name: value lines, got a %s", kindName(n))
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			p := join(path, k.Value)
-			ix.at[p] = k
-			if err := ix.walk(v, t.Elem(), p); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			return ix.errorf(n, path, "expected a list like [a, b], got a %s", kindName(n))
-		}
-		for i, item := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			ix.at[p] = item
-			if err := ix.walk(item, t.Elem(), p); err != nil {
-				return err
-			}
-		}
-		return nil
-	case reflect.String:
-		if err := scalar("a string"); err != nil {
-			return err
-		}
-		if n.Tag == "!!bool" {
-			return ix.errorf(n, path, "%s is a boolean; quote it if you mean the text: %q", n.Value, n.Value)
-		}
-		return nil
-	case reflect.Bool:
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-			return ix.errorf(n, path, "%q is not a boolean; write true or false", n.Value)
-		}
-		return nil
-	case reflect.Int:
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-			return ix.errorf(n, path, "%q is not a whole number; write it like 10", n.Value)
-		}
-		return nil
-	case reflect.Float64:
-		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
-			return ix.errorf(n, path, "%q is not a number; write it like 100 or 2.5", n.Value)
-		}
-		return nil
-	}
-	return ix.errorf(n, path, "internal error: no check for %s", t)
-}
-
-func join(path, k string) string {
-	if path == "" {
-		return k
-	}
-	return path + "." + k
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.SequenceNode:
-		return "list"
-	}
-	return "value " + strconv.Quote(n.Value)
-}
-
-func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if f.IsExported() && tag == name && tag != "-" {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-func structFields(t reflect.Type) []string {
-	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if f.IsExported() && tag != "" && tag != "-" {
-			out = append(out, tag)
-		}
-	}
-	return out
-}
-
-// closest returns the name within a third of s's length in edits, or "".
-func closest(s string, names []string) string {
-	best, bestD := "", len(s)/3+1
-	for _, n := range names {
-		if d := textdist.Distance(strings.ToLower(s), n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if best == "" {
-		for _, n := range names {
-			if len(s) >= 3 && (strings.HasPrefix(n, s) || strings.HasPrefix(s, n)) {
-				return n
-			}
-		}
-	}
-	return best
 }
 
 // allowed reports whether a Piston request from addr may be served.

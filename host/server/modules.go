@@ -1097,7 +1097,7 @@ func checkRollback(cur *entry, m *host.Module, v store.ModuleVersion) error {
 	if cur.version.Digest == v.Digest && cur.version.Version == v.Version {
 		return nil
 	}
-	if compareVersions(v.Version, cur.version.Version) > 0 {
+	if policy.CompareVersions(v.Version, cur.version.Version) > 0 {
 		return nil
 	}
 	return &refusal{rule: "modules.allow_signed_rollback", p: problem(http.StatusConflict, "rollback",
@@ -1111,114 +1111,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// compareVersions orders two manifest versions (MAJOR.MINOR.PATCH with an
-// optional -prerelease, as policy checks them) by semantic-versioning
-// precedence: -1, 0 or 1. A version that does not parse sorts first.
-func compareVersions(a, b string) int {
-	pa, oka := parseSemver(a)
-	pb, okb := parseSemver(b)
-	switch {
-	case !oka && !okb:
-		return strings.Compare(a, b)
-	case !oka:
-		return -1
-	case !okb:
-		return 1
-	}
-	for i := range 3 {
-		if c := cmpNum(pa.core[i], pb.core[i]); c != 0 {
-			return c
-		}
-	}
-	switch {
-	case pa.pre == "" && pb.pre == "":
-		return 0
-	case pa.pre == "":
-		return 1 // a release follows its prereleases
-	case pb.pre == "":
-		return -1
-	}
-	ea, eb := strings.Split(pa.pre, "."), strings.Split(pb.pre, ".")
-	for i := 0; i < len(ea) && i < len(eb); i++ {
-		na, da := numeric(ea[i])
-		nb, db := numeric(eb[i])
-		var c int
-		switch {
-		case da && db:
-			c = cmpNum(na, nb)
-		case da:
-			c = -1
-		case db:
-			c = 1
-		default:
-			c = strings.Compare(ea[i], eb[i])
-		}
-		if c != 0 {
-			return c
-		}
-	}
-	return cmpNum(len(ea), len(eb))
-}
-
-type semver struct {
-	core [3]string
-	pre  string
-}
-
-func parseSemver(s string) (semver, bool) {
-	core, pre, _ := strings.Cut(s, "-")
-	parts := strings.Split(core, ".")
-	if len(parts) != 3 {
-		return semver{}, false
-	}
-	var v semver
-	for i, p := range parts {
-		if _, ok := numeric(p); !ok {
-			return semver{}, false
-		}
-		v.core[i] = strings.TrimLeft(p, "0")
-	}
-	v.pre = pre
-	return v, true
-}
-
-// numeric reports whether s is all digits, and s without leading zeros.
-func numeric(s string) (string, bool) {
-	if s == "" {
-		return "", false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return "", false
-		}
-	}
-	return strings.TrimLeft(s, "0"), true
-}
-
-// cmpNum compares decimal digit strings without leading zeros (or ints).
-func cmpNum[T string | int](a, b T) int {
-	switch x := any(a).(type) {
-	case string:
-		y := any(b).(string)
-		if len(x) != len(y) {
-			return cmpInt(len(x), len(y))
-		}
-		return strings.Compare(x, y)
-	default:
-		return cmpInt(x.(int), any(b).(int))
-	}
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func parseUpload(contentType string, body []byte, lim ArchiveLimits) (*upload, error) {

@@ -384,6 +384,14 @@ func TestArchiveHostile(t *testing.T) {
 		{"zip duplicate names", "application/zip", zipDup, 400, "invalid_argument", "appears twice", "archive"},
 		{"zip entry larger than it declares", "application/zip", lying, 400, "invalid_argument", "not the size its header declares", "archive"},
 		{"gzip that is not", "application/gzip", []byte("\x1f\x8bnot really gzip"), 400, "invalid_argument", "not gzip", "archive"},
+		// The manifest is decoded by the strict YAML decoder: an alias is
+		// refused where it is written, not expanded; a tag is not decoded.
+		{"manifest with an alias", "application/x-tar", tarOf(t, false, entry{name: "p/moat.yaml", body: []byte("name: hello-go\nversion: 0.1.0\nactions:\n  - &g {name: greet}\n  - *g\n")}, entry{name: "p/hello-go.wasm", body: wasm}),
+			400, "invalid_argument", "archive: moat.yaml:5: actions[1]: YAML aliases (*g) are not supported (the anchor &g is at line 4)", "api upload"},
+		{"manifest with a !!binary name", "application/x-tar", tarOf(t, false, entry{name: "p/moat.yaml", body: []byte("name: !!binary aGVsbG8tZ28=\nversion: 0.1.0\n")}, entry{name: "p/hello-go.wasm", body: wasm}),
+			400, "invalid_argument", "archive: moat.yaml:1: name: YAML tags (!!binary) are not supported", "api upload"},
+		{"manifest of two documents", "application/x-tar", tarOf(t, false, entry{name: "p/moat.yaml", body: append(append([]byte{}, mf...), "---\nname: evil\n"...)}, entry{name: "p/hello-go.wasm", body: wasm}),
+			400, "invalid_argument", "a second YAML document starts here", "api upload"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -624,6 +632,10 @@ func TestSignedRollback(t *testing.T) {
 		{"prerelease of the current release", false, "2.0.0", "2.0.0-rc.1", false, 409, "rollback", "version 2.0.0-rc.1", event{"load", "deny", "modules.allow_signed_rollback"}},
 		{"10.0.0 after 9.0.0 (numeric, not text, order)", false, "9.0.0", "10.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
 		{"the current version again", false, "2.0.0", "2.0.0", true, 201, "", "", event{"load", "allow", "api upload"}},
+		{"leading zeros are their value (010.0.0 after 9.0.0)", false, "9.0.0", "010.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
+		{"a version package semver cannot order sorts first", false, "2.0.0", "3.0.0-rc..1", false, 409, "rollback", "version 3.0.0-rc..1", event{"load", "deny", "modules.allow_signed_rollback"}},
+		{"release after its prerelease", false, "2.0.0-rc.2", "2.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
+		{"rc.10 after rc.9", false, "2.0.0-rc.9", "2.0.0-rc.10", false, 201, "", "", event{"load", "allow", "api upload"}},
 		{"operator allows rollback", true, "2.0.0", "1.0.0", false, 201, "", "", event{"load", "allow", "api upload"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

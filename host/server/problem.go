@@ -94,28 +94,26 @@ func fromHostError(err error) *Problem {
 		}
 		return p
 	}
+	// The code is the error's (abi.CodeOf, whatever the type that
+	// carries it); the message the host's reason or the wire error's.
+	code := abi.CodeOf(err)
+	if code == "" {
+		return problem(http.StatusInternalServerError, string(abi.CodeInternal), "%v", err)
+	}
+	status, ok := httpStatus[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
 	var he *host.Error
-	if errors.As(err, &he) {
-		status, ok := httpStatus[he.Code]
-		if !ok {
-			status = http.StatusInternalServerError
-		}
-		p := problem(status, string(he.Code), "%s", he.Reason)
+	if errors.As(err, &he) && he.Code == code {
+		p := problem(status, string(code), "%s", he.Reason)
 		p.Module, p.Action, p.Confirmation = he.Module, he.Action, he.Confirmation
-		if he.Code == abi.CodeRateLimited {
+		if code == abi.CodeRateLimited {
 			p.RetryAfter = 1
 		}
 		return p
 	}
-	var ae *abi.Error
-	if errors.As(err, &ae) {
-		status, ok := httpStatus[ae.Code]
-		if !ok {
-			status = http.StatusInternalServerError
-		}
-		return problem(status, string(ae.Code), "%s", ae.Message)
-	}
-	return problem(http.StatusInternalServerError, string(abi.CodeInternal), "%v", err)
+	return problem(status, string(code), "%s", abi.AsError(err).Message)
 }
 
 // hostReason is the reason of a *host.Error in err, else err's text.

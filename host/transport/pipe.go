@@ -403,10 +403,4 @@ func (c *PipeConn) Ping(ctx context.Context) error {
 	return nil
 }
 
-func asABIError(err error) *abi.Error {
-	var e *abi.Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return &abi.Error{Code: abi.CodeInternal, Message: err.Error()}
-}
+func asABIError(err error) *abi.Error { return abi.AsError(err) }
