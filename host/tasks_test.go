@@ -18,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -420,6 +421,7 @@ func TestTaskSchedule(t *testing.T) {
 // TestTaskCancelRunning: cancelling a running task stops its attempt,
 // and what the attempt returns is discarded.
 func TestTaskCancelRunning(t *testing.T) {
+	testenv.Timing(t)
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
 	startRunner(t, h, host.TaskRunnerConfig{Lease: 300 * time.Millisecond}, m)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -372,6 +373,7 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
+	testenv.Timing(t)
 	const timeout, quota = time.Second, 0.5
 	res := run(t, Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: timeout, CPUQuota: quota})
 	if res.Status != StatusTimeout {

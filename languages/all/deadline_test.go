@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -20,6 +21,7 @@ import (
 // which wazero's WASI answers with ENOTSUP (time.sleep raises OSError at
 // once; see the report to the lead), while select() polls a relative one.
 func TestSleepPastDeadline(t *testing.T) {
+	testenv.Timing(t)
 	e := newExecutor(t, "")
 	tests := []struct {
 		lang, file, code string

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // The tests named TestV2* exercise the cgroup v2 paths. This machine kind
@@ -75,6 +77,7 @@ func startIn(t *testing.T, dir, script string) *exec.Cmd {
 // from zero after Reset; Destroy kills every member and removes the
 // directory.
 func TestV2JobCgroup(t *testing.T) {
+	testenv.Timing(t)
 	needV2(t)
 	lim := JobLimits{MemoryBytes: 48 << 20, CPUQuota: 0.5, Pids: 6}
 	cg, err := NewJobCgroup("v2test-"+strconv.Itoa(os.Getpid()), lim)
