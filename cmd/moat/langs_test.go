@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // needTool skips when a Debian toolchain binary is missing, except in CI.
@@ -112,6 +114,7 @@ int main(int argc, char **argv) {
 // a plugin that moat inspect accepts. The data dir is kept across runs:
 // the Go seed cache in it costs about 20 s of CPU once.
 func TestBuildGoPlugin(t *testing.T) {
+	testenv.Slow(t, "a cold Go build")
 	if _, err := exec.LookPath("go"); err != nil {
 		if os.Getenv("MOAT_REQUIRE_TOOLS") != "" {
 			t.Fatal("go is not installed")
