@@ -18,7 +18,6 @@ import (
 // defaults, and each mistake is reported at its line and field, with the
 // fix.
 func TestAIConfig(t *testing.T) {
-	t.Parallel()
 	c, err := server.ParseConfig("moat-server.yaml", []byte(`
 ai:
   providers:
@@ -67,7 +66,6 @@ ai:
 // never another organization's; it needs permission ai.usage, and a
 // server without providers says it has none.
 func TestAIUsageRoute(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	srv := aitest.New(t, "")
 	ts := start(t, "", func(c *server.Config) {

@@ -28,7 +28,6 @@ import (
 // limits.max_table_elements parse, default to the host's defaults, and
 // each bad value is an error naming the field, its line and the fix.
 func TestConfigBudget(t *testing.T) {
-	t.Parallel()
 	d := server.DefaultConfig().Limits
 	if d.Budget.Limits() != budget.DefaultLimits || d.MaxRunResponseBytes != server.MaxRunResponseBytes || d.MaxTableElements != host.DefaultMaxTableElements {
 		t.Errorf("defaults: budget %+v, max_run_response_bytes %s, max_table_elements %d", d.Budget, d.MaxRunResponseBytes, d.MaxTableElements)
@@ -104,7 +103,6 @@ limits:
 // 502 problem with code resource_exhausted, counted as a guest failure,
 // like memory_limit.
 func TestServeBudget(t *testing.T) {
-	t.Parallel()
 	// A real loopback server answering any request with 1 MiB, no length.
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -189,7 +187,6 @@ func TestServeBudget(t *testing.T) {
 // /v1/runs response in place of the default, and the dropped output says
 // which setting dropped it.
 func TestRunsResponseConfigured(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", func(c *server.Config) {
 		withExecutor(t)(c)
 		c.Limits.MaxRunResponseBytes = 256 << 10

@@ -13,7 +13,6 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	t.Parallel()
 	c, err := server.ParseConfig("moat-server.yaml", []byte(`
 listen: 0.0.0.0:9000
 data_dir: /srv/moat
@@ -50,7 +49,6 @@ piston:
 // TestConfigErrors: each mistake is reported at its line and field, with
 // the fix.
 func TestConfigErrors(t *testing.T) {
-	t.Parallel()
 	tests := []struct{ yaml, want string }{
 		{"lisen: :8080\n", "moat-server.yaml:1: lisen: unknown field; did you mean listen?"},
 		{"listen: 8080\n", "moat-server.yaml:1: listen: \"8080\" is not host:port"},
@@ -81,7 +79,6 @@ func TestConfigErrors(t *testing.T) {
 // TestPistonGate: the Piston routes are off by default, answer only the
 // allowed networks, and say so in Piston's error shape.
 func TestPistonGate(t *testing.T) {
-	t.Parallel()
 	off := start(t, "", nil)
 	if r := off.do(t, "GET", "/api/v2/runtimes", "", nil); r.status != http.StatusNotFound {
 		t.Errorf("piston off: %d, want 404", r.status)

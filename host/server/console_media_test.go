@@ -21,7 +21,6 @@ import (
 // not there; an invocation whose output names an item shows it under the
 // output.
 func TestConsoleMediaInChromium(t *testing.T) {
-	t.Parallel()
 	bin := chromium(t)
 	ts := start(t, "", func(c *server.Config) { c.Profile = "dev" })
 	key := ts.key(t, "acme", "ann", "admin")

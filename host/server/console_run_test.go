@@ -32,7 +32,6 @@ import (
 // the registry), served from this origin as JavaScript, and loaded by the
 // page before app.js, which uses it.
 func TestConsoleEditorBundle(t *testing.T) {
-	t.Parallel()
 	b, err := fs.ReadFile(console.Files, "editor.js")
 	if err != nil {
 		t.Fatalf("the console embeds no editor.js (make console-editor builds it): %v", err)
@@ -75,7 +74,6 @@ func TestConsoleEditorBundle(t *testing.T) {
 // draft. Screenshots go to
 // t.ArtifactDir() (kept by go test -artifacts; the log names them).
 func TestConsoleEditor(t *testing.T) {
-	t.Parallel()
 	bin := chromium(t)
 	// The real executor, held in its first-time work until the page has
 	// shown the server's preparing state (gatedExecutor).
@@ -293,7 +291,6 @@ func TestConsoleEditor(t *testing.T) {
 // Languages whose toolchain is missing here are not offered, and are
 // reported (CI, with MOAT_REQUIRE_TOOLS and every toolchain, runs them all).
 func TestConsoleHelloWorlds(t *testing.T) {
-	t.Parallel()
 	b, err := fs.ReadFile(console.Files, "hello.json")
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +363,6 @@ func TestConsoleHelloWorlds(t *testing.T) {
 // one), gzipped when accepted and not when refused, 304 to a current
 // copy, and nothing but the embedded files.
 func TestConsoleFilesServed(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", nil)
 	want, err := fs.ReadFile(console.Files, "editor.js")
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 // organization's tasks with their state, and shows a task's error (text
 // a module wrote, here HTML) as text, never as markup.
 func TestConsoleTasksInChromium(t *testing.T) {
-	t.Parallel()
 	bin := chromium(t)
 	ts := start(t, "", func(c *server.Config) { c.Profile = "dev" })
 	key := ts.key(t, "acme", "ann", "admin")

@@ -10,7 +10,6 @@ import (
 // TestDatabaseURLConfig: database_url is checked when the config is read,
 // and no message about it, good or bad, holds the password.
 func TestDatabaseURLConfig(t *testing.T) {
-	t.Parallel()
 	const pw = "s3cret-Pw"
 	for _, tt := range []struct {
 		name, url, err string
@@ -44,7 +43,6 @@ func TestDatabaseURLConfig(t *testing.T) {
 }
 
 func TestRedactURL(t *testing.T) {
-	t.Parallel()
 	for _, tt := range []struct{ in, want string }{
 		{"postgres://moat:pw@db:5432/moat", "postgres://moat:xxxxx@db:5432/moat"},
 		{"postgres://moat@db/moat?password=pw&sslmode=require", "postgres://moat@db/moat?password=xxxxx&sslmode=require"},
@@ -61,7 +59,6 @@ func TestRedactURL(t *testing.T) {
 // TestDatabaseEndpoints: what moat serve lets its confined process
 // connect to: every host of the URL and the driver's fallbacks.
 func TestDatabaseEndpoints(t *testing.T) {
-	t.Parallel()
 	for _, tt := range []struct {
 		url  string
 		want []server.DatabaseEndpoint

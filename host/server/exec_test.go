@@ -43,7 +43,6 @@ func requireC(t *testing.T, ts *testServer) {
 
 // TestRunsWithExecutor runs C through /v1/runs with the real executor.
 func TestRunsWithExecutor(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", withExecutor(t))
 	requireC(t, ts)
 	key := ts.key(t, "acme", "ann", "admin")
@@ -63,7 +62,6 @@ func TestRunsWithExecutor(t *testing.T) {
 // TestPistonWithExecutor sends a Piston client's requests unchanged:
 // JSON as text/plain, no auth, and reads Piston's response shape.
 func TestPistonWithExecutor(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", withExecutor(t))
 	requireC(t, ts)
 	r := ts.do(t, "POST", "/api/v2/execute", "", strings.NewReader(`{"language":"c","version":"*","files":[{"name":"main.c","content":"#include <stdio.h>\nint main(int c,char**v){printf(\"%s\\n\",v[1]);fprintf(stderr,\"e\\n\");return 0;}"}],"args":["arg1"],"run_timeout":3000}`), "Content-Type", "text/plain;charset=UTF-8")
@@ -99,7 +97,6 @@ func TestPistonWithExecutor(t *testing.T) {
 // TestConsoleRunCode runs C from the console's Run code tab in headless
 // Chromium.
 func TestConsoleRunCode(t *testing.T) {
-	t.Parallel()
 	bin := chromium(t)
 	ts := start(t, "", withExecutor(t))
 	requireC(t, ts)
@@ -141,7 +138,6 @@ func TestConsoleRunCode(t *testing.T) {
 // TestRunsUnknownLanguage: a mistyped language is a 400 naming the likely
 // one; a name built to be long gets no suggestion and no slow answer.
 func TestRunsUnknownLanguage(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", withExecutor(t))
 	key := ts.key(t, "acme", "ann", "admin")
 	for _, tc := range []struct{ lang, want, not string }{

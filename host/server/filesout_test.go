@@ -18,7 +18,6 @@ import (
 // a pattern leading out) is refused as the field it came in, and no
 // scratch directory is left behind.
 func TestRunsFilesOut(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", withExecutor(t))
 	requireC(t, ts)
 	key := ts.key(t, "acme", "ann", "admin")

@@ -19,7 +19,6 @@ import (
 // module's hostile output (markup, a script, an event handler) shows as
 // text and runs nothing.
 func TestConsoleUnderCSP(t *testing.T) {
-	t.Parallel()
 	bin := chromium(t)
 	ts := start(t, "", nil)
 	key := ts.key(t, "acme", "ann", "admin")

@@ -38,7 +38,6 @@ func invocationOf(t *testing.T, r response) server.InvocationJSON {
 // name), at any level the server's log leaves out; without it the answer
 // is the raw output; another value is a 400 naming the field.
 func TestInvokeLogs(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", func(c *server.Config) { c.Log.Level = "error" })
 	key := ts.key(t, "acme", "ann", "admin")
 	uploadJS(t, ts, key, "")
@@ -70,7 +69,6 @@ func TestInvokeLogs(t *testing.T) {
 // only their own records; another organization's key reaches no module
 // and no records.
 func TestInvokeLogsHostile(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", func(c *server.Config) {
 		c.Limits.Budget.LogRecords = 100000
 		c.Limits.Budget.LogBytes = 64 << 20

@@ -11,7 +11,6 @@ import (
 // twice (in any case), a second value after the first, a batch key late
 // in the object.
 func TestRunBodiesReadOnce(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", withExecutor(t))
 	key := ts.key(t, "acme", "ann", "admin")
 	job := `{"name":"main.sh","content":"echo hi"}`

@@ -37,7 +37,6 @@ func nativeExample(t *testing.T, rename ...string) []byte {
 // is uploaded as an archive of its directory and served by confined
 // workers through the same routes, gate and audit as a WASM plugin.
 func TestNativePluginUpload(t *testing.T) {
-	t.Parallel()
 	off := start(t, "", nil)
 	ann := off.key(t, "acme", "ann", "admin")
 	r := off.do(t, "POST", "/v1/modules", ann, bytes.NewReader(nativeExample(t)), "Content-Type", "application/x-tar")

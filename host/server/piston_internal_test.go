@@ -12,7 +12,6 @@ import (
 // field: a compile stage only for compiled languages, no run stage after a
 // failed compile, code null when a signal ended the program.
 func TestPistonResultShape(t *testing.T) {
-	t.Parallel()
 	py := languages.Info{Name: "python", Version: "3.12.0", Path: languages.PathInterpreted}
 	c := languages.Info{Name: "c", Version: "19.1.7", Path: languages.PathCompiled}
 	tests := []struct {

@@ -24,7 +24,6 @@ import (
 // its own user's tasks and nothing else; without audit.read the trail is
 // its own user's events only.
 func TestReadPermissions(t *testing.T) {
-	t.Parallel()
 	prof := filepath.Join(t.TempDir(), "ops.yaml")
 	if err := os.WriteFile(prof, []byte("name: ops\nrole_permissions:\n  auditor: [audit.read, tasks.read]\ndefault:\n  capabilities: {kv: true}\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,6 @@ func requireBash(t *testing.T, ts *testServer) {
 // maximum, left out it is the maximum, and a job really runs under what
 // was resolved. A viewer's run once got timeout: 1h and 64 GiB.
 func TestRunLimitsClampedByProfile(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	tight := filepath.Join(dir, "tight.yaml")
 	if err := os.WriteFile(tight, []byte("name: tight\nexec: {timeout: 1s, compile_timeout: 5s, memory: 64MiB, output: 4KiB, scratch: 1MiB, scratch_files: 8}\n"), 0o644); err != nil {

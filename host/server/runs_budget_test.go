@@ -20,7 +20,6 @@ import (
 // The profile allows 64 MiB of output per job (exec.output), so that the
 // response's bound, not the job's, is what holds.
 func TestRunsResponseBounded(t *testing.T) {
-	t.Parallel()
 	prof := filepath.Join(t.TempDir(), "wide.yaml")
 	if err := os.WriteFile(prof, []byte("name: wide\nexec: {output: 64MiB}\n"), 0o644); err != nil {
 		t.Fatal(err)

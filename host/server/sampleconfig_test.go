@@ -14,7 +14,6 @@ import (
 // is and configures exactly the defaults, so the values it shows are true;
 // each commented setting, uncommented, is a key the loader knows.
 func TestSampleConfig(t *testing.T) {
-	t.Parallel()
 	got, err := server.ParseConfig("moat-server.yaml", server.SampleConfig)
 	if err != nil {
 		t.Fatalf("the sample does not load: %v", err)

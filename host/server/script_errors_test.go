@@ -15,7 +15,6 @@ import (
 // stays guest_error, and a line shaped like the error marker printed as
 // ordinary output before another failure claims nothing.
 func TestScriptErrorCodes(t *testing.T) {
-	t.Parallel()
 	ts := start(t, t.TempDir(), nil)
 	key := ts.key(t, "acme", "ann", "admin")
 

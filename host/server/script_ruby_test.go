@@ -17,7 +17,6 @@ import (
 // restart; a main.rb that registers no handler is refused at upload with
 // the fix.
 func TestUploadRubyPlugin(t *testing.T) {
-	t.Parallel()
 	if _, err := ruby.Interpreter(""); errors.Is(err, toolchains.ErrMissing) {
 		testenv.Require(t, "ruby.wasm is not provisioned (make toolchains): "+err.Error())
 	}

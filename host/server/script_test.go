@@ -54,7 +54,6 @@ func scriptArchive(t testing.TB, dir string, extra map[string][]byte) *bytes.Buf
 // signature or a multipart upload without an archive is refused with
 // the reason.
 func TestUploadScriptPlugin(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	ts := start(t, dir, nil)
 	key := ts.key(t, "acme", "ann", "admin")
@@ -108,7 +107,6 @@ func TestUploadScriptPlugin(t *testing.T) {
 // them: languages.PackSources) uploads and runs; with one source byte
 // changed, the upload is refused.
 func TestUploadSignedScriptPlugin(t *testing.T) {
-	t.Parallel()
 	pubFile, keyFile, err := policy.GenerateKey("")
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,6 @@ func secretsKey(t testing.TB) *secrets.Key {
 // permission, hostile names and bodies are refused, and no response,
 // problem or audit event ever holds a value.
 func TestAdminSecrets(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	t.Run("no key configured", func(t *testing.T) {
 		ts := start(t, "", nil)
@@ -155,7 +154,6 @@ func TestAdminSecrets(t *testing.T) {
 // sees the organization's value, the caller gets [secret]; another
 // organization's call uses its own (here missing) secret.
 func TestServeInjectsSecrets(t *testing.T) {
-	t.Parallel()
 	const token = "acme-api-token-0123456789"
 	var saw atomic.Value
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

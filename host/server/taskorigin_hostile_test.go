@@ -17,7 +17,6 @@ import (
 // retried 3 times); tasks of another origin (moat run plugins', or a
 // hostile origin) are never claimed: queued, no attempt spent.
 func TestServeTaskOriginHostile(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", func(c *server.Config) { c.Profile = "dev" })
 	ctx := context.Background()
 	enqueue := func(module, origin string) string {

@@ -23,7 +23,6 @@ import (
 // TestTLS serves HTTPS with a certificate from the config and checks that
 // a client trusting it gets through, and a plain-HTTP client does not.
 func TestTLS(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	certPEM, keyPEM, pool := selfSigned(t)
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
@@ -77,7 +76,6 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte, pool *x509.CertPool) {
 // TestProfilesPerOrg: an organization named in profiles: gets its own
 // profile; the others get the default.
 func TestProfilesPerOrg(t *testing.T) {
-	t.Parallel()
 	ts := start(t, "", func(c *server.Config) { c.Profiles = map[string]string{"lab": "dev"} })
 	mf := []byte("name: fetcher\nversion: 1.0.0\nactions: [{name: greet}]\ncapabilities: {kv: true, http: [https://api.example.com:443]}\n")
 	wasm := helloWasm(t)

@@ -27,7 +27,6 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // start what is older, keeps what is not, logs the count and exposes it
 // on /metrics; without it nothing is removed.
 func TestAuditRetention(t *testing.T) {
-	t.Parallel()
 	for _, tt := range []struct {
 		retention string
 		wantLeft  int
@@ -89,7 +88,6 @@ func TestAuditRetention(t *testing.T) {
 // TestUpgradeConfig: migrate: and audit: are checked at load, each
 // refusal naming the field and what to write.
 func TestUpgradeConfig(t *testing.T) {
-	t.Parallel()
 	for _, tt := range []struct {
 		yaml, want string
 	}{
