@@ -102,7 +102,7 @@ test-only:
 # No set-up, no MOAT_REQUIRE_TOOLS: a test whose tool is missing skips.
 # go test's own vet checks (a subset, run beside the build) stand in for
 # the full go vet, which alone takes minutes here.
-check: deps ## the inner loop (about 3 minutes): go test -short ./..., the slow tests skip (make test runs everything)
+check: deps ## the inner loop (minutes, not half an hour): go test -short ./..., the slow tests skip (make test runs everything)
 	@echo "==> go test -short ./... (the slow tests skip)"
 	@$(GOTEST) -short -timeout 15m ./...
 
