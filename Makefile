@@ -7,7 +7,7 @@ MOAT      := $(BIN)/moat
 export CGO_ENABLED := 0
 BENCHTIME ?= 1s
 
-.PHONY: all run build examples test test-tools test-only lint fmt vet staticcheck soak bench fixtures tools deps clean help
+.PHONY: all run build examples test check test-tools test-only lint fmt vet staticcheck soak bench fixtures tools deps clean help
 
 # Each part of moat that needs its own set-up (toolchains, interpreter
 # WASMs, a browser) brings a fragment in mk/ that defines its targets and
@@ -81,15 +81,30 @@ test-tools: ## install the Debian packages only the tests use (a browser, saniti
 	$(call apt_install,$(TEST_APT_PACKAGES))
 
 test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## set up and run every test
+# Two packages at a time (-p 2), and the I/O-bound tests of a package side
+# by side (t.Parallel): the tests asserting a wall-clock or CPU bound take
+# testenv.Timing's lock instead, so no two of them overlap anywhere. go vet
+# ran just before (the vet target), so go test does not vet again.
+GOTEST := $(GO) test -count=1 -p 2
 test-only:
-	@echo "==> go test ./... (one package at a time: the timing tests need the cores; builds Go guests for wasip1)"
-	@MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 -timeout 30m ./...
+	@echo "==> go test ./... (two packages at a time; the timing tests one at a time under testenv.Timing's lock; builds Go guests for wasip1)"
+	@MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -timeout 30m ./...
 	@echo "==> go test -race (store, host pool, supervisor, resident interpreters)"
-	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Concurrent|Store|KV|Supervisor|Conformance' $$($(GO) list ./host/... | grep -v -e /host/store/sqlite -e /host/store/postgres)
+	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -race -run 'Concurrent|Store|KV|Supervisor|Conformance' $$($(GO) list ./host/... | grep -v -e /host/store/sqlite -e /host/store/postgres)
 	@# The store backends' conformance suites ran whole above without -race;
 	@# under it, the parts where goroutines meet.
-	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'Conformance/(.*Concurrent.*|.*Race.*|Shared|KVGroupCommit|WatchModules)' ./host/store/sqlite/ ./host/store/postgres/
-	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GO) test -count=1 -race -run 'TestResident' ./languages/javascript/
+	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -race -run 'Conformance/(.*Concurrent.*|.*Race.*|Shared|KVGroupCommit|WatchModules)' ./host/store/sqlite/ ./host/store/postgres/
+	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -race -run 'TestResident' ./languages/javascript/
+
+# check is the inner loop: every package with -short, where the slow tests
+# (cold toolchain builds, every language where one shows the path, the
+# bombs, the VM, the fuzz smoke) skip and say so; `make test` runs them all.
+# No set-up, no MOAT_REQUIRE_TOOLS: a test whose tool is missing skips.
+# go test's own vet checks (a subset, run beside the build) stand in for
+# the full go vet, which alone takes minutes here.
+check: deps ## the inner loop (minutes, not half an hour): go test -short ./..., the slow tests skip (make test runs everything)
+	@echo "==> go test -short ./... (the slow tests skip)"
+	@$(GOTEST) -short -timeout 15m ./...
 
 vet:
 	@echo "==> go vet"

@@ -10,10 +10,12 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
 func TestRunCommand(t *testing.T) {
+	testenv.Timing(t)
 	h := newHost(t, nil)
 	m, err := h.Load(context.Background(), testwasm.BuildGo(t, "./testdata/gocmd", false), host.LoadOptions{Name: "gocmd"})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/internal/hostile"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // The deadline's hostile corpus (issue 27): every shape of code that
@@ -177,6 +178,7 @@ func bulkLoop(n int) []byte {
 // After each call that ended at its deadline, the process spends no more
 // CPU on it: nothing of the guest runs on once its caller has the answer.
 func TestDeadlineHostile(t *testing.T) {
+	testenv.Timing(t)
 	second := host.Limits{Timeout: time.Second}
 	start := func(body ...byte) []byte { // a command of one function, _start, of type ()
 		return wmodule(wsec{1, wvec(typeVoid)}, wfuncs(1, 0), wsec{7, wvec(wexport("_start", 0))}, wcode(append(bytes.Clone(noLocals), body...)))

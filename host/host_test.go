@@ -14,6 +14,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -215,6 +216,7 @@ func TestPrincipalRequired(t *testing.T) {
 // TestTimeoutPrompt: a guest stuck in a loop is stopped within 100 ms of its
 // deadline, its instance is discarded, and the next invoke works.
 func TestTimeoutPrompt(t *testing.T) {
+	testenv.Timing(t)
 	m := loadPlugin(t, newHost(t, nil), host.LoadOptions{})
 	for i := 0; i < 5; i++ {
 		start := time.Now()

@@ -18,6 +18,8 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // instrument is what Load does to a module's bytes before compiling them.
@@ -247,6 +249,7 @@ func spinModule(t testing.TB) []byte {
 // nothing is ended at its deadline, with wazero's exit code for one, and
 // when its context is canceled, with the code for that.
 func TestInterruptStopsSpinningGuest(t *testing.T) {
+	testenv.Timing(t)
 	for _, rc := range []struct {
 		name string
 		cfg  wazero.RuntimeConfig
@@ -297,6 +300,7 @@ func TestInterruptStopsSpinningGuest(t *testing.T) {
 // collector's stop-the-world. The fuel's call into yield is where the
 // scheduler, the collector and the deadline get their turn.
 func TestSpinningOnEveryProcessor(t *testing.T) {
+	testenv.Timing(t)
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(false))
 	defer rt.Close(ctx)

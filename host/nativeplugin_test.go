@@ -68,6 +68,7 @@ actions: [{name: echo}, {name: ops}, {name: crash}, {name: probe}, {name: hang, 
 // restarts the worker (audited), and a caller that keeps crashing it is
 // backed off, not the plugin given up for everyone.
 func TestNativePlugin(t *testing.T) {
+	testenv.Timing(t)
 	requireNative(t)
 	ctx := context.Background()
 	h := policyHost(t, `

@@ -1,12 +1,17 @@
 package host
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
 
 // TestSpinning: the two sides of a resident call poll for each other only
 // while every call in flight can have two processors; past that they park
 // at once (a guest polling without yielding would hold the processor
 // another call's caller needs), and with one processor they always do.
 func TestSpinning(t *testing.T) {
+	testenv.Timing(t)
 	defer residentProcs.Store(residentProcs.Load())
 	defer residentCalls.Store(residentCalls.Load())
 	for _, tc := range []struct {

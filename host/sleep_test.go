@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestPollOneoffClocks: a WASI sleep works on either clock, relative or
@@ -21,6 +22,7 @@ import (
 // stdin says and exits with what poll_oneoff answered; it also checks that
 // the host handed its subscription back unchanged.
 func TestPollOneoffClocks(t *testing.T) {
+	testenv.Timing(t)
 	wasm, err := os.ReadFile("../testdata/sleep.wasm")
 	if err != nil {
 		t.Fatal(err)

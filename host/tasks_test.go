@@ -18,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -197,6 +198,7 @@ func forBackends(t *testing.T, f func(t *testing.T, b taskBackend)) {
 // enqueue, the task's invocation and its mutation, the task's events
 // carrying its id.
 func TestTaskEndToEnd(t *testing.T) {
+	t.Parallel() // its own store and hosts; it mostly waits on the runners
 	forBackends(t, func(t *testing.T, b taskBackend) {
 		h := taskHost(t, b.location(t))
 		m := loadTaskGuest(t, h, "tasker", "")
@@ -266,6 +268,7 @@ func TestTaskEndToEnd(t *testing.T) {
 // succeeds; one that keeps failing fails after its last attempt, with
 // its last error; an error no retry can fix fails at once.
 func TestTaskRetries(t *testing.T) {
+	t.Parallel() // its own store and hosts; it mostly waits on the runners
 	forBackends(t, func(t *testing.T, b taskBackend) {
 		h := taskHost(t, b.location(t))
 		m := loadTaskGuest(t, h, "tasker", "")
@@ -320,6 +323,7 @@ func TestTaskModuleGone(t *testing.T) {
 // TestTaskSurvivesRestart: a task enqueued before the host (and its
 // store) closed runs after they open again.
 func TestTaskSurvivesRestart(t *testing.T) {
+	t.Parallel() // its own store and hosts; it mostly waits on the runners
 	forBackends(t, func(t *testing.T, b taskBackend) {
 		loc := b.location(t)
 		ctx := context.Background()
@@ -343,6 +347,7 @@ func TestTaskSurvivesRestart(t *testing.T) {
 // TestTaskRunOnce: many tasks, two runners on two store handles of one
 // database (two replicas): each task's action runs exactly once.
 func TestTaskRunOnce(t *testing.T) {
+	t.Parallel() // its own store and hosts; it mostly waits on the runners
 	forBackends(t, func(t *testing.T, b taskBackend) {
 		loc := b.location(t)
 		h1, h2 := taskHost(t, loc), taskHost(t, loc)
@@ -420,6 +425,7 @@ func TestTaskSchedule(t *testing.T) {
 // TestTaskCancelRunning: cancelling a running task stops its attempt,
 // and what the attempt returns is discarded.
 func TestTaskCancelRunning(t *testing.T) {
+	testenv.Timing(t)
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
 	startRunner(t, h, host.TaskRunnerConfig{Lease: 300 * time.Millisecond}, m)
@@ -467,6 +473,7 @@ func TestTaskCancelRunning(t *testing.T) {
 // TestTaskEnqueueHostile: what a guest asks of task.enqueue is bounded
 // and checked, the refusal naming the field, and nothing is stored.
 func TestTaskEnqueueHostile(t *testing.T) {
+	t.Parallel() // its own store and hosts; it mostly waits on the runners
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
 	tests := []struct {

@@ -13,21 +13,36 @@ FUZZTIME       ?= 60s
 FUZZSMOKETIME  ?= 3s
 FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./host:FuzzLimitTables ./host:FuzzInstrumentDeadline ./host/server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./host/server:FuzzDecodeJSONBody ./host/store:FuzzDBDocument ./host/store:FuzzDBWhere ./host/media:FuzzIngest
 
+# The instrumented build is what costs (the package and everything it
+# imports, compiled for coverage: a minute or more cold, for seconds of
+# fuzzing), so each package is built once, `go test -c -fuzz=.`, and that
+# binary fuzzes each of its targets in turn from the package's directory
+# (where its testdata/fuzz/ corpus is), with the fuzz cache go test would
+# use ($GOCACHE/fuzz/<import path>): 7 builds for 13 targets, not 13.
+FUZZ_PKGS := $(sort $(foreach t,$(FUZZ_TARGETS),$(firstword $(subst :, ,$(t)))))
+
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" as -fuzztime ends while a worker is mid-call
 # (go.dev/issue/75804, fixed in Go 1.27): no input fails, and none is
 # written. Such a run is tried once more; any other failure, or one that
 # wrote a failing input, fails at once.
 define run_fuzz
-	@set -e; log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "==> fuzz $$name ($$pkg, $(1))"; \
-		for try in 1 2; do \
-			if $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(1) $$pkg >$$log 2>&1; then cat $$log; break; fi; \
-			cat $$log; \
-			if [ $$try = 1 ] && grep -q 'context deadline exceeded' $$log && ! grep -q 'Failing input written' $$log; then \
-				echo "==> $$name: the fuzz coordinator's deadline race (go.dev/issue/75804), no failing input: once more"; continue; fi; \
-			exit 1; \
+	@set -e; log=$$(mktemp); bin=$$(mktemp -d); trap 'rm -rf $$log $$bin' EXIT; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $(FUZZ_PKGS); do \
+		echo "==> build $$pkg for fuzzing (once for its targets)"; \
+		$(GO) test -c -fuzz=. -o $$bin/fuzz.test $$pkg; \
+		imp=$$($(GO) list $$pkg); \
+		for t in $(FUZZ_TARGETS); do \
+			[ "$${t%%:*}" = "$$pkg" ] || continue; name=$${t##*:}; \
+			echo "==> fuzz $$name ($$pkg, $(1))"; \
+			for try in 1 2; do \
+				if (cd $$pkg && $$bin/fuzz.test -test.run='^$$' -test.fuzz="^$$name$$" -test.fuzztime=$(1) -test.fuzzcachedir=$$cache/$$imp) >$$log 2>&1; then cat $$log; break; fi; \
+				cat $$log; \
+				if [ $$try = 1 ] && grep -q 'context deadline exceeded' $$log && ! grep -q 'Failing input written' $$log; then \
+					echo "==> $$name: the fuzz coordinator's deadline race (go.dev/issue/75804), no failing input: once more"; continue; fi; \
+				exit 1; \
+			done; \
 		done; \
 	done
 endef

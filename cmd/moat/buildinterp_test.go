@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // interpretedPlugins are hello plugins in each interpreted language. With
@@ -67,6 +69,7 @@ func dirNames(t *testing.T, dir string) []string {
 // A plugin build refuses (the tree reader's refusals, a missing entry, a
 // module file to write) still fail, naming what to fix.
 func TestBuildInterpreted(t *testing.T) {
+	testenv.Slow(t, "moat build of each interpreted language")
 	for _, lang := range []string{"python", "javascript"} {
 		t.Run(lang, func(t *testing.T) {
 			dir := writeInterpreted(t, lang, false)

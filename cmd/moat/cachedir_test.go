@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -159,6 +160,7 @@ func TestCacheDirUnusable(t *testing.T) {
 // over $MOAT_CACHE_DIR, logs where the cache is and which setting put it
 // there, and makes no cache in its data directory.
 func TestServeCacheDirApart(t *testing.T) {
+	testenv.Slow(t, "confined moat serve processes compiling into fresh caches")
 	data := t.TempDir()
 	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
 	env := filepath.Join(t.TempDir(), "from-env")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/hostile"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestRunDeadlineHostile: through the binary, a module that writes the
@@ -21,6 +22,7 @@ import (
 // at its deadline with the timeout's exit status, under moat run's
 // default confinement.
 func TestRunDeadlineHostile(t *testing.T) {
+	testenv.Timing(t)
 	// The 46-byte module: _start sets global 0 of a module with none.
 	fuel := writeModule(t, "fuel", []byte("\x00asm\x01\x00\x00\x00"+
 		"\x01\x04\x01\x60\x00\x00"+"\x03\x02\x01\x00"+"\x07\x0a\x01\x06_start\x00\x00"+
@@ -74,6 +76,7 @@ func TestRunDeadlineHostile(t *testing.T) {
 // in CI; /healthz and another organization's run are answered meanwhile,
 // the trees end at their deadline, and the server stops on SIGTERM.
 func TestServeAnswersWhileGuestsRunTrees(t *testing.T) {
+	testenv.Timing(t)
 	data := t.TempDir()
 	acme := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
 	globex := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "globex", "--user", "gus", "--role", "admin").stdout)

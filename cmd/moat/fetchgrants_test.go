@@ -65,6 +65,7 @@ def get(inp):
 //
 // Each server counts its requests: no denied fetch reached one.
 func TestFetchGrantedEveryPath(t *testing.T) {
+	testenv.Slow(t, "four grant shapes through every entry point in four languages")
 	type server struct {
 		url  string
 		port string

@@ -99,6 +99,7 @@ func needRootCgroups(t *testing.T) {
 // neither clang nor its cgroup is left, run after run (it once left clang
 // frozen in its cgroup in 4 of 5 runs).
 func TestExecCompileBombLeavesNothing(t *testing.T) {
+	testenv.Timing(t)
 	needRootCgroups(t)
 	testenv.Require(t, langMissing("c"))
 	data := t.TempDir()
@@ -186,6 +187,7 @@ func TestExecSignalLeavesNothing(t *testing.T) {
 // launcher died of the signal and stayed one), and once it has exited
 // nothing of its jobs or helpers is left.
 func TestServeSIGTERMLeavesNothing(t *testing.T) {
+	testenv.Timing(t)
 	needRootCgroups(t)
 	data := t.TempDir()
 	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)

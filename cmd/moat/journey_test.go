@@ -38,6 +38,7 @@ import (
 //     HTTP, signed by the key; an unsigned plugin and a signed one changed
 //     after signing are refused, exit status 3.
 func TestNewUserJourney(t *testing.T) {
+	testenv.Slow(t, "moat new, build and deploy in every language from a bare binary")
 	noSharedCache(t) // a new user's first run: compiling and its progress lines
 	u := newUserMachine(t)
 	if err := os.Chmod(u.work, 0o700); err != nil { // a private home: the confined compiler must not need to read it

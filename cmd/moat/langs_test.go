@@ -112,6 +112,7 @@ int main(int argc, char **argv) {
 // a plugin that moat inspect accepts. The data dir is kept across runs:
 // the Go seed cache in it costs about 20 s of CPU once.
 func TestBuildGoPlugin(t *testing.T) {
+	testenv.Slow(t, "a cold Go build")
 	if _, err := exec.LookPath("go"); err != nil {
 		testenv.Require(t, "go is not installed")
 	}

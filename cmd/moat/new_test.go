@@ -51,6 +51,7 @@ var mainSource = map[string]string{
 // with bin/moat build (TestMakeExamplesUseMoatBuild), so these are the
 // bytes make examples writes, and a rebuild never breaks a signature.
 func TestBuildExamplesAnywhere(t *testing.T) {
+	testenv.Slow(t, "moat build of every example, twice")
 	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
 	for _, tc := range []struct{ lang, dir string }{
 		{"go", "examples/hello-go"}, {"go", "examples/notes/go"}, {"go", "examples/thumbnail"},

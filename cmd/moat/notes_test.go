@@ -20,6 +20,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -115,6 +116,7 @@ func capabilityLines(report string) []string {
 // reminder task that runs, /v1/tasks, the audit trail of one request with
 // its task and mutations, and moat tasks ls.
 func TestNotesExample(t *testing.T) {
+	testenv.Slow(t, "the notes README walked on both backends")
 	root := testwasm.RepoRoot(t)
 	goWasm := testwasm.BuildGo(t, "./examples/notes/go", true)
 	for _, backend := range []string{"sqlite", "postgres"} {

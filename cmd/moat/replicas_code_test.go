@@ -18,6 +18,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // lockedBuffer is a replica's whole log, written by the goroutine copying
@@ -97,6 +98,7 @@ func serveLogged(t *testing.T, log *lockedBuffer, env []string, args ...string) 
 //     shared code at start and serves it at once when ready;
 //   - a replica without the key compiles for itself and trusts nothing.
 func TestReplicasSharedCode(t *testing.T) {
+	testenv.Timing(t)
 	noSharedCache(t) // each replica compiles or loads into a cache of its own
 	testStart := time.Now()
 	dbURL := pgtest.Database(t)

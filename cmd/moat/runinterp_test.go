@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/languages/ruby"
@@ -25,7 +26,7 @@ func TestRunInterpretedPlugin(t *testing.T) {
 	}
 	root := testwasm.RepoRoot(t)
 	data := t.TempDir()
-	for _, tt := range []struct{ dir, name string }{{"examples/hello-python", "Py"}, {"examples/hello-js", "JS"}, {"examples/hello-ruby", "Rb"}} {
+	for _, tt := range testenv.ShortLanguages([]struct{ dir, name string }{{"examples/hello-python", "Py"}, {"examples/hello-js", "JS"}, {"examples/hello-ruby", "Rb"}}) {
 		t.Run(filepath.Base(tt.dir), func(t *testing.T) {
 			if tt.name == "Rb" {
 				if _, err := ruby.Interpreter(""); errors.Is(err, toolchains.ErrMissing) {

@@ -27,6 +27,7 @@ import (
 // is left in the moat process's temporary directory, after a timeout
 // too.
 func TestExecScratchAndSleep(t *testing.T) {
+	testenv.Timing(t)
 	testenv.Require(t, langMissing("python"))
 	tmp := t.TempDir() // the moat process's TMPDIR: its scratch directories are made there
 	out := t.TempDir()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestServeHardeningIII: issue 27's server part, through the built
@@ -18,6 +20,7 @@ import (
 // its own user's audit events and tasks, while the admin reads the
 // organization's.
 func TestServeHardeningIII(t *testing.T) {
+	testenv.Timing(t)
 	data := t.TempDir()
 	admin := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
 	bob := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "bob").stdout)

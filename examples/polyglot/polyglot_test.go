@@ -302,6 +302,7 @@ var ann = policy.Principal{User: "ann", Org: "acme"}
 // TestGreet: every example greets, counts its calls in kv and logs the
 // name, with the same output for the same inputs.
 func TestGreet(t *testing.T) {
+	testenv.Slow(t, "every example built and greeting; languages/all TestHelloEveryLanguage runs every language")
 	ctx := context.Background()
 	for _, g := range guests {
 		t.Run(g.lang, func(t *testing.T) {
@@ -439,6 +440,7 @@ func TestGreetErrors(t *testing.T) {
 // carries its message. TestSDKData drives their db, knowledge and task
 // actions.
 func TestSDK(t *testing.T) {
+	testenv.Slow(t, "builds and drives every guest language's SDK fixture")
 	ctx := context.Background()
 	big := strings.Repeat("0123456789abcdef", 100<<10/16) // 100 KiB: StatusTooSmall, then a fetch
 	var keys []string
@@ -552,6 +554,7 @@ func TestCSDK(t *testing.T) {
 // requests and replies of the ops against a fake host) and its doc tests
 // with Debian's cargo and rustdoc, natively.
 func TestRustSDK(t *testing.T) {
+	testenv.Slow(t, "a cold Rust build")
 	rustc, cargo, err := rustTools()
 	var rustdoc string
 	if err == nil {

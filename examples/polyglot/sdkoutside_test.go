@@ -29,6 +29,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
 	_ "github.com/moat-sandbox/moat/languages/python"
 	_ "github.com/moat-sandbox/moat/languages/ruby"
@@ -261,6 +262,7 @@ default:
 // trail under the invocation's correlation id, beside the http.fetch;
 // the provider's key is in no output and no audit event.
 func TestSDKOutside(t *testing.T) {
+	testenv.Slow(t, "Rust and AssemblyScript builds outside the tree")
 	img := testPNG(t)
 	granted := origin(t, img)
 	other := origin(t, img) // asked for by the fixtures, not granted by the profile

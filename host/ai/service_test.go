@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -267,6 +268,7 @@ func TestCompleteBounds(t *testing.T) {
 // an error the provider answered with, the input's estimate for no answer
 // at all), and no piece of the key in the error or the log.
 func TestProviderFaults(t *testing.T) {
+	testenv.Timing(t)
 	r := newRig(t, func(c *ai.Config) {
 		p := c.Providers["remote"]
 		p.Timeout = policy.Duration(time.Second)

@@ -24,6 +24,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/egress/egresstest"
 )
@@ -73,6 +74,7 @@ type rawResult struct {
 // reason, the audit event's rule and reason), and the servers a request
 // must not reach count what they got.
 func TestEgressHostile(t *testing.T) {
+	testenv.Timing(t)
 	ctx := context.Background()
 	// Servers that no request may reach: a loopback listener on each
 	// family, and the rebinding target.

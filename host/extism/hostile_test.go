@@ -12,6 +12,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/internal/hostile"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -40,6 +41,7 @@ func heapInUse() int64 {
 // go-sdk's runtime), and must meet the same table cap and deadlines as a
 // moat plugin.
 func TestHostileExtism(t *testing.T) {
+	testenv.Timing(t)
 	ctx := context.Background()
 	h := newHost(t, nil, nil)
 	ann := policy.Principal{User: "ann", Org: "acme"}
@@ -133,6 +135,7 @@ func extismCallTree() []byte {
 // deadline, as a moat plugin's does (host.DriverSpec.Deadline), and the
 // process spends no more CPU on it afterwards.
 func TestExtismCallTreeDeadline(t *testing.T) {
+	testenv.Timing(t)
 	ctx := context.Background()
 	h := newHost(t, nil, nil)
 	m, err := h.Load(ctx, extismCallTree(), host.LoadOptions{Name: "tree", Limits: host.Limits{Timeout: time.Second, MemoryLimitPages: 64}})

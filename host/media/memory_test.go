@@ -16,6 +16,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/media"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // bombPNG is a PNG of w × h pixels (bit depth 8 or 16, colour type 6:
@@ -63,6 +64,7 @@ func bombPNG(t testing.TB, w, h, depth int) []byte {
 // more than the bound is refused from its header, before any pixel is
 // allocated.
 func TestThumbnailMemoryBounded(t *testing.T) {
+	testenv.Timing(t)
 	if testing.Short() {
 		t.Skip("decodes 6 × 200 MB")
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
@@ -36,6 +37,7 @@ func (noOps) Dispatch(_ context.Context, op, _ []byte) ([]byte, error) {
 // process, yet still runs confined native jobs through the launcher. The
 // host side runs in a child process, since confinement cannot be undone.
 func TestLauncherServesAConfinedHost(t *testing.T) {
+	testenv.Timing(t)
 	if os.Getenv(confinedHostEnv) != "" {
 		t.Skip("this is the helper process")
 	}

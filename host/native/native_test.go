@@ -369,6 +369,7 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
+	testenv.Timing(t)
 	const timeout, quota = time.Second, 0.5
 	res := run(t, Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: timeout, CPUQuota: quota})
 	if res.Status != StatusTimeout {

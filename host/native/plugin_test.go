@@ -303,6 +303,7 @@ func TestPluginPython(t *testing.T) {
 // confined job of its own (uid, cgroup, mount and network namespaces, job
 // dir); call N+1 waits for a free worker.
 func TestPluginConcurrency(t *testing.T) {
+	testenv.Timing(t)
 	const size = 3
 	p, ev, _ := startPlugin(t, pyWorker(t), size, Spec{MemoryBytes: 128 << 20}, nil)
 	d := newRecordingOps(t)
@@ -403,6 +404,7 @@ func TestPluginConcurrency(t *testing.T) {
 // and restarted; the OOM killer's kill is memory_limit; nothing of a dead
 // worker stays.
 func TestPluginCrashAndHang(t *testing.T) {
+	testenv.Timing(t)
 	p, ev, _ := startPlugin(t, pyWorker(t), 1, Spec{MemoryBytes: 128 << 20}, func(ws *WorkerSpec) { ws.MaxRestarts = 10 })
 	d := newRecordingOps(t)
 	tests := []struct {
@@ -462,6 +464,7 @@ func TestPluginCrashAndHang(t *testing.T) {
 // MaxRestarts, reported once through OnEvent; every later call fails at
 // once with ErrGaveUp and the way to recover, and no worker is left.
 func TestPluginGivesUp(t *testing.T) {
+	testenv.Timing(t)
 	p, ev, _ := startPlugin(t, pyWorker(t), 2, Spec{MemoryBytes: 128 << 20}, func(ws *WorkerSpec) { ws.MaxRestarts = 2 })
 	d := newRecordingOps(t)
 	var err error
@@ -569,6 +572,7 @@ func acceptOnce(ln net.Listener) <-chan net.Conn {
 // TestPluginNoLifetimeCPULimit: a worker's CPU seconds add up over its
 // calls; no RLIMIT_CPU sized for one run may kill it after a few.
 func TestPluginNoLifetimeCPULimit(t *testing.T) {
+	testenv.Timing(t)
 	// Timeout 1s made RLIMIT_CPU 3s for the worker's whole life.
 	p, ev, _ := startPlugin(t, pyWorker(t), 1, Spec{MemoryBytes: 128 << 20, Timeout: time.Second}, nil)
 	d := newRecordingOps(t)
@@ -765,6 +769,7 @@ func TestPluginSlots(t *testing.T) {
 // parent's, gives both back, and cannot take more than its own bound even
 // when the parent has room, nor more than the parent has.
 func TestWorkerSlotsWithin(t *testing.T) {
+	testenv.Timing(t)
 	host := NewWorkerSlots(3)
 	a, b := host.Within(2), host.Within(2)
 	for i, tt := range []struct {

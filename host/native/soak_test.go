@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
 // Soak: 1000 native runs, four at a time, leave nothing behind. Each job
@@ -171,12 +172,20 @@ func TestSoakNativeRuns(t *testing.T) {
 }
 
 // jobCgroups lists the job cgroups (job-*, under moat/) of every
-// hierarchy.
+// hierarchy that are this process's or a gone runner's: never those of
+// another live moat, such as another package's tests running beside this
+// one (make test runs two packages at a time).
 func jobCgroups(t *testing.T) []string {
 	var all []string
 	for _, root := range cgroupRoots(t) {
 		found, _ := filepath.Glob(filepath.Join(root, "moat", "job-*"))
-		all = append(all, found...)
+		for _, d := range found {
+			name := filepath.Base(d)
+			gone, _ := kernel.JobRunnerGone(name)
+			if strings.HasPrefix(name, "job-"+kernel.OwnJobCgroupTag()) || gone {
+				all = append(all, d)
+			}
+		}
 	}
 	return all
 }

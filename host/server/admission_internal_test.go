@@ -8,12 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestAdmissionTurns: a freed slot goes to the organizations in turn. An
 // organization with many requests waiting gets every other slot, not all
 // of them, while another waits.
 func TestAdmissionTurns(t *testing.T) {
+	testenv.Timing(t)
 	a := newAdmission("invocations", 1, 1, 5*time.Second, 100)
 	release, ref := a.acquire(context.Background(), "acme")
 	if ref != nil {
@@ -65,6 +68,7 @@ func TestAdmissionTurns(t *testing.T) {
 // the wait, a full queue at once, the server's bound with 503; a
 // cancelled wait gives its slot back; nothing is left counted.
 func TestAdmissionRefusals(t *testing.T) {
+	testenv.Timing(t)
 	a := newAdmission("runs", 2, 1, 100*time.Millisecond, 1)
 	relA, _ := a.acquire(context.Background(), "acme")
 	relG, _ := a.acquire(context.Background(), "globex")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -21,6 +22,7 @@ import (
 // they stay fast, and the flood is refused past its organization's bound
 // with 429, Retry-After, the setting named and the refusal audited.
 func TestAdmissionFairness(t *testing.T) {
+	testenv.Timing(t)
 	ts := start(t, "", func(c *server.Config) {
 		c.Admission.Wait = policy.Duration(2 * time.Second)
 		withMetricsToken(c)
@@ -104,6 +106,7 @@ func TestAdmissionFairness(t *testing.T) {
 // admission.max_invocations; a full queue refuses at once naming
 // admission.queue; confirmations count as invocations.
 func TestAdmissionBounds(t *testing.T) {
+	testenv.Timing(t)
 	ts := start(t, "", func(c *server.Config) {
 		c.Admission = server.AdmissionConfig{MaxInvocations: 2, OrgInvocations: 1, Wait: policy.Duration(700 * time.Millisecond), Queue: 1}
 	})
@@ -173,6 +176,7 @@ func TestAdmissionBounds(t *testing.T) {
 // (admission.org_runs): a second run of an organization waits, then is
 // refused naming the setting, while another organization's run goes.
 func TestRunAdmission(t *testing.T) {
+	testenv.Timing(t)
 	ts := start(t, "", func(c *server.Config) {
 		withExecutor(t)(c)
 		c.Admission.OrgRuns, c.Admission.MaxRuns, c.Admission.Wait = 1, 2, policy.Duration(300*time.Millisecond)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // dialFrom opens a TCP connection to addr from the loopback address src
@@ -51,6 +52,7 @@ func halfSent(c net.Conn, method, path, host string, length int, headers ...stri
 // its connection is closed: the server neither waits for the body nor
 // keeps the connection for another request.
 func TestRefusedBeforeBody(t *testing.T) {
+	testenv.Timing(t)
 	ts := start(t, "", nil)
 	addr := strings.TrimPrefix(ts.URL, "http://")
 	reader := ts.key(t, "acme", "rita", "reader")
@@ -136,6 +138,7 @@ func isTimeout(err error) bool {
 // http.max_connections_per_source the flood's connections are answered
 // 429; and once the flood ends, none of its connections is left open.
 func TestOneSourceCannotStarveOthers(t *testing.T) {
+	testenv.Timing(t)
 	const flood = 600
 	ts := start(t, "", func(c *server.Config) {
 		withMetricsToken(c)
@@ -247,6 +250,7 @@ func TestOneSourceCannotStarveOthers(t *testing.T) {
 // body never ends is answered 401 at once, without the Connection header
 // HTTP/2 forbids, and the connection serves the next request.
 func TestRefusedBeforeBodyHTTP2(t *testing.T) {
+	testenv.Timing(t)
 	dir := t.TempDir()
 	certPEM, keyPEM, pool := selfSigned(t)
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -290,6 +291,7 @@ func checkPolicies(t *testing.T, r response, csp string) {
 // the connection after http.read_header_timeout, and an invocation that
 // outlasts the body timeout once its body is in is not cut short.
 func TestSlowClients(t *testing.T) {
+	testenv.Timing(t)
 	ts := start(t, "", func(c *server.Config) {
 		c.HTTP.BodyTimeout = 1_000_000_000     // 1s
 		c.HTTP.ReadHeaderTimeout = 500_000_000 // 0.5s
@@ -347,6 +349,7 @@ func TestSlowClients(t *testing.T) {
 // cannot use up the server's connections (or its descriptors): at
 // http.max_connections the longest idle one is closed for a new client.
 func TestIdleConnectionsCapped(t *testing.T) {
+	testenv.Timing(t)
 	const max = 8
 	ts := start(t, "", func(c *server.Config) { c.HTTP.MaxConnections = max; withMetricsToken(c) })
 	addr := strings.TrimPrefix(ts.URL, "http://")

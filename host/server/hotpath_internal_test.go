@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestKeyCacheRevocation: the authenticator's cache keeps a revoked key
@@ -16,6 +17,7 @@ import (
 // and a key that is not the one stored is refused whatever the cache
 // holds.
 func TestKeyCacheRevocation(t *testing.T) {
+	testenv.Timing(t)
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "moat.db"))
 	if err != nil {

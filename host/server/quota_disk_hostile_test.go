@@ -44,6 +44,7 @@ func diskUse(t *testing.T, dir string) (bytes int64, files int) {
 // quota: 486 MiB for 60 uploads) and its machine code leaves the cache
 // (kept forever).
 func TestModuleQuotaKeepsNothingPruned(t *testing.T) {
+	t.Parallel() // its own server and data directory; it mostly waits (uploads, task runners)
 	const (
 		uploads = 60
 		size    = 4 << 20

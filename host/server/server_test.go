@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -291,6 +292,7 @@ func TestRateLimits(t *testing.T) {
 // to its end and its client gets the whole response; new connections are
 // refused.
 func TestGracefulShutdown(t *testing.T) {
+	testenv.Timing(t)
 	ts := start(t, "", nil)
 	key := ts.key(t, "acme", "ann", "admin")
 	mf := []byte("name: spin\nversion: 1.0.0\nactions: [{name: loop, timeout: 1500ms}, {name: echo}]\n")

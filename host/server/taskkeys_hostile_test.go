@@ -21,6 +21,7 @@ import (
 // audit trail; a user who keeps a key of the same roles keeps its tasks
 // running.
 func TestRevokedKeyStopsQueuedTasks(t *testing.T) {
+	t.Parallel() // its own server and data directory; it mostly waits (uploads, task runners)
 	ts := start(t, "", func(c *server.Config) { c.Profile = "dev" })
 	ctx := context.Background()
 	admin := ts.key(t, "acme", "ann", "admin")

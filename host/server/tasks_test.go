@@ -22,6 +22,7 @@ capabilities: {kv: true, tasks: true}
 // and the audit trail of the request shows the task's run under the
 // same correlation id.
 func TestTasksAPI(t *testing.T) {
+	t.Parallel() // its own server and data directory; it mostly waits (uploads, task runners)
 	ts := start(t, "", func(c *server.Config) { c.Profile = "dev" })
 	admin := ts.key(t, "acme", "ann", "admin")
 	other := ts.key(t, "globex", "gus", "admin")

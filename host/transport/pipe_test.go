@@ -15,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // pipeWorker is the far end of the two OS pipes a native worker has (its
@@ -180,6 +181,7 @@ func (d *countingOps) Dispatch(context.Context, []byte, []byte) ([]byte, error) 
 // would block for ever, holding the invocation past its deadline. It is
 // cut off when the context ends.
 func TestPipeCallFloodEndsAtTheDeadline(t *testing.T) {
+	testenv.Timing(t)
 	c, w := osPipe(t)
 	w.line(readyLine)
 	if _, err := c.Handshake(context.Background()); err != nil {

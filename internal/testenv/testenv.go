@@ -61,3 +61,27 @@ func NativePython(numpy bool) string {
 	}
 	return ""
 }
+
+// Slow skips t under go test -short (make check, the inner loop) and
+// says why it is slow; make test, which never passes -short, runs it.
+// It is for tests that cost tens of seconds for what a faster test
+// already shows on the path a change usually touches: a cold toolchain
+// build, a bomb at the default limits, every language where one shows
+// the path. A loop over languages keeps one under -short with
+// ShortLanguages instead, so the path itself is still checked.
+func Slow(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow under -short (" + why + "): make test runs it")
+	}
+}
+
+// ShortLanguages is langs under make test, and only its first under
+// go test -short: an every-language loop keeps one language in the inner
+// loop, the one listed first.
+func ShortLanguages[S ~[]E, E any](langs S) S {
+	if testing.Short() && len(langs) > 1 {
+		return langs[:1]
+	}
+	return langs
+}

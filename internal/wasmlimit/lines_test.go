@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // records is a slog.Handler that keeps what it is given, as
@@ -162,6 +164,7 @@ func TestLineWriterNextInvocation(t *testing.T) {
 // interrupts (wazero checks the context in guest code only): 512 KiB of
 // 2-byte lines took it 0.8 s, so 8 MiB minutes and 64 MiB hours.
 func TestLineWriterLinear(t *testing.T) {
+	testenv.Timing(t)
 	w := &LineWriter{Stream: "stdout", Level: slog.LevelInfo}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w.Begin(context.Background(), func() *slog.Logger { return log })

@@ -10,6 +10,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 const page = PageSize
@@ -187,6 +189,7 @@ func growModule(min, max byte) []byte {
 // recorded; an initial memory over the limit is granted (wazero indexes
 // it) and recorded; a deadline stops a guest in a loop.
 func TestAllocatorWazero(t *testing.T) {
+	testenv.Timing(t)
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, NewRuntimeConfig(nil))
 	defer rt.Close(ctx)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/hostile"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -27,6 +28,7 @@ func rustTree() string {
 // memory.copy) ends at its deadline in every language, and nothing of it
 // runs on once the run has its answer.
 func TestCodeShapesPastDeadline(t *testing.T) {
+	testenv.Timing(t)
 	e := newExecutor(t, "")
 	tests := []struct {
 		name, lang, file, code string

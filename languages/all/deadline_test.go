@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -20,6 +21,7 @@ import (
 // which wazero's WASI answers with ENOTSUP (time.sleep raises OSError at
 // once; see the report to the lead), while select() polls a relative one.
 func TestSleepPastDeadline(t *testing.T) {
+	testenv.Timing(t)
 	e := newExecutor(t, "")
 	tests := []struct {
 		lang, file, code string
@@ -34,7 +36,7 @@ func TestSleepPastDeadline(t *testing.T) {
 		{"rust", "main.rs", "fn main() { std::thread::sleep(std::time::Duration::from_secs(20)); println!(\"woke\"); }\n", 0},
 		{"go", "main.go", "package main\n\nimport (\n\t\"fmt\"\n\t\"time\"\n)\n\nfunc main() {\n\ttime.Sleep(20 * time.Second)\n\tfmt.Println(\"woke\")\n}\n", 0},
 	}
-	for _, tc := range tests {
+	for _, tc := range testenv.ShortLanguages(tests) {
 		t.Run(tc.lang, func(t *testing.T) {
 			needLanguage(t, tc.lang)
 			res, err := e.Exec(context.Background(), languages.ExecRequest{Language: tc.lang,

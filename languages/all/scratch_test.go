@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -150,6 +151,7 @@ cat out.txt; echo
 // scratch directory of its own. A WASM run returns the file through
 // FilesOut, and leaves no scratch directory behind.
 func TestSleepAndScratchEveryLanguage(t *testing.T) {
+	testenv.Timing(t)
 	e := newExecutor(t, persistentDir(t, "build-cache"))
 	for name, prog := range scratchPrograms {
 		t.Run(name, func(t *testing.T) {
@@ -218,6 +220,7 @@ func newScratchDirs(t *testing.T, before map[string]bool) []string {
 // result says so and the trail holds the refusal; and the directory is
 // gone after a run that timed out or ran out of memory.
 func TestScratchAndSleepHostile(t *testing.T) {
+	testenv.Timing(t)
 	e := newExecutor(t, persistentDir(t, "build-cache"))
 	h := testHost(t)
 	cases := []struct {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -150,6 +151,7 @@ func TestSharedBuildOwnContext(t *testing.T) {
 // TestSharedBuildBound: a build nobody gives up on still ends at the
 // executor's bound (MaxCompileTimeout), with a timeout naming it.
 func TestSharedBuildBound(t *testing.T) {
+	testenv.Timing(t)
 	needLanguage(t, "go")
 	e, err := languages.NewExecutor(languages.ExecutorConfig{Host: testHost(t), BuildCacheDir: t.TempDir(), StateDir: persistentDir(t, "lang-state"),
 		Limits: languages.ExecLimits{CompileTimeout: 100 * time.Millisecond}, MaxCompileTimeout: 100 * time.Millisecond})

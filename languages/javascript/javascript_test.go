@@ -10,6 +10,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 func TestRun(t *testing.T) {
@@ -97,6 +98,7 @@ std.exit(3);`},
 }
 
 func TestRunTimeout(t *testing.T) {
+	testenv.Timing(t)
 	_, err := run(t, build(t, "main.js", "for (;;) {}"), runOpts{Limits: host.Limits{Timeout: 200e6}})
 	if !errors.Is(err, host.ErrTimeout) {
 		t.Fatalf("err = %v, want a timeout", err)

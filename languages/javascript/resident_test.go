@@ -3,6 +3,7 @@ package javascript_test
 import (
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages/internal/interptest"
 )
 
@@ -31,6 +32,7 @@ moat.action("other", (s) => s);
 }
 
 func TestResidentBulkPastDeadline(t *testing.T) {
+	testenv.Timing(t)
 	suite.TestResidentBulkPastDeadline(t, "main.js", `import * as moat from "./moat.js";
 moat.action("fill", () => { const a = new Uint8Array(32 << 20); for (let i = 0; ; i++) a.fill(i & 255); });
 moat.action("echo", (s) => s);

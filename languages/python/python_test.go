@@ -10,6 +10,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 func TestRun(t *testing.T) {
@@ -71,6 +72,7 @@ sys.exit(3)`},
 }
 
 func TestRunTimeout(t *testing.T) {
+	testenv.Timing(t)
 	res, err := run(t, build(t, "main.py", "print('started')\nwhile True:\n    pass"), runOpts{Limits: host.Limits{Timeout: 1e9}})
 	if !errors.Is(err, host.ErrTimeout) {
 		t.Fatalf("err = %v, want a timeout", err)

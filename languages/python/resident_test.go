@@ -3,6 +3,7 @@ package python_test
 import (
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages/internal/interptest"
 )
 
@@ -74,6 +75,7 @@ sys.stdout.write(sys.stdin.read())
 }
 
 func TestResidentBulkPastDeadline(t *testing.T) {
+	testenv.Timing(t)
 	suite.TestResidentBulkPastDeadline(t, "main.py", `import moat
 
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/languages/ruby"
 	"github.com/moat-sandbox/moat/policy"
@@ -202,6 +203,7 @@ func TestPluginFresh(t *testing.T) {
 
 // TestPluginRefused: what cannot load says why and how to fix it.
 func TestPluginRefused(t *testing.T) {
+	testenv.Timing(t)
 	interpreter(t)
 	l := ruby.Language{}
 	for _, tc := range []struct{ name, main, want string }{

@@ -75,6 +75,7 @@ func startIn(t *testing.T, dir, script string) *exec.Cmd {
 // from zero after Reset; Destroy kills every member and removes the
 // directory.
 func TestV2JobCgroup(t *testing.T) {
+	testenv.Timing(t)
 	needV2(t)
 	lim := JobLimits{MemoryBytes: 48 << 20, CPUQuota: 0.5, Pids: 6}
 	cg, err := NewJobCgroup("v2test-"+strconv.Itoa(os.Getpid()), lim)

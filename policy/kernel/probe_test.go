@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // The expectations below come from facts read independently of Probe
@@ -144,6 +146,7 @@ func probeTestIptablesBinary() string {
 }
 
 func TestProbeRealValues(t *testing.T) {
+	testenv.Timing(t)
 	start := time.Now()
 	res := Probe(context.Background())
 	if d := time.Since(start); d >= time.Second {
@@ -384,6 +387,7 @@ func TestProbeLeavesNothingBehind(t *testing.T) {
 }
 
 func TestProbeCancelledContext(t *testing.T) {
+	testenv.Timing(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
@@ -408,6 +412,9 @@ func TestProbeUnprivileged(t *testing.T) {
 		probeTestUnprivilegedChecks(t)
 		return
 	}
+	// The child checks a time bound; the parent holds the lock for it (the
+	// child taking it too would wait for its parent).
+	testenv.Timing(t)
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
