@@ -84,11 +84,17 @@ test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## s
 # Two packages at a time (-p 2), and the I/O-bound tests of a package side
 # by side (t.Parallel): the tests asserting a wall-clock or CPU bound take
 # testenv.Timing's lock instead, so no two of them overlap anywhere. go vet
-# ran just before (the vet target), so go test does not vet again.
+# ran just before (the vet target), so go test does not vet again. The
+# cgroup v2 VM test runs alone afterwards: its guest kernel is emulated
+# (TCG) and its native runs' limits are timed, so it cannot share the cores
+# with another package (with languages/all beside it, a memory-limit run
+# of its pool outlived its timeout).
 GOTEST := $(GO) test -count=1 -p 2
 test-only:
 	@echo "==> go test ./... (two packages at a time; the timing tests one at a time under testenv.Timing's lock; builds Go guests for wasip1)"
-	@MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -timeout 30m ./...
+	@MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -timeout 30m $$($(GO) list ./... | grep -v -x github.com/moat-sandbox/moat/internal/vmtest)
+	@echo "==> go test ./internal/vmtest (alone: the cgroup v2 VM)"
+	@MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -timeout 30m ./internal/vmtest/
 	@echo "==> go test -race (store, host pool, supervisor, resident interpreters)"
 	@CGO_ENABLED=1 MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -race -run 'Concurrent|Store|KV|Supervisor|Conformance' $$($(GO) list ./host/... | grep -v -e /host/store/sqlite -e /host/store/postgres)
 	@# The store backends' conformance suites ran whole above without -race;
