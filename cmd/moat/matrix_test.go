@@ -395,21 +395,19 @@ func lines(out string) []string {
 }
 
 // deniedOps is the op families (the op's name before its dot; task.* as
-// tasks) of the denial events in out, JSON lines or a JSON array of the
-// audit API.
+// tasks) of the denial events in out: /v1/audit's answer ({"events":
+// [...]}) or moat audit --json's lines.
 func deniedOps(t *testing.T, out string) map[string]bool {
 	t.Helper()
 	var events []map[string]any
-	if strings.HasPrefix(strings.TrimSpace(out), "[") || strings.HasPrefix(strings.TrimSpace(out), "{\"events\"") {
+	if strings.HasPrefix(strings.TrimSpace(out), "{\"events\"") {
 		var wrapped struct {
 			Events []map[string]any `json:"events"`
 		}
-		if err := json.Unmarshal([]byte(out), &events); err != nil {
-			if err := json.Unmarshal([]byte(out), &wrapped); err != nil {
-				t.Fatalf("audit: %v\n%s", err, out)
-			}
-			events = wrapped.Events
+		if err := json.Unmarshal([]byte(out), &wrapped); err != nil {
+			t.Fatalf("audit: %v\n%s", err, out)
 		}
+		events = wrapped.Events
 	} else {
 		dec := json.NewDecoder(strings.NewReader(out))
 		for dec.More() {

@@ -26,8 +26,9 @@ yet, in one transaction, logging each step (from→to, name, duration).
 
 On PostgreSQL, moat serve does not upgrade a shared schema at start (unless
 migrate: auto): replicas of the previous release may be serving from it.
-Run this once per upgrade, before or while the new replicas roll out (a
-Kubernetes Job: deploy/kubernetes/migrate-job.yaml). It takes an advisory
+Run this once per upgrade, before or while the new replicas roll out (on
+Kubernetes, deploy/kubernetes/deployment.yaml's init container runs it in
+each new pod before moat serve starts). It takes an advisory
 lock, so a second moat migrate waits for the first and then finds nothing
 to do. On SQLite it copies moat.db beside itself first.
 

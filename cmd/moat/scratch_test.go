@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,26 +129,7 @@ func TestServeRunsFilesOut(t *testing.T) {
 	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
 	cmd := exec.Command(moatBin, "serve", "--data", data, "--listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	lines := bufio.NewScanner(stderr)
-	urlRe := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+)`)
-	base := ""
-	for base == "" && lines.Scan() {
-		if m := urlRe.FindStringSubmatch(lines.Text()); m != nil {
-			base = m[1]
-		}
-	}
-	if base == "" {
-		t.Fatal("moat serve did not log its URL")
-	}
-	go io.Copy(io.Discard, stderr)
+	base := startServeCmd(t, cmd, io.Discard)
 	post := func(body string) (int, string) {
 		r, _ := http.NewRequest("POST", base+"/v1/runs", strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer "+key)
