@@ -147,9 +147,9 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@echo "==> hybrid knowledge search: full text and 5000 vectors of 768 dimensions, fused (SQLite)"
 	@$(GO) test -run '^$$' -bench 'KnowledgeHybrid' -benchtime 20x -count 1 ./host/store/ | grep -E '^Benchmark'
 	@echo "==> moat serve: echo and greet over HTTP/1.1 keep-alive vs a do-nothing echo handler, SQLite and PostgreSQL"
-	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 -v ./host/server/ | grep -E '^cpu:|^Benchmark|ceiling:|in process:' | $(GO) run ./internal/benchtable
+	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 -v ./server/ | grep -E '^cpu:|^Benchmark|ceiling:|in process:' | $(GO) run ./internal/benchtable
 	@echo "==> interpreted greets vs hello-go's on one server, in 10 alternating rounds (x-go: the median ratio of their times)"
-	@$(GO) test -run '^$$' -bench 'GreetInterleaved' -benchtime 10000x -count 1 ./host/server/ | grep -E '^Benchmark'
+	@$(GO) test -run '^$$' -bench 'GreetInterleaved' -benchtime 10000x -count 1 ./server/ | grep -E '^Benchmark'
 
 # A fixture's first line may give wat2wasm flags: ";; wat2wasm: --debug-names".
 fixtures: tools ## rebuild the WAT fixtures in testdata/

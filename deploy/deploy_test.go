@@ -35,7 +35,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/secrets"
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/languages/ruby"
 	"github.com/moat-sandbox/moat/policy"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/spf13/cobra"
 )

@@ -20,7 +20,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/spf13/cobra"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
@@ -267,6 +267,6 @@ func TestExecNativeJSONEncoding(t *testing.T) {
 }
 
 // serverOnlyLanguageFields are the fields of GET /v1/languages that say
-// what one server process has done (host/server/langstate.go): moat langs,
+// what one server process has done (server/langstate.go): moat langs,
 // a process of its own, has no such state to print.
 var serverOnlyLanguageFields = map[string]bool{"state": true, "first_run": true, "since": true, "stage": true, "fix": true}

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestServeOperator: what an operator meets first. moat serve

@@ -4,7 +4,7 @@ import (
 	"os"
 
 	"github.com/moat-sandbox/moat/host/secrets"
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

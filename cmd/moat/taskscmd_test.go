@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/host/server"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
 )
 

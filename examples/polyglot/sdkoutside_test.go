@@ -50,7 +50,7 @@ var outsideFixtures = []guest{
 // outsideScripts are the fixtures that run as script plugins. The
 // JavaScript fixture catches its MoatError and exits 1, a guest_error
 // naming the code (an escaped one would keep its code: TestScriptErrorCodes
-// in host/server); Python's serve() and Ruby's keep it.
+// in server); Python's serve() and Ruby's keep it.
 var outsideScripts = []struct {
 	lang, dir string
 	script    bool

@@ -47,7 +47,7 @@ var layers = []struct {
 	{"policy", []string{"policy", "policy/..."}},
 	{"host/*", []string{"host", "host/..."}},
 	{"languages", []string{"languages", "languages/..."}},
-	{"server", []string{"host/server", "host/server/..."}},
+	{"server", []string{"server", "server/..."}},
 	{"cmd", []string{"cmd/...", "deploy"}},
 }
 
@@ -335,10 +335,10 @@ func TestLayersRefuseUpwardArrows(t *testing.T) {
 		{"policy", "host", `policy (layer "policy") may not import host (layer "host/*")`},
 		{"policy/kernel", "host/native", `policy/kernel (layer "policy") may not import host/native (layer "host/*")`},
 		{"host", "languages", `host (layer "host/*") may not import languages (layer "languages")`},
-		{"host/ops", "host/server", `host/ops (layer "host/*") may not import host/server (layer "server")`},
-		{"languages/python", "host/server", `languages/python (layer "languages") may not import host/server (layer "server")`},
-		{"host/server", "cmd/moat", `host/server (layer "server") may not import cmd/moat (layer "cmd")`},
-		{"host/server/console", "cmd/moat", `host/server/console (layer "server") may not import cmd/moat (layer "cmd")`},
+		{"host/ops", "server", `host/ops (layer "host/*") may not import server (layer "server")`},
+		{"languages/python", "server", `languages/python (layer "languages") may not import server (layer "server")`},
+		{"server", "cmd/moat", `server (layer "server") may not import cmd/moat (layer "cmd")`},
+		{"server/console", "cmd/moat", `server/console (layer "server") may not import cmd/moat (layer "cmd")`},
 		{"internal/moatdir", "host", `internal/moatdir (layer "abi and the leaves") may not import host (layer "host/*")`},
 		{"guests/go", "policy", `guests/go (layer "abi and the leaves") may not import policy (layer "policy")`},
 		{"toolchains", "languages", `toolchains (layer "abi and the leaves") may not import languages (layer "languages")`},
@@ -355,7 +355,7 @@ func TestLayersRefuseUpwardArrows(t *testing.T) {
 		}
 	}
 	// Downward and sideways arrows pass.
-	for _, c := range [][2]string{{"cmd/moat", "host/server"}, {"host/server", "languages"}, {"languages", "host"}, {"host", "policy"}, {"policy", "abi"}, {"host/ops", "host/store"}, {"languages/ruby", "internal/wasmsnap"}} {
+	for _, c := range [][2]string{{"cmd/moat", "server"}, {"server", "languages"}, {"languages", "host"}, {"host", "policy"}, {"policy", "abi"}, {"host/ops", "host/store"}, {"languages/ruby", "internal/wasmsnap"}} {
 		if msgs, _ := violations([]anImport{{pkg: c[0], file: c[0] + "/x.go", imp: c[1]}}, nil); len(msgs) != 0 {
 			t.Errorf("%s importing %s: refused (%q), but it goes down the layers", c[0], c[1], msgs)
 		}

@@ -141,7 +141,7 @@ func main() {
 		}
 		rows = append(rows, row{sp.what, ms(n), ms(p), fmt.Sprintf("%.2fx", n/p), goal})
 	}
-	// moat serve over HTTP/1.1 keep-alive (host/server's
+	// moat serve over HTTP/1.1 keep-alive (server's
 	// BenchmarkGreetVsCeiling): throughput against a do-nothing echo
 	// handler measured in the same run.
 	if ceil, ok := get("GreetVsCeiling/ceiling", "req/s"); ok {

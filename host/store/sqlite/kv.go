@@ -37,7 +37,7 @@ SELECT
 // with a context that can be cancelled, database/sql and the driver each
 // start a goroutine per statement to watch it, and waking them costs the
 // read more than the read itself (measured: 41 → 23 µs for an
-// interpreted plugin's first read of a call, host/server's greet bench).
+// interpreted plugin's first read of a call, server's greet bench).
 func (d *DB) KVGet(ctx context.Context, org, module, key string) (value []byte, found bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
