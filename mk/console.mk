@@ -1,13 +1,13 @@
 # The web console's code editor (issue 17): CodeMirror 6 from the npm
-# registry, bundled by esbuild into host/server/console/editor.js, which
+# registry, bundled by esbuild into server/console/editor.js, which
 # is committed and embedded in the binary (no npm at `make build`, no CDN
 # at run time). The versions are exact in package.json and the whole tree
 # is pinned with integrity hashes in package-lock.json; editor.js.sha256
 # records the bundle, and TestConsoleEditorBundle checks the embedded file
 # against it. `make console-editor-check` rebuilds from the registry and
 # fails when the bytes differ from the committed bundle.
-CONSOLE_EDITOR     := host/server/console/editor
-CONSOLE_EDITOR_OUT := host/server/console/editor.js
+CONSOLE_EDITOR     := server/console/editor
+CONSOLE_EDITOR_OUT := server/console/editor.js
 # The esbuild flags are part of the bundle's identity: keep them in one place.
 CONSOLE_ESBUILD    := entry.mjs --bundle --minify --format=iife --target=es2020 --legal-comments=eof --log-level=warning
 
@@ -15,7 +15,7 @@ CONSOLE_ESBUILD    := entry.mjs --bundle --minify --format=iife --target=es2020 
 console-editor: ## rebuild the console's editor bundle (CodeMirror) from the pinned npm packages
 	@echo "==> npm ci ($(CONSOLE_EDITOR)) and esbuild $(CONSOLE_EDITOR_OUT)"
 	@cd $(CONSOLE_EDITOR) && npm ci --no-audit --no-fund --loglevel=error && ./node_modules/.bin/esbuild $(CONSOLE_ESBUILD) --outfile=../editor.js
-	@cd host/server/console && sha256sum editor.js > editor/editor.js.sha256 && cat editor/editor.js.sha256
+	@cd server/console && sha256sum editor.js > editor/editor.js.sha256 && cat editor/editor.js.sha256
 
 console-editor-check: ## rebuild the editor bundle into a temp file and compare it with the committed one
 	@echo "==> npm ci ($(CONSOLE_EDITOR)) and esbuild into a temp file"

@@ -1,5 +1,5 @@
 # moat serve (issue 6): the web console's end-to-end test drives Debian's
-# chromium headless over the DevTools protocol (host/server/console_test.go).
+# chromium headless over the DevTools protocol (server/console_test.go).
 TEST_APT_PACKAGES += chromium
 
 .PHONY: serve
