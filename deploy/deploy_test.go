@@ -35,10 +35,10 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/secrets"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/languages/python"
 	"github.com/moat-sandbox/moat/languages/ruby"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/toolchains"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/ai/aitest"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestAIConfig: the ai: section parses into host/ai's Config with its

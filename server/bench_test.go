@@ -20,11 +20,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/server"
 	_ "github.com/moat-sandbox/moat/host/store/postgres" // greet-postgres, echo-postgres
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // benchWorkers is the number of keep-alive connections of the load

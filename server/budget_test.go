@@ -19,10 +19,10 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestConfigBudget: limits.budget.*, limits.max_run_response_bytes and

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 )
 
 func TestParseConfig(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // dialFrom opens a TCP connection to addr from the loopback address src

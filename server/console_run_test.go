@@ -20,10 +20,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/moat-sandbox/moat/server"
-	"github.com/moat-sandbox/moat/server/console"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/server"
+	"github.com/moat-sandbox/moat/server/console"
 )
 
 // TestConsoleEditorBundle checks the code editor's bundle the binary

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestConsoleTasksInChromium: the console's Tasks tab lists the

@@ -14,10 +14,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
+	"github.com/moat-sandbox/moat/server"
 )
 
 func withExecutor(t *testing.T) func(*server.Config) {

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // metricsToken is the operator's /metrics token of the servers that

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/native"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/toolchains"
 )
 

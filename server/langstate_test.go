@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // gatedExecutor is the real executor with a controllable delay in its

@@ -21,10 +21,10 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/media"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // keep stores data for org as a plugin's media.put would: through

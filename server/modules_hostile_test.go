@@ -16,8 +16,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // event is what a hostile case expects in the audit trail under its

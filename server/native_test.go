@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // nativeExample is examples/hello-python-native as an uploaded archive,

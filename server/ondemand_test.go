@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestLoadOnDemandHostile: replicas on one PostgreSQL database; modules

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // diskUse is the bytes of the regular files under dir, and how many of

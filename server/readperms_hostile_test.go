@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestReadPermissions: the organization's tasks (inputs and results of

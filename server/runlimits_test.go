@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // requireBash skips (or fails, with MOAT_REQUIRE_TOOLS) without the bash

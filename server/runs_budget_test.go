@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestRunsResponseBounded: a batch whose every job floods both streams

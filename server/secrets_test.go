@@ -16,9 +16,9 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/secrets"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 func secretsKey(t testing.TB) *secrets.Key {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestCodeKeyConfig: code_key_file is read when the config is read, and a

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/hostile"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestConfigHostileYAML: the server's config refuses each hostile document

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestRevokedKeyStopsQueuedTasks: a task is tied to its user's API keys.

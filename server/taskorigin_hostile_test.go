@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestServeTaskOriginHostile: moat serve's runner claims only the tasks of

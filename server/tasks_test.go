@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/server"
 )
 
 const taskerManifest = `name: tasker

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // syncBuf is a log sink safe for the server's goroutines.

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/ai"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestAICmd: moat ai usage lists each organization's day, and moat ai

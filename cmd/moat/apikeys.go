@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

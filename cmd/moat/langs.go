@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all" // every language registers itself
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

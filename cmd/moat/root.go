@@ -6,9 +6,9 @@ import (
 	"os"
 
 	"github.com/moat-sandbox/moat/host"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 

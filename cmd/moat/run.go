@@ -18,10 +18,10 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
 	"github.com/moat-sandbox/moat/host/secrets"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )

@@ -19,11 +19,11 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/toolchains"
 	"github.com/spf13/cobra"
 )

@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/moat-sandbox/moat/server"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 
