@@ -286,7 +286,7 @@ func cpuTime() time.Duration {
 // benchProfile writes minimal's limits with the calls-per-minute cap out
 // of the way: the benchmark measures the server, not a limit.
 func benchProfile(b *testing.B) string {
-	minimal, err := os.ReadFile(filepath.Join("..", "..", "policy", "profiles", "minimal.yaml"))
+	minimal, err := os.ReadFile(filepath.Join("..", "policy", "profiles", "minimal.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
