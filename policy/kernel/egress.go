@@ -89,7 +89,14 @@ func v2Root() (string, error) {
 	}
 }
 
-// NewEgress creates a v2 cgroup of its own, moat-egress/<id>, and the
+// egressParent is the v2 cgroup under which NewEgress makes its cgroups,
+// and egressKind the kind in their names (egress-<pid>-<start>-<id>).
+const (
+	egressParent = "moat-egress"
+	egressKind   = "egress"
+)
+
+// NewEgress creates a v2 cgroup of its own, moat-egress/egress-<runner>-<id>, and the
 // chain for job id: for a host whose job cgroups are v1 ones, which
 // iptables cannot match. Processes placed in CgroupDir() may reach only
 // targets; Close removes the rules, then the cgroup.
@@ -101,7 +108,9 @@ func NewEgress(id string, targets []EgressTarget) (*Egress, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: %w", err)
 	}
-	dir := filepath.Join(root, "moat-egress", id)
+	// Named for this runner, as its job cgroups are, so that the sweep of
+	// a later runner can tell a dead runner's rules from a live one's.
+	dir := filepath.Join(root, egressParent, JobCgroupName(egressKind, id))
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("egress: create cgroup %s: %w", filepath.Dir(dir), err)
 	}

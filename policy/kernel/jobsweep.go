@@ -42,9 +42,10 @@ func OwnJobCgroupTag() string { return ownTag() }
 // jobCgroupKinds are the kinds SweepJobCgroups looks at.
 var jobCgroupKinds = []string{"job", "warm"}
 
-// jobOwner parses the runner out of a job cgroup's name.
+// jobOwner parses the runner out of a job cgroup's name (or an egress
+// cgroup's: egress-<pid>-<start>-<id>).
 func jobOwner(name string) (pid int, start uint64, ok bool) {
-	for _, k := range jobCgroupKinds {
+	for _, k := range append(jobCgroupKinds[:len(jobCgroupKinds):len(jobCgroupKinds)], egressKind) {
 		rest, found := strings.CutPrefix(name, k+"-")
 		if !found {
 			continue
@@ -100,8 +101,12 @@ func SweepJobCgroups() ([]string, error) {
 			}
 		}
 	}
+	// First every dead runner's processes are killed, then its egress
+	// rules go (a rule must go before its cgroup's directory: iptables
+	// deletes a cgroup match by path), then the directories.
 	var reaped []string
 	var errs []error
+	var dead []*Cgroup
 	for name := range names {
 		pid, start, ok := jobOwner(name)
 		if !ok {
@@ -116,11 +121,23 @@ func SweepJobCgroups() ([]string, error) {
 			continue
 		}
 		c.openPresent()
-		if err := c.Destroy(); err != nil {
+		if err := c.Kill(); err != nil {
 			errs = append(errs, fmt.Errorf("reaping the cgroup of runner %d, which is gone: %w", pid, err))
 			continue
 		}
-		reaped = append(reaped, name)
+		dead = append(dead, c)
+	}
+	if len(dead) > 0 || len(deadEgressCgroups()) > 0 {
+		if err := SweepEgress(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range dead {
+		if err := c.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("reaping the cgroup %s of a runner which is gone: %w", c.id, err))
+			continue
+		}
+		reaped = append(reaped, c.id)
 	}
 	return reaped, errors.Join(errs...)
 }
