@@ -13,6 +13,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -322,6 +323,7 @@ func asHostError(err error, he **host.Error) bool {
 // and an unrequested one are denied, and both decisions are audited with
 // the model.
 func TestDBEveryTransport(t *testing.T) {
+	testenv.Slow(t, "the db ops on every transport; TestDBGoGuest keeps one")
 	h := policyHost(t, dbProfile)
 	ctx := context.Background()
 	models := `

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // Soak bounds: after a warm-up, 10 000 more invokes may leave the Go heap
@@ -33,6 +34,7 @@ const (
 // auditing on, and checks that neither the heap nor the resident set
 // grows.
 func TestSoakInvoke(t *testing.T) {
+	testenv.Slow(t, "a soak")
 	h := newHost(t, nil)
 	m := loadGoGuest(t, h, "soak")
 	ctx := context.Background()

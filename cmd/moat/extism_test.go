@@ -88,6 +88,7 @@ func TestRunExtism(t *testing.T) {
 // form their address is written in (decimal, hex, IPv4-mapped, IPv6 zones,
 // through a redirect), by the one egress check, and get no request.
 func TestRunExtismEgress(t *testing.T) {
+	testenv.Slow(t, "Extism egress through the binary; host/extism keeps the relinking")
 	root := testwasm.RepoRoot(t)
 	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
 	dl := exec.Command("go", "mod", "download", "github.com/extism/go-pdk")

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestRunPythonGrantsChange is issue 28's defect 4 through the binary: a
@@ -17,6 +19,7 @@ import (
 // restored under other grants). Each change works: the plugin reads the
 // directories granted now, and not the one granted before.
 func TestRunPythonGrantsChange(t *testing.T) {
+	testenv.Slow(t, "seven moat runs of a Python plugin; languages/python's image tests keep the key")
 	base := t.TempDir()
 	for _, d := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {

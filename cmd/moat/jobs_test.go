@@ -187,6 +187,7 @@ func TestExecSignalLeavesNothing(t *testing.T) {
 // launcher died of the signal and stayed one), and once it has exited
 // nothing of its jobs or helpers is left.
 func TestServeSIGTERMLeavesNothing(t *testing.T) {
+	testenv.Slow(t, "a confined moat serve with native jobs; host/native's job-end tests keep the kill")
 	testenv.Timing(t)
 	needRootCgroups(t)
 	data := t.TempDir()

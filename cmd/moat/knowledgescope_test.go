@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // scopePlugin is a JavaScript plugin that keeps per-user data (a
@@ -62,6 +63,7 @@ moat.action("whoami", () => {
 // answers each caller's own principal. moat policy check warns that the
 // org-scoped collection is what a user-scoped model's plugin indexes into.
 func TestKnowledgeScopeServe(t *testing.T) {
+	testenv.Slow(t, "moat serve and moat run of a knowledge plugin; storetest's KnowledgeUserScope keeps the scoping")
 	plugins := t.TempDir()
 	dir := filepath.Join(plugins, "scoped")
 	if err := os.Mkdir(dir, 0o755); err != nil {

@@ -233,6 +233,7 @@ func TestFailuresAreOneLine(t *testing.T) {
 // TestSecondProcessUsesCompileCache: a second moat process does not
 // recompile a module it has seen.
 func TestSecondProcessUsesCompileCache(t *testing.T) {
+	testenv.Slow(t, "two cold processes compiling; the compile cache's unit tests keep it")
 	noSharedCache(t) // the first process must compile
 	plugin := writeModule(t, "goguest", testwasm.BuildGo(t, "./testdata/goguest", true))
 	data := t.TempDir()

@@ -79,6 +79,7 @@ const matrixPDF = "%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
 // operator secret (the server sees it; the guest sees [secret]); ai calls
 // the OpenAI-compatible test server; files reads a granted directory.
 func TestAcceptanceMatrix(t *testing.T) {
+	testenv.Slow(t, "every language through the binary and two replicas on PostgreSQL; TestRunInterpretedPlugin and the serve tests keep the path")
 	start := time.Now()
 	const token = "matrix-secret-0123456789"
 	var apiSaw atomic.Value

@@ -176,6 +176,7 @@ func TestRunWithoutSources(t *testing.T) {
 // with a checkout the compiler cannot read. moat build copies the module
 // and points the replace at the SDK it carries.
 func TestBuildGoHandWrittenModule(t *testing.T) {
+	testenv.Slow(t, "a cold Go build")
 	testenv.Require(t, langMissing("go"))
 	home := t.TempDir()
 	os.Chmod(home, 0o700)
@@ -210,6 +211,7 @@ func TestBuildGoHandWrittenModule(t *testing.T) {
 // nothing, and a go.mod that replaces the SDK with a directory of its own
 // is overridden by the SDK the binary carries.
 func TestBuildPluginHostile(t *testing.T) {
+	testenv.Slow(t, "a build of every language's hostile trees; TestBuildPlugin keeps the path")
 	data := filepath.Join(os.TempDir(), "moat-test-cli-build")
 	secret := filepath.Join(t.TempDir(), "secret.txt")
 	os.WriteFile(secret, []byte("TOP-SECRET-BYTES"), 0o600)

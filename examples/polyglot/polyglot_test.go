@@ -354,6 +354,7 @@ func TestGreet(t *testing.T) {
 // response buffer (16 KiB), which makes config.get answer StatusTooSmall
 // and the SDK fetch the reply with a second crossing.
 func TestGreetConfig(t *testing.T) {
+	testenv.Slow(t, "every example built; TestGreet keeps one")
 	large := strings.Repeat("Hi", 20<<10) // 40 KiB
 	tests := []struct {
 		name   string

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -22,6 +23,7 @@ import (
 // outside-* ones, which cover every language; their caller action
 // answers {"user","org","roles","correlation_id","admin"}.
 func TestSDKCaller(t *testing.T) {
+	testenv.Slow(t, "eight SDKs built; host's TestCallerOp keeps the op")
 	type fixture struct {
 		lang string
 		load func(t *testing.T, h *host.Host) *host.Module

@@ -165,6 +165,7 @@ func loadScriptFixture(dir string, edit func(*policy.Manifest)) func(t *testing.
 // fixture's own code also catches by its code), an ungranted model or
 // collection is denied, an unknown task is not_found.
 func TestSDKData(t *testing.T) {
+	testenv.Slow(t, "every SDK's data ops on both backends; host's op tests keep the ops")
 	for _, f := range dataFixtures() {
 		t.Run(f.lang, func(t *testing.T) {
 			for _, b := range sdkBackends {

@@ -74,6 +74,7 @@ type rawResult struct {
 // reason, the audit event's rule and reason), and the servers a request
 // must not reach count what they got.
 func TestEgressHostile(t *testing.T) {
+	testenv.Slow(t, "the egress table again through Extism; policy/egress and host's TestHTTPFetchHostile keep it")
 	testenv.Timing(t)
 	ctx := context.Background()
 	// Servers that no request may reach: a loopback listener on each

@@ -60,6 +60,7 @@ func opened(t *testing.T, dir string) func() []string {
 // blocked (an open for reading, even non-blocking and closed at once,
 // would have let it go on to a SIGPIPE).
 func TestSpecialFilesNeverOpened(t *testing.T) {
+	testenv.Slow(t, "72 opens of special files through guests")
 	testenv.Timing(t)
 	if os.Geteuid() != 0 {
 		testenv.Require(t, "mknod of a device node needs root")

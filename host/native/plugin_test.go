@@ -572,6 +572,7 @@ func acceptOnce(ln net.Listener) <-chan net.Conn {
 // TestPluginNoLifetimeCPULimit: a worker's CPU seconds add up over its
 // calls; no RLIMIT_CPU sized for one run may kill it after a few.
 func TestPluginNoLifetimeCPULimit(t *testing.T) {
+	testenv.Slow(t, "seconds of CPU by design")
 	testenv.Timing(t)
 	// Timeout 1s made RLIMIT_CPU 3s for the worker's whole life.
 	p, ev, _ := startPlugin(t, pyWorker(t), 1, Spec{MemoryBytes: 128 << 20, Timeout: time.Second}, nil)

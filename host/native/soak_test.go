@@ -45,6 +45,7 @@ fi
 exit 0`
 
 func TestSoakNativeRuns(t *testing.T) {
+	testenv.Slow(t, "a soak")
 	if os.Geteuid() != 0 {
 		testenv.Require(t, "needs root: cgroups and the uid switch are what the soak checks (CI runs as root)")
 	}

@@ -91,6 +91,7 @@ const imageProfile = "name: images\ndefault:\n  capabilities:\n    filesystem: [
 // image on disk (no capture); and the instance serves, reading the
 // directories granted now and not those granted before.
 func TestImageKeyEveryInput(t *testing.T) {
+	testenv.Slow(t, "thirteen snapshot captures")
 	base := t.TempDir()
 	for _, d := range []string{"a", "b", "c"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {

@@ -73,8 +73,12 @@ type cluster struct {
 // URL returns the URL of the test server's maintenance database,
 // starting the throwaway cluster on first use; without a server it skips
 // t (or fails it, under MOAT_REQUIRE_TOOLS=1).
+//
+// Under go test -short (make check) it skips: the inner loop runs the
+// same suites on SQLite, and make test on both.
 func URL(t testing.TB) string {
 	t.Helper()
+	testenv.Slow(t, "a PostgreSQL cluster; the SQLite run of the same test stays")
 	once.Do(setup)
 	if baseURL == "" {
 		testenv.Require(t, "no PostgreSQL: "+skip)
