@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -209,8 +208,7 @@ func (s *Server) auditQuery(c echo.Context) error {
 	}
 	events, err := s.store.AuditQuery(ctx, f)
 	if err != nil {
-		var ae *abi.Error
-		if errors.As(err, &ae) {
+		if abi.CodeOf(err) != "" {
 			return fromHostError(err)
 		}
 		return err

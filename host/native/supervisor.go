@@ -203,6 +203,9 @@ type WorkerError struct {
 	charged bool
 }
 
+// ErrorCode is the failure's code on the wire (abi.CodeOf).
+func (e *WorkerError) ErrorCode() abi.Code { return e.Code }
+
 func (e *WorkerError) Error() string {
 	msg := "native worker " + e.Worker
 	if e.Action != "" {
