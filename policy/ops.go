@@ -11,22 +11,10 @@ import (
 // of its own; ops.Register declares every op here as it registers it, and
 // CheckOp and sensitive_ops read this index. So an op added in one file is
 // grantable, deniable and nameable in a profile with no edit in policy,
-// and a name that is not in the table is refused everywhere alike.
-
-// capabilityTargets says, for each capability an op can need, what kind of
-// target a call names: "" for a capability granted as a whole (kv, media,
-// tasks), "collection", "model" or "url" for one granted per target (db
-// and knowledge collections, ai models, http URLs). A new capability is
-// one row here plus its field in Capabilities.
-var capabilityTargets = map[string]string{
-	"kv":        "",
-	"db":        "collection",
-	"http":      "url",
-	"media":     "",
-	"ai":        "model",
-	"knowledge": "collection",
-	"tasks":     "",
-}
+// and a name that is not in the table is refused everywhere alike. The
+// capability an op needs is a row of the capability table
+// (RegisterCapability, capability.go): a family with a capability of its
+// own registers it before it declares its ops.
 
 var (
 	opsMu sync.RWMutex
@@ -41,7 +29,7 @@ func DeclareOp(op, capability string) error {
 	if op == "" {
 		return fmt.Errorf("policy: an op needs a name")
 	}
-	if _, ok := capabilityTargets[capability]; !ok && capability != "" {
+	if capability != "" && lookupCap(capability) == nil {
 		return fmt.Errorf("policy: op %s needs capability %q, which policy does not know (known: %v)", op, capability, CapabilityNames())
 	}
 	opsMu.Lock()
@@ -63,15 +51,21 @@ func OpCapability(op string) (capability string, ok bool) {
 }
 
 // CapabilityTarget is what a call of an op needing capability names as
-// its target: "collection", "model", "url", or "" when the capability is
-// granted as a whole.
-func CapabilityTarget(capability string) string { return capabilityTargets[capability] }
+// its target: "collection" or "model" (or what another Named capability
+// names), "url", "path", or "" when the capability is granted as a whole
+// (a Flag) or is not in the table.
+func CapabilityTarget(capability string) string {
+	if k := lookupCap(capability); k != nil {
+		return k.Target
+	}
+	return ""
+}
 
-// CapabilityNames lists the capabilities an op can need, sorted.
+// CapabilityNames lists the capabilities of the table, sorted.
 func CapabilityNames() []string {
-	names := make([]string, 0, len(capabilityTargets))
-	for n := range capabilityTargets {
-		names = append(names, n)
+	var names []string
+	for _, k := range table() {
+		names = append(names, k.Name)
 	}
 	slices.Sort(names)
 	return names
