@@ -194,20 +194,6 @@ func checkFileGrants(ix *index, path string, gs []FileGrant, grant bool) error {
 // them (read, and write for a read-write grant).
 func (p *Profile) FileGrants() []FileGrant {
 	var out []FileGrant
-	var walk func(g *Grant)
-	walk = func(g *Grant) {
-		if g == nil {
-			return
-		}
-		out = append(out, g.Capabilities.Filesystem...)
-		walk(g.Trusted)
-	}
-	walk(p.Default)
-	for _, g := range p.Modules {
-		walk(&g)
-	}
-	for _, g := range p.Keys {
-		walk(&g)
-	}
+	p.eachGrant(func(g *Grant) { out = append(out, g.Capabilities.Filesystem...) })
 	return out
 }
