@@ -85,6 +85,18 @@ type capability struct {
 	shape shape
 	get   func(*Capabilities) any
 	set   func(*Capabilities, any)
+	// flag and names read a Flag's and a Named's value without boxing
+	// it in an interface: CheckOp's allowed path allocates nothing.
+	flag  func(*Capabilities) bool
+	names func(*Capabilities) []string
+}
+
+// name is k's name, "" for no row (an op any module may call).
+func (k *capability) name() string {
+	if k == nil {
+		return ""
+	}
+	return k.Name
 }
 
 var (
@@ -108,6 +120,8 @@ func RegisterCapability(s CapabilitySpec) error {
 	}
 	c := &capability{CapabilitySpec: s}
 	c.get = func(cs *Capabilities) any { return cs.Extra[s.Name] }
+	c.flag = func(cs *Capabilities) bool { v, _ := cs.Extra[s.Name].(bool); return v }
+	c.names = func(cs *Capabilities) []string { v, _ := cs.Extra[s.Name].([]string); return v }
 	c.set = func(cs *Capabilities, v any) {
 		if c.shape.zero(v) {
 			delete(cs.Extra, s.Name)
@@ -188,10 +202,13 @@ func table() []*capability {
 // The built-in capabilities, in the order of their fields in
 // Capabilities.
 func init() {
-	builtin := func(s CapabilitySpec, get func(*Capabilities) any, set func(*Capabilities, any)) {
-		if err := register(&capability{CapabilitySpec: s, get: get, set: set}); err != nil {
+	builtin := func(s CapabilitySpec, get func(*Capabilities) any, set func(*Capabilities, any)) *capability {
+		k := &capability{CapabilitySpec: s, get: get, set: set}
+		k.flag = func(c *Capabilities) bool { v, _ := get(c).(bool); return v } // a bool boxes without allocating
+		if err := register(k); err != nil {
 			panic(err)
 		}
+		return k
 	}
 	token := func(name string) error {
 		if !tokenRE.MatchString(name) {
@@ -199,7 +216,7 @@ func init() {
 		}
 		return nil
 	}
-	builtin(CapabilitySpec{Name: "kv", Shape: Flag, Aliases: []string{"store", "storage", "keyvalue"}},
+	_ = builtin(CapabilitySpec{Name: "kv", Shape: Flag, Aliases: []string{"store", "storage", "keyvalue"}},
 		func(c *Capabilities) any { return c.KV }, func(c *Capabilities, v any) { c.KV = v.(bool) })
 	collection := func(example string) func(string) error {
 		return func(name string) error {
@@ -209,20 +226,23 @@ func init() {
 			return nil
 		}
 	}
-	builtin(CapabilitySpec{Name: "db", Shape: Named, Target: "collection", Valid: collection("orders"), Aliases: []string{"database", "sql"}},
+	db := builtin(CapabilitySpec{Name: "db", Shape: Named, Target: "collection", Valid: collection("orders"), Aliases: []string{"database", "sql"}},
 		func(c *Capabilities) any { return c.DB }, func(c *Capabilities, v any) { c.DB = v.([]string) })
-	builtin(CapabilitySpec{Name: "http", Shape: Targets, Aliases: []string{"network", "net", "https", "fetch", "web"}},
+	_ = builtin(CapabilitySpec{Name: "http", Shape: Targets, Aliases: []string{"network", "net", "https", "fetch", "web"}},
 		func(c *Capabilities) any { return c.HTTP }, func(c *Capabilities, v any) { c.HTTP = v.(HTTPCaps) })
-	builtin(CapabilitySpec{Name: "media", Shape: Flag},
+	_ = builtin(CapabilitySpec{Name: "media", Shape: Flag},
 		func(c *Capabilities) any { return c.Media }, func(c *Capabilities, v any) { c.Media = v.(bool) })
-	builtin(CapabilitySpec{Name: "ai", Shape: Named, Target: "model", Valid: token, Aliases: []string{"llm", "models", "model"}},
+	ai := builtin(CapabilitySpec{Name: "ai", Shape: Named, Target: "model", Valid: token, Aliases: []string{"llm", "models", "model"}},
 		func(c *Capabilities) any { return c.AI }, func(c *Capabilities, v any) { c.AI = v.([]string) })
-	builtin(CapabilitySpec{Name: "knowledge", Shape: Named, Target: "collection", AskAll: true, Valid: collection("docs (or knowledge: true for every collection)")},
+	knowledge := builtin(CapabilitySpec{Name: "knowledge", Shape: Named, Target: "collection", AskAll: true, Valid: collection("docs (or knowledge: true for every collection)")},
 		func(c *Capabilities) any { return []string(c.Knowledge) }, func(c *Capabilities, v any) { c.Knowledge = Collections(v.([]string)) })
-	builtin(CapabilitySpec{Name: "tasks", Shape: Flag, Aliases: []string{"jobs", "queue", "task"}},
+	_ = builtin(CapabilitySpec{Name: "tasks", Shape: Flag, Aliases: []string{"jobs", "queue", "task"}},
 		func(c *Capabilities) any { return c.Tasks }, func(c *Capabilities, v any) { c.Tasks = v.(bool) })
-	builtin(CapabilitySpec{Name: "filesystem", Shape: Paths, Aliases: []string{"fs", "files", "file", "disk_paths"}},
+	_ = builtin(CapabilitySpec{Name: "filesystem", Shape: Paths, Aliases: []string{"fs", "files", "file", "disk_paths"}},
 		func(c *Capabilities) any { return c.Filesystem }, func(c *Capabilities, v any) { c.Filesystem = v.([]FileGrant) })
+	db.names = func(c *Capabilities) []string { return c.DB }
+	ai.names = func(c *Capabilities) []string { return c.AI }
+	knowledge.names = func(c *Capabilities) []string { return c.Knowledge }
 }
 
 // Get returns the value of the capability named name in c: a bool (Flag),

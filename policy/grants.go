@@ -364,7 +364,7 @@ func list(s []string) string {
 // lookup and a comparison (plus parsing the URL for http.fetch). It does not
 // modify e, so one Evaluation may serve concurrent invocations.
 func (e *Evaluation) CheckOp(op, target string) error {
-	capName, ok := OpCapability(op)
+	k, ok := opRow(op)
 	if !ok {
 		known := KnownOps()
 		reason := fmt.Sprintf("no op is named %q; known ops are %s", op, strings.Join(known, ", "))
@@ -373,10 +373,9 @@ func (e *Evaluation) CheckOp(op, target string) error {
 		}
 		return &DeniedError{Module: e.Module, Op: op, Rule: "unknown op", Reason: reason}
 	}
-	if capName == "" {
+	if k == nil {
 		return nil
 	}
-	k := lookupCap(capName)
 	c := k.shape.checkOp(e, k, op, target)
 	switch {
 	case c.denied != nil:

@@ -18,7 +18,7 @@ import (
 
 var (
 	opsMu sync.RWMutex
-	opCap = map[string]string{} // op name → capability ("" for none)
+	opCap = map[string]*capability{} // op name → its capability's row (nil for none)
 )
 
 // DeclareOp records that op exists and needs capability ("" for an op any
@@ -29,25 +29,33 @@ func DeclareOp(op, capability string) error {
 	if op == "" {
 		return fmt.Errorf("policy: an op needs a name")
 	}
-	if capability != "" && lookupCap(capability) == nil {
+	k := lookupCap(capability)
+	if capability != "" && k == nil {
 		return fmt.Errorf("policy: op %s needs capability %q, which policy does not know (known: %v)", op, capability, CapabilityNames())
 	}
 	opsMu.Lock()
 	defer opsMu.Unlock()
-	if prev, dup := opCap[op]; dup && prev != capability {
-		return fmt.Errorf("policy: op %s declared with capability %q and %q", op, prev, capability)
+	if prev, dup := opCap[op]; dup && prev != k {
+		return fmt.Errorf("policy: op %s declared with capability %q and %q", op, prev.name(), capability)
 	}
-	opCap[op] = capability
+	opCap[op] = k
 	return nil
 }
 
 // OpCapability returns the capability op needs and whether op is in the
 // op table at all.
 func OpCapability(op string) (capability string, ok bool) {
+	k, ok := opRow(op)
+	return k.name(), ok
+}
+
+// opRow is the row of the capability op needs (nil for none) and whether
+// op is in the op table: CheckOp's one lookup.
+func opRow(op string) (*capability, bool) {
 	opsMu.RLock()
-	capability, ok = opCap[op]
+	k, ok := opCap[op]
 	opsMu.RUnlock()
-	return capability, ok
+	return k, ok
 }
 
 // CapabilityTarget is what a call of an op needing capability names as

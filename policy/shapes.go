@@ -75,11 +75,10 @@ func (flagShape) evaluate(ev *evaluator, k *capability, req any) any {
 }
 
 func (flagShape) checkOp(e *Evaluation, k *capability, op, target string) opCheck {
-	return opCheck{
-		allowed: k.value(&e.Effective).(bool),
-		asked:   k.value(&e.Requested).(bool),
-		what:    k.Name, ask: k.Name + ": true",
+	if k.flag(&e.Effective) {
+		return opCheck{allowed: true}
 	}
+	return opCheck{asked: k.flag(&e.Requested), what: k.Name, ask: k.Name + ": true"}
 }
 
 func (flagShape) report(r *reporter, k *capability, req any) {
@@ -156,11 +155,10 @@ func (namedShape) checkOp(e *Evaluation, k *capability, op, target string) opChe
 	covered := func(l []string) bool {
 		return slices.Contains(l, target) || k.AskAll && slices.Contains(l, AllCollections)
 	}
-	return opCheck{
-		allowed: covered(k.value(&e.Effective).([]string)),
-		asked:   covered(k.value(&e.Requested).([]string)),
-		what:    k.Name + " " + target, ask: k.Name + ": [" + target + "]",
+	if covered(k.names(&e.Effective)) {
+		return opCheck{allowed: true}
 	}
+	return opCheck{asked: covered(k.names(&e.Requested)), what: k.Name + " " + target, ask: k.Name + ": [" + target + "]"}
 }
 
 func (namedShape) report(r *reporter, k *capability, req any) {
