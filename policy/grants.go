@@ -40,8 +40,9 @@ type Evaluation struct {
 	Limits Limits
 
 	// Refusals lists each requested thing not granted: the signature when
-	// one is required, then capabilities in the order of the Capabilities
-	// fields, then limits.
+	// one is required, then capabilities in the order of the capability
+	// table (the built-in ones in the order of the Capabilities fields,
+	// then those registered), then limits.
 	Refusals []Refusal
 
 	// Refused is true when the module must not load: something was refused
@@ -147,6 +148,7 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 		e.Refusals = append(e.Refusals, r)
 		return false
 	}
+	// Each capability of the table, by its shape (shapes.go).
 	ev := &evaluator{e: e, p: p, rule: rule, granted: granted, check: check}
 	for _, k := range table() {
 		k.set(&e.Effective, k.shape.evaluate(ev, k, k.value(&m.Capabilities)))
