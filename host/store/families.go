@@ -41,8 +41,9 @@ type FamilySupport struct {
 // this store's backend implements it: what `moat doctor` reports. The
 // backends of this repository implement every one.
 func (s *Store) Families() []FamilySupport {
-	out := make([]FamilySupport, len(driver.Families))
-	for i, f := range driver.Families {
+	fs := driver.Families()
+	out := make([]FamilySupport, len(fs))
+	for i, f := range fs {
 		out[i] = FamilySupport{Name: f.Name, Interface: f.Interface, Supported: f.Implemented(s.b)}
 	}
 	return out
@@ -74,12 +75,25 @@ func (e *UnsupportedError) Error() string {
 func (e *UnsupportedError) Is(target error) bool { return target == ErrFamilyUnsupported }
 
 func (s *Store) unsupported(family string) error {
-	for _, f := range driver.Families {
+	for _, f := range driver.Families() {
 		if f.Name == family {
 			return &UnsupportedError{Backend: s.scheme, Family: family, Interface: f.Interface}
 		}
 	}
 	return &UnsupportedError{Backend: s.scheme, Family: family}
+}
+
+// FamilyStorage returns the store's backend as T, the storage interface
+// of family (driver.RegisterFamily), or an *UnsupportedError naming the
+// backend and the family when the backend does not implement it. It is
+// how a family outside this package reaches its own storage: the front
+// of a family is its own package's, over the backend's interface.
+func FamilyStorage[T any](s *Store, family string) (T, error) {
+	t, ok := s.b.(T)
+	if !ok {
+		return t, s.unsupported(family)
+	}
+	return t, nil
 }
 
 func (s *Store) knowledgeBackend() (driver.KnowledgeBackend, error) {
