@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -122,15 +123,22 @@ func RegisterCapability(s CapabilitySpec) error {
 	c.get = func(cs *Capabilities) any { return cs.Extra[s.Name] }
 	c.flag = func(cs *Capabilities) bool { v, _ := cs.Extra[s.Name].(bool); return v }
 	c.names = func(cs *Capabilities) []string { v, _ := cs.Extra[s.Name].([]string); return v }
+	// set copies Extra before it writes: Capabilities is a value, and a
+	// copy must not change with the original.
 	c.set = func(cs *Capabilities, v any) {
+		extra := maps.Clone(cs.Extra)
 		if c.shape.zero(v) {
-			delete(cs.Extra, s.Name)
-			return
+			delete(extra, s.Name)
+		} else {
+			if extra == nil {
+				extra = map[string]any{}
+			}
+			extra[s.Name] = v
 		}
-		if cs.Extra == nil {
-			cs.Extra = map[string]any{}
+		if len(extra) == 0 {
+			extra = nil
 		}
-		cs.Extra[s.Name] = v
+		cs.Extra = extra
 	}
 	return register(c)
 }
