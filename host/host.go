@@ -50,6 +50,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -313,7 +314,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	if err := instantiateInterrupt(ctx, h.runtime); err != nil {
+	if err := wasmrewrite.InstantiateYield(ctx, h.runtime); err != nil {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: %w", err)
 	}

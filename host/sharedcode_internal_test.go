@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -132,12 +133,12 @@ func sharedCodeEvents(t *testing.T, h *Host) []audit.Event {
 func TestCodeFileName(t *testing.T) {
 	ctx := context.Background()
 	goGuest := testwasm.BuildGo(t, "./testdata/goguest", true)
-	rewritten, changed, lay, err := limitTables(goGuest, 10000)
+	rewritten, changed, lay, err := wasmrewrite.LimitTables(goGuest, 10000)
 	if err != nil || !changed {
-		t.Fatalf("limitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
+		t.Fatalf("LimitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
 	}
 	// and the interrupt checks Load adds to every module (interrupt.go)
-	if rewritten, err = instrumentDeadline(rewritten, lay, false); err != nil {
+	if rewritten, err = wasmrewrite.InstrumentDeadline(rewritten, lay, false); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
