@@ -45,6 +45,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/internal/codeshare"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
@@ -236,7 +237,7 @@ type Host struct {
 	provided  map[string]map[string]Signature // the host modules' functions, by module and name
 	profile   *policy.Profile
 	audit     *audit.Log
-	share     *codeShare // nil: compiled code is not shared (no CodeKey)
+	share     *codeshare.Sharer // nil: compiled code is not shared (no CodeKey)
 }
 
 type compiled struct {
@@ -327,7 +328,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.provided[name] = fns
 	}
 	if len(cfg.CodeKey) > 0 {
-		share, err := newCodeShare(ctx, h.runtime, cfg.CacheDir, cfg.CodeKey, h.store, cfg.DebugInfo, cfg.CodeBudget, h.log, h.audit)
+		share, err := codeshare.New(ctx, h.runtime, codeshare.Config{CacheDir: cfg.CacheDir, Key: cfg.CodeKey, Store: h.store,
+			DebugInfo: cfg.DebugInfo, CloseOnContextDone: hostCloseOnContextDone, Budget: cfg.CodeBudget, Logger: h.log, Audit: h.audit})
 		if err != nil {
 			// Fail closed: nothing shared, nothing trusted; every module
 			// still loads, compiled here.
@@ -422,9 +424,9 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 	}
 	start := time.Now()
 	if h.share != nil && !who.local {
-		var from codeSource
-		c.cm, from, c.err = h.share.compile(ctx, h.runtime, wasm, who)
-		c.fromCache, c.fromStore = from == codeFromDisk, from == codeFromStore
+		var from codeshare.Source
+		c.cm, from, c.err = h.share.Compile(ctx, h.runtime, wasm, codeshare.For{Module: who.name, CorrelationID: who.correlation})
+		c.fromCache, c.fromStore = from == codeshare.FromDisk, from == codeshare.FromStore
 	} else {
 		before := countFiles(h.cacheDir)
 		c.cm, c.err = h.runtime.CompileModule(ctx, wasm)

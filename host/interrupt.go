@@ -37,7 +37,8 @@ const (
 
 // hostCloseOnContextDone is the host runtime's CloseOnContextDone: off,
 // since the checks at loop headers do its work. It is part of the key of
-// shared compiled code (sharedcode.go): wazero's code differs with it.
+// shared compiled code (codeshare.Fingerprint): wazero's code differs
+// with it.
 const hostCloseOnContextDone = false
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
