@@ -127,7 +127,7 @@ type Config struct {
 	// (store.Task.Origin): "" (moat serve) for modules the store holds,
 	// which any runner on the store may load; another value for modules
 	// only this process has (moat run: "run:" and the plugin's
-	// directory), whose tasks only a TaskRunner with that Origin claims,
+	// directory), whose tasks only a tasks.Runner (host/tasks) with that Origin claims,
 	// never a server sharing the store.
 	TaskOrigin string
 	// AI makes the model calls of the ai ops and of hybrid knowledge
