@@ -36,7 +36,7 @@ import (
 // a test, a branch never taken and a decrement, but once every FuelPerYield
 // iterations, when the guest calls the host's yield. yield ends the guest,
 // as WASI's proc_exit does, when its invocation's deadline has passed or
-// its context is done (sleep.go), and otherwise refills the counter.
+// its context is done (Yield), and otherwise refills the counter.
 //
 // Why a call and not a flag the host sets: a flag needs a goroutine to set
 // it, and a goroutine needs one of GOMAXPROCS processors, which guests

@@ -35,12 +35,12 @@ import (
 // initial memory is over the limit is refused before the host allocates
 // it, and the imports that are not functions (moat provides none).
 
-// DefaultMaxTableElements is the default of Limits.MaxTableElements:
+// DefaultMaxTableElements is the default of the host's Limits.MaxTableElements:
 // 2^20 references, 8 MiB of host memory. Real modules stay far below it
 // (CPython 3.12: 5 903, ruby.wasm: 8 776, QuickJS: 546).
 const DefaultMaxTableElements = 1 << 20
 
-// MaxTableElementsCeiling is the most Limits.MaxTableElements may be set
+// MaxTableElementsCeiling is the most the host's Limits.MaxTableElements may be set
 // to: wazero's own bound on a table's size (2^27 references, 1 GiB).
 const MaxTableElementsCeiling = 1 << 27
 
