@@ -17,10 +17,11 @@ import (
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
 )
 
-// The hosts' tests of shared code (two hosts on one store, hostile
-// artifacts, a short key, a store that goes away) are in package host
-// (sharedcode_internal_test.go): they load modules through a Host. What
-// is here needs none.
+// The mechanism's tests need no host (fetch_test.go: replicas as a
+// runtime and a Sharer each). Those that load and invoke modules through
+// Hosts sharing a store (wazero's file names for what Load compiles, a
+// hostile artifact repaired by the next load, a short key, a store that
+// goes away) are package host's (sharedcode_internal_test.go).
 
 var (
 	codeKeyA = []byte("replica-set-a: 32 bytes or more of secret")
