@@ -135,7 +135,7 @@ soak: deps $(SETUP) ## long runs: invokes, native jobs and the hostile shapes (c
 
 bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec, as a table
 	@echo "==> go test -bench (benchtime $(BENCHTIME); about a minute)"
-	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/ ./host/native/ | $(GO) run ./internal/benchtable
+	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/ ./host/native/ ./host/tasks/ | $(GO) run ./internal/benchtable
 	@echo "==> languages: hello world, warm build cache, vs the same as plain processes"
 	@$(GO) test -run '^$$' -bench 'Exec|Baseline' -benchtime 20x -count 1 ./languages/all/ | grep -E '^Benchmark'
 	@echo "==> interpreted plugins: a warm call of a resident instance vs the interpreter started per call; idle memory"

@@ -5,17 +5,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/moat-sandbox/moat/host/internal/codeshare"
 )
 
 // cacheFiles are the files the compilation cache keeps for the code
 // compiled under key: the rewritten module (rewrite) and wazero's machine
-// code of it, named as newCodeShare proves it predicts.
+// code of it, named as codeshare.New proves it predicts.
 func (h *Host) cacheFiles(key string, code []byte) []string {
 	if h.cacheDir == "" {
 		return nil
 	}
-	fp := currentCodeFingerprint(h.cfg.DebugInfo)
-	return []string{filepath.Join(h.cacheDir, rewrittenDir, key+".wasm"), filepath.Join(h.cacheDir, fp.wazeroDir, fp.fileName(code))}
+	fp := codeshare.CurrentFingerprint(h.cfg.DebugInfo, hostCloseOnContextDone)
+	return []string{filepath.Join(h.cacheDir, rewrittenDir, key+".wasm"), filepath.Join(h.cacheDir, fp.WazeroDir, fp.FileName(code))}
 }
 
 // CacheFiles lists the files the host's compilation cache keeps for m's

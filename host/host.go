@@ -45,11 +45,13 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/internal/codeshare"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -125,7 +127,7 @@ type Config struct {
 	// (store.Task.Origin): "" (moat serve) for modules the store holds,
 	// which any runner on the store may load; another value for modules
 	// only this process has (moat run: "run:" and the plugin's
-	// directory), whose tasks only a TaskRunner with that Origin claims,
+	// directory), whose tasks only a tasks.Runner (host/tasks) with that Origin claims,
 	// never a server sharing the store.
 	TaskOrigin string
 	// AI makes the model calls of the ai ops and of hybrid knowledge
@@ -235,7 +237,7 @@ type Host struct {
 	provided  map[string]map[string]Signature // the host modules' functions, by module and name
 	profile   *policy.Profile
 	audit     *audit.Log
-	share     *codeShare // nil: compiled code is not shared (no CodeKey)
+	share     *codeshare.Sharer // nil: compiled code is not shared (no CodeKey)
 }
 
 type compiled struct {
@@ -313,7 +315,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	if err := instantiateInterrupt(ctx, h.runtime); err != nil {
+	if err := wasmrewrite.InstantiateYield(ctx, h.runtime); err != nil {
 		h.Close(ctx)
 		return nil, fmt.Errorf("host: %w", err)
 	}
@@ -326,7 +328,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.provided[name] = fns
 	}
 	if len(cfg.CodeKey) > 0 {
-		share, err := newCodeShare(ctx, h.runtime, cfg.CacheDir, cfg.CodeKey, h.store, cfg.DebugInfo, cfg.CodeBudget, h.log, h.audit)
+		share, err := codeshare.New(ctx, h.runtime, codeshare.Config{CacheDir: cfg.CacheDir, Key: cfg.CodeKey, Store: h.store,
+			DebugInfo: cfg.DebugInfo, CloseOnContextDone: hostCloseOnContextDone, Budget: cfg.CodeBudget, Logger: h.log, Audit: h.audit})
 		if err != nil {
 			// Fail closed: nothing shared, nothing trusted; every module
 			// still loads, compiled here.
@@ -421,9 +424,9 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 	}
 	start := time.Now()
 	if h.share != nil && !who.local {
-		var from codeSource
-		c.cm, from, c.err = h.share.compile(ctx, h.runtime, wasm, who)
-		c.fromCache, c.fromStore = from == codeFromDisk, from == codeFromStore
+		var from codeshare.Source
+		c.cm, from, c.err = h.share.Compile(ctx, h.runtime, wasm, codeshare.For{Module: who.name, CorrelationID: who.correlation})
+		c.fromCache, c.fromStore = from == codeshare.FromDisk, from == codeshare.FromStore
 	} else {
 		before := countFiles(h.cacheDir)
 		c.cm, c.err = h.runtime.CompileModule(ctx, wasm)

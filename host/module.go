@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -217,7 +218,7 @@ func (s Signature) String() string {
 // function its modules do not export or with another signature, and any
 // import of a table, memory, global or tag (the host's modules export
 // functions only).
-func (h *Host) checkImports(funcs []Signature, others []importDecl) error {
+func (h *Host) checkImports(funcs []Signature, others []wasmrewrite.Import) error {
 	for _, imp := range funcs {
 		exports, ok := h.provided[imp.Module]
 		if !ok {
@@ -236,7 +237,7 @@ func (h *Host) checkImports(funcs []Signature, others []importDecl) error {
 	}
 	for _, imp := range others {
 		return fmt.Errorf("imports the %s %s.%s: this host provides functions only (from the %q and %q modules)",
-			imp.kind, imp.module, imp.name, abi.ImportModule, wasi_snapshot_preview1.ModuleName)
+			imp.Kind, imp.Module, imp.Name, abi.ImportModule, wasi_snapshot_preview1.ModuleName)
 	}
 	return nil
 }
@@ -324,7 +325,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		}
 		codeDigest = fmt.Sprintf("%s-snap%d", digest, entry)
 	}
-	code, _, lay, err := limitTables(source, tableCap)
+	code, _, lay, err := wasmrewrite.LimitTables(source, tableCap)
 	if err != nil {
 		var tle *TableLimitError
 		if errors.As(err, &tle) {
@@ -332,7 +333,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		}
 		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 	}
-	if err := lay.checkCounts(); err != nil {
+	if err := lay.CheckCounts(); err != nil {
 		return fail(abi.CodeMemoryLimit, err, "%v", err)
 	}
 	bounded := code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
@@ -415,9 +416,9 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		m.maxIdle = 8
 	}
 	m.info = describe(name, digest, len(wasm), cm, c)
-	if lay.memory != nil {
-		m.memMin = lay.memory.min
-		m.info.MemoryMin = lay.memory.min
+	if lay.Memory != nil {
+		m.memMin = lay.Memory.Min
+		m.info.MemoryMin = lay.Memory.Min
 	}
 	exports := cm.ExportedFunctions()
 	_, m.hasInit = exports[abi.ExportInitWASI]
@@ -425,7 +426,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 		m.kind = KindExtism // its driver checks the imports it provides
 	}
 	if m.kind != KindExtism && interp == nil { // an interpreter provides its own imports
-		if err := h.checkImports(m.info.Imports, lay.imports); err != nil {
+		if err := h.checkImports(m.info.Imports, lay.Imports); err != nil {
 			return fail(abi.CodeBadModule, nil, "%v", err)
 		}
 	}

@@ -8,15 +8,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/internal/codeshare"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -100,7 +101,7 @@ func pluginWasm(t testing.TB) []byte {
 // cacheFiles lists the files in the directory wazero keeps h's.
 func cacheFiles(t *testing.T, h *Host) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(h.cacheDir, currentCodeFingerprint(false).wazeroDir))
+	entries, err := os.ReadDir(filepath.Join(h.cacheDir, codeshare.CurrentFingerprint(false, hostCloseOnContextDone).WazeroDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +133,12 @@ func sharedCodeEvents(t *testing.T, h *Host) []audit.Event {
 func TestCodeFileName(t *testing.T) {
 	ctx := context.Background()
 	goGuest := testwasm.BuildGo(t, "./testdata/goguest", true)
-	rewritten, changed, lay, err := limitTables(goGuest, 10000)
+	rewritten, changed, lay, err := wasmrewrite.LimitTables(goGuest, 10000)
 	if err != nil || !changed {
-		t.Fatalf("limitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
+		t.Fatalf("LimitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
 	}
 	// and the interrupt checks Load adds to every module (interrupt.go)
-	if rewritten, err = instrumentDeadline(rewritten, lay, false); err != nil {
+	if rewritten, err = wasmrewrite.InstrumentDeadline(rewritten, lay, false); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -160,85 +161,20 @@ func TestCodeFileName(t *testing.T) {
 				}
 				defer m.Close(ctx)
 			} else {
-				cm, _, err := h.share.compile(ctx, h.runtime, tt.wasm, compileFor{name: "m"})
+				cm, _, err := h.share.Compile(ctx, h.runtime, tt.wasm, codeshare.For{Module: "m"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer cm.Close(ctx)
 			}
-			want := h.share.fp.fileName(tt.compiled)
+			want := h.share.Fingerprint().FileName(tt.compiled)
 			if got := cacheFiles(t, h); !slices.Equal(got, []string{want}) {
 				t.Fatalf("wazero wrote %v; moat predicts %s", got, want)
 			}
-			if tt.tableCap > 0 && want == h.share.fp.fileName(tt.wasm) {
+			if tt.tableCap > 0 && want == h.share.Fingerprint().FileName(tt.wasm) {
 				t.Fatal("the rewritten module has the uploaded one's file name")
 			}
 		})
-	}
-}
-
-// TestCodeKeyCovers: the store's key of an artifact changes with each
-// thing that makes machine code valid on a machine (so a host that would
-// run other code looks up another key and misses), and the MAC binds the
-// key (so an artifact moved under another key does not verify).
-func TestCodeKeyCovers(t *testing.T) {
-	code := pluginWasm(t)
-	base := currentCodeFingerprint(false)
-	// A test binary carries no module information: wazero calls itself
-	// "dev", and the executable's digest tells this build from others.
-	if base.wazeroDir != "wazero-dev-"+runtime.GOARCH+"-"+runtime.GOOS || !strings.HasPrefix(base.wazeroSum, "executable ") || len(base.wazeroSum) != len("executable ")+64 {
-		t.Fatalf("fingerprint %+v: want wazero's directory of a build without module information, keyed by the executable's SHA-256", base)
-	}
-	h, _ := replica(t, sharedStore(t), codeKeyA)
-	if _, err := os.Stat(filepath.Join(h.cacheDir, base.wazeroDir)); err != nil {
-		t.Fatalf("wazero made no directory %s: %v", base.wazeroDir, err)
-	}
-	otherCode := slices.Clone(code)
-	otherCode[len(otherCode)-1] ^= 1
-	tests := []struct {
-		name     string
-		edit     func(f *codeFingerprint)
-		code     []byte
-		fileName bool // wazero's own file name changes too
-	}{
-		{name: "module bytes (one bit)", edit: func(f *codeFingerprint) {}, code: otherCode, fileName: true},
-		{name: "CPU features", edit: func(f *codeFingerprint) { f.cpu ^= 1 }, fileName: true},
-		{name: "CloseOnContextDone", edit: func(f *codeFingerprint) { f.ensureTermination = !f.ensureTermination }, fileName: true},
-		{name: "wazero version", edit: func(f *codeFingerprint) { f.wazeroDir = "wazero-v1.12.1-amd64-linux" }},
-		{name: "GOARCH", edit: func(f *codeFingerprint) { f.wazeroDir = "wazero-v1.12.0-arm64-linux" }},
-		{name: "wazero build (replace directive)", edit: func(f *codeFingerprint) { f.wazeroSum = "../wazero@ h1:other" }},
-		{name: "Go release", edit: func(f *codeFingerprint) { f.goVersion = "go1.25.0" }},
-		{name: "runtime config", edit: func(f *codeFingerprint) { f.runtimeConfig = "interpreter" }},
-		{name: "DWARF lines", edit: func(f *codeFingerprint) { *f = currentCodeFingerprint(true) }},
-	}
-	keys := map[string]string{base.artifactKey(code): "base"}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := base
-			tt.edit(&f)
-			c := code
-			if tt.code != nil {
-				c = tt.code
-			}
-			k := f.artifactKey(c)
-			if prev, dup := keys[k]; dup {
-				t.Fatalf("key %s equals %s's", k, prev)
-			}
-			keys[k] = tt.name
-			if changed := f.fileName(c) != base.fileName(code); changed != tt.fileName {
-				t.Errorf("wazero's file name changed: %v, want %v", changed, tt.fileName)
-			}
-		})
-	}
-	if base.artifactKey(code) != currentCodeFingerprint(false).artifactKey(slices.Clone(code)) {
-		t.Error("the key of the same code on the same host differs between calls")
-	}
-	k1, k2 := base.artifactKey(code), base.artifactKey(otherCode)
-	if hmac.Equal(codeMAC(codeKeyA, k1, code), codeMAC(codeKeyA, k2, code)) {
-		t.Error("the MAC does not cover the artifact's key")
-	}
-	if hmac.Equal(codeMAC(codeKeyA, k1, code), codeMAC(codeKeyB, k1, code)) {
-		t.Error("the MAC does not depend on the code key")
 	}
 }
 
@@ -304,12 +240,12 @@ func TestSharedCodeAcrossHosts(t *testing.T) {
 		t.Fatal("a host without a code key shares code")
 	}
 	compiled := instrument(t, wasm) // what Load hands wazero
-	before, _ := st.CodeGet(ctx, a.share.fp.artifactKey(compiled), 0)
+	before, _ := st.CodeGet(ctx, a.share.Fingerprint().ArtifactKey(compiled), 0)
 	md, err := d.Load(ctx, wasm, LoadOptions{Name: "plug"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := st.CodeGet(ctx, a.share.fp.artifactKey(compiled), 0)
+	after, _ := st.CodeGet(ctx, a.share.Fingerprint().ArtifactKey(compiled), 0)
 	if md.Info().Compile.FromSharedCode || len(sharedCodeEvents(t, d)) != 1 || !after.StoredAt.Equal(before.StoredAt) || strings.Contains(dlog.String(), "shared") {
 		t.Fatalf("a host without a key used sharing: %+v\n%s", md.Info().Compile, dlog)
 	}
@@ -327,9 +263,9 @@ func TestSharedCodeHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := currentCodeFingerprint(false)
+	fp := codeshare.CurrentFingerprint(false, hostCloseOnContextDone)
 	compiled := instrument(t, wasm) // what Load hands wazero
-	key := fp.artifactKey(compiled)
+	key := fp.ArtifactKey(compiled)
 	type shaped struct {
 		data, mac []byte
 	}
@@ -342,17 +278,17 @@ func TestSharedCodeHostile(t *testing.T) {
 		{name: "tampered byte", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
 			d := slices.Clone(good)
 			d[len(d)/2] ^= 0x80
-			return shaped{d, codeMAC(codeKeyA, key, good)}
+			return shaped{d, codeshare.MAC(codeKeyA, key, good)}
 		}},
 		{name: "moved from another module's key", rule: "mac", shape: func(t *testing.T, _ []byte, st *store.Store) shaped {
 			// another module's real artifact and its valid MAC
 			a2, _ := replica(t, st, codeKeyA)
-			cm, _, err := a2.share.compile(ctx, a2.runtime, other, compileFor{name: "other"})
+			cm, _, err := a2.share.Compile(ctx, a2.runtime, other, codeshare.For{Module: "other"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			cm.Close(ctx)
-			got, err := st.CodeGet(ctx, fp.artifactKey(other), 0)
+			got, err := st.CodeGet(ctx, fp.ArtifactKey(other), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -360,25 +296,25 @@ func TestSharedCodeHostile(t *testing.T) {
 		}},
 		{name: "from another fingerprint (CPU features)", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
 			f := fp
-			f.cpu ^= 1
-			return shaped{good, codeMAC(codeKeyA, f.artifactKey(wasm), good)}
+			f.CPU ^= 1
+			return shaped{good, codeshare.MAC(codeKeyA, f.ArtifactKey(wasm), good)}
 		}},
 		{name: "from another code key", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
-			return shaped{good, codeMAC(codeKeyB, key, good)}
+			return shaped{good, codeshare.MAC(codeKeyB, key, good)}
 		}},
 		{name: "truncated", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
-			return shaped{good[:len(good)/2], codeMAC(codeKeyA, key, good)}
+			return shaped{good[:len(good)/2], codeshare.MAC(codeKeyA, key, good)}
 		}},
 		{name: "zero MAC", rule: "mac", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
 			return shaped{good, make([]byte, 32)}
 		}},
 		{name: "huge", rule: "size", bound: true, shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
 			d := append(slices.Clone(good), make([]byte, 1000)...)
-			return shaped{d, codeMAC(codeKeyA, key, d)}
+			return shaped{d, codeshare.MAC(codeKeyA, key, d)}
 		}},
 		{name: "truncated, with a valid MAC (a key holder's broken file)", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
 			d := good[:len(good)/2]
-			return shaped{d, codeMAC(codeKeyA, key, d)}
+			return shaped{d, codeshare.MAC(codeKeyA, key, d)}
 		}},
 		{name: "another wazero version's, with a valid MAC", shape: func(t *testing.T, good []byte, _ *store.Store) shaped {
 			// The header: "WAZEVO", the version's length, the version.
@@ -387,14 +323,14 @@ func TestSharedCodeHostile(t *testing.T) {
 			}
 			d := slices.Clone(good)
 			d[6+int(good[6])] ^= 1 // the version's last character
-			return shaped{d, codeMAC(codeKeyA, key, d)}
+			return shaped{d, codeshare.MAC(codeKeyA, key, d)}
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := sharedStore(t)
 			a, _ := replica(t, st, codeKeyA)
-			cm, _, err := a.share.compile(ctx, a.runtime, compiled, compileFor{name: "plug"})
+			cm, _, err := a.share.Compile(ctx, a.runtime, compiled, codeshare.For{Module: "plug"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -410,12 +346,12 @@ func TestSharedCodeHostile(t *testing.T) {
 
 			b, blog := replica(t, st, codeKeyA)
 			if tt.bound {
-				b.share.maxBytes = int64(len(good.Data)) + 500
+				b.share.MaxBytes = int64(len(good.Data)) + 500
 			}
 			// The fetch alone: a refused artifact writes nothing, not even
 			// a temporary file.
-			path := filepath.Join(b.share.dir, fp.fileName(compiled))
-			placed, _, why := b.share.fetch(ctx, key, path, compileFor{name: "plug", correlation: "c-1"})
+			path := filepath.Join(b.share.Dir(), fp.FileName(compiled))
+			placed, _, why := b.share.Fetch(ctx, key, path, codeshare.For{Module: "plug", CorrelationID: "c-1"})
 			if tt.rule != "" {
 				if placed || len(cacheFiles(t, b)) != 0 {
 					t.Fatalf("a refused artifact reached the cache directory: %v (%s)", cacheFiles(t, b), why)
@@ -449,7 +385,7 @@ func TestSharedCodeHostile(t *testing.T) {
 				t.Fatalf("want one 'compiled here' line:\n%s", blog.String())
 			}
 			now, err := st.CodeGet(ctx, key, 0)
-			if err != nil || !hmac.Equal(now.MAC, codeMAC(codeKeyA, key, now.Data)) || !bytes.Equal(now.Data, got) {
+			if err != nil || !hmac.Equal(now.MAC, codeshare.MAC(codeKeyA, key, now.Data)) || !bytes.Equal(now.Data, got) {
 				t.Errorf("the store was not repaired with the host's own compiled code: %v", err)
 			}
 		})

@@ -2,8 +2,6 @@ package host_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/internal/proctest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -95,25 +94,5 @@ func settledMemory(t *testing.T) (heap, rss uint64) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc, residentSet(t)
-}
-
-// residentSet is VmRSS of this process.
-func residentSet(t *testing.T) uint64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb uint64
-			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
-				t.Fatalf("VmRSS %q: %v", v, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
+	return ms.HeapAlloc, proctest.ResidentBytes(t)
 }

@@ -11,7 +11,7 @@ FUZZTIME       ?= 60s
 # two cores); the committed seeds run in every go test, and `make fuzz` is
 # where inputs are searched for.
 FUZZSMOKETIME  ?= 3s
-FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./host:FuzzLimitTables ./host:FuzzInstrumentDeadline ./server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./server:FuzzDecodeJSONBody ./host/store:FuzzDBDocument ./host/store:FuzzDBWhere ./host/media:FuzzIngest
+FUZZ_TARGETS   := ./abi:FuzzWire ./abi:FuzzPacking ./host/transport:FuzzDevice ./host/transport:FuzzPipe ./internal/wasmrewrite:FuzzLimitTables ./internal/wasmrewrite:FuzzInstrumentDeadline ./server:FuzzArchive ./policy:FuzzParseManifest ./policy:FuzzParseProfile ./server:FuzzDecodeJSONBody ./host/store:FuzzDBDocument ./host/store:FuzzDBWhere ./host/media:FuzzIngest
 
 # The instrumented build is what costs (the package and everything it
 # imports, compiled for coverage: a minute or more cold, for seconds of

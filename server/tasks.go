@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/host/tasks"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -57,7 +58,7 @@ func (c *TasksConfig) validate(fail failFunc, maxInvocations int) error {
 
 // startTasks starts the task runner of the server: it runs until Close.
 func (s *Server) startTasks() error {
-	r, err := host.NewTaskRunner(host.TaskRunnerConfig{
+	r, err := tasks.New(tasks.Config{
 		Store:       s.store,
 		Resolve:     s.resolveTaskModule,
 		Scheduled:   s.modules.scheduled,
@@ -99,7 +100,7 @@ func (s *Server) resolveTaskModule(ctx context.Context, org, name string) (*host
 		return nil, err // the runner names the module
 	}
 	if e == nil {
-		return nil, fmt.Errorf("%w: module %s of organization %s", host.ErrModuleGone, name, org)
+		return nil, fmt.Errorf("%w: module %s of organization %s", tasks.ErrModuleGone, name, org)
 	}
 	return e.mod, nil
 }
@@ -139,7 +140,7 @@ func (s *Server) authorizeTask(ctx context.Context, t *store.Task) error {
 	}
 	return fmt.Errorf("%w: user %s of organization %s %s with the roles %v the task was enqueued with; "+
 		"a task runs only while its user could start it again (create a key: `moat keys create --org %s --user %s`, then enqueue it anew)",
-		host.ErrTaskUnauthorized, t.User, t.Org, why, orEmpty(t.Roles), t.Org, t.User)
+		tasks.ErrUnauthorized, t.User, t.Org, why, orEmpty(t.Roles), t.Org, t.User)
 }
 
 // holdsAll says whether have holds every role of want.
@@ -163,13 +164,13 @@ func (s *Server) admitTask(ctx context.Context, org string) (func(), error) {
 }
 
 // scheduled lists the loaded modules whose manifests declare schedules.
-func (r *registry) scheduled() []host.ScheduledModule {
+func (r *registry) scheduled() []tasks.ScheduledModule {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	var out []host.ScheduledModule
+	var out []tasks.ScheduledModule
 	for k, e := range r.loaded {
 		if mf := e.mod.Manifest(); mf != nil && len(mf.Schedules) > 0 {
-			out = append(out, host.ScheduledModule{Org: k.org, Module: e.mod})
+			out = append(out, tasks.ScheduledModule{Org: k.org, Module: e.mod})
 		}
 	}
 	return out

@@ -28,12 +28,41 @@ func mibChanged(changed func(string) bool, name string) bool {
 	return changed(name+"-mib") || changed(name)
 }
 
-// timeOrAgo is a flag's value that is a point in time, written either as
-// the HTTP API writes it (RFC 3339, e.g. 2026-01-02T15:04:05Z, as
-// /v1/audit's since and until take it) or as a duration back from now
-// (1h, 90m): `moat audit --since 1h --until 10m`, or the times a script
-// read from the API. A negative duration (the future, spelt backwards) is
-// refused rather than guessed at.
+// parseTimeOrAgo is the one reader of a point in time on the command line:
+// written either as the HTTP API writes it (RFC 3339, e.g.
+// 2026-01-02T15:04:05Z) or as an age back from now, which age reads (and
+// refuses, with the message the flag gives). Each flag says what an age
+// is: a Go duration for --since and --until (durationAge), an age as
+// audit.retention writes it for `moat audit prune --before` (parseBefore).
+// The two forms never overlap, so which is tried first decides nothing.
+func parseTimeOrAgo(s string, now time.Time, age func(string) (time.Duration, error)) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := age(s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return now.Add(-d), nil
+}
+
+// durationAge reads an age as a Go duration (1h, 90m). A negative one
+// (the future, spelt backwards) is refused rather than guessed at.
+func durationAge(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither a duration back from now (1h, 90m) nor an RFC 3339 time (2026-01-02T15:04:05Z)", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q: give a positive duration back from now, e.g. 1h, or an RFC 3339 time", s)
+	}
+	return d, nil
+}
+
+// timeOrAgo is a flag's value that is a point in time (parseTimeOrAgo,
+// an age being a duration: durationAge), as /v1/audit's since and until
+// take it: `moat audit --since 1h --until 10m`, or the times a script
+// read from the API.
 type timeOrAgo struct {
 	t   *time.Time
 	now func() time.Time
@@ -42,18 +71,11 @@ type timeOrAgo struct {
 func newTimeOrAgo(t *time.Time) *timeOrAgo { return &timeOrAgo{t: t, now: time.Now} }
 
 func (v *timeOrAgo) Set(s string) error {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return fmt.Errorf("%q: give a positive duration back from now, e.g. 1h, or an RFC 3339 time", s)
-		}
-		*v.t = v.now().Add(-d)
-		return nil
-	}
-	tm, err := time.Parse(time.RFC3339Nano, s)
+	t, err := parseTimeOrAgo(s, v.now(), durationAge)
 	if err != nil {
-		return fmt.Errorf("%q is neither a duration back from now (1h, 90m) nor an RFC 3339 time (2026-01-02T15:04:05Z)", s)
+		return err
 	}
-	*v.t = tm
+	*v.t = t
 	return nil
 }
 

@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/internal/proctest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
@@ -45,20 +45,11 @@ func jobLeftovers() map[string]bool {
 			out[d] = true
 		}
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-		if err != nil {
-			continue
-		}
-		for line := range strings.SplitSeq(string(b), "\n") {
+	for _, p := range proctest.List() {
+		for _, line := range p.Cgroups {
 			_, after, ok := strings.Cut(line, "/"+kernel.CgroupParent+"/")
 			if ok && dead(after) {
-				st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-				out["process "+strings.TrimSpace(string(st))+" in "+after] = true
+				out["process "+p.Stat()+" in "+after] = true
 				break
 			}
 		}
@@ -198,7 +189,7 @@ func TestServeSIGTERMLeavesNothing(t *testing.T) {
 	var rest lockedBuffer
 	base := startServeCmd(t, cmd, &rest)
 	pid := cmd.Process.Pid
-	helpers := children(pid)
+	helpers := proctest.Children(pid)
 	if len(helpers) == 0 {
 		t.Fatal("moat serve has no helper process (launcher, backstop watcher): the case tests nothing")
 	}
@@ -243,13 +234,12 @@ wait:
 			t.Fatalf("moat serve did not exit 40s after SIGTERM:\n%s", rest.String())
 		case <-time.After(20 * time.Millisecond):
 		}
-		for _, c := range children(pid) {
-			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c))
-			if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(string(st[i+1:]), " Z") {
+		for _, c := range proctest.Children(pid) {
+			if p := (proctest.Process{PID: c}); p.Zombie() {
 				if _, ok := zombieSince[c]; !ok {
 					zombieSince[c] = time.Now()
 				} else if time.Since(zombieSince[c]) > time.Second {
-					zombies[c] = string(st)
+					zombies[c] = p.Stat()
 				}
 			}
 		}

@@ -153,24 +153,28 @@ moat serve prunes by itself when audit.retention is set.`,
 	return cmd
 }
 
-// parseBefore reads --before: an RFC 3339 time, or an age (90d, 720h)
-// back from now.
+// parseBefore reads --before (parseTimeOrAgo): an RFC 3339 time, or an
+// age back from now as audit.retention writes it (90d, 720h). Neither may
+// name the future or now: that would remove every event.
 func parseBefore(s string, now time.Time) (time.Time, error) {
 	if strings.TrimSpace(s) == "" {
 		return time.Time{}, fmt.Errorf("give the cutoff: an age like 90d or an RFC 3339 time")
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		if t.After(now) {
-			return time.Time{}, fmt.Errorf("%s is in the future: that would remove every event", s)
+	t, err := parseTimeOrAgo(s, now, func(s string) (time.Duration, error) {
+		d, err := server.ParseRetention(s)
+		if err != nil {
+			return 0, fmt.Errorf("%v; or give an RFC 3339 time (2026-01-02T15:04:05Z)", err)
 		}
-		return t, nil
-	}
-	d, err := server.ParseRetention(s)
+		if d == 0 {
+			return 0, fmt.Errorf("%q would remove every event; give an age like 90d", s)
+		}
+		return d, nil
+	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%v; or give an RFC 3339 time (2026-01-02T15:04:05Z)", err)
+		return time.Time{}, err
 	}
-	if d == 0 {
-		return time.Time{}, fmt.Errorf("%q would remove every event; give an age like 90d", s)
+	if t.After(now) {
+		return time.Time{}, fmt.Errorf("%s is in the future: that would remove every event", s)
 	}
-	return now.Add(-d), nil
+	return t, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/host/tasks"
 )
 
 // The tasks a plugin enqueues under moat run. Its module is read from a
@@ -110,12 +111,12 @@ func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, m
 	for _, t := range left {
 		seen[t.ID] = true
 	}
-	r, err := host.NewTaskRunner(host.TaskRunnerConfig{
+	r, err := tasks.New(tasks.Config{
 		Store:  st,
 		Origin: origin,
 		Resolve: func(_ context.Context, _, name string) (*host.Module, error) {
 			if name != mod.Name() {
-				return nil, fmt.Errorf("%w: this moat run has module %s, not %s", host.ErrModuleGone, mod.Name(), name)
+				return nil, fmt.Errorf("%w: this moat run has module %s, not %s", tasks.ErrModuleGone, mod.Name(), name)
 			}
 			return mod, nil
 		},

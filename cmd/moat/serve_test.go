@@ -12,13 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/proctest"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
@@ -219,23 +219,6 @@ func startServeCmd(t *testing.T, cmd *exec.Cmd, rest io.Writer) string {
 	return ""
 }
 
-// children lists the processes whose parent is pid.
-func children(pid int) []int {
-	var out []int
-	dirs, _ := filepath.Glob("/proc/[0-9]*/status")
-	for _, d := range dirs {
-		b, err := os.ReadFile(d)
-		if err != nil {
-			continue
-		}
-		if m := regexp.MustCompile(`(?m)^PPid:\s+(\d+)$`).FindSubmatch(b); m != nil && string(m[1]) == strconv.Itoa(pid) {
-			n, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // TestServeKill9: moat serve killed with SIGKILL in the middle of kv writes
 // loses no write it acknowledged, and starts again on the same data
 // directory with no repair: every acknowledged value is read back, and
@@ -291,7 +274,7 @@ func TestServeKill9(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond)
 	pid := srv.Process.Pid
-	helpers := children(pid)
+	helpers := proctest.Children(pid)
 	if err := srv.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

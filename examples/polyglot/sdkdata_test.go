@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/host/tasks"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/languages"
@@ -407,13 +408,13 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 // runTasks runs a task runner over m until the test ends.
 func runTasks(t *testing.T, h *host.Host, m *host.Module) {
 	t.Helper()
-	r, err := host.NewTaskRunner(host.TaskRunnerConfig{
+	r, err := tasks.New(tasks.Config{
 		Store: h.Store(),
 		Resolve: func(_ context.Context, _, name string) (*host.Module, error) {
 			if name == m.Name() {
 				return m, nil
 			}
-			return nil, fmt.Errorf("%w: %s", host.ErrModuleGone, name)
+			return nil, fmt.Errorf("%w: %s", tasks.ErrModuleGone, name)
 		},
 		Poll:   20 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),

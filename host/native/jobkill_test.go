@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/proctest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
@@ -41,22 +41,7 @@ const forkSleep = `for i in 1 2 3 4 5 6 7 8; do (sleep 300 & sleep 300) & done; 
 // ownJobProcs lists the processes in this test binary's job cgroups,
 // read from each process's /proc/PID/cgroup: what a job leaves running.
 func ownJobProcs(tag string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-		if err != nil {
-			continue
-		}
-		if strings.Contains(string(b), "/"+kernel.CgroupParent+"/job-"+tag) {
-			st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-			out = append(out, strings.TrimSpace(string(st)))
-		}
-	}
-	return out
+	return proctest.InCgroup("/" + kernel.CgroupParent + "/job-" + tag)
 }
 
 // assertNothingLeft: no directory of a job cgroup with the runner tag in

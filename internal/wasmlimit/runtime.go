@@ -29,7 +29,7 @@ const RuntimeConfigID = "compiler;core-features=v2;close-on-context-done;memory-
 //   - CloseOnContextDone, which is what lets a deadline stop a guest stuck
 //     in a loop (it costs an exit to Go on every loop back-edge). Package
 //     host turns it off for its own runtime, whose modules carry a cheaper
-//     check of their own (host/interrupt.go); the Extism adapter and the
+//     check of their own (internal/wasmrewrite); the Extism adapter and the
 //     Ruby driver, which run modules the host does not rewrite, keep it;
 //   - the memory ceiling MaxMemoryPages, under which each instance's
 //     Allocator applies the invocation's limit;

@@ -5,11 +5,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/hostile"
+	"github.com/moat-sandbox/moat/internal/proctest"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -63,7 +63,7 @@ func TestSoakHostileShapes(t *testing.T) {
 		}
 		if round == 0 {
 			runtime.GC()
-			goroutines0, rss0 = runtime.NumGoroutine(), rssOf(t)
+			goroutines0, rss0 = runtime.NumGoroutine(), proctest.ResidentBytes(t)
 		}
 	}
 	time.Sleep(time.Second)
@@ -71,43 +71,10 @@ func TestSoakHostileShapes(t *testing.T) {
 	if g := runtime.NumGoroutine(); g > goroutines0+8 {
 		t.Errorf("%d goroutines after %d rounds, %d after the first", g, rounds, goroutines0)
 	}
-	if rss := rssOf(t); rss > rss0+256<<20 {
+	if rss := proctest.ResidentBytes(t); rss > rss0+256<<20 {
 		t.Errorf("resident set %d MiB after %d rounds, %d MiB after the first", rss>>20, rounds, rss0>>20)
 	}
-	if kids := childrenOf(os.Getpid()); len(kids) > 0 {
+	if kids := proctest.Children(os.Getpid()); len(kids) > 0 {
 		t.Errorf("child processes left: %v", kids)
 	}
-}
-
-// rssOf is VmRSS of this process.
-func rssOf(t *testing.T) uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []string {
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, d := range entries {
-		b, err := os.ReadFile("/proc/" + d.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "PPid:"); ok && strings.TrimSpace(v) == strconv.Itoa(pid) {
-				out = append(out, d.Name())
-			}
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package host_test
+package tasks_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/host/tasks"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -57,7 +58,7 @@ func BenchmarkTaskEnqueueToStart(b *testing.B) {
 			}
 			defer m.Close(ctx)
 			started := make(chan time.Time, 1)
-			r, err := host.NewTaskRunner(host.TaskRunnerConfig{Store: st, Logger: slog.New(slog.DiscardHandler),
+			r, err := tasks.New(tasks.Config{Store: st, Logger: slog.New(slog.DiscardHandler),
 				Resolve: func(context.Context, string, string) (*host.Module, error) { return m, nil },
 				OnStart: func(*store.Task) { started <- time.Now() }})
 			if err != nil {

@@ -1,4 +1,4 @@
-package host
+package wasmrewrite
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 )
 
-// limitTables reads bytes anyone can upload, before anything else of moat
+// LimitTables reads bytes anyone can upload, before anything else of moat
 // or wazero looks at them, and hands a rewritten copy to the compiler.
 // FuzzLimitTables holds it to four promises:
 //
@@ -40,14 +40,14 @@ import (
 //     compiles, with the same imports and exports.
 //
 // `make test` runs the seeds (testdata/fuzz/FuzzLimitTables: the modules
-// of ../testdata and hostile variants of them, plus what fuzzing found);
+// of ../../testdata and hostile variants of them, plus what fuzzing found);
 // `make fuzz` explores further.
 func FuzzLimitTables(f *testing.F) {
 	for _, s := range append(realModuleSeeds(f), hostileSeeds()...) {
 		f.Add(s.wasm, s.limit)
 	}
 	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(MaxMemoryLimitPages))
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(maxMemoryPages))
 	f.Cleanup(func() { rt.Close(ctx) })
 	f.Fuzz(func(t *testing.T, wasm []byte, limit uint32) {
 		// A hang is a failure too: end the process with every stack, and
@@ -58,7 +58,7 @@ func FuzzLimitTables(f *testing.F) {
 		})
 		defer watchdog.Stop()
 		limit %= MaxTableElementsCeiling + 1 // Load refuses a larger cap
-		out, changed, lay, err := limitTables(wasm, limit)
+		out, changed, lay, err := LimitTables(wasm, limit)
 		checkLimitTablesAlloc(t, wasm, limit)
 
 		var tle *TableLimitError
@@ -75,22 +75,22 @@ func FuzzLimitTables(f *testing.F) {
 		case err != nil:
 			if cm, cerr := compileRecovered(ctx, rt, wasm); cerr == nil {
 				cm.Close(ctx)
-				t.Fatalf("limitTables refuses a module wazero compiles: %v", err)
+				t.Fatalf("LimitTables refuses a module wazero compiles: %v", err)
 			}
 			return
 		}
 		if !changed && !bytes.Equal(out, wasm) {
-			t.Fatal("limitTables changed the bytes but says it did not")
+			t.Fatal("LimitTables changed the bytes but says it did not")
 		}
 		checkRewritten(t, wasm, out, limit, lay)
-		if lay.checkCounts() != nil {
+		if lay.CheckCounts() != nil {
 			return // refused at load before compiling
 		}
 		checkWazeroAgrees(t, ctx, rt, wasm, out)
 	})
 }
 
-// The heap limitTables may use: 256 bytes per module byte (each table,
+// The heap LimitTables may use: 256 bytes per module byte (each table,
 // at least 3 bytes of the module, costs its declaration, its name and its
 // share of the rewrite, about 350 bytes) and 64 KiB for error messages.
 const (
@@ -110,7 +110,7 @@ const (
 
 // checkLimitTablesAlloc measures what one call allocates. The count is
 // the process's, so a goroutine of the test framework could add to it:
-// only an excess seen twice in a row is a failure (limitTables is
+// only an excess seen twice in a row is a failure (LimitTables is
 // deterministic).
 func checkLimitTablesAlloc(t *testing.T, wasm []byte, limit uint32) {
 	t.Helper()
@@ -119,22 +119,22 @@ func checkLimitTablesAlloc(t *testing.T, wasm []byte, limit uint32) {
 	for range 2 {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, _, _, _ = limitTables(wasm, limit)
+		_, _, _, _ = LimitTables(wasm, limit)
 		runtime.ReadMemStats(&after)
 		if alloc = after.TotalAlloc - before.TotalAlloc; alloc <= bound {
 			return
 		}
 	}
-	t.Fatalf("limitTables allocated %d bytes for a module of %d bytes; the bound is %d", alloc, len(wasm), bound)
+	t.Fatalf("LimitTables allocated %d bytes for a module of %d bytes; the bound is %d", alloc, len(wasm), bound)
 }
 
 // checkTableLimitError: the refusal is right when the tables' minimums
 // are indeed over the limit, and it names at least one of them.
 func checkTableLimitError(t *testing.T, wasm []byte, limit uint32, tle *TableLimitError) {
 	t.Helper()
-	lay, err := readLayout(wasm)
+	lay, err := ReadLayout(wasm)
 	if err != nil {
-		t.Fatalf("a TableLimitError for a module readLayout refuses: %v", err)
+		t.Fatalf("a TableLimitError for a module ReadLayout refuses: %v", err)
 	}
 	var sum uint64
 	for _, tb := range lay.tables {
@@ -148,11 +148,11 @@ func checkTableLimitError(t *testing.T, wasm []byte, limit uint32, tle *TableLim
 	}
 }
 
-// checkRewritten holds out (what limitTables returned for wasm) to its
+// checkRewritten holds out (what LimitTables returned for wasm) to its
 // promises.
-func checkRewritten(t *testing.T, wasm, out []byte, limit uint32, lay *layout) {
+func checkRewritten(t *testing.T, wasm, out []byte, limit uint32, lay *Layout) {
 	t.Helper()
-	got, err := readLayout(out)
+	got, err := ReadLayout(out)
 	if err != nil {
 		t.Fatalf("the rewritten module does not read back: %v", err)
 	}
@@ -176,9 +176,9 @@ func checkRewritten(t *testing.T, wasm, out []byte, limit uint32, lay *layout) {
 	if sum > uint64(limit) {
 		t.Fatalf("the tables' maximums add up to %d, over the limit %d", sum, limit)
 	}
-	if !reflect.DeepEqual(got.imports, lay.imports) || !reflect.DeepEqual(got.memory, lay.memory) || got.counts != lay.counts {
+	if !reflect.DeepEqual(got.Imports, lay.Imports) || !reflect.DeepEqual(got.Memory, lay.Memory) || got.counts != lay.counts {
 		t.Fatalf("the rewrite changed what the module declares: imports %v → %v, memory %+v → %+v, counts %v → %v",
-			lay.imports, got.imports, lay.memory, got.memory, lay.counts, got.counts)
+			lay.Imports, got.Imports, lay.Memory, got.Memory, lay.counts, got.counts)
 	}
 	before, after := sectionBodies(t, wasm), sectionBodies(t, out)
 	if len(before) != len(after) {
@@ -192,7 +192,7 @@ func checkRewritten(t *testing.T, wasm, out []byte, limit uint32, lay *layout) {
 			t.Fatalf("section %d (id %d) changed, but only the import and table sections hold table limits", i, id)
 		}
 	}
-	again, changed, _, err := limitTables(out, limit)
+	again, changed, _, err := LimitTables(out, limit)
 	if err != nil || changed || !bytes.Equal(again, out) {
 		t.Fatalf("a second pass over the rewritten module: changed %v, err %v", changed, err)
 	}
@@ -268,13 +268,13 @@ func moduleShape(cm wazero.CompiledModule) string {
 }
 
 // writeSeeds rewrites the hostile seeds in testdata/fuzz/FuzzLimitTables:
-// go test ./host -run TestLimitTablesSeeds -write-fuzz-seeds
+// go test ./internal/wasmrewrite -run TestLimitTablesSeeds -write-fuzz-seeds
 var writeSeeds = flag.Bool("write-fuzz-seeds", false, "rewrite testdata/fuzz/FuzzLimitTables/seed-* from hostileSeeds")
 
 // TestLimitTablesSeeds keeps the committed seed files what hostileSeeds
 // builds (FuzzLimitTables adds them itself too; the files are the corpus
 // a fuzzing run outside this binary starts from, and they read as a
-// list of what is covered). The real modules of ../testdata are added at
+// list of what is covered). The real modules of ../../testdata are added at
 // run time, so a new fixture needs no new file here.
 func TestLimitTablesSeeds(t *testing.T) {
 	dir := filepath.Join("testdata", "fuzz", "FuzzLimitTables")
@@ -295,7 +295,7 @@ func TestLimitTablesSeeds(t *testing.T) {
 		}
 		have, err := os.ReadFile(path)
 		if err != nil || !bytes.Equal(have, data) {
-			t.Errorf("seed %s is not committed as built (%v): go test ./host -run TestLimitTablesSeeds -write-fuzz-seeds", path, err)
+			t.Errorf("seed %s is not committed as built (%v): go test ./internal/wasmrewrite -run TestLimitTablesSeeds -write-fuzz-seeds", path, err)
 		}
 	}
 }
@@ -306,7 +306,7 @@ type limitTablesSeed struct {
 	limit uint32
 }
 
-// realModuleSeeds are the modules of ../testdata, each whole under the
+// realModuleSeeds are the modules of ../../testdata, each whole under the
 // default cap and a cap of 1, and cut in half.
 func realModuleSeeds(tb testing.TB) []limitTablesSeed {
 	tb.Helper()
@@ -314,9 +314,9 @@ func realModuleSeeds(tb testing.TB) []limitTablesSeed {
 	add := func(name string, limit uint32, b []byte) {
 		seeds = append(seeds, limitTablesSeed{name, b, limit})
 	}
-	paths, err := filepath.Glob("../testdata/*.wasm")
+	paths, err := filepath.Glob("../../testdata/*.wasm")
 	if err != nil || len(paths) == 0 {
-		tb.Fatalf("no modules in ../testdata (%v): run `make fixtures`", err)
+		tb.Fatalf("no modules in ../../testdata (%v): run `make fixtures`", err)
 	}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)

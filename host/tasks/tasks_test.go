@@ -1,4 +1,4 @@
-package host_test
+package tasks_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/host/tasks"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
@@ -38,6 +39,25 @@ actions: [{name: start}, {name: work}, {name: flaky}, {name: boom}, {name: slow}
   {name: runs}, {name: wipe, confirm: true}]
 capabilities: {kv: true, tasks: true}
 `
+
+// ann is the principal of the tests' calls.
+var ann = policy.Principal{User: "ann", Org: "acme", Roles: []string{"dev"}}
+
+// policyHost is a host of its own data directory under profileYAML.
+func policyHost(t *testing.T, profileYAML string) *host.Host {
+	t.Helper()
+	p, err := policy.ParseProfile("test-profile.yaml", []byte(profileYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	return h
+}
 
 // taskBackend opens a store: SQLite in dir, or a PostgreSQL database.
 type taskBackend struct {
@@ -102,7 +122,7 @@ func loadTaskGuest(t *testing.T, h *host.Host, name, extra string) *host.Module 
 
 // startRunner runs a task runner over mods (by name, in every
 // organization) until the test ends.
-func startRunner(t *testing.T, h *host.Host, cfg host.TaskRunnerConfig, mods ...*host.Module) {
+func startRunner(t *testing.T, h *host.Host, cfg tasks.Config, mods ...*host.Module) {
 	t.Helper()
 	byName := map[string]*host.Module{}
 	for _, m := range mods {
@@ -114,7 +134,7 @@ func startRunner(t *testing.T, h *host.Host, cfg host.TaskRunnerConfig, mods ...
 			if m := byName[name]; m != nil {
 				return m, nil
 			}
-			return nil, fmt.Errorf("%w: %s", host.ErrModuleGone, name)
+			return nil, fmt.Errorf("%w: %s", tasks.ErrModuleGone, name)
 		}
 	}
 	if cfg.Backoff == nil {
@@ -126,7 +146,7 @@ func startRunner(t *testing.T, h *host.Host, cfg host.TaskRunnerConfig, mods ...
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r, err := host.NewTaskRunner(cfg)
+	r, err := tasks.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +223,7 @@ func TestTaskEndToEnd(t *testing.T) {
 		h := taskHost(t, b.location(t))
 		m := loadTaskGuest(t, h, "tasker", "")
 		other := loadTaskGuest(t, h, "tasker2", "")
-		startRunner(t, h, host.TaskRunnerConfig{}, m, other)
+		startRunner(t, h, tasks.Config{}, m, other)
 		ctx := context.Background()
 		ann := policy.Principal{User: "ann", Org: "acme", Roles: []string{"dev"}}
 		id := startTask(t, m, ann, "corr-e2e-"+b.name, map[string]any{"action": "work", "input": "x"})
@@ -274,7 +294,7 @@ func TestTaskRetries(t *testing.T) {
 		m := loadTaskGuest(t, h, "tasker", "")
 		var mu sync.Mutex
 		var backoffs []int
-		startRunner(t, h, host.TaskRunnerConfig{Backoff: func(n int) time.Duration {
+		startRunner(t, h, tasks.Config{Backoff: func(n int) time.Duration {
 			mu.Lock()
 			backoffs = append(backoffs, n)
 			mu.Unlock()
@@ -313,7 +333,7 @@ func TestTaskModuleGone(t *testing.T) {
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
 	id := startTask(t, m, ann, "corr", map[string]any{"action": "work", "input": "x", "max_attempts": 5})
-	startRunner(t, h, host.TaskRunnerConfig{}) // knows no module
+	startRunner(t, h, tasks.Config{}) // knows no module
 	tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
 	if tk.State != abi.TaskFailed || tk.Attempts != 1 || !strings.Contains(tk.Error, "module tasker of organization acme is not in the store") || tk.Code != string(abi.CodeNotFound) {
 		t.Errorf("task of a deleted module = %+v", tk)
@@ -337,7 +357,7 @@ func TestTaskSurvivesRestart(t *testing.T) {
 		}
 		h2 := taskHost(t, loc)
 		m := loadTaskGuest(t, h2, "tasker", "")
-		startRunner(t, h2, host.TaskRunnerConfig{}, m)
+		startRunner(t, h2, tasks.Config{}, m)
 		if tk := waitTask(t, h2.Store(), store.Scope{Org: "acme", Module: "tasker"}, id); tk.State != abi.TaskDone || string(tk.Result) != "worked persisted" {
 			t.Errorf("after a restart: %+v", tk)
 		}
@@ -358,8 +378,8 @@ func TestTaskRunOnce(t *testing.T) {
 			// flaky with N=1 counts its runs under its own key and succeeds.
 			ids[i] = startTask(t, m1, ann, "corr-once", map[string]any{"action": "flaky", "input": fmt.Sprint("once-", i, ":1")})
 		}
-		startRunner(t, h1, host.TaskRunnerConfig{Concurrency: 3}, m1)
-		startRunner(t, h2, host.TaskRunnerConfig{Concurrency: 3}, m2)
+		startRunner(t, h1, tasks.Config{Concurrency: 3}, m1)
+		startRunner(t, h2, tasks.Config{Concurrency: 3}, m2)
 		for i, id := range ids {
 			if tk := waitTask(t, h2.Store(), store.Scope{Org: "acme", Module: "tasker"}, id); tk.State != abi.TaskDone || tk.Attempts != 1 {
 				t.Errorf("task %d = %+v", i, tk)
@@ -380,8 +400,8 @@ func TestTaskSchedule(t *testing.T) {
 		const sched = "schedules: [{action: work, cron: \"* * * * *\", input: tick}]\n"
 		m1, m2 := loadTaskGuest(t, h1, "tasker", sched), loadTaskGuest(t, h2, "tasker", sched)
 		start := time.Now()
-		startRunner(t, h1, host.TaskRunnerConfig{Scheduled: func() []host.ScheduledModule { return []host.ScheduledModule{{Org: "acme", Module: m1}} }}, m1)
-		startRunner(t, h2, host.TaskRunnerConfig{Scheduled: func() []host.ScheduledModule { return []host.ScheduledModule{{Org: "acme", Module: m2}} }}, m2)
+		startRunner(t, h1, tasks.Config{Scheduled: func() []tasks.ScheduledModule { return []tasks.ScheduledModule{{Org: "acme", Module: m1}} }}, m1)
+		startRunner(t, h2, tasks.Config{Scheduled: func() []tasks.ScheduledModule { return []tasks.ScheduledModule{{Org: "acme", Module: m2}} }}, m2)
 		var tasks []store.Task
 		deadline := time.Now().Add(20 * time.Second)
 		for len(tasks) == 0 || !tasks[0].Finished() {
@@ -428,7 +448,7 @@ func TestTaskCancelRunning(t *testing.T) {
 	testenv.Timing(t)
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
-	startRunner(t, h, host.TaskRunnerConfig{Lease: 300 * time.Millisecond}, m)
+	startRunner(t, h, tasks.Config{Lease: 300 * time.Millisecond}, m)
 	id := startTask(t, m, ann, "corr-cancel", map[string]any{"action": "slow", "input": "5000"})
 	sc := store.Scope{Org: "acme", Module: "tasker"}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -538,7 +558,7 @@ func TestTaskModuleNotLoaded(t *testing.T) {
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "")
 	id := startTask(t, m, ann, "corr", map[string]any{"action": "work", "input": "x", "max_attempts": 2})
-	startRunner(t, h, host.TaskRunnerConfig{Resolve: func(context.Context, string, string) (*host.Module, error) {
+	startRunner(t, h, tasks.Config{Resolve: func(context.Context, string, string) (*host.Module, error) {
 		return nil, errors.New("not loaded on this replica")
 	}})
 	tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
@@ -552,7 +572,7 @@ func TestTaskModuleNotLoaded(t *testing.T) {
 func TestTaskRateLimited(t *testing.T) {
 	h := taskHost(t, t.TempDir())
 	m := loadTaskGuest(t, h, "tasker", "limits: {calls_per_minute: 3}\n")
-	startRunner(t, h, host.TaskRunnerConfig{}, m)
+	startRunner(t, h, tasks.Config{}, m)
 	first := startTask(t, m, ann, "corr-rate", map[string]any{"action": "work", "input": "1", "max_attempts": 1}) // call 1
 	sc := store.Scope{Org: "acme", Module: "tasker"}
 	if tk := waitTask(t, h.Store(), sc, first); tk.State != abi.TaskDone { // call 2; the next start is call 3
@@ -598,7 +618,7 @@ func TestTaskOrigin(t *testing.T) {
 		if tk, err := st.TaskGet(context.Background(), sc, fromRun); err != nil || tk.Origin != runOrigin {
 			t.Fatalf("the run's task = %+v, %v; want origin %q", tk, err, runOrigin)
 		}
-		startRunner(t, runHost, host.TaskRunnerConfig{OnStart: onStart("serve")}, served)
+		startRunner(t, runHost, tasks.Config{OnStart: onStart("serve")}, served)
 		if tk := waitTask(t, st, sc, fromServed); tk.State != abi.TaskDone || tk.Origin != "" {
 			t.Fatalf("the served module's task = %+v; want done", tk)
 		}
@@ -608,7 +628,7 @@ func TestTaskOrigin(t *testing.T) {
 			t.Fatalf("the run's task after the server's runner polled = %+v, %v; want queued, no attempt spent", tk, err)
 		}
 		// The runner of the run's origin runs it, and no other.
-		startRunner(t, runHost, host.TaskRunnerConfig{Origin: runOrigin, OnStart: onStart("run")}, local)
+		startRunner(t, runHost, tasks.Config{Origin: runOrigin, OnStart: onStart("run")}, local)
 		if tk := waitTask(t, st, sc, fromRun); tk.State != abi.TaskDone || tk.Attempts != 1 {
 			t.Fatalf("the run's task = %+v; want done on its first attempt", tk)
 		}
