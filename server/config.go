@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/internal/yamlstrict"
 	"log/slog"
 	"maps"
@@ -150,6 +151,12 @@ type Config struct {
 	// executor runs its WASM artifacts on a host, and the server owns the
 	// hosts.
 	NewExecutor func(*host.Host) (Executor, error) `yaml:"-"`
+	// ScriptBuilder builds uploaded interpreted plugins for their
+	// interpreters (bundle.ScriptBuilder); nil is bundle.Builder{}, the
+	// languages registered in package languages with the toolchains of
+	// toolchains.Dir(). It is the server's one door to the languages for
+	// plugins, as Executor is for runs.
+	ScriptBuilder bundle.ScriptBuilder `yaml:"-"`
 	// BeforeServe, when set, runs in ListenAndServe once the listener is
 	// bound and before the first request: where moat serve confines the
 	// process (it knows the port then, and nothing is served unconfined).

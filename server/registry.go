@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
-	"github.com/moat-sandbox/moat/languages"
-	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
@@ -438,46 +437,46 @@ func (r *registry) removeFiles(digest string) error {
 
 // load loads one version with the checks of `moat run`: the signature
 // against the profile's trusted keys, the manifest against the profile.
-// An interpreted plugin's bytes are its sources (a tar): it is built for
-// its interpreter and loaded as a host.Script.
+// Its kind is package bundle's decision (bundle.FromStored), as at upload:
+// an interpreted plugin's bytes are its sources (a tar), built for its
+// interpreter by the Config's ScriptBuilder and loaded as a host.Script;
+// a native plugin's are its files, unpacked where its workers read them.
 func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte, correlation string) (*host.Module, error) {
-	opts := host.LoadOptions{Name: v.Name, Org: v.Org, Signature: v.Signature, CorrelationID: correlation}
-	if v.Manifest != nil {
-		mf, err := policy.ParseManifest("moat.yaml", v.Manifest)
-		if err != nil {
-			return nil, err
-		}
-		opts.Manifest, opts.ManifestBytes = mf, v.Manifest
+	bad := func(code abi.Code, format string, args ...any) error {
+		return &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
 	}
-	if opts.Manifest != nil && opts.Manifest.Kind == policy.KindNative {
-		nat, err := r.native(v, opts.Manifest, wasm)
-		if err != nil {
+	b, err := bundle.FromStored(v.Name, v.Manifest, wasm, v.Signature, func(tar []byte) (map[string][]byte, error) {
+		return unpack("application/x-tar", tar, r.s.cfg.Limits.Archive)
+	})
+	var se *bundle.StoredError
+	switch {
+	case errors.As(err, &se) && se.Unpacked:
+		return nil, bad(abi.CodeInvalidArgument, "%v", se.Err)
+	case errors.As(err, &se):
+		return nil, fmt.Errorf("%s: stored sources: %w", v.Name, se.Err)
+	case err != nil:
+		return nil, err
+	}
+	env := bundle.LoadEnv{Scripts: r.s.cfg.ScriptBuilder, ScriptDir: r.scriptDir(v.Digest)}
+	var sdk *host.Native
+	if b.Kind == bundle.Native {
+		if sdk, err = r.native(v, b); err != nil {
 			return nil, err
 		}
-		opts.Native, opts.NativeWorkers = nat, r.orgWorkers(v.Org)
+		env.NativeDir = sdk.Dir
+	}
+	wasm, opts, err := b.LoadOptions(ctx, env)
+	switch {
+	case errors.Is(err, toolchains.ErrMissing):
+		return nil, bad(abi.CodeUnavailable, "%v", err)
+	case err != nil:
+		return nil, bad(abi.CodeInvalidArgument, "%v", err)
+	}
+	opts.Org, opts.CorrelationID = v.Org, correlation
+	if b.Kind == bundle.Native {
+		opts.Native.Env, opts.Native.ReadOnly = sdk.Env, sdk.ReadOnly
+		opts.NativeWorkers = r.orgWorkers(v.Org)
 		return r.s.hostFor(v.Org).Load(ctx, nil, opts)
-	}
-	if l, ok := languages.ScriptLanguage(opts.Manifest); ok && !isWasm(wasm) {
-		bad := func(code abi.Code, format string, args ...any) error {
-			return &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
-		}
-		files, err := unpack("application/x-tar", wasm, r.s.cfg.Limits.Archive)
-		if err != nil {
-			return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
-		}
-		src, err := languages.PluginSource(l, files)
-		if err != nil {
-			return nil, bad(abi.CodeInvalidArgument, "%v", err)
-		}
-		sp, err := languages.BuildScriptPlugin(ctx, l, src, r.scriptDir(v.Digest), toolchains.Dir())
-		switch {
-		case errors.Is(err, toolchains.ErrMissing):
-			return nil, bad(abi.CodeUnavailable, "%v", err)
-		case err != nil:
-			return nil, bad(abi.CodeInvalidArgument, "%v", err)
-		}
-		opts.Script = sp.Script
-		wasm = sp.WASM
 	}
 	h := r.s.hostFor(v.Org)
 	m, err := h.Load(ctx, wasm, opts)
@@ -494,10 +493,10 @@ func (r *registry) load(ctx context.Context, v store.ModuleVersion, wasm []byte,
 }
 
 // native prepares a native plugin's version to load: refused unless the
-// operator allows native plugins, its stored sources (a tar: PackSources
-// of its flat directory) unpacked where its workers can read them, and
-// the Python SDK beside them for a Python plugin.
-func (r *registry) native(v store.ModuleVersion, mf *policy.Manifest, src []byte) (*host.Native, error) {
+// operator allows native plugins, its files written where its workers can
+// read them (a directory by digest), and the Python SDK beside them for a
+// Python plugin. It returns the directory and the SDK's Env and ReadOnly.
+func (r *registry) native(v store.ModuleVersion, b *bundle.Bundle) (*host.Native, error) {
 	refuse := func(code abi.Code, format string, args ...any) (*host.Native, error) {
 		return nil, &host.Error{Module: v.Name, Code: code, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -510,10 +509,6 @@ func (r *registry) native(v store.ModuleVersion, mf *policy.Manifest, src []byte
 	}
 	dir := filepath.Join(root, v.Digest)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		files, err := unpack("application/x-tar", src, r.s.cfg.Limits.Archive)
-		if err != nil {
-			return nil, fmt.Errorf("%s: stored sources: %w", v.Name, err)
-		}
 		// Written whole under a temporary name, then renamed: a load of
 		// the same digest never sees half the files.
 		tmp, err := os.MkdirTemp(root, ".partial-")
@@ -524,8 +519,8 @@ func (r *registry) native(v store.ModuleVersion, mf *policy.Manifest, src []byte
 		if err := os.Chmod(tmp, 0o755); err != nil {
 			return nil, err
 		}
-		for name, b := range files {
-			if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+		for name, data := range b.Files {
+			if err := os.WriteFile(filepath.Join(tmp, name), data, 0o644); err != nil {
 				return nil, err
 			}
 		}
@@ -535,8 +530,8 @@ func (r *registry) native(v store.ModuleVersion, mf *policy.Manifest, src []byte
 			}
 		}
 	}
-	nat := &host.Native{Dir: dir, Source: src}
-	if pysdk.Wanted(mf.Language, mf.Command) {
+	nat := &host.Native{Dir: dir}
+	if mf := b.Manifest; pysdk.Wanted(mf.Language, mf.Command) {
 		sdk := filepath.Join(root, "python-sdk")
 		env, err := pysdk.WriteSDK(sdk)
 		if err != nil {
@@ -546,13 +541,6 @@ func (r *registry) native(v store.ModuleVersion, mf *policy.Manifest, src []byte
 	}
 	return nat, nil
 }
-
-// isScript reports whether mf names an interpreted language.
-func isScript(mf *policy.Manifest) bool { _, ok := languages.ScriptLanguage(mf); return ok }
-
-// isWasm reports whether stored bytes are a module (an interpreted
-// plugin's are its sources, as a tar).
-func isWasm(b []byte) bool { return bytes.HasPrefix(b, []byte("\x00asm")) }
 
 // put makes v (already stored) the current version of its module.
 func (r *registry) put(ctx context.Context, m *host.Module, v store.ModuleVersion) {

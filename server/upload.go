@@ -6,20 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"path"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
-	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -270,69 +267,25 @@ func parseUpload(contentType string, body []byte, lim ArchiveLimits) (*upload, e
 		if err != nil {
 			return nil, &refusal{p: archiveProblem(err), rule: archiveRule(err)}
 		}
-		return fromArchive(files)
+		// The plugin among the files, found as moat run finds it in
+		// its directory (package bundle decides its kind).
+		b, err := bundle.FromArchive(files)
+		if err != nil {
+			return bad("archive: %v", err)
+		}
+		up = &upload{wasm: b.Signed, manifest: b.ManifestBytes, signature: b.Signature}
+		if b.Manifest == nil {
+			up.name = b.Name
+		}
+		return up, nil
 	default:
 		return bad("Content-Type %q: send multipart/form-data (parts module, manifest, signature), an archive (application/x-tar, application/gzip or application/zip) or application/wasm", contentType)
 	}
 	if len(up.wasm) == 0 {
-		if mf, err := policy.ParseManifest(host.ManifestFile, up.manifest); err == nil && (isScript(mf) || mf.Kind == policy.KindNative) {
+		if mf, err := policy.ParseManifest(policy.ManifestFile, up.manifest); err == nil && bundle.KindOf(mf, false) != bundle.Wasm {
 			return bad("no module: an interpreted or native plugin is uploaded as an archive of its directory (moat.yaml and its sources; application/x-tar, application/gzip or application/zip)")
 		}
 		return bad("no module: send the .wasm file as the module part")
 	}
-	return up, nil
-}
-
-// fromArchive finds the plugin in an archive the way ReadBundle finds it in
-// a directory: the module moat.yaml names, or the only .wasm file.
-func fromArchive(files map[string][]byte) (*upload, error) {
-	up := &upload{manifest: files[host.ManifestFile]}
-	file := ""
-	if up.manifest != nil {
-		mf, err := policy.ParseManifest(host.ManifestFile, up.manifest)
-		if err != nil {
-			return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %v", err)
-		}
-		if mf.Kind == policy.KindNative {
-			// A native plugin: its flat directory is the upload, packed
-			// as `moat run` and `moat sign` pack it.
-			up.wasm = languages.PackSources(languages.NativeSource(mf.Name, files))
-			up.signature = files[mf.Name+".minisig"]
-			return up, nil
-		}
-		hasModule := slices.ContainsFunc(slices.Collect(maps.Keys(files)), func(n string) bool { return strings.HasSuffix(n, ".wasm") })
-		if l, ok := languages.ScriptLanguage(mf); ok && !hasModule {
-			// An interpreted plugin: its sources are the upload.
-			src, err := languages.PluginSource(l, files)
-			if err != nil {
-				return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: %s plugin: %v", mf.Language, err)
-			}
-			// The canonical form of the sources: what the version's
-			// digest is of, and what a signature (NAME.minisig, from
-			// `moat sign DIR`) covers.
-			up.wasm = languages.PackSources(src)
-			up.signature = files[mf.Name+".minisig"]
-			return up, nil
-		}
-		file = mf.Module
-		if file == "" {
-			file = mf.Name + ".wasm"
-		}
-	} else {
-		for name := range files {
-			if strings.HasSuffix(name, ".wasm") {
-				if file != "" {
-					return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: it holds several .wasm files and no %s to say which is the module", host.ManifestFile)
-				}
-				file = name
-			}
-		}
-		up.name = host.SanitizeModuleName(strings.TrimSuffix(file, ".wasm"))
-	}
-	up.wasm = files[path.Base(file)]
-	if up.wasm == nil {
-		return nil, problem(http.StatusBadRequest, "invalid_argument", "archive: no module file %q; build the plugin before packing it", file)
-	}
-	up.signature = files[policy.SignatureFile(path.Base(file))]
 	return up, nil
 }
