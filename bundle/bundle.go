@@ -292,7 +292,7 @@ func scriptOf(mf *policy.Manifest, raw []byte, l languages.Language, files map[s
 }
 
 // openNative reads a native plugin's directory: every regular file of it
-// but its signature, packed (languages.NativeSource) as moat serve packs
+// but its signature, packed (nativeSource) as moat serve packs
 // the same directory uploaded as an archive, so the digest and signature
 // are the same on both. It refuses what a worker running as another uid
 // could not read, and subdirectories (an upload is flattened), naming the
@@ -345,13 +345,31 @@ func openNative(dir string, mf *policy.Manifest, raw []byte) (*Bundle, error) {
 // nativeOf is a Native plugin of files, its flat directory (its signature
 // among them is left out of Files and Signed, and kept as Signature).
 func nativeOf(mf *policy.Manifest, raw []byte, files map[string][]byte) *Bundle {
-	src := languages.NativeSource(mf.Name, files)
+	src := nativeSource(mf.Name, files)
 	b := &Bundle{Name: mf.Name, Kind: Native, Manifest: mf, ManifestBytes: raw, Signed: languages.PackSources(src),
 		Signature: files[mf.Name+".minisig"], Files: map[string][]byte{}}
 	for _, f := range src.Files {
 		b.Files[f.Name] = f.Content
 	}
 	return b
+}
+
+// nativeSource is a native plugin's files as a languages.Source, for
+// languages.PackSources: every file of its flat directory (base name →
+// content, as a directory is read or an upload unpacked) but its signature
+// (NAME.minisig, whose content cannot be part of what it signs), in name
+// order. Its pack is what the plugin's digest is of and what `moat sign`
+// signs, on the CLI and the server alike.
+func nativeSource(name string, files map[string][]byte) languages.Source {
+	var src languages.Source
+	for n, b := range files {
+		if n == name+".minisig" {
+			continue
+		}
+		src.Files = append(src.Files, languages.File{Name: n, Content: b})
+	}
+	slices.SortFunc(src.Files, func(a, b languages.File) int { return strings.Compare(a.Name, b.Name) })
+	return src
 }
 
 // FromArchive finds the plugin among an uploaded archive's files (base
