@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/internal/plugintree"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	_ "github.com/moat-sandbox/moat/languages/javascript" // an interpreted language, for Script
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -248,5 +250,62 @@ func TestKernelGrantsBesideTheBundle(t *testing.T) {
 	}
 	if h := bundle.HostKernelGrants(p); !h.ConnectAnyTCP {
 		t.Errorf("HostKernelGrants(dev) = %+v: dev grants any target", h)
+	}
+}
+
+// TestKindDecidedOnlyHere: no entry point decides a plugin's kind on its
+// own. Outside this package, the manifest's kind: native and the question
+// "is this language interpreted" are read only by the packages that
+// define them (policy, languages) and by the host's runtimes, which run
+// the kind they are handed; the CLI and the server go through KindOf (by
+// Open, FromArchive, FromStored). A new kind is then this package's files
+// and its runtime in host, nothing else.
+func TestKindDecidedOnlyHere(t *testing.T) {
+	root := testwasm.RepoRoot(t)
+	// The one exception, and why.
+	allowed := map[string]string{
+		"cmd/moat/build.go": "moat build asks whether the manifest's language compiles to a module, not what kind a plugin is",
+	}
+	used := map[string]bool{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			switch {
+			case strings.HasPrefix(d.Name(), ".") && rel != ".", d.Name() == "testdata", d.Name() == "node_modules",
+				rel == "bundle", rel == "policy", rel == "languages", rel == "host":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, decides := range []string{"languages.ScriptLanguage(", "policy.KindNative"} {
+			if !bytes.Contains(src, []byte(decides)) {
+				continue
+			}
+			if _, ok := allowed[rel]; ok {
+				used[rel] = true
+				continue
+			}
+			t.Errorf("%s uses %s: it decides a plugin's kind on its own; ask package bundle (Open, FromArchive, FromStored, KindOf)", rel, decides)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range allowed {
+		if !used[f] {
+			t.Errorf("%s no longer decides a kind: remove its exception", f)
+		}
 	}
 }
