@@ -52,17 +52,20 @@ func TestScriptBuilderSeam(t *testing.T) {
 	if r := ts.do(t, "POST", "/v1/modules", key, scriptArchive(t, "hello-js", nil), "Content-Type", "application/gzip"); r.status != http.StatusCreated {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}
-	if got := rb.builds(); len(got) != 1 || !strings.HasSuffix(got[0], ":main.js") {
-		t.Fatalf("builds at upload = %v, want one of main.js", got)
-	}
 	ts.stop(t)
+	// The upload's load, and the sync of its own change when it came
+	// before the commit (loaded, then dropped): one or two builds.
+	atUpload := rb.builds()
+	if len(atUpload) == 0 || !strings.HasSuffix(atUpload[0], ":main.js") {
+		t.Fatalf("builds at upload = %v, want main.js's", atUpload)
+	}
 
 	ts2 := start(t, dir, withBuilder)
 	if r := ts2.do(t, "POST", "/v1/modules/hello-js/actions/greet", key, strings.NewReader("World")); r.status != http.StatusOK {
 		t.Fatalf("after restart: %d %s", r.status, r.body)
 	}
-	if got := rb.builds(); len(got) < 2 {
-		t.Errorf("builds after the reload = %v, want the upload's and at least one at the reload", got)
+	if got := rb.builds(); len(got) <= len(atUpload) {
+		t.Errorf("builds after the reload = %v, want more than the upload's %d", got, len(atUpload))
 	}
 	ts2.stop(t)
 
