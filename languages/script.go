@@ -26,8 +26,9 @@ type ScriptPlugin struct {
 
 // ScriptLanguage returns the interpreted language mf names (one whose path
 // is PathInterpreted): the plugin is then a script its interpreter runs,
-// unless it ships a module of its own, which the caller checks (a .wasm in
-// the directory, the archive or the stored bytes).
+// unless it ships a module of its own (a .wasm in the directory, the
+// archive or the stored bytes): bundle.KindOf, the one decision of a
+// plugin's kind, asks both.
 func ScriptLanguage(mf *policy.Manifest) (Language, bool) {
 	if mf == nil || mf.Language == "" {
 		return nil, false
@@ -60,29 +61,12 @@ func PluginSource(l Language, files map[string][]byte) (Source, error) {
 	return src, nil
 }
 
-// NativeSource is a native plugin's (kind: native) source: every file of
-// its directory, which is flat, but its signature (NAME.minisig, whose
-// content cannot be part of what it signs). files is base name → content,
-// as a directory is read or an upload unpacked. Its PackSources is what
-// the plugin's digest is of and what `moat sign` signs, on the CLI and the
-// server alike.
-func NativeSource(name string, files map[string][]byte) Source {
-	var src Source
-	for n, b := range files {
-		if n == name+".minisig" {
-			continue
-		}
-		src.Files = append(src.Files, File{Name: n, Content: b})
-	}
-	slices.SortFunc(src.Files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
-	return src
-}
-
 // PackSources is the canonical form of a plugin's sources: a tar of its
 // files in name order with nothing but names, sizes and a fixed mode, so
-// the same sources are the same bytes. It is what an interpreted plugin's
-// signature covers (in place of a module's bytes) and, in moat serve,
-// what its version's digest is of.
+// the same sources are the same bytes. It is what an interpreted or
+// native plugin's signature covers (in place of a module's bytes) and, in
+// moat serve, what its version's digest is of: bundle.Bundle.Signed, on
+// every path a plugin is read by.
 func PackSources(src Source) []byte {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

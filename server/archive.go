@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"path"
 	"strings"
 
+	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -148,6 +148,10 @@ func archiveRule(err error) string {
 	return "archive"
 }
 
+// onlyFiles ends a refusal of an entry: the plugin tree's rule (package
+// plugintree), said for an upload.
+const onlyFiles = "an upload may hold only regular files and directories"
+
 // unpacker reads one archive under limits.
 type unpacker struct {
 	lim        ArchiveLimits
@@ -165,7 +169,8 @@ type unpacker struct {
 // It refuses, before holding more than a limit: more inflated bytes,
 // entries, bytes in one entry, or inflated bytes per upload byte than lim
 // allows (*ArchiveLimitError); and entries that are symbolic or hard
-// links, devices, FIFOs or sparse files, names that are absolute or climb
+// links, devices, FIFOs or sparse files (the plugin tree's rule,
+// plugintree.Refuses, as moat run reads a directory), names that are absolute or climb
 // out with "..", two entries of one path or base name, and zip entries
 // whose content is not the size they declare (*ArchiveError).
 func unpack(mt string, body []byte, lim ArchiveLimits) (map[string][]byte, error) {
@@ -201,17 +206,21 @@ func (u *unpacker) tar(r io.Reader) (map[string][]byte, error) {
 		switch h.Typeflag {
 		case tar.TypeDir, tar.TypeXGlobalHeader: // git archive writes a global header (the commit)
 			continue
-		case tar.TypeReg:
-		case tar.TypeSymlink:
-			return nil, &ArchiveError{Entry: h.Name, Reason: "is a symbolic link (to " + quoteName(h.Linkname) + "); an upload may hold only regular files and directories"}
+		case tar.TypeReg, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			// The types tar and a directory share: the plugin tree's one
+			// rule (package plugintree) decides, as for moat run.
+			if what, refused := plugintree.Refuses(h.FileInfo().Mode()); refused {
+				if h.Typeflag == tar.TypeSymlink {
+					what += " (to " + quoteName(h.Linkname) + ")"
+				}
+				return nil, &ArchiveError{Entry: h.Name, Reason: "is a " + what + "; " + onlyFiles}
+			}
 		case tar.TypeLink:
-			return nil, &ArchiveError{Entry: h.Name, Reason: "is a hard link (to " + quoteName(h.Linkname) + "); an upload may hold only regular files and directories"}
-		case tar.TypeChar, tar.TypeBlock:
-			return nil, &ArchiveError{Entry: h.Name, Reason: "is a device; an upload may hold only regular files and directories"}
-		case tar.TypeFifo:
-			return nil, &ArchiveError{Entry: h.Name, Reason: "is a FIFO; an upload may hold only regular files and directories"}
+			// A hard link on disk is a regular file; in a tar it is an
+			// entry with no content, naming another path.
+			return nil, &ArchiveError{Entry: h.Name, Reason: "is a hard link (to " + quoteName(h.Linkname) + "); " + onlyFiles}
 		default:
-			return nil, &ArchiveError{Entry: h.Name, Reason: fmt.Sprintf("has tar type %q; an upload may hold only regular files and directories", h.Typeflag)}
+			return nil, &ArchiveError{Entry: h.Name, Reason: fmt.Sprintf("has tar type %q; %s", h.Typeflag, onlyFiles)}
 		}
 		if h.Size < 0 {
 			return nil, &ArchiveError{Entry: h.Name, Reason: fmt.Sprintf("declares a negative size %d", h.Size)}
@@ -247,13 +256,11 @@ func (u *unpacker) zip(body []byte) (map[string][]byte, error) {
 			return nil, err
 		}
 		mode := f.Mode()
-		switch {
-		case mode.IsDir():
+		if mode.IsDir() {
 			continue
-		case mode&fs.ModeSymlink != 0:
-			return nil, &ArchiveError{Entry: f.Name, Reason: "is a symbolic link; an upload may hold only regular files and directories"}
-		case !mode.IsRegular():
-			return nil, &ArchiveError{Entry: f.Name, Reason: fmt.Sprintf("has mode %s; an upload may hold only regular files and directories", mode.Type())}
+		}
+		if what, refused := plugintree.Refuses(mode); refused {
+			return nil, &ArchiveError{Entry: f.Name, Reason: "is a " + what + "; " + onlyFiles}
 		}
 		if f.UncompressedSize64 > uint64(u.lim.MaxEntryBytes) {
 			return nil, &ArchiveLimitError{Knob: "limits.archive.max_entry_bytes", Limit: int64(u.lim.MaxEntryBytes), Entry: f.Name,

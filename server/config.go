@@ -3,8 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/internal/yamlstrict"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -149,6 +151,12 @@ type Config struct {
 	// executor runs its WASM artifacts on a host, and the server owns the
 	// hosts.
 	NewExecutor func(*host.Host) (Executor, error) `yaml:"-"`
+	// ScriptBuilder builds uploaded interpreted plugins for their
+	// interpreters (bundle.ScriptBuilder); nil is bundle.Builder{}, the
+	// languages registered in package languages with the toolchains of
+	// toolchains.Dir(). It is the server's one door to the languages for
+	// plugins, as Executor is for runs.
+	ScriptBuilder bundle.ScriptBuilder `yaml:"-"`
 	// BeforeServe, when set, runs in ListenAndServe once the listener is
 	// bound and before the first request: where moat serve confines the
 	// process (it knows the port then, and nothing is served unconfined).
@@ -674,4 +682,131 @@ func (b BudgetLimits) validate(fail func(field, format string, args ...any) erro
 func (p *PistonConfig) allowed(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	return slices.ContainsFunc(p.allow, func(pre netip.Prefix) bool { return pre.Contains(addr) })
+}
+
+// ModulesConfig configures module management, as modules in the server
+// config.
+type ModulesConfig struct {
+	// AllowSignedRollback lets a module whose current version is signed
+	// by a trusted key be replaced by a trusted-signed version that is not
+	// newer (by manifest version). Default false: a signed release cannot
+	// be put back over a newer one (see checkRollback); to roll back on
+	// purpose, delete the module first, or turn this on for the while.
+	AllowSignedRollback bool `yaml:"allow_signed_rollback"`
+	// AllowNative lets organizations upload native plugins (kind: native):
+	// native code run as confined long-lived workers (their own uid,
+	// cgroup, root filesystem, no network, Landlock, seccomp), which needs
+	// root and the kernel layers. Default false: a server runs only
+	// WebAssembly unless its operator says otherwise.
+	AllowNative bool `yaml:"allow_native"`
+	// MaxNativeWorkers bounds the native plugin workers of all
+	// organizations at once (each a process with its own memory limit):
+	// a plugin that would start past it is refused at load (503), one
+	// that would grow past it waits for its own workers. Default 32;
+	// from 1 to 4096.
+	MaxNativeWorkers int `yaml:"max_native_workers"`
+	// MaxNativeWorkersPerOrg bounds one organization's share of them, so
+	// that no organization's plugins can take every worker. Default a
+	// quarter of max_native_workers (at least 1); from 1 to
+	// max_native_workers.
+	MaxNativeWorkersPerOrg int `yaml:"max_native_workers_per_org"`
+	// SharedCodeBytes bounds the compiled code the replicas keep in the
+	// database when they share it (code_key_file): past it, the least
+	// recently used artifacts are evicted (a module whose code was
+	// evicted is compiled once more by the next replica that loads it,
+	// which stores it again). Default 2GiB; from 256MiB (the largest
+	// artifact shared) to 1TiB.
+	SharedCodeBytes policy.ByteSize `yaml:"shared_code_bytes"`
+	// LoadWait bounds how long a request waits for a module this replica
+	// is loading on demand (a module the store holds that was uploaded
+	// or changed through another replica and is not loaded here yet):
+	// past it the request is answered 503 with Retry-After, and the load
+	// goes on. Default 30s; from 1ms to 10m.
+	LoadWait policy.Duration `yaml:"load_wait"`
+}
+
+// ModuleQuotaConfig bounds the module versions each organization keeps,
+// as limits.module_quota in the server config. Old versions are pruned at
+// upload by store.ModuleQuota's rule: each module keeps its newest
+// keep_per_module versions, then the organization's oldest versions that
+// are not current go until it is within bytes and versions; a current
+// version is never pruned, and an upload that cannot fit even so is
+// refused (413 quota_exceeded).
+type ModuleQuotaConfig struct {
+	// Bytes bounds the sizes of all versions of all the organization's
+	// modules. Default 1GiB; from 1KiB to 1TiB.
+	Bytes policy.ByteSize `yaml:"bytes"`
+	// Versions bounds their number. Default 200; from 1 to 100000.
+	Versions int `yaml:"versions"`
+	// KeepPerModule is how many versions of each module are kept, the
+	// current one included. Default 5; from 1 to 1000.
+	KeepPerModule int `yaml:"keep_per_module"`
+}
+
+// Defaults of ModuleQuotaConfig.
+const (
+	DefaultModuleQuotaBytes    = 1 << 30
+	DefaultModuleQuotaVersions = 200
+	DefaultModuleKeepPerModule = 5
+)
+
+func (q *ModuleQuotaConfig) fillDefaults() {
+	if q.Bytes == 0 {
+		q.Bytes = DefaultModuleQuotaBytes
+	}
+	if q.Versions == 0 {
+		q.Versions = DefaultModuleQuotaVersions
+	}
+	if q.KeepPerModule == 0 {
+		q.KeepPerModule = DefaultModuleKeepPerModule
+	}
+}
+
+func (q ModuleQuotaConfig) validate(fail func(field, format string, args ...any) error) error {
+	const k = "limits.module_quota."
+	switch {
+	case q.Bytes < 1<<10 || q.Bytes > 1<<40:
+		return fail(k+"bytes", "%s is outside 1KiB to 1TiB; the default is %s", q.Bytes, policy.ByteSize(DefaultModuleQuotaBytes))
+	case q.Versions < 1 || q.Versions > 100_000:
+		return fail(k+"versions", "%d is outside 1 to 100000; the default is %d", q.Versions, DefaultModuleQuotaVersions)
+	case q.KeepPerModule < 1 || q.KeepPerModule > 1000:
+		return fail(k+"keep_per_module", "%d is outside 1 to 1000; the default is %d", q.KeepPerModule, DefaultModuleKeepPerModule)
+	}
+	return nil
+}
+
+// checkModuleGrants refuses a profile that grants by module name (its
+// modules: section) when more than one organization uses it. A module's
+// name is chosen by whoever uploads it, in their own organization, so in
+// a shared profile modules.billing would give the grants meant for one
+// organization's billing to every organization's module of that name. The
+// default profile is every organization's that has none of its own.
+func (c *Config) checkModuleGrants(fail func(field, format string, args ...any) error) error {
+	byName := func(name string) []string {
+		p, err := policy.LoadProfile(name)
+		if err != nil || len(p.Modules) == 0 {
+			return nil
+		}
+		return slices.Sorted(maps.Keys(p.Modules))
+	}
+	if mods := byName(c.Profile); mods != nil {
+		return fail("profile", "profile %s grants by module name (modules: %s) and is the profile of every organization without one of its own, "+
+			"so any organization's module named %s would get those grants; give the organization that owns them its own profile under profiles:, "+
+			"or grant through a signing key (keys:) instead", c.Profile, strings.Join(mods, ", "), mods[0])
+	}
+	users := map[string][]string{}
+	for _, org := range slices.Sorted(maps.Keys(c.Profiles)) {
+		users[c.Profiles[org]] = append(users[c.Profiles[org]], org)
+	}
+	for _, org := range slices.Sorted(maps.Keys(c.Profiles)) {
+		name := c.Profiles[org]
+		if orgs := users[name]; len(orgs) > 1 {
+			if mods := byName(name); mods != nil {
+				return fail("profiles."+org, "profile %s grants by module name (modules: %s) and is shared by organizations %s, "+
+					"so each one's module named %s would get the grants; give each organization a profile of its own",
+					name, strings.Join(mods, ", "), strings.Join(orgs, ", "), mods[0])
+			}
+		}
+	}
+	return nil
 }

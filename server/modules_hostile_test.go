@@ -371,7 +371,7 @@ func TestArchiveHostile(t *testing.T) {
 		{"zip with too many entries", "application/zip", zipOf(t, many...), 413, "too_large", "its directory lists 17 entries; the limit is 16 (limits.archive.max_entries", "limits.archive.max_entries"},
 		{"tar symlink", "application/gzip", tarOf(t, true, entry{name: "p/moat.yaml", typ: tar.TypeSymlink, link: "/etc/passwd"}), 400, "invalid_argument", `entry "p/moat.yaml": is a symbolic link (to "/etc/passwd")`, "archive"},
 		{"tar hard link", "application/gzip", tarOf(t, true, entry{name: "p/x.wasm", typ: tar.TypeLink, link: "/var/lib/moat/moat.db"}), 400, "invalid_argument", "is a hard link", "archive"},
-		{"tar char device", "application/x-tar", tarOf(t, false, entry{name: "p/zero", typ: tar.TypeChar}), 400, "invalid_argument", `entry "p/zero": is a device`, "archive"},
+		{"tar char device", "application/x-tar", tarOf(t, false, entry{name: "p/zero", typ: tar.TypeChar}), 400, "invalid_argument", `entry "p/zero": is a character device`, "archive"},
 		{"tar block device", "application/x-tar", tarOf(t, false, entry{name: "p/sda", typ: tar.TypeBlock}), 400, "invalid_argument", "is a device", "archive"},
 		{"tar FIFO", "application/x-tar", tarOf(t, false, entry{name: "p/fifo", typ: tar.TypeFifo}), 400, "invalid_argument", "is a FIFO", "archive"},
 		{"tar traversal", "application/gzip", tarOf(t, true, entry{name: "p/../../../etc/moat.yaml", body: mf}), 400, "invalid_argument", "climbs out of the archive", "archive"},

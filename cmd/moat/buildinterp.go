@@ -9,10 +9,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
-	"github.com/moat-sandbox/moat/toolchains"
 	"gopkg.in/yaml.v3"
 )
 
@@ -48,12 +48,9 @@ func (il *interpretedLoad) close() {
 
 // loadInterpreted validates and loads the interpreted plugin in dir
 // without invoking it.
-func loadInterpreted(ctx context.Context, g *globalFlags, dir string, mf *policy.Manifest, l languages.Language) (*interpretedLoad, error) {
-	b, src, err := scriptBundle(dir, mf, l)
-	if err != nil {
-		return nil, usagef("%v", err)
-	}
-	if vs := l.Validate(src, languages.ValidationProfile{}); len(vs) > 0 {
+func loadInterpreted(ctx context.Context, g *globalFlags, dir string, b *bundle.Bundle) (*interpretedLoad, error) {
+	l := b.Language
+	if vs := l.Validate(b.Source(), languages.ValidationProfile{}); len(vs) > 0 {
 		return nil, usagef("%s: %v", dir, vs[0])
 	}
 	tmp, err := filepath.Abs(filepath.Join(g.data(), "tmp"))
@@ -67,18 +64,18 @@ func loadInterpreted(ctx context.Context, g *globalFlags, dir string, mf *policy
 	if il.work, err = os.MkdirTemp(tmp, "plugin-"); err != nil {
 		return nil, err
 	}
-	sp, err := languages.BuildScriptPlugin(ctx, l, src, filepath.Join(il.work, "src"), toolchains.Dir())
+	wasm, opts, err := b.LoadOptions(ctx, bundle.LoadEnv{ScriptDir: filepath.Join(il.work, "src")})
 	if err != nil {
 		il.close()
 		return nil, err
 	}
-	il.script = sp.Script
+	il.script = opts.Script
 	if il.h, err = newHost(ctx, g); err != nil {
 		il.close()
 		return nil, err
 	}
-	il.mod, err = il.h.Load(ctx, sp.WASM, host.LoadOptions{Name: mf.Name, Manifest: mf, ManifestBytes: b.ManifestBytes, Signature: b.Signature,
-		Isolation: host.IsolationFresh, Script: sp.Script, FirstTime: g.progress().preparer(l.Info().Name), CheckOnly: true})
+	opts.Isolation, opts.FirstTime, opts.CheckOnly = host.IsolationFresh, g.progress().preparer(l.Info().Name), true
+	il.mod, err = il.h.Load(ctx, wasm, opts)
 	if err != nil {
 		il.close()
 		return nil, err
@@ -94,7 +91,11 @@ func buildInterpreted(ctx context.Context, g *globalFlags, dir string, mf *polic
 			return err
 		}
 	}
-	il, err := loadInterpreted(ctx, g, dir, mf, l)
+	b, err := bundle.OpenScript(dir)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	il, err := loadInterpreted(ctx, g, dir, b)
 	if err != nil {
 		return err
 	}

@@ -1,24 +1,20 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
@@ -169,94 +165,16 @@ func deployKey(file string) (string, error) {
 	return key, nil
 }
 
-// deployBody is the upload of the plugin in dir: a multipart form for a
-// module, an archive of its files for an interpreted or native plugin;
-// signed says whether a signature goes with it.
+// deployBody is the upload of the plugin in dir (bundle.Bundle.Archive: a
+// multipart form for a module, an archive of its files for an interpreted
+// or native plugin); signed says whether a signature goes with it.
 func deployBody(dir string) (body []byte, contentType string, signed bool, err error) {
-	b, err := readSignable(dir)
+	b, err := bundle.Open(dir)
 	if err != nil {
 		return nil, "", false, err
 	}
-	signed = b.Signature != nil
-	_, native := nativePlugin(dir)
-	if _, _, script := interpretedPlugin(dir); native || script {
-		body, contentType, err = deployArchive(b)
-		return body, contentType, signed, err
-	}
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
-	parts := []struct {
-		name, file string
-		data       []byte
-	}{{"module", filepath.Base(b.Path), b.Wasm}, {"manifest", "moat.yaml", b.ManifestBytes}, {"signature", filepath.Base(b.SignaturePath), b.Signature}}
-	for _, p := range parts {
-		if p.data == nil {
-			continue
-		}
-		fw, err := w.CreateFormFile(p.name, p.file)
-		if err != nil {
-			return nil, "", false, err
-		}
-		if _, err := fw.Write(p.data); err != nil {
-			return nil, "", false, err
-		}
-	}
-	if err := w.Close(); err != nil {
-		return nil, "", false, err
-	}
-	return buf.Bytes(), w.FormDataContentType(), signed, nil
-}
-
-// deployArchive packs an interpreted or native plugin: its sources in the
-// canonical form signing covers (b.Wasm, a tar), moat.yaml and the
-// signature, gzipped, as the server unpacks an archive upload.
-func deployArchive(b *host.Bundle) ([]byte, string, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	add := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg, Format: tar.FormatUSTAR}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	seen := map[string]bool{}
-	tr := tar.NewReader(bytes.NewReader(b.Wasm))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, "", fmt.Errorf("packing %s: %w", b.Path, err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, "", err
-		}
-		seen[h.Name] = true
-		if err := add(h.Name, data); err != nil {
-			return nil, "", err
-		}
-	}
-	if !seen[host.ManifestFile] {
-		if err := add(host.ManifestFile, b.ManifestBytes); err != nil {
-			return nil, "", err
-		}
-	}
-	if b.Signature != nil {
-		if err := add(filepath.Base(b.SignaturePath), b.Signature); err != nil {
-			return nil, "", err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, "", err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, "", err
-	}
-	return buf.Bytes(), "application/gzip", nil
+	body, contentType, err = b.Archive()
+	return body, contentType, b.Signature != nil, err
 }
 
 // deployUpload posts the upload and reads the module's description, or

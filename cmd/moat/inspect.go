@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server"
@@ -30,10 +31,15 @@ and the grants its manifest asks for.`,
 		Example: "  moat inspect examples/hello-go\n  moat inspect --json prog.wasm | jq .exports",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if mf, l, ok := interpretedPlugin(args[0]); ok {
+			b, err := bundle.Open(args[0])
+			if err != nil {
+				return usagef("%v", err)
+			}
+			if b.Kind == bundle.Script {
+				mf, l := b.Manifest, b.Language
 				// No module file: the sources are the module, loaded as
 				// moat run loads them, without running any of them.
-				il, err := loadInterpreted(cmd.Context(), g, args[0], mf, l)
+				il, err := loadInterpreted(cmd.Context(), g, args[0], b)
 				if err != nil {
 					return err
 				}
@@ -50,16 +56,22 @@ and the grants its manifest asks for.`,
 				printInterpretedInfo(cmd.OutOrStdout(), mf, l, il.script)
 				return nil
 			}
-			b, err := host.ReadBundle(args[0])
+			if b.Kind == bundle.Native {
+				// Loading one starts its workers: it has no module to
+				// inspect (before package bundle, inspect looked for a
+				// .wasm in its directory and found none).
+				return usagef("%s is a native plugin (kind: native): it has no module to inspect; moat run %s ACTION runs it", args[0], args[0])
+			}
+			wasm, opts, err := b.LoadOptions(cmd.Context(), bundle.LoadEnv{})
 			if err != nil {
-				return usagef("%v", err)
+				return err
 			}
 			h, err := newHost(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
 			defer h.Close(context.Background())
-			mod, err := h.Load(cmd.Context(), b.Wasm, b.Options())
+			mod, err := h.Load(cmd.Context(), wasm, opts)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/spf13/cobra"
@@ -50,7 +51,7 @@ trusted_keys in their profile.`,
 			}
 			key, _ := policy.ParsePublicKey(string(pub))
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s.key (secret) and %s.pub\nkey id %s; for a profile's trusted_keys:\n  - name: %s\n    key: %s\n",
-				out, out, key.KeyID(), host.SanitizeModuleName(out), key.String())
+				out, out, key.KeyID(), bundle.SanitizeName(out), key.String())
 			return nil
 		},
 	}
@@ -80,7 +81,7 @@ files in name order) in place of module bytes.`,
 			if keyFile == "" {
 				return usagef("--key is required: the secret key file from `moat keygen`")
 			}
-			b, err := readSignable(args[0])
+			b, err := bundle.Open(args[0])
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -96,7 +97,7 @@ files in name order) in place of module bytes.`,
 			if err != nil {
 				return usagef("--key %s: %v", keyFile, err)
 			}
-			sig, err := policy.Sign(key, policy.Signed{Name: b.Name, Module: b.Wasm, Manifest: b.ManifestBytes})
+			sig, err := policy.Sign(key, policy.Signed{Name: b.Name, Module: b.Signed, Manifest: b.ManifestBytes})
 			if err != nil {
 				return err
 			}
@@ -128,7 +129,7 @@ changed module, changed manifest, signature of another module).`,
 		Example: "  moat verify examples/hello-go --key release.pub\n  moat verify examples/hello-go --profile ops.yaml",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := readSignable(args[0])
+			b, err := bundle.Open(args[0])
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -159,7 +160,7 @@ changed module, changed manifest, signature of another module).`,
 			if b.Signature == nil {
 				return &host.Error{Module: b.Name, Code: abi.CodeDenied, Reason: "unsigned: no " + b.SignaturePath + "; sign it with `moat sign`"}
 			}
-			v, err := policy.Verify(trusted, policy.Signed{Name: b.Name, Module: b.Wasm, Manifest: b.ManifestBytes}, b.Signature)
+			v, err := policy.Verify(trusted, policy.Signed{Name: b.Name, Module: b.Signed, Manifest: b.ManifestBytes}, b.Signature)
 			if err != nil {
 				return &host.Error{Module: b.Name, Code: abi.CodeDenied, Reason: err.Error(), Err: err}
 			}
@@ -173,20 +174,6 @@ changed module, changed manifest, signature of another module).`,
 	}
 	cmd.Flags().StringArrayVar(&pubFiles, "key", nil, "public key file (NAME.pub); repeatable")
 	return g.withServerConfig(cmd, "without --key, verify against its profile's trusted_keys")
-}
-
-// readSignable reads what moat sign and moat verify work on: a module
-// bundle, or an interpreted or native plugin's directory (its sources
-// standing for the module bytes).
-func readSignable(path string) (*host.Bundle, error) {
-	if mf, ok := nativePlugin(path); ok {
-		return nativeBundle(path, mf)
-	}
-	if mf, l, ok := interpretedPlugin(path); ok {
-		b, _, err := scriptBundle(path, mf, l)
-		return b, err
-	}
-	return host.ReadBundle(path)
 }
 
 func readPassword(file string) (string, error) {

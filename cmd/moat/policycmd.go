@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/spf13/cobra"
 )
@@ -32,7 +32,7 @@ Exit status: 0 when the module would load, 3 when it would be refused.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
 			if st, err := os.Stat(path); err == nil && st.IsDir() {
-				path = filepath.Join(path, host.ManifestFile)
+				path = filepath.Join(path, policy.ManifestFile)
 			}
 			m, err := policy.LoadManifest(path)
 			if err != nil {
@@ -62,7 +62,7 @@ Exit status: 0 when the module would load, 3 when it would be refused.`,
 // signerOf verifies the signature beside the manifest's module, when there
 // is one, and returns the trusted key name that signed it.
 func signerOf(dir string, p *policy.Profile) string {
-	b, err := readSignable(dir)
+	b, err := bundle.Open(dir)
 	if err != nil || b.Signature == nil {
 		return ""
 	}
@@ -70,7 +70,7 @@ func signerOf(dir string, p *policy.Profile) string {
 	if err != nil {
 		return ""
 	}
-	v, err := policy.Verify(trusted, policy.Signed{Name: b.Name, Module: b.Wasm, Manifest: b.ManifestBytes}, b.Signature)
+	v, err := policy.Verify(trusted, policy.Signed{Name: b.Name, Module: b.Signed, Manifest: b.ManifestBytes}, b.Signature)
 	if err != nil {
 		return ""
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
@@ -178,21 +179,21 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := buildIfStale(ctx, g, args[0]); err != nil {
 		return err
 	}
-	if mf, ok := nativePlugin(args[0]); ok {
-		if len(cmdArgs) > 0 {
-			return usagef("arguments after -- are for WASI commands; an action takes --input")
-		}
-		return runNativePlugin(ctx, g, f, args[0], mf, args, principal, cfg, limits)
-	}
-	if mf, l, ok := interpretedPlugin(args[0]); ok {
-		if len(cmdArgs) > 0 {
-			return usagef("arguments after -- are for WASI commands; an action takes --input")
-		}
-		return runInterpretedPlugin(ctx, g, f, args[0], mf, l, args, principal, cfg, limits)
-	}
-	b, err := host.ReadBundle(args[0])
+	// The plugin's kind is decided once, by package bundle, as moat
+	// serve decides it for the same plugin uploaded.
+	b, err := bundle.Open(args[0])
 	if err != nil {
 		return usagef("%v", err)
+	}
+	switch b.Kind {
+	case bundle.Native, bundle.Script:
+		if len(cmdArgs) > 0 {
+			return usagef("arguments after -- are for WASI commands; an action takes --input")
+		}
+		if b.Kind == bundle.Native {
+			return runNativePlugin(ctx, g, f, args[0], b, args, principal, cfg, limits)
+		}
+		return runInterpretedPlugin(ctx, g, f, args[0], b, args, principal, cfg, limits)
 	}
 	gr, err := f.grant.parse()
 	if err != nil {
@@ -226,7 +227,7 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 	if _, err := g.loadProfile(); err != nil {
 		return err
 	}
-	if err := confineHost(g, f, grantRO, b.Manifest, grantFiles); err != nil {
+	if err := confineHost(g, f, grantRO, b, grantFiles); err != nil {
 		return err
 	}
 	h, err := newHost(ctx, g)
@@ -234,9 +235,12 @@ func runModule(ctx context.Context, g *globalFlags, f *runFlags, args, cmdArgs [
 		return err
 	}
 	defer h.Close(context.Background())
-	opts := b.Options()
+	wasm, opts, err := b.LoadOptions(ctx, bundle.LoadEnv{})
+	if err != nil {
+		return err
+	}
 	opts.Config, opts.Limits, opts.Isolation, opts.CorrelationID = cfg, limits, host.IsolationFresh, f.correlate
-	mod, err := h.Load(ctx, b.Wasm, opts)
+	mod, err := h.Load(ctx, wasm, opts)
 	if err != nil {
 		return err
 	}
@@ -483,7 +487,7 @@ func writeOutput(w *os.File, out []byte) error {
 
 func loginName() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
-		return host.SanitizeModuleName(u.Username)
+		return bundle.SanitizeName(u.Username)
 	}
 	return "local"
 }
@@ -497,14 +501,14 @@ func newCorrelationID() string {
 // confineHost applies the host's own kernel layers (Landlock, seccomp) with
 // the data directory and the compile cache (g.cache) writable, the
 // module's directory (readOnly) readable, and what the module's effective
-// grants under the profile need (policy.Profile.KernelGrants: the ports of
+// grants under the profile need (bundle.Bundle.KernelGrants: the ports of
 // its granted HTTP targets, the directories of its granted files) plus a
 // WASI command's own --dir and --file (files). Every kind of plugin
 // (compiled, interpreted, native, Extism) comes here with its manifest, so
 // the kernel layer is derived from the grants policy decides ops by, in
 // one place. The report is logged (a warning per missing layer) and
 // audited by newHost; strict mode refuses to go on without every layer.
-func confineHost(g *globalFlags, f *runFlags, readOnly []string, mf *policy.Manifest, files []policy.FileGrant) error {
+func confineHost(g *globalFlags, f *runFlags, readOnly []string, b *bundle.Bundle, files []policy.FileGrant) error {
 	m, err := kernel.ParseConfineMode(f.confine)
 	if err != nil {
 		return usagef("%v", err)
@@ -535,7 +539,7 @@ func confineHost(g *globalFlags, f *runFlags, readOnly []string, mf *policy.Mani
 	if err != nil {
 		return err
 	}
-	k := p.KernelGrants(mf)
+	k := b.KernelGrants(p)
 	own := policy.KernelGrants{}
 	own.Read, own.Write = fileGrantDirs(files)
 	if g.server != nil { // --server-config: its database and model providers
@@ -569,10 +573,4 @@ func fileGrantDirs(gs []policy.FileGrant) (read, write []string) {
 // isPluginDir says whether p is a plugin directory of a kind that only
 // serves actions (interpreted or native): --dir and --file are refused
 // for it before anything runs.
-func isPluginDir(p string) bool {
-	if _, ok := nativePlugin(p); ok {
-		return true
-	}
-	_, _, ok := interpretedPlugin(p)
-	return ok
-}
+func isPluginDir(p string) bool { return bundle.IsActionPlugin(p) }

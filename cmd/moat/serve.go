@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/languages"
@@ -310,7 +311,7 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 		restore()
 		return nil, err
 	}
-	k := policy.HostKernelGrants(profiles...).Merge(policy.KernelGrants{ConnectTCP: dial})
+	k := bundle.HostKernelGrants(profiles...).Merge(policy.KernelGrants{ConnectTCP: dial})
 	grantRead, grantWrite, connect, anyPort := k.Read, k.Write, k.ConnectTCP, k.ConnectAnyTCP
 	cfg.BeforeServe = func(ln net.Listener) error {
 		var ports []uint16

@@ -320,7 +320,7 @@ func TestServeRefusesHostileArchive(t *testing.T) {
 		{"tar symlink dir", "application/x-tar", tarOf(yaml, main, ent{name: "p/lib", typ: tar.TypeSymlink, link: "/root"}), `entry "p/lib": is a symbolic link`},
 		{"tar hard link", "application/x-tar", tarOf(yaml, main, ent{name: "p/h.js", typ: tar.TypeLink, link: "/etc/shadow"}), `entry "p/h.js": is a hard link`},
 		{"tar FIFO", "application/x-tar", tarOf(yaml, main, ent{name: "p/pipe.js", typ: tar.TypeFifo}), `entry "p/pipe.js": is a FIFO`},
-		{"tar device", "application/x-tar", tarOf(yaml, main, ent{name: "p/null.js", typ: tar.TypeChar}), `entry "p/null.js": is a device`},
+		{"tar device", "application/x-tar", tarOf(yaml, main, ent{name: "p/null.js", typ: tar.TypeChar}), `entry "p/null.js": is a character device`},
 		{"tar ..", "application/x-tar", tarOf(yaml, ent{name: "p/../../main.js", typ: tar.TypeReg, body: []byte("x")}), "climbs out of the archive"},
 		{"tar absolute", "application/x-tar", tarOf(yaml, ent{name: "/etc/main.js", typ: tar.TypeReg, body: []byte("x")}), "is an absolute path"},
 		{"zip symlink", "application/zip", zipLink(), `entry "p/helpers.js": is a symbolic link`},

@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/abi"
+	plugin "github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
@@ -211,19 +212,22 @@ func bundle(t testing.TB, g guest) string {
 	return dir
 }
 
-// load reads the bundle the way `moat run` does (host.ReadBundle, then
-// its LoadOptions) and loads it; edit may change the options first.
+// load reads the bundle the way `moat run` does (package bundle: Open, then
+// LoadOptions) and loads it; edit may change the options first.
 func load(t testing.TB, h *host.Host, dir string, edit func(*host.LoadOptions)) *host.Module {
 	t.Helper()
-	b, err := host.ReadBundle(dir)
+	b, err := plugin.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := b.Options()
+	wasm, opts, err := b.LoadOptions(context.Background(), plugin.LoadEnv{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if edit != nil {
 		edit(&opts)
 	}
-	m, err := h.Load(context.Background(), b.Wasm, opts)
+	m, err := h.Load(context.Background(), wasm, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

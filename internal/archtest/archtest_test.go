@@ -46,7 +46,10 @@ var layers = []struct {
 	{"abi and the leaves", []string{"abi", "guests", "guests/...", "internal/...", "toolchains"}},
 	{"policy", []string{"policy", "policy/..."}},
 	{"host/*", []string{"host", "host/..."}},
-	{"languages", []string{"languages", "languages/..."}},
+	// bundle (what a plugin is) decides a plugin's kind with the
+	// languages' registry and builds a Script through it, and is read by
+	// the server and the CLI: it sits with the languages.
+	{"languages", []string{"languages", "languages/...", "bundle"}},
 	{"server", []string{"server", "server/..."}},
 	{"cmd", []string{"cmd/...", "deploy"}},
 }

@@ -1,7 +1,8 @@
 // Package plugintree reads a plugin's source tree: the one rule every path
 // that reads a plugin's files from disk goes through (moat run, build,
 // sign, verify, deploy, dev's watch, the build's copy into its work dir,
-// and host.ReadBundle's module, manifest and signature).
+// and package bundle's reading of a plugin's directory: module, manifest,
+// signature and sources).
 //
 // The rule: a plugin's tree holds regular files and directories, nothing
 // else. A symbolic link, wherever it points (out of the tree, into it, to
@@ -112,6 +113,19 @@ func kind(m fs.FileMode) string {
 	default:
 		return "special file (mode " + m.Type().String() + ")"
 	}
+}
+
+// Refuses is the rule for an entry known by its mode alone — an entry of
+// an uploaded archive, which moat serve reads with no directory to walk:
+// it reports whether the rule refuses an entry of mode m, and what the
+// entry is ("symbolic link", "FIFO (named pipe)", "character device",
+// ...), named as Walk's refusals name it. A directory or a regular file
+// passes.
+func Refuses(m fs.FileMode) (what string, refused bool) {
+	if m.IsDir() || m.IsRegular() {
+		return "", false
+	}
+	return kind(m), true
 }
 
 // refuse is the *Error for the entry at p (an OS path) of mode m.

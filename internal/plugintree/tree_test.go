@@ -218,3 +218,36 @@ func TestWalkBounds(t *testing.T) {
 		t.Errorf("within the defaults: %v", err)
 	}
 }
+
+// TestRefusesByMode: the rule for an entry known by its mode alone (an
+// uploaded archive's) refuses what Walk refuses, named as Walk names it,
+// and passes regular files and directories.
+func TestRefusesByMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode fs.FileMode
+		what string
+	}{
+		{0o644, ""},
+		{fs.ModeDir | 0o755, ""},
+		{fs.ModeSymlink | 0o777, "symbolic link"},
+		{fs.ModeNamedPipe | 0o644, "FIFO (named pipe)"},
+		{fs.ModeSocket | 0o644, "socket"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "character device"},
+		{fs.ModeDevice | 0o660, "device"},
+	} {
+		what, refused := plugintree.Refuses(tc.mode)
+		if what != tc.what || refused != (tc.what != "") {
+			t.Errorf("Refuses(%v) = %q, %v; want %q", tc.mode, what, refused, tc.what)
+		}
+	}
+	// The same names as Walk's refusal of the entry on disk.
+	dir := t.TempDir()
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	err := plugintree.Walk(dir, plugintree.Options{}, func(plugintree.Entry) error { return nil })
+	var e *plugintree.Error
+	if !errors.As(err, &e) || e.Kind != "symbolic link" {
+		t.Errorf("Walk of a link: %v, want a refusal of kind %q", err, "symbolic link")
+	}
+}
