@@ -262,10 +262,8 @@ func TestKernelGrantsBesideTheBundle(t *testing.T) {
 // and its runtime in host, nothing else.
 func TestKindDecidedOnlyHere(t *testing.T) {
 	root := testwasm.RepoRoot(t)
-	// The one exception, and why.
-	allowed := map[string]string{
-		"cmd/moat/build.go": "moat build asks whether the manifest's language compiles to a module, not what kind a plugin is",
-	}
+	// Exceptions, each with why (none today: moat build asks KindOf too).
+	allowed := map[string]string{}
 	used := map[string]bool{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

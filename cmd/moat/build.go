@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
@@ -60,6 +62,20 @@ readable by the compiler's uid; the module is copied into DIR afterwards.`,
 	return g.withServerConfig(cmd, "keep the build's language state in its data_dir")
 }
 
+// checkNative is moat build of a native plugin: nothing is compiled (its
+// worker is the manifest's command, run confined when the plugin is
+// loaded); the plugin is read as moat run and an upload read it, so what
+// they would refuse is refused here.
+func checkNative(dir string) error {
+	b, err := bundle.Open(dir)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	fmt.Fprintf(os.Stderr, "==> %s (native, %s) checked: manifest, %d action(s), %d file(s); nothing to build: its worker (%s) runs as a confined process when the plugin is loaded\n",
+		termSafe(b.Manifest.Name), termSafe(b.Manifest.Language), len(b.Manifest.Actions), len(b.Files), termSafe(strings.Join(b.Manifest.Command, " ")))
+	return nil
+}
+
 func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout time.Duration) error {
 	mfPath := filepath.Join(dir, "moat.yaml")
 	mf, err := policy.LoadManifest(mfPath)
@@ -74,11 +90,19 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 		return usagef("%s: language: %v", mfPath, err)
 	}
 	info := lang.Info()
-	if sl, ok := languages.ScriptLanguage(mf); ok {
+	// The kind is the bundle's to decide, as for every other entry point;
+	// a build ignores a module already there (it would write it anew).
+	switch bundle.KindOf(mf, false) {
+	case bundle.Script:
 		if out != "" {
 			return usagef("--out: %s is %s: its sources are the module, there is nothing to write; leave --out out", info.Name, info.Path)
 		}
-		return buildInterpreted(ctx, g, dir, mf, sl)
+		return buildInterpreted(ctx, g, dir, mf, lang)
+	case bundle.Native:
+		if out != "" {
+			return usagef("--out: %s is a native plugin: its files are the plugin, there is nothing to write; leave --out out", termSafe(mf.Name))
+		}
+		return checkNative(dir)
 	}
 	pb, ok := lang.(languages.PluginBuilder)
 	if !ok {

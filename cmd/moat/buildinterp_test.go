@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 )
 
 // interpretedPlugins are hello plugins in each interpreted language. With
@@ -163,5 +164,38 @@ func TestBuildInterpreted(t *testing.T) {
 				t.Errorf("a refused build wrote into the plugin: %v, then %v", before, after)
 			}
 		})
+	}
+}
+
+// TestBuildNative: moat build of a native plugin checks it as moat run and
+// an upload read it (the bundle decides its kind: native, though its
+// language is an interpreted one's) and compiles nothing: no WebAssembly
+// interpreter is prepared for it, nothing is written, and --out is
+// refused, naming why.
+func TestBuildNative(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "p")
+	copyTree(t, filepath.Join(testwasm.RepoRoot(t), "examples", "hello-python-native"), dir)
+	data := t.TempDir()
+	before := dirNames(t, dir)
+	r := moat(t, "", "build", "--data", data, dir)
+	if r.code != 0 || !strings.Contains(r.stderr, "(native, python) checked: manifest, 2 action(s)") || !strings.Contains(r.stderr, "nothing to build") {
+		t.Fatalf("moat build of a native plugin: exit %d\n%s", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "preparing python") || strings.Contains(r.stderr, "interpreter compiled") {
+		t.Errorf("moat build prepared the WebAssembly interpreter for a native plugin:\n%s", r.stderr)
+	}
+	if after := dirNames(t, dir); !slices.Equal(before, after) {
+		t.Errorf("moat build wrote into the plugin: %v, then %v", before, after)
+	}
+	r = moat(t, "", "build", "--data", data, "--out", filepath.Join(t.TempDir(), "x.wasm"), dir)
+	if r.code != 2 || !strings.Contains(r.stderr, "is a native plugin: its files are the plugin") {
+		t.Errorf("moat build --out of a native plugin: exit %d\n%s", r.code, r.stderr)
+	}
+	// A link in its tree is refused, as moat run and an upload refuse it.
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "leak.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if r = moat(t, "", "build", "--data", data, dir); r.code != 2 || !strings.Contains(r.stderr, "leak.txt") {
+		t.Errorf("moat build of a native plugin with a link: exit %d\n%s", r.code, r.stderr)
 	}
 }
