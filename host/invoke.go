@@ -301,35 +301,22 @@ func (inst *instance) classify(ctx context.Context, err error, lim Limits) ([]by
 // get takes an idle instance or makes one.
 func (m *Module) get(ctx context.Context, lim Limits) (*instance, error) {
 	if m.isolation == IsolationPooled {
-		m.mu.Lock()
-		if n := len(m.idle); n > 0 {
-			inst := m.idle[n-1]
-			m.idle[n-1] = nil
-			m.idle = m.idle[:n-1]
-			m.mu.Unlock()
+		if inst, ok := m.idle.Get(); ok {
 			if !inst.oversized(lim) {
 				return inst, nil
 			}
 			inst.close() // grown past this call's memory limit
-			return m.newInstance(ctx, lim)
 		}
-		m.mu.Unlock()
 	}
 	return m.newInstance(ctx, lim)
 }
 
 // put returns a healthy instance to the pool, or closes it when the pool is
 // full, the module is closed or isolation is fresh. The pool is LIFO so the
-// busiest instances stay warm in the CPU caches.
+// busiest instances stay warm in the CPU caches (internal/pool).
 func (m *Module) put(inst *instance) {
-	if m.isolation == IsolationPooled && !inst.oversized(m.limits) {
-		m.mu.Lock()
-		if len(m.idle) < m.maxIdle {
-			m.idle = append(m.idle, inst)
-			m.mu.Unlock()
-			return
-		}
-		m.mu.Unlock()
+	if m.isolation == IsolationPooled && !inst.oversized(m.limits) && m.idle.Put(inst) {
+		return
 	}
 	inst.close()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/pool"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -165,8 +166,9 @@ type Module struct {
 	files     *fileGrants    // its granted directories (files.go); nil: none
 	filesOnce sync.Once      // Close drops the module's reference once
 
-	mu   sync.Mutex
-	idle []*instance
+	idle *pool.LIFO[*instance] // a plugin's and a resident script's warm instances
+
+	mu sync.Mutex // guards compiled
 }
 
 // Info describes a module for `moat inspect` and the API.
@@ -414,6 +416,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module
 	if m.maxIdle <= 0 {
 		m.maxIdle = 8
 	}
+	m.idle = pool.New[*instance](m.maxIdle)
 	m.info = describe(name, digest, len(wasm), cm, c)
 	if lay.memory != nil {
 		m.memMin = lay.memory.min
@@ -670,9 +673,8 @@ func (m *Module) Info() Info { return m.info }
 // Close discards the module's idle instances. Invocations in flight finish
 // and their instances are then closed rather than pooled.
 func (m *Module) Close(ctx context.Context) error {
+	idle := m.idle.Close()
 	m.mu.Lock()
-	idle := m.idle
-	m.idle, m.maxIdle = nil, -1
 	c := m.compiled
 	m.compiled = nil
 	m.mu.Unlock()
