@@ -30,9 +30,12 @@ type modulePolicy struct {
 	profile  *policy.Profile
 	manifest *policy.Manifest
 	implicit bool // no moat.yaml: actions are whatever the module exports, capabilities none
-	eval     *policy.Evaluation
-	slots    chan struct{} // concurrency limit; nil when unlimited
-	rate     *rateLimiter  // calls per minute per organization; nil when unlimited
+	// sources are what the binding covers beyond the module's digest:
+	// a script's sources, a native plugin's files; nil for WebAssembly.
+	sources []byte
+	eval    *policy.Evaluation
+	slots   chan struct{} // concurrency limit; nil when unlimited
+	rate    *rateLimiter  // calls per minute per organization; nil when unlimited
 
 	bindOnce sync.Once
 	binding  string // see Module.Binding
@@ -57,12 +60,7 @@ func (m *Module) Binding() string {
 		part([]byte("moat module binding v1"))
 		part([]byte(m.name))
 		part([]byte(m.digest))
-		switch {
-		case m.script != nil:
-			part(m.script.Source)
-		default:
-			part(m.source) // a native plugin's files; nil for WebAssembly
-		}
+		part(mp.sources) // a script's sources, a native plugin's files; nil for WebAssembly
 		for _, v := range []any{mp.manifest, m.config, m.info.Mode, m.info.Signer} {
 			b, err := json.Marshal(v)
 			if err != nil { // cannot happen for these types; still, never collide

@@ -4,7 +4,7 @@ package host
 // the next invocation. Servers export it as a gauge: a pool that stays at
 // zero under load means every call pays an instantiation.
 func (m *Module) IdleInstances() int {
-	return m.idle.Len()
+	return m.code.idle.Len()
 }
 
 // IdleMemoryBytes is the linear memory the module's idle instances hold,
@@ -13,7 +13,7 @@ func (m *Module) IdleInstances() int {
 // a few). The pool's size bounds it (LoadOptions.MaxIdle).
 func (m *Module) IdleMemoryBytes() uint64 {
 	var n uint64
-	m.idle.Each(func(inst *instance) {
+	m.code.idle.Each(func(inst *instance) {
 		if inst.mem != nil {
 			n += inst.mem.Size()
 		}
