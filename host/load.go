@@ -33,7 +33,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (_ *Modu
 	if err := l.check(ld); err != nil {
 		return nil, err
 	}
-	signer, err := h.verifySignature(ctx, ld.name, ld.signed, opts, opts.CorrelationID)
+	signer, err := h.verifySignature(ctx, ld.name, ld.signed, opts, opts.CorrelationID, ld.name+ld.sigExt)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +123,7 @@ type loading struct {
 	name   string
 	digest string
 	signed []byte // what the signature covers
+	sigExt string // the signature file's extension, after the name
 	// sources are what the module's policy binding covers beyond its
 	// digest: a script's sources, a native plugin's files.
 	sources []byte
@@ -235,7 +236,7 @@ var wasmLoader = &loader{
 // checkWasm names a WebAssembly module and checks its first bytes.
 func checkWasm(ld *loading) error {
 	ld.digest = Digest(ld.wasm)
-	ld.signed = ld.wasm
+	ld.signed, ld.sigExt = ld.wasm, ".wasm.minisig"
 	if err := ld.nameFromManifest(); err != nil {
 		return err
 	}

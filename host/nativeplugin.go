@@ -94,7 +94,11 @@ func checkNative(ld *loading) error {
 	if len(nativeCommand(opts)) == 0 {
 		return ld.fail(abi.CodeInvalidArgument, nil, "no command starts the plugin's workers: write command: in %s", policy.ManifestFile)
 	}
-	ld.digest, ld.signed, ld.sources = Digest(nat.Source), nat.Source, nat.Source
+	// The refusal of an unsigned native plugin names name.wasm.minisig,
+	// the WebAssembly wording it always had; moat sign writes a source
+	// directory's signature as NAME.minisig, so this is likely wrong, and
+	// kept here only because a restructuring changes no behaviour.
+	ld.digest, ld.signed, ld.sources, ld.sigExt = Digest(nat.Source), nat.Source, nat.Source, ".wasm.minisig"
 	return nil
 }
 

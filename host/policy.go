@@ -88,7 +88,10 @@ type ConfirmationRequest struct {
 // verifySignature checks the module's signature against the profile's
 // trusted keys. It returns the signer's key name ("" for a module that runs
 // sandboxed) or a refusal.
-func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, opts LoadOptions, correlation string) (string, error) {
+//
+// sigFile names the signature's file in the refusal of an unsigned module
+// (name.wasm.minisig; a script's, name.minisig: its loader's).
+func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, opts LoadOptions, correlation, sigFile string) (string, error) {
 	p := h.profile
 	ev := audit.Event{Kind: audit.KindSignature, Module: name, CorrelationID: correlation, Rule: "profile " + p.Name + ": require_signature"}
 	deny := func(reason string, err error) (string, error) {
@@ -98,11 +101,7 @@ func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, op
 	}
 	if opts.Signature == nil {
 		if p.RequireSignature {
-			file := name + ".wasm.minisig"
-			if opts.Script != nil {
-				file = name + ".minisig"
-			}
-			return deny(fmt.Sprintf("unsigned (no %s); profile %s requires a signature from a trusted key", file, p.Name), nil)
+			return deny(fmt.Sprintf("unsigned (no %s); profile %s requires a signature from a trusted key", sigFile, p.Name), nil)
 		}
 		return "", nil // unsigned modules run sandboxed; nothing to record
 	}

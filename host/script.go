@@ -76,7 +76,7 @@ var scriptLoader = &loader{
 		// the same for every plugin and would let one plugin's
 		// signature stand for another's.
 		sc := ld.opts.Script
-		ld.signed, ld.sources = sc.Source, sc.Source
+		ld.signed, ld.sources, ld.sigExt = sc.Source, sc.Source, ".minisig"
 		if ld.opts.Signature != nil && len(ld.signed) == 0 {
 			return ld.fail(abi.CodeInvalidArgument, nil, "a signed script needs Script.Source, the sources its signature covers")
 		}
