@@ -314,29 +314,29 @@ func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 		}
 		ld.compiled, m.code.cm = c, c.cm
 	}
-	code2 := m.code
+	wc := m.code
 	if opts.Snapshot != nil {
-		code2.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
-		code2.snap.scope.org, code2.snap.scope.manifest = opts.Org, manifestBytes(opts)
+		wc.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
+		wc.snap.scope.org, wc.snap.scope.manifest = opts.Org, manifestBytes(opts)
 	}
-	code2.isolation, code2.maxIdle = opts.Isolation, opts.MaxIdle
-	if code2.isolation == "" {
-		code2.isolation = IsolationPooled
+	wc.isolation, wc.maxIdle = opts.Isolation, opts.MaxIdle
+	if wc.isolation == "" {
+		wc.isolation = IsolationPooled
 	}
-	if code2.isolation != IsolationPooled && code2.isolation != IsolationFresh {
-		return ld.fail(abi.CodeInvalidArgument, nil, "isolation %q is not %q or %q", code2.isolation, IsolationPooled, IsolationFresh)
+	if wc.isolation != IsolationPooled && wc.isolation != IsolationFresh {
+		return ld.fail(abi.CodeInvalidArgument, nil, "isolation %q is not %q or %q", wc.isolation, IsolationPooled, IsolationFresh)
 	}
-	if code2.maxIdle <= 0 {
-		code2.maxIdle = 8
+	if wc.maxIdle <= 0 {
+		wc.maxIdle = 8
 	}
-	code2.idle = pool.New[*instance](code2.maxIdle)
-	m.info = describe(ld.name, ld.digest, len(ld.wasm), code2.cm, ld.compiled)
+	wc.idle = pool.New[*instance](wc.maxIdle)
+	m.info = describe(ld.name, ld.digest, len(ld.wasm), wc.cm, ld.compiled)
 	if lay.memory != nil {
-		code2.memMin = lay.memory.min
+		wc.memMin = lay.memory.min
 		m.info.MemoryMin = lay.memory.min
 	}
-	exports := code2.cm.ExportedFunctions()
-	_, code2.hasInit = exports[abi.ExportInitWASI]
+	exports := wc.cm.ExportedFunctions()
+	_, wc.hasInit = exports[abi.ExportInitWASI]
 	return ld.readKind(exports, lay, interp != nil)
 }
 
