@@ -129,3 +129,24 @@ func TestLoaderTableExtension(t *testing.T) {
 		t.Errorf("Close: %v, runtime closed %v", err, rt.closed)
 	}
 }
+
+// TestFileGrantsOwnerReleasedOnce: the module's reference to its granted
+// directories goes once however often it is dropped (a failed load's
+// cleanup, then Close), so an instance still running keeps them open.
+func TestFileGrantsOwnerReleasedOnce(t *testing.T) {
+	fg := &fileGrants{refs: 1, owned: true}
+	if !fg.acquire() { // an instance's
+		t.Fatal("acquire refused while the module holds its reference")
+	}
+	fg.releaseOwner()
+	fg.releaseOwner()
+	if fg.refs != 1 {
+		t.Fatalf("refs = %d after the owner let go twice; want the instance's 1", fg.refs)
+	}
+	fg.release()
+	if fg.refs != 0 {
+		t.Fatalf("refs = %d; want 0", fg.refs)
+	}
+	var none *fileGrants
+	none.releaseOwner() // a module with no grants
+}
