@@ -118,8 +118,9 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	fail := func(code abi.Code, err error, format string, args ...any) (RunResult, error) {
 		return RunResult{}, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
-	if m.kind != KindCommand {
-		return fail(abi.CodeNoSuchAction, nil, "the module is a plugin, not a WASI command: name an action (%s)", strings.Join(m.actions, ", "))
+	cmd, ok := m.rt.(commandRunner)
+	if !ok {
+		return fail(abi.CodeNoSuchAction, nil, "the module is a plugin, not a WASI command: name an action (%s)", strings.Join(m.acts.names, ", "))
 	}
 	if err := req.Principal.Validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
@@ -142,8 +143,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 	ctx = m.withBudget(ctx, ireq, lim)
 	start := time.Now()
 	defer func() { m.auditInvocation(ctx, ireq, start, err) }()
-	res, _, err = m.run(ctx, req, lim, false)
-	return res, err
+	return cmd.run(ctx, req, lim)
 }
 
 // run runs the command once on a fresh instance, under lim. confirmed
@@ -236,7 +236,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	img := m.imageFor(ctx, req, lim)
 	runStart := time.Now()
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc))
-	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
+	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc)
 	switch {
 	case err != nil:
 	case img != nil:

@@ -56,9 +56,10 @@ type fileGrant struct {
 // has closed and so has the last instance using them: a call in flight
 // when its module is replaced keeps its directories to the end.
 type fileGrants struct {
-	list []fileGrant
-	mu   sync.Mutex
-	refs int // the module's, and each live instance's
+	list  []fileGrant
+	mu    sync.Mutex
+	refs  int  // the module's, and each live instance's
+	owned bool // the module's reference is held (releaseOwner)
 }
 
 func (fg *fileGrants) grants() []fileGrant {
@@ -81,6 +82,21 @@ func (fg *fileGrants) acquire() bool {
 	}
 	fg.refs++
 	return true
+}
+
+// releaseOwner drops the module's reference, once however often it is
+// called (a load that failed, Module.Close).
+func (fg *fileGrants) releaseOwner() {
+	if fg == nil {
+		return
+	}
+	fg.mu.Lock()
+	owned := fg.owned
+	fg.owned = false
+	fg.mu.Unlock()
+	if owned {
+		fg.release()
+	}
 }
 
 // release drops a reference, closing the directories with the last.
@@ -106,7 +122,7 @@ func (fg *fileGrants) release() {
 // way round, since a grant of a parent of the data directory reaches it
 // too. A grant that cannot be opened or is refused refuses the load,
 // audited.
-func (h *Host) openFileGrants(ctx context.Context, m *Module, correlation string) error {
+func (h *Host) openFileGrants(ctx context.Context, m *Module, correlation, refused string) error {
 	gs := m.policy.eval.Effective.Filesystem
 	if len(gs) == 0 {
 		return nil
@@ -118,10 +134,10 @@ func (h *Host) openFileGrants(ctx context.Context, m *Module, correlation string
 			Rule: "capabilities.filesystem", Reason: reason})
 		return &Error{Module: m.name, Code: abi.CodeDenied, Reason: reason, Err: err}
 	}
-	if m.kind == KindExtism {
-		return refuse(gs[0], "Extism plug-ins get no file grants (their instances are the Extism SDK's); build the plug-in as a moat plugin, or remove filesystem: from moat.yaml", nil)
+	if refused != "" { // the module's kind gets none (its loader says why)
+		return refuse(gs[0], refused, nil)
 	}
-	m.files = &fileGrants{refs: 1}
+	m.files = &fileGrants{refs: 1, owned: true}
 	protected := h.protectedDirs()
 	for _, g := range gs {
 		if err := policy.CheckFilePath(g.Path); err != nil { // a manifest built by hand
@@ -219,7 +235,7 @@ func reachesProtected(dir string, protected []protectedDir) (*protectedDir, erro
 
 // closeFileGrants drops the module's reference to its directories.
 func (m *Module) closeFileGrants() {
-	m.filesOnce.Do(func() { m.files.release() })
+	m.files.releaseOwner()
 }
 
 // checkGuestPaths refuses a grant at or around a path the host mounts

@@ -117,37 +117,32 @@ func importsExtism(info Info) bool {
 	return slices.ContainsFunc(info.Imports, func(s Signature) bool { return s.Module == extismImport })
 }
 
-// loadForeign hands the module to its driver and takes the actions from
-// the functions the driver lists.
-func (m *Module) loadForeign(ctx context.Context, wasm []byte) error {
-	d, ok := driverFor(m.kind)
+// startDriver hands the module to its driver, and lists the functions
+// the driver offers as the module's actions.
+func (m *Module) startDriver(ctx context.Context, kind Kind, wasm []byte) (moduleRuntime, []string, error) {
+	d, ok := driverFor(kind)
 	if !ok {
-		return &Error{Module: m.name, Code: abi.CodeBadModule,
-			Reason: fmt.Sprintf("the module is an %s plug-in, and no driver for %s modules is linked into this program (import github.com/moat-sandbox/moat/host/%s)", m.kind, m.kind, m.kind)}
+		return nil, nil, &Error{Module: m.name, Code: abi.CodeBadModule,
+			Reason: fmt.Sprintf("the module is an %s plug-in, and no driver for %s modules is linked into this program (import github.com/moat-sandbox/moat/host/%s)", kind, kind, kind)}
 	}
 	r, err := d.Load(ctx, DriverSpec{
 		Name: m.name, Digest: m.digest, Wasm: wasm, Info: m.info, Config: m.config, Limits: m.limits,
-		Isolation: m.isolation, MaxIdle: m.maxIdle, Cache: m.host.cache, Logger: m.host.log,
+		Isolation: m.code.isolation, MaxIdle: m.code.maxIdle, Cache: m.host.cache, Logger: m.host.log,
 		Deadline: rewriteForDriver, Yield: yieldContext,
 	})
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			return err
+			return nil, nil, err
 		}
-		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: err.Error(), Err: err}
+		return nil, nil, &Error{Module: m.name, Code: abi.CodeBadModule, Reason: err.Error(), Err: err}
 	}
-	m.runner = r
-	m.actionIdx = map[string]uint32{}
-	for _, f := range r.Functions() {
-		m.actionIdx[f] = uint32(len(m.actions))
-		m.actions = append(m.actions, f)
-	}
-	if len(m.actions) == 0 {
+	actions := r.Functions()
+	if len(actions) == 0 {
 		_ = r.Close(ctx)
-		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: "the plug-in exports no function that can be called as an action"}
+		return nil, nil, &Error{Module: m.name, Code: abi.CodeBadModule, Reason: "the plug-in exports no function that can be called as an action"}
 	}
-	return nil
+	return &driverRuntime{m: m, runner: r}, actions, nil
 }
 
 // Call is one invocation of a foreign module, as its driver sees it.
@@ -210,14 +205,15 @@ func (c *Call) Fetch(ctx context.Context, req *abi.HTTPFetchRequest, o HTTPOptio
 // principal and correlation id.
 func (c *Call) Log() *slog.Logger { return c.env.Log() }
 
-// callForeign runs one invocation on the module's driver.
-func (m *Module) callForeign(ctx context.Context, req *Request, lim Limits, confirmed bool) ([]byte, string, error) {
+// callRunner runs one invocation on a Runner: a foreign module's driver,
+// a native plugin's workers.
+func (m *Module) callRunner(ctx context.Context, runner Runner, req *Request, idx uint32, lim Limits, confirmed bool) ([]byte, string, error) {
 	c := &Call{
-		Action: req.Action, Function: m.actions[m.publicIdx[req.Action]], Input: req.Input, Principal: req.Principal,
+		Action: req.Action, Function: m.acts.names[idx], Input: req.Input, Principal: req.Principal,
 		CorrelationID: req.CorrelationID, Limits: lim, invocation: invocation{m: m, env: m.newEnv(), confirmed: confirmed},
 	}
 	c.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
-	out, err := m.runner.Call(ctx, c)
+	out, err := runner.Call(ctx, c)
 	if err != nil {
 		var e *Error
 		if !errors.As(err, &e) {

@@ -26,10 +26,10 @@ func (h *Host) cacheFiles(key string, code []byte) []string {
 // module of the same bytes is loaded or stored any more. Call it before
 // Close.
 func (m *Module) CacheFiles() []string {
-	if m.compiled == nil || m.scriptRT != nil {
+	if m.code.compiled == nil || m.code.interpRT != nil {
 		return nil
 	}
-	return append([]string(nil), m.compiled.files...)
+	return append([]string(nil), m.code.compiled.files...)
 }
 
 // ForgetCompiled removes files CacheFiles named. The cache is keyed by

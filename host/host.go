@@ -13,7 +13,7 @@
 // per module, or made fresh for each call with IsolationFresh. Every failure
 // is an *Error carrying the module, the action and an abi.Code.
 //
-// Four kinds of module load:
+// Five kinds of module load:
 //   - moat plugins (KindPlugin): reactors that import "moat" and export
 //     moat_invoke, moat_alloc, moat_actions and moat_abi_version; Go guests
 //     built with -buildmode=c-shared have their _initialize run once per
@@ -24,7 +24,13 @@
 //     a manifest's actions with one run of a script per call (see Script);
 //   - Extism plug-ins (KindExtism): modules that import extism:host/env,
 //     run by the driver that package host/extism registers (see Driver),
-//     inside the same policy, limits, op table and audit.
+//     inside the same policy, limits, op table and audit;
+//   - native plugins (KindNative): no WebAssembly, but confined worker
+//     processes (see Native).
+//
+// Load does what every kind shares once, and a table of loaders what
+// differs (load.go); each module's calls run on the runtime its loader
+// chose (runtime.go). Adding a kind is a loader and a runtime.
 package host
 
 import (

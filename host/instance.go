@@ -43,9 +43,6 @@ type instance struct {
 // reactors) runs under the invocation's timeout and memory limit: a guest
 // that loops or balloons in its initializer is stopped like any other.
 func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error) {
-	if m.script != nil && m.script.Resident {
-		return m.newResidentInstance(ctx, lim)
-	}
 	h := m.host
 	inst := &instance{invocation: invocation{m: m, env: m.newEnv()}}
 	inst.stdout = guestStream{name: "stdout", level: slog.LevelInfo}
@@ -83,10 +80,10 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 	}
 	inst.stderr.begin(ictx, inst.env.Log)
 	actx := inst.sess.Attach(ictx)
-	mod, err := h.runtime.InstantiateModule(actx, m.cm, mc)
+	mod, err := h.runtime.InstantiateModule(actx, m.code.cm, mc)
 	if err == nil {
 		var starts []string
-		if m.hasInit {
+		if m.code.hasInit {
 			starts = append(starts, abi.ExportInitWASI)
 		}
 		if err = startModule(actx, mod, starts...); err != nil {
@@ -126,12 +123,12 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 // module declaring 65536 pages would cost the host 4 GiB of address space
 // on the way to its memory_limit error.
 func (m *Module) checkInitialMemory(lim Limits) error {
-	if m.memMin <= lim.MemoryLimitPages {
+	if m.code.memMin <= lim.MemoryLimitPages {
 		return nil
 	}
 	return &Error{Module: m.name, Code: abi.CodeMemoryLimit,
 		Reason: fmt.Sprintf("the module declares an initial memory of %d pages (%d MiB), over the limit of %d pages (%d MiB)",
-			m.memMin, m.memMin/16, lim.MemoryLimitPages, lim.MemoryLimitPages/16)}
+			m.code.memMin, m.code.memMin/16, lim.MemoryLimitPages, lim.MemoryLimitPages/16)}
 }
 
 // oversized reports whether the instance's memory is larger than lim

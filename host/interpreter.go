@@ -42,14 +42,6 @@ type Interpreter interface {
 	Run(ctx context.Context, mod api.Module, args []string) error
 }
 
-// scriptInterpreter is the Interpreter of a load's script, or nil.
-func scriptInterpreter(opts LoadOptions) Interpreter {
-	if opts.Script == nil {
-		return nil
-	}
-	return opts.Script.Interpreter
-}
-
 // ScriptError is how an Interpreter's Run reports that the script itself
 // failed: an exception its top-level code (or its serve loop) raised and
 // did not rescue, as opposed to a trap or an exit. The host then reports

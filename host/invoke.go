@@ -44,12 +44,12 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	fail := func(code abi.Code, err error, format string, args ...any) (Result, error) {
 		return Result{}, &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
-	if m.kind == KindCommand {
+	if _, ok := m.rt.(commandRunner); ok {
 		return fail(abi.CodeNoSuchAction, nil, "the module is a WASI command with no actions: run it without an action (Module.Run, or `moat run MODULE`)")
 	}
-	idx, ok := m.publicIdx[req.Action]
+	idx, ok := m.acts.publicIdx[req.Action]
 	if !ok {
-		return fail(abi.CodeNoSuchAction, nil, "no action %q; the module's actions are: %s", req.Action, strings.Join(m.public, ", "))
+		return fail(abi.CodeNoSuchAction, nil, "no action %q; the module's actions are: %s", req.Action, strings.Join(m.acts.public, ", "))
 	}
 	if err := req.Principal.Validate(); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
@@ -75,54 +75,12 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 		return Result{}, err
 	}
 	defer release()
-	if m.script != nil && !m.script.Resident || m.runner != nil {
-		// Scripts run per call and foreign modules run outside the
-		// instance pool; resident scripts are in it (resident.go).
-		call := m.callForeign
-		if m.script != nil {
-			call = m.runScript
-		}
-		out, needsConfirm, err := call(cctx, &req, lim, confirmed)
-		if needsConfirm != "" {
-			return Result{}, m.confirmSensitive(ctx, &req, needsConfirm)
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		return Result{Output: out}, nil
-	}
-	inst, err := m.get(ctx, lim)
-	if err != nil {
-		if e, ok := err.(*Error); ok {
-			e.Action = req.Action
-		}
-		return Result{}, err
-	}
-	inst.confirmed, inst.needsConfirm = confirmed, ""
-	out, cerr := inst.call(cctx, idx, &req, lim)
-	needsConfirm := inst.needsConfirm
-	// An instance whose memory.grow was refused during the call is full,
-	// whatever its guest made of it: a handler that caught the
-	// interpreter's MemoryError, or globals that hold what filled it,
-	// would fail the next caller's call too (another user's). It serves
-	// no other call.
-	full := inst.mem.Hit()
-	if full && cerr != nil && cerr.reusable {
-		cerr = inst.outOfMemory(cerr, lim)
-	}
-	if full || cerr != nil && !cerr.reusable {
-		if full && cerr == nil {
-			m.host.log.Debug("an instance that reached its memory limit is discarded", "module", m.name, "action", req.Action)
-		}
-		inst.close()
-	} else {
-		m.put(inst)
-	}
+	out, needsConfirm, err := m.rt.call(ctx, cctx, &req, idx, lim, confirmed)
 	if needsConfirm != "" {
 		return Result{}, m.confirmSensitive(ctx, &req, needsConfirm)
 	}
-	if cerr != nil {
-		return Result{}, cerr.Error
+	if err != nil {
+		return Result{}, err
 	}
 	return Result{Output: out}, nil
 }
@@ -296,40 +254,4 @@ func (inst *instance) classify(ctx context.Context, err error, lim Limits) ([]by
 	}
 	m.host.log.Debug("invocation failed", "module", m.name, "action", inst.env.Action, "code", e.Code, "err", err)
 	return nil, &callError{Error: e}
-}
-
-// get takes an idle instance or makes one.
-func (m *Module) get(ctx context.Context, lim Limits) (*instance, error) {
-	if m.isolation == IsolationPooled {
-		m.mu.Lock()
-		if n := len(m.idle); n > 0 {
-			inst := m.idle[n-1]
-			m.idle[n-1] = nil
-			m.idle = m.idle[:n-1]
-			m.mu.Unlock()
-			if !inst.oversized(lim) {
-				return inst, nil
-			}
-			inst.close() // grown past this call's memory limit
-			return m.newInstance(ctx, lim)
-		}
-		m.mu.Unlock()
-	}
-	return m.newInstance(ctx, lim)
-}
-
-// put returns a healthy instance to the pool, or closes it when the pool is
-// full, the module is closed or isolation is fresh. The pool is LIFO so the
-// busiest instances stay warm in the CPU caches.
-func (m *Module) put(inst *instance) {
-	if m.isolation == IsolationPooled && !inst.oversized(m.limits) {
-		m.mu.Lock()
-		if len(m.idle) < m.maxIdle {
-			m.idle = append(m.idle, inst)
-			m.mu.Unlock()
-			return
-		}
-		m.mu.Unlock()
-	}
-	inst.close()
 }

@@ -3,13 +3,10 @@ package host
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -134,40 +131,36 @@ func (opts *LoadOptions) config() map[string]string {
 }
 
 // Module is a compiled module ready to run. It is safe for concurrent use.
+//
+// Its fields are what every kind of module shares; how its calls run is
+// its runtime's (runtime.go), chosen by its loader (load.go).
 type Module struct {
-	host      *Host
-	name      string
-	digest    string
-	kind      Kind
-	cm        wazero.CompiledModule
-	config    map[string]string
-	limits    Limits
-	isolation Isolation
-	maxIdle   int
-	hasInit   bool
-	memMin    uint32 // the declared initial memory, in pages
-	info      Info
-	snap      *snapshotState // runs may start from an image (snapshot.go)
-
-	actions   []string          // as the module registers them (moat_actions)
-	actionIdx map[string]uint32 // module action name -> index
-	public    []string          // action names callers use (the manifest's)
-	publicIdx map[string]uint32 // public name -> index
-	policy    *modulePolicy
+	host   *Host
+	name   string
+	digest string
+	rt     moduleRuntime // runs its calls: one per execution mode
+	code   *wasmCode     // its WebAssembly and instances; empty for a native plugin
+	config map[string]string
+	limits Limits
+	info   Info
+	acts   actionTable
+	policy *modulePolicy
+	// diskQuota, models and dbQuota are its storage's bounds: the
+	// manifest's models, migrated at load (models.go); nil: none.
 	diskQuota int64
-	models    *store.Models // the manifest's models, migrated at load (models.go); nil: none
+	models    *store.Models
 	dbQuota   store.DBQuota
-	runner    Runner // a foreign module's driver (KindExtism) or a native plugin's workers; nil otherwise
-	script    *Script
-	scriptRT  wazero.Runtime // the runtime of the script's Interpreter (cm is compiled there), or nil: the host's
-	source    []byte         // a native plugin's files, as signed
-	compiled  *compiled      // its machine code, released by Close
-	http      moduleHTTP     // its outbound requests' client (outbound.go)
-	files     *fileGrants    // its granted directories (files.go); nil: none
-	filesOnce sync.Once      // Close drops the module's reference once
+	http      moduleHTTP  // its outbound requests' client (outbound.go)
+	files     *fileGrants // its granted directories (files.go); nil: none
+}
 
-	mu   sync.Mutex
-	idle []*instance
+// actionTable maps the names callers use to the actions a module
+// registers.
+type actionTable struct {
+	names     []string          // as the module registers them (moat_actions, a driver's functions, the manifest's exports)
+	idx       map[string]uint32 // registered name -> index in names
+	public    []string          // action names callers use (the manifest's)
+	publicIdx map[string]uint32 // public name -> index in names
 }
 
 // Info describes a module for `moat inspect` and the API.
@@ -258,301 +251,26 @@ var pluginExports = map[string][2][]api.ValueType{
 	abi.ExportInvoke:  {{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI64}},
 }
 
-// Load compiles wasm (or reuses the compilation of the same bytes) and
-// prepares it to run. A plugin is instantiated once here, so a module that
-// fails its ABI check or its _initialize fails at load, not on first use.
-func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (*Module, error) {
-	if opts.Native != nil {
-		if len(wasm) > 0 {
-			return nil, &Error{Module: opts.Name, Code: abi.CodeInvalidArgument, Reason: "a native plugin has no WebAssembly: pass nil bytes with LoadOptions.Native"}
-		}
-		return h.loadNative(ctx, opts)
-	}
-	digest := Digest(wasm)
-	name := opts.Name
-	if mf := opts.Manifest; mf != nil {
-		if name != "" && name != mf.Name {
-			return nil, &Error{Module: name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("the manifest names the module %q, the load names it %q: use one name", mf.Name, name)}
-		}
-		name = mf.Name
-	}
-	if name == "" {
-		name = "module-" + digest[:12]
-	}
-	fail := func(code abi.Code, err error, format string, args ...any) (*Module, error) {
-		return nil, &Error{Module: name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
-	}
-	if err := ValidateModuleName(name); err != nil {
-		return fail(abi.CodeInvalidArgument, err, "%v", err)
-	}
-	if err := checkMagic(wasm); err != nil {
-		return fail(abi.CodeBadModule, nil, "%v", err)
-	}
-	// The signature is checked before anything of the module runs, or is
-	// even compiled.
-	signed := wasm
-	if opts.Script != nil {
-		// A script's own bytes are its sources; the interpreter's are
-		// the same for every plugin and would let one plugin's
-		// signature stand for another's.
-		signed = opts.Script.Source
-		if opts.Signature != nil && len(signed) == 0 {
-			return fail(abi.CodeInvalidArgument, nil, "a signed script needs Script.Source, the sources its signature covers")
-		}
-	}
-	signer, err := h.verifySignature(ctx, name, signed, opts, opts.CorrelationID)
-	if err != nil {
-		return nil, err
-	}
-	// Bound the module's tables in the bytes that are compiled (tables.go);
-	// the digest and signature stay those of wasm.
-	tableCap := opts.Limits.Or(h.cfg.Limits).MaxTableElements
-	if tableCap > MaxTableElementsCeiling {
-		return fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, MaxTableElementsCeiling)
-	}
-	// A module whose runs start from a snapshot has its globals and its
-	// entry exported (snapshot.go); its compiled code is its own.
-	codeDigest, source := digest, wasm
-	var globals int
-	if opts.Snapshot == nil && opts.Script != nil && opts.Script.Resident {
-		opts.Snapshot = opts.Script.Snapshot
-	}
-	if opts.Snapshot != nil {
-		var err error
-		var entry uint32
-		if source, globals, entry, err = h.prepareSnapshot(ctx, digest, wasm, opts.Snapshot, opts.FirstTime); err != nil {
-			return fail(abi.CodeBadModule, err, "snapshot: %v", err)
-		}
-		codeDigest = fmt.Sprintf("%s-snap%d", digest, entry)
-	}
-	code, _, lay, err := wasmrewrite.LimitTables(source, tableCap)
-	if err != nil {
-		var tle *TableLimitError
-		if errors.As(err, &tle) {
-			return fail(abi.CodeMemoryLimit, err, "%v", err)
-		}
-		return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
-	}
-	if err := lay.CheckCounts(); err != nil {
-		return fail(abi.CodeMemoryLimit, err, "%v", err)
-	}
-	bounded := code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
-	interp := scriptInterpreter(opts)
-	var c *compiled
-	var cm wazero.CompiledModule
-	var scriptRT wazero.Runtime
-	if interp != nil {
-		// The interpreter compiles in its own runtime (interpreter.go),
-		// the bytes with bounded tables and without the host's rewrite.
-		// The interpreter's own runtime does not say whether its cache
-		// answered: its compile is reported as first-time work always.
-		var done func()
-		if opts.FirstTime != nil {
-			done = opts.FirstTime("load")
-		}
-		scriptRT, cm, err = interp.Compile(ctx, h, bounded)
-		if done != nil {
-			done()
-		}
-		if err != nil {
-			var e *Error
-			switch {
-			case errors.As(err, &e):
-				return nil, err
-			case ctx.Err() != nil:
-				return fail(abi.CodeCanceled, err, "the load was canceled while the interpreter compiled: %v", err)
-			}
-			return fail(abi.CodeBadModule, err, "the interpreter: %v", firstLine(err))
-		}
-	} else {
-		// Check for the end of the invocation at every loop header
-		// (interrupt.go). The compilation's key is what decides the bytes
-		// compiled: the module, its table cap and the rewrite's version.
-		code, key, err := h.rewrite(codeDigest, tableCap, code, lay)
-		if err != nil {
-			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
-		}
-		c, err = h.compile(ctx, key, code, compileFor{name: name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
-		if err != nil {
-			var pe *fs.PathError
-			switch {
-			case ctx.Err() != nil:
-				return fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
-			case errors.As(err, &pe):
-				// wazero compiled the module and could not keep it: the
-				// host's fault, not the module's.
-				return fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (Config.CacheDir; in moat: cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
-			}
-			return fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
-		}
-		cm = c.cm
-	}
-	loaded := false
-	defer func() {
-		if !loaded {
-			h.release(c) // a load that failed keeps no machine code
-		}
-	}()
-	m := &Module{
-		host: h, name: name, digest: digest, cm: cm, scriptRT: scriptRT, isolation: opts.Isolation, maxIdle: opts.MaxIdle,
-		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil},
-	}
-	defer func() {
-		if !loaded {
-			m.closeFileGrants()
-		}
-	}()
-	if opts.Snapshot != nil {
-		m.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
-		m.snap.scope.org, m.snap.scope.manifest = opts.Org, manifestBytes(opts)
-	}
-	if m.isolation == "" {
-		m.isolation = IsolationPooled
-	}
-	if m.isolation != IsolationPooled && m.isolation != IsolationFresh {
-		return fail(abi.CodeInvalidArgument, nil, "isolation %q is not %q or %q", m.isolation, IsolationPooled, IsolationFresh)
-	}
-	if m.maxIdle <= 0 {
-		m.maxIdle = 8
-	}
-	m.info = describe(name, digest, len(wasm), cm, c)
-	if lay.Memory != nil {
-		m.memMin = lay.Memory.Min
-		m.info.MemoryMin = lay.Memory.Min
-	}
-	exports := cm.ExportedFunctions()
-	_, m.hasInit = exports[abi.ExportInitWASI]
-	if interp == nil && (importsExtism(m.info) || opts.Manifest != nil && opts.Manifest.Kind == policy.KindExtism) {
-		m.kind = KindExtism // its driver checks the imports it provides
-	}
-	if m.kind != KindExtism && interp == nil { // an interpreter provides its own imports
-		if err := h.checkImports(m.info.Imports, lay.Imports); err != nil {
-			return fail(abi.CodeBadModule, nil, "%v", err)
-		}
-	}
-	_, hasInvoke := exports[abi.ExportInvoke]
-	_, hasStart := exports[abi.ExportStart]
-	switch {
-	case m.kind == KindExtism:
-	case interp != nil:
-		m.kind = KindCommand // its Run starts it; loadScript makes it KindScript
-	case hasInvoke && hasStart:
-		return fail(abi.CodeBadModule, nil, "exports both %s and %s: a moat plugin must be a reactor (build Go plugins with -buildmode=c-shared, C with -mexec-model=reactor)",
-			abi.ExportInvoke, abi.ExportStart)
-	case hasInvoke:
-		m.kind = KindPlugin
-		if err := m.checkPluginExports(exports); err != nil {
-			return fail(abi.CodeBadModule, nil, "%v", err)
-		}
-		if _, ok := cm.ExportedMemories()[abi.ExportMemory]; !ok {
-			return fail(abi.CodeBadModule, nil, "exports no memory named %q; the host passes input and output through it", abi.ExportMemory)
-		}
-	case hasStart:
-		m.kind = KindCommand
-	default:
-		return fail(abi.CodeBadModule, nil, "exports neither %s (a moat plugin) nor %s (a WASI command); exports are: %s",
-			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
-	}
-	if opts.Script != nil {
-		if err := m.loadScript(opts); err != nil {
-			return nil, err
-		}
-	} else if mf := opts.Manifest; mf != nil {
-		if mf.Kind != "" && mf.Kind != manifestKind(m.kind) {
-			return fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is of kind %s: write kind: %s", mf.Kind, manifestKind(m.kind), manifestKind(m.kind))
-		}
-	}
-
-	// Policy first for declared modules, so a refused module never runs;
-	// an implicit manifest needs the action list, so it is built after the
-	// first instance.
-	m.limits = opts.Limits.Or(h.cfg.Limits)
-	if !m.policy.implicit {
-		if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
-			return nil, err
-		}
-		if err := h.openFileGrants(ctx, m, opts.CorrelationID); err != nil {
-			return nil, err
-		}
-		if m.script != nil {
-			if err := m.checkGuestPaths(m.script.Mounts); err != nil {
-				return fail(abi.CodeInvalidArgument, err, "%v", err)
-			}
-		}
-		m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
-		if err := h.loadModels(ctx, m, opts); err != nil {
-			return nil, err
-		}
-	}
-	if err := m.limits.validate(); err != nil {
-		return fail(abi.CodeInvalidArgument, err, "%v", err)
-	}
-	m.config = opts.config()
-	switch m.kind {
-	case KindPlugin:
-		if err := m.prepare(ctx); err != nil {
-			return nil, err
-		}
-	case KindExtism:
-		if err := m.loadForeign(ctx, bounded); err != nil { // its tables bounded too; its runtime keeps CloseOnContextDone
-			return nil, err
-		}
-	}
-	if err := m.checkActionNames(); err != nil {
-		m.Close(ctx)
-		return fail(abi.CodeBadModule, err, "%v", err)
-	}
-	if m.policy.implicit {
-		mf := &policy.Manifest{Name: name, Version: "0.0.0", Kind: manifestKind(m.kind)}
-		for _, a := range m.actions {
-			mf.Actions = append(mf.Actions, policy.Action{Name: a, Export: a})
-		}
-		m.policy.manifest = mf
-		if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
-			m.Close(ctx)
-			return nil, err
-		}
-	}
-	if err := m.mapActions(); err != nil {
-		m.Close(ctx)
-		return fail(abi.CodeBadModule, nil, "%v", err)
-	}
-	m.diskQuota = int64(m.policy.eval.Limits.Disk)
-	m.info.Kind = m.kind
-	m.info.Actions = m.public
-	m.info.Mode = string(m.policy.eval.Mode)
-	m.info.Signer = m.policy.eval.Signer
-	if m.script != nil && m.script.Resident && !opts.CheckOnly {
-		// The first instance now, as a plugin's: a script that fails as
-		// it starts, or registers other actions than its manifest's,
-		// fails its load, and the first call finds a warm instance.
-		inst, err := m.newResidentInstance(ctx, m.limits)
-		if err != nil {
-			m.Close(ctx)
-			return nil, err
-		}
-		m.put(inst)
-	}
-	m.compiled, loaded = c, true
-	return m, nil
-}
-
 // mapActions maps the manifest's action names to the module's action
 // indexes, checking that each declared export exists.
 func (m *Module) mapActions() error {
-	m.publicIdx = map[string]uint32{}
+	m.acts.idx = map[string]uint32{}
+	for i, a := range m.acts.names {
+		m.acts.idx[a] = uint32(i) // a driver's duplicate: the last
+	}
+	m.acts.publicIdx = map[string]uint32{}
 	for _, a := range m.policy.manifest.Actions {
 		export := a.Export
 		if export == "" {
 			export = a.Name
 		}
-		idx, ok := m.actionIdx[export]
+		idx, ok := m.acts.idx[export]
 		if !ok {
 			return fmt.Errorf("the manifest declares action %s (export %s), which the module does not register; it registers: %s",
-				a.Name, export, strings.Join(m.actions, ", "))
+				a.Name, export, strings.Join(m.acts.names, ", "))
 		}
-		m.publicIdx[a.Name] = idx
-		m.public = append(m.public, a.Name)
+		m.acts.publicIdx[a.Name] = idx
+		m.acts.public = append(m.acts.public, a.Name)
 	}
 	return nil
 }
@@ -579,7 +297,7 @@ func checkMagic(wasm []byte) error {
 	}
 }
 
-func (m *Module) checkPluginExports(exports map[string]api.FunctionDefinition) error {
+func checkPluginExports(exports map[string]api.FunctionDefinition) error {
 	for _, name := range []string{abi.ExportVersion, abi.ExportActions, abi.ExportAlloc, abi.ExportInvoke} {
 		want := pluginExports[name]
 		def, ok := exports[name]
@@ -596,14 +314,14 @@ func (m *Module) checkPluginExports(exports map[string]api.FunctionDefinition) e
 
 // prepare makes the first instance of a plugin: it checks the ABI version,
 // reads the action list, and keeps the instance in the pool.
-func (m *Module) prepare(ctx context.Context) error {
+func (m *Module) prepare(ctx context.Context, rt *pooledRuntime) ([]string, error) {
 	inst, err := m.newInstance(ctx, m.limits)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fail := func(code abi.Code, format string, args ...any) error {
+	fail := func(code abi.Code, format string, args ...any) ([]string, error) {
 		inst.close()
-		return &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...)}
+		return nil, &Error{Module: m.name, Code: code, Reason: fmt.Sprintf(format, args...)}
 	}
 	// The module's own code runs here: under the module's timeout, like
 	// any of its calls, so a guest spinning in moat_version cannot hold
@@ -627,22 +345,23 @@ func (m *Module) prepare(ctx context.Context) error {
 	if !ok {
 		return fail(abi.CodeGuestFault, "%s returned [%d, +%d), outside guest memory", abi.ExportActions, ptr, n)
 	}
-	m.actionIdx = map[string]uint32{}
+	var actions []string
+	seen := map[string]bool{}
 	for _, a := range strings.Split(strings.TrimRight(string(list), "\n"), "\n") {
 		if a == "" {
 			continue
 		}
-		if _, dup := m.actionIdx[a]; dup {
+		if seen[a] {
 			return fail(abi.CodeBadModule, "action %q is listed twice by %s", a, abi.ExportActions)
 		}
-		m.actionIdx[a] = uint32(len(m.actions))
-		m.actions = append(m.actions, a)
+		seen[a] = true
+		actions = append(actions, a)
 	}
-	if len(m.actions) == 0 {
+	if len(actions) == 0 {
 		return fail(abi.CodeBadModule, "the module registers no actions (its %s list is empty)", abi.ExportActions)
 	}
-	m.put(inst)
-	return nil
+	rt.put(inst)
+	return actions, nil
 }
 
 // Name is the module's name.
@@ -652,11 +371,11 @@ func (m *Module) Name() string { return m.name }
 func (m *Module) Digest() string { return m.digest }
 
 // Kind says whether the module is a plugin or a command.
-func (m *Module) Kind() Kind { return m.kind }
+func (m *Module) Kind() Kind { return m.info.Kind }
 
 // Actions lists a plugin's actions as callers name them: the manifest's
 // names, or the module's own when it has no manifest.
-func (m *Module) Actions() []string { return append([]string(nil), m.public...) }
+func (m *Module) Actions() []string { return append([]string(nil), m.acts.public...) }
 
 // Manifest is the module's manifest (an implicit one when it was loaded
 // without moat.yaml).
@@ -671,25 +390,21 @@ func (m *Module) Info() Info { return m.info }
 // Close discards the module's idle instances. Invocations in flight finish
 // and their instances are then closed rather than pooled.
 func (m *Module) Close(ctx context.Context) error {
-	m.mu.Lock()
-	idle := m.idle
-	m.idle, m.maxIdle = nil, -1
-	c := m.compiled
-	m.compiled = nil
-	m.mu.Unlock()
-	for _, inst := range idle {
-		inst.close()
+	var err error
+	if m.rt != nil {
+		err = m.rt.close(ctx) // its idle instances, its driver's module, its workers
 	}
+	m.code.mu.Lock()
+	c := m.code.compiled
+	m.code.compiled = nil
+	m.code.mu.Unlock()
 	// Its machine code is freed with the last module using it; calls in
 	// flight finish on their instances (wazero allows closing a compiled
 	// module under them), and keep its granted directories until then.
 	defer m.host.release(c)
 	defer m.closeHTTP()
 	m.closeFileGrants()
-	if m.runner != nil {
-		return m.runner.Close(ctx)
-	}
-	return nil
+	return err
 }
 
 // manifestKind is the manifest kind of a module kind.
@@ -790,16 +505,13 @@ func checkName(what, s string, upper bool) error {
 
 // checkActionNames refuses a module any of whose action names, as the
 // module registers them or as its manifest declares them, is not a valid
-// action name (ValidateActionName).
-func (m *Module) checkActionNames() error {
-	origin := "the module registers (" + abi.ExportActions + ")"
-	switch {
-	case m.kind == KindExtism:
-		origin = "the plug-in exports as a function"
-	case m.script != nil:
-		origin = "the manifest declares"
+// action name (ValidateActionName). origin says where the module's names
+// come from (its loader's), "" for moat_actions.
+func (m *Module) checkActionNames(origin string) error {
+	if origin == "" {
+		origin = "the module registers (" + abi.ExportActions + ")"
 	}
-	for _, a := range m.actions {
+	for _, a := range m.acts.names {
 		if err := ValidateActionName(a); err != nil {
 			return fmt.Errorf("an action %s is refused: %w; rename it in the module's source", origin, err)
 		}

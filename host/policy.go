@@ -30,9 +30,12 @@ type modulePolicy struct {
 	profile  *policy.Profile
 	manifest *policy.Manifest
 	implicit bool // no moat.yaml: actions are whatever the module exports, capabilities none
-	eval     *policy.Evaluation
-	slots    chan struct{} // concurrency limit; nil when unlimited
-	rate     *rateLimiter  // calls per minute per organization; nil when unlimited
+	// sources are what the binding covers beyond the module's digest:
+	// a script's sources, a native plugin's files; nil for WebAssembly.
+	sources []byte
+	eval    *policy.Evaluation
+	slots   chan struct{} // concurrency limit; nil when unlimited
+	rate    *rateLimiter  // calls per minute per organization; nil when unlimited
 
 	bindOnce sync.Once
 	binding  string // see Module.Binding
@@ -57,12 +60,7 @@ func (m *Module) Binding() string {
 		part([]byte("moat module binding v1"))
 		part([]byte(m.name))
 		part([]byte(m.digest))
-		switch {
-		case m.script != nil:
-			part(m.script.Source)
-		default:
-			part(m.source) // a native plugin's files; nil for WebAssembly
-		}
+		part(mp.sources) // a script's sources, a native plugin's files; nil for WebAssembly
 		for _, v := range []any{mp.manifest, m.config, m.info.Mode, m.info.Signer} {
 			b, err := json.Marshal(v)
 			if err != nil { // cannot happen for these types; still, never collide
@@ -90,7 +88,10 @@ type ConfirmationRequest struct {
 // verifySignature checks the module's signature against the profile's
 // trusted keys. It returns the signer's key name ("" for a module that runs
 // sandboxed) or a refusal.
-func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, opts LoadOptions, correlation string) (string, error) {
+//
+// sigFile names the signature's file in the refusal of an unsigned module
+// (name.wasm.minisig; a script's, name.minisig: its loader's).
+func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, opts LoadOptions, correlation, sigFile string) (string, error) {
 	p := h.profile
 	ev := audit.Event{Kind: audit.KindSignature, Module: name, CorrelationID: correlation, Rule: "profile " + p.Name + ": require_signature"}
 	deny := func(reason string, err error) (string, error) {
@@ -100,11 +101,7 @@ func (h *Host) verifySignature(ctx context.Context, name string, wasm []byte, op
 	}
 	if opts.Signature == nil {
 		if p.RequireSignature {
-			file := name + ".wasm.minisig"
-			if opts.Script != nil {
-				file = name + ".minisig"
-			}
-			return deny(fmt.Sprintf("unsigned (no %s); profile %s requires a signature from a trusted key", file, p.Name), nil)
+			return deny(fmt.Sprintf("unsigned (no %s); profile %s requires a signature from a trusted key", sigFile, p.Name), nil)
 		}
 		return "", nil // unsigned modules run sandboxed; nothing to record
 	}

@@ -4,9 +4,7 @@ package host
 // the next invocation. Servers export it as a gauge: a pool that stays at
 // zero under load means every call pays an instantiation.
 func (m *Module) IdleInstances() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.idle)
+	return m.code.idle.Len()
 }
 
 // IdleMemoryBytes is the linear memory the module's idle instances hold,
@@ -14,13 +12,11 @@ func (m *Module) IdleInstances() int {
 // instance holds its interpreter's heap, tens of MiB; a compiled plugin's
 // a few). The pool's size bounds it (LoadOptions.MaxIdle).
 func (m *Module) IdleMemoryBytes() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var n uint64
-	for _, inst := range m.idle {
+	m.code.idle.Each(func(inst *instance) {
 		if inst.mem != nil {
 			n += inst.mem.Size()
 		}
-	}
+	})
 	return n
 }

@@ -256,10 +256,10 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	inst.stderr.begin(sctx, inst.env.Log)
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
 	rt := m.host.runtime
-	if m.scriptRT != nil {
-		rt = m.scriptRT // the Interpreter's (interpreter.go)
+	if m.code.interpRT != nil {
+		rt = m.code.interpRT // the Interpreter's (interpreter.go)
 	}
-	mod, err := rt.InstantiateModule(actx, m.cm, mc)
+	mod, err := rt.InstantiateModule(actx, m.code.cm, mc)
 	if err != nil {
 		inst.stdout.end()
 		inst.stderr.end()
@@ -274,9 +274,9 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	go func() {
 		switch {
 		case img != nil:
-			r.err = m.enterImage(actx, mod, img, m.snap.spec.Resume)
-		case m.script.Interpreter != nil:
-			r.err = m.script.Interpreter.Run(actx, mod, m.script.Args)
+			r.err = m.enterImage(actx, mod, img, m.code.snap.spec.Resume)
+		case m.code.script.Interpreter != nil:
+			r.err = m.code.script.Interpreter.Run(actx, mod, m.code.script.Args)
 		default:
 			r.err = startModule(actx, mod, abi.ExportStart)
 		}
@@ -310,7 +310,7 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 		return fail(abi.CodeBadModule, r.err, "the script failed as it started: %s%s", firstLine(r.err), inst.stderrNote())
 	}
 	var missing []string
-	for _, a := range m.actions {
+	for _, a := range m.acts.names {
 		if !slices.Contains(actions, a) {
 			missing = append(missing, a)
 		}
@@ -344,7 +344,7 @@ func (m *Module) residentShell(lim Limits) (*instance, context.CancelFunc) {
 // residentImage is the image m's resident instances start from (made on
 // first use by captureResident); nil: they start cold.
 func (m *Module) residentImage(ctx context.Context, lim Limits) *wasmsnap.Image {
-	if m.snap == nil || m.snap.spec.Resume == "" {
+	if m.code.snap == nil || m.code.snap.spec.Resume == "" {
 		return nil
 	}
 	img := m.snapshotImage(ctx, m.captureResident)

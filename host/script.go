@@ -62,17 +62,68 @@ type Script struct {
 // an invocation of a Script runs.
 const ScriptActionEnv = "MOAT_ACTION"
 
-// loadScript checks that the module can serve a script's actions and
-// takes them from the manifest.
-func (m *Module) loadScript(opts LoadOptions) error {
+// scriptLoader loads an interpreter (a WASI command, or a module its
+// Interpreter runs) serving a script's actions: per call, or from
+// resident instances in the module's pool.
+var scriptLoader = &loader{
+	kind:  KindScript,
+	match: func(_ []byte, opts LoadOptions) bool { return opts.Script != nil },
+	check: func(ld *loading) error {
+		if err := checkWasm(ld); err != nil {
+			return err
+		}
+		// A script's own bytes are its sources; the interpreter's are
+		// the same for every plugin and would let one plugin's
+		// signature stand for another's.
+		sc := ld.opts.Script
+		ld.signed, ld.sources, ld.sigExt = sc.Source, sc.Source, ".minisig"
+		if ld.opts.Signature != nil && len(ld.signed) == 0 {
+			return ld.fail(abi.CodeInvalidArgument, nil, "a signed script needs Script.Source, the sources its signature covers")
+		}
+		if ld.opts.Snapshot == nil && sc.Resident {
+			ld.opts.Snapshot = sc.Snapshot
+		}
+		return nil
+	},
+	prepare: func(ctx context.Context, ld *loading) error {
+		if err := compileWasm(ctx, ld, ld.opts.Script.Interpreter); err != nil {
+			return err
+		}
+		return ld.checkScript()
+	},
+	start: func(_ context.Context, ld *loading) (moduleRuntime, []string, error) {
+		m := ld.m
+		var actions []string
+		seen := map[string]bool{}
+		for _, a := range ld.opts.Manifest.Actions {
+			export := a.Export
+			if export == "" {
+				export = a.Name
+			}
+			if !seen[export] {
+				seen[export] = true
+				actions = append(actions, export)
+			}
+		}
+		if m.code.script.Resident {
+			return residentRuntime{&pooledRuntime{m: m, newInstance: m.newResidentInstance}}, actions, nil
+		}
+		return &perCallScript{m: m}, actions, nil
+	},
+}
+
+// checkScript checks that the module can serve a script's actions, which
+// come from the manifest.
+func (ld *loading) checkScript() error {
+	opts, m := ld.opts, ld.m
 	fail := func(format string, args ...any) error {
 		return &Error{Module: m.name, Code: abi.CodeBadModule, Reason: fmt.Sprintf(format, args...)}
 	}
 	if opts.Script.Interpreter != nil && !opts.Script.Resident {
 		return fail("this interpreter serves only resident scripts: register each action's handler with moat.action (in Ruby, Moat.action(\"greet\") { |input| ... })")
 	}
-	if m.kind != KindCommand {
-		return fail("a script runs on a WASI command (an interpreter exporting _start); this module is of kind %s", m.kind)
+	if ld.kind != KindCommand {
+		return fail("a script runs on a WASI command (an interpreter exporting _start); this module is of kind %s", ld.kind)
 	}
 	if opts.Manifest == nil || len(opts.Manifest.Actions) == 0 {
 		return fail("a script's actions come from its manifest: give a moat.yaml with at least one action")
@@ -92,24 +143,14 @@ func (m *Module) loadScript(opts LoadOptions) error {
 	}
 	sc := *opts.Script
 	sc.Env = maps.Clone(sc.Env)
-	m.script, m.kind = &sc, KindScript
-	m.actionIdx = map[string]uint32{}
-	for _, a := range opts.Manifest.Actions {
-		export := a.Export
-		if export == "" {
-			export = a.Name
-		}
-		if _, dup := m.actionIdx[export]; !dup {
-			m.actionIdx[export] = uint32(len(m.actions))
-			m.actions = append(m.actions, export)
-		}
-	}
+	m.code.script, ld.kind = &sc, KindScript
+	ld.mounts, ld.origin = &sc.Mounts, "the manifest declares"
 	return nil
 }
 
 // runScript runs one invocation of a script's action.
 func (m *Module) runScript(ctx context.Context, req *Request, lim Limits, confirmed bool) ([]byte, string, error) {
-	env := maps.Clone(m.script.Env)
+	env := maps.Clone(m.code.script.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
@@ -121,7 +162,7 @@ func (m *Module) runScript(ctx context.Context, req *Request, lim Limits, confir
 	var stdout, stderr bytes.Buffer
 	res, needsConfirm, err := m.run(ctx, RunRequest{
 		Stdin: bytes.NewReader(req.Input), Stdout: &stdout, Stderr: &stderr,
-		Args: m.script.Args, Env: env, Mounts: m.script.Mounts, Ops: true,
+		Args: m.code.script.Args, Env: env, Mounts: m.code.script.Mounts, Ops: true,
 		Principal: req.Principal, CorrelationID: req.CorrelationID, Action: req.Action,
 	}, lim, confirmed)
 	if stderr.Len() > 0 {

@@ -190,7 +190,7 @@ func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, 
 // (or read from the disk); nil when the module has none or its capture
 // failed, so that runs start cold.
 func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context) (*wasmsnap.Image, error)) *wasmsnap.Image {
-	s := m.snap
+	s := m.code.snap
 	if s == nil {
 		return nil
 	}
@@ -288,12 +288,12 @@ func (m *Module) imageInputs() imageInputs {
 	if m.policy != nil {
 		in.Policy, in.Binding = m.policy.eval, m.Binding()
 	}
-	if s := m.snap; s != nil {
+	if s := m.code.snap; s != nil {
 		in.Guest, in.Resume, in.Org, in.Manifest = s.spec.Key, s.spec.Resume, s.scope.org, s.scope.manifest
 		in.Args, in.Env, in.Mounts, in.Scratch = s.spec.Args, s.spec.Env, s.spec.Mounts, s.spec.Scratch
 	}
-	if m.script != nil && (m.snap == nil || m.snap.spec.Resume != "") {
-		in.Args, in.Env, in.Mounts, in.Device = m.script.Args, m.script.Env, m.script.Mounts, true
+	if m.code.script != nil && (m.code.snap == nil || m.code.snap.spec.Resume != "") {
+		in.Args, in.Env, in.Mounts, in.Device = m.code.script.Args, m.code.script.Env, m.code.script.Mounts, true
 	}
 	for _, g := range m.files.grants() {
 		in.Grants = append(in.Grants, imageGrant{Path: g.path, Real: g.dir.RealPath(), RW: g.dir.RW()})
@@ -337,7 +337,7 @@ func (m *Module) clearImages() string {
 // this process, and the next process makes a new image. It returns the
 // image's path.
 func (m *Module) dropImage(img *wasmsnap.Image, cause error) string {
-	s := m.snap
+	s := m.code.snap
 	s.mu.Lock()
 	if s.img == img {
 		s.img, s.failed = nil, fmt.Errorf("an instance failed to start from the image: %w", cause)
@@ -392,7 +392,7 @@ func (m *Module) captureCommand(ctx context.Context) (*wasmsnap.Image, error) {
 // state there. attach, when set, readies the context the guest runs in
 // (a resident capture's op device).
 func (m *Module) capture(ctx context.Context, mc wazero.ModuleConfig, attach func(context.Context) context.Context) (*wasmsnap.Image, error) {
-	s := m.snap
+	s := m.code.snap
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	token := hex.EncodeToString(nonce)
@@ -423,7 +423,7 @@ func (m *Module) capture(ctx context.Context, mc wazero.ModuleConfig, attach fun
 	if attach != nil {
 		actx = attach(actx)
 	}
-	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc)
+	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
@@ -450,7 +450,7 @@ func (m *Module) probeImage(ctx context.Context, img *wasmsnap.Image) error {
 	defer cancel()
 	var out, perr bytes.Buffer
 	mc := m.commandConfig(nil, nil, &limitedBuffer{b: &out, n: 4096}, &limitedBuffer{b: &perr, n: 4096}, func() context.Context { return cctx })
-	code, err := m.runFromImage(cctx, img, m.snap.spec.Probe(token), mc, m.snap.spec.Mounts, m.limits)
+	code, err := m.runFromImage(cctx, img, m.code.snap.spec.Probe(token), mc, m.code.snap.spec.Mounts, m.limits)
 	if err != nil || code != 0 || out.String() != token {
 		return fmt.Errorf("the image failed its probe (status %d, output %q, stderr %q): %v", code, out.String(), tailOf(perr.Bytes(), 300), err)
 	}
@@ -464,7 +464,7 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 	for _, mt := range mounts {
 		fsc = dirMount(fsc, mt)
 	}
-	if m.snap.spec.Scratch && m.script == nil {
+	if m.code.snap.spec.Scratch && m.code.script == nil {
 		var done func()
 		var err error
 		if fsc, done, err = mountCaptureScratch(fsc); err != nil {
@@ -473,7 +473,7 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 		defer done()
 	}
 	actx := experimental.WithMemoryAllocator(ctx, newLimitedMemory(lim))
-	mod, err := m.host.runtime.InstantiateModule(actx, m.cm, mc.WithFSConfig(fsc))
+	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc.WithFSConfig(fsc))
 	if err != nil {
 		return 0, err
 	}
@@ -496,7 +496,7 @@ func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.I
 	if err := img.Restore(mod); err != nil {
 		return err
 	}
-	spec := m.snap.spec
+	spec := m.code.snap.spec
 	sp, ok := mod.ExportedGlobal(wasmsnap.GlobalExport(spec.StackPointer)).(api.MutableGlobal)
 	if !ok || spec.StackPointer >= len(img.Globals) {
 		return fmt.Errorf("global %d is not a mutable stack pointer", spec.StackPointer)
@@ -536,11 +536,11 @@ func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.I
 // capture's (the same mounts at the same guest paths in the same order,
 // nothing else); nil otherwise.
 func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasmsnap.Image {
-	if m.snap == nil || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
+	if m.code.snap == nil || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
 		return nil
 	}
-	want := m.snap.spec.Mounts
-	if len(req.Mounts) != len(want) || (req.Scratch != nil) != m.snap.spec.Scratch {
+	want := m.code.snap.spec.Mounts
+	if len(req.Mounts) != len(want) || (req.Scratch != nil) != m.code.snap.spec.Scratch {
 		return nil
 	}
 	for i, mt := range req.Mounts {
@@ -631,15 +631,15 @@ func SnapshotKey(parts ...[]byte) string {
 // instances start from (its memory's non-zero bytes); 0 while it has none
 // (not yet made, not asked for, or its capture failed).
 func (m *Module) SnapshotBytes() int {
-	if m.snap == nil {
+	if m.code.snap == nil {
 		return 0
 	}
-	m.snap.mu.Lock()
-	defer m.snap.mu.Unlock()
-	if m.snap.img == nil {
+	m.code.snap.mu.Lock()
+	defer m.code.snap.mu.Unlock()
+	if m.code.snap.img == nil {
 		return 0
 	}
-	return m.snap.img.Bytes()
+	return m.code.snap.img.Bytes()
 }
 
 // grantWatch records the first access a capture's guest made to a file

@@ -30,9 +30,9 @@ func (m *Module) taskConfig() *ops.TaskConfig {
 
 // checkTaskAction refuses an action a task of m cannot run.
 func (m *Module) checkTaskAction(action string) error {
-	if _, ok := m.publicIdx[action]; !ok {
+	if _, ok := m.acts.publicIdx[action]; !ok {
 		return abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: module %s has no action %q; its actions are: %s",
-			m.name, clipName(action), strings.Join(m.public, ", "))
+			m.name, clipName(action), strings.Join(m.acts.public, ", "))
 	}
 	if mf := m.policy.manifest; mf != nil {
 		if a, ok := mf.Action(action); ok && a.Confirm {

@@ -60,6 +60,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/internal/pool"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -167,6 +168,9 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 		return fail("invalid WebAssembly: %v", err)
 	}
 	p := &plugin{spec: spec, functions: functions(spec.Info)}
+	if spec.MaxIdle > 0 { // else nil: a pool that keeps nothing
+		p.idle = pool.New[*instance](spec.MaxIdle)
+	}
 	if len(p.functions) == 0 {
 		return fail("exports no function of type () -> (i32) or () -> (); an Extism plug-in's functions take no parameters")
 	}
@@ -218,8 +222,9 @@ type plugin struct {
 	functions []string
 	compiled  *extism.CompiledPlugin
 
+	idle *pool.LIFO[*instance] // internal/pool
+
 	mu     sync.Mutex
-	idle   []*instance
 	active int  // calls in flight
 	closed bool // Close was called: the runtime goes when active reaches 0
 }
@@ -231,8 +236,8 @@ func (p *plugin) Functions() []string { return p.functions }
 // plug-in (the go-sdk's runtime) is released after the last of them.
 func (p *plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
-	idle, last := p.idle, !p.closed && p.active == 0
-	p.idle, p.closed = nil, true
+	idle, last := p.idle.Close(), !p.closed && p.active == 0
+	p.closed = true
 	p.mu.Unlock()
 	for _, inst := range idle {
 		inst.close()
@@ -399,17 +404,11 @@ func clipReason(s string) string {
 // memory limit.
 func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 	if p.spec.Isolation != host.IsolationFresh {
-		p.mu.Lock()
-		if n := len(p.idle); n > 0 {
-			inst := p.idle[n-1]
-			p.idle = p.idle[:n-1]
-			p.mu.Unlock()
+		if inst, ok := p.idle.Get(); ok {
 			if inst.mems.size() <= uint64(c.Limits.MemoryLimitPages)*65536 {
 				return inst, nil
 			}
 			inst.close() // grown past this call's memory limit: make one within it
-		} else {
-			p.mu.Unlock()
 		}
 	}
 	// wazero allocates a memory's minimum whole at instantiation: refuse
@@ -453,13 +452,9 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 // put returns a healthy instance to the pool, or closes it.
 func (p *plugin) put(inst *instance) {
 	if p.spec.Isolation != host.IsolationFresh && inst.mems.size() <= uint64(p.spec.Limits.MemoryLimitPages)*65536 {
-		p.mu.Lock()
-		if !p.closed && len(p.idle) < p.spec.MaxIdle {
-			p.idle = append(p.idle, inst)
-			p.mu.Unlock()
+		if p.idle.Put(inst) { // refused when full or closed
 			return
 		}
-		p.mu.Unlock()
 	}
 	inst.close()
 }

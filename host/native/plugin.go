@@ -10,6 +10,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/pool"
 )
 
 // PluginSpec describes a native plugin (kind: native in moat.yaml): one
@@ -135,7 +136,7 @@ type PluginPool struct {
 
 	mu       sync.Mutex
 	all      []*Supervisor
-	idle     []*Supervisor // LIFO: the warmest worker first
+	idle     *pool.LIFO[*Supervisor] // the warmest worker first (internal/pool); unbounded: all bounds it
 	starting int
 	retry    bool // the last start failed: the next one backs off
 	changed  chan struct{}
@@ -178,7 +179,8 @@ func StartPlugin(ctx context.Context, spec PluginSpec) (*PluginPool, error) {
 		return nil, err
 	}
 	p.actions = s.Actions()
-	p.all, p.idle = []*Supervisor{s}, []*Supervisor{s}
+	p.all, p.idle = []*Supervisor{s}, pool.New[*Supervisor](0)
+	p.idle.Put(s)
 	go p.closeOnGiveUp()
 	return p, nil
 }
@@ -211,7 +213,7 @@ func (p *PluginPool) Actions() []string { return slices.Clone(p.actions) }
 func (p *PluginPool) Workers() (running, busy int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.all), len(p.all) - len(p.idle)
+	return len(p.all), len(p.all) - p.idle.Len()
 }
 
 // Invoke runs one action on a worker of the plugin; its op calls go
@@ -333,17 +335,8 @@ func (p *PluginPool) acquire(ctx context.Context, action string) (*Supervisor, e
 				return nil, &WorkerError{Code: abi.CodeUnavailable, Worker: p.spec.Worker.Name, Action: action, Reason: err.Error(), Err: err}
 			}
 		}
-		if n := len(p.idle); n > 0 {
-			// A worker that is up before one that restarts.
-			i := n - 1
-			for j := n - 1; j >= 0; j-- {
-				if p.idle[j].ready() {
-					i = j
-					break
-				}
-			}
-			s := p.idle[i]
-			p.idle = slices.Delete(p.idle, i, i+1)
+		// A worker that is up before one that restarts.
+		if s, ok := p.idle.GetPreferred((*Supervisor).ready); ok {
 			p.mu.Unlock()
 			return s, nil
 		}
@@ -388,7 +381,8 @@ func (p *PluginPool) revive() bool {
 	}
 	p.revived = time.Now()
 	old := p.all
-	p.all, p.idle, p.retry = nil, nil, false
+	p.all, p.retry = nil, false
+	p.idle.Drain()
 	p.loop = newCrashLoop(p.spec.Worker)
 	go func() {
 		for _, s := range old {
@@ -447,7 +441,7 @@ func (p *PluginPool) grow(slot int) {
 		p.giveSlots(1)
 	default:
 		p.all = append(p.all, s)
-		p.idle = append(p.idle, s)
+		p.idle.Put(s)
 	}
 	p.broadcast()
 }
@@ -456,7 +450,7 @@ func (p *PluginPool) release(s *Supervisor) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.closed && p.loop.err() == nil {
-		p.idle = append(p.idle, s)
+		p.idle.Put(s)
 	}
 	p.broadcast()
 }
@@ -478,7 +472,8 @@ func (p *PluginPool) Close() error {
 	p.closed = true
 	close(p.stop)
 	all := p.all
-	p.all, p.idle = nil, nil
+	p.all = nil
+	p.idle.Close()
 	p.broadcast()
 	p.mu.Unlock()
 	p.growing.Wait()

@@ -1,0 +1,409 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/internal/pool"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Load compiles wasm (or reuses the compilation of the same bytes) and
+// prepares it to run. A plugin is instantiated once here, so a module that
+// fails its ABI check or its _initialize fails at load, not on first use.
+//
+// Load does the stages every kind of module shares, once, in this order:
+// the name, the signature (before anything of the module runs or is even
+// compiled), the policy and file grants, the limits, the models, the
+// action names, the audit. What a kind does differently is its loader's
+// (the loaders table): how it is named and what its signature covers,
+// what it compiles, and the runtime that serves its calls.
+func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (_ *Module, err error) {
+	ld := &loading{h: h, wasm: wasm, opts: opts}
+	defer func() {
+		if err != nil {
+			ld.abandon(ctx)
+		}
+	}()
+	l := loaderFor(wasm, opts)
+	if err := l.check(ld); err != nil {
+		return nil, err
+	}
+	signer, err := h.verifySignature(ctx, ld.name, ld.signed, opts, opts.CorrelationID, ld.name+ld.sigExt)
+	if err != nil {
+		return nil, err
+	}
+	m := &Module{host: h, name: ld.name, digest: ld.digest, code: &wasmCode{},
+		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil, sources: ld.sources}}
+	ld.m = m
+	if err := l.prepare(ctx, ld); err != nil {
+		return nil, err
+	}
+	// Policy first for declared modules, so a refused module never runs;
+	// an implicit manifest needs the action list, so it is applied once
+	// the runtime has started.
+	m.limits = opts.Limits.Or(h.cfg.Limits)
+	if !m.policy.implicit {
+		if err := h.declaredPolicy(ctx, ld, signer); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.limits.validate(); err != nil {
+		return nil, ld.fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	m.config = opts.config()
+	if m.rt, m.acts.names, err = l.start(ctx, ld); err != nil {
+		return nil, err
+	}
+	if err := m.checkActionNames(ld.origin); err != nil {
+		return nil, ld.fail(abi.CodeBadModule, err, "%v", err)
+	}
+	if m.policy.implicit {
+		if err := h.implicitPolicy(ctx, m, ld.kind, signer, opts.CorrelationID); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.mapActions(); err != nil {
+		return nil, ld.fail(abi.CodeBadModule, nil, "%v", err)
+	}
+	m.diskQuota = int64(m.policy.eval.Limits.Disk)
+	m.info.Kind, m.info.Actions = ld.kind, m.acts.public
+	m.info.Mode, m.info.Signer = string(m.policy.eval.Mode), m.policy.eval.Signer
+	if w, ok := m.rt.(warmer); ok && !opts.CheckOnly {
+		if err := w.warm(ctx); err != nil {
+			return nil, err
+		}
+	}
+	m.code.compiled, ld.compiled = ld.compiled, nil
+	return m, nil
+}
+
+// loader loads one kind of module: the part of Host.Load that is not the
+// same for every kind. The first loader of loaders whose match accepts a
+// load's arguments loads it.
+type loader struct {
+	kind  Kind // what it loads, or the first of them: a WebAssembly module's kind is known once it is compiled
+	match func(wasm []byte, opts LoadOptions) bool
+	// check validates the options, before anything else, and sets the
+	// module's name and digest, and what its signature covers.
+	check func(ld *loading) error
+	// prepare runs after the signature is checked and before the policy
+	// is: it compiles what runs and reads what the module is (ld.kind,
+	// m.info, m.code).
+	prepare func(ctx context.Context, ld *loading) error
+	// start makes the runtime that serves the module's calls, once its
+	// policy, file grants and limits are in effect, and lists its actions
+	// as the module registers them.
+	start func(ctx context.Context, ld *loading) (moduleRuntime, []string, error)
+}
+
+// loaders is the table of loaders, the most specific first: the one
+// place a load's kind decides what happens.
+var loaders = []*loader{nativeLoader, scriptLoader, wasmLoader}
+
+func loaderFor(wasm []byte, opts LoadOptions) *loader {
+	for _, l := range loaders {
+		if l.match(wasm, opts) {
+			return l
+		}
+	}
+	return wasmLoader
+}
+
+// loading is one Host.Load under way: what its shared stages and its
+// loader hand each other.
+type loading struct {
+	h      *Host
+	wasm   []byte
+	opts   LoadOptions
+	name   string
+	digest string
+	signed []byte // what the signature covers
+	sigExt string // the signature file's extension, after the name
+	// sources are what the module's policy binding covers beyond its
+	// digest: a script's sources, a native plugin's files.
+	sources []byte
+	kind    Kind
+	m       *Module
+	// compiled is the host's machine code of the module, released
+	// unless the load succeeds.
+	compiled *compiled
+	bounded  []byte // the module, its tables bounded: what a driver runs
+	// mounts, when set, are where the host mounts the module's own files
+	// (a script's): no file grant may overlap them.
+	mounts *[]Mount
+	// noFileGrants refuses file grants to the kind, saying why.
+	noFileGrants string
+	// origin says where the module's action names come from, in the
+	// refusal of a bad one.
+	origin string
+}
+
+func (ld *loading) fail(code abi.Code, err error, format string, args ...any) error {
+	return &Error{Module: ld.name, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
+}
+
+// abandon releases what a load that failed holds.
+func (ld *loading) abandon(ctx context.Context) {
+	if m := ld.m; m != nil {
+		if m.rt != nil {
+			m.Close(ctx)
+		}
+		m.closeFileGrants()
+	}
+	ld.h.release(ld.compiled) // a load that failed keeps no machine code
+}
+
+// nameFromManifest names the module as its manifest does, checking that
+// the load does not name it otherwise; "" when there is no manifest and
+// the load names it not.
+func (ld *loading) nameFromManifest() error {
+	ld.name = ld.opts.Name
+	if mf := ld.opts.Manifest; mf != nil {
+		if ld.name != "" && ld.name != mf.Name {
+			return &Error{Module: ld.name, Code: abi.CodeInvalidArgument, Reason: fmt.Sprintf("the manifest names the module %q, the load names it %q: use one name", mf.Name, ld.name)}
+		}
+		ld.name = mf.Name
+	}
+	return nil
+}
+
+// declaredPolicy applies a declared manifest's policy, opens its file
+// grants, and sets the module's limits and models.
+func (h *Host) declaredPolicy(ctx context.Context, ld *loading, signer string) error {
+	m, opts := ld.m, ld.opts
+	if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
+		return err
+	}
+	if err := h.openFileGrants(ctx, m, opts.CorrelationID, ld.noFileGrants); err != nil {
+		return err
+	}
+	if ld.mounts != nil {
+		if err := m.checkGuestPaths(*ld.mounts); err != nil {
+			return ld.fail(abi.CodeInvalidArgument, err, "%v", err)
+		}
+	}
+	m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
+	return h.loadModels(ctx, m, opts)
+}
+
+// implicitPolicy applies the policy of a module loaded without a
+// manifest: one declaring the actions it registers, and nothing else.
+func (h *Host) implicitPolicy(ctx context.Context, m *Module, kind Kind, signer, correlation string) error {
+	mf := &policy.Manifest{Name: m.name, Version: "0.0.0", Kind: manifestKind(kind)}
+	for _, a := range m.acts.names {
+		mf.Actions = append(mf.Actions, policy.Action{Name: a, Export: a})
+	}
+	m.policy.manifest = mf
+	return h.applyPolicy(ctx, m, signer, correlation)
+}
+
+// wasmLoader loads a WebAssembly module: a moat plugin (pooled instances),
+// a WASI command (run once per Module.Run) or a foreign module its driver
+// runs (Extism), as its imports and exports say.
+var wasmLoader = &loader{
+	kind:  KindPlugin,
+	match: func([]byte, LoadOptions) bool { return true },
+	check: checkWasm,
+	prepare: func(ctx context.Context, ld *loading) error {
+		if err := compileWasm(ctx, ld, nil); err != nil {
+			return err
+		}
+		if mf := ld.opts.Manifest; mf != nil && mf.Kind != "" && mf.Kind != manifestKind(ld.kind) {
+			return ld.fail(abi.CodeBadModule, nil, "the manifest says kind %s, but the module is of kind %s: write kind: %s", mf.Kind, manifestKind(ld.kind), manifestKind(ld.kind))
+		}
+		return nil
+	},
+	start: func(ctx context.Context, ld *loading) (moduleRuntime, []string, error) {
+		m := ld.m
+		switch ld.kind {
+		case KindPlugin:
+			rt := &pooledRuntime{m: m, newInstance: m.newInstance}
+			actions, err := m.prepare(ctx, rt)
+			return rt, actions, err
+		case KindExtism:
+			// its tables bounded too; its runtime keeps CloseOnContextDone
+			return m.startDriver(ctx, ld.kind, ld.bounded)
+		}
+		return &wasiCommand{m: m}, nil, nil
+	},
+}
+
+// checkWasm names a WebAssembly module and checks its first bytes.
+func checkWasm(ld *loading) error {
+	ld.digest = Digest(ld.wasm)
+	ld.signed, ld.sigExt = ld.wasm, ".wasm.minisig"
+	if err := ld.nameFromManifest(); err != nil {
+		return err
+	}
+	if ld.name == "" {
+		ld.name = "module-" + ld.digest[:12]
+	}
+	if err := ValidateModuleName(ld.name); err != nil {
+		return ld.fail(abi.CodeInvalidArgument, err, "%v", err)
+	}
+	if err := checkMagic(ld.wasm); err != nil {
+		return ld.fail(abi.CodeBadModule, nil, "%v", err)
+	}
+	return nil
+}
+
+// compileWasm bounds the module's tables, compiles it (in interp's
+// runtime, when a script's interpreter compiles it), and reads its kind
+// from its imports and exports.
+func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
+	h, opts, m := ld.h, ld.opts, ld.m
+	// Bound the module's tables in the bytes that are compiled (tables.go);
+	// the digest and signature stay those of wasm.
+	tableCap := opts.Limits.Or(h.cfg.Limits).MaxTableElements
+	if tableCap > MaxTableElementsCeiling {
+		return ld.fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, MaxTableElementsCeiling)
+	}
+	// A module whose runs start from a snapshot has its globals and its
+	// entry exported (snapshot.go); its compiled code is its own.
+	codeDigest, source := ld.digest, ld.wasm
+	var globals int
+	if opts.Snapshot != nil {
+		var err error
+		var entry uint32
+		if source, globals, entry, err = h.prepareSnapshot(ctx, ld.digest, ld.wasm, opts.Snapshot, opts.FirstTime); err != nil {
+			return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
+		}
+		codeDigest = fmt.Sprintf("%s-snap%d", ld.digest, entry)
+	}
+	code, _, lay, err := wasmrewrite.LimitTables(source, tableCap)
+	if err != nil {
+		var tle *TableLimitError
+		if errors.As(err, &tle) {
+			return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
+		}
+		return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
+	}
+	if err := lay.CheckCounts(); err != nil {
+		return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
+	}
+	ld.bounded = code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
+	if interp != nil {
+		if err := compileInInterpreter(ctx, ld, interp); err != nil {
+			return err
+		}
+	} else {
+		// Check for the end of the invocation at every loop header
+		// (interrupt.go). The compilation's key is what decides the bytes
+		// compiled: the module, its table cap and the rewrite's version.
+		code, key, err := h.rewrite(codeDigest, tableCap, code, lay)
+		if err != nil {
+			return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
+		}
+		c, err := h.compile(ctx, key, code, compileFor{name: ld.name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
+		if err != nil {
+			var pe *fs.PathError
+			switch {
+			case ctx.Err() != nil:
+				return ld.fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
+			case errors.As(err, &pe):
+				// wazero compiled the module and could not keep it: the
+				// host's fault, not the module's.
+				return ld.fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (Config.CacheDir; in moat: cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
+			}
+			return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
+		}
+		ld.compiled, m.code.cm = c, c.cm
+	}
+	wc := m.code
+	if opts.Snapshot != nil {
+		wc.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
+		wc.snap.scope.org, wc.snap.scope.manifest = opts.Org, manifestBytes(opts)
+	}
+	wc.isolation, wc.maxIdle = opts.Isolation, opts.MaxIdle
+	if wc.isolation == "" {
+		wc.isolation = IsolationPooled
+	}
+	if wc.isolation != IsolationPooled && wc.isolation != IsolationFresh {
+		return ld.fail(abi.CodeInvalidArgument, nil, "isolation %q is not %q or %q", wc.isolation, IsolationPooled, IsolationFresh)
+	}
+	if wc.maxIdle <= 0 {
+		wc.maxIdle = 8
+	}
+	wc.idle = pool.New[*instance](wc.maxIdle)
+	m.info = describe(ld.name, ld.digest, len(ld.wasm), wc.cm, ld.compiled)
+	if lay.Memory != nil {
+		wc.memMin = lay.Memory.Min
+		m.info.MemoryMin = lay.Memory.Min
+	}
+	exports := wc.cm.ExportedFunctions()
+	_, wc.hasInit = exports[abi.ExportInitWASI]
+	return ld.readKind(exports, lay, interp != nil)
+}
+
+// compileInInterpreter compiles a script's interpreter in its own runtime
+// (interpreter.go): the bytes with bounded tables and without the host's
+// rewrite. The interpreter's own runtime does not say whether its cache
+// answered: its compile is reported as first-time work always.
+func compileInInterpreter(ctx context.Context, ld *loading, interp Interpreter) error {
+	var done func()
+	if ld.opts.FirstTime != nil {
+		done = ld.opts.FirstTime("load")
+	}
+	rt, cm, err := interp.Compile(ctx, ld.h, ld.bounded)
+	if done != nil {
+		done()
+	}
+	if err != nil {
+		var e *Error
+		switch {
+		case errors.As(err, &e):
+			return err
+		case ctx.Err() != nil:
+			return ld.fail(abi.CodeCanceled, err, "the load was canceled while the interpreter compiled: %v", err)
+		}
+		return ld.fail(abi.CodeBadModule, err, "the interpreter: %v", firstLine(err))
+	}
+	ld.m.code.interpRT, ld.m.code.cm = rt, cm
+	return nil
+}
+
+// readKind says what a compiled module is, from its imports and exports,
+// and refuses one that is none of the kinds the host runs.
+func (ld *loading) readKind(exports map[string]api.FunctionDefinition, lay *wasmrewrite.Layout, interpreted bool) error {
+	m := ld.m
+	if !interpreted && (importsExtism(m.info) || ld.opts.Manifest != nil && ld.opts.Manifest.Kind == policy.KindExtism) {
+		ld.kind = KindExtism // its driver checks the imports it provides
+		ld.noFileGrants = "Extism plug-ins get no file grants (their instances are the Extism SDK's); build the plug-in as a moat plugin, or remove filesystem: from moat.yaml"
+		ld.origin = "the plug-in exports as a function"
+		return nil
+	}
+	if !interpreted { // an interpreter provides its own imports
+		if err := ld.h.checkImports(m.info.Imports, lay.Imports); err != nil {
+			return ld.fail(abi.CodeBadModule, nil, "%v", err)
+		}
+	}
+	_, hasInvoke := exports[abi.ExportInvoke]
+	_, hasStart := exports[abi.ExportStart]
+	switch {
+	case interpreted:
+		ld.kind = KindCommand // the script loader makes it KindScript
+	case hasInvoke && hasStart:
+		return ld.fail(abi.CodeBadModule, nil, "exports both %s and %s: a moat plugin must be a reactor (build Go plugins with -buildmode=c-shared, C with -mexec-model=reactor)",
+			abi.ExportInvoke, abi.ExportStart)
+	case hasInvoke:
+		ld.kind = KindPlugin
+		if err := checkPluginExports(exports); err != nil {
+			return ld.fail(abi.CodeBadModule, nil, "%v", err)
+		}
+		if _, ok := m.code.cm.ExportedMemories()[abi.ExportMemory]; !ok {
+			return ld.fail(abi.CodeBadModule, nil, "exports no memory named %q; the host passes input and output through it", abi.ExportMemory)
+		}
+	case hasStart:
+		ld.kind = KindCommand
+	default:
+		return ld.fail(abi.CodeBadModule, nil, "exports neither %s (a moat plugin) nor %s (a WASI command); exports are: %s",
+			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
+	}
+	return nil
+}
