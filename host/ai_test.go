@@ -97,7 +97,7 @@ default:
 		res, err := m.Invoke(ctx, host.Request{Action: "call", Input: []byte(op + " " + req), Principal: ann, CorrelationID: cid})
 		if err != nil {
 			outputs = append(outputs, err.Error())
-			return err.Error(), host.CodeOf(err)
+			return err.Error(), abi.CodeOf(err)
 		}
 		outputs = append(outputs, string(res.Output))
 		return string(res.Output), ""

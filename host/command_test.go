@@ -65,7 +65,7 @@ func TestRunCommand(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
 			out, _, _, err := run(tt.args, nil, "", tt.lim)
-			if host.CodeOf(err) != tt.code {
+			if abi.CodeOf(err) != tt.code {
 				t.Fatalf("got %v, want %s", err, tt.code)
 			}
 			if tt.code == abi.CodeOutputTooLarge && len(out) != 64<<10 {

@@ -154,7 +154,7 @@ func TestDBGoGuest(t *testing.T) {
 			t.Errorf("update = %v", v)
 		}
 		_, err = dbCall(m, ann, "c-stale", "update notes "+id+` {"set":{"done":false},"version":1}`)
-		if host.CodeOf(err) != abi.CodeConflict {
+		if abi.CodeOf(err) != abi.CodeConflict {
 			t.Errorf("a stale update: %v, want conflict", err)
 		}
 		if c := must(ann, "c-count", `count notes [["done","=",true]]`); c["count"] != 1.0 {
@@ -173,7 +173,7 @@ func TestDBGoGuest(t *testing.T) {
 			if c := must(who, "c-other-count", `count notes`); c["count"] != 0.0 {
 				t.Errorf("%s@%s count = %v", who.User, who.Org, c)
 			}
-			if _, err := dbCall(m, who, "c-other-update", "update notes "+id+` {"set":{"title":"mine"}}`); host.CodeOf(err) != abi.CodeNotFound {
+			if _, err := dbCall(m, who, "c-other-update", "update notes "+id+` {"set":{"title":"mine"}}`); abi.CodeOf(err) != abi.CodeNotFound {
 				t.Errorf("%s@%s update: %v, want not_found", who.User, who.Org, err)
 			}
 			if d := must(who, "c-other-delete", "delete notes "+id); d["deleted"] != false {
@@ -182,7 +182,7 @@ func TestDBGoGuest(t *testing.T) {
 		}
 		// Validation errors name the field.
 		_, err = dbCall(m, ann, "c-invalid", `insert notes {"title":"x","due":"soon"}`)
-		if host.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "field due") {
+		if abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "field due") {
 			t.Errorf("an invalid document: %v", err)
 		}
 		if d := must(ann, "c-delete", "delete notes "+id+" 2"); d["deleted"] != true {
@@ -206,7 +206,7 @@ func TestDBGoGuest(t *testing.T) {
 		// grant: denied, audited with its target, nothing stored.
 		before, _ := h.Store().DBUsage(context.Background(), "acme", "notes-app")
 		_, err = dbCall(m, ann, "c-secrets", `insert secrets {"text":"the key"}`)
-		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "db secrets") {
+		if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "db secrets") {
 			t.Errorf("insert into the ungranted model: %v, want denied", err)
 		}
 		evs := auditEvents(t, h, audit.Filter{CorrelationID: "c-secrets", Kind: audit.KindOp})
@@ -219,7 +219,7 @@ func TestDBGoGuest(t *testing.T) {
 		}
 		// A model the manifest does not ask for at all.
 		_, err = dbCall(m, ann, "c-board", `query board {}`)
-		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "add db: [board]") {
+		if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "add db: [board]") {
 			t.Errorf("query of an unrequested model: %v, want denied", err)
 		}
 
@@ -227,7 +227,7 @@ func TestDBGoGuest(t *testing.T) {
 		refused := -1
 		for i := range 60 {
 			if _, err := dbCall(m, bob, "c-fill", fmt.Sprintf(`insert notes {"title":"%d"}`, i)); err != nil {
-				if host.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "50 documents") {
+				if abi.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "50 documents") {
 					t.Errorf("insert %d: %v; want too_large", i, err)
 				}
 				refused = i
@@ -303,7 +303,7 @@ func TestDBModelMigration(t *testing.T) {
 		if _, err := dbCall(g, globex, "m-5", `insert notes {"title":"g","due":3}`); err != nil {
 			t.Errorf("globex's insert: %v", err)
 		}
-		if _, err := dbCall(g, ann, "m-6", `count notes`); host.CodeOf(err) != abi.CodeDenied {
+		if _, err := dbCall(g, ann, "m-6", `count notes`); abi.CodeOf(err) != abi.CodeDenied {
 			t.Errorf("acme's caller of globex's module: %v, want denied", err)
 		}
 	})
@@ -366,7 +366,7 @@ models:
 		"import": func(t *testing.T, cid, op, req string) outcome {
 			res, err := plugin.Invoke(ctx, host.Request{Action: "call", Input: []byte(op + " " + req), Principal: ann, CorrelationID: cid})
 			if err != nil {
-				return outcome{code: host.CodeOf(err)}
+				return outcome{code: abi.CodeOf(err)}
 			}
 			return outcome{reply: string(res.Output)}
 		},
@@ -392,7 +392,7 @@ models:
 			if err == nil {
 				return outcome{reply: string(res.Output)}
 			}
-			if c := host.CodeOf(err); c != abi.CodeGuestError {
+			if c := abi.CodeOf(err); c != abi.CodeGuestError {
 				return outcome{code: c}
 			}
 			_, rest, _ := strings.Cut(err.Error(), op+": ")
@@ -405,7 +405,7 @@ models:
 			}
 			res, err := native.Invoke(ctx, host.Request{Action: "call", Input: []byte(`["` + op + `", ` + req + `]`), Principal: ann, CorrelationID: cid})
 			if err != nil {
-				return outcome{code: host.CodeOf(err)}
+				return outcome{code: abi.CodeOf(err)}
 			}
 			return outcome{reply: string(res.Output)}
 		},

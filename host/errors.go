@@ -83,8 +83,3 @@ var (
 
 // ErrorCode is e's Code, for abi.CodeOf.
 func (e *Error) ErrorCode() abi.Code { return e.Code }
-
-// CodeOf is abi.CodeOf: the code of the first error in err's chain that
-// carries one (an *Error, an *abi.Error, a policy.DeniedError, ...), or
-// "" when none does.
-func CodeOf(err error) abi.Code { return abi.CodeOf(err) }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -43,7 +44,7 @@ func Example() {
 
 	// Failures are typed: the code says what happened.
 	_, err = mod.Invoke(ctx, host.Request{Action: "trap", Principal: caller})
-	fmt.Println(host.CodeOf(err))
+	fmt.Println(abi.CodeOf(err))
 	// Output:
 	// one
 	// two

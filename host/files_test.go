@@ -493,7 +493,7 @@ func TestFileGrantCommand(t *testing.T) {
 	// A mount of the host's own may not hide a grant, nor a grant a mount.
 	_, err = m.Run(context.Background(), host.RunRequest{Mounts: []host.Mount{{HostDir: t.TempDir(), GuestPath: base + "/ro/sub", ReadOnly: true}},
 		Principal: policy.Principal{User: "ann", Org: "acme"}})
-	if host.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "overlaps") {
+	if abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "overlaps") {
 		t.Errorf("overlapping mount: %v", err)
 	}
 }

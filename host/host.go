@@ -187,7 +187,7 @@ var DefaultLimits = Limits{
 	MemoryLimitPages: 2048, // 128 MiB
 	MaxInputBytes:    1 << 20,
 	MaxOutputBytes:   1 << 20,
-	MaxTableElements: DefaultMaxTableElements,
+	MaxTableElements: wasmrewrite.DefaultMaxTableElements,
 }
 
 // MaxMemoryLimitPages is the most a 32-bit WebAssembly memory can hold (4 GiB).
@@ -219,9 +219,9 @@ func (l Limits) validate() error {
 		return fmt.Errorf("memory limit is %d pages (%d MiB): the most a module can address is %d pages (4096 MiB)",
 			l.MemoryLimitPages, l.MemoryLimitPages/16, MaxMemoryLimitPages)
 	}
-	if l.MaxTableElements > MaxTableElementsCeiling {
+	if l.MaxTableElements > wasmrewrite.MaxTableElementsCeiling {
 		return fmt.Errorf("table cap is %d elements: the most a module's tables may hold is %d (1 GiB of host memory)",
-			l.MaxTableElements, MaxTableElementsCeiling)
+			l.MaxTableElements, wasmrewrite.MaxTableElementsCeiling)
 	}
 	if l.MaxOutputBytes > abi.MaxOutputLen {
 		return fmt.Errorf("output cap is %d bytes: the ABI allows at most %d", l.MaxOutputBytes, abi.MaxOutputLen)

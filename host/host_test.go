@@ -64,7 +64,7 @@ func TestLoadCacheUnwritable(t *testing.T) {
 		}
 	}
 	_, err = h.Load(ctx, fixture(t, "plugin.wasm"), host.LoadOptions{})
-	if host.CodeOf(err) != abi.CodeInternal || !strings.Contains(err.Error(), cache) || !strings.Contains(err.Error(), "cache_dir") {
+	if abi.CodeOf(err) != abi.CodeInternal || !strings.Contains(err.Error(), cache) || !strings.Contains(err.Error(), "cache_dir") {
 		t.Fatalf("load with an unwritable cache: %v; want internal naming %s and the setting", err, cache)
 	}
 }
@@ -208,7 +208,7 @@ func TestLoadErrors(t *testing.T) {
 func TestPrincipalRequired(t *testing.T) {
 	m := loadPlugin(t, newHost(t, nil), host.LoadOptions{})
 	_, err := m.Invoke(context.Background(), host.Request{Action: "noop"})
-	if host.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "principal org is empty") {
+	if abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "principal org is empty") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -280,7 +280,7 @@ func TestGuestLog(t *testing.T) {
 			t.Errorf("log lacks %s:\n%s", want, logs.String())
 		}
 	}
-	if _, err := invoke(m, "log", `{"level":"loud","message":"x"}`); host.CodeOf(err) != abi.CodeInvalidArgument {
+	if _, err := invoke(m, "log", `{"level":"loud","message":"x"}`); abi.CodeOf(err) != abi.CodeInvalidArgument {
 		t.Fatalf("bad level: %v", err)
 	}
 }

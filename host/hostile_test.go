@@ -393,7 +393,7 @@ func checkOutcome(t *testing.T, err error, code abi.Code, reason string) {
 		}
 		return
 	}
-	if got := host.CodeOf(err); got != code {
+	if got := abi.CodeOf(err); got != code {
 		t.Fatalf("code %q (%v), want %q", got, err, code)
 	}
 	if !strings.Contains(err.Error(), reason) {

@@ -197,7 +197,7 @@ func TestHTTPFetch(t *testing.T) {
 	} {
 		corr := "f-" + strings.ReplaceAll(tt.name, " ", "-")
 		_, err := fetch(t, m, ann, corr, tt.req)
-		if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+		if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
 			t.Errorf("%s: %v; want %s with %q", tt.name, err, tt.code, tt.msg)
 		}
 		if tt.rule != "" {
@@ -393,7 +393,7 @@ func TestHTTPFetchHostile(t *testing.T) {
 				}
 				return
 			}
-			if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+			if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("%v\nwant %s with %q", err, tt.code, tt.msg)
 			}
 			if tt.rule == "" {
@@ -420,7 +420,7 @@ func TestHTTPFetchHostile(t *testing.T) {
 			t.Fatalf("the first answer: %+v %v", res, err)
 		}
 		_, err := fetch(t, m, ann, "rebind-2", abi.HTTPFetchRequest{URL: u})
-		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), addr(fmt.Sprintf("10.0.0.1:%d", g.port), "private")) {
+		if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), addr(fmt.Sprintf("10.0.0.1:%d", g.port), "private")) {
 			t.Fatalf("the rebound answer: %v", err)
 		}
 		if n := dns.Queries("rebind.test", "A"); n < 2 {
@@ -630,7 +630,7 @@ default:
 		a0 := a.hits.Load()
 		corr := "inj-" + strings.ReplaceAll(tt.name, " ", "-")
 		_, err := fetch(t, m, tt.who, corr, tt.req)
-		if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+		if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
 			t.Errorf("%s: %v\nwant %s with %q", tt.name, err, tt.code, tt.msg)
 		}
 		if err != nil {
@@ -669,7 +669,7 @@ default:
 	// scrubbing: refused and audited, where a secret was injected; the
 	// same body without one is the guest's as it came.
 	_, err = fetch(t, m, ann, "deflate", abi.HTTPFetchRequest{URL: A + "/api/deflate"})
-	if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), `Content-Encoding "deflate"`) {
+	if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), `Content-Encoding "deflate"`) {
 		t.Errorf("an encoded body where a secret is injected: %v", err)
 	}
 	if evs := httpEvents(t, h, "deflate"); len(evs) != 1 || evs[0].Decision != audit.Deny || evs[0].Rule != "secret" {
@@ -683,7 +683,7 @@ default:
 	for _, c := range []string{"dup", "list", "empty", "spaced"} {
 		corr := "ce-" + c
 		_, err := fetch(t, m, ann, corr, abi.HTTPFetchRequest{URL: A + "/api/ce/" + c})
-		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "the response body is encoded (Content-Encoding") ||
+		if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "the response body is encoded (Content-Encoding") ||
 			!strings.Contains(strings.ToLower(err.Error()), `"gzip"`) {
 			t.Errorf("Content-Encoding %s where a secret is injected: %v", c, err)
 		}
@@ -722,7 +722,7 @@ default:
 		t.Cleanup(func() { h2.Close(ctx) })
 		m2 := fetcher(t, h2, fmt.Sprintf(`["%s/", "%s"]`, A, B))
 		_, err = fetch(t, m2, ann, "nokey", abi.HTTPFetchRequest{URL: A + "/api/echo"})
-		if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "MOAT_SECRETS_KEY") {
+		if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "MOAT_SECRETS_KEY") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -770,13 +770,13 @@ func TestOutboundForAnotherOp(t *testing.T) {
 	if evs := httpEvents(t, h, "via-ok"); len(evs) != 2 || evs[0].Op != abi.OpHTTPFetch || evs[0].Attrs["via"] != "e2ehttp.download" || evs[1].Op != "e2ehttp.download" {
 		t.Errorf("audit: %+v; want the hop as http.fetch via e2ehttp.download, then the op", evs)
 	}
-	if _, err := call("via-path", srv.url+"/secret/a.png"); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "not under the granted prefix") {
+	if _, err := call("via-path", srv.url+"/secret/a.png"); abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "not under the granted prefix") {
 		t.Errorf("a path outside the http grant: %v", err)
 	}
 	if evs := httpEvents(t, h, "via-path"); len(evs) != 1 || evs[0].Op != abi.OpHTTPFetch || evs[0].Decision != audit.Deny {
 		t.Errorf("audit: %+v", evs)
 	}
-	if _, err := call("via-big", srv.url+"/img/big"); host.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "e2ehttp.download GET") {
+	if _, err := call("via-big", srv.url+"/img/big"); abi.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "e2ehttp.download GET") {
 		t.Errorf("the op's own bound: %v", err)
 	}
 }

@@ -23,18 +23,6 @@ import (
 // (New: wasmrewrite.InstantiateYield), the start functions called under
 // the invocation's context, and what a driver is handed (DriverSpec).
 
-const (
-	// InterruptModule and InterruptYield name the host function an
-	// instrumented module imports. A module that imports from
-	// InterruptModule itself is refused.
-	InterruptModule = wasmrewrite.InterruptModule
-	InterruptYield  = wasmrewrite.InterruptYield
-	// InterruptStartExport is the name under which an instrumented
-	// module exports the function its start section named; a module that
-	// exports this name itself is refused.
-	InterruptStartExport = wasmrewrite.InterruptStartExport
-)
-
 // hostCloseOnContextDone is the host runtime's CloseOnContextDone: off,
 // since the checks at loop headers do its work. It is part of the key of
 // shared compiled code (codeshare.Fingerprint): wazero's code differs
@@ -101,7 +89,7 @@ func yieldContext(ctx context.Context, stack []uint64) { wasmrewrite.YieldContex
 // function that exits with code 0 has succeeded, as wazero's own start
 // functions do.
 func startModule(ctx context.Context, mod api.Module, names ...string) error {
-	for _, name := range append([]string{InterruptStartExport}, names...) {
+	for _, name := range append([]string{wasmrewrite.InterruptStartExport}, names...) {
 		fn := mod.ExportedFunction(name)
 		if fn == nil {
 			continue
@@ -113,7 +101,7 @@ func startModule(ctx context.Context, mod api.Module, names ...string) error {
 				}
 				return err
 			}
-			if name == InterruptStartExport {
+			if name == wasmrewrite.InterruptStartExport {
 				name = "the start function"
 			}
 			return fmt.Errorf("%s: %w", name, err)

@@ -15,7 +15,7 @@ import (
 // instrument is what Load does to a module's bytes before compiling them.
 func instrument(t testing.TB, wasm []byte) []byte {
 	t.Helper()
-	code, _, lay, err := wasmrewrite.LimitTables(wasm, DefaultMaxTableElements)
+	code, _, lay, err := wasmrewrite.LimitTables(wasm, wasmrewrite.DefaultMaxTableElements)
 	if err != nil {
 		t.Fatalf("LimitTables: %v", err)
 	}
@@ -35,7 +35,7 @@ func TestRewriteKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &Host{cacheDir: t.TempDir()}
-	bounded, _, lay, err := wasmrewrite.LimitTables(wasm, DefaultMaxTableElements)
+	bounded, _, lay, err := wasmrewrite.LimitTables(wasm, wasmrewrite.DefaultMaxTableElements)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestRewriteKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	digest := Digest(wasm)
-	code, key, err := h.rewrite(digest, DefaultMaxTableElements, bounded, lay)
+	code, key, err := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay)
 	if err != nil || !bytes.Equal(code, want) {
 		t.Fatalf("first rewrite: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestRewriteKept(t *testing.T) {
 	if err := os.WriteFile(path, marked, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := h.rewrite(digest, DefaultMaxTableElements, bounded, lay); !bytes.Equal(code, marked[:len(marked)-4]) {
+	if code, _, _ := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay); !bytes.Equal(code, marked[:len(marked)-4]) {
 		t.Fatal("the kept file was not read")
 	}
 	// Damaged: rewritten again, and the file repaired.
@@ -68,7 +68,7 @@ func TestRewriteKept(t *testing.T) {
 	if err := os.WriteFile(path, marked, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := h.rewrite(digest, DefaultMaxTableElements, bounded, lay); !bytes.Equal(code, want) {
+	if code, _, _ := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay); !bytes.Equal(code, want) {
 		t.Fatal("a damaged file was used")
 	}
 	if b, _ := os.ReadFile(path); !bytes.Equal(b[:len(b)-4], want) {

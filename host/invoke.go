@@ -120,7 +120,7 @@ func (m *Module) actionLimits(action string) Limits {
 func (m *Module) auditInvocation(ctx context.Context, req *Request, start time.Time, err error) {
 	code := "ok"
 	if err != nil {
-		code = string(CodeOf(err))
+		code = string(abi.CodeOf(err))
 		if code == "" {
 			code = string(abi.CodeInternal)
 		}

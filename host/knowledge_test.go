@@ -41,7 +41,7 @@ default:
 		t.Helper()
 		res, err := m.Invoke(ctx, host.Request{Action: "kb", Input: []byte(cmd), Principal: who, CorrelationID: cid})
 		if err != nil {
-			return err.Error(), host.CodeOf(err)
+			return err.Error(), abi.CodeOf(err)
 		}
 		return string(res.Output), ""
 	}

@@ -258,11 +258,16 @@ func checkWasm(ld *loading) error {
 // from its imports and exports.
 func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 	h, opts, m := ld.h, ld.opts, ld.m
-	// Bound the module's tables in the bytes that are compiled (tables.go);
-	// the digest and signature stay those of wasm.
+	// A table is the one part of a WebAssembly instance wazero does not let an
+	// embedder bound (a Go slice of 8-byte references, sized by the module's
+	// declaration): before compiling, Load bounds every table of a module so
+	// that together they hold at most Limits.MaxTableElements references
+	// (wasmrewrite.LimitTables, whose doc says how), and refuses a module whose
+	// tables need more at their minimum. Only the compiled copy is rewritten;
+	// the module's digest and signature stay those of its author's bytes.
 	tableCap := opts.Limits.Or(h.cfg.Limits).MaxTableElements
-	if tableCap > MaxTableElementsCeiling {
-		return ld.fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, MaxTableElementsCeiling)
+	if tableCap > wasmrewrite.MaxTableElementsCeiling {
+		return ld.fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, wasmrewrite.MaxTableElementsCeiling)
 	}
 	// A module whose runs start from a snapshot has its globals and its
 	// entry exported (snapshot.go); its compiled code is its own.
@@ -278,7 +283,7 @@ func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 	}
 	code, _, lay, err := wasmrewrite.LimitTables(source, tableCap)
 	if err != nil {
-		var tle *TableLimitError
+		var tle *wasmrewrite.TableLimitError
 		if errors.As(err, &tle) {
 			return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
 		}

@@ -46,7 +46,7 @@ default:
 		in, _ := json.Marshal(map[string]any{"op": op, "req": req})
 		res, err := m.Invoke(ctx, host.Request{Action: "media", Input: in, Principal: who, CorrelationID: cid})
 		if err != nil {
-			return nil, host.CodeOf(err), err.Error()
+			return nil, abi.CodeOf(err), err.Error()
 		}
 		return res.Output, "", ""
 	}

@@ -70,7 +70,7 @@ func TestMediaFetchHoldsMemory(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	err := fetch(m, "/fast.png", 300*time.Millisecond)
-	if host.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "waiting for memory for media.fetch") {
+	if abi.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "waiting for memory for media.fetch") {
 		t.Errorf("a second download while the first holds the bound: %v", err)
 	}
 	if n := srv.hits.Load(); n != 1 {

@@ -429,14 +429,14 @@ func describe(name, digest string, size int, cm wazero.CompiledModule, c *compil
 	}
 	for _, def := range cm.ImportedFunctions() {
 		mod, n, _ := def.Import()
-		if mod == InterruptModule {
+		if mod == wasmrewrite.InterruptModule {
 			continue // the host's, not the author's (interrupt.go)
 		}
 		info.Imports = append(info.Imports, Signature{Module: mod, Name: n, Params: typeList(def.ParamTypes()), Result: typeList(def.ResultTypes())})
 	}
 	exports := cm.ExportedFunctions()
 	for _, n := range slices.Sorted(maps.Keys(exports)) {
-		if n == InterruptStartExport {
+		if n == wasmrewrite.InterruptStartExport {
 			continue // the host's, not the author's (interrupt.go)
 		}
 		def := exports[n]

@@ -121,8 +121,8 @@ func TestHostileActionNames(t *testing.T) {
 			if err == nil {
 				t.Fatalf("loaded with actions %q", m.Actions())
 			}
-			if host.CodeOf(err) != abi.CodeBadModule {
-				t.Fatalf("code %s, want %s: %v", host.CodeOf(err), abi.CodeBadModule, err)
+			if abi.CodeOf(err) != abi.CodeBadModule {
+				t.Fatalf("code %s, want %s: %v", abi.CodeOf(err), abi.CodeBadModule, err)
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tt.reason) || !strings.Contains(msg, "the module registers (moat_actions) is refused") {

@@ -95,7 +95,7 @@ default:
 		res, err := m.Invoke(ctx, host.Request{Action: action, Input: []byte(input), Principal: ann, CorrelationID: cid})
 		return string(res.Output), err
 	}
-	codeOf := func(err error) abi.Code { return host.CodeOf(err) }
+	codeOf := func(err error) abi.Code { return abi.CodeOf(err) }
 
 	granted := load(t, "native-granted", "capabilities: {kv: true}\n")
 	if info := granted.Info(); info.Kind != host.KindNative || !strings.Contains(strings.Join(info.Actions, ","), "ops") {
@@ -189,7 +189,7 @@ default:
 		!strings.Contains(he.Reason, "3 times") || time.Since(start) > time.Second {
 		t.Fatalf("eve after 3 crashes: %v after %s; want rate_limited at once, saying for how long", err, time.Since(start))
 	}
-	if _, err := callAs(eve, "echo", "native-backed-off"); host.CodeOf(err) != abi.CodeRateLimited {
+	if _, err := callAs(eve, "echo", "native-backed-off"); abi.CodeOf(err) != abi.CodeRateLimited {
 		t.Fatalf("eve's echo while backed off: %v, want rate_limited", err)
 	}
 	if out, err := call(granted, "echo", "served", "native-others"); err != nil || out != "served" {
@@ -292,7 +292,7 @@ func TestNativePluginFileGrants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, Native: pyPlugin(t)}); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "which a native worker gets fresh") {
+	if _, err := h.Load(ctx, nil, host.LoadOptions{Manifest: mf, Native: pyPlugin(t)}); abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "which a native worker gets fresh") {
 		t.Errorf("a grant under /tmp: %v", err)
 	}
 }

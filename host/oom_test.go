@@ -50,7 +50,7 @@ func TestFullInstanceIsDiscarded(t *testing.T) {
 				t.Fatalf("calls on a warm instance: %q after %q, %v", out, first, err)
 			}
 			out, err := call(hog, "hoard", tt.input)
-			if host.CodeOf(err) != tt.code || tt.code == "" && out != tt.out || tt.code != "" && !strings.Contains(err.Error(), tt.reason) {
+			if abi.CodeOf(err) != tt.code || tt.code == "" && out != tt.out || tt.code != "" && !strings.Contains(err.Error(), tt.reason) {
 				t.Fatalf("hoard: %q, %v; want %q %q %q", out, err, tt.code, tt.out, tt.reason)
 			}
 			// The next caller: a new instance (its first call).

@@ -120,7 +120,7 @@ default:
 		"import": func(t *testing.T, cid, op, req string) outcome {
 			res, err := plugin.Invoke(ctx, host.Request{Action: "call", Input: []byte(op + " " + req), Principal: ann, CorrelationID: cid})
 			if err != nil {
-				return outcome{code: host.CodeOf(err)}
+				return outcome{code: abi.CodeOf(err)}
 			}
 			return outcome{reply: string(res.Output)}
 		},
@@ -148,7 +148,7 @@ default:
 		if err == nil {
 			return outcome{reply: string(res.Output)}
 		}
-		if c := host.CodeOf(err); c != abi.CodeGuestError {
+		if c := abi.CodeOf(err); c != abi.CodeGuestError {
 			return outcome{code: c}
 		}
 		// The plug-in reports the op's error as its own: "OP: CODE: message".
@@ -162,7 +162,7 @@ default:
 		}
 		res, err := nativePlugin.Invoke(ctx, host.Request{Action: "call", Input: []byte(`["` + op + `", ` + req + `]`), Principal: ann, CorrelationID: cid})
 		if err != nil {
-			return outcome{code: host.CodeOf(err)}
+			return outcome{code: abi.CodeOf(err)}
 		}
 		return outcome{reply: string(res.Output)}
 	}

@@ -46,8 +46,8 @@ func TestRunOutputCapCleanExit(t *testing.T) {
 				var out, errb bytes.Buffer
 				res, err := m.Run(context.Background(), host.RunRequest{Args: []string{tt.mode}, Stdout: &out, Stderr: &errb,
 					Principal: ann, Limits: host.Limits{MaxOutputBytes: tt.cap}})
-				if host.CodeOf(err) != tt.code {
-					t.Fatalf("code %q (%v), exit %d; want %q", host.CodeOf(err), err, res.ExitCode, tt.code)
+				if abi.CodeOf(err) != tt.code {
+					t.Fatalf("code %q (%v), exit %d; want %q", abi.CodeOf(err), err, res.ExitCode, tt.code)
 				}
 				if tt.code != "" && !strings.Contains(err.Error(), tt.pattern) {
 					t.Fatalf("error %q does not say %q", err, tt.pattern)

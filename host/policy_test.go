@@ -224,7 +224,7 @@ func TestGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = m.Invoke(context.Background(), host.Request{Action: "kv", Input: []byte("get x"), Principal: ann, CorrelationID: "corr-nokv"})
-	if host.CodeOf(err) != abi.CodeDenied {
+	if abi.CodeOf(err) != abi.CodeDenied {
 		t.Fatalf("kv without the capability: %v", err)
 	}
 	ev := auditEvents(t, h, audit.Filter{CorrelationID: "corr-nokv", Decision: audit.Deny})
@@ -233,7 +233,7 @@ func TestGrants(t *testing.T) {
 	}
 
 	wantsHTTP := strings.Replace(guestManifest, "capabilities: {kv: true}", "capabilities: {kv: true, http: [https://api.example.com:443]}", 1)
-	if _, err := loadWithManifest(t, h, wantsHTTP); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "https://api.example.com:443") {
+	if _, err := loadWithManifest(t, h, wantsHTTP); abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "https://api.example.com:443") {
 		t.Fatalf("ungranted http: %v", err)
 	}
 	lenient := policyHost(t, baseProfile+"on_ungranted: deny_at_call\n")
@@ -253,7 +253,7 @@ func TestLimitsFromManifest(t *testing.T) {
 		_, err := m.Invoke(context.Background(), host.Request{Action: "kv", Input: []byte(cmd), Principal: policy.Principal{User: "u", Org: org}})
 		return err
 	}
-	if err := call("acme", "put big "+strings.Repeat("x", 2000)); host.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "disk quota") {
+	if err := call("acme", "put big "+strings.Repeat("x", 2000)); abi.CodeOf(err) != abi.CodeTooLarge || !strings.Contains(err.Error(), "disk quota") {
 		t.Fatalf("over the disk quota: %v", err)
 	}
 	if err := call("acme", "get x"); err != nil {
@@ -305,7 +305,7 @@ default:
 		return h.Load(context.Background(), wasm, host.LoadOptions{Manifest: mf, ManifestBytes: raw, Signature: sig, CorrelationID: "corr-trust"})
 	}
 	for name, sig := range map[string][]byte{"unsigned": nil, "unknown key": sign(stranger)} {
-		if _, err := load(sig); host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv") {
+		if _, err := load(sig); abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv") {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}

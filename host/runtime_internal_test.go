@@ -100,13 +100,13 @@ func TestLoaderTableExtension(t *testing.T) {
 	// The gate is Module's, whatever the runtime: a role the caller lacks
 	// is refused before the runtime runs; an action it does not register
 	// is no action; Run is for commands only.
-	if _, err := m.Invoke(ctx, Request{Action: "admin-upper", Input: []byte("x"), Principal: alice, CorrelationID: "c-denied"}); CodeOf(err) != abi.CodeDenied {
+	if _, err := m.Invoke(ctx, Request{Action: "admin-upper", Input: []byte("x"), Principal: alice, CorrelationID: "c-denied"}); abi.CodeOf(err) != abi.CodeDenied {
 		t.Errorf("admin-upper as a user: %v, want denied", err)
 	}
-	if _, err := m.Invoke(ctx, Request{Action: "nope", Principal: alice}); CodeOf(err) != abi.CodeNoSuchAction {
+	if _, err := m.Invoke(ctx, Request{Action: "nope", Principal: alice}); abi.CodeOf(err) != abi.CodeNoSuchAction {
 		t.Errorf("an unknown action: %v, want no_such_action", err)
 	}
-	if _, err := m.Run(ctx, RunRequest{Principal: alice}); CodeOf(err) != abi.CodeNoSuchAction {
+	if _, err := m.Run(ctx, RunRequest{Principal: alice}); abi.CodeOf(err) != abi.CodeNoSuchAction {
 		t.Errorf("Run of a module with actions: %v, want no_such_action", err)
 	}
 	if err := h.audit.Flush(ctx); err != nil {

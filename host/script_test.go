@@ -53,7 +53,7 @@ func TestScriptErrorCode(t *testing.T) {
 				}
 				return
 			}
-			if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
+			if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
 				t.Fatalf("Invoke error = %v; want code %s with %q", err, tt.code, tt.reason)
 			}
 		})

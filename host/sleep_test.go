@@ -77,7 +77,7 @@ func TestPollOneoffClocks(t *testing.T) {
 			res, err := m.Run(context.Background(), host.RunRequest{Stdin: bytes.NewReader(tt.stdin), Stderr: &stderr, Principal: ann, Limits: host.Limits{Timeout: tt.limit}})
 			took := time.Since(start)
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code {
+				if abi.CodeOf(err) != tt.code {
 					t.Fatalf("got %v (exit %d), want %s", err, res.ExitCode, tt.code)
 				}
 			} else if err != nil || res.ExitCode != tt.exit {
@@ -93,7 +93,7 @@ func TestPollOneoffClocks(t *testing.T) {
 		time.AfterFunc(100*time.Millisecond, cancel)
 		start := time.Now()
 		_, err := m.Run(ctx, host.RunRequest{Stdin: bytes.NewReader(sub(math.MaxUint64, monotonic, absolute, false)), Principal: ann, Limits: host.Limits{Timeout: time.Minute}})
-		if host.CodeOf(err) != abi.CodeCanceled {
+		if abi.CodeOf(err) != abi.CodeCanceled {
 			t.Fatalf("got %v, want %s", err, abi.CodeCanceled)
 		}
 		if took := time.Since(start); took > 2*time.Second {

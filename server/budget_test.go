@@ -17,10 +17,10 @@ import (
 
 	_ "github.com/moat-sandbox/moat/host/extism"
 
-	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server"
 )
@@ -30,7 +30,7 @@ import (
 // each bad value is an error naming the field, its line and the fix.
 func TestConfigBudget(t *testing.T) {
 	d := server.DefaultConfig().Limits
-	if d.Budget.Limits() != budget.DefaultLimits || d.MaxRunResponseBytes != server.MaxRunResponseBytes || d.MaxTableElements != host.DefaultMaxTableElements {
+	if d.Budget.Limits() != budget.DefaultLimits || d.MaxRunResponseBytes != server.MaxRunResponseBytes || d.MaxTableElements != wasmrewrite.DefaultMaxTableElements {
 		t.Errorf("defaults: budget %+v, max_run_response_bytes %s, max_table_elements %d", d.Budget, d.MaxRunResponseBytes, d.MaxTableElements)
 	}
 	c, err := server.ParseConfig("moat-server.yaml", []byte(`

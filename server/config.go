@@ -22,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -373,7 +374,7 @@ func (c *Config) fillDefaults() {
 		l.MaxRunResponseBytes = MaxRunResponseBytes
 	}
 	if l.MaxTableElements == 0 {
-		l.MaxTableElements = host.DefaultMaxTableElements
+		l.MaxTableElements = wasmrewrite.DefaultMaxTableElements
 	}
 	b, d := &l.Budget, budget.DefaultLimits
 	if b.HeldBytes == 0 {
@@ -569,9 +570,9 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 	case l.MaxRunResponseBytes < 64<<10 || l.MaxRunResponseBytes > 256<<20:
 		return fail("limits.max_run_response_bytes", "%s is outside 64KiB to 256MiB: the server holds a whole /v1/runs response in memory; the default is %s",
 			l.MaxRunResponseBytes, policy.ByteSize(MaxRunResponseBytes))
-	case l.MaxTableElements < 1 || l.MaxTableElements > host.MaxTableElementsCeiling:
+	case l.MaxTableElements < 1 || l.MaxTableElements > wasmrewrite.MaxTableElementsCeiling:
 		return fail("limits.max_table_elements", "%d is outside 1 to %d (8 bytes of host memory each); leave it out for the default %d",
-			l.MaxTableElements, host.MaxTableElementsCeiling, host.DefaultMaxTableElements)
+			l.MaxTableElements, wasmrewrite.MaxTableElementsCeiling, wasmrewrite.DefaultMaxTableElements)
 	}
 	if err := l.Budget.validate(fail); err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -123,7 +122,7 @@ func newMetrics(s *Server) *metrics {
 func (m *metrics) observeInvocation(module, action string, start time.Time, err error) {
 	outcome := "ok"
 	if err != nil {
-		code := host.CodeOf(err)
+		code := abi.CodeOf(err)
 		if code == "" {
 			code = abi.CodeInternal
 		}

@@ -289,7 +289,7 @@ func (s *Server) auditModule(c echo.Context, v store.ModuleVersion, what string,
 	case errors.As(err, &pr):
 		ev.Decision, ev.Reason, ev.Code = audit.Deny, "upload refused: "+pr.Detail, pr.Code
 	case err != nil:
-		ev.Decision, ev.Reason, ev.Code = audit.Deny, "upload refused: "+err.Error(), string(host.CodeOf(err))
+		ev.Decision, ev.Reason, ev.Code = audit.Deny, "upload refused: "+err.Error(), string(abi.CodeOf(err))
 	case what == "upload":
 		ev.Reason = "uploaded version " + v.Digest[:12] + " (" + orNone(v.Version) + ") and made it current"
 		ev.Attrs["digest"] = v.Digest

@@ -20,6 +20,7 @@ import (
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/moat-sandbox/moat/server"
@@ -124,7 +125,7 @@ error, bad module); 2 for bad usage; 124 on timeout; 125 at the memory limit.`,
 	fl.DurationVar(&f.timeout, "timeout", host.DefaultLimits.Timeout, "wall-clock limit, e.g. 500ms, 30s")
 	mibFlag(fl, &f.memoryMB, "memory", int(host.DefaultLimits.MemoryLimitPages/16), "memory limit in MiB (at most 4096)")
 	fl.IntVar(&f.maxOutput, "max-output", host.DefaultLimits.MaxOutputBytes, "output limit in bytes (for commands: per stream)")
-	fl.IntVar(&f.maxTable, "max-table-elements", host.DefaultMaxTableElements, fmt.Sprintf("references the module's tables may hold, 8 bytes of host memory each (at most %d)", host.MaxTableElementsCeiling))
+	fl.IntVar(&f.maxTable, "max-table-elements", wasmrewrite.DefaultMaxTableElements, fmt.Sprintf("references the module's tables may hold, 8 bytes of host memory each (at most %d)", wasmrewrite.MaxTableElementsCeiling))
 	fl.StringVar(&f.correlate, "correlation-id", "", "correlation id for logs and audit (default: a random one)")
 	mibFlag(fl, &f.hostMB, "host-memory", 0, "the confined host's own memory ceiling in MiB (its backstop cgroup; needs root; default: --memory-mib + 512, and 512 more for a Ruby plugin)")
 	fl.StringVar(&f.confine, "confine", string(kernel.ConfineBestEffort), "confine moat itself with Landlock and seccomp once the module is read: off, best-effort or strict")
@@ -390,8 +391,8 @@ func (f *runFlags) limits() (host.Limits, error) {
 		return host.Limits{}, usagef("--memory-mib %d: give a size in MiB between 1 and 4096", f.memoryMB)
 	case f.maxOutput <= 0:
 		return host.Limits{}, usagef("--max-output %d: give a positive number of bytes", f.maxOutput)
-	case f.maxTable <= 0 || f.maxTable > host.MaxTableElementsCeiling:
-		return host.Limits{}, usagef("--max-table-elements %d: give a number of elements between 1 and %d", f.maxTable, host.MaxTableElementsCeiling)
+	case f.maxTable <= 0 || f.maxTable > wasmrewrite.MaxTableElementsCeiling:
+		return host.Limits{}, usagef("--max-table-elements %d: give a number of elements between 1 and %d", f.maxTable, wasmrewrite.MaxTableElementsCeiling)
 	}
 	var l host.Limits
 	if f.changed == nil || f.changed("timeout") {

@@ -250,7 +250,7 @@ func TestSDKPlainScriptCode(t *testing.T) {
 	}
 	m := loadScriptOf(t, h, []byte("import moat\nprint(moat.kv.get_str('count'))\n"), mf)
 	_, err = m.Invoke(context.Background(), host.Request{Action: "read", Principal: policy.Principal{User: "ann", Org: "acme"}})
-	if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv") {
+	if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "kv") {
 		t.Fatalf("a plain script's escaped MoatError: %v; want denied naming kv", err)
 	}
 }

@@ -254,7 +254,7 @@ func TestExtismNamesBudget(t *testing.T) {
 			var err error
 			alloc := allocated(func() { res, err = m.Invoke(ctx, req) })
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+				if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
 					t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.msg)
 				}
 				return
@@ -449,7 +449,7 @@ func TestExtismHTTPBudget(t *testing.T) {
 				if n, status := binary.LittleEndian.Uint64(res.Output), binary.LittleEndian.Uint64(res.Output[8:]); n != tt.wantLen || status != 200 {
 					t.Fatalf("response of %d bytes with status %d, want %d bytes, 200", n, status, tt.wantLen)
 				}
-			} else if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+			} else if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.msg)
 			}
 			if alloc > tt.maxAlloc {
@@ -514,7 +514,7 @@ func TestExtismHTTPInFlight(t *testing.T) {
 	run(&waited, waiting, short, waitErrs, waitTook)
 	waited.Wait()
 	for i, err := range waitErrs {
-		if host.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "did not finish within 500ms") {
+		if abi.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "did not finish within 500ms") {
 			t.Errorf("waiting call %d: %v, want timeout", i, err)
 		}
 		if waitTook[i] > 500*time.Millisecond+deadlineSlack {

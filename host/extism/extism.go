@@ -62,6 +62,7 @@ import (
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/internal/pool"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -185,10 +186,10 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 		Config: spec.Config,
 		Memory: &extism.ManifestMemory{MaxVarBytes: maxVarBytes, MaxHttpResponseBytes: -1},
 	}
-	yield := extism.NewHostFunctionWithStack(host.InterruptYield, func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+	yield := extism.NewHostFunctionWithStack(wasmrewrite.InterruptYield, func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
 		spec.Yield(ctx, stack)
 	}, nil, []extism.ValueType{api.ValueTypeI32})
-	yield.SetNamespace(host.InterruptModule)
+	yield.SetNamespace(wasmrewrite.InterruptModule)
 	cp, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, append(p.hostFunctions(), yield))
 	if err != nil {
 		return fail("the extism go-sdk cannot load it: %v", firstLine(err))

@@ -118,7 +118,7 @@ func TestDetect(t *testing.T) {
 			}
 			m, err := h.Load(ctx, wasm, opts)
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
+				if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
 					t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.reason)
 				}
 				return
@@ -196,7 +196,7 @@ config: {op: config.get}
 		t.Run(tt.name, func(t *testing.T) {
 			res, err := tt.m.Invoke(ctx, host.Request{Action: tt.action, Input: []byte(tt.input), Principal: tt.who, CorrelationID: "c-" + tt.who.User})
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
+				if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
 					t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.reason)
 				}
 				return
@@ -272,7 +272,7 @@ capabilities: {kv: true}
 		t.Run(tt.action+" "+tt.who.Org, func(t *testing.T) {
 			res, err := m.Invoke(ctx, host.Request{Action: tt.action, Input: []byte(tt.input), Principal: tt.who})
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), "a note is at most 4096 bytes") {
+				if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), "a note is at most 4096 bytes") {
 					t.Fatalf("err %v, want %s with the plug-in's message", err, tt.code)
 				}
 				return
@@ -353,7 +353,7 @@ func TestSensitiveOpConfirmation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			res, err := m.Confirm(ctx, host.ConfirmRequest{Token: e.Confirmation.Token, Principal: ann})
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code {
+				if abi.CodeOf(err) != tt.code {
 					t.Fatalf("err %v, want %s", err, tt.code)
 				}
 				return
@@ -419,10 +419,10 @@ func TestCloseWhileCalling(t *testing.T) {
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; host.CodeOf(err) != abi.CodeTimeout {
+	if err := <-done; abi.CodeOf(err) != abi.CodeTimeout {
 		t.Fatalf("the call in flight: %v, want its timeout", err)
 	}
-	if _, err := m.Invoke(ctx, host.Request{Action: "greet", Principal: ann}); host.CodeOf(err) != abi.CodeUnavailable {
+	if _, err := m.Invoke(ctx, host.Request{Action: "greet", Principal: ann}); abi.CodeOf(err) != abi.CodeUnavailable {
 		t.Fatalf("a call after Close: %v, want unavailable", err)
 	}
 }

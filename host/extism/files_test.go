@@ -19,7 +19,7 @@ func TestFileGrantsRefused(t *testing.T) {
 	h := newHost(t, profile(t, "name: files\ndefault:\n  capabilities:\n    filesystem: ["+dir+"]\n"), nil)
 	_, err := h.Load(context.Background(), wasmFixture(t, "extism_noop.wasm"), host.LoadOptions{
 		Manifest: manifest(t, "name: noop\nversion: 1.0.0\nkind: extism\nactions: [{name: noop}]\ncapabilities:\n  filesystem: ["+dir+"]\n")})
-	if host.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "Extism plug-ins get no file grants") {
+	if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "Extism plug-ins get no file grants") {
 		t.Fatalf("load: %v, want denied: Extism plug-ins get no file grants", err)
 	}
 }

@@ -47,7 +47,7 @@ func TestHostileExtism(t *testing.T) {
 	ann := policy.Principal{User: "ann", Org: "acme"}
 
 	_, err := h.Load(ctx, wasmFixture(t, "hostile_extismtable.wasm"), host.LoadOptions{Name: "bigtable"})
-	if host.CodeOf(err) != abi.CodeMemoryLimit || !strings.Contains(err.Error(),
+	if abi.CodeOf(err) != abi.CodeMemoryLimit || !strings.Contains(err.Error(),
 		"table 0 declares 100000000 elements at its minimum; a module's tables may hold at most 1048576 elements") {
 		t.Fatalf("big table: %v", err)
 	}
@@ -82,7 +82,7 @@ func TestHostileExtism(t *testing.T) {
 			switch {
 			case tt.code == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
-			case tt.code != "" && (host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason)):
+			case tt.code != "" && (abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason)):
 				t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.reason)
 			}
 			if took > tt.within {
@@ -149,7 +149,7 @@ func TestExtismCallTreeDeadline(t *testing.T) {
 	for range 2 { // a fresh instance, then after one that ended at its deadline
 		start := time.Now()
 		_, err = m.Invoke(ctx, host.Request{Action: "tree", Principal: policy.Principal{User: "ann", Org: "acme"}})
-		if host.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "did not finish within 1s") {
+		if abi.CodeOf(err) != abi.CodeTimeout || !strings.Contains(err.Error(), "did not finish within 1s") {
 			t.Fatalf("err %v, want a timeout", err)
 		}
 		if took := time.Since(start); took > time.Second+deadlineSlack {

@@ -101,7 +101,7 @@ capabilities:
 				t.Errorf("server a got %d requests, want %d", got, tt.hitsA)
 			}
 			if tt.code != "" {
-				if host.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
+				if abi.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
 					t.Fatalf("err %v, want %s containing %q", err, tt.code, tt.reason)
 				}
 				if errors.Is(err, io.EOF) { // walks the whole chain: it must end

@@ -34,7 +34,7 @@ func TestLoadRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := h.Load(ctx, tt.wasm, host.LoadOptions{Name: "refused"})
-			if host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), tt.reason) {
+			if abi.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), tt.reason) {
 				t.Fatalf("err %v, want bad_module containing %q", err, tt.reason)
 			}
 		})

@@ -97,8 +97,8 @@ func TestHostileExportNames(t *testing.T) {
 				m.Close(context.Background())
 				t.Fatalf("loaded with actions %q", m.Actions())
 			}
-			if host.CodeOf(err) != abi.CodeBadModule {
-				t.Fatalf("code %s, want %s: %v", host.CodeOf(err), abi.CodeBadModule, err)
+			if abi.CodeOf(err) != abi.CodeBadModule {
+				t.Fatalf("code %s, want %s: %v", abi.CodeOf(err), abi.CodeBadModule, err)
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tt.reason) || !strings.Contains(msg, "the plug-in exports as a function is refused") {

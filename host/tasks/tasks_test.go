@@ -245,11 +245,11 @@ func TestTaskEndToEnd(t *testing.T) {
 		}{{m, policy.Principal{User: "ann", Org: "globex"}}, {other, ann}} {
 			for _, action := range []string{"status", "cancel"} {
 				_, err := invokeAs(c.m, c.p, action, id)
-				if host.CodeOf(err) != abi.CodeNotFound || !strings.Contains(err.Error(), "no task") {
+				if abi.CodeOf(err) != abi.CodeNotFound || !strings.Contains(err.Error(), "no task") {
 					t.Errorf("%s from %s/%s: %v; want not_found", action, c.p.Org, c.m.Name(), err)
 				}
 				_, err = invokeAs(c.m, c.p, action, "tffffffffffffffffffffffffffff")
-				if host.CodeOf(err) != abi.CodeNotFound {
+				if abi.CodeOf(err) != abi.CodeNotFound {
 					t.Errorf("%s of an id nobody holds: %v", action, err)
 				}
 			}
@@ -542,7 +542,7 @@ func TestTaskNotGranted(t *testing.T) {
 	m := loadTaskGuest(t, h, "tasker", "")
 	in, _ := json.Marshal(map[string]any{"action": "work"})
 	_, err := m.Invoke(context.Background(), host.Request{Action: "start", Input: in, Principal: ann, CorrelationID: "corr-deny"})
-	if host.CodeOf(err) != abi.CodeDenied {
+	if abi.CodeOf(err) != abi.CodeDenied {
 		t.Fatalf("enqueue without the grant: %v", err)
 	}
 	ev, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: "corr-deny", Decision: audit.Deny})

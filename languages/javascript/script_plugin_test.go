@@ -46,7 +46,7 @@ print(action + ":" + input);
 	ctx := context.Background()
 	admin := policy.Principal{User: "ann", Org: "acme", Roles: []string{"admin"}}
 	guest := policy.Principal{User: "bob", Org: "acme"}
-	code := func(err error) abi.Code { return host.CodeOf(err) }
+	code := func(err error) abi.Code { return abi.CodeOf(err) }
 
 	// Roles.
 	_, err = m.Invoke(ctx, host.Request{Action: "whoami", Input: []byte("hi"), Principal: guest, CorrelationID: "c-roles"})

@@ -103,7 +103,7 @@ def work(inp):
 					break
 				}
 			}
-			if host.CodeOf(err) != tt.want || tt.want == "" && out != tt.wantOut {
+			if abi.CodeOf(err) != tt.want || tt.want == "" && out != tt.wantOut {
 				t.Fatalf("%s: %q, %v; want %q %q", tt.action, out, err, tt.want, tt.wantOut)
 			}
 			if tt.want == abi.CodeMemoryLimit && !strings.Contains(err.Error(), "MemoryError") {

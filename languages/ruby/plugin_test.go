@@ -96,7 +96,7 @@ func TestPluginHostile(t *testing.T) {
 	}
 	// Deeply nested JSON: the parser's nesting limit, a guest_error; the
 	// instance serves on (count below).
-	if _, err := call("json", strings.Repeat("[", 200000)); host.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), "NestingError") {
+	if _, err := call("json", strings.Repeat("[", 200000)); abi.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), "NestingError") {
 		t.Fatalf("json nested 200000 deep: %v, want guest_error JSON::NestingError", err)
 	}
 	if out, err := call("loud", ""); err != nil || out != "quiet" {
@@ -110,19 +110,19 @@ func TestPluginHostile(t *testing.T) {
 		{"nomem", "NoMemoryError: pretend"},
 		{"throw", "UncaughtThrowError"},
 	} {
-		if _, err := call(tc.action, ""); host.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), tc.want) {
+		if _, err := call(tc.action, ""); abi.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: %v, want guest_error naming %q", tc.action, err, tc.want)
 		}
 	}
 	count(2) // the instance served on
-	if _, err := call("system", ""); host.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), "NotImplementedError") {
+	if _, err := call("system", ""); abi.CodeOf(err) != abi.CodeGuestError || !strings.Contains(err.Error(), "NotImplementedError") {
 		t.Fatalf("system(): %v, want guest_error NotImplementedError (no processes under WASI)", err)
 	}
-	if _, err := call("big", ""); host.CodeOf(err) != abi.CodeOutputTooLarge {
+	if _, err := call("big", ""); abi.CodeOf(err) != abi.CodeOutputTooLarge {
 		t.Fatalf("big: %v, want output_too_large", err)
 	}
 	count(3) // too large an output is the call's failure, not the instance's
-	switch _, err := call("huge", ""); host.CodeOf(err) {
+	switch _, err := call("huge", ""); abi.CodeOf(err) {
 	case abi.CodeOutputTooLarge, abi.CodeGuestError: // the SDK's refusal, or Ruby's NoMemoryError near the 64 MiB limit
 		count(4)
 	case abi.CodeMemoryLimit:
@@ -139,7 +139,7 @@ func TestPluginHostile(t *testing.T) {
 		{"exitbang", abi.CodeTrap, "code 4"},
 		{"js", abi.CodeTrap, "JavaScript interop"},
 	} {
-		if _, err := call(tc.action, ""); host.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+		if _, err := call(tc.action, ""); abi.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: %v, want %s naming %q", tc.action, err, tc.code, tc.want)
 		}
 		count(1) // a new instance
@@ -223,21 +223,21 @@ func TestPluginRefused(t *testing.T) {
 	// host.Script: an Interpreter serves resident scripts only.
 	sc := mustScript(t, "require 'moat'\nMoat.action('echo') { |i| i }\n")
 	sc.Resident = false
-	if _, err := suite.Host.Load(context.Background(), mustWASM(t), host.LoadOptions{Manifest: pluginManifest(t, "rb-percall", "echo"), Script: sc}); host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "Moat.action") {
+	if _, err := suite.Host.Load(context.Background(), mustWASM(t), host.LoadOptions{Manifest: pluginManifest(t, "rb-percall", "echo"), Script: sc}); abi.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "Moat.action") {
 		t.Errorf("a non-resident script with an Interpreter: %v, want bad_module naming Moat.action", err)
 	}
 	// Top-level code that raises, or never registers what it promised:
 	// the load fails with the exception.
 	start := time.Now()
 	_, err := suite.Host.Load(context.Background(), mustWASM(t), host.LoadOptions{Manifest: pluginManifest(t, "rb-raise", "echo"), Script: mustScript(t, "require 'moat'\nMoat.action('echo') { |i| i }\nraise ArgumentError, 'bad config'\n")})
-	if host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "ArgumentError: bad config") {
+	if abi.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "ArgumentError: bad config") {
 		t.Errorf("a script raising at its top level: %v, want bad_module naming the exception", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the refused load took %s", d)
 	}
 	_, err = suite.Host.Load(context.Background(), mustWASM(t), host.LoadOptions{Manifest: pluginManifest(t, "rb-exit", "echo"), Script: mustScript(t, "require 'moat'\nMoat.action('echo') { |i| i }\nexit 3\n")})
-	if host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "exited with status 3") {
+	if abi.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), "exited with status 3") {
 		t.Errorf("a script exiting at its top level: %v, want bad_module naming the status", err)
 	}
 }

@@ -53,7 +53,7 @@ func (s *Suite) TestResidentBulkPastDeadline(t *testing.T, file, main string) {
 	p := policy.Principal{User: "ann", Org: "acme"}
 	m := s.LoadScript(t, s.residentManifest(t, s.Language+"-fill", "fill", "echo"), file, main)
 	start := time.Now()
-	if _, err := m.Invoke(ctx, host.Request{Action: "fill", Principal: p}); host.CodeOf(err) != abi.CodeTimeout {
+	if _, err := m.Invoke(ctx, host.Request{Action: "fill", Principal: p}); abi.CodeOf(err) != abi.CodeTimeout {
 		t.Fatalf("fill: %v, want timeout", err)
 	}
 	if d := time.Since(start); d > 2*time.Second+time.Second {
@@ -117,7 +117,7 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	if got := m.SnapshotBytes() > 0; got != s.Snapshots {
 		t.Fatalf("the instance started from a snapshot: %v, want %v (log: %s)", got, s.Snapshots, s.Log.String())
 	}
-	if _, err := call("fail", ""); host.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "no thanks") {
+	if _, err := call("fail", ""); abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "no thanks") {
 		t.Fatalf("fail: %v, want invalid_argument with the message", err)
 	}
 	counts(4, 4) // the instance survived the guest's error
@@ -134,7 +134,7 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 		t.Fatalf("put with one processor: %q, %v", out, err)
 	}
 	start := time.Now()
-	if _, err := call("spin", ""); host.CodeOf(err) != abi.CodeTimeout {
+	if _, err := call("spin", ""); abi.CodeOf(err) != abi.CodeTimeout {
 		t.Fatalf("spin: %v, want timeout", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
@@ -142,14 +142,14 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	}
 	counts(1, 1) // a new instance: the spinning one was discarded
 	start = time.Now()
-	if _, err := call("nap", ""); host.CodeOf(err) != abi.CodeTimeout || time.Since(start) > 10*time.Second {
+	if _, err := call("nap", ""); abi.CodeOf(err) != abi.CodeTimeout || time.Since(start) > 10*time.Second {
 		t.Fatalf("nap: %v after %s, want timeout at its 2s deadline", err, time.Since(start))
 	}
 	counts(1, 1)
 	// A caller that gives up: canceled, the instance discarded.
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(200*time.Millisecond, cancel)
-	if _, err := m.Invoke(cctx, host.Request{Action: "spin", Principal: p}); host.CodeOf(err) != abi.CodeCanceled {
+	if _, err := m.Invoke(cctx, host.Request{Action: "spin", Principal: p}); abi.CodeOf(err) != abi.CodeCanceled {
 		t.Fatalf("spin canceled by its caller: %v, want canceled", err)
 	}
 	counts(1, 1)
@@ -158,7 +158,7 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	// and its handler fails with it, the call is memory_limit and the
 	// instance, whose memory the host refused to grow, is discarded: the
 	// next call starts a new one (the count starts again).
-	if _, err = call("balloon", ""); host.CodeOf(err) != abi.CodeMemoryLimit {
+	if _, err = call("balloon", ""); abi.CodeOf(err) != abi.CodeMemoryLimit {
 		t.Fatalf("balloon: %v, want memory_limit", err)
 	}
 	counts(1, 1)
@@ -206,7 +206,7 @@ func (s *Suite) TestResident(t *testing.T, sc ResidentScripts) {
 	if err := load(s.Language+"-toplevel", sc.TopLevelOp, "echo"); err == nil || !strings.Contains(err.Error(), "only while an action runs") {
 		t.Errorf("an op at the top level: %v, want the load refused naming the rule", err)
 	}
-	if err := load(s.Language+"-wrong", sc.Wrong, "echo"); host.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), `"echo"`) {
+	if err := load(s.Language+"-wrong", sc.Wrong, "echo"); abi.CodeOf(err) != abi.CodeBadModule || !strings.Contains(err.Error(), `"echo"`) {
 		t.Errorf("a script registering other actions: %v, want bad_module naming echo", err)
 	}
 	if sc.ClassicRefused != "" {
