@@ -134,9 +134,13 @@ type Config struct {
 	// one, so each provider's bound on calls in flight holds for all.
 	// Nil: no model calls, and knowledge is full text alone.
 	AI *ai.Service
-	// Media configures the media family: each organization's quota and
-	// the bound on image decodes (mediaconfig.go).
-	Media MediaConfig
+	// Families configures the op families (ops.Families names them), by
+	// family name: each value is a pointer to the family's own
+	// configuration type (its ops.Family.Config; for media,
+	// *ops.MediaConfig). A family left out is provisioned with its
+	// defaults. The host provisions each family's service from it at
+	// New and releases it at Close.
+	Families map[string]any
 	// Secrets are the operator's secrets (package host/secrets' Vault):
 	// the values an http grant injects into a request, resolved in the
 	// calling organization, and the operator's own provider keys. Nil:
@@ -235,7 +239,8 @@ type Host struct {
 	provided  map[string]map[string]Signature // the host modules' functions, by module and name
 	profile   *policy.Profile
 	audit     *audit.Log
-	share     *codeShare // nil: compiled code is not shared (no CodeKey)
+	share     *codeShare    // nil: compiled code is not shared (no CodeKey)
+	services  *ops.Services // the op families' services (Config.Families)
 }
 
 type compiled struct {
@@ -292,6 +297,12 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.store, h.ownStore = s, true
 	}
 	h.audit = audit.New(h.store, h.log)
+	services, err := ops.Provision(ctx, ops.Core{Store: h.store, Logger: h.log}, cfg.Families)
+	if err != nil {
+		h.closeStore()
+		return nil, fmt.Errorf("host: config families: %w", err)
+	}
+	h.services = services
 	cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 	if err != nil {
 		h.closeStore()
@@ -366,7 +377,7 @@ func (h *Host) Close(ctx context.Context) error {
 	if h.cache != nil {
 		errs = append(errs, h.cache.Close(ctx))
 	}
-	errs = append(errs, h.closeStore())
+	errs = append(errs, h.services.Cleanup(), h.closeStore())
 	return errors.Join(errs...)
 }
 

@@ -46,6 +46,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
@@ -216,10 +217,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
-			Tasks:   host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
-			AI:      s.ai,
-			Media:   host.MediaConfig{QuotaBytes: int64(cfg.Media.QuotaBytes), QuotaKnob: "media.quota_bytes", Decodes: decodes},
-			Secrets: s.vault,
+			Tasks:    host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
+			AI:       s.ai,
+			Families: map[string]any{"media": &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes}},
+			Secrets:  s.vault,
 		})
 		if err != nil {
 			s.abort(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
@@ -344,7 +345,7 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 	}
 	cfg.Store = st
 	cfg.Secrets = secrets.NewVault(st, s.SecretsKey, nil)
-	cfg.Media = host.MediaConfig{QuotaBytes: int64(s.Media.QuotaBytes), QuotaKnob: "media.quota_bytes"}
+	cfg.Families = map[string]any{"media": &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}}
 	if s.AI.Enabled() {
 		if cfg.AI, err = ai.New(s.AI, st, cfg.Logger); err != nil {
 			st.Close()

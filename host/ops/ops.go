@@ -53,7 +53,9 @@ type Env struct {
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
 	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
 	AI            *ai.Service  // the operator's models and budgets (ai.go); nil: no model calls on this host
-	Media         MediaLimits  // the media family's quota and decode bound (media.go)
+	// Services are the services the host's families provisioned
+	// (family.go), which each family's ops read through ServiceOf.
+	Services *Services
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.
@@ -216,7 +218,8 @@ type Op struct {
 	// path, status and bytes): the host adds no event of its own for it.
 	AuditsItself bool
 
-	targeted bool // the capability is granted per target
+	targeted bool   // the capability is granted per target
+	family   string // the family that registered it (RegisterFamily)
 }
 
 var (

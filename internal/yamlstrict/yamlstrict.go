@@ -530,12 +530,18 @@ type yamlField struct {
 }
 
 // yamlFields are t's fields as yaml.v3 names them: the tag's name, or the
-// lowercased Go name.
+// lowercased Go name; an embedded struct tagged ",inline" gives its own
+// fields, as yaml.v3 decodes them (an op family's configuration inside
+// a section that holds more, such as the server's media:).
 func yamlFields(t reflect.Type) []yamlField {
 	var out []yamlField
 	for i := range t.NumField() {
 		sf := t.Field(i)
-		name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		if sf.Anonymous && name == "" && opts == "inline" && sf.Type.Kind() == reflect.Struct {
+			out = append(out, yamlFields(sf.Type)...)
+			continue
+		}
 		if name == "-" || !sf.IsExported() {
 			continue
 		}
