@@ -35,14 +35,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/native"
@@ -128,28 +126,18 @@ type Config struct {
 	// directory), whose tasks only a TaskRunner with that Origin claims,
 	// never a server sharing the store.
 	TaskOrigin string
-	// AI makes the model calls of the ai ops and of hybrid knowledge
-	// (package host/ai: the operator's providers, model aliases and
-	// budgets, kept in the store). Hosts of one process should share
-	// one, so each provider's bound on calls in flight holds for all.
-	// Nil: no model calls, and knowledge is full text alone.
-	AI *ai.Service
 	// Families configures the op families (ops.Families names them), by
 	// family name: each value is a pointer to the family's own
 	// configuration type (its ops.Family.Config; for media,
 	// *ops.MediaConfig). A family left out is provisioned with its
 	// defaults. The host provisions each family's service from it at
-	// New and releases it at Close.
+	// New and releases it at Close. What other fields of Config held
+	// before issue 29 is here: the ai family's models (*ops.AIConfig,
+	// whose Service hosts of one process should share), the secrets a
+	// grant injects (*ops.SecretsConfig), the http family's Resolver
+	// (*ops.HTTPConfig), media's quota and decode bound
+	// (*ops.MediaConfig).
 	Families map[string]any
-	// Secrets are the operator's secrets (package host/secrets' Vault):
-	// the values an http grant injects into a request, resolved in the
-	// calling organization, and the operator's own provider keys. Nil:
-	// none, and a request whose grant injects a secret is refused.
-	Secrets ops.SecretSource
-	// Resolver resolves the host names of the requests modules send
-	// (http.fetch, Extism's http_request, media.fetch). Nil: the
-	// system's. Every address it answers is checked when dialled.
-	Resolver *net.Resolver
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at

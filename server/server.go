@@ -199,6 +199,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("server: %w (set media.url_key_file or $%s)", err, EnvMediaKey)
 	}
+	// The op families' configuration, the same for every host: what the
+	// server made once above (the model service, whose bounds on calls in
+	// flight are the server's; the vault; the decode bound) is shared.
+	families := map[string]any{
+		"ai":      &ops.AIConfig{Service: s.ai},
+		"media":   &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
+		"secrets": &ops.SecretsConfig{Source: s.vault},
+	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
 		profiles = append(profiles, p)
@@ -218,9 +226,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
 			Tasks:    host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
-			AI:       s.ai,
-			Families: map[string]any{"media": &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes}},
-			Secrets:  s.vault,
+			Families: families,
 		})
 		if err != nil {
 			s.abort(ctx)

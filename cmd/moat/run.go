@@ -320,7 +320,7 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	var src *storeSecrets
 	if key != nil {
 		src = &storeSecrets{key: key}
-		cfg.Secrets = src
+		cfg.Families = map[string]any{"secrets": &ops.SecretsConfig{Source: src}}
 	}
 	h, err := host.New(ctx, cfg)
 	if err != nil {
@@ -344,10 +344,14 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 		return nil, err
 	}
 	cfg.Store = st
-	cfg.Secrets = secrets.NewVault(st, s.SecretsKey, nil)
-	cfg.Families = map[string]any{"media": &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}}
+	models := &ops.AIConfig{}
+	cfg.Families = map[string]any{
+		"secrets": &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)},
+		"media":   &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes},
+		"ai":      models,
+	}
 	if s.AI.Enabled() {
-		if cfg.AI, err = ai.New(s.AI, st, cfg.Logger); err != nil {
+		if models.Service, err = ai.New(s.AI, st, cfg.Logger); err != nil {
 			st.Close()
 			var ce *ai.ConfigError
 			if errors.As(err, &ce) {

@@ -68,8 +68,8 @@ func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeD
 func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
 	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env),
 		User: env.Principal.User, UserScoped: env.userScoped(req.Collection)}
-	if env.AI != nil {
-		q.MinSimilarity = env.AI.MinSimilarity()
+	if s := aiOf(env); s.models != nil {
+		q.MinSimilarity = s.models.MinSimilarity()
 	}
 	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), q)
 	if err != nil {
@@ -86,12 +86,13 @@ func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeS
 // operator's knowledge model, as a model call of the invocation; nil
 // when none is configured.
 func knowledgeEmbedder(env *Env) store.Embedder {
-	if env.AI == nil || env.AI.KnowledgeModel() == "" {
+	s := aiOf(env)
+	if s.models == nil || s.models.KnowledgeModel() == "" {
 		return nil
 	}
-	model := env.AI.KnowledgeModel()
+	model := s.models.KnowledgeModel()
 	return func(ctx context.Context, text string) (store.Vector, error) {
-		resp, ev, err := env.AI.Embed(ctx, caller(env), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
+		resp, ev, err := s.models.Embed(ctx, caller(env, s), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
 		if ev != nil {
 			env.SetModelCall(ev)
 		}

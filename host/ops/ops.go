@@ -51,8 +51,6 @@ type Env struct {
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
 	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
-	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
-	AI            *ai.Service  // the operator's models and budgets (ai.go); nil: no model calls on this host
 	// Services are the services the host's families provisioned
 	// (family.go), which each family's ops read through ServiceOf.
 	Services *Services
