@@ -116,16 +116,6 @@ type Config struct {
 	// all hosts (least recently used evicted; store.CodePut). Default
 	// store.DefaultCodeBudget.
 	CodeBudget int64
-	// Tasks bounds the background tasks the host's modules enqueue
-	// (tasks.go).
-	Tasks TaskLimits
-	// TaskOrigin is where the tasks the host's modules enqueue run
-	// (store.Task.Origin): "" (moat serve) for modules the store holds,
-	// which any runner on the store may load; another value for modules
-	// only this process has (moat run: "run:" and the plugin's
-	// directory), whose tasks only a TaskRunner with that Origin claims,
-	// never a server sharing the store.
-	TaskOrigin string
 	// Families configures the op families (ops.Families names them), by
 	// family name: each value is a pointer to the family's own
 	// configuration type (its ops.Family.Config; for media,
@@ -136,7 +126,8 @@ type Config struct {
 	// whose Service hosts of one process should share), the secrets a
 	// grant injects (*ops.SecretsConfig), the http family's Resolver
 	// (*ops.HTTPConfig), media's quota and decode bound
-	// (*ops.MediaConfig).
+	// (*ops.MediaConfig), the bound on queued tasks and where they run
+	// (*ops.TasksConfig: Origin, which was TaskOrigin).
 	Families map[string]any
 }
 

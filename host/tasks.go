@@ -28,17 +28,10 @@ import (
 // by correlation id shows an action, the tasks it started, and what they
 // changed.
 
-// TaskLimits bound the background tasks of a host's modules.
-type TaskLimits struct {
-	// MaxQueued bounds the tasks queued or running per organization and
-	// module; an enqueue past it is refused (too_large). Default
-	// store.DefaultMaxQueuedTasks.
-	MaxQueued int
-}
-
-// taskConfig is the task family's view of m (ops.Env.Tasks).
+// taskConfig is the task family's view of m (ops.Env.Tasks); the
+// family's configuration (ops.TasksConfig) is its provisioned service.
 func (m *Module) taskConfig() *ops.TaskConfig {
-	return &ops.TaskConfig{CheckAction: m.checkTaskAction, MaxQueued: m.host.cfg.Tasks.MaxQueued, Origin: m.host.cfg.TaskOrigin}
+	return &ops.TaskConfig{CheckAction: m.checkTaskAction}
 }
 
 // checkTaskAction refuses an action a task of m cannot run.
@@ -75,7 +68,7 @@ var ErrTaskUnauthorized = errors.New("the task's principal may no longer run it"
 type TaskRunnerConfig struct {
 	Store *store.Store
 	// Origin is the origin whose tasks the runner claims (store.Task.Origin,
-	// Config.TaskOrigin of the hosts whose modules enqueue them): "" for
+	// ops.TasksConfig.Origin of the hosts whose modules enqueue them): "" for
 	// the modules the store holds (moat serve; every replica may load
 	// them), or the one origin of modules only this process has (moat run
 	// --wait). A runner never claims a task of another origin: it could

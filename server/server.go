@@ -206,6 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		"ai":      &ops.AIConfig{Service: s.ai},
 		"media":   &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
 		"secrets": &ops.SecretsConfig{Source: s.vault},
+		"tasks":   &ops.TasksConfig{MaxQueued: cfg.Tasks.MaxQueued},
 	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
@@ -225,7 +226,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
-			Tasks:    host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
 			Families: families,
 		})
 		if err != nil {

@@ -306,7 +306,8 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if origin == "" {
 		origin = cliOrigin
 	}
-	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile, TaskOrigin: origin}
+	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile,
+		Families: map[string]any{"tasks": &ops.TasksConfig{Origin: origin}}}
 	if s := g.server; s != nil {
 		return newServerHost(ctx, g, cfg, s)
 	}
@@ -320,7 +321,7 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	var src *storeSecrets
 	if key != nil {
 		src = &storeSecrets{key: key}
-		cfg.Families = map[string]any{"secrets": &ops.SecretsConfig{Source: src}}
+		cfg.Families["secrets"] = &ops.SecretsConfig{Source: src}
 	}
 	h, err := host.New(ctx, cfg)
 	if err != nil {
@@ -345,11 +346,9 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 	}
 	cfg.Store = st
 	models := &ops.AIConfig{}
-	cfg.Families = map[string]any{
-		"secrets": &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)},
-		"media":   &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes},
-		"ai":      models,
-	}
+	cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)}
+	cfg.Families["media"] = &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}
+	cfg.Families["ai"] = models
 	if s.AI.Enabled() {
 		if models.Service, err = ai.New(s.AI, st, cfg.Logger); err != nil {
 			st.Close()

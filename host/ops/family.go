@@ -25,10 +25,10 @@ import (
 // this value in host/ops/<family>.go, and its store methods; nothing in
 // host, policy or the server's configuration names a family.
 type Family struct {
-	// Name names the family: its ops are Name.*, its entry in
-	// host.Config.Families and its section of moat-server.yaml are Name,
-	// and the knob a guest's error cites is a path under Name
-	// (media.quota_bytes).
+	// Name names the family: its entry in host.Config.Families and its
+	// section of moat-server.yaml are Name, and the knob a guest's error
+	// cites is a path under Name (media.quota_bytes). Its ops are usually
+	// named Name.* (the task family, "tasks", has task.*).
 	Name string
 	// Capability is what a module's grants must hold to call the
 	// family's ops, as policy declares it (policy.CapabilityNames): an op

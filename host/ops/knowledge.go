@@ -28,9 +28,14 @@ import (
 // without its vector would silently drop out of the nearest ones.
 
 func init() {
-	Register(Op{Name: abi.OpKnowledgeAdd, Capability: "knowledge", Func: Typed(knowledgeAdd), Mutates: true})
-	Register(Op{Name: abi.OpKnowledgeDelete, Capability: "knowledge", Func: Typed(knowledgeDelete), Mutates: true})
-	Register(Op{Name: abi.OpKnowledgeSearch, Capability: "knowledge", Func: Typed(knowledgeSearch)})
+	RegisterFamily(Family{
+		Name: "knowledge", Capability: "knowledge",
+		Ops: []Op{
+			{Name: abi.OpKnowledgeAdd, Func: Typed(knowledgeAdd), Mutates: true},
+			{Name: abi.OpKnowledgeDelete, Func: Typed(knowledgeDelete), Mutates: true},
+			{Name: abi.OpKnowledgeSearch, Func: Typed(knowledgeSearch)},
+		},
+	})
 }
 
 // knowledgeQuota is the quota of an add: abi.MaxKnowledgeDocuments

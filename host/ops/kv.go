@@ -7,10 +7,15 @@ import "github.com/moat-sandbox/moat/abi"
 // never from the request, so a guest cannot ask for another scope.
 
 func init() {
-	Register(Op{Name: abi.OpKVGet, Capability: "kv", Func: Typed(kvGet)})
-	Register(Op{Name: abi.OpKVPut, Capability: "kv", Func: Typed(kvPut), Mutates: true})
-	Register(Op{Name: abi.OpKVDelete, Capability: "kv", Func: Typed(kvDelete), Mutates: true})
-	Register(Op{Name: abi.OpKVList, Capability: "kv", Func: Typed(kvList)})
+	RegisterFamily(Family{
+		Name: "kv", Capability: "kv",
+		Ops: []Op{
+			{Name: abi.OpKVGet, Func: Typed(kvGet)},
+			{Name: abi.OpKVPut, Func: Typed(kvPut), Mutates: true},
+			{Name: abi.OpKVDelete, Func: Typed(kvDelete), Mutates: true},
+			{Name: abi.OpKVList, Func: Typed(kvList)},
+		},
+	})
 }
 
 func kvGet(env *Env, req *abi.KVGetRequest) (*abi.KVGetResponse, error) {
