@@ -220,6 +220,10 @@ type Op struct {
 	family   string // the family that registered it (RegisterFamily)
 }
 
+// Family is the name of the family that registered the op
+// (RegisterFamily); "" for an op registered alone (Register).
+func (o *Op) Family() string { return o.family }
+
 var (
 	mu    sync.RWMutex
 	table = map[string]*Op{}

@@ -1,0 +1,211 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/ops"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// An op family with a lifecycle, added by this file alone, as a family
+// with a service is added: its configuration type, its Validate, its
+// Provision (which asks the secrets family for its service by name, as
+// a family that serves another is asked), its Cleanup and its op. No
+// edit to host, policy or the server: the host learns of it from
+// ops.RegisterFamily, and its configuration reaches it through
+// host.Config.Families["stamp"].
+//
+// The capability is kv's (a flag, granted as a whole): a new capability
+// is the capability table's to declare (issue 29's [cap] part).
+
+// stampConfig is the stamp family's configuration: what its section of a
+// configuration file would hold.
+type stampConfig struct {
+	Prefix string `yaml:"prefix"` // what every stamp starts with; default "stamp-"
+	Start  int    `yaml:"start"`  // the first stamp's number; not negative
+}
+
+// stampService is what Provision makes of a stampConfig: one per host.
+type stampService struct {
+	prefix     string
+	next       atomic.Int64
+	hasSecrets bool // the secrets family's service was there when asked for
+	cleaned    atomic.Bool
+}
+
+// stampReply is stamp.make's reply.
+type stampReply struct {
+	Stamp   string `json:"stamp"`
+	Secrets bool   `json:"secrets"`
+}
+
+// stampServices are the services the family provisioned, for the test to
+// look at after a host closed.
+var stampServices struct {
+	sync.Mutex
+	all []*stampService
+}
+
+func init() {
+	ops.RegisterFamily(ops.Family{
+		Name: "stamp", Capability: "kv",
+		Config: func() any { return &stampConfig{} },
+		Validate: func(cfg any) error {
+			if c := cfg.(*stampConfig); c.Start < 0 {
+				return fmt.Errorf("stamp.start: %d is negative; give 0 or more", c.Start)
+			}
+			return nil
+		},
+		Provision: func(ctx *ops.ProvisionContext, cfg any) (any, error) {
+			c := cfg.(*stampConfig)
+			s := &stampService{prefix: c.Prefix}
+			if s.prefix == "" {
+				s.prefix = "stamp-"
+			}
+			s.next.Store(int64(c.Start))
+			sec, err := ctx.Service("secrets")
+			if err != nil {
+				return nil, err
+			}
+			s.hasSecrets = sec != nil
+			stampServices.Lock()
+			stampServices.all = append(stampServices.all, s)
+			stampServices.Unlock()
+			return s, nil
+		},
+		Cleanup: func(svc any) error {
+			svc.(*stampService).cleaned.Store(true)
+			return nil
+		},
+		Ops: []ops.Op{{Name: "stamp.make", Mutates: true,
+			Func: ops.Typed(func(env *ops.Env, _ *abi.Empty) (*stampReply, error) {
+				s, ok := ops.ServiceOf[*stampService](env, "stamp")
+				if !ok {
+					return nil, abi.Errorf(abi.CodeUnavailable, "stamp.make: this host has no stamp service")
+				}
+				n := s.next.Add(1) - 1
+				return &stampReply{Stamp: fmt.Sprintf("%s%d", s.prefix, n), Secrets: s.hasSecrets}, nil
+			})}},
+	})
+}
+
+// secretSource is a SecretSource with none, to be given to the host.
+type secretSource struct{}
+
+func (secretSource) Secret(context.Context, string, string) ([]byte, error) {
+	return nil, ops.ErrSecretNotFound
+}
+
+// TestFamilyLifecycle: the stamp family above, configured through
+// host.Config.Families, is validated and provisioned when the host
+// starts (with the secrets family's service it asked for), its op is
+// granted to a module that requests its capability and denied to one
+// that does not, each decision audited, and its service is cleaned up
+// when the host closes. A configuration of the wrong type, for a family
+// that does not exist, or that its Validate refuses stops the host from
+// starting, saying why.
+func TestFamilyLifecycle(t *testing.T) {
+	ctx := context.Background()
+	p, err := policy.ParseProfile("stamp.yaml", []byte("name: stamp\non_ungranted: deny_at_call\ndefault:\n  capabilities: {kv: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Families: map[string]any{"stamp": &stampConfig{Prefix: "S-", Start: 7}, "secrets": &ops.SecretsConfig{Source: secretSource{}}}}
+	h, err := host.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	stampServices.Lock()
+	svc := stampServices.all[len(stampServices.all)-1]
+	stampServices.Unlock()
+
+	granted, err := loadWithManifest(t, h, "name: stamper\nversion: 1.0.0\nactions: [{name: call}]\ncapabilities: {kv: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied, err := loadWithManifest(t, h, "name: nostamp\nversion: 1.0.0\nactions: [{name: call}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		m        *host.Module
+		cid      string
+		reply    string
+		code     abi.Code
+		decision string
+	}{
+		{granted, "stamp-1", `{"stamp":"S-7","secrets":true}`, "", audit.Allow},
+		{granted, "stamp-2", `{"stamp":"S-8","secrets":true}`, "", audit.Allow},
+		{denied, "stamp-3", "", abi.CodeDenied, audit.Deny},
+	} {
+		res, err := tt.m.Invoke(ctx, host.Request{Action: "call", Input: []byte("stamp.make {}"), Principal: ann, CorrelationID: tt.cid})
+		switch {
+		case tt.code != "" && host.CodeOf(err) != tt.code:
+			t.Errorf("%s: %v; want %s", tt.cid, err, tt.code)
+		case tt.code == "" && (err != nil || string(res.Output) != tt.reply):
+			t.Errorf("%s: %v %q; want %s", tt.cid, err, res.Output, tt.reply)
+		}
+		evs := auditEvents(t, h, audit.Filter{CorrelationID: tt.cid, Kind: audit.KindOp})
+		if len(evs) == 0 {
+			t.Fatalf("%s: no op event", tt.cid)
+		}
+		ev := evs[len(evs)-1]
+		if ev.Op != "stamp.make" || ev.Decision != tt.decision || ev.User != ann.User || ev.Org != ann.Org ||
+			tt.decision == audit.Allow && ev.MutationID == "" {
+			t.Errorf("%s: audit event %+v; want stamp.make, %s", tt.cid, ev, tt.decision)
+		}
+	}
+	if svc.cleaned.Load() {
+		t.Error("the service was cleaned up while the host ran")
+	}
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !svc.cleaned.Load() {
+		t.Error("the host closed without cleaning up the family's service")
+	}
+
+	// A host without the secrets family configured provisions the stamp
+	// family with none: what it asked for is absent, not an error.
+	cfg.DataDir, cfg.Families = t.TempDir(), map[string]any{"stamp": &stampConfig{}}
+	h2, err := host.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stampServices.Lock()
+	if s := stampServices.all[len(stampServices.all)-1]; s.hasSecrets || s.prefix != "stamp-" {
+		t.Errorf("defaults: %+v", s)
+	}
+	stampServices.Unlock()
+	h2.Close(ctx)
+
+	for name, tt := range map[string]struct {
+		families map[string]any
+		want     string
+	}{
+		"wrong type":     {map[string]any{"stamp": stampConfig{}}, "family stamp is configured with a *host_test.stampConfig, not a host_test.stampConfig"},
+		"unknown family": {map[string]any{"stamps": &stampConfig{}}, `no op family "stamps"; the families are`},
+		"refused":        {map[string]any{"stamp": &stampConfig{Start: -1}}, "stamp.start: -1 is negative"},
+	} {
+		cfg.DataDir, cfg.Families = t.TempDir(), tt.families
+		h, err := host.New(ctx, cfg)
+		if err == nil {
+			h.Close(ctx)
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v; want an error containing %q", name, err, tt.want)
+		}
+	}
+}
