@@ -1,12 +1,19 @@
 // Package ops is moat's op table: every op a guest can call, each a small
-// function over an Env that the host fills for the current invocation. Op
-// families register themselves from their own file (log.go, config.go,
-// kv.go, ...): each op's name, the capability it needs, how its target is
-// read from its request, and whether it mutates or leaves the sandbox.
-// The table is the one source of truth: Register declares each op to
-// policy (policy.DeclareOp), which keeps no list of its own, so adding a
-// family is one new file (plus its abi types and store methods) and no
-// edits elsewhere.
+// function over an Env that the host fills for the current invocation. Ops
+// come in families, each registered from its own file (log.go, kv.go,
+// media.go, ...) as one Family value (family.go): its name, the capability
+// its ops need, its configuration type, how its service is provisioned
+// from that configuration and cleaned up, and its ops (each op's name, how
+// its target is read from its request, and whether it mutates or leaves
+// the sandbox). The table is the one source of truth for ops: Register
+// declares each op to policy (policy.DeclareOp), which keeps no list of
+// its own. The host knows no family: it passes host.Config.Families to
+// Provision and the ops read their family's service with ServiceOf. So a
+// family over existing services and capabilities is one new file (plus its
+// abi types and store methods); one with its own service and settings is
+// still that file alone here. A new capability is policy's, and a new
+// section of moat-server.yaml the server's (docs/RATIONALE.md, "Why does
+// an op family have a lifecycle").
 //
 // Every call goes through Dispatch and the host's Gate: the capability is
 // checked before the request is decoded when it is granted as a whole (kv),
