@@ -208,6 +208,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		"secrets": &ops.SecretsConfig{Source: s.vault},
 		"tasks":   &ops.TasksConfig{MaxQueued: cfg.Tasks.MaxQueued},
 	}
+	for name, fc := range cfg.Families { // the sections of families the server does not name
+		if families[name] == nil {
+			families[name] = fc
+		}
+	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
 		profiles = append(profiles, p)

@@ -112,6 +112,22 @@ func FamilyConfig(name string) (cfg any, ok bool) {
 	return f.Config(), true
 }
 
+// ValidateFamilyConfig runs the family name's Validate on cfg (what
+// FamilyConfig made, filled), for a decoder that puts the error where the
+// family's section was written; nil for a family with no Validate.
+func ValidateFamilyConfig(name string, cfg any) error {
+	mu.RLock()
+	f := families[name]
+	mu.RUnlock()
+	if f == nil {
+		return fmt.Errorf("no op family %q", name)
+	}
+	if f.Validate == nil {
+		return nil
+	}
+	return f.Validate(cfg)
+}
+
 // Core is what every family may use when it is provisioned: the host's
 // store and logger. A family's own needs are its configuration, or
 // another family's service (ProvisionContext.Service).
