@@ -284,6 +284,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h.services = services
 	cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 	if err != nil {
+		h.services.Cleanup()
 		h.closeStore()
 		return nil, fmt.Errorf("host: compilation cache in %s: %w", cfg.CacheDir, err)
 	}

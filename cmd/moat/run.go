@@ -337,7 +337,8 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 // newServerHost is newHost under a server configuration (--server-config):
 // the host runs on the configuration's store (a data directory or
 // PostgreSQL), with its secrets key, its model providers and budgets, and
-// its media quota, so a plugin run from the command line reaches what it
+// its media quota and the sections of other op families, so a plugin run
+// from the command line reaches what it
 // would reach served. The store closes with the host.
 func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *server.Config) (*host.Host, error) {
 	st, err := store.Open(ctx, s.StoreLocation())
@@ -349,6 +350,11 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 	cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)}
 	cfg.Families["media"] = &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}
 	cfg.Families["ai"] = models
+	for name, fc := range s.Families { // the sections of families the server's Config does not name
+		if cfg.Families[name] == nil {
+			cfg.Families[name] = fc
+		}
+	}
 	if s.AI.Enabled() {
 		if models.Service, err = ai.New(s.AI, st, cfg.Logger); err != nil {
 			st.Close()
