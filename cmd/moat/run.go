@@ -338,8 +338,8 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 // the host runs on the configuration's store (a data directory or
 // PostgreSQL), with its secrets key, its model providers and budgets, and
 // its media quota and the sections of other op families, so a plugin run
-// from the command line reaches what it
-// would reach served. The store closes with the host.
+// from the command line reaches what it would reach served. The store
+// closes with the host.
 func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *server.Config) (*host.Host, error) {
 	st, err := store.Open(ctx, s.StoreLocation())
 	if err != nil {
