@@ -30,8 +30,8 @@ import (
 
 // taskConfig is the task family's view of m (ops.Env.Tasks); the
 // family's configuration (ops.TasksConfig) is its provisioned service.
-func (m *Module) taskConfig() *ops.TaskConfig {
-	return &ops.TaskConfig{CheckAction: m.checkTaskAction}
+func (m *Module) taskConfig() *ops.ModuleTasks {
+	return &ops.ModuleTasks{CheckAction: m.checkTaskAction}
 }
 
 // checkTaskAction refuses an action a task of m cannot run.

@@ -56,7 +56,7 @@ type Env struct {
 	Store         *store.Store
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
-	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
+	Tasks         *ModuleTasks // the task family's view of the module (task.go); nil: no tasks here
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
 	// Services are the services the host's families provisioned
 	// (family.go), which each family's ops read through ServiceOf.

@@ -57,10 +57,10 @@ func tasksOf(env *Env) *TasksConfig {
 	return &TasksConfig{}
 }
 
-// TaskConfig is what the task family needs of the host for one module.
+// ModuleTasks is what the task family needs of the host for one module.
 // Env.Tasks is nil in a host that runs no tasks: task.* then answer
 // unavailable.
-type TaskConfig struct {
+type ModuleTasks struct {
 	// CheckAction refuses, with an *abi.Error for the guest, an action a
 	// task of this module may not run: one the module does not have, or
 	// one that needs a confirmation no background run can give.
