@@ -25,8 +25,9 @@ import (
 // ops.RegisterFamily, and its configuration reaches it through
 // host.Config.Families["stamp"].
 //
-// The capability is kv's (a flag, granted as a whole): a new capability
-// is the capability table's to declare (issue 29's [cap] part).
+// Its capability, stamp, is its own, declared with it: a list of books
+// (policy.Named), each stamp.make naming the book it stamps in, which the
+// gate checks against the module's grants.
 
 // stampConfig is the stamp family's configuration: what its section of a
 // configuration file would hold.
@@ -43,6 +44,14 @@ type stampService struct {
 	cleaned    atomic.Bool
 }
 
+// stampRequest is stamp.make's request: the book it stamps in, its
+// target.
+type stampRequest struct {
+	Book string `json:"book"`
+}
+
+func (r *stampRequest) OpTarget() string { return r.Book }
+
 // stampReply is stamp.make's reply.
 type stampReply struct {
 	Stamp   string `json:"stamp"`
@@ -58,7 +67,7 @@ var stampServices struct {
 
 func init() {
 	ops.RegisterFamily(ops.Family{
-		Name: "stamp", Capability: "kv",
+		Name: "stamp", Capability: policy.CapabilitySpec{Name: "stamp", Shape: policy.Named, Target: "book"},
 		Config: func() any { return &stampConfig{} },
 		Validate: func(cfg any) error {
 			if c := cfg.(*stampConfig); c.Start < 0 {
@@ -88,7 +97,7 @@ func init() {
 			return nil
 		},
 		Ops: []ops.Op{{Name: "stamp.make", Mutates: true,
-			Func: ops.Typed(func(env *ops.Env, _ *abi.Empty) (*stampReply, error) {
+			Func: ops.Typed(func(env *ops.Env, _ *stampRequest) (*stampReply, error) {
 				s, ok := ops.ServiceOf[*stampService](env, "stamp")
 				if !ok {
 					return nil, abi.Errorf(abi.CodeUnavailable, "stamp.make: this host has no stamp service")
@@ -116,7 +125,7 @@ func (secretSource) Secret(context.Context, string, string) ([]byte, error) {
 // starting, saying why.
 func TestFamilyLifecycle(t *testing.T) {
 	ctx := context.Background()
-	p, err := policy.ParseProfile("stamp.yaml", []byte("name: stamp\non_ungranted: deny_at_call\ndefault:\n  capabilities: {kv: true}\n"))
+	p, err := policy.ParseProfile("stamp.yaml", []byte("name: stamp\non_ungranted: deny_at_call\ndefault:\n  capabilities: {stamp: [ledger, diary]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +140,7 @@ func TestFamilyLifecycle(t *testing.T) {
 	svc := stampServices.all[len(stampServices.all)-1]
 	stampServices.Unlock()
 
-	granted, err := loadWithManifest(t, h, "name: stamper\nversion: 1.0.0\nactions: [{name: call}]\ncapabilities: {kv: true}\n")
+	granted, err := loadWithManifest(t, h, "name: stamper\nversion: 1.0.0\nactions: [{name: call}]\ncapabilities: {stamp: [ledger, secret]}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,15 +151,18 @@ func TestFamilyLifecycle(t *testing.T) {
 	for _, tt := range []struct {
 		m        *host.Module
 		cid      string
+		book     string
 		reply    string
 		code     abi.Code
 		decision string
 	}{
-		{granted, "stamp-1", `{"stamp":"S-7","secrets":true}`, "", audit.Allow},
-		{granted, "stamp-2", `{"stamp":"S-8","secrets":true}`, "", audit.Allow},
-		{denied, "stamp-3", "", abi.CodeDenied, audit.Deny},
+		{granted, "stamp-1", "ledger", `{"stamp":"S-7","secrets":true}`, "", audit.Allow},
+		{granted, "stamp-2", "ledger", `{"stamp":"S-8","secrets":true}`, "", audit.Allow},
+		{granted, "stamp-3", "diary", "", abi.CodeDenied, audit.Deny},  // granted by the profile, not asked for
+		{granted, "stamp-4", "secret", "", abi.CodeDenied, audit.Deny}, // asked for, not granted
+		{denied, "stamp-5", "ledger", "", abi.CodeDenied, audit.Deny},  // the module asks for no stamp
 	} {
-		res, err := tt.m.Invoke(ctx, host.Request{Action: "call", Input: []byte("stamp.make {}"), Principal: ann, CorrelationID: tt.cid})
+		res, err := tt.m.Invoke(ctx, host.Request{Action: "call", Input: []byte(`stamp.make {"book":"` + tt.book + `"}`), Principal: ann, CorrelationID: tt.cid})
 		switch {
 		case tt.code != "" && host.CodeOf(err) != tt.code:
 			t.Errorf("%s: %v; want %s", tt.cid, err, tt.code)
@@ -162,7 +174,7 @@ func TestFamilyLifecycle(t *testing.T) {
 			t.Fatalf("%s: no op event", tt.cid)
 		}
 		ev := evs[len(evs)-1]
-		if ev.Op != "stamp.make" || ev.Decision != tt.decision || ev.User != ann.User || ev.Org != ann.Org ||
+		if ev.Op != "stamp.make" || ev.Decision != tt.decision || ev.Attrs["target"] != tt.book || ev.User != ann.User || ev.Org != ann.Org ||
 			tt.decision == audit.Allow && ev.MutationID == "" {
 			t.Errorf("%s: audit event %+v; want stamp.make, %s", tt.cid, ev, tt.decision)
 		}

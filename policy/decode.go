@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"maps"
 	"reflect"
 
 	"github.com/moat-sandbox/moat/internal/yamlstrict"
@@ -30,7 +31,9 @@ type index = yamlstrict.Index
 // document, no aliases, merge keys or tags, no unknown or repeated field,
 // every value of its field's kind. what says what an empty file lacks.
 func decode(file string, data []byte, what string, v any) (*index, error) {
-	return yamlstrict.Decode(file, data, v, &yamlstrict.Options{Empty: what, Shapes: shapes, Nouns: fieldNoun, Hints: fieldHints})
+	nouns := maps.Clone(fieldNoun)
+	nouns[capsStruct(table())] = [2]string{"capability", "capabilities"}
+	return yamlstrict.Decode(file, data, v, &yamlstrict.Options{Empty: what, Shapes: shapes, Nouns: nouns, Hints: hints()})
 }
 
 // shapes check the types whose YAML form is not their Go form.
@@ -48,6 +51,7 @@ var shapes = map[reflect.Type]yamlstrict.Shape{
 	reflect.TypeFor[Collections]():    collectionsShape,
 	reflect.TypeFor[FileGrant]():      fileGrantShape,
 	reflect.TypeFor[Command]():        commandShape,
+	reflect.TypeFor[Capabilities]():   capsShape,
 }
 
 func httpCapsShape(ix *index, n *yaml.Node, path string) error {
@@ -108,17 +112,13 @@ func commandShape(ix *index, n *yaml.Node, path string) error {
 
 // nouns used in "unknown field" messages, by struct type: singular, plural.
 var fieldNoun = map[reflect.Type][2]string{
-	reflect.TypeFor[Capabilities](): {"capability", "capabilities"},
-	reflect.TypeFor[Limits]():       {"limit", "limits"},
+	reflect.TypeFor[Limits](): {"limit", "limits"},
 }
 
-// hints map common wrong field names to the right one when the edit
-// distance is too large to find it.
+// fieldHints map common wrong field names to the right one when the edit
+// distance is too large to find it; the capabilities' own come from the
+// table (CapabilitySpec.Aliases).
 var fieldHints = map[string]string{
-	"network": "http", "net": "http", "https": "http", "fetch": "http", "web": "http",
-	"database": "db", "sql": "db", "store": "kv", "storage": "kv", "keyvalue": "kv",
-	"fs": "filesystem", "files": "filesystem", "file": "filesystem", "disk_paths": "filesystem",
-	"llm": "ai", "models": "ai", "model": "ai", "jobs": "tasks", "queue": "tasks", "task": "tasks",
 	"mem": "memory", "ram": "memory", "cpm": "calls_per_minute", "rate": "calls_per_minute",
 	"roles_permissions": "role_permissions", "permissions": "role_permissions",
 }
@@ -129,4 +129,11 @@ func newNodeError(n *yaml.Node, msg string) error { return yamlstrict.NodeError(
 
 // suggest returns the name in names closest to s, when it is close enough
 // to be a plausible typo or is a known synonym (network for http), else "".
-func suggest(s string, names []string) string { return yamlstrict.Suggest(s, names, fieldHints) }
+func suggest(s string, names []string) string { return yamlstrict.Suggest(s, names, hints()) }
+
+// hints are fieldHints and the capability table's aliases.
+func hints() map[string]string {
+	h := capabilityHints()
+	maps.Copy(h, fieldHints)
+	return h
+}

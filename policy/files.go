@@ -164,13 +164,15 @@ func fileList(gs []FileGrant) string {
 	return list(s)
 }
 
-// checkFileGrants validates the filesystem capability at base. A manifest
+// checkFileGrants validates the directories of a Paths capability written
+// at path. A manifest
 // (grant false) may not ask for one directory inside another: the outer
 // one's preopen already reaches the inner one, so a read-only inner grant
 // would promise what the outer read-write one breaks.
-func checkFileGrants(ix *index, base string, gs []FileGrant, grant bool) error {
+func checkFileGrants(ix *index, path string, gs []FileGrant, grant bool) error {
+	name := path[strings.LastIndexByte(path, '.')+1:]
 	for i, g := range gs {
-		p := fmt.Sprintf("%s.filesystem[%d]", base, i)
+		p := fmt.Sprintf("%s[%d]", path, i)
 		if err := CheckFilePath(g.Path); err != nil {
 			return ix.Errorf(p, "%v", err)
 		}
@@ -179,7 +181,7 @@ func checkFileGrants(ix *index, base string, gs []FileGrant, grant bool) error {
 			case o.Path == g.Path:
 				return ix.Errorf(p, "%s is listed twice (also at [%d]); keep one, with the mode the module needs", g.Path, j)
 			case !grant && (PathWithin(g.Path, o.Path) || PathWithin(o.Path, g.Path)):
-				return ix.Errorf(p, "%s and %s (filesystem[%d]) overlap: a module sees one directory through one grant; ask for the outer one, with the mode the module needs", g.Path, o.Path, j)
+				return ix.Errorf(p, "%s and %s (%s[%d]) overlap: a module sees one directory through one grant; ask for the outer one, with the mode the module needs", g.Path, o.Path, name, j)
 			}
 		}
 	}
@@ -192,20 +194,6 @@ func checkFileGrants(ix *index, base string, gs []FileGrant, grant bool) error {
 // them (read, and write for a read-write grant).
 func (p *Profile) FileGrants() []FileGrant {
 	var out []FileGrant
-	var walk func(g *Grant)
-	walk = func(g *Grant) {
-		if g == nil {
-			return
-		}
-		out = append(out, g.Capabilities.Filesystem...)
-		walk(g.Trusted)
-	}
-	walk(p.Default)
-	for _, g := range p.Modules {
-		walk(&g)
-	}
-	for _, g := range p.Keys {
-		walk(&g)
-	}
+	p.eachGrant(func(g *Grant) { out = append(out, g.Capabilities.Filesystem...) })
 	return out
 }

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -41,8 +40,9 @@ type Evaluation struct {
 	Limits Limits
 
 	// Refusals lists each requested thing not granted: the signature when
-	// one is required, then capabilities in the order of the Capabilities
-	// fields, then limits.
+	// one is required, then capabilities in the order of the capability
+	// table (the built-in ones in the order of the Capabilities fields,
+	// then those registered), then limits.
 	Refusals []Refusal
 
 	// Refused is true when the module must not load: something was refused
@@ -50,10 +50,10 @@ type Evaluation struct {
 	// signature and the module has no trusted one.
 	Refused bool
 
-	httpTargets    []httpTarget // Effective.HTTP.Targets, parsed once
-	addressTargets []string     // see AddressTargets
-	injections     []injecting  // the granted targets that inject headers (HTTPInjections)
-	maxLimits      Limits       // the granted maximums, for Report
+	targets        map[string][]httpTarget // the effective targets of each Targets capability, parsed once
+	addressTargets []string                // see AddressTargets
+	injections     []injecting             // the granted targets that inject headers (HTTPInjections)
+	maxLimits      Limits                  // the granted maximums, for Report
 }
 
 // Refusal is one requested thing that was not granted.
@@ -148,101 +148,10 @@ func (p *Profile) Evaluate(m *Manifest, signer string) *Evaluation {
 		e.Refusals = append(e.Refusals, r)
 		return false
 	}
-	req := m.Capabilities
-	eff := &e.Effective
-	flag := func(name string, asked bool, get func(*Capabilities) bool) bool {
-		return asked && check(name, get, "the profile does not grant "+name)
-	}
-	eff.KV = flag("kv", req.KV, func(c *Capabilities) bool { return c.KV })
-	for _, name := range req.DB {
-		if check("db "+name, func(c *Capabilities) bool { return nameCovered(c.DB, name) },
-			fmt.Sprintf("collection %s is not granted (granted: %s)", name, list(granted.DB))) {
-			eff.DB = append(eff.DB, name)
-		}
-	}
-	for _, s := range req.HTTP.Targets {
-		r, err := parseTarget(s)
-		if err != nil { // ParseManifest rejects these; a hand-built manifest may not
-			e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: "manifest", Reason: err.Error()})
-			continue
-		}
-		if !check("http "+s, func(c *Capabilities) bool { return targetCovered(c.HTTP.Targets, r) }, uncoveredReason(granted.HTTP.Targets, r)) {
-			continue
-		}
-		// A target whose host is a special address (loopback, private,
-		// metadata, ...) is reached only when a grant names the address
-		// (AddressTargets) or, on a developer's profile, when the
-		// manifest names a loopback or private one (ManifestAddresses).
-		// A grant that covers it otherwise, a wildcard, is a refusal
-		// here, so that policy check, CheckOp and the connection's
-		// address check give one answer.
-		named := addressNamed(granted.HTTP.Targets, r)
-		if r.host == "localhost" {
-			// A name of this machine's loopback: a name never reaches a
-			// special address, so the target would be granted and every
-			// connection refused. On a developer's profile it stands for
-			// the loopback addresses it names; elsewhere it is refused
-			// here, with the form that is granted.
-			if !p.ManifestAddresses {
-				e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: rule, Reason: fmt.Sprintf(
-					"localhost is a name of this machine's loopback address, and a name never reaches a loopback address; write the address, http://127.0.0.1:%s, in %s and have the profile grant it, or, on a developer's own machine, set manifest_addresses: true in profile %s (the dev profile does)",
-					r.port, ManifestFile, p.Name)})
-				continue
-			}
-			for _, h := range []string{"127.0.0.1", "[::1]"} {
-				if o := r.scheme + "://" + h + ":" + r.port; !slices.Contains(e.addressTargets, o) {
-					e.addressTargets = append(e.addressTargets, o)
-				}
-			}
-		}
-		if !named && !r.any && isAddress(r.host) {
-			switch class := addressClass(r.host); {
-			case class == "":
-			case p.ManifestAddresses && manifestAddressClass(class):
-				named = true
-			default:
-				e.Refusals = append(e.Refusals, Refusal{Capability: "http " + s, Rule: rule, Reason: addressReason(p, r, class)})
-				continue
-			}
-		}
-		eff.HTTP.Targets = append(eff.HTTP.Targets, s)
-		e.httpTargets = append(e.httpTargets, r)
-		eff.HTTP.AllowAny = eff.HTTP.AllowAny || r.wild()
-		if named && !slices.Contains(e.addressTargets, r.origin()) {
-			e.addressTargets = append(e.addressTargets, r.origin())
-		}
-	}
-	e.injections = parseInjections(granted.HTTP)
-	eff.Media = flag("media", req.Media, func(c *Capabilities) bool { return c.Media })
-	for _, name := range req.AI {
-		if check("ai "+name, func(c *Capabilities) bool { return nameCovered(c.AI, name) },
-			fmt.Sprintf("model %s is not granted (granted: %s)", name, list(granted.AI))) {
-			eff.AI = append(eff.AI, name)
-		}
-	}
-	for _, name := range req.Knowledge {
-		if check("knowledge "+name, func(c *Capabilities) bool { return nameCovered(c.Knowledge, name) },
-			fmt.Sprintf("collection %s is not granted (granted: %s)", name, list(granted.Knowledge))) {
-			eff.Knowledge = append(eff.Knowledge, name)
-		}
-	}
-	eff.Tasks = flag("tasks", req.Tasks, func(c *Capabilities) bool { return c.Tasks })
-	for _, fg := range req.Filesystem {
-		// Writes are granted only when both sides say rw. A read-write
-		// request under a read-only grant is refused as such (on_ungranted
-		// decides whether the module loads) and, loaded, gets the
-		// directory read-only: its writes fail with EROFS.
-		what := "filesystem " + fg.String()
-		if !check(what, func(c *Capabilities) bool { covered, _ := fileCovered(c.Filesystem, fg.Path); return covered },
-			fmt.Sprintf("not under a granted directory (granted: %s)", fileList(granted.Filesystem))) {
-			continue
-		}
-		eff.Filesystem = append(eff.Filesystem, fg)
-		if fg.RW && !check(what, func(c *Capabilities) bool { _, rw := fileCovered(c.Filesystem, fg.Path); return rw },
-			fmt.Sprintf("granted read-only (granted: %s), so it is mounted read-only; to let the module write, grant %s:rw or {path: %s, rw: true}",
-				fileList(granted.Filesystem), fg.Path, fg.Path)) {
-			eff.Filesystem[len(eff.Filesystem)-1].RW = false
-		}
+	// Each capability of the table, by its shape (shapes.go).
+	ev := &evaluator{e: e, p: p, rule: rule, granted: granted, check: check}
+	for _, k := range table() {
+		k.set(&e.Effective, k.shape.evaluate(ev, k, k.value(&m.Capabilities)))
 	}
 
 	for _, f := range limitFields {
@@ -307,29 +216,6 @@ func keyNames(p *Profile) []string {
 	return names
 }
 
-// union adds b to a. Lists keep a's order, then b's new entries.
-func union(a, b Capabilities) Capabilities {
-	merge := func(x, y []string) []string {
-		out := slices.Clone(x)
-		for _, s := range y {
-			if !slices.Contains(out, s) {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
-	return Capabilities{
-		KV:         a.KV || b.KV,
-		DB:         merge(a.DB, b.DB),
-		HTTP:       HTTPCaps{Targets: merge(a.HTTP.Targets, b.HTTP.Targets), AllowAny: a.HTTP.AllowAny || b.HTTP.AllowAny, Headers: mergeHeaders(a.HTTP.Headers, b.HTTP.Headers)},
-		Media:      a.Media || b.Media,
-		AI:         merge(a.AI, b.AI),
-		Knowledge:  merge(a.Knowledge, b.Knowledge),
-		Tasks:      a.Tasks || b.Tasks,
-		Filesystem: mergeFiles(a.Filesystem, b.Filesystem),
-	}
-}
-
 // mergeHeaders adds b's injected headers to a's, target by target; where
 // both name a header of one target, b's value wins (b is the later layer).
 func mergeHeaders(a, b map[string]map[string]string) map[string]map[string]string {
@@ -369,11 +255,6 @@ func mergeFiles(a, b []FileGrant) []FileGrant {
 		}
 	}
 	return out
-}
-
-// nameCovered: a collection or model is granted by name or by "*".
-func nameCovered(granted []string, name string) bool {
-	return slices.Contains(granted, name) || slices.Contains(granted, "*")
 }
 
 // uncoveredReason says why no granted target covers the requested r: none
@@ -485,7 +366,7 @@ func list(s []string) string {
 // lookup and a comparison (plus parsing the URL for http.fetch). It does not
 // modify e, so one Evaluation may serve concurrent invocations.
 func (e *Evaluation) CheckOp(op, target string) error {
-	capName, ok := OpCapability(op)
+	k, ok := opRow(op)
 	if !ok {
 		known := KnownOps()
 		reason := fmt.Sprintf("no op is named %q; known ops are %s", op, strings.Join(known, ", "))
@@ -494,106 +375,28 @@ func (e *Evaluation) CheckOp(op, target string) error {
 		}
 		return &DeniedError{Module: e.Module, Op: op, Rule: "unknown op", Reason: reason}
 	}
-	var asked bool
-	what, ask := capName, capName+": true"
-	var dest httpTarget
-	switch capName {
-	case "":
+	if k == nil {
 		return nil
-	case "kv":
-		if e.Effective.KV {
-			return nil
-		}
-		asked = e.Requested.KV
-	case "media":
-		if e.Effective.Media {
-			return nil
-		}
-		asked = e.Requested.Media
-	case "tasks":
-		if e.Effective.Tasks {
-			return nil
-		}
-		asked = e.Requested.Tasks
-	case "db", "ai", "knowledge":
-		kind, eff, req := CapabilityTarget(capName), e.Effective.DB, e.Requested.DB
-		switch capName {
-		case "ai":
-			eff, req = e.Effective.AI, e.Requested.AI
-		case "knowledge":
-			// Only knowledge lets a manifest ask for "*" (see Collections).
-			eff, req = e.Effective.Knowledge, e.Requested.Knowledge
-		}
-		if target == "" {
-			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: op + " names no " + kind}
-		}
-		if slices.Contains(eff, target) || capName == "knowledge" && slices.Contains(eff, AllCollections) {
-			return nil
-		}
-		asked = slices.Contains(req, target) || capName == "knowledge" && slices.Contains(req, AllCollections)
-		what, ask = capName+" "+target, capName+": ["+target+"]"
-	case "http":
-		var err error
-		dest, err = urlTarget(target)
-		if err != nil {
-			return &DeniedError{Module: e.Module, Op: op, Rule: "op " + op, Reason: err.Error()}
-		}
-		effective := e.httpTargets
-		if effective == nil { // an Evaluation built by hand
-			for _, s := range e.Effective.HTTP.Targets {
-				if g, err := parseTarget(s); err == nil {
-					effective = append(effective, g)
-				}
-			}
-		}
-		for _, g := range effective {
-			if g.covers(dest) {
-				return nil
-			}
-		}
-		// A path the effective targets' prefixes do not cover, on a
-		// server they reach: say which, and why the path is not read.
-		for _, g := range effective {
-			if g.coversServer(dest) {
-				reason := fmt.Sprintf("the path /%s is not under the granted prefix %s", strings.Join(dest.path, "/"), g)
-				if dest.pathErr != nil {
-					var ee *egress.Error
-					reason = dest.pathErr.Error()
-					if errors.As(dest.pathErr, &ee) {
-						reason = ee.Reason
-					}
-					reason = fmt.Sprintf("%s; the granted target %s covers only paths read as plain segments under its prefix", reason, g)
-				}
-				return &DeniedError{Module: e.Module, Op: op, Rule: "grant path prefix", Reason: reason}
-			}
-		}
-		asked = targetCovered(e.Requested.HTTP.Targets, dest)
-		what, ask = "http "+dest.String(), "http: ["+dest.String()+"]"
 	}
-	if !asked {
+	c := k.shape.checkOp(e, k, op, target)
+	switch {
+	case c.denied != nil:
+		return c.denied
+	case c.allowed:
+		return nil
+	case !c.asked:
 		return &DeniedError{Module: e.Module, Op: op, Rule: "manifest capabilities",
-			Reason: fmt.Sprintf("%s is not among the capabilities the module requests; add %s under capabilities in %s", what, ask, ManifestFile)}
+			Reason: fmt.Sprintf("%s is not among the capabilities the module requests; add %s under capabilities in %s", c.what, c.ask, ManifestFile)}
 	}
 	d := &DeniedError{Module: e.Module, Op: op, Rule: "profile " + e.Profile,
-		Reason: what + " was requested but the profile does not grant it"}
+		Reason: c.what + " was requested but the profile does not grant it"}
 	for _, r := range e.Refusals {
-		if r.Capability == what || capName == "http" && refusalCovers(r.Capability, dest) {
-			d.Rule, d.Reason = r.Rule, what+" was requested but not granted: "+r.Reason
+		if r.Capability == c.what || c.refused != nil && c.refused(r.Capability) {
+			d.Rule, d.Reason = r.Rule, c.what+" was requested but not granted: "+r.Reason
 			break
 		}
 	}
 	return d
-}
-
-// refusalCovers reports whether the refused http target in capability
-// ("http scheme://host:port") covers the URL target u.
-func refusalCovers(capability string, u httpTarget) bool {
-	s, ok := strings.CutPrefix(capability, "http ")
-	if !ok {
-		return false
-	}
-	r, err := parseTarget(s)
-	return err == nil && r.covers(u)
 }
 
 // Authorize decides whether who may invoke action of module m: the action

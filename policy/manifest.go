@@ -120,6 +120,13 @@ type Action struct {
 // In a manifest it is a request; in a profile, a grant; in an Evaluation,
 // their intersection. The zero value is nothing: log.write and config.get
 // are always available and need no capability.
+//
+// Which capabilities exist is the table of capability.go: the fields
+// below are the built-in rows' values, kept typed for the host that reads
+// them (Effective.Filesystem, Effective.Tasks); a capability an op family
+// registers lives in Extra. Everything that walks capabilities (YAML,
+// validation, Evaluate, CheckOp, Report) walks the table, never these
+// fields by name.
 type Capabilities struct {
 	KV         bool        `yaml:"kv,omitempty"`         // the module's key-value store
 	DB         []string    `yaml:"db,omitempty"`         // document collections; "*" in a grant for any
@@ -129,12 +136,11 @@ type Capabilities struct {
 	Knowledge  Collections `yaml:"knowledge,omitempty"`  // knowledge collections; "*" (or true) for any
 	Tasks      bool        `yaml:"tasks,omitempty"`      // background tasks
 	Filesystem []FileGrant `yaml:"filesystem,omitempty"` // directories, read-only unless rw (files.go)
-}
 
-// IsZero reports whether c holds no capability.
-func (c Capabilities) IsZero() bool {
-	return !c.KV && len(c.DB) == 0 && len(c.HTTP.Targets) == 0 && !c.Media && len(c.AI) == 0 &&
-		len(c.Knowledge) == 0 && !c.Tasks && len(c.Filesystem) == 0
+	// Extra holds the values of the capabilities registered beyond these
+	// fields (RegisterCapability), by name; Get and Set read and write
+	// any capability by name.
+	Extra map[string]any `yaml:"-" json:",omitempty"`
 }
 
 // Collections names knowledge collections, like db's. In YAML it is a
@@ -514,79 +520,6 @@ func checkTokens(ix *index, path, what string, list []string) error {
 		}
 	}
 	return nil
-}
-
-// checkCaps validates capabilities at path. In a grant, "*" may stand for
-// any collection or model; a manifest must name what it uses, so that the
-// operator sees it.
-func checkCaps(ix *index, base string, c *Capabilities, grant bool) error {
-	hp := base + ".http"
-	tp := hp + ".targets"
-	if n := ix.Value(hp); n != nil && n.Kind == yaml.SequenceNode {
-		tp = hp
-	}
-	for _, l := range []struct {
-		path string
-		list []string
-	}{{base + ".db", c.DB}, {tp, c.HTTP.Targets}, {base + ".ai", c.AI}, {base + ".knowledge", c.Knowledge}} {
-		for i, s := range l.list {
-			if j := slices.Index(l.list, s); j < i {
-				return ix.Errorf(fmt.Sprintf("%s[%d]", l.path, i), "%q is listed twice (also at [%d]); remove one", s, j)
-			}
-		}
-	}
-	for i, name := range c.DB {
-		p := fmt.Sprintf("%s.db[%d]", base, i)
-		switch {
-		case name == "*" && grant:
-		case name == "*":
-			return ix.Errorf(p, `a module names the collections it uses; "*" is only for profiles`)
-		case !collectionRE.MatchString(name):
-			return ix.Errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like orders", name)
-		}
-	}
-	for i, name := range c.Knowledge {
-		p := fmt.Sprintf("%s.knowledge[%d]", base, i)
-		if name != AllCollections && !collectionRE.MatchString(name) {
-			return ix.Errorf(p, "%q is not a collection name; use 1-64 characters a-z 0-9 _, like docs (or knowledge: true for every collection)", name)
-		}
-	}
-	for i, name := range c.AI {
-		p := fmt.Sprintf("%s.ai[%d]", base, i)
-		switch {
-		case name == "*" && grant:
-		case name == "*":
-			return ix.Errorf(p, `a module names the models it uses; "*" is only for profiles`)
-		case !tokenRE.MatchString(name):
-			return ix.Errorf(p, "%q is not a model name; use letters, digits and . _ - : / @ +, like gpt-small", name)
-		}
-	}
-	for i, s := range c.HTTP.Targets {
-		p := fmt.Sprintf("%s[%d]", tp, i)
-		item := p
-		if ix.Has(p + ".url") {
-			p += ".url"
-		}
-		t, err := parseTarget(s)
-		if err != nil {
-			return ix.Errorf(p, "%v", err)
-		}
-		if t.wild() && !c.HTTP.AllowAny {
-			return ix.Errorf(p, "%q allows any server; if that is intended, use the mapping form and say so: http: {targets: [%q], allow_any: true}", s, s)
-		}
-		hs, has := c.HTTP.Headers[s]
-		switch {
-		case has && !grant:
-			return ix.Errorf(item+".headers", "a manifest asks for URLs only: the headers a request carries from the operator (a secret as Authorization) are the operator's to write, in the profile's grant; write the target alone, like %s", s)
-		case has && t.wild():
-			return ix.Errorf(item+".headers", "%s matches any server, so its headers would go to every server; inject them under the target of the server they are for", s)
-		case has:
-			if err := checkInjected(ix, item+".headers", hs); err != nil {
-				return err
-			}
-		}
-	}
-	return checkFileGrants(ix, base, c.Filesystem, grant)
 }
 
 func cleanAbs(p string) string {

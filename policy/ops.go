@@ -11,26 +11,14 @@ import (
 // of its own; ops.Register declares every op here as it registers it, and
 // CheckOp and sensitive_ops read this index. So an op added in one file is
 // grantable, deniable and nameable in a profile with no edit in policy,
-// and a name that is not in the table is refused everywhere alike.
-
-// capabilityTargets says, for each capability an op can need, what kind of
-// target a call names: "" for a capability granted as a whole (kv, media,
-// tasks), "collection", "model" or "url" for one granted per target (db
-// and knowledge collections, ai models, http URLs). A new capability is
-// one row here plus its field in Capabilities.
-var capabilityTargets = map[string]string{
-	"kv":        "",
-	"db":        "collection",
-	"http":      "url",
-	"media":     "",
-	"ai":        "model",
-	"knowledge": "collection",
-	"tasks":     "",
-}
+// and a name that is not in the table is refused everywhere alike. The
+// capability an op needs is a row of the capability table
+// (RegisterCapability, capability.go): a family with a capability of its
+// own registers it before it declares its ops.
 
 var (
 	opsMu sync.RWMutex
-	opCap = map[string]string{} // op name → capability ("" for none)
+	opCap = map[string]*capability{} // op name → its capability's row (nil for none)
 )
 
 // DeclareOp records that op exists and needs capability ("" for an op any
@@ -41,37 +29,51 @@ func DeclareOp(op, capability string) error {
 	if op == "" {
 		return fmt.Errorf("policy: an op needs a name")
 	}
-	if _, ok := capabilityTargets[capability]; !ok && capability != "" {
+	k := lookupCap(capability)
+	if capability != "" && k == nil {
 		return fmt.Errorf("policy: op %s needs capability %q, which policy does not know (known: %v)", op, capability, CapabilityNames())
 	}
 	opsMu.Lock()
 	defer opsMu.Unlock()
-	if prev, dup := opCap[op]; dup && prev != capability {
-		return fmt.Errorf("policy: op %s declared with capability %q and %q", op, prev, capability)
+	if prev, dup := opCap[op]; dup && prev != k {
+		return fmt.Errorf("policy: op %s declared with capability %q and %q", op, prev.name(), capability)
 	}
-	opCap[op] = capability
+	opCap[op] = k
 	return nil
 }
 
 // OpCapability returns the capability op needs and whether op is in the
 // op table at all.
 func OpCapability(op string) (capability string, ok bool) {
+	k, ok := opRow(op)
+	return k.name(), ok
+}
+
+// opRow is the row of the capability op needs (nil for none) and whether
+// op is in the op table: CheckOp's one lookup.
+func opRow(op string) (*capability, bool) {
 	opsMu.RLock()
-	capability, ok = opCap[op]
+	k, ok := opCap[op]
 	opsMu.RUnlock()
-	return capability, ok
+	return k, ok
 }
 
 // CapabilityTarget is what a call of an op needing capability names as
-// its target: "collection", "model", "url", or "" when the capability is
-// granted as a whole.
-func CapabilityTarget(capability string) string { return capabilityTargets[capability] }
+// its target: "collection" or "model" (or what another Named capability
+// names), "url", "path", or "" when the capability is granted as a whole
+// (a Flag) or is not in the table.
+func CapabilityTarget(capability string) string {
+	if k := lookupCap(capability); k != nil {
+		return k.Target
+	}
+	return ""
+}
 
-// CapabilityNames lists the capabilities an op can need, sorted.
+// CapabilityNames lists the capabilities of the table, sorted.
 func CapabilityNames() []string {
-	names := make([]string, 0, len(capabilityTargets))
-	for n := range capabilityTargets {
-		names = append(names, n)
+	var names []string
+	for _, k := range table() {
+		names = append(names, k.Name)
 	}
 	slices.Sort(names)
 	return names

@@ -380,3 +380,25 @@ func (p *Profile) Permissions(roles []string) []string {
 func (p *Profile) trustedKey(name string) bool {
 	return slices.ContainsFunc(p.TrustedKeys, func(k TrustedKey) bool { return k.Name == name })
 }
+
+// eachGrant calls visit for every grant of p, wherever it applies: the
+// default, each module's and each key's, and the trusted part of each.
+// What a host serving modules under p may ever have to reach
+// (FileGrants, HTTPTargets) is a walk over them.
+func (p *Profile) eachGrant(visit func(*Grant)) {
+	var walk func(g *Grant)
+	walk = func(g *Grant) {
+		if g == nil {
+			return
+		}
+		visit(g)
+		walk(g.Trusted)
+	}
+	walk(p.Default)
+	for _, g := range p.Modules {
+		walk(&g)
+	}
+	for _, g := range p.Keys {
+		walk(&g)
+	}
+}

@@ -30,43 +30,8 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	}
 	tw.Flush()
 
-	refusal := func(what string) *Refusal {
-		for i := range e.Refusals {
-			if e.Refusals[i].Capability == what {
-				return &e.Refusals[i]
-			}
-		}
-		return nil
-	}
-	row := func(what string) {
-		if r := refusal(what); r != nil {
-			line("  %s\t✗ refused (%s): %s", what, r.Rule, r.Reason)
-		} else {
-			line("  %s\t✓ granted", what)
-		}
-	}
-	// An http target's row also names the headers its grant injects:
-	// names and the secrets they hold, never a value.
-	httpRow := func(target string) {
-		what := "http " + target
-		t, err := parseTarget(target)
-		if refusal(what) != nil || err != nil {
-			row(what)
-			return
-		}
-		var notes []string
-		if in := e.injectionsFor(t); len(in) > 0 {
-			notes = append(notes, "the host injects "+strings.Join(in, ", "))
-		}
-		if t.wild() || strings.HasPrefix(t.host, "*.") {
-			notes = append(notes, WildcardAddressNote)
-		}
-		if len(notes) > 0 {
-			line("  %s\t✓ granted; %s", what, strings.Join(notes, "; "))
-			return
-		}
-		row(what)
-	}
+	r := &reporter{e: e, line: line}
+	refusal := r.refusal
 	line("")
 	line("capabilities")
 	if r := refusal("signature"); r != nil {
@@ -76,32 +41,8 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	if req.IsZero() {
 		line("  (none requested)")
 	}
-	flag := func(name string, asked bool) {
-		if asked {
-			row(name)
-		}
-	}
-	items := func(name string, list []string) {
-		for _, item := range list {
-			row(name + " " + item)
-		}
-	}
-	flag("kv", req.KV)
-	items("db", req.DB)
-	for _, t := range req.HTTP.Targets {
-		httpRow(t)
-	}
-	flag("media", req.Media)
-	items("ai", req.AI)
-	items("knowledge", req.Knowledge)
-	flag("tasks", req.Tasks)
-	for _, g := range req.Filesystem {
-		what := "filesystem " + g.String()
-		if r := refusal(what); r != nil {
-			line("  %s\t✗ refused (%s): %s", what, r.Rule, r.Reason)
-		} else {
-			line("  %s\t✓ granted %s", what, g.Mode())
-		}
+	for _, k := range table() {
+		k.shape.report(r, k, k.value(&req))
 	}
 	line("  log, config\t✓ always available")
 	tw.Flush()
@@ -160,6 +101,31 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 	line("verdict: %s", e.verdict(p))
 	tw.Flush()
 	return b.String()
+}
+
+// reporter is what a shape writes its rows of a report with.
+type reporter struct {
+	e    *Evaluation
+	line func(format string, args ...any)
+}
+
+// refusal returns the refusal of what, or nil when it was granted.
+func (r *reporter) refusal(what string) *Refusal {
+	for i := range r.e.Refusals {
+		if r.e.Refusals[i].Capability == what {
+			return &r.e.Refusals[i]
+		}
+	}
+	return nil
+}
+
+// row writes what as granted or refused.
+func (r *reporter) row(what string) {
+	if rf := r.refusal(what); rf != nil {
+		r.line("  %s\t✗ refused (%s): %s", what, rf.Rule, rf.Reason)
+	} else {
+		r.line("  %s\t✓ granted", what)
+	}
 }
 
 // WildcardAddressNote is what policy check says of a granted target with

@@ -270,20 +270,6 @@ func TargetPorts(targets []string) (ports []uint16, anyPort bool) {
 // host could ever reach, for confining a host that loads modules later.
 func (p *Profile) HTTPTargets() []string {
 	var out []string
-	var walk func(g *Grant)
-	walk = func(g *Grant) {
-		if g == nil {
-			return
-		}
-		out = append(out, g.Capabilities.HTTP.Targets...)
-		walk(g.Trusted)
-	}
-	walk(p.Default)
-	for _, g := range p.Modules {
-		walk(&g)
-	}
-	for _, g := range p.Keys {
-		walk(&g)
-	}
+	p.eachGrant(func(g *Grant) { out = append(out, g.Capabilities.HTTP.Targets...) })
 	return out
 }

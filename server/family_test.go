@@ -12,6 +12,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server"
 )
 
@@ -19,8 +20,8 @@ import (
 // section of moat-server.yaml (greeting:) with no edit to the server's
 // Config: the section is decoded by the family's name into its type, by
 // the strict decoder's rules, checked by its Validate where it was
-// written, and provisioned in every host the server runs. Its capability
-// is kv's (a flag): a new capability is the capability table's.
+// written, and provisioned in every host the server runs. Its capability,
+// greeting (a flag), is its own, declared with it: no edit to policy.
 
 type greetingConfig struct {
 	Word  string `yaml:"word"`  // what the greeting says; default "hello"
@@ -29,7 +30,7 @@ type greetingConfig struct {
 
 func init() {
 	ops.RegisterFamily(ops.Family{
-		Name: "greeting", Capability: "kv",
+		Name: "greeting", Capability: policy.CapabilitySpec{Name: "greeting", Shape: policy.Flag},
 		Config: func() any { return &greetingConfig{} },
 		Validate: func(cfg any) error {
 			if c := cfg.(*greetingConfig); c.Times < 0 || c.Times > 3 {
@@ -84,11 +85,11 @@ func TestFamilySection(t *testing.T) {
 		t.Fatalf("the section decoded as %#v", parsed.Families)
 	}
 	prof := filepath.Join(t.TempDir(), "profile.yaml")
-	os.WriteFile(prof, []byte("name: greet\non_ungranted: deny_at_call\ndefault:\n  capabilities: {kv: true}\n"), 0o644)
+	os.WriteFile(prof, []byte("name: greet\non_ungranted: deny_at_call\ndefault:\n  capabilities: {greeting: true}\n"), 0o644)
 	ts := start(t, "", func(c *server.Config) { c.Families, c.Profile = parsed.Families, prof })
 	ann := ts.key(t, "acme", "ann", "admin")
 	wasm := testwasm.BuildGo(t, "./testdata/goguest", true)
-	for name, caps := range map[string]string{"greeter": "capabilities: {kv: true}\n", "mute": ""} {
+	for name, caps := range map[string]string{"greeter": "capabilities: {greeting: true}\n", "mute": ""} {
 		if r := ts.upload(t, ann, wasm, []byte("name: "+name+"\nversion: 1.0.0\nactions: [{name: call}]\n"+caps)); r.status != http.StatusCreated {
 			t.Fatalf("upload %s: %d %s", name, r.status, r.body)
 		}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/spf13/cobra"
 )
@@ -14,6 +16,7 @@ func newDoctorCmd() *cobra.Command {
 	var (
 		asJSON  bool
 		require []string
+		where   string
 	)
 	names := kernel.ProbeLayerNames()
 	cmd := &cobra.Command{
@@ -49,6 +52,13 @@ The layers:
 The probe leaves nothing behind: the scratch cgroup directories (moat-probe-*)
 and the scratch iptables chain (MOAT-PROBE-*) it creates are removed at once.
 
+With --store (a data directory or a postgres:// URL, as moat serve's store:)
+it also opens that store and reports its backend and, for each op family
+with storage of its own (knowledge, ai, tasks, secrets, db, media), whether
+the backend implements it: a family it lacks fails its ops with an error
+naming the backend and the family. Both of moat's backends implement every
+one; a third-party backend may not.
+
 Exit status 0 even when layers are missing (it reports), unless --require
 names a layer that is missing: then 1, with the layer named on stderr.
 
@@ -56,7 +66,8 @@ Examples:
   moat doctor
   moat doctor --json
   moat doctor --require landlock,seccomp,cgroup      (in CI or a start-up check)
-  moat doctor --require all`,
+  moat doctor --require all
+  moat doctor --store /var/lib/moat`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var want []string
@@ -76,15 +87,32 @@ Examples:
 			}
 
 			res := kernel.Probe(cmd.Context())
+			var storage *storeReport
+			if where != "" {
+				var err error
+				if storage, err = reportStore(cmd.Context(), where); err != nil {
+					return err
+				}
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				b, err := json.MarshalIndent(res, "", "  ")
+				var v any = res
+				if storage != nil {
+					v = struct {
+						kernel.ProbeResult
+						Store *storeReport `json:"store"`
+					}{res, storage}
+				}
+				b, err := json.MarshalIndent(v, "", "  ")
 				if err != nil {
 					return err
 				}
 				fmt.Fprintln(out, string(b))
 			} else {
 				fmt.Fprint(out, res.Table())
+				if storage != nil {
+					fmt.Fprint(out, storage.table())
+				}
 			}
 
 			var missing []string
@@ -109,6 +137,37 @@ Examples:
 	}
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&where, "store", "", "also report which op families' storage the store at this data directory or postgres:// URL implements")
 	f.StringSliceVar(&require, "require", nil, "exit 1 if any of these layers (comma-separated, or all) is missing: "+strings.Join(names, ","))
 	return cmd
+}
+
+// storeReport is what doctor --store says of a store: its backend and, per
+// op family with storage of its own, whether the backend implements it.
+type storeReport struct {
+	Backend  string                `json:"backend"`
+	Location string                `json:"location"`
+	Families []store.FamilySupport `json:"families"`
+}
+
+func reportStore(ctx context.Context, where string) (*storeReport, error) {
+	st, err := store.Open(ctx, where)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return &storeReport{Backend: st.Backend(), Location: st.Path(), Families: st.Families()}, nil
+}
+
+func (r *storeReport) table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nstore %s (%s): op families' storage\n", r.Backend, r.Location)
+	for _, f := range r.Families {
+		state := "ok"
+		if !f.Supported {
+			state = "missing: the backend does not implement " + f.Interface + "; the " + f.Name + " ops fail on it"
+		}
+		fmt.Fprintf(&b, "  %-10s %s\n", f.Name, state)
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package ops
 import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The ai family: model calls through the operator's providers
@@ -18,7 +19,7 @@ import (
 
 func init() {
 	RegisterFamily(Family{
-		Name: "ai", Capability: "ai",
+		Name: "ai", Capability: policy.CapabilitySpec{Name: "ai"},
 		Config:    func() any { return &AIConfig{} },
 		Provision: provisionAI,
 		Ops: []Op{

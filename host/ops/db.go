@@ -5,6 +5,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The db family: JSON documents in the models the module declares in its
@@ -19,7 +20,7 @@ import (
 
 func init() {
 	RegisterFamily(Family{
-		Name: "db", Capability: "db",
+		Name: "db", Capability: policy.CapabilitySpec{Name: "db"},
 		Ops: []Op{
 			{Name: abi.OpDBInsert, Func: Typed(dbInsert), Mutates: true},
 			{Name: abi.OpDBGet, Func: Typed(dbGet)},

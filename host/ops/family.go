@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // Family is one op family: its ops and everything they need that is not
@@ -31,10 +32,13 @@ type Family struct {
 	// named Name.* (the task family, "tasks", has task.*).
 	Name string
 	// Capability is what a module's grants must hold to call the
-	// family's ops, as policy declares it (policy.CapabilityNames): an op
-	// of the family whose Op.Capability is "" takes it. "" for a family
-	// any module may call (log, config).
-	Capability string
+	// family's ops, as policy's capability table declares it: a spec with
+	// a Shape is the family's own capability, which RegisterFamily adds
+	// to the table (policy.RegisterCapability) before its ops name it; a
+	// spec with only a Name names one the table has (the built-in kv,
+	// media, ...). An op of the family whose Op.Capability is "" takes
+	// its Name. Zero for a family any module may call (log, config).
+	Capability policy.CapabilitySpec
 	// Config makes a new configuration of the family with every field at
 	// its zero value (a pointer to the family's own struct, with yaml
 	// tags): what Provision gets when the embedder configures nothing,
@@ -77,9 +81,14 @@ func RegisterFamily(f Family) {
 	fam.Ops = nil
 	families[f.Name] = &fam
 	mu.Unlock()
+	if f.Capability.Shape != 0 {
+		if err := policy.RegisterCapability(f.Capability); err != nil {
+			panic(fmt.Sprintf("ops: family %s: %v", f.Name, err))
+		}
+	}
 	for _, op := range f.Ops {
 		if op.Capability == "" {
-			op.Capability = f.Capability
+			op.Capability = f.Capability.Name
 		}
 		op.family = f.Name
 		Register(op)

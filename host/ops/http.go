@@ -4,6 +4,7 @@ import (
 	"net"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The http family: http.fetch, one outbound request sent by the host for
@@ -17,7 +18,7 @@ import (
 
 func init() {
 	RegisterFamily(Family{
-		Name: "http", Capability: "http",
+		Name: "http", Capability: policy.CapabilitySpec{Name: "http"},
 		Config: func() any { return &HTTPConfig{} },
 		Provision: func(ctx *ProvisionContext, cfg any) (any, error) {
 			secrets, err := secretsService(ctx)

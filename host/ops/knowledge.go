@@ -5,6 +5,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The knowledge family: documents with metadata in named collections,
@@ -29,7 +30,7 @@ import (
 
 func init() {
 	RegisterFamily(Family{
-		Name: "knowledge", Capability: "knowledge",
+		Name: "knowledge", Capability: policy.CapabilitySpec{Name: "knowledge"},
 		Ops: []Op{
 			{Name: abi.OpKnowledgeAdd, Func: Typed(knowledgeAdd), Mutates: true},
 			{Name: abi.OpKnowledgeDelete, Func: Typed(knowledgeDelete), Mutates: true},

@@ -1,6 +1,9 @@
 package ops
 
-import "github.com/moat-sandbox/moat/abi"
+import (
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
+)
 
 // The kv family: a small key-value store per organization and module. The
 // scope comes from Env (the caller's organization and the module's name),
@@ -8,7 +11,7 @@ import "github.com/moat-sandbox/moat/abi"
 
 func init() {
 	RegisterFamily(Family{
-		Name: "kv", Capability: "kv",
+		Name: "kv", Capability: policy.CapabilitySpec{Name: "kv"},
 		Ops: []Op{
 			{Name: abi.OpKVGet, Func: Typed(kvGet)},
 			{Name: abi.OpKVPut, Func: Typed(kvPut), Mutates: true},

@@ -28,7 +28,7 @@ import (
 
 func init() {
 	RegisterFamily(Family{
-		Name: "media", Capability: "media",
+		Name: "media", Capability: policy.CapabilitySpec{Name: "media"},
 		Config: func() any { return &MediaConfig{} },
 		Provision: func(_ *ProvisionContext, cfg any) (any, error) {
 			return cfg.(*MediaConfig).limits(), nil

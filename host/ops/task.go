@@ -6,6 +6,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The task family: durable background runs of the calling module's own
@@ -18,7 +19,7 @@ import (
 
 func init() {
 	RegisterFamily(Family{
-		Name: "tasks", Capability: "tasks",
+		Name: "tasks", Capability: policy.CapabilitySpec{Name: "tasks"},
 		Config: func() any { return &TasksConfig{} },
 		Provision: func(_ *ProvisionContext, cfg any) (any, error) {
 			return cfg, nil // read-only once provisioned

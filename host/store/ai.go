@@ -84,6 +84,10 @@ const maxAITokens = 1 << 50
 // (AIBudgetPut) or, where it has none, def. It returns an *AIBudgetError
 // when either budget would be exceeded (nothing held then).
 func (s *Store) AIReserve(ctx context.Context, sc Scope, at time.Time, tokens int64, def AIBudget) (AIReservation, error) {
+	ab, err := s.aiBackend()
+	if err != nil {
+		return AIReservation{}, err
+	}
 	const op = "ai.reserve"
 	if err := sc.validate(); err != nil {
 		return AIReservation{}, err
@@ -95,7 +99,7 @@ func (s *Store) AIReserve(ctx context.Context, sc Scope, at time.Time, tokens in
 		return AIReservation{}, fmt.Errorf("store: %s: default budgets %+v must be positive", op, def)
 	}
 	day := AIDay(at)
-	ref, err := s.b.AIReserve(ctx, sc.Org, sc.Module, day, tokens, driver.AIBudgetLimits{Org: def.OrgDailyTokens, Module: def.ModuleDailyTokens})
+	ref, err := ab.AIReserve(ctx, sc.Org, sc.Module, day, tokens, driver.AIBudgetLimits{Org: def.OrgDailyTokens, Module: def.ModuleDailyTokens})
 	if err != nil {
 		return AIReservation{}, sc.wrap(op, err)
 	}
@@ -108,12 +112,16 @@ func (s *Store) AIReserve(ctx context.Context, sc Scope, at time.Time, tokens in
 // AISettle ends r: its hold is released and used charged instead (used
 // is clamped to 0..2^50).
 func (s *Store) AISettle(ctx context.Context, r AIReservation, used int64) error {
+	ab, err := s.aiBackend()
+	if err != nil {
+		return err
+	}
 	sc := Scope{Org: r.Org, Module: r.Module}
 	if err := sc.validate(); err != nil {
 		return err
 	}
 	used = min(max(used, 0), maxAITokens)
-	if err := s.b.AISettle(ctx, r.Org, r.Module, r.Day, r.Tokens, used); err != nil {
+	if err := ab.AISettle(ctx, r.Org, r.Module, r.Day, r.Tokens, used); err != nil {
 		return sc.wrap("ai.settle", err)
 	}
 	return nil
@@ -130,6 +138,10 @@ type AIUsageFilter struct {
 
 // AIUsage lists what the filter selects.
 func (s *Store) AIUsage(ctx context.Context, f AIUsageFilter) ([]AIUsage, error) {
+	ab, err := s.aiBackend()
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	from, to := AIDay(now), AIDay(now)
 	if !f.Since.IsZero() {
@@ -142,7 +154,7 @@ func (s *Store) AIUsage(ctx context.Context, f AIUsageFilter) ([]AIUsage, error)
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.b.AIUsage(ctx, f.Org, from, to, min(limit, 10000))
+	rows, err := ab.AIUsage(ctx, f.Org, from, to, min(limit, 10000))
 	if err != nil {
 		return nil, fmt.Errorf("store: ai.usage org=%q: %w", f.Org, err)
 	}
@@ -164,6 +176,10 @@ func validateOrg(op, org string) error {
 
 // AIBudgetPut stores org's budget override; a 0 field takes the default.
 func (s *Store) AIBudgetPut(ctx context.Context, org string, b AIBudget) error {
+	ab, err := s.aiBackend()
+	if err != nil {
+		return err
+	}
 	const op = "ai.budget.put"
 	if err := validateOrg(op, org); err != nil {
 		return err
@@ -173,7 +189,7 @@ func (s *Store) AIBudgetPut(ctx context.Context, org string, b AIBudget) error {
 			return abi.Errorf(abi.CodeInvalidArgument, "%s: %d tokens is outside 0..%d (0: the default)", op, v, int64(maxAITokens))
 		}
 	}
-	if err := s.b.AIBudgetPut(ctx, org, driver.AIBudgetLimits{Org: b.OrgDailyTokens, Module: b.ModuleDailyTokens}, time.Now().UnixNano()); err != nil {
+	if err := ab.AIBudgetPut(ctx, org, driver.AIBudgetLimits{Org: b.OrgDailyTokens, Module: b.ModuleDailyTokens}, time.Now().UnixNano()); err != nil {
 		return fmt.Errorf("store: %s org=%q: %w", op, org, err)
 	}
 	return nil
@@ -181,11 +197,15 @@ func (s *Store) AIBudgetPut(ctx context.Context, org string, b AIBudget) error {
 
 // AIBudgetGet returns org's stored override, and whether there is one.
 func (s *Store) AIBudgetGet(ctx context.Context, org string) (AIBudget, bool, error) {
+	ab, err := s.aiBackend()
+	if err != nil {
+		return AIBudget{}, false, err
+	}
 	const op = "ai.budget.get"
 	if err := validateOrg(op, org); err != nil {
 		return AIBudget{}, false, err
 	}
-	l, found, err := s.b.AIBudgetGet(ctx, org)
+	l, found, err := ab.AIBudgetGet(ctx, org)
 	if err != nil {
 		return AIBudget{}, false, fmt.Errorf("store: %s org=%q: %w", op, org, err)
 	}
@@ -195,11 +215,15 @@ func (s *Store) AIBudgetGet(ctx context.Context, org string) (AIBudget, bool, er
 // AIBudgetDelete removes org's override (its budgets are the defaults
 // again) and reports whether there was one.
 func (s *Store) AIBudgetDelete(ctx context.Context, org string) (bool, error) {
+	ab, err := s.aiBackend()
+	if err != nil {
+		return false, err
+	}
 	const op = "ai.budget.delete"
 	if err := validateOrg(op, org); err != nil {
 		return false, err
 	}
-	deleted, err := s.b.AIBudgetDelete(ctx, org)
+	deleted, err := ab.AIBudgetDelete(ctx, org)
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return false, fmt.Errorf("store: %s org=%q: %w", op, org, err)
 	}

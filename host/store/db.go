@@ -65,17 +65,6 @@ type DBQuota = driver.DBQuota
 // DBUsage is what one organization's module stores in the db family.
 type DBUsage = driver.DBUsage
 
-// errNoDocuments is the error of a backend without the db family.
-var errNoDocuments = errors.New("this storage backend does not implement the db family (driver.DocumentBackend)")
-
-func (s *Store) docs() (driver.DocumentBackend, error) {
-	d, ok := s.b.(driver.DocumentBackend)
-	if !ok {
-		return nil, errNoDocuments
-	}
-	return d, nil
-}
-
 // docIDLen is the length of a document id: 12 hexadecimal digits of unix
 // milliseconds, then 16 of randomness.
 const docIDLen = 28

@@ -128,15 +128,19 @@ func (h *nearHeap) Pop() any {
 // lexical candidates and the documents nearest to qv (model's, encoded),
 // at most q.Limit, each scored by its fused score.
 func (s *Store) hybridSearch(ctx context.Context, q driver.KnowledgeQuery, model string, qv []byte, minSim float64) ([]driver.KnowledgeCandidate, error) {
+	kb, err := s.knowledgeBackend()
+	if err != nil {
+		return nil, err
+	}
 	want := q.Limit
 	q.Limit = max(want, HybridCandidates)
-	lexical, err := s.b.KnowledgeSearch(ctx, q)
+	lexical, err := kb.KnowledgeSearch(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	query := decodeVector(qv)
 	var nearest nearHeap
-	err = s.b.KnowledgeVectors(ctx, driver.KnowledgeVectorQuery{
+	err = kb.KnowledgeVectors(ctx, driver.KnowledgeVectorQuery{
 		Org: q.Org, Module: q.Module, Collection: q.Collection, Model: model, Filter: q.Filter, Limit: KnowledgeVectorScan,
 	}, func(id string, vec []byte) error {
 		sim, ok := dot(query, vec)
@@ -199,7 +203,7 @@ func (s *Store) hybridSearch(ctx context.Context, q driver.KnowledgeQuery, model
 		}
 	}
 	if len(missing) > 0 {
-		docs, err := s.b.KnowledgeDocs(ctx, q.Org, q.Module, q.Collection, missing)
+		docs, err := kb.KnowledgeDocs(ctx, q.Org, q.Module, q.Collection, missing)
 		if err != nil {
 			return nil, err
 		}

@@ -149,6 +149,10 @@ type KnowledgeHit struct {
 // one transaction, so concurrent adds cannot overshoot, from one process
 // or several.
 func (s *Store) KnowledgeAdd(ctx context.Context, sc Scope, doc KnowledgeDoc, quota KnowledgeQuota) (replaced bool, err error) {
+	kb, err := s.knowledgeBackend()
+	if err != nil {
+		return false, err
+	}
 	const op = abi.OpKnowledgeAdd
 	if err := sc.validate(); err != nil {
 		return false, err
@@ -191,7 +195,7 @@ func (s *Store) KnowledgeAdd(ctx context.Context, sc Scope, doc KnowledgeDoc, qu
 	}
 	d.At = time.Now().UnixNano()
 	q := driver.KnowledgeUsage{Docs: max(quota.Documents, 0), Bytes: max(quota.Bytes, 0)}
-	replaced, inUse, adds, err := s.b.KnowledgeAdd(ctx, d, q)
+	replaced, inUse, adds, err := kb.KnowledgeAdd(ctx, d, q)
 	if errors.Is(err, driver.ErrOverQuota) {
 		if q.Docs > 0 && driver.OverQuota(q.Docs, inUse.Docs, adds.Docs) {
 			return false, abi.Errorf(abi.CodeTooLarge,
@@ -212,6 +216,10 @@ func (s *Store) KnowledgeAdd(ctx context.Context, sc Scope, doc KnowledgeDoc, qu
 // it existed (in a user-scoped collection: whether k.User had one of that
 // id).
 func (s *Store) KnowledgeDelete(ctx context.Context, sc Scope, k KnowledgeKey) (deleted bool, err error) {
+	kb, err := s.knowledgeBackend()
+	if err != nil {
+		return false, err
+	}
 	const op = abi.OpKnowledgeDelete
 	if err := sc.validate(); err != nil {
 		return false, err
@@ -226,7 +234,7 @@ func (s *Store) KnowledgeDelete(ctx context.Context, sc Scope, k KnowledgeKey) (
 	if err != nil {
 		return false, err
 	}
-	deleted, err = s.b.KnowledgeDelete(ctx, sc.Org, sc.Module, part, k.ID)
+	deleted, err = kb.KnowledgeDelete(ctx, sc.Org, sc.Module, part, k.ID)
 	if err != nil {
 		return false, sc.wrap(op, err)
 	}
@@ -238,6 +246,10 @@ func (s *Store) KnowledgeDelete(ctx context.Context, sc Scope, k KnowledgeKey) (
 // of them. The query is plain text (see abi): nothing in it is syntax on
 // any backend.
 func (s *Store) KnowledgeSearch(ctx context.Context, sc Scope, q KnowledgeQuery) ([]KnowledgeHit, error) {
+	kb, err := s.knowledgeBackend()
+	if err != nil {
+		return nil, err
+	}
 	const op = abi.OpKnowledgeSearch
 	if err := sc.validate(); err != nil {
 		return nil, err
@@ -294,7 +306,7 @@ func (s *Store) KnowledgeSearch(ctx context.Context, sc Scope, q KnowledgeQuery)
 		if err != nil {
 			return nil, sc.wrap(op, err)
 		}
-	} else if cands, err = s.b.KnowledgeSearch(ctx, dq); err != nil {
+	} else if cands, err = kb.KnowledgeSearch(ctx, dq); err != nil {
 		return nil, sc.wrap(op, err)
 	}
 	hits := make([]KnowledgeHit, len(cands))
@@ -311,10 +323,14 @@ func (s *Store) KnowledgeSearch(ctx context.Context, sc Scope, q KnowledgeQuery)
 // KnowledgeUsage returns what sc stores in knowledge, the measure
 // KnowledgeAdd's quota applies to.
 func (s *Store) KnowledgeUsage(ctx context.Context, sc Scope) (KnowledgeUsage, error) {
+	kb, err := s.knowledgeBackend()
+	if err != nil {
+		return KnowledgeUsage{}, err
+	}
 	if err := sc.validate(); err != nil {
 		return KnowledgeUsage{}, err
 	}
-	u, err := s.b.KnowledgeUsage(ctx, sc.Org, sc.Module)
+	u, err := kb.KnowledgeUsage(ctx, sc.Org, sc.Module)
 	if err != nil {
 		return KnowledgeUsage{}, sc.wrap("knowledge.usage", err)
 	}

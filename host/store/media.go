@@ -67,16 +67,6 @@ var ErrMediaNotFound = errors.New("no such media item")
 // MaxMediaList bounds a page of MediaList.
 const MaxMediaList = 100
 
-var errNoMedia = errors.New("this storage backend does not implement the media family (driver.MediaBackend)")
-
-func (s *Store) media() (driver.MediaBackend, error) {
-	m, ok := s.b.(driver.MediaBackend)
-	if !ok {
-		return nil, errNoMedia
-	}
-	return m, nil
-}
-
 // ValidMediaID reports whether id has the form of a media item's id: 64
 // lowercase hex digits. Anything else (a path, "..", upper case) names no
 // item, and is refused before it reaches a backend.

@@ -82,6 +82,10 @@ func checkSecretOrg(op, org string) error {
 // is new. An organization holding MaxSecretsPerOrg secrets gets no new
 // one (ErrSecretQuota, wrapped).
 func (s *Store) SecretPut(ctx context.Context, sec Secret) (created bool, err error) {
+	sb, err := s.secretBackend()
+	if err != nil {
+		return false, err
+	}
 	const op = "secret.put"
 	if err := checkSecretScope(op, sec.Org, sec.Name); err != nil {
 		return false, err
@@ -110,7 +114,7 @@ func (s *Store) SecretPut(ctx context.Context, sec Secret) (created bool, err er
 	if !ok1 || !ok2 {
 		return false, abi.Errorf(abi.CodeInvalidArgument, "%s %s: a time is out of range", op, sec.Name)
 	}
-	created, err = s.b.SecretPut(ctx, driver.SecretRow{
+	created, err = sb.SecretPut(ctx, driver.SecretRow{
 		Org: sec.Org, Name: sec.Name, Ciphertext: sec.Ciphertext, Nonce: sec.Nonce, KeyID: sec.KeyID,
 		CreatedAt: crt, UpdatedAt: upd, CreatedBy: sec.CreatedBy, UpdatedBy: sec.UpdatedBy,
 	}, MaxSecretsPerOrg)
@@ -127,11 +131,15 @@ func (s *Store) SecretPut(ctx context.Context, sec Secret) (created bool, err er
 // SecretGet returns the sealed secret name of org; an unknown one wraps
 // ErrSecretNotFound.
 func (s *Store) SecretGet(ctx context.Context, org, name string) (*Secret, error) {
+	sb, err := s.secretBackend()
+	if err != nil {
+		return nil, err
+	}
 	const op = "secret.get"
 	if err := checkSecretScope(op, org, name); err != nil {
 		return nil, err
 	}
-	r, err := s.b.SecretGet(ctx, org, name)
+	r, err := sb.SecretGet(ctx, org, name)
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("store: %s org=%q %s: %w", op, org, name, ErrSecretNotFound)
 	}
@@ -145,11 +153,15 @@ func (s *Store) SecretGet(ctx context.Context, org, name string) (*Secret, error
 // Secrets lists org's secrets by name: names, key ids, times and who set
 // them, never a value (Ciphertext and Nonce are nil).
 func (s *Store) Secrets(ctx context.Context, org string) ([]Secret, error) {
+	sb, err := s.secretBackend()
+	if err != nil {
+		return nil, err
+	}
 	const op = "secret.list"
 	if err := checkSecretOrg(op, org); err != nil {
 		return nil, err
 	}
-	rows, err := s.b.Secrets(ctx, org)
+	rows, err := sb.Secrets(ctx, org)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s org=%q: %w", op, org, err)
 	}
@@ -164,11 +176,15 @@ func (s *Store) Secrets(ctx context.Context, org string) ([]Secret, error) {
 // SecretDelete deletes the secret name of org; an unknown one wraps
 // ErrSecretNotFound.
 func (s *Store) SecretDelete(ctx context.Context, org, name string) error {
+	sb, err := s.secretBackend()
+	if err != nil {
+		return err
+	}
 	const op = "secret.delete"
 	if err := checkSecretScope(op, org, name); err != nil {
 		return err
 	}
-	err := s.b.SecretDelete(ctx, org, name)
+	err = sb.SecretDelete(ctx, org, name)
 	if errors.Is(err, driver.ErrNotFound) {
 		return fmt.Errorf("store: %s org=%q %s: %w", op, org, name, ErrSecretNotFound)
 	}

@@ -85,8 +85,10 @@ func RegisterBackend(scheme string, open func(ctx context.Context, dsn string) (
 // several goroutines (and, on PostgreSQL, by several processes). Create it
 // with Open.
 type Store struct {
-	b  driver.Backend
-	kw *kvWriter // the group-commit writer of kv writes; nil when b is no driver.KVBatcher
+	b      driver.Backend
+	scheme string    // the scheme b was opened with: "sqlite", "postgres"
+	fam    families  // each op family's storage in b, found once (families.go)
+	kw     *kvWriter // the group-commit writer of kv writes; nil when b is no driver.KVBatcher
 
 	taskWake chan struct{} // TaskWake's channel (tasks.go)
 }
@@ -154,7 +156,7 @@ func OpenWith(ctx context.Context, dirOrURL string, o MigrateOptions) (*Store, e
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", redact(dirOrURL), err)
 	}
-	s := &Store{b: b, taskWake: make(chan struct{}, 1)}
+	s := &Store{b: b, scheme: scheme, fam: findFamilies(b), taskWake: make(chan struct{}, 1)}
 	if kb, ok := b.(driver.KVBatcher); ok {
 		s.kw = newKVWriter(kb)
 	}

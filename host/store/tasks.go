@@ -242,6 +242,10 @@ func (t *NewTask) row(now time.Time) (driver.TaskRow, error) {
 // tasks, atomically across processes: past it the refusal is an
 // *abi.Error with abi.CodeTooLarge naming the bound.
 func (s *Store) TaskEnqueue(ctx context.Context, t NewTask, maxQueued int) (id string, existing bool, err error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return "", false, err
+	}
 	now := time.Now().UTC()
 	if err := checkNewTask(&t, now); err != nil {
 		return "", false, err
@@ -253,7 +257,7 @@ func (s *Store) TaskEnqueue(ctx context.Context, t NewTask, maxQueued int) (id s
 	if maxQueued <= 0 {
 		maxQueued = DefaultMaxQueuedTasks
 	}
-	id, existing, err = s.b.TaskEnqueue(ctx, row, maxQueued)
+	id, existing, err = tb.TaskEnqueue(ctx, row, maxQueued)
 	if errors.Is(err, driver.ErrOverQuota) {
 		return "", false, overQueue(t.Org, t.Module, maxQueued)
 	}
@@ -289,13 +293,17 @@ func overQueue(org, module string, maxQueued int) error {
 // empty (the organization's view, for the API). Any id the scope does not
 // hold is ErrTaskNotFound (wrapped), whoever else holds it.
 func (s *Store) TaskGet(ctx context.Context, sc Scope, id string) (*Task, error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return nil, err
+	}
 	if err := checkTaskScope(sc); err != nil {
 		return nil, err
 	}
 	if !taskIDRE.MatchString(id) {
 		return nil, taskNotFound(id)
 	}
-	row, err := s.b.TaskGet(ctx, sc.Org, sc.Module, id)
+	row, err := tb.TaskGet(ctx, sc.Org, sc.Module, id)
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, taskNotFound(id)
 	}
@@ -318,6 +326,10 @@ func taskNotFound(id string) error {
 
 // TaskList returns the tasks f selects, newest first.
 func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return nil, err
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = DefaultTaskLimit
@@ -329,7 +341,7 @@ func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
 	if f.Before != nil {
 		df.BeforeCreated, df.BeforeID, df.HasBefore = f.Before.CreatedAt.UnixNano(), f.Before.ID, true
 	}
-	rows, err := s.b.TaskList(ctx, df)
+	rows, err := tb.TaskList(ctx, df)
 	if err != nil {
 		return nil, fmt.Errorf("store: task list %s: %w", f.Org, err)
 	}
@@ -350,13 +362,17 @@ func (s *Store) TaskList(ctx context.Context, f TaskFilter) ([]Task, error) {
 // running attempt keeps running until its runner notices (its next
 // lease extension), and its outcome is discarded.
 func (s *Store) TaskCancel(ctx context.Context, sc Scope, id string) (t *Task, changed bool, err error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return nil, false, err
+	}
 	if err := checkTaskScope(sc); err != nil {
 		return nil, false, err
 	}
 	if !taskIDRE.MatchString(id) {
 		return nil, false, taskNotFound(id)
 	}
-	row, changed, err := s.b.TaskCancel(ctx, sc.Org, sc.Module, id, time.Now().UnixNano())
+	row, changed, err := tb.TaskCancel(ctx, sc.Org, sc.Module, id, time.Now().UnixNano())
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, false, taskNotFound(id)
 	}
@@ -372,13 +388,17 @@ func (s *Store) TaskCancel(ctx context.Context, sc Scope, id string) (t *Task, c
 // state (left as it is). It is the operator's (moat tasks retry), and
 // not bound by the queue limit.
 func (s *Store) TaskRetry(ctx context.Context, org, id string) (t *Task, changed bool, err error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return nil, false, err
+	}
 	if err := checkTaskScope(Scope{Org: org}); err != nil {
 		return nil, false, err
 	}
 	if !taskIDRE.MatchString(id) {
 		return nil, false, taskNotFound(id)
 	}
-	row, changed, err := s.b.TaskRetry(ctx, org, id, time.Now().UnixNano())
+	row, changed, err := tb.TaskRetry(ctx, org, id, time.Now().UnixNano())
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, false, taskNotFound(id)
 	}
@@ -407,11 +427,15 @@ func (s *Store) TaskClaim(ctx context.Context, now time.Time, lease time.Duratio
 // a runner passes the origin whose modules it has, and never takes a
 // task of a module it cannot run.
 func (s *Store) TaskClaimOrigin(ctx context.Context, origin string, now time.Time, lease time.Duration, limit int) ([]Task, error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return nil, err
+	}
 	if limit <= 0 || lease <= 0 {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "store: task claim: limit %d and lease %s must be more than 0", limit, lease)
 	}
 	n := now.UnixNano()
-	rows, err := s.b.TaskClaim(ctx, origin, n, now.Add(lease).UnixNano(), newClaim(), limit,
+	rows, err := tb.TaskClaim(ctx, origin, n, now.Add(lease).UnixNano(), newClaim(), limit,
 		"the runner of its last attempt stopped before it ended (its lease lapsed), and no attempt is left", string(abi.CodeUnavailable))
 	if err != nil {
 		return nil, fmt.Errorf("store: task claim: %w", err)
@@ -429,7 +453,11 @@ func (s *Store) TaskClaimOrigin(ctx context.Context, origin string, now time.Tim
 
 // TaskExtend moves the lease of a claimed attempt to until.
 func (s *Store) TaskExtend(ctx context.Context, t *Task, until time.Time) error {
-	err := s.b.TaskExtend(ctx, t.ID, t.Claim, until.UnixNano())
+	tb, err := s.taskBackend()
+	if err != nil {
+		return err
+	}
+	err = tb.TaskExtend(ctx, t.ID, t.Claim, until.UnixNano())
 	if errors.Is(err, driver.ErrNotFound) {
 		return fmt.Errorf("store: task %s: %w", t.ID, ErrTaskClaimLost)
 	}
@@ -484,7 +512,11 @@ func (s *Store) TaskRelease(ctx context.Context, t *Task, runAt time.Time) error
 }
 
 func (s *Store) finish(ctx context.Context, t *Task, u driver.TaskUpdate) error {
-	err := s.b.TaskFinish(ctx, t.ID, t.Claim, u)
+	tb, err := s.taskBackend()
+	if err != nil {
+		return err
+	}
+	err = tb.TaskFinish(ctx, t.ID, t.Claim, u)
 	if errors.Is(err, driver.ErrNotFound) {
 		return fmt.Errorf("store: task %s: %w", t.ID, ErrTaskClaimLost)
 	}
@@ -511,7 +543,11 @@ const TaskRetention = 7 * 24 * time.Hour
 // tick that old can never fire again). It returns how many tasks it
 // deleted.
 func (s *Store) TaskPrune(ctx context.Context, now time.Time, limit int) (int, error) {
-	n, err := s.b.TaskPrune(ctx, now.Add(-TaskRetention).UnixNano(), now.Add(-24*time.Hour).UnixNano(), limit)
+	tb, err := s.taskBackend()
+	if err != nil {
+		return 0, err
+	}
+	n, err := tb.TaskPrune(ctx, now.Add(-TaskRetention).UnixNano(), now.Add(-24*time.Hour).UnixNano(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("store: task prune: %w", err)
 	}
@@ -525,6 +561,10 @@ func (s *Store) TaskPrune(ctx context.Context, now time.Time, limit int) (int, e
 // the tick is recorded but no task is stored: the error is the
 // over-queue *abi.Error.
 func (s *Store) ScheduleFire(ctx context.Context, t NewTask, schedule string, tick time.Time, maxQueued int) (id string, fired bool, err error) {
+	tb, err := s.taskBackend()
+	if err != nil {
+		return "", false, err
+	}
 	now := time.Now().UTC()
 	t.Key, t.RunAt = "", time.Time{}
 	if err := checkNewTask(&t, now); err != nil {
@@ -545,7 +585,7 @@ func (s *Store) ScheduleFire(ctx context.Context, t NewTask, schedule string, ti
 	if maxQueued <= 0 {
 		maxQueued = DefaultMaxQueuedTasks
 	}
-	fired, err = s.b.ScheduleFire(ctx, row, schedule, tn, maxQueued)
+	fired, err = tb.ScheduleFire(ctx, row, schedule, tn, maxQueued)
 	if errors.Is(err, driver.ErrOverQuota) {
 		return "", true, overQueue(t.Org, t.Module, maxQueued)
 	}

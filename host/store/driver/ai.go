@@ -26,10 +26,11 @@ type AIRefusal struct {
 	Limit, InUse int64
 }
 
-// AI is the part of Backend that meters model calls against daily token
-// budgets, atomic across processes and replicas. Every method confines
-// itself to the organization it is given.
-type AI interface {
+// AIBackend is what a backend implements for the ai family: it meters
+// model calls against daily token budgets, atomic across processes and
+// replicas. Every method confines itself to the organization it is
+// given. Like every family's storage it is optional (see Families).
+type AIBackend interface {
 	// AIReserve holds tokens against the day's budgets of org and of
 	// its module, in one transaction: the organization's row first,
 	// then the module's (one order for every caller, so two never

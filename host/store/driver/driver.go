@@ -186,9 +186,12 @@ type PrunePlan func(all []ModuleRow) (drop []int, err error)
 // the claim and leaves the row unchanged.
 type ConfirmationCheck func(c *ConfirmationRow) error
 
-// Backend runs the statements of one database. See the package comment
-// for what every method promises; the front (package store) documents
-// what each means.
+// Backend runs the statements of one database: the host's own storage
+// (kv, audit, confirmations, API keys, modules, compiled code, rates),
+// which every backend has. Each op family's storage is an optional
+// interface beside it (Families), so a backend stores a key with the
+// methods below and nothing more. See the package comment for what every
+// method promises; the front (package store) documents what each means.
 type Backend interface {
 	// Location names the database for messages: a file path, or a
 	// URL without its password.
@@ -294,12 +297,9 @@ type Backend interface {
 	// tokens is what the bucket holds afterwards.
 	RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error)
 
-	Knowledge // knowledge documents and full-text search (knowledge.go)
-	AI        // daily token budgets of model calls (ai.go)
-	// The task queue and schedule ticks (tasks.go).
-	TaskBackend
-	// The operator's secrets, sealed (secrets.go).
-	SecretBackend
+	// An op family's storage is not here: each family's is an optional
+	// interface of its own (KnowledgeBackend, AIBackend, TaskBackend,
+	// SecretBackend, DocumentBackend, MediaBackend), listed in Families.
 }
 
 // KVWrite is one kv write of a group commit (KVBatcher): a put (with a

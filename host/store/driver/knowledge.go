@@ -70,10 +70,12 @@ func OverKnowledgeQuota(quota, inUse, adds KnowledgeUsage) bool {
 		quota.Bytes > 0 && OverQuota(quota.Bytes, inUse.Bytes, adds.Bytes)
 }
 
-// Knowledge is the part of Backend that stores and searches knowledge
-// documents. Every method confines itself to the org, module and
-// collection it is given, in every statement it runs.
-type Knowledge interface {
+// KnowledgeBackend is what a backend implements for the knowledge family:
+// it stores and searches knowledge documents. Every method confines
+// itself to the org, module and collection it is given, in every
+// statement it runs. Like every family's storage it is optional (see
+// Families).
+type KnowledgeBackend interface {
 	// KnowledgeAdd stores d, replacing the document of the same id in
 	// its collection, unless OverKnowledgeQuota(quota, inUse, adds)
 	// holds (ErrOverQuota, nothing written); the check and the write are

@@ -9,6 +9,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// AIBackend is the ai family's storage (driver.Families).
+var _ driver.AIBackend = (*DB)(nil)
+
 // AI budgets on PostgreSQL: a reservation's UPDATE holds only while
 // used + reserved + n stays within the limit, a condition PostgreSQL
 // checks again on the row's newest version once it has the row's lock

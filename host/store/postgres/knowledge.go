@@ -13,6 +13,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// KnowledgeBackend is the knowledge family's storage (driver.Families).
+var _ driver.KnowledgeBackend = (*DB)(nil)
+
 // Knowledge on PostgreSQL: a tsvector per document (of the front's terms,
 // through the 'simple' configuration, which only lower-cases), a GIN index
 // over them, and ts_rank with length normalization 1 (the rank divided by

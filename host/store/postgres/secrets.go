@@ -8,6 +8,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// SecretBackend is the secrets family's storage (driver.Families).
+var _ driver.SecretBackend = (*DB)(nil)
+
 // secretsLock is the first key of the advisory lock that serializes
 // SecretPut per organization across replicas ('sec' in ASCII); the second
 // is hashtext(org).

@@ -12,6 +12,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// TaskBackend is the tasks family's storage (driver.Families).
+var _ driver.TaskBackend = (*DB)(nil)
+
 // The task queue, shared by every replica on the database:
 //   - an enqueue holds its scope's advisory lock (taskScopeLock) for its
 //     transaction, so the idempotency key's lookup, the count of active

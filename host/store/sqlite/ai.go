@@ -8,6 +8,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// AIBackend is the ai family's storage (driver.Families).
+var _ driver.AIBackend = (*DB)(nil)
+
 // AI budgets on SQLite: ai_usage holds a row per organization (module '')
 // and per module per day; a reservation is one IMMEDIATE transaction,
 // which holds the file's write lock, so the checks and the holds of two

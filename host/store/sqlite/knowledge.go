@@ -11,6 +11,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// KnowledgeBackend is the knowledge family's storage (driver.Families).
+var _ driver.KnowledgeBackend = (*DB)(nil)
+
 // Knowledge on SQLite: FTS5 holds the index, and a search scores with
 // BM25 computed here, over the collection's own statistics.
 //

@@ -8,6 +8,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// SecretBackend is the secrets family's storage (driver.Families).
+var _ driver.SecretBackend = (*DB)(nil)
+
 // SecretPut implements driver.SecretBackend. The writer's transactions
 // begin IMMEDIATE, so the count and the insert see no other writer.
 func (d *DB) SecretPut(ctx context.Context, r driver.SecretRow, maxPerOrg int) (created bool, err error) {

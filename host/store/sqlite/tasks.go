@@ -9,6 +9,9 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
+// TaskBackend is the tasks family's storage (driver.Families).
+var _ driver.TaskBackend = (*DB)(nil)
+
 // The task queue. Every write runs on the single writer connection in an
 // IMMEDIATE transaction, so an enqueue's key lookup, count and insert, a
 // claim's selection and update, and a schedule tick's record are atomic

@@ -13,6 +13,15 @@
 //		storetest.RunShared(t, func(t *testing.T, n int) []*store.Store { ... })
 //	}
 //
+// The suite runs per family: the host's own storage (kv, audit,
+// confirmations, keys, modules, code, rates) is every backend's, and each
+// op family's tests (named after it: Knowledge*, DB*, Task*, AIBudget*,
+// Media*, Secrets*) run when the backend implements that family's
+// storage (store.Store.Families) and are skipped, saying so, when it does
+// not. So `go test -run 'TestConformance/Media'` holds a backend to one
+// family's contract, and a backend that implements only some families
+// passes for what it implements.
+//
 // The tests are black-box: they use the public API of package store only.
 package storetest
 
@@ -33,91 +42,95 @@ type suite struct {
 func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 	su := suite{open: open}
 	tests := []struct {
-		name string
-		run  func(t *testing.T)
+		name, family string
+		run          func(t *testing.T)
 	}{
-		{"KVRoundTrip", su.testKVRoundTrip},
-		{"KVListPrefix", su.testKVListPrefix},
-		{"KVListPagination", su.testKVListPagination},
-		{"KVListLimitDefaultAndCap", su.testKVListLimitDefaultAndCap},
-		{"ScopeIsolation", su.testScopeIsolation},
-		{"Validation", su.testValidation},
-		{"ConcurrentPuts", su.testConcurrentPuts},
-		{"CanceledContext", su.testCanceledContext},
-		{"KVQuota", su.testKVQuota},
-		{"KVQuotaConcurrent", su.testKVQuotaConcurrent},
-		{"KVGroupCommit", su.testKVGroupCommit},
-		{"AuditRoundTrip", su.testAuditRoundTrip},
-		{"AuditFilters", su.testAuditFilters},
-		{"AuditLimitDefaultAndCap", su.testAuditLimitDefaultAndCap},
-		{"AuditValidation", su.testAuditValidation},
-		{"AuditAttrs", su.testAuditAttrs},
-		{"AuditText", su.testAuditText},
-		{"AuditBatch", su.testAuditBatch},
-		{"AuditMatchesModel", su.testAuditMatchesModel},
-		{"AuditPrune", su.testAuditPrune},
-		{"ConfirmationUse", su.testConfirmationUse},
-		{"ConfirmationExpired", su.testConfirmationExpired},
-		{"ConfirmationUseRace", su.testConfirmationUseRace},
-		{"ConfirmationsPending", su.testConfirmationsPending},
-		{"ConfirmationCreateValidation", su.testConfirmationCreateValidation},
-		{"ConfirmationCleanup", su.testConfirmationCleanup},
-		{"ConfirmationBinding", su.testConfirmationBinding},
-		{"APIKeys", su.testAPIKeys},
-		{"ModuleVersions", su.testModuleVersions},
-		{"ModuleQuota", su.testModuleQuota},
-		{"ModuleBlobs", su.testModuleBlobs},
-		{"WatchModules", su.testWatchModules},
-		{"RateTake", su.testRateTake},
-		{"RateTakeConcurrent", su.testRateTakeConcurrent},
-		{"OrgScoping", su.testOrgScoping},
-		{"CodeRoundTrip", su.testCodeRoundTrip},
-		{"CodeValidation", su.testCodeValidation},
-		{"CodeTooLarge", su.testCodeTooLarge},
-		{"CodeEviction", su.testCodeEviction},
-		{"KnowledgeContract", su.testKnowledgeContract},
-		{"KnowledgeRanking", su.testKnowledgeRanking},
-		{"KnowledgeSnippet", su.testKnowledgeSnippet},
-		{"KnowledgeFilter", su.testKnowledgeFilter},
-		{"KnowledgeScoping", su.testKnowledgeScoping},
-		{"KnowledgeUserScope", su.testKnowledgeUserScope},
-		{"KnowledgeQuota", su.testKnowledgeQuota},
-		{"KnowledgeHostile", su.testKnowledgeHostile},
-		{"KnowledgeValidation", su.testKnowledgeValidation},
-		{"DBRoundTrip", su.testDBRoundTrip},
-		{"DBValidation", su.testDBValidation},
-		{"DBScoping", su.testDBScoping},
-		{"DBQuery", su.testDBQuery},
-		{"DBQueryHostile", su.testDBQueryHostile},
-		{"DBPageBytes", su.testDBPageBytes},
-		{"DBQuota", su.testDBQuota},
-		{"DBQuotaConcurrent", su.testDBQuotaConcurrent},
-		{"DBConflict", su.testDBConflict},
-		{"DBMigrate", su.testDBMigrate},
-		{"TaskContract", su.testTaskContract},
-		{"TaskIdempotency", su.testTaskIdempotency},
-		{"TaskScoping", su.testTaskScoping},
-		{"TaskRetries", su.testTaskRetries},
-		{"TaskLease", su.testTaskLease},
-		{"TaskHostile", su.testTaskHostile},
-		{"TaskQuota", su.testTaskQuota},
-		{"TaskOrigin", su.testTaskOrigin},
-		{"ScheduleFire", su.testScheduleFire},
-		{"AIBudget", su.testAIBudget},
-		{"AIBudgetRace", su.testAIBudgetRace},
-		{"KnowledgeHybrid", su.testKnowledgeHybrid},
-		{"KnowledgeVectorQuota", su.testKnowledgeVectorQuota},
-		{"MediaContract", su.testMediaContract},
-		{"MediaScoping", su.testMediaScoping},
-		{"MediaValidation", su.testMediaValidation},
-		{"MediaQuota", su.testMediaQuota},
-		{"MediaQuotaConcurrent", su.testMediaQuotaConcurrent},
-		{"SecretsContract", su.testSecretsContract},
-		{"SecretsValidation", su.testSecretsValidation},
-		{"SecretsQuota", su.testSecretsQuota},
+		{"KVRoundTrip", "", su.testKVRoundTrip},
+		{"KVListPrefix", "", su.testKVListPrefix},
+		{"KVListPagination", "", su.testKVListPagination},
+		{"KVListLimitDefaultAndCap", "", su.testKVListLimitDefaultAndCap},
+		{"ScopeIsolation", "", su.testScopeIsolation},
+		{"Validation", "", su.testValidation},
+		{"ConcurrentPuts", "", su.testConcurrentPuts},
+		{"CanceledContext", "", su.testCanceledContext},
+		{"KVQuota", "", su.testKVQuota},
+		{"KVQuotaConcurrent", "", su.testKVQuotaConcurrent},
+		{"KVGroupCommit", "", su.testKVGroupCommit},
+		{"AuditRoundTrip", "", su.testAuditRoundTrip},
+		{"AuditFilters", "", su.testAuditFilters},
+		{"AuditLimitDefaultAndCap", "", su.testAuditLimitDefaultAndCap},
+		{"AuditValidation", "", su.testAuditValidation},
+		{"AuditAttrs", "", su.testAuditAttrs},
+		{"AuditText", "", su.testAuditText},
+		{"AuditBatch", "", su.testAuditBatch},
+		{"AuditMatchesModel", "", su.testAuditMatchesModel},
+		{"AuditPrune", "", su.testAuditPrune},
+		{"ConfirmationUse", "", su.testConfirmationUse},
+		{"ConfirmationExpired", "", su.testConfirmationExpired},
+		{"ConfirmationUseRace", "", su.testConfirmationUseRace},
+		{"ConfirmationsPending", "", su.testConfirmationsPending},
+		{"ConfirmationCreateValidation", "", su.testConfirmationCreateValidation},
+		{"ConfirmationCleanup", "", su.testConfirmationCleanup},
+		{"ConfirmationBinding", "", su.testConfirmationBinding},
+		{"APIKeys", "", su.testAPIKeys},
+		{"ModuleVersions", "", su.testModuleVersions},
+		{"ModuleQuota", "", su.testModuleQuota},
+		{"ModuleBlobs", "", su.testModuleBlobs},
+		{"WatchModules", "", su.testWatchModules},
+		{"RateTake", "", su.testRateTake},
+		{"RateTakeConcurrent", "", su.testRateTakeConcurrent},
+		{"OrgScoping", "", su.testOrgScoping},
+		{"CodeRoundTrip", "", su.testCodeRoundTrip},
+		{"CodeValidation", "", su.testCodeValidation},
+		{"CodeTooLarge", "", su.testCodeTooLarge},
+		{"CodeEviction", "", su.testCodeEviction},
+		{"KnowledgeContract", "knowledge", su.testKnowledgeContract},
+		{"KnowledgeRanking", "knowledge", su.testKnowledgeRanking},
+		{"KnowledgeSnippet", "knowledge", su.testKnowledgeSnippet},
+		{"KnowledgeFilter", "knowledge", su.testKnowledgeFilter},
+		{"KnowledgeScoping", "knowledge", su.testKnowledgeScoping},
+		{"KnowledgeUserScope", "knowledge", su.testKnowledgeUserScope},
+		{"KnowledgeQuota", "knowledge", su.testKnowledgeQuota},
+		{"KnowledgeHostile", "knowledge", su.testKnowledgeHostile},
+		{"KnowledgeValidation", "knowledge", su.testKnowledgeValidation},
+		{"DBRoundTrip", "db", su.testDBRoundTrip},
+		{"DBValidation", "db", su.testDBValidation},
+		{"DBScoping", "db", su.testDBScoping},
+		{"DBQuery", "db", su.testDBQuery},
+		{"DBQueryHostile", "db", su.testDBQueryHostile},
+		{"DBPageBytes", "db", su.testDBPageBytes},
+		{"DBQuota", "db", su.testDBQuota},
+		{"DBQuotaConcurrent", "db", su.testDBQuotaConcurrent},
+		{"DBConflict", "db", su.testDBConflict},
+		{"DBMigrate", "db", su.testDBMigrate},
+		{"TaskContract", "tasks", su.testTaskContract},
+		{"TaskIdempotency", "tasks", su.testTaskIdempotency},
+		{"TaskScoping", "tasks", su.testTaskScoping},
+		{"TaskRetries", "tasks", su.testTaskRetries},
+		{"TaskLease", "tasks", su.testTaskLease},
+		{"TaskHostile", "tasks", su.testTaskHostile},
+		{"TaskQuota", "tasks", su.testTaskQuota},
+		{"TaskOrigin", "tasks", su.testTaskOrigin},
+		{"ScheduleFire", "tasks", su.testScheduleFire},
+		{"AIBudget", "ai", su.testAIBudget},
+		{"AIBudgetRace", "ai", su.testAIBudgetRace},
+		{"KnowledgeHybrid", "knowledge", su.testKnowledgeHybrid},
+		{"KnowledgeVectorQuota", "knowledge", su.testKnowledgeVectorQuota},
+		{"MediaContract", "media", su.testMediaContract},
+		{"MediaScoping", "media", su.testMediaScoping},
+		{"MediaValidation", "media", su.testMediaValidation},
+		{"MediaQuota", "media", su.testMediaQuota},
+		{"MediaQuotaConcurrent", "media", su.testMediaQuotaConcurrent},
+		{"SecretsContract", "secrets", su.testSecretsContract},
+		{"SecretsValidation", "secrets", su.testSecretsValidation},
+		{"SecretsQuota", "secrets", su.testSecretsQuota},
 	}
+	supported := familiesOf(t, open(t))
 	for _, tt := range tests {
-		t.Run(tt.name, tt.run)
+		t.Run(tt.name, func(t *testing.T) {
+			skipUnsupported(t, supported, tt.family)
+			tt.run(t)
+		})
 	}
 }
 
@@ -146,25 +159,47 @@ func RunDB(t *testing.T, open func(t *testing.T) *store.Store) {
 // handles against each other.
 func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 	tests := []struct {
-		name string
-		run  func(t *testing.T, open func(t *testing.T, n int) []*store.Store)
+		name, family string
+		run          func(t *testing.T, open func(t *testing.T, n int) []*store.Store)
 	}{
-		{"KVQuota", testSharedKVQuota},
-		{"ConfirmationUse", testSharedConfirmationUse},
-		{"WatchModules", testSharedWatchModules},
-		{"RateTake", testSharedRateTake},
-		{"ModuleQuota", testSharedModuleQuota},
-		{"CodeBudget", testSharedCodeBudget},
-		{"KnowledgeQuota", testSharedKnowledgeQuota},
-		{"DB", testSharedDB},
-		{"TaskClaim", testSharedTaskClaim},
-		{"ScheduleFire", testSharedScheduleFire},
-		{"TaskEnqueue", testSharedTaskEnqueue},
-		{"AIBudget", testSharedAIBudget},
-		{"MediaQuota", testSharedMediaQuota},
-		{"AuditPrune", testSharedAuditPrune},
+		{"KVQuota", "", testSharedKVQuota},
+		{"ConfirmationUse", "", testSharedConfirmationUse},
+		{"WatchModules", "", testSharedWatchModules},
+		{"RateTake", "", testSharedRateTake},
+		{"ModuleQuota", "", testSharedModuleQuota},
+		{"CodeBudget", "", testSharedCodeBudget},
+		{"KnowledgeQuota", "knowledge", testSharedKnowledgeQuota},
+		{"DB", "db", testSharedDB},
+		{"TaskClaim", "tasks", testSharedTaskClaim},
+		{"ScheduleFire", "tasks", testSharedScheduleFire},
+		{"TaskEnqueue", "tasks", testSharedTaskEnqueue},
+		{"AIBudget", "ai", testSharedAIBudget},
+		{"MediaQuota", "media", testSharedMediaQuota},
+		{"AuditPrune", "", testSharedAuditPrune},
 	}
+	supported := familiesOf(t, open(t, 2)[0])
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.run(t, open) })
+		t.Run(tt.name, func(t *testing.T) {
+			skipUnsupported(t, supported, tt.family)
+			tt.run(t, open)
+		})
+	}
+}
+
+// familiesOf is which op families s's backend implements.
+func familiesOf(t *testing.T, s *store.Store) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, f := range s.Families() {
+		out[f.Name] = f.Supported
+	}
+	return out
+}
+
+// skipUnsupported skips a family's test on a backend without its storage.
+func skipUnsupported(t *testing.T, supported map[string]bool, family string) {
+	t.Helper()
+	if family != "" && !supported[family] {
+		t.Skipf("the backend does not implement the %s family's storage", family)
 	}
 }
