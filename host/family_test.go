@@ -118,9 +118,11 @@ func (secretSource) Secret(context.Context, string, string) ([]byte, error) {
 // TestFamilyLifecycle: the stamp family above, configured through
 // host.Config.Families, is validated and provisioned when the host
 // starts (with the secrets family's service it asked for), its op is
-// granted to a module that requests its capability and denied to one
-// that does not, each decision audited, and its service is cleaned up
-// when the host closes. A configuration of the wrong type, for a family
+// granted to a module that requests its capability with a target the
+// profile grants and denied otherwise, each decision audited, through
+// every transport (the moat import, the device file, Extism's moat_call,
+// a native worker's pipe), and its service is cleaned up when the host
+// closes. A configuration of the wrong type, for a family
 // that does not exist, or that its Validate refuses stops the host from
 // starting, saying why.
 func TestFamilyLifecycle(t *testing.T) {
@@ -140,44 +142,46 @@ func TestFamilyLifecycle(t *testing.T) {
 	svc := stampServices.all[len(stampServices.all)-1]
 	stampServices.Unlock()
 
-	granted, err := loadWithManifest(t, h, "name: stamper\nversion: 1.0.0\nactions: [{name: call}]\ncapabilities: {stamp: [ledger, secret]}\n")
-	if err != nil {
-		t.Fatal(err)
+	granted := opTransports(t, h, "stamper", "capabilities: {stamp: [ledger, secret]}", []string{"stamp.make"})
+	denied := opTransports(t, h, "nostamp", "", []string{"stamp.make"})
+	made := 0
+	for name := range granted {
+		t.Run(name, func(t *testing.T) {
+			for i, tt := range []struct {
+				call     func(t *testing.T, cid, op, req string) opOutcome
+				book     string
+				code     abi.Code
+				decision string
+			}{
+				{granted[name], "ledger", "", audit.Allow},
+				{granted[name], "diary", abi.CodeDenied, audit.Deny},  // granted by the profile, not asked for
+				{granted[name], "secret", abi.CodeDenied, audit.Deny}, // asked for, not granted
+				{denied[name], "ledger", abi.CodeDenied, audit.Deny},  // the module asks for no stamp
+			} {
+				cid := fmt.Sprintf("stamp-%s-%d", strings.ReplaceAll(name, " ", "-"), i)
+				got := tt.call(t, cid, "stamp.make", `{"book":"`+tt.book+`"}`)
+				switch {
+				case got.code != tt.code:
+					t.Errorf("%s: %+v; want code %q", cid, got, tt.code)
+				case tt.code == "" && !strings.HasPrefix(got.reply, `{"stamp":"S-`) || tt.code == "" && !strings.HasSuffix(got.reply, `,"secrets":true}`):
+					t.Errorf("%s: reply %s; want a stamp S-n made with the secrets family's service", cid, got.reply)
+				case tt.code == "":
+					made++
+				}
+				evs := auditEvents(t, h, audit.Filter{CorrelationID: cid, Kind: audit.KindOp})
+				if len(evs) == 0 {
+					t.Fatalf("%s: no op event", cid)
+				}
+				ev := evs[len(evs)-1]
+				if ev.Op != "stamp.make" || ev.Decision != tt.decision || ev.Attrs["target"] != tt.book || ev.User != ann.User || ev.Org != ann.Org ||
+					tt.decision == audit.Allow && ev.MutationID == "" {
+					t.Errorf("%s: audit event %+v; want stamp.make, %s, target %s", cid, ev, tt.decision, tt.book)
+				}
+			}
+		})
 	}
-	denied, err := loadWithManifest(t, h, "name: nostamp\nversion: 1.0.0\nactions: [{name: call}]\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		m        *host.Module
-		cid      string
-		book     string
-		reply    string
-		code     abi.Code
-		decision string
-	}{
-		{granted, "stamp-1", "ledger", `{"stamp":"S-7","secrets":true}`, "", audit.Allow},
-		{granted, "stamp-2", "ledger", `{"stamp":"S-8","secrets":true}`, "", audit.Allow},
-		{granted, "stamp-3", "diary", "", abi.CodeDenied, audit.Deny},  // granted by the profile, not asked for
-		{granted, "stamp-4", "secret", "", abi.CodeDenied, audit.Deny}, // asked for, not granted
-		{denied, "stamp-5", "ledger", "", abi.CodeDenied, audit.Deny},  // the module asks for no stamp
-	} {
-		res, err := tt.m.Invoke(ctx, host.Request{Action: "call", Input: []byte(`stamp.make {"book":"` + tt.book + `"}`), Principal: ann, CorrelationID: tt.cid})
-		switch {
-		case tt.code != "" && host.CodeOf(err) != tt.code:
-			t.Errorf("%s: %v; want %s", tt.cid, err, tt.code)
-		case tt.code == "" && (err != nil || string(res.Output) != tt.reply):
-			t.Errorf("%s: %v %q; want %s", tt.cid, err, res.Output, tt.reply)
-		}
-		evs := auditEvents(t, h, audit.Filter{CorrelationID: tt.cid, Kind: audit.KindOp})
-		if len(evs) == 0 {
-			t.Fatalf("%s: no op event", tt.cid)
-		}
-		ev := evs[len(evs)-1]
-		if ev.Op != "stamp.make" || ev.Decision != tt.decision || ev.Attrs["target"] != tt.book || ev.User != ann.User || ev.Org != ann.Org ||
-			tt.decision == audit.Allow && ev.MutationID == "" {
-			t.Errorf("%s: audit event %+v; want stamp.make, %s", tt.cid, ev, tt.decision)
-		}
+	if n := svc.next.Load(); made == 0 || n != int64(7+made) {
+		t.Errorf("%d stamps made through the transports, the service counted to %d from 7", made, n)
 	}
 	if svc.cleaned.Load() {
 		t.Error("the service was cleaned up while the host ran")
