@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
@@ -81,7 +82,7 @@ default:
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: prof, Logger: logger, AI: svc})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ops.AIConfig{Service: svc}}})
 	if err != nil {
 		t.Fatal(err)
 	}

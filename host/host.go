@@ -41,14 +41,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/internal/codeshare"
@@ -126,34 +124,19 @@ type Config struct {
 	// all hosts (least recently used evicted; store.CodePut). Default
 	// store.DefaultCodeBudget.
 	CodeBudget int64
-	// Tasks bounds the background tasks the host's modules enqueue
-	// (tasks.go).
-	Tasks TaskLimits
-	// TaskOrigin is where the tasks the host's modules enqueue run
-	// (store.Task.Origin): "" (moat serve) for modules the store holds,
-	// which any runner on the store may load; another value for modules
-	// only this process has (moat run: "run:" and the plugin's
-	// directory), whose tasks only a tasks.Runner (host/tasks) with that Origin claims,
-	// never a server sharing the store.
-	TaskOrigin string
-	// AI makes the model calls of the ai ops and of hybrid knowledge
-	// (package host/ai: the operator's providers, model aliases and
-	// budgets, kept in the store). Hosts of one process should share
-	// one, so each provider's bound on calls in flight holds for all.
-	// Nil: no model calls, and knowledge is full text alone.
-	AI *ai.Service
-	// Media configures the media family: each organization's quota and
-	// the bound on image decodes (mediaconfig.go).
-	Media MediaConfig
-	// Secrets are the operator's secrets (package host/secrets' Vault):
-	// the values an http grant injects into a request, resolved in the
-	// calling organization, and the operator's own provider keys. Nil:
-	// none, and a request whose grant injects a secret is refused.
-	Secrets ops.SecretSource
-	// Resolver resolves the host names of the requests modules send
-	// (http.fetch, Extism's http_request, media.fetch). Nil: the
-	// system's. Every address it answers is checked when dialled.
-	Resolver *net.Resolver
+	// Families configures the op families (ops.Families names them), by
+	// family name: each value is a pointer to the family's own
+	// configuration type (its ops.Family.Config; for media,
+	// *ops.MediaConfig). A family left out is provisioned with its
+	// defaults. The host provisions each family's service from it at
+	// New and releases it at Close. What other fields of Config held
+	// before issue 29 is here: the ai family's models (*ops.AIConfig,
+	// whose Service hosts of one process should share), the secrets a
+	// grant injects (*ops.SecretsConfig), the http family's Resolver
+	// (*ops.HTTPConfig), media's quota and decode bound
+	// (*ops.MediaConfig), the bound on queued tasks and where they run
+	// (*ops.TasksConfig: Origin, which was TaskOrigin).
+	Families map[string]any
 }
 
 // DefaultNativeWorkers is how many native plugin workers a host runs at
@@ -244,6 +227,7 @@ type Host struct {
 	profile   *policy.Profile
 	audit     *audit.Log
 	share     *codeshare.Sharer // nil: compiled code is not shared (no CodeKey)
+	services  *ops.Services     // the op families' services (Config.Families)
 }
 
 type compiled struct {
@@ -300,8 +284,15 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.store, h.ownStore = s, true
 	}
 	h.audit = audit.New(h.store, h.log)
+	services, err := ops.Provision(ctx, ops.Core{Store: h.store, Logger: h.log}, cfg.Families)
+	if err != nil {
+		h.closeStore()
+		return nil, fmt.Errorf("host: config families: %w", err)
+	}
+	h.services = services
 	cache, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 	if err != nil {
+		h.services.Cleanup()
 		h.closeStore()
 		return nil, fmt.Errorf("host: compilation cache in %s: %w", cfg.CacheDir, err)
 	}
@@ -375,7 +366,7 @@ func (h *Host) Close(ctx context.Context) error {
 	if h.cache != nil {
 		errs = append(errs, h.cache.Close(ctx))
 	}
-	errs = append(errs, h.closeStore())
+	errs = append(errs, h.services.Cleanup(), h.closeStore())
 	return errors.Join(errs...)
 }
 

@@ -80,8 +80,9 @@ func httpHost(t *testing.T, profileYAML string, dns *net.Resolver, logs io.Write
 	if logs == nil {
 		logs = io.Discard
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Secrets: vault, Resolver: dns,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p,
+		Families: map[string]any{"secrets": &ops.SecretsConfig{Source: vault}, "http": &ops.HTTPConfig{Resolver: dns}},
+		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -711,7 +712,7 @@ default:
 	p, _ := policy.ParseProfile("p.yaml", []byte(profile))
 	for name, src := range map[string]host.Config{
 		"no secrets":     {Profile: p},
-		"a vault no key": {Profile: p, Secrets: secrets.NewVault(h.Store(), nil, nil)},
+		"a vault no key": {Profile: p, Families: map[string]any{"secrets": &ops.SecretsConfig{Source: secrets.NewVault(h.Store(), nil, nil)}}},
 	} {
 		src.DataDir = t.TempDir()
 		src.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -187,8 +187,8 @@ type invocation struct {
 // newEnv is the ops environment of one of m's invocations, before Begin.
 func (m *Module) newEnv() ops.Env {
 	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
-		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), AI: m.host.cfg.AI, Media: m.host.cfg.Media.mediaLimits(),
-		Secrets: m.host.cfg.Secrets, Outbound: (*moduleOutbound)(m), Knowledge: m.policy.manifest}
+		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), Services: m.host.services,
+		Outbound: (*moduleOutbound)(m), Knowledge: m.policy.manifest}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the

@@ -14,6 +14,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/media"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -43,7 +44,7 @@ func TestMediaFetchHoldsMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Media: host.MediaConfig{Decodes: media.NewDecodeSlots(bound)}})
+		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Families: map[string]any{"media": &ops.MediaConfig{Decodes: media.NewDecodeSlots(bound)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ type moduleOutbound Module
 func (o *moduleOutbound) client() *ops.HTTPClient {
 	m := (*Module)(o)
 	m.http.once.Do(func() {
-		m.http.client = ops.NewHTTPClient(ops.HTTPClientConfig{Evaluation: m.policy.eval, Resolver: m.host.cfg.Resolver, Record: m.recordHTTP})
+		m.http.client = ops.NewHTTPClient(ops.HTTPClientConfig{Evaluation: m.policy.eval, Resolver: ops.HTTPResolver(m.host.services), Record: m.recordHTTP})
 	})
 	return m.http.client
 }

@@ -12,20 +12,14 @@ import (
 // own actions (task.enqueue), or a schedule in its manifest does at each
 // tick; a runner of package host/tasks claims due tasks from the store
 // and invokes each on the module's current version through Module.Invoke.
-// What is here is the module's side: the task family's view of it and
-// its limits. The runner is a client of Module, not part of it.
-
-// TaskLimits bound the background tasks of a host's modules.
-type TaskLimits struct {
-	// MaxQueued bounds the tasks queued or running per organization and
-	// module; an enqueue past it is refused (too_large). Default
-	// store.DefaultMaxQueuedTasks.
-	MaxQueued int
-}
+// What is here is the module's side: the task family's view of it. The
+// family's configuration (ops.TasksConfig: the queue bound, the origin)
+// is its provisioned service. The runner is a client of Module, not part
+// of it.
 
 // taskConfig is the task family's view of m (ops.Env.Tasks).
-func (m *Module) taskConfig() *ops.TaskConfig {
-	return &ops.TaskConfig{CheckAction: m.checkTaskAction, MaxQueued: m.host.cfg.Tasks.MaxQueued, Origin: m.host.cfg.TaskOrigin}
+func (m *Module) taskConfig() *ops.ModuleTasks {
+	return &ops.ModuleTasks{CheckAction: m.checkTaskAction}
 }
 
 // checkTaskAction refuses an action a task of m cannot run.

@@ -20,6 +20,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
@@ -141,6 +142,14 @@ type Config struct {
 	// Media configures media items: each organization's quota, the
 	// memory of image decodes, signed URLs (MediaConfig).
 	Media MediaConfig `yaml:"media"`
+	// Families are the sections of op families this Config has no field
+	// for, each decoded by the family's name into its own configuration
+	// type (ops.FamilyConfig) by the same strict rules, checked by its
+	// Validate, and handed to every host (host.Config.Families): a family
+	// registered from elsewhere is configured here with no edit to this
+	// file. A family whose configuration has nothing a file can set
+	// (secrets, http) has no section.
+	Families map[string]any `yaml:"-"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -442,6 +451,7 @@ func ParseConfig(file string, data []byte) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	c.Families = ix.Sections()
 	c.fillDefaults()
 	c.File = file
 	return c, c.validate(ix)
@@ -449,7 +459,7 @@ func ParseConfig(file string, data []byte) (Config, error) {
 
 // configYAML is how a server config differs from a manifest for the strict
 // decoder: an empty file is the defaults.
-var configYAML = &yamlstrict.Options{Shapes: map[reflect.Type]yamlstrict.Shape{
+var configYAML = &yamlstrict.Options{Sections: familySection, Shapes: map[reflect.Type]yamlstrict.Shape{
 	reflect.TypeFor[policy.Duration](): yamlstrict.Scalar("a duration like 30s", func(s string) error {
 		_, err := policy.ParseDuration(s)
 		return err
@@ -459,6 +469,26 @@ var configYAML = &yamlstrict.Options{Shapes: map[reflect.Type]yamlstrict.Shape{
 		return err
 	}),
 }}
+
+// familySection is a new configuration of the op family named key, for
+// its section of the file; nil when no family has that name or its
+// configuration has nothing a file can set.
+func familySection(key string) any {
+	cfg, ok := ops.FamilyConfig(key)
+	if !ok {
+		return nil
+	}
+	t := reflect.TypeOf(cfg)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	for i := range t.Elem().NumField() {
+		if f := t.Elem().Field(i); f.IsExported() && f.Tag.Get("yaml") != "-" {
+			return cfg
+		}
+	}
+	return nil
+}
 
 // validate checks what the types cannot: addresses, pairs of fields,
 // ranges. ix locates fields in the file (nil for the defaults).
@@ -492,6 +522,11 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 	}
 	if _, err := c.MigrateMode(); err != nil {
 		return fail("migrate", "%v", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Families)) {
+		if err := ops.ValidateFamilyConfig(name, c.Families[name]); err != nil {
+			return fail(name, "%v", err)
+		}
 	}
 	if err := c.Audit.validate(); err != nil {
 		return fail("audit.retention", "%v", err)

@@ -11,27 +11,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/media"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// MediaConfig configures the media family and its routes (media.go).
+// MediaConfig is the media: section of moat-server.yaml: the media
+// family's own configuration (ops.MediaConfig: quota_bytes, decode_bytes),
+// inline, beside the keys of the server's media routes (media.go).
 type MediaConfig struct {
-	// QuotaBytes bounds the bytes of media items each organization
-	// stores, across its modules; a put or thumbnail past it is refused
-	// with resource_exhausted naming media.quota_bytes. Default 1GiB;
-	// from 1MiB to 1TiB.
-	QuotaBytes policy.ByteSize `yaml:"quota_bytes"`
-	// DecodeBytes bounds the memory this server's media work holds at
-	// once, all organizations together: each image decode (thumbnails)
-	// takes what its image's header says it will need before it starts,
-	// each media.fetch twice abi.MaxMediaBytes (the body and its ingested
-	// copy) before it sends, and both wait within their invocation's
-	// deadline for the rest.
-	// Default 1GiB; from 512MiB (the largest image the host decodes) to
-	// 64GiB.
-	DecodeBytes policy.ByteSize `yaml:"decode_bytes"`
+	// The family's keys. The server bounds them further: quota_bytes
+	// from 1MiB to 1TiB (default 1GiB), decode_bytes from 512MiB (the
+	// largest image the host decodes) to 64GiB (default 1GiB).
+	ops.MediaConfig `yaml:",inline"`
 	// URLTTL is the longest a signed URL (POST /v1/media/{id}/url) lasts,
 	// and how long one lasts unless the request asks for less. Default
 	// 10m; from 10s to 24h. A URL claiming to last longer than this is
@@ -69,7 +61,7 @@ func ValidateMediaKey(key string) error {
 
 func (m *MediaConfig) fillDefaults() {
 	if m.QuotaBytes == 0 {
-		m.QuotaBytes = host.DefaultMediaQuota
+		m.QuotaBytes = ops.DefaultMediaQuota
 	}
 	if m.DecodeBytes == 0 {
 		m.DecodeBytes = media.DefaultDecodeBytes
@@ -81,7 +73,7 @@ func (m *MediaConfig) fillDefaults() {
 
 func (m *MediaConfig) validate(fail failFunc) error {
 	if m.QuotaBytes < 1<<20 || m.QuotaBytes > 1<<40 {
-		return fail("media.quota_bytes", "%s is outside 1 MiB to 1 TiB; leave it out for the default %s", m.QuotaBytes, policy.ByteSize(host.DefaultMediaQuota))
+		return fail("media.quota_bytes", "%s is outside 1 MiB to 1 TiB; leave it out for the default %s", m.QuotaBytes, policy.ByteSize(ops.DefaultMediaQuota))
 	}
 	if m.DecodeBytes < 512<<20 || m.DecodeBytes > 64<<30 {
 		return fail("media.decode_bytes", "%s is outside 512 MiB (what decoding the largest image the host keeps may take) to 64 GiB; leave it out for the default %s",

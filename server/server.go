@@ -46,6 +46,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
@@ -198,6 +199,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("server: %w (set media.url_key_file or $%s)", err, EnvMediaKey)
 	}
+	// The op families' configuration, the same for every host: what the
+	// server made once above (the model service, whose bounds on calls in
+	// flight are the server's; the vault; the decode bound) is shared.
+	families := map[string]any{
+		"ai":      &ops.AIConfig{Service: s.ai},
+		"media":   &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
+		"secrets": &ops.SecretsConfig{Source: s.vault},
+		"tasks":   &ops.TasksConfig{MaxQueued: cfg.Tasks.MaxQueued},
+	}
+	for name, fc := range cfg.Families { // the sections of families the server does not name
+		if families[name] == nil {
+			families[name] = fc
+		}
+	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {
 		profiles = append(profiles, p)
@@ -216,10 +231,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
-			Tasks:   host.TaskLimits{MaxQueued: cfg.Tasks.MaxQueued},
-			AI:      s.ai,
-			Media:   host.MediaConfig{QuotaBytes: int64(cfg.Media.QuotaBytes), QuotaKnob: "media.quota_bytes", Decodes: decodes},
-			Secrets: s.vault,
+			Families: families,
 		})
 		if err != nil {
 			s.abort(ctx)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/tasks"
 	"github.com/moat-sandbox/moat/policy"
@@ -19,10 +20,9 @@ import (
 
 // TasksConfig configures the background tasks `moat serve` runs.
 type TasksConfig struct {
-	// MaxQueued bounds the tasks queued or running per organization and
-	// module; an enqueue past it is refused. Default
-	// store.DefaultMaxQueuedTasks (1000).
-	MaxQueued int `yaml:"max_queued"`
+	// The task family's key (ops.TasksConfig): max_queued, default
+	// store.DefaultMaxQueuedTasks (1000), from 1 to 1000000.
+	ops.TasksConfig `yaml:",inline"`
 	// Concurrency bounds the tasks this replica runs at once. Each also
 	// takes an invocation slot of its organization (admission.*), so
 	// tasks never hold more than HTTP invocations may, and an

@@ -44,7 +44,7 @@ type globalFlags struct {
 	// gone; see backstop.go).
 	backstop *os.File
 	// taskOrigin is where the tasks of the modules this command's host
-	// loads run (host.Config.TaskOrigin): moat run's runOrigin, else
+	// loads run (ops.TasksConfig.Origin): moat run's runOrigin, else
 	// cliOrigin.
 	taskOrigin string
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
@@ -310,7 +311,8 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if origin == "" {
 		origin = cliOrigin
 	}
-	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile, TaskOrigin: origin}
+	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile,
+		Families: map[string]any{"tasks": &ops.TasksConfig{Origin: origin}}}
 	if s := g.server; s != nil {
 		return newServerHost(ctx, g, cfg, s)
 	}
@@ -324,7 +326,7 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	var src *storeSecrets
 	if key != nil {
 		src = &storeSecrets{key: key}
-		cfg.Secrets = src
+		cfg.Families["secrets"] = &ops.SecretsConfig{Source: src}
 	}
 	h, err := host.New(ctx, cfg)
 	if err != nil {
@@ -340,18 +342,26 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 // newServerHost is newHost under a server configuration (--server-config):
 // the host runs on the configuration's store (a data directory or
 // PostgreSQL), with its secrets key, its model providers and budgets, and
-// its media quota, so a plugin run from the command line reaches what it
-// would reach served. The store closes with the host.
+// its media quota and the sections of other op families, so a plugin run
+// from the command line reaches what it would reach served. The store
+// closes with the host.
 func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *server.Config) (*host.Host, error) {
 	st, err := store.Open(ctx, s.StoreLocation())
 	if err != nil {
 		return nil, err
 	}
 	cfg.Store = st
-	cfg.Secrets = secrets.NewVault(st, s.SecretsKey, nil)
-	cfg.Media = host.MediaConfig{QuotaBytes: int64(s.Media.QuotaBytes), QuotaKnob: "media.quota_bytes"}
+	models := &ops.AIConfig{}
+	cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)}
+	cfg.Families["media"] = &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}
+	cfg.Families["ai"] = models
+	for name, fc := range s.Families { // the sections of families the server's Config does not name
+		if cfg.Families[name] == nil {
+			cfg.Families[name] = fc
+		}
+	}
 	if s.AI.Enabled() {
-		if cfg.AI, err = ai.New(s.AI, st, cfg.Logger); err != nil {
+		if models.Service, err = ai.New(s.AI, st, cfg.Logger); err != nil {
 			st.Close()
 			var ce *ai.ConfigError
 			if errors.As(err, &ce) {

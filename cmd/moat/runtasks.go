@@ -19,7 +19,7 @@ import (
 
 // The tasks a plugin enqueues under moat run. Its module is read from a
 // directory or a file: no server has it, so its tasks belong to this
-// process (host.Config.TaskOrigin "run:" and the module's absolute
+// process (ops.TasksConfig.Origin "run:" and the module's absolute
 // path), and no moat serve sharing the store claims them (it could only
 // fail them: it has no such module, or another under the same name).
 // moat run says so as it exits, or, with --wait, runs them itself before

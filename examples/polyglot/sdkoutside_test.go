@@ -27,6 +27,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -99,7 +100,7 @@ func withAIProvider(t *testing.T, cfg *host.Config, baseURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store, cfg.Secrets, cfg.AI = st, vault, svc
+	cfg.Store, cfg.Families = st, map[string]any{"secrets": &ops.SecretsConfig{Source: vault}, "ai": &ops.AIConfig{Service: svc}}
 }
 
 // origin is the loopback server the plugins fetch from: /sdk/echo

@@ -22,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -177,7 +178,7 @@ func TestEgressHostile(t *testing.T) {
 	// not the grant, is what refuses), and g and 127.0.0.2 by address.
 	targets := fmt.Sprintf(`["http://*:%d", "http://*:%d", "http://127.0.0.1:%d", "http://*:%d", "http://127.0.0.2:%d"]`, P4, P6, PG, PR, PR)
 	p := profile(t, "name: egress\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    http: {targets: "+targets+", allow_any: true}\n")
-	h := newHostWith(t, p, nil, func(c *host.Config) { c.Resolver = dns.Resolver() })
+	h := newHostWith(t, p, nil, func(c *host.Config) { c.Families = map[string]any{"http": &ops.HTTPConfig{Resolver: dns.Resolver()}} })
 	m, err := h.Load(ctx, buildPlugin(t, "egress"), host.LoadOptions{Manifest: manifest(t,
 		"name: egress\nversion: 1.0.0\nkind: extism\nactions: [{name: raw}, {name: last}]\ncapabilities:\n  http: {targets: "+targets+", allow_any: true}\n")})
 	if err != nil {
@@ -521,7 +522,9 @@ func TestEgressInjection(t *testing.T) {
 	if _, err := vault.Set(ctx, secrets.Actor{Via: "cli", User: "root"}, "acme", "svc", []byte(tok)); err != nil {
 		t.Fatal(err)
 	}
-	h := newHostWith(t, p, nil, func(c *host.Config) { c.Store, c.Secrets = st, vault })
+	h := newHostWith(t, p, nil, func(c *host.Config) {
+		c.Store, c.Families = st, map[string]any{"secrets": &ops.SecretsConfig{Source: vault}}
+	})
 	m, err := h.Load(ctx, buildPlugin(t, "egress"), host.LoadOptions{Manifest: manifest(t,
 		"name: egress\nversion: 1.0.0\nkind: extism\nactions: [{name: raw}, {name: last}]\ncapabilities:\n  http: ["+G+"/, "+O+"]\n")})
 	if err != nil {

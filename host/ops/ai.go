@@ -3,6 +3,7 @@ package ops
 import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The ai family: model calls through the operator's providers
@@ -17,13 +18,65 @@ import (
 // that refused it.
 
 func init() {
-	Register(Op{Name: abi.OpAIComplete, Capability: "ai", Func: Typed(aiComplete), LeavesSandbox: true})
-	Register(Op{Name: abi.OpAIEmbed, Capability: "ai", Func: Typed(aiEmbed), LeavesSandbox: true})
+	RegisterFamily(Family{
+		Name: "ai", Capability: policy.CapabilitySpec{Name: "ai"},
+		Config:    func() any { return &AIConfig{} },
+		Provision: provisionAI,
+		Ops: []Op{
+			{Name: abi.OpAIComplete, Func: Typed(aiComplete), LeavesSandbox: true},
+			{Name: abi.OpAIEmbed, Func: Typed(aiEmbed), LeavesSandbox: true},
+		},
+	})
+}
+
+// AIConfig configures the ai family (host.Config.Families["ai"]): the
+// operator's providers, model aliases and budgets, which are the ai:
+// section of moat-server.yaml (ai.Config), or a service already made
+// from them.
+type AIConfig struct {
+	ai.Config `yaml:",inline"`
+	// Service is a service made from the configuration already (ai.New),
+	// for hosts of one process that share one, as moat serve's do: each
+	// provider's bound on calls in flight then holds for all of them.
+	// Nil: the family makes its own from Config, when Config configures
+	// any model (ai.Config.Enabled); none otherwise.
+	Service *ai.Service `yaml:"-"`
+}
+
+// aiService is the ai family's service: the operator's models (nil: no
+// model calls on this host, and knowledge is full text alone), and the
+// secrets family's source, where a provider's key may be kept.
+type aiService struct {
+	models  *ai.Service
+	secrets SecretSource
+}
+
+func provisionAI(ctx *ProvisionContext, cfg any) (any, error) {
+	c := cfg.(*AIConfig)
+	s := &aiService{models: c.Service}
+	if s.models == nil && c.Config.Enabled() {
+		var err error
+		if s.models, err = ai.New(c.Config, ctx.Store, ctx.Logger); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	s.secrets, err = secretsService(ctx)
+	return s, err
+}
+
+// aiOf is the ai family's service for env's host (empty when the host
+// provisioned none: an Env made by hand).
+func aiOf(env *Env) *aiService {
+	if s, ok := ServiceOf[*aiService](env, "ai"); ok {
+		return s
+	}
+	return &aiService{}
 }
 
 // caller is whom env's model calls are for.
-func caller(env *Env) ai.Caller {
-	return ai.Caller{Org: env.Principal.Org, Module: env.Module, Secrets: env.Secrets}
+func caller(env *Env, s *aiService) ai.Caller {
+	return ai.Caller{Org: env.Principal.Org, Module: env.Module, Secrets: s.secrets}
 }
 
 // noModels is the refusal of a model call on a host with no AI service.
@@ -32,10 +85,11 @@ func noModels(op string) error {
 }
 
 func aiComplete(env *Env, req *abi.AICompleteRequest) (*abi.AICompleteResponse, error) {
-	if env.AI == nil {
+	s := aiOf(env)
+	if s.models == nil {
 		return nil, noModels(abi.OpAIComplete)
 	}
-	resp, ev, err := env.AI.Complete(env.Context, caller(env), req)
+	resp, ev, err := s.models.Complete(env.Context, caller(env, s), req)
 	if ev != nil {
 		env.SetModelCall(ev)
 	}
@@ -43,10 +97,11 @@ func aiComplete(env *Env, req *abi.AICompleteRequest) (*abi.AICompleteResponse, 
 }
 
 func aiEmbed(env *Env, req *abi.AIEmbedRequest) (*abi.AIEmbedResponse, error) {
-	if env.AI == nil {
+	s := aiOf(env)
+	if s.models == nil {
 		return nil, noModels(abi.OpAIEmbed)
 	}
-	resp, ev, err := env.AI.Embed(env.Context, caller(env), req)
+	resp, ev, err := s.models.Embed(env.Context, caller(env, s), req)
 	if ev != nil {
 		env.SetModelCall(ev)
 	}

@@ -40,7 +40,11 @@ func aiEnv(t *testing.T) (*ops.Env, *aitest.Server, *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &ops.Env{Module: "notes", Store: st, Logger: slog.New(slog.DiscardHandler), AI: svc}
+	services, err := ops.Provision(ctx, ops.Core{Store: st}, map[string]any{"ai": &ops.AIConfig{Service: svc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &ops.Env{Module: "notes", Store: st, Logger: slog.New(slog.DiscardHandler), Services: services}
 	env.Begin(ctx, "a", policy.Principal{User: "ann", Org: "acme"}, "c")
 	return env, srv, st
 }
@@ -130,7 +134,7 @@ func TestAIOps(t *testing.T) {
 	}
 
 	// With no AI service, the ops say so.
-	env.AI = nil
+	env.Services = nil
 	if _, err := dispatch(t, env, g, abi.OpAIComplete, `{"model":"small-chat","messages":[{"role":"user","content":"hi"}]}`); codeOf(err) != abi.CodeUnavailable {
 		t.Errorf("without a service: %v", err)
 	}

@@ -31,6 +31,37 @@ type SecretSource interface {
 	Secret(ctx context.Context, org, name string) ([]byte, error)
 }
 
+func init() {
+	RegisterFamily(Family{
+		Name:   "secrets",
+		Config: func() any { return &SecretsConfig{} },
+		Provision: func(_ *ProvisionContext, cfg any) (any, error) {
+			if src := cfg.(*SecretsConfig).Source; src != nil {
+				return src, nil
+			}
+			return nil, nil
+		},
+	})
+}
+
+// SecretsConfig configures the secrets family, which has no ops: it
+// serves the families that read the operator's secrets (http's injected
+// headers, ai's provider keys), which ask for it by name when they are
+// provisioned (secretsService).
+type SecretsConfig struct {
+	// Source is where the secrets are read (package host/secrets' Vault).
+	// Nil: none, and a request whose grant injects a secret is refused.
+	Source SecretSource `yaml:"-"`
+}
+
+// secretsService is the secrets family's source, for a family being
+// provisioned; nil when the host has none.
+func secretsService(ctx *ProvisionContext) (SecretSource, error) {
+	v, err := ctx.Service("secrets")
+	src, _ := v.(SecretSource)
+	return src, err
+}
+
 // ErrSecretNotFound is what a SecretSource returns, wrapped, for a name
 // that has no secret in that scope: the store's own sentinel, one error
 // whether a source reads the store or not.

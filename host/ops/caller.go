@@ -17,7 +17,7 @@ import (
 // that sends {"user":"bob"} still learns its own principal.
 
 func init() {
-	Register(Op{Name: abi.OpCaller, Func: Typed(whoCalls)})
+	RegisterFamily(Family{Name: "moat", Ops: []Op{{Name: abi.OpCaller, Func: Typed(whoCalls)}}})
 }
 
 func whoCalls(env *Env, _ *abi.Empty) (*abi.CallerResponse, error) {

@@ -6,7 +6,7 @@ import "github.com/moat-sandbox/moat/abi"
 // cheapest op and the one the round-trip benchmark measures.
 
 func init() {
-	Register(Op{Name: abi.OpConfigGet, Func: Typed(configGet)})
+	RegisterFamily(Family{Name: "config", Ops: []Op{{Name: abi.OpConfigGet, Func: Typed(configGet)}}})
 }
 
 func configGet(env *Env, req *abi.ConfigGetRequest) (*abi.ConfigGetResponse, error) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The db family: JSON documents in the models the module declares in its
@@ -18,12 +19,17 @@ import (
 // and types declared there.
 
 func init() {
-	Register(Op{Name: abi.OpDBInsert, Capability: "db", Func: Typed(dbInsert), Mutates: true})
-	Register(Op{Name: abi.OpDBGet, Capability: "db", Func: Typed(dbGet)})
-	Register(Op{Name: abi.OpDBQuery, Capability: "db", Func: Typed(dbQuery)})
-	Register(Op{Name: abi.OpDBUpdate, Capability: "db", Func: Typed(dbUpdate), Mutates: true})
-	Register(Op{Name: abi.OpDBDelete, Capability: "db", Func: Typed(dbDelete), Mutates: true})
-	Register(Op{Name: abi.OpDBCount, Capability: "db", Func: Typed(dbCount)})
+	RegisterFamily(Family{
+		Name: "db", Capability: policy.CapabilitySpec{Name: "db"},
+		Ops: []Op{
+			{Name: abi.OpDBInsert, Func: Typed(dbInsert), Mutates: true},
+			{Name: abi.OpDBGet, Func: Typed(dbGet)},
+			{Name: abi.OpDBQuery, Func: Typed(dbQuery)},
+			{Name: abi.OpDBUpdate, Func: Typed(dbUpdate), Mutates: true},
+			{Name: abi.OpDBDelete, Func: Typed(dbDelete), Mutates: true},
+			{Name: abi.OpDBCount, Func: Typed(dbCount)},
+		},
+	})
 }
 
 // dbModel finds the declared model a request names, and the caller's

@@ -1,7 +1,10 @@
 package ops
 
 import (
+	"net"
+
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The http family: http.fetch, one outbound request sent by the host for
@@ -14,8 +17,49 @@ import (
 // leaves.
 
 func init() {
-	Register(Op{Name: abi.OpHTTPFetch, Capability: "http", LeavesSandbox: true, AuditsItself: true, Func: Typed(httpFetch)})
+	RegisterFamily(Family{
+		Name: "http", Capability: policy.CapabilitySpec{Name: "http"},
+		Config: func() any { return &HTTPConfig{} },
+		Provision: func(ctx *ProvisionContext, cfg any) (any, error) {
+			secrets, err := secretsService(ctx)
+			return &httpService{resolver: cfg.(*HTTPConfig).Resolver, secrets: secrets}, err
+		},
+		Ops: []Op{{Name: abi.OpHTTPFetch, LeavesSandbox: true, AuditsItself: true, Func: Typed(httpFetch)}},
+	})
 	httpOp, _ = Lookup([]byte(abi.OpHTTPFetch))
+}
+
+// HTTPConfig configures the http family (host.Config.Families["http"]).
+type HTTPConfig struct {
+	// Resolver resolves the host names of the requests modules send
+	// (http.fetch, Extism's http_request, media.fetch). Nil: the
+	// system's. Every address it answers is checked when dialled.
+	Resolver *net.Resolver `yaml:"-"`
+}
+
+// httpService is the http family's service: the resolver of its clients
+// and the secrets family's source, which a grant's injected headers are
+// read from.
+type httpService struct {
+	resolver *net.Resolver
+	secrets  SecretSource
+}
+
+// HTTPResolver is the resolver the http family was configured with in s
+// (nil: the system's), for the host that makes each module's HTTPClient.
+func HTTPResolver(s *Services) *net.Resolver {
+	if h, ok := s.Service("http").(*httpService); ok {
+		return h.resolver
+	}
+	return nil
+}
+
+// httpSecrets is the secrets source of env's host (nil: none).
+func httpSecrets(env *Env) SecretSource {
+	if h, ok := ServiceOf[*httpService](env, "http"); ok {
+		return h.secrets
+	}
+	return nil
 }
 
 // httpOp is http.fetch's table entry: the op every request's grant check

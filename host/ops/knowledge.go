@@ -5,6 +5,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The knowledge family: documents with metadata in named collections,
@@ -28,9 +29,14 @@ import (
 // without its vector would silently drop out of the nearest ones.
 
 func init() {
-	Register(Op{Name: abi.OpKnowledgeAdd, Capability: "knowledge", Func: Typed(knowledgeAdd), Mutates: true})
-	Register(Op{Name: abi.OpKnowledgeDelete, Capability: "knowledge", Func: Typed(knowledgeDelete), Mutates: true})
-	Register(Op{Name: abi.OpKnowledgeSearch, Capability: "knowledge", Func: Typed(knowledgeSearch)})
+	RegisterFamily(Family{
+		Name: "knowledge", Capability: policy.CapabilitySpec{Name: "knowledge"},
+		Ops: []Op{
+			{Name: abi.OpKnowledgeAdd, Func: Typed(knowledgeAdd), Mutates: true},
+			{Name: abi.OpKnowledgeDelete, Func: Typed(knowledgeDelete), Mutates: true},
+			{Name: abi.OpKnowledgeSearch, Func: Typed(knowledgeSearch)},
+		},
+	})
 }
 
 // knowledgeQuota is the quota of an add: abi.MaxKnowledgeDocuments
@@ -68,8 +74,8 @@ func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeD
 func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
 	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env),
 		User: env.Principal.User, UserScoped: env.userScoped(req.Collection)}
-	if env.AI != nil {
-		q.MinSimilarity = env.AI.MinSimilarity()
+	if s := aiOf(env); s.models != nil {
+		q.MinSimilarity = s.models.MinSimilarity()
 	}
 	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), q)
 	if err != nil {
@@ -86,12 +92,13 @@ func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeS
 // operator's knowledge model, as a model call of the invocation; nil
 // when none is configured.
 func knowledgeEmbedder(env *Env) store.Embedder {
-	if env.AI == nil || env.AI.KnowledgeModel() == "" {
+	s := aiOf(env)
+	if s.models == nil || s.models.KnowledgeModel() == "" {
 		return nil
 	}
-	model := env.AI.KnowledgeModel()
+	model := s.models.KnowledgeModel()
 	return func(ctx context.Context, text string) (store.Vector, error) {
-		resp, ev, err := env.AI.Embed(ctx, caller(env), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
+		resp, ev, err := s.models.Embed(ctx, caller(env, s), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
 		if ev != nil {
 			env.SetModelCall(ev)
 		}

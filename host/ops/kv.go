@@ -1,16 +1,24 @@
 package ops
 
-import "github.com/moat-sandbox/moat/abi"
+import (
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
+)
 
 // The kv family: a small key-value store per organization and module. The
 // scope comes from Env (the caller's organization and the module's name),
 // never from the request, so a guest cannot ask for another scope.
 
 func init() {
-	Register(Op{Name: abi.OpKVGet, Capability: "kv", Func: Typed(kvGet)})
-	Register(Op{Name: abi.OpKVPut, Capability: "kv", Func: Typed(kvPut), Mutates: true})
-	Register(Op{Name: abi.OpKVDelete, Capability: "kv", Func: Typed(kvDelete), Mutates: true})
-	Register(Op{Name: abi.OpKVList, Capability: "kv", Func: Typed(kvList)})
+	RegisterFamily(Family{
+		Name: "kv", Capability: policy.CapabilitySpec{Name: "kv"},
+		Ops: []Op{
+			{Name: abi.OpKVGet, Func: Typed(kvGet)},
+			{Name: abi.OpKVPut, Func: Typed(kvPut), Mutates: true},
+			{Name: abi.OpKVDelete, Func: Typed(kvDelete), Mutates: true},
+			{Name: abi.OpKVList, Func: Typed(kvList)},
+		},
+	})
 }
 
 func kvGet(env *Env, req *abi.KVGetRequest) (*abi.KVGetResponse, error) {

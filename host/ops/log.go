@@ -20,12 +20,12 @@ import (
 
 func init() {
 	typed := Typed(logWrite)
-	Register(Op{Name: abi.OpLogWrite, Func: func(env *Env, req []byte) ([]byte, error) {
+	RegisterFamily(Family{Name: "log", Ops: []Op{{Name: abi.OpLogWrite, Func: func(env *Env, req []byte) ([]byte, error) {
 		if len(req) > abi.MaxLogRecord {
 			return nil, abi.Errorf(abi.CodeTooLarge, "log.write: the record is %d bytes (message and fields as JSON); the limit is %d: split it", len(req), abi.MaxLogRecord)
 		}
 		return typed(env, req)
-	}})
+	}}}})
 }
 
 func logWrite(env *Env, req *abi.LogWriteRequest) (*abi.Empty, error) {

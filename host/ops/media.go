@@ -7,6 +7,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The media family: images, audio, video and PDF documents kept per
@@ -26,33 +27,94 @@ import (
 // organization has, so a guest cannot learn what others keep.
 
 func init() {
-	Register(Op{Name: abi.OpMediaPut, Capability: "media", Func: Typed(mediaPut), Mutates: true})
-	Register(Op{Name: abi.OpMediaFetch, Capability: "media", Func: Typed(mediaFetch), Mutates: true, LeavesSandbox: true})
-	Register(Op{Name: abi.OpMediaGet, Capability: "media", Func: Typed(mediaGet)})
-	Register(Op{Name: abi.OpMediaInfo, Capability: "media", Func: Typed(mediaInfo)})
-	Register(Op{Name: abi.OpMediaThumbnail, Capability: "media", Func: Typed(mediaThumbnail), Mutates: true})
+	RegisterFamily(Family{
+		Name: "media", Capability: policy.CapabilitySpec{Name: "media"},
+		Config: func() any { return &MediaConfig{} },
+		Provision: func(_ *ProvisionContext, cfg any) (any, error) {
+			return cfg.(*MediaConfig).limits(), nil
+		},
+		Ops: []Op{
+			{Name: abi.OpMediaPut, Func: Typed(mediaPut), Mutates: true},
+			{Name: abi.OpMediaFetch, Func: Typed(mediaFetch), Mutates: true, LeavesSandbox: true},
+			{Name: abi.OpMediaGet, Func: Typed(mediaGet)},
+			{Name: abi.OpMediaInfo, Func: Typed(mediaInfo)},
+			{Name: abi.OpMediaThumbnail, Func: Typed(mediaThumbnail), Mutates: true},
+		},
+	})
 }
 
-// MediaLimits is what the host gives the media family: the quota of each
+// DefaultMediaQuota is the bytes of media items each organization may
+// store when MediaConfig.QuotaBytes is 0.
+const DefaultMediaQuota = 1 << 30
+
+// MediaConfig configures the media family: host.Config.Families["media"],
+// and the family's keys of the media: section of moat-server.yaml (the
+// server's MediaConfig holds it inline, beside its routes' keys). It is
+// the one definition of these settings: their yaml names are the knobs a
+// guest's error cites.
+type MediaConfig struct {
+	// QuotaBytes bounds the bytes of all the media items one
+	// organization stores, across its modules (a thumbnail is an item
+	// too); a put or thumbnail past it is refused with
+	// resource_exhausted naming media.quota_bytes. 0: DefaultMediaQuota.
+	QuotaBytes policy.ByteSize `yaml:"quota_bytes"`
+	// DecodeBytes bounds the memory this host's media work holds at
+	// once, all organizations together: each image decode (thumbnails)
+	// takes what its image's header says it will need before it starts,
+	// each media.fetch twice abi.MaxMediaBytes (the body and its ingested
+	// copy) before it sends, and both wait within their invocation's
+	// deadline for the rest. 0: media.DefaultDecodeBytes. Ignored when
+	// Decodes is set.
+	DecodeBytes policy.ByteSize `yaml:"decode_bytes"`
+	// NoQuota lifts the quota, for an embedder that wants none.
+	NoQuota bool `yaml:"-"`
+	// Decodes is the bound itself, for hosts of one process that share
+	// one, as moat serve's do: the bound is the machine's. Nil, with
+	// DecodeBytes 0: one bound for every host of the process that names
+	// none.
+	Decodes *media.DecodeSlots `yaml:"-"`
+}
+
+// mediaQuotaKnob is the setting a refusal at the quota names: the
+// family's section path, the same whether the host is moat serve's, moat
+// run's or an embedder's.
+const mediaQuotaKnob = "media.quota_bytes"
+
+// mediaLimits is the media family's service: the quota of each
 // organization and the bound on decoding shared by its hosts.
-type MediaLimits struct {
-	// Quota bounds the bytes of all an organization's items (0: none).
-	// Its refusal names QuotaKnob, the setting that changes it.
-	Quota     int64
-	QuotaKnob string
-	// Decodes bounds the memory of image decodes and downloads at once
-	// (nil: one bound for every host of the process that names none).
-	Decodes *media.DecodeSlots
+type mediaLimits struct {
+	quota   int64 // 0: none
+	decodes *media.DecodeSlots
+}
+
+func (c *MediaConfig) limits() *mediaLimits {
+	l := &mediaLimits{quota: int64(c.QuotaBytes), decodes: c.Decodes}
+	switch {
+	case c.NoQuota:
+		l.quota = 0
+	case l.quota == 0:
+		l.quota = DefaultMediaQuota
+	}
+	if l.decodes == nil {
+		if c.DecodeBytes != 0 {
+			l.decodes = media.NewDecodeSlots(int64(c.DecodeBytes))
+		} else {
+			l.decodes = defaultDecodes
+		}
+	}
+	return l
 }
 
 // defaultDecodes is the decode bound of hosts that configure none.
 var defaultDecodes = media.NewDecodeSlots(0)
 
-func (l *MediaLimits) decodes() *media.DecodeSlots {
-	if l.Decodes != nil {
-		return l.Decodes
+// mediaService is the media family's service for env's host: its
+// provisioned limits, or the defaults for an Env made without Services.
+func mediaService(env *Env) *mediaLimits {
+	if l, ok := ServiceOf[*mediaLimits](env, "media"); ok {
+		return l
 	}
-	return defaultDecodes
+	return (&MediaConfig{}).limits()
 }
 
 func mediaPut(env *Env, req *abi.MediaPutRequest) (*abi.MediaInfo, error) {
@@ -73,7 +135,7 @@ func mediaFetch(env *Env, req *abi.MediaFetchRequest) (*abi.MediaInfo, error) {
 	// The body and its ingested copy are held in memory: take room for
 	// them from the host-wide bound first, so that concurrent downloads
 	// wait for each other instead of adding up past it.
-	release, err := env.Media.decodes().Hold(env.Context, media.FetchHoldBytes, abi.OpMediaFetch)
+	release, err := mediaService(env).decodes.Hold(env.Context, media.FetchHoldBytes, abi.OpMediaFetch)
 	if err != nil {
 		return nil, err
 	}
@@ -118,11 +180,11 @@ func mediaStore(env *Env, op string, it *media.Item) (*abi.MediaInfo, error) {
 	stored, _, err := env.Store.MediaPut(env.Context, store.MediaNew{
 		Org: env.Principal.Org, Module: env.Module, User: env.Principal.User,
 		Type: it.Type, Width: it.Width, Height: it.Height, Data: it.Data,
-	}, env.Media.Quota)
+	}, mediaService(env).quota)
 	if err != nil {
 		var ae *abi.Error
-		if errors.As(err, &ae) && ae.Code == abi.CodeResourceExhausted && env.Media.QuotaKnob != "" {
-			return nil, abi.Errorf(ae.Code, "%s: %s; the operator sets the quota (%s)", op, ae.Message, env.Media.QuotaKnob)
+		if errors.As(err, &ae) && ae.Code == abi.CodeResourceExhausted {
+			return nil, abi.Errorf(ae.Code, "%s: %s; the operator sets the quota (%s)", op, ae.Message, mediaQuotaKnob)
 		}
 		return nil, mediaStoreError(env, op, err)
 	}
@@ -162,7 +224,7 @@ func mediaThumbnail(env *Env, req *abi.MediaThumbnailRequest) (*abi.MediaInfo, e
 	if err != nil {
 		return nil, mediaStoreError(env, abi.OpMediaThumbnail, err)
 	}
-	th, err := media.Thumbnail(env.Context, env.Media.decodes(), data, src.Type, req.Width, req.Height, req.Fit)
+	th, err := media.Thumbnail(env.Context, mediaService(env).decodes, data, src.Type, req.Width, req.Height, req.Fit)
 	if err != nil {
 		return nil, opError(abi.OpMediaThumbnail, err)
 	}

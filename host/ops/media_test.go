@@ -37,8 +37,18 @@ func photo(t *testing.T, w, h int) []byte {
 }
 
 func mediaEnv(t *testing.T, st *store.Store, org string) *ops.Env {
-	env := &ops.Env{Module: "gallery", Store: st, Logger: slog.New(slog.DiscardHandler),
-		Media: ops.MediaLimits{Quota: 1 << 20, QuotaKnob: "media.quota_bytes"}}
+	return mediaEnvQuota(t, st, org, 1<<20)
+}
+
+// mediaEnvQuota is mediaEnv with the media family provisioned as a host
+// does it, with the given quota.
+func mediaEnvQuota(t *testing.T, st *store.Store, org string, quota int64) *ops.Env {
+	t.Helper()
+	svc, err := ops.Provision(context.Background(), ops.Core{Store: st}, map[string]any{"media": &ops.MediaConfig{QuotaBytes: policy.ByteSize(quota)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &ops.Env{Module: "gallery", Store: st, Logger: slog.New(slog.DiscardHandler), Services: svc}
 	env.Begin(context.Background(), "a", policy.Principal{User: "ann", Org: org}, "c")
 	return env
 }
@@ -188,8 +198,7 @@ func TestMediaOpsQuota(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, data := range [][]byte{b, photo(t, 65, 64)} {
-		e := mediaEnv(t, st, "acme")
-		e.Media.Quota = quota + first.Size                                                                   // one more photo fits, not two
+		e := mediaEnvQuota(t, st, "acme", quota+first.Size)                                                  // one more photo fits, not two
 		wg.Go(func() { _, errs[i] = mcall(t, e, &gate{}, abi.OpMediaPut, abi.MediaPutRequest{Data: data}) }) // a gate each: a gate records what it is asked
 	}
 	wg.Wait()
@@ -201,7 +210,7 @@ func TestMediaOpsQuota(t *testing.T) {
 			t.Errorf("refusal %v; want resource_exhausted naming media.quota_bytes", err)
 		}
 	}
-	env.Media.Quota = quota
+	env = mediaEnvQuota(t, st, "acme", quota)
 	if _, err := mcall(t, env, allowAll, abi.OpMediaThumbnail, abi.MediaThumbnailRequest{ID: first.ID, Width: 60, Height: 60}); codeOf(err) != abi.CodeResourceExhausted {
 		t.Errorf("a thumbnail past the quota: %v", err)
 	}

@@ -1,12 +1,19 @@
 // Package ops is moat's op table: every op a guest can call, each a small
-// function over an Env that the host fills for the current invocation. Op
-// families register themselves from their own file (log.go, config.go,
-// kv.go, ...): each op's name, the capability it needs, how its target is
-// read from its request, and whether it mutates or leaves the sandbox.
-// The table is the one source of truth: Register declares each op to
-// policy (policy.DeclareOp), which keeps no list of its own, so adding a
-// family is one new file (plus its abi types and store methods) and no
-// edits elsewhere.
+// function over an Env that the host fills for the current invocation. Ops
+// come in families, each registered from its own file (log.go, kv.go,
+// media.go, ...) as one Family value (family.go): its name, the capability
+// its ops need, its configuration type, how its service is provisioned
+// from that configuration and cleaned up, and its ops (each op's name, how
+// its target is read from its request, and whether it mutates or leaves
+// the sandbox). The table is the one source of truth for ops: Register
+// declares each op to policy (policy.DeclareOp), which keeps no list of
+// its own. The host knows no family: it passes host.Config.Families to
+// Provision and the ops read their family's service with ServiceOf. So a
+// family over existing services and capabilities is one new file (plus its
+// abi types and store methods); one with its own service and settings is
+// still that file alone here. A new capability is policy's, and a new
+// section of moat-server.yaml the server's (docs/RATIONALE.md, "Why does
+// an op family have a lifecycle").
 //
 // Every call goes through Dispatch and the host's Gate: the capability is
 // checked before the request is decoded when it is granted as a whole (kv),
@@ -49,11 +56,11 @@ type Env struct {
 	Store         *store.Store
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
 	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
-	Tasks         *TaskConfig  // the task family's view of the module (task.go); nil: no tasks here
+	Tasks         *ModuleTasks // the task family's view of the module (task.go); nil: no tasks here
 	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
-	Secrets       SecretSource // the operator's secrets (bridges.go); nil: none are configured
-	AI            *ai.Service  // the operator's models and budgets (ai.go); nil: no model calls on this host
-	Media         MediaLimits  // the media family's quota and decode bound (media.go)
+	// Services are the services the host's families provisioned
+	// (family.go), which each family's ops read through ServiceOf.
+	Services *Services
 
 	// The db family (db.go): the module's declared models (nil: none),
 	// and the documents and bytes an organization's module may store.
@@ -216,8 +223,13 @@ type Op struct {
 	// path, status and bytes): the host adds no event of its own for it.
 	AuditsItself bool
 
-	targeted bool // the capability is granted per target
+	targeted bool   // the capability is granted per target
+	family   string // the family that registered it (RegisterFamily)
 }
+
+// Family is the name of the family that registered the op
+// (RegisterFamily); "" for an op registered alone (Register).
+func (o *Op) Family() string { return o.family }
 
 var (
 	mu    sync.RWMutex

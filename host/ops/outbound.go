@@ -324,10 +324,10 @@ func (f *fetch) secret(ctx context.Context, name string) ([]byte, error) {
 	switch {
 	case org == "":
 		return nil, errors.New("the caller has no organization, and a grant's secret is read only in the caller's")
-	case f.env.Secrets == nil:
+	case httpSecrets(f.env) == nil:
 		return nil, errors.New("this host keeps no secrets; the operator configures a secrets key ($MOAT_SECRETS_KEY or secrets_key_file) and sets the secret with `moat secrets set --org " + org + " " + name + "`")
 	}
-	v, err := f.env.Secrets.Secret(ctx, org, name)
+	v, err := httpSecrets(f.env).Secret(ctx, org, name)
 	if errors.Is(err, ErrSecretNotFound) {
 		return nil, fmt.Errorf("organization %s has no secret %s; the operator sets it with `moat secrets set --org %s %s`", org, name, org, name)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The task family: durable background runs of the calling module's own
@@ -17,26 +18,54 @@ import (
 // error of an id that was never there.
 
 func init() {
-	Register(Op{Name: abi.OpTaskEnqueue, Capability: "tasks", Func: Typed(taskEnqueue), Mutates: true})
-	Register(Op{Name: abi.OpTaskStatus, Capability: "tasks", Func: Typed(taskStatus)})
-	Register(Op{Name: abi.OpTaskCancel, Capability: "tasks", Func: Typed(taskCancel), Mutates: true})
+	RegisterFamily(Family{
+		Name: "tasks", Capability: policy.CapabilitySpec{Name: "tasks"},
+		Config: func() any { return &TasksConfig{} },
+		Provision: func(_ *ProvisionContext, cfg any) (any, error) {
+			return cfg, nil // read-only once provisioned
+		},
+		Ops: []Op{
+			{Name: abi.OpTaskEnqueue, Func: Typed(taskEnqueue), Mutates: true},
+			{Name: abi.OpTaskStatus, Func: Typed(taskStatus)},
+			{Name: abi.OpTaskCancel, Func: Typed(taskCancel), Mutates: true},
+		},
+	})
 }
 
-// TaskConfig is what the task family needs of the host for one module.
+// TasksConfig configures the task family (host.Config.Families["tasks"],
+// and the family's key of the tasks: section of moat-server.yaml, which
+// the server's TasksConfig holds inline beside its runner's).
+type TasksConfig struct {
+	// MaxQueued bounds the tasks queued or running per organization and
+	// module; an enqueue past it is refused (too_large). 0:
+	// store.DefaultMaxQueuedTasks (1000).
+	MaxQueued int `yaml:"max_queued"`
+	// Origin is where the tasks the host's modules enqueue run, recorded
+	// on each (store.Task.Origin): "" (moat serve) for modules the store
+	// holds, which any runner on the store may load; another value for
+	// modules only this process has (moat run: "run:" and the plugin's
+	// directory), whose tasks only a TaskRunner with that Origin claims,
+	// never a server sharing the store.
+	Origin string `yaml:"-"`
+}
+
+// tasksOf is the task family's configuration for env's host (the
+// defaults for an Env made by hand).
+func tasksOf(env *Env) *TasksConfig {
+	if c, ok := ServiceOf[*TasksConfig](env, "tasks"); ok {
+		return c
+	}
+	return &TasksConfig{}
+}
+
+// ModuleTasks is what the task family needs of the host for one module.
 // Env.Tasks is nil in a host that runs no tasks: task.* then answer
 // unavailable.
-type TaskConfig struct {
+type ModuleTasks struct {
 	// CheckAction refuses, with an *abi.Error for the guest, an action a
 	// task of this module may not run: one the module does not have, or
 	// one that needs a confirmation no background run can give.
 	CheckAction func(action string) error
-	// MaxQueued bounds the tasks queued or running per organization and
-	// module (store.DefaultMaxQueuedTasks when 0).
-	MaxQueued int
-	// Origin is recorded on every task enqueued (store.Task.Origin):
-	// where it runs, so that no runner claims a task of a module it does
-	// not have.
-	Origin string
 }
 
 func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueResponse, error) {
@@ -62,11 +91,11 @@ func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueRespons
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: max_attempts is %d; give 1 to %d (or leave it out for %d)",
 			req.MaxAttempts, abi.MaxTaskAttempts, abi.DefaultTaskAttempts)
 	}
-	p := env.Principal
+	p, fam := env.Principal, tasksOf(env)
 	id, existing, err := env.Store.TaskEnqueue(env.Context, store.NewTask{
 		Org: p.Org, Module: env.Module, Action: req.Action, Input: input, User: p.User, Roles: p.Roles,
-		CorrelationID: env.CorrelationID, RunAt: runAt, MaxAttempts: req.MaxAttempts, Key: req.Key, Origin: tc.Origin,
-	}, tc.MaxQueued)
+		CorrelationID: env.CorrelationID, RunAt: runAt, MaxAttempts: req.MaxAttempts, Key: req.Key, Origin: fam.Origin,
+	}, fam.MaxQueued)
 	if err != nil {
 		return nil, storeError(env, abi.OpTaskEnqueue, err)
 	}

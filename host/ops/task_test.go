@@ -23,7 +23,7 @@ func taskEnv(t *testing.T) *ops.Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	env := &ops.Env{Module: "mod", Store: st, Logger: slog.New(slog.DiscardHandler), Tasks: &ops.TaskConfig{
+	env := &ops.Env{Module: "mod", Store: st, Logger: slog.New(slog.DiscardHandler), Tasks: &ops.ModuleTasks{
 		CheckAction: func(a string) error {
 			if a != "work" {
 				return abi.Errorf(abi.CodeInvalidArgument, "no action %q", a)

@@ -44,7 +44,7 @@ var ErrUnauthorized = errors.New("the task's principal may no longer run it")
 type Config struct {
 	Store *store.Store
 	// Origin is the origin whose tasks the runner claims (store.Task.Origin,
-	// Config.TaskOrigin of the hosts whose modules enqueue them): "" for
+	// ops.TasksConfig.Origin of the hosts whose modules enqueue them): "" for
 	// the modules the store holds (moat serve; every replica may load
 	// them), or the one origin of modules only this process has (moat run
 	// --wait). A runner never claims a task of another origin: it could

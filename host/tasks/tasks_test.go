@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
@@ -80,7 +81,7 @@ func taskHost(t *testing.T, loc string) *host.Host {
 }
 
 // taskHostOrigin is taskHost whose modules' tasks record origin
-// (host.Config.TaskOrigin).
+// (ops.TasksConfig.Origin).
 func taskHostOrigin(t *testing.T, loc, origin string) *host.Host {
 	t.Helper()
 	ctx := context.Background()
@@ -93,7 +94,7 @@ func taskHostOrigin(t *testing.T, loc, origin string) *host.Host {
 		t.Fatal(err)
 	}
 	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		TaskOrigin: origin})
+		Families: map[string]any{"tasks": &ops.TasksConfig{Origin: origin}}})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

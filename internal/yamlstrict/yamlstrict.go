@@ -108,6 +108,12 @@ type Options struct {
 	// Hints map common wrong field names to the right one, when the edit
 	// distance is too large to find it (network → http).
 	Hints map[string]string
+	// Sections, when set, is asked for each top-level key the type has no
+	// field for: a non-nil pointer it returns takes that section instead,
+	// checked by the same rules under the key's path (an op family's
+	// configuration, found by its name: moat-server.yaml). Index.Sections
+	// returns them. nil: such a key is an unknown field.
+	Sections func(key string) any
 }
 
 // Decode parses data as exactly one YAML document whose top level is a
@@ -133,12 +139,37 @@ func Decode(file string, data []byte, v any, o *Options) (*Index, error) {
 	if err := ix.Walk(root, reflect.TypeOf(v).Elem(), ""); err != nil {
 		return nil, err
 	}
+	if len(ix.sections) > 0 {
+		return ix, ix.decodeSections(root, v)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil {
 		return nil, decodeError(file, err)
 	}
 	return ix, nil
+}
+
+// decodeSections decodes the sections Options.Sections took into what it
+// gave, and the rest of root into v. yaml.v3 decodes a node without its
+// KnownFields check; the walk above has made it already, by the same rules.
+func (ix *Index) decodeSections(root *yaml.Node, v any) error {
+	rest := *root
+	rest.Content = nil
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, val := root.Content[i], root.Content[i+1]
+		if into, ok := ix.sections[k.Value]; ok {
+			if err := val.Decode(into); err != nil {
+				return decodeError(ix.file, err)
+			}
+			continue
+		}
+		rest.Content = append(rest.Content, k, val)
+	}
+	if err := rest.Decode(v); err != nil {
+		return decodeError(ix.file, err)
+	}
+	return nil
 }
 
 // document parses data as exactly one YAML document whose top level is a
@@ -293,7 +324,13 @@ type Index struct {
 	root   *yaml.Node
 	values map[string]*yaml.Node // path → value node
 	keys   map[string]*yaml.Node // path → key node, for mapping entries
+
+	sections map[string]any // top-level key → what Options.Sections gave for it
 }
+
+// Sections are the top-level sections Options.Sections took, decoded, by
+// key (nil when none).
+func (ix *Index) Sections() map[string]any { return ix.sections }
 
 // Node returns the node that best locates path: its key, its value, or the
 // nearest enclosing field that was written (nil when none was, as in an
@@ -505,6 +542,22 @@ func (ix *Index) WalkStruct(n *yaml.Node, t reflect.Type, path string) error {
 			return err
 		}
 		f, ok := findField(fields, k.Value)
+		if !ok && path == "" && ix.o.Sections != nil {
+			if first := seen[k.Value]; first != nil {
+				return ix.Errorf(p, "defined twice (first at line %d); keep one", first.Line)
+			}
+			if into := ix.o.Sections(k.Value); into != nil {
+				seen[k.Value] = k
+				if err := ix.Walk(v, reflect.TypeOf(into).Elem(), p); err != nil {
+					return err
+				}
+				if ix.sections == nil {
+					ix.sections = map[string]any{}
+				}
+				ix.sections[k.Value] = into
+				continue
+			}
+		}
 		if !ok {
 			ix.values[p] = v
 			names := fieldNames(fields)
@@ -530,12 +583,18 @@ type yamlField struct {
 }
 
 // yamlFields are t's fields as yaml.v3 names them: the tag's name, or the
-// lowercased Go name.
+// lowercased Go name; an embedded struct tagged ",inline" gives its own
+// fields, as yaml.v3 decodes them (an op family's configuration inside
+// a section that holds more, such as the server's media:).
 func yamlFields(t reflect.Type) []yamlField {
 	var out []yamlField
 	for i := range t.NumField() {
 		sf := t.Field(i)
-		name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		if sf.Anonymous && name == "" && opts == "inline" && sf.Type.Kind() == reflect.Struct {
+			out = append(out, yamlFields(sf.Type)...)
+			continue
+		}
 		if name == "-" || !sf.IsExported() {
 			continue
 		}

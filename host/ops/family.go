@@ -1,0 +1,289 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Family is one op family: its ops and everything they need that is not
+// the invocation's, in one value the family's file registers
+// (RegisterFamily). It follows caddy's module lifecycle: the embedder
+// gives the family its configuration (host.Config.Families, or its
+// section of moat-server.yaml), Validate checks it, Provision makes the
+// family's service from it once per host, the ops reach that service
+// through ServiceOf, and Cleanup releases what Provision held when the
+// host closes.
+//
+// A family is the unit in which moat grows: adding one is its abi types,
+// this value in host/ops/<family>.go, and its store methods; nothing in
+// host, policy or the server's configuration names a family.
+type Family struct {
+	// Name names the family: its entry in host.Config.Families and its
+	// section of moat-server.yaml are Name, and the knob a guest's error
+	// cites is a path under Name (media.quota_bytes). Its ops are usually
+	// named Name.* (the task family, "tasks", has task.*).
+	Name string
+	// Capability is what a module's grants must hold to call the
+	// family's ops, as policy's capability table declares it: a spec with
+	// a Shape is the family's own capability, which RegisterFamily adds
+	// to the table (policy.RegisterCapability) before its ops name it; a
+	// spec with only a Name names one the table has (the built-in kv,
+	// media, ...). An op of the family whose Op.Capability is "" takes
+	// its Name. Zero for a family any module may call (log, config).
+	Capability policy.CapabilitySpec
+	// Config makes a new configuration of the family with every field at
+	// its zero value (a pointer to the family's own struct, with yaml
+	// tags): what Provision gets when the embedder configures nothing,
+	// and the type an embedder's configuration must have. Nil for a
+	// family with nothing to configure.
+	Config func() any
+	// Validate checks a configuration before anything is provisioned
+	// from it; its error names the knob (Name.field). Optional.
+	Validate func(cfg any) error
+	// Provision makes the family's service from its configuration (what
+	// Config made, filled by the embedder): the value ServiceOf gives the
+	// family's ops for every invocation of the host. It may ask for
+	// another family's service by name (ProvisionContext.Service). Nil
+	// for a family whose ops need nothing but the Env.
+	Provision func(ctx *ProvisionContext, cfg any) (any, error)
+	// Cleanup releases what Provision's service holds, when the host
+	// closes. Optional.
+	Cleanup func(service any) error
+	// Ops are the family's ops, registered with it.
+	Ops []Op
+}
+
+var families = map[string]*Family{}
+
+// RegisterFamily adds f and its ops to the table (Register), each op
+// taking the family's capability unless it names its own. Called from
+// the init of the family's file; it panics on a duplicate or empty name,
+// an op registered twice or a capability policy does not know: all are
+// programming errors caught when the binary starts.
+func RegisterFamily(f Family) {
+	if f.Name == "" || strings.ContainsAny(f.Name, ". ") {
+		panic(fmt.Sprintf("ops: RegisterFamily needs a name without dots or spaces, got %q", f.Name))
+	}
+	mu.Lock()
+	if _, dup := families[f.Name]; dup {
+		mu.Unlock()
+		panic(fmt.Sprintf("ops: family %q registered twice", f.Name))
+	}
+	fam := f
+	fam.Ops = nil
+	families[f.Name] = &fam
+	mu.Unlock()
+	if f.Capability.Shape != 0 {
+		if err := policy.RegisterCapability(f.Capability); err != nil {
+			panic(fmt.Sprintf("ops: family %s: %v", f.Name, err))
+		}
+	}
+	for _, op := range f.Ops {
+		if op.Capability == "" {
+			op.Capability = f.Capability.Name
+		}
+		op.family = f.Name
+		Register(op)
+	}
+}
+
+// Families lists the registered families' names, sorted.
+func Families() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(families))
+	for n := range families {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// FamilyConfig makes a new, zero configuration of the family name (its
+// Config), for a decoder that fills it from the family's section of a
+// configuration file. ok is false when no family has that name or it
+// has nothing to configure.
+func FamilyConfig(name string) (cfg any, ok bool) {
+	mu.RLock()
+	f := families[name]
+	mu.RUnlock()
+	if f == nil || f.Config == nil {
+		return nil, false
+	}
+	return f.Config(), true
+}
+
+// ValidateFamilyConfig runs the family name's Validate on cfg (what
+// FamilyConfig made, filled), for a decoder that puts the error where the
+// family's section was written; nil for a family with no Validate.
+func ValidateFamilyConfig(name string, cfg any) error {
+	mu.RLock()
+	f := families[name]
+	mu.RUnlock()
+	if f == nil {
+		return fmt.Errorf("no op family %q", name)
+	}
+	if f.Validate == nil {
+		return nil
+	}
+	return f.Validate(cfg)
+}
+
+// Core is what every family may use when it is provisioned: the host's
+// store and logger. A family's own needs are its configuration, or
+// another family's service (ProvisionContext.Service).
+type Core struct {
+	Store  *store.Store
+	Logger *slog.Logger
+}
+
+// ProvisionContext is what a family's Provision gets: the Core, and the
+// services of the other families by name, each provisioned at its first
+// request (caddy's ctx.App): a family that serves another is asked, not
+// wired by hand.
+type ProvisionContext struct {
+	context.Context
+	Core
+	s       *Services
+	configs map[string]any
+	busy    map[string]bool // families being provisioned, to refuse a cycle
+}
+
+// Service is the service of the family name, provisioned now if it is
+// not yet. nil, nil for a family that provisions nothing (or whose
+// Provision returned nil: it offers nothing on this host).
+func (c *ProvisionContext) Service(name string) (any, error) {
+	return c.s.provision(c, name)
+}
+
+// Services are the provisioned services of a host's families, one per
+// family that has a Provision. Ops read them through ServiceOf; the
+// host releases them with Cleanup.
+type Services struct {
+	byName map[string]any
+	order  []string // provisioning order; Cleanup goes backwards
+}
+
+// Provision validates and provisions every registered family from its
+// configuration in configs (keyed by family name; a family left out, or
+// given nil, gets its Config's zero value, which Provision fills with
+// its defaults). A configuration must have the type the family's Config
+// makes; a name no family has is refused, naming the families there are.
+// On an error the families already provisioned are cleaned up.
+func Provision(ctx context.Context, core Core, configs map[string]any) (*Services, error) {
+	mu.RLock()
+	known := make(map[string]*Family, len(families))
+	for n, f := range families {
+		known[n] = f
+	}
+	mu.RUnlock()
+	for name, cfg := range configs {
+		f, ok := known[name]
+		if !ok {
+			return nil, fmt.Errorf("ops: no op family %q; the families are %s", name, strings.Join(Families(), ", "))
+		}
+		if cfg == nil {
+			continue
+		}
+		if f.Config == nil {
+			return nil, fmt.Errorf("ops: family %s has nothing to configure, but was given a %T", name, cfg)
+		}
+		if want := reflect.TypeOf(f.Config()); reflect.TypeOf(cfg) != want {
+			return nil, fmt.Errorf("ops: family %s is configured with a %s, not a %T", name, want, cfg)
+		}
+	}
+	s := &Services{byName: map[string]any{}}
+	pc := &ProvisionContext{Context: ctx, Core: core, s: s, configs: configs, busy: map[string]bool{}}
+	for _, name := range Families() {
+		if _, err := s.provision(pc, name); err != nil {
+			s.Cleanup()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// provision provisions the family name once, with its dependencies first.
+func (s *Services) provision(pc *ProvisionContext, name string) (any, error) {
+	if svc, done := s.byName[name]; done {
+		return svc, nil
+	}
+	mu.RLock()
+	f := families[name]
+	mu.RUnlock()
+	if f == nil {
+		return nil, fmt.Errorf("ops: no op family %q", name)
+	}
+	if pc.busy[name] {
+		return nil, fmt.Errorf("ops: family %s needs its own service while it is provisioned (a cycle of families)", name)
+	}
+	pc.busy[name] = true
+	defer delete(pc.busy, name)
+	cfg := pc.configs[name]
+	if cfg == nil && f.Config != nil {
+		cfg = f.Config()
+	}
+	if f.Validate != nil {
+		if err := f.Validate(cfg); err != nil {
+			return nil, err
+		}
+	}
+	var svc any
+	if f.Provision != nil {
+		var err error
+		if svc, err = f.Provision(pc, cfg); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	s.byName[name] = svc
+	s.order = append(s.order, name)
+	return svc, nil
+}
+
+// Cleanup releases the services, the last provisioned first. It is safe
+// on a nil *Services and to call twice.
+func (s *Services) Cleanup() error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	for i := len(s.order) - 1; i >= 0; i-- {
+		name := s.order[i]
+		mu.RLock()
+		f := families[name]
+		mu.RUnlock()
+		if svc := s.byName[name]; f != nil && f.Cleanup != nil && svc != nil {
+			if err := f.Cleanup(svc); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	s.order, s.byName = nil, map[string]any{}
+	return errors.Join(errs...)
+}
+
+// Service is the provisioned service of the family name (nil when it
+// has none).
+func (s *Services) Service(name string) any {
+	if s == nil {
+		return nil
+	}
+	return s.byName[name]
+}
+
+// ServiceOf is the service the family name provisioned for env's host,
+// as the type its ops expect. ok is false when the host has none (a
+// family whose Provision offers nothing here, or an Env made by hand
+// without Services).
+func ServiceOf[T any](env *Env, family string) (svc T, ok bool) {
+	svc, ok = env.Services.Service(family).(T)
+	return svc, ok
+}
