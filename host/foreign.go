@@ -27,11 +27,6 @@ import (
 // cannot import it (host/extism imports host), so drivers register
 // themselves, as database/sql drivers do.
 
-// KindExtism is an Extism plug-in: it imports extism:host/env, and each
-// exported function is an action. It runs only when a driver for it is
-// registered, which importing github.com/moat-sandbox/moat/host/extism does.
-const KindExtism Kind = "extism"
-
 // Driver loads modules of one foreign kind.
 type Driver interface {
 	// Load prepares a module to be called: compile it, check its imports,

@@ -139,11 +139,6 @@ type Config struct {
 	Families map[string]any
 }
 
-// DefaultNativeWorkers is how many native plugin workers a host runs at
-// once when Config.NativeWorkers is not set: with the default 256 MiB
-// each, 8 GiB at most.
-const DefaultNativeWorkers = 32
-
 // Limits bound one invocation.
 type Limits struct {
 	Timeout          time.Duration // wall clock, including instance creation
@@ -172,9 +167,6 @@ var DefaultLimits = Limits{
 	MaxOutputBytes:   1 << 20,
 	MaxTableElements: wasmrewrite.DefaultMaxTableElements,
 }
-
-// MaxMemoryLimitPages is the most a 32-bit WebAssembly memory can hold (4 GiB).
-const MaxMemoryLimitPages = 65536
 
 // Or returns l with each zero field taken from d.
 func (l Limits) Or(d Limits) Limits {

@@ -19,13 +19,6 @@ import (
 // documents could not follow), before the module serves anything. Ops
 // then take the compiled models from the module, never from a request.
 
-// Default db quota of an organization's module when neither its manifest
-// nor the profile sets limits.db_rows or limits.db_bytes.
-const (
-	DefaultDBRows  = 1_000_000
-	DefaultDBBytes = 1 << 30
-)
-
 // storeModel converts a manifest's model to the store's.
 func storeModel(name string, m policy.Model) store.Model {
 	out := store.Model{Name: name, Scope: m.Scope, Additional: m.Additional, Indexes: m.Indexes, Fields: map[string]store.Field{}}

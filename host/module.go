@@ -32,6 +32,18 @@ const (
 	// actions by running a script once per call: an interpreted plugin,
 	// loaded with LoadOptions.Script.
 	KindScript Kind = "script"
+	// KindExtism is an Extism plug-in: it imports extism:host/env, and
+	// each exported function is an action. It runs only when a driver for
+	// it is registered, which importing
+	// github.com/moat-sandbox/moat/host/extism does.
+	KindExtism Kind = "extism"
+	// KindNative is a native plugin (kind: native in moat.yaml): no
+	// WebAssembly, but long-lived worker processes started from the
+	// manifest's command, each confined by every kernel layer (its own
+	// uid, cgroup, root filesystem and empty network namespace; Landlock;
+	// seccomp), speaking the op table over the pipe transport. Load it
+	// with LoadOptions.Native.
+	KindNative Kind = "native"
 )
 
 // Isolation says how instances are shared between invocations.
@@ -461,9 +473,6 @@ func describe(name, digest string, size int, cm wazero.CompiledModule, c *compil
 func ValidateModuleName(s string) error {
 	return checkName("module name", s, false)
 }
-
-// MaxActionName is the longest action name, in bytes.
-const MaxActionName = 64
 
 // ValidateActionName checks an action name: 1–64 characters of A-Z, a-z,
 // 0-9, '.', '_' and '-', starting with a letter or digit, as a manifest's

@@ -12,13 +12,6 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// KindNative is a native plugin (kind: native in moat.yaml): no WebAssembly,
-// but long-lived worker processes started from the manifest's command,
-// each confined by every kernel layer (its own uid, cgroup, root
-// filesystem and empty network namespace; Landlock; seccomp), speaking the
-// op table over the pipe transport. Load it with LoadOptions.Native.
-const KindNative Kind = "native"
-
 // Native describes a native plugin's files and how its workers start.
 type Native struct {
 	// Dir is the plugin's directory: read-only to its workers, and their
@@ -42,10 +35,6 @@ type Native struct {
 	MaxRestarts                                 int
 	RestartWindow                               time.Duration
 }
-
-// DefaultNativeMemory is a native worker's memory (its cgroup's limit)
-// when neither the manifest nor the profile sets limits.memory.
-const DefaultNativeMemory = 256 << 20
 
 // nativeLoader loads a native plugin: the same signature check, policy
 // and limits as a WASM module (Host.Load's shared stages), then its

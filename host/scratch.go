@@ -33,15 +33,6 @@ import (
 // is the run's own space, like its memory, and a program writing 10 000
 // files would flood the trail; the first refusal for the quota is.
 
-// ScratchGuestPath is where a run's scratch directory is mounted.
-const ScratchGuestPath = "/"
-
-// Default scratch limits, for a Scratch that leaves one at zero.
-const (
-	DefaultScratchBytes = 64 << 20
-	DefaultScratchFiles = 1024
-)
-
 // Scratch is a run's writable working directory (RunRequest.Scratch).
 type Scratch struct {
 	// Dir is an empty directory on the host, made by the caller, who

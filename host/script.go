@@ -58,10 +58,6 @@ type Script struct {
 	Interpreter Interpreter
 }
 
-// ScriptActionEnv names the environment variable that carries the action
-// an invocation of a Script runs.
-const ScriptActionEnv = "MOAT_ACTION"
-
 // scriptLoader loads an interpreter (a WASI command, or a module its
 // Interpreter runs) serving a script's actions: per call, or from
 // resident instances in the module's pool.

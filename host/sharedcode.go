@@ -1,7 +1,6 @@
 package host
 
 import (
-	"github.com/moat-sandbox/moat/host/internal/codeshare"
 	"github.com/moat-sandbox/moat/internal/atomicfile"
 )
 
@@ -11,10 +10,6 @@ import (
 // in tens of milliseconds. The mechanism, its trust argument and its
 // prediction of wazero's file names are package host/internal/codeshare;
 // the host makes one codeshare.Sharer at New and compiles through it.
-
-// MinCodeKeyBytes is the shortest code key a host accepts: 32 bytes, the
-// size of the HMAC-SHA256 output, so the key is not the weaker part.
-const MinCodeKeyBytes = codeshare.MinKeyBytes
 
 // writeAtomic writes data to path whole or not at all (atomicfile), as
 // wazero writes its own files.

@@ -76,9 +76,6 @@ import (
 // image. A capture that fails (the guest never parks, or the probe fails)
 // is logged once and the module's runs start cold.
 
-// SnapshotEnv names the variable that gives a capture run its nonce.
-const SnapshotEnv = "MOAT_SNAPSHOT"
-
 // Snapshot says how a WASI command's runs may start from an image of one
 // of its runs (LoadOptions.Snapshot).
 type Snapshot struct {

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -50,13 +49,7 @@ func Timing(t testing.TB) {
 		timingMu.Unlock()
 		t.Fatalf("timing lock %s: %v", path, err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := lockFile(f); err != nil {
 		f.Close()
 		timingMu.Unlock()
 		t.Fatalf("timing lock %s: %v", path, err)
