@@ -7,7 +7,7 @@ MOAT      := $(BIN)/moat
 export CGO_ENABLED := 0
 BENCHTIME ?= 1s
 
-.PHONY: all run build examples test check test-tools test-only lint fmt vet staticcheck soak bench fixtures tools deps clean help
+.PHONY: all run build examples test check test-tools test-only lint tidy fmt vet staticcheck soak bench fixtures tools deps clean help
 
 # Each part of moat that needs its own set-up (toolchains, interpreter
 # WASMs, a browser) brings a fragment in mk/ that defines its targets and
@@ -80,7 +80,7 @@ tools: ## install the Debian packages moat's toolchains and tests use
 test-tools: ## install the Debian packages only the tests use (a browser, sanitizers)
 	$(call apt_install,$(TEST_APT_PACKAGES))
 
-test: deps tools test-tools $(SETUP) $(TEST_SETUP) vet test-only fuzz-smoke ## set up and run every test
+test: deps tools test-tools $(SETUP) $(TEST_SETUP) lint tidy test-only fuzz-smoke ## set up and run every test (and the linters: gofmt, go vet, staticcheck, go mod tidy)
 # Two packages at a time (-p 2), and the I/O-bound tests of a package side
 # by side (t.Parallel): the tests asserting a wall-clock or CPU bound take
 # testenv.Timing's lock instead, so no two of them overlap anywhere. go vet
@@ -118,6 +118,7 @@ vet:
 	@GOOS=wasip1 GOARCH=wasm $(GO) vet ./guests/go/... ./examples/... ./testdata/goguest/...
 
 fmt:
+	@echo "==> gofmt"
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 staticcheck: ## staticcheck (pinned as a tool in go.mod), for linux and for the wasip1 guests
@@ -127,6 +128,10 @@ staticcheck: ## staticcheck (pinned as a tool in go.mod), for linux and for the 
 	@GOOS=wasip1 GOARCH=wasm $(BIN)/staticcheck ./guests/... ./examples/... ./testdata/goguest/
 
 lint: fmt vet staticcheck ## gofmt, go vet, staticcheck
+
+tidy: ## go.mod and go.sum as go mod tidy leaves them
+	@echo "==> go mod tidy -diff"
+	@$(GO) mod tidy -diff
 
 SOAK_ROUNDS ?= 20
 soak: deps $(SETUP) ## long runs: invokes, native jobs and the hostile shapes (call trees, fills, compile bombs) round after round, nothing left behind
