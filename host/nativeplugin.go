@@ -83,11 +83,9 @@ func checkNative(ld *loading) error {
 	if len(nativeCommand(opts)) == 0 {
 		return ld.fail(abi.CodeInvalidArgument, nil, "no command starts the plugin's workers: write command: in %s", policy.ManifestFile)
 	}
-	// The refusal of an unsigned native plugin names name.wasm.minisig,
-	// the WebAssembly wording it always had; moat sign writes a source
-	// directory's signature as NAME.minisig, so this is likely wrong, and
-	// kept here only because a restructuring changes no behaviour.
-	ld.digest, ld.signed, ld.sources, ld.sigExt = Digest(nat.Source), nat.Source, nat.Source, ".wasm.minisig"
+	// A native plugin's signature is its directory's: NAME.minisig, the
+	// file moat sign writes (it named NAME.wasm.minisig, a module's).
+	ld.digest, ld.signed, ld.sources, ld.sigExt = Digest(nat.Source), nat.Source, nat.Source, ".minisig"
 	return nil
 }
 

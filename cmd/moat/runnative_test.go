@@ -68,6 +68,19 @@ func TestRunNativePlugin(t *testing.T) {
 		t.Fatalf("tampered run: %+v", r)
 	}
 	os.WriteFile(main, orig, 0o644)
+	// Unsigned: the refusal names the file moat sign writes for a
+	// directory (NAME.minisig, not a module's NAME.wasm.minisig).
+	sig := filepath.Join(plugin, "hello-python-native.minisig")
+	if err := os.Rename(sig, sig+".away"); err != nil {
+		t.Fatal(err)
+	}
+	r = moat(t, "", "--data", data, "--profile", profile, "run", plugin, "greet")
+	if r.code == 0 || !strings.Contains(r.stderr, "unsigned (no hello-python-native.minisig)") {
+		t.Fatalf("unsigned run: %+v", r)
+	}
+	if err := os.Rename(sig+".away", sig); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := os.Chmod(filepath.Join(plugin, "main.py"), 0o600); err != nil {
 		t.Fatal(err)
