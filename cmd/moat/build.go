@@ -43,7 +43,9 @@ the same bytes wherever it lies (make examples builds through here too).
 An interpreted plugin (JavaScript, Python, Ruby) has no module to write:
 build checks it (the manifest, the sources, the language's checks) and
 compiles its interpreter into the compile cache, running none of its code;
-a resident plugin's snapshot is made at its first call.
+a resident plugin's snapshot is made at its first call. A native plugin
+(kind: native) has nothing to build either: build reads it as moat run and
+an upload do (links and special files refused) and prepares nothing.
 
 The compiler runs confined, as for ` + "`moat exec --lang`" + `: no network, the
 toolchains read-only, a scratch directory to write. DIR (for Go, the

@@ -129,7 +129,7 @@ func ValidateFamilyConfig(name string, cfg any) error {
 	f := families[name]
 	mu.RUnlock()
 	if f == nil {
-		return fmt.Errorf("no op family %q", name)
+		return fmt.Errorf("ops: no op family %q; the families are %s", name, strings.Join(Families(), ", "))
 	}
 	if f.Validate == nil {
 		return nil
@@ -220,7 +220,7 @@ func (s *Services) provision(pc *ProvisionContext, name string) (any, error) {
 	f := families[name]
 	mu.RUnlock()
 	if f == nil {
-		return nil, fmt.Errorf("ops: no op family %q", name)
+		return nil, fmt.Errorf("ops: no op family %q; the families are %s", name, strings.Join(Families(), ", "))
 	}
 	if pc.busy[name] {
 		return nil, fmt.Errorf("ops: family %s needs its own service while it is provisioned (a cycle of families)", name)

@@ -44,7 +44,7 @@ type TasksConfig struct {
 	// on each (store.Task.Origin): "" (moat serve) for modules the store
 	// holds, which any runner on the store may load; another value for
 	// modules only this process has (moat run: "run:" and the plugin's
-	// directory), whose tasks only a TaskRunner with that Origin claims,
+	// directory), whose tasks only a tasks.Runner (host/tasks) with that Origin claims,
 	// never a server sharing the store.
 	Origin string `yaml:"-"`
 }

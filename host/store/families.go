@@ -67,7 +67,7 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("store: the %s storage backend does not implement the %s family's storage (%s), so the %s ops cannot run on it; store with a backend that implements it (moat doctor lists what this one does)",
+	return fmt.Sprintf("store: the %s storage backend does not implement the %s family's storage (%s), so the %s ops cannot run on it; store with a backend that implements it (`moat doctor --store` lists what this one does)",
 		e.Backend, e.Family, e.Interface, e.Family)
 }
 

@@ -39,13 +39,17 @@ var ownTag = sync.OnceValue(func() string {
 // (moat/job-<tag>*), never another process's.
 func OwnJobCgroupTag() string { return ownTag() }
 
-// jobCgroupKinds are the kinds SweepJobCgroups looks at.
-var jobCgroupKinds = []string{"job", "warm"}
+// jobCgroupKinds are the kinds SweepJobCgroups looks at; ownerKinds, the
+// names jobOwner reads a runner from (an egress cgroup's too).
+var (
+	jobCgroupKinds = []string{"job", "warm"}
+	ownerKinds     = []string{"job", "warm", egressKind}
+)
 
 // jobOwner parses the runner out of a job cgroup's name (or an egress
 // cgroup's: egress-<pid>-<start>-<id>).
 func jobOwner(name string) (pid int, start uint64, ok bool) {
-	for _, k := range append(jobCgroupKinds[:len(jobCgroupKinds):len(jobCgroupKinds)], egressKind) {
+	for _, k := range ownerKinds {
 		rest, found := strings.CutPrefix(name, k+"-")
 		if !found {
 			continue
