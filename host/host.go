@@ -218,7 +218,7 @@ type Host struct {
 	provided  map[string]map[string]Signature // the host modules' functions, by module and name
 	profile   *policy.Profile
 	audit     *audit.Log
-	share     *codeshare.Sharer // nil: compiled code is not shared (no CodeKey)
+	share     *codeshare.Sharer // shared compiled code (Config.CodeKey; package host/internal/codeshare); nil: not shared
 	services  *ops.Services     // the op families' services (Config.Families)
 }
 

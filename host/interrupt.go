@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/moat-sandbox/moat/internal/atomicfile"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 )
 
@@ -62,7 +63,7 @@ func (h *Host) rewrite(digest string, tableCap uint32, bounded []byte, lay *wasm
 		return nil, "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		_ = writeAtomic(path, binary.LittleEndian.AppendUint32(code[:len(code):len(code)], crc32.Checksum(code, castagnoli)))
+		_ = atomicfile.Write(path, binary.LittleEndian.AppendUint32(code[:len(code):len(code)], crc32.Checksum(code, castagnoli)))
 	}
 	return code, key, nil
 }

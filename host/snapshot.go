@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/atomicfile"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
@@ -176,7 +177,7 @@ func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, 
 	entries.Store(memo, entry)
 	if _, err := os.Stat(path); err != nil {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-			_ = writeAtomic(path, binary.LittleEndian.AppendUint32(nil, entry))
+			_ = atomicfile.Write(path, binary.LittleEndian.AppendUint32(nil, entry))
 		}
 	}
 	out, globals, err := wasmsnap.Prepare(wasm, map[string]uint32{"run": entry})
