@@ -276,7 +276,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.store, h.ownStore = s, true
 	}
 	h.audit = audit.New(h.store, h.log)
-	services, err := ops.Provision(ctx, ops.Core{Store: h.store, Logger: h.log}, cfg.Families)
+	services, err := ops.Provision(ctx, h.familyCore(), cfg.Families)
 	if err != nil {
 		h.closeStore()
 		return nil, fmt.Errorf("host: config families: %w", err)

@@ -31,6 +31,9 @@ import (
 func init() {
 	RegisterFamily(Family{
 		Name: "knowledge", Capability: policy.CapabilitySpec{Name: "knowledge"},
+		Attach: func(ctx *AttachContext, _ any) (any, error) {
+			return &knowledgeView{quota: int64(diskQuota(ctx.Module)), manifest: ctx.Module.Manifest}, nil
+		},
 		Ops: []Op{
 			{Name: abi.OpKnowledgeAdd, Func: Typed(knowledgeAdd), Mutates: true},
 			{Name: abi.OpKnowledgeDelete, Func: Typed(knowledgeDelete), Mutates: true},
@@ -39,17 +42,34 @@ func init() {
 	})
 }
 
+// knowledgeView is the knowledge family's view of a module: its disk
+// limit and its manifest, which says each collection's scope.
+type knowledgeView struct {
+	quota    int64 // limits.disk; 0: none
+	manifest *policy.Manifest
+}
+
+// knowledgeOf is the knowledge family's view of env's module (every
+// collection org-scoped, no byte quota, without one).
+func knowledgeOf(env *Env) *knowledgeView {
+	if v, ok := ViewOf[*knowledgeView](env, "knowledge"); ok {
+		return v
+	}
+	return &knowledgeView{}
+}
+
 // knowledgeQuota is the quota of an add: abi.MaxKnowledgeDocuments
 // documents, and the module's disk limit (limits.disk, none when unset)
 // for their bytes, counted apart from its kv data.
 func knowledgeQuota(env *Env) store.KnowledgeQuota {
-	return store.KnowledgeQuota{Documents: abi.MaxKnowledgeDocuments, Bytes: env.DiskQuota}
+	return store.KnowledgeQuota{Documents: abi.MaxKnowledgeDocuments, Bytes: knowledgeOf(env).quota}
 }
 
 // userScoped reports whether the module's manifest declares collection
 // scope: user, which the store then applies to the caller's user.
 func (e *Env) userScoped(collection string) bool {
-	return e.Knowledge != nil && e.Knowledge.KnowledgeScope(collection) == abi.DBScopeUser
+	mf := knowledgeOf(e).manifest
+	return mf != nil && mf.KnowledgeScope(collection) == abi.DBScopeUser
 }
 
 func knowledgeAdd(env *Env, req *abi.KnowledgeAddRequest) (*abi.KnowledgeAddResponse, error) {
