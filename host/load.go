@@ -154,6 +154,8 @@ func (ld *loading) abandon(ctx context.Context) {
 			m.Close(ctx)
 		}
 		m.closeFileGrants()
+		m.views.Detach() // once: Close may have
+
 	}
 	ld.h.release(ld.compiled) // a load that failed keeps no machine code
 }
