@@ -130,7 +130,7 @@ type Config struct {
 	// *ops.MediaConfig). A family left out is provisioned with its
 	// defaults. The host provisions each family's service from it at
 	// New and releases it at Close. What other fields of Config held
-	// before issue 29 is here: the ai family's models (*ops.AIConfig,
+	// before issue 29 is here: the ai family's models (*ai.FamilyConfig,
 	// whose Service hosts of one process should share), the secrets a
 	// grant injects (*ops.SecretsConfig), the http family's Resolver
 	// (*ops.HTTPConfig), media's quota and decode bound

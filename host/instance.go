@@ -221,7 +221,7 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 	if err != nil && ctx.Err() == context.DeadlineExceeded && errors.As(err, &ae) && ae.Code == abi.CodeTimeout {
 		inv.endedOp = o.Name + ": " + ae.Message
 	}
-	if mc := env.ModelCall(); mc != nil {
+	if mc, ok := env.ModelCall().(*ai.Evidence); ok && mc != nil {
 		inv.m.auditModelCall(ctx, env, o, mc, err)
 	} else if err == nil && (o.Mutates || o.LeavesSandbox) && !o.AuditsItself {
 		inv.m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID(), env.Target())

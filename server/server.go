@@ -203,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// server made once above (the model service, whose bounds on calls in
 	// flight are the server's; the vault; the decode bound) is shared.
 	families := cfg.FamilyConfigs(map[string]any{
-		"ai":      &ops.AIConfig{Service: s.ai},
+		"ai":      &ai.FamilyConfig{Service: s.ai},
 		"media":   &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
 		"secrets": &ops.SecretsConfig{Source: s.vault},
 		"tasks":   &ops.TasksConfig{MaxQueued: cfg.Tasks.MaxQueued},

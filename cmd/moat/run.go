@@ -351,7 +351,7 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 		return nil, err
 	}
 	cfg.Store = st
-	models := &ops.AIConfig{}
+	models := &ai.FamilyConfig{}
 	cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)}
 	cfg.Families["media"] = &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}
 	cfg.Families["ai"] = models

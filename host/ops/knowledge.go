@@ -94,8 +94,8 @@ func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeD
 func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
 	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env),
 		User: env.Principal.User, UserScoped: env.userScoped(req.Collection)}
-	if s := aiOf(env); s.models != nil {
-		q.MinSimilarity = s.models.MinSimilarity()
+	if m, ok := ServiceOf[KnowledgeModels](env, "ai"); ok {
+		q.MinSimilarity = m.MinSimilarity()
 	}
 	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), q)
 	if err != nil {
@@ -108,23 +108,32 @@ func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeS
 	return resp, nil
 }
 
+// KnowledgeModels is the ai family's service as the knowledge family
+// reads it (host/ai registers the family and implements it): the
+// operator's embedding model for knowledge ("" for none), the similarity
+// below which a vector hit is dropped, and one embedding charged to the
+// invocation's organization and module, which records its evidence on
+// env (SetModelCall).
+type KnowledgeModels interface {
+	KnowledgeModel() string
+	MinSimilarity() float64
+	EmbedText(ctx context.Context, env *Env, model, text string) ([]float32, error)
+}
+
 // knowledgeEmbedder embeds a document's text or a query with the
 // operator's knowledge model, as a model call of the invocation; nil
 // when none is configured.
 func knowledgeEmbedder(env *Env) store.Embedder {
-	s := aiOf(env)
-	if s.models == nil || s.models.KnowledgeModel() == "" {
+	m, ok := ServiceOf[KnowledgeModels](env, "ai")
+	if !ok || m.KnowledgeModel() == "" {
 		return nil
 	}
-	model := s.models.KnowledgeModel()
+	model := m.KnowledgeModel()
 	return func(ctx context.Context, text string) (store.Vector, error) {
-		resp, ev, err := s.models.Embed(ctx, caller(env, s), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
-		if ev != nil {
-			env.SetModelCall(ev)
-		}
+		v, err := m.EmbedText(ctx, env, model, text)
 		if err != nil {
 			return store.Vector{}, err
 		}
-		return store.Vector{Model: model, Values: resp.Vectors[0]}, nil
+		return store.Vector{Model: model, Values: v}, nil
 	}
 }

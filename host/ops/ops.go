@@ -1,7 +1,8 @@
 // Package ops is moat's op table: every op a guest can call, each a small
 // function over an Env that the host fills for the current invocation. Ops
 // come in families, each registered from its own file (log.go, kv.go,
-// media.go, ...) as one Family value (family.go): its name, the capability
+// media.go, ...; or from its service's package, as host/ai registers the
+// ai family) as one Family value (family.go): its name, the capability
 // its ops need, its configuration type, how its service is provisioned
 // from that configuration and cleaned up (once per host), how its view of
 // each module is attached when the module loads and detached when it
@@ -45,7 +46,6 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -79,7 +79,7 @@ type Env struct {
 	target  string // the target the gate allowed, for targeted ops
 	subject string // what the op acted on within its target (a document id), for the audit record
 
-	call *ai.Evidence // the model call the op made, for the audit record
+	call ModelCall // the model call the op made, for the audit record
 }
 
 // Gate decides, for the host, whether the op in flight may act on target:
@@ -122,15 +122,21 @@ func (e *Env) SetSubject(id string) { e.subject = id }
 // the op did not say), for the host's audit record.
 func (e *Env) Subject() string { return e.subject }
 
+// ModelCall is the evidence of a model call (host/ai's *Evidence: its
+// id, model, provider, tokens and latency, or the budget that refused
+// it), which the host's audit record of the op reads.
+type ModelCall interface {
+	Attrs() map[string]string
+}
+
 // SetModelCall records the model call the call in flight made (ai.*, or
-// knowledge's embedding), for the host's audit record of the op: its id,
-// model, provider, tokens and latency, or the budget that refused it.
-func (e *Env) SetModelCall(ev *ai.Evidence) { e.call = ev }
+// knowledge's embedding), for the host's audit record of the op.
+func (e *Env) SetModelCall(ev ModelCall) { e.call = ev }
 
 // ModelCall is the model call the call in flight made, nil when it made
 // none: the host audits an op that made one as that model call, whatever
 // its outcome.
-func (e *Env) ModelCall() *ai.Evidence { return e.call }
+func (e *Env) ModelCall() ModelCall { return e.call }
 
 // Dispatch runs op on req for the invocation env describes, with g as
 // the policy gate. It is the only way the host runs an op.
