@@ -221,7 +221,7 @@ func (s *Services) Disabled(name string) bool {
 }
 
 // DisabledFamilies lists the families disabled on the host, sorted, for
-// a report (moat doctor, the server's /v1/report).
+// an embedder's report of what its host offers.
 func (s *Services) DisabledFamilies() []string {
 	if s == nil {
 		return nil
