@@ -135,7 +135,11 @@ type Config struct {
 	// grant injects (*ops.SecretsConfig), the http family's Resolver
 	// (*ops.HTTPConfig), media's quota and decode bound
 	// (*ops.MediaConfig), the bound on queued tasks and where they run
-	// (*ops.TasksConfig: Origin, which was TaskOrigin).
+	// (*ops.TasksConfig: Origin, which was TaskOrigin). A family given
+	// ops.Disabled is switched off on this host: not provisioned, no
+	// module gets its view, and each of its ops is refused (denied,
+	// audited with the rule "host: family disabled"), whatever a
+	// module's grants.
 	Families map[string]any
 }
 
