@@ -15,7 +15,6 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
@@ -82,7 +81,7 @@ default:
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ops.AIConfig{Service: svc}}})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ai.FamilyConfig{Service: svc}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package host
 
-import "github.com/moat-sandbox/moat/host/internal/codeshare"
+import (
+	"github.com/moat-sandbox/moat/host/internal/codeshare"
+	"github.com/moat-sandbox/moat/host/ops"
+)
 
 // Defaults: what the host uses where neither the embedder (Config,
 // Limits, LoadOptions), the module's manifest nor the profile sets a
@@ -9,8 +12,8 @@ import "github.com/moat-sandbox/moat/host/internal/codeshare"
 const (
 	// DefaultDBRows and DefaultDBBytes are an organization's module's db
 	// quota (limits.db_rows, limits.db_bytes).
-	DefaultDBRows  = 1_000_000
-	DefaultDBBytes = 1 << 30
+	DefaultDBRows  = ops.DefaultDBRows
+	DefaultDBBytes = ops.DefaultDBBytes
 	// DefaultScratchBytes and DefaultScratchFiles bound a run's scratch
 	// directory, for a Scratch that leaves one at zero.
 	DefaultScratchBytes = 64 << 20

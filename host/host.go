@@ -130,12 +130,16 @@ type Config struct {
 	// *ops.MediaConfig). A family left out is provisioned with its
 	// defaults. The host provisions each family's service from it at
 	// New and releases it at Close. What other fields of Config held
-	// before issue 29 is here: the ai family's models (*ops.AIConfig,
+	// before issue 29 is here: the ai family's models (*ai.FamilyConfig,
 	// whose Service hosts of one process should share), the secrets a
 	// grant injects (*ops.SecretsConfig), the http family's Resolver
 	// (*ops.HTTPConfig), media's quota and decode bound
 	// (*ops.MediaConfig), the bound on queued tasks and where they run
-	// (*ops.TasksConfig: Origin, which was TaskOrigin).
+	// (*ops.TasksConfig: Origin, which was TaskOrigin). A family given
+	// ops.Disabled is switched off on this host: not provisioned, no
+	// module gets its view, and each of its ops is refused (denied,
+	// audited with the rule "host: family disabled"), whatever a
+	// module's grants.
 	Families map[string]any
 }
 
@@ -276,7 +280,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		h.store, h.ownStore = s, true
 	}
 	h.audit = audit.New(h.store, h.log)
-	services, err := ops.Provision(ctx, ops.Core{Store: h.store, Logger: h.log}, cfg.Families)
+	services, err := ops.Provision(ctx, h.familyCore(), cfg.Families)
 	if err != nil {
 		h.closeStore()
 		return nil, fmt.Errorf("host: config families: %w", err)

@@ -729,13 +729,13 @@ default:
 	}
 }
 
-// An op of another family that downloads through Env.Outbound, as
+// An op of another family that downloads through ops.OutboundOf, as
 // media.fetch does: its request follows the http family's grants, not its
 // own capability's.
 func init() {
 	ops.Register(ops.Op{Name: "e2ehttp.download", Capability: "media", LeavesSandbox: true,
 		Func: ops.Typed(func(env *ops.Env, req *abi.MediaFetchRequest) (*abi.HTTPFetchResponse, error) {
-			return env.Outbound.Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, 64)
+			return ops.OutboundOf(env).Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, 64)
 		})})
 }
 

@@ -186,9 +186,8 @@ type invocation struct {
 
 // newEnv is the ops environment of one of m's invocations, before Begin.
 func (m *Module) newEnv() ops.Env {
-	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log, DiskQuota: m.diskQuota,
-		Models: m.models, DBQuota: m.dbQuota, Tasks: m.taskConfig(), Services: m.host.services,
-		Outbound: (*moduleOutbound)(m), Knowledge: m.policy.manifest}
+	return ops.Env{Module: m.name, Digest: m.digest, Config: m.config, Store: m.host.store, Logger: m.host.log,
+		Services: m.host.services, Views: &m.views}
 }
 
 // Dispatch implements transport.Dispatcher: it runs one op for the
@@ -222,7 +221,7 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 	if err != nil && ctx.Err() == context.DeadlineExceeded && errors.As(err, &ae) && ae.Code == abi.CodeTimeout {
 		inv.endedOp = o.Name + ": " + ae.Message
 	}
-	if mc := env.ModelCall(); mc != nil {
+	if mc, ok := env.ModelCall().(*ai.Evidence); ok && mc != nil {
 		inv.m.auditModelCall(ctx, env, o, mc, err)
 	} else if err == nil && (o.Mutates || o.LeavesSandbox) && !o.AuditsItself {
 		inv.m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID(), env.Target())
@@ -260,12 +259,17 @@ func (m *Module) auditModelCall(ctx context.Context, e *ops.Env, o *ops.Op, mc *
 	m.host.audit.Record(ctx, ev)
 }
 
-// AllowOp implements ops.Gate: the module's effective grants with the
-// real target, then the profile's sensitive ops. Every refusal is audited.
+// AllowOp implements ops.Gate: a family the embedder disabled
+// (ops.Disabled), the module's effective grants with the real target,
+// then the profile's sensitive ops. Every refusal is audited.
 func (inv *invocation) AllowOp(env *ops.Env, o *ops.Op, target string) error {
 	m := inv.m
 	mp := m.policy
 	ctx := env.Context
+	if err := env.Services.Refuse(o); err != nil {
+		m.auditOp(ctx, env, o.Name, audit.Deny, "host: family disabled", err.Error(), "", auditTarget(o, target))
+		return abi.AsError(err)
+	}
 	if err := mp.eval.CheckOp(o.Name, target); err != nil {
 		shown := auditTarget(o, target)
 		what := o.Name

@@ -151,7 +151,6 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	inst.epoch++
 	inst.endedOp = ""
 	inst.env.Begin(ctx, req.Action, req.Principal, req.CorrelationID)
-	inst.env.DiskQuota = m.diskQuota
 	idle := context.Background()
 	if inst.res != nil {
 		idle = inst.res.lifetime // a resident script's session spans its life

@@ -64,14 +64,13 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (_ *Modu
 		return nil, ld.fail(abi.CodeBadModule, err, "%v", err)
 	}
 	if m.policy.implicit {
-		if err := h.implicitPolicy(ctx, m, ld.kind, signer, opts.CorrelationID); err != nil {
+		if err := h.implicitPolicy(ctx, m, ld.kind, signer, opts); err != nil {
 			return nil, err
 		}
 	}
 	if err := m.mapActions(); err != nil {
 		return nil, ld.fail(abi.CodeBadModule, nil, "%v", err)
 	}
-	m.diskQuota = int64(m.policy.eval.Limits.Disk)
 	m.info.Kind, m.info.Actions = ld.kind, m.acts.public
 	m.info.Mode, m.info.Signer = string(m.policy.eval.Mode), m.policy.eval.Signer
 	if w, ok := m.rt.(warmer); ok && !opts.CheckOnly {
@@ -155,6 +154,8 @@ func (ld *loading) abandon(ctx context.Context) {
 			m.Close(ctx)
 		}
 		m.closeFileGrants()
+		m.views.Detach() // once: Close may have
+
 	}
 	ld.h.release(ld.compiled) // a load that failed keeps no machine code
 }
@@ -174,7 +175,8 @@ func (ld *loading) nameFromManifest() error {
 }
 
 // declaredPolicy applies a declared manifest's policy, opens its file
-// grants, and sets the module's limits and models.
+// grants, sets the module's limits and attaches the op families' views
+// (db's models among them), before the module runs.
 func (h *Host) declaredPolicy(ctx context.Context, ld *loading, signer string) error {
 	m, opts := ld.m, ld.opts
 	if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
@@ -189,18 +191,22 @@ func (h *Host) declaredPolicy(ctx context.Context, ld *loading, signer string) e
 		}
 	}
 	m.limits = opts.Limits.Or(manifestLimits(m.policy.eval.Limits)).Or(h.cfg.Limits)
-	return h.loadModels(ctx, m, opts)
+	return h.attachFamilies(ctx, m, opts)
 }
 
 // implicitPolicy applies the policy of a module loaded without a
-// manifest: one declaring the actions it registers, and nothing else.
-func (h *Host) implicitPolicy(ctx context.Context, m *Module, kind Kind, signer, correlation string) error {
+// manifest (one declaring the actions it registers, and nothing else),
+// and attaches the op families' views.
+func (h *Host) implicitPolicy(ctx context.Context, m *Module, kind Kind, signer string, opts LoadOptions) error {
 	mf := &policy.Manifest{Name: m.name, Version: "0.0.0", Kind: manifestKind(kind)}
 	for _, a := range m.acts.names {
 		mf.Actions = append(mf.Actions, policy.Action{Name: a, Export: a})
 	}
 	m.policy.manifest = mf
-	return h.applyPolicy(ctx, m, signer, correlation)
+	if err := h.applyPolicy(ctx, m, signer, opts.CorrelationID); err != nil {
+		return err
+	}
+	return h.attachFamilies(ctx, m, opts)
 }
 
 // wasmLoader loads a WebAssembly module: a moat plugin (pooled instances),

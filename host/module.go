@@ -12,7 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/native"
-	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
@@ -157,13 +157,8 @@ type Module struct {
 	info   Info
 	acts   actionTable
 	policy *modulePolicy
-	// diskQuota, models and dbQuota are its storage's bounds: the
-	// manifest's models, migrated at load (models.go); nil: none.
-	diskQuota int64
-	models    *store.Models
-	dbQuota   store.DBQuota
-	http      moduleHTTP  // its outbound requests' client (outbound.go)
-	files     *fileGrants // its granted directories (files.go); nil: none
+	views  ops.Views   // each op family's view of it, attached at load (attach.go)
+	files  *fileGrants // its granted directories (files.go); nil: none
 }
 
 // actionTable maps the names callers use to the actions a module
@@ -414,7 +409,7 @@ func (m *Module) Close(ctx context.Context) error {
 	// flight finish on their instances (wazero allows closing a compiled
 	// module under them), and keep its granted directories until then.
 	defer m.host.release(c)
-	defer m.closeHTTP()
+	defer m.views.Detach() // its http client
 	m.closeFileGrants()
 	return err
 }

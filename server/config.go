@@ -150,6 +150,12 @@ type Config struct {
 	// file. A family whose configuration has nothing a file can set
 	// (secrets, http) has no section.
 	Families map[string]any `yaml:"-"`
+	// DisableFamilies names op families the server offers none of its
+	// modules: each is given to every host as ops.Disabled, so each op of
+	// one is refused (denied, audited with the rule "host: family
+	// disabled"), whatever a module's grants. `moat doctor --config FILE`
+	// lists them.
+	DisableFamilies []string `yaml:"disable_families"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -457,6 +463,23 @@ func ParseConfig(file string, data []byte) (Config, error) {
 	return c, c.validate(ix)
 }
 
+// FamilyConfigs is what the server's hosts are given as
+// host.Config.Families: base (what the server makes once and shares: the
+// model service, the vault, the decode bound), the sections of families
+// this Config has no field for, and ops.Disabled for each family
+// DisableFamilies names, over anything else.
+func (c *Config) FamilyConfigs(base map[string]any) map[string]any {
+	for name, fc := range c.Families {
+		if base[name] == nil {
+			base[name] = fc
+		}
+	}
+	for _, name := range c.DisableFamilies {
+		base[name] = ops.Disabled
+	}
+	return base
+}
+
 // configYAML is how a server config differs from a manifest for the strict
 // decoder: an empty file is the defaults.
 var configYAML = &yamlstrict.Options{Sections: familySection, Shapes: map[reflect.Type]yamlstrict.Shape{
@@ -526,6 +549,11 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 	for _, name := range slices.Sorted(maps.Keys(c.Families)) {
 		if err := ops.ValidateFamilyConfig(name, c.Families[name]); err != nil {
 			return fail(name, "%v", err)
+		}
+	}
+	for i, name := range c.DisableFamilies {
+		if !slices.Contains(ops.Families(), name) {
+			return fail(fmt.Sprintf("disable_families[%d]", i), "no op family %q; the families are %s", name, strings.Join(ops.Families(), ", "))
 		}
 	}
 	if err := c.Audit.validate(); err != nil {

@@ -202,16 +202,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The op families' configuration, the same for every host: what the
 	// server made once above (the model service, whose bounds on calls in
 	// flight are the server's; the vault; the decode bound) is shared.
-	families := map[string]any{
-		"ai":      &ops.AIConfig{Service: s.ai},
+	families := cfg.FamilyConfigs(map[string]any{
+		"ai":      &ai.FamilyConfig{Service: s.ai},
 		"media":   &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
 		"secrets": &ops.SecretsConfig{Source: s.vault},
 		"tasks":   &ops.TasksConfig{MaxQueued: cfg.Tasks.MaxQueued},
-	}
-	for name, fc := range cfg.Families { // the sections of families the server does not name
-		if families[name] == nil {
-			families[name] = fc
-		}
+	})
+	if len(cfg.DisableFamilies) > 0 {
+		log.Info("op families disabled by the configuration: their ops are refused to every module", "families", cfg.DisableFamilies)
 	}
 	profiles := []string{cfg.Profile}
 	for _, p := range cfg.Profiles {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy/kernel"
+	"github.com/moat-sandbox/moat/server"
 	"github.com/spf13/cobra"
 )
 
@@ -17,6 +18,7 @@ func newDoctorCmd() *cobra.Command {
 		asJSON  bool
 		require []string
 		where   string
+		config  string
 	)
 	names := kernel.ProbeLayerNames()
 	cmd := &cobra.Command{
@@ -57,7 +59,9 @@ it also opens that store and reports its backend and, for each op family
 with storage of its own (knowledge, ai, tasks, secrets, db, media), whether
 the backend implements it: a family it lacks fails its ops with an error
 naming the backend and the family. Both of moat's backends implement every
-one; a third-party backend may not.
+one; a third-party backend may not. With --config (moat serve's
+configuration file) it also lists the op families that configuration
+disables (disable_families:), whose ops every module is refused there.
 
 Exit status 0 even when layers are missing (it reports), unless --require
 names a layer that is missing: then 1, with the layer named on stderr.
@@ -67,7 +71,8 @@ Examples:
   moat doctor --json
   moat doctor --require landlock,seccomp,cgroup      (in CI or a start-up check)
   moat doctor --require all
-  moat doctor --store /var/lib/moat`,
+  moat doctor --store /var/lib/moat
+  moat doctor --store /var/lib/moat --config moat-server.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var want []string
@@ -93,6 +98,16 @@ Examples:
 				if storage, err = reportStore(cmd.Context(), where); err != nil {
 					return err
 				}
+			}
+			if config != "" {
+				sc, err := server.LoadConfig(config)
+				if err != nil {
+					return usagef("--config: %v", err)
+				}
+				if storage == nil {
+					storage = &storeReport{}
+				}
+				storage.Disabled = append([]string{}, sc.DisableFamilies...)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -138,6 +153,7 @@ Examples:
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&where, "store", "", "also report which op families' storage the store at this data directory or postgres:// URL implements")
+	f.StringVar(&config, "config", "", "also report the op families moat serve's configuration file disables (disable_families)")
 	f.StringSliceVar(&require, "require", nil, "exit 1 if any of these layers (comma-separated, or all) is missing: "+strings.Join(names, ","))
 	return cmd
 }
@@ -148,6 +164,9 @@ type storeReport struct {
 	Backend  string                `json:"backend"`
 	Location string                `json:"location"`
 	Families []store.FamilySupport `json:"families"`
+	// Disabled are the op families the server's configuration disables
+	// (--config: disable_families), whose ops every module is refused.
+	Disabled []string `json:"disabled,omitempty"`
 }
 
 func reportStore(ctx context.Context, where string) (*storeReport, error) {
@@ -161,13 +180,21 @@ func reportStore(ctx context.Context, where string) (*storeReport, error) {
 
 func (r *storeReport) table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nstore %s (%s): op families' storage\n", r.Backend, r.Location)
+	if r.Backend != "" {
+		fmt.Fprintf(&b, "\nstore %s (%s): op families' storage\n", r.Backend, r.Location)
+	}
 	for _, f := range r.Families {
 		state := "ok"
 		if !f.Supported {
 			state = "missing: the backend does not implement " + f.Interface + "; the " + f.Name + " ops fail on it"
 		}
+		if slices.Contains(r.Disabled, f.Name) {
+			state = "disabled by the server's configuration (disable_families)"
+		}
 		fmt.Fprintf(&b, "  %-10s %s\n", f.Name, state)
+	}
+	if len(r.Disabled) > 0 {
+		fmt.Fprintf(&b, "\nop families disabled by the server's configuration: %s: their ops are refused to every module\n", strings.Join(r.Disabled, ", "))
 	}
 	return b.String()
 }

@@ -351,15 +351,11 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 		return nil, err
 	}
 	cfg.Store = st
-	models := &ops.AIConfig{}
+	models := &ai.FamilyConfig{}
 	cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)}
 	cfg.Families["media"] = &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}
 	cfg.Families["ai"] = models
-	for name, fc := range s.Families { // the sections of families the server's Config does not name
-		if cfg.Families[name] == nil {
-			cfg.Families[name] = fc
-		}
-	}
+	cfg.Families = s.FamilyConfigs(cfg.Families) // other families' sections; those it disables
 	if s.AI.Enabled() {
 		if models.Service, err = ai.New(s.AI, st, cfg.Logger); err != nil {
 			st.Close()

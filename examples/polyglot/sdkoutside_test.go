@@ -100,7 +100,7 @@ func withAIProvider(t *testing.T, cfg *host.Config, baseURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store, cfg.Families = st, map[string]any{"secrets": &ops.SecretsConfig{Source: vault}, "ai": &ops.AIConfig{Service: svc}}
+	cfg.Store, cfg.Families = st, map[string]any{"secrets": &ops.SecretsConfig{Source: vault}, "ai": &ai.FamilyConfig{Service: svc}}
 }
 
 // origin is the loopback server the plugins fetch from: /sdk/echo

@@ -40,7 +40,7 @@ func aiEnv(t *testing.T) (*ops.Env, *aitest.Server, *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	services, err := ops.Provision(ctx, ops.Core{Store: st}, map[string]any{"ai": &ops.AIConfig{Service: svc}})
+	services, err := ops.Provision(ctx, ops.Core{Store: st}, map[string]any{"ai": &ai.FamilyConfig{Service: svc}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestAIOps(t *testing.T) {
 	if g.asked[len(g.asked)-1] != "ai.complete small-chat" {
 		t.Errorf("the gate was asked %v", g.asked)
 	}
-	if ev := env.ModelCall(); ev == nil || ev.ModelCallID != resp.ModelCallID || ev.Model != "small-chat" || ev.Usage != resp.Usage {
+	if ev := evidence(env); ev == nil || ev.ModelCallID != resp.ModelCallID || ev.Model != "small-chat" || ev.Usage != resp.Usage {
 		t.Errorf("evidence %+v for %+v", ev, resp)
 	}
 	rows, _ := st.AIUsage(context.Background(), store.AIUsageFilter{Org: "acme"})
@@ -129,7 +129,7 @@ func TestAIOps(t *testing.T) {
 	if codeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "module notes of organization acme's daily ai budget of 1000 tokens") {
 		t.Fatalf("over budget: %v", err)
 	}
-	if ev := env.ModelCall(); ev == nil || ev.Budget == nil || ev.Budget.Scope != "module" {
+	if ev := evidence(env); ev == nil || ev.Budget == nil || ev.Budget.Scope != "module" {
 		t.Errorf("the refused call's evidence: %+v", ev)
 	}
 
@@ -153,7 +153,7 @@ func TestKnowledgeHybridOps(t *testing.T) {
 		if _, err := dispatch(t, env, g, abi.OpKnowledgeAdd, `{"collection":"docs","id":"`+id+`","text":"`+text+`"}`); err != nil {
 			t.Fatal(err)
 		}
-		if ev := env.ModelCall(); ev == nil || ev.Model != "embed-small" || ev.Usage.InputTokens == 0 {
+		if ev := evidence(env); ev == nil || ev.Model != "embed-small" || ev.Usage.InputTokens == 0 {
 			t.Errorf("add %s: evidence %+v", id, ev)
 		}
 	}
@@ -162,7 +162,7 @@ func TestKnowledgeHybridOps(t *testing.T) {
 	if err != nil || json.Unmarshal(reply, &resp) != nil || len(resp.Hits) != 1 || resp.Hits[0].ID != "fleet" {
 		t.Fatalf("search = %s, %v; want fleet alone", reply, err)
 	}
-	if ev := env.ModelCall(); ev == nil || ev.Model != "embed-small" {
+	if ev := evidence(env); ev == nil || ev.Model != "embed-small" {
 		t.Errorf("the search's query embedding: evidence %+v", ev)
 	}
 	if n := len(srv.Requests()); n != 3 {
@@ -179,4 +179,11 @@ func TestKnowledgeHybridOps(t *testing.T) {
 	if n := len(srv.Requests()); n != 3 {
 		t.Errorf("an invalid add was embedded")
 	}
+}
+
+// evidence is the model call env's op in flight made (host/ai's
+// Evidence), nil when it made none.
+func evidence(env *ops.Env) *ai.Evidence {
+	ev, _ := env.ModelCall().(*ai.Evidence)
+	return ev
 }

@@ -10,8 +10,9 @@ import (
 // The interfaces through which op families reach what the host holds for
 // them, where one family serves another: the http family's client sends
 // media.fetch's download too, and secrets are read by the http family
-// (headers a grant injects) and the ai family (provider keys). The host
-// fills them into Env; nil means this host offers none.
+// (headers a grant injects) and the ai family (provider keys). Each is a
+// family's service or view of the module, found by name (ServiceOf,
+// OutboundOf); nil means this host offers none.
 
 // Outbound sends the requests of ops that leave the sandbox over HTTP
 // (http.fetch, media.fetch), under the http family's rules: the module's

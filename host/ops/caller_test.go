@@ -83,12 +83,9 @@ func TestKnowledgeUserScopeOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	mf, err := policy.ParseManifest("moat.yaml", []byte("name: kb\nversion: 1.0.0\ncapabilities: {knowledge: [notes, handbook]}\nknowledge: {notes: {scope: user}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	views := attachViews(t, st, "", "name: kb\nversion: 1.0.0\ncapabilities: {knowledge: [notes, handbook]}\nknowledge: {notes: {scope: user}}\n")
 	as := func(user, org string) *ops.Env {
-		env := &ops.Env{Module: "kb", Store: st, Logger: slog.New(slog.DiscardHandler), Knowledge: mf}
+		env := &ops.Env{Module: "kb", Store: st, Logger: slog.New(slog.DiscardHandler), Views: views}
 		env.Begin(ctx, "a", policy.Principal{User: user, Org: org}, "c")
 		return env
 	}

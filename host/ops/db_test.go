@@ -41,34 +41,59 @@ func dbBackends(t *testing.T, run func(t *testing.T, s *store.Store)) {
 	}
 }
 
-// dbModels compiles the issue's notes model (scope: user) and a model
-// scoped by organization, and migrates them for module "app".
-func dbModels(t *testing.T, s *store.Store, owner string) *store.Models {
+// dbModels attaches the db family's view of module "app" loaded for
+// owner ("" for every organization) with the issue's notes model (scope:
+// user) and a model scoped by organization, compiled and migrated by the
+// family's Attach, as a host's load does.
+func dbModels(t *testing.T, s *store.Store, owner string) *ops.Views {
 	t.Helper()
-	max := 200.0
-	notes, err := store.CompileModel(store.Model{Name: "notes", Scope: abi.DBScopeUser, Fields: map[string]store.Field{
-		"title": {Type: abi.DBString, Required: true, Max: &max},
-		"body":  {Type: abi.DBString},
-		"tags":  {Type: "[string]"},
-		"due":   {Type: abi.DBTime},
-		"done":  {Type: abi.DBBool},
-	}, Indexes: [][]string{{"done", "due"}, {"tags"}}})
+	return attachViews(t, s, owner, `name: app
+version: 1.0.0
+capabilities: {db: [notes, board]}
+models:
+  notes:
+    scope: user
+    fields:
+      title: {type: string, required: true, max: 200}
+      body:  {type: string}
+      tags:  {type: "[string]"}
+      due:   {type: time}
+      done:  {type: bool}
+    indexes: [[done, due], [tags]]
+  board:
+    fields:
+      text: {type: string}
+`)
+}
+
+// attachViews attaches every family's view of the module manifest
+// declares, loaded for owner, on store s, through Views.Attach as a
+// host's load does; its limits are the manifest's.
+func attachViews(t *testing.T, s *store.Store, owner, manifest string) *ops.Views {
+	t.Helper()
+	mf, err := policy.ParseManifest("moat.yaml", []byte(manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
-	board, err := store.CompileModel(store.Model{Name: "board", Fields: map[string]store.Field{"text": {Type: abi.DBString}}})
-	if err != nil {
+	var v ops.Views
+	info := ops.ModuleInfo{Name: mf.Name, Org: owner, Manifest: mf, Evaluation: &policy.Evaluation{Module: mf.Name, Limits: mf.Limits},
+		Actions: func() []string {
+			var names []string
+			for _, a := range mf.Actions {
+				names = append(names, a.Name)
+			}
+			return names
+		}}
+	if err := v.Attach(context.Background(), ops.Core{Store: s}, nil, info); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DBMigrate(context.Background(), owner, "app", []*store.Schema{notes, board}); err != nil {
-		t.Fatal(err)
-	}
-	return store.NewModels(owner, notes, board)
+	t.Cleanup(v.Detach)
+	return &v
 }
 
 // caller is one principal's invocation environment on module "app".
-func caller(s *store.Store, models *store.Models, user, org string) *ops.Env {
-	env := &ops.Env{Module: "app", Store: s, Models: models, Logger: slog.New(slog.DiscardHandler)}
+func caller(s *store.Store, views *ops.Views, user, org string) *ops.Env {
+	env := &ops.Env{Module: "app", Store: s, Views: views, Logger: slog.New(slog.DiscardHandler)}
 	env.Begin(context.Background(), "act", policy.Principal{User: user, Org: org}, "corr-"+user+"-"+org)
 	return env
 }

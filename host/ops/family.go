@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -57,6 +59,19 @@ type Family struct {
 	// Cleanup releases what Provision's service holds, when the host
 	// closes. Optional.
 	Cleanup func(service any) error
+	// Attach derives the family's view of one module when the module
+	// loads, once its policy is settled (AttachContext.Module: its name,
+	// digest, organization, manifest and effective grants and limits)
+	// and before it serves a call: what the family's ops read for that
+	// module with ViewOf (kv's disk quota, db's migrated models, http's
+	// client). service is the family's provisioned service. An error
+	// refuses the load (an *abi.Error for a mistake in the module, its
+	// message for the author; a *Refusal to name the rule in the audit
+	// record). Nil for a family that sees every module alike.
+	Attach func(ctx *AttachContext, service any) (any, error)
+	// Detach releases what Attach's view holds, when the module closes
+	// (calls in flight may still finish with it). Optional.
+	Detach func(view any)
 	// Ops are the family's ops, registered with it.
 	Ops []Op
 }
@@ -137,12 +152,13 @@ func ValidateFamilyConfig(name string, cfg any) error {
 	return f.Validate(cfg)
 }
 
-// Core is what every family may use when it is provisioned: the host's
-// store and logger. A family's own needs are its configuration, or
-// another family's service (ProvisionContext.Service).
+// Core is what every family may use when it is provisioned or attached:
+// the host's store, logger and audit log. A family's own needs are its
+// configuration, or another family's service (ProvisionContext.Service).
 type Core struct {
 	Store  *store.Store
 	Logger *slog.Logger
+	Audit  *audit.Log // nil: what a family records is dropped (an Env made by hand)
 }
 
 // ProvisionContext is what a family's Provision gets: the Core, and the
@@ -168,8 +184,64 @@ func (c *ProvisionContext) Service(name string) (any, error) {
 // family that has a Provision. Ops read them through ServiceOf; the
 // host releases them with Cleanup.
 type Services struct {
-	byName map[string]any
-	order  []string // provisioning order; Cleanup goes backwards
+	byName   map[string]any
+	order    []string        // provisioning order; Cleanup goes backwards
+	disabled map[string]bool // families the embedder disabled (Disabled)
+}
+
+// Disabled, as a family's entry in the configurations given to Provision
+// (host.Config.Families{"http": ops.Disabled}), disables the family on
+// that host: it is not provisioned nor attached to any module, a family
+// asking for its service gets none, and each of its ops is refused,
+// audited, with a *DisabledError naming the family, whatever the
+// module's grants. It is how an embedder offers its modules less than
+// moat has, extism-style: by leaving a host function out.
+var Disabled any = disabledFamily{}
+
+type disabledFamily struct{}
+
+// DisabledError refuses an op of a family the host disabled (Disabled).
+// Its code is denied: the module may hold the grant; the host offers the
+// family to none of its modules.
+type DisabledError struct {
+	Family string
+	Op     string
+}
+
+func (e *DisabledError) Error() string {
+	return fmt.Sprintf("op %s: the %s family is disabled on this host by its operator or embedder; no grant enables it here (rule: host: family disabled)", e.Op, e.Family)
+}
+
+// ErrorCode implements abi.CodeOf's interface: denied.
+func (e *DisabledError) ErrorCode() abi.Code { return abi.CodeDenied }
+
+// Disabled reports whether the family name is disabled on the host.
+func (s *Services) Disabled(name string) bool {
+	return s != nil && len(s.disabled) > 0 && s.disabled[name]
+}
+
+// DisabledFamilies lists the families disabled on the host, sorted, for
+// an embedder's report of what its host offers.
+func (s *Services) DisabledFamilies() []string {
+	if s == nil {
+		return nil
+	}
+	names := make([]string, 0, len(s.disabled))
+	for n := range s.disabled {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Refuse is the refusal of op o on the host when its family is disabled
+// (a *DisabledError), nil otherwise: the host's gate asks it first, so
+// the refusal is audited as any other.
+func (s *Services) Refuse(o *Op) error {
+	if s.Disabled(o.family) {
+		return &DisabledError{Family: o.family, Op: o.Name}
+	}
+	return nil
 }
 
 // Provision validates and provisions every registered family from its
@@ -190,7 +262,7 @@ func Provision(ctx context.Context, core Core, configs map[string]any) (*Service
 		if !ok {
 			return nil, fmt.Errorf("ops: no op family %q; the families are %s", name, strings.Join(Families(), ", "))
 		}
-		if cfg == nil {
+		if cfg == nil || cfg == Disabled {
 			continue
 		}
 		if f.Config == nil {
@@ -201,6 +273,14 @@ func Provision(ctx context.Context, core Core, configs map[string]any) (*Service
 		}
 	}
 	s := &Services{byName: map[string]any{}}
+	for name, cfg := range configs {
+		if cfg == Disabled {
+			if s.disabled == nil {
+				s.disabled = map[string]bool{}
+			}
+			s.disabled[name] = true
+		}
+	}
 	pc := &ProvisionContext{Context: ctx, Core: core, s: s, configs: configs, busy: map[string]bool{}}
 	for _, name := range Families() {
 		if _, err := s.provision(pc, name); err != nil {
@@ -213,7 +293,7 @@ func Provision(ctx context.Context, core Core, configs map[string]any) (*Service
 
 // provision provisions the family name once, with its dependencies first.
 func (s *Services) provision(pc *ProvisionContext, name string) (any, error) {
-	if svc, done := s.byName[name]; done {
+	if svc, done := s.byName[name]; done || s.disabled[name] {
 		return svc, nil
 	}
 	mu.RLock()
@@ -286,4 +366,161 @@ func (s *Services) Service(name string) any {
 func ServiceOf[T any](env *Env, family string) (svc T, ok bool) {
 	svc, ok = env.Services.Service(family).(T)
 	return svc, ok
+}
+
+// ModuleInfo is what a family's Attach may read of the module being
+// loaded: who it is and what its policy settled. It is the module's, not
+// a request's: nothing in it is chosen by a caller.
+type ModuleInfo struct {
+	Name   string
+	Digest string // sha256 of the module bytes, hex
+	// Org is the organization the module is loaded for (moat serve loads
+	// each organization's modules), or "" when callers of every
+	// organization share it.
+	Org string
+	// Manifest is the module's manifest, declared or implicit (the
+	// actions it registers, nothing else); never nil.
+	Manifest *policy.Manifest
+	// Evaluation is its policy: the effective capabilities and the limits
+	// to enforce (0: the host's default).
+	Evaluation *policy.Evaluation
+	// Actions lists the action names its callers use. It is read at each
+	// call, not at Attach: a module loaded without a manifest has none
+	// until its runtime has started, which may come after Attach.
+	Actions func() []string
+	// CorrelationID is the load's, for the audit records of a refusal.
+	CorrelationID string
+}
+
+// AttachContext is what a family's Attach gets: the Core and the module.
+type AttachContext struct {
+	context.Context
+	Core
+	Module ModuleInfo
+}
+
+// Refusal is an Attach error that names the rule that refused the load,
+// for the host's audit record ("manifest models"); Err is the reason.
+type Refusal struct {
+	Rule string
+	Err  error
+}
+
+func (r *Refusal) Error() string { return r.Err.Error() }
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// Views are the views the families attached for one module, which its
+// ops read through ViewOf. The host attaches them once per load
+// (Views.Attach) and detaches them when the module closes; the zero
+// value has none.
+type Views struct {
+	byName map[string]any
+	order  []string
+}
+
+// AttachError is a module's load refused by a family's Attach.
+type AttachError struct {
+	Family string
+	Rule   string // the rule that refused: the Refusal's, or "family NAME"
+	Err    error
+}
+
+func (e *AttachError) Error() string { return fmt.Sprintf("%s: %v", e.Family, e.Err) }
+func (e *AttachError) Unwrap() error { return e.Err }
+
+// Attach runs every registered family's Attach for the module m, with
+// the services the host provisioned, into v (a module's zero Views,
+// which its Envs may already point at). A family disabled on the host
+// (Disabled) attaches nothing. On an error (an *AttachError naming the
+// family) the views already made are detached.
+func (v *Views) Attach(ctx context.Context, core Core, s *Services, m ModuleInfo) error {
+	if m.Manifest == nil {
+		m.Manifest = &policy.Manifest{Name: m.Name}
+	}
+	if m.Evaluation == nil {
+		m.Evaluation = &policy.Evaluation{Module: m.Name}
+	}
+	if m.Actions == nil {
+		m.Actions = func() []string { return nil }
+	}
+	mu.RLock()
+	var fams []*Family
+	for _, n := range sortedFamilies() { // ordered, so a refusal is the same at every load
+		if f := families[n]; f.Attach != nil && !s.Disabled(n) {
+			fams = append(fams, f)
+		}
+	}
+	mu.RUnlock()
+	v.byName = make(map[string]any, len(fams))
+	ac := &AttachContext{Context: ctx, Core: core, Module: m}
+	for _, f := range fams {
+		view, err := f.Attach(ac, s.Service(f.Name))
+		if err != nil {
+			v.Detach()
+			rule := "family " + f.Name
+			var r *Refusal
+			if errors.As(err, &r) {
+				rule = r.Rule
+			}
+			return &AttachError{Family: f.Name, Rule: rule, Err: err}
+		}
+		v.byName[f.Name] = view
+		v.order = append(v.order, f.Name)
+	}
+	return nil
+}
+
+// Detach releases the views, the last attached first. It is safe on a
+// nil *Views and to call twice.
+func (v *Views) Detach() {
+	if v == nil {
+		return
+	}
+	for i := len(v.order) - 1; i >= 0; i-- {
+		name := v.order[i]
+		mu.RLock()
+		f := families[name]
+		mu.RUnlock()
+		if view := v.byName[name]; f != nil && f.Detach != nil && view != nil {
+			f.Detach(view)
+		}
+	}
+	v.order = nil
+}
+
+// View is the view the family name attached (nil when it has none).
+func (v *Views) View(name string) any {
+	if v == nil {
+		return nil
+	}
+	return v.byName[name]
+}
+
+// ViewOf is the view the family name attached for env's module, as the
+// type its ops expect. ok is false when there is none (a family disabled
+// on the host, or an Env made by hand without Views).
+func ViewOf[T any](env *Env, family string) (view T, ok bool) {
+	view, ok = env.Views.View(family).(T)
+	return view, ok
+}
+
+// sortedFamilies lists the registered families' names, sorted; mu held.
+func sortedFamilies() []string {
+	names := make([]string, 0, len(families))
+	for n := range families {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Reason is the code of the refused load and its reason for the module's
+// author: an *abi.Error's code and message (a mistake in the module),
+// else unavailable and the error (the host failed).
+func (e *AttachError) Reason() (abi.Code, string) {
+	var ae *abi.Error
+	if errors.As(e.Err, &ae) {
+		return ae.Code, ae.Message
+	}
+	return abi.CodeUnavailable, e.Err.Error()
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/ops"
 )
 
@@ -123,5 +124,42 @@ func TestFamiliesRegistered(t *testing.T) {
 		t.Error("media has no configuration")
 	} else if _, ok := cfg.(*ops.MediaConfig); !ok {
 		t.Errorf("media's configuration is a %T", cfg)
+	}
+}
+
+// TestDisabled: a family given ops.Disabled is not provisioned (a family
+// asking for its service gets none), is attached to no module, and each
+// of its ops is refused with a *DisabledError naming it, denied.
+func TestDisabled(t *testing.T) {
+	famLog = nil
+	s, err := ops.Provision(context.Background(), ops.Core{}, map[string]any{"famtesta": ops.Disabled, "famtestb": &famConfig{Value: "y"}, "kv": ops.Disabled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Cleanup()
+	if slices.Contains(famLog, "provision famtesta") || s.Service("famtestb") != "famtestb:y" {
+		t.Errorf("provisioned %v, famtestb's service %v; want famtesta left out and famtestb without it", famLog, s.Service("famtestb"))
+	}
+	if got := s.DisabledFamilies(); !slices.Equal(got, []string{"famtesta", "kv"}) {
+		t.Errorf("disabled: %v", got)
+	}
+	kvGet, _ := ops.Lookup([]byte(abi.OpKVGet))
+	var de *ops.DisabledError
+	if err := s.Refuse(kvGet); !errors.As(err, &de) || de.Family != "kv" || abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "the kv family is disabled on this host") {
+		t.Errorf("kv.get on a host without kv: %v", err)
+	}
+	dbGet, _ := ops.Lookup([]byte(abi.OpDBGet))
+	if err := s.Refuse(dbGet); err != nil {
+		t.Errorf("db.get: %v", err)
+	}
+	var v ops.Views
+	if err := v.Attach(context.Background(), ops.Core{}, s, ops.ModuleInfo{Name: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if v.View("kv") != nil || v.View("db") == nil {
+		t.Errorf("views: kv %v, db %v; want none for the disabled kv", v.View("kv"), v.View("db"))
+	}
+	if _, err := ops.Provision(context.Background(), ops.Core{}, map[string]any{"kvv": ops.Disabled}); err == nil || !strings.Contains(err.Error(), `no op family "kvv"`) {
+		t.Errorf("disabling a family that does not exist: %v", err)
 	}
 }

@@ -31,6 +31,9 @@ import (
 func init() {
 	RegisterFamily(Family{
 		Name: "knowledge", Capability: policy.CapabilitySpec{Name: "knowledge"},
+		Attach: func(ctx *AttachContext, _ any) (any, error) {
+			return &knowledgeView{quota: int64(diskQuota(ctx.Module)), manifest: ctx.Module.Manifest}, nil
+		},
 		Ops: []Op{
 			{Name: abi.OpKnowledgeAdd, Func: Typed(knowledgeAdd), Mutates: true},
 			{Name: abi.OpKnowledgeDelete, Func: Typed(knowledgeDelete), Mutates: true},
@@ -39,17 +42,34 @@ func init() {
 	})
 }
 
+// knowledgeView is the knowledge family's view of a module: its disk
+// limit and its manifest, which says each collection's scope.
+type knowledgeView struct {
+	quota    int64 // limits.disk; 0: none
+	manifest *policy.Manifest
+}
+
+// knowledgeOf is the knowledge family's view of env's module (every
+// collection org-scoped, no byte quota, without one).
+func knowledgeOf(env *Env) *knowledgeView {
+	if v, ok := ViewOf[*knowledgeView](env, "knowledge"); ok {
+		return v
+	}
+	return &knowledgeView{}
+}
+
 // knowledgeQuota is the quota of an add: abi.MaxKnowledgeDocuments
 // documents, and the module's disk limit (limits.disk, none when unset)
 // for their bytes, counted apart from its kv data.
 func knowledgeQuota(env *Env) store.KnowledgeQuota {
-	return store.KnowledgeQuota{Documents: abi.MaxKnowledgeDocuments, Bytes: env.DiskQuota}
+	return store.KnowledgeQuota{Documents: abi.MaxKnowledgeDocuments, Bytes: knowledgeOf(env).quota}
 }
 
 // userScoped reports whether the module's manifest declares collection
 // scope: user, which the store then applies to the caller's user.
 func (e *Env) userScoped(collection string) bool {
-	return e.Knowledge != nil && e.Knowledge.KnowledgeScope(collection) == abi.DBScopeUser
+	mf := knowledgeOf(e).manifest
+	return mf != nil && mf.KnowledgeScope(collection) == abi.DBScopeUser
 }
 
 func knowledgeAdd(env *Env, req *abi.KnowledgeAddRequest) (*abi.KnowledgeAddResponse, error) {
@@ -74,8 +94,8 @@ func knowledgeDelete(env *Env, req *abi.KnowledgeDeleteRequest) (*abi.KnowledgeD
 func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeSearchResponse, error) {
 	q := store.KnowledgeQuery{Collection: req.Collection, Query: req.Query, Limit: req.Limit, Filter: req.Filter, Embed: knowledgeEmbedder(env),
 		User: env.Principal.User, UserScoped: env.userScoped(req.Collection)}
-	if s := aiOf(env); s.models != nil {
-		q.MinSimilarity = s.models.MinSimilarity()
+	if m, ok := ServiceOf[KnowledgeModels](env, "ai"); ok {
+		q.MinSimilarity = m.MinSimilarity()
 	}
 	hits, err := env.Store.KnowledgeSearch(env.Context, env.Scope(), q)
 	if err != nil {
@@ -88,23 +108,32 @@ func knowledgeSearch(env *Env, req *abi.KnowledgeSearchRequest) (*abi.KnowledgeS
 	return resp, nil
 }
 
+// KnowledgeModels is the ai family's service as the knowledge family
+// reads it (host/ai registers the family and implements it): the
+// operator's embedding model for knowledge ("" for none), the similarity
+// below which a vector hit is dropped, and one embedding charged to the
+// invocation's organization and module, which records its evidence on
+// env (SetModelCall).
+type KnowledgeModels interface {
+	KnowledgeModel() string
+	MinSimilarity() float64
+	EmbedText(ctx context.Context, env *Env, model, text string) ([]float32, error)
+}
+
 // knowledgeEmbedder embeds a document's text or a query with the
 // operator's knowledge model, as a model call of the invocation; nil
 // when none is configured.
 func knowledgeEmbedder(env *Env) store.Embedder {
-	s := aiOf(env)
-	if s.models == nil || s.models.KnowledgeModel() == "" {
+	m, ok := ServiceOf[KnowledgeModels](env, "ai")
+	if !ok || m.KnowledgeModel() == "" {
 		return nil
 	}
-	model := s.models.KnowledgeModel()
+	model := m.KnowledgeModel()
 	return func(ctx context.Context, text string) (store.Vector, error) {
-		resp, ev, err := s.models.Embed(ctx, caller(env, s), &abi.AIEmbedRequest{Model: model, Input: []string{text}})
-		if ev != nil {
-			env.SetModelCall(ev)
-		}
+		v, err := m.EmbedText(ctx, env, model, text)
 		if err != nil {
 			return store.Vector{}, err
 		}
-		return store.Vector{Model: model, Values: resp.Vectors[0]}, nil
+		return store.Vector{Model: model, Values: v}, nil
 	}
 }

@@ -130,7 +130,8 @@ func TestKnowledgeDiskQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	env := &ops.Env{Module: "kb", Store: st, Logger: slog.New(slog.DiscardHandler), DiskQuota: 64}
+	views := attachViews(t, st, "", "name: kb\nversion: 1.0.0\ncapabilities: {knowledge: [docs]}\nlimits: {disk: 64}\n")
+	env := &ops.Env{Module: "kb", Store: st, Logger: slog.New(slog.DiscardHandler), Views: views}
 	env.Begin(ctx, "a", policy.Principal{User: "ann", Org: "acme"}, "c")
 	op, _ := ops.Lookup([]byte(abi.OpKnowledgeAdd))
 	if _, err := ops.Dispatch(env, allowAll, op, []byte(`{"collection":"docs","id":"a","text":"`+strings.Repeat("w ", 20)+`"}`)); err != nil {

@@ -13,7 +13,7 @@ import (
 // The media family: images, audio, video and PDF documents kept per
 // organization (abi/media.go has the rules). The capability is granted
 // as a whole ("media"); media.fetch's URL is checked by the http
-// family's client (Env.Outbound) against the module's http grants, as
+// family's client (OutboundOf) against the module's http grants, as
 // http.fetch's is, so a module granted media but no http target can
 // fetch nothing. Every byte that becomes an item, put by the guest or
 // downloaded, takes the same path: host/media's Ingest (type sniffed,
@@ -129,7 +129,8 @@ func mediaFetch(env *Env, req *abi.MediaFetchRequest) (*abi.MediaInfo, error) {
 	if req.URL == "" {
 		return nil, abi.Errorf(abi.CodeInvalidArgument, "%s: url is empty; name the URL to download", abi.OpMediaFetch)
 	}
-	if env.Outbound == nil {
+	out := OutboundOf(env)
+	if out == nil {
 		return nil, abi.Errorf(abi.CodeDenied, "%s: this host sends no requests (it has no outbound HTTP client), so it downloads nothing", abi.OpMediaFetch)
 	}
 	// The body and its ingested copy are held in memory: take room for
@@ -140,7 +141,7 @@ func mediaFetch(env *Env, req *abi.MediaFetchRequest) (*abi.MediaInfo, error) {
 		return nil, err
 	}
 	defer release()
-	resp, err := env.Outbound.Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, abi.MaxMediaBytes)
+	resp, err := out.Fetch(env, &abi.HTTPFetchRequest{URL: req.URL}, abi.MaxMediaBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -1,19 +1,26 @@
 // Package ops is moat's op table: every op a guest can call, each a small
 // function over an Env that the host fills for the current invocation. Ops
 // come in families, each registered from its own file (log.go, kv.go,
-// media.go, ...) as one Family value (family.go): its name, the capability
+// media.go, ...; or from its service's package, as host/ai registers the
+// ai family) as one Family value (family.go): its name, the capability
 // its ops need, its configuration type, how its service is provisioned
-// from that configuration and cleaned up, and its ops (each op's name, how
-// its target is read from its request, and whether it mutates or leaves
-// the sandbox). The table is the one source of truth for ops: Register
-// declares each op to policy (policy.DeclareOp), which keeps no list of
-// its own. The host knows no family: it passes host.Config.Families to
-// Provision and the ops read their family's service with ServiceOf. So a
-// family over existing services and capabilities is one new file (plus its
-// abi types and store methods); one with its own service and settings is
-// still that file alone here. A new capability is policy's, and a new
-// section of moat-server.yaml the server's (docs/RATIONALE.md, "Why does
-// an op family have a lifecycle").
+// from that configuration and cleaned up (once per host), how its view of
+// each module is attached when the module loads and detached when it
+// closes, and its ops (each op's name, how its target is read from its
+// request, and whether it mutates or leaves the sandbox). The table is the
+// one source of truth for ops: Register declares each op to policy
+// (policy.DeclareOp), which keeps no list of its own.
+//
+// The host knows no family: it passes host.Config.Families to Provision
+// (a family given Disabled is switched off: its ops are refused), hands
+// each module it loads to Views.Attach (its name, digest, organization,
+// manifest and settled policy), and the ops read their family's service
+// with ServiceOf and its view of the module with ViewOf. Env carries only
+// what every family shares: the invocation, the module's name and
+// configuration, the store and the logger. So a family, with its own
+// service, settings, per-module state and capability, is one new file
+// here (plus its abi types and its storage): docs/RATIONALE.md, "Why does
+// an op family have a lifecycle".
 //
 // Every call goes through Dispatch and the host's Gate: the capability is
 // checked before the request is decoded when it is granted as a whole (kv),
@@ -25,8 +32,9 @@
 //
 // An op sees only what Env gives it: the caller's principal, the module's
 // name and configuration, the store scoped by the principal's organization,
-// and a logger already tagged with the invocation. It cannot reach another
-// organization's data because it is never handed a way to name one.
+// a logger already tagged with the invocation, and its family's service
+// and view of the module. It cannot reach another organization's data
+// because it is never handed a way to name one.
 package ops
 
 import (
@@ -38,7 +46,6 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -55,21 +62,13 @@ type Env struct {
 	Config        map[string]string
 	Store         *store.Store
 	Logger        *slog.Logger // the host's logger, untagged; use Log()
-	DiskQuota     int64        // bytes of stored keys and values allowed per org and module; 0: none
-	Tasks         *ModuleTasks // the task family's view of the module (task.go); nil: no tasks here
-	Outbound      Outbound     // the http family's client (bridges.go); nil: no requests leave this host
 	// Services are the services the host's families provisioned
 	// (family.go), which each family's ops read through ServiceOf.
 	Services *Services
-
-	// The db family (db.go): the module's declared models (nil: none),
-	// and the documents and bytes an organization's module may store.
-	Models  *store.Models
-	DBQuota store.DBQuota
-	// Knowledge is the module's manifest, for the scope of each knowledge
-	// collection (policy.Manifest.KnowledgeScope); nil: every collection
-	// is org-scoped.
-	Knowledge KnowledgeScoper
+	// Views are the families' views of the module (Family.Attach, made
+	// when it loaded: kv's disk quota, db's models, http's client, ...),
+	// which each family's ops read through ViewOf.
+	Views *Views
 
 	tagged *slog.Logger
 
@@ -80,7 +79,7 @@ type Env struct {
 	target  string // the target the gate allowed, for targeted ops
 	subject string // what the op acted on within its target (a document id), for the audit record
 
-	call *ai.Evidence // the model call the op made, for the audit record
+	call ModelCall // the model call the op made, for the audit record
 }
 
 // Gate decides, for the host, whether the op in flight may act on target:
@@ -123,15 +122,21 @@ func (e *Env) SetSubject(id string) { e.subject = id }
 // the op did not say), for the host's audit record.
 func (e *Env) Subject() string { return e.subject }
 
+// ModelCall is the evidence of a model call (host/ai's *Evidence: its
+// id, model, provider, tokens and latency, or the budget that refused
+// it), which the host's audit record of the op reads.
+type ModelCall interface {
+	Attrs() map[string]string
+}
+
 // SetModelCall records the model call the call in flight made (ai.*, or
-// knowledge's embedding), for the host's audit record of the op: its id,
-// model, provider, tokens and latency, or the budget that refused it.
-func (e *Env) SetModelCall(ev *ai.Evidence) { e.call = ev }
+// knowledge's embedding), for the host's audit record of the op.
+func (e *Env) SetModelCall(ev ModelCall) { e.call = ev }
 
 // ModelCall is the model call the call in flight made, nil when it made
 // none: the host audits an op that made one as that model call, whatever
 // its outcome.
-func (e *Env) ModelCall() *ai.Evidence { return e.call }
+func (e *Env) ModelCall() ModelCall { return e.call }
 
 // Dispatch runs op on req for the invocation env describes, with g as
 // the policy gate. It is the only way the host runs an op.
@@ -192,12 +197,6 @@ func (e *Env) tags(attrs []slog.Attr) []slog.Attr {
 // and the module.
 func (e *Env) Scope() store.Scope {
 	return store.Scope{Org: e.Principal.Org, Module: e.Module}
-}
-
-// KnowledgeScoper says whether a knowledge collection is user-scoped
-// (abi.DBScopeUser) or org-scoped: *policy.Manifest.
-type KnowledgeScoper interface {
-	KnowledgeScope(collection string) string
 }
 
 // Func runs an op on the wire bytes of its request and returns the wire

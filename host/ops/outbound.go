@@ -21,7 +21,7 @@ import (
 
 // HTTPClient is the http family's client, the one Outbound of a module:
 // http.fetch, Extism's http_request (through Fetch) and media.fetch
-// (through Env.Outbound) all send with it, so one set of rules holds
+// (through OutboundOf) all send with it, so one set of rules holds
 // whichever way a request leaves:
 //
 //  1. package egress normalizes the request (method, URL, the guest's

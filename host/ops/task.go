@@ -2,6 +2,8 @@ package ops
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -23,6 +25,9 @@ func init() {
 		Config: func() any { return &TasksConfig{} },
 		Provision: func(_ *ProvisionContext, cfg any) (any, error) {
 			return cfg, nil // read-only once provisioned
+		},
+		Attach: func(ctx *AttachContext, _ any) (any, error) {
+			return moduleTasks(ctx.Module), nil
 		},
 		Ops: []Op{
 			{Name: abi.OpTaskEnqueue, Func: Typed(taskEnqueue), Mutates: true},
@@ -58,9 +63,8 @@ func tasksOf(env *Env) *TasksConfig {
 	return &TasksConfig{}
 }
 
-// ModuleTasks is what the task family needs of the host for one module.
-// Env.Tasks is nil in a host that runs no tasks: task.* then answer
-// unavailable.
+// ModuleTasks is the task family's view of one module (its Attach).
+// Without one (an Env made by hand) task.* answer unavailable.
 type ModuleTasks struct {
 	// CheckAction refuses, with an *abi.Error for the guest, an action a
 	// task of this module may not run: one the module does not have, or
@@ -68,9 +72,26 @@ type ModuleTasks struct {
 	CheckAction func(action string) error
 }
 
+// moduleTasks is m's view: the actions its callers name (read at each
+// enqueue: a module without a manifest has them once its runtime has
+// started), less those its manifest says need a confirmation.
+func moduleTasks(m ModuleInfo) *ModuleTasks {
+	return &ModuleTasks{CheckAction: func(action string) error {
+		actions := m.Actions()
+		if !slices.Contains(actions, action) {
+			return abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: module %s has no action %q; its actions are: %s",
+				m.Name, clipText(action), strings.Join(actions, ", "))
+		}
+		if a, ok := m.Manifest.Action(action); ok && a.Confirm {
+			return abi.Errorf(abi.CodeInvalidArgument, "task.enqueue: action %s needs confirmation (confirm: true), which a background task cannot give", action)
+		}
+		return nil
+	}}
+}
+
 func taskEnqueue(env *Env, req *abi.TaskEnqueueRequest) (*abi.TaskEnqueueResponse, error) {
-	tc := env.Tasks
-	if tc == nil {
+	tc, ok := ViewOf[*ModuleTasks](env, "tasks")
+	if !ok {
 		return nil, abi.Errorf(abi.CodeUnavailable, "task.enqueue: this host runs no background tasks")
 	}
 	if err := tc.CheckAction(req.Action); err != nil {

@@ -23,13 +23,8 @@ func taskEnv(t *testing.T) *ops.Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	env := &ops.Env{Module: "mod", Store: st, Logger: slog.New(slog.DiscardHandler), Tasks: &ops.ModuleTasks{
-		CheckAction: func(a string) error {
-			if a != "work" {
-				return abi.Errorf(abi.CodeInvalidArgument, "no action %q", a)
-			}
-			return nil
-		}}}
+	views := attachViews(t, st, "", "name: mod\nversion: 1.0.0\nactions: [{name: work}, {name: wipe, confirm: true}]\ncapabilities: {tasks: true}\n")
+	env := &ops.Env{Module: "mod", Store: st, Logger: slog.New(slog.DiscardHandler), Views: views}
 	env.Begin(context.Background(), "start", policy.Principal{User: "ann", Org: "acme", Roles: []string{"dev"}}, "corr-1")
 	return env
 }
@@ -63,7 +58,8 @@ func TestTaskEnqueueTimes(t *testing.T) {
 		{name: "delay as words", req: abi.TaskEnqueueRequest{Action: "work", Delay: "tomorrow'); --"}, code: abi.CodeInvalidArgument, want: "not a duration"},
 		{name: "far at", req: abi.TaskEnqueueRequest{Action: "work", At: "9999-12-31T23:59:59Z"}, code: abi.CodeInvalidArgument, want: "30 days"},
 		{name: "bad at", req: abi.TaskEnqueueRequest{Action: "work", At: "next tuesday"}, code: abi.CodeInvalidArgument, want: "RFC 3339"},
-		{name: "unknown action", req: abi.TaskEnqueueRequest{Action: "other"}, code: abi.CodeInvalidArgument, want: "no action"},
+		{name: "unknown action", req: abi.TaskEnqueueRequest{Action: "other"}, code: abi.CodeInvalidArgument, want: `module mod has no action "other"; its actions are: work, wipe`},
+		{name: "needs confirmation", req: abi.TaskEnqueueRequest{Action: "wipe"}, code: abi.CodeInvalidArgument, want: "action wipe needs confirmation"},
 		{name: "attempts", req: abi.TaskEnqueueRequest{Action: "work", MaxAttempts: abi.MaxTaskAttempts + 1}, code: abi.CodeInvalidArgument, want: "max_attempts"},
 	}
 	for _, tt := range tests {
@@ -91,8 +87,8 @@ func TestTaskEnqueueTimes(t *testing.T) {
 			t.Errorf("%s: status = %s, %v", tt.name, st, err)
 		}
 	}
-	// Without a runner in the host, the family says so.
-	env.Tasks = nil
+	// Without the family's view of the module, the family says so.
+	env.Views = nil
 	if _, err := callTask(env, abi.OpTaskEnqueue, abi.TaskEnqueueRequest{Action: "work"}); err == nil || !strings.Contains(err.Error(), "runs no background tasks") {
 		t.Errorf("enqueue in a host without tasks: %v", err)
 	}
