@@ -317,3 +317,47 @@ func TestRouteWebhookReplicas(t *testing.T) {
 		t.Errorf("the replay on the second replica: %d %s; want 409 replayed", r.status, r.body)
 	}
 }
+
+// TestRouteModuleHost: a host name routes.hosts gives a module serves its
+// routes at the root, passes the front door's Host check, and serves
+// nothing else of the server (no API, no other module).
+func TestRouteModuleHost(t *testing.T) {
+	ts, ann := routeServer(t, secretsKey(t), func(c *server.Config) {
+		c.Routes.Hosts = map[string]string{"hooks.example.com": "acme/routes"}
+	})
+	get := func(host, path, key string) (int, string) {
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		req.Host = host
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, tt := range []struct {
+		host, path, key string
+		status          int
+		want            string
+	}{
+		{"hooks.example.com", "/public/5", "", 200, `"id":"5"`},
+		{"HOOKS.example.com:443", "/items/6", ann, 200, `"user":"ann"`},
+		{"hooks.example.com", "/v1/whoami", ann, 404, "no route"},
+		{"hooks.example.com", "/m/acme/routes/public/5", "", 404, "no route"},
+		{"other.example.com", "/m/acme/routes/public/5", "", 403, "forbidden_host"},
+	} {
+		if status, body := get(tt.host, tt.path, tt.key); status != tt.status || !strings.Contains(body, tt.want) {
+			t.Errorf("Host %s GET %s: %d %s; want %d with %s", tt.host, tt.path, status, body, tt.status, tt.want)
+		}
+	}
+	if _, err := server.ParseConfig("c.yaml", []byte("routes:\n  hosts:\n    \"*.example.com\": acme/routes\n")); err == nil || !strings.Contains(err.Error(), "routes.hosts.*.example.com") {
+		t.Errorf("a wildcard module host: %v", err)
+	}
+	if _, err := server.ParseConfig("c.yaml", []byte("routes:\n  hosts:\n    a.example.com: routes\n")); err == nil || !strings.Contains(err.Error(), "like acme/hooks") {
+		t.Errorf("a module host without its organization: %v", err)
+	}
+}
