@@ -83,6 +83,32 @@ const routeHTMLCSP = "sandbox allow-scripts allow-forms; default-src 'self' data
 // maxRouteQueryBytes bounds a route request's query.
 const maxRouteQueryBytes = 8 << 10
 
+// RouteJSON is a route of a module as GET /v1/modules/{name} and moat
+// inspect --json show it: what it serves, the action, who may call it.
+type RouteJSON struct {
+	Route  string `json:"route"`
+	Action string `json:"action"`
+	Auth   string `json:"auth"`
+	Scheme string `json:"scheme,omitempty"` // a webhook's
+}
+
+// RoutesOf lists the routes of mf (nil when it has none).
+func RoutesOf(mf *policy.Manifest) []RouteJSON {
+	if mf == nil {
+		return nil
+	}
+	var out []RouteJSON
+	for i := range mf.Routes {
+		r := &mf.Routes[i]
+		rj := RouteJSON{Route: r.Route, Action: r.Action, Auth: string(r.AuthMode())}
+		if r.Webhook != nil {
+			rj.Scheme = r.Webhook.Scheme
+		}
+		out = append(out, rj)
+	}
+	return out
+}
+
 // routeCall is what the audit event of one call says.
 type routeCall struct {
 	org, module string

@@ -169,6 +169,12 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("plain: %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
 	}
 
+	// The module's description lists its routes.
+	r = ts.do(t, "GET", "/v1/modules/routes", ann, nil)
+	if !strings.Contains(string(r.body), `{"route":"POST /hooks/github","action":"hook","auth":"webhook","scheme":"github"}`) {
+		t.Errorf("GET /v1/modules/routes: %s", r.body)
+	}
+
 	// The action ran for the one POST that fit.
 	r = ts.do(t, "GET", "/v1/audit?kind=invocation&module=routes&limit=100", ann, nil)
 	if n := strings.Count(string(r.body), `"action":"create_item"`); n != 1 {
