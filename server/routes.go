@@ -2,7 +2,10 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,15 +131,24 @@ func (s *Server) serveRoute(c echo.Context) (err error) {
 		return problem(http.StatusNotFound, "not_found", "a module's routes are under /m/{org}/{module}/")
 	}
 	call := &routeCall{org: org, module: module, remote: remoteSource(req)}
-	// A request without a key pays its source address's token before
-	// the server does anything for it (a module's load included).
-	if req.Header.Get(echo.HeaderAuthorization) == "" {
+	// A request without a valid key pays its source address's token
+	// before the server does anything for it (a module's load included):
+	// an Authorization header alone, made up, buys nothing.
+	takeAddr := func() error {
 		if ok, wait, err := s.addrRate.take(ctx, org+"/"+module+"/"+call.remote, start); err != nil {
 			return rateUnavailable(err)
 		} else if !ok {
 			s.metrics.denials.WithLabelValues(string(abi.CodeRateLimited)).Inc()
 			return rateLimited("source address", wait)
 		}
+		return nil
+	}
+	addrTaken := false
+	if !s.validKey(ctx, req) {
+		if err := takeAddr(); err != nil {
+			return err
+		}
+		addrTaken = true
 	}
 	noModule := problem(http.StatusNotFound, "not_found", "no module %q in organization %s serves routes here", module, org)
 	e, err := s.modules.ensure(ctx, org, module)
@@ -176,7 +188,14 @@ func (s *Server) serveRoute(c echo.Context) (err error) {
 	} else {
 		call.principal = policy.RoutePrincipal(org, auth)
 		stateOf(c).principal = call.principal
-		if ok, wait, err := s.routeRate.take(ctx, org+"/"+module+"/"+rt.Route, start); err != nil {
+		// A key does not lift a public route's bounds: it is not what
+		// lets the request in.
+		if !addrTaken {
+			if err := takeAddr(); err != nil {
+				return err
+			}
+		}
+		if ok, wait, err := s.routeRate.take(ctx, routeBucket(org, module, rt.Route), start); err != nil {
 			return rateUnavailable(err)
 		} else if !ok {
 			return rateLimited("route", wait)
@@ -209,6 +228,25 @@ func (s *Server) serveRoute(c echo.Context) (err error) {
 		return fromHostError(err)
 	}
 	return s.writeRouteResponse(c, org, res.Output)
+}
+
+// validKey reports whether the request carries a valid API key (of any
+// organization), without taking from its buckets: authenticate does that
+// for a key route.
+func (s *Server) validKey(ctx context.Context, req *http.Request) bool {
+	scheme, token, ok := strings.Cut(req.Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	_, err := s.auth.principal(ctx, strings.TrimSpace(token))
+	return err == nil
+}
+
+// routeBucket is the key of a route's bucket: a hash, so that it fits
+// the store's bound on a bucket's key whatever the names' lengths.
+func routeBucket(org, module, route string) string {
+	sum := sha256.Sum256([]byte(org + "\x00" + module + "\x00" + route))
+	return hex.EncodeToString(sum[:16])
 }
 
 // splitModulePath splits an escaped /m/{org}/{module}{/path} into its
@@ -402,6 +440,9 @@ func (s *Server) writeRouteResponse(c echo.Context, org string, out []byte) erro
 		h.Set("Content-Security-Policy", routeHTMLCSP)
 	}
 	w.WriteHeader(r.Status)
+	if !bodyAllowed(r.Status) {
+		return nil
+	}
 	_, err = io.Copy(w, body)
 	return err
 }
@@ -468,6 +509,12 @@ func parseRouteResponse(out []byte) (abi.RouteResponse, bool, error) {
 		}
 	}
 	return r, true, nil
+}
+
+// bodyAllowed reports whether a response of status may have a body
+// (204 and 304 may not).
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 // validHeaderValue reports whether v may be sent as a header value:
