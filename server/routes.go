@@ -314,8 +314,7 @@ func (s *Server) checkWebhook(c echo.Context, call *routeCall, body []byte) erro
 	w := call.route.Webhook
 	secret, err := s.vault.Secret(ctx, call.org, w.Secret)
 	if err != nil {
-		call.reason = fmt.Sprintf("the webhook's secret %s of organization %s does not open: %v; set it with moat secrets set --org %s %s",
-			w.Secret, call.org, err, call.org, w.Secret)
+		call.reason = fmt.Sprintf("set the webhook's secret with moat secrets set --org %s %s: %v", call.org, w.Secret, err)
 		if errors.Is(err, secrets.ErrNoKey) {
 			call.reason = "the server has no secrets key (secrets_key_file or $MOAT_SECRETS_KEY), so the webhook's secret cannot be read"
 		}

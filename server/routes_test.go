@@ -294,9 +294,18 @@ func TestRouteWebhooks(t *testing.T) {
 	if r.status != 413 {
 		t.Errorf("oversized delivery: %d %s", r.status, r.body)
 	}
+	// A webhook whose secret is not set: 503 without naming it; the
+	// trail names it and the fix.
+	if r := ts.do(t, "DELETE", "/v1/admin/secrets/acme/gh-hook", ann, nil); r.status/100 != 2 {
+		t.Fatalf("DELETE secret: %d %s", r.status, r.body)
+	}
+	r = post("/m/acme/routes/hooks/github", "X-Hub-Signature-256", "sha256="+hmacHex("gh-secret", body))
+	if r.status != 503 || strings.Contains(string(r.body), "gh-hook") {
+		t.Errorf("no secret: %d %s", r.status, r.body)
+	}
 	// The trail says why each refusal was refused; the caller was told less.
 	r = ts.do(t, "GET", "/v1/audit?kind=route&decision=deny&limit=100", ann, nil)
-	for _, want := range []string{"does not match the body", "a replay", "from the server's clock"} {
+	for _, want := range []string{"does not match the body", "a replay", "from the server's clock", "moat secrets set --org acme gh-hook"} {
 		if !strings.Contains(string(r.body), want) {
 			t.Errorf("the trail lacks %q:\n%s", want, r.body)
 		}
