@@ -46,6 +46,8 @@ type Manifest struct {
 	// Schedules run actions on a cron schedule, as background tasks of
 	// the organization's service principal (see Schedule).
 	Schedules []Schedule `yaml:"schedules,omitempty"`
+	// Routes bind HTTP methods and paths to actions (see routes.go).
+	Routes []Route `yaml:"routes,omitempty"`
 
 	// File is the path the manifest was read from, for messages.
 	File string `yaml:"-"`
@@ -462,6 +464,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkSchedules(ix, m); err != nil {
+		return err
+	}
+	if err := checkRoutes(ix, m); err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {

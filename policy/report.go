@@ -88,6 +88,11 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 		tw.Flush()
 	}
 
+	if len(m.Routes) > 0 {
+		reportRoutes(line, m)
+		tw.Flush()
+	}
+
 	if warns := m.Warnings(); len(warns) > 0 {
 		line("")
 		line("warnings")

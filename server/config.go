@@ -142,6 +142,9 @@ type Config struct {
 	// Media configures media items: each organization's quota, the
 	// memory of image decodes, signed URLs (MediaConfig).
 	Media MediaConfig `yaml:"media"`
+	// Routes bounds the modules' public and webhook routes and names
+	// the hosts of modules (RoutesConfig).
+	Routes RoutesConfig `yaml:"routes"`
 	// Families are the sections of op families this Config has no field
 	// for, each decoded by the family's name into its own configuration
 	// type (ops.FamilyConfig) by the same strict rules, checked by its
@@ -346,6 +349,7 @@ func (c *Config) fillDefaults() {
 	c.Admission.fillDefaults()
 	c.Tasks.fillDefaults()
 	c.Media.fillDefaults()
+	c.Routes.fillDefaults()
 	c.Metrics.fillDefaults()
 	c.AI.FillDefaults()
 	if c.BuildCacheBytes == 0 {
@@ -667,6 +671,9 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 			return fail("ai."+ce.Field, "%s", ce.Msg)
 		}
 		return fail("ai", "%v", err)
+	}
+	if err := c.Routes.validate(fail); err != nil {
+		return err
 	}
 	if err := c.Media.validate(fail); err != nil {
 		return err

@@ -136,6 +136,9 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 			// A media item, with the type its bytes were sniffed as: an
 			// image, audio, video or PDF, never a page, and served with
 			// nosniff and the sandboxing policy above (media.go).
+		case isModuleRoute(route) && err == nil:
+			// A module's route: the type its action chose, checked
+			// (routes.go), a document under routeHTMLCSP's sandbox.
 		case err == nil && (mt == "application/json" || mt == "application/problem+json" || mt == "application/octet-stream"):
 		case err == nil && mt == "text/plain":
 			h.Set(echo.HeaderContentType, "text/plain; charset=utf-8")
@@ -204,6 +207,9 @@ func (s *Server) hostAllowed(hostport string) bool {
 		return true
 	}
 	if name == "localhost" || name == normalHost(s.cfg.Listen) {
+		return true
+	}
+	if _, _, ok := s.cfg.Routes.moduleHost(name); ok {
 		return true
 	}
 	for _, a := range s.cfg.HTTP.AllowedHosts {

@@ -26,6 +26,7 @@ type ModuleJSON struct {
 	Mode       string       `json:"mode"`
 	Signer     string       `json:"signer,omitempty"`
 	Actions    []ActionJSON `json:"actions"`
+	Routes     []RouteJSON  `json:"routes,omitempty"` // routes.go
 	UploadedBy string       `json:"uploaded_by"`
 	UploadedAt time.Time    `json:"uploaded_at"`
 	// State is "loading" for a module the store holds that this replica
@@ -57,6 +58,7 @@ func describeModule(e *entry) ModuleJSON {
 		}
 		out.Actions = append(out.Actions, aj)
 	}
+	out.Routes = RoutesOf(mf)
 	return out
 }
 

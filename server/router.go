@@ -54,6 +54,7 @@ func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
+	e.Pre(s.moduleHosts)
 	e.Use(s.observe, s.frontDoor)
 
 	auth := s.authenticate
@@ -91,6 +92,10 @@ func (s *Server) router() *echo.Echo {
 		e.GET(p+"/runtimes", s.pistonRuntimes, s.pistonGate)
 		e.POST(p+"/execute", s.pistonExecute, s.pistonGate, run)
 	}
+
+	// A module's own routes (routes.go): their auth is the route's.
+	e.Match(routeMethods, moduleRoute, s.serveRoute)
+	e.Match(routeMethods, moduleRouteRoot, s.serveRoute)
 
 	e.GET("/", s.consoleIndex)
 	e.GET("/console/*", s.consoleAsset)

@@ -89,6 +89,8 @@ type Server struct {
 	keyRate       *rateLimit
 	orgRate       *rateLimit
 	piston        *rateLimit
+	routeRate     *rateLimit // per public or webhook route (routes.go)
+	addrRate      *rateLimit // per source address and module, before a route is known
 	metrics       *metrics
 	echo          *echo.Echo
 	exec          Executor
@@ -166,10 +168,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: log, store: st, hosts: map[string]*host.Host{}, exec: cfg.Executor,
-		auth:    newAuthenticator(st),
-		keyRate: newRateLimit(cfg.Limits.KeyRate, cfg.Limits.KeyBurst, shared, "key:"),
-		orgRate: newRateLimit(cfg.Limits.OrgRate, cfg.Limits.OrgBurst, shared, "org:"),
-		piston:  newRateLimit(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst, shared, "piston:"),
+		auth:      newAuthenticator(st),
+		keyRate:   newRateLimit(cfg.Limits.KeyRate, cfg.Limits.KeyBurst, shared, "key:"),
+		orgRate:   newRateLimit(cfg.Limits.OrgRate, cfg.Limits.OrgBurst, shared, "org:"),
+		piston:    newRateLimit(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst, shared, "piston:"),
+		routeRate: newRateLimit(cfg.Routes.RouteRate, cfg.Routes.RouteBurst, shared, "route:"),
+		addrRate:  newRateLimit(cfg.Routes.AddressRate, cfg.Routes.AddressBurst, shared, "addr:"),
 		invocations: newAdmission("invocations", cfg.Admission.MaxInvocations, cfg.Admission.OrgInvocations,
 			time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),
 		execs: newAdmission("runs", cfg.Admission.MaxRuns, cfg.Admission.OrgRuns, time.Duration(cfg.Admission.Wait), cfg.Admission.Queue),

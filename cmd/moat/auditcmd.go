@@ -80,7 +80,7 @@ back from now (1h); the range is [since, until).`,
 	fl.MarkHidden("correlation")
 	fl.StringVar(&f.Module, "module", "", "only events of this module")
 	fl.StringVar(&f.Decision, "decision", "", "only allow or deny decisions")
-	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load, confinement")
+	fl.StringVar(&f.Kind, "kind", "", "only this kind: decision, invocation, op, signature, confirmation, load, confinement, route (a module's HTTP routes), ...")
 	fl.StringVar(&f.Org, "org", "", "only events of this organization")
 	fl.Var(newTimeOrAgo(&f.Since), "since", "only events at or after this: an RFC 3339 time (2026-01-02T15:04:05Z) or a duration back from now (1h)")
 	fl.Var(newTimeOrAgo(&f.Until), "until", "only events before this: an RFC 3339 time or a duration back from now")

@@ -53,6 +53,7 @@ and the grants its manifest asks for.`,
 					return enc.Encode(out)
 				}
 				printInfo(cmd.OutOrStdout(), il.mod.Info())
+				printRoutes(cmd.OutOrStdout(), mf)
 				printInterpretedInfo(cmd.OutOrStdout(), mf, l, il.script)
 				return nil
 			}
@@ -81,6 +82,7 @@ and the grants its manifest asks for.`,
 				return enc.Encode(inspectJSONOf(mod))
 			}
 			printInfo(cmd.OutOrStdout(), mod.Info())
+			printRoutes(cmd.OutOrStdout(), mod.Manifest())
 			return nil
 		},
 	}
@@ -97,6 +99,7 @@ type inspectJSON struct {
 	host.Info
 	Version string              `json:"version,omitempty"`
 	Actions []server.ActionJSON `json:"actions"`
+	Routes  []server.RouteJSON  `json:"routes,omitempty"`
 	// An interpreted plugin's: its language, interpreter, whether its
 	// instances are resident, and the grants its manifest asks for.
 	Language    string               `json:"language,omitempty"`
@@ -111,6 +114,7 @@ func inspectJSONOf(mod *host.Module) inspectJSON {
 	if mf != nil {
 		out.Version = mf.Version
 	}
+	out.Routes = server.RoutesOf(mf)
 	for _, a := range mod.Actions() {
 		aj := server.ActionJSON{Name: a}
 		if mf != nil {
@@ -160,4 +164,19 @@ func printInfo(w io.Writer, info host.Info) {
 	for _, s := range info.Exports {
 		fmt.Fprintf(w, "  %s\n", termSafe(s.String()))
 	}
+}
+
+// printRoutes lists the manifest's HTTP routes, each with its action and
+// who may call it (policy.Route.Caller).
+func printRoutes(w io.Writer, mf *policy.Manifest) {
+	if mf == nil || len(mf.Routes) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "routes (%d):\n", len(mf.Routes))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i := range mf.Routes {
+		r := &mf.Routes[i]
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", termSafe(r.Route), termSafe(r.Action), termSafe(r.Caller()))
+	}
+	tw.Flush()
 }

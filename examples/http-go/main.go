@@ -7,6 +7,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -16,6 +17,33 @@ import (
 
 func init() {
 	moat.Action("get", get)
+	moat.Action("on_push", onPush)
+}
+
+// onPush receives GitHub's push webhook through the route POST
+// /hooks/github of moat.yaml: moat serve checked its signature under the
+// organization's secret github-hook (and refused a replay) before this
+// runs, as the service user with the role webhook.
+func onPush(input []byte) ([]byte, error) {
+	req, err := moat.Request(input)
+	if err != nil {
+		return nil, err
+	}
+	var push struct {
+		Ref        string `json:"ref"`
+		Repository struct {
+			FullName string `json:"full_name"`
+		} `json:"repository"`
+	}
+	body, err := req.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, &push); err != nil {
+		return moat.JSON(400, map[string]string{"error": "the body is not a GitHub event"})
+	}
+	moat.Log.Info("webhook", "event", req.Header("X-GitHub-Event"), "repository", push.Repository.FullName, "ref", push.Ref)
+	return moat.JSON(200, map[string]string{"event": req.Header("X-GitHub-Event"), "repository": push.Repository.FullName})
 }
 
 func get(input []byte) ([]byte, error) {

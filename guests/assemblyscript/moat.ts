@@ -1513,6 +1513,153 @@ export namespace http {
   export function get(url: string): Result<Response> {
     return fetch(new Request("GET", url));
   }
+
+  /**
+   * The request of an action bound to an HTTP route (moat.yaml routes:;
+   * abi/route.go in the moat repository). Headers hold only those the
+   * server passes (lower case; never Authorization or Cookie); query holds
+   * each parameter's first value.
+   */
+  export class RouteRequest {
+    route: string = "";
+    /** key, public or webhook. */
+    auth: string = "";
+    method: string = "";
+    path: string = "";
+    params: Map<string, string> = new Map<string, string>();
+    query: Map<string, string> = new Map<string, string>();
+    headers: Map<string, string> = new Map<string, string>();
+    /** A public or webhook caller's source address. */
+    remote: string = "";
+    body: Uint8Array = new Uint8Array(0);
+    /** The path parameter name, or null. */
+    param(name: string): string | null {
+      return this.params.has(name) ? this.params.get(name) : null;
+    }
+    /** The value of header name (any case), or null. */
+    header(name: string): string | null {
+      const k = name.toLowerCase();
+      return this.headers.has(k) ? this.headers.get(k) : null;
+    }
+    /** The first value of the query parameter name, or null. */
+    queryValue(name: string): string | null {
+      return this.query.has(name) ? this.query.get(name) : null;
+    }
+    /** The body as UTF-8 text. */
+    text(): string {
+      return utf8(this.body);
+    }
+  }
+
+  /** The members of a JSON object of strings (or, with firsts, of arrays of strings: their first), or null when malformed. */
+  function stringMap(raw: Uint8Array | null, firsts: bool, into: Map<string, string>): bool {
+    if (raw === null) return true;
+    const h = new JSONReader(raw);
+    if (!h.eat(0x7b)) return false;
+    if (h.eat(0x7d)) return true;
+    while (true) {
+      const name = h.string();
+      if (name === null || !h.eat(0x3a)) return false;
+      let value: string | null = null;
+      if (firsts) {
+        if (!h.eat(0x5b)) return false;
+        if (!h.eat(0x5d)) {
+          value = h.string();
+          while (value !== null && h.eat(0x2c)) if (h.string() === null) return false;
+          if (!h.eat(0x5d)) return false;
+        }
+      } else {
+        value = h.string();
+      }
+      if (value !== null) into.set(name, value);
+      else if (!firsts) return false;
+      if (h.eat(0x2c)) continue;
+      return h.eat(0x7d);
+    }
+  }
+
+  function field(j: JSONReader, k: string): string {
+    const v = j.getString(k);
+    return v === null ? "" : v;
+  }
+
+  /** Reads an action's input as its route's request; Code.INVALID_ARGUMENT when it is not one (the action was invoked directly). */
+  export function request(input: Uint8Array): Result<RouteRequest> {
+    const bad = new MoatError(Code.INVALID_ARGUMENT, "the input is not an HTTP request of a route (moat.yaml routes:)");
+    const j = new JSONReader(input);
+    const kind = j.getString("moat");
+    if (kind === null || kind != "http.request") return failure<RouteRequest>(bad);
+    const r = new RouteRequest();
+    r.route = field(j, "route");
+    r.auth = field(j, "auth");
+    r.method = field(j, "method");
+    r.path = field(j, "path");
+    r.remote = field(j, "remote");
+    if (!stringMap(j.raw("params"), false, r.params) || !stringMap(j.raw("headers"), false, r.headers) || !stringMap(j.raw("query"), true, r.query)) {
+      return failure<RouteRequest>(bad);
+    }
+    const enc = j.getString("body_base64");
+    if (enc !== null && enc.length > 0) {
+      const b = b64decode(Uint8Array.wrap(String.UTF8.encode(enc)));
+      if (b === null) return failure<RouteRequest>(bad);
+      r.body = b;
+    } else {
+      r.body = Uint8Array.wrap(String.UTF8.encode(field(j, "body")));
+    }
+    return success<RouteRequest>(r);
+  }
+
+  /**
+   * The output that answers an action's route: status (0: 200),
+   * contentType ("": text/plain), headers (only those abi/route.go allows:
+   * Location, Cache-Control, ETag, ...; never Set-Cookie), and the body
+   * (sent as text when it is UTF-8, else as base64).
+   */
+  export function response(status: i32, contentType: string, headers: Map<string, string> | null, body: Uint8Array): Output {
+    const b = new Buf();
+    b.str('{"moat":"http.response"');
+    if (status != 0) memberJSON(b, "status", status.toString());
+    if (contentType.length > 0) memberString(b, "content_type", contentType);
+    if (headers !== null && headers.size > 0) {
+      b.str(',"headers":{');
+      const names = headers.keys();
+      for (let i = 0; i < names.length; i++) {
+        if (i > 0) b.byte(0x2c);
+        b.json(names[i]);
+        b.byte(0x3a);
+        b.json(headers.get(names[i]));
+      }
+      b.byte(0x7d);
+    }
+    if (body.length > 0) {
+      if (validUTF8(body)) {
+        memberString(b, "body", utf8(body));
+      } else {
+        b.str(',"body_base64":"');
+        b64encode(b, body);
+        b.byte(0x22);
+      }
+    }
+    b.byte(0x7d);
+    return Output.bytes(b.bytes());
+  }
+
+  /** Whether b is UTF-8 without NULs. */
+  function validUTF8(b: Uint8Array): bool {
+    for (let i = 0; i < b.length; ) {
+      const c = <i32>b[i];
+      let k = 0;
+      if (c == 0) k = 0;
+      else if (c < 0x80) k = 1;
+      else if ((c & 0xe0) == 0xc0 && c >= 0xc2) k = 2;
+      else if ((c & 0xf0) == 0xe0) k = 3;
+      else if ((c & 0xf8) == 0xf0 && c <= 0xf4) k = 4;
+      if (k == 0 || i + k > b.length) return false;
+      for (let n = 1; n < k; n++) if ((<i32>b[i + n] & 0xc0) != 0x80) return false;
+      i += k;
+    }
+    return true;
+  }
 }
 
 /**

@@ -1777,6 +1777,144 @@ static inline moat_error *moat_http_fetch(const moat_http_request *req, moat_htt
     return e;
 }
 
+/* ---- routes: an action bound to an HTTP route (moat.yaml routes:) ------ */
+
+/* An action a route binds to METHOD /path/{param} under /m/{org}/{module}/
+ * gets the request as its input (abi/route.go in the moat repository) and
+ * may answer with a status, a type, headers and a body:
+ *
+ *     static moat_error *get_item(moat_bytes input, moat_buf *out) {
+ *         moat_buf id = MOAT_BUF_INIT;
+ *         if (!moat_route_is_request(input)) return moat_errorf(MOAT_INVALID_ARGUMENT, "call me through a route");
+ *         moat_route_param(input, "id", &id);
+ *         const char *hdrs[] = {"Cache-Control", "no-store", NULL};
+ *         moat_route_response(out, 200, "application/json", hdrs, body, body_len);
+ *         ...
+ *     }
+ *
+ * Headers may be only those the server allows (Location, Cache-Control,
+ * ETag, ...; never Set-Cookie): anything else fails the call. */
+
+/* moat_route_is_request reports whether input is a route's request. */
+static inline bool moat_route_is_request(moat_bytes input) {
+    moat_buf v = MOAT_BUF_INIT;
+    bool ok = moat_json_get_string((const char *)input.data, input.len, "moat", &v) && strcmp((const char *)v.data, "http.request") == 0;
+    moat_buf_free(&v);
+    return ok;
+}
+
+/* moat_route_field reads a string member of the request (route, auth,
+ * method, path, remote) into out; false when it has none. */
+static inline bool moat_route_field(moat_bytes input, const char *field, moat_buf *out) {
+    return moat_json_get_string((const char *)input.data, input.len, field, out);
+}
+
+/* moat__route_member reads member name of the request's object member
+ * obj (params, headers) into out. */
+static inline bool moat__route_member(moat_bytes input, const char *obj, const char *name, moat_buf *out) {
+    moat_bytes raw;
+    moat_buf_reset(out);
+    return moat_json_get_raw((const char *)input.data, input.len, obj, &raw) && raw.len && raw.data[0] == '{' &&
+           moat_json_get_string((const char *)raw.data, raw.len, name, out);
+}
+
+/* moat_route_param reads the path parameter name ({name} in the route). */
+static inline bool moat_route_param(moat_bytes input, const char *name, moat_buf *out) {
+    return moat__route_member(input, "params", name, out);
+}
+
+/* moat_route_header reads the request header name (lower case: the
+ * server passes only allowlisted ones, never Authorization or Cookie). */
+static inline bool moat_route_header(moat_bytes input, const char *name, moat_buf *out) {
+    return moat__route_member(input, "headers", name, out);
+}
+
+/* moat_route_query reads the first value of the query parameter name. */
+static inline bool moat_route_query(moat_bytes input, const char *name, moat_buf *out) {
+    moat_bytes q, vals, first;
+    moat_buf_reset(out);
+    if (!moat_json_get_raw((const char *)input.data, input.len, "query", &q) || !q.len || q.data[0] != '{' ||
+        !moat_json_get_raw((const char *)q.data, q.len, name, &vals))
+        return false;
+    moat_json j = {(const char *)vals.data, (const char *)vals.data + vals.len};
+    bool started = false;
+    if (moat_json_array_next(&j, &started, &first) != 1) return false;
+    moat_json e = {(const char *)first.data, (const char *)first.data + first.len};
+    return moat_json_read_string(&e, out);
+}
+
+/* moat_route_body reads the request's body (its bytes: use out->len). */
+static inline bool moat_route_body(moat_bytes input, moat_buf *out) {
+    moat_buf enc = MOAT_BUF_INIT;
+    bool ok;
+    if (moat_json_get_string((const char *)input.data, input.len, "body_base64", &enc) && enc.len) {
+        moat_buf_reset(out);
+        ok = moat__b64decode(enc.data, enc.len, out);
+    } else {
+        ok = moat_json_get_string((const char *)input.data, input.len, "body", out) || (moat_buf_reset(out), true);
+    }
+    moat_buf_free(&enc);
+    return ok;
+}
+
+/* moat__valid_utf8 reports whether p[0:n] is UTF-8 without NULs (what a JSON
+ * string of this header carries as text). */
+static inline bool moat__valid_utf8(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint8_t c = p[i];
+        size_t k = c == 0 ? 0 : c < 0x80 ? 1 : (c & 0xe0) == 0xc0 && c >= 0xc2 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!k || i + k > n) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* moat_route_response writes the answer of a route's action into out:
+ * status (0: 200), content_type (NULL: text/plain), headers as name,
+ * value pairs ending in NULL (or NULL for none), and the body (binary is
+ * sent as base64). */
+static inline void moat_route_response(moat_buf *out, int status, const char *content_type, const char *const *headers, const void *body, size_t body_len) {
+    moat_json_writer w = MOAT_JSON_WRITER_INIT;
+    moat_jw_object(&w);
+    moat_jw_key(&w, "moat");
+    moat_jw_string(&w, "http.response");
+    if (status) {
+        moat_jw_key(&w, "status");
+        moat_jw_int(&w, status);
+    }
+    if (content_type) {
+        moat_jw_key(&w, "content_type");
+        moat_jw_string(&w, content_type);
+    }
+    if (headers && headers[0]) {
+        moat_jw_key(&w, "headers");
+        moat_jw_object(&w);
+        for (size_t i = 0; headers[i] && headers[i + 1]; i += 2) {
+            moat_jw_key(&w, headers[i]);
+            moat_jw_string(&w, headers[i + 1]);
+        }
+        moat_jw_end(&w);
+    }
+    if (body && body_len) {
+        if (moat__valid_utf8((const uint8_t *)body, body_len)) {
+            moat_jw_key(&w, "body");
+            moat_jw_string_n(&w, (const char *)body, body_len);
+        } else {
+            moat_buf enc = MOAT_BUF_INIT;
+            moat__b64encode(&enc, (const uint8_t *)body, body_len);
+            moat_jw_key(&w, "body_base64");
+            moat_jw_string_n(&w, (const char *)enc.data, enc.len);
+            moat_buf_free(&enc);
+        }
+    }
+    moat_jw_end(&w);
+    moat_buf_reset(out);
+    moat_buf_puts(out, moat_jw_text(&w));
+    moat_jw_free(&w);
+}
+
 /* ---- media: images, audio, video and PDFs the host keeps ---------------- */
 /* The organization's media (capabilities: media: true; moat_media_fetch
  * needs an http grant covering the URL as well), served to clients only

@@ -582,6 +582,32 @@ static void test_caller(void) {
     moat_principal_free(&p);
 }
 
+static void test_route(void) {
+    const char *in = "{\"moat\":\"http.request\",\"route\":\"GET /items/{id}\",\"auth\":\"public\",\"method\":\"GET\",\"path\":\"/items/7\","
+                     "\"params\":{\"id\":\"7\"},\"query\":{\"q\":[\"a\",\"b\"]},\"headers\":{\"accept\":\"text/html\"},\"body_base64\":\"AP8=\"}";
+    moat_bytes input = {(const uint8_t *)in, strlen(in)};
+    moat_buf v = MOAT_BUF_INIT;
+    CHECK(moat_route_is_request(input), "a route's request");
+    CHECK(moat_route_param(input, "id", &v) && strcmp((char *)v.data, "7") == 0, "param id");
+    CHECK(!moat_route_param(input, "none", &v), "no param none");
+    CHECK(moat_route_query(input, "q", &v) && strcmp((char *)v.data, "a") == 0, "query q");
+    CHECK(!moat_route_query(input, "none", &v), "no query none");
+    CHECK(moat_route_header(input, "accept", &v) && strcmp((char *)v.data, "text/html") == 0, "header accept");
+    CHECK(moat_route_field(input, "method", &v) && strcmp((char *)v.data, "GET") == 0, "method");
+    CHECK(moat_route_body(input, &v) && v.len == 2 && memcmp(v.data, "\0\xff", 2) == 0, "binary body");
+    const char *text = "{\"moat\":\"http.request\",\"body\":\"hi\"}";
+    CHECK(moat_route_body((moat_bytes){(const uint8_t *)text, strlen(text)}, &v) && strcmp((char *)v.data, "hi") == 0, "text body");
+    const char *plain = "plain";
+    CHECK(!moat_route_is_request((moat_bytes){(const uint8_t *)plain, 5}), "plain input is not a request");
+    const char *hdrs[] = {"Location", "items/7", NULL};
+    moat_route_response(&v, 201, "application/json", hdrs, "{\"id\":\"7\"}", 10);
+    CHECK(strcmp((char *)v.data, "{\"moat\":\"http.response\",\"status\":201,\"content_type\":\"application/json\",\"headers\":{\"Location\":\"items/7\"},\"body\":\"{\\\"id\\\":\\\"7\\\"}\"}") == 0,
+          "response %s", (char *)v.data);
+    moat_route_response(&v, 0, NULL, NULL, "\x89\xff", 2);
+    CHECK(strcmp((char *)v.data, "{\"moat\":\"http.response\",\"body_base64\":\"if8=\"}") == 0, "binary response %s", (char *)v.data);
+    moat_buf_free(&v);
+}
+
 int main(void) {
     test_json_strings();
     test_caller();
@@ -594,6 +620,7 @@ int main(void) {
     test_db_ops();
     test_knowledge_and_task_ops();
     test_http_media_ai_ops();
+    test_route();
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;

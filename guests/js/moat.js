@@ -455,7 +455,85 @@ export const http = {
   get(url) {
     return http.fetch(url);
   },
+  // request reads the input of an action bound to an HTTP route
+  // (moat.yaml routes:; abi/route.go): a RouteRequest. It throws
+  // invalid_argument when the input is not one (the action was invoked
+  // directly).
+  request(input) {
+    let r;
+    try {
+      r = JSON.parse(typeof input === "string" ? input : utf8Decode(toBytes(input, "the input")));
+    } catch {
+      r = null;
+    }
+    if (!r || r.moat !== "http.request") {
+      throw new MoatError("invalid_argument", "the input is not an HTTP request of a route (moat.yaml routes:)");
+    }
+    return new RouteRequest(r);
+  },
+  // response is what an action returns to answer its route: status
+  // (default 200), contentType (default text/plain), headers (only those
+  // abi/route.go allows: Location, Cache-Control, ETag, ...; never
+  // Set-Cookie), and one of body (a string or Uint8Array), json (any
+  // value, sent as application/json) or media (a media item's id).
+  response({ status, contentType, headers, body, json, media } = {}) {
+    const r = { moat: "http.response" };
+    if (status !== undefined) r.status = status;
+    if (headers !== undefined && headers !== null) {
+      plainObject("http.response", "headers", headers);
+      r.headers = headers;
+    }
+    if (json !== undefined) {
+      r.content_type = contentType ?? "application/json";
+      r.body = JSON.stringify(json);
+    } else if (body !== undefined && body !== null) {
+      if (typeof body === "string") r.body = body;
+      else r.body_base64 = b64Encode(toBytes(body, "a response body"));
+    }
+    if (contentType !== undefined && r.content_type === undefined) r.content_type = contentType;
+    if (media !== undefined) r.media = String(media);
+    return JSON.stringify(r);
+  },
 };
+
+// RouteRequest is the HTTP request of a route, as http.request reads it:
+// route, auth (key, public or webhook), method, path, params, query (each
+// name's values in a list), headers (lower-case names; never
+// Authorization or Cookie), remote (a public or webhook caller's address)
+// and body (a Uint8Array).
+export class RouteRequest {
+  constructor(r) {
+    this.route = r.route;
+    this.auth = r.auth;
+    this.method = r.method;
+    this.path = r.path;
+    this.params = r.params ?? {};
+    this.query = r.query ?? {};
+    this.headers = r.headers ?? {};
+    this.remote = r.remote ?? "";
+    this.body = r.body_base64 ? b64Decode(r.body_base64) : utf8Encode(r.body ?? "");
+  }
+  // header returns the value of header name (any case), or null.
+  header(name) {
+    return this.headers[String(name).toLowerCase()] ?? null;
+  }
+  // param returns the path parameter name, or null.
+  param(name) {
+    return this.params[name] ?? null;
+  }
+  // queryValue returns the first value of the query parameter name, or null.
+  queryValue(name) {
+    return this.query[name]?.[0] ?? null;
+  }
+  // text returns the body decoded as UTF-8.
+  text() {
+    return utf8Decode(this.body);
+  }
+  // json parses the body as JSON.
+  json() {
+    return JSON.parse(this.text());
+  }
+}
 
 function mediaInfo(r) {
   return { id: r.id, type: r.type, size: r.size ?? 0, width: r.width ?? 0, height: r.height ?? 0 };

@@ -1041,6 +1041,90 @@ class _HTTP:
         """fetch with GET."""
         return self.fetch(url, **kw)
 
+    def request(self, input):
+        """The request of an action bound to an HTTP route (moat.yaml
+        routes:; abi/route.go), read from the action's input (bytes or
+        str): a RouteRequest. Raises MoatError invalid_argument when the
+        input is not one (the action was invoked directly)."""
+        try:
+            r = _json.loads(input)
+        except (ValueError, TypeError):
+            r = None
+        if not isinstance(r, dict) or r.get("moat") != "http.request":
+            raise MoatError("invalid_argument", "the input is not an HTTP request of a route (moat.yaml routes:)")
+        return RouteRequest(r)
+
+    def response(self, status=None, content_type=None, headers=None, body=None, json=None, media=None):
+        """The output that answers an action's route: status (default 200),
+        content_type (default text/plain), headers (only those abi/route.go
+        allows: Location, Cache-Control, ETag, ...; never Set-Cookie), and
+        one of body (str or bytes), json (any JSON value, sent as
+        application/json) or media (a media item's id)."""
+        r = {"moat": "http.response"}
+        if status is not None:
+            r["status"] = status
+        if headers:
+            if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+                raise MoatError("invalid_argument", "http.response: headers is a dict of str names to str values")
+            r["headers"] = headers
+        if json is not None:
+            r["content_type"] = content_type or "application/json"
+            r["body"] = _json.dumps(json, separators=(",", ":"))
+        elif body is not None:
+            if isinstance(body, str):
+                r["body"] = body
+            else:
+                r["body_base64"] = _base64.b64encode(_bytes("http.response", "the body", body)).decode()
+        if content_type is not None and "content_type" not in r:
+            r["content_type"] = content_type
+        if media is not None:
+            r["media"] = str(media)
+        return _json.dumps(r)
+
+
+class RouteRequest:
+    """The HTTP request of a route, as http.request reads it: .route, .auth
+    (key, public or webhook), .method, .path, .params, .query (each name's
+    values in a list), .headers (lower-case names; never Authorization or
+    Cookie), .remote (a public or webhook caller's address) and .body
+    (bytes)."""
+
+    __slots__ = ("route", "auth", "method", "path", "params", "query", "headers", "remote", "body")
+
+    def __init__(self, r):
+        self.route = r.get("route", "")
+        self.auth = r.get("auth", "")
+        self.method = r.get("method", "")
+        self.path = r.get("path", "")
+        self.params = r.get("params") or {}
+        self.query = r.get("query") or {}
+        self.headers = r.get("headers") or {}
+        self.remote = r.get("remote", "")
+        b64 = r.get("body_base64")
+        self.body = _base64.b64decode(b64) if b64 else (r.get("body") or "").encode()
+
+    def header(self, name, default=None):
+        """The value of header name (any case), or default."""
+        return self.headers.get(name.lower(), default)
+
+    def param(self, name, default=None):
+        """The path parameter name, or default."""
+        return self.params.get(name, default)
+
+    def query_value(self, name, default=None):
+        """The first value of the query parameter name, or default."""
+        v = self.query.get(name)
+        return v[0] if v else default
+
+    @property
+    def text(self):
+        """The body decoded as UTF-8."""
+        return self.body.decode()
+
+    def json(self):
+        """The body parsed as JSON."""
+        return _json.loads(self.body)
+
 
 # --- media ------------------------------------------------------------
 

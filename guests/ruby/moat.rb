@@ -506,6 +506,57 @@ module Moat
     end
 
     def get(url, **kw) = fetch(url, **kw)
+
+    # request reads the input of an action bound to an HTTP route
+    # (moat.yaml routes:; abi/route.go) as a RouteRequest; an input that
+    # is not one (the action was invoked directly) is invalid_argument.
+    def request(input)
+      r = begin
+        JSON.parse(input.to_s)
+      rescue JSON::ParserError
+        nil
+      end
+      raise Error.new("invalid_argument", "the input is not an HTTP request of a route (moat.yaml routes:)") unless r.is_a?(Hash) && r["moat"] == "http.request"
+
+      body = r["body_base64"] ? Moat.unb64(r["body_base64"]) : (r["body"] || "").b
+      RouteRequest.new(r["route"] || "", r["auth"] || "", r["method"] || "", r["path"] || "", r["params"] || {},
+                       r["query"] || {}, r["headers"] || {}, r["remote"] || "", body)
+    end
+
+    # response is the output that answers an action's route: status
+    # (default 200), content_type (default text/plain), headers (only
+    # those abi/route.go allows; never Set-Cookie), and one of body (a
+    # String; binary ones travel as base64), json (any value, sent as
+    # application/json) or media (a media item's id).
+    def response(status: nil, content_type: nil, headers: nil, body: nil, json: nil, media: nil)
+      r = { "moat" => "http.response" }
+      r["status"] = status if status
+      r["headers"] = headers if headers
+      if !json.nil?
+        r["content_type"] = content_type || "application/json"
+        r["body"] = JSON.generate(json)
+      elsif body
+        s = body.to_s
+        if s.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+          r["body"] = s.dup.force_encoding(Encoding::UTF_8)
+        else
+          r["body_base64"] = Moat.b64(s)
+        end
+      end
+      r["content_type"] = content_type if content_type && !r.key?("content_type")
+      r["media"] = media.to_s if media
+      JSON.generate(r)
+    end
+  end
+
+  # The request of a route (HTTP#request): header names are lower case,
+  # query holds each name's values in an Array, body is bytes.
+  RouteRequest = Struct.new(:route, :auth, :method, :path, :params, :query, :headers, :remote, :body) do
+    def header(name, default = nil) = headers.fetch(name.downcase, default)
+    def param(name, default = nil) = params.fetch(name, default)
+    def query_value(name, default = nil) = (query[name] || [default]).first
+    def text = body.dup.force_encoding(Encoding::UTF_8)
+    def json = JSON.parse(text)
   end
 
   # A stored media item.

@@ -61,6 +61,11 @@ const (
 	// organization ("" the operator's own), under which name; never
 	// the value.
 	KindSecret = "secret"
+	// KindRoute records a call through a module's HTTP route (moat
+	// serve, moat.yaml routes:): Rule the route, User the caller's (or
+	// the service user of a public or webhook route), Attrs its auth,
+	// source address and status; a refusal is a deny with the reason.
+	KindRoute = "route"
 
 	Allow = "allow"
 	Deny  = "deny"

@@ -150,4 +150,21 @@ assert (p.user, p.roles, p.correlation_id) == ("bob", [], "c-2"), p
 for bad in ({"org": "acme"}, {"user": "", "org": "acme"}, {"user": "a", "org": "b", "roles": [1]}):
     who = bad
     assert refused("internal", moat.caller) == 1, bad
+
+# http.request and http.response: a route's action
+req = moat.http.request(json.dumps({"moat": "http.request", "route": "GET /items/{id}", "auth": "public", "method": "GET",
+                                    "path": "/items/7", "params": {"id": "7"}, "query": {"q": ["a", "b"]},
+                                    "headers": {"accept": "text/html"}, "body_base64": "AP8=", "remote": "192.0.2.1"}).encode())
+assert (req.param("id"), req.query_value("q"), req.query_value("none"), req.header("Accept"), req.body, req.remote) == \
+    ("7", "a", None, "text/html", b"\x00\xff", "192.0.2.1"), req
+assert moat.http.request('{"moat": "http.request", "body": "h\u00e9"}').text == "hé"
+n = len(fake.sent)
+for bad in ("plain input", '{"moat": "http.response"}', b"\xff"):
+    assert refused("invalid_argument", moat.http.request, bad) == 0, bad
+assert json.loads(moat.http.response(status=201, headers={"Location": "items/7"}, json={"id": "7"})) == \
+    {"moat": "http.response", "status": 201, "headers": {"Location": "items/7"}, "content_type": "application/json", "body": '{"id":"7"}'}
+assert json.loads(moat.http.response(content_type="image/png", body=b"\x89\xff")) == \
+    {"moat": "http.response", "content_type": "image/png", "body_base64": "if8="}
+assert json.loads(moat.http.response(media="abc")) == {"moat": "http.response", "media": "abc"}
+assert json.loads(moat.http.response(body="hi")) == {"moat": "http.response", "body": "hi"}
 print("ok")

@@ -69,6 +69,7 @@ pub mod kv;
 pub mod log;
 pub mod media;
 mod principal;
+pub mod route;
 pub mod tasks;
 
 pub use principal::{caller, Principal};

@@ -52,6 +52,29 @@ assert.equal(refused(() => moat.http.fetch("https://x/", { timeoutMs: -1 }), "in
 assert.equal(refused(() => moat.http.fetch("https://x/", { timeoutMs: NaN }), "invalid_argument"), 0);
 assert.equal(refused(() => moat.http.fetch("https://x/", { body: 42 }), "invalid_argument"), 0);
 
+// http.request and http.response: a route's action
+{
+  const req = moat.http.request(JSON.stringify({
+    moat: "http.request", route: "GET /items/{id}", auth: "public", method: "GET", path: "/items/7",
+    params: { id: "7" }, query: { q: ["a", "b"] }, headers: { accept: "text/html" }, body_base64: "AP8=", remote: "192.0.2.1",
+  }));
+  assert.equal(req.param("id"), "7");
+  assert.equal(req.queryValue("q"), "a");
+  assert.equal(req.queryValue("none"), null);
+  assert.equal(req.header("Accept"), "text/html");
+  assert.deepEqual(req.body, bytes(0, 0xff));
+  assert.equal(req.remote, "192.0.2.1");
+  assert.equal(moat.http.request(bytes(...Buffer.from('{"moat":"http.request","body":"hé"}'))).text(), "hé");
+  assert.equal(refused(() => moat.http.request("plain input"), "invalid_argument"), 0);
+  assert.equal(refused(() => moat.http.request('{"moat":"http.response"}'), "invalid_argument"), 0);
+  assert.deepEqual(JSON.parse(moat.http.response({ status: 201, headers: { Location: "items/7" }, json: { id: "7" } })),
+    { moat: "http.response", status: 201, headers: { Location: "items/7" }, content_type: "application/json", body: '{"id":"7"}' });
+  assert.deepEqual(JSON.parse(moat.http.response({ contentType: "image/png", body: bytes(0x89, 0xff) })),
+    { moat: "http.response", content_type: "image/png", body_base64: "if8=" });
+  assert.deepEqual(JSON.parse(moat.http.response({ media: "abc" })), { moat: "http.response", media: "abc" });
+  assert.deepEqual(JSON.parse(moat.http.response({ body: "hi" })), { moat: "http.response", body: "hi" });
+}
+
 // media
 const info = { id: "ab12", type: "image/png", size: 3, width: 64, height: 48 };
 globalThis.fakeHost = (op, req) => {
