@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -76,7 +78,7 @@ func run(t *testing.T, spec Spec) *Result {
 func othersJob(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
-		return false
+		return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) // gone: left nothing behind
 	}
 	own := "/" + kernel.CgroupParent + "/job-" + kernel.OwnJobCgroupTag()
 	ownWarm := "/" + kernel.CgroupParent + "/warm-" + kernel.OwnJobCgroupTag()
@@ -142,9 +144,20 @@ func assertClean(t *testing.T, before map[int]bool) {
 	// binaries running as the same uid at the same time (go test runs
 	// packages in parallel) are not.
 	self, _ := os.Readlink("/proc/self/ns/pid")
-	for pid := range jobProcs() {
+	suspect := func(pid int) bool {
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
-		if !before[pid] && err == nil && ns != self && !othersJob(pid) {
+		return !before[pid] && err == nil && ns != self && !othersJob(pid)
+	}
+	for pid := range jobProcs() {
+		// Another runner's job (another package's test binary under
+		// go test -p 2) is in no moat cgroup for a moment while it
+		// starts, and one that exits between the reads above looks
+		// like none: a process of ours left behind stays suspect for
+		// the whole second.
+		for i := 0; i < 20 && suspect(pid); i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if suspect(pid) {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			t.Errorf("process of a job uid left behind: pid %d %q", pid, cmdline)
 		}
