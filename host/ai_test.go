@@ -82,7 +82,7 @@ default:
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ops.AIConfig{Service: svc}}})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ops.AIConfig{Service: svc}}})
 	if err != nil {
 		t.Fatal(err)
 	}
