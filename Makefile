@@ -106,9 +106,13 @@ test-only:
 # (cold toolchain builds, every language where one shows the path, the
 # bombs, the VM, the fuzz smoke) skip and say so; `make test` runs them all.
 # No set-up, no MOAT_REQUIRE_TOOLS: a test whose tool is missing skips.
-# go test's own vet checks (a subset, run beside the build) stand in for
-# the full go vet, which alone takes minutes here.
-check: deps ## the inner loop (minutes, not half an hour): go test -short ./..., the slow tests skip (make test runs everything)
+# -count=1 because go's test cache cannot see what a test reads through a
+# subprocess (a guest built from testdata/ or guests/ by `go build`, clang
+# or cargo, a toolchain under .toolchains): a cached "ok" could hide a
+# broken SDK. go test's own vet checks (a subset, run beside the build)
+# stay: after a change in abi/ they cost no measurable CPU beside the
+# compile and link of the test binaries (docs/RATIONALE.md: the test tiers).
+check: deps ## the inner loop: go test -short ./..., the slow tests skip (make test runs everything)
 	@echo "==> go test -short ./... (the slow tests skip)"
 	@$(GOTEST) -short -timeout 15m ./...
 

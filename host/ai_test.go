@@ -81,7 +81,7 @@ default:
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ai.FamilyConfig{Service: svc}}})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: prof, Logger: logger, Families: map[string]any{"ai": &ai.FamilyConfig{Service: svc}}})
 	if err != nil {
 		t.Fatal(err)
 	}

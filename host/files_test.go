@@ -75,7 +75,7 @@ default:
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Profile: p, Limits: lim, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Profile: p, Limits: lim, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +508,7 @@ func TestFileGrantReadWriteRefusedAsReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,9 @@ func newHost(t testing.TB, buf io.Writer) *host.Host {
 	}
 	ctx := context.Background()
 	h, err := host.New(ctx, host.Config{
-		DataDir: t.TempDir(),
-		Logger:  slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DataDir:  t.TempDir(),
+		CacheDir: compileCache,
+		Logger:   slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)

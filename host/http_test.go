@@ -80,7 +80,7 @@ func httpHost(t *testing.T, profileYAML string, dns *net.Resolver, logs io.Write
 	if logs == nil {
 		logs = io.Discard
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p,
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p,
 		Families: map[string]any{"secrets": &ops.SecretsConfig{Source: vault}, "http": &ops.HTTPConfig{Resolver: dns}},
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {

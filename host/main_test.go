@@ -9,13 +9,28 @@ import (
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
+// compileCache is the compilation cache of the hosts most tests start
+// (newHost and the fixtures beside it): compiling the Go guest to machine
+// code is most of this package's CPU, and with a cache per host each test
+// paid it again. wazero's cache is keyed by the module's bytes and
+// written by rename, so hosts side by side share it safely. The tests of
+// the cache itself (TestCompileCacheAcrossHosts, TestLoadFirstTime,
+// TestLoadCacheUnwritable) keep a directory of their own.
+var compileCache string
+
 // TestMain lets this test binary serve as the confinement wrapper of the
 // native plugins its tests start (native.Spec.Wrapper's default: the
 // running executable, which must call kernel.ConfineMain first).
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	native.LauncherMain()
+	dir, err := os.MkdirTemp("", "moat-host-cache-")
+	if err != nil {
+		panic(err)
+	}
+	compileCache = dir
 	code := m.Run()
+	os.RemoveAll(dir)
 	pgtest.Stop() // the throwaway PostgreSQL cluster of the db and task tests and benchmarks, if one was started
 	os.Exit(code)
 }

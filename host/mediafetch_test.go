@@ -44,7 +44,7 @@ func TestMediaFetchHoldsMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Families: map[string]any{"media": &ops.MediaConfig{Decodes: media.NewDecodeSlots(bound)}}})
+		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p, Families: map[string]any{"media": &ops.MediaConfig{Decodes: media.NewDecodeSlots(bound)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

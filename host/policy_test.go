@@ -24,7 +24,7 @@ func policyHost(t *testing.T, profileYAML string) *host.Host {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

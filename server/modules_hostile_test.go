@@ -176,6 +176,7 @@ func TestModuleManagementRoles(t *testing.T) {
 // event, and the token is used up; an identical re-upload is the same
 // module.
 func TestConfirmationBinding(t *testing.T) {
+	t.Parallel() // its own servers and data directories; the package's last minutes have a core to spare
 	ts := start(t, "", nil)
 	admin := ts.key(t, "acme", "ann", "admin")
 	wasm := helloWasm(t)
@@ -444,6 +445,7 @@ func TestArchiveBombDefaults(t *testing.T) {
 // organization's quota cannot hold even with every old version pruned is
 // a 413 quota_exceeded naming the knob, audited, and changes nothing.
 func TestModuleQuotaServer(t *testing.T) {
+	t.Parallel() // its own servers and data directories; the package's last minutes have a core to spare
 	wasm := helloWasm(t)
 	size := int64(len(wasm))
 	ts := start(t, "", func(c *server.Config) {
@@ -599,6 +601,7 @@ func TestDeleteRacingUpload(t *testing.T) {
 // is a 409 rollback naming both versions, unless the operator sets
 // modules.allow_signed_rollback.
 func TestSignedRollback(t *testing.T) {
+	t.Parallel() // its own servers and data directories; the package's last minutes have a core to spare
 	pubFile, keyFile, err := policy.GenerateKey("")
 	if err != nil {
 		t.Fatal(err)

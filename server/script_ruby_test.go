@@ -17,6 +17,7 @@ import (
 // restart; a main.rb that registers no handler is refused at upload with
 // the fix.
 func TestUploadRubyPlugin(t *testing.T) {
+	testenv.Slow(t, "ruby.wasm compiled and its image made through an upload and a restart; TestUploadScriptPlugin shows the route with hello-js")
 	if _, err := ruby.Interpreter(""); errors.Is(err, toolchains.ErrMissing) {
 		testenv.Require(t, "ruby.wasm is not provisioned (make toolchains): "+err.Error())
 	}

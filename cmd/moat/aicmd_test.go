@@ -17,6 +17,7 @@ import (
 // budget set, show and reset change an organization's budgets in the
 // store, over the defaults of the server configuration's ai.budgets.
 func TestAICmd(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	ctx := context.Background()
 	data := t.TempDir()
 	st, err := store.Open(ctx, data)

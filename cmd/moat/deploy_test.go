@@ -16,6 +16,7 @@ import (
 // info, a query) and a key that is missing or not one line; it names the
 // fix each time.
 func TestDeployRefuses(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	work := t.TempDir()
 	if r := moatIn(t, work, "new", "p", "--lang", "javascript"); r.code != 0 {
 		t.Fatalf("new: %+v", r)

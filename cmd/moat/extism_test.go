@@ -24,6 +24,7 @@ import (
 // CLI prints it, the plug-in's error as a one-line failure with exit 1,
 // moat's kv through moat_call persisting between runs.
 func TestRunExtism(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	root := testwasm.RepoRoot(t)
 	upper := filepath.Join(root, "testdata", "extism_upper.wasm")
 	data := t.TempDir()

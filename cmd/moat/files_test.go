@@ -23,6 +23,7 @@ import (
 // "Bad file number": no preopen existed). The write is in the audit
 // trail.
 func TestRunFileGrants(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	base := t.TempDir()
 	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
 	for _, d := range []string{ro, rw} {

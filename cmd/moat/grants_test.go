@@ -17,6 +17,7 @@ import (
 // leads nowhere outside it; the guest never sees a directory it was not
 // handed.
 func TestRunDirFile(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	base := t.TempDir()
 	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
 	os.Mkdir(ro, 0o755)
@@ -130,6 +131,7 @@ print("parent", os.path.exists(os.path.join(sys.argv[3], "secret.txt")))
 // QuickJS) reads a --dir and a --file at their guest paths, writes an :rw
 // directory, and is refused a write to a read-only one.
 func TestExecLangDirFile(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	base := t.TempDir()
 	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
 	os.Mkdir(ro, 0o755)

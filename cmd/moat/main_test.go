@@ -135,6 +135,7 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 func TestHelloGoCountRises(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	plugin := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
 	copyFile(t, filepath.Join(testwasm.RepoRoot(t), "examples", "hello-go", "moat.yaml"), filepath.Join(plugin, "moat.yaml"))
 	data := t.TempDir()
@@ -183,6 +184,7 @@ func TestCommandModule(t *testing.T) {
 // TestFailuresAreOneLine: every failure exits non-zero with one line from
 // moat on stderr and never a stack trace of moat's.
 func TestFailuresAreOneLine(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	dir := t.TempDir()
 	cmdWasm := filepath.Join(dir, "gocmd.wasm")
 	os.WriteFile(cmdWasm, testwasm.BuildGo(t, "./testdata/gocmd", false), 0o644)

@@ -184,6 +184,7 @@ func must[T any](v T, err error) T {
 // time, as /v1/audit does, or a duration back from now, and refuse an
 // empty or unreadable range by name.
 func TestAuditTimeRange(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	data := t.TempDir()
 	if r := moat(t, "", "inspect", "--data", data, filepath.Join(testwasm.RepoRoot(t), "testdata", "plugin.wasm")); r.code != 0 {
 		t.Fatalf("inspect: %+v", r) // a load event to find

@@ -473,6 +473,7 @@ func dirArchive(t *testing.T, parent, dir string) string {
 // providers, so notes-go's summarize reaches the model from the command
 // line, through the confined host's connect rule for the provider's port.
 func TestRunServerConfig(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	root := testwasm.RepoRoot(t)
 	dir := writeModule(t, "notes-go", testwasm.BuildGo(t, "./examples/notes/go", true))
 	copyFile(t, filepath.Join(root, "examples/notes/go/moat.yaml"), filepath.Join(dir, "moat.yaml"))

@@ -15,6 +15,7 @@ import (
 // reports a load the cache answers fails here instead of hiding under
 // the one-second threshold.
 func TestExecOnceLine(t *testing.T) {
+	testenv.Slow(t, "three runs, the first compiling python.wasm into a cold cache (45 s of make check under load)")
 	noSharedCache(t)
 	t.Setenv("MOAT_PREPARING_AFTER", "0s")
 	data := t.TempDir()

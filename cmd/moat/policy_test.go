@@ -30,6 +30,7 @@ func helloPlugin(t *testing.T, extraManifest string) string {
 // signatures runs the signed module, and refuses it after one byte of the
 // module or the manifest changes, with the reason, in the audit trail too.
 func TestSignedModules(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	plugin := helloPlugin(t, "")

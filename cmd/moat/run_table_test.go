@@ -15,6 +15,7 @@ import (
 // at the memory-limit exit status; a value outside the range is a usage
 // error naming the flag.
 func TestRunMaxTableElements(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	cmdWasm := filepath.Join(t.TempDir(), "gocmd.wasm")
 	if err := os.WriteFile(cmdWasm, testwasm.BuildGo(t, "./testdata/gocmd", false), 0o644); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 // scoped by organization; an undeclared action and a missing action name
 // are usage errors.
 func TestRunInterpretedPlugin(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	if _, err := python.Interpreter(""); errors.Is(err, toolchains.ErrMissing) {
 		needTool(t, filepath.Join(toolchains.Dir(), "npm", "node_modules", python.NPMPackage))
 	}

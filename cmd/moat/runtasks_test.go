@@ -39,6 +39,7 @@ capabilities: {tasks: true}
 // it runs. moat run --wait runs it, and the task the second run enqueues,
 // in its own process before it exits, each on its first attempt.
 func TestRunTasksNotClaimedByServe(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	ctx := context.Background()
 	data := t.TempDir()
 	plugin := filepath.Join(t.TempDir(), "tasker")

@@ -23,6 +23,8 @@ import (
 // Bad file descriptor" (the first organization's image, restored under
 // other mounts).
 func TestServeResidentImagePerOrganization(t *testing.T) {
+	testenv.Slow(t, "three organizations' Python images made through moat serve; languages/python TestResidentImageStaysWithItsOrganization holds the same isolation on the host")
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	testenv.Require(t, langMissing("python"))
 	base := t.TempDir()
 	dirs := map[string]string{}

@@ -14,6 +14,7 @@ import (
 // TestTasksCmd: moat tasks ls, show, cancel and retry on a store holding
 // two organizations' tasks, one failed, one with a hostile action error.
 func TestTasksCmd(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	ctx := context.Background()
 	data := t.TempDir()
 	st, err := store.Open(ctx, data)

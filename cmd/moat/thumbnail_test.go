@@ -19,6 +19,7 @@ import (
 // the cloud metadata address and to another loopback port, a port the
 // grant does not name, and bytes that are no image.
 func TestThumbnailExample(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	root := testwasm.RepoRoot(t)
 	mux := http.NewServeMux()
 	mux.Handle("/", http.FileServer(http.Dir(filepath.Join(root, "examples/thumbnail/testdata"))))

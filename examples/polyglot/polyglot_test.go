@@ -399,7 +399,9 @@ func TestGreetConfig(t *testing.T) {
 // instance keeps serving after each.
 func TestGreetErrors(t *testing.T) {
 	ctx := context.Background()
-	for _, g := range guests {
+	// Under -short, Go alone: the others cost a cold Rust and AssemblyScript
+	// build (about 95 s of make check), and the error path is the host's.
+	for _, g := range testenv.ShortLanguages(guests) {
 		t.Run(g.lang, func(t *testing.T) {
 			dir := bundle(t, g)
 			h := newHost(t, slog.New(slog.DiscardHandler))

@@ -93,7 +93,7 @@ func taskHostOrigin(t *testing.T, loc, origin string) *host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Families: map[string]any{"tasks": &ops.TasksConfig{Origin: origin}}})
 	if err != nil {
 		st.Close()

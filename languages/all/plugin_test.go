@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/tetratelabs/wazero"
 )
@@ -16,14 +17,16 @@ import (
 // plugin's function. Go's is tested end to end by `moat build` in
 // cmd/moat.
 func TestBuildPlugin(t *testing.T) {
-	for _, tc := range []struct {
+	// Under -short, C alone: Rust and AssemblyScript cost a cold build
+	// each (most of the test's 55 s in make check); make test builds all.
+	for _, tc := range testenv.ShortLanguages([]struct {
 		lang, file, code, init string
 	}{
 		{"c", "lib.c", "__attribute__((export_name(\"mul_add\"))) int mul_add(int a, int b) { return a * b + 1; }\n", "_initialize"},
 		{"cpp", "lib.cpp", "extern \"C\" __attribute__((export_name(\"mul_add\"))) int mul_add(int a, int b) { return a * b + 1; }\n", "_initialize"},
 		{"rust", "lib.rs", "#[no_mangle]\npub extern \"C\" fn mul_add(a: i32, b: i32) -> i32 { a * b + 1 }\n", ""},
 		{"assemblyscript", "index.ts", "export function mul_add(a: i32, b: i32): i32 { return a * b + 1; }\n", "_initialize"},
-	} {
+	}) {
 		t.Run(tc.lang, func(t *testing.T) {
 			l := needLanguage(t, tc.lang)
 			pb, ok := l.(languages.PluginBuilder)
