@@ -82,8 +82,16 @@ type Config struct {
 	// Default: DataDir/cache.
 	CacheDir string
 	// Store replaces the store the host would open in DataDir. The caller
-	// keeps ownership: Close does not close it.
+	// keeps ownership: Close does not close it. An embedder that reads
+	// the store itself (its tasks, its key-value data) opens it and hands
+	// it here: the host does not hand out its own.
 	Store *store.Store
+	// Audit replaces the audit trail the host would start on its store,
+	// so that an embedder records its own events (a server's refusals, a
+	// CLI's confinement report) in the trail the host records to, and
+	// flushes and queries it. It must write to the host's store. The
+	// caller keeps ownership: Close flushes it and does not close it.
+	Audit *audit.Log
 	// Logger receives the host's records and the guests' log.write calls.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -175,6 +183,7 @@ type Host struct {
 	log       *slog.Logger
 	store     *store.Store
 	ownStore  bool
+	ownAudit  bool
 	cacheDir  string
 	cache     wazero.CompilationCache
 	runtime   wazero.Runtime
@@ -240,7 +249,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		}
 		h.store, h.ownStore = s, true
 	}
-	h.audit = audit.New(h.store, h.log)
+	if h.audit = cfg.Audit; h.audit == nil {
+		h.audit, h.ownAudit = audit.New(h.store, h.log), true
+	}
 	services, err := ops.Provision(ctx, ops.Core{Store: h.store, Logger: h.log}, cfg.Families)
 	if err != nil {
 		h.closeStore()
@@ -298,12 +309,6 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 // store (Config.CodeKey, and wazero names its files as moat predicts).
 func (h *Host) SharesCode() bool { return h.share != nil }
 
-// Store is the host's store.
-func (h *Host) Store() *store.Store { return h.store }
-
-// Audit is the host's audit trail.
-func (h *Host) Audit() *audit.Log { return h.audit }
-
 // Profile is the operator profile the host enforces.
 func (h *Host) Profile() *policy.Profile { return h.profile }
 
@@ -314,8 +319,11 @@ func (h *Host) Limits() Limits { return h.cfg.Limits }
 // the host opened it.
 func (h *Host) Close(ctx context.Context) error {
 	var errs []error
-	if h.audit != nil {
+	switch {
+	case h.audit != nil && h.ownAudit:
 		errs = append(errs, h.audit.Close(ctx))
+	case h.audit != nil:
+		errs = append(errs, h.audit.Flush(ctx))
 	}
 	if h.runtime != nil {
 		errs = append(errs, h.runtime.Close(ctx))
