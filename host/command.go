@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/host/grantfs"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
@@ -68,6 +69,13 @@ type RunRequest struct {
 // host does not provide (the Ruby interpreter's reactor), keep its machine
 // code there too, so it is compiled once per machine, not once per process.
 func (h *Host) CacheDir() string { return h.cacheDir }
+
+// InterpreterEnv is what an interpreter with a wazero runtime of its own
+// (a driver.Interpreter; Ruby's, which runs commands in it too) shares
+// with the host: its compilation cache directory, its WASI and its sleep.
+func (h *Host) InterpreterEnv() driver.InterpreterEnv {
+	return driver.InterpreterEnv{CacheDir: h.cacheDir, InstantiateWASI: instantiateWASI, Nanosleep: nanosleep}
+}
 
 // Mount exposes HostDir at GuestPath inside a command's WASI filesystem.
 type Mount struct {
@@ -126,7 +134,7 @@ func (m *Module) Run(ctx context.Context, req RunRequest) (res RunResult, err er
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 	lim := req.Limits.Or(m.limits)
-	if err := lim.validate(); err != nil {
+	if err := validateLimits(lim); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 	if err := checkEnv(req.Env); err != nil {
@@ -298,7 +306,7 @@ func (m *Module) commandConfig(args []string, env map[string]string, stdout, std
 		WithArgs(append([]string{m.name}, args...)...).
 		WithStdout(stdout).WithStderr(stderr).
 		WithSysWalltime().WithSysNanotime().
-		WithNanosleep(Nanosleep(sleepCtx)).
+		WithNanosleep(nanosleep(sleepCtx)).
 		WithRandSource(rand.Reader).
 		WithStartFunctions()
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -64,10 +64,10 @@ func TestRunBudget(t *testing.T) {
 			if !strings.Contains(stderr.String(), tt.stderr) {
 				t.Errorf("stderr %q, want it to contain %q", stderr.String(), tt.stderr)
 			}
-			if err := h.Audit().Flush(ctx); err != nil {
+			if err := host.AuditOf(h).Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			evs, err := h.Audit().Query(ctx, audit.Filter{CorrelationID: corr})
+			evs, err := host.AuditOf(h).Query(ctx, audit.Filter{CorrelationID: corr})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -204,7 +204,7 @@ func TestDBGoGuest(t *testing.T) {
 
 		// The model the manifest asks for but the profile does not
 		// grant: denied, audited with its target, nothing stored.
-		before, _ := h.Store().DBUsage(context.Background(), "acme", "notes-app")
+		before, _ := host.StoreOf(h).DBUsage(context.Background(), "acme", "notes-app")
 		_, err = dbCall(m, ann, "c-secrets", `insert secrets {"text":"the key"}`)
 		if abi.CodeOf(err) != abi.CodeDenied || !strings.Contains(err.Error(), "db secrets") {
 			t.Errorf("insert into the ungranted model: %v, want denied", err)
@@ -214,7 +214,7 @@ func TestDBGoGuest(t *testing.T) {
 			!strings.Contains(evs[0].Reason, "not granted") {
 			t.Errorf("the denial's audit: %+v", evs)
 		}
-		if after, _ := h.Store().DBUsage(context.Background(), "acme", "notes-app"); after != before {
+		if after, _ := host.StoreOf(h).DBUsage(context.Background(), "acme", "notes-app"); after != before {
 			t.Errorf("the denied insert stored something: %+v → %+v", before, after)
 		}
 		// A model the manifest does not ask for at all.

@@ -23,7 +23,8 @@
 //   - scripts (KindScript): an interpreter that is a WASI command, serving
 //     a manifest's actions with one run of a script per call (see Script);
 //   - Extism plug-ins (KindExtism): modules that import extism:host/env,
-//     run by the driver that package host/extism registers (see Driver),
+//     run by the driver that package host/extism registers (package
+//     host/driver: the SPI through which other packages run a kind),
 //     inside the same policy, limits, op table and audit;
 //   - native plugins (KindNative): no WebAssembly, but confined worker
 //     processes (see Native).
@@ -48,7 +49,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
-	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/host/internal/codeshare"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/ops"
@@ -81,8 +82,16 @@ type Config struct {
 	// Default: DataDir/cache.
 	CacheDir string
 	// Store replaces the store the host would open in DataDir. The caller
-	// keeps ownership: Close does not close it.
+	// keeps ownership: Close does not close it. An embedder that reads
+	// the store itself (its tasks, its key-value data) opens it and hands
+	// it here: the host does not hand out its own.
 	Store *store.Store
+	// Audit replaces the audit trail the host would start on its store,
+	// so that an embedder records its own events (a server's refusals, a
+	// CLI's confinement report) in the trail the host records to, and
+	// flushes and queries it. It must write to the host's store. The
+	// caller keeps ownership: Close flushes it and does not close it.
+	Audit *audit.Log
 	// Logger receives the host's records and the guests' log.write calls.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -143,25 +152,9 @@ type Config struct {
 	Families map[string]any
 }
 
-// Limits bound one invocation.
-type Limits struct {
-	Timeout          time.Duration // wall clock, including instance creation
-	MemoryLimitPages uint32        // linear memory, 64 KiB pages
-	MaxInputBytes    int
-	MaxOutputBytes   int
-	// MaxTableElements bounds the references all of a module's tables
-	// may hold together (8 bytes of host memory each, which no memory
-	// limit counts): a table declaring more at its minimum is refused at
-	// load, and table.grow past it returns -1. It is applied when the
-	// module is compiled, so it is taken from Config.Limits and
-	// LoadOptions.Limits; a Request's or RunRequest's is ignored.
-	MaxTableElements uint32
-	// Budget bounds what the host holds and writes for one invocation:
-	// transport buffers, open descriptors of the device file, log
-	// records, audit rows, HTTP bodies. Zero fields keep the module's,
-	// then budget.DefaultLimits. (Added by the budget work, issue 12.)
-	Budget budget.Limits
-}
+// Limits bound one invocation. They are the driver SPI's type too
+// (host/driver), so a foreign module's driver gets them as they are.
+type Limits = driver.Limits
 
 // DefaultLimits apply where nothing else is set.
 var DefaultLimits = Limits{
@@ -172,28 +165,8 @@ var DefaultLimits = Limits{
 	MaxTableElements: wasmrewrite.DefaultMaxTableElements,
 }
 
-// Or returns l with each zero field taken from d.
-func (l Limits) Or(d Limits) Limits {
-	if l.Timeout <= 0 {
-		l.Timeout = d.Timeout
-	}
-	if l.MemoryLimitPages == 0 {
-		l.MemoryLimitPages = d.MemoryLimitPages
-	}
-	if l.MaxInputBytes <= 0 {
-		l.MaxInputBytes = d.MaxInputBytes
-	}
-	if l.MaxOutputBytes <= 0 {
-		l.MaxOutputBytes = d.MaxOutputBytes
-	}
-	if l.MaxTableElements == 0 {
-		l.MaxTableElements = d.MaxTableElements
-	}
-	l.Budget = l.Budget.Or(d.Budget)
-	return l
-}
-
-func (l Limits) validate() error {
+// validateLimits refuses limits past what a module can use.
+func validateLimits(l Limits) error {
 	if l.MemoryLimitPages > MaxMemoryLimitPages {
 		return fmt.Errorf("memory limit is %d pages (%d MiB): the most a module can address is %d pages (4096 MiB)",
 			l.MemoryLimitPages, l.MemoryLimitPages/16, MaxMemoryLimitPages)
@@ -214,6 +187,7 @@ type Host struct {
 	log       *slog.Logger
 	store     *store.Store
 	ownStore  bool
+	ownAudit  bool
 	cacheDir  string
 	cache     wazero.CompilationCache
 	runtime   wazero.Runtime
@@ -252,7 +226,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Limits = cfg.Limits.Or(DefaultLimits)
-	if err := cfg.Limits.validate(); err != nil {
+	if err := validateLimits(cfg.Limits); err != nil {
 		return nil, fmt.Errorf("host: config limits: %w", err)
 	}
 	if cfg.Profile == nil {
@@ -279,7 +253,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		}
 		h.store, h.ownStore = s, true
 	}
-	h.audit = audit.New(h.store, h.log)
+	if h.audit = cfg.Audit; h.audit == nil {
+		h.audit, h.ownAudit = audit.New(h.store, h.log), true
+	}
 	services, err := ops.Provision(ctx, h.familyCore(), cfg.Families)
 	if err != nil {
 		h.closeStore()
@@ -337,12 +313,6 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 // store (Config.CodeKey, and wazero names its files as moat predicts).
 func (h *Host) SharesCode() bool { return h.share != nil }
 
-// Store is the host's store.
-func (h *Host) Store() *store.Store { return h.store }
-
-// Audit is the host's audit trail.
-func (h *Host) Audit() *audit.Log { return h.audit }
-
 // Profile is the operator profile the host enforces.
 func (h *Host) Profile() *policy.Profile { return h.profile }
 
@@ -353,8 +323,11 @@ func (h *Host) Limits() Limits { return h.cfg.Limits }
 // the host opened it.
 func (h *Host) Close(ctx context.Context) error {
 	var errs []error
-	if h.audit != nil {
+	switch {
+	case h.audit != nil && h.ownAudit:
 		errs = append(errs, h.audit.Close(ctx))
+	case h.audit != nil:
+		errs = append(errs, h.audit.Flush(ctx))
 	}
 	if h.runtime != nil {
 		errs = append(errs, h.runtime.Close(ctx))

@@ -697,7 +697,7 @@ default:
 	}
 
 	// Nothing in the audit trail or the host's log holds a value.
-	all, err := h.Audit().Query(ctx, audit.Filter{Limit: 10000})
+	all, err := host.AuditOf(h).Query(ctx, audit.Filter{Limit: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -712,7 +712,7 @@ default:
 	p, _ := policy.ParseProfile("p.yaml", []byte(profile))
 	for name, src := range map[string]host.Config{
 		"no secrets":     {Profile: p},
-		"a vault no key": {Profile: p, Families: map[string]any{"secrets": &ops.SecretsConfig{Source: secrets.NewVault(h.Store(), nil, nil)}}},
+		"a vault no key": {Profile: p, Families: map[string]any{"secrets": &ops.SecretsConfig{Source: secrets.NewVault(host.StoreOf(h), nil, nil)}}},
 	} {
 		src.DataDir = t.TempDir()
 		src.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

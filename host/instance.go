@@ -66,7 +66,7 @@ func (m *Module) newInstance(ctx context.Context, lim Limits) (*instance, error)
 		WithStdout(&inst.stdout).
 		WithStderr(&inst.stderr).
 		WithSysWalltime().WithSysNanotime().
-		WithNanosleep(Nanosleep(func() context.Context { return inst.env.Context })).
+		WithNanosleep(nanosleep(func() context.Context { return inst.env.Context })).
 		WithRandSource(rand.Reader).
 		WithStartFunctions() // run below, under ictx (interrupt.go)
 	if m.files != nil {

@@ -22,7 +22,7 @@ import (
 // why a call and not wazero's CloseOnContextDone). This file is the host's
 // side of it: the rewrite kept on disk, the yield module in every runtime
 // (New: wasmrewrite.InstantiateYield), the start functions called under
-// the invocation's context, and what a driver is handed (DriverSpec).
+// the invocation's context, and what a driver is handed (driver.Spec).
 
 // hostCloseOnContextDone is the host runtime's CloseOnContextDone: off,
 // since the checks at loop headers do its work. It is part of the key of
@@ -68,7 +68,7 @@ func (h *Host) rewrite(digest string, tableCap uint32, bounded []byte, lay *wasm
 	return code, key, nil
 }
 
-// rewriteForDriver is DriverSpec.Deadline: the rewrite of a module a
+// rewriteForDriver is driver.Spec.Deadline: the rewrite of a module a
 // driver runs, its start section kept (the driver instantiates it under
 // the call's context).
 func rewriteForDriver(wasm []byte) ([]byte, error) {
@@ -79,7 +79,7 @@ func rewriteForDriver(wasm []byte) ([]byte, error) {
 	return wasmrewrite.InstrumentDeadline(wasm, lay, true)
 }
 
-// yieldContext is what a driver's runtime provides (DriverSpec.Yield):
+// yieldContext is what a driver's runtime provides (driver.Spec.Yield):
 // wasmrewrite.YieldContext.
 func yieldContext(ctx context.Context, stack []uint64) { wasmrewrite.YieldContext(ctx, stack) }
 

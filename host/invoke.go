@@ -55,7 +55,7 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 	lim := req.Limits.Or(m.actionLimits(req.Action)).Or(m.limits)
-	if err := lim.validate(); err != nil {
+	if err := validateLimits(lim); err != nil {
 		return fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 	if len(req.Input) > lim.MaxInputBytes {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/pool"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
@@ -53,7 +55,7 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (_ *Modu
 			return nil, err
 		}
 	}
-	if err := m.limits.validate(); err != nil {
+	if err := validateLimits(m.limits); err != nil {
 		return nil, ld.fail(abi.CodeInvalidArgument, err, "%v", err)
 	}
 	m.config = opts.config()
@@ -86,7 +88,10 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (_ *Modu
 // same for every kind. The first loader of loaders whose match accepts a
 // load's arguments loads it.
 type loader struct {
-	kind  Kind // what it loads, or the first of them: a WebAssembly module's kind is known once it is compiled
+	// kinds are what it loads, the first its name: a WebAssembly
+	// module's kind is known once it is compiled. Each is claimed at
+	// init in the registry of kinds (foreign.go), beside the drivers'.
+	kinds []Kind
 	match func(wasm []byte, opts LoadOptions) bool
 	// check validates the options, before anything else, and sets the
 	// module's name and digest, and what its signature covers.
@@ -133,6 +138,10 @@ type loading struct {
 	// unless the load succeeds.
 	compiled *compiled
 	bounded  []byte // the module, its tables bounded: what a driver runs
+	// source is what is compiled, and codeDigest names it: the module,
+	// or the module as a snapshot prepared it (fromSnapshot).
+	source     []byte
+	codeDigest string
 	// mounts, when set, are where the host mounts the module's own files
 	// (a script's): no file grant may overlap them.
 	mounts *[]Mount
@@ -213,10 +222,15 @@ func (h *Host) implicitPolicy(ctx context.Context, m *Module, kind Kind, signer 
 // a WASI command (run once per Module.Run) or a foreign module its driver
 // runs (Extism), as its imports and exports say.
 var wasmLoader = &loader{
-	kind:  KindPlugin,
+	kinds: []Kind{KindPlugin, KindCommand},
 	match: func([]byte, LoadOptions) bool { return true },
 	check: checkWasm,
 	prepare: func(ctx context.Context, ld *loading) error {
+		if snap := ld.opts.Snapshot; snap != nil {
+			if err := ld.fromSnapshot(ctx, snap); err != nil {
+				return err
+			}
+		}
 		if err := compileWasm(ctx, ld, nil); err != nil {
 			return err
 		}
@@ -232,11 +246,11 @@ var wasmLoader = &loader{
 			rt := &pooledRuntime{m: m, newInstance: m.newInstance}
 			actions, err := m.prepare(ctx, rt)
 			return rt, actions, err
-		case KindExtism:
-			// its tables bounded too; its runtime keeps CloseOnContextDone
-			return m.startDriver(ctx, ld.kind, ld.bounded)
+		case KindCommand:
+			return &wasiCommand{m: m}, nil, nil
 		}
-		return &wasiCommand{m: m}, nil, nil
+		// its tables bounded too; its runtime keeps CloseOnContextDone
+		return m.startDriver(ctx, ld.kind, ld.bounded)
 	},
 }
 
@@ -244,6 +258,7 @@ var wasmLoader = &loader{
 func checkWasm(ld *loading) error {
 	ld.digest = Digest(ld.wasm)
 	ld.signed, ld.sigExt = ld.wasm, ".wasm.minisig"
+	ld.source, ld.codeDigest = ld.wasm, ld.digest
 	if err := ld.nameFromManifest(); err != nil {
 		return err
 	}
@@ -262,7 +277,7 @@ func checkWasm(ld *loading) error {
 // compileWasm bounds the module's tables, compiles it (in interp's
 // runtime, when a script's interpreter compiles it), and reads its kind
 // from its imports and exports.
-func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
+func compileWasm(ctx context.Context, ld *loading, interp driver.Interpreter) error {
 	h, opts, m := ld.h, ld.opts, ld.m
 	// A table is the one part of a WebAssembly instance wazero does not let an
 	// embedder bound (a Go slice of 8-byte references, sized by the module's
@@ -275,19 +290,7 @@ func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 	if tableCap > wasmrewrite.MaxTableElementsCeiling {
 		return ld.fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, wasmrewrite.MaxTableElementsCeiling)
 	}
-	// A module whose runs start from a snapshot has its globals and its
-	// entry exported (snapshot.go); its compiled code is its own.
-	codeDigest, source := ld.digest, ld.wasm
-	var globals int
-	if opts.Snapshot != nil {
-		var err error
-		var entry uint32
-		if source, globals, entry, err = h.prepareSnapshot(ctx, ld.digest, ld.wasm, opts.Snapshot, opts.FirstTime); err != nil {
-			return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
-		}
-		codeDigest = fmt.Sprintf("%s-snap%d", ld.digest, entry)
-	}
-	code, _, lay, err := wasmrewrite.LimitTables(source, tableCap)
+	code, _, lay, err := wasmrewrite.LimitTables(ld.source, tableCap)
 	if err != nil {
 		var tle *wasmrewrite.TableLimitError
 		if errors.As(err, &tle) {
@@ -307,7 +310,7 @@ func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 		// Check for the end of the invocation at every loop header
 		// (interrupt.go). The compilation's key is what decides the bytes
 		// compiled: the module, its table cap and the rewrite's version.
-		code, key, err := h.rewrite(codeDigest, tableCap, code, lay)
+		code, key, err := h.rewrite(ld.codeDigest, tableCap, code, lay)
 		if err != nil {
 			return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 		}
@@ -327,10 +330,6 @@ func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 		ld.compiled, m.code.cm = c, c.cm
 	}
 	wc := m.code
-	if opts.Snapshot != nil {
-		wc.snap = &snapshotState{spec: *opts.Snapshot, globals: globals}
-		wc.snap.scope.org, wc.snap.scope.manifest = opts.Org, manifestBytes(opts)
-	}
 	wc.isolation, wc.maxIdle = opts.Isolation, opts.MaxIdle
 	if wc.isolation == "" {
 		wc.isolation = IsolationPooled
@@ -353,15 +352,15 @@ func compileWasm(ctx context.Context, ld *loading, interp Interpreter) error {
 }
 
 // compileInInterpreter compiles a script's interpreter in its own runtime
-// (interpreter.go): the bytes with bounded tables and without the host's
+// (a driver.Interpreter): the bytes with bounded tables and without the host's
 // rewrite. The interpreter's own runtime does not say whether its cache
 // answered: its compile is reported as first-time work always.
-func compileInInterpreter(ctx context.Context, ld *loading, interp Interpreter) error {
+func compileInInterpreter(ctx context.Context, ld *loading, interp driver.Interpreter) error {
 	var done func()
 	if ld.opts.FirstTime != nil {
 		done = ld.opts.FirstTime("load")
 	}
-	rt, cm, err := interp.Compile(ctx, ld.h, ld.bounded)
+	rt, cm, err := interp.Compile(ctx, ld.h.InterpreterEnv(), ld.bounded)
 	if done != nil {
 		done()
 	}
@@ -383,9 +382,10 @@ func compileInInterpreter(ctx context.Context, ld *loading, interp Interpreter) 
 // and refuses one that is none of the kinds the host runs.
 func (ld *loading) readKind(exports map[string]api.FunctionDefinition, lay *wasmrewrite.Layout, interpreted bool) error {
 	m := ld.m
-	if !interpreted && (importsExtism(m.info) || ld.opts.Manifest != nil && ld.opts.Manifest.Kind == policy.KindExtism) {
-		ld.kind = KindExtism // its driver checks the imports it provides
-		ld.noFileGrants = "Extism plug-ins get no file grants (their instances are the Extism SDK's); build the plug-in as a moat plugin, or remove filesystem: from moat.yaml"
+	if k := driverKind(m.info, ld.opts.Manifest); !interpreted && k != "" {
+		ld.kind = k // its driver checks the imports it provides
+		name := strings.ToUpper(string(k[:1])) + string(k[1:])
+		ld.noFileGrants = name + " plug-ins get no file grants (their instances are the " + name + " driver's); build the plug-in as a moat plugin, or remove filesystem: from moat.yaml"
 		ld.origin = "the plug-in exports as a function"
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
@@ -196,21 +197,9 @@ type CompileInfo struct {
 	Duration       time.Duration `json:"duration_ns"`
 }
 
-// Signature is one imported or exported function.
-type Signature struct {
-	Module string   `json:"module,omitempty"` // imports only
-	Name   string   `json:"name"`
-	Params []string `json:"params"`
-	Result []string `json:"results"`
-}
-
-func (s Signature) String() string {
-	name := s.Name
-	if s.Module != "" {
-		name = s.Module + "." + s.Name
-	}
-	return fmt.Sprintf("%s(%s) -> (%s)", name, strings.Join(s.Params, ", "), strings.Join(s.Result, ", "))
-}
+// Signature is one imported or exported function (the driver SPI's
+// type: a driver reads a module's imports and exports).
+type Signature = driver.Signature
 
 // checkImports refuses, at load and with the import named, what
 // instantiation would refuse in wazero's wording, or what would fail only
@@ -417,14 +406,13 @@ func (m *Module) Close(ctx context.Context) error {
 // manifestKind is the manifest kind of a module kind.
 func manifestKind(k Kind) policy.Kind {
 	switch k {
+	case KindPlugin, KindScript:
+		return policy.KindMoat
 	case KindCommand:
 		return policy.KindWASICommand
-	case KindExtism:
-		return policy.KindExtism
-	case KindNative:
-		return policy.KindNative
 	}
-	return policy.KindMoat
+	return policy.Kind(k) // native, and a driver's kind: the manifest's name is the module's
+
 }
 
 // describe reads cm's imports and exports; c is the host's compilation of

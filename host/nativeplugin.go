@@ -8,6 +8,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -38,11 +39,11 @@ type Native struct {
 
 // nativeLoader loads a native plugin: the same signature check, policy
 // and limits as a WASM module (Host.Load's shared stages), then its
-// workers, which sit behind the same Runner interface as a foreign
+// workers, which sit behind the same driver.Runner interface as a foreign
 // driver's modules, so every call meets the same gate (authorize,
-// confirm, rate, concurrency, the op table through Call.Dispatch, audit).
+// confirm, rate, concurrency, the op table through the call's driver.Gate, audit).
 var nativeLoader = &loader{
-	kind:  KindNative,
+	kinds: []Kind{KindNative},
 	match: func(_ []byte, opts LoadOptions) bool { return opts.Native != nil },
 	check: checkNative,
 	prepare: func(_ context.Context, ld *loading) error {
@@ -169,7 +170,7 @@ func startNative(ctx context.Context, ld *loading) (moduleRuntime, []string, err
 	return &driverRuntime{m: m, runner: nativeRunner{pool}}, pool.Actions(), nil
 }
 
-// nativeRunner puts a native plugin's workers behind Runner, the interface
+// nativeRunner puts a native plugin's workers behind driver.Runner, the interface
 // the gate calls every runtime through.
 type nativeRunner struct{ pool *native.PluginPool }
 
@@ -181,7 +182,7 @@ func (r nativeRunner) Close(context.Context) error { return r.pool.Close() }
 // the gate. A worker's failure (a crash, the OOM killer, the deadline) is
 // classified by the pool; the action's own error keeps its code, as a
 // WASM guest's does.
-func (r nativeRunner) Call(ctx context.Context, c *Call) ([]byte, error) {
+func (r nativeRunner) Call(ctx context.Context, c *driver.Call) ([]byte, error) {
 	// Per caller: a worker's death during the call is this principal's
 	// strike, and a principal that keeps killing workers is refused
 	// (rate_limited), not the plugin given up for its whole organization.

@@ -80,7 +80,7 @@ func loadWithManifest(t *testing.T, h *host.Host, yaml string, extra ...func(*ho
 
 func auditEvents(t *testing.T, h *host.Host, f audit.Filter) []audit.Event {
 	t.Helper()
-	ev, err := h.Audit().Query(context.Background(), f)
+	ev, err := host.AuditOf(h).Query(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}

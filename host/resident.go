@@ -14,6 +14,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/host/transport"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/policy"
@@ -257,7 +258,7 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
 	rt := m.host.runtime
 	if m.code.interpRT != nil {
-		rt = m.code.interpRT // the Interpreter's (interpreter.go)
+		rt = m.code.interpRT // the driver.Interpreter's
 	}
 	mod, err := rt.InstantiateModule(actx, m.code.cm, mc)
 	if err != nil {
@@ -294,8 +295,8 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 		timedOut := sctx.Err() != nil
 		inst.kill()
 		inst.close()
-		var se *ScriptError
-		raised := errors.As(r.err, &se) && !se.OutOfMemory // the script's own failure, whatever the allocator saw (interpreter.go)
+		var se *driver.ScriptError
+		raised := errors.As(r.err, &se) && !se.OutOfMemory // the script's own failure, whatever the allocator saw (driver.ScriptError)
 		switch {
 		case inst.mem.Hit() && !raised:
 			return fail(abi.CodeMemoryLimit, r.err, "the script's top-level code needs more memory than the limit of %d pages (%d MiB)%s",

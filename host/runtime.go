@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/pool"
 	"github.com/tetratelabs/wazero"
 )
@@ -152,7 +153,7 @@ func (r *pooledRuntime) put(inst *instance) {
 // residentRuntime is a resident script's: its instances are interpreters
 // that ran the script's top level and serve calls from their serve loop
 // (resident.go), made by the host's runtime or by the script's
-// Interpreter (interpreter.go, Ruby's), and started from a snapshot's
+// driver.Interpreter (Ruby's), and started from a snapshot's
 // image when the script has one (snapshot.go). They are pooled as a
 // plugin's are.
 type residentRuntime struct{ *pooledRuntime }
@@ -202,13 +203,13 @@ func (r *perCallScript) call(_, deadline context.Context, req *Request, _ uint32
 
 func (r *perCallScript) close(context.Context) error { return nil }
 
-// driverRuntime runs a module on a Runner: a foreign module's driver
+// driverRuntime runs a module on a driver.Runner: a foreign module's driver
 // (Extism, foreign.go) or a native plugin's workers (nativeplugin.go).
 // The gate around the call is the host's, the ops come back through
-// Call.Dispatch.
+// its driver.Gate.
 type driverRuntime struct {
 	m      *Module
-	runner Runner
+	runner driver.Runner
 }
 
 func (r *driverRuntime) call(_, deadline context.Context, req *Request, idx uint32, lim Limits, confirmed bool) ([]byte, string, error) {

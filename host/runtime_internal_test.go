@@ -49,7 +49,7 @@ func TestLoaderTableExtension(t *testing.T) {
 	ctx := context.Background()
 	var rt *upperRuntime
 	upper := &loader{
-		kind: kindUpper,
+		kinds: []Kind{kindUpper},
 		match: func(wasm []byte, opts LoadOptions) bool {
 			return opts.Manifest != nil && opts.Manifest.Kind == policy.Kind(kindUpper)
 		},

@@ -8,6 +8,7 @@ import (
 	"maps"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 )
 
 // Script makes a WASI command, an interpreter, serve a manifest's actions:
@@ -52,17 +53,17 @@ type Script struct {
 	// plugin. A signed script without it is refused.
 	Source []byte
 	// Interpreter, when set, makes and starts the interpreter's instances
-	// in place of the host's runtime (interpreter.go): for interpreters
+	// in place of the host's runtime (a driver.Interpreter): for interpreters
 	// that are not WASI commands, like ruby.wasm. Such a script must be
 	// Resident.
-	Interpreter Interpreter
+	Interpreter driver.Interpreter
 }
 
 // scriptLoader loads an interpreter (a WASI command, or a module its
 // Interpreter runs) serving a script's actions: per call, or from
 // resident instances in the module's pool.
 var scriptLoader = &loader{
-	kind:  KindScript,
+	kinds: []Kind{KindScript},
 	match: func(_ []byte, opts LoadOptions) bool { return opts.Script != nil },
 	check: func(ld *loading) error {
 		if err := checkWasm(ld); err != nil {
@@ -76,12 +77,20 @@ var scriptLoader = &loader{
 		if ld.opts.Signature != nil && len(ld.signed) == 0 {
 			return ld.fail(abi.CodeInvalidArgument, nil, "a signed script needs Script.Source, the sources its signature covers")
 		}
-		if ld.opts.Snapshot == nil && sc.Resident {
-			ld.opts.Snapshot = sc.Snapshot
-		}
 		return nil
 	},
 	prepare: func(ctx context.Context, ld *loading) error {
+		// A resident script's instances may start from its Snapshot; a
+		// per-call script's runs only from the load's.
+		snap := ld.opts.Snapshot
+		if sc := ld.opts.Script; snap == nil && sc.Resident {
+			snap = sc.Snapshot
+		}
+		if snap != nil {
+			if err := ld.fromSnapshot(ctx, snap); err != nil {
+				return err
+			}
+		}
 		if err := compileWasm(ctx, ld, ld.opts.Script.Interpreter); err != nil {
 			return err
 		}

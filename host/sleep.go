@@ -31,13 +31,13 @@ import (
 // guest carry on until its next yield, or return a result computed
 // after its deadline.
 
-// Nanosleep returns a sys.Nanosleep for wazero.ModuleConfig.WithNanosleep
+// nanosleep returns a sys.Nanosleep for wazero.ModuleConfig.WithNanosleep
 // that sleeps at most until the context current returns is done, and then
 // ends the guest with sys.ExitCodeDeadlineExceeded (or
 // sys.ExitCodeContextCanceled). current is asked on every sleep, because a
 // pooled instance serves one invocation after another with the same
 // configuration; a nil context sleeps unbounded.
-func Nanosleep(current func() context.Context) sys.Nanosleep {
+func nanosleep(current func() context.Context) sys.Nanosleep {
 	return func(ns int64) {
 		ctx := current()
 		if ctx == nil {

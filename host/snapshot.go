@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/internal/atomicfile"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/policy"
@@ -148,6 +149,22 @@ const maxEntryCode = 64 << 10
 // found): finding one runs the interpreter for ~1 s, and a process may
 // have many hosts, each with a cache directory of its own.
 var entries sync.Map
+
+// fromSnapshot makes a load's runs (and a resident script's instances)
+// start from an image: what is compiled is the module with its globals and
+// its entry exported, code of its own (source, codeDigest), and the module
+// keeps the spec. A loader calls it before compileWasm.
+func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
+	source, globals, entry, err := ld.h.prepareSnapshot(ctx, ld.digest, ld.wasm, spec, ld.opts.FirstTime)
+	if err != nil {
+		return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
+	}
+	ld.source, ld.codeDigest = source, fmt.Sprintf("%s-snap%d", ld.digest, entry)
+	s := &snapshotState{spec: *spec, globals: globals}
+	s.scope.org, s.scope.manifest = ld.opts.Org, manifestBytes(ld.opts)
+	ld.m.code.snap = s
+	return nil
+}
 
 // prepareSnapshot finds the entry of wasm (whose digest is digest) and
 // makes it and the globals reachable from the host (wasmsnap.Prepare),

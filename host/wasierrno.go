@@ -39,18 +39,12 @@ var wasiWriting = []string{
 	"path_filestat_set_times",
 }
 
-// InstantiateWASI adds wazero's WASI preview 1 to r as the host serves
+// instantiateWASI adds wazero's WASI preview 1 to r as the host serves
 // it: poll_oneoff takes absolute clock subscriptions and bounds every
 // timeout (wasipoll.go), and the functions of wasiWriting give an errno
-// wazero cannot name its number (above). A driver with a runtime of its
-// own (the Ruby interpreter's) instantiates WASI with this too, so that a
-// sleep behaves the same in every language.
-func InstantiateWASI(ctx context.Context, r wazero.Runtime) error {
-	return instantiateWASI(ctx, r)
-}
-
-// instantiateWASI adds wazero's WASI preview 1 to r, with poll_oneoff and
-// the functions of wasiWriting wrapped.
+// wazero cannot name its number (above). An interpreter with a runtime of
+// its own (Ruby's) is handed it (driver.InterpreterEnv.InstantiateWASI),
+// so that a sleep behaves the same in every language.
 func instantiateWASI(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
 	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)

@@ -39,6 +39,11 @@ type ExecutorConfig struct {
 	// Host runs the WASM artifacts (its runtime, compilation cache, store
 	// and profile apply). Required.
 	Host *host.Host
+	// Audit records native runs: each denial a kernel layer made, then
+	// the run (WASM runs are recorded by Host as they run). Give the
+	// trail the host records to (host.Config.Audit), so a job's events
+	// are in one place. nil: native runs are not recorded.
+	Audit *audit.Log
 	// BuildCacheDir holds build artifacts by content hash. Required.
 	BuildCacheDir string
 	// BuildCacheMaxBytes bounds the build cache on disk: past it, the
@@ -716,7 +721,7 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 // deadline, refused confinement), then the run itself, under the job's
 // correlation id. WASM runs are audited by the host as they run.
 func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *native.Spec, r *native.Result) {
-	a := e.cfg.Host.Audit()
+	a := e.cfg.Audit
 	if a == nil {
 		return
 	}
@@ -738,7 +743,7 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 // errors are not audited here.
 func (e *Executor) auditSurvivors(ctx context.Context, req ExecRequest, stage string, err error) {
 	var se *native.SurvivorsError
-	a := e.cfg.Host.Audit()
+	a := e.cfg.Audit
 	if a == nil || !errors.As(err, &se) {
 		return
 	}

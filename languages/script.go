@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -139,12 +140,12 @@ func BuildScriptPlugin(ctx context.Context, l Language, src Source, srcRoot, too
 // InterpreterProvider is implemented by the interpreted languages whose
 // interpreter the host cannot run as a WASI command (Ruby's is a
 // wit-bindgen reactor): ScriptInterpreter makes and starts their plugins'
-// instances (host.Interpreter), and the plugins must be resident, since
+// instances (driver.Interpreter), and the plugins must be resident, since
 // that is the one way the host serves them. HandlerHint shows how a
 // script registers a handler, for the error that refuses one that does
 // not.
 type InterpreterProvider interface {
-	ScriptInterpreter() host.Interpreter
+	ScriptInterpreter() driver.Interpreter
 	HandlerHint() string
 }
 

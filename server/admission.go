@@ -270,7 +270,7 @@ func (s *Server) admit(adm *admission) echo.MiddlewareFunc {
 			if ref != nil {
 				pr := ref.problem(adm, p.Org)
 				s.metrics.admissionRefusals.WithLabelValues(adm.kind, ref.knob(adm)).Inc()
-				s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
+				s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
 					CorrelationID: correlationID(c), Module: c.Param("name"), Action: c.Param("action"), User: p.User, Org: p.Org,
 					Rule: ref.knob(adm), Reason: pr.Detail})
 				if c.Path() == s.cfg.Piston.Prefix+"/execute" {

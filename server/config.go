@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
@@ -166,10 +167,11 @@ type Config struct {
 	// them off (they answer 501).
 	Executor Executor `yaml:"-"`
 	// NewExecutor, when set and Executor is not, makes the Executor from
-	// the host of the default profile, which the server creates: an
-	// executor runs its WASM artifacts on a host, and the server owns the
-	// hosts.
-	NewExecutor func(*host.Host) (Executor, error) `yaml:"-"`
+	// the host of the default profile, which the server creates, and the
+	// audit trail every host records to: an executor runs its WASM
+	// artifacts on a host and records its native runs in that trail, and
+	// the server owns both.
+	NewExecutor func(*host.Host, *audit.Log) (Executor, error) `yaml:"-"`
 	// ScriptBuilder builds uploaded interpreted plugins for their
 	// interpreters (bundle.ScriptBuilder); nil is bundle.Builder{}, the
 	// languages registered in package languages with the toolchains of

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
@@ -23,8 +24,8 @@ import (
 func withExecutor(t *testing.T) func(*server.Config) {
 	return func(c *server.Config) {
 		c.Piston.Enabled = true
-		c.NewExecutor = func(h *host.Host) (server.Executor, error) {
-			e, err := languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(c.DataDir, "build")})
+		c.NewExecutor = func(h *host.Host, a *audit.Log) (server.Executor, error) {
+			e, err := languages.NewExecutor(languages.ExecutorConfig{Host: h, Audit: a, BuildCacheDir: filepath.Join(c.DataDir, "build")})
 			if err != nil {
 				return nil, err
 			}

@@ -199,12 +199,10 @@ func (s *Server) auditQuery(c echo.Context) error {
 		return problem(http.StatusBadRequest, "invalid_argument", "decision=%q: use allow or deny", f.Decision)
 	}
 	ctx := c.Request().Context()
-	// Each host queues its events; flush them all so that the events of
-	// the request just answered are there.
-	for _, h := range s.hosts {
-		if err := h.Audit().Flush(ctx); err != nil {
-			return err
-		}
+	// The trail queues its events (every host's); flush it so that the
+	// events of the request just answered are there.
+	if err := s.audit.Flush(ctx); err != nil {
+		return err
 	}
 	events, err := s.store.AuditQuery(ctx, f)
 	if err != nil {

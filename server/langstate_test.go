@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/server"
 )
@@ -66,8 +67,8 @@ func (g *gatedExecutor) wait(t *testing.T) string {
 
 func withGatedExecutor(g *gatedExecutor) func(*server.Config) {
 	return func(c *server.Config) {
-		c.NewExecutor = func(h *host.Host) (server.Executor, error) {
-			e, err := languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(c.DataDir, "build")})
+		c.NewExecutor = func(h *host.Host, a *audit.Log) (server.Executor, error) {
+			e, err := languages.NewExecutor(languages.ExecutorConfig{Host: h, Audit: a, BuildCacheDir: filepath.Join(c.DataDir, "build")})
 			g.Executor = e
 			return g, err
 		}

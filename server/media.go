@@ -270,7 +270,7 @@ func (s *Server) deleteMedia(c echo.Context) error {
 	if !deleted {
 		return mediaNotFound(id)
 	}
-	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Allow,
+	s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Allow,
 		CorrelationID: correlationID(c), User: p.User, Org: p.Org, Rule: "api " + PermMediaDelete, MutationID: audit.NewID(),
 		Attrs: map[string]string{"api": PermMediaDelete, "id": id}})
 	return c.NoContent(http.StatusNoContent)

@@ -231,7 +231,7 @@ func (s *Server) mayManage(c echo.Context, perm, module string) error {
 	if ok {
 		return nil
 	}
-	s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
+	s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
 		CorrelationID: correlationID(c), Module: module, User: p.User, Org: p.Org, Rule: rule, Reason: reason,
 		Code: string(abi.CodeDenied), Attrs: map[string]string{"api": perm}})
 	return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)
@@ -298,7 +298,7 @@ func (s *Server) auditModule(c echo.Context, v store.ModuleVersion, what string,
 	default:
 		ev.Reason = "deleted with all its versions"
 	}
-	s.hostFor(p.Org).Audit().Record(c.Request().Context(), ev)
+	s.audit.Record(c.Request().Context(), ev)
 }
 
 // refusal is an upload refused by a server rule (quota, rollback): its

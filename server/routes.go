@@ -559,7 +559,7 @@ func (s *Server) auditRoute(c echo.Context, call *routeCall, start time.Time, er
 	}
 	auth := call.route.AuthMode()
 	attrs := map[string]string{"route": call.route.Route, "auth": string(auth), "status": strconv.Itoa(status), "remote": call.remote}
-	s.hostFor(call.org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindRoute, Decision: decision, CorrelationID: correlationID(c),
+	s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindRoute, Decision: decision, CorrelationID: correlationID(c),
 		Module: call.module, Action: call.route.Action, User: call.principal.User, Org: call.org, Rule: "routes: " + call.route.Route,
 		Reason: clipAttr(reason), Code: code, DurationNS: time.Since(start).Nanoseconds(), Attrs: attrs})
 }

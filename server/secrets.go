@@ -47,13 +47,13 @@ type secretInfo struct {
 	UpdatedBy string    `json:"updated_by"`
 }
 
-// vaultAudit records the vault's events in the trail of the default
-// profile's host (every host writes to the one store).
+// vaultAudit records the vault's events in the server's trail, which
+// every host records to.
 type vaultAudit struct{ s *Server }
 
 func (a vaultAudit) Record(ctx context.Context, e audit.Event) {
-	if h := a.s.hosts[a.s.cfg.Profile]; h != nil {
-		h.Audit().Record(ctx, e)
+	if a.s.audit != nil {
+		a.s.audit.Record(ctx, e)
 	}
 }
 
@@ -63,7 +63,7 @@ func (s *Server) maySecrets(c echo.Context, org string) error {
 	p := principalOf(c)
 	if org != p.Org {
 		reason := fmt.Sprintf("%s@%s manages the secrets of organization %s only, not of %q", p.User, p.Org, p.Org, org)
-		s.hostFor(p.Org).Audit().Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
+		s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny,
 			CorrelationID: correlationID(c), User: p.User, Org: p.Org, Rule: "api secrets: own organization", Reason: reason,
 			Code: string(abi.CodeDenied), Attrs: map[string]string{"api": PermSecretManage, "org": clipAttr(org)}})
 		return problem(http.StatusForbidden, string(abi.CodeDenied), "%s", reason)

@@ -44,6 +44,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/ops"
@@ -76,9 +77,14 @@ func (s *Server) languages() []languages.Info {
 // Server is a running moat API: hosts (one per distinct profile), the
 // store they share, the modules of every organization, and the router.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	// audit is the trail every host records to (host.Config.Audit), and
+	// the server's own refusals and changes with them; its log lines go
+	// through guestLogCapture, as the hosts' do, so an invocation's
+	// ?logs=true envelope holds its audit lines.
+	audit   *audit.Log
 	hosts   map[string]*host.Host // by profile name or path
 	modules *registry
 	// nativeWorkers bounds every host's native plugin workers together;
@@ -167,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		shared = st
 	}
 	s := &Server{
-		cfg: cfg, log: log, store: st, hosts: map[string]*host.Host{}, exec: cfg.Executor,
+		cfg: cfg, log: log, store: st, audit: audit.New(st, slog.New(guestLogCapture{inner: log.Handler()})), hosts: map[string]*host.Host{}, exec: cfg.Executor,
 		auth:      newAuthenticator(st),
 		keyRate:   newRateLimit(cfg.Limits.KeyRate, cfg.Limits.KeyBurst, shared, "key:"),
 		orgRate:   newRateLimit(cfg.Limits.OrgRate, cfg.Limits.OrgBurst, shared, "org:"),
@@ -182,7 +188,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// flight holds for the whole server.
 	if cfg.AI.Enabled() {
 		if s.ai, err = ai.New(cfg.AI, st, log); err != nil {
-			st.Close()
+			s.abort(ctx)
 			var ce *ai.ConfigError
 			if errors.As(err, &ce) {
 				return nil, fmt.Errorf("server: %s: ai.%s: %s", cfg.File, ce.Field, ce.Msg)
@@ -200,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// One bound on image decodes, and one media URL key, for every host.
 	decodes := media.NewDecodeSlots(int64(cfg.Media.DecodeBytes))
 	if s.mediaKey, s.mediaKeyOwn, err = mediaURLKey(cfg.Media, cfg.DataDir); err != nil {
-		st.Close()
+		s.abort(ctx)
 		return nil, fmt.Errorf("server: %w (set media.url_key_file or $%s)", err, EnvMediaKey)
 	}
 	// The op families' configuration, the same for every host: what the
@@ -229,7 +235,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: profile %s: %w", name, err)
 		}
 		h, err := host.New(ctx, host.Config{
-			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Logger: slog.New(guestLogCapture{inner: log.Handler()}), Profile: prof, NativeWorkers: nativeWorkers,
+			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Audit: s.audit, Logger: slog.New(guestLogCapture{inner: log.Handler()}), Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
@@ -247,7 +253,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			"give every replica the same secret in $"+EnvMediaKey+" or media.url_key_file", "knob", "media.url_key_file")
 	}
 	if s.exec == nil && cfg.NewExecutor != nil {
-		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile]); err != nil {
+		if s.exec, err = cfg.NewExecutor(s.hosts[cfg.Profile], s.audit); err != nil {
 			s.abort(ctx)
 			return nil, fmt.Errorf("server: code executor: %w", err)
 		}
@@ -448,7 +454,7 @@ func (s *Server) Close(ctx context.Context) error {
 			<-s.pruneDone
 		}
 		s.modules.closeAll(ctx)
-		err = errors.Join(s.closeHosts(ctx), s.store.Close())
+		err = errors.Join(s.closeHosts(ctx), s.audit.Close(ctx), s.store.Close())
 	})
 	return err
 }
@@ -456,6 +462,7 @@ func (s *Server) Close(ctx context.Context) error {
 // abort undoes a New that failed half-way.
 func (s *Server) abort(ctx context.Context) {
 	s.closeHosts(ctx)
+	s.audit.Close(ctx)
 	s.store.Close()
 }
 

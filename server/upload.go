@@ -115,7 +115,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 	}
 	s.auditModule(c, v, "upload", nil)
 	for _, pv := range pruned {
-		s.hostFor(p.Org).Audit().Record(ctx, audit.Event{Kind: audit.KindLoad, Decision: audit.Allow, CorrelationID: correlationID(c),
+		s.audit.Record(ctx, audit.Event{Kind: audit.KindLoad, Decision: audit.Allow, CorrelationID: correlationID(c),
 			Module: pv.Name, User: p.User, Org: p.Org, Rule: "limits.module_quota",
 			Reason: fmt.Sprintf("pruned version %s (%s, %d bytes, uploaded %s by %s) to keep organization %s within its module quota",
 				pv.Digest[:12], orNone(pv.Version), pv.Size, pv.UploadedAt.Format(time.RFC3339), pv.UploadedBy, p.Org),

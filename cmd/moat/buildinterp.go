@@ -30,6 +30,7 @@ import (
 
 // interpretedLoad is an interpreted plugin loaded for build or inspect.
 type interpretedLoad struct {
+	g      *globalFlags
 	h      *host.Host
 	mod    *host.Module
 	script *host.Script
@@ -41,7 +42,7 @@ func (il *interpretedLoad) close() {
 		il.mod.Close(context.Background())
 	}
 	if il.h != nil {
-		il.h.Close(context.Background())
+		il.g.closeHost(il.h)
 	}
 	os.RemoveAll(il.work)
 }
@@ -60,7 +61,7 @@ func loadInterpreted(ctx context.Context, g *globalFlags, dir string, b *bundle.
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, err
 	}
-	il := &interpretedLoad{}
+	il := &interpretedLoad{g: g}
 	if il.work, err = os.MkdirTemp(tmp, "plugin-"); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -71,7 +70,7 @@ and the grants its manifest asks for.`,
 			if err != nil {
 				return err
 			}
-			defer h.Close(context.Background())
+			defer g.closeHost(h)
 			mod, err := h.Load(cmd.Context(), wasm, opts)
 			if err != nil {
 				return err

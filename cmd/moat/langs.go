@@ -252,13 +252,13 @@ func newExecutor(cmd *cobra.Command, g *globalFlags) (*languages.Executor, func(
 	}
 	data := g.data()
 	ex, err := languages.NewExecutor(languages.ExecutorConfig{
-		Host: h, BuildCacheDir: filepath.Join(data, "build-cache"), StateDir: filepath.Join(data, "lang-state"),
+		Host: h, Audit: g.trail, BuildCacheDir: filepath.Join(data, "build-cache"), StateDir: filepath.Join(data, "lang-state"),
 	})
 	if err != nil {
-		h.Close(cmd.Context())
+		g.closeHost(h)
 		return nil, nil, err
 	}
-	return ex, func() { h.Close(cmd.Context()) }, nil
+	return ex, func() { g.closeHost(h) }, nil
 }
 
 // firstExt is a language's first file extension, or "".

@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/kernel"
 	"github.com/moat-sandbox/moat/server"
@@ -36,9 +38,13 @@ type globalFlags struct {
 	// server is the server configuration moat run was given
 	// (--server-config); nil: none.
 	server *server.Config
-	// closers release what a command opened for its host (a store of
-	// --server-config's), after the host is closed.
+	// closers release what a command opened for its host (its store and
+	// audit trail), after the host is closed.
 	closers []func()
+	// store and trail are what the command's host runs on (useTrail):
+	// the command reads its tasks and records its own events there.
+	store *store.Store
+	trail *audit.Log
 	// backstop is the write end of the backstop watcher's pipe: held for
 	// the life of the process (closing it tells the watcher the host is
 	// gone; see backstop.go).

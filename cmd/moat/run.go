@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/audit"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
@@ -323,20 +325,37 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 		return nil, usagef("%v", err)
 	}
 	os.Unsetenv(secrets.EnvKey) // no child needs it
-	var src *storeSecrets
+	// The store and trail the host runs on are the command's: it reads
+	// its tasks there (runtasks.go) and records its own events.
+	st, err := store.Open(ctx, g.data())
+	if err != nil {
+		return nil, err
+	}
+	g.useTrail(st, log)
+	cfg.Store, cfg.Audit = st, g.trail
 	if key != nil {
-		src = &storeSecrets{key: key}
-		cfg.Families["secrets"] = &ops.SecretsConfig{Source: src}
+		cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, key, nil)}
 	}
 	h, err := host.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if src != nil {
-		src.vault = secrets.NewVault(h.Store(), key, nil)
-	}
-	recordConfinement(ctx, log, h.Audit(), "moat run", g.confined)
+	recordConfinement(ctx, log, g.trail, "moat run", g.confined)
 	return h, nil
+}
+
+// useTrail makes st and an audit trail on it the command's, the ones its
+// host runs on, closed by closeAll (the trail first) after the host.
+func (g *globalFlags) useTrail(st *store.Store, log *slog.Logger) {
+	trail := audit.New(st, log)
+	g.store, g.trail = st, trail
+	g.closers = append(g.closers, func() { st.Close() }, func() { trail.Close(context.Background()) })
+}
+
+// closeHost closes h, then what the command opened for it.
+func (g *globalFlags) closeHost(h *host.Host) {
+	h.Close(context.Background())
+	g.closeAll()
 }
 
 // newServerHost is newHost under a server configuration (--server-config):
@@ -366,25 +385,14 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 			return nil, err
 		}
 	}
-	g.closers = append(g.closers, func() { st.Close() })
+	g.useTrail(st, cfg.Logger)
+	cfg.Audit = g.trail
 	h, err := host.New(ctx, cfg)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
-	recordConfinement(ctx, cfg.Logger, h.Audit(), "moat run", g.confined)
+	recordConfinement(ctx, cfg.Logger, g.trail, "moat run", g.confined)
 	return h, nil
-}
-
-// storeSecrets reads secrets from the host's own store, which exists only
-// once the host does; no request runs before.
-type storeSecrets struct {
-	key   *secrets.Key
-	vault *secrets.Vault
-}
-
-func (s *storeSecrets) Secret(ctx context.Context, org, name string) ([]byte, error) {
-	return s.vault.Secret(ctx, org, name)
 }
 
 // limits returns the limits given on the command line; flags left at

@@ -46,14 +46,14 @@ const cliOrigin = "cli"
 // of this run's origin until none is left (or the wait ends); without,
 // it says where the tasks this run enqueued will run.
 func afterRun(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, mod *host.Module) error {
-	if h.Store() == nil || g.taskOrigin == "" {
+	if g.store == nil || g.taskOrigin == "" {
 		return nil
 	}
 	if f.wait > 0 {
 		return waitTasks(ctx, g, f, h, mod)
 	}
 	// A listing that fails says nothing: the run itself succeeded.
-	queued, _ := originTasks(ctx, h.Store(), g.taskOrigin)
+	queued, _ := originTasks(ctx, g.store, g.taskOrigin)
 	mine := 0
 	for _, t := range queued {
 		if t.CorrelationID != f.correlate {
@@ -91,7 +91,7 @@ func originTasks(ctx context.Context, st *store.Store, origin string) ([]store.T
 // running (tasks may enqueue tasks) or f.wait has passed. It fails when
 // a task failed or is left.
 func waitTasks(ctx context.Context, g *globalFlags, f *runFlags, h *host.Host, mod *host.Module) error {
-	st, origin := h.Store(), g.taskOrigin
+	st, origin := g.store, g.taskOrigin
 	log, err := g.logger()
 	if err != nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))

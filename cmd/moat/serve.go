@@ -19,6 +19,7 @@ import (
 
 	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
@@ -176,8 +177,8 @@ confinement). --confine=strict refuses to start when a layer is missing;
 				}
 				maxCompile = max(maxCompile, time.Duration(p.ExecMaxima().CompileTimeout))
 			}
-			cfg.NewExecutor = func(h *host.Host) (server.Executor, error) {
-				return languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
+			cfg.NewExecutor = func(h *host.Host, trail *audit.Log) (server.Executor, error) {
+				return languages.NewExecutor(languages.ExecutorConfig{Host: h, Audit: trail, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
 					BuildCacheMaxBytes: int64(cfg.BuildCacheBytes), StateDir: filepath.Join(cfg.DataDir, "lang-state"),
 					MaxCompileTimeout: max(maxCompile, languages.DefaultMaxCompileTimeout)})
 			}

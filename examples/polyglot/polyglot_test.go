@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	plugin "github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -293,10 +294,7 @@ func newHost(t testing.TB, logger *slog.Logger) *host.Host {
 	ctx := context.Background()
 	// One compilation cache for the package: each module is compiled by
 	// wazero once, not once per test.
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: logger})
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }
@@ -329,7 +327,7 @@ func TestGreet(t *testing.T) {
 					t.Fatalf("greet %q = %q, %v; want %q", s.input, res.Output, err, s.want)
 				}
 			}
-			v, found, err := h.Store().KVGet(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, "count")
+			v, found, err := hosttest.Store(h).KVGet(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, "count")
 			if err != nil || !found || string(v) != "4" {
 				t.Fatalf("kv count = %q, %v, %v; want \"4\"", v, found, err)
 			}
@@ -411,7 +409,7 @@ func TestGreetErrors(t *testing.T) {
 				o.Manifest, o.ManifestBytes = &mf, nil
 			})
 			m := load(t, h, dir, nil)
-			if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, "count", []byte("abc")); err != nil {
+			if err := hosttest.Store(h).KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, "count", []byte("abc")); err != nil {
 				t.Fatal(err)
 			}
 			tests := []struct {
@@ -430,7 +428,7 @@ func TestGreetErrors(t *testing.T) {
 					t.Errorf("%s: got %v; want %s with %q", tt.name, err, tt.code, tt.reason)
 				}
 			}
-			if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, "count", []byte("41")); err != nil {
+			if err := hosttest.Store(h).KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, "count", []byte("41")); err != nil {
 				t.Fatal(err)
 			}
 			if res, err := m.Invoke(ctx, host.Request{Action: "greet", Input: []byte("again"), Principal: ann}); err != nil || string(res.Output) != "Hello, again! (call #42)" {
@@ -475,7 +473,7 @@ func TestSDK(t *testing.T) {
 			h := sdkHost(t, slog.New(logs))
 			m := f.load(t, h)
 			for _, k := range keys {
-				if err := h.Store().KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, k, []byte("x")); err != nil {
+				if err := hosttest.Store(h).KVPut(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, k, []byte("x")); err != nil {
 					t.Fatal(err)
 				}
 			}

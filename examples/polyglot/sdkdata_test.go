@@ -18,6 +18,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
@@ -53,10 +54,7 @@ func sdkHostOn(t testing.TB, logger *slog.Logger, st *store.Store) *host.Host {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: logger, Profile: p, Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: logger, Profile: p, Store: st})
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }
@@ -303,14 +301,14 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	}
 	// JSON the SDK must refuse before it is sent: nothing reaches
 	// the store.
-	before, err := h.Store().DBUsage(ctx, ann.Org, m.Name())
+	before, err := hosttest.Store(h).DBUsage(ctx, ann.Org, m.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out := must("db", "hostile notes"); !reflect.DeepEqual(out, map[string]any{"nan": "invalid_argument", "smuggled": "invalid_argument"}) {
 		t.Errorf("hostile = %v; want both refused with invalid_argument", out)
 	}
-	if after, err := h.Store().DBUsage(ctx, ann.Org, m.Name()); err != nil || after != before {
+	if after, err := hosttest.Store(h).DBUsage(ctx, ann.Org, m.Name()); err != nil || after != before {
 		t.Errorf("the store went from %+v to %+v (%v) on refused documents", before, after, err)
 	}
 	refused("db", "insert secrets 1 x nope", abi.CodeDenied, "secrets")
@@ -356,7 +354,7 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	if hs = hits("search docs - brown"); len(hs) != 1 || hs[0]["id"] != "k1" {
 		t.Errorf("search after the delete = %v; want k1 alone", hs)
 	}
-	stored, err := h.Store().KnowledgeSearch(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, store.KnowledgeQuery{Collection: "docs", Query: "fox"})
+	stored, err := hosttest.Store(h).KnowledgeSearch(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, store.KnowledgeQuery{Collection: "docs", Query: "fox"})
 	if err != nil || len(stored) != 1 || stored[0].Meta["lang"] != "en" || stored[0].Meta["len"] != float64(len(`The quick "brown" fox jumps`)) {
 		t.Errorf("the store holds %+v, %v; want k1 with meta lang en and len", stored, err)
 	}
@@ -380,7 +378,7 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 	if st["state"] != abi.TaskQueued || st["attempts"] != 0.0 || st["max_attempts"] != 2.0 || err != nil || time.Until(runAt) < 50*time.Minute {
 		t.Errorf("status = %v; want queued, 0 of 2 attempts, to run in an hour", st)
 	}
-	tk, err := h.Store().TaskGet(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, tid)
+	tk, err := hosttest.Store(h).TaskGet(ctx, store.Scope{Org: ann.Org, Module: m.Name()}, tid)
 	if err != nil || tk.Action != "echo" || string(tk.Input) != "later" || tk.Key != "key-1" || tk.User != ann.User {
 		t.Errorf("the stored task = %+v, %v; want echo of \"later\" under key-1 as %s", tk, err, ann.User)
 	}
@@ -409,7 +407,7 @@ func sdkData(t *testing.T, f dataFixture, h *host.Host) {
 func runTasks(t *testing.T, h *host.Host, m *host.Module) {
 	t.Helper()
 	r, err := tasks.New(tasks.Config{
-		Store: h.Store(),
+		Store: hosttest.Store(h),
 		Resolve: func(_ context.Context, _, name string) (*host.Module, error) {
 			if name == m.Name() {
 				return m, nil

@@ -27,6 +27,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/ai"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
@@ -243,10 +244,7 @@ default:
 	cfg := host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Logger: slog.New(slog.DiscardHandler), Profile: p}
 	withAIProvider(t, &cfg, ai.URL)
 	ctx := context.Background()
-	h, err := host.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hosttest.New(t, cfg)
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }
@@ -344,10 +342,10 @@ func sdkOutside(t *testing.T, h *host.Host, m *host.Module, script bool, granted
 	// events returns the audit events of one invocation.
 	events := func(cid string) []store.AuditEvent {
 		t.Helper()
-		if err := h.Audit().Flush(ctx); err != nil {
+		if err := hosttest.Audit(h).Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		evs, err := h.Store().AuditQuery(ctx, store.AuditFilter{CorrelationID: cid, Limit: 1000})
+		evs, err := hosttest.Store(h).AuditQuery(ctx, store.AuditFilter{CorrelationID: cid, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -41,10 +42,10 @@ func allocated(f func()) int64 {
 func budgetDecisions(t *testing.T, h *host.Host, correlation, knob string) int {
 	t.Helper()
 	ctx := context.Background()
-	if err := h.Audit().Flush(ctx); err != nil {
+	if err := hosttest.Audit(h).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := h.Audit().Query(ctx, audit.Filter{Kind: audit.KindDecision, Decision: audit.Deny, CorrelationID: correlation})
+	evs, err := hosttest.Audit(h).Query(ctx, audit.Filter{Kind: audit.KindDecision, Decision: audit.Deny, CorrelationID: correlation})
 	if err != nil {
 		t.Fatal(err)
 	}

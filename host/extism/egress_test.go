@@ -22,6 +22,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
@@ -362,10 +363,10 @@ func TestEgressHostile(t *testing.T) {
 			if tt.rule == "" {
 				return
 			}
-			if err := h.Audit().Flush(ctx); err != nil {
+			if err := hosttest.Audit(h).Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			evs, err := h.Audit().Query(ctx, audit.Filter{CorrelationID: corr, Kind: audit.KindOp, Decision: audit.Deny})
+			evs, err := hosttest.Audit(h).Query(ctx, audit.Filter{CorrelationID: corr, Kind: audit.KindOp, Decision: audit.Deny})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -550,7 +551,7 @@ func TestEgressInjection(t *testing.T) {
 	if saw.Load() != "other:" {
 		t.Errorf("the redirect's other host saw %q", saw.Load())
 	}
-	evs, err := h.Audit().Query(ctx, audit.Filter{Kind: audit.KindOp, Limit: 100})
+	evs, err := hosttest.Audit(h).Query(ctx, audit.Filter{Kind: audit.KindOp, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 // function of type () -> i32 is an action, called the Extism way: the
 // input through the kernel's input, the output through output_set, a
 // failure as error_set plus a non-zero return, which becomes a
-// *host.Error with code guest_error and the plug-in's message.
+// *driver.Error with code guest_error and the plug-in's message.
 //
 // The plug-in runs on the extism go-sdk (CompiledPlugin, one per module,
 // compiled once with the host's compilation cache; Plugin instances pooled
@@ -58,8 +58,8 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/pool"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/moat-sandbox/moat/internal/wasmrewrite"
@@ -121,17 +121,31 @@ var logFunctions = map[string]extism.LogLevel{
 	"log_warn": extism.LogLevelWarn, "log_error": extism.LogLevelError,
 }
 
-func init() { host.RegisterDriver(host.KindExtism, driver{}) }
+func init() { driver.Register(Kind, extismDriver{}) }
 
-type driver struct{}
+// Kind is the kind of module this package's driver runs: a manifest's
+// kind: extism, and a module's Info.Kind (host.KindExtism).
+const Kind = "extism"
 
-// Load implements host.Driver.
-func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, error) {
-	fail := func(format string, args ...any) (host.Runner, error) {
-		return nil, &host.Error{Module: spec.Name, Code: abi.CodeBadModule, Reason: fmt.Sprintf(format, args...)}
+// extismDriver runs Extism plug-ins: the driver.Driver this package
+// registers.
+type extismDriver struct{}
+
+var _ driver.Driver = extismDriver{}
+
+// Recognizes implements driver.Driver: every Extism PDK imports the
+// Extism kernel, extism:host/env.
+func (extismDriver) Recognizes(imports []driver.Signature) bool {
+	return slices.ContainsFunc(imports, func(s driver.Signature) bool { return s.Module == EnvModule })
+}
+
+// Load implements driver.Driver.
+func (extismDriver) Load(ctx context.Context, spec driver.Spec) (driver.Runner, error) {
+	fail := func(format string, args ...any) (driver.Runner, error) {
+		return nil, &driver.Error{Code: abi.CodeBadModule, Reason: fmt.Sprintf(format, args...)}
 	}
 	moves := map[string]string{}
-	for _, imp := range spec.Info.Imports {
+	for _, imp := range spec.Imports {
 		switch {
 		case imp.Module == wasi_snapshot_preview1.ModuleName:
 		case imp.Module == EnvModule && slices.Contains(envFunctions, imp.Name):
@@ -160,15 +174,15 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 		return fail("cannot read the import section: %v", err)
 	}
 	// The deadline: every loop, every call and every bulk operation of
-	// the plug-in reaches the host's yield (host.DriverSpec.Deadline).
+	// the plug-in reaches the host's yield (driver.Spec.Deadline).
 	// CloseOnContextDone alone checks loop headers only.
 	if spec.Deadline == nil || spec.Yield == nil {
-		return fail("the host gave the driver no deadline rewrite (host.DriverSpec.Deadline and Yield)")
+		return fail("the host gave the driver no deadline rewrite (driver.Spec.Deadline and Yield)")
 	}
 	if wasm, err = spec.Deadline(wasm); err != nil {
 		return fail("invalid WebAssembly: %v", err)
 	}
-	p := &plugin{spec: spec, functions: functions(spec.Info)}
+	p := &plugin{spec: spec, functions: functions(spec.Exports)}
 	if spec.MaxIdle > 0 { // else nil: a pool that keeps nothing
 		p.idle = pool.New[*instance](spec.MaxIdle)
 	}
@@ -203,9 +217,9 @@ func (driver) Load(ctx context.Context, spec host.DriverSpec) (host.Runner, erro
 const maxVarBytes = 1 << 20
 
 // functions lists the exports that can be called as Extism functions.
-func functions(info host.Info) []string {
+func functions(exports []driver.Signature) []string {
 	var out []string
-	for _, e := range info.Exports {
+	for _, e := range exports {
 		if len(e.Params) != 0 || len(e.Result) > 1 || len(e.Result) == 1 && e.Result[0] != "i32" {
 			continue
 		}
@@ -219,7 +233,7 @@ func functions(info host.Info) []string {
 
 // plugin is one loaded Extism module: the compiled plug-in and its pool.
 type plugin struct {
-	spec      host.DriverSpec
+	spec      driver.Spec
 	functions []string
 	compiled  *extism.CompiledPlugin
 
@@ -230,10 +244,10 @@ type plugin struct {
 	closed bool // Close was called: the runtime goes when active reaches 0
 }
 
-// Functions implements host.Runner.
+// Functions implements driver.Runner.
 func (p *plugin) Functions() []string { return p.functions }
 
-// Close implements host.Runner. Calls in flight finish; the compiled
+// Close implements driver.Runner. Calls in flight finish; the compiled
 // plug-in (the go-sdk's runtime) is released after the last of them.
 func (p *plugin) Close(ctx context.Context) error {
 	p.mu.Lock()
@@ -258,7 +272,7 @@ func (p *plugin) begin() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return &host.Error{Code: abi.CodeUnavailable, Reason: "the module was closed"}
+		return &driver.Error{Code: abi.CodeUnavailable, Reason: "the module was closed"}
 	}
 	p.active++
 	return nil
@@ -285,18 +299,18 @@ type instance struct {
 	state  *callState // the current call, for the log callback
 	// ctx is the context of the call the instance serves (of its
 	// instantiation, before the first): the plug-in's WASI sleeps end
-	// with it (host.Nanosleep).
+	// with it (driver.Spec.Nanosleep).
 	ctx context.Context
 }
 
 // callState is the current call, reached by host functions through the
 // context.
 type callState struct {
-	call *host.Call
+	call *driver.Call
 	inst *instance
 	// err is why a host function stopped the guest (a denied request, a
 	// bad pointer): it is the call's error, whatever wazero reports.
-	err *host.Error
+	err *driver.Error
 }
 
 type stateKey struct{}
@@ -313,13 +327,13 @@ func stateOf(ctx context.Context) *callState {
 // error.
 func (s *callState) abort(code abi.Code, format string, args ...any) {
 	if s.err == nil {
-		s.err = &host.Error{Code: code, Reason: fmt.Sprintf(format, args...)}
+		s.err = &driver.Error{Code: code, Reason: fmt.Sprintf(format, args...)}
 	}
 	panic(s.err)
 }
 
-// Call implements host.Runner.
-func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
+// Call implements driver.Runner.
+func (p *plugin) Call(ctx context.Context, c *driver.Call) ([]byte, error) {
 	if err := p.begin(); err != nil {
 		return nil, err
 	}
@@ -355,7 +369,7 @@ func (p *plugin) Call(ctx context.Context, c *host.Call) ([]byte, error) {
 		}
 	}()
 	fail := func(code abi.Code, cause error, format string, args ...any) ([]byte, error) {
-		return nil, &host.Error{Code: code, Reason: fmt.Sprintf(format, args...), Err: cause}
+		return nil, &driver.Error{Code: code, Reason: fmt.Sprintf(format, args...), Err: cause}
 	}
 	var exit *sys.ExitError
 	switch {
@@ -403,8 +417,8 @@ func clipReason(s string) string {
 
 // get takes an idle instance or makes one under the call's deadline and
 // memory limit.
-func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
-	if p.spec.Isolation != host.IsolationFresh {
+func (p *plugin) get(ctx context.Context, c *driver.Call) (*instance, error) {
+	if !p.spec.Fresh {
 		if inst, ok := p.idle.Get(); ok {
 			if inst.mems.size() <= uint64(c.Limits.MemoryLimitPages)*65536 {
 				return inst, nil
@@ -414,8 +428,8 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 	}
 	// wazero allocates a memory's minimum whole at instantiation: refuse
 	// one over the limit before it costs the host anything.
-	if min := p.spec.Info.MemoryMin; min > c.Limits.MemoryLimitPages {
-		return nil, &host.Error{Code: abi.CodeMemoryLimit,
+	if min := p.spec.MemoryMin; min > c.Limits.MemoryLimitPages {
+		return nil, &driver.Error{Code: abi.CodeMemoryLimit,
 			Reason: fmt.Sprintf("the plug-in declares an initial memory of %d pages (%d MiB), over the limit of %d pages (%d MiB)",
 				min, min/16, c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}
 	}
@@ -426,12 +440,12 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 	mc := wazero.NewModuleConfig().
 		WithStdout(inst.stdout).WithStderr(inst.stderr).
 		WithSysWalltime().WithSysNanotime().
-		WithNanosleep(host.Nanosleep(func() context.Context { return inst.ctx })).
+		WithNanosleep(p.spec.Nanosleep(func() context.Context { return inst.ctx })).
 		WithRandSource(rand.Reader)
 	ictx := experimental.WithMemoryAllocator(ctx, inst.mems)
 	ep, err := p.compiled.Instance(ictx, extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
-		e := &host.Error{Code: abi.CodeTrap, Reason: "instantiation failed: " + firstLine(err), Err: err}
+		e := &driver.Error{Code: abi.CodeTrap, Reason: "instantiation failed: " + firstLine(err), Err: err}
 		switch {
 		case inst.mems.Hit():
 			e.Code, e.Reason = abi.CodeMemoryLimit, fmt.Sprintf("instantiation needs more memory than the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)
@@ -442,7 +456,7 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 	}
 	if inst.mems.Hit() {
 		_ = ep.Close(context.Background())
-		return nil, &host.Error{Code: abi.CodeMemoryLimit,
+		return nil, &driver.Error{Code: abi.CodeMemoryLimit,
 			Reason: fmt.Sprintf("the plug-in's initial memory exceeds the limit of %d pages (%d MiB)", c.Limits.MemoryLimitPages, c.Limits.MemoryLimitPages/16)}
 	}
 	ep.SetLogger(inst.log)
@@ -452,7 +466,7 @@ func (p *plugin) get(ctx context.Context, c *host.Call) (*instance, error) {
 
 // put returns a healthy instance to the pool, or closes it.
 func (p *plugin) put(inst *instance) {
-	if p.spec.Isolation != host.IsolationFresh && inst.mems.size() <= uint64(p.spec.Limits.MemoryLimitPages)*65536 {
+	if !p.spec.Fresh && inst.mems.size() <= uint64(p.spec.Limits.MemoryLimitPages)*65536 {
 		if p.idle.Put(inst) { // refused when full or closed
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -209,17 +210,17 @@ config: {op: config.get}
 			}
 		})
 	}
-	if err := h.Audit().Flush(ctx); err != nil {
+	if err := hosttest.Audit(h).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := h.Audit().Query(ctx, audit.Filter{Kind: audit.KindOp, Module: "visits", Org: "globex"})
+	evs, err := hosttest.Audit(h).Query(ctx, audit.Filter{Kind: audit.KindOp, Module: "visits", Org: "globex"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(evs) != 1 || evs[0].Op != abi.OpKVPut || evs[0].Decision != audit.Allow || evs[0].User != "bob" || evs[0].MutationID == "" || evs[0].CorrelationID != "c-bob" {
 		t.Errorf("audit of globex's kv.put: %+v", evs)
 	}
-	denied, err := h.Audit().Query(ctx, audit.Filter{Kind: audit.KindOp, Module: "nokv", Decision: audit.Deny})
+	denied, err := hosttest.Audit(h).Query(ctx, audit.Filter{Kind: audit.KindOp, Module: "nokv", Decision: audit.Deny})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	_ "github.com/moat-sandbox/moat/host/extism"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy"
@@ -64,10 +65,7 @@ func newHostWith(t testing.TB, profile *policy.Profile, logs io.Writer, edit fun
 	if edit != nil {
 		edit(&cfg)
 	}
-	h, err := host.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hosttest.New(t, cfg)
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }

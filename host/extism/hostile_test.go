@@ -132,7 +132,7 @@ func extismCallTree() []byte {
 }
 
 // TestExtismCallTreeDeadline: an Extism plug-in's call tree ends at its
-// deadline, as a moat plugin's does (host.DriverSpec.Deadline), and the
+// deadline, as a moat plugin's does (driver.Spec.Deadline), and the
 // process spends no more CPU on it afterwards.
 func TestExtismCallTreeDeadline(t *testing.T) {
 	testenv.Timing(t)

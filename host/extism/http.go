@@ -9,8 +9,8 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/moat-sandbox/moat/abi"
-	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/host/driver"
 )
 
 // Extism's http_request, as moat runs it. The go-sdk's own sends every
@@ -19,7 +19,7 @@ import (
 // HTTP_PROXY, and connects to whatever the name resolves to, so a granted
 // name that resolves to 127.0.0.1 or 169.254.169.254 reaches the host's
 // own services. moat's version hands the request to the host
-// (host.Call.Fetch), which sends it exactly as the http.fetch op does,
+// (driver.Gate.Fetch), which sends it exactly as the http.fetch op does,
 // with the module's one client (host/ops' HTTPClient): the request
 // normalized, every hop checked against the module's grants (path
 // prefixes included) and its connection's address when dialled, the
@@ -91,7 +91,7 @@ func httpRequest(ctx context.Context, cp *extism.CurrentPlugin, stack []uint64) 
 	// No timeout of its own: http_request has none, so the invocation's
 	// deadline bounds it (the most a request may name is the bound).
 	resp, err := st.call.Fetch(ctx, &abi.HTTPFetchRequest{Method: r.Method, URL: r.Url, Headers: r.Headers, Body: body, TimeoutMS: abi.MaxHTTPTimeoutMS},
-		host.HTTPOptions{Label: "http_request", MaxBytes: limit, TooLarge: tooLarge})
+		driver.HTTPOptions{Label: "http_request", MaxBytes: limit, TooLarge: tooLarge})
 	if err != nil {
 		if ctx.Err() != nil {
 			panic(ctx.Err()) // the deadline: the host reports a timeout

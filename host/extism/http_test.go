@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/hosttest"
 )
 
 // TestHTTPRequest runs Extism's own http_request against real loopback
@@ -120,10 +121,10 @@ capabilities:
 	if nb, nc := hitsB.Load(), hitsC.Load(); nb != 0 || nc != 0 {
 		t.Errorf("server b (never granted) got %d requests, server c (granted by a name that resolves to loopback) %d", nb, nc)
 	}
-	if err := h.Audit().Flush(ctx); err != nil {
+	if err := hosttest.Audit(h).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := h.Audit().Query(ctx, audit.Filter{Kind: audit.KindOp, Module: "fetcher"})
+	evs, err := hosttest.Audit(h).Query(ctx, audit.Filter{Kind: audit.KindOp, Module: "fetcher"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	_ "github.com/moat-sandbox/moat/host/store/postgres"
@@ -52,10 +53,7 @@ func policyHost(t *testing.T, profileYAML string) *host.Host {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }
@@ -93,16 +91,10 @@ func taskHostOrigin(t *testing.T, loc, origin string) *host.Host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	t.Cleanup(func() { st.Close() })
+	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Families: map[string]any{"tasks": &ops.TasksConfig{Origin: origin}}})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.Close(ctx)
-		st.Close()
-	})
+	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }
 
@@ -129,7 +121,7 @@ func startRunner(t *testing.T, h *host.Host, cfg tasks.Config, mods ...*host.Mod
 	for _, m := range mods {
 		byName[m.Name()] = m
 	}
-	cfg.Store = h.Store()
+	cfg.Store = hosttest.Store(h)
 	if cfg.Resolve == nil {
 		cfg.Resolve = func(_ context.Context, _, name string) (*host.Module, error) {
 			if m := byName[name]; m != nil {
@@ -228,7 +220,7 @@ func TestTaskEndToEnd(t *testing.T) {
 		ctx := context.Background()
 		ann := policy.Principal{User: "ann", Org: "acme", Roles: []string{"dev"}}
 		id := startTask(t, m, ann, "corr-e2e-"+b.name, map[string]any{"action": "work", "input": "x"})
-		tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
+		tk := waitTask(t, hosttest.Store(h), store.Scope{Org: "acme", Module: "tasker"}, id)
 		if tk.State != abi.TaskDone || string(tk.Result) != "worked x" || tk.User != "ann" || strings.Join(tk.Roles, ",") != "dev" || tk.Attempts != 1 {
 			t.Fatalf("task = %+v; want done as ann[dev], with the action's output", tk)
 		}
@@ -259,7 +251,7 @@ func TestTaskEndToEnd(t *testing.T) {
 		if out, err := invokeAs(m, ann, "runs", "nothing"); err != nil || out != "" {
 			t.Errorf("runs = %q, %v", out, err)
 		}
-		events, err := h.Audit().Query(ctx, audit.Filter{CorrelationID: "corr-e2e-" + b.name, Limit: 100})
+		events, err := hosttest.Audit(h).Query(ctx, audit.Filter{CorrelationID: "corr-e2e-" + b.name, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,11 +295,11 @@ func TestTaskRetries(t *testing.T) {
 		}}, m)
 		sc := store.Scope{Org: "acme", Module: "tasker"}
 		flaky := startTask(t, m, ann, "corr-flaky", map[string]any{"action": "flaky", "input": "f:3", "max_attempts": 5})
-		if tk := waitTask(t, h.Store(), sc, flaky); tk.State != abi.TaskDone || tk.Attempts != 3 || string(tk.Result) != "ran 3 times" || tk.Error != "" {
+		if tk := waitTask(t, hosttest.Store(h), sc, flaky); tk.State != abi.TaskDone || tk.Attempts != 3 || string(tk.Result) != "ran 3 times" || tk.Error != "" {
 			t.Errorf("flaky task = %+v; want done on attempt 3", tk)
 		}
 		boom := startTask(t, m, ann, "corr-boom", map[string]any{"action": "boom", "input": "b", "max_attempts": 2})
-		tk := waitTask(t, h.Store(), sc, boom)
+		tk := waitTask(t, hosttest.Store(h), sc, boom)
 		if tk.State != abi.TaskFailed || tk.Attempts != 2 || !strings.Contains(tk.Error, "boom: b") || tk.Code != string(abi.CodeGuestError) {
 			t.Errorf("boom task = %+v; want failed after 2 attempts with its error", tk)
 		}
@@ -316,7 +308,7 @@ func TestTaskRetries(t *testing.T) {
 			t.Errorf("backoffs asked for attempts %v, want [1 2 1] (flaky's two failures, boom's first)", backoffs)
 		}
 		mu.Unlock()
-		ev, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: "corr-boom", Kind: audit.KindTask})
+		ev, err := hosttest.Audit(h).Query(context.Background(), audit.Filter{CorrelationID: "corr-boom", Kind: audit.KindTask})
 		if err != nil || len(ev) != 2 || ev[0].TaskID != boom || ev[1].TaskID != boom {
 			t.Fatalf("task events of boom = %+v, %v", ev, err)
 		}
@@ -335,7 +327,7 @@ func TestTaskModuleGone(t *testing.T) {
 	m := loadTaskGuest(t, h, "tasker", "")
 	id := startTask(t, m, ann, "corr", map[string]any{"action": "work", "input": "x", "max_attempts": 5})
 	startRunner(t, h, tasks.Config{}) // knows no module
-	tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
+	tk := waitTask(t, hosttest.Store(h), store.Scope{Org: "acme", Module: "tasker"}, id)
 	if tk.State != abi.TaskFailed || tk.Attempts != 1 || !strings.Contains(tk.Error, "module tasker of organization acme is not in the store") || tk.Code != string(abi.CodeNotFound) {
 		t.Errorf("task of a deleted module = %+v", tk)
 	}
@@ -353,13 +345,13 @@ func TestTaskSurvivesRestart(t *testing.T) {
 		if err := h1.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := h1.Store().Close(); err != nil {
+		if err := hosttest.Store(h1).Close(); err != nil {
 			t.Fatal(err)
 		}
 		h2 := taskHost(t, loc)
 		m := loadTaskGuest(t, h2, "tasker", "")
 		startRunner(t, h2, tasks.Config{}, m)
-		if tk := waitTask(t, h2.Store(), store.Scope{Org: "acme", Module: "tasker"}, id); tk.State != abi.TaskDone || string(tk.Result) != "worked persisted" {
+		if tk := waitTask(t, hosttest.Store(h2), store.Scope{Org: "acme", Module: "tasker"}, id); tk.State != abi.TaskDone || string(tk.Result) != "worked persisted" {
 			t.Errorf("after a restart: %+v", tk)
 		}
 	})
@@ -382,7 +374,7 @@ func TestTaskRunOnce(t *testing.T) {
 		startRunner(t, h1, tasks.Config{Concurrency: 3}, m1)
 		startRunner(t, h2, tasks.Config{Concurrency: 3}, m2)
 		for i, id := range ids {
-			if tk := waitTask(t, h2.Store(), store.Scope{Org: "acme", Module: "tasker"}, id); tk.State != abi.TaskDone || tk.Attempts != 1 {
+			if tk := waitTask(t, hosttest.Store(h2), store.Scope{Org: "acme", Module: "tasker"}, id); tk.State != abi.TaskDone || tk.Attempts != 1 {
 				t.Errorf("task %d = %+v", i, tk)
 			}
 			if runs, err := invokeAs(m2, ann, "runs", fmt.Sprint("once-", i, ":1")); err != nil || runs != "1" {
@@ -411,12 +403,12 @@ func TestTaskSchedule(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 			var err error
-			if tasks, err = h1.Store().TaskList(context.Background(), store.TaskFilter{Org: "acme", Module: "tasker"}); err != nil {
+			if tasks, err = hosttest.Store(h1).TaskList(context.Background(), store.TaskFilter{Org: "acme", Module: "tasker"}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		time.Sleep(300 * time.Millisecond) // both runners have passed over the tick by now
-		tasks, _ = h1.Store().TaskList(context.Background(), store.TaskFilter{Org: "acme", Module: "tasker"})
+		tasks, _ = hosttest.Store(h1).TaskList(context.Background(), store.TaskFilter{Org: "acme", Module: "tasker"})
 		// A minute boundary may pass during the test: one task per tick.
 		ticks := 1
 		if time.Now().Truncate(time.Minute).After(start.Truncate(time.Minute)) {
@@ -432,11 +424,11 @@ func TestTaskSchedule(t *testing.T) {
 		if tk.State != abi.TaskDone || string(tk.Result) != "worked tick" {
 			t.Errorf("the schedule's task did not run: %+v", tk)
 		}
-		fired, err := h1.Audit().Query(context.Background(), audit.Filter{Kind: audit.KindTask, Org: "acme", Decision: audit.Allow})
+		fired, err := hosttest.Audit(h1).Query(context.Background(), audit.Filter{Kind: audit.KindTask, Org: "acme", Decision: audit.Allow})
 		if err != nil {
 			t.Fatal(err)
 		}
-		fired2, _ := h2.Audit().Query(context.Background(), audit.Filter{Kind: audit.KindTask, Org: "acme", Decision: audit.Allow})
+		fired2, _ := hosttest.Audit(h2).Query(context.Background(), audit.Filter{Kind: audit.KindTask, Org: "acme", Decision: audit.Allow})
 		if len(fired) != len(tasks) || len(fired2) != len(tasks) { // one trail on one database, flushed by each
 			t.Errorf("fired events: %d and %d, want %d", len(fired), len(fired2), len(tasks))
 		}
@@ -453,7 +445,7 @@ func TestTaskCancelRunning(t *testing.T) {
 	id := startTask(t, m, ann, "corr-cancel", map[string]any{"action": "slow", "input": "5000"})
 	sc := store.Scope{Org: "acme", Module: "tasker"}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		tk, err := h.Store().TaskGet(context.Background(), sc, id)
+		tk, err := hosttest.Store(h).TaskGet(context.Background(), sc, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,7 +463,7 @@ func TestTaskCancelRunning(t *testing.T) {
 	// The attempt is stopped at its next lease extension (100 ms here),
 	// not after its 5 s.
 	for {
-		ev, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: "corr-cancel", Kind: audit.KindInvocation})
+		ev, err := hosttest.Audit(h).Query(context.Background(), audit.Filter{CorrelationID: "corr-cancel", Kind: audit.KindInvocation})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -486,7 +478,7 @@ func TestTaskCancelRunning(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if tk := waitTask(t, h.Store(), sc, id); tk.State != abi.TaskCancelled || len(tk.Result) != 0 {
+	if tk := waitTask(t, hosttest.Store(h), sc, id); tk.State != abi.TaskCancelled || len(tk.Result) != 0 {
 		t.Errorf("after cancel: %+v", tk)
 	}
 }
@@ -521,7 +513,7 @@ func TestTaskEnqueueHostile(t *testing.T) {
 			t.Errorf("%s: %v; want %s naming %q", tt.name, err, tt.code, tt.want)
 		}
 	}
-	if l, err := h.Store().TaskList(context.Background(), store.TaskFilter{Org: "acme"}); err != nil || len(l) != 0 {
+	if l, err := hosttest.Store(h).TaskList(context.Background(), store.TaskFilter{Org: "acme"}); err != nil || len(l) != 0 {
 		t.Errorf("hostile enqueues stored %d tasks (%v)", len(l), err)
 	}
 	// A key built to break SQL is only a key: idempotent like any other.
@@ -531,7 +523,7 @@ func TestTaskEnqueueHostile(t *testing.T) {
 	if a != b {
 		t.Errorf("one key enqueued twice: %s and %s", a, b)
 	}
-	if tk, err := h.Store().TaskGet(context.Background(), store.Scope{Org: "acme", Module: "tasker"}, a); err != nil || tk.MaxAttempts != abi.DefaultTaskAttempts || tk.Key != key {
+	if tk, err := hosttest.Store(h).TaskGet(context.Background(), store.Scope{Org: "acme", Module: "tasker"}, a); err != nil || tk.MaxAttempts != abi.DefaultTaskAttempts || tk.Key != key {
 		t.Errorf("keyed task = %+v, %v", tk, err)
 	}
 }
@@ -546,7 +538,7 @@ func TestTaskNotGranted(t *testing.T) {
 	if abi.CodeOf(err) != abi.CodeDenied {
 		t.Fatalf("enqueue without the grant: %v", err)
 	}
-	ev, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: "corr-deny", Decision: audit.Deny})
+	ev, err := hosttest.Audit(h).Query(context.Background(), audit.Filter{CorrelationID: "corr-deny", Decision: audit.Deny})
 	if err != nil || len(ev) == 0 || ev[0].Op != abi.OpTaskEnqueue {
 		t.Errorf("deny events = %+v, %v", ev, err)
 	}
@@ -562,7 +554,7 @@ func TestTaskModuleNotLoaded(t *testing.T) {
 	startRunner(t, h, tasks.Config{Resolve: func(context.Context, string, string) (*host.Module, error) {
 		return nil, errors.New("not loaded on this replica")
 	}})
-	tk := waitTask(t, h.Store(), store.Scope{Org: "acme", Module: "tasker"}, id)
+	tk := waitTask(t, hosttest.Store(h), store.Scope{Org: "acme", Module: "tasker"}, id)
 	if tk.State != abi.TaskFailed || tk.Attempts != 2 || !strings.Contains(tk.Error, "not loaded on this replica") || tk.Code != string(abi.CodeUnavailable) {
 		t.Errorf("task of a module not loaded = %+v", tk)
 	}
@@ -576,12 +568,12 @@ func TestTaskRateLimited(t *testing.T) {
 	startRunner(t, h, tasks.Config{}, m)
 	first := startTask(t, m, ann, "corr-rate", map[string]any{"action": "work", "input": "1", "max_attempts": 1}) // call 1
 	sc := store.Scope{Org: "acme", Module: "tasker"}
-	if tk := waitTask(t, h.Store(), sc, first); tk.State != abi.TaskDone { // call 2; the next start is call 3
+	if tk := waitTask(t, hosttest.Store(h), sc, first); tk.State != abi.TaskDone { // call 2; the next start is call 3
 		t.Fatalf("first task = %+v", tk)
 	}
 	second := startTask(t, m, ann, "corr-rate", map[string]any{"action": "work", "input": "2", "max_attempts": 1})
 	time.Sleep(500 * time.Millisecond)
-	tk, err := h.Store().TaskGet(context.Background(), sc, second)
+	tk, err := hosttest.Store(h).TaskGet(context.Background(), sc, second)
 	if err != nil || tk.State != abi.TaskQueued || tk.Attempts != 0 || tk.RunAt.Before(time.Now()) {
 		t.Errorf("a rate-limited task = %+v, %v; want queued again, no attempt spent, to run later", tk, err)
 	}
@@ -602,7 +594,7 @@ func TestTaskOrigin(t *testing.T) {
 		served := loadTaskGuest(t, taskHostOrigin(t, loc, ""), "tasker", "")
 		runHost := taskHostOrigin(t, loc, runOrigin)
 		local := loadTaskGuest(t, runHost, "tasker", "")
-		st := runHost.Store()
+		st := hosttest.Store(runHost)
 		sc := store.Scope{Org: "acme", Module: "tasker"}
 		var mu sync.Mutex
 		ranOn := map[string]string{} // task id → runner

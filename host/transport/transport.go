@@ -212,7 +212,7 @@ func (s *Session) dispatch(ctx context.Context, op, req []byte) ([]byte, error) 
 // a request over abi.MaxRequestBytes is too_large, and once the
 // invocation's audit budget is used up every op is resource_exhausted
 // (budget.Budget.Admit). Foreign drivers reach the ops through
-// host.Call.Dispatch, which makes it too.
+// the host's driver.Gate (Dispatch), which makes it too.
 func Admit(ctx context.Context, op, req []byte) error {
 	if len(req) > abi.MaxRequestBytes {
 		return abi.Errorf(abi.CodeTooLarge, "op %.64s: the request is %d bytes; the limit is %d (abi.MaxRequestBytes)", op, len(req), abi.MaxRequestBytes)

@@ -73,7 +73,7 @@ import (
 //
 // Only the compiled copy is rewritten; a module's digest and signature
 // stay those of its author's bytes, as for the table limits (tables.go).
-// Extism plug-ins are rewritten too, by their driver (DriverSpec.Deadline);
+// Extism plug-ins are rewritten too, by their driver (driver.Spec.Deadline);
 // the Ruby driver runs ruby.wasm, which no user shapes, in a runtime of its
 // own with CloseOnContextDone.
 

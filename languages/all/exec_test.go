@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
@@ -32,6 +33,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if sharedHost != nil {
 		sharedHost.Close(context.Background())
+		sharedAudit.Close(context.Background())
+		sharedStore.Close()
 		os.RemoveAll(sharedDir)
 	}
 	os.Exit(code)
@@ -52,8 +55,12 @@ func persistentDir(t testing.TB, name string) string {
 var (
 	sharedOnce sync.Once
 	sharedHost *host.Host
-	sharedDir  string // its data dir, removed by TestMain
-	sharedErr  error
+	// sharedStore and sharedAudit are what sharedHost runs on, opened by
+	// testHost: the tests read the events their runs leave.
+	sharedStore *store.Store
+	sharedAudit *audit.Log
+	sharedDir   string // its data dir, removed by TestMain
+	sharedErr   error
 )
 
 // testHost is one host for the package: WASM modules compile once.
@@ -65,9 +72,14 @@ func testHost(t testing.TB) *host.Host {
 			return
 		}
 		sharedDir = dir
+		if sharedStore, sharedErr = store.Open(context.Background(), dir); sharedErr != nil {
+			return
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		sharedAudit = audit.New(sharedStore, log)
 		sharedHost, sharedErr = host.New(context.Background(), host.Config{
-			DataDir: dir, CacheDir: persistentDir(t, "wazero-cache"),
-			Logger:                     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+			DataDir: dir, CacheDir: persistentDir(t, "wazero-cache"), Store: sharedStore, Audit: sharedAudit,
+			Logger:                     log,
 			OmitAllowedInvocationAudit: true,
 		})
 	})
@@ -85,7 +97,7 @@ func newExecutor(t testing.TB, cacheDir string) *languages.Executor {
 		cacheDir = t.TempDir()
 	}
 	e, err := languages.NewExecutor(languages.ExecutorConfig{
-		Host: testHost(t), BuildCacheDir: cacheDir, StateDir: persistentDir(t, "lang-state"),
+		Host: testHost(t), Audit: sharedAudit, BuildCacheDir: cacheDir, StateDir: persistentDir(t, "lang-state"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -487,18 +499,17 @@ func TestCanceled(t *testing.T) {
 func TestNativeRunAudited(t *testing.T) {
 	needLanguage(t, "python3-native")
 	testenv.Root(t, "the memory limit of a native run is a cgroup's, which needs root; CI runs as root")
-	e := newExecutor(t, "")
-	h := testHost(t)
+	e := newExecutor(t, "") // on testHost, recording to sharedAudit
 	res, err := e.Exec(context.Background(), languages.ExecRequest{Language: "python3-native",
 		Source: src("main.py", "x = bytearray(512 << 20)\n"), Limits: languages.ExecLimits{MemoryBytes: 64 << 20},
 		Principal: policy.Principal{User: "ann", Org: "acme"}, CorrelationID: "corr-native-oom"})
 	if err != nil || res.Status != languages.StatusMemoryLimit {
 		t.Fatalf("exec: %v %+v", err, res)
 	}
-	if err := h.Audit().Flush(context.Background()); err != nil {
+	if err := sharedAudit.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: "corr-native-oom"})
+	evs, err := sharedAudit.Query(context.Background(), audit.Filter{CorrelationID: "corr-native-oom"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/hosttest"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -108,9 +109,8 @@ func TestInterpretedPluginFileGrants(t *testing.T) {
 	p, err := policy.ParseProfile("files.yaml", []byte("name: files\ndefault:\n  capabilities:\n    filesystem: ["+ro+", "+rw+":rw]\n"))
 	must(err)
 	ctx := context.Background()
-	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: persistentDir(t, "wazero-cache"), Profile: p,
+	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), CacheDir: persistentDir(t, "wazero-cache"), Profile: p,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	must(err)
 	defer h.Close(ctx)
 
 	for _, lang := range []string{"javascript", "python"} {
@@ -145,7 +145,7 @@ func TestInterpretedPluginFileGrants(t *testing.T) {
 			if b, _ := os.ReadFile(filepath.Join(rw, name)); !strings.HasPrefix(string(b), "from-") {
 				t.Errorf("%s holds %q", name, b)
 			}
-			evs, err := h.Audit().Query(ctx, audit.Filter{CorrelationID: "files-" + lang, Kind: audit.KindOp, Decision: audit.Allow})
+			evs, err := hosttest.Audit(h).Query(ctx, audit.Filter{CorrelationID: "files-" + lang, Kind: audit.KindOp, Decision: audit.Allow})
 			must(err)
 			if len(evs) != 1 || evs[0].Op != host.OpFileWrite || evs[0].Attrs["path"] != name {
 				t.Errorf("allowed ops: %+v", evs)

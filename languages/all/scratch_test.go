@@ -222,7 +222,6 @@ func newScratchDirs(t *testing.T, before map[string]bool) []string {
 func TestScratchAndSleepHostile(t *testing.T) {
 	testenv.Timing(t)
 	e := newExecutor(t, persistentDir(t, "build-cache"))
-	h := testHost(t)
 	cases := []struct {
 		name, lang, file, code string
 		timeout                time.Duration
@@ -301,7 +300,7 @@ echo "$i files"; : > more 2>&1 | head -c 0; touch again 2>&1 | grep -o "No space
 				if res.ScratchFull != "bytes" || !strings.Contains(res.Message, "scratch directory is full") {
 					t.Errorf("scratch_full %q, message %q", res.ScratchFull, res.Message)
 				}
-				evs, err := h.Audit().Query(context.Background(), audit.Filter{CorrelationID: corr, Decision: audit.Deny})
+				evs, err := sharedAudit.Query(context.Background(), audit.Filter{CorrelationID: corr, Decision: audit.Deny})
 				found := false
 				for _, ev := range evs {
 					found = found || ev.Rule == tt.audit && ev.Op == host.OpFileWrite && ev.Code == "no_space"

@@ -153,7 +153,7 @@ func TestSharedBuildOwnContext(t *testing.T) {
 func TestSharedBuildBound(t *testing.T) {
 	testenv.Timing(t)
 	needLanguage(t, "go")
-	e, err := languages.NewExecutor(languages.ExecutorConfig{Host: testHost(t), BuildCacheDir: t.TempDir(), StateDir: persistentDir(t, "lang-state"),
+	e, err := languages.NewExecutor(languages.ExecutorConfig{Host: testHost(t), Audit: sharedAudit, BuildCacheDir: t.TempDir(), StateDir: persistentDir(t, "lang-state"),
 		Limits: languages.ExecLimits{CompileTimeout: 100 * time.Millisecond}, MaxCompileTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

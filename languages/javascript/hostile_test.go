@@ -56,7 +56,7 @@ print(JSON.stringify(codes));`,
 			maxAlloc:   64 << 20,
 			check: func(t *testing.T, _ string) {
 				ctx := context.Background()
-				evs, err := suite.Host.Audit().Query(ctx, audit.Filter{Module: "js-test", Kind: audit.KindDecision, Decision: audit.Deny, Limit: 100})
+				evs, err := suite.Audit.Query(ctx, audit.Filter{Module: "js-test", Kind: audit.KindDecision, Decision: audit.Deny, Limit: 100})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -137,7 +137,7 @@ try {
 	if want := "42 null Hej undefined 0.255.128 count true\ntrue invalid_argument\n"; res.Stdout != want || res.Code != 0 {
 		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.Code, res.Stdout, res.Stderr, want)
 	}
-	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "js-ops"}, "count")
+	v, found, err := suite.Store.KVGet(context.Background(), store.Scope{Org: "acme", Module: "js-ops"}, "count")
 	if err != nil || !found || string(v) != "42" {
 		t.Fatalf("kv row count = %q, %v, %v; want 42", v, found, err)
 	}
@@ -167,10 +167,10 @@ try {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.Code, res.Stdout, res.Stderr)
 	}
 	ctx := context.Background()
-	if err := suite.Host.Audit().Flush(ctx); err != nil {
+	if err := suite.Audit.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := suite.Host.Audit().Query(ctx, audit.Filter{Module: "js-test", Decision: audit.Deny, Kind: audit.KindOp})
+	evs, err := suite.Audit.Query(ctx, audit.Filter{Module: "js-test", Decision: audit.Deny, Kind: audit.KindOp})
 	if err != nil {
 		t.Fatal(err)
 	}

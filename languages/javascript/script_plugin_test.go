@@ -87,11 +87,11 @@ print(action + ":" + input);
 		t.Fatalf("fail: %v, want a guest_error with the exit status and the last stderr line", err)
 	}
 
-	if err := suite.Host.Audit().Flush(ctx); err != nil {
+	if err := suite.Audit.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for corr, want := range map[string]string{"c-roles": "deny", "c-ok": "allow", "c-fail": "allow"} {
-		evs, err := suite.Host.Store().AuditQuery(ctx, store.AuditFilter{CorrelationID: corr})
+		evs, err := suite.Store.AuditQuery(ctx, store.AuditFilter{CorrelationID: corr})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -111,7 +111,7 @@ except moat.MoatError as e:
 	if want := "42 None Hej None [0, 255, 128] ['count'] False True\nMoatError invalid_argument\n"; res.Stdout != want || res.Code != 0 {
 		t.Fatalf("exit %d, stdout %q (stderr %q); want %q", res.Code, res.Stdout, res.Stderr, want)
 	}
-	v, found, err := suite.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: "py-ops"}, "count")
+	v, found, err := suite.Store.KVGet(context.Background(), store.Scope{Org: "acme", Module: "py-ops"}, "count")
 	if err != nil || !found || string(v) != "42" {
 		t.Fatalf("kv row count = %q, %v, %v; want 42", v, found, err)
 	}
@@ -140,10 +140,10 @@ except moat.MoatError as e:
 		t.Fatalf("exit %d, stdout %q, stderr %q; want the denied code", res.Code, res.Stdout, res.Stderr)
 	}
 	ctx := context.Background()
-	if err := suite.Host.Audit().Flush(ctx); err != nil {
+	if err := suite.Audit.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := suite.Host.Audit().Query(ctx, audit.Filter{Module: "py-test", Decision: audit.Deny, Kind: audit.KindOp})
+	evs, err := suite.Audit.Query(ctx, audit.Filter{Module: "py-test", Decision: audit.Deny, Kind: audit.KindOp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/wasmlimit"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/languages"
@@ -65,10 +66,10 @@ var (
 // engineFor returns the engine of h's cache directory, making it once.
 // Engines live as long as the process: the compiled interpreter is the
 // expensive part, and a host is usually the process's only one.
-func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
+func engineFor(ctx context.Context, env driver.InterpreterEnv) (*engine, error) {
 	enginesMu.Lock()
 	defer enginesMu.Unlock()
-	dir := h.CacheDir()
+	dir := env.CacheDir
 	if e, ok := engines[dir]; ok {
 		return e, nil
 	}
@@ -77,7 +78,7 @@ func engineFor(ctx context.Context, h *host.Host) (*engine, error) {
 		return nil, fmt.Errorf("ruby: compilation cache in %s: %w", dir, err)
 	}
 	rt := wazero.NewRuntimeWithConfig(context.WithoutCancel(ctx), wasmlimit.NewRuntimeConfig(cache))
-	if err := host.InstantiateWASI(ctx, rt); err != nil { // a sleep works as in every language (host/wasipoll.go)
+	if err := env.InstantiateWASI(ctx, rt); err != nil { // a sleep works as in every language (host/wasipoll.go)
 		rt.Close(ctx)
 		return nil, fmt.Errorf("ruby: instantiate WASI: %w", err)
 	}
@@ -208,7 +209,8 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	if len(a.Args) == 0 {
 		return nil, errors.New("ruby: the artifact names no script (Args[0])")
 	}
-	e, err := engineFor(ctx, env.Host)
+	ienv := env.Host.InterpreterEnv()
+	e, err := engineFor(ctx, ienv)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +239,7 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 		WithArgs("ruby").
 		WithStdin(bytes.NewReader(in.Stdin)).WithStdout(out).WithStderr(errw).
 		WithSysWalltime().WithSysNanotime().
-		WithNanosleep(host.Nanosleep(func() context.Context { return cctx })). // a sleep ends at the deadline
+		WithNanosleep(ienv.Nanosleep(func() context.Context { return cctx })). // a sleep ends at the deadline
 		WithRandSource(rand.Reader).
 		WithStartFunctions("_initialize") // wasi-vfs unpacks the stdlib
 	envs := map[string]string{}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/tetratelabs/wazero"
@@ -18,7 +18,7 @@ import (
 // isolation, limits, the op device bound to each call, the caller's
 // principal and the audit trail are the host's, as for JavaScript and
 // Python. Only the interpreter's start is Ruby's: ruby.wasm is a reactor,
-// not a WASI command, so the host asks this package (host.Interpreter) to
+// not a WASI command, so the host asks this package (driver.Interpreter) to
 // compile it in the Ruby engine's runtime, which provides its imports, and
 // to run main.rb on each instance it makes there: _initialize, ruby-init,
 // ruby-init-loadpath, an rb-eval-string-protect of pluginTopLevel, which
@@ -36,7 +36,7 @@ var (
 )
 
 // ScriptInterpreter implements languages.InterpreterProvider.
-func (Language) ScriptInterpreter() host.Interpreter { return &pluginInterpreter{} }
+func (Language) ScriptInterpreter() driver.Interpreter { return &pluginInterpreter{} }
 
 // HandlerHint implements languages.InterpreterProvider.
 func (Language) HandlerHint() string {
@@ -67,8 +67,8 @@ type pluginInterpreter struct {
 	img *wasmsnap.Image
 }
 
-func (p *pluginInterpreter) Compile(ctx context.Context, h *host.Host, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error) {
-	e, err := engineFor(ctx, h)
+func (p *pluginInterpreter) Compile(ctx context.Context, env driver.InterpreterEnv, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error) {
+	e, err := engineFor(ctx, env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,7 +136,7 @@ func (g guest) scriptStatus(handle uint32, err error) error {
 		return nil
 	}
 	msg := strings.TrimPrefix(status, "error: ")
-	return &host.ScriptError{Message: msg, OutOfMemory: strings.HasPrefix(msg, "NoMemoryError:")}
+	return &driver.ScriptError{Message: msg, OutOfMemory: strings.HasPrefix(msg, "NoMemoryError:")}
 }
 
 // pluginTopLevel loads the plugin's script (its top level registers the

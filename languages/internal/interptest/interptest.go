@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host"
+	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
@@ -29,7 +31,11 @@ type Suite struct {
 	Language string // as languages.Lookup takes it
 	Module   string // the module name runs load under; default Language + "-test"
 	Host     *host.Host
-	Log      SyncBuffer // the host's log, JSON lines
+	// Store and Audit are what Host runs on, opened by Main: the tests
+	// read the rows and events their runs leave.
+	Store *store.Store
+	Audit *audit.Log
+	Log   SyncBuffer // the host's log, JSON lines
 	// Snapshots says the language starts resident instances from a
 	// snapshot (languages.Snapshotter): TestResident then checks that
 	// they do.
@@ -47,11 +53,14 @@ func Main(m *testing.M, s *Suite) {
 		}
 		defer os.RemoveAll(dir)
 		ctx := context.Background()
-		s.Host, err = host.New(ctx, host.Config{
-			DataDir:  dir,
-			CacheDir: CacheDir(dir),
-			Logger:   slog.New(slog.NewJSONHandler(&s.Log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		})
+		if s.Store, err = store.Open(ctx, dir); err != nil {
+			panic(err)
+		}
+		defer s.Store.Close()
+		log := slog.New(slog.NewJSONHandler(&s.Log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		s.Audit = audit.New(s.Store, log)
+		defer s.Audit.Close(ctx)
+		s.Host, err = host.New(ctx, host.Config{DataDir: dir, CacheDir: CacheDir(dir), Store: s.Store, Audit: s.Audit, Logger: log})
 		if err != nil {
 			panic(err)
 		}

@@ -286,7 +286,7 @@ func (s *Suite) TestHelloPlugin(t *testing.T, example, entry string) {
 			t.Fatalf("call %d: %q, %v; want %q", i+1, res.Output, err, want)
 		}
 	}
-	v, found, err := s.Host.Store().KVGet(context.Background(), store.Scope{Org: "acme", Module: mf.Name}, "count")
+	v, found, err := s.Store.KVGet(context.Background(), store.Scope{Org: "acme", Module: mf.Name}, "count")
 	if err != nil || !found || string(v) != "2" {
 		t.Fatalf("kv row count = %q, %v, %v; want 2", v, found, err)
 	}

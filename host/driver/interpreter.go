@@ -1,19 +1,20 @@
-package host
+package driver
 
 import (
 	"context"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
 )
 
-// Interpreter runs a Script whose interpreter the host cannot run itself:
+// Interpreter runs a script whose interpreter the host cannot run itself:
 // one that is not a WASI command, or that imports functions the host's
 // runtime does not provide. ruby.wasm is such an interpreter: a
 // wit-bindgen reactor (ruby-init, rb-eval-string-protect...) importing
 // rb-js-abi-host and canonical_abi, which languages/ruby drives in a
 // wazero runtime of its own. The interpreted language supplies it
-// (languages.InterpreterProvider puts it in Script.Interpreter).
+// (languages.InterpreterProvider puts it in host.Script.Interpreter).
 //
 // Only how an instance is made and how its script starts are the
 // interpreter's. Everything else stays the host's, with one copy of each
@@ -21,25 +22,43 @@ import (
 // allocator comes in ctx, the deadline through ctx's cancellation), the op
 // device bound to each call (mounted by the host in mc), the principal's
 // authorization and the audit trail. Such a script must be resident
-// (Script.Resident): its instance serves its calls through abi.OpNext.
+// (host.Script.Resident): its instance serves its calls through
+// abi.OpNext.
 //
 // The interpreter's runtime must stop a guest whose context ends
 // (wasmlimit.NewRuntimeConfig's CloseOnContextDone): the host does not
-// rewrite its bytes with its own interrupt check (interrupt.go).
+// rewrite its bytes with its own interrupt check.
 type Interpreter interface {
-	// Compile compiles wasm (the bytes given to Host.Load, their tables
+	// Compile compiles wasm (the bytes given to host.Load, their tables
 	// bounded) in the interpreter's runtime, or returns the module
 	// compiled before, and that runtime: the host instantiates the module
 	// there, with the host's arguments, environment, stdio, mounts, op
-	// device and memory allocator, and no start function. h's compilation
-	// cache should hold the machine code. The host closes neither.
-	Compile(ctx context.Context, h *Host, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error)
+	// device and memory allocator, and no start function. env says where
+	// the machine code is kept and how to add the host's WASI. The host
+	// closes neither.
+	Compile(ctx context.Context, env InterpreterEnv, wasm []byte) (wazero.Runtime, wazero.CompiledModule, error)
 	// Run starts the instance (its _initialize, say) and runs the script
-	// named by args (Script.Args) on it, returning when the script ends:
-	// for a resident script, when the host stops it (its moat.next
+	// named by args (host.Script.Args) on it, returning when the script
+	// ends: for a resident script, when the host stops it (its moat.next
 	// answered stop, or ctx was cancelled) or it failed. It runs on a
 	// goroutine of its own; the host closes mod afterwards.
 	Run(ctx context.Context, mod api.Module, args []string) error
+}
+
+// InterpreterEnv is what the host gives an Interpreter's Compile.
+type InterpreterEnv struct {
+	// CacheDir is the host's compilation cache directory: the
+	// interpreter's runtime keeps its machine code there too, so it is
+	// compiled once per machine, not once per process.
+	CacheDir string
+	// InstantiateWASI adds the host's WASI preview 1 to the
+	// interpreter's runtime: poll_oneoff bounded as the host's, the
+	// errno of each writing function named, so that a sleep or a refused
+	// write behaves the same in every language.
+	InstantiateWASI func(ctx context.Context, r wazero.Runtime) error
+	// Nanosleep is the host's sleep (Spec.Nanosleep), for the
+	// interpreter's own module configurations.
+	Nanosleep func(current func() context.Context) sys.Nanosleep
 }
 
 // ScriptError is how an Interpreter's Run reports that the script itself
