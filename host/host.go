@@ -136,14 +136,14 @@ type Config struct {
 	// Families configures the op families (ops.Families names them), by
 	// family name: each value is a pointer to the family's own
 	// configuration type (its ops.Family.Config; for media,
-	// *ops.MediaConfig). A family left out is provisioned with its
+	// *media.FamilyConfig). A family left out is provisioned with its
 	// defaults. The host provisions each family's service from it at
 	// New and releases it at Close. What other fields of Config held
 	// before issue 29 is here: the ai family's models (*ai.FamilyConfig,
 	// whose Service hosts of one process should share), the secrets a
 	// grant injects (*ops.SecretsConfig), the http family's Resolver
 	// (*ops.HTTPConfig), media's quota and decode bound
-	// (*ops.MediaConfig), the bound on queued tasks and where they run
+	// (*media.FamilyConfig), the bound on queued tasks and where they run
 	// (*ops.TasksConfig: Origin, which was TaskOrigin). A family given
 	// ops.Disabled is switched off on this host: not provisioned, no
 	// module gets its view, and each of its ops is refused (denied,

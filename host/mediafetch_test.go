@@ -14,7 +14,6 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/media"
-	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -44,7 +43,7 @@ func TestMediaFetchHoldsMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p, Families: map[string]any{"media": &ops.MediaConfig{Decodes: media.NewDecodeSlots(bound)}}})
+		h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Store: st, Profile: p, Families: map[string]any{"media": &media.FamilyConfig{Decodes: media.NewDecodeSlots(bound)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,18 +12,17 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/host/media"
-	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/policy"
 )
 
 // MediaConfig is the media: section of moat-server.yaml: the media
-// family's own configuration (ops.MediaConfig: quota_bytes, decode_bytes),
+// family's own configuration (media.FamilyConfig: quota_bytes, decode_bytes),
 // inline, beside the keys of the server's media routes (media.go).
 type MediaConfig struct {
 	// The family's keys. The server bounds them further: quota_bytes
 	// from 1MiB to 1TiB (default 1GiB), decode_bytes from 512MiB (the
 	// largest image the host decodes) to 64GiB (default 1GiB).
-	ops.MediaConfig `yaml:",inline"`
+	media.FamilyConfig `yaml:",inline"`
 	// URLTTL is the longest a signed URL (POST /v1/media/{id}/url) lasts,
 	// and how long one lasts unless the request asks for less. Default
 	// 10m; from 10s to 24h. A URL claiming to last longer than this is
@@ -61,7 +60,7 @@ func ValidateMediaKey(key string) error {
 
 func (m *MediaConfig) fillDefaults() {
 	if m.QuotaBytes == 0 {
-		m.QuotaBytes = ops.DefaultMediaQuota
+		m.QuotaBytes = media.DefaultQuota
 	}
 	if m.DecodeBytes == 0 {
 		m.DecodeBytes = media.DefaultDecodeBytes
@@ -73,7 +72,7 @@ func (m *MediaConfig) fillDefaults() {
 
 func (m *MediaConfig) validate(fail failFunc) error {
 	if m.QuotaBytes < 1<<20 || m.QuotaBytes > 1<<40 {
-		return fail("media.quota_bytes", "%s is outside 1 MiB to 1 TiB; leave it out for the default %s", m.QuotaBytes, policy.ByteSize(ops.DefaultMediaQuota))
+		return fail("media.quota_bytes", "%s is outside 1 MiB to 1 TiB; leave it out for the default %s", m.QuotaBytes, policy.ByteSize(media.DefaultQuota))
 	}
 	if m.DecodeBytes < 512<<20 || m.DecodeBytes > 64<<30 {
 		return fail("media.decode_bytes", "%s is outside 512 MiB (what decoding the largest image the host keeps may take) to 64 GiB; leave it out for the default %s",

@@ -214,7 +214,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// flight are the server's; the vault; the decode bound) is shared.
 	families := cfg.FamilyConfigs(map[string]any{
 		"ai":      &ai.FamilyConfig{Service: s.ai},
-		"media":   &ops.MediaConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
+		"media":   &media.FamilyConfig{QuotaBytes: cfg.Media.QuotaBytes, Decodes: decodes},
 		"secrets": &ops.SecretsConfig{Source: s.vault},
 		"tasks":   &ops.TasksConfig{MaxQueued: cfg.Tasks.MaxQueued},
 	})

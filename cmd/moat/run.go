@@ -20,6 +20,7 @@ import (
 	"github.com/moat-sandbox/moat/host/ai"
 	"github.com/moat-sandbox/moat/host/audit"
 	_ "github.com/moat-sandbox/moat/host/extism" // runs Extism plug-ins (kind extism)
+	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
@@ -372,7 +373,7 @@ func newServerHost(ctx context.Context, g *globalFlags, cfg host.Config, s *serv
 	cfg.Store = st
 	models := &ai.FamilyConfig{}
 	cfg.Families["secrets"] = &ops.SecretsConfig{Source: secrets.NewVault(st, s.SecretsKey, nil)}
-	cfg.Families["media"] = &ops.MediaConfig{QuotaBytes: s.Media.QuotaBytes}
+	cfg.Families["media"] = &media.FamilyConfig{QuotaBytes: s.Media.QuotaBytes}
 	cfg.Families["ai"] = models
 	cfg.Families = s.FamilyConfigs(cfg.Families) // other families' sections; those it disables
 	if s.AI.Enabled() {

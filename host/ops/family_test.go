@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/ops"
 )
 
@@ -122,7 +123,7 @@ func TestFamiliesRegistered(t *testing.T) {
 	}
 	if cfg, ok := ops.FamilyConfig("media"); !ok {
 		t.Error("media has no configuration")
-	} else if _, ok := cfg.(*ops.MediaConfig); !ok {
+	} else if _, ok := cfg.(*media.FamilyConfig); !ok {
 		t.Errorf("media's configuration is a %T", cfg)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/media"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
@@ -44,7 +45,7 @@ func mediaEnv(t *testing.T, st *store.Store, org string) *ops.Env {
 // does it, with the given quota.
 func mediaEnvQuota(t *testing.T, st *store.Store, org string, quota int64) *ops.Env {
 	t.Helper()
-	svc, err := ops.Provision(context.Background(), ops.Core{Store: st}, map[string]any{"media": &ops.MediaConfig{QuotaBytes: policy.ByteSize(quota)}})
+	svc, err := ops.Provision(context.Background(), ops.Core{Store: st}, map[string]any{"media": &media.FamilyConfig{QuotaBytes: policy.ByteSize(quota)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
 // Package ops is moat's op table: every op a guest can call, each a small
 // function over an Env that the host fills for the current invocation. Ops
 // come in families, each registered from its own file (log.go, kv.go,
-// media.go, ...; or from its service's package, as host/ai registers the
-// ai family) as one Family value (family.go): its name, the capability
-// its ops need, its configuration type, how its service is provisioned
+// http.go, ...; or from its service's package, as host/ai and host/media
+// register theirs, which host/families.go links into every host) as one
+// Family value (family.go): its name, the capability its ops need, its
+// configuration type, how its service is provisioned
 // from that configuration and cleaned up (once per host), how its view of
 // each module is attached when the module loads and detached when it
 // closes, and its ops (each op's name, how its target is read from its
