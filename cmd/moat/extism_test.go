@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -206,15 +205,9 @@ func TestRunExtismEgress(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	var up bytes.Buffer
-	mw := multipart.NewWriter(&up)
 	wasm, _ := os.ReadFile(filepath.Join(dir, "fetcher.wasm"))
-	for name, content := range map[string][]byte{"module": wasm, "manifest": []byte(mf)} {
-		w, _ := mw.CreateFormFile(name, name)
-		w.Write(content)
-	}
-	mw.Close()
-	if code, out := post("/v1/modules", mw.FormDataContentType(), &up); code != 201 {
+	up, upType := moduleForm(wasm, []byte(mf))
+	if code, out := post("/v1/modules", upType, up); code != 201 {
 		t.Fatalf("upload to moat serve: %d %s\n%s", code, out, rest.String())
 	}
 	if code, out := post("/v1/modules/fetcher/actions/fetch", "", strings.NewReader(granted.URL+"/")); code != 200 || out != "200 granted" {

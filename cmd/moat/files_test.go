@@ -3,7 +3,6 @@ package main_test
 import (
 	"bytes"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,15 +105,9 @@ func TestServeFileGrants(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
 	manifest := "name: fsguest\nversion: 1.0.0\nactions: [{name: fs}]\ncapabilities:\n  filesystem: [" + ro + ", " + rw + ":rw]\n"
-	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/fsguest", true), "manifest": []byte(manifest)} {
-		w, _ := mw.CreateFormFile(name, name)
-		w.Write(content)
-	}
-	mw.Close()
-	if code, out := req("POST", "/v1/modules", mw.FormDataContentType(), &body); code != 201 {
+	body, bodyType := moduleForm(testwasm.BuildGo(t, "./testdata/fsguest", true), []byte(manifest))
+	if code, out := req("POST", "/v1/modules", bodyType, body); code != 201 {
 		t.Fatalf("upload: %d %s\n%s", code, out, rest.String())
 	}
 	for _, tt := range []struct{ input, want string }{

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
@@ -83,15 +82,9 @@ func TestInspectMatchesModulesAPI(t *testing.T) {
 		return b
 	}
 	since := time.Now().Add(-time.Second).UTC()
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
 	wasm, _ := os.ReadFile(filepath.Join(dir, "naming.wasm"))
-	for name, content := range map[string][]byte{"module": wasm, "manifest": manifest} {
-		w, _ := mw.CreateFormFile(name, name)
-		w.Write(content)
-	}
-	mw.Close()
-	req("POST", "/v1/modules", mw.FormDataContentType(), &body)
+	body, bodyType := moduleForm(wasm, manifest)
+	req("POST", "/v1/modules", bodyType, body)
 	req("POST", "/v1/modules/naming/actions/echo", "", strings.NewReader("hi"))
 	var api map[string]json.RawMessage
 	if err := json.Unmarshal(req("GET", "/v1/modules/naming", "", nil), &api); err != nil {

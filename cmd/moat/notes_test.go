@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -146,16 +145,10 @@ func TestNotesExample(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var up bytes.Buffer
-			mw := multipart.NewWriter(&up)
-			for name, content := range map[string][]byte{"module": goWasm, "manifest": manifest} {
-				w, _ := mw.CreateFormFile(name, name)
-				w.Write(content)
-			}
-			mw.Close()
+			up, upType := moduleForm(goWasm, manifest)
 			archive := dirArchive(t, filepath.Join(root, "examples/notes"), "python")
 			for _, admin := range []string{"ann", "gus"} {
-				if code, out := n.do(admin, "POST", "/v1/modules", up.String(), mw.FormDataContentType()); code != 201 {
+				if code, out := n.do(admin, "POST", "/v1/modules", up.String(), upType); code != 201 {
 					t.Fatalf("upload notes-go as %s: %d %s\n%s", admin, code, out, log.String())
 				}
 				if code, out := n.do(admin, "POST", "/v1/modules", archive, "application/gzip"); code != 201 || !strings.Contains(out, `"kind":"script"`) {

@@ -95,15 +95,22 @@ func api(base, key, method, path, body, ct string) (int, string, error) {
 // storeModule is the multipart upload of testdata/goguest as module
 // "store": kv runs kv commands, upper needs a confirmation.
 func storeModule(t *testing.T, version string) (string, string) {
+	body, ct := moduleForm(testwasm.BuildGo(t, "./testdata/goguest", true),
+		[]byte("name: store\nversion: "+version+"\nactions: [{name: kv}, {name: upper, confirm: true}]\ncapabilities: {kv: true}\n"))
+	return body.String(), ct
+}
+
+// moduleForm is the multipart body of POST /v1/modules uploading a
+// compiled module with its manifest, and its content type.
+func moduleForm(wasm, manifest []byte) (*bytes.Buffer, string) {
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/goguest", true),
-		"manifest": []byte("name: store\nversion: " + version + "\nactions: [{name: kv}, {name: upper, confirm: true}]\ncapabilities: {kv: true}\n")} {
+	for name, content := range map[string][]byte{"module": wasm, "manifest": manifest} {
 		w, _ := mw.CreateFormFile(name, name)
 		w.Write(content)
 	}
 	mw.Close()
-	return body.String(), mw.FormDataContentType()
+	return &body, mw.FormDataContentType()
 }
 
 // within polls f every 20 ms until it reports true or d passes, and

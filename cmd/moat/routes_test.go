@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,15 +55,9 @@ func TestServeRoutes(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
 	manifest, _ := os.ReadFile(filepath.Join(testwasm.RepoRoot(t), "testdata/routeguest/moat.yaml"))
-	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/routeguest", true), "manifest": manifest} {
-		w, _ := mw.CreateFormFile(name, name)
-		w.Write(content)
-	}
-	mw.Close()
-	if code, out := req("POST", "/v1/modules", key, &body, "Content-Type", mw.FormDataContentType()); code != 201 {
+	body, bodyType := moduleForm(testwasm.BuildGo(t, "./testdata/routeguest", true), manifest)
+	if code, out := req("POST", "/v1/modules", key, body, "Content-Type", bodyType); code != 201 {
 		t.Fatalf("upload: %d %s", code, out)
 	}
 	if code, out := req("PUT", "/v1/admin/secrets/acme/gh-hook", key, strings.NewReader(`{"value": "gh-secret"}`)); code != 201 {

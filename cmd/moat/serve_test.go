@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -83,15 +82,9 @@ func TestServeNewcomerFlow(t *testing.T) {
 		return res.StatusCode, string(b)
 	}
 
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
 	manifest, _ := os.ReadFile(filepath.Join(testwasm.RepoRoot(t), "examples/hello-go/moat.yaml"))
-	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./examples/hello-go", true), "manifest": manifest} {
-		w, _ := mw.CreateFormFile(name, name)
-		w.Write(content)
-	}
-	mw.Close()
-	if code, out := req("POST", "/v1/modules", key, mw.FormDataContentType(), &body); code != 201 {
+	body, bodyType := moduleForm(testwasm.BuildGo(t, "./examples/hello-go", true), manifest)
+	if code, out := req("POST", "/v1/modules", key, bodyType, body); code != 201 {
 		t.Fatalf("upload: %d %s", code, out)
 	}
 	if code, out := req("POST", "/v1/modules/hello-go/actions/greet", key, "", strings.NewReader("World")); code != 200 || out != "Hello, World! (call #1)" {
@@ -234,15 +227,9 @@ func TestServeKill9(t *testing.T) {
 	srv, base := startServe(t, &rest, args...)
 
 	do := func(base, path, body, ct string) (int, string, error) { return api(base, key, "POST", path, body, ct) }
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	for name, content := range map[string][]byte{"module": testwasm.BuildGo(t, "./testdata/goguest", true),
-		"manifest": []byte("name: store\nversion: 1.0.0\nactions: [{name: kv}]\ncapabilities: {kv: true}\n")} {
-		w, _ := mw.CreateFormFile(name, name)
-		w.Write(content)
-	}
-	mw.Close()
-	if code, out, err := do(base, "/v1/modules", body.String(), mw.FormDataContentType()); code != 201 {
+	body, bodyType := moduleForm(testwasm.BuildGo(t, "./testdata/goguest", true),
+		[]byte("name: store\nversion: 1.0.0\nactions: [{name: kv}]\ncapabilities: {kv: true}\n"))
+	if code, out, err := do(base, "/v1/modules", body.String(), bodyType); code != 201 {
 		t.Fatalf("upload: %d %s %v", code, out, err)
 	}
 
