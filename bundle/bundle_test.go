@@ -307,3 +307,63 @@ func TestKindDecidedOnlyHere(t *testing.T) {
 		}
 	}
 }
+
+// TestPagesTravelWithThePlugin: a page's files are signed and stored
+// with an interpreted or native plugin's files (its pack), on every path
+// (a directory, an archive, the store), but are not its sources; a
+// missing one, or pages on a compiled module, is refused naming the page.
+func TestPagesTravelWithThePlugin(t *testing.T) {
+	const pages = "pages:\n  - {name: main, entry: index.html, files: [page.js]}\n"
+	files := map[string]string{"moat.yaml": scriptManifest + pages, "main.js": "export function greet() {}",
+		"index.html": "<p>hi</p>", "page.js": "1", "notes.txt": "not shipped"}
+	b, err := bundle.Open(plugin(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b.Files["index.html"]) != "<p>hi</p>" || b.Files["notes.txt"] != nil {
+		t.Errorf("Files = %v; want the page's files and the sources only", b.Files)
+	}
+	for _, f := range b.Source().Files {
+		if f.Name == "index.html" {
+			t.Errorf("the interpreter's sources hold the page's HTML")
+		}
+	}
+	raw := map[string][]byte{}
+	for n, c := range files {
+		raw[n] = []byte(c)
+	}
+	a, err := bundle.FromArchive(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Signed, b.Signed) {
+		t.Errorf("an archive's pack differs from its directory's")
+	}
+	s, err := bundle.FromStored("hello-js", []byte(files["moat.yaml"]), b.Signed, nil, func(tarball []byte) (map[string][]byte, error) {
+		out := map[string][]byte{}
+		tr := tar.NewReader(bytes.NewReader(tarball))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return out, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[h.Name], _ = io.ReadAll(tr)
+		}
+	})
+	if err != nil || string(s.Files["page.js"]) != "1" {
+		t.Fatalf("FromStored: %v, %v", err, s)
+	}
+
+	delete(files, "page.js")
+	if _, err := bundle.Open(plugin(t, files)); err == nil || !strings.Contains(err.Error(), "pages[0] (main): its file page.js is not among the plugin's files") {
+		t.Errorf("missing page file: %v", err)
+	}
+	dir := plugin(t, map[string]string{"moat.yaml": wasmManifest + pages, "index.html": "x", "page.js": "1"})
+	os.WriteFile(filepath.Join(dir, "hello.wasm"), wasm, 0o644)
+	if _, err := bundle.Open(dir); err == nil || !strings.Contains(err.Error(), "pages (main): a compiled module") {
+		t.Errorf("compiled module with pages: %v", err)
+	}
+}

@@ -46,6 +46,9 @@ type Manifest struct {
 	// Schedules run actions on a cron schedule, as background tasks of
 	// the organization's service principal (see Schedule).
 	Schedules []Schedule `yaml:"schedules,omitempty"`
+	// Pages are the module's own pages, shown in moat serve's console to
+	// those their access requirements admit (see Page, pages.go).
+	Pages []Page `yaml:"pages,omitempty"`
 
 	// File is the path the manifest was read from, for messages.
 	File string `yaml:"-"`
@@ -462,6 +465,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkSchedules(ix, m); err != nil {
+		return err
+	}
+	if err := checkPages(ix, m); err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {
