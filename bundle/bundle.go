@@ -493,7 +493,10 @@ func FromStored(name string, manifest, signed, signature []byte, unpack func([]b
 	}
 	b.Manifest = mf
 	if b.Kind = kindOf(mf, func() bool { return isModule(signed) }); b.Kind == Wasm {
-		return b, wasmPages(mf)
+		if err := wasmPages(mf); err != nil {
+			return nil, &StoredError{Err: err, Unpacked: true}
+		}
+		return b, nil
 	}
 	files, err := unpack(signed)
 	if err != nil {
@@ -515,7 +518,8 @@ func FromStored(name string, manifest, signed, signature []byte, unpack func([]b
 }
 
 // StoredError is a stored version whose bytes do not hold its files: they
-// do not unpack, or (Unpacked) hold no entry point.
+// do not unpack, or (Unpacked) hold no entry point or not its pages' files
+// (a compiled module holds none).
 type StoredError struct {
 	Err      error
 	Unpacked bool
