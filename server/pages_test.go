@@ -49,7 +49,7 @@ moat.action("secret", () => "secret");
 <input id="title"><button id="add">Add</button><button id="wipe">Wipe</button>
 <p id="status"></p><pre id="probe"></pre>
 <script src="moat-page.js"></script><script src="page.js"></script>`,
-	"page.js": notebookPageJS,
+	"page.js":    notebookPageJS,
 	"admin.html": `<!doctype html><p>admins only</p>`,
 }
 
