@@ -1,0 +1,230 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/server"
+)
+
+// TestPagesInChromium opens the notebook's page in the console in
+// headless Chromium, as ann and as bob: the page lists and adds each
+// one's own notes through the bridge; its script cannot read the
+// console's storage or document, reach the network, open a popup,
+// navigate the top window or call another module's action; and the
+// confirmation its action needs is shown by the console, the action
+// running only once the person confirms.
+func TestPagesInChromium(t *testing.T) {
+	testenv.Slow(t, "Chromium opens the page as two users, about 10 s")
+	bin := chromium(t)
+	ts := startPages(t)
+	ann := ts.key(t, "acme", "ann", "user")
+	bob := ts.key(t, "acme", "bob", "user")
+	uploadJS(t, ts, ts.key(t, "acme", "root", "admin"), "") // hello-js: another module, with an action greet
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
+		// The page's frame in the console's process, where the test's
+		// isolated world can reach its document (the sandbox and the
+		// policies are the same either way).
+		chromedp.Flag("disable-features", "IsolateSandboxedIframes,site-per-process"), chromedp.Flag("disable-site-isolation-trials", true),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+
+	// open signs in as key in a new tab (of the one browser: the first
+	// tab starts it) and opens the notebook's page.
+	browser := actx
+	open := func(key string) context.Context {
+		t.Helper()
+		tab, _ := chromedp.NewContext(browser)
+		if browser == actx {
+			browser = tab
+		}
+		var pages int
+		var perModule bool
+		err := chromedp.Run(tab,
+			recordCSPViolations(),
+			chromedp.Navigate(ts.URL+"/"),
+			chromedp.WaitVisible("#api-key", chromedp.ByQuery),
+			chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
+			chromedp.Click("#sign-in", chromedp.ByQuery),
+			chromedp.WaitReady(`#page-menu li[data-page="notes"]`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelectorAll("#page-menu li").length`, &pages),
+			chromedp.Evaluate(`(() => { document.querySelector('#modules li[data-name="notebook"]').click();
+				return !!document.querySelector('#module-page-links button[data-page="notes"]'); })()`, &perModule),
+			chromedp.Evaluate(`document.querySelector('#module-page-links button[data-page="notes"]').click()`, nil),
+			chromedp.WaitVisible("iframe.page-frame", chromedp.ByQuery),
+		)
+		if err != nil {
+			t.Fatalf("console: %v", err)
+		}
+		if pages != 1 || !perModule {
+			t.Errorf("the menu lists %d pages (want 1: not the admins' page), per module: %v", pages, perModule)
+		}
+		return tab
+	}
+	// inPage evaluates expr in the page's frame (an isolated world of
+	// it: the page's document, none of its script's globals).
+	inPage := func(tab context.Context, expr string, out any) {
+		t.Helper()
+		err := chromedp.Run(tab, chromedp.ActionFunc(func(ctx context.Context) error {
+			tree, err := page.GetFrameTree().Do(ctx)
+			if err != nil {
+				return err
+			}
+			for _, ch := range tree.ChildFrames {
+				if !strings.Contains(ch.Frame.URL, "/v1/pages/") {
+					continue
+				}
+				world, err := page.CreateIsolatedWorld(ch.Frame.ID).Do(ctx)
+				if err != nil {
+					return err
+				}
+				res, exc, err := runtime.Evaluate(expr).WithContextID(world).WithReturnByValue(true).WithAwaitPromise(true).Do(ctx)
+				if err != nil {
+					return err
+				}
+				if exc != nil {
+					return fmt.Errorf("%s: %s", expr, exc.Text)
+				}
+				if out == nil {
+					return nil
+				}
+				return json.Unmarshal(res.Value, out)
+			}
+			return fmt.Errorf("no page frame in %+v", tree.ChildFrames)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitPage polls expr in the page until it is true.
+	waitPage := func(tab context.Context, what, expr string) {
+		t.Helper()
+		for range 100 {
+			var ok bool
+			inPage(tab, expr, &ok)
+			if ok {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		var html string
+		inPage(tab, "document.body.innerHTML", &html)
+		t.Fatalf("the page never showed %s: %s", what, html)
+	}
+	listed := func(tab context.Context) string {
+		var s string
+		inPage(tab, `[...document.querySelectorAll("#list li")].map((li) => li.textContent).join(",")`, &s)
+		return s
+	}
+
+	// Ann: adds a note through the page.
+	annTab := open(ann)
+	waitPage(annTab, "its probe", `document.querySelector("#probe").textContent !== ""`)
+	inPage(annTab, `document.querySelector("#title").value = "ann's note"; document.querySelector("#add").click()`, nil)
+	waitPage(annTab, "ann's note", `document.querySelector("#list").textContent.includes("ann's note")`)
+
+	// What a hostile script tried.
+	var probeText string
+	inPage(annTab, `document.querySelector("#probe").textContent`, &probeText)
+	var probe map[string]string
+	if err := json.Unmarshal([]byte(probeText), &probe); err != nil {
+		t.Fatalf("probe %q: %v", probeText, err)
+	}
+	t.Logf("the page's probe: %v", probe)
+	for k, want := range map[string]string{"storage": "blocked", "parentStorage": "blocked", "parentDocument": "blocked", "cookie": "blocked", "fetch": "blocked"} {
+		if probe[k] != want {
+			t.Errorf("the page's %s: %q; want %q (probe %v)", k, probe[k], want, probe)
+		}
+	}
+	if probe["popup"] == "opened" {
+		t.Errorf("the page opened a popup (probe %v)", probe)
+	}
+	if probe["otherAction"] == "ran" || probe["otherAction"] == "" {
+		t.Errorf("the page called greet, an action of another module: %q", probe["otherAction"])
+	}
+	time.Sleep(300 * time.Millisecond)
+	var where string
+	var violations []string
+	if err := chromedp.Run(annTab, chromedp.Evaluate(`location.pathname`, &where), chromedp.Evaluate(`window.violations`, &violations)); err != nil {
+		t.Fatal(err)
+	}
+	if where != "/" {
+		t.Errorf("the page navigated the console's window to %s", where)
+	}
+	if len(violations) > 0 {
+		t.Errorf("the console breaks its CSP: %v", violations)
+	}
+	r := ts.do(t, "GET", "/v1/audit?module=hello-js&kind=invocation", ann, nil)
+	if strings.Contains(string(r.body), `"action":"greet"`) {
+		t.Errorf("another module's action ran for the page: %s", r.body)
+	}
+
+	// The wipe needs a confirmation: the console shows it, and the
+	// action runs only once ann confirms.
+	inPage(annTab, `document.querySelector("#wipe").click()`, nil)
+	var text string
+	if err := chromedp.Run(annTab,
+		chromedp.Poll(`document.querySelector("#page-confirm").open`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Text("#page-confirm-text", &text, chromedp.ByQuery),
+	); err != nil {
+		t.Fatalf("the console shows no confirmation: %v", err)
+	}
+	if !strings.Contains(text, "wipe") {
+		t.Errorf("the confirmation says %q; want the server's summary of wipe", text)
+	}
+	if wiped(t, ts, ann) {
+		t.Fatal("wipe ran before ann confirmed")
+	}
+	if err := chromedp.Run(annTab, chromedp.Click("#page-confirm-yes", chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(annTab, "the wipe's answer", `document.querySelector("#status").textContent === "wiped"`)
+	if !wiped(t, ts, ann) {
+		t.Error("the audit trail has no wipe after ann confirmed")
+	}
+
+	// Bob: sees only his own notes.
+	bobTab := open(bob)
+	waitPage(bobTab, "its probe", `document.querySelector("#probe").textContent !== ""`)
+	if got := listed(bobTab); got != "" {
+		t.Errorf("bob's page lists %q; want none of ann's notes", got)
+	}
+	inPage(bobTab, `document.querySelector("#title").value = "bob's note"; document.querySelector("#add").click()`, nil)
+	waitPage(bobTab, "bob's note", `document.querySelector("#list").textContent.includes("bob's note")`)
+	if got := listed(bobTab); got != "bob's note" {
+		t.Errorf("bob's page lists %q; want only his note", got)
+	}
+}
+
+// wiped reports whether the notebook's wipe ran for the user of key (an
+// invocation that ended ok).
+func wiped(t *testing.T, ts *testServer, key string) bool {
+	t.Helper()
+	r := ts.do(t, "GET", "/v1/audit?module=notebook&kind=invocation", key, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("audit: %d %s", r.status, r.body)
+	}
+	var trail struct{ Events []server.AuditEventJSON }
+	json.Unmarshal(r.body, &trail)
+	for _, e := range trail.Events {
+		if e.Action == "wipe" && e.Code == "ok" {
+			return true
+		}
+	}
+	return false
+}
