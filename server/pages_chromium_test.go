@@ -3,8 +3,10 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +15,154 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/server"
 )
+
+// pageBrowser drives headless Chromium through the console's pages: a
+// tab per person, the page's frame reached through an isolated world (the
+// page's document, none of its script's globals).
+type pageBrowser struct {
+	t       *testing.T
+	ts      *testServer
+	actx    context.Context
+	browser context.Context
+}
+
+func newPageBrowser(t *testing.T, ts *testServer) *pageBrowser {
+	bin := chromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
+		// The page's frame in the console's process, where the test's
+		// isolated world can reach its document (the sandbox and the
+		// policies are the same either way).
+		chromedp.Flag("disable-features", "IsolateSandboxedIframes,site-per-process"), chromedp.Flag("disable-site-isolation-trials", true),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	return &pageBrowser{t: t, ts: ts, actx: actx, browser: actx}
+}
+
+// open signs in as key in a new tab (of the one browser: the first tab
+// starts it) and opens the page of module through the module's button;
+// it returns the tab and how many pages the menu lists.
+func (b *pageBrowser) open(key, module, name string) (context.Context, int) {
+	t := b.t
+	t.Helper()
+	tab, _ := chromedp.NewContext(b.browser)
+	if b.browser == b.actx {
+		b.browser = tab
+	}
+	var pages int
+	var perModule bool
+	err := chromedp.Run(tab,
+		recordCSPViolations(),
+		chromedp.Navigate(b.ts.URL+"/"),
+		chromedp.WaitVisible("#api-key", chromedp.ByQuery),
+		chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
+		chromedp.Click("#sign-in", chromedp.ByQuery),
+		chromedp.WaitReady(`#page-menu li[data-page="`+name+`"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("#page-menu li").length`, &pages),
+		chromedp.Evaluate(`(() => { document.querySelector('#modules li[data-name="`+module+`"]').click();
+			return !!document.querySelector('#module-page-links button[data-page="`+name+`"]'); })()`, &perModule),
+		chromedp.Evaluate(`document.querySelector('#module-page-links button[data-page="`+name+`"]').click()`, nil),
+		chromedp.WaitVisible("iframe.page-frame", chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("console: %v", err)
+	}
+	if !perModule {
+		t.Errorf("module %s shows no button for its page %s", module, name)
+	}
+	return tab, pages
+}
+
+// inPage evaluates expr in the page's frame, once it has loaded.
+func (b *pageBrowser) inPage(tab context.Context, expr string, out any) {
+	t := b.t
+	t.Helper()
+	var err error
+	for range 100 {
+		if err = b.tryInPage(tab, expr, out); !errors.Is(err, errNoPageFrame) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var errNoPageFrame = errors.New("no page frame (yet)")
+
+func (b *pageBrowser) tryInPage(tab context.Context, expr string, out any) error {
+	return chromedp.Run(tab, chromedp.ActionFunc(func(ctx context.Context) error {
+		tree, err := page.GetFrameTree().Do(ctx)
+		if err != nil {
+			return err
+		}
+		for _, ch := range tree.ChildFrames {
+			if !strings.Contains(ch.Frame.URL, "/v1/pages/") {
+				continue
+			}
+			world, err := page.CreateIsolatedWorld(ch.Frame.ID).Do(ctx)
+			if err != nil {
+				return err
+			}
+			res, exc, err := runtime.Evaluate(expr).WithContextID(world).WithReturnByValue(true).WithAwaitPromise(true).Do(ctx)
+			if err != nil {
+				return err
+			}
+			if exc != nil {
+				return fmt.Errorf("%s: %s", expr, exc.Text)
+			}
+			if out == nil {
+				return nil
+			}
+			return json.Unmarshal(res.Value, out)
+		}
+		return errNoPageFrame
+	}))
+}
+
+// waitPage polls expr in the page until it is true.
+func (b *pageBrowser) waitPage(tab context.Context, what, expr string) {
+	t := b.t
+	t.Helper()
+	for range 200 {
+		var ok bool
+		b.inPage(tab, expr, &ok)
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var html string
+	b.inPage(tab, "document.body.innerHTML", &html)
+	t.Fatalf("the page never showed %s: %s", what, html)
+}
+
+// confirm waits for the console's confirmation dialog and returns its
+// text; yes clicks Confirm, else Cancel.
+func (b *pageBrowser) confirm(tab context.Context, yes bool) string {
+	b.t.Helper()
+	var text string
+	button := "#page-confirm-no"
+	if yes {
+		button = "#page-confirm-yes"
+	}
+	if err := chromedp.Run(tab,
+		chromedp.Poll(`document.querySelector("#page-confirm").open`, nil, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Text("#page-confirm-text", &text, chromedp.ByQuery),
+		chromedp.Click(button, chromedp.ByQuery),
+	); err != nil {
+		b.t.Fatalf("the console shows no confirmation: %v", err)
+	}
+	return text
+}
 
 // TestPagesInChromium opens the notebook's page in the console in
 // headless Chromium, as ann and as bob: the page lists and adds each
@@ -25,107 +173,19 @@ import (
 // running only once the person confirms.
 func TestPagesInChromium(t *testing.T) {
 	testenv.Slow(t, "Chromium opens the page as two users, about 10 s")
-	bin := chromium(t)
 	ts := startPages(t)
 	ann := ts.key(t, "acme", "ann", "user")
 	bob := ts.key(t, "acme", "bob", "user")
 	uploadJS(t, ts, ts.key(t, "acme", "root", "admin"), "") // hello-js: another module, with an action greet
-
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
-		// The page's frame in the console's process, where the test's
-		// isolated world can reach its document (the sandbox and the
-		// policies are the same either way).
-		chromedp.Flag("disable-features", "IsolateSandboxedIframes,site-per-process"), chromedp.Flag("disable-site-isolation-trials", true),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-
-	// open signs in as key in a new tab (of the one browser: the first
-	// tab starts it) and opens the notebook's page.
-	browser := actx
+	b := newPageBrowser(t, ts)
 	open := func(key string) context.Context {
-		t.Helper()
-		tab, _ := chromedp.NewContext(browser)
-		if browser == actx {
-			browser = tab
-		}
-		var pages int
-		var perModule bool
-		err := chromedp.Run(tab,
-			recordCSPViolations(),
-			chromedp.Navigate(ts.URL+"/"),
-			chromedp.WaitVisible("#api-key", chromedp.ByQuery),
-			chromedp.SendKeys("#api-key", key, chromedp.ByQuery),
-			chromedp.Click("#sign-in", chromedp.ByQuery),
-			chromedp.WaitReady(`#page-menu li[data-page="notes"]`, chromedp.ByQuery),
-			chromedp.Evaluate(`document.querySelectorAll("#page-menu li").length`, &pages),
-			chromedp.Evaluate(`(() => { document.querySelector('#modules li[data-name="notebook"]').click();
-				return !!document.querySelector('#module-page-links button[data-page="notes"]'); })()`, &perModule),
-			chromedp.Evaluate(`document.querySelector('#module-page-links button[data-page="notes"]').click()`, nil),
-			chromedp.WaitVisible("iframe.page-frame", chromedp.ByQuery),
-		)
-		if err != nil {
-			t.Fatalf("console: %v", err)
-		}
-		if pages != 1 || !perModule {
-			t.Errorf("the menu lists %d pages (want 1: not the admins' page), per module: %v", pages, perModule)
+		tab, pages := b.open(key, "notebook", "notes")
+		if pages != 1 {
+			t.Errorf("the menu lists %d pages; want 1 (not the admins' page)", pages)
 		}
 		return tab
 	}
-	// inPage evaluates expr in the page's frame (an isolated world of
-	// it: the page's document, none of its script's globals).
-	inPage := func(tab context.Context, expr string, out any) {
-		t.Helper()
-		err := chromedp.Run(tab, chromedp.ActionFunc(func(ctx context.Context) error {
-			tree, err := page.GetFrameTree().Do(ctx)
-			if err != nil {
-				return err
-			}
-			for _, ch := range tree.ChildFrames {
-				if !strings.Contains(ch.Frame.URL, "/v1/pages/") {
-					continue
-				}
-				world, err := page.CreateIsolatedWorld(ch.Frame.ID).Do(ctx)
-				if err != nil {
-					return err
-				}
-				res, exc, err := runtime.Evaluate(expr).WithContextID(world).WithReturnByValue(true).WithAwaitPromise(true).Do(ctx)
-				if err != nil {
-					return err
-				}
-				if exc != nil {
-					return fmt.Errorf("%s: %s", expr, exc.Text)
-				}
-				if out == nil {
-					return nil
-				}
-				return json.Unmarshal(res.Value, out)
-			}
-			return fmt.Errorf("no page frame in %+v", tree.ChildFrames)
-		}))
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// waitPage polls expr in the page until it is true.
-	waitPage := func(tab context.Context, what, expr string) {
-		t.Helper()
-		for range 100 {
-			var ok bool
-			inPage(tab, expr, &ok)
-			if ok {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		var html string
-		inPage(tab, "document.body.innerHTML", &html)
-		t.Fatalf("the page never showed %s: %s", what, html)
-	}
+	inPage, waitPage := b.inPage, b.waitPage
 	listed := func(tab context.Context) string {
 		var s string
 		inPage(tab, `[...document.querySelectorAll("#list li")].map((li) => li.textContent).join(",")`, &s)
@@ -227,4 +287,68 @@ func wiped(t *testing.T, ts *testServer, key string) bool {
 		}
 	}
 	return false
+}
+
+// TestNotesPageInChromium drives examples/notes/python's page as ann and
+// bob: it adds and lists each one's notes, searches them, and deletes one
+// only after the person confirms in the console (a cancel keeps it).
+func TestNotesPageInChromium(t *testing.T) {
+	testenv.Slow(t, "the notes plugin in CPython and Chromium, about 20 s")
+	prof := filepath.Join(testwasm.RepoRoot(t), "examples", "notes", "profile.yaml")
+	ts := start(t, "", func(c *server.Config) { c.Profile = prof })
+	admin := ts.key(t, "acme", "root", "admin")
+	if r := ts.do(t, "POST", "/v1/modules", admin, scriptArchive(t, "notes/python", nil), "Content-Type", "application/gzip"); r.status != http.StatusCreated {
+		t.Fatalf("upload notes-python: %d %s", r.status, r.body)
+	}
+	ann, bob := ts.key(t, "acme", "ann", "user"), ts.key(t, "acme", "bob", "user")
+	b := newPageBrowser(t, ts)
+	count := func(tab context.Context) int {
+		var n int
+		b.inPage(tab, `document.querySelectorAll("#notes li").length`, &n)
+		return n
+	}
+	add := func(tab context.Context, title string) {
+		t.Helper()
+		b.inPage(tab, `document.querySelector("#title").value = `+strconvQuote(title)+`; document.querySelector("#add").click()`, nil)
+		b.waitPage(tab, title, `document.querySelector("#notes").textContent.includes(`+strconvQuote(title)+`)`)
+	}
+	deleteButton := func(title string) string {
+		return `[...document.querySelectorAll("#notes li")].find((li) => li.textContent.includes(` + strconvQuote(title) + `)).querySelector(".delete").click()`
+	}
+
+	annTab, _ := b.open(ann, "notes-python", "notes")
+	b.waitPage(annTab, "who is signed in", `document.querySelector("#who").textContent.includes("ann@acme")`)
+	add(annTab, "call the dentist")
+	add(annTab, "buy milk")
+
+	b.inPage(annTab, `document.querySelector("#q").value = "dentist"; document.querySelector("#search").click()`, nil)
+	b.waitPage(annTab, "the search's one hit", `document.querySelectorAll("#notes li").length === 1 && document.querySelector("#notes").textContent.includes("dentist")`)
+	b.inPage(annTab, `document.querySelector("#clear").click()`, nil)
+	b.waitPage(annTab, "both notes again", `document.querySelectorAll("#notes li").length === 2`)
+
+	b.inPage(annTab, deleteButton("buy milk"), nil)
+	if text := b.confirm(annTab, false); !strings.Contains(text, "buy milk") {
+		t.Errorf("the console's confirmation says %q; want the note's title", text)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := count(annTab); n != 2 {
+		t.Errorf("after a cancelled delete the page lists %d notes; want 2", n)
+	}
+	b.inPage(annTab, deleteButton("buy milk"), nil)
+	b.confirm(annTab, true)
+	b.waitPage(annTab, "the note deleted", `!document.querySelector("#notes").textContent.includes("buy milk")`)
+
+	bobTab, _ := b.open(bob, "notes-python", "notes")
+	b.waitPage(bobTab, "bob's empty list", `document.querySelector("#who").textContent.includes("bob@acme") && !document.querySelector("#empty").hidden`)
+	add(bobTab, "bob's own")
+	var listed string
+	b.inPage(bobTab, `document.querySelector("#notes").textContent`, &listed)
+	if strings.Contains(listed, "dentist") || !strings.Contains(listed, "bob's own") {
+		t.Errorf("bob's page lists %q; want only his note", listed)
+	}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
