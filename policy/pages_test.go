@@ -123,3 +123,24 @@ pages:
 		}
 	}
 }
+
+// TestReportPages: `moat policy check` lists each page, who may open it
+// and its files.
+func TestReportPages(t *testing.T) {
+	p := profile(t, "deny_at_call")
+	m := manifest(t, "notes", `pages:
+  - {name: notes, entry: index.html, files: [app.js]}
+  - {name: admin, entry: admin.html, roles: [admin], permissions: [notes.admin]}
+`)
+	r := p.Evaluate(m, "").Report(m, p)
+	for _, w := range []string{
+		"pages    viewer needs",
+		"  notes  nothing (any signed-in person)",
+		"index.html app.js",
+		"  admin  a role of admin; permissions notes.admin",
+	} {
+		if !strings.Contains(r, w) {
+			t.Errorf("report lacks %q:\n%s", w, r)
+		}
+	}
+}
