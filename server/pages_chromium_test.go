@@ -206,7 +206,8 @@ func TestPagesInChromium(t *testing.T) {
 		t.Fatalf("probe %q: %v", probeText, err)
 	}
 	t.Logf("the page's probe: %v", probe)
-	for k, want := range map[string]string{"storage": "blocked", "parentStorage": "blocked", "parentDocument": "blocked", "cookie": "blocked", "fetch": "blocked"} {
+	for k, want := range map[string]string{"storage": "blocked", "parentStorage": "blocked", "parentDocument": "blocked", "cookie": "blocked", "fetch": "blocked",
+		"badAction": "invalid_argument", "media": "shown", "flood": "bounded"} {
 		if probe[k] != want {
 			t.Errorf("the page's %s: %q; want %q (probe %v)", k, probe[k], want, probe)
 		}

@@ -28,8 +28,10 @@ actions:
   - {name: list}
   - {name: wipe, confirm: true}
   - {name: secret, roles: [admin]}
+  - {name: pic}
 capabilities:
   db: [notes]
+  media: true
 models:
   notes:
     scope: user
@@ -44,6 +46,7 @@ moat.action("add", (input) => JSON.stringify(moat.db.insert("notes", { title: JS
 moat.action("list", () => JSON.stringify({ notes: moat.db.query("notes", {}).docs.map((d) => d.doc.title) }));
 moat.action("wipe", () => "wiped");
 moat.action("secret", () => "secret");
+moat.action("pic", () => JSON.stringify(moat.media.put(new Uint8Array([137,80,78,71,13,10,26,10,0,0,0,13,73,72,68,82,0,0,0,1,0,0,0,1,8,2,0,0,0,144,119,83,222,0,0,0,12,73,68,65,84,120,156,99,248,207,192,0,0,3,1,1,0,201,254,146,239,0,0,0,0,73,69,78,68,174,66,96,130]), "image/png")));
 `,
 	"index.html": `<!doctype html><title>notes</title><ul id="list"></ul>
 <input id="title"><button id="add">Add</button><button id="wipe">Wipe</button>
@@ -76,6 +79,15 @@ async function probe() {
   tryIt("popup", () => window.open("/v1/whoami") === null ? "null" : "opened");
   try { await fetch("/v1/whoami"); out.fetch = "fetched"; } catch (e) { out.fetch = "blocked"; }
   try { await moat.call("greet", ""); out.otherAction = "ran"; } catch (e) { out.otherAction = e.code; }
+  try { await moat.call("../list", ""); out.badAction = "ran"; } catch (e) { out.badAction = e.code; }
+  const flood = await Promise.allSettled(Array.from({ length: 30 }, () => moat.call("list", {})));
+  out.flood = flood.some((r) => r.status === "rejected" && r.reason.code === "resource_exhausted") ? "bounded" : "unbounded";
+  try {
+    const img = new Image();
+    img.src = await moat.mediaURL((await moat.call("pic", {})).id);
+    await img.decode();
+    out.media = img.naturalWidth === 1 ? "shown" : "size " + img.naturalWidth;
+  } catch (e) { out.media = "failed " + (e.code || e.message); }
   // A raw message naming another module: the console uses the page's own.
   parent.postMessage({ moat: "moat.page/1", id: 99, type: "call", module: "other", action: "greet", input: "" }, "*");
   tryIt("top", () => { top.location.href = "/v1/whoami"; return "tried"; });

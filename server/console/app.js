@@ -672,9 +672,13 @@ window.addEventListener("message", async (ev) => {
   const f = page.frame;
   if (!f || ev.source !== f.contentWindow) return; // only the frame this console opened
   const m = ev.data;
-  if (!validPageMessage(m)) return;
+  if (!m || typeof m !== "object" || m.moat !== PAGE_PROTOCOL || !Number.isInteger(m.id) || m.id < 0 || m.id > 1e9) return;
   const module = page.module, name = page.name, win = f.contentWindow;
   const reply = (msg) => { if (page.frame === f) win.postMessage(Object.assign({ moat: PAGE_PROTOCOL, id: m.id }, msg), "*"); };
+  if (!validPageMessage(m)) {
+    reply({ ok: false, error: { code: "invalid_argument", detail: "the console refused the message: an action name is 1-64 of A-Za-z0-9._-, an input at most 1 MiB, a confirmation's text at most 1000 characters" } });
+    return;
+  }
   if (m.type === "hello") {
     const w = state.whoami || {};
     reply({ type: "context", user: w.user, org: w.org, module, page: name });
