@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,6 +39,7 @@ func newPageBrowser(t *testing.T, ts *testServer) *pageBrowser {
 		// isolated world can reach its document (the sandbox and the
 		// policies are the same either way).
 		chromedp.Flag("disable-features", "IsolateSandboxedIframes,site-per-process"), chromedp.Flag("disable-site-isolation-trials", true),
+		chromedp.WindowSize(1280, 1000),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	t.Cleanup(cancel)
@@ -348,7 +350,14 @@ func TestNotesPageInChromium(t *testing.T) {
 	if n := count(annTab); n != 2 {
 		t.Errorf("after a cancelled delete the page lists %d notes; want 2", n)
 	}
+	if err := chromedp.Run(annTab, viewportShot(t, "console-page-notes.png")); err != nil {
+		t.Fatal(err)
+	}
 	b.inPage(annTab, deleteButton("buy milk"), nil)
+	if err := chromedp.Run(annTab, chromedp.Poll(`document.querySelector("#page-confirm").open`, nil, chromedp.WithPollingTimeout(30*time.Second)),
+		viewportShot(t, "console-page-confirm.png")); err != nil {
+		t.Fatal(err)
+	}
 	b.confirm(annTab, true)
 	b.waitPage(annTab, "the note deleted", `!document.querySelector("#notes").textContent.includes("buy milk")`)
 
@@ -365,4 +374,18 @@ func TestNotesPageInChromium(t *testing.T) {
 func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// viewportShot saves what the window shows (a full-page capture renders
+// the page's frame blank).
+func viewportShot(t *testing.T, name string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var png []byte
+		if err := chromedp.CaptureScreenshot(&png).Do(ctx); err != nil {
+			return err
+		}
+		p := filepath.Join(t.ArtifactDir(), name)
+		t.Logf("screenshot: %s", p)
+		return os.WriteFile(p, png, 0o644)
+	})
 }
