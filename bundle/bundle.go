@@ -290,21 +290,28 @@ func scriptOf(mf *policy.Manifest, raw []byte, l languages.Language, files map[s
 	if err := checkPageFiles(mf, files); err != nil {
 		return nil, err
 	}
-	// The pages' files are signed and stored with the sources (so a
-	// page is the plugin's as much as its code is), but are not sources:
-	// the interpreter does not get them.
-	packed := src
-	for _, name := range mf.PageFiles() {
-		if !slices.ContainsFunc(src.Files, func(f languages.File) bool { return f.Name == name }) {
-			packed.Files = append(slices.Clip(packed.Files), languages.File{Name: name, Content: files[name]})
-		}
-	}
+	src = withPageFiles(mf, src, files)
 	b := &Bundle{Name: mf.Name, Kind: Script, Manifest: mf, ManifestBytes: raw, Language: l, src: src,
-		Signed: languages.PackSources(packed), Files: map[string][]byte{}}
-	for _, f := range packed.Files {
+		Signed: languages.PackSources(src), Files: map[string][]byte{}}
+	for _, f := range src.Files {
 		b.Files[f.Name] = f.Content
 	}
 	return b, nil
+}
+
+// withPageFiles adds the pages' files to a Script's sources: they are
+// signed and stored with them (a page is the plugin's as much as its code
+// is), and what the signature covers is the pack of the sources the
+// host gets (host.Script.Source), so they are in /src beside the code,
+// where the interpreter ignores them.
+func withPageFiles(mf *policy.Manifest, src languages.Source, files map[string][]byte) languages.Source {
+	for _, name := range mf.PageFiles() {
+		if c, ok := files[name]; ok && !slices.ContainsFunc(src.Files, func(f languages.File) bool { return f.Name == name }) {
+			src.Files = append(slices.Clip(src.Files), languages.File{Name: name, Content: c})
+		}
+	}
+	slices.SortFunc(src.Files, func(a, b languages.File) int { return strings.Compare(a.Name, b.Name) })
+	return src
 }
 
 // openNative reads a native plugin's directory: every regular file of it
@@ -513,6 +520,7 @@ func FromStored(name string, manifest, signed, signature []byte, unpack func([]b
 	if b.src, err = languages.PluginSource(b.Language, files); err != nil {
 		return nil, &StoredError{Err: err, Unpacked: true}
 	}
+	b.src = withPageFiles(mf, b.src, files)
 	b.Files = files
 	return b, nil
 }

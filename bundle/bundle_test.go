@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/javascript" // an interpreted language, for Script
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -323,10 +324,9 @@ func TestPagesTravelWithThePlugin(t *testing.T) {
 	if string(b.Files["index.html"]) != "<p>hi</p>" || b.Files["notes.txt"] != nil {
 		t.Errorf("Files = %v; want the page's files and the sources only", b.Files)
 	}
-	for _, f := range b.Source().Files {
-		if f.Name == "index.html" {
-			t.Errorf("the interpreter's sources hold the page's HTML")
-		}
+	// What the signature covers is the pack of what the host gets.
+	if !bytes.Equal(b.Signed, languages.PackSources(b.Source())) {
+		t.Errorf("Signed is not the pack of the sources the host gets")
 	}
 	raw := map[string][]byte{}
 	for n, c := range files {
@@ -355,6 +355,9 @@ func TestPagesTravelWithThePlugin(t *testing.T) {
 	})
 	if err != nil || string(s.Files["page.js"]) != "1" {
 		t.Fatalf("FromStored: %v, %v", err, s)
+	}
+	if !bytes.Equal(languages.PackSources(s.Source()), b.Signed) {
+		t.Errorf("a stored version's sources do not pack to what was signed")
 	}
 
 	delete(files, "page.js")
