@@ -205,6 +205,9 @@ func openWasm(path string, st fs.FileInfo, mf *policy.Manifest, raw []byte, mpat
 			file = mf.Name + ".wasm"
 		}
 		if st.IsDir() || filepath.Base(path) == file {
+			if err := wasmPages(mf); err != nil {
+				return nil, err
+			}
 			b.Manifest, b.ManifestBytes, b.ManifestPath = mf, raw, mpath
 			b.Path, b.Name = filepath.Join(dir, file), mf.Name
 		}
@@ -246,9 +249,10 @@ func openWasm(path string, st fs.FileInfo, mf *policy.Manifest, raw []byte, mpat
 func openScript(dir string, mf *policy.Manifest, raw []byte) (*Bundle, error) {
 	l, _ := languages.ScriptLanguage(mf)
 	exts := l.Info().Extensions
+	pages := mf.PageFiles()
 	files := map[string][]byte{}
 	err := plugintree.Walk(dir, plugintree.Options{Flat: true, MaxBytes: languages.MaxPluginSourceBytes}, func(e plugintree.Entry) error {
-		if e.Info.IsDir() || !slices.Contains(exts, filepath.Ext(e.Rel)) {
+		if e.Info.IsDir() || !slices.Contains(exts, filepath.Ext(e.Rel)) && !slices.Contains(pages, e.Rel) {
 			return nil
 		}
 		b, err := e.Read()
@@ -283,12 +287,31 @@ func scriptOf(mf *policy.Manifest, raw []byte, l languages.Language, files map[s
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPageFiles(mf, files); err != nil {
+		return nil, err
+	}
+	src = withPageFiles(mf, src, files)
 	b := &Bundle{Name: mf.Name, Kind: Script, Manifest: mf, ManifestBytes: raw, Language: l, src: src,
 		Signed: languages.PackSources(src), Files: map[string][]byte{}}
 	for _, f := range src.Files {
 		b.Files[f.Name] = f.Content
 	}
 	return b, nil
+}
+
+// withPageFiles adds the pages' files to a Script's sources: they are
+// signed and stored with them (a page is the plugin's as much as its code
+// is), and what the signature covers is the pack of the sources the
+// host gets (host.Script.Source), so they are in /src beside the code,
+// where the interpreter ignores them.
+func withPageFiles(mf *policy.Manifest, src languages.Source, files map[string][]byte) languages.Source {
+	for _, name := range mf.PageFiles() {
+		if c, ok := files[name]; ok && !slices.ContainsFunc(src.Files, func(f languages.File) bool { return f.Name == name }) {
+			src.Files = append(slices.Clip(src.Files), languages.File{Name: name, Content: c})
+		}
+	}
+	slices.SortFunc(src.Files, func(a, b languages.File) int { return strings.Compare(a.Name, b.Name) })
+	return src
 }
 
 // openNative reads a native plugin's directory: every regular file of it
@@ -328,6 +351,9 @@ func openNative(dir string, mf *policy.Manifest, raw []byte) (*Bundle, error) {
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPageFiles(mf, files); err != nil {
 		return nil, err
 	}
 	b := nativeOf(mf, raw, files)
@@ -405,6 +431,9 @@ func FromArchive(files map[string][]byte) (*Bundle, error) {
 	}
 	switch kindOf(mf, hasModule) {
 	case Native:
+		if err := checkPageFiles(mf, files); err != nil {
+			return nil, err
+		}
 		return nativeOf(mf, raw, files), nil
 	case Script:
 		l, _ := languages.ScriptLanguage(mf)
@@ -419,7 +448,27 @@ func FromArchive(files map[string][]byte) (*Bundle, error) {
 	if file == "" {
 		file = mf.Name + ".wasm"
 	}
+	if err := wasmPages(mf); err != nil {
+		return nil, err
+	}
 	return moduleFrom(files, file, &Bundle{Kind: Wasm, Name: mf.Name, Manifest: mf, ManifestBytes: raw})
+}
+
+// checkPageFiles checks that the pages' files are among the plugin's
+// (policy.Manifest.CheckPageFiles).
+func checkPageFiles(mf *policy.Manifest, files map[string][]byte) error {
+	return mf.CheckPageFiles(func(name string) bool { _, ok := files[name]; return ok })
+}
+
+// wasmPages refuses pages on a compiled module: its digest and signature
+// are of the .wasm alone, so its page files would be neither signed nor
+// stored with it. An interpreted or native plugin's pack holds them.
+func wasmPages(mf *policy.Manifest) error {
+	if mf == nil || len(mf.Pages) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: pages (%s): a compiled module's digest and signature cover its .wasm alone, so it cannot carry its pages' files yet; "+
+		"serve pages from an interpreted (language: python, javascript, ruby) or native (kind: native) plugin, or remove pages", mf.File, mf.Pages[0].Name)
 }
 
 // moduleFrom completes b, a module, with file and its signature from files.
@@ -451,11 +500,17 @@ func FromStored(name string, manifest, signed, signature []byte, unpack func([]b
 	}
 	b.Manifest = mf
 	if b.Kind = kindOf(mf, func() bool { return isModule(signed) }); b.Kind == Wasm {
+		if err := wasmPages(mf); err != nil {
+			return nil, &StoredError{Err: err, Unpacked: true}
+		}
 		return b, nil
 	}
 	files, err := unpack(signed)
 	if err != nil {
 		return nil, &StoredError{Err: err}
+	}
+	if err := checkPageFiles(mf, files); err != nil {
+		return nil, &StoredError{Err: err, Unpacked: true}
 	}
 	if b.Kind == Native {
 		b.Files = files
@@ -465,12 +520,14 @@ func FromStored(name string, manifest, signed, signature []byte, unpack func([]b
 	if b.src, err = languages.PluginSource(b.Language, files); err != nil {
 		return nil, &StoredError{Err: err, Unpacked: true}
 	}
+	b.src = withPageFiles(mf, b.src, files)
 	b.Files = files
 	return b, nil
 }
 
 // StoredError is a stored version whose bytes do not hold its files: they
-// do not unpack, or (Unpacked) hold no entry point.
+// do not unpack, or (Unpacked) hold no entry point or not its pages' files
+// (a compiled module holds none).
 type StoredError struct {
 	Err      error
 	Unpacked bool

@@ -15,6 +15,7 @@ import (
 	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/internal/plugintree"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/javascript" // an interpreted language, for Script
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -305,5 +306,67 @@ func TestKindDecidedOnlyHere(t *testing.T) {
 		if !used[f] {
 			t.Errorf("%s no longer decides a kind: remove its exception", f)
 		}
+	}
+}
+
+// TestPagesTravelWithThePlugin: a page's files are signed and stored
+// with an interpreted or native plugin's files (its pack), on every path
+// (a directory, an archive, the store), but are not its sources; a
+// missing one, or pages on a compiled module, is refused naming the page.
+func TestPagesTravelWithThePlugin(t *testing.T) {
+	const pages = "pages:\n  - {name: main, entry: index.html, files: [page.js]}\n"
+	files := map[string]string{"moat.yaml": scriptManifest + pages, "main.js": "export function greet() {}",
+		"index.html": "<p>hi</p>", "page.js": "1", "notes.txt": "not shipped"}
+	b, err := bundle.Open(plugin(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b.Files["index.html"]) != "<p>hi</p>" || b.Files["notes.txt"] != nil {
+		t.Errorf("Files = %v; want the page's files and the sources only", b.Files)
+	}
+	// What the signature covers is the pack of what the host gets.
+	if !bytes.Equal(b.Signed, languages.PackSources(b.Source())) {
+		t.Errorf("Signed is not the pack of the sources the host gets")
+	}
+	raw := map[string][]byte{}
+	for n, c := range files {
+		raw[n] = []byte(c)
+	}
+	a, err := bundle.FromArchive(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Signed, b.Signed) {
+		t.Errorf("an archive's pack differs from its directory's")
+	}
+	s, err := bundle.FromStored("hello-js", []byte(files["moat.yaml"]), b.Signed, nil, func(tarball []byte) (map[string][]byte, error) {
+		out := map[string][]byte{}
+		tr := tar.NewReader(bytes.NewReader(tarball))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return out, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[h.Name], _ = io.ReadAll(tr)
+		}
+	})
+	if err != nil || string(s.Files["page.js"]) != "1" {
+		t.Fatalf("FromStored: %v, %v", err, s)
+	}
+	if !bytes.Equal(languages.PackSources(s.Source()), b.Signed) {
+		t.Errorf("a stored version's sources do not pack to what was signed")
+	}
+
+	delete(files, "page.js")
+	if _, err := bundle.Open(plugin(t, files)); err == nil || !strings.Contains(err.Error(), "pages[0] (main): its file page.js is not among the plugin's files") {
+		t.Errorf("missing page file: %v", err)
+	}
+	dir := plugin(t, map[string]string{"moat.yaml": wasmManifest + pages, "index.html": "x", "page.js": "1"})
+	os.WriteFile(filepath.Join(dir, "hello.wasm"), wasm, 0o644)
+	if _, err := bundle.Open(dir); err == nil || !strings.Contains(err.Error(), "pages (main): a compiled module") {
+		t.Errorf("compiled module with pages: %v", err)
 	}
 }

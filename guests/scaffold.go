@@ -81,6 +81,11 @@ func Scaffold(dir, name, lang string) ([]string, error) {
 	}
 	files["moat.yaml"] = manifest(name, lang)
 	files["README.md"] = readme(name, lang)
+	if !compiled(lang) {
+		// Its page, shown by moat serve's console; a compiled module's
+		// signature covers its .wasm alone, so it carries no page files.
+		files["index.html"], files["page.js"] = pageHTML(name), []byte(pageJS)
+	}
 	sdkFiles, err := Files(lang)
 	if err != nil {
 		return nil, err
@@ -130,6 +135,10 @@ func manifest(name, lang string) []byte {
 	}
 	b.WriteString("actions:\n  - name: greet\n    timeout: 5s\n    max_input: 1KiB\n")
 	b.WriteString("capabilities:\n  kv: true          # the call counter\nconfig:\n  greeting: Hello\n")
+	if !compiled(lang) {
+		b.WriteString("pages:            # shown in moat serve's console to those who may open it\n")
+		b.WriteString("  - {name: main, title: Greeter, entry: index.html, files: [page.js]}\n")
+	}
 	if lang == "python-native" {
 		b.WriteString("limits:\n  memory: 64MiB     # per worker: its cgroup's memory limit\n  concurrency: 2    # workers at once\n")
 	}
@@ -146,6 +155,13 @@ func readme(name, lang string) []byte {
 	fmt.Fprintf(&b, "moat run %s greet --input World    # builds first when a source is newer than the module\n", name)
 	fmt.Fprintf(&b, "moat dev %s greet --input World    # runs again on every change\n", name)
 	b.WriteString("```\n")
+	if !compiled(lang) {
+		b.WriteString("\nIts page (index.html and page.js, declared under pages: in moat.yaml) shows\n" +
+			"in the console of `moat serve`, Pages tab, to everyone of the organization\n" +
+			"(add roles: or permissions: to narrow it). It runs in a sandbox without\n" +
+			"network and calls the plugin's actions as the signed-in person through\n" +
+			"moat-page.js, which the server serves.\n")
+	}
 	switch lang {
 	case "go":
 		b.WriteString("\n`go test` runs main_test.go (the SDK module is in .moat-sdk/go, which go.mod\nreplaces github.com/moat-sandbox/moat with).\n")
@@ -154,3 +170,37 @@ func readme(name, lang string) []byte {
 	}
 	return []byte(b.String())
 }
+
+// pageHTML is a new plugin's page: a form that calls greet.
+func pageHTML(name string) []byte {
+	return []byte(`<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>` + name + `</title></head>
+<body>
+<!-- Shown by moat serve's console in a sandboxed frame, as the signed-in
+     person: no key, no network; moat-page.js carries its calls. -->
+<h1>` + name + `</h1>
+<p id="who"></p>
+<input id="name" placeholder="Your name" aria-label="Name">
+<button id="greet">Greet</button>
+<p id="answer"></p>
+<script src="moat-page.js"></script>
+<script src="page.js"></script>
+</body>
+</html>
+`)
+}
+
+// pageJS is a new plugin's page script. A sandboxed page submits no
+// forms: a button calls the action.
+const pageJS = `"use strict";
+const $ = (s) => document.querySelector(s);
+moat.ready.then((who) => { $("#who").textContent = "Signed in as " + who.user + "@" + who.org; });
+$("#greet").addEventListener("click", async () => {
+  try {
+    $("#answer").textContent = await moat.call("greet", $("#name").value);
+  } catch (e) {
+    $("#answer").textContent = e.code + ": " + e.message;
+  }
+});
+`

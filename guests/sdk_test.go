@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -122,6 +123,12 @@ func TestScaffold(t *testing.T) {
 			}
 			if !named {
 				t.Errorf("no code file names the plugin: %v", files)
+			}
+			// An interpreted or native plugin gets a page; a compiled
+			// module, whose signature covers its .wasm alone, none.
+			hasPage := slices.Contains(files, "index.html") && slices.Contains(files, "page.js") && bytes.Contains(mf, []byte("entry: index.html"))
+			if hasPage == compiled(lang) {
+				t.Errorf("page: %v for a %s plugin (compiled: %v): %v", hasPage, lang, compiled(lang), files)
 			}
 			if _, err := Scaffold(dir, "my-plugin", lang); !errors.Is(err, ErrExists) {
 				t.Errorf("a second Scaffold into %s: %v, want ErrExists", dir, err)

@@ -432,28 +432,43 @@ func (p *Profile) Authorize(m *Manifest, action string, who Principal) error {
 		return d
 	}
 	a := &m.Actions[i]
-	if len(a.Roles) > 0 && !slices.ContainsFunc(a.Roles, who.HasRole) {
-		d.Rule = fmt.Sprintf("manifest actions[%d].roles", i)
+	return p.checkAccess(d, fmt.Sprintf("manifest actions[%d]", i), "", a.Roles, a.Permissions, who)
+}
+
+// checkAccess is the one rule of access requirements, an action's and a
+// page's alike: who must hold at least one of roles (when there are any),
+// and who's roles must together hold every one of perms by p's
+// role_permissions. rule names the manifest's entry ("manifest
+// actions[0]"); what, when not empty, starts the reason ("page notes").
+// It returns nil or d, completed.
+func (p *Profile) checkAccess(d *DeniedError, rule, what string, roles, perms []string, who Principal) error {
+	user := who.User + "@" + who.Org
+	prefix := ""
+	if what != "" {
+		prefix = what + " "
+	}
+	if len(roles) > 0 && !slices.ContainsFunc(roles, who.HasRole) {
+		d.Rule = rule + ".roles"
 		has := "has no roles"
 		if len(who.Roles) > 0 {
 			has = fmt.Sprintf("has %v", who.Roles)
 		}
-		d.Reason = fmt.Sprintf("requires one of roles %v; %s %s", a.Roles, user, has)
+		d.Reason = fmt.Sprintf("%srequires one of roles %v; %s %s", prefix, roles, user, has)
 		return d
 	}
-	if len(a.Permissions) > 0 {
+	if len(perms) > 0 {
 		held := p.Permissions(who.Roles)
-		for _, perm := range a.Permissions {
+		for _, perm := range perms {
 			if !slices.Contains(held, perm) {
 				name := "(none)"
 				if p != nil {
 					name = p.Name
 				}
-				d.Rule = fmt.Sprintf("manifest actions[%d].permissions", i)
+				d.Rule = rule + ".permissions"
 				if len(who.Roles) == 0 {
-					d.Reason = fmt.Sprintf("requires permission %s; %s has no roles, so no permissions in profile %s", perm, user, name)
+					d.Reason = fmt.Sprintf("%srequires permission %s; %s has no roles, so no permissions in profile %s", prefix, perm, user, name)
 				} else {
-					d.Reason = fmt.Sprintf("requires permission %s, which none of %s's roles %v grants in profile %s", perm, user, who.Roles, name)
+					d.Reason = fmt.Sprintf("%srequires permission %s, which none of %s's roles %v grants in profile %s", prefix, perm, user, who.Roles, name)
 				}
 				return d
 			}

@@ -48,6 +48,9 @@ type Manifest struct {
 	Schedules []Schedule `yaml:"schedules,omitempty"`
 	// Routes bind HTTP methods and paths to actions (see routes.go).
 	Routes []Route `yaml:"routes,omitempty"`
+	// Pages are the module's own pages, shown in moat serve's console to
+	// those their access requirements admit (see Page, pages.go).
+	Pages []Page `yaml:"pages,omitempty"`
 
 	// File is the path the manifest was read from, for messages.
 	File string `yaml:"-"`
@@ -467,6 +470,9 @@ func (m *Manifest) check(ix *index) error {
 		return err
 	}
 	if err := checkRoutes(ix, m); err != nil {
+		return err
+	}
+	if err := checkPages(ix, m); err != nil {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Config)) {

@@ -93,6 +93,25 @@ func (e *Evaluation) Report(m *Manifest, p *Profile) string {
 		tw.Flush()
 	}
 
+	if len(m.Pages) > 0 {
+		line("")
+		line("pages	viewer needs	files")
+		for _, pg := range m.Pages {
+			var needs []string
+			if len(pg.Roles) > 0 {
+				needs = append(needs, "a role of "+strings.Join(pg.Roles, ", "))
+			}
+			if len(pg.Permissions) > 0 {
+				needs = append(needs, "permissions "+strings.Join(pg.Permissions, ", "))
+			}
+			if len(needs) == 0 {
+				needs = append(needs, "nothing (any signed-in person)")
+			}
+			line("  %s	%s	%s", pg.Name, strings.Join(needs, "; "), strings.Join(append([]string{pg.Entry}, pg.Files...), " "))
+		}
+		tw.Flush()
+	}
+
 	if warns := m.Warnings(); len(warns) > 0 {
 		line("")
 		line("warnings")

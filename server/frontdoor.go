@@ -70,7 +70,7 @@ func (s *Server) frontDoor(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		// A signed media URL is for pages, of any origin: the signature,
 		// checked by the route, is its authority (media.go).
-		if p := s.checkOrigin(req); p != nil && !signedMediaRequest(route, req) {
+		if p := s.checkOrigin(req); p != nil && !signedMediaRequest(route, req) && route != pageFileRoute {
 			s.metrics.denials.WithLabelValues(p.Code).Inc()
 			return drainRefused(c, p)
 		}
@@ -139,6 +139,9 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 		case isModuleRoute(route) && err == nil:
 			// A module's route: the type its action chose, checked
 			// (routes.go), a document under routeHTMLCSP's sandbox.
+		case route == pageFileRoute && c.Response().Header().Get("Content-Security-Policy") == pageCSP:
+			// A module's page, with its type from moat's table and the
+			// page's sandboxing policy (pages.go).
 		case err == nil && (mt == "application/json" || mt == "application/problem+json" || mt == "application/octet-stream"):
 		case err == nil && mt == "text/plain":
 			h.Set(echo.HeaderContentType, "text/plain; charset=utf-8")

@@ -71,6 +71,12 @@ func (s *Server) router() *echo.Echo {
 	e.DELETE("/v1/modules/:name", s.deleteModule, auth)
 	e.GET("/v1/modules/:name/versions", s.moduleVersions, auth)
 	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth, s.awaitModule, invocation)
+	e.GET("/v1/pages", s.listPages, auth)
+	e.GET(pageFileRoute, s.pageFileSigned) // a signed URL, no key: pages.go
+	e.GET("/v1/modules/:name/pages", s.modulePages, auth)
+	e.GET("/v1/modules/:name/pages/:page/files/:file", s.pageFileByKey, auth)
+	e.POST("/v1/modules/:name/pages/:page/url", s.pageURL, auth)
+	e.POST("/v1/modules/:name/pages/:page/actions/:action", s.pageInvoke, auth, s.awaitModule, invocation)
 	e.GET("/v1/confirmations", s.pendingConfirmations, auth)
 	e.POST("/v1/confirmations/:token", s.confirm, auth, invocation)
 	e.GET("/v1/audit", s.auditQuery, auth)

@@ -106,6 +106,10 @@ type Server struct {
 	mediaKey    []byte
 	mediaKeyOwn bool
 
+	// pageFilesCache holds the files of the versions whose pages were
+	// opened lately (pages.go).
+	pageFilesCache pageFilesCache
+
 	invocations *admission // admission of invocations and confirmations
 	execs       *admission // admission of runs (/v1/runs, Piston execute)
 	conns       atomic.Pointer[connLimit]

@@ -54,6 +54,7 @@ and the grants its manifest asks for.`,
 				printInfo(cmd.OutOrStdout(), il.mod.Info())
 				printRoutes(cmd.OutOrStdout(), mf)
 				printInterpretedInfo(cmd.OutOrStdout(), mf, l, il.script)
+				printPages(cmd.OutOrStdout(), mf)
 				return nil
 			}
 			if b.Kind == bundle.Native {
@@ -105,6 +106,9 @@ type inspectJSON struct {
 	Interpreter string               `json:"interpreter,omitempty"`
 	Resident    bool                 `json:"resident,omitempty"`
 	Grants      *policy.Capabilities `json:"grants,omitempty"`
+	// Pages are the manifest's pages, as GET /v1/modules/{name}/pages
+	// lists them (to those who may open them).
+	Pages []server.PageJSON `json:"pages,omitempty"`
 }
 
 func inspectJSONOf(mod *host.Module) inspectJSON {
@@ -123,7 +127,33 @@ func inspectJSONOf(mod *host.Module) inspectJSON {
 		}
 		out.Actions = append(out.Actions, aj)
 	}
+	if mf != nil {
+		for _, pg := range mf.Pages {
+			out.Pages = append(out.Pages, server.PageJSON{Module: mf.Name, Name: pg.Name, Title: pg.Title, Entry: pg.Entry, Roles: pg.Roles, Permissions: pg.Permissions})
+		}
+	}
 	return out
+}
+
+// printPages lists the manifest's pages: name, title, entry and who may
+// open them.
+func printPages(w io.Writer, mf *policy.Manifest) {
+	if mf == nil || len(mf.Pages) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "pages (shown in moat serve's console):")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, pg := range mf.Pages {
+		who := "anyone of the organization"
+		if len(pg.Roles) > 0 {
+			who = "roles " + strings.Join(pg.Roles, ", ")
+		}
+		if len(pg.Permissions) > 0 {
+			who += "; permissions " + strings.Join(pg.Permissions, ", ")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", termSafe(pg.Name), termSafe(pg.Title), termSafe(pg.Entry), who)
+	}
+	tw.Flush()
 }
 
 func printInfo(w io.Writer, info host.Info) {

@@ -59,7 +59,8 @@ async function signIn(key) {
   const roles = r.data.roles.length ? " [" + r.data.roles.join(", ") + "]" : "";
   $("#whoami").textContent = r.data.user + "@" + r.data.org + roles;
   $("#signin").hidden = true; $("#app").hidden = false; $("#session").hidden = false;
-  await Promise.all([loadModules(), loadLanguages(), loadConfirmations()]);
+  state.whoami = r.data;
+  await Promise.all([loadPages(), loadModules(), loadLanguages(), loadConfirmations()]);
 }
 
 $("#signin-form").addEventListener("submit", async (ev) => {
@@ -77,6 +78,7 @@ for (const t of document.querySelectorAll(".tab")) {
     if (t.dataset.tab === "audit") loadAudit();
     if (t.dataset.tab === "tasks") loadTasks();
     if (t.dataset.tab === "media") loadMedia();
+    if (t.dataset.tab === "pages") loadPages();
     if (t.dataset.tab === "confirm") loadConfirmations();
   });
 }
@@ -108,6 +110,7 @@ function selectModule(name) {
   $("#module-empty").hidden = true; $("#module-detail").hidden = false; $("#result").hidden = true;
   $("#module-name").textContent = m.name;
   $("#module-meta").textContent = m.kind + " · " + m.digest.slice(0, 16) + (m.signer ? " · signed by " + m.signer : "");
+  showModulePages(name);
   const sel = $("#action-select");
   sel.replaceChildren();
   for (const a of m.actions) {
@@ -575,5 +578,172 @@ $("#run-form").addEventListener("submit", async (ev) => {
     await showRunAudit(d.correlation_id || r.id);
   } finally { inFlight = false; clearInterval(timer); prep.hidden = true; btn.disabled = false; }
 });
+
+// --- pages ---
+// A module's page runs in a frame with sandbox="allow-scripts" and no
+// allow-same-origin, at a signed URL whose response carries the page's
+// own policy (a sandbox, no network): its origin is opaque, so it reads
+// neither this console's storage (the key) nor another page's. It talks
+// to the console only by postMessage (moat-page.js), and the console
+// treats every message as hostile: it answers only the frame it opened,
+// checks each message's shape, calls only the page's own module (the
+// module and page come from the console, never from the message), and
+// shows confirmations itself.
+const PAGE_PROTOCOL = "moat.page/1";
+const PAGE_MAX_INFLIGHT = 8;
+const page = { frame: null, module: "", name: "", inflight: 0, confirming: false };
+
+async function loadPages() {
+  const r = await api("GET", "/v1/pages");
+  if (!r.ok) return;
+  state.pages = r.data.pages;
+  const ul = $("#page-menu");
+  ul.replaceChildren();
+  $("#no-pages").hidden = state.pages.length > 0;
+  for (const p of state.pages) {
+    const li = el("li", { class: "page", "data-module": p.module, "data-page": p.name },
+      el("div", { class: "name" }, p.title),
+      el("div", { class: "sub" }, p.module + " · " + p.name));
+    li.addEventListener("click", () => openPage(p.module, p.name));
+    ul.append(li);
+  }
+  if (state.current) showModulePages(state.current);
+}
+$("#refresh-pages").addEventListener("click", loadPages);
+
+function showModulePages(module) {
+  const list = (state.pages || []).filter((p) => p.module === module);
+  $("#module-pages").hidden = list.length === 0;
+  const box = $("#module-page-links");
+  box.replaceChildren();
+  for (const p of list) {
+    const b = el("button", { class: "ghost small", type: "button", "data-page": p.name }, p.title);
+    b.addEventListener("click", () => openPage(p.module, p.name));
+    box.append(b);
+  }
+}
+
+function showTab(name) {
+  for (const o of document.querySelectorAll(".tab")) o.classList.toggle("active", o.dataset.tab === name);
+  for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== "tab-" + name;
+}
+
+async function openPage(module, name) {
+  showTab("pages");
+  closePage();
+  for (const li of document.querySelectorAll("#page-menu li")) li.classList.toggle("selected", li.dataset.module === module && li.dataset.page === name);
+  const p = (state.pages || []).find((x) => x.module === module && x.name === name);
+  $("#page-empty").hidden = true; $("#page-view").hidden = false;
+  $("#page-title").textContent = p ? p.title : name;
+  $("#page-meta").textContent = module + " · " + name;
+  $("#page-error").textContent = "";
+  const r = await api("POST", "/v1/modules/" + encodeURIComponent(module) + "/pages/" + encodeURIComponent(name) + "/url");
+  if (!r.ok) { $("#page-error").textContent = problemText(r); return; }
+  const f = document.createElement("iframe");
+  f.className = "page-frame";
+  f.setAttribute("sandbox", "allow-scripts");
+  f.setAttribute("referrerpolicy", "no-referrer");
+  f.title = (p ? p.title : name) + " (page of " + module + ")";
+  f.src = r.data.url;
+  Object.assign(page, { frame: f, module, name, inflight: 0 });
+  $("#page-frame-box").replaceChildren(f);
+}
+
+function closePage() {
+  if (page.frame) page.frame.remove();
+  Object.assign(page, { frame: null, module: "", name: "", inflight: 0 });
+}
+
+// validPageMessage checks a message's shape; anything else is dropped.
+function validPageMessage(m) {
+  if (!m || typeof m !== "object" || m.moat !== PAGE_PROTOCOL) return false;
+  if (!Number.isInteger(m.id) || m.id < 0 || m.id > 1e9) return false;
+  switch (m.type) {
+    case "hello": return true;
+    case "call": return typeof m.action === "string" && /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(m.action) &&
+      typeof m.input === "string" && m.input.length <= (1 << 20);
+    case "confirm": return typeof m.text === "string" && m.text.length <= 1000;
+    case "media": return typeof m.media === "string" && /^[A-Za-z0-9_-]{1,128}$/.test(m.media);
+  }
+  return false;
+}
+
+window.addEventListener("message", async (ev) => {
+  const f = page.frame;
+  if (!f || ev.source !== f.contentWindow) return; // only the frame this console opened
+  const m = ev.data;
+  if (!m || typeof m !== "object" || m.moat !== PAGE_PROTOCOL || !Number.isInteger(m.id) || m.id < 0 || m.id > 1e9) return;
+  const module = page.module, name = page.name, win = f.contentWindow;
+  const reply = (msg) => { if (page.frame === f) win.postMessage(Object.assign({ moat: PAGE_PROTOCOL, id: m.id }, msg), "*"); };
+  if (!validPageMessage(m)) {
+    reply({ ok: false, error: { code: "invalid_argument", detail: "the console refused the message: an action name is 1-64 of A-Za-z0-9._-, an input at most 1 MiB, a confirmation's text at most 1000 characters" } });
+    return;
+  }
+  if (m.type === "hello") {
+    const w = state.whoami || {};
+    reply({ type: "context", user: w.user, org: w.org, module, page: name });
+    return;
+  }
+  if (page.inflight >= PAGE_MAX_INFLIGHT) {
+    reply({ ok: false, error: { code: "resource_exhausted", detail: "the page has " + PAGE_MAX_INFLIGHT + " requests in flight; wait for one to end" } });
+    return;
+  }
+  page.inflight++;
+  try {
+    switch (m.type) {
+      case "call": reply(await pageCall(module, name, m.action, m.input)); break;
+      case "confirm": reply({ ok: true, result: await askPerson(module, name, m.text) }); break;
+      case "media": {
+        const r = await api("POST", "/v1/media/" + encodeURIComponent(m.media) + "/url");
+        reply(r.ok ? { ok: true, result: r.data.url } : { ok: false, error: pageError(r) });
+        break;
+      }
+    }
+  } catch (e) {
+    reply({ ok: false, error: { code: "failed", detail: String(e && e.message || e) } });
+  } finally {
+    if (page.frame === f) page.inflight--;
+  }
+});
+
+function pageError(r) {
+  if (r.data && typeof r.data === "object") return { code: r.data.code || "failed", detail: r.data.detail || "", status: r.status };
+  return { code: "failed", detail: String(r.data || ""), status: r.status };
+}
+
+// pageCall invokes an action of the page's own module, through the
+// page's route (the server checks the page's access and audits its
+// name). A confirmation the action needs is shown by the console to the
+// person; the page never sees its token.
+async function pageCall(module, name, action, input) {
+  const base = "/v1/modules/" + encodeURIComponent(module);
+  let r = await api("POST", base + "/pages/" + encodeURIComponent(name) + "/actions/" + encodeURIComponent(action), input,
+    { "Content-Type": "application/octet-stream" });
+  if (r.status === 428 && r.data && r.data.confirmation) {
+    const c = r.data.confirmation;
+    if (!(await askPerson(module, name, c.summary))) return { ok: false, error: { code: "cancelled", detail: "the person did not confirm" } };
+    r = await api("POST", "/v1/confirmations/" + encodeURIComponent(c.token));
+  }
+  if (!r.ok) return { ok: false, error: pageError(r) };
+  return { ok: true, result: typeof r.data === "string" ? r.data : JSON.stringify(r.data) };
+}
+
+// askPerson shows a confirmation in the console, outside the page's
+// frame, one at a time, and resolves true when the person confirms.
+function askPerson(module, name, text) {
+  if (page.confirming) return Promise.resolve(false);
+  page.confirming = true;
+  const d = $("#page-confirm");
+  $("#page-confirm-module").textContent = module;
+  $("#page-confirm-page").textContent = name;
+  $("#page-confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    const done = (yes) => { d.close(); page.confirming = false; resolve(yes); };
+    $("#page-confirm-yes").onclick = () => done(true);
+    $("#page-confirm-no").onclick = () => done(false);
+    d.oncancel = (ev) => { ev.preventDefault(); done(false); };
+    d.showModal();
+  });
+}
 
 if (state.key) signIn(state.key).catch(() => {});
