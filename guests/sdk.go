@@ -35,6 +35,15 @@ import (
 //go:embed go/*.go c/moat.h rust/Cargo.toml rust/src/*.rs assemblyscript/moat.ts js/moat.js python/moat.py ruby/moat.rb
 var sdk embed.FS
 
+//go:embed pages/moat-page.js
+var pageBridge []byte
+
+// PageBridge is moat-page.js, the script a module's page loads to call its
+// module through the console (server/pages.go serves it at every page's
+// moat-page.js, whatever the plugin holds). One copy: the server serves
+// the file the SDKs ship.
+func PageBridge() []byte { return slices.Clone(pageBridge) }
+
 // GoModulePath is the module path of the Go SDK's local module, the left
 // side of the replace directive a Go plugin's go.mod carries.
 const GoModulePath = "github.com/moat-sandbox/moat"

@@ -15,3 +15,6 @@ func Loading(s *Server) int {
 	defer s.modules.flightMu.Unlock()
 	return len(s.modules.flights)
 }
+
+// PageBridge is the moat-page.js the server serves.
+func PageBridge() []byte { return pageBridge }

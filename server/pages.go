@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/bundle"
+	"github.com/moat-sandbox/moat/guests"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/policy"
@@ -74,8 +74,8 @@ const pageSigPrefix = "moat page url v1\x00"
 // decoded.
 const maxPageTokenLen = 2048
 
-//go:embed pagebridge/moat-page.js
-var pageBridge []byte
+// pageBridge is moat-page.js, as the SDKs ship it.
+var pageBridge = guests.PageBridge()
 
 // PageJSON is a page as the API lists it.
 type PageJSON struct {
