@@ -2,11 +2,11 @@ package host_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -30,41 +30,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	compileCache = dir
-	if tc := repoToolchains(); tc != "" {
-		// The cache the languages' and the server's tests keep beside
-		// the repository's toolchains (interptest.CacheDir): the Go
-		// guests' machine code (goguest, dbguest, mediaguest, ...: 10-15
-		// CPU-seconds each) is then compiled once per guest's bytes, not
-		// once per go test.
-		compileCache = filepath.Join(tc, "cache", "wazero")
+	if shared := testwasm.SharedCompileCache(); shared != "" {
+		// The Go guests' machine code (goguest, dbguest, mediaguest,
+		// ...: 10-15 CPU-seconds each) is then compiled once per
+		// guest's bytes, not once per go test.
+		compileCache = shared
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	pgtest.Stop() // the throwaway PostgreSQL cluster of the db and task tests and benchmarks, if one was started
 	os.Exit(code)
-}
-
-// repoToolchains is the repository's toolchains directory as
-// toolchains.Dir finds it ($MOAT_TOOLCHAINS, else a .toolchains above the
-// working directory), or "" without one. host may not import toolchains
-// (docs/ARCHITECTURE.md), and the test needs only where it is.
-func repoToolchains() string {
-	if d := os.Getenv("MOAT_TOOLCHAINS"); d != "" {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			return d
-		}
-		return ""
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if fi, err := os.Stat(filepath.Join(d, ".toolchains")); err == nil && fi.IsDir() {
-			return filepath.Join(d, ".toolchains")
-		}
-		if filepath.Dir(d) == d {
-			return ""
-		}
-	}
 }
