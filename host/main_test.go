@@ -6,6 +6,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/native"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
+	"github.com/moat-sandbox/moat/internal/testwasm"
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
@@ -29,6 +30,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	compileCache = dir
+	if shared := testwasm.SharedCompileCache(); shared != "" {
+		// The Go guests' machine code (goguest, dbguest, mediaguest,
+		// ...: 10-15 CPU-seconds each) is then compiled once per
+		// guest's bytes, not once per go test.
+		compileCache = shared
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	pgtest.Stop() // the throwaway PostgreSQL cluster of the db and task tests and benchmarks, if one was started

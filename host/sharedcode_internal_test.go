@@ -130,26 +130,43 @@ func sharedCodeEvents(t *testing.T, h *Host) []audit.Event {
 // a WAT plugin, for the Go guest, and for the bytes Load actually
 // compiles when it rewrites a module's table limits: the prediction is
 // what decides which name an artifact from the store is placed under.
+// Under -short the rewrite is shown on a WAT plugin whose table has no
+// maximum (testdata/hostile_plugin.wasm), and the Go guest's two
+// compiles (15 s each) are make test's.
 func TestCodeFileName(t *testing.T) {
 	ctx := context.Background()
-	goGuest := testwasm.BuildGo(t, "./testdata/goguest", true)
-	rewritten, changed, lay, err := wasmrewrite.LimitTables(goGuest, 10000)
-	if err != nil || !changed {
-		t.Fatalf("LimitTables of the Go guest to 10000 elements: changed %v, %v; the test needs a rewrite", changed, err)
+	// rewritten is what Load compiles for wasm under a table cap of
+	// 10000: its tables bounded, and the interrupt checks Load adds to
+	// every module (interrupt.go).
+	rewritten := func(t *testing.T, what string, wasm []byte) []byte {
+		out, changed, lay, err := wasmrewrite.LimitTables(wasm, 10000)
+		if err != nil || !changed {
+			t.Fatalf("LimitTables of %s to 10000 elements: changed %v, %v; the test needs a rewrite", what, changed, err)
+		}
+		if out, err = wasmrewrite.InstrumentDeadline(out, lay, false); err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
-	// and the interrupt checks Load adds to every module (interrupt.go)
-	if rewritten, err = wasmrewrite.InstrumentDeadline(rewritten, lay, false); err != nil {
+	unbounded, err := os.ReadFile("../testdata/hostile_plugin.wasm")
+	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
+	type codeCase struct {
 		name     string
 		wasm     []byte
 		tableCap uint32 // through Load with this cap, when set
 		compiled []byte // the bytes wazero is handed
-	}{
+	}
+	tests := []codeCase{
 		{name: "wat plugin", wasm: pluginWasm(t), compiled: pluginWasm(t)},
-		{name: "go guest", wasm: goGuest, compiled: goGuest},
-		{name: "go guest, tables rewritten by Load", wasm: goGuest, tableCap: 10000, compiled: rewritten},
+		{name: "wat plugin, table rewritten by Load", wasm: unbounded, tableCap: 10000, compiled: rewritten(t, "hostile_plugin.wasm", unbounded)},
+	}
+	if !testing.Short() {
+		goGuest := testwasm.BuildGo(t, "./testdata/goguest", true)
+		tests = append(tests,
+			codeCase{name: "go guest", wasm: goGuest, compiled: goGuest},
+			codeCase{name: "go guest, tables rewritten by Load", wasm: goGuest, tableCap: 10000, compiled: rewritten(t, "the Go guest", goGuest)})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

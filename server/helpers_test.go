@@ -166,6 +166,27 @@ func helloManifest(t testing.TB) []byte {
 	return b
 }
 
+// tinyWasm is testdata/plugin.wasm (784 bytes, written by hand in
+// testdata/wat/plugin.wat): for tests of what the server does with an
+// upload (confirmations, versions, quotas, signatures), where a variant of
+// hello-go would cost a compile of a Go guest's machine code per variant
+// (7-12 s each under load) for the same path.
+func tinyWasm(t testing.TB) []byte {
+	b, err := os.ReadFile(filepath.Join(testwasm.RepoRoot(t), "testdata/plugin.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// tinyManifest is a manifest for tinyWasm named name, its action echo
+// followed by the action lines extra ("    confirm: true\n"), with
+// hello-go's capabilities and config.
+func tinyManifest(name, extra string) []byte {
+	return []byte("name: " + name + "\nversion: 0.1.0\nkind: moat\nactions:\n  - name: echo\n" + extra +
+		"capabilities:\n  kv: true\nconfig:\n  greeting: Hello\n")
+}
+
 // multipartUpload builds an upload body from parts name → content.
 func multipartUpload(t testing.TB, parts map[string][]byte) (io.Reader, string) {
 	t.Helper()

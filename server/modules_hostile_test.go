@@ -179,8 +179,8 @@ func TestConfirmationBinding(t *testing.T) {
 	t.Parallel() // its own servers and data directories; the package's last minutes have a core to spare
 	ts := start(t, "", nil)
 	admin := ts.key(t, "acme", "ann", "admin")
-	wasm := helloWasm(t)
-	confirmMf := renamed(t, "hello-confirm", "    confirm: true\n")
+	wasm := tinyWasm(t)
+	confirmMf := tinyManifest("hello-confirm", "    confirm: true\n")
 	tests := []struct {
 		name   string
 		swap   func(t *testing.T) // between the 428 and the confirmation
@@ -205,7 +205,7 @@ func TestConfirmationBinding(t *testing.T) {
 			if r := ts.upload(t, admin, wasm, confirmMf); r.status != http.StatusCreated {
 				t.Fatalf("setup: %d %s", r.status, r.body)
 			}
-			r := ts.do(t, "POST", "/v1/modules/hello-confirm/actions/greet", admin, strings.NewReader("x"))
+			r := ts.do(t, "POST", "/v1/modules/hello-confirm/actions/echo", admin, strings.NewReader("x"))
 			conf, _ := r.json(t)["confirmation"].(map[string]any)
 			if r.status != http.StatusPreconditionRequired || conf == nil {
 				t.Fatalf("428: %d %s", r.status, r.body)
@@ -446,10 +446,11 @@ func TestArchiveBombDefaults(t *testing.T) {
 // a 413 quota_exceeded naming the knob, audited, and changes nothing.
 func TestModuleQuotaServer(t *testing.T) {
 	t.Parallel() // its own servers and data directories; the package's last minutes have a core to spare
-	wasm := helloWasm(t)
+	wasm := tinyWasm(t)
 	size := int64(len(wasm))
 	ts := start(t, "", func(c *server.Config) {
-		c.Limits.ModuleQuota = server.ModuleQuotaConfig{Bytes: 2*policy.ByteSize(size) + 1000, Versions: 100, KeepPerModule: 2}
+		// Two versions (each a few bytes over size) fit; three do not.
+		c.Limits.ModuleQuota = server.ModuleQuotaConfig{Bytes: policy.ByteSize(2*size + size/2), Versions: 100, KeepPerModule: 2}
 	})
 	byCount := start(t, "", func(c *server.Config) {
 		c.Limits.ModuleQuota = server.ModuleQuotaConfig{Bytes: 1 << 30, Versions: 1, KeepPerModule: 5}
@@ -457,7 +458,7 @@ func TestModuleQuotaServer(t *testing.T) {
 	admin := ts.key(t, "acme", "ann", "admin")
 	other := ts.key(t, "globex", "gus", "admin")
 	counted := byCount.key(t, "acme", "ann", "admin")
-	named := func(name string) []byte { return renamed(t, name, "") }
+	named := func(name string) []byte { return tinyManifest(name, "") }
 	up := func(key string, w []byte, mf []byte) call {
 		b, ct := multipartBytes(t, map[string][]byte{"module": w, "manifest": mf})
 		return call{"POST", "/v1/modules", key, b, ct}
@@ -610,9 +611,9 @@ func TestSignedRollback(t *testing.T) {
 	pub, _ := policy.ParsePublicKey(string(pubFile))
 	prof := filepath.Join(t.TempDir(), "signed.yaml")
 	os.WriteFile(prof, []byte("name: signed\ntrusted_keys:\n  - name: rel\n    key: "+pub.String()+"\ndefault:\n  capabilities: {kv: true}\n"), 0o644)
-	wasm := helloWasm(t)
+	wasm := tinyWasm(t)
 	signed := func(t *testing.T, version string, w []byte) ([]byte, string) {
-		mf := bytes.Replace(helloManifest(t), []byte("version: 0.1.0"), []byte("version: "+version), 1)
+		mf := bytes.Replace(tinyManifest("hello-go", ""), []byte("version: 0.1.0"), []byte("version: "+version), 1)
 		sig, err := policy.Sign(priv, policy.Signed{Name: "hello-go", Module: w, Manifest: mf})
 		if err != nil {
 			t.Fatal(err)

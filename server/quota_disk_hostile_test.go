@@ -42,14 +42,19 @@ func diskUse(t *testing.T, dir string) (bytes int64, files int) {
 // and the compilation cache holding about the 5: a pruned version's
 // bytes leave the store with it (they were kept for an hour, outside the
 // quota: 486 MiB for 60 uploads) and its machine code leaves the cache
-// (kept forever).
+// (kept forever). Under -short, 20 uploads.
 func TestModuleQuotaKeepsNothingPruned(t *testing.T) {
 	t.Parallel() // its own server and data directory; it mostly waits (uploads, task runners)
 	const (
-		uploads = 60
-		size    = 4 << 20
-		kept    = server.DefaultModuleKeepPerModule
+		size = 4 << 20
+		kept = server.DefaultModuleKeepPerModule
 	)
+	uploads := 60
+	if testing.Short() {
+		// Enough that versions left behind (19 of 4 MiB) are over the
+		// limit below (3 × kept), at a third of the uploads.
+		uploads = 20
+	}
 	data, cache := t.TempDir(), t.TempDir()
 	ts := start(t, data, func(c *server.Config) { c.CacheDir = cache })
 	admin := ts.key(t, "acme", "ann", "admin")
@@ -80,7 +85,7 @@ func TestModuleQuotaKeepsNothingPruned(t *testing.T) {
 	t.Logf("after %d uploads of %d MiB, %d kept: data %d MiB (from %d), cache %d MiB in %d files (from %d files)",
 		uploads, size>>20, kept, dataBytes>>20, baseData>>20, cacheBytes>>20, cacheFiles, baseFiles)
 	// The kept versions, one in flight, and the SQLite write-ahead log's
-	// share: far below the 60 versions uploaded.
+	// share: far below the versions uploaded.
 	if limit := int64(3 * kept * size); grew > limit {
 		t.Errorf("data and cache grew by %d MiB for %d kept versions of %d MiB; want at most %d MiB", grew>>20, kept, size>>20, limit>>20)
 	}

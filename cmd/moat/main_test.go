@@ -51,12 +51,22 @@ func TestMain(m *testing.M) {
 	}
 	// One compile cache for every moat this test binary starts: each
 	// interpreter (ruby.wasm about 12 s, python.wasm 4 s) then compiles
-	// once per `go test` rather than once per test's fresh data dir. Set
-	// here, whatever the caller's environment says, so that no test reads
-	// or fills a cache from outside its run. Tests of first-run behaviour
-	// (compiling, progress, a fresh cache's contents) clear it:
-	// noSharedCache.
-	os.Setenv("MOAT_CACHE_DIR", filepath.Join(dir, "cache"))
+	// once rather than once per test's fresh data dir. Set here, whatever
+	// the caller's environment says. With the repository's toolchains it
+	// is the cache the languages' and the server's tests keep beside them
+	// (interptest.CacheDir: .toolchains/cache/wazero, keyed by the
+	// module's bytes and wazero's version, written by rename), so an
+	// interpreter compiles once per toolchain, not once per `go test`
+	// (20-30 CPU-seconds of each run); without them, one of this run's
+	// own. Tests of first-run behaviour (compiling, progress, a fresh
+	// cache's contents) clear it: noSharedCache.
+	cache := filepath.Join(dir, "cache")
+	if tc := os.Getenv("MOAT_TOOLCHAINS"); tc != "" {
+		if fi, err := os.Stat(tc); err == nil && fi.IsDir() {
+			cache = filepath.Join(tc, "cache", "wazero")
+		}
+	}
+	os.Setenv("MOAT_CACHE_DIR", cache)
 	build := exec.Command("go", "build", "-o", moatBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -19,7 +19,9 @@ import (
 )
 
 // cacheDir is one compilation cache for the package's hosts: each Go
-// plug-in (about 3 MB) is compiled once per run, not once per test.
+// plug-in (about 3 MB) is compiled once per its bytes with the
+// repository's toolchains (testwasm.SharedCompileCache), else once per
+// run, and not once per test.
 var cacheDir string
 
 func TestMain(m *testing.M) {
@@ -28,6 +30,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	cacheDir = d
+	if shared := testwasm.SharedCompileCache(); shared != "" {
+		cacheDir = shared // once per plug-in's bytes, not once per run
+	}
 	code := m.Run()
 	os.RemoveAll(d)
 	os.Exit(code)

@@ -73,6 +73,39 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
+// SharedCompileCache is the compilation cache the tests of every package
+// may share across runs: .toolchains/cache/wazero beside the repository's
+// toolchains ($MOAT_TOOLCHAINS, else a .toolchains above the working
+// directory, as toolchains.Dir finds them), the one interptest.CacheDir
+// and the server's tests use. wazero keys its files by the module's bytes
+// and its own version and writes them by rename, so hosts side by side
+// and runs after one another share it safely, and a guest compiles once
+// per its bytes rather than once per go test. It returns "" without
+// toolchains: the caller then makes a cache of its own run. Tests of a
+// cold cache keep their own directory.
+func SharedCompileCache() string {
+	tc := os.Getenv("MOAT_TOOLCHAINS")
+	if tc == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return ""
+		}
+		for d := wd; ; d = filepath.Dir(d) {
+			if fi, err := os.Stat(filepath.Join(d, ".toolchains")); err == nil && fi.IsDir() {
+				tc = filepath.Join(d, ".toolchains")
+				break
+			}
+			if filepath.Dir(d) == d {
+				return ""
+			}
+		}
+	}
+	if fi, err := os.Stat(tc); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return filepath.Join(tc, "cache", "wazero")
+}
+
 // BuildExtism builds testdata/extism/NAME, a stock Extism plug-in (the
 // Extism Go PDK, stock Go, -buildmode=c-shared, in its own Go module), once
 // per test binary. Without the PDK in the module cache or downloadable it
