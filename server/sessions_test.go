@@ -154,6 +154,38 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatalf("the owner's list: %s", r.body)
 	}
 
+	// Hostile code: a loop meets the run's timeout, and the context
+	// restarts with empty globals; the session lives on.
+	body := `{"language": "python", "code": "while True: pass", "timeout_ms": 300}`
+	if r = ts.do(t, "POST", "/v1/sessions/"+id+"/run", ann, strings.NewReader(body), "Content-Type", "application/json"); r.status != http.StatusGatewayTimeout {
+		t.Fatalf("a loop: %d %s, want 504", r.status, r.body)
+	}
+	if r, got = sessionRun(t, ts, ann, id, "python", "'x' in globals()"); got["result"] != "False" || got["restarted"] != true {
+		t.Fatalf("after the timeout: %d %s, want a restarted context", r.status, r.body)
+	}
+
+	// Every step is audited as kind session, with the session id and the
+	// request's correlation id.
+	r = ts.do(t, "GET", "/v1/audit?kind=session&limit=1000", ann, nil)
+	var trail struct {
+		Events []struct {
+			Rule          string            `json:"rule"`
+			CorrelationID string            `json:"correlation_id"`
+			Attrs         map[string]string `json:"attrs"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(r.body, &trail); err != nil {
+		t.Fatalf("audit: %v %s", err, r.body)
+	}
+	if !strings.Contains(string(r.body), `"rule":"create"`) || !strings.Contains(string(r.body), `"rule":"run"`) || !strings.Contains(string(r.body), `"rule":"files.write"`) {
+		t.Fatalf("the trail lacks a step: %s", r.body)
+	}
+	for _, e := range trail.Events {
+		if e.Attrs["session"] != id || e.CorrelationID == "" {
+			t.Fatalf("an event without the session id or the correlation id: %+v", e)
+		}
+	}
+
 	if r = ts.do(t, "DELETE", "/v1/sessions/"+id, ann, nil); r.status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", r.status, r.body)
 	}
