@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +224,8 @@ func TestSessionLimits(t *testing.T) {
 	ts := start(t, "", func(c *server.Config) {
 		c.Sessions.MaxPerOrg = 2
 		c.Sessions.IdleTimeout = 200 * 1e6 // 200ms
+		c.Sessions.MaxFileBytes = 1 << 10
+		c.Sessions.DiskQuotaBytes = 3 << 10
 		dir = c.DataDir + "-sessions"
 	})
 	ann := ts.key(t, "acme", "ann")
@@ -244,6 +247,40 @@ func TestSessionLimits(t *testing.T) {
 	}
 	a := newSession(t, ts, ann)
 	newSession(t, ts, ts.key(t, "acme", "bob"))
+
+	// The files API's bounds: one file, then the workspace's quota; a
+	// refused upload leaves nothing behind.
+	put := func(p string, n int) response {
+		return ts.do(t, "PUT", "/v1/sessions/"+a+"/files?path="+p, ann, strings.NewReader(strings.Repeat("x", n)))
+	}
+	if r := put("big", 1<<10+1); r.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "max_file_bytes") {
+		t.Fatalf("past max_file_bytes: %d %s", r.status, r.body)
+	}
+	for i := range 3 {
+		if r := put("d/f"+strconv.Itoa(i), 1<<10); r.status != http.StatusOK {
+			t.Fatalf("upload %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := put("d/f3", 1); r.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("past the quota: %d %s", r.status, r.body)
+	}
+	if r := put("d/f0", 1<<10); r.status != http.StatusOK {
+		t.Fatalf("replacing a file counts it once: %d %s", r.status, r.body)
+	}
+	if r := ts.do(t, "GET", "/v1/sessions/"+a+"/files/list?path=d", ann, nil); strings.Count(string(r.body), `"type":"file"`) != 3 {
+		t.Fatalf("list after refused uploads: %s", r.body)
+	}
+	for _, p := range []string{"", ".", "/home/user", "..", "/home/user/.."} {
+		if r := ts.do(t, "DELETE", "/v1/sessions/"+a+"/files?path="+url.QueryEscape(p), ann, nil); r.status != http.StatusBadRequest {
+			t.Errorf("remove %q: %d %s, want 400", p, r.status, r.body)
+		}
+	}
+	if r := ts.do(t, "DELETE", "/v1/sessions/"+a+"/files?path=d", ann, nil); r.status != http.StatusNoContent {
+		t.Fatalf("remove a directory: %d %s", r.status, r.body)
+	}
+	if r := put("d/f3", 1<<10); r.status != http.StatusOK {
+		t.Fatalf("room again after the remove: %d %s", r.status, r.body)
+	}
 	if r := ts.do(t, "POST", "/v1/sessions", ann, nil); r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "max_per_org") {
 		t.Fatalf("past the org's limit: %d %s", r.status, r.body)
 	}
