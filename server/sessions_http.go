@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -40,7 +41,7 @@ type SessionsConfig struct {
 	// DiskQuotaBytes bounds a workspace (512MiB), MaxFiles its names
 	// (10000), MaxFileBytes one upload or download (64MiB).
 	DiskQuotaBytes policy.ByteSize `yaml:"disk_quota_bytes"`
-	MaxFiles       int64           `yaml:"max_files"`
+	MaxFiles       int             `yaml:"max_files"`
 	MaxFileBytes   policy.ByteSize `yaml:"max_file_bytes"`
 	// RunTimeout bounds one run (60s); Memory a context's interpreter
 	// (default the profile's limit, which also bounds it).
@@ -54,13 +55,16 @@ func (s *Server) startSessions() error {
 	if c.Disabled {
 		return nil
 	}
+	if c.MaxPerOrg < 0 || c.MaxFiles < 0 {
+		return fmt.Errorf("sessions.max_per_org and sessions.max_files: give 1 or more, or leave them out for 20 and 10000 (have %d and %d)", c.MaxPerOrg, c.MaxFiles)
+	}
 	dir := c.Dir
 	if dir == "" {
 		dir = s.cfg.DataDir + "-sessions"
 	}
 	m, err := sessions.New(sessions.Config{Dir: dir, MaxPerOrg: c.MaxPerOrg,
 		IdleTimeout: time.Duration(c.IdleTimeout), Timeout: time.Duration(c.Timeout), MaxLifetime: time.Duration(c.MaxLifetime),
-		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: c.MaxFiles, MaxFileBytes: int64(c.MaxFileBytes),
+		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: int64(c.MaxFiles), MaxFileBytes: int64(c.MaxFileBytes),
 		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
 		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit})
 	if err != nil {
