@@ -70,6 +70,14 @@ func TestSessionLifecycle(t *testing.T) {
 	if r, got = sessionRun(t, ts, ann, id, "python", "x + 1"); r.status != http.StatusOK || got["result"] != "2" {
 		t.Fatalf("x + 1: %d %s, want the result 2", r.status, r.body)
 	}
+	// A second session (of the same user) starts apart: none of the
+	// first's variables or files.
+	began = time.Now()
+	id2 := newSession(t, ts, ann)
+	if r, got = sessionRun(t, ts, ann, id2, "python", "'x' in globals()"); got["result"] != "False" {
+		t.Fatalf("a second session sees the first's globals: %d %s", r.status, r.body)
+	}
+	t.Logf("create and first run of a second session: %v", time.Since(began))
 	var rtts []time.Duration
 	for range 21 {
 		t0 := time.Now()
@@ -182,7 +190,7 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatalf("the trail lacks a step: %s", r.body)
 	}
 	for _, e := range trail.Events {
-		if e.Attrs["session"] != id || e.CorrelationID == "" {
+		if (e.Attrs["session"] != id && e.Attrs["session"] != id2) || e.CorrelationID == "" {
 			t.Fatalf("an event without the session id or the correlation id: %+v", e)
 		}
 	}
