@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -49,6 +50,19 @@ type SessionsConfig struct {
 	Memory     policy.ByteSize `yaml:"memory"`
 }
 
+// SessionsDir is where the sessions' workspaces lie (sessions.dir, else
+// data_dir + "-sessions"), "" when sessions are off: moat serve lets
+// itself write there when it confines itself.
+func (c Config) SessionsDir() string {
+	switch {
+	case c.Sessions.Disabled:
+		return ""
+	case c.Sessions.Dir != "":
+		return c.Sessions.Dir
+	}
+	return filepath.Clean(c.DataDir) + "-sessions"
+}
+
 // startSessions makes the server's session manager (nil when disabled).
 func (s *Server) startSessions() error {
 	c := s.cfg.Sessions
@@ -58,9 +72,11 @@ func (s *Server) startSessions() error {
 	if c.MaxPerOrg < 0 || c.MaxFiles < 0 {
 		return fmt.Errorf("sessions.max_per_org and sessions.max_files: give 1 or more, or leave them out for 20 and 10000 (have %d and %d)", c.MaxPerOrg, c.MaxFiles)
 	}
-	dir := c.Dir
-	if dir == "" {
-		dir = s.cfg.DataDir + "-sessions"
+	dir, _ := filepath.Abs(s.cfg.SessionsDir())
+	for _, own := range []string{s.cfg.DataDir, s.cfg.CacheDir} {
+		if abs, _ := filepath.Abs(own); own != "" && (policy.PathWithin(dir, abs) || policy.PathWithin(abs, dir)) {
+			return fmt.Errorf("sessions.dir %s overlaps moat's own directory %s, which a session's code must never reach; give a directory apart from data_dir and cache_dir", dir, abs)
+		}
 	}
 	m, err := sessions.New(sessions.Config{Dir: dir, MaxPerOrg: c.MaxPerOrg,
 		IdleTimeout: time.Duration(c.IdleTimeout), Timeout: time.Duration(c.Timeout), MaxLifetime: time.Duration(c.MaxLifetime),

@@ -313,3 +313,27 @@ func TestSessionLimits(t *testing.T) {
 		t.Fatalf("after the idle ones ended, room again: %d %s", r.status, r.body)
 	}
 }
+
+// TestSessionsDirApart: a sessions.dir within the data directory (or
+// holding it) is refused at start, naming the field: a session's code
+// writes there, and must never reach the store.
+func TestSessionsDirApart(t *testing.T) {
+	for _, sub := range []string{"ws", ""} {
+		cfg := server.DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.CacheDir = cacheDir
+		cfg.Logger = quietLogger()
+		cfg.Sessions.Dir = filepath.Join(cfg.DataDir, sub)
+		if sub == "" {
+			cfg.Sessions.Dir = filepath.Dir(cfg.DataDir)
+		}
+		srv, err := server.New(t.Context(), cfg)
+		if err == nil {
+			srv.Close(t.Context())
+			t.Fatalf("sessions.dir %s with data_dir %s: started", cfg.Sessions.Dir, cfg.DataDir)
+		}
+		if !strings.Contains(err.Error(), "sessions.dir") {
+			t.Fatalf("the refusal does not name sessions.dir: %v", err)
+		}
+	}
+}
