@@ -89,8 +89,14 @@ type Mount struct {
 	// refusal, is an audit event of the run. For a directory a user hands
 	// a run (moat exec --dir), where a mount of moat's own files (an
 	// interpreter's library) needs none of that. A directory reaching
-	// moat's data or cache directory is refused.
+	// moat's data or cache directory is refused. A resident script's
+	// granted mount is opened once at load and served to each of its
+	// instances as the module's file grants are (files.go).
 	Granted bool
+	// MaxBytes and MaxFiles bound what a guest keeps in a Granted,
+	// read-write mount of a resident script (grantfs.Quota: what its
+	// changes add, counted from its load); zero is no bound.
+	MaxBytes, MaxFiles int64
 	// Content names what the directory holds when its caller knows it
 	// (a digest of the files it wrote there: an interpreted plugin's
 	// sources at /src). A snapshot image is named by it instead of by

@@ -206,6 +206,32 @@ func (h *Host) openGrantedMount(mt Mount) (*grantfs.Dir, error) {
 	return d, nil
 }
 
+// openMountGrants opens a resident script's Mount.Granted directories
+// (a session's workspace, package server/sessions) once, as the module's
+// file grants are: each mounted in every instance at its guest path, its
+// changes audited and bounded by the mount's quota. A resident instance
+// lives across calls, so a directory opened per run (Run's) would not do.
+func (h *Host) openMountGrants(m *Module, mounts []Mount) error {
+	for _, mt := range mounts {
+		if !mt.Granted {
+			continue
+		}
+		d, err := h.openGrantedMount(mt)
+		if err != nil {
+			m.closeFileGrants()
+			return &Error{Module: m.name, Code: abi.CodeDenied, Reason: err.Error(), Err: err}
+		}
+		if mt.MaxBytes > 0 || mt.MaxFiles > 0 {
+			d.Limit(grantfs.Quota{MaxBytes: mt.MaxBytes, MaxFiles: mt.MaxFiles})
+		}
+		if m.files == nil {
+			m.files = &fileGrants{refs: 1, owned: true}
+		}
+		m.files.list = append(m.files.list, fileGrant{path: filepath.Clean(mt.GuestPath), dir: d})
+	}
+	return nil
+}
+
 // reachesProtected returns the first of the host's own directories that
 // dir (resolved) is, lies within or holds, or nil. Names are compared
 // first; then what the directories are (grantfs.Overlap: device and
@@ -244,6 +270,9 @@ func (m *Module) closeFileGrants() {
 func (m *Module) checkGuestPaths(mounts []Mount) error {
 	paths := []string{transport.DeviceDir}
 	for _, mt := range mounts {
+		if mt.Granted && m.code.script != nil && m.code.script.Resident {
+			continue // one of the grants (openMountGrants)
+		}
 		paths = append(paths, filepath.Clean(mt.GuestPath))
 	}
 	for _, g := range m.files.grants() {

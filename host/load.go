@@ -194,6 +194,11 @@ func (h *Host) declaredPolicy(ctx context.Context, ld *loading, signer string) e
 	if err := h.openFileGrants(ctx, m, opts.CorrelationID, ld.noFileGrants); err != nil {
 		return err
 	}
+	if sc := m.code.script; sc != nil && sc.Resident && sc.Interpreter == nil {
+		if err := h.openMountGrants(m, sc.Mounts); err != nil {
+			return err
+		}
+	}
 	if ld.mounts != nil {
 		if err := m.checkGuestPaths(*ld.mounts); err != nil {
 			return ld.fail(abi.CodeInvalidArgument, err, "%v", err)

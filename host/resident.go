@@ -396,6 +396,9 @@ func (m *Module) residentConfig(inst *instance, standIns *grantWatch) (wazero.Mo
 	mc := m.commandConfig(in.Args, env, &inst.stdout, &inst.stderr, func() context.Context { return inst.env.Context })
 	fsc := wazero.NewFSConfig()
 	for _, mt := range in.Mounts {
+		if mt.Granted {
+			continue // a file grant (openMountGrants)
+		}
 		fsc = dirMount(fsc, mt)
 	}
 	if m.files != nil {

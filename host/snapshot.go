@@ -390,6 +390,9 @@ func (m *Module) captureCommand(ctx context.Context) (*wasmsnap.Image, error) {
 	mc := m.commandConfig(in.Args, in.Env, io.Discard, io.Discard, func() context.Context { return ctx })
 	fsc := wazero.NewFSConfig()
 	for _, mt := range in.Mounts {
+		if mt.Granted {
+			continue // a file grant (openMountGrants)
+		}
 		fsc = dirMount(fsc, mt)
 	}
 	if in.Scratch {

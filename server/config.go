@@ -119,6 +119,8 @@ type Config struct {
 	ShutdownTimeout policy.Duration `yaml:"shutdown_timeout"`
 	// Piston configures the Piston-compatible code-execution routes.
 	Piston PistonConfig `yaml:"piston"`
+	// Sessions configures /v1/sessions (sessions_http.go).
+	Sessions SessionsConfig `yaml:"sessions"`
 	// Languages configures the code executor's languages
 	// (LanguagesConfig): which to warm at start.
 	Languages LanguagesConfig `yaml:"languages"`

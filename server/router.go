@@ -89,6 +89,7 @@ func (s *Server) router() *echo.Echo {
 	e.DELETE(mediaRoute, s.deleteMedia, auth)
 	e.GET("/v1/languages", s.listLanguages, auth)
 	e.POST("/v1/runs", s.runs, auth, run)
+	s.sessionRoutes(e, auth, run)
 	e.GET("/v1/admin/secrets/:org", s.listSecrets, auth)
 	e.PUT("/v1/admin/secrets/:org/:name", s.putSecret, auth)
 	e.DELETE("/v1/admin/secrets/:org/:name", s.deleteSecret, auth)

@@ -52,6 +52,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store"
 	"github.com/moat-sandbox/moat/languages"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server/sessions"
 )
 
 // Executor runs code-execution jobs for /v1/runs and the Piston routes.
@@ -100,6 +101,7 @@ type Server struct {
 	metrics       *metrics
 	echo          *echo.Echo
 	exec          Executor
+	sessions      *sessions.Manager // nil: sessions.disabled
 
 	// mediaKey signs media URLs (media.go); mediaKeyOwn: it is this
 	// server's own, from its data directory, not a configured one.
@@ -264,6 +266,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.modules = newRegistry(s)
 	s.metrics = newMetrics(s)
+	if err := s.startSessions(); err != nil {
+		s.abort(ctx)
+		return nil, fmt.Errorf("server: sessions: %w", err)
+	}
 	s.echo = s.router()
 	// The feed first, then the list: a change committed in between is
 	// both listed and delivered, and applying it twice changes nothing.
@@ -457,6 +463,7 @@ func (s *Server) Close(ctx context.Context) error {
 			s.stopPrune()
 			<-s.pruneDone
 		}
+		s.closeSessions(ctx)
 		s.modules.closeAll(ctx)
 		err = errors.Join(s.closeHosts(ctx), s.audit.Close(ctx), s.store.Close())
 	})

@@ -290,6 +290,13 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 		}
 	}
 	readWrite := []string{data, scratch}
+	if dir := cfg.SessionsDir(); dir != "" { // the sessions' workspaces
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			restore()
+			return nil, fmt.Errorf("sessions.dir: %w", err)
+		}
+		readWrite = append(readWrite, dir)
+	}
 	if cfg.CacheDir != "" { // resolved and made by the caller
 		readWrite = append(readWrite, cfg.CacheDir)
 	}

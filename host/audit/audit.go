@@ -66,6 +66,9 @@ const (
 	// the service user of a public or webhook route), Attrs its auth,
 	// source address and status; a refusal is a deny with the reason.
 	KindRoute = "route"
+	// KindSession records a step of a session (server/sessions): create,
+	// run, files, timeout, kill, expire (Rule), Attrs["session"] its id.
+	KindSession = "session"
 
 	Allow = "allow"
 	Deny  = "deny"

@@ -1,0 +1,47 @@
+# A session's code context (package server/sessions): one resident
+# CPython instance whose module namespace persists between runs, as a
+# notebook kernel's does. Each run's stdout and stderr are kept apart and
+# returned with the repr of a final expression (the notebook's result).
+import ast
+import io
+import json
+import os
+import sys
+import traceback
+
+import moat
+
+_ns = {"__name__": "__main__", "__builtins__": __builtins__}
+_count = 0
+_HOME = "/home/user"
+
+
+@moat.action("run")
+def run(inp):
+    global _count
+    _count += 1
+    req = json.loads(bytes(inp))
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    result, error = None, None
+    try:
+        try:
+            os.chdir(_HOME)
+        except OSError:
+            pass
+        tree = ast.parse(req.get("code", ""), "<cell>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<cell>", "exec"), _ns)
+        if last is not None:
+            v = eval(compile(last, "<cell>", "eval"), _ns)
+            if v is not None:
+                result = repr(v)
+    except BaseException as e:  # SystemExit and KeyboardInterrupt too: the context lives on
+        error = {"name": type(e).__name__, "value": str(e), "traceback": traceback.format_exc()}
+    finally:
+        sys.stdout, sys.stderr = saved
+    return json.dumps({"stdout": out.getvalue(), "stderr": err.getvalue(), "result": result,
+                       "error": error, "execution_count": _count})

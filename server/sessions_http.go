@@ -1,0 +1,302 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server/sessions"
+)
+
+// Sessions (package server/sessions) under /v1/sessions: sandboxes that
+// keep state between requests, each its creator's (user and
+// organization); another principal's request for one is answered 404,
+// as for one that does not exist. The routes are a thin layer: every
+// bound and check is the package's.
+
+// SessionsConfig configures sessions (moat-server.yaml sessions:). Zero
+// fields take package sessions' defaults.
+type SessionsConfig struct {
+	// Disabled turns /v1/sessions off (404).
+	Disabled bool `yaml:"disabled"`
+	// Dir holds the sessions' workspaces; default data_dir + "-sessions",
+	// beside the data directory: a directory guests write may not lie
+	// within it (docs/SECURITY.md).
+	Dir string `yaml:"dir"`
+	// MaxPerOrg bounds an organization's live sessions (default 20).
+	MaxPerOrg int `yaml:"max_per_org"`
+	// IdleTimeout ends a session no request touched for this long (10m);
+	// Timeout is a new session's time to live when its creator gives
+	// none (5m); MaxLifetime bounds it and every extension (24h).
+	IdleTimeout policy.Duration `yaml:"idle_timeout"`
+	Timeout     policy.Duration `yaml:"timeout"`
+	MaxLifetime policy.Duration `yaml:"max_lifetime"`
+	// DiskQuotaBytes bounds a workspace (512MiB), MaxFiles its names
+	// (10000), MaxFileBytes one upload or download (64MiB).
+	DiskQuotaBytes policy.ByteSize `yaml:"disk_quota_bytes"`
+	MaxFiles       int             `yaml:"max_files"`
+	MaxFileBytes   policy.ByteSize `yaml:"max_file_bytes"`
+	// RunTimeout bounds one run (60s); Memory a context's interpreter
+	// (default the profile's limit, which also bounds it).
+	RunTimeout policy.Duration `yaml:"run_timeout"`
+	Memory     policy.ByteSize `yaml:"memory"`
+}
+
+// SessionsDir is where the sessions' workspaces lie (sessions.dir, else
+// data_dir + "-sessions"), "" when sessions are off: moat serve lets
+// itself write there when it confines itself.
+func (c Config) SessionsDir() string {
+	switch {
+	case c.Sessions.Disabled:
+		return ""
+	case c.Sessions.Dir != "":
+		return c.Sessions.Dir
+	}
+	return filepath.Clean(c.DataDir) + "-sessions"
+}
+
+// startSessions makes the server's session manager (nil when disabled).
+func (s *Server) startSessions() error {
+	c := s.cfg.Sessions
+	if c.Disabled {
+		return nil
+	}
+	if c.MaxPerOrg < 0 || c.MaxFiles < 0 {
+		return fmt.Errorf("sessions.max_per_org and sessions.max_files: give 1 or more, or leave them out for 20 and 10000 (have %d and %d)", c.MaxPerOrg, c.MaxFiles)
+	}
+	dir, _ := filepath.Abs(s.cfg.SessionsDir())
+	for _, own := range []string{s.cfg.DataDir, s.cfg.CacheDir} {
+		if abs, _ := filepath.Abs(own); own != "" && (policy.PathWithin(dir, abs) || policy.PathWithin(abs, dir)) {
+			return fmt.Errorf("sessions.dir %s overlaps moat's own directory %s, which a session's code must never reach; give a directory apart from data_dir and cache_dir", dir, abs)
+		}
+	}
+	m, err := sessions.New(sessions.Config{Dir: dir, MaxPerOrg: c.MaxPerOrg,
+		IdleTimeout: time.Duration(c.IdleTimeout), Timeout: time.Duration(c.Timeout), MaxLifetime: time.Duration(c.MaxLifetime),
+		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: int64(c.MaxFiles), MaxFileBytes: int64(c.MaxFileBytes),
+		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
+		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit})
+	if err != nil {
+		return err
+	}
+	s.sessions = m
+	return nil
+}
+
+// sessionRoutes adds /v1/sessions to e.
+func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
+	if s.sessions == nil {
+		return
+	}
+	e.POST("/v1/sessions", s.createSession, auth)
+	e.GET("/v1/sessions", s.listSessions, auth)
+	e.GET("/v1/sessions/:id", s.getSession, auth)
+	e.DELETE("/v1/sessions/:id", s.killSession, auth)
+	e.POST("/v1/sessions/:id/timeout", s.sessionTimeout, auth)
+	e.POST("/v1/sessions/:id/run", s.sessionRun, auth, run)
+	e.PUT("/v1/sessions/:id/files", s.sessionWriteFile, auth)
+	e.GET("/v1/sessions/:id/files", s.sessionReadFile, auth)
+	e.DELETE("/v1/sessions/:id/files", s.sessionRemoveFile, auth)
+	e.GET("/v1/sessions/:id/files/list", s.sessionListFiles, auth)
+}
+
+// sessionProblem turns a sessions or host error into a problem.
+func sessionProblem(err error) error {
+	var se *sessions.Error
+	if errors.As(err, &se) {
+		status := map[string]int{"not_found": http.StatusNotFound, "invalid_argument": http.StatusBadRequest,
+			"resource_exhausted": http.StatusTooManyRequests, "too_large": http.StatusRequestEntityTooLarge,
+			"conflict": http.StatusConflict, "denied": http.StatusForbidden}[se.Code]
+		if status == 0 && se.Err != nil {
+			p := fromHostError(se.Err)
+			p.Detail = se.Error()
+			return p
+		}
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		return problem(status, se.Code, "%s", se.Error())
+	}
+	if abi.CodeOf(err) != "" {
+		return fromHostError(err)
+	}
+	return problem(http.StatusInternalServerError, "internal", "%v", err)
+}
+
+type createSessionRequest struct {
+	// Timeout is the session's time to live, in seconds.
+	Timeout  int               `json:"timeout"`
+	Env      map[string]string `json:"env_vars"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+func (s *Server) createSession(c echo.Context) error {
+	var req createSessionRequest
+	if err := s.sessionBody(c, &req); err != nil {
+		return err
+	}
+	if req.Timeout < 0 || req.Timeout > int(24*365*time.Hour/time.Second) {
+		return problem(http.StatusBadRequest, "invalid_argument", "timeout: %d; give seconds, 1 or more", req.Timeout)
+	}
+	in, err := s.sessions.Create(c.Request().Context(), principalOf(c), correlationID(c),
+		sessions.CreateOptions{Timeout: time.Duration(req.Timeout) * time.Second, Env: req.Env, Metadata: req.Metadata})
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusCreated, in)
+}
+
+// sessionBody reads a small JSON body (an empty one is {}).
+func (s *Server) sessionBody(c echo.Context, v any) error {
+	body, err := readBody(c, int64(s.cfg.Limits.MaxRequestBytes), "limits.max_request_bytes")
+	if err != nil {
+		return err
+	}
+	if len(body) == 0 {
+		return nil
+	}
+	if err := decodeJSONBody(body, v, true); err != nil {
+		return problem(http.StatusBadRequest, "invalid_argument", "the body: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) listSessions(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"sessions": s.sessions.List(principalOf(c))})
+}
+
+func (s *Server) getSession(c echo.Context) error {
+	in, err := s.sessions.Info(principalOf(c), c.Param("id"))
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, in)
+}
+
+func (s *Server) killSession(c echo.Context) error {
+	if err := s.sessions.Kill(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c)); err != nil {
+		return sessionProblem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) sessionTimeout(c echo.Context) error {
+	var req struct {
+		Timeout int `json:"timeout"` // seconds from now
+	}
+	if err := s.sessionBody(c, &req); err != nil {
+		return err
+	}
+	if req.Timeout <= 0 || req.Timeout > int(24*365*time.Hour/time.Second) {
+		return problem(http.StatusBadRequest, "invalid_argument", "timeout: %d; give the seconds from now the session is to live, 1 or more", req.Timeout)
+	}
+	in, err := s.sessions.SetTimeout(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c), time.Duration(req.Timeout)*time.Second)
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, in)
+}
+
+type sessionRunRequest struct {
+	Language string `json:"language"`
+	Code     string `json:"code"`
+	Context  string `json:"context"`
+	// Timeout bounds the run, in milliseconds (at most sessions.run_timeout).
+	Timeout int `json:"timeout_ms"`
+}
+
+func (s *Server) sessionRun(c echo.Context) error {
+	var req sessionRunRequest
+	if err := s.sessionBody(c, &req); err != nil {
+		return err
+	}
+	if req.Timeout < 0 {
+		return problem(http.StatusBadRequest, "invalid_argument", "timeout_ms: %d is negative", req.Timeout)
+	}
+	sess, err := s.sessions.Get(principalOf(c), c.Param("id"))
+	if err != nil {
+		return sessionProblem(err)
+	}
+	res, err := sess.Run(c.Request().Context(), correlationID(c), sessions.RunRequest{Language: req.Language, Code: req.Code,
+		Context: req.Context, Timeout: time.Duration(req.Timeout) * time.Millisecond})
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *Server) session(c echo.Context) (*sessions.Session, error) {
+	sess, err := s.sessions.Get(principalOf(c), c.Param("id"))
+	if err != nil {
+		return nil, sessionProblem(err)
+	}
+	return sess, nil
+}
+
+func (s *Server) sessionWriteFile(c echo.Context) error {
+	sess, err := s.session(c)
+	if err != nil {
+		return err
+	}
+	e, err := sess.WriteFile(c.Request().Context(), correlationID(c), c.QueryParam("path"), c.Request().Body)
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, e)
+}
+
+func (s *Server) sessionReadFile(c echo.Context) error {
+	sess, err := s.session(c)
+	if err != nil {
+		return err
+	}
+	f, size, err := sess.OpenFile(c.QueryParam("path"))
+	if err != nil {
+		return sessionProblem(err)
+	}
+	defer f.Close()
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, echo.MIMEOctetStream)
+	h.Set(echo.HeaderContentLength, strconv.FormatInt(size, 10))
+	h.Set("X-Content-Type-Options", "nosniff")
+	c.Response().WriteHeader(http.StatusOK)
+	_, err = io.CopyN(c.Response(), f, size)
+	return err
+}
+
+func (s *Server) sessionListFiles(c echo.Context) error {
+	sess, err := s.session(c)
+	if err != nil {
+		return err
+	}
+	es, err := sess.List(c.QueryParam("path"))
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"entries": es})
+}
+
+func (s *Server) sessionRemoveFile(c echo.Context) error {
+	sess, err := s.session(c)
+	if err != nil {
+		return err
+	}
+	if err := sess.Remove(c.Request().Context(), correlationID(c), c.QueryParam("path")); err != nil {
+		return sessionProblem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// closeSessions ends every session (Close).
+func (s *Server) closeSessions(ctx context.Context) {
+	if s.sessions != nil {
+		s.sessions.Close(ctx)
+	}
+}
