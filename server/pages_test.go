@@ -271,6 +271,21 @@ func TestPagesOfCompiledModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A section holding a file no page of the uploaded manifest names (a
+	// module built for another manifest) is refused, naming the file.
+	other := strings.Replace(mfText, "files: [page.js]", "files: [page.js, secret.txt]", 1)
+	os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("not a page's"), 0o644)
+	omf, err := policy.ParseManifest("moat.yaml", []byte(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray, err := bundle.EmbedPages(helloWasm(t), omf, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ts.upload(t, key, stray, []byte(mfText)); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `\"secret.txt\", which no page of the manifest names`) {
+		t.Errorf("upload of a module whose section holds a file no page names: %d %s", r.status, r.body)
+	}
 	if r := ts.upload(t, key, wasm, []byte(mfText)); r.status != http.StatusCreated {
 		t.Fatalf("upload of a module with its pages: %d %s", r.status, r.body)
 	}
