@@ -80,7 +80,8 @@ type Bundle struct {
 	Signed    []byte
 	Signature []byte // nil when unsigned
 	// Files are the plugin's files by base name (Script: its sources;
-	// Native: every file but its signature); nil for Wasm.
+	// Native: every file but its signature; Wasm: its pages' files, from
+	// its PageSection, nil when it has no pages).
 	Files map[string][]byte
 	// Language is a Script's interpreted language.
 	Language languages.Language
@@ -205,9 +206,6 @@ func openWasm(path string, st fs.FileInfo, mf *policy.Manifest, raw []byte, mpat
 			file = mf.Name + ".wasm"
 		}
 		if st.IsDir() || filepath.Base(path) == file {
-			if err := wasmPages(mf); err != nil {
-				return nil, err
-			}
 			b.Manifest, b.ManifestBytes, b.ManifestPath = mf, raw, mpath
 			b.Path, b.Name = filepath.Join(dir, file), mf.Name
 		}
@@ -232,6 +230,9 @@ func openWasm(path string, st fs.FileInfo, mf *policy.Manifest, raw []byte, mpat
 			hint = fmt.Sprintf(" (named by %s; build the module first: moat build %s)", b.ManifestPath, filepath.Dir(b.ManifestPath))
 		}
 		return nil, fmt.Errorf("module %s: %w%s", b.Path, unwrapPathError(err), hint)
+	}
+	if err := b.modulePages(); err != nil {
+		return nil, fmt.Errorf("module %s: %w", b.Path, err)
 	}
 	b.SignaturePath = policy.SignatureFile(b.Path)
 	if sig, err := plugintree.ReadFile(filepath.Dir(b.SignaturePath), filepath.Base(b.SignaturePath)); err == nil {
@@ -448,9 +449,6 @@ func FromArchive(files map[string][]byte) (*Bundle, error) {
 	if file == "" {
 		file = mf.Name + ".wasm"
 	}
-	if err := wasmPages(mf); err != nil {
-		return nil, err
-	}
 	return moduleFrom(files, file, &Bundle{Kind: Wasm, Name: mf.Name, Manifest: mf, ManifestBytes: raw})
 }
 
@@ -460,15 +458,27 @@ func checkPageFiles(mf *policy.Manifest, files map[string][]byte) error {
 	return mf.CheckPageFiles(func(name string) bool { _, ok := files[name]; return ok })
 }
 
-// wasmPages refuses pages on a compiled module: its digest and signature
-// are of the .wasm alone, so its page files would be neither signed nor
-// stored with it. An interpreted or native plugin's pack holds them.
-func wasmPages(mf *policy.Manifest) error {
-	if mf == nil || len(mf.Pages) == 0 {
-		return nil
+// modulePages reads a compiled module's pages' files from its
+// PageSection into b.Files (ReadPages) and checks that every page's file
+// is there: its digest and signature are of the .wasm alone, so its pages
+// are in it, put there by `moat build`. The error names that fix.
+func (b *Bundle) modulePages() error {
+	if b.Manifest == nil || len(b.Manifest.Pages) == 0 {
+		return nil // a section there is served by no page; the host ignores it
 	}
-	return fmt.Errorf("%s: pages (%s): a compiled module's digest and signature cover its .wasm alone, so it cannot carry its pages' files yet; "+
-		"serve pages from an interpreted (language: python, javascript, ruby) or native (kind: native) plugin, or remove pages", mf.File, mf.Pages[0].Name)
+	files, err := ReadPages(b.Signed, b.Manifest)
+	if err != nil {
+		return err
+	}
+	if files == nil {
+		return fmt.Errorf("%s: pages (%s): the module holds no pages' files (its %s section); a compiled module carries them in its .wasm, signed with it: build it with moat build, which puts them there",
+			b.Manifest.File, b.Manifest.Pages[0].Name, PageSection)
+	}
+	if err := checkPageFiles(b.Manifest, files); err != nil {
+		return fmt.Errorf("%w (in the module's %s section: build it again with moat build)", err, PageSection)
+	}
+	b.Files = files
+	return nil
 }
 
 // moduleFrom completes b, a module, with file and its signature from files.
@@ -477,6 +487,9 @@ func moduleFrom(files map[string][]byte, file string, b *Bundle) (*Bundle, error
 	b.Signed = files[b.Path]
 	if b.Signed == nil {
 		return nil, fmt.Errorf("no module file %q; build the plugin before packing it", file)
+	}
+	if err := b.modulePages(); err != nil {
+		return nil, fmt.Errorf("module %s: %w", file, err)
 	}
 	b.SignaturePath = policy.SignatureFile(b.Path)
 	b.Signature = files[b.SignaturePath]
@@ -500,7 +513,7 @@ func FromStored(name string, manifest, signed, signature []byte, unpack func([]b
 	}
 	b.Manifest = mf
 	if b.Kind = kindOf(mf, func() bool { return isModule(signed) }); b.Kind == Wasm {
-		if err := wasmPages(mf); err != nil {
+		if err := b.modulePages(); err != nil {
 			return nil, &StoredError{Err: err, Unpacked: true}
 		}
 		return b, nil

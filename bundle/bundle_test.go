@@ -312,7 +312,8 @@ func TestKindDecidedOnlyHere(t *testing.T) {
 // TestPagesTravelWithThePlugin: a page's files are signed and stored
 // with an interpreted or native plugin's files (its pack), on every path
 // (a directory, an archive, the store), but are not its sources; a
-// missing one, or pages on a compiled module, is refused naming the page.
+// missing one, or a compiled module whose .wasm does not hold them
+// (TestModulePageSection), is refused naming the page.
 func TestPagesTravelWithThePlugin(t *testing.T) {
 	const pages = "pages:\n  - {name: main, entry: index.html, files: [page.js]}\n"
 	files := map[string]string{"moat.yaml": scriptManifest + pages, "main.js": "export function greet() {}",
@@ -366,7 +367,7 @@ func TestPagesTravelWithThePlugin(t *testing.T) {
 	}
 	dir := plugin(t, map[string]string{"moat.yaml": wasmManifest + pages, "index.html": "x", "page.js": "1"})
 	os.WriteFile(filepath.Join(dir, "hello.wasm"), wasm, 0o644)
-	if _, err := bundle.Open(dir); err == nil || !strings.Contains(err.Error(), "pages (main): a compiled module") {
-		t.Errorf("compiled module with pages: %v", err)
+	if _, err := bundle.Open(dir); err == nil || !strings.Contains(err.Error(), "pages (main): the module holds no pages' files") || !strings.Contains(err.Error(), "moat build") {
+		t.Errorf("compiled module with pages, built without them: %v", err)
 	}
 }

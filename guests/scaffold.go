@@ -81,11 +81,10 @@ func Scaffold(dir, name, lang string) ([]string, error) {
 	}
 	files["moat.yaml"] = manifest(name, lang)
 	files["README.md"] = readme(name, lang)
-	if !compiled(lang) {
-		// Its page, shown by moat serve's console; a compiled module's
-		// signature covers its .wasm alone, so it carries no page files.
-		files["index.html"], files["page.js"] = pageHTML(name), []byte(pageJS)
-	}
+	// Its page, shown by moat serve's console: beside the sources of an
+	// interpreted or native plugin, and put into a compiled plugin's
+	// .wasm by `moat build` (its moat.pages section, signed with it).
+	files["index.html"], files["page.js"] = pageHTML(name), []byte(pageJS)
 	sdkFiles, err := Files(lang)
 	if err != nil {
 		return nil, err
@@ -135,10 +134,8 @@ func manifest(name, lang string) []byte {
 	}
 	b.WriteString("actions:\n  - name: greet\n    timeout: 5s\n    max_input: 1KiB\n")
 	b.WriteString("capabilities:\n  kv: true          # the call counter\nconfig:\n  greeting: Hello\n")
-	if !compiled(lang) {
-		b.WriteString("pages:            # shown in moat serve's console to those who may open it\n")
-		b.WriteString("  - {name: main, title: Greeter, entry: index.html, files: [page.js]}\n")
-	}
+	b.WriteString("pages:            # shown in moat serve's console to those who may open it\n")
+	b.WriteString("  - {name: main, title: Greeter, entry: index.html, files: [page.js]}\n")
 	if lang == "python-native" {
 		b.WriteString("limits:\n  memory: 64MiB     # per worker: its cgroup's memory limit\n  concurrency: 2    # workers at once\n")
 	}
@@ -155,12 +152,14 @@ func readme(name, lang string) []byte {
 	fmt.Fprintf(&b, "moat run %s greet --input World    # builds first when a source is newer than the module\n", name)
 	fmt.Fprintf(&b, "moat dev %s greet --input World    # runs again on every change\n", name)
 	b.WriteString("```\n")
-	if !compiled(lang) {
-		b.WriteString("\nIts page (index.html and page.js, declared under pages: in moat.yaml) shows\n" +
-			"in the console of `moat serve`, Pages tab, to everyone of the organization\n" +
-			"(add roles: or permissions: to narrow it). It runs in a sandbox without\n" +
-			"network and calls the plugin's actions as the signed-in person through\n" +
-			"moat-page.js, which the server serves.\n")
+	b.WriteString("\nIts page (index.html and page.js, declared under pages: in moat.yaml) shows\n" +
+		"in the console of `moat serve`, Pages tab, to everyone of the organization\n" +
+		"(add roles: or permissions: to narrow it). It runs in a sandbox without\n" +
+		"network and calls the plugin's actions as the signed-in person through\n" +
+		"moat-page.js, which the server serves.\n")
+	if compiled(lang) {
+		fmt.Fprintf(&b, "`moat build` puts the page's files into %s.wasm (its moat.pages section),\n"+
+			"so the module's signature covers them: build again after editing them.\n", name)
 	}
 	switch lang {
 	case "go":

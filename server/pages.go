@@ -335,7 +335,7 @@ const pageFilesCacheSize = 16
 
 // pageFiles returns the files of version v as package bundle reads them
 // from the store (the pages' files are in an interpreted or native
-// plugin's pack; a compiled module has no pages).
+// plugin's pack, or in a compiled module's moat.pages section).
 func (s *Server) pageFiles(ctx context.Context, v store.ModuleVersion) (map[string][]byte, error) {
 	pc := &s.pageFilesCache
 	pc.mu.Lock()

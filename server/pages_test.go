@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server"
 )
 
@@ -245,15 +247,62 @@ func TestPagesAPI(t *testing.T) {
 	}
 }
 
-// TestPagesOnCompiledModuleRefused: a compiled module cannot carry its
-// pages' files, and its upload says so.
-func TestPagesOnCompiledModuleRefused(t *testing.T) {
+// TestPagesOfCompiledModule: a compiled module carries its pages' files
+// in its moat.pages section (bundle.EmbedPages, what `moat build` does),
+// so an upload of the .wasm and its manifest serves them, by key and by
+// signed URL; a module built without them is refused with the fix.
+func TestPagesOfCompiledModule(t *testing.T) {
 	ts := start(t, "", nil)
 	key := ts.key(t, "acme", "ann", "admin")
-	mf := string(helloManifest(t)) + "pages: [{name: main, entry: index.html}]\n"
-	r := ts.upload(t, key, helloWasm(t), []byte(mf))
-	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "cannot carry its pages' files") {
-		t.Errorf("upload: %d %s", r.status, r.body)
+	mfText := string(helloManifest(t)) + "pages: [{name: main, title: Hello, entry: index.html, files: [page.js]}]\n"
+	r := ts.upload(t, key, helloWasm(t), []byte(mfText))
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "holds no pages' files") || !strings.Contains(string(r.body), "moat build") {
+		t.Errorf("upload of a module built without its pages: %d %s", r.status, r.body)
+	}
+
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "index.html"), []byte(`<!doctype html><p id="hi">hello page</p><script src="page.js"></script>`), 0o644)
+	os.WriteFile(filepath.Join(dir, "page.js"), []byte(`"use strict";`), 0o644)
+	mf, err := policy.ParseManifest("moat.yaml", []byte(mfText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm, err := bundle.EmbedPages(helloWasm(t), mf, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A section holding a file no page of the uploaded manifest names (a
+	// module built for another manifest) is refused, naming the file.
+	other := strings.Replace(mfText, "files: [page.js]", "files: [page.js, secret.txt]", 1)
+	os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("not a page's"), 0o644)
+	omf, err := policy.ParseManifest("moat.yaml", []byte(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray, err := bundle.EmbedPages(helloWasm(t), omf, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := ts.upload(t, key, stray, []byte(mfText)); r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `\"secret.txt\", which no page of the manifest names`) {
+		t.Errorf("upload of a module whose section holds a file no page names: %d %s", r.status, r.body)
+	}
+	if r := ts.upload(t, key, wasm, []byte(mfText)); r.status != http.StatusCreated {
+		t.Fatalf("upload of a module with its pages: %d %s", r.status, r.body)
+	}
+	name := mf.Name
+	if got := strings.Join(pageNames(t, ts.do(t, "GET", "/v1/modules/"+name+"/pages", key, nil)), " "); got != name+"/main" {
+		t.Errorf("pages = %s", got)
+	}
+	if r := ts.do(t, "GET", "/v1/modules/"+name+"/pages/main/files/page.js", key, nil); r.status != http.StatusOK || string(r.body) != `"use strict";` {
+		t.Errorf("page.js by key: %d %s", r.status, r.body)
+	}
+	r = ts.do(t, "POST", "/v1/modules/"+name+"/pages/main/url", key, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("page url: %d %s", r.status, r.body)
+	}
+	url, _ := r.json(t)["url"].(string)
+	if e := ts.do(t, "GET", url, "", nil); e.status != http.StatusOK || !strings.Contains(string(e.body), "hello page") || !strings.HasPrefix(e.header.Get("Content-Type"), "text/html") {
+		t.Errorf("entry by signed URL: %d %s", e.status, e.body)
 	}
 }
 

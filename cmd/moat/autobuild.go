@@ -24,8 +24,8 @@ const autoBuildTimeout = 5 * time.Minute
 // buildIfStale builds the plugin in dir when its manifest names a
 // compiled language, dir holds its sources, and its module is missing or
 // stale, before moat run reads the module. Stale means: a source file (one
-// with the language's extensions, or a build file: go.mod, Cargo.toml,
-// ...) was modified after the module was written. A directory with a
+// with the language's extensions, a build file: go.mod, Cargo.toml, ...,
+// or one of its pages' files, which the build embeds) was modified after the module was written. A directory with a
 // module and no sources (a plugin as shipped) is never built, and
 // moat.yaml is not a source: the host reads it at each run. Modification
 // times rather than a recorded digest: nothing to store beside the
@@ -54,7 +54,7 @@ func buildIfStale(ctx context.Context, g *globalFlags, dir string) (bool, error)
 		name = mf.Name + ".wasm"
 	}
 	module := filepath.Join(dir, name)
-	why, err := staleReason(dir, module, lang.Info().Extensions)
+	why, err := staleReason(dir, module, lang.Info().Extensions, mf.PageFiles())
 	if err != nil {
 		return false, fmt.Errorf("run %s: checking whether %s is up to date: %w", dir, module, err)
 	}
@@ -69,14 +69,15 @@ func buildIfStale(ctx context.Context, g *globalFlags, dir string) (bool, error)
 var buildFiles = []string{"go.mod", "go.sum", "Cargo.toml", "Cargo.lock", "asconfig.json"}
 
 // staleReason returns why module needs building from the sources in dir
-// (files with one of exts, and buildFiles), or "" when it is newer than
-// every one of them or dir holds none.
-func staleReason(dir, module string, exts []string) (string, error) {
+// (files with one of exts, buildFiles, and the pages' files, which the
+// build puts in the module), or "" when it is newer than every one of
+// them or dir holds none.
+func staleReason(dir, module string, exts, pageFiles []string) (string, error) {
 	var sources int
 	var newest string
 	var newestTime time.Time
 	err := walkSources(dir, func(p string, fi fs.FileInfo) error {
-		if !slices.Contains(exts, filepath.Ext(p)) && !slices.Contains(buildFiles, filepath.Base(p)) {
+		if !slices.Contains(exts, filepath.Ext(p)) && !slices.Contains(buildFiles, filepath.Base(p)) && !slices.Contains(pageFiles, filepath.Base(p)) {
 			return nil
 		}
 		sources++

@@ -155,6 +155,11 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 	case err != nil:
 		return fmt.Errorf("build %s: %w", dir, err)
 	}
+	// A compiled module's pages' files go in its moat.pages section, so
+	// its digest and signature cover them (bundle.EmbedPages).
+	if wasm, err = bundle.EmbedPages(wasm, mf, dir); err != nil {
+		return usagef("%v", err)
+	}
 	// A temporary file of our own (O_EXCL), renamed over out: a link
 	// planted at out or at a fixed temporary name is replaced, never
 	// written through.

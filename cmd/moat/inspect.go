@@ -83,6 +83,7 @@ and the grants its manifest asks for.`,
 			}
 			printInfo(cmd.OutOrStdout(), mod.Info())
 			printRoutes(cmd.OutOrStdout(), mod.Manifest())
+			printPages(cmd.OutOrStdout(), mod.Manifest()) // their files in its moat.pages section
 			return nil
 		},
 	}

@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/bundle"
 	"github.com/moat-sandbox/moat/host/ai/aitest"
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // The notes example (examples/notes): the plugin in Go and in Python, the
@@ -117,7 +119,7 @@ func capabilityLines(report string) []string {
 func TestNotesExample(t *testing.T) {
 	testenv.Slow(t, "the notes README walked on both backends")
 	root := testwasm.RepoRoot(t)
-	goWasm := testwasm.BuildGo(t, "./examples/notes/go", true)
+	goWasm := notesGoWasm(t)
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "postgres" {
@@ -468,7 +470,7 @@ func dirArchive(t *testing.T, parent, dir string) string {
 func TestRunServerConfig(t *testing.T) {
 	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	root := testwasm.RepoRoot(t)
-	dir := writeModule(t, "notes-go", testwasm.BuildGo(t, "./examples/notes/go", true))
+	dir := writeModule(t, "notes-go", notesGoWasm(t))
 	copyFile(t, filepath.Join(root, "examples/notes/go/moat.yaml"), filepath.Join(dir, "moat.yaml"))
 	cfg := notesConfigWithModel(t, root)
 	data := t.TempDir()
@@ -487,5 +489,34 @@ func TestRunServerConfig(t *testing.T) {
 	// Without the file, no model is configured: the call says so.
 	if r := moatIn(t, root, "run", dir, "summarize", "--data", data, "--profile", notesProfile, "--org", "acme", "--user", "ann", "--input", "{}"); r.code == 0 || !strings.Contains(r.stderr, "unavailable") {
 		t.Errorf("summarize without --server-config: %+v", r)
+	}
+}
+
+// notesGoWasm is examples/notes/go's module as `moat build` writes it: the
+// Go build, with its page's files in its moat.pages section.
+func notesGoWasm(t *testing.T) []byte {
+	t.Helper()
+	dir := filepath.Join(testwasm.RepoRoot(t), "examples/notes/go")
+	mf, err := policy.LoadManifest(filepath.Join(dir, "moat.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm, err := bundle.EmbedPages(testwasm.BuildGo(t, "./examples/notes/go", true), mf, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wasm
+}
+
+// TestNotesPagesSame: the Go and Python notes plugins ship the same page;
+// its files are copies (a plugin's directory holds no links), kept equal.
+func TestNotesPagesSame(t *testing.T) {
+	root := testwasm.RepoRoot(t)
+	for _, f := range []string{"index.html", "notes.js", "notes.css"} {
+		g, err1 := os.ReadFile(filepath.Join(root, "examples/notes/go", f))
+		p, err2 := os.ReadFile(filepath.Join(root, "examples/notes/python", f))
+		if err1 != nil || err2 != nil || !bytes.Equal(g, p) {
+			t.Errorf("examples/notes/go/%s differs from examples/notes/python/%s (%v, %v): copy it", f, f, err1, err2)
+		}
 	}
 }
