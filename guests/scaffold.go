@@ -136,6 +136,8 @@ func manifest(name, lang string) []byte {
 	b.WriteString("capabilities:\n  kv: true          # the call counter\nconfig:\n  greeting: Hello\n")
 	b.WriteString("pages:            # shown in moat serve's console to those who may open it\n")
 	b.WriteString("  - {name: main, title: Greeter, entry: index.html, files: [page.js]}\n")
+	b.WriteString("# routes:         # HTTP routes moat serve answers under /m/ORG/" + name + "/ (README: Routes and webhooks)\n")
+	b.WriteString("#   - {route: \"GET /hello\", action: greet, auth: public}\n")
 	if lang == "python-native" {
 		b.WriteString("limits:\n  memory: 64MiB     # per worker: its cgroup's memory limit\n  concurrency: 2    # workers at once\n")
 	}

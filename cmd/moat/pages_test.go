@@ -53,6 +53,7 @@ func TestPagesListed(t *testing.T) {
 func TestCompiledPluginPage(t *testing.T) {
 	testenv.Slow(t, "a Go plugin's build and moat serve: about 30 s")
 	testenv.Require(t, langMissing("go"))
+	t.Parallel() // its own data dir and moat serve; no environment, no timing lock
 	work := t.TempDir()
 	if r := moatIn(t, work, "new", "p", "--lang", "go"); r.code != 0 {
 		t.Fatalf("new: %+v", r)

@@ -25,6 +25,7 @@ import (
 // $MOAT_SECRETS_KEY) and its replay refused, each call in the trail.
 func TestServeRoutes(t *testing.T) {
 	testenv.Slow(t, "moat serve and a Go plugin's upload: about 15 s")
+	t.Parallel() // its own data dir and moat serve; no environment, no timing lock
 	data := t.TempDir()
 	create := moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin")
 	key := strings.TrimSpace(create.stdout)
