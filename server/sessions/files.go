@@ -85,6 +85,21 @@ func (s *Session) root() (*os.Root, error) {
 	return r, nil
 }
 
+// at is the workspace opened as a root and p as a path beneath it (rel's
+// rule; allowRoot admits the workspace itself): what every file
+// operation starts with. The caller closes the root.
+func (s *Session) at(p string, allowRoot bool) (*os.Root, string, error) {
+	rp, err := rel(p, allowRoot)
+	if err != nil {
+		return nil, "", err
+	}
+	r, err := s.root()
+	if err != nil {
+		return nil, "", err
+	}
+	return r, rp, nil
+}
+
 // usage is what the workspace holds: bytes and names, walked through
 // the root (links not followed), stopping past the quota.
 func (s *Session) usage(r *os.Root) (bytes, files int64) {
@@ -107,11 +122,7 @@ func (s *Session) usage(r *os.Root) (bytes, files int64) {
 // WriteFile writes body (at most MaxFileBytes) to p, making its parent
 // directories, under the workspace's quota.
 func (s *Session) WriteFile(ctx context.Context, correlation, p string, body io.Reader) (*Entry, error) {
-	rp, err := rel(p, false)
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.root()
+	r, rp, err := s.at(p, false)
 	if err != nil {
 		return nil, err
 	}
@@ -160,11 +171,7 @@ func (s *Session) WriteFile(ctx context.Context, correlation, p string, body io.
 
 // OpenFile opens p for reading: a regular file of at most MaxFileBytes.
 func (s *Session) OpenFile(p string) (io.ReadCloser, int64, error) {
-	rp, err := rel(p, false)
-	if err != nil {
-		return nil, 0, err
-	}
-	r, err := s.root()
+	r, rp, err := s.at(p, false)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -191,11 +198,7 @@ func (s *Session) OpenFile(p string) (io.ReadCloser, int64, error) {
 
 // List lists the directory p (the workspace when empty).
 func (s *Session) List(p string) ([]Entry, error) {
-	rp, err := rel(p, true)
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.root()
+	r, rp, err := s.at(p, true)
 	if err != nil {
 		return nil, err
 	}
@@ -231,11 +234,7 @@ func (s *Session) List(p string) ([]Entry, error) {
 
 // Remove removes p and, for a directory, what it holds.
 func (s *Session) Remove(ctx context.Context, correlation, p string) error {
-	rp, err := rel(p, false)
-	if err != nil {
-		return err
-	}
-	r, err := s.root()
+	r, rp, err := s.at(p, false)
 	if err != nil {
 		return err
 	}
