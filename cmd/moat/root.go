@@ -113,6 +113,7 @@ Toolchains: moat toolchains install.`,
 		root.AddCommand(c(g))
 	}
 	suggestCommands(root)
+	explainArgs(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see `%s --help`)", err, c.CommandPath())
 	})
@@ -181,5 +182,25 @@ func newVersionCmd() *cobra.Command {
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(cmd.OutOrStdout(), versionString())
 		},
+	}
+}
+
+// explainArgs makes every command's refusal of its arguments say what the
+// command takes: cobra's own message ("accepts 2 arg(s), received 0")
+// names neither the arguments nor the fix, so the usage line and the
+// --help to read follow it.
+func explainArgs(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		explainArgs(sub)
+	}
+	if c.Args == nil {
+		return
+	}
+	check := c.Args
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usagef("%v: usage: %s (see `%s --help`)", err, cmd.UseLine(), cmd.CommandPath())
+		}
+		return nil
 	}
 }
