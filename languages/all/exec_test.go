@@ -23,10 +23,6 @@ import (
 	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
-// startTime is when the test binary started, to tell its leftovers from
-// those of other processes.
-var startTime = time.Now()
-
 func TestMain(m *testing.M) {
 	kernel.ConfineMain()
 	native.LauncherMain()
