@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	aead.dev/minisign v0.3.0
+	connectrpc.com/connect v1.21.1
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/containerd/cgroups/v3 v3.1.3

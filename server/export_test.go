@@ -1,5 +1,15 @@
 package server
 
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"github.com/moat-sandbox/moat/policy"
+)
+
 // SetBeforeCommit makes every upload of s call f after its load and before
 // it stores the version: where a racing request lands in the tests.
 func SetBeforeCommit(s *Server, f func()) { s.modules.beforeCommit = f }
@@ -18,3 +28,36 @@ func Loading(s *Server) int {
 
 // PageBridge is the moat-page.js the server serves.
 func PageBridge() []byte { return pageBridge }
+
+// E2BAccessToken is the envdAccessToken of org/user's session id.
+func E2BAccessToken(s *Server, id, org, user string) string {
+	return s.e2bAccessToken(id, policy.Principal{Org: org, User: user})
+}
+
+// e2bEcho is a test-only envd service: the data plane's dispatch, token
+// check and Connect JSON codec, without a real service's semantics.
+type e2bEchoMsg struct {
+	Text    string `json:"text"`
+	Session string `json:"session,omitempty"`
+}
+
+func init() {
+	envdServices = append(envdServices, func(s *Server, mux *http.ServeMux, opts ...connect.HandlerOption) {
+		mux.Handle("/moattest.Echo/Say", connect.NewUnaryHandler("/moattest.Echo/Say",
+			func(ctx context.Context, r *connect.Request[e2bEchoMsg]) (*connect.Response[e2bEchoMsg], error) {
+				if r.Msg.Text == "" {
+					return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("text is empty"))
+				}
+				return connect.NewResponse(&e2bEchoMsg{Text: r.Msg.Text, Session: sandboxOf(ctx).Session.ID()}), nil
+			}, opts...))
+		mux.Handle("/moattest.Echo/Repeat", connect.NewServerStreamHandler("/moattest.Echo/Repeat",
+			func(ctx context.Context, r *connect.Request[e2bEchoMsg], st *connect.ServerStream[e2bEchoMsg]) error {
+				for i := range 3 {
+					if err := st.Send(&e2bEchoMsg{Text: fmt.Sprint(r.Msg.Text, i)}); err != nil {
+						return err
+					}
+				}
+				return connect.NewError(connect.CodeNotFound, errors.New("the end"))
+			}, opts...))
+	})
+}

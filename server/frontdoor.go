@@ -143,6 +143,11 @@ func (s *Server) beforeWrite(c echo.Context, route string) {
 			// A module's page, with its type from moat's table and the
 			// page's sandboxing policy (pages.go).
 		case err == nil && (mt == "application/json" || mt == "application/problem+json" || mt == "application/octet-stream"):
+		case err == nil && mt == "text/event-stream":
+			// A stream of events: a browser renders none as a document.
+		case strings.HasPrefix(route, e2bSandboxPrefix) && err == nil && (mt == "application/connect+json" || mt == "application/x-ndjson"):
+			// E2B's data plane: Connect's streams and the code
+			// interpreter's lines of JSON (e2b_sandbox.go).
 		case err == nil && mt == "text/plain":
 			h.Set(echo.HeaderContentType, "text/plain; charset=utf-8")
 		default:

@@ -336,6 +336,19 @@ func (m *Manager) Get(p policy.Principal, id string) (*Session, error) {
 	return s, nil
 }
 
+// Owner returns the owner of live session id, for a caller that proves
+// its right to the session otherwise than by being its owner (the E2B
+// data plane's access token, a MAC over the id and this owner).
+func (m *Manager) Owner(id string) (policy.Principal, bool) {
+	m.mu.Lock()
+	s := m.live[id]
+	m.mu.Unlock()
+	if s == nil {
+		return policy.Principal{}, false
+	}
+	return s.owner, true
+}
+
 // Info returns p's session id as its owner sees it.
 func (m *Manager) Info(p policy.Principal, id string) (*Info, error) {
 	s, err := m.Get(p, id)
