@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/moat-sandbox/moat/internal/plugintree"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -185,35 +186,30 @@ type section struct {
 	name                string // a custom section's name; "" for the others
 }
 
-// sections splits a module into its sections, checking only what it
-// reads: the header, each section's id and size (within the module), and
-// a custom section's name. The rest is the host's to check at load.
+// sections splits a module into its sections (wasmrewrite.WalkSections
+// checks each one's size), reading each custom section's name. The rest
+// is the host's to check at load.
 func sections(wasm []byte) ([]section, error) {
 	if !isModule(wasm) || len(wasm) < 8 {
 		return nil, errors.New("not a WebAssembly module")
 	}
 	var out []section
-	r := &leb{b: wasm, off: 8}
-	for r.off < len(wasm) {
-		s := section{start: r.off}
-		id, _ := r.byte()
-		size, ok := r.uvarint(uint64(len(wasm) - r.off))
-		if !ok || uint64(len(wasm)-r.off) < size {
-			return nil, fmt.Errorf("module: section at byte %d: its size is truncated or past the module's end", s.start)
-		}
-		s.end = r.off + int(size)
-		s.payload = r.off
-		if id == 0 {
-			cr := &leb{b: wasm[:s.end], off: r.off}
-			nl, ok := cr.uvarint(uint64(s.end - r.off))
+	err := wasmrewrite.WalkSections(wasm, func(ws wasmrewrite.Section) error {
+		s := section{start: ws.Start, payload: ws.BodyStart, end: ws.End}
+		if ws.ID == 0 {
+			cr := &leb{b: wasm[:s.end], off: ws.BodyStart}
+			nl, ok := cr.uvarint(uint64(s.end - ws.BodyStart))
 			name, ok2 := cr.bytes(nl)
 			if !ok || !ok2 {
-				return nil, fmt.Errorf("module: custom section at byte %d: its name is truncated", s.start)
+				return fmt.Errorf("custom section at byte %d: its name is truncated", s.start)
 			}
 			s.name, s.payload = string(name), cr.off
 		}
 		out = append(out, s)
-		r.off = s.end
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("module: %w", err)
 	}
 	return out, nil
 }

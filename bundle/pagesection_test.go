@@ -123,7 +123,7 @@ func TestModulePageSectionHostile(t *testing.T) {
 		{"truncated name", "name is truncated", section(bundle.PageSection, []byte{1, 1, 10, 'i'})},
 		{"trailing bytes", "after its last file", section(bundle.PageSection, append(bytes.Clone(good), 0))},
 		{"unknown version", "unknown version", section(bundle.PageSection, append([]byte{2}, good[1:]...))},
-		{"section past the module", "past the module's end", []byte{0, 0x7f, 1}},
+		{"section past the module", "past the end of the module", []byte{0, 0x7f, 1}},
 		{"custom name truncated", "name is truncated", []byte{0, 2, 9, 'm'}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -697,9 +697,19 @@ func sectionName(id byte) string {
 
 var sectionNames = []string{"custom", "type", "import", "function", "table", "memory", "global", "export", "start", "element", "code", "data", "data count", "tag"}
 
-// walkSections calls f for each section of wasm: its id, where it starts
-// and where its body starts and ends.
-func walkSections(wasm []byte, f func(id byte, start, bodyStart, bodyEnd int) error) error {
+// Section is one section of a module: its id, and where it starts, where
+// its body (after the id and size) starts, and where it ends, as offsets
+// into the module's bytes.
+type Section struct {
+	ID                    byte
+	Start, BodyStart, End int
+}
+
+// WalkSections calls f for each section of wasm (a module, its 8-byte
+// header not checked here), in order, after checking only the section's
+// size against the module's end. It is the one walk of a module's
+// sections: the rewrites here and bundle's custom-section reader use it.
+func WalkSections(wasm []byte, f func(Section) error) error {
 	r := &wasmReader{b: wasm, off: 8}
 	for r.off < len(wasm) {
 		start := r.off
@@ -718,11 +728,17 @@ func walkSections(wasm []byte, f func(id byte, start, bodyStart, bodyEnd int) er
 		}
 		bodyStart := r.off
 		r.off += int(size)
-		if err := f(id, start, bodyStart, r.off); err != nil {
+		if err := f(Section{ID: id, Start: start, BodyStart: bodyStart, End: r.off}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// walkSections is WalkSections for the rewrites, which take the offsets
+// apart.
+func walkSections(wasm []byte, f func(id byte, start, bodyStart, bodyEnd int) error) error {
+	return WalkSections(wasm, func(s Section) error { return f(s.ID, s.Start, s.BodyStart, s.End) })
 }
 
 func (lay *Layout) readImports(r *wasmReader) error {
