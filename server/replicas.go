@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"net"
 	"net/http"
@@ -57,8 +58,14 @@ type ReplicaConfig struct {
 }
 
 // EnvReplicaSecret names the environment variable moat serve reads the
-// replica secret from (ReplicaConfig.Secret; it wins over secret_file).
+// replica secret from (ReplicaConfig.Secret; it wins over secret_file),
+// then removes from its environment: no native job inherits it.
 const EnvReplicaSecret = "MOAT_REPLICA_SECRET"
+
+// EnvReplicaURL names the environment variable that, set, moat serve
+// takes for replica.advertise_url: a Kubernetes pod's is http://$(POD_IP):8080,
+// known only when the pod starts.
+const EnvReplicaURL = "MOAT_REPLICA_URL"
 
 // MinReplicaSecretBytes is the least a replica secret may hold.
 const MinReplicaSecretBytes = 32
@@ -75,15 +82,12 @@ func (r *ReplicaConfig) validate(fail failFunc) error {
 		u, err := url.Parse(r.AdvertiseURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || len(r.AdvertiseURL) > store.MaxReplicaURLBytes {
-			return fail("replica.advertise_url", "%q must be http:// or https://, a host and a port, and nothing else (http://10.0.0.7:8080)", r.AdvertiseURL)
+			return fail("replica.advertise_url", "%q ($%s wins over it) must be http:// or https://, a host and a port, and nothing else (http://10.0.0.7:8080)", r.AdvertiseURL, EnvReplicaURL)
 		}
 		r.AdvertiseURL = strings.TrimSuffix(r.AdvertiseURL, "/")
 	}
 	if d := time.Duration(r.Heartbeat); d != 0 && (d < 100*time.Millisecond || d > 5*time.Minute) {
 		return fail("replica.heartbeat", "%s is outside 100ms to 5m; leave it out for 5s", d)
-	}
-	if r.Secret == "" {
-		r.Secret = os.Getenv(EnvReplicaSecret)
 	}
 	if r.SecretFile != "" && r.Secret == "" {
 		b, err := os.ReadFile(r.SecretFile)
@@ -93,9 +97,20 @@ func (r *ReplicaConfig) validate(fail failFunc) error {
 		line, _, _ := strings.Cut(string(b), "\n")
 		r.Secret = strings.TrimSpace(line)
 	}
-	if r.Secret != "" && len(r.Secret) < MinReplicaSecretBytes {
-		return fail("replica.secret_file", "the replica secret is %d characters; use at least %d, the same on every replica (openssl rand -hex 32 makes one; or $%s)",
-			len(r.Secret), MinReplicaSecretBytes, EnvReplicaSecret)
+	if r.Secret != "" {
+		if err := ValidateReplicaSecret(r.Secret); err != nil {
+			return fail("replica.secret_file", "%v", err)
+		}
+	}
+	return nil
+}
+
+// ValidateReplicaSecret checks a replica secret given outside the config
+// file (EnvReplicaSecret). Its error never holds the secret.
+func ValidateReplicaSecret(secret string) error {
+	if len(secret) < MinReplicaSecretBytes {
+		return fmt.Errorf("the replica secret is %d characters; use at least %d, the same on every replica (openssl rand -hex 32 makes one; or $%s)",
+			len(secret), MinReplicaSecretBytes, EnvReplicaSecret)
 	}
 	return nil
 }

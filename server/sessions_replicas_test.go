@@ -3,6 +3,8 @@ package server_test
 import (
 	"bufio"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +145,34 @@ func TestSessionReplicaStream(t *testing.T) {
 	line, err := bufio.NewReader(res.Body).ReadString('\n')
 	if res.StatusCode != http.StatusOK || err != nil || line != "line of a large file\n" || res.ContentLength != int64(len(big)) {
 		t.Errorf("streamed through B: %d %q %v (length %d)", res.StatusCode, line, err, res.ContentLength)
+	}
+}
+
+// TestReplicaConfig: replica: refuses an advertised URL that is not a
+// plain http(s) origin (a path, a query, credentials, another scheme), a
+// heartbeat out of range and a short secret, naming the field.
+func TestReplicaConfig(t *testing.T) {
+	short := filepath.Join(t.TempDir(), "short.key")
+	if err := os.WriteFile(short, []byte("tooshort\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"replica:\n  advertise_url: ftp://10.0.0.1:21\n", "replica.advertise_url"},
+		{"replica:\n  advertise_url: http://user:pw@10.0.0.1:8080\n", "replica.advertise_url"},
+		{"replica:\n  advertise_url: http://10.0.0.1:8080/evil\n", "replica.advertise_url"},
+		{"replica:\n  advertise_url: http://10.0.0.1:8080?x=1\n", "replica.advertise_url"},
+		{"replica:\n  advertise_url: http://\n", "replica.advertise_url"},
+		{"replica:\n  heartbeat: 10ms\n", "replica.heartbeat"},
+		{"replica:\n  secret_file: " + short + "\n", "replica.secret_file"},
+		{"replica:\n  secret_file: /nonexistent/replica.key\n", "replica.secret_file"},
+		{"replica:\n  advertise_url: https://moat-0.moat:8443/\n  heartbeat: 2s\n", ""},
+	} {
+		_, err := server.ParseConfig("c.yaml", []byte(tt.yaml))
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%q: %v; want an error naming %q", tt.yaml, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "tooshort") {
+			t.Errorf("the error shows the secret: %v", err)
+		}
 	}
 }
