@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -123,6 +124,12 @@ type replicas struct {
 	transport *http.Transport
 	started   time.Time
 
+	// peers caches the rows of the replicas this one proxied to, each
+	// for a heartbeat: a routed call then costs one store read (the
+	// directory entry), not two.
+	peersMu sync.Mutex
+	peers   map[string]peerRow
+
 	url      atomic.Pointer[string] // set when Serve has a listener
 	stopping atomic.Bool            // Close is ending the sessions: keep their entries
 	stop     context.CancelFunc
@@ -161,6 +168,33 @@ func (s *Server) startReplicas() error {
 			ResponseHeaderTimeout: 0, // a run answers when it ends; the holder bounds it
 		}}
 	return nil
+}
+
+type peerRow struct {
+	row     store.Replica
+	fetched time.Time
+}
+
+// peer returns replica id's row, from the cache when it was read less
+// than a heartbeat ago.
+func (r *replicas) peer(ctx context.Context, st *store.Store, id string) (*store.Replica, error) {
+	r.peersMu.Lock()
+	p, ok := r.peers[id]
+	r.peersMu.Unlock()
+	if ok && time.Since(p.fetched) < r.heartbeat {
+		return &p.row, nil
+	}
+	row, err := st.Replica(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r.peersMu.Lock()
+	if r.peers == nil || len(r.peers) > 1024 {
+		r.peers = map[string]peerRow{}
+	}
+	r.peers[id] = peerRow{row: *row, fetched: time.Now()}
+	r.peersMu.Unlock()
+	return row, nil
 }
 
 // replicaMAC authenticates a replica's row: only a holder of the secret
@@ -332,7 +366,7 @@ func (s *Server) proxySession(c echo.Context, id string) (handled bool, err erro
 		return true, problem(http.StatusLoopDetected, "replica_loop", "session %s: replica %s sent this call here, but the session directory names replica %s; a call is routed once (%s), never again",
 			id, c.Request().Header.Get(HeaderReplicaHop), e.Replica, HeaderReplicaHop)
 	}
-	holder, err := s.store.Replica(ctx, e.Replica)
+	holder, err := r.peer(ctx, s.store, e.Replica)
 	if err == nil && time.Since(holder.SeenAt) > 3*r.heartbeat {
 		err = store.ErrReplicaNotFound
 	}

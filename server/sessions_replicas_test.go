@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,39 @@ func TestSessionReplicas(t *testing.T) {
 	// never sent on: a loop between two replicas is cut at one hop.
 	if r := b.do(t, "GET", "/v1/sessions/"+id, ann, nil, server.HeaderReplicaHop, "rsomeone"); r.status != http.StatusLoopDetected || !strings.Contains(string(r.body), "routed once") {
 		t.Errorf("a second hop: %d %s; want 508", r.status, r.body)
+	}
+
+	// What a hop costs: a session's GET on its replica, and through B.
+	for _, via := range []*testServer{a, b} {
+		var took []time.Duration
+		for range 40 {
+			began := time.Now()
+			if r := via.do(t, "GET", "/v1/sessions/"+id, ann, nil); r.status != http.StatusOK {
+				t.Fatalf("GET: %d %s", r.status, r.body)
+			}
+			took = append(took, time.Since(began))
+		}
+		slices.Sort(took)
+		t.Logf("GET /v1/sessions/{id} through %s: p50 %v, p90 %v", map[bool]string{true: "its replica", false: "another replica"}[via == a], took[20], took[36])
+	}
+
+	// A session ended with its image in the store is paused: its entry
+	// names no replica, and B says to resume it (anywhere) rather than 404.
+	paused := newSession(t, a, ann)
+	if err := a.Store().SessionImages(0).PutImage(context.Background(), "acme", paused, strings.NewReader("an image")); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.do(t, "DELETE", "/v1/sessions/"+paused, ann, nil); r.status != http.StatusNoContent {
+		t.Fatalf("end the paused session on A: %d %s", r.status, r.body)
+	}
+	if r := b.do(t, "GET", "/v1/sessions/"+paused, ann, nil); r.status != http.StatusConflict || r.json(t)["code"] != "session_paused" || !strings.Contains(string(r.body), "any replica") {
+		t.Errorf("a paused session through B: %d %s; want 409 session_paused", r.status, r.body)
+	}
+	if r := b.do(t, "GET", "/v1/sessions/"+paused, eve, nil); r.status != http.StatusNotFound {
+		t.Errorf("eve asks for ann's paused session: %d; want 404", r.status)
+	}
+	if r := b.do(t, "GET", "/v1/sessions", ann, nil); !strings.Contains(string(r.body), paused) {
+		t.Errorf("B does not list the paused session: %s", r.body)
 	}
 
 	a.stop(t)
