@@ -243,6 +243,7 @@ func (s *Server) registerReplica(ln net.Listener) {
 		defer close(r.done)
 		t := time.NewTicker(r.heartbeat)
 		defer t.Stop()
+		var swept time.Time
 		for {
 			select {
 			case <-ctx.Done():
@@ -250,8 +251,27 @@ func (s *Server) registerReplica(ln net.Listener) {
 			case <-t.C:
 				beat()
 			}
+			if time.Since(swept) >= time.Minute {
+				swept = time.Now()
+				s.sweepDirectory(ctx)
+			}
 		}
 	}()
+}
+
+// sweepDirectory deletes the rows of replicas gone for ten heartbeats
+// (Replicas) and the directory entries of stopped replicas older than a
+// session's longest life: until then they tell a caller that the session's
+// replica stopped, after it the session would have ended anyway.
+func (s *Server) sweepDirectory(ctx context.Context) {
+	r := s.replicas
+	now := time.Now()
+	if _, err := s.store.Replicas(ctx, now, 3*r.heartbeat); err != nil && ctx.Err() == nil {
+		s.log.Warn("replica directory: sweep", "err", err)
+	}
+	if _, err := s.store.SessionSweep(ctx, now.Add(-s.sessions.Config().MaxLifetime)); err != nil && ctx.Err() == nil {
+		s.log.Warn("session directory: sweep", "err", err)
+	}
 }
 
 // stopReplica stops the heartbeat; Close then ends the sessions (whose

@@ -437,6 +437,22 @@ func (s *Store) SessionForget(ctx context.Context, id, replica string) (bool, er
 	return ok, nil
 }
 
+// SessionSweep deletes the entries of sessions whose replica stopped
+// (no longer registered) last updated before before: they say "the
+// replica stopped" to a caller until then. Paused entries stay.
+func (s *Store) SessionSweep(ctx context.Context, before time.Time) (int, error) {
+	const op = "session.sweep"
+	b, err := s.sessionBackend(op)
+	if err != nil {
+		return 0, err
+	}
+	n, err := b.SessionSweep(ctx, before.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("store: %s: %w", op, err)
+	}
+	return n, nil
+}
+
 // SessionsOf lists the entries of (org, user), oldest first (at most
 // 1000).
 func (s *Store) SessionsOf(ctx context.Context, org, user string) ([]SessionEntry, error) {

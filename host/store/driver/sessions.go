@@ -83,6 +83,10 @@ type SessionBackend interface {
 	// SessionDelete deletes session id's row if replica holds it
 	// (replica "": whoever does); deleted is false otherwise.
 	SessionDelete(ctx context.Context, id, replica string) (deleted bool, err error)
+	// SessionSweep deletes the rows updated before before whose replica
+	// is not registered (it stopped; paused rows, replica "", stay), and
+	// returns how many.
+	SessionSweep(ctx context.Context, before int64) (int, error)
 	// SessionsOf lists the rows of (org, user), by CreatedAt then ID,
 	// at most limit.
 	SessionsOf(ctx context.Context, org, user string, limit int) ([]SessionRow, error)

@@ -202,6 +202,15 @@ func (d *DB) SessionDelete(ctx context.Context, id, replica string) (bool, error
 	return tag.RowsAffected() > 0, nil
 }
 
+// SessionSweep implements driver.SessionBackend.
+func (d *DB) SessionSweep(ctx context.Context, before int64) (int, error) {
+	tag, err := d.pool.Exec(ctx, `DELETE FROM session_directory WHERE updated_at < $1 AND replica <> '' AND replica NOT IN (SELECT id FROM replicas)`, before)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // SessionsOf implements driver.SessionBackend.
 func (d *DB) SessionsOf(ctx context.Context, org, user string, limit int) ([]driver.SessionRow, error) {
 	rows, err := d.pool.Query(ctx, `SELECT `+sessionColumns+` FROM session_directory WHERE org = $1 AND user_id = $2 ORDER BY created_at, id COLLATE "C" LIMIT $3`, org, user, limit)

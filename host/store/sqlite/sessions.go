@@ -237,6 +237,16 @@ func (d *DB) SessionDelete(ctx context.Context, id, replica string) (bool, error
 	return n > 0, err
 }
 
+// SessionSweep implements driver.SessionBackend.
+func (d *DB) SessionSweep(ctx context.Context, before int64) (int, error) {
+	res, err := d.w.ExecContext(ctx, `DELETE FROM session_directory WHERE updated_at < ? AND replica <> '' AND replica NOT IN (SELECT id FROM replicas)`, before)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 // SessionsOf implements driver.SessionBackend.
 func (d *DB) SessionsOf(ctx context.Context, org, user string, limit int) ([]driver.SessionRow, error) {
 	rows, err := d.r.QueryContext(ctx, `SELECT `+sessionColumns+` FROM session_directory WHERE org = ? AND user_id = ? ORDER BY created_at, id LIMIT ?`, org, user, limit)

@@ -257,6 +257,27 @@ func (su suite) testSessionDirectory(t *testing.T) {
 	if _, err := s.SessionEntry(ctx, "s1"); !errors.Is(err, store.ErrSessionEntryNotFound) {
 		t.Errorf("SessionEntry after forget = %v", err)
 	}
+	// Entries of a replica that stopped (no longer registered) are
+	// swept once old; a live replica's and paused ones stay.
+	old := now.Add(-time.Hour)
+	for _, e := range []store.SessionEntry{
+		{ID: "dead", Org: "acme", User: "ann", Replica: "rgone", UpdatedAt: old},
+		{ID: "young", Org: "acme", User: "ann", Replica: "rgone", UpdatedAt: now},
+		{ID: "alive", Org: "acme", User: "ann", Replica: "ra", UpdatedAt: old},
+		{ID: "paused", Org: "acme", User: "ann", Replica: "", UpdatedAt: old},
+	} {
+		if err := s.SessionRecord(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.SessionSweep(ctx, now.Add(-time.Minute)); err != nil || n != 1 {
+		t.Errorf("SessionSweep = %d, %v; want 1 (dead)", n, err)
+	}
+	for id, want := range map[string]bool{"dead": false, "young": true, "alive": true, "paused": true} {
+		if _, err := s.SessionEntry(ctx, id); (err == nil) != want {
+			t.Errorf("after the sweep, entry %s: %v; want kept %v", id, err, want)
+		}
+	}
 	for _, bad := range []store.SessionEntry{{ID: "../s", Org: "acme"}, {ID: "s", Org: ""}, {ID: "s", Org: "a", Info: []byte("{")},
 		{ID: "s", Org: "a", Info: bytes.Repeat([]byte(" "), store.MaxSessionInfoBytes+1)}} {
 		if err := s.SessionRecord(ctx, bad); abi.CodeOf(err) != abi.CodeInvalidArgument {
