@@ -160,9 +160,14 @@ func (s *Server) startReplicas() error {
 	}
 	s.replicas = &replicas{id: "r" + hex.EncodeToString(b), secret: []byte(rc.Secret), heartbeat: hb, started: time.Now(),
 		transport: &http.Transport{
-			Proxy:                 nil, // replicas talk directly, never through $HTTP_PROXY
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost:   32,
+			Proxy:       nil, // replicas talk directly, never through $HTTP_PROXY
+			DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			// The holder counts this replica as one source address
+			// (http.max_connections_per_source): beyond that many calls
+			// in flight to one peer, the rest wait here rather than be
+			// refused there.
+			MaxConnsPerHost:       s.cfg.HTTP.perSource(),
+			MaxIdleConnsPerHost:   s.cfg.HTTP.perSource(),
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   5 * time.Second,
 			ResponseHeaderTimeout: 0, // a run answers when it ends; the holder bounds it
