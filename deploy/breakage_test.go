@@ -205,14 +205,17 @@ func TestChecksCatchBreakage(t *testing.T) {
 			np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{
 				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}},
 				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(443)}}})
-		}, "NetworkPolicy moat: egress[2] goes to every address", "network policy"},
+		}, "NetworkPolicy moat: egress[3] goes to every address", "network policy"},
 		{"egress rule without to", func(b *bundle) { netpol(b, true).Spec.Egress[1].To = nil }, "NetworkPolicy moat: egress[1] goes to every address", "network policy"},
 		{"egress to a target in the default policy", func(b *bundle) {
 			np := netpol(b, true)
 			np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{
 				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}},
 				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(443)}}})
-		}, "NetworkPolicy moat: egress[2] opens [{443 TCP}]; the default policy allows only DNS", "network policy"},
+		}, "NetworkPolicy moat: egress[3] opens [{443 TCP}]; the default policy allows only DNS", "network policy"},
+		{"the replicas' port opened to every pod", func(b *bundle) {
+			netpol(b, true).Spec.Egress[2].To[0].PodSelector.MatchLabels = map[string]string{"app.kubernetes.io/name": "moat"}
+		}, "NetworkPolicy moat: egress[2] opens the served port to something other than the moat server pods", "network policy"},
 		{"DNS port to anything", func(b *bundle) {
 			netpol(b, true).Spec.Egress[0].To[0].PodSelector.MatchLabels = map[string]string{"app": "anything"}
 		}, "egress[0] opens port 53 to something other than kube-dns", "network policy"},

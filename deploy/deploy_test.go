@@ -924,7 +924,8 @@ func openCIDR(peers []networkingv1.NetworkPolicyPeer) bool {
 }
 
 // checkNetworkPolicy holds the default policy: ingress only to the served
-// port; egress only to the cluster DNS (53) and PostgreSQL.
+// port; egress only to the cluster DNS (53), PostgreSQL and the other
+// replicas' served port (a session's calls routed to its replica).
 func checkNetworkPolicy(b *bundle) []string {
 	c := b.moatContainer()
 	port, err := servePort(b)
@@ -957,7 +958,7 @@ func checkNetworkPolicy(b *bundle) []string {
 	}
 	dns := []portProto{{"53", corev1.ProtocolUDP}, {"53", corev1.ProtocolTCP}}
 	postgres := []portProto{{strconv.Itoa(int(pg)), corev1.ProtocolTCP}}
-	var sawDNS, sawPG int
+	var sawDNS, sawPG, sawPeers int
 	for i, r := range np.Spec.Egress {
 		ps, bad := rulePorts(c, r.Ports)
 		out = append(out, bad...)
@@ -975,12 +976,19 @@ func checkNetworkPolicy(b *bundle) []string {
 			}
 		case slices.Equal(ps, postgres):
 			sawPG++
+		case slices.Equal(ps, served):
+			sawPeers++
+			for _, p := range r.To {
+				if p.PodSelector == nil || p.NamespaceSelector != nil || p.PodSelector.MatchLabels["app.kubernetes.io/component"] != "server" {
+					out = append(out, fmt.Sprintf("NetworkPolicy %s: egress[%d] opens the served port to something other than the moat server pods of its namespace", np.Name, i))
+				}
+			}
 		default:
 			out = append(out, fmt.Sprintf("NetworkPolicy %s: egress[%d] opens %v; the default policy allows only DNS %v and PostgreSQL %v (add targets in a second policy)", np.Name, i, ps, dns, postgres))
 		}
 	}
-	if sawDNS != 1 || sawPG != 1 {
-		out = append(out, fmt.Sprintf("NetworkPolicy %s: %d DNS and %d PostgreSQL egress rules, want one of each", np.Name, sawDNS, sawPG))
+	if sawDNS != 1 || sawPG != 1 || sawPeers > 1 {
+		out = append(out, fmt.Sprintf("NetworkPolicy %s: %d DNS, %d PostgreSQL and %d replica egress rules, want one of each (at most one to the replicas)", np.Name, sawDNS, sawPG, sawPeers))
 	}
 	return out
 }

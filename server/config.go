@@ -121,6 +121,10 @@ type Config struct {
 	Piston PistonConfig `yaml:"piston"`
 	// Sessions configures /v1/sessions (sessions_http.go).
 	Sessions SessionsConfig `yaml:"sessions"`
+	// Replica is how this replica is reached by the others on one
+	// database, which route a session's calls to the replica holding it
+	// (replicas.go).
+	Replica ReplicaConfig `yaml:"replica"`
 	// Languages configures the code executor's languages
 	// (LanguagesConfig): which to warm at start.
 	Languages LanguagesConfig `yaml:"languages"`
@@ -680,6 +684,9 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 		return err
 	}
 	if err := c.Media.validate(fail); err != nil {
+		return err
+	}
+	if err := c.Replica.validate(fail); err != nil {
 		return err
 	}
 	p := &c.Piston

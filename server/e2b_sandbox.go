@@ -119,7 +119,7 @@ func (s *Server) e2bDataPlane(envd, interp *http.ServeMux) echo.HandlerFunc {
 		default:
 			return problem(http.StatusNotFound, "not_found", "port %.8q of a sandbox is not served by moat: only envd (%s) and the code interpreter (%s) are", port, e2bEnvdPort, e2bInterpreterPort)
 		}
-		owner, ok := s.e2bOwner(id, token)
+		owner, ok := s.e2bOwner(r.Context(), id, token)
 		if !ok {
 			return problem(http.StatusNotFound, "not_found", "no sandbox %.64q for this access token: the token is the envdAccessToken its creation returned (Sandbox.connect gives it again)", id)
 		}
@@ -132,6 +132,12 @@ func (s *Server) e2bDataPlane(envd, interp *http.ServeMux) echo.HandlerFunc {
 		}
 		sess, err := s.sessions.Get(owner, id)
 		if err != nil {
+			// Another replica's: routed there as the owner, whose token
+			// goes with the call and is checked again by the holder.
+			stateOf(c).principal = owner
+			if handled, perr := s.proxySession(c, id); handled {
+				return perr
+			}
 			return sessionProblem(err)
 		}
 		ctx := context.WithValue(r.Context(), e2bSandboxKey{}, &e2bSandbox{Session: sess, Owner: owner})
@@ -146,12 +152,19 @@ func (s *Server) e2bDataPlane(envd, interp *http.ServeMux) echo.HandlerFunc {
 	}
 }
 
-// e2bOwner returns the owner of session id if token is its access token.
-func (s *Server) e2bOwner(id, token string) (policy.Principal, bool) {
+// e2bOwner returns the owner of session id if token is its access token:
+// a session of this replica, or one the session directory says another
+// replica holds (or holds paused).
+func (s *Server) e2bOwner(ctx context.Context, id, token string) (policy.Principal, bool) {
 	if s.sessions == nil || !sessions.ValidID(id) || token == "" || len(token) > 128 {
 		return policy.Principal{}, false
 	}
 	owner, ok := s.sessions.Owner(id)
+	if !ok && s.replicas != nil {
+		if e, err := s.store.SessionEntry(ctx, id); err == nil {
+			owner, ok = policy.Principal{Org: e.Org, User: e.User}, true
+		}
+	}
 	if !ok {
 		return policy.Principal{}, false
 	}

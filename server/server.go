@@ -102,6 +102,7 @@ type Server struct {
 	echo          *echo.Echo
 	exec          Executor
 	sessions      *sessions.Manager // nil: sessions.disabled
+	replicas      *replicas         // nil: sessions not routed between replicas (replicas.go)
 
 	// mediaKey signs media URLs (media.go); mediaKeyOwn: it is this
 	// server's own, from its data directory, not a configured one.
@@ -362,6 +363,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.conns.Store(limited)
+	s.registerReplica(ln)
 	s.httpMu.Lock()
 	s.http = hs
 	s.httpMu.Unlock()
@@ -463,7 +465,9 @@ func (s *Server) Close(ctx context.Context) error {
 			s.stopPrune()
 			<-s.pruneDone
 		}
+		s.stopReplica()
 		s.closeSessions(ctx)
+		s.deregisterReplica(ctx)
 		s.modules.closeAll(ctx)
 		err = errors.Join(s.closeHosts(ctx), s.audit.Close(ctx), s.store.Close())
 	})

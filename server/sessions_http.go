@@ -82,12 +82,13 @@ func (s *Server) startSessions() error {
 		IdleTimeout: time.Duration(c.IdleTimeout), Timeout: time.Duration(c.Timeout), MaxLifetime: time.Duration(c.MaxLifetime),
 		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: int64(c.MaxFiles), MaxFileBytes: int64(c.MaxFileBytes),
 		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
-		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit})
+		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit,
+		OnCreate: s.sessionCreated, OnEnd: s.sessionEnded})
 	if err != nil {
 		return err
 	}
 	s.sessions = m
-	return nil
+	return s.startReplicas()
 }
 
 // sessionRoutes adds /v1/sessions to e.
@@ -95,6 +96,7 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	if s.sessions == nil {
 		return
 	}
+	auth = s.sessionAuth(auth) // a session another replica holds is routed there (replicas.go)
 	e.POST("/v1/sessions", s.createSession, auth)
 	e.GET("/v1/sessions", s.listSessions, auth)
 	e.GET("/v1/sessions/:id", s.getSession, auth)
@@ -171,7 +173,7 @@ func (s *Server) sessionBody(c echo.Context, v any) error {
 }
 
 func (s *Server) listSessions(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{"sessions": s.sessions.List(principalOf(c))})
+	return c.JSON(http.StatusOK, map[string]any{"sessions": s.remoteSessions(c, s.sessions.List(principalOf(c)))})
 }
 
 func (s *Server) getSession(c echo.Context) error {

@@ -53,6 +53,16 @@ func (g *globalFlags) serverConfig(configFile string) (server.Config, error) {
 		cfg.Media.URLKey = k
 		os.Unsetenv(server.EnvMediaKey)
 	}
+	if k := os.Getenv(server.EnvReplicaSecret); k != "" {
+		if err := server.ValidateReplicaSecret(k); err != nil {
+			return server.Config{}, usagef("$%s: %v", server.EnvReplicaSecret, err)
+		}
+		cfg.Replica.Secret = k
+		os.Unsetenv(server.EnvReplicaSecret)
+	}
+	if u := os.Getenv(server.EnvReplicaURL); u != "" {
+		cfg.Replica.AdvertiseURL = u
+	}
 	if os.Getenv(secrets.EnvKey) != "" {
 		k, err := secrets.LoadKey("")
 		if err != nil {

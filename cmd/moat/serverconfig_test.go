@@ -122,6 +122,8 @@ func TestDatabaseURLRefusals(t *testing.T) {
 			"$MOAT_DATABASE_URL: (a database URL that does not parse): the URL does not parse"},
 		{"env: a short media URL key", []string{"MOAT_MEDIA_KEY=" + pw}, []string{"keys", "list"}, 2,
 			"$MOAT_MEDIA_KEY: the media URL key is 9 characters; use at least 32"},
+		{"env: a short replica secret", []string{"MOAT_REPLICA_SECRET=" + pw}, []string{"keys", "list"}, 2,
+			"$MOAT_REPLICA_SECRET: the replica secret is 9 characters; use at least 32"},
 		{"keys: unreachable", nil, []string{"keys", "create", "--config", cfgAway, "--org", "acme", "--user", "ann"}, 1,
 			"postgres://moat:xxxxx@127.0.0.1:1/moat"},
 		{"audit: unreachable", nil, []string{"audit", "--config", cfgAway}, 1, "postgres://moat:xxxxx@127.0.0.1:1/moat"},

@@ -7,9 +7,11 @@
 // the workspace as its one file grant.
 //
 // moat serve exposes it under /v1/sessions (server/sessions_http.go). A
-// session lives in the memory of the replica that made it (docs/
-// RATIONALE.md, "Sessions live on one replica"); the store keeps nothing
-// of it but its audit trail.
+// session lives in the memory of the replica that made it; moat serve
+// records which replica that is (Config.OnCreate, OnEnd) and every other
+// replica routes the session's calls there (server/replicas.go; docs/
+// RATIONALE.md, "A session lives on one replica, and every replica
+// answers for it").
 package sessions
 
 import (
@@ -89,6 +91,12 @@ type Config struct {
 	ToolchainDir string
 	// Audit records every step (kind session).
 	Audit *audit.Log
+	// OnCreate and OnEnd, when set, are told of each session made and
+	// ended (Info as its owner sees it), synchronously: moat serve
+	// records in the store which replica holds it (server/replicas.go),
+	// before the creator learns its id, so that every replica can route
+	// a call for it from the first.
+	OnCreate, OnEnd func(context.Context, Info)
 }
 
 func (c *Config) defaults() {
@@ -295,7 +303,11 @@ func (m *Manager) Create(ctx context.Context, p policy.Principal, correlation st
 		return nil, fmt.Errorf("session %s: make its workspace: %w", id, err)
 	}
 	m.record(ctx, s, correlation, "create", audit.Allow, "")
-	return s.info(), nil
+	in := s.info()
+	if m.cfg.OnCreate != nil {
+		m.cfg.OnCreate(ctx, *in)
+	}
+	return in, nil
 }
 
 func reservedEnv(k string) bool {
@@ -487,6 +499,9 @@ func (s *Session) end(ctx context.Context, correlation, step, reason string) {
 		reason += fmt.Sprintf("; its workspace was not removed: %v", err)
 	}
 	s.m.record(ctx, s, correlation, step, audit.Allow, reason)
+	if s.m.cfg.OnEnd != nil {
+		s.m.cfg.OnEnd(ctx, *s.info())
+	}
 }
 
 // ID is the session's id.

@@ -432,6 +432,52 @@ CREATE TABLE secrets (
 -- An expand step: a moat that predates it inserts and claims as before.
 ALTER TABLE tasks ADD COLUMN origin text NOT NULL DEFAULT '';
 `},
+	{Name: "sessions", SQL: `
+-- moat serve's sessions across replicas: paused sessions' images in
+-- chunks under a generation (an upload is short transactions; a reader
+-- holds one chunk; EXTERNAL: an image is mostly incompressible memory
+-- pages and pglz would spend CPU on it), the uploads under way, the
+-- replicas and where they are reached, which replica holds each session.
+CREATE TABLE session_images (
+	org        text    NOT NULL,
+	id         text    NOT NULL,
+	gen        text    NOT NULL UNIQUE,
+	size       bigint  NOT NULL,
+	chunk      integer NOT NULL,
+	created_at bigint  NOT NULL,
+	PRIMARY KEY (org, id)
+);
+CREATE TABLE session_image_chunks (
+	gen  text    NOT NULL,
+	seq  integer NOT NULL,
+	data bytea   NOT NULL,
+	PRIMARY KEY (gen, seq)
+);
+ALTER TABLE session_image_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE session_image_uploads (
+	gen        text   NOT NULL PRIMARY KEY,
+	org        text   NOT NULL,
+	id         text   NOT NULL,
+	started_at bigint NOT NULL
+);
+CREATE TABLE replicas (
+	id         text   NOT NULL PRIMARY KEY,
+	url        text   NOT NULL,
+	mac        text   NOT NULL,
+	started_at bigint NOT NULL,
+	seen_at    bigint NOT NULL
+);
+CREATE TABLE session_directory (
+	id         text   NOT NULL PRIMARY KEY,
+	org        text   NOT NULL,
+	user_id    text   NOT NULL,
+	replica    text   NOT NULL,
+	info       text   NOT NULL,
+	created_at bigint NOT NULL,
+	updated_at bigint NOT NULL
+);
+CREATE INDEX session_directory_owner ON session_directory (org, user_id, created_at, id);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

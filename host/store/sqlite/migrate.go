@@ -570,6 +570,56 @@ CREATE TABLE secrets (
 ALTER TABLE tasks ADD COLUMN origin TEXT NOT NULL DEFAULT '';
 `,
 	},
+	{
+		Name: "sessions",
+		// moat serve's sessions across replicas (store.SessionImages,
+		// store.ReplicaBeat, store.SessionRecord): paused sessions'
+		// images, in chunks under a generation so that an upload is
+		// short transactions and a reader holds one chunk; the uploads
+		// under way (swept when a replica died mid-upload); the replicas
+		// and where they are reached; which replica holds each session.
+		// Additive: an older moat ignores the tables.
+		SQL: `
+CREATE TABLE session_images (
+	org        TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	gen        TEXT    NOT NULL UNIQUE,
+	size       INTEGER NOT NULL,
+	chunk      INTEGER NOT NULL,
+	created_at INTEGER NOT NULL,
+	PRIMARY KEY (org, id)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE session_image_chunks (
+	gen  TEXT    NOT NULL,
+	seq  INTEGER NOT NULL,
+	data BLOB    NOT NULL,
+	PRIMARY KEY (gen, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE session_image_uploads (
+	gen        TEXT    NOT NULL PRIMARY KEY,
+	org        TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	started_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE replicas (
+	id         TEXT    NOT NULL PRIMARY KEY,
+	url        TEXT    NOT NULL,
+	mac        TEXT    NOT NULL,
+	started_at INTEGER NOT NULL,
+	seen_at    INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE session_directory (
+	id         TEXT    NOT NULL PRIMARY KEY,
+	org        TEXT    NOT NULL,
+	user_id    TEXT    NOT NULL,
+	replica    TEXT    NOT NULL,
+	info       TEXT    NOT NULL,
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX session_directory_owner ON session_directory (org, user_id, created_at, id);
+`,
+	},
 }
 
 // migrate reads the schema's version of db and, as o and migrating

@@ -2,7 +2,7 @@
 // every backend (store/sqlite, store/postgres, any later one) must pass it
 // unchanged, so the front's promises (scoping, validation, quotas,
 // single-use confirmations, audit batches, module blobs, the change feed,
-// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks, model calls' daily budgets, knowledge vectors and hybrid search, media items and their bytes, the operator's sealed secrets) hold whichever database is behind a *store.Store.
+// rate buckets, shared compiled code, documents of the db family, the task queue and schedule ticks, model calls' daily budgets, knowledge vectors and hybrid search, media items and their bytes, the operator's sealed secrets, paused sessions' images and the replica and session directories) hold whichever database is behind a *store.Store.
 //
 // A backend's test calls Run with a function that opens a fresh, empty
 // store, and RunShared with one that opens several handles on one fresh
@@ -124,6 +124,10 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"SecretsContract", "secrets", su.testSecretsContract},
 		{"SecretsValidation", "secrets", su.testSecretsValidation},
 		{"SecretsQuota", "secrets", su.testSecretsQuota},
+		{"SessionImages", "", su.testSessionImages},
+		{"SessionImageBound", "", su.testSessionImageBound},
+		{"SessionImageLarge", "", su.testSessionImageLarge},
+		{"SessionDirectory", "", su.testSessionDirectory},
 	}
 	supported := familiesOf(t, open(t))
 	for _, tt := range tests {
@@ -176,6 +180,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 		{"AIBudget", "ai", testSharedAIBudget},
 		{"MediaQuota", "media", testSharedMediaQuota},
 		{"AuditPrune", "", testSharedAuditPrune},
+		{"SessionImages", "", testSharedSessionImages},
 	}
 	supported := familiesOf(t, open(t, 2)[0])
 	for _, tt := range tests {
