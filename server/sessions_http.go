@@ -107,7 +107,7 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	e.GET("/v1/sessions/:id/files/list", s.sessionListFiles, auth)
 	s.e2bRoutes(e, auth)
 	envd, interp := s.e2bMuxes()
-	e.Any(e2bSandboxPrefix+"/*", s.e2bDataPlane(envd, interp))
+	e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, e2bSandboxPrefix+"/*", s.e2bDataPlane(envd, interp))
 }
 
 // sessionProblem turns a sessions or host error into a problem.
