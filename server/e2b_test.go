@@ -341,3 +341,48 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatal("the SDK script stopped before its last step")
 	}
 }
+
+// TestE2BInterpreterRefusals: the code interpreter's routes refuse, before
+// any interpreter starts, what a request may shape wrongly — no token or
+// another session's, per-run env_vars, a language moat does not run, a
+// context id that is not a context name, code past 1 MiB, a cwd outside
+// the workspace — and a context that does not exist is a 404.
+func TestE2BInterpreterRefusals(t *testing.T) {
+	t.Parallel()
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann")
+	id, other := newSession(t, ts, ann), newSession(t, ts, ann)
+	tok := server.E2BAccessToken(ts.Server, id, "acme", "ann")
+	call := func(method, path, token, body string, traffic bool) response {
+		h := "X-Access-Token"
+		if traffic {
+			h = "E2B-Traffic-Access-Token"
+		}
+		return ts.do(t, method, "/e2b/sandbox"+path, "", strings.NewReader(body), "E2b-Sandbox-Id", id,
+			"E2b-Sandbox-Port", "49999", h, token, "Content-Type", "application/json")
+	}
+	for name, c := range map[string]struct {
+		method, path, token, body string
+		want                      int
+	}{
+		"no token":                    {"POST", "/execute", "", `{"code":"1"}`, 404},
+		"another session's token":     {"POST", "/execute", server.E2BAccessToken(ts.Server, other, "acme", "ann"), `{"code":"1"}`, 404},
+		"per-run env_vars":            {"POST", "/execute", tok, `{"code":"1","env_vars":{"A":"1"}}`, 400},
+		"ruby":                        {"POST", "/execute", tok, `{"code":"1","language":"ruby"}`, 400},
+		"context and language":        {"POST", "/execute", tok, `{"code":"1","language":"python","context_id":"python"}`, 400},
+		"a context id with a path":    {"POST", "/execute", tok, `{"code":"1","context_id":"python-../../x"}`, 400},
+		"code past 1 MiB":             {"POST", "/execute", tok, `{"code":"` + strings.Repeat("x", 1<<20+70<<10) + `"}`, 413},
+		"not JSON":                    {"POST", "/execute", tok, `{"code":`, 400},
+		"a cwd outside the workspace": {"POST", "/contexts", tok, `{"language":"python","cwd":"/etc"}`, 400},
+		"a context language":          {"POST", "/contexts", tok, `{"language":"cobol"}`, 400},
+		"remove a missing context":    {"DELETE", "/contexts/python-0", tok, ``, 404},
+		"restart a missing context":   {"POST", "/contexts/python-0/restart", tok, ``, 404},
+	} {
+		if r := call(c.method, c.path, c.token, c.body, false); r.status != c.want {
+			t.Errorf("%s: %d %.200s, want %d", name, r.status, r.body, c.want)
+		}
+	}
+	if r := call("GET", "/contexts", tok, "", true); r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Errorf("list contexts with the traffic token: %d %s", r.status, r.body)
+	}
+}

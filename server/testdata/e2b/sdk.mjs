@@ -7,7 +7,12 @@ import { Sandbox as CodeSandbox } from "@e2b/code-interpreter";
 import { Sandbox, NotFoundError, AuthenticationError, SandboxError } from "e2b";
 
 const other = process.env.OTHER_KEY;
-const ok = (step) => console.log("ok " + step);
+let last = performance.now();
+const ok = (step) => {
+  const now = performance.now();
+  console.log(`ok ${step} (${(now - last).toFixed(0)} ms)`);
+  last = now;
+};
 const eq = (step, got, want) => {
   if (JSON.stringify(got) !== JSON.stringify(want)) {
     throw new Error(`${step}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
@@ -37,6 +42,10 @@ eq("onStdout", seen, ["hi\n"]);
 ex = await sbx.runCode("1/0");
 eq("error", ex.error?.name, "ZeroDivisionError");
 ok("runCode python");
+const t0 = performance.now();
+for (let i = 0; i < 20; i++) await sbx.runCode("x");
+console.log(`runCode round trip on a live context: ${((performance.now() - t0) / 20).toFixed(1)} ms mean of 20`);
+last = performance.now();
 
 await sbx.runCode("var y = 40", { language: "js" });
 ex = await sbx.runCode("y + 2", { language: "js" });
@@ -74,6 +83,16 @@ eq("exists", await sbx.files.exists("made/a2.txt"), false);
 await rejects("read outside", sbx.files.read("/etc/passwd"));
 await rejects("read ..", sbx.files.read("../../etc/passwd"));
 ok("files");
+
+await sbx.files.write("streamed.txt", "one body", { useOctetStream: true });
+eq("octet-stream upload", await sbx.files.read("streamed.txt"), "one body");
+const events = [];
+const watch = await sbx.files.watchDir("/home/user", (e) => events.push(e.type + ":" + e.name));
+await sbx.files.write("watched.txt", "w");
+for (let i = 0; i < 50 && !events.includes("create:watched.txt"); i++) await new Promise((r) => setTimeout(r, 100));
+await watch.stop();
+if (!events.includes("create:watched.txt")) throw new Error("watchDir: " + JSON.stringify(events));
+ok("watchDir");
 
 await sbx.setTimeout(600_000);
 const info = await sbx.getInfo();
