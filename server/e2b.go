@@ -267,18 +267,20 @@ func (s *Server) e2bList(c echo.Context) error {
 		}
 		limit = n
 	}
-	after := ""
+	all := s.sessions.List(principalOf(c))
+	slices.SortFunc(all, e2bListOrder)
 	if t := q.Get("nextToken"); t != "" {
-		b, err := base64.RawURLEncoding.DecodeString(t)
-		if err != nil || !sessions.ValidID(string(b)) {
+		after, ok := e2bPageAfter(t)
+		if !ok {
 			return problem(http.StatusBadRequest, "invalid_argument", "nextToken: not a token this API gave; give the X-Next-Token of the previous page")
 		}
-		after = string(b)
-	}
-	all := s.sessions.List(principalOf(c)) // oldest first
-	if after != "" {
-		i := slices.IndexFunc(all, func(in sessions.Info) bool { return in.ID == after })
-		all = all[i+1:] // -1 (ended meanwhile): from the start
+		// The first after the last of the previous page, by start and
+		// id: a session that ended meanwhile moves nothing.
+		i, _ := slices.BinarySearchFunc(all, after, e2bListOrder)
+		for i < len(all) && e2bListOrder(all[i], after) <= 0 {
+			i++
+		}
+		all = all[i:]
 	}
 	out := []e2bSandboxJSON{}
 	for i := range all {
@@ -286,12 +288,42 @@ func (s *Server) e2bList(c echo.Context) error {
 			continue
 		}
 		if len(out) == limit {
-			c.Response().Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].SandboxID)))
+			c.Response().Header().Set("X-Next-Token", e2bPageToken(all[i-1]))
 			break
 		}
 		out = append(out, s.e2bSandbox(&all[i], false))
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// e2bListOrder orders sandboxes oldest first, then by id.
+func e2bListOrder(a, b sessions.Info) int {
+	if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// e2bPageToken names the last sandbox of a page: its start and id, so
+// the next page begins after it even if it has ended.
+func e2bPageToken(last sessions.Info) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(last.StartedAt.UTC().Format(time.RFC3339Nano) + " " + last.ID))
+}
+
+func e2bPageAfter(token string) (sessions.Info, bool) {
+	if len(token) > 256 {
+		return sessions.Info{}, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return sessions.Info{}, false
+	}
+	ts, id, ok := strings.Cut(string(b), " ")
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if !ok || err != nil || !sessions.ValidID(id) {
+		return sessions.Info{}, false
+	}
+	return sessions.Info{ID: id, StartedAt: t}, true
 }
 
 // e2bMetadataFilter reads the SDK's metadata filter: a query string of

@@ -13,6 +13,8 @@ package server
 import (
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,6 +127,9 @@ func mountFilesystem(s *Server, mux *http.ServeMux, opts ...connect.HandlerOptio
 	mux.Handle(svc+"Move", connect.NewUnaryHandler(svc+"Move", unary(envdMove), opts...))
 	mux.Handle(svc+"ListDir", connect.NewUnaryHandler(svc+"ListDir", unary(envdListDir), opts...))
 	mux.Handle(svc+"Remove", connect.NewUnaryHandler(svc+"Remove", unary(envdRemove), opts...))
+	mux.Handle(svc+"CreateWatcher", connect.NewUnaryHandler(svc+"CreateWatcher", unary(s.envdCreateWatcher), opts...))
+	mux.Handle(svc+"GetWatcherEvents", connect.NewUnaryHandler(svc+"GetWatcherEvents", unary(envdGetWatcherEvents), opts...))
+	mux.Handle(svc+"RemoveWatcher", connect.NewUnaryHandler(svc+"RemoveWatcher", unary(envdRemoveWatcher), opts...))
 	mux.Handle(svc+"WatchDir", e2bStream(connect.NewServerStreamHandler(svc+"WatchDir", s.envdWatchDir, opts...), e2bMaxStream))
 }
 
@@ -255,23 +260,7 @@ func (s *Server) envdWatchDir(ctx context.Context, r *connect.Request[envdWatchR
 		e2bWatches.Unlock()
 	}()
 
-	type seen struct {
-		typ  string
-		size int64
-		mod  time.Time
-	}
-	look := func() (map[string]seen, error) {
-		es, err := sb.Session.List(dir.Path)
-		if err != nil {
-			return nil, err
-		}
-		m := make(map[string]seen, len(es))
-		for _, e := range es {
-			m[e.Name] = seen{e.Type, e.Size, e.ModTime}
-		}
-		return m, nil
-	}
-	before, err := look()
+	before, err := watchLook(sb.Session, dir.Path)
 	if err != nil {
 		return connectErr(err)
 	}
@@ -287,24 +276,11 @@ func (s *Server) envdWatchDir(ctx context.Context, r *connect.Request[envdWatchR
 			return nil
 		case <-tick.C:
 		}
-		now, err := look()
+		now, err := watchLook(sb.Session, dir.Path)
 		if err != nil {
 			return connectErr(err) // the session ended, or the directory went
 		}
-		var evs []*envdFSEvent
-		for name, n := range now {
-			switch o, ok := before[name]; {
-			case !ok:
-				evs = append(evs, &envdFSEvent{Name: name, Type: "EVENT_TYPE_CREATE"})
-			case o != n:
-				evs = append(evs, &envdFSEvent{Name: name, Type: "EVENT_TYPE_WRITE"})
-			}
-		}
-		for name := range before {
-			if _, ok := now[name]; !ok {
-				evs = append(evs, &envdFSEvent{Name: name, Type: "EVENT_TYPE_REMOVE"})
-			}
-		}
+		evs := watchDiff(before, now)
 		before = now
 		for _, ev := range evs {
 			if err := st.Send(&envdWatchResponse{Filesystem: ev}); err != nil {
@@ -321,25 +297,154 @@ func (s *Server) envdWatchDir(ctx context.Context, r *connect.Request[envdWatchR
 	}
 }
 
+// watchSeen is what a watch compares of a name from one look to the next.
+type watchSeen struct {
+	typ  string
+	size int64
+	mod  time.Time
+}
+
+// watchLook lists dir's names for a watch.
+func watchLook(sess *sessions.Session, dir string) (map[string]watchSeen, error) {
+	es, err := sess.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]watchSeen, len(es))
+	for _, e := range es {
+		m[e.Name] = watchSeen{e.Type, e.Size, e.ModTime}
+	}
+	return m, nil
+}
+
+// watchDiff is the events between two looks: names that came, changed
+// and went.
+func watchDiff(before, now map[string]watchSeen) []*envdFSEvent {
+	var evs []*envdFSEvent
+	for name, n := range now {
+		switch o, ok := before[name]; {
+		case !ok:
+			evs = append(evs, &envdFSEvent{Name: name, Type: "EVENT_TYPE_CREATE"})
+		case o != n:
+			evs = append(evs, &envdFSEvent{Name: name, Type: "EVENT_TYPE_WRITE"})
+		}
+	}
+	for name := range before {
+		if _, ok := now[name]; !ok {
+			evs = append(evs, &envdFSEvent{Name: name, Type: "EVENT_TYPE_REMOVE"})
+		}
+	}
+	return evs
+}
+
+// A polled watcher (CreateWatcher, GetWatcherEvents, RemoveWatcher: what
+// E2B's synchronous Python SDK uses instead of the WatchDir stream) is
+// the last look at a directory, kept in memory for its session; each
+// GetWatcherEvents looks again and answers the difference. A session has
+// at most e2bMaxWatches of them; those of ended sessions go when the next
+// is made.
+type polledWatcher struct {
+	session string
+	dir     string
+	before  map[string]watchSeen
+}
+
+var e2bWatchers = struct {
+	sync.Mutex
+	m map[string]*polledWatcher
+}{m: map[string]*polledWatcher{}}
+
+type envdWatcherID struct {
+	WatcherID string `json:"watcherId"`
+}
+
+type envdWatcherEvents struct {
+	Events []*envdFSEvent `json:"events"`
+}
+
+func (s *Server) envdCreateWatcher(_ context.Context, sb *e2bSandbox, req *envdWatchRequest) (*envdWatcherID, error) {
+	if req.Recursive {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("recursive: moat watches one directory level; watch each directory, or leave recursive out"))
+	}
+	dir, err := sb.Session.Stat(req.Path)
+	if err != nil {
+		return nil, err
+	}
+	if dir.Type != "dir" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path: %s is not a directory", dir.Path))
+	}
+	before, err := watchLook(sb.Session, dir.Path)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	e2bWatchers.Lock()
+	defer e2bWatchers.Unlock()
+	n := 0
+	for wid, w := range e2bWatchers.m {
+		if _, live := s.sessions.Owner(w.session); !live {
+			delete(e2bWatchers.m, wid)
+		} else if w.session == sb.Session.ID() {
+			n++
+		}
+	}
+	if n >= e2bMaxWatches {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the sandbox has %d watchers, the most it may have; remove one", n))
+	}
+	e2bWatchers.m[id] = &polledWatcher{session: sb.Session.ID(), dir: dir.Path, before: before}
+	return &envdWatcherID{WatcherID: id}, nil
+}
+
+// watcherOf returns the sandbox's watcher id (another sandbox's is not
+// found, as none is).
+func watcherOf(sb *e2bSandbox, id string) (*polledWatcher, error) {
+	e2bWatchers.Lock()
+	w := e2bWatchers.m[id]
+	e2bWatchers.Unlock()
+	if w == nil || w.session != sb.Session.ID() {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no watcher %.32q in this sandbox", id))
+	}
+	return w, nil
+}
+
+func envdGetWatcherEvents(_ context.Context, sb *e2bSandbox, req *envdWatcherID) (*envdWatcherEvents, error) {
+	w, err := watcherOf(sb, req.WatcherID)
+	if err != nil {
+		return nil, err
+	}
+	now, err := watchLook(sb.Session, w.dir)
+	if err != nil {
+		return nil, err
+	}
+	e2bWatchers.Lock()
+	evs := watchDiff(w.before, now)
+	w.before = now
+	e2bWatchers.Unlock()
+	return &envdWatcherEvents{Events: append([]*envdFSEvent{}, evs...)}, nil
+}
+
+func envdRemoveWatcher(_ context.Context, sb *e2bSandbox, req *envdWatcherID) (*envdEmpty, error) {
+	if _, err := watcherOf(sb, req.WatcherID); err != nil {
+		return nil, err
+	}
+	e2bWatchers.Lock()
+	delete(e2bWatchers.m, req.WatcherID)
+	e2bWatchers.Unlock()
+	return &envdEmpty{}, nil
+}
+
 // envdError writes envd's HTTP error: {code, message}, which the SDKs
 // read into their own exceptions.
 func envdError(w http.ResponseWriter, err error) {
-	status, msg := http.StatusInternalServerError, err.Error()
-	var se *sessions.Error
-	if errors.As(err, &se) {
-		if st := map[string]int{"not_found": http.StatusNotFound, "invalid_argument": http.StatusBadRequest,
-			"resource_exhausted": http.StatusInsufficientStorage, "too_large": http.StatusRequestEntityTooLarge,
-			"conflict": http.StatusConflict, "denied": http.StatusForbidden}[se.Code]; st != 0 {
-			status = st
-		}
-	}
 	var pe *Problem
-	if errors.As(err, &pe) {
-		status, msg = pe.Status, pe.Detail
+	if !errors.As(err, &pe) {
+		_ = errors.As(sessionProblem(err), &pe) // the /v1 routes' statuses: a host error's by its code
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(e2bError{Code: status, Message: msg})
+	w.WriteHeader(pe.Status)
+	_ = json.NewEncoder(w).Encode(e2bError{Code: pe.Status, Message: pe.Detail})
 }
 
 // envdUser checks envd's username parameter: moat's sandbox has one

@@ -21,7 +21,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/moat-sandbox/moat/server/sessions"
 )
@@ -186,7 +185,7 @@ func (s *Server) e2bCreateContext(w http.ResponseWriter, r *http.Request) {
 	id := lang + "-" + hex.EncodeToString(b)
 	// Start it now, as E2B starts a kernel: an empty run loads the
 	// interpreter, so the first run of the agent's code is fast.
-	if _, err := sb.Session.Run(r.Context(), sb.Correlation, sessions.RunRequest{Language: lang, Context: id, Timeout: 30 * time.Second}); err != nil {
+	if _, err := sb.Session.Run(r.Context(), sb.Correlation, sessions.RunRequest{Language: lang, Context: id}); err != nil {
 		envdError(w, err)
 		return
 	}
@@ -242,7 +241,7 @@ func (s *Server) e2bRestartContext(w http.ResponseWriter, r *http.Request) {
 		envdError(w, err)
 		return
 	}
-	if _, err := sb.Session.Run(r.Context(), sb.Correlation, sessions.RunRequest{Language: lang, Context: id, Timeout: 30 * time.Second}); err != nil {
+	if _, err := sb.Session.Run(r.Context(), sb.Correlation, sessions.RunRequest{Language: lang, Context: id}); err != nil {
 		envdError(w, err)
 		return
 	}

@@ -139,10 +139,18 @@ func TestE2BControlPlane(t *testing.T) {
 			t.Fatalf("list page %d: %s", page, r.body)
 		}
 		for _, s := range list {
+			if _, twice := got[s.SandboxID]; twice {
+				t.Errorf("list: %s on two pages", s.SandboxID)
+			}
 			got[s.SandboxID] = s.State == "running"
 		}
 		if token = r.header.Get("X-Next-Token"); token == "" {
 			break
+		}
+		if last := list[len(list)-1].SandboxID; page == 0 && last != id {
+			// The last of a page ends before the next is asked for: the
+			// next page still begins after it.
+			e2bDo(t, ts, "DELETE", "/sandboxes/"+last, ann, "")
 		}
 	}
 	if len(got) != 3 || !got[id] {
@@ -154,6 +162,7 @@ func TestE2BControlPlane(t *testing.T) {
 		t.Errorf("list metadata k=v: %s", r.body)
 	}
 	e2bErrorOf(t, "a forged nextToken", e2bDo(t, ts, "GET", "/v2/sandboxes?nextToken=Li4v", ann, ""), http.StatusBadRequest)
+	e2bErrorOf(t, "a long nextToken", e2bDo(t, ts, "GET", "/v2/sandboxes?nextToken="+strings.Repeat("A", 300), ann, ""), http.StatusBadRequest)
 	e2bErrorOf(t, "limit 1000", e2bDo(t, ts, "GET", "/v2/sandboxes?limit=1000", ann, ""), http.StatusBadRequest)
 
 	if r := e2bDo(t, ts, "DELETE", "/sandboxes/"+id, ann, ""); r.status != http.StatusNoContent {
@@ -252,6 +261,33 @@ func TestE2BFilesystem(t *testing.T) {
 	}
 	if _, err := envdCall[map[string]string, struct{ Entry envdEntry }](t, ts, id, tok, "Stat", &map[string]string{"path": "m/n/c2.txt"}); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("stat after remove: %v", err)
+	}
+
+	// A polled watcher: the names that came since the last look; another
+	// sandbox cannot read or remove it.
+	wid, err := envdCall[map[string]string, struct{ WatcherID string }](t, ts, id, tok, "CreateWatcher", &map[string]string{"path": "/home/user"})
+	if err != nil || wid.WatcherID == "" {
+		t.Fatalf("createWatcher: %+v %v", wid, err)
+	}
+	files("POST", "path=new.txt", "application/octet-stream", []byte("n"))
+	type events struct{ Events []struct{ Name, Type string } }
+	if evs, err := envdCall[map[string]string, events](t, ts, id, tok, "GetWatcherEvents", &map[string]string{"watcherId": wid.WatcherID}); err != nil ||
+		len(evs.Events) != 1 || evs.Events[0].Name != "new.txt" || evs.Events[0].Type != "EVENT_TYPE_CREATE" {
+		t.Errorf("getWatcherEvents: %+v %v", evs, err)
+	}
+	other := newSession(t, ts, ann)
+	otherTok := server.E2BAccessToken(ts.Server, other, "acme", "ann")
+	if _, err := envdCall[map[string]string, events](t, ts, other, otherTok, "GetWatcherEvents", &map[string]string{"watcherId": wid.WatcherID}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("another sandbox's getWatcherEvents: %v", err)
+	}
+	if _, err := envdCall[map[string]string, struct{}](t, ts, other, otherTok, "RemoveWatcher", &map[string]string{"watcherId": wid.WatcherID}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("another sandbox's removeWatcher: %v", err)
+	}
+	if _, err := envdCall[map[string]string, struct{}](t, ts, id, tok, "RemoveWatcher", &map[string]string{"watcherId": wid.WatcherID}); err != nil {
+		t.Errorf("removeWatcher: %v", err)
+	}
+	if _, err := envdCall[map[string]string, events](t, ts, id, tok, "GetWatcherEvents", &map[string]string{"watcherId": wid.WatcherID}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("getWatcherEvents after remove: %v", err)
 	}
 
 	// Hostile paths.
