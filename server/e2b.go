@@ -100,6 +100,11 @@ func e2bErrors(next echo.HandlerFunc) echo.HandlerFunc {
 		if msg == "" {
 			msg = http.StatusText(status)
 		}
+		if h := c.Request().Header; status == http.StatusUnauthorized && h.Get("X-API-Key") == "" && h.Get(echo.HeaderAuthorization) == "" {
+			// authenticate speaks of Authorization: Bearer; an E2B
+			// client sets its key otherwise.
+			msg = "no API key: give your moat API key as the E2B API key (E2B_API_KEY, or apiKey in the SDK's options; it is sent as X-API-Key); create one with `moat keys create --org ORG --user USER`"
+		}
 		return c.JSON(status, e2bError{Code: status, Message: msg})
 	}
 }

@@ -78,6 +78,9 @@ func TestE2BControlPlane(t *testing.T) {
 	id := sb.SandboxID
 	second := e2bDo(t, ts, "POST", "/sandboxes", "", "")
 	e2bErrorOf(t, "no key", second, http.StatusUnauthorized)
+	if !strings.Contains(string(second.body), "E2B_API_KEY") {
+		t.Errorf("no key: %s, want the E2B setting named", second.body)
+	}
 	e2bErrorOf(t, "a wrong key", e2bDo(t, ts, "GET", "/v2/sandboxes", "moat_wrong", ""), http.StatusUnauthorized)
 	if r := ts.do(t, "GET", "/e2b/sandboxes/"+id, ann, nil); r.status != http.StatusOK {
 		t.Errorf("Authorization: Bearer works too: %d %s", r.status, r.body)
