@@ -345,7 +345,9 @@ func TestE2BFilesystem(t *testing.T) {
 // installed by make e2b-sdk): an agent's code with E2B_API_URL and
 // E2B_SANDBOX_URL pointing at moat and its moat key as the E2B key —
 // create, stateful runCode in python and js, contexts, files both ways,
-// setTimeout, connect, list, another organization refused, kill.
+// watchDir, hostile code held by the workspace's grant (/etc, .., a
+// symbolic link out), setTimeout, connect, list, another organization
+// refused, kill; each step's time is logged.
 func TestE2BSDK(t *testing.T) {
 	testenv.Slow(t, "runs node and cold interpreters")
 	node, err := exec.LookPath("node")

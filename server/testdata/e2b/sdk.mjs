@@ -94,6 +94,19 @@ await watch.stop();
 if (!events.includes("create:watched.txt")) throw new Error("watchDir: " + JSON.stringify(events));
 ok("watchDir");
 
+// The code is held by the workspace's grant: nothing of the host's file
+// system, no symbolic link out, no way up from /home/user.
+for (const code of [
+  "open('/etc/passwd').read()",
+  "open('/home/user/../../etc/passwd').read()",
+  "import os\nos.symlink('/etc', '/home/user/etc')",
+]) {
+  const ex = await sbx.runCode(code);
+  if (!ex.error) throw new Error(`hostile code ran: ${code}: ${ex.text}`);
+}
+await rejects("read a link the code tried", sbx.files.read("etc/passwd"));
+ok("hostile code held");
+
 await sbx.setTimeout(600_000);
 const info = await sbx.getInfo();
 if (info.endAt.getTime() < Date.now() + 500_000) throw new Error("setTimeout: ends " + info.endAt.toISOString());
