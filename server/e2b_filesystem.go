@@ -341,8 +341,8 @@ func watchDiff(before, now map[string]watchSeen) []*envdFSEvent {
 // E2B's synchronous Python SDK uses instead of the WatchDir stream) is
 // the last look at a directory, kept in memory for its session; each
 // GetWatcherEvents looks again and answers the difference. A session has
-// at most e2bMaxWatches of them; those of ended sessions go when the next
-// is made.
+// at most e2bMaxWatches of them; those of ended sessions go within a
+// minute (reapWatcher), or when the next is made.
 type polledWatcher struct {
 	session string
 	dir     string
@@ -394,7 +394,27 @@ func (s *Server) envdCreateWatcher(_ context.Context, sb *e2bSandbox, req *envdW
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the sandbox has %d watchers, the most it may have; remove one", n))
 	}
 	e2bWatchers.m[id] = &polledWatcher{session: sb.Session.ID(), dir: dir.Path, before: before}
+	s.reapWatcher(id)
 	return &envdWatcherID{WatcherID: id}, nil
+}
+
+// reapWatcher drops watcher id, and its last look, once its session has
+// ended: it looks every minute, so no one needs to call again for an
+// ended session's watchers to go.
+func (s *Server) reapWatcher(id string) {
+	time.AfterFunc(time.Minute, func() {
+		e2bWatchers.Lock()
+		defer e2bWatchers.Unlock()
+		w := e2bWatchers.m[id]
+		if w == nil {
+			return
+		}
+		if _, live := s.sessions.Owner(w.session); !live {
+			delete(e2bWatchers.m, id)
+			return
+		}
+		s.reapWatcher(id)
+	})
 }
 
 // watcherOf returns the sandbox's watcher id (another sandbox's is not
