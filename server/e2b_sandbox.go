@@ -68,6 +68,8 @@ func (s *Server) e2bAccessToken(id string, owner policy.Principal) string {
 type e2bSandbox struct {
 	Session *sessions.Session
 	Owner   policy.Principal
+	// Correlation is the request's correlation id, for the audit trail.
+	Correlation string
 }
 
 type e2bSandboxKey struct{}
@@ -108,6 +110,12 @@ func (s *Server) e2bDataPlane(envd, interp *http.ServeMux) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		id, token := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("X-Access-Token")
+		if token == "" {
+			// The code interpreter SDK sends the access token on /execute
+			// only; its context calls carry the traffic token, which the
+			// control plane answers with the same MAC (e2b.go).
+			token = r.Header.Get("E2B-Traffic-Access-Token")
+		}
 		var mux *http.ServeMux
 		switch port := r.Header.Get("E2b-Sandbox-Port"); port {
 		case e2bEnvdPort:
@@ -120,6 +128,13 @@ func (s *Server) e2bDataPlane(envd, interp *http.ServeMux) echo.HandlerFunc {
 			return problem(http.StatusNotFound, "not_found", "port %.8q of a sandbox is not served by moat: only envd (%s) and the code interpreter (%s) are", port, e2bEnvdPort, e2bInterpreterPort)
 		}
 		owner, ok := s.e2bOwner(r.Context(), id, token)
+		if !ok && mux == envd && strings.TrimPrefix(r.URL.Path, e2bSandboxPrefix) == "/health" {
+			// E2B's proxy answers 502 for a sandbox that is gone, and the
+			// SDKs' isRunning reads that as false; every refusal of
+			// /health is that answer, so it too tells nothing of which
+			// sessions exist.
+			return problem(http.StatusBadGateway, "not_found", "sandbox %.64q is not running (or the token is not its)", id)
+		}
 		if !ok {
 			return problem(http.StatusNotFound, "not_found", "no sandbox %.64q for this access token: the token is the envdAccessToken its creation returned (Sandbox.connect gives it again)", id)
 		}
@@ -140,7 +155,7 @@ func (s *Server) e2bDataPlane(envd, interp *http.ServeMux) echo.HandlerFunc {
 			}
 			return sessionProblem(err)
 		}
-		ctx := context.WithValue(r.Context(), e2bSandboxKey{}, &e2bSandbox{Session: sess, Owner: owner})
+		ctx := context.WithValue(r.Context(), e2bSandboxKey{}, &e2bSandbox{Session: sess, Owner: owner, Correlation: correlationID(c)})
 		r2 := r.Clone(ctx)
 		r2.URL.Path = strings.TrimPrefix(r.URL.Path, e2bSandboxPrefix)
 		r2.URL.RawPath = ""
@@ -214,4 +229,44 @@ func connectErr(err error) *connect.Error {
 		}
 	}
 	return connect.NewError(connect.CodeInternal, err)
+}
+
+// e2bMaxStream bounds how long one stream of the data plane (WatchDir,
+// a run's output) may be written: past http.write_timeout, which the
+// front door sets when the response starts, and no further.
+const e2bMaxStream = time.Hour
+
+// longWriter extends the write deadline to until once the response has
+// started (the front door sets http.write_timeout then), so a stream
+// outlives the write timeout by as much as its handler allows and no more.
+type longWriter struct {
+	http.ResponseWriter
+	until   time.Time
+	started bool
+}
+
+func (w *longWriter) WriteHeader(code int) {
+	w.ResponseWriter.WriteHeader(code)
+	if !w.started {
+		w.started = true
+		_ = setDeadline(w.ResponseWriter, false, w.until)
+	}
+}
+
+func (w *longWriter) Write(b []byte) (int, error) {
+	if !w.started {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *longWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *longWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// e2bStream serves h with a write deadline of d from the request's start.
+func e2bStream(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&longWriter{ResponseWriter: w, until: time.Now().Add(d)}, r)
+	})
 }

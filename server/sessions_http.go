@@ -107,8 +107,9 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	e.GET("/v1/sessions/:id/files", s.sessionReadFile, auth)
 	e.DELETE("/v1/sessions/:id/files", s.sessionRemoveFile, auth)
 	e.GET("/v1/sessions/:id/files/list", s.sessionListFiles, auth)
+	s.e2bRoutes(e, auth)
 	envd, interp := s.e2bMuxes()
-	e.Any(e2bSandboxPrefix+"/*", s.e2bDataPlane(envd, interp))
+	e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, e2bSandboxPrefix+"/*", s.e2bDataPlane(envd, interp))
 }
 
 // sessionProblem turns a sessions or host error into a problem.

@@ -295,3 +295,23 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	s.contexts[name] = cc
 	return cc, nil
 }
+
+// CloseContext ends the context name: its interpreter and globals go; a
+// later run of that name starts a fresh one (E2B's removeCodeContext, and
+// with that run its restartCodeContext).
+func (s *Session) CloseContext(ctx context.Context, correlation, name string) error {
+	s.mu.Lock()
+	cc := s.contexts[name]
+	if cc != nil {
+		delete(s.contexts, name)
+	}
+	s.mu.Unlock()
+	if cc == nil {
+		return &Error{Code: "not_found", Session: s.id, Reason: fmt.Sprintf("no context %.64q in this session", name)}
+	}
+	cc.mu.Lock() // after the run in progress, if any
+	cc.close(ctx)
+	cc.mu.Unlock()
+	s.m.record(ctx, s, correlation, "context.close", audit.Allow, "context "+name)
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/moat-sandbox/moat/host/audit"
 )
@@ -27,6 +28,10 @@ type Entry struct {
 	Path string `json:"path"` // as the code sees it, /home/user/...
 	Type string `json:"type"` // file, dir or other
 	Size int64  `json:"size"`
+	// Mode and ModTime are what Stat and List saw (E2B's EntryInfo
+	// carries them; /v1's listing leaves them out, as it always has).
+	Mode    fs.FileMode `json:"-"`
+	ModTime time.Time   `json:"-"`
 }
 
 // MaxListEntries bounds one listing.
@@ -219,6 +224,7 @@ func (s *Session) List(p string) ([]Entry, error) {
 			continue
 		}
 		if info, err := d.Info(); err == nil {
+			e.Mode, e.ModTime = info.Mode(), info.ModTime()
 			switch {
 			case info.IsDir():
 				e.Type = "dir"
@@ -248,4 +254,94 @@ func (s *Session) Remove(ctx context.Context, correlation, p string) error {
 	s.touch()
 	s.m.record(ctx, s, correlation, "files.remove", audit.Allow, guestPath(rp))
 	return nil
+}
+
+// entryOf describes the name rp whose Lstat is st.
+func entryOf(rp string, st fs.FileInfo) *Entry {
+	e := &Entry{Name: path.Base(rp), Path: guestPath(rp), Type: "other", Mode: st.Mode(), ModTime: st.ModTime()}
+	switch {
+	case st.IsDir():
+		e.Type = "dir"
+	case st.Mode().IsRegular():
+		e.Type, e.Size = "file", st.Size()
+	}
+	if rp == "." {
+		e.Name = path.Base(WorkspacePath)
+	}
+	return e
+}
+
+// Stat describes p (the workspace when empty), a symbolic link itself
+// rather than what it names.
+func (s *Session) Stat(p string) (*Entry, error) {
+	r, rp, err := s.at(p, true)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	st, err := r.Lstat(rp)
+	if err != nil {
+		return nil, s.fsErr(rp, err)
+	}
+	s.touch()
+	return entryOf(rp, st), nil
+}
+
+// MakeDir makes the directory p and its parents; a name that is already
+// there is a conflict (E2B's makeDir answers false for it).
+func (s *Session) MakeDir(ctx context.Context, correlation, p string) (*Entry, error) {
+	r, rp, err := s.at(p, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if _, err := r.Lstat(rp); err == nil {
+		return nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("%s already exists", guestPath(rp))}
+	}
+	if _, names := s.usage(r); names >= s.m.cfg.MaxFiles {
+		return nil, &Error{Code: "resource_exhausted", Session: s.id, Reason: fmt.Sprintf("the workspace holds %d names, its limit (sessions.max_files); remove some", names)}
+	}
+	if err := r.MkdirAll(rp, 0o755); err != nil {
+		return nil, s.fsErr(rp, err)
+	}
+	st, err := r.Lstat(rp)
+	if err != nil {
+		return nil, s.fsErr(rp, err)
+	}
+	s.touch()
+	s.m.record(ctx, s, correlation, "files.mkdir", audit.Allow, guestPath(rp))
+	return entryOf(rp, st), nil
+}
+
+// Move renames from to to, making to's parent directories; both lie
+// beneath the workspace by rel's rule and the root's, so neither a path
+// nor a link on either side leads out.
+func (s *Session) Move(ctx context.Context, correlation, from, to string) (*Entry, error) {
+	r, src, err := s.at(from, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	dst, err := rel(to, false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.Lstat(src); err != nil {
+		return nil, s.fsErr(src, err)
+	}
+	if dir := path.Dir(dst); dir != "." {
+		if err := r.MkdirAll(dir, 0o755); err != nil {
+			return nil, s.fsErr(dst, err)
+		}
+	}
+	if err := r.Rename(src, dst); err != nil {
+		return nil, s.fsErr(dst, err)
+	}
+	st, err := r.Lstat(dst)
+	if err != nil {
+		return nil, s.fsErr(dst, err)
+	}
+	s.touch()
+	s.m.record(ctx, s, correlation, "files.move", audit.Allow, guestPath(src)+" -> "+guestPath(dst))
+	return entryOf(dst, st), nil
 }
