@@ -220,3 +220,76 @@ func jsonQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// TestMCPConfirmationHostile: the request state a confirmation's retry
+// carries is the pending confirmation's token; a retry cannot change what
+// runs (the stored input runs, not the retry's arguments), another
+// principal's retry with the token is refused, and the token is good once.
+func TestMCPConfirmationHostile(t *testing.T) {
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann", "admin")
+	bob := ts.key(t, "acme", "bob")
+	eve := ts.key(t, "acme", "eve")
+	if r := ts.upload(t, ann, tinyWasm(t), mcpManifest("tools")); r.status != http.StatusCreated {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	// A client that handles the multi-round trip itself, as an attacker's
+	// would: it sees the input request and the state.
+	raw := func(key string) *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: "raw", Version: "1"}, &mcp.ClientOptions{
+			MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			}})
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp",
+			HTTPClient: &http.Client{Transport: bearerTransport{key: key}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	ctx := context.Background()
+	bobs := raw(bob)
+	first, err := bobs.CallTool(ctx, &mcp.CallToolParams{Name: "tools.approve", Arguments: map[string]any{"pay": 1}})
+	if err != nil || !first.NeedsInput() || first.RequestState == "" {
+		t.Fatalf("first call: %+v %v; want an input request", first, err)
+	}
+	accept := mcp.InputResponseMap{}
+	for id := range first.InputRequests {
+		accept[id] = &mcp.ElicitResult{Action: "accept"}
+	}
+	text := func(r *mcp.CallToolResult) string {
+		var b strings.Builder
+		for _, c := range r.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				b.WriteString(tc.Text)
+			}
+		}
+		return b.String()
+	}
+	// Eve, of the same organization, replays bob's state as her own.
+	res, err := raw(eve).CallTool(ctx, &mcp.CallToolParams{Name: "tools.approve", Arguments: map[string]any{"pay": 1},
+		InputResponses: accept, RequestState: first.RequestState})
+	if err != nil || !res.IsError || !strings.Contains(text(res), "another principal") {
+		t.Errorf("eve's replay: %+v %v", res, err)
+	}
+	// Bob's retry with other arguments runs what was stored.
+	res, err = bobs.CallTool(ctx, &mcp.CallToolParams{Name: "tools.approve", Arguments: map[string]any{"pay": 1000000},
+		InputResponses: accept, RequestState: first.RequestState})
+	if err != nil || res.IsError || text(res) != `{"pay":1}` {
+		t.Errorf("bob's retry: %q %v", text(res), err)
+	}
+	// Once.
+	res, err = bobs.CallTool(ctx, &mcp.CallToolParams{Name: "tools.approve", Arguments: map[string]any{"pay": 1},
+		InputResponses: accept, RequestState: first.RequestState})
+	if err != nil || !res.IsError || !strings.Contains(text(res), "used") {
+		t.Errorf("bob's second retry: %q %v", text(res), err)
+	}
+	// A made-up state is no confirmation.
+	res, err = bobs.CallTool(ctx, &mcp.CallToolParams{Name: "tools.approve", Arguments: map[string]any{"pay": 1},
+		InputResponses: accept, RequestState: "../../v1/modules"})
+	if err != nil || !res.IsError {
+		t.Errorf("a made-up state: %q %v", text(res), err)
+	}
+}
