@@ -72,6 +72,7 @@ func nodeMCP(t *testing.T, plan mcpPlan) mcpOutcome {
 // key is a 401 and a cross-origin request a 403; a tool description
 // holding markup is refused at upload.
 func TestMCPTypeScriptClient(t *testing.T) {
+	testenv.Slow(t, "six node processes of the MCP SDK against moat serve and moat mcp; server's TestMCP covers /mcp under -short")
 	if _, err := exec.LookPath("node"); err != nil {
 		testenv.Require(t, "node runs the MCP TypeScript SDK client (apt install nodejs)")
 	}
