@@ -293,3 +293,23 @@ func TestMCPConfirmationHostile(t *testing.T) {
 		t.Errorf("a made-up state: %q %v", text(res), err)
 	}
 }
+
+// TestMCPMediaResource: a media item is a resource of its organization's
+// keys, and of nobody else's.
+func TestMCPMediaResource(t *testing.T) {
+	ts := start(t, "", nil)
+	bob := ts.key(t, "acme", "bob")
+	carol := ts.key(t, "globex", "carol")
+	png := pngBytes(t, 3, 2)
+	item := keep(t, ts.Store(), "acme", png)
+	uri := "moat://media/" + item.ID
+	res, err := mcpClient(t, ts, bob, nil).ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
+	if err != nil || len(res.Contents) != 1 || res.Contents[0].MIMEType != "image/png" || len(res.Contents[0].Blob) == 0 {
+		t.Fatalf("read %s as bob: %+v %v", uri, res, err)
+	}
+	for _, u := range []string{uri, "moat://media/../v1/modules", "moat://media/"} {
+		if _, err := mcpClient(t, ts, carol, nil).ReadResource(context.Background(), &mcp.ReadResourceParams{URI: u}); err == nil {
+			t.Errorf("carol of globex read %s", u)
+		}
+	}
+}

@@ -301,6 +301,7 @@ func (c *caller) build(ctx context.Context) (int, error) {
 	}
 	c.addRunCode(s)
 	c.addSessionTools(s)
+	c.addResources(s)
 	c.server = s
 	return 0, nil
 }
