@@ -3,11 +3,14 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/moat-sandbox/moat/server"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -312,4 +315,48 @@ func TestMCPMediaResource(t *testing.T) {
 			t.Errorf("carol of globex read %s", u)
 		}
 	}
+}
+
+// TestMCPProgress drives `moat mcp`'s server (ServeMCP, over pipes, the
+// API at the test server's URL): a call with a progress token hears that
+// it runs, and the tools are the key's.
+func TestMCPProgress(t *testing.T) {
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann", "admin")
+	if r := ts.upload(t, ann, tinyWasm(t), mcpManifest("tools")); r.status != http.StatusCreated {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	clientIn, serverOut := io.Pipe()
+	serverIn, clientOut := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- server.ServeMCP(ctx, ts.URL, ann, "test", serverIn, serverOut, quietLogger()) }()
+	heard := make(chan string, 8)
+	c := mcp.NewClient(&mcp.Implementation{Name: "progress-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { heard <- r.Params.Message }})
+	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := toolNames(t, cs); !slices.Contains(names, "tools.secret") {
+		t.Errorf("ann's tools over stdio: %v", names)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tools.echo", Arguments: map[string]any{"name": "p"},
+		Meta: mcp.Meta{"progressToken": "p1"}})
+	if err != nil || res.IsError {
+		t.Fatalf("call: %+v %v", res, err)
+	}
+	select {
+	case m := <-heard:
+		if m != "running tools.echo" {
+			t.Errorf("progress %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no progress notification")
+	}
+	cs.Close()
+	clientOut.Close()
+	cancel()
+	<-served
 }

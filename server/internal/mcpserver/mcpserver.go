@@ -61,7 +61,9 @@ type Options struct {
 	Logger               *slog.Logger
 }
 
-// NewHandler returns the streamable HTTP handler of /mcp: stateless,
+// NewHandler returns the streamable HTTP handler of /mcp: stateless, each
+// answer one JSON document (the front door serves no event streams, so
+// progress notifications reach stdio clients only),
 // cross-origin requests refused (a browser page of another origin cannot
 // drive a local agent's tools), and no tools without a key (401, with
 // the WWW-Authenticate header that points at the resource metadata).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -89,7 +90,9 @@ func (c *caller) addAction(s *mcp.Server, mod string, a action) {
 			}
 			body = args.Input
 		}
+		stop := progress(ctx, req, name)
 		ans, err := c.do(ctx, http.MethodPost, path, body, client, name)
+		stop()
 		if err != nil {
 			return nil, err
 		}
@@ -206,7 +209,9 @@ func (c *caller) addRunCode(s *mcp.Server) {
 			if err != nil {
 				return nil, err
 			}
+			stop := progress(ctx, req, "run_code")
 			ans, err := c.do(ctx, http.MethodPost, "/v1/runs", body, client, "run_code")
+			stop()
 			if err != nil {
 				return nil, err
 			}
@@ -352,7 +357,9 @@ func (c *caller) addSessionTools(s *mcp.Server) {
 				if err != nil {
 					return toolError("%s: %v", t.name, err), nil
 				}
+				stop := progress(ctx, req, t.name)
 				ans, err := c.do(ctx, method, path, body, clientName(req), t.name)
+				stop()
 				if err != nil {
 					return nil, err
 				}
@@ -362,4 +369,39 @@ func (c *caller) addSessionTools(s *mcp.Server) {
 				return jsonResult(ans), nil
 			})
 	}
+}
+
+// progressEvery is how often a call still running says so.
+const progressEvery = 5 * time.Second
+
+// progress reports a call's progress to a client that asked for it (a
+// progress token): "running" at once, then a beat every progressEvery
+// until stop, so a client that resets its timeout on progress waits out
+// a long action or run rather than giving up on it.
+func progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop func()) {
+	tok := req.Params.GetProgressToken()
+	if tok == nil || req.Session == nil {
+		return func() {}
+	}
+	send := func(n float64, msg string) {
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: n, Message: msg})
+	}
+	send(0, "running "+what)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		start := time.Now()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				send(float64(n), fmt.Sprintf("%s: still running after %s", what, time.Since(start).Round(time.Second)))
+			}
+		}
+	}()
+	return func() { close(done) }
 }
