@@ -121,6 +121,8 @@ type Config struct {
 	Piston PistonConfig `yaml:"piston"`
 	// Sessions configures /v1/sessions (sessions_http.go).
 	Sessions SessionsConfig `yaml:"sessions"`
+	// MCP configures /mcp (mcp.go).
+	MCP MCPConfig `yaml:"mcp"`
 	// Languages configures the code executor's languages
 	// (LanguagesConfig): which to warm at start.
 	Languages LanguagesConfig `yaml:"languages"`
@@ -553,6 +555,9 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 	}
 	if _, err := c.MigrateMode(); err != nil {
 		return fail("migrate", "%v", err)
+	}
+	if err := c.MCP.check(); err != nil {
+		return fail("mcp.authorization_servers", "%v", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Families)) {
 		if err := ops.ValidateFamilyConfig(name, c.Families[name]); err != nil {

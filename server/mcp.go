@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode"
@@ -15,14 +18,48 @@ import (
 	"github.com/moat-sandbox/moat/server/internal/mcpserver"
 )
 
+// MCPConfig is the mcp: section of moat-server.yaml.
+type MCPConfig struct {
+	// Disabled turns /mcp off (moat mcp, a client of the API, still works).
+	Disabled bool `yaml:"disabled"`
+	// AuthorizationServers are the OAuth 2.1 authorization servers that
+	// /.well-known/oauth-protected-resource/mcp names (RFC 9728), for MCP
+	// clients that discover where to get a token. The bearer token is
+	// still a moat API key: an operator whose authorization server issues
+	// moat keys lists it here. Empty: no metadata is served.
+	AuthorizationServers []string `yaml:"authorization_servers"`
+}
+
+// check refuses authorization servers that are not https URLs (http on
+// this machine aside), and more than 8.
+func (m MCPConfig) check() error {
+	if len(m.AuthorizationServers) > 8 {
+		return fmt.Errorf("%d servers; list at most 8", len(m.AuthorizationServers))
+	}
+	for _, a := range m.AuthorizationServers {
+		u, err := url.Parse(a)
+		if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" ||
+			!(u.Scheme == "https" || u.Scheme == "http" && (u.Hostname() == "localhost" || net.ParseIP(u.Hostname()).IsLoopback())) {
+			return fmt.Errorf("%q is not an https:// URL of an authorization server (its issuer, like https://auth.example.com)", a)
+		}
+	}
+	return nil
+}
+
 // mcpRoutes answers MCP at /mcp (package server/internal/mcpserver): the
 // caller's tools, each call a request to this server's own API with the
 // caller's key, in process.
 func (s *Server) mcpRoutes(e *echo.Echo) {
+	if s.cfg.MCP.Disabled {
+		return
+	}
 	h := echo.WrapHandler(mcpserver.NewHandler(mcpserver.Options{
 		API:     mcpserver.InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) })),
-		Version: "moat", Logger: s.log,
+		Version: "moat", Logger: s.log, AuthorizationServers: s.cfg.MCP.AuthorizationServers,
 	}))
+	if len(s.cfg.MCP.AuthorizationServers) > 0 {
+		e.GET(mcpserver.MetadataPath, h)
+	}
 	// Stateless: no GET stream, no session to DELETE (the handler would
 	// answer 405); a cross-origin browser's preflight gets no CORS answer.
 	e.POST("/mcp", h)

@@ -360,3 +360,34 @@ func TestMCPProgress(t *testing.T) {
 	cancel()
 	<-served
 }
+
+// TestMCPResourceMetadata: with authorization servers configured, a 401
+// names the protected-resource metadata, which names them; a server that
+// is not an https URL is refused at start; mcp.disabled turns /mcp off.
+func TestMCPResourceMetadata(t *testing.T) {
+	ts := start(t, "", func(c *server.Config) { c.MCP.AuthorizationServers = []string{"https://auth.example.com"} })
+	r := ts.do(t, "POST", "/mcp", "", strings.NewReader(`{}`), "Content-Type", "application/json")
+	if r.status != http.StatusUnauthorized || !strings.Contains(r.header.Get("WWW-Authenticate"), "/.well-known/oauth-protected-resource/mcp") {
+		t.Errorf("401: %d %v", r.status, r.header)
+	}
+	r = ts.do(t, "GET", "/.well-known/oauth-protected-resource/mcp", "", nil)
+	if m := r.json(t); r.status != http.StatusOK || !strings.HasSuffix(m["resource"].(string), "/mcp") ||
+		m["authorization_servers"].([]any)[0] != "https://auth.example.com" {
+		t.Errorf("metadata: %d %s", r.status, r.body)
+	}
+	for _, bad := range []string{"http://auth.example.com", "javascript:alert(1)", "https://user@auth.example.com"} {
+		cfg := server.DefaultConfig()
+		cfg.DataDir, cfg.Logger = t.TempDir(), quietLogger()
+		cfg.MCP.AuthorizationServers = []string{bad}
+		if srv, err := server.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "mcp.authorization_servers") {
+			if srv != nil {
+				srv.Shutdown(context.Background())
+			}
+			t.Errorf("authorization server %q: %v", bad, err)
+		}
+	}
+	off := start(t, "", func(c *server.Config) { c.MCP.Disabled = true })
+	if r := off.do(t, "POST", "/mcp", off.key(t, "acme", "ann"), strings.NewReader(`{}`), "Content-Type", "application/json"); r.status != http.StatusNotFound && r.status != http.StatusMethodNotAllowed {
+		t.Errorf("disabled: %d %s", r.status, r.body)
+	}
+}

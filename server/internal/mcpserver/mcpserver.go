@@ -100,7 +100,7 @@ func NewHandler(o Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", cop.Handler(h))
 	if len(o.AuthorizationServers) > 0 {
-		mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
+		mux.HandleFunc("GET "+MetadataPath, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(map[string]any{
 				"resource":                 resourceURL(r),
@@ -132,6 +132,10 @@ func ServeStdio(ctx context.Context, o Options, key string, t mcp.Transport) err
 func ServeIO(ctx context.Context, o Options, key string, in io.ReadCloser, out io.WriteCloser) error {
 	return ServeStdio(ctx, o, key, &mcp.IOTransport{Reader: in, Writer: out})
 }
+
+// MetadataPath is where the protected-resource metadata of /mcp is
+// served (RFC 9728), when there are authorization servers to name.
+const MetadataPath = "/.well-known/oauth-protected-resource/mcp"
 
 type callerKey struct{}
 
@@ -174,7 +178,7 @@ func resourceURL(r *http.Request) string {
 
 func wellKnown(r *http.Request) string {
 	u := resourceURL(r)
-	return strings.TrimSuffix(u, "/mcp") + "/.well-known/oauth-protected-resource/mcp"
+	return strings.TrimSuffix(u, "/mcp") + MetadataPath
 }
 
 // answer is an API answer: its status and body.
