@@ -82,6 +82,11 @@ func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res R
 	if err != nil {
 		return Result{}, err
 	}
+	if a, ok := m.policy.manifest.Action(req.Action); ok && a.OutputSchema != nil {
+		if err := a.OutputSchema.Validate(out); err != nil {
+			return fail(abi.CodeGuestFault, err, "the output does not match the action's output_schema: %v", err)
+		}
+	}
 	return Result{Output: out}, nil
 }
 

@@ -173,10 +173,34 @@ func (m *Module) authorize(ctx context.Context, req *Request, confirmed bool) er
 		m.deny(ctx, req, audit.KindDecision, "", rule, reason)
 		return &Error{Module: m.name, Action: req.Action, Code: abi.CodeDenied, Reason: reason, Err: err}
 	}
-	if a, ok := mp.manifest.Action(req.Action); ok && a.Confirm && !confirmed {
+	a, ok := mp.manifest.Action(req.Action)
+	if ok && a.InputSchema != nil {
+		// Before a confirmation is asked for: nobody is asked to approve
+		// an input the action refuses anyway.
+		if err := a.InputSchema.Validate(req.Input); err != nil {
+			reason := err.Error() + " (input_schema of " + m.name + "." + req.Action + ")"
+			m.deny(ctx, req, audit.KindDecision, "", "manifest: input_schema", reason)
+			return &Error{Module: m.name, Action: req.Action, Code: abi.CodeInvalidArgument, Reason: reason, Err: err, decided: true}
+		}
+	}
+	if ok && a.Confirm && !confirmed {
 		return m.requestConfirmation(ctx, req, fmt.Sprintf("run %s.%s for %s", m.name, req.Action, req.Principal), "manifest: confirm: true")
 	}
 	return nil
+}
+
+// MayInvoke reports whether the principal's roles and permissions allow
+// the action, as Invoke would check them, without recording anything:
+// what a list of the caller's tools (MCP tools/list) and the console ask.
+// Invoke checks again, and audits.
+func (m *Module) MayInvoke(action string, p policy.Principal) bool {
+	if _, ok := m.acts.publicIdx[action]; !ok {
+		return false
+	}
+	if m.policy.implicit {
+		return true
+	}
+	return m.policy.profile.Authorize(m.policy.manifest, action, p) == nil
 }
 
 func (m *Module) deny(ctx context.Context, req *Request, kind, op, rule, reason string) {

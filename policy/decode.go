@@ -52,6 +52,8 @@ var shapes = map[reflect.Type]yamlstrict.Shape{
 	reflect.TypeFor[FileGrant]():      fileGrantShape,
 	reflect.TypeFor[Command]():        commandShape,
 	reflect.TypeFor[Capabilities]():   capsShape,
+	// A schema is JSON values of any shape: ParseSchema checks it.
+	reflect.TypeFor[Schema](): func(*index, *yaml.Node, string) error { return nil },
 }
 
 func httpCapsShape(ix *index, n *yaml.Node, path string) error {

@@ -119,6 +119,14 @@ type Action struct {
 	Timeout     Duration `yaml:"timeout,omitempty"`
 	MaxInput    ByteSize `yaml:"max_input,omitempty"`
 	MaxOutput   ByteSize `yaml:"max_output,omitempty"`
+	// Description says what the action does, for the agents that see it
+	// as an MCP tool and the people who see it in the console: plain text
+	// (CheckToolText).
+	Description string `yaml:"description,omitempty"`
+	// InputSchema and OutputSchema describe the action's input and output
+	// JSON (schema.go): checked at load, enforced on every call.
+	InputSchema  *Schema `yaml:"input_schema,omitempty"`
+	OutputSchema *Schema `yaml:"output_schema,omitempty"`
 }
 
 // Capabilities is a set of things a module may use beyond its own memory.
@@ -452,6 +460,22 @@ func (m *Manifest) check(ix *index) error {
 		}
 		if ix.Has(p+".max_output") && a.MaxOutput == 0 {
 			return ix.Errorf(p+".max_output", "must be more than 0; remove the line to use the host's default")
+		}
+		if err := CheckToolText(a.Description); err != nil {
+			return ix.Errorf(p+".description", "%v", err)
+		}
+		for _, sc := range []struct {
+			field string
+			s     **Schema
+		}{{p + ".input_schema", &a.InputSchema}, {p + ".output_schema", &a.OutputSchema}} {
+			if *sc.s == nil {
+				continue
+			}
+			c, err := ParseSchema((*sc.s).JSON)
+			if err != nil {
+				return ix.Errorf(sc.field, "%v", err)
+			}
+			*sc.s = c
 		}
 	}
 	if err := checkCaps(ix, "capabilities", &m.Capabilities, false); err != nil {

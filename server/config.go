@@ -125,6 +125,8 @@ type Config struct {
 	// database, which route a session's calls to the replica holding it
 	// (replicas.go).
 	Replica ReplicaConfig `yaml:"replica"`
+	// MCP configures /mcp (mcp.go).
+	MCP MCPConfig `yaml:"mcp"`
 	// Languages configures the code executor's languages
 	// (LanguagesConfig): which to warm at start.
 	Languages LanguagesConfig `yaml:"languages"`
@@ -557,6 +559,9 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 	}
 	if _, err := c.MigrateMode(); err != nil {
 		return fail("migrate", "%v", err)
+	}
+	if err := c.MCP.check(); err != nil {
+		return fail("mcp.authorization_servers", "%v", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Families)) {
 		if err := ops.ValidateFamilyConfig(name, c.Families[name]); err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -41,6 +42,34 @@ type ActionJSON struct {
 	Roles       []string `json:"roles,omitempty"`
 	Permissions []string `json:"permissions,omitempty"`
 	Confirm     bool     `json:"confirm,omitempty"`
+	// Description, InputSchema and OutputSchema are the manifest's
+	// (policy.Schema): what an agent sees of the action as an MCP tool.
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"input_schema,omitempty"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	// Callable is set, when the module is loaded, to whether the caller's
+	// roles and permissions allow the action (host.Module.MayInvoke).
+	Callable *bool `json:"callable,omitempty"`
+}
+
+// actionJSON describes a manifest's action.
+func actionJSON(a *policy.Action) ActionJSON {
+	aj := ActionJSON{Name: a.Name, Roles: a.Roles, Permissions: a.Permissions, Confirm: a.Confirm, Description: a.Description}
+	if a.InputSchema != nil {
+		aj.InputSchema = a.InputSchema.JSON
+	}
+	if a.OutputSchema != nil {
+		aj.OutputSchema = a.OutputSchema.JSON
+	}
+	return aj
+}
+
+// markCallable sets each action's Callable for the principal.
+func markCallable(out *ModuleJSON, e *entry, p policy.Principal) {
+	for i := range out.Actions {
+		ok := e.mod.MayInvoke(out.Actions[i].Name, p)
+		out.Actions[i].Callable = &ok
+	}
 }
 
 func describeModule(e *entry) ModuleJSON {
@@ -54,7 +83,7 @@ func describeModule(e *entry) ModuleJSON {
 	for _, a := range e.mod.Actions() {
 		aj := ActionJSON{Name: a}
 		if ma, ok := mf.Action(a); ok {
-			aj.Roles, aj.Permissions, aj.Confirm = ma.Roles, ma.Permissions, ma.Confirm
+			aj = actionJSON(ma)
 		}
 		out.Actions = append(out.Actions, aj)
 	}
@@ -86,7 +115,9 @@ func (s *Server) listModules(c echo.Context) error {
 		var fe *loadFailedError
 		switch {
 		case e != nil:
-			out = append(out, describeModule(e))
+			m := describeModule(e)
+			markCallable(&m, e, p)
+			out = append(out, m)
 		case errors.As(err, &le):
 			out = append(out, describeStored(v, "loading"))
 		case errors.As(err, &fe):
@@ -106,7 +137,7 @@ func describeStored(v store.ModuleVersion, state string) ModuleJSON {
 	if v.Manifest != nil {
 		if mf, err := policy.ParseManifest("moat.yaml", v.Manifest); err == nil {
 			for _, a := range mf.Actions {
-				out.Actions = append(out.Actions, ActionJSON{Name: a.Name, Roles: a.Roles, Permissions: a.Permissions, Confirm: a.Confirm})
+				out.Actions = append(out.Actions, actionJSON(&a))
 			}
 		}
 	}
@@ -146,7 +177,9 @@ func (s *Server) getModule(c echo.Context) error {
 	if perr := s.moduleProblem(org, name, correlationID(c), e, err); perr != nil {
 		return perr
 	}
-	return c.JSON(http.StatusOK, describeModule(e))
+	m := describeModule(e)
+	markCallable(&m, e, principalOf(c))
+	return c.JSON(http.StatusOK, m)
 }
 
 // VersionJSON is one uploaded version of a module.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server/internal/mcpserver"
 )
 
 // ctxState is the key of the request's *reqState on the echo context.
@@ -90,6 +91,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/languages", s.listLanguages, auth)
 	e.POST("/v1/runs", s.runs, auth, run)
 	s.sessionRoutes(e, auth, run)
+	s.mcpRoutes(e)
 	e.GET("/v1/admin/secrets/:org", s.listSecrets, auth)
 	e.PUT("/v1/admin/secrets/:org/:name", s.putSecret, auth)
 	e.DELETE("/v1/admin/secrets/:org/:name", s.deleteSecret, auth)
@@ -240,6 +242,11 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		st := stateOf(c)
 		st.principal, st.keyID = policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles}, key.ID
+		if tool := c.Request().Header.Get(mcpserver.HeaderTool); tool != "" {
+			err := next(c)
+			s.auditMCP(c, tool, err)
+			return err
+		}
 		return next(c)
 	}
 }

@@ -69,6 +69,10 @@ const (
 	// KindSession records a step of a session (server/sessions): create,
 	// run, files, timeout, kill, expire (Rule), Attrs["session"] its id.
 	KindSession = "session"
+	// KindMCP records a request an MCP tool call made (moat serve's /mcp,
+	// moat mcp): Rule the tool, Attrs the tool, the client it said it
+	// was and the answer's status.
+	KindMCP = "mcp"
 
 	Allow = "allow"
 	Deny  = "deny"

@@ -24,7 +24,7 @@ import (
 type AuditEvent struct {
 	ID            string    // unique; set by the caller (a sortable id such as a time-prefixed random hex); AuditInsert generates one when empty
 	Time          time.Time // UTC, stored as unix nanoseconds; AuditInsert uses the current time when zero
-	Kind          string    // "decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task", "secret", "route", "session"
+	Kind          string    // "decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task", "secret", "route", "session", "mcp"
 	Decision      string    // "allow", "deny" or ""
 	CorrelationID string
 	Module        string
@@ -61,7 +61,7 @@ const (
 )
 
 // auditKinds are the valid values of AuditEvent.Kind.
-var auditKinds = []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task", "secret", "route", "session"}
+var auditKinds = []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task", "secret", "route", "session", "mcp"}
 
 // The range of times a unix nanosecond count can hold.
 var (

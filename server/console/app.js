@@ -119,6 +119,31 @@ function selectModule(name) {
     if (a.confirm) label += "  · needs confirmation";
     sel.append(el("option", { value: a.name }, label));
   }
+  showActionHelp();
+}
+
+// showActionHelp shows the selected action's description and input
+// schema (moat.yaml's; the host checks every input against it) under the
+// form, and a skeleton of the input as the placeholder.
+function showActionHelp() {
+  const m = state.modules.find((x) => x.name === state.current);
+  const a = m && m.actions.find((x) => x.name === $("#action-select").value);
+  const parts = [];
+  if (a && a.description) parts.push(a.description);
+  if (a && a.input_schema) parts.push("Input schema: " + JSON.stringify(a.input_schema));
+  const help = $("#action-help");
+  help.textContent = parts.join(" — ");
+  help.hidden = parts.length === 0;
+  $("#input").placeholder = a && a.input_schema ? inputSkeleton(a.input_schema) : "The action's input (sent as the request body)";
+}
+$("#action-select").addEventListener("change", showActionHelp);
+
+function inputSkeleton(s) {
+  const blank = { string: "", integer: 0, number: 0, boolean: false, array: [], object: {} };
+  if (s.type !== "object" || !s.properties) return "JSON, as the input schema says";
+  const o = {};
+  for (const [k, p] of Object.entries(s.properties)) o[k] = p && p.type in blank ? blank[p.type] : null;
+  return JSON.stringify(o);
 }
 
 $("#invoke-form").addEventListener("submit", async (ev) => {

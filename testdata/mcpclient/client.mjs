@@ -1,0 +1,43 @@
+// An MCP client for moat's tests: the TypeScript SDK, as an agent's host
+// would use it. Reads a plan as JSON from argv[2]:
+//   {"transport": "http", "url": ".../mcp", "key": "..."}
+//   {"transport": "stdio", "command": "moat", "args": ["mcp", ...], "env": {...}}
+// with "elicit": "accept" | "decline" | null (null: no elicitation
+// capability) and "calls": [{"name": ..., "arguments": {...}}]. Prints
+// {"tools": [...], "results": [{"isError", "text"}], "elicited": [...]}.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const plan = JSON.parse(process.argv[2]);
+const capabilities = plan.elicit ? { elicitation: { form: {} } } : {};
+const client = new Client({ name: "node-test-agent", version: "0.1.0" }, { capabilities });
+const elicited = [];
+if (plan.elicit) {
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    elicited.push(req.params.message);
+    return plan.elicit === "accept" ? { action: "accept", content: {} } : { action: plan.elicit };
+  });
+}
+let transport;
+if (plan.transport === "http") {
+  transport = new StreamableHTTPClientTransport(new URL(plan.url), {
+    requestInit: { headers: { Authorization: `Bearer ${plan.key}` } },
+  });
+} else {
+  transport = new StdioClientTransport({ command: plan.command, args: plan.args, env: plan.env, stderr: "inherit" });
+}
+await client.connect(transport);
+const { tools } = await client.listTools();
+const results = [];
+for (const call of plan.calls || []) {
+  try {
+    const r = await client.callTool({ name: call.name, arguments: call.arguments });
+    results.push({ isError: !!r.isError, text: (r.content || []).map((c) => c.text || "").join("") });
+  } catch (e) {
+    results.push({ isError: true, text: "protocol error: " + e.message });
+  }
+}
+await client.close();
+console.log(JSON.stringify({ tools: tools.map((t) => t.name), results, elicited }));
