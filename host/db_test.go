@@ -74,7 +74,7 @@ func dbHosts(t *testing.T, f func(t *testing.T, newHost func() *host.Host)) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			cache := t.TempDir()
+			cache := compileCache // dbguest compiled once per its bytes, not once per test and backend
 			f(t, func() *host.Host {
 				h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: cache, Store: st, Profile: p, Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {

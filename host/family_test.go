@@ -184,7 +184,7 @@ func TestFamilyLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cfg := host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Families: map[string]any{"stamp": &stampConfig{Prefix: "S-", Start: 7}, "secrets": &ops.SecretsConfig{Source: secretSource{}}}}
 	h, err := host.New(ctx, cfg)
 	if err != nil {

@@ -102,7 +102,7 @@ func TestKVScope(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	newH := func() *host.Host {
-		h, err := host.New(ctx, host.Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		h, err := host.New(ctx, host.Config{DataDir: dir, CacheDir: compileCache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

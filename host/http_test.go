@@ -714,7 +714,7 @@ default:
 		"no secrets":     {Profile: p},
 		"a vault no key": {Profile: p, Families: map[string]any{"secrets": &ops.SecretsConfig{Source: secrets.NewVault(host.StoreOf(h), nil, nil)}}},
 	} {
-		src.DataDir = t.TempDir()
+		src.DataDir, src.CacheDir = t.TempDir(), compileCache
 		src.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		h2, err := host.New(ctx, src)
 		if err != nil {

@@ -53,7 +53,7 @@ func policyHost(t *testing.T, profileYAML string) *host.Host {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := hosttest.New(t, host.Config{DataDir: t.TempDir(), CacheDir: compileCache, Profile: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { h.Close(ctx) })
 	return h
 }

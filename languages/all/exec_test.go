@@ -160,6 +160,9 @@ func TestHelloEveryLanguage(t *testing.T) {
 		name := l.Info().Name
 		t.Run(name, func(t *testing.T) {
 			needLanguage(t, name)
+			if name == "go" || name == "rust" || name == "assemblyscript" || name == "cpp" {
+				testenv.Slow(t, "a cold build of its hello world (2-6 CPU-s); c shows the compiled path")
+			}
 			res, err := e.Exec(context.Background(), helloRequest(name, hello(t, l)))
 			if err != nil {
 				t.Fatal(err)

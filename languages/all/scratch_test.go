@@ -13,6 +13,7 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/policy/kernel"
 )
 
 // The per-language programs of TestSleepAndScratchEveryLanguage: each
@@ -200,11 +201,18 @@ func scratchDirs(t *testing.T) map[string]bool {
 // newScratchDirs are the scratch directories made since before and still
 // there. Other tests of the package run in parallel only in their own
 // processes' directories (the executor's are this process's), so any new
-// one is this test's.
+// one is this test's; a directory named for another process (another
+// package's test binary, a moat a CLI test started, another checkout's
+// tests in the same /tmp) is not.
 func newScratchDirs(t *testing.T, before map[string]bool) []string {
 	t.Helper()
 	var out []string
+	others := filepath.Join(os.TempDir(), "moat-scratch-job-")
+	mine := others + kernel.OwnJobCgroupTag()
 	for m := range scratchDirs(t) {
+		if strings.HasPrefix(m, others) && !strings.HasPrefix(m, mine) {
+			continue
+		}
 		if !before[m] {
 			out = append(out, m)
 		}

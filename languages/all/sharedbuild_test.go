@@ -85,6 +85,9 @@ func TestSharedBuildOwnContext(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if i != 0 && i != 4 {
+				testenv.Slow(t, "a Go build and its compile to machine code per case; the first case and the shared compile error show the path")
+			}
 			code := tc.code
 			if code == "" {
 				code = prog

@@ -141,7 +141,7 @@ def seen(inp):
 `
 	reads = strings.ReplaceAll(reads, "BASE", base)
 	a, b := base+"/a", base+"/b"
-	for _, tt := range []struct {
+	for i, tt := range []struct {
 		name           string
 		main           string
 		grantsA        string
@@ -162,7 +162,14 @@ def seen(inp):
 		{name: "top level reads no grant, no grants", main: keeps, grantsA: "[]", grantsB: "[]", imageA: true, imageB: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, bFirst := range []bool{false, true} {
+			if i >= 3 {
+				testenv.Slow(t, "two more image shapes of a top level that reads no grant (about 4 CPU-s each); the same shape's case shows the path")
+			}
+			orders := []bool{false, true}
+			if testing.Short() {
+				orders = orders[:1] // A loaded first; make test also loads B first (about 3 CPU-s a case)
+			}
+			for _, bFirst := range orders {
 				ha, hb, cache := tenantHosts(t, base)
 				var ma, mb *host.Module
 				var err error

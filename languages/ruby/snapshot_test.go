@@ -3,6 +3,7 @@ package ruby_test
 import (
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
 
@@ -20,8 +21,11 @@ exit 3`, "line\n", []string{"a", "-b", "ünï", "it's"}},
 		{"exit! and abort", "$stdout.puts 'x'\nabort 'bad input'\n", "", nil},
 		{"no processes", "begin; system('ls'); rescue NotImplementedError => e; puts e.message; end\n", "", nil},
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if i >= 2 {
+				testenv.Slow(t, "a cold start of CRuby per case (about 1 CPU-s); argv, stdin, env, status and an exception show the path")
+			}
 			in := languages.RunInput{Stdin: []byte(tt.stdin), Args: tt.args, Env: map[string]string{"GREETING": "hi"}}
 			warm, err := run(t, in, "main.rb", tt.script)
 			if err != nil {
