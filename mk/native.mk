@@ -4,3 +4,7 @@
 # MOAT_REQUIRE_TOOLS=1 without it).
 
 APT_PACKAGES += python3-numpy
+
+# Java (issue 33): Debian's OpenJDK, javac and java both confined natively
+# (languages/java).
+APT_PACKAGES += openjdk-17-jdk-headless

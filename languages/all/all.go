@@ -10,6 +10,7 @@ import (
 	_ "github.com/moat-sandbox/moat/languages/c"
 	_ "github.com/moat-sandbox/moat/languages/cpp"
 	_ "github.com/moat-sandbox/moat/languages/golang"
+	_ "github.com/moat-sandbox/moat/languages/java"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
 	_ "github.com/moat-sandbox/moat/languages/nativepython"
 	_ "github.com/moat-sandbox/moat/languages/python"

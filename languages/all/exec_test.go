@@ -220,7 +220,7 @@ func TestPeakMemory(t *testing.T) {
 func TestAliases(t *testing.T) {
 	for _, tc := range []struct{ alias, want string }{
 		{"golang", "go"}, {"C++", "cpp"}, {"rs", "rust"}, {"as", "assemblyscript"}, {"sh", "bash"}, {"C", "c"},
-		{"pynative", "python3-native"},
+		{"pynative", "python3-native"}, {"JDK", "java"},
 	} {
 		l, err := languages.Lookup(tc.alias)
 		if err != nil || l.Info().Name != tc.want {
@@ -328,6 +328,7 @@ func TestCompileErrors(t *testing.T) {
 		{"rust", "main.rs", "fn main() { let x: i32 = \"s\"; }\n", "mismatched types"},
 		{"go", "main.go", "package main\nfunc main() { undefinedFn() }\n", "undefined: undefinedFn"},
 		{"assemblyscript", "main.ts", "let x: i32 = nope;\n", "nope"},
+		{"java", "Main.java", "public class Main { public static void main(String[] a) { nope(); } }\n", "cannot find symbol"},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			needLanguage(t, tc.lang)
@@ -365,6 +366,11 @@ func TestDenyRules(t *testing.T) {
 		{"python3-native", "main.py", "import os, socket\n", "import:socket", true},
 		{"python3-native", "main.py", "from os.path import join\n", "import:os", true},
 		{"python3-native", "main.py", "import osx\n", "import:os", false},
+		{"java", "Main.java", "import java.net.Socket;\nclass Main {}\n", "import:java.net", true},
+		{"java", "Main.java", "import static java.net.InetAddress.getByName;\nclass Main {}\n", "import:java.net", true},
+		{"java", "Main.java", "import java.net.*;\nclass Main {}\n", "import:java.net", true},
+		{"java", "Main.java", "import java.nio.file.Files;\nclass Main {}\n", "import:java.net", false},
+		{"java", "Main.java", "import java.network.X;\nclass Main {}\n", "import:java.net", false},
 	} {
 		l, err := languages.Lookup(tc.lang)
 		if err != nil {
