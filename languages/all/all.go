@@ -12,8 +12,12 @@ import (
 	_ "github.com/moat-sandbox/moat/languages/golang"
 	_ "github.com/moat-sandbox/moat/languages/java"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
+	_ "github.com/moat-sandbox/moat/languages/lua"
 	_ "github.com/moat-sandbox/moat/languages/nativepython"
+	_ "github.com/moat-sandbox/moat/languages/perl"
+	_ "github.com/moat-sandbox/moat/languages/php"
 	_ "github.com/moat-sandbox/moat/languages/python"
 	_ "github.com/moat-sandbox/moat/languages/ruby"
 	_ "github.com/moat-sandbox/moat/languages/rust"
+	_ "github.com/moat-sandbox/moat/languages/typescript"
 )

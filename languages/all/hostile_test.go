@@ -296,6 +296,8 @@ func hostileCases(fx *hostileFixture) []hostileCase {
 			status: languages.StatusOK, stdout: "[[\".\",\"..\"],0]\n"},
 		{name: "javascript has no exec, socket or popen", lang: "javascript", files: file("main.js", "print(typeof os.exec, typeof os.socket, typeof std.popen);\n"),
 			status: languages.StatusOK, stdout: "undefined undefined undefined\n"},
+		{name: "typescript std.loadFile /etc/shadow", lang: "typescript", files: file("main.ts", "const s: string | null = std.loadFile(\"/etc/shadow\");\nprint(String(s));\n"),
+			status: languages.StatusOK, stdout: "null\n"},
 		{name: "python open /etc/passwd", lang: "python", files: file("main.py", "print(open('/etc/passwd').read())\n"),
 			status: languages.StatusRuntimeError, exit: 1, stderr: []string{"FileNotFoundError: [Errno 44] No such file or directory: '/etc/passwd'"}},
 		{name: "python os.listdir /", lang: "python", files: file("main.py", "import os\nprint(os.listdir('/'))\n"),
@@ -402,6 +404,52 @@ func hostileCases(fx *hostileFixture) []hostileCase {
 			limits: languages.ExecLimits{MemoryBytes: 64 << 20},
 			status: languages.StatusMemoryLimit, exit: -1, signal: "killed", message: []string{"memory limit 67108864 bytes: the OOM killer ended a process"},
 			maxRun: 3 * time.Second, audit: []string{"kernel: cgroup memory limit"}},
+
+		{name: "perl open /etc/shadow", lang: "perl", files: file("main.pl", "open(my $f, '<', '/etc/shadow') or die \"open: $!\\n\"; print <$f>;\n"),
+			status: languages.StatusRuntimeError, exit: 2, stderr: []string{"open: No such file or directory"}},
+		{name: "perl read a world-readable file outside the grants", lang: "perl", files: file("main.pl", "open(my $f, '<', '"+filepath.Join(fx.secretDir, "secret.txt")+"') or die \"open: $!\\n\"; print <$f>;\n"),
+			status: languages.StatusRuntimeError, exit: 2, stderr: []string{"open: No such file or directory"}},
+		{name: "perl system a binary", lang: "perl", files: file("main.pl", "system('/usr/bin/id') == 0 or die \"system: $!\\n\";\n"),
+			status: languages.StatusRuntimeError, exit: 13, stderr: []string{"system: Permission denied"}},
+		{name: "perl backticks", lang: "perl", files: file("main.pl", "my $o = `id`; die \"exec: $!\\n\" unless defined $o && $? == 0;\n"),
+			status: languages.StatusRuntimeError, exit: 13, stderr: []string{"exec: Permission denied"}},
+		{name: "perl tcp to a host loopback listener", lang: "perl",
+			files:  file("main.pl", "use IO::Socket::INET;\nIO::Socket::INET->new(PeerAddr => '"+fx.tcp+"', Timeout => 2) or die \"connect: $@\\n\";\n"),
+			status: languages.StatusRuntimeError, exit: 13, stderr: []string{"connect: IO::Socket::INET: connect: Permission denied"}, check: noConnect},
+		{name: "perl write a world-writable host dir", lang: "perl", files: file("main.pl", "open(my $f, '>', '"+filepath.Join(fx.writable, "perl")+"') or die \"open: $!\\n\";\n"),
+			status: languages.StatusRuntimeError, exit: 2, stderr: []string{"open: No such file or directory"}, check: noFile(filepath.Join(fx.writable, "perl"))},
+		{name: "perl fork bomb", lang: "perl", root: true, files: file("main.pl", "fork while 1;\n"),
+			limits: languages.ExecLimits{Timeout: time.Second},
+			status: languages.StatusTimeout, exit: -1, signal: "killed", message: []string{"(it hit the process limit of 64)"}, maxRun: 2 * time.Second,
+			audit: []string{"kernel: cgroup pids limit"}},
+
+		{name: "lua read /etc/shadow", lang: "lua", files: file("main.lua", "local f, err = io.open('/etc/shadow')\nif not f then io.stderr:write(err, '\\n') os.exit(2) end\nprint(f:read('a'))\n"),
+			status: languages.StatusRuntimeError, exit: 2, stderr: []string{"/etc/shadow: No such file or directory"}},
+		{name: "lua os.execute", lang: "lua", files: file("main.lua", "print(os.execute('/usr/bin/id'))\n"),
+			status: languages.StatusOK, stdout: "nil\tPermission denied\t13\n"}, // /bin/sh may not execute
+		{name: "lua io.popen", lang: "lua", files: file("main.lua", "print(io.popen('id'))\n"),
+			status: languages.StatusOK, anyStdout: true, check: func(t *testing.T, res *languages.ExecResult) {
+				if strings.Contains(string(res.Stdout), "uid=") {
+					t.Errorf("io.popen ran id: %q", res.Stdout)
+				}
+			}},
+		{name: "lua memory bomb", lang: "lua", root: true, files: file("main.lua", "local t = {}\nwhile true do t[#t+1] = string.rep('x', 1 << 20) .. #t end\n"),
+			limits: languages.ExecLimits{MemoryBytes: 64 << 20},
+			status: languages.StatusMemoryLimit, exit: -1, signal: "killed", maxRun: 5 * time.Second, audit: []string{"kernel: cgroup memory limit"}},
+		{name: "php read /etc/shadow", lang: "php", files: file("main.php", "<?php\n$s = file_get_contents('/etc/shadow');\nexit($s === false ? 2 : 0);\n"),
+			status: languages.StatusRuntimeError, exit: 2, stderr: []string{"file_get_contents(/etc/shadow): Failed to open stream: No such file or directory"}},
+		{name: "php shell_exec", lang: "php", files: file("main.php", "<?php\nvar_dump(shell_exec('/usr/bin/id'));\n"),
+			status: languages.StatusOK, anyStdout: true, check: func(t *testing.T, res *languages.ExecResult) {
+				if strings.Contains(string(res.Stdout), "uid=") {
+					t.Errorf("shell_exec ran id: %q", res.Stdout)
+				}
+			}},
+		{name: "php tcp to a host loopback listener", lang: "php",
+			files:  file("main.php", "<?php\n$s = @fsockopen('127.0.0.1', "+fx.tcp[strings.LastIndex(fx.tcp, ":")+1:]+", $no, $err, 2);\nfwrite(STDERR, \"$err\\n\");\nexit($s ? 0 : 2);\n"),
+			status: languages.StatusRuntimeError, exit: 2, stderr: []string{"Permission denied"}, check: noConnect},
+		{name: "php memory past its memory_limit", lang: "php", files: file("main.php", "<?php\n$a = [];\nwhile (true) $a[] = str_repeat('x', 1 << 20);\n"),
+			limits: languages.ExecLimits{MemoryBytes: 64 << 20},
+			status: languages.StatusMemoryLimit, exit: 255, stderr: []string{"Allowed memory size of 50331648 bytes exhausted"}, maxRun: 5 * time.Second},
 
 		// Java: javac and the JVM under the same layers as every native
 		// job; what the JDK adds to read is its own /etc directory.
