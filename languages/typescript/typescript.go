@@ -60,6 +60,7 @@ func (Language) Info() languages.Info {
 		Path:       languages.PathInterpreted,
 		Extensions: []string{".ts", ".mts", ".cts"},
 		Toolchain:  "esbuild " + EsbuildVersion + " (types stripped) + QuickJS-NG " + javascript.Version + " (WASI)",
+		Why:        "TypeScript runs as the JavaScript it becomes: esbuild strips its types (they are not checked) and QuickJS-NG runs the rest",
 	}
 }
 
