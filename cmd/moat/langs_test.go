@@ -46,7 +46,8 @@ func TestLangs(t *testing.T) {
 		}
 	}
 	for name, path := range map[string]string{"go": "compiled", "c": "compiled", "cpp": "compiled", "rust": "compiled",
-		"assemblyscript": "compiled", "bash": "native", "python3-native": "native", "java": "native"} {
+		"assemblyscript": "compiled", "bash": "native", "python3-native": "native", "java": "native",
+		"perl": "native", "lua": "native", "php": "native", "typescript": "interpreted"} {
 		if got[name] != path {
 			t.Errorf("%s: path %q, want %q", name, got[name], path)
 		}
