@@ -513,7 +513,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 		}
 		return e.runWASM(ctx, l, a, req, lim, env, srcDir, scratch, res)
 	case ArtifactNative:
-		return e.runNative(ctx, a, req, lim, env, srcDir, res)
+		return e.runNative(ctx, l, a, req, lim, env, srcDir, res)
 	default:
 		return fmt.Errorf("artifact kind %q is not one of %s, %s, %s", a.Kind, ArtifactWASM, ArtifactInterpreted, ArtifactNative)
 	}
@@ -641,12 +641,60 @@ func pages(b int64) uint32 {
 	return uint32(p)
 }
 
-func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, res *ExecResult) error {
+// NativeTuning is how a native language's run is fitted to its limits:
+// a runtime that sizes itself from its command line (the JVM's heap,
+// stacks and threads) rather than from the cgroup it runs in is told
+// them there. Zero fields leave the executor's choice.
+type NativeTuning struct {
+	// Command replaces the artifact's Command for this run.
+	Command []string
+	// Pids is the run's process-and-thread limit (native.Spec.Pids).
+	Pids int64
+	// AddressSpace is the run's RLIMIT_AS (native.Spec.AddressSpace),
+	// for a runtime that reserves more address space than it uses.
+	AddressSpace uint64
+	// Unset are variables taken out of the request's environment: a
+	// runtime's own options variables (JAVA_TOOL_OPTIONS), through which
+	// a request could undo the tuning.
+	Unset []string
+	// ReadOnly are more paths the run may read (a runtime's
+	// configuration outside the system directories).
+	ReadOnly []string
+	// OutOfMemory is what the runtime prints (to stdout or stderr) as it ends for
+	// want of the memory it was given: a failed run whose output holds
+	// it is reported as StatusMemoryLimit. A program can print it too,
+	// and so choose its own status: nothing more.
+	OutOfMemory string
+}
+
+// NativeTuner is implemented by a native language whose runs must be told
+// their limits (see NativeTuning). The executor calls it for every run;
+// the build cache keeps the artifact untuned, so one build serves runs of
+// any limits.
+type NativeTuner interface {
+	TuneNative(a *Artifact, lim ExecLimits) NativeTuning
+}
+
+func (e *Executor) runNative(ctx context.Context, l Language, a *Artifact, req ExecRequest, lim ExecLimits, env map[string]string, srcDir string, res *ExecResult) error {
 	if len(a.Command) == 0 {
 		return errors.New("native artifact without a command")
 	}
-	cmd := make([]string, 0, len(a.Command)+len(req.Args))
-	for _, c := range a.Command {
+	var tune NativeTuning
+	if t, ok := l.(NativeTuner); ok {
+		tune = t.TuneNative(a, lim)
+	}
+	command := a.Command
+	if len(tune.Command) > 0 {
+		command = tune.Command
+	}
+	if len(tune.Unset) > 0 {
+		env = maps.Clone(env)
+		for _, k := range tune.Unset {
+			delete(env, k)
+		}
+	}
+	cmd := make([]string, 0, len(command)+len(req.Args))
+	for _, c := range command {
 		if srcDir != "" && (c == "/src" || strings.HasPrefix(c, "/src/")) {
 			c = srcDir + strings.TrimPrefix(c, "/src")
 		}
@@ -664,10 +712,11 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 	// run's scratch directory (and so are its /tmp, /run and /dev/shm).
 	spec := native.Spec{Command: cmd, Stdin: req.Stdin, Env: envv, Timeout: lim.Timeout,
 		MemoryBytes: lim.MemoryBytes, MaxOutput: int(lim.MaxOutputBytes), StopAtMaxOutput: true, ExtraExec: a.ExtraExec,
-		DiskBytes: lim.ScratchBytes, DiskFiles: lim.ScratchFiles}
+		DiskBytes: lim.ScratchBytes, DiskFiles: lim.ScratchFiles, Pids: tune.Pids, AddressSpace: tune.AddressSpace}
 	if srcDir != "" {
 		spec.ReadOnly = []string{srcDir}
 	}
+	spec.ReadOnly = append(spec.ReadOnly, tune.ReadOnly...)
 	if err := nativeMounts(&spec, req); err != nil {
 		return err
 	}
@@ -698,6 +747,8 @@ func (e *Executor) runNative(ctx context.Context, a *Artifact, req ExecRequest, 
 		res.Status, res.Message = StatusMemoryLimit, r.Reason
 	case r.Status == native.StatusOK:
 		res.Status = StatusOK
+	case tune.OutOfMemory != "" && (bytes.Contains(r.Stderr, []byte(tune.OutOfMemory)) || bytes.Contains(r.Stdout, []byte(tune.OutOfMemory))):
+		res.Status, res.Message = StatusMemoryLimit, "the program ran out of the memory its runtime was given under the memory limit of "+strconv.FormatInt(lim.MemoryBytes>>20, 10)+" MiB"
 	case r.Status == native.StatusKilled:
 		res.Status, res.Message = StatusRuntimeError, "killed by signal "+r.Signal
 	default:

@@ -49,6 +49,10 @@ type Info struct {
 	// Toolchain names what builds or interprets the code, for humans:
 	// "clang 19 + wasi-libc", "CPython 3.12.0 (WASI)".
 	Toolchain string `json:"toolchain"`
+	// Why says why the language takes its path, when that is not the
+	// WebAssembly one a reader would expect ("no JVM runs as a WASI
+	// command..."): `moat langs` prints it under the table.
+	Why string `json:"why,omitempty"`
 }
 
 // File is one file of a submission. Name is a relative slash-separated

@@ -14,6 +14,11 @@ var warmSources = map[string]string{
 	"ruby":           "puts 'ok'\n",
 	"bash":           "echo ok\n",
 	"python3-native": "print('ok')\n",
+	"typescript":     "const ok: string = 'ok';\nconsole.log(ok);\n",
+	"lua":            "print('ok')\n",
+	"php":            "<?php echo \"ok\\n\";\n",
+	"perl":           "print \"ok\\n\";\n",
+	"java":           "public class Main { public static void main(String[] a) { System.out.println(\"ok\"); } }\n",
 }
 
 // WarmRequest is the job that warms a language: a run of its smallest

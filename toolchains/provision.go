@@ -47,6 +47,10 @@ var provisions = []Provision{
 	{Language: "rust", Apt: []string{"rustc", "libstd-rust-dev-wasm32", "cargo"}},
 	{Language: "bash", Apt: []string{"bash", "coreutils"}},
 	{Language: "python3-native", Apt: []string{"python3"}},
+	{Language: "java", Apt: []string{"openjdk-17-jdk-headless"}},
+	{Language: "perl", Apt: []string{"perl"}},
+	{Language: "lua", Apt: []string{"lua5.4"}},
+	{Language: "php", Apt: []string{"php8.2-cli"}},
 	{Language: "go", Note: "Go 1.24 or later from https://go.dev/dl/ in /usr/local/go (or set $" + EnvGoRoot + "); Debian's golang is older"},
 }
 

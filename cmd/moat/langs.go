@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -54,7 +55,20 @@ native process; for languages without a WebAssembly path).`,
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(strings.Join(s.Aliases, ",")), termSafe(s.Version), termSafe(string(s.Path)),
 					termSafe(s.Toolchain), termSafe(status))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			// Why a language takes its path, for those whose path a reader
+			// would question (a native one, say).
+			for _, s := range st {
+				if s.Why != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "\n%s is %s: %s", termSafe(s.Name), termSafe(string(s.Path)), termSafe(s.Why))
+				}
+			}
+			if slices.ContainsFunc(st, func(s languages.LanguageStatus) bool { return s.Why != "" }) {
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")

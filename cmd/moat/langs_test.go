@@ -46,7 +46,8 @@ func TestLangs(t *testing.T) {
 		}
 	}
 	for name, path := range map[string]string{"go": "compiled", "c": "compiled", "cpp": "compiled", "rust": "compiled",
-		"assemblyscript": "compiled", "bash": "native", "python3-native": "native"} {
+		"assemblyscript": "compiled", "bash": "native", "python3-native": "native", "java": "native",
+		"perl": "native", "lua": "native", "php": "native", "typescript": "interpreted"} {
 		if got[name] != path {
 			t.Errorf("%s: path %q, want %q", name, got[name], path)
 		}
@@ -54,6 +55,40 @@ func TestLangs(t *testing.T) {
 	table := moat(t, "", "langs")
 	if !strings.HasPrefix(table.stdout, "NAME") || !strings.Contains(table.stdout, "rust") {
 		t.Errorf("table:\n%s", table.stdout)
+	}
+	// A native language says why it is not WebAssembly.
+	if !strings.Contains(table.stdout, "\njava is native: no JVM runs as a WASI command") {
+		t.Errorf("moat langs does not say why java is native:\n%s", table.stdout)
+	}
+}
+
+// TestExecJava: `moat exec --lang java` end to end through the binary:
+// javac confined, the class run with stdin, arguments and environment,
+// its exit code as moat's, a second run from the build cache, and a
+// compile error's message.
+func TestExecJava(t *testing.T) {
+	needTool(t, "/usr/bin/javac")
+	data := t.TempDir()
+	const code = `import java.util.Scanner;
+public class Main {
+    public static void main(String[] args) {
+        String line = new Scanner(System.in).nextLine();
+        System.out.println(System.getenv("K") + "|" + args[0] + "|" + line);
+        System.exit(7);
+    }
+}`
+	for _, cached := range []string{"cached=false", "cached=true"} {
+		r := moat(t, "in\n", "exec", "--data", data, "--lang", "java", "--env", "K=v", "-e", code, "--", "a1")
+		if r.code != 7 || r.stdout != "v|a1|in\n" {
+			t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "status=runtime-error exit=7 lang=java@17") || !strings.Contains(r.stderr, cached) {
+			t.Errorf("summary: %q, want %s", r.stderr, cached)
+		}
+	}
+	r := moat(t, "", "exec", "--data", data, "--lang", "java", "-e", "public class Main { public static void main(String[] a) { int x = \"s\"; } }")
+	if r.code != 1 || !strings.Contains(r.stdout+r.stderr, "incompatible types: String cannot be converted to int") {
+		t.Fatalf("compile error: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -129,11 +129,17 @@ func nativeOK() bool {
 	return err != nil || strings.TrimSpace(string(b)) == "1"
 }
 
-// hello returns the hello-world source of a language from testdata, by
-// its first extension; every one reads a line from stdin, prints
+// hello returns the hello-world source of a language from testdata:
+// hello-NAME.EXT when there is one (TypeScript and AssemblyScript share
+// .ts), else hello.EXT by its first extension; every one reads a line from stdin, prints
 // "$GREETING <line> from <argv[1]>", writes "bye" to stderr and exits 3.
 func hello(t testing.TB, l languages.Language) languages.Source {
 	t.Helper()
+	for _, ext := range l.Info().Extensions {
+		if b, err := os.ReadFile(filepath.Join("testdata", "hello-"+l.Info().Name+ext)); err == nil {
+			return languages.Source{Files: []languages.File{{Name: "main" + ext, Content: b}}}
+		}
+	}
 	for _, ext := range l.Info().Extensions {
 		b, err := os.ReadFile(filepath.Join("testdata", "hello"+ext))
 		if err == nil {
@@ -223,7 +229,7 @@ func TestPeakMemory(t *testing.T) {
 func TestAliases(t *testing.T) {
 	for _, tc := range []struct{ alias, want string }{
 		{"golang", "go"}, {"C++", "cpp"}, {"rs", "rust"}, {"as", "assemblyscript"}, {"sh", "bash"}, {"C", "c"},
-		{"pynative", "python3-native"},
+		{"pynative", "python3-native"}, {"JDK", "java"}, {"pl", "perl"}, {"ts", "typescript"}, {"asc", "assemblyscript"}, {"lua5.4", "lua"}, {"PHP8", "php"},
 	} {
 		l, err := languages.Lookup(tc.alias)
 		if err != nil || l.Info().Name != tc.want {
@@ -331,6 +337,8 @@ func TestCompileErrors(t *testing.T) {
 		{"rust", "main.rs", "fn main() { let x: i32 = \"s\"; }\n", "mismatched types"},
 		{"go", "main.go", "package main\nfunc main() { undefinedFn() }\n", "undefined: undefinedFn"},
 		{"assemblyscript", "main.ts", "let x: i32 = nope;\n", "nope"},
+		{"java", "Main.java", "public class Main { public static void main(String[] a) { nope(); } }\n", "cannot find symbol"},
+		{"typescript", "main.ts", "let x: number = ;\n", "main.ts:1:17: error: Unexpected \";\""},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			needLanguage(t, tc.lang)
@@ -368,6 +376,19 @@ func TestDenyRules(t *testing.T) {
 		{"python3-native", "main.py", "import os, socket\n", "import:socket", true},
 		{"python3-native", "main.py", "from os.path import join\n", "import:os", true},
 		{"python3-native", "main.py", "import osx\n", "import:os", false},
+		{"lua", "main.lua", "local s = require(\"socket.core\")\n", "require:socket", true},
+		{"lua", "main.lua", "local s = require 'socketx'\n", "require:socket", false},
+		{"php", "main.php", "<?php\n$o = EXEC('id');\n", "function:exec", true},
+		{"php", "main.php", "<?php\n$o = shell_exec('id');\n", "function:exec", false},
+		{"php", "main.php", "<?php\n$o->exec('id');\n", "function:exec", false},
+		{"perl", "main.pl", "use IO::Socket::INET;\n", "use:IO::Socket", true},
+		{"perl", "main.pl", "require Socket;\n", "use:Socket", true},
+		{"perl", "main.pl", "use SocketX;\n", "use:Socket", false},
+		{"java", "Main.java", "import java.net.Socket;\nclass Main {}\n", "import:java.net", true},
+		{"java", "Main.java", "import static java.net.InetAddress.getByName;\nclass Main {}\n", "import:java.net", true},
+		{"java", "Main.java", "import java.net.*;\nclass Main {}\n", "import:java.net", true},
+		{"java", "Main.java", "import java.nio.file.Files;\nclass Main {}\n", "import:java.net", false},
+		{"java", "Main.java", "import java.network.X;\nclass Main {}\n", "import:java.net", false},
 	} {
 		l, err := languages.Lookup(tc.lang)
 		if err != nil {

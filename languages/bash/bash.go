@@ -46,6 +46,7 @@ func (l *Language) Info() languages.Info {
 		Name: "bash", Aliases: []string{"sh", "shell"}, Version: l.interp.VersionOrUnknown(),
 		Path: languages.PathNative, Extensions: []string{".sh", ".bash"},
 		Toolchain: "/usr/bin/bash " + l.interp.VersionOrUnknown() + " (native, confined)",
+		Why:       "a shell runs other programs, which WASI cannot; Debian's bash and its text utilities run under every kernel layer",
 	}
 }
 

@@ -37,6 +37,7 @@ func (l *Language) Info() languages.Info {
 		Name: "python3-native", Aliases: []string{"pynative", "python-native"}, Version: l.interp.VersionOrUnknown(),
 		Path: languages.PathNative, Extensions: []string{".py"},
 		Toolchain: "/usr/bin/python3 " + l.interp.VersionOrUnknown() + " (native, confined)",
+		Why:       "for what the WASI CPython (\"python\") lacks: C extension modules, threads, the full standard library",
 	}
 }
 
