@@ -89,6 +89,10 @@ type Config struct {
 	ToolchainDir string
 	// Audit records every step (kind session).
 	Audit *audit.Log
+	// MaxCommands bounds the commands a session runs at once,
+	// CommandOutputBytes what is kept of each one's output, CommandPids
+	// each one's processes and threads (commands.go; 0: the defaults).
+	MaxCommands, CommandOutputBytes, CommandPids int
 }
 
 func (c *Config) defaults() {
@@ -115,6 +119,7 @@ func (c *Config) defaults() {
 	def(&c.DiskQuotaBytes, DefaultDiskQuotaBytes)
 	def(&c.MaxFiles, DefaultMaxFiles)
 	def(&c.MaxFileBytes, DefaultMaxFileBytes)
+	c.commandDefaults()
 }
 
 // Error is a refusal with the HTTP-ish code a caller maps it to.
@@ -196,6 +201,7 @@ type Session struct {
 	lastUsed time.Time
 	contexts map[string]*codeContext
 	nextCtx  atomic.Int64 // numbers the contexts' module names
+	cmds     commandTable // commands.go
 }
 
 // Info is what a session's owner sees of it.
@@ -481,6 +487,7 @@ func (s *Session) end(ctx context.Context, correlation, step, reason string) {
 	for _, cc := range ccs {
 		cc.close(ctx)
 	}
+	s.endCommands()
 	err := os.RemoveAll(s.dir)
 	s.m.forget(s)
 	if err != nil {
