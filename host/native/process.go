@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // A Process is a confined job that its caller talks to while it runs: a
@@ -15,12 +18,14 @@ import (
 // request that started it. Run is the one-shot form; a Process is the
 // same job under the same layers (Spec), with pipes in place of buffers.
 type Process struct {
-	j      *job
-	stdin  *os.File // the write end; nil without Stdio.Stdin
-	cancel context.CancelFunc
-	done   chan struct{}
-	res    *Result
-	err    error
+	pid     int
+	stdin   *os.File // the write end; nil without Stdio.Stdin
+	signal  func(syscall.Signal) error
+	kill    func()
+	cgroups []string
+	done    chan struct{}
+	res     *Result
+	err     error
 }
 
 // Stdio is what a Process is connected to. Stdout and Stderr receive the
@@ -33,26 +38,13 @@ type Stdio struct {
 	Stdout, Stderr io.Writer
 }
 
-// ErrLauncher is the refusal of Start in a host that confined itself: its
-// native jobs run through the launcher, which carries whole runs (Run),
-// not pipes.
-var ErrLauncher = errors.New("native: an interactive process cannot start in a confined host (moat serve --confine): its jobs run through the launcher, which takes whole runs only")
-
 // Start starts spec as a Process. Its Timeout bounds its life as Run's
 // does; Wait reports it, once its processes, cgroup and job dir are gone.
+// In a host that confined itself the job starts through the launcher
+// (UseLauncher), its pipes passed to it, as a worker's are.
 func Start(spec Spec, stdio Stdio) (*Process, error) {
-	if processLauncher.Load() != nil {
-		return nil, ErrLauncher
-	}
-	var stdinR io.Reader
-	var stdinW *os.File
-	if stdio.Stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("native: stdin: %w", err)
-		}
-		stdinR, stdinW = r, w
-		defer r.Close() // the child has its copy once started
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, errors.New("native: no command")
 	}
 	out, errw := stdio.Stdout, stdio.Stderr
 	if out == nil {
@@ -61,19 +53,33 @@ func Start(spec Spec, stdio Stdio) (*Process, error) {
 	if errw == nil {
 		errw = io.Discard
 	}
-	j, err := startIO(nil, spec, nil, stdinR, out, errw)
+	var stdinR, stdinW *os.File
+	if stdio.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("native: stdin: %w", err)
+		}
+		stdinR, stdinW = r, w
+	}
+	var p *Process
+	var err error
+	if l := processLauncher.Load(); l != nil {
+		p, err = l.startProcess(spec, stdinR, out, errw)
+	} else {
+		p, err = startLocal(spec, stdinR, out, errw)
+	}
+	if stdinR != nil {
+		stdinR.Close() // the job has its copy
+	}
 	if err != nil {
 		if stdinW != nil {
 			stdinW.Close()
 		}
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &Process{j: j, stdin: stdinW, cancel: cancel, done: make(chan struct{})}
+	p.stdin = stdinW
 	go func() {
-		defer close(p.done)
-		defer cancel()
-		p.res, p.err = j.wait(ctx, spec)
+		<-p.done
 		if p.stdin != nil {
 			p.stdin.Close()
 		}
@@ -81,9 +87,131 @@ func Start(spec Spec, stdio Stdio) (*Process, error) {
 	return p, nil
 }
 
+func startLocal(spec Spec, stdinR *os.File, out, errw io.Writer) (*Process, error) {
+	var in io.Reader
+	if stdinR != nil {
+		in = stdinR
+	}
+	j, err := startIO(nil, spec, nil, in, out, errw)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Process{pid: j.cmd.Process.Pid, signal: func(sig syscall.Signal) error { return j.cmd.Process.Signal(sig) }, kill: cancel, done: make(chan struct{})}
+	if j.cg != nil {
+		for _, f := range j.cg.ProcsFiles() {
+			p.cgroups = append(p.cgroups, strings.TrimSuffix(f, "/cgroup.procs"))
+		}
+	}
+	go func() {
+		defer close(p.done)
+		defer cancel()
+		p.res, p.err = j.wait(ctx, spec)
+	}()
+	return p, nil
+}
+
+// startProcess starts spec as a Process through the launcher: its stdin,
+// stdout and stderr go as pipe ends over the socket, and the launcher
+// reports the job's start and its end. The timeout is kept here.
+func (l *Launcher) startProcess(spec Spec, stdinR *os.File, out, errw io.Writer) (*Process, error) {
+	if stdinR == nil {
+		// Spec.Stdin, or nothing: a pipe fed from here, then closed.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			_, _ = w.Write(spec.Stdin)
+			w.Close()
+		}()
+		defer r.Close()
+		stdinR = r
+	}
+	or, ow, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	er, ew, err := os.Pipe()
+	if err != nil {
+		or.Close()
+		ow.Close()
+		return nil, err
+	}
+	var copies sync.WaitGroup
+	copies.Add(2)
+	for _, c := range []struct {
+		r *os.File
+		w io.Writer
+	}{{or, out}, {er, errw}} {
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(c.w, c.r)
+			c.r.Close()
+		}()
+	}
+	ch := make(chan launchReply, 2)
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		ow.Close()
+		ew.Close()
+		return nil, l.err
+	}
+	l.next++
+	id := l.next
+	l.wait[id] = ch
+	l.mu.Unlock()
+	err = l.sendWithFiles(launchRequest{ID: id, Spec: &spec, Worker: true, Stdio: true}, []*os.File{stdinR, ow, ew})
+	ow.Close() // the launcher has its copies
+	ew.Close()
+	if err != nil {
+		return nil, fmt.Errorf("native: launcher: %w", err)
+	}
+	var rep launchReply
+	select {
+	case rep = <-ch:
+	case <-l.dead:
+		return nil, l.err
+	}
+	if rep.Error != "" {
+		return nil, errors.New(rep.Error)
+	}
+	p := &Process{pid: rep.Pid, done: make(chan struct{})}
+	p.kill = func() { _ = l.send(launchRequest{ID: id, Cancel: true}) }
+	p.signal = func(sig syscall.Signal) error { return l.send(launchRequest{ID: id, Signal: int(sig)}) }
+	timeout := withDefaults(spec).Timeout
+	timedOut := make(chan struct{})
+	timer := time.AfterFunc(timeout, func() { close(timedOut); p.kill() })
+	go func() {
+		defer close(p.done)
+		select {
+		case rep = <-ch:
+		case <-l.dead:
+			rep = launchReply{Error: l.err.Error()}
+		}
+		timer.Stop()
+		copies.Wait()
+		res := rep.Result
+		if res == nil {
+			res = &Result{Status: StatusKilled, ExitCode: -1}
+		}
+		select {
+		case <-timedOut:
+			res.Status, res.Reason = StatusTimeout, fmt.Sprintf("wall-clock limit %s passed", timeout)
+		default:
+		}
+		p.res = res
+		if rep.Survivors {
+			p.res, p.err = nil, &SurvivorsError{Command: spec.Command, Err: errors.New(rep.Error)}
+		}
+	}()
+	return p, nil
+}
+
 // Pid is the job's process id in moat's pid namespace (the init of its
 // own namespace).
-func (p *Process) Pid() int { return p.j.cmd.Process.Pid }
+func (p *Process) Pid() int { return p.pid }
 
 // Write writes to the job's stdin (Stdio.Stdin); it fails once stdin is
 // closed or the job ended.
@@ -117,11 +245,11 @@ func (p *Process) Signal(sig syscall.Signal) error {
 		p.Kill()
 		return nil
 	}
-	return p.j.cmd.Process.Signal(sig)
+	return p.signal(sig)
 }
 
 // Kill ends every process of the job (its cgroup, its pid namespace).
-func (p *Process) Kill() { p.cancel() }
+func (p *Process) Kill() { p.kill() }
 
 // Done is closed once the job has ended and everything it held is gone.
 func (p *Process) Done() <-chan struct{} { return p.done }
@@ -133,17 +261,9 @@ func (p *Process) Wait() (*Result, error) {
 }
 
 // CgroupDirs are the job's cgroup directories (one per hierarchy), for a
-// caller that checks they are gone after Wait; nil without a cgroup.
-func (p *Process) CgroupDirs() []string {
-	if p.j.cg == nil {
-		return nil
-	}
-	var out []string
-	for _, f := range p.j.cg.ProcsFiles() {
-		out = append(out, f[:len(f)-len("/cgroup.procs")])
-	}
-	return out
-}
+// caller that checks they are gone after Wait; nil without a cgroup or
+// through a launcher.
+func (p *Process) CgroupDirs() []string { return p.cgroups }
 
 // UIDLease is a uid of the job range held by its caller (LeaseUID), for
 // jobs that must share one: the commands of a session, which write one

@@ -108,3 +108,57 @@ func TestProcessSignals(t *testing.T) {
 		t.Fatalf("Kill: %+v %v after %v", res, err, time.Since(began))
 	}
 }
+
+// TestProcessThroughLauncher: a Process a confined host starts goes
+// through its launcher: the pipes reach the job, a signal the job handles
+// reaches it, the output arrives as written, Kill ends it, and its end
+// comes back with the exit code.
+func TestProcessThroughLauncher(t *testing.T) {
+	l, err := StartLauncher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := func(spec Spec, out *syncBuffer) (*Process, *os.File) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.startProcess(spec, r, out, out)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.stdin = w
+		return p, w
+	}
+	var out syncBuffer
+	p, _ := start(Spec{Command: []string{"sh", "-c", `trap 'echo term; exit 5' TERM; read l; echo "got $l"; while :; do read x || :; done`}, Timeout: 20 * time.Second}, &out)
+	if _, err := p.Write([]byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); out.String() != "got one\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no output through the launcher: %q", out.String())
+		}
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil || res.ExitCode != 5 || out.String() != "got one\nterm\n" {
+		t.Fatalf("SIGTERM through the launcher: %+v %v %q", res, err, out.String())
+	}
+
+	var out2 syncBuffer
+	p, _ = start(Spec{Command: []string{"sh", "-c", `sleep 60`}, ExtraExec: []string{"/usr/bin/sleep"}, Timeout: 20 * time.Second}, &out2)
+	time.Sleep(100 * time.Millisecond)
+	p.Kill()
+	if res, err = p.Wait(); err != nil || res.ExitCode != -1 {
+		t.Fatalf("Kill through the launcher: %+v %v", res, err)
+	}
+	p, _ = start(Spec{Command: []string{"sh", "-c", `sleep 60`}, ExtraExec: []string{"/usr/bin/sleep"}, Timeout: time.Second}, &out2)
+	if res, err = p.Wait(); err != nil || res.Status != StatusTimeout {
+		t.Fatalf("the timeout through the launcher: %+v %v", res, err)
+	}
+}

@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -479,9 +478,6 @@ func (s *Session) StartCommand(ctx context.Context, correlation string, req Comm
 	if err != nil {
 		t.wg.Done()
 		m.record(ctx, s, correlation, "command", audit.Deny, fmt.Sprintf("%s: %v", truncate(req.Cmd, auditCommandBytes), err))
-		if errors.Is(err, native.ErrLauncher) {
-			return nil, &Error{Code: "unavailable", Session: s.id, Reason: "commands cannot run on a server started with --confine (its native jobs go through the launcher, which does not carry a command's pipes yet); run moat serve --confine off for sessions' commands", Err: err}
-		}
 		return nil, fmt.Errorf("session %s: start the command: %w", s.id, err)
 	}
 	c.proc = proc
