@@ -261,3 +261,56 @@ func TestSessionCommandLimits(t *testing.T) {
 		t.Fatalf("after the limits: %d %s", r.status, r.body)
 	}
 }
+
+// TestSessionCommandHostile: what a command may not do — make a symlink
+// in the workspace (which the files API or a context might follow), run a
+// program it wrote there, reach the network, read the host's /etc, see
+// moat's own processes, or signal another session's command — and an
+// overlong or NUL-bearing command line is refused.
+func TestSessionCommandHostile(t *testing.T) {
+	requireCommands(t)
+	t.Parallel()
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann")
+	id, other := newSession(t, ts, ann), newSession(t, ts, ann)
+	for name, c := range map[string]struct{ cmd, want string }{
+		"a symlink in the workspace":    {`ln -s /etc/passwd link 2>/dev/null && echo made || echo refused`, "refused\n"},
+		"a FIFO in the workspace":       {`mkfifo p 2>/dev/null && echo made || echo refused`, "refused\n"},
+		"a program it wrote":            {`cp /usr/bin/true mine 2>/dev/null; chmod +x mine 2>/dev/null; ./mine 2>/dev/null && echo ran || echo refused`, "refused\n"},
+		"the network":                   {`(exec 3<>/dev/tcp/127.0.0.1/` + strings.TrimPrefix(ts.URL, "http://127.0.0.1:") + `) 2>/dev/null && echo connected || echo refused`, "refused\n"},
+		"the host's /etc":               {`cat /etc/shadow /etc/passwd 2>/dev/null | head -c 1 | wc -c`, "0\n"},
+		"moat's processes":              {`ls /proc | grep -c '^[0-9]'`, ""},
+		"a program not allowed":         {`/usr/bin/id 2>/dev/null && echo ran || echo refused`, "refused\n"},
+		"the sessions' directory above": {`ls .. 2>/dev/null | grep -c "^s" || true`, "0\n"},
+	} {
+		r, got := command(t, ts, ann, id, map[string]any{"cmd": c.cmd})
+		if r.status != http.StatusOK {
+			t.Errorf("%s: %d %s", name, r.status, r.body)
+			continue
+		}
+		if name == "moat's processes" {
+			if n, _ := strconv.Atoi(strings.TrimSpace(got["stdout"].(string))); n > 5 {
+				t.Errorf("%s: the command sees %d processes", name, n)
+			}
+			continue
+		}
+		if got["stdout"] != c.want {
+			t.Errorf("%s: %q (stderr %q), want %q", name, got["stdout"], got["stderr"], c.want)
+		}
+	}
+	if r, _ := command(t, ts, ann, other, map[string]any{"cmd": "sleep 30", "background": true}); r.status != http.StatusCreated {
+		t.Fatalf("other session's command: %d", r.status)
+	}
+	if r, got := command(t, ts, ann, id, map[string]any{"cmd": `pkill -TERM sleep 2>/dev/null; kill -TERM -1 2>/dev/null; echo done`}); got["stdout"] != "done\n" {
+		t.Fatalf("kill -1: %d %s", r.status, r.body)
+	}
+	sess, _ := server.SessionOf(ts.Server, "acme", "ann", other)
+	if c, err := sess.Command(1); err != nil || !c.Info().Running {
+		t.Errorf("another session's command was reached: %v %+v", err, c.Info())
+	}
+	for name, cmd := range map[string]string{"a NUL": "echo a\x00b", "a 65 KiB command line": strings.Repeat("x", 65<<10+1)} {
+		if r, _ := command(t, ts, ann, id, map[string]any{"cmd": cmd}); r.status/100 != 4 {
+			t.Errorf("%s: %d, want a refusal", name, r.status)
+		}
+	}
+}
