@@ -320,3 +320,23 @@ func TestSessionCommandHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionCommandQuota: a command that fills the workspace past
+// sessions.disk_quota_bytes is killed (status disk-quota, audited), and
+// the session lives on.
+func TestSessionCommandQuota(t *testing.T) {
+	requireCommands(t)
+	t.Parallel()
+	ts := start(t, "", func(c *server.Config) { c.Sessions.DiskQuotaBytes = 1 << 20 })
+	ann := ts.key(t, "acme", "ann")
+	id := newSession(t, ts, ann)
+	began := time.Now()
+	r, got := command(t, ts, ann, id, map[string]any{"cmd": "yes 0123456789abcdef > big", "timeout": 30})
+	if r.status != http.StatusOK || got["status"] != "disk-quota" || !strings.Contains(got["reason"].(string), "sessions.disk_quota_bytes") {
+		t.Fatalf("a command past the quota: %d %s", r.status, r.body)
+	}
+	t.Logf("killed after %v", time.Since(began))
+	if r, got = command(t, ts, ann, id, map[string]any{"cmd": "rm big; echo ok"}); got["stdout"] != "ok\n" {
+		t.Fatalf("after: %d %s", r.status, r.body)
+	}
+}

@@ -99,7 +99,7 @@ type CommandInfo struct {
 	// it (as a shell says), -1 when moat killed it (the session ended, its
 	// timeout passed, SIGKILL).
 	ExitCode *int   `json:"exit_code,omitempty"`
-	Status   string `json:"status,omitempty"` // host/native's: ok, runtime-error, timeout, memory-limit, killed
+	Status   string `json:"status,omitempty"` // host/native's (ok, runtime-error, timeout, memory-limit, killed) or disk-quota
 	Reason   string `json:"reason,omitempty"`
 }
 
@@ -135,17 +135,79 @@ type Command struct {
 	max     int
 	seq     int64
 	dropped bool
-	wake    chan struct{} // closed and replaced on every change
-	done    chan struct{}
+	// quotaKill says why watchQuota killed the command.
+	quotaKill string
+	wake      chan struct{} // closed and replaced on every change
+	done      chan struct{}
 }
 
 // commandTable is a session's commands.
 type commandTable struct {
-	mu    sync.Mutex
-	next  int
-	byPID map[int]*Command
-	lease *native.UIDLease
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	next     int
+	byPID    map[int]*Command
+	lease    *native.UIDLease
+	wg       sync.WaitGroup
+	watching bool // watchQuota runs
+}
+
+// quotaEvery is how often the workspace is measured while commands run.
+var quotaEvery = 250 * time.Millisecond
+
+// watchQuota holds running commands to the workspace's quota: the
+// workspace is bound into their root as the directory itself, which no
+// filesystem quota bounds, so while any command runs it is measured
+// (names and bytes, as the files API counts them) every quotaEvery, and
+// when it grew past sessions.disk_quota_bytes or max_files every running
+// command is killed and the kill audited. A command may overshoot by what
+// it writes in one period (and one file by RLIMIT_FSIZE); what it wrote
+// stays, for its owner to remove.
+func (s *Session) watchQuota() {
+	m := s.m
+	t := &s.cmds
+	measure := func() (int64, int64, bool) {
+		r, err := os.OpenRoot(s.dir)
+		if err != nil {
+			return 0, 0, false // the session ended: its end kills the commands
+		}
+		defer r.Close()
+		b, f := s.usage(r)
+		return b, f, true
+	}
+	// Only growth past the quota kills: a command that removes files from
+	// a workspace left over it (rm big) must be able to run.
+	prevBytes, prevFiles, _ := measure()
+	tick := time.NewTicker(quotaEvery)
+	defer tick.Stop()
+	for range tick.C {
+		t.mu.Lock()
+		var running []*Command
+		for _, c := range t.byPID {
+			if c.Info().Running {
+				running = append(running, c)
+			}
+		}
+		if len(running) == 0 {
+			t.watching = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+		bytes, files, ok := measure()
+		grew := bytes > prevBytes || files > prevFiles
+		prevBytes, prevFiles = bytes, files
+		if !ok || !grew || bytes <= m.cfg.DiskQuotaBytes && files <= m.cfg.MaxFiles {
+			continue
+		}
+		why := fmt.Sprintf("the workspace holds %d bytes in %d names, past its quota of %d bytes and %d names (sessions.disk_quota_bytes, max_files)", bytes, files, m.cfg.DiskQuotaBytes, m.cfg.MaxFiles)
+		for _, c := range running {
+			c.mu.Lock()
+			c.quotaKill = why
+			c.mu.Unlock()
+			c.proc.Kill()
+		}
+		m.record(context.Background(), s, "", "command", audit.Deny, why+": its running commands were killed")
+	}
 }
 
 // Write is the stream of one of a command's outputs.
@@ -489,6 +551,10 @@ func (s *Session) StartCommand(ctx context.Context, correlation string, req Comm
 	c.info.PID = t.next
 	t.byPID[c.info.PID] = c
 	t.forgetOld()
+	if !t.watching {
+		t.watching = true
+		go s.watchQuota()
+	}
 	t.mu.Unlock()
 	s.mu.Lock()
 	ended = s.ended // end collects the commands after it sets ended: one of the two sees this one
@@ -510,6 +576,9 @@ func (s *Session) StartCommand(ctx context.Context, correlation string, req Comm
 			}
 		}
 		c.mu.Lock()
+		if c.quotaKill != "" {
+			status, reason = "disk-quota", c.quotaKill
+		}
 		c.info.Running, c.info.ExitCode, c.info.Status, c.info.Reason = false, &code, status, reason
 		close(c.wake)
 		c.wake = make(chan struct{})
