@@ -193,6 +193,9 @@ func (s *Session) watchQuota() {
 			return
 		}
 		t.mu.Unlock()
+		// A running command is use: the session does not idle out under
+		// it (its timeout still ends both).
+		s.touch()
 		bytes, files, ok := measure()
 		grew := bytes > prevBytes || files > prevFiles
 		prevBytes, prevFiles = bytes, files
