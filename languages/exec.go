@@ -66,6 +66,12 @@ type ExecRequest struct {
 	// run wrote that the result returns (ExecResult.Files), bounded by
 	// MaxFilesOut and MaxOutputBytes. ValidateFilesOut checks them.
 	FilesOut []string
+	// Output, when set, is called with the run's output as the program
+	// writes it (stream "stdout" or "stderr"), bounded as the result's
+	// is: a native run streams; a WASM run's output is captured by the
+	// host and comes whole, in the result. Calls come from the run's
+	// goroutines, one stream at a time each.
+	Output func(stream string, b []byte) `json:"-"`
 	// Preparing, when set, is called as the job starts work a later job
 	// of the same language does not repeat, and the func it returns when
 	// that work ends: "build" for a build not in the cache (Go's first

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -720,7 +721,13 @@ func (e *Executor) runNative(ctx context.Context, l Language, a *Artifact, req E
 	if err := nativeMounts(&spec, req); err != nil {
 		return err
 	}
-	r, err := native.Run(ctx, spec)
+	var r *native.Result
+	var err error
+	if req.Output != nil {
+		r, err = runNativeStreaming(ctx, spec, req.Output)
+	} else {
+		r, err = native.Run(ctx, spec)
+	}
 	if err != nil {
 		return err
 	}
@@ -836,4 +843,67 @@ func nativeMounts(spec *native.Spec, req ExecRequest) error {
 func pathWithin(p, dir string) bool {
 	p, dir = filepath.Clean(p), filepath.Clean(dir)
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+// runNativeStreaming is native.Run with the output handed to out as it
+// is written: the job starts as a native.Process whose writers keep the
+// first MaxOutput bytes of each stream for the result, pass each chunk
+// on, and kill the job when a stream passes the cap (StopAtMaxOutput).
+func runNativeStreaming(ctx context.Context, spec native.Spec, out func(string, []byte)) (*native.Result, error) {
+	max := spec.MaxOutput
+	if max <= 0 {
+		max = native.DefaultMaxOutput
+	}
+	var proc atomic.Pointer[native.Process]
+	var truncated atomic.Bool
+	over := func() {
+		truncated.Store(true)
+		if p := proc.Load(); p != nil && spec.StopAtMaxOutput {
+			p.Kill()
+		}
+	}
+	stdout := &streamWriter{name: "stdout", max: max, out: out, over: over}
+	stderr := &streamWriter{name: "stderr", max: max, out: out, over: over}
+	p, err := native.Start(spec, native.Stdio{Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return nil, err
+	}
+	proc.Store(p)
+	if truncated.Load() && spec.StopAtMaxOutput { // passed the cap before the Store
+		p.Kill()
+	}
+	stop := context.AfterFunc(ctx, p.Kill)
+	defer stop()
+	res, err := p.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil && res.Status != native.StatusOK {
+		res.Status, res.Reason = native.StatusKilled, ctx.Err().Error()
+	}
+	res.Stdout, res.Stderr, res.Truncated = stdout.buf.Bytes(), stderr.buf.Bytes(), truncated.Load()
+	return res, nil
+}
+
+// streamWriter keeps the first max bytes of a stream and hands each
+// chunk (cut at the cap) to out.
+type streamWriter struct {
+	name string
+	max  int
+	buf  bytes.Buffer
+	out  func(string, []byte)
+	over func()
+}
+
+func (w *streamWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	if room := w.max - w.buf.Len(); room < len(b) {
+		b = b[:max(room, 0)]
+		w.over()
+	}
+	if len(b) > 0 {
+		w.buf.Write(b)
+		w.out(w.name, b)
+	}
+	return n, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/server/sessions"
 )
 
 // SetBeforeCommit makes every upload of s call f after its load and before
@@ -60,4 +61,9 @@ func init() {
 				return connect.NewError(connect.CodeNotFound, errors.New("the end"))
 			}, opts...))
 	})
+}
+
+// SessionOf is org/user's live session id.
+func SessionOf(s *Server, org, user, id string) (*sessions.Session, error) {
+	return s.sessions.Get(policy.Principal{Org: org, User: user}, id)
 }

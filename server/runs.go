@@ -226,7 +226,7 @@ func (s *Server) runs(c echo.Context) error {
 					Message: fmt.Sprintf("not run: the jobs before it used up the response's %d bytes of output (limits.max_run_response_bytes)", limit)})
 				continue
 			}
-			res, err := s.run(c, r, corr, budget)
+			res, err := s.run(c, r, corr, budget, nil)
 			if err != nil {
 				if p, ok := err.(*Problem); ok {
 					p.Detail = fmt.Sprintf("runs[%d]: %s", i, p.Detail)
@@ -242,14 +242,17 @@ func (s *Server) runs(c echo.Context) error {
 		return err
 	}
 	limit := int64(s.cfg.Limits.MaxRunResponseBytes)
-	res, err := s.run(c, r, correlationID(c), &responseBudget{left: limit, limit: limit})
+	if wantsSSE(c) {
+		return s.streamRun(c, r, &responseBudget{left: limit, limit: limit})
+	}
+	res, err := s.run(c, r, correlationID(c), &responseBudget{left: limit, limit: limit}, nil)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
 }
 
-func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *responseBudget) (*RunResult, error) {
+func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *responseBudget, output func(string, []byte)) (*RunResult, error) {
 	bad := func(format string, args ...any) (*RunResult, error) {
 		return nil, problem(http.StatusBadRequest, "invalid_argument", format, args...)
 	}
@@ -291,7 +294,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	lim.MaxOutputBytes = budget.outputCap(lim.MaxOutputBytes)
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
-		Principal: principalOf(c), CorrelationID: correlation, FilesOut: r.FilesOut,
+		Principal: principalOf(c), CorrelationID: correlation, FilesOut: r.FilesOut, Output: output,
 	})
 	if err != nil {
 		return nil, err

@@ -48,6 +48,8 @@ type SessionsConfig struct {
 	// (default the profile's limit, which also bounds it).
 	RunTimeout policy.Duration `yaml:"run_timeout"`
 	Memory     policy.ByteSize `yaml:"memory"`
+	// MaxCommands bounds the commands a session runs at once (16).
+	MaxCommands int `yaml:"max_commands"`
 }
 
 // SessionsDir is where the sessions' workspaces lie (sessions.dir, else
@@ -82,7 +84,7 @@ func (s *Server) startSessions() error {
 		IdleTimeout: time.Duration(c.IdleTimeout), Timeout: time.Duration(c.Timeout), MaxLifetime: time.Duration(c.MaxLifetime),
 		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: int64(c.MaxFiles), MaxFileBytes: int64(c.MaxFileBytes),
 		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
-		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit,
+		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit, MaxCommands: c.MaxCommands,
 		OnCreate: s.sessionCreated, OnEnd: s.sessionEnded})
 	if err != nil {
 		return err
@@ -108,6 +110,7 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	e.DELETE("/v1/sessions/:id/files", s.sessionRemoveFile, auth)
 	e.GET("/v1/sessions/:id/files/list", s.sessionListFiles, auth)
 	s.e2bRoutes(e, auth)
+	s.commandRoutes(e, auth)
 	envd, interp := s.e2bMuxes()
 	e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, e2bSandboxPrefix+"/*", s.e2bDataPlane(envd, interp))
 }
@@ -118,7 +121,7 @@ func sessionProblem(err error) error {
 	if errors.As(err, &se) {
 		status := map[string]int{"not_found": http.StatusNotFound, "invalid_argument": http.StatusBadRequest,
 			"resource_exhausted": http.StatusTooManyRequests, "too_large": http.StatusRequestEntityTooLarge,
-			"conflict": http.StatusConflict, "denied": http.StatusForbidden}[se.Code]
+			"conflict": http.StatusConflict, "denied": http.StatusForbidden, "unavailable": http.StatusServiceUnavailable}[se.Code]
 		if status == 0 && se.Err != nil {
 			p := fromHostError(se.Err)
 			p.Detail = se.Error()

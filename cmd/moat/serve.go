@@ -296,6 +296,11 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 			return nil, fmt.Errorf("sessions.dir: %w", err)
 		}
 		readWrite = append(readWrite, dir)
+		// A session's commands share one job uid, leased by the server
+		// for the session's life (an flock in the uid lock directory).
+		if os.Geteuid() == 0 && os.MkdirAll(native.UIDLockDir, 0o700) == nil {
+			readWrite = append(readWrite, native.UIDLockDir)
+		}
 	}
 	if cfg.CacheDir != "" { // resolved and made by the caller
 		readWrite = append(readWrite, cfg.CacheDir)

@@ -215,7 +215,7 @@ $MOAT_SERVER, else http://127.0.0.1:8080; --key-file, else $MOAT_API_KEY.`,
 			return err
 		},
 	}
-	cmd.AddCommand(create, run, kill, list, sessionFilesCmd(client, path))
+	cmd.AddCommand(create, run, kill, list, sessionFilesCmd(client, path), sessionExecCmd(client, path))
 	return cmd
 }
 

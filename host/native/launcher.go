@@ -65,6 +65,11 @@ type launchRequest struct {
 	// Worker starts Spec as a supervised worker: its inherited files (the
 	// pipe ends, then stderr) arrive on the socket just before this line.
 	Worker bool `json:"worker,omitempty"`
+	// Stdio, with Worker, starts Spec as a Process: the files are its
+	// stdin, stdout and stderr.
+	Stdio bool `json:"stdio,omitempty"`
+	// Signal sends this signal to the worker or Process ID.
+	Signal int `json:"signal,omitempty"`
 }
 
 type launchReply struct {
@@ -392,6 +397,14 @@ func LauncherMain() {
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			continue
 		}
+		if req.Signal != 0 {
+			mu.Lock()
+			if j := workers[req.ID]; j != nil {
+				_ = j.cmd.Process.Signal(syscall.Signal(req.Signal))
+			}
+			mu.Unlock()
+			continue
+		}
 		if req.Cancel {
 			mu.Lock()
 			if c := cancels[req.ID]; c != nil {
@@ -414,7 +427,12 @@ func LauncherMain() {
 				continue
 			}
 			stderr := files[len(files)-1]
-			j, err := start(*req.Spec, files[:len(files)-1], stderr, stderr)
+			var j *job
+			if req.Stdio && len(files) == 3 {
+				j, err = startIO(nil, *req.Spec, nil, files[0], files[1], files[2])
+			} else {
+				j, err = start(*req.Spec, files[:len(files)-1], stderr, stderr)
+			}
 			for _, f := range files {
 				f.Close() // the worker has its copies
 			}

@@ -299,6 +299,12 @@ func start(spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job
 // startWith is start, taking a warm wrapper from pool when the spec allows
 // (no extra files, captured output, no egress rules).
 func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io.Writer) (j *job, err error) {
+	return startIO(pool, spec, extraFiles, nil, stdoutW, stderrW)
+}
+
+// startIO is startWith with the child's stdin given (a Process's pipe);
+// nil is spec.Stdin. A given stdin, as given writers, means a cold start.
+func startIO(pool *Pool, spec Spec, extraFiles []*os.File, stdinR io.Reader, stdoutW, stderrW io.Writer) (j *job, err error) {
 	j = &job{}
 	self := j // the error returns below set j to nil; the cleanup needs the job
 	defer func() {
@@ -402,7 +408,7 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 	}
 	attr := childAttr(root, uid, gid, !allowNet)
 	var warm *warmWrapper
-	if !allowNet && len(extraFiles) == 0 && stdoutW == nil && stderrW == nil {
+	if !allowNet && len(extraFiles) == 0 && stdinR == nil && stdoutW == nil && stderrW == nil {
 		warm = pool.take(wrapperPath(s.Wrapper), attr.Cloneflags)
 	}
 	lim := kernel.JobLimits{MemoryBytes: s.MemoryBytes, CPUQuota: s.CPUQuota, Pids: s.Pids}
@@ -569,12 +575,15 @@ func startWith(pool *Pool, spec Spec, extraFiles []*os.File, stdoutW, stderrW io
 		return nil, fmt.Errorf("native: %w", err)
 	}
 	j.cleanups = append(j.cleanups, func() { statusR.Close() })
+	if stdinR == nil {
+		stdinR = bytes.NewReader(s.Stdin)
+	}
 	cmd := &exec.Cmd{
 		Path:        wrapperPath(s.Wrapper),
 		Args:        append([]string{"moat-confine"}, s.Command...),
 		Env:         []string{kernel.ConfineEnv + "=" + string(js)},
 		Dir:         dir,
-		Stdin:       bytes.NewReader(s.Stdin),
+		Stdin:       stdinR,
 		Stdout:      stdout,
 		Stderr:      stderr,
 		ExtraFiles:  append(append([]*os.File{}, extraFiles...), statusW),
@@ -637,6 +646,12 @@ func runPooled(ctx context.Context, pool *Pool, spec Spec) (res *Result, err err
 	if err != nil {
 		return nil, err
 	}
+	return j.wait(ctx, spec)
+}
+
+// wait waits for a started job to end (its exit, its timeout, ctx, or an
+// output overflow), undoes its set-up, and reports it.
+func (j *job) wait(ctx context.Context, spec Spec) (res *Result, err error) {
 	// The cleanup kills what is left of the job, waits for its cgroup to
 	// empty and removes it (in every hierarchy) before Run reports: a
 	// caller that exits as soon as Run returns (moat exec) leaves nothing

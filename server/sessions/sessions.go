@@ -97,6 +97,10 @@ type Config struct {
 	// before the creator learns its id, so that every replica can route
 	// a call for it from the first.
 	OnCreate, OnEnd func(context.Context, Info)
+	// MaxCommands bounds the commands a session runs at once,
+	// CommandOutputBytes what is kept of each one's output, CommandPids
+	// each one's processes and threads (commands.go; 0: the defaults).
+	MaxCommands, CommandOutputBytes, CommandPids int
 }
 
 func (c *Config) defaults() {
@@ -123,6 +127,7 @@ func (c *Config) defaults() {
 	def(&c.DiskQuotaBytes, DefaultDiskQuotaBytes)
 	def(&c.MaxFiles, DefaultMaxFiles)
 	def(&c.MaxFileBytes, DefaultMaxFileBytes)
+	c.commandDefaults()
 }
 
 // Error is a refusal with the HTTP-ish code a caller maps it to.
@@ -204,6 +209,7 @@ type Session struct {
 	lastUsed time.Time
 	contexts map[string]*codeContext
 	nextCtx  atomic.Int64 // numbers the contexts' module names
+	cmds     commandTable // commands.go
 }
 
 // Info is what a session's owner sees of it.
@@ -493,6 +499,7 @@ func (s *Session) end(ctx context.Context, correlation, step, reason string) {
 	for _, cc := range ccs {
 		cc.close(ctx)
 	}
+	s.endCommands()
 	err := os.RemoveAll(s.dir)
 	s.m.forget(s)
 	if err != nil {

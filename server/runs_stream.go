@@ -1,0 +1,53 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/labstack/echo/v4"
+)
+
+// streamRun answers POST /v1/runs with server-sent events when the client
+// asks for them (Accept: text/event-stream; one job, not a batch): stdout
+// and stderr chunks as the program writes them — a native run's
+// (bash, python3 native) as produced, a WASM run's whole at its end, since
+// the host captures a WASM program's output — then "result", the RunResult
+// a JSON answer would be (its stdout and stderr too). A refusal comes as
+// an "error" event holding the problem, the status line having gone out.
+func (s *Server) streamRun(c echo.Context, r RunRequest, budget *responseBudget) error {
+	st := s.newSSE(c)
+	var mu sync.Mutex
+	var seq int64
+	streamed := false
+	output := func(stream string, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		seq++
+		streamed = true
+		_ = st.event(stream, seq, chunkData(b))
+	}
+	res, err := s.run(c, r, correlationID(c), budget, output)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		p, ok := err.(*Problem)
+		if !ok {
+			p = problem(500, "internal", "%v", err)
+		}
+		_ = st.event("error", 0, p)
+		return nil
+	}
+	if !streamed { // a WASM run: its output, whole, before the result
+		for _, o := range []struct{ name, text string }{{"stdout", res.Stdout}, {"stderr", res.Stderr}} {
+			if o.text != "" {
+				seq++
+				data := map[string]string{"data": o.text}
+				if res.Encoding != "" {
+					data["encoding"] = res.Encoding
+				}
+				_ = st.event(o.name, seq, data)
+			}
+		}
+	}
+	_ = st.event("result", 0, res)
+	return nil
+}
