@@ -46,6 +46,13 @@ type Judge0Config struct {
 	// Concurrency bounds the submissions this replica runs at once; each
 	// also takes a run slot of its organization (admission.*). Default 2.
 	Concurrency int `yaml:"concurrency"`
+	// Callbacks are the targets a submission's callback_url may name
+	// (judge0_callback.go): URLs whose scheme, host and port a callback
+	// must have and whose path it must be under, such as
+	// https://grader.example.com/judge0/. Empty: callback_url is refused.
+	// A loopback or private address is reached only when a target names
+	// it as an address.
+	Callbacks []string `yaml:"callbacks"`
 }
 
 func (j *Judge0Config) fillDefaults() {
@@ -63,6 +70,12 @@ func (j *Judge0Config) validate(fail failFunc) error {
 	}
 	if j.Concurrency < 1 || j.Concurrency > 256 {
 		return fail("judge0.concurrency", "%d is outside 1..256; remove the line for the default 2", j.Concurrency)
+	}
+	if len(j.Callbacks) > 64 {
+		return fail("judge0.callbacks", "%d targets; list at most 64", len(j.Callbacks))
+	}
+	if _, err := parseCallbackGrants(j.Callbacks); err != nil {
+		return fail("judge0.callbacks", "%v", err)
 	}
 	return nil
 }
@@ -284,6 +297,7 @@ type judge0Job struct {
 	MaxFileSizeKB int64                `json:"max_file_size"`
 	NumberOfRuns  int64                `json:"number_of_runs"`
 	Redirect      bool                 `json:"redirect_stderr_to_stdout"`
+	CallbackURL   string               `json:"callback_url,omitempty"`
 	Limits        languages.ExecLimits `json:"limits"`
 	Tests         []RunTest            `json:"tests,omitempty"`
 	StopOnFailure bool                 `json:"stop_on_failure,omitempty"`
@@ -429,7 +443,7 @@ func (s *Server) judge0ConfigInfo(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{
 		"maintenance_mode": false, "enable_wait_result": true, "enable_compiler_options": false,
 		"allowed_languages_for_compile_options": []string{}, "enable_command_line_arguments": true,
-		"enable_submission_delete": false, "enable_callbacks": false, "callbacks_max_tries": 0, "callbacks_timeout": 0,
+		"enable_submission_delete": false, "enable_callbacks": len(s.cfg.Judge0.Callbacks) > 0, "callbacks_max_tries": judge0CallbackTries, "callbacks_timeout": judge0CallbackTimeout.Seconds(),
 		"enable_additional_files": true, "max_queue_size": s.cfg.Tasks.MaxQueued,
 		"cpu_time_limit": min(j0CPUTime, maxCPU), "max_cpu_time_limit": maxCPU, "cpu_extra_time": 0, "max_cpu_extra_time": 0,
 		"wall_time_limit": min(j0WallTime, maxCPU), "max_wall_time_limit": min(j0MaxWallTime, maxCPU),
@@ -549,7 +563,11 @@ func (s *Server) judge0Decode(p policy.Principal, r *judge0Request, b64 bool) (*
 		bad.add("compiler_options", "setting compiler options is not allowed")
 	}
 	if r.CallbackURL != nil && strings.TrimSpace(*r.CallbackURL) != "" {
-		bad.add("callback_url", "setting callback is not allowed")
+		if u, err := s.judge0CallbackAllowed(strings.TrimSpace(*r.CallbackURL)); err != nil {
+			bad.add("callback_url", "%v", err)
+		} else {
+			job.CallbackURL = u
+		}
 	}
 	if r.CommandLineArguments != nil {
 		if len(*r.CommandLineArguments) > judge0MaxArgs {
@@ -667,15 +685,19 @@ func judge0RequestedFields(c echo.Context) ([]string, error) {
 	case len(out) == 0:
 		out = judge0DefaultFields
 	}
-	// Judge0's serializer answers in its own order, whatever the order
-	// asked: its columns', which judge0Fields keeps.
-	ordered := make([]string, 0, len(out))
+	return judge0Ordered(out), nil
+}
+
+// judge0Ordered puts fields in the order Judge0's serializer answers
+// with, whatever the order asked: its columns', which judge0Fields keeps.
+func judge0Ordered(fields []string) []string {
+	ordered := make([]string, 0, len(fields))
 	for _, f := range judge0Fields {
-		if slices.Contains(out, f) {
+		if slices.Contains(fields, f) {
 			ordered = append(ordered, f)
 		}
 	}
-	return ordered, nil
+	return ordered
 }
 
 // readJudge0Body reads a submission body under limits.max_request_bytes
@@ -1038,8 +1060,12 @@ func judge0Render(t *store.Task, fields []string, b64 bool) (*orderedJSON, error
 			}
 		case "message":
 			v = str(oc.Message)
-		case "compiler_options", "callback_url", "queue_host", "execution_host":
+		case "compiler_options", "queue_host", "execution_host":
 			v = nil
+		case "callback_url":
+			if job.CallbackURL != "" {
+				v = job.CallbackURL
+			}
 		case "command_line_arguments":
 			v = str(job.Args)
 		case "redirect_stderr_to_stdout":

@@ -3,7 +3,9 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +276,56 @@ func TestJudge0BatchAcrossRestart(t *testing.T) {
 			t.Fatalf("after restart, %d of 20 finished: %s", done, r.body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestJudge0Callback: callback_url only to a target judge0.callbacks
+// grants, the finished submission PUT there as Judge0 sends it (its
+// default fields, base64), and the PUT audited.
+func TestJudge0Callback(t *testing.T) {
+	testenv.Slow(t, "waits for a submission's run and its callback")
+	got := make(chan []byte, 1)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.Method == http.MethodPut {
+			got <- b
+		}
+	}))
+	defer hook.Close()
+	ts := start(t, "", func(c *server.Config) {
+		withJudge0(t)(c)
+		c.Judge0.Callbacks = []string{hook.URL + "/hooks/"}
+	})
+	key := ts.key(t, "acme", "ann", "dev")
+	judge0Langs(t, ts, key, 71)
+	for _, u := range []string{hook.URL + "/other", "http://169.254.169.254/hooks/x", hook.URL + "/hooks/../other", "file:///etc/passwd"} {
+		b, _ := json.Marshal(map[string]any{"source_code": "print(1)", "language_id": 71, "callback_url": u})
+		if r := ts.j0(t, "POST", "/submissions", key, string(b)); r.status != 422 || !strings.Contains(string(r.body), `"callback_url"`) {
+			t.Errorf("callback %s: %d %s", u, r.status, r.body)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"source_code": "print(1)", "language_id": 71, "callback_url": hook.URL + "/hooks/done", "expected_output": "1"})
+	r := ts.j0(t, "POST", "/submissions", key, string(b))
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	token := r.json(t)["token"].(string)
+	select {
+	case body := <-got:
+		if keys := jsonKeys(t, body); strings.Join(keys, ",") != "stdout,time,memory,stderr,token,compile_output,message,status" ||
+			!strings.Contains(string(body), `"stdout":"MQo=\n"`) || !strings.Contains(string(body), token) || !strings.Contains(string(body), `"id":3`) {
+			t.Errorf("callback body: %s", body)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no callback")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		a := ts.do(t, "GET", "/v1/audit?kind=op", key, nil)
+		if strings.Contains(string(a.body), `"judge0.callback"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no judge0.callback in the audit trail: %s", a.body)
+		}
 	}
 }

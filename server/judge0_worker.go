@@ -189,8 +189,14 @@ func (s *Server) judge0Run(ctx context.Context, t *store.Task) {
 		return
 	}
 	res, _ := json.Marshal(fitOutcome(oc))
-	if err := s.store.TaskSucceed(bctx, t, res); err != nil && !errors.Is(err, store.ErrTaskClaimLost) {
-		s.log.Error("judge0: storing a submission's result", "token", t.ID, "err", err)
+	if err := s.store.TaskSucceed(bctx, t, res); err != nil {
+		if !errors.Is(err, store.ErrTaskClaimLost) {
+			s.log.Error("judge0: storing a submission's result", "token", t.ID, "err", err)
+		}
+		return
+	}
+	if job.CallbackURL != "" {
+		s.judge0Callback(ctx, t.ID, t.Org, job.CallbackURL)
 	}
 }
 
