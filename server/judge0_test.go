@@ -1,6 +1,9 @@
 package server_test
 
 import (
+	"archive/zip"
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -327,5 +330,89 @@ func TestJudge0Callback(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no judge0.callback in the audit trail: %s", a.body)
 		}
+	}
+}
+
+// TestJudge0Hostile: every bound a Judge0 client can reach, each refused
+// with Judge0's error shape naming the field.
+func TestJudge0Hostile(t *testing.T) {
+	ts := start(t, "", func(c *server.Config) {
+		withJudge0(t)(c)
+		c.Limits.MaxRequestBytes = 256 << 10
+		c.Limits.Archive.MaxBytes, c.Limits.Archive.MaxEntryBytes = 1<<20, 1<<20
+	})
+	key := ts.key(t, "acme", "ann", "dev")
+	judge0Langs(t, ts, key, 71)
+	post := func(path string, body any) response {
+		b, _ := json.Marshal(body)
+		return ts.j0(t, "POST", path, key, string(b))
+	}
+	sub := func(extra map[string]any) map[string]any {
+		m := map[string]any{"source_code": "print(1)", "language_id": 71}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	many := make([]map[string]any, 21)
+	for i := range many {
+		many[i] = sub(nil)
+	}
+	zipOf := func(files map[string]string) string {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		for n, c := range files {
+			w, _ := zw.Create(n)
+			w.Write([]byte(c))
+		}
+		zw.Close()
+		return base64.StdEncoding.EncodeToString(buf.Bytes())
+	}
+	for _, tc := range []struct {
+		name   string
+		r      response
+		status int
+		want   string
+	}{
+		{"batch of 21", post("/submissions/batch", map[string]any{"submissions": many}), 400, `{"error":"number of submissions in a batch should be less than or equal to 20"}`},
+		{"empty batch", post("/submissions/batch", map[string]any{"submissions": []any{}}), 400, `{"error":"there should be at least one submission in a batch"}`},
+		{"21 tokens", ts.j0(t, "GET", "/submissions/batch?tokens="+strings.Repeat("a,", 21), key, ""), 400, `less than or equal to 20`},
+		{"stored submission too large", post("/submissions", sub(map[string]any{"stdin": strings.Repeat("x", 70<<10)})), 422, `"source_code":["the submission`},
+		{"body too large", post("/submissions", sub(map[string]any{"stdin": strings.Repeat("x", 300<<10)})), 413, `{"error":"the request body is over`},
+		{"fields too long", ts.j0(t, "GET", "/submissions/t0?fields="+strings.Repeat("a", 3000), key, ""), 400, `invalid fields`},
+		{"101 tests", post("/submissions", sub(map[string]any{"tests": make([]map[string]any, 101)})), 422, `"tests":["holds 101 tests`},
+		{"additional_files not a zip", post("/submissions", sub(map[string]any{"additional_files": base64.StdEncoding.EncodeToString([]byte("not a zip"))})), 422, `"additional_files":["is not a zip`},
+		{"additional_files zip bomb", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"a": strings.Repeat("0", 8<<20)})})), 422, `"additional_files":[`},
+		{"additional_files climbing", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"../x": "1"})})), 422, `"additional_files":[`},
+		{"memory over the maximum", post("/submissions", sub(map[string]any{"memory_limit": 1 << 30})), 422, `"memory_limit":["must be less than or equal to`},
+		{"negative cpu time", post("/submissions", sub(map[string]any{"cpu_time_limit": -1})), 422, `"cpu_time_limit":["must be greater than or equal to 0"]`},
+		{"language id a fraction", post("/submissions", sub(map[string]any{"language_id": 71.5})), 422, `"language_id":["language with id 71.5 doesn't exist"]`},
+		{"language id text", post("/submissions", sub(map[string]any{"language_id": "seventy"})), 400, `{"error":"the body is not a Judge0 submission`},
+		{"not base64", ts.j0(t, "POST", "/submissions?base64_encoded=true", key, `{"source_code":"%%%","language_id":71}`), 422, `"source_code":["is not base64`},
+		{"compiler options", post("/submissions", sub(map[string]any{"compiler_options": "-fplugin=/tmp/x.so"})), 422, `"compiler_options":["setting compiler options is not allowed"]`},
+		{"long arguments", post("/submissions", sub(map[string]any{"command_line_arguments": strings.Repeat("a", 513)})), 422, `"command_line_arguments":["is too long`},
+		{"token climbing", ts.j0(t, "GET", "/submissions/..%2F..%2Fetc", key, ""), 404, `{"error":"Not Found"}`},
+		{"token long", ts.j0(t, "GET", "/submissions/"+strings.Repeat("t", 5000), key, ""), 404, `{"error":"Not Found"}`},
+	} {
+		if tc.r.status != tc.status || !strings.Contains(string(tc.r.body), tc.want) {
+			t.Errorf("%s: %d %.300s; want %d and %s", tc.name, tc.r.status, tc.r.body, tc.status, tc.want)
+		}
+	}
+	if testing.Short() {
+		return // the runs below take seconds (make check is -short)
+	}
+	// additional_files: the program reads them beside its source (not in
+	// its working directory, as under Judge0: see SECURITY.md).
+	r := ts.j0(t, "POST", "/submissions?wait=true&fields=stdout,status_id", key, func() string {
+		b, _ := json.Marshal(sub(map[string]any{"source_code": "import os\nprint(open(os.path.join(os.path.dirname(__file__), 'data.txt')).read().strip())", "additional_files": zipOf(map[string]string{"data.txt": "from the zip\n"}), "expected_output": "from the zip"}))
+		return string(b)
+	}())
+	if r.status != 201 || !strings.Contains(string(r.body), `"status_id":3`) {
+		t.Errorf("additional_files: %d %s", r.status, r.body)
+	}
+	// Output that is not UTF-8, without base64: Judge0's error beside the token.
+	r = post("/submissions?wait=true", sub(map[string]any{"source_code": "import sys\nsys.stdout.buffer.write(b'\\xfe')"}))
+	if m := r.json(t); r.status != 201 || m["token"] == nil || m["error"] != "some attributes for this submission cannot be converted to UTF-8, use base64_encoded=true query parameter" {
+		t.Errorf("non-UTF-8 output: %d %s", r.status, r.body)
 	}
 }
