@@ -223,6 +223,38 @@ func TestJudge0Verdicts(t *testing.T) {
 	}
 }
 
+// TestJudge0Tests: moat's extension, tests: in a Judge0 submission —
+// one compile, a status per test, the submission's status its first
+// failing test's.
+func TestJudge0Tests(t *testing.T) {
+	testenv.Slow(t, "compiles and runs C++")
+	ts := start(t, "", withJudge0(t))
+	key := ts.key(t, "acme", "ann", "dev")
+	judge0Langs(t, ts, key, 54)
+	b, _ := json.Marshal(map[string]any{"language_id": 54, "source_code": "#include <iostream>\nint main(){int a,b;std::cin>>a>>b;if(a<0)return 4;std::cout<<a*b<<std::endl;}",
+		"tests": []map[string]any{{"stdin": "2 3", "expected_output": "6"}, {"stdin": "4 4", "expected_output": "15"}, {"stdin": "-1 0"}, {"stdin": "5 5", "expected_output": "25"}}})
+	r := ts.j0(t, "POST", "/submissions?wait=true&fields=status,tests,compile_output", key, string(b))
+	var sub struct {
+		Status struct{ ID int }
+		Tests  []struct {
+			Status struct{ ID int }
+			Stdout *string
+		}
+	}
+	if err := json.Unmarshal(r.body, &sub); err != nil || r.status != 201 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	want := []int{3, 4, 11, 3}
+	if sub.Status.ID != 4 || len(sub.Tests) != len(want) {
+		t.Fatalf("submission: %s", r.body)
+	}
+	for i, w := range want {
+		if sub.Tests[i].Status.ID != w {
+			t.Errorf("test %d: status %d, want %d: %s", i, sub.Tests[i].Status.ID, w, r.body)
+		}
+	}
+}
+
 // TestJudge0BatchAcrossRestart: 20 submissions with wait=false, the
 // server stopped before they ran and started again on the same data
 // directory, and every one polled to Accepted.

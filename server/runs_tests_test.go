@@ -30,7 +30,9 @@ func TestRunsTestsCompileOnce(t *testing.T) {
 		tests = append(tests, map[string]any{"stdin": fmt.Sprintf("%d %d\n", i, i), "expected_output": want})
 	}
 	b, _ := json.Marshal(map[string]any{"language": "cpp", "files": []map[string]string{{"name": "main.cpp", "content": src}}, "tests": tests})
+	began := time.Now()
 	r := ts.do(t, "POST", "/v1/runs", key, strings.NewReader(string(b)), "Content-Type", "application/json", server.HeaderRequestID, "grader-50")
+	took := time.Since(began)
 	var res server.RunResult
 	if err := json.Unmarshal(r.body, &res); err != nil || r.status != 200 {
 		t.Fatalf("runs: %d %s", r.status, r.body)
@@ -38,6 +40,7 @@ func TestRunsTestsCompileOnce(t *testing.T) {
 	if len(res.Tests) != 50 || res.Passed == nil || *res.Passed != 49 || res.Tests[7].Verdict != server.VerdictWrongAnswer || res.Tests[8].Verdict != server.VerdictAccepted || res.Tests[49].Stdout != "98\n" {
 		t.Fatalf("tests: %s", r.body)
 	}
+	t.Logf("50 tests: %s in all; compile %.0f ms (cached %v), the runs' own time %.0f ms together", took.Round(time.Millisecond), res.CompileTimeMS, res.BuildCached, res.RunTimeMS)
 	builds := 0
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		a := ts.do(t, "GET", "/v1/audit?correlation_id=grader-50&limit=1000", key, nil)
