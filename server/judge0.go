@@ -74,8 +74,8 @@ func (j *Judge0Config) validate(fail failFunc) error {
 	if len(j.Callbacks) > 64 {
 		return fail("judge0.callbacks", "%d targets; list at most 64", len(j.Callbacks))
 	}
-	if _, err := parseCallbackGrants(j.Callbacks); err != nil {
-		return fail("judge0.callbacks", "%v", err)
+	if _, i, err := parseCallbackGrants(j.Callbacks); err != nil {
+		return fail(fmt.Sprintf("judge0.callbacks[%d]", i), "%v", err)
 	}
 	return nil
 }

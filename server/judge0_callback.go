@@ -37,16 +37,17 @@ type judge0CallbackGrant struct {
 	prefix string // the path, ending in / unless it is the whole path
 }
 
-// parseCallbackGrants normalizes judge0.callbacks.
-func parseCallbackGrants(raw []string) ([]judge0CallbackGrant, error) {
+// parseCallbackGrants normalizes judge0.callbacks; an error names the
+// index of the target it is about (the configuration's field).
+func parseCallbackGrants(raw []string) ([]judge0CallbackGrant, int, error) {
 	var out []judge0CallbackGrant
 	for i, r := range raw {
 		u, d, err := egress.ParseURL(r)
 		if err != nil {
-			return nil, fmt.Errorf("judge0.callbacks[%d]: %q: %v; write a URL like https://grader.example.com/judge0/", i, r, err)
+			return nil, i, fmt.Errorf("%q: %v; write a URL like https://grader.example.com/judge0/", r, err)
 		}
 		if u.RawQuery != "" {
-			return nil, fmt.Errorf("judge0.callbacks[%d]: %q has a query; grant a scheme, host, port and path prefix", i, r)
+			return nil, i, fmt.Errorf("%q has a query; grant a scheme, host, port and path prefix", r)
 		}
 		p := u.EscapedPath()
 		if p == "" {
@@ -54,7 +55,7 @@ func parseCallbackGrants(raw []string) ([]judge0CallbackGrant, error) {
 		}
 		out = append(out, judge0CallbackGrant{dest: d.String(), prefix: p})
 	}
-	return out, nil
+	return out, 0, nil
 }
 
 // judge0CallbackAllowed says whether raw is under a granted target: the
@@ -69,7 +70,7 @@ func (s *Server) judge0CallbackAllowed(raw string) (string, error) {
 			return "", fmt.Errorf("the path has a %q segment; send the path as it is meant, without dot segments", seg)
 		}
 	}
-	grants, _ := parseCallbackGrants(s.cfg.Judge0.Callbacks) // validated with the configuration
+	grants, _, _ := parseCallbackGrants(s.cfg.Judge0.Callbacks) // validated with the configuration
 	p := u.EscapedPath()
 	if p == "" {
 		p = "/"
@@ -103,7 +104,7 @@ func (s *Server) judge0Callback(ctx context.Context, id, org, callback string) {
 	if err != nil {
 		return
 	}
-	grants, _ := parseCallbackGrants(s.cfg.Judge0.Callbacks)
+	grants, _, _ := parseCallbackGrants(s.cfg.Judge0.Callbacks)
 	var named []string
 	for _, g := range grants {
 		named = append(named, g.dest)
