@@ -795,6 +795,7 @@ func (s *Server) judge0Await(ctx context.Context, org, id string, job *judge0Job
 	bound := job.Limits.CompileTimeout + time.Duration(runs)*job.Limits.Timeout + 30*time.Second
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	defer s.judge0Forget(id)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
 		t, err := s.store.TaskGet(context.WithoutCancel(ctx), store.Scope{Org: org, Module: judge0Module}, id)
 		if err != nil || t.Finished() {

@@ -86,6 +86,16 @@ func (s *Server) judge0Done(id string) <-chan struct{} {
 	return ch
 }
 
+// judge0Forget drops the channel of a wait that ended without this
+// replica finishing the submission (another did, or the wait timed out).
+func (s *Server) judge0Forget(id string) {
+	if s.judge0 != nil {
+		s.judge0.mu.Lock()
+		delete(s.judge0.waiters, id)
+		s.judge0.mu.Unlock()
+	}
+}
+
 func (w *judge0Worker) finished(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -185,7 +195,9 @@ func (s *Server) judge0Run(ctx context.Context, t *store.Task) {
 	if err != nil {
 		s.log.Warn("judge0: a submission's run failed", "token", t.ID, "org", t.Org, "err", err)
 		retry := time.Now().Add(time.Duration(t.Attempts) * 2 * time.Second)
-		s.store.TaskFail(bctx, t, string(abi.CodeUnavailable), "moat could not run the submission: "+err.Error(), false, retry)
+		// The reason (which may name the host's paths) stays in the log;
+		// the submitter reads that moat failed, as Judge0's Internal Error.
+		s.store.TaskFail(bctx, t, string(abi.CodeUnavailable), "moat could not run the submission; the server log has the reason", false, retry)
 		return
 	}
 	res, _ := json.Marshal(fitOutcome(oc))
