@@ -66,6 +66,12 @@ type ExecRequest struct {
 	// run wrote that the result returns (ExecResult.Files), bounded by
 	// MaxFilesOut and MaxOutputBytes. ValidateFilesOut checks them.
 	FilesOut []string
+	// WorkFiles are written into a WASM run's scratch directory, its
+	// working directory, before it starts: data files a program opens by
+	// a relative name (Judge0's additional_files). Their names are
+	// checked as sources' are. A native run does not get them (its
+	// working directory is made by the launcher): give them as sources.
+	WorkFiles []File
 	// Preparing, when set, is called as the job starts work a later job
 	// of the same language does not repeat, and the func it returns when
 	// that work ends: "build" for a build not in the cache (Go's first

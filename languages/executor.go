@@ -470,6 +470,10 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 		}
 		// Removed whatever the run ends with: it runs in this process.
 		defer os.RemoveAll(d)
+		// Made by moat a moment ago, so nothing in it is the guest's yet.
+		if err := WriteSource(d, req.WorkFiles); err != nil {
+			return err
+		}
 		scratch = scratchOf(d, lim)
 		defer func() {
 			if res.ScratchFull != "" {

@@ -216,8 +216,11 @@ func (s *Server) judge0Run(ctx context.Context, t *store.Task) {
 func (s *Server) judge0Execute(ctx context.Context, p policy.Principal, corr string, job *judge0Job) (*judge0Outcome, error) {
 	src := languages.Source{Main: job.SourceName, Files: append([]languages.File{{Name: job.SourceName, Content: job.Source}}, job.Files...)}
 	args := strings.Fields(job.Args)
+	// additional_files are sources too (a native run, or a program that
+	// reads them beside its source, finds them there) and files of the
+	// working directory, where Judge0 unpacks them, for a WASM run.
 	req := languages.ExecRequest{Language: job.Language, Source: src, Stdin: job.Stdin, Args: args, Limits: job.Limits,
-		Principal: p, CorrelationID: corr}
+		Principal: p, CorrelationID: corr, WorkFiles: job.Files}
 	if job.Tests == nil {
 		res, err := s.execJob(ctx, req)
 		if err != nil {
