@@ -231,6 +231,9 @@ func (e *Executor) Exec(ctx context.Context, req ExecRequest) (*ExecResult, erro
 	began := time.Now()
 	art, cached, err := e.build(ctx, lang, req.Source, lim, req.Preparing)
 	res.CompileTime, res.BuildCached = time.Since(began), cached
+	if !cached {
+		e.auditBuild(ctx, req, res.CompileTime, err)
+	}
 	var ce *CompileError
 	var le *BuildLimitError
 	switch {
@@ -468,6 +471,10 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 		}
 		// Removed whatever the run ends with: it runs in this process.
 		defer os.RemoveAll(d)
+		// Made by moat a moment ago, so nothing in it is the guest's yet.
+		if err := WriteSource(d, req.WorkFiles); err != nil {
+			return err
+		}
 		scratch = scratchOf(d, lim)
 		defer func() {
 			if res.ScratchFull != "" {
@@ -793,6 +800,30 @@ func (e *Executor) auditNative(ctx context.Context, req ExecRequest, spec *nativ
 	ev.Kind, ev.Decision, ev.Code, ev.DurationNS = audit.KindInvocation, audit.Allow, string(r.Status), int64(r.Wall)
 	ev.Attrs = map[string]string{"exit": strconv.Itoa(r.ExitCode), "layers": strings.Join(r.Layers, ","), "warm": strconv.FormatBool(r.Warm)}
 	a.Record(ctx, ev)
+}
+
+// auditBuild records a build this job ran (not one it found in the cache
+// or joined): one event per compile, so that a grader's 50 tests of one
+// program show one compile in the trail, and an operator sees what the
+// compilers cost. Its code is ok, compile-error, or the limit's status.
+func (e *Executor) auditBuild(ctx context.Context, req ExecRequest, took time.Duration, err error) {
+	a := e.cfg.Audit
+	if a == nil {
+		return
+	}
+	code := "ok"
+	var ce *CompileError
+	var le *BuildLimitError
+	switch {
+	case errors.As(err, &ce):
+		code = string(StatusCompileError)
+	case errors.As(err, &le):
+		code = string(le.Status)
+	case err != nil:
+		code = "error"
+	}
+	a.Record(context.WithoutCancel(ctx), audit.Event{Kind: audit.KindInvocation, Decision: audit.Allow, CorrelationID: req.CorrelationID,
+		Module: "lang:" + req.Language, Action: "build", User: req.Principal.User, Org: req.Principal.Org, Code: code, DurationNS: int64(took)})
 }
 
 // auditSurvivors records a job whose processes outlived the kill at its

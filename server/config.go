@@ -119,6 +119,8 @@ type Config struct {
 	ShutdownTimeout policy.Duration `yaml:"shutdown_timeout"`
 	// Piston configures the Piston-compatible code-execution routes.
 	Piston PistonConfig `yaml:"piston"`
+	// Judge0 configures the Judge0-compatible API (judge0.go).
+	Judge0 Judge0Config `yaml:"judge0"`
 	// Sessions configures /v1/sessions (sessions_http.go).
 	Sessions SessionsConfig `yaml:"sessions"`
 	// Replica is how this replica is reached by the others on one
@@ -358,6 +360,7 @@ func (c *Config) fillDefaults() {
 	c.HTTP.fillDefaults()
 	c.Admission.fillDefaults()
 	c.Tasks.fillDefaults()
+	c.Judge0.fillDefaults()
 	c.Media.fillDefaults()
 	c.Routes.fillDefaults()
 	c.Metrics.fillDefaults()
@@ -673,6 +676,9 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 		return err
 	}
 	if err := c.Metrics.validate(fail); err != nil {
+		return err
+	}
+	if err := c.Judge0.validate(fail); err != nil {
 		return err
 	}
 	if err := c.Tasks.validate(fail, c.Admission.MaxInvocations); err != nil {

@@ -60,6 +60,9 @@ func TestConfigErrors(t *testing.T) {
 		{"piston:\n  enabled: yes please\n", "moat-server.yaml:2: piston.enabled: \"yes please\" is not a boolean"},
 		{"piston:\n  allow: [everyone]\n", "moat-server.yaml:2: piston.allow[0]: \"everyone\" is not a network"},
 		{"piston:\n  prefix: api\n", "moat-server.yaml:2: piston.prefix: \"api\" must start with /"},
+		{"judge0:\n  prefix: /v1/judge0\n", "moat-server.yaml:2: judge0.prefix: \"/v1/judge0\" must start with / and not end with one, outside /v1"},
+		{"judge0:\n  concurrency: 1000\n", "moat-server.yaml:2: judge0.concurrency: 1000 is outside 1..256"},
+		{"judge0:\n  callbacks: [\"ftp://grader.example.com/\"]\n", "moat-server.yaml:2: judge0.callbacks[0]: \"ftp://grader.example.com/\""},
 		{"limits: 5\n", "moat-server.yaml:1: limits: expected a mapping"},
 		{"listen: [a\n", "moat-server.yaml:1: YAML syntax"},
 	}

@@ -102,6 +102,10 @@ func (s *Server) router() *echo.Echo {
 		e.POST(p+"/execute", s.pistonExecute, s.pistonGate, run)
 	}
 
+	if s.cfg.Judge0.Enabled {
+		s.judge0Routes(e)
+	}
+
 	// A module's own routes (routes.go): their auth is the route's.
 	e.Match(routeMethods, moduleRoute, s.serveRoute)
 	e.Match(routeMethods, moduleRouteRoot, s.serveRoute)

@@ -32,6 +32,9 @@ type RunRequest struct {
 	// directory (its scratch directory) that the result returns
 	// (RunResult.FilesOut): "out.txt", "*.png", "plots/*.svg".
 	FilesOut []string `json:"files_out,omitempty"`
+	// Tests run the program once per test, compiled once (runs_tests.go).
+	Tests         []RunTest `json:"tests,omitempty"`
+	StopOnFailure bool      `json:"stop_on_failure,omitempty"`
 }
 
 // RunFile is one source file; Encoding is utf8 (the default) or base64.
@@ -83,6 +86,10 @@ type RunResult struct {
 	// FilesOut are the files FilesOut's patterns named, each with its
 	// content (Encoding utf-8 or base64) or why it is not returned.
 	FilesOut []languages.OutFile `json:"files_out,omitempty"`
+	// Tests are the verdicts of the request's tests, in order, and Passed
+	// how many were accepted (runs_tests.go).
+	Tests  []TestResult `json:"tests,omitempty"`
+	Passed *int         `json:"passed,omitempty"`
 }
 
 // maxBatch bounds the jobs of one batch submission.
@@ -292,6 +299,9 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 		return nil, err
 	}
 	lim.MaxOutputBytes = budget.outputCap(lim.MaxOutputBytes)
+	if r.Tests != nil {
+		return s.runTests(c, info, r, src, lim, correlation, budget)
+	}
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
 		Principal: principalOf(c), CorrelationID: correlation, FilesOut: r.FilesOut, Output: output,

@@ -136,6 +136,7 @@ type Server struct {
 	// when it has returned.
 	stopTasks context.CancelFunc
 	tasksDone chan struct{}
+	judge0    *judge0Worker // runs Judge0 submissions (judge0_worker.go)
 
 	ready  atomic.Bool
 	httpMu sync.Mutex
@@ -295,6 +296,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close(ctx)
 		return nil, err
 	}
+	s.startJudge0()
 	s.startWarming()
 	s.startAuditPrune()
 	s.ready.Store(true)
@@ -457,6 +459,7 @@ func (s *Server) Close(ctx context.Context) error {
 			s.stopTasks() // attempts in flight stop, their tasks go back to the queue
 			<-s.tasksDone
 		}
+		s.stopJudge0()
 		if s.stopWatch != nil {
 			s.stopWatch()
 			<-s.watchDone
