@@ -107,6 +107,32 @@ for (const code of [
 await rejects("read a link the code tried", sbx.files.read("etc/passwd"));
 ok("hostile code held");
 
+// Commands: bash in the workspace as a native job, its output as it is
+// produced (the first line arrives while the command still sleeps), a
+// file code wrote read by a command, a background process listed and
+// killed, stdin.
+const chunks = [];
+const began = performance.now();
+let res = await sbx.commands.run("echo one; sleep 1; echo two; cat from_code.txt; pwd", {
+  onStdout: (d) => chunks.push([d, performance.now()]),
+});
+const ended = performance.now();
+eq("command stdout", res.stdout, "one\ntwo\nmade by code/home/user\n");
+eq("command exit", res.exitCode, 0);
+if (!chunks.length || ended - chunks[0][1] < 700) {
+  throw new Error(`onStdout: the first chunk came ${chunks.length ? (ended - chunks[0][1]).toFixed(0) : "never"} ms before the end, not as produced`);
+}
+console.log(`command: first chunk after ${(chunks[0][1] - began).toFixed(0)} ms, end after ${(ended - began).toFixed(0)} ms`);
+await rejects("a failing command", sbx.commands.run("echo no >&2; exit 3"), (e) => e.exitCode === 3 && /no/.test(e.stderr));
+const bg = await sbx.commands.run("sleep 60", { background: true });
+if (!(await sbx.commands.list()).some((p) => p.pid === bg.pid)) throw new Error("commands.list: no background pid " + bg.pid);
+eq("kill a background command", await sbx.commands.kill(bg.pid), true);
+const fed = await sbx.commands.run("read line; echo got $line", { background: true, stdin: true });
+await sbx.commands.sendStdin(fed.pid, "fed\n");
+res = await fed.wait();
+eq("stdin", res.stdout, "got fed\n");
+ok("commands");
+
 await sbx.setTimeout(600_000);
 const info = await sbx.getInfo();
 if (info.endAt.getTime() < Date.now() + 500_000) throw new Error("setTimeout: ends " + info.endAt.toISOString());
