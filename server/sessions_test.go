@@ -19,7 +19,7 @@ import (
 )
 
 // sessionRun runs code in a session's context and returns the result.
-func sessionRun(t *testing.T, ts *testServer, key, id, lang, code string) (response, map[string]any) {
+func sessionRun(t testing.TB, ts *testServer, key, id, lang, code string) (response, map[string]any) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"language": lang, "code": code})
 	r := ts.do(t, "POST", "/v1/sessions/"+id+"/run", key, strings.NewReader(string(body)), "Content-Type", "application/json")
@@ -36,7 +36,7 @@ func requireInterpreter(t *testing.T, r response) {
 	}
 }
 
-func newSession(t *testing.T, ts *testServer, key string) string {
+func newSession(t testing.TB, ts *testServer, key string) string {
 	t.Helper()
 	r := ts.do(t, "POST", "/v1/sessions", key, strings.NewReader(`{"env_vars": {"GREETING": "hi"}}`), "Content-Type", "application/json")
 	if r.status != http.StatusCreated {

@@ -14,13 +14,19 @@ import moat
 _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _count = 0
 _HOME = "/home/user"
+_env_set = False
 
 
 @moat.action("run")
 def run(inp):
-    global _count
+    global _count, _env_set
     _count += 1
     req = json.loads(bytes(inp))
+    if not _env_set:
+        # The session's variables: not in the image every context starts
+        # from, so given with the runs, and set once.
+        os.environ.update(req.get("env") or {})
+        _env_set = True
     out, err = io.StringIO(), io.StringIO()
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err

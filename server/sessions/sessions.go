@@ -153,7 +153,8 @@ type Manager struct {
 	live map[string]*Session
 	stop chan struct{}
 	done chan struct{}
-	repl replBuilds
+	repl   replBuilds
+	images baseImages
 }
 
 // New starts a Manager and its reaper of expired sessions.
@@ -411,6 +412,7 @@ func (m *Manager) Close(ctx context.Context) {
 	for _, s := range ss {
 		s.end(ctx, "", "shutdown", "the server stopped")
 	}
+	m.images.close(ctx)
 	m.repl.remove()
 }
 
