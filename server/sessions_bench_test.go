@@ -72,4 +72,3 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
 	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
 }
-

@@ -148,11 +148,11 @@ func invalid(format string, args ...any) error {
 
 // Manager keeps the live sessions of one server.
 type Manager struct {
-	cfg  Config
-	mu   sync.Mutex
-	live map[string]*Session
-	stop chan struct{}
-	done chan struct{}
+	cfg    Config
+	mu     sync.Mutex
+	live   map[string]*Session
+	stop   chan struct{}
+	done   chan struct{}
 	repl   replBuilds
 	images baseImages
 }
