@@ -101,6 +101,7 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	e.DELETE("/v1/sessions/:id", s.killSession, auth)
 	e.POST("/v1/sessions/:id/timeout", s.sessionTimeout, auth)
 	e.POST("/v1/sessions/:id/run", s.sessionRun, auth, run)
+	e.POST("/v1/sessions/:id/fork", s.forkSession, auth, run)
 	e.PUT("/v1/sessions/:id/files", s.sessionWriteFile, auth)
 	e.GET("/v1/sessions/:id/files", s.sessionReadFile, auth)
 	e.DELETE("/v1/sessions/:id/files", s.sessionRemoveFile, auth)
@@ -230,6 +231,25 @@ func (s *Server) sessionRun(c echo.Context) error {
 		return sessionProblem(err)
 	}
 	return c.JSON(http.StatusOK, res)
+}
+
+// forkSession makes count copies of a session ({"count": N}, default 1).
+func (s *Server) forkSession(c echo.Context) error {
+	req := struct {
+		Count *int `json:"count"`
+	}{}
+	if err := s.sessionBody(c, &req); err != nil {
+		return err
+	}
+	n := 1
+	if req.Count != nil {
+		n = *req.Count
+	}
+	out, err := s.sessions.Fork(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c), n)
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusCreated, map[string]any{"sessions": out})
 }
 
 func (s *Server) session(c echo.Context) (*sessions.Session, error) {

@@ -76,6 +76,8 @@ type codeContext struct {
 	// snap: the context's interpreter starts from an image (and may be
 	// captured into one); the session's variables go with each run.
 	snap bool
+	// depth is how many captures its state went through (fork.go).
+	depth int
 }
 
 // baseImages are the images new contexts start from: one per
@@ -257,6 +259,9 @@ func (m *Manager) manifest(name, lang string) (*policy.Manifest, error) {
 		y += fmt.Sprintf("limits: {memory: %dMiB}\n", max(m.cfg.MemoryBytes>>20, 16))
 	}
 	y += fmt.Sprintf("actions:\n  - {name: run, timeout: %dms}\n", m.cfg.RunTimeout.Milliseconds())
+	if lang == "python" { // repl.py's park: fork and pause capture the context there
+		y += "  - {name: park, timeout: 30s}\n"
+	}
 	return policy.ParseManifest("moat.yaml", []byte(y))
 }
 
@@ -335,7 +340,12 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 		}
 		return cc, nil
 	}
-	if len(s.contexts) >= m.cfg.MaxContexts {
+	pend := s.pending[name]
+	if pend != nil && pend.info.Language != lang {
+		s.mu.Unlock()
+		return nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("context %s runs %s, not %s; name another context", name, pend.info.Language, lang)}
+	}
+	if pend == nil && len(s.contexts)+len(s.pending) >= m.cfg.MaxContexts {
 		s.mu.Unlock()
 		return nil, &Error{Code: "resource_exhausted", Session: s.id, Reason: fmt.Sprintf("the session has %d contexts, the most it may have; run in one of them", len(s.contexts))}
 	}
@@ -372,11 +382,22 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 			return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 		}
 	}
+	info := ContextInfo{Name: name, Language: lang, CreatedAt: time.Now().UTC()}
+	if pend != nil { // a copy's: it starts where the context it copies was
+		if sc.Snapshot == nil {
+			return nil, fmt.Errorf("session %s: context %s: the %s interpreter has no snapshot to start the copy from", s.id, name, lang)
+		}
+		opts.ResidentImage, info = pend.img, pend.info
+	}
 	mod, err := h.Load(ctx, sp.WASM, opts)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 	}
-	cc := &codeContext{info: ContextInfo{Name: name, Language: lang, CreatedAt: time.Now().UTC()}, mod: mod, snap: sc.Snapshot != nil}
+	cc := &codeContext{info: info, mod: mod, snap: sc.Snapshot != nil}
+	if pend != nil {
+		cc.runs.Store(int64(pend.info.Runs))
+		cc.depth = pend.depth
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -386,6 +407,9 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if o := s.contexts[name]; o != nil { // made meanwhile by another run
 		_ = mod.Close(ctx)
 		return o, nil
+	}
+	if pend != nil {
+		delete(s.pending, name)
 	}
 	s.contexts[name] = cc
 	return cc, nil

@@ -3,10 +3,12 @@
 # notebook kernel's does. Each run's stdout and stderr are kept apart and
 # returned with the repr of a final expression (the notebook's result).
 import ast
+import gc
 import io
 import json
 import os
 import sys
+import time
 import traceback
 
 import moat
@@ -51,3 +53,30 @@ def run(inp):
         sys.stdout, sys.stderr = saved
     return json.dumps({"stdout": out.getvalue(), "stderr": err.getvalue(), "result": result,
                        "error": error, "execution_count": _count})
+
+
+@moat.action("park")
+def park(inp):
+    """Be captured for a fork or a pause (server/sessions/fork.go): between
+    runs, with nothing open that the image cannot carry. The token and the
+    address of the SDK's globals (where moat._resume runs in a copy) go on
+    stdout, then a clock read, where the host copies this instance. The op
+    device is closed in the image, not here: a copy opens its own."""
+    tok = bytes(inp).decode()
+    dev = moat._transport
+    ops = os.environ.get("MOAT_OPS")
+    # The files the code holds open (a descriptor WASI's fstat cannot tell
+    # apart from a free one, so the file objects are looked for).
+    for o in gc.get_objects():
+        # The op device's are the SDK's (one per capture the state went
+        # through: each copy opens its own, the old one never used again).
+        if isinstance(o, io.FileIO) and not o.closed and o.name != ops and o.fileno() > 2:
+            raise RuntimeError(f"the file {o.name!r} is open (descriptor {o.fileno()}); "
+                               "a copy of this context could not use it: close it, then fork or pause")
+    moat._transport = None
+    try:
+        os.write(1, ("%s %d\n" % (tok, id(vars(moat)))).encode())
+        time.time()
+    finally:
+        moat._transport = dev
+    return "parked"

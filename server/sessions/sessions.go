@@ -155,6 +155,9 @@ type Manager struct {
 	done   chan struct{}
 	repl   replBuilds
 	images baseImages
+	// reserved counts, per organization, the sessions a fork or a resume
+	// is making: they count against max_per_org before they are live.
+	reserved map[string]int
 }
 
 // New starts a Manager and its reaper of expired sessions.
@@ -196,7 +199,10 @@ type Session struct {
 	expires  time.Time
 	lastUsed time.Time
 	contexts map[string]*codeContext
-	nextCtx  atomic.Int64 // numbers the contexts' module names
+	// pending are the contexts of a copy (a fork, a resumed session) not
+	// run yet: each starts from its image on its first run.
+	pending map[string]*pendingContext
+	nextCtx atomic.Int64 // numbers the contexts' module names
 }
 
 // Info is what a session's owner sees of it.
@@ -273,7 +279,7 @@ func (m *Manager) Create(ctx context.Context, p policy.Principal, correlation st
 		env: opts.Env, meta: opts.Metadata, start: now, expires: now.Add(ttl), lastUsed: now, contexts: map[string]*codeContext{}}
 
 	m.mu.Lock()
-	n := 0
+	n := m.reserved[p.Org]
 	for _, o := range m.live {
 		if o.owner.Org == p.Org {
 			n++
@@ -465,7 +471,7 @@ func (s *Session) end(ctx context.Context, correlation, step, reason string) {
 	}
 	s.ended = true
 	ccs := s.contexts
-	s.contexts = nil
+	s.contexts, s.pending = nil, nil
 	s.mu.Unlock()
 	for _, cc := range ccs {
 		cc.close(ctx)
@@ -490,6 +496,9 @@ func (s *Session) info() *Info {
 		ci := cc.info
 		ci.Runs = int(cc.runs.Load())
 		in.Contexts = append(in.Contexts, ci)
+	}
+	for _, p := range s.pending {
+		in.Contexts = append(in.Contexts, p.info)
 	}
 	slices.SortFunc(in.Contexts, func(a, b ContextInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return in
