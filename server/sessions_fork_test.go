@@ -3,6 +3,9 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,5 +95,75 @@ func TestSessionFork(t *testing.T) {
 	}
 	if got := run(kids[1], "f.close()\nx"); got["result"] != "1" {
 		t.Fatalf("the context after a refused fork: %v", got["result"])
+	}
+}
+
+// TestSessionPauseResume: a paused session answers 404 until resumed,
+// then has its variables and files; another organization's key cannot
+// pause or resume it; a damaged image is refused cleanly, and so is one
+// cut short.
+func TestSessionPauseResume(t *testing.T) {
+	var dir string
+	ts := start(t, "", func(c *server.Config) { dir = c.DataDir + "-sessions" })
+	ann := ts.key(t, "acme", "ann")
+	eve := ts.key(t, "evil", "eve")
+	id := newSession(t, ts, ann)
+	r, _ := sessionRun(t, ts, ann, id, "python", "x = 41\nopen('/home/user/keep.txt', 'w').write('kept')")
+	requireInterpreter(t, r)
+	if r.status != http.StatusOK {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	for _, op := range []string{"pause", "resume"} {
+		if r := ts.do(t, "POST", "/v1/sessions/"+id+"/"+op, eve, nil); r.status != http.StatusNotFound {
+			t.Fatalf("another org's %s: %d %s", op, r.status, r.body)
+		}
+	}
+	pauseResume := func() response {
+		t.Helper()
+		if r := ts.do(t, "POST", "/v1/sessions/"+id+"/pause", ann, nil); r.status != http.StatusNoContent {
+			t.Fatalf("pause: %d %s", r.status, r.body)
+		}
+		if r := ts.do(t, "GET", "/v1/sessions/"+id, ann, nil); r.status != http.StatusNotFound {
+			t.Fatalf("a paused session's GET: %d", r.status)
+		}
+		return ts.do(t, "POST", "/v1/sessions/"+id+"/resume", ann, nil)
+	}
+	if r := pauseResume(); r.status != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	if r, got := sessionRun(t, ts, ann, id, "python", "x += 1\nx, open('keep.txt').read()"); got == nil || got["result"] != "(42, 'kept')" {
+		t.Fatalf("after resume: %d %s", r.status, r.body)
+	}
+	if r := ts.do(t, "POST", "/v1/sessions/"+id+"/pause", ann, nil); r.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	images, _ := filepath.Glob(filepath.Join(dir, ".images", "*", "*.img"))
+	if len(images) != 1 {
+		t.Fatalf("images: %v", images)
+	}
+	good, err := os.ReadFile(images[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, bad := range map[string][]byte{
+		"flipped": func() []byte { b := slices.Clone(good); b[len(b)/2] ^= 1; return b }(),
+		"cut":     good[:len(good)-100],
+		"empty":   {},
+	} {
+		if err := os.WriteFile(images[0], bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := ts.do(t, "POST", "/v1/sessions/"+id+"/resume", ann, nil); r.status != http.StatusConflict || !strings.Contains(string(r.body), "damaged") {
+			t.Fatalf("a %s image: %d %s", name, r.status, r.body)
+		}
+	}
+	if err := os.WriteFile(images[0], good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := ts.do(t, "POST", "/v1/sessions/"+id+"/resume", ann, nil); r.status != http.StatusOK {
+		t.Fatalf("resume of the image restored: %d %s", r.status, r.body)
+	}
+	if r, got := sessionRun(t, ts, ann, id, "python", "x"); got == nil || got["result"] != "42" {
+		t.Fatalf("after the second resume: %d %s", r.status, r.body)
 	}
 }

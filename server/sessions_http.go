@@ -82,7 +82,11 @@ func (s *Server) startSessions() error {
 		IdleTimeout: time.Duration(c.IdleTimeout), Timeout: time.Duration(c.Timeout), MaxLifetime: time.Duration(c.MaxLifetime),
 		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: int64(c.MaxFiles), MaxFileBytes: int64(c.MaxFileBytes),
 		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
-		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit})
+		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit,
+		// Paused sessions' images, beside the workspaces (no session's
+		// code reaches them: each sees its own workspace alone). A
+		// replicated server keeps them in its store instead.
+		Images: sessions.DirImages(filepath.Join(dir, ".images"))})
 	if err != nil {
 		return err
 	}
@@ -102,6 +106,8 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	e.POST("/v1/sessions/:id/timeout", s.sessionTimeout, auth)
 	e.POST("/v1/sessions/:id/run", s.sessionRun, auth, run)
 	e.POST("/v1/sessions/:id/fork", s.forkSession, auth, run)
+	e.POST("/v1/sessions/:id/pause", s.pauseSession, auth, run)
+	e.POST("/v1/sessions/:id/resume", s.resumeSession, auth, run)
 	e.PUT("/v1/sessions/:id/files", s.sessionWriteFile, auth)
 	e.GET("/v1/sessions/:id/files", s.sessionReadFile, auth)
 	e.DELETE("/v1/sessions/:id/files", s.sessionRemoveFile, auth)
@@ -114,7 +120,7 @@ func sessionProblem(err error) error {
 	if errors.As(err, &se) {
 		status := map[string]int{"not_found": http.StatusNotFound, "invalid_argument": http.StatusBadRequest,
 			"resource_exhausted": http.StatusTooManyRequests, "too_large": http.StatusRequestEntityTooLarge,
-			"conflict": http.StatusConflict, "denied": http.StatusForbidden}[se.Code]
+			"conflict": http.StatusConflict, "denied": http.StatusForbidden, "unavailable": http.StatusServiceUnavailable}[se.Code]
 		if status == 0 && se.Err != nil {
 			p := fromHostError(se.Err)
 			p.Detail = se.Error()
@@ -250,6 +256,24 @@ func (s *Server) forkSession(c echo.Context) error {
 		return sessionProblem(err)
 	}
 	return c.JSON(http.StatusCreated, map[string]any{"sessions": out})
+}
+
+// pauseSession writes a session to the image store and ends it.
+func (s *Server) pauseSession(c echo.Context) error {
+	if err := s.sessions.Pause(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c)); err != nil {
+		return sessionProblem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// resumeSession makes a paused session live again (a live one is
+// answered as it is).
+func (s *Server) resumeSession(c echo.Context) error {
+	in, err := s.sessions.Resume(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c))
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, in)
 }
 
 func (s *Server) session(c echo.Context) (*sessions.Session, error) {

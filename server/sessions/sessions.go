@@ -89,6 +89,8 @@ type Config struct {
 	ToolchainDir string
 	// Audit records every step (kind session).
 	Audit *audit.Log
+	// Images keeps paused sessions (pause.go); nil: pause is refused.
+	Images Images
 }
 
 func (c *Config) defaults() {
@@ -119,7 +121,7 @@ func (c *Config) defaults() {
 
 // Error is a refusal with the HTTP-ish code a caller maps it to.
 type Error struct {
-	Code    string // not_found, invalid_argument, resource_exhausted, too_large, conflict
+	Code    string // not_found, invalid_argument, resource_exhausted, too_large, conflict, unavailable
 	Session string
 	Reason  string
 	Err     error
