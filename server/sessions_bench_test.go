@@ -112,3 +112,42 @@ func BenchmarkSessionFork(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSessionResume measures POST /v1/sessions/{id}/resume of a
+// paused session whose Python context holds a 50 MiB heap (goal ≤ 50 ms),
+// and the resume with the first run in the restored context.
+func BenchmarkSessionResume(b *testing.B) {
+	ts := start(b, "", nil)
+	key := ts.key(b, "acme", "bench")
+	id := newSession(b, ts, key)
+	if r, got := sessionRun(b, ts, key, id, "python", "blob = bytes(range(1, 256)) * ((50 << 20) // 255 + 1)\nlen(blob) >> 20"); r.status != http.StatusOK || got["result"] != "50" {
+		b.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	for _, first := range []bool{false, true} {
+		name := "resume"
+		if first {
+			name = "resume+first-run"
+		}
+		b.Run(name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for range b.N {
+				b.StopTimer()
+				if r := ts.do(b, "POST", "/v1/sessions/"+id+"/pause", key, nil); r.status != http.StatusNoContent {
+					b.Fatalf("pause: %d %s", r.status, r.body)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				if r := ts.do(b, "POST", "/v1/sessions/"+id+"/resume", key, nil); r.status != http.StatusOK {
+					b.Fatalf("resume: %d %s", r.status, r.body)
+				}
+				if first {
+					if r, got := sessionRun(b, ts, key, id, "python", "len(blob) >> 20"); r.status != http.StatusOK || got["result"] != "50" {
+						b.Fatalf("after resume: %d %s", r.status, r.body)
+					}
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			reportLatency(b, lat)
+		})
+	}
+}
