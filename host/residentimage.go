@@ -80,6 +80,19 @@ func ReadResidentImage(r io.Reader, max int64) (*ResidentImage, error) {
 	return &ResidentImage{img: img}, nil
 }
 
+// UnmarshalResidentImage decodes what MarshalBinary wrote (b is not
+// kept): a damaged or truncated image is an error.
+func UnmarshalResidentImage(b []byte) (*ResidentImage, error) {
+	if int64(len(b)) > maxResidentImageBytes {
+		return nil, fmt.Errorf("resident image: more than %d bytes", int64(maxResidentImageBytes))
+	}
+	img, err := wasmsnap.Unmarshal(b)
+	if err != nil {
+		return nil, err
+	}
+	return &ResidentImage{img: img}, nil
+}
+
 // fits checks that the image was made for s's compiled module.
 func (ri *ResidentImage) fits(s *snapshotState) error {
 	switch {

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -197,7 +198,8 @@ func (img *Image) Marshal() []byte {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-// Unmarshal decodes what Marshal wrote; damage is an error.
+// Unmarshal decodes what Marshal wrote; damage is an error. The image's
+// runs share b's memory: the caller does not change b after.
 func Unmarshal(b []byte) (*Image, error) {
 	bad := errors.New("wasmsnap: not an image, or a damaged one")
 	if len(b) < len(imageMagic)+4 || !bytes.HasPrefix(b, imageMagic) {
@@ -249,8 +251,11 @@ func Unmarshal(b []byte) (*Image, error) {
 		if off < at || off+n > end || n > uint64(r.Len()) {
 			return nil, bad
 		}
-		data := make([]byte, n)
-		_, _ = r.Read(data)
+		// The run's bytes are b's, not a copy: an image read back is
+		// tens of megabytes, and b is not used after.
+		pos := len(body) - r.Len()
+		data := body[pos : pos+int(n) : pos+int(n)]
+		_, _ = r.Seek(int64(n), io.SeekCurrent)
 		img.Runs = append(img.Runs, Run{Off: uint32(off), Data: data})
 		at = off + n
 	}

@@ -171,10 +171,16 @@ var errBadImage = errors.New("the paused session's image is damaged, truncated o
 // readImage decodes an image of at most max bytes; anything else is
 // errBadImage (or a bound's error).
 func readImage(r io.Reader, max int64) (*imageHeader, []*host.ResidentImage, []byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
+	var buf bytes.Buffer
+	if st, ok := r.(interface{ Stat() (fs.FileInfo, error) }); ok { // one allocation, not a doubling per read
+		if fi, err := st.Stat(); err == nil && fi.Size() > 0 && fi.Size() <= max {
+			buf.Grow(int(fi.Size()) + 1)
+		}
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r, max+1)); err != nil {
 		return nil, nil, nil, err
 	}
+	b := buf.Bytes()
 	if int64(len(b)) > max {
 		return nil, nil, nil, fmt.Errorf("the paused session's image is larger than %d bytes", max)
 	}
@@ -200,7 +206,7 @@ func readImage(r io.Reader, max int64) (*imageHeader, []*host.ResidentImage, []b
 		if c.Bytes <= 0 || c.Bytes > int64(len(rest)) || c.Bytes > maxContextImages || !contextName.MatchString(c.Info.Name) || LanguageOf(c.Info.Language) == "" {
 			return nil, nil, nil, errBadImage
 		}
-		img, err := host.ReadResidentImage(bytes.NewReader(rest[:c.Bytes]), c.Bytes)
+		img, err := host.UnmarshalResidentImage(rest[:c.Bytes])
 		if err != nil {
 			return nil, nil, nil, errBadImage
 		}
