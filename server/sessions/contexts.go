@@ -40,14 +40,18 @@ var replPython string
 //go:embed repl.js
 var replJavaScript string
 
+//go:embed repl.rb
+var replRuby string
+
 // Languages are the languages a context may run, by the name a request
 // gives, with their REPL's entry file.
 var Languages = map[string]struct{ file, src string }{
 	"python":     {"main.py", replPython},
 	"javascript": {"main.js", replJavaScript},
+	"ruby":       {"main.rb", replRuby},
 }
 
-var langAlias = map[string]string{"py": "python", "python3": "python", "js": "javascript", "node": "javascript"}
+var langAlias = map[string]string{"py": "python", "python3": "python", "js": "javascript", "node": "javascript", "rb": "ruby"}
 
 // LanguageOf returns the canonical name of a context language, or "".
 func LanguageOf(name string) string {
@@ -271,7 +275,7 @@ func (s *Session) Run(ctx context.Context, correlation string, req RunRequest) (
 	m := s.m
 	lang := LanguageOf(req.Language)
 	if lang == "" {
-		return nil, invalid("language: %q is not a context language; give python or javascript", req.Language)
+		return nil, invalid("language: %q is not a context language; give python, javascript or ruby", req.Language)
 	}
 	if len(req.Code) > MaxCodeBytes {
 		return nil, &Error{Code: "too_large", Session: s.id, Reason: fmt.Sprintf("code: %d bytes, at most %d", len(req.Code), MaxCodeBytes)}
