@@ -59,27 +59,6 @@ func (ri *ResidentImage) MarshalBinary() ([]byte, error) { return ri.img.Marshal
 // maxResidentImageBytes bounds an image read back (UnmarshalResidentImage).
 const maxResidentImageBytes = 4 << 30
 
-// ReadResidentImage decodes what MarshalBinary wrote, reading at most max
-// bytes (0: 4 GiB): a damaged, truncated or oversized image is an error.
-// The image is checked again against the module it is loaded into.
-func ReadResidentImage(r io.Reader, max int64) (*ResidentImage, error) {
-	if max <= 0 || max > maxResidentImageBytes {
-		max = maxResidentImageBytes
-	}
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("resident image: more than %d bytes", max)
-	}
-	img, err := wasmsnap.Unmarshal(b)
-	if err != nil {
-		return nil, err
-	}
-	return &ResidentImage{img: img}, nil
-}
-
 // UnmarshalResidentImage decodes what MarshalBinary wrote (b is not
 // kept): a damaged or truncated image is an error.
 func UnmarshalResidentImage(b []byte) (*ResidentImage, error) {
