@@ -38,13 +38,15 @@ import (
 // holding one is refused, naming it.
 //
 // Each capture nests: the copy's interpreter is entered on top of the
-// captured frames, so a copy of a copy is one level deeper.
-// MaxCaptureDepth bounds it, well within the interpreter's stack.
+// captured frames, so a copy of a copy (or a session paused, resumed, run
+// and paused again) is one level deeper, ~10 KiB of the interpreter's
+// shadow stack each (measured: a context ran out of it after ~60 pause,
+// resume and run cycles). MaxCaptureDepth bounds it at half that.
 
 // Bounds of a fork.
 const (
 	MaxForkCount    = 100
-	MaxCaptureDepth = 16
+	MaxCaptureDepth = 32
 )
 
 // pendingContext is a copy's context not run yet.

@@ -17,12 +17,19 @@ _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _count = 0
 _HOME = "/home/user"
 _env_set = False
+_parked = None  # the op device a capture took out of the image (park)
 
 
 @moat.action("run")
 def run(inp):
-    global _count, _env_set
+    global _count, _env_set, _parked
     _count += 1
+    if _parked is not None and moat._transport is not _parked:
+        # A copy's first run: the device the original had is held by the
+        # captured frames, which never run again; its 64 KiB buffer is
+        # let go (its descriptor is not closed: it may be this copy's).
+        _parked._buf = bytearray(0)
+        _parked = None
     req = json.loads(bytes(inp))
     if not _env_set:
         # The session's variables: not in the image every context starts
@@ -73,10 +80,11 @@ def park(inp):
         if isinstance(o, io.FileIO) and not o.closed and o.name != ops and o.fileno() > 2:
             raise RuntimeError(f"the file {o.name!r} is open (descriptor {o.fileno()}); "
                                "a copy of this context could not use it: close it, then fork or pause")
-    moat._transport = None
+    global _parked
+    moat._transport, _parked = None, dev
     try:
         os.write(1, ("%s %d\n" % (tok, id(vars(moat)))).encode())
         time.time()
     finally:
-        moat._transport = dev
+        moat._transport, _parked = dev, None
     return "parked"
