@@ -159,6 +159,8 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 -v ./server/ | grep -E '^cpu:|^Benchmark|ceiling:|in process:' | $(GO) run ./internal/benchtable
 	@echo "==> interpreted greets vs hello-go's on one server, in 10 alternating rounds (x-go: the median ratio of their times)"
 	@$(GO) test -run '^$$' -bench 'GreetInterleaved' -benchtime 10000x -count 1 ./server/ | grep -E '^Benchmark'
+	@echo "==> sessions over HTTP on loopback: create + first Python line (goal p50 <= 15 ms; E2B ~440 ms, Daytona ~110 ms), a run on a live context (<= 2 ms), fork"
+	@$(GO) test -run '^$$' -bench 'Session' -benchtime 50x -count 1 ./server/ | grep -E '^Benchmark'
 
 # A fixture's first line may give wat2wasm flags: ";; wat2wasm: --debug-names".
 fixtures: tools ## rebuild the WAT fixtures in testdata/

@@ -43,6 +43,9 @@ func (h *Host) Load(ctx context.Context, wasm []byte, opts LoadOptions) (_ *Modu
 	m := &Module{host: h, name: ld.name, digest: ld.digest, code: &wasmCode{},
 		policy: &modulePolicy{profile: h.profile, manifest: opts.Manifest, implicit: opts.Manifest == nil, sources: ld.sources}}
 	ld.m = m
+	if opts.Template {
+		m.code.src = wasm
+	}
 	if err := l.prepare(ctx, ld); err != nil {
 		return nil, err
 	}
@@ -261,7 +264,11 @@ var wasmLoader = &loader{
 
 // checkWasm names a WebAssembly module and checks its first bytes.
 func checkWasm(ld *loading) error {
-	ld.digest = Digest(ld.wasm)
+	if like := ld.like(); like != nil {
+		ld.digest = like.digest
+	} else {
+		ld.digest = Digest(ld.wasm)
+	}
 	ld.signed, ld.sigExt = ld.wasm, ".wasm.minisig"
 	ld.source, ld.codeDigest = ld.wasm, ld.digest
 	if err := ld.nameFromManifest(); err != nil {
@@ -295,44 +302,51 @@ func compileWasm(ctx context.Context, ld *loading, interp driver.Interpreter) er
 	if tableCap > wasmrewrite.MaxTableElementsCeiling {
 		return ld.fail(abi.CodeInvalidArgument, nil, "table cap is %d elements: the most a module's tables may hold is %d", tableCap, wasmrewrite.MaxTableElementsCeiling)
 	}
-	code, _, lay, err := wasmrewrite.LimitTables(ld.source, tableCap)
-	if err != nil {
-		var tle *wasmrewrite.TableLimitError
-		if errors.As(err, &tle) {
-			return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
-		}
-		return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
-	}
-	if err := lay.CheckCounts(); err != nil {
-		return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
-	}
-	ld.bounded = code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
-	if interp != nil {
-		if err := compileInInterpreter(ctx, ld, interp); err != nil {
-			return err
-		}
+	var lay *wasmrewrite.Layout
+	if c := ld.likeCode(interp, tableCap); c != nil {
+		ld.compiled, m.code.cm, lay = c, c.cm, ld.opts.Like.code.lay
 	} else {
-		// Check for the end of the invocation at every loop header
-		// (interrupt.go). The compilation's key is what decides the bytes
-		// compiled: the module, its table cap and the rewrite's version.
-		code, key, err := h.rewrite(ld.codeDigest, tableCap, code, lay)
+		var code []byte
+		var err error
+		code, _, lay, err = wasmrewrite.LimitTables(ld.source, tableCap)
 		if err != nil {
+			var tle *wasmrewrite.TableLimitError
+			if errors.As(err, &tle) {
+				return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
+			}
 			return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 		}
-		c, err := h.compile(ctx, key, code, compileFor{name: ld.name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
-		if err != nil {
-			var pe *fs.PathError
-			switch {
-			case ctx.Err() != nil:
-				return ld.fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
-			case errors.As(err, &pe):
-				// wazero compiled the module and could not keep it: the
-				// host's fault, not the module's.
-				return ld.fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (Config.CacheDir; in moat: cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
-			}
-			return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
+		if err := lay.CheckCounts(); err != nil {
+			return ld.fail(abi.CodeMemoryLimit, err, "%v", err)
 		}
-		ld.compiled, m.code.cm = c, c.cm
+		ld.bounded = code // what a foreign driver or a script's Interpreter runs, in a runtime of its own
+		if interp != nil {
+			if err := compileInInterpreter(ctx, ld, interp); err != nil {
+				return err
+			}
+		} else {
+			// Check for the end of the invocation at every loop header
+			// (interrupt.go). The compilation's key is what decides the bytes
+			// compiled: the module, its table cap and the rewrite's version.
+			code, key, err := h.rewrite(ld.codeDigest, tableCap, code, lay)
+			if err != nil {
+				return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
+			}
+			c, err := h.compile(ctx, key, code, compileFor{name: ld.name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
+			if err != nil {
+				var pe *fs.PathError
+				switch {
+				case ctx.Err() != nil:
+					return ld.fail(abi.CodeCanceled, err, "the load was canceled while the module compiled: %v", err)
+				case errors.As(err, &pe):
+					// wazero compiled the module and could not keep it: the
+					// host's fault, not the module's.
+					return ld.fail(abi.CodeInternal, err, "the compile cache %s: %v; give the host a directory it can write (Config.CacheDir; in moat: cache_dir, --cache-dir, $MOAT_CACHE_DIR)", h.cacheDir, firstLine(err))
+				}
+				return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", firstLine(err))
+			}
+			ld.compiled, m.code.cm = c, c.cm
+		}
 	}
 	wc := m.code
 	wc.isolation, wc.maxIdle = opts.Isolation, opts.MaxIdle
@@ -347,6 +361,9 @@ func compileWasm(ctx context.Context, ld *loading, interp driver.Interpreter) er
 	}
 	wc.idle = pool.New[*instance](wc.maxIdle)
 	m.info = describe(ld.name, ld.digest, len(ld.wasm), wc.cm, ld.compiled)
+	if opts.Template {
+		wc.lay = lay
+	}
 	if lay.Memory != nil {
 		wc.memMin = lay.Memory.Min
 		m.info.MemoryMin = lay.Memory.Min
@@ -422,4 +439,41 @@ func (ld *loading) readKind(exports map[string]api.FunctionDefinition, lay *wasm
 			abi.ExportInvoke, abi.ExportStart, exportNames(exports))
 	}
 	return nil
+}
+
+// like is LoadOptions.Like when the load's bytes are the very slice that
+// Template module was loaded from; else nil.
+func (ld *loading) like() *Module {
+	l := ld.opts.Like
+	if l == nil || l.code == nil || len(l.code.src) == 0 || len(ld.wasm) != len(l.code.src) || &ld.wasm[0] != &l.code.src[0] {
+		return nil
+	}
+	return l
+}
+
+// likeCode is the compiled code of LoadOptions.Like, with a reference
+// taken, when this load would compile exactly it; else nil.
+func (ld *loading) likeCode(interp driver.Interpreter, tableCap uint32) *compiled {
+	l := ld.like()
+	if l == nil || interp != nil {
+		return nil
+	}
+	key := fmt.Sprintf("%s-tables%d-%s", ld.codeDigest, tableCap, wasmrewrite.DeadlineVersion)
+	h := ld.h
+	h.compileMu.Lock()
+	defer h.compileMu.Unlock()
+	c := h.compiled[key]
+	if c == nil || c.refs == 0 || l.code.lay == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
+	if c.err != nil || c.cm == nil {
+		return nil
+	}
+	c.refs++
+	return c
 }

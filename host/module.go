@@ -95,6 +95,22 @@ type LoadOptions struct {
 	// from an image of its state instead of from _start (snapshot.go):
 	// RunRequest.Entry for a run, and a resident Script's instances.
 	Snapshot *Snapshot
+	// ResidentImage, for a resident Script with a Snapshot, is the image
+	// its instances start from instead of one captured from its own top
+	// level: another module's of the same interpreter, code and mounts
+	// (Module.ResidentImage, Module.CaptureResident; residentimage.go).
+	// An instance that cannot start from it fails; none starts cold.
+	ResidentImage *ResidentImage
+	// Template makes the module keep a reference to the bytes it was
+	// loaded from, so that later loads of the same slice may name it in
+	// Like. Like makes a load of the bytes a Template module was loaded
+	// from (the same slice, not merely equal bytes) reuse that module's
+	// digest, snapshot preparation and machine code instead of hashing,
+	// rewriting and looking them up again: ~100 ms of a 26 MB
+	// interpreter's load. server/sessions loads a module per code context
+	// this way. Any other bytes are loaded as without it.
+	Template bool
+	Like     *Module
 	// Native loads a native plugin (kind: native) instead of WebAssembly:
 	// Load's wasm must then be empty. See Native.
 	Native *Native

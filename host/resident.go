@@ -222,6 +222,9 @@ func (m *Module) newResidentInstance(ctx context.Context, lim Limits) (*instance
 	if err := m.checkInitialMemory(lim); err != nil {
 		return nil, err
 	}
+	if s := m.code.snap; s != nil && s.given {
+		return m.startGiven(ctx, lim)
+	}
 	img := m.residentImage(ctx, lim)
 	inst, err := m.startResident(ctx, lim, img)
 	if err == nil || img == nil || ctx.Err() != nil {
@@ -248,6 +251,12 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	if m.code.snap != nil {
+		// Its state may be captured between two of its calls
+		// (CaptureResident): the park line on stdout, then a clock read.
+		mc = mc.WithStdout(&parkTee{s: m.code.snap, r: r, next: &inst.stdout}).
+			WithWalltime(inst.parkClock, sys.ClockResolution(1))
 	}
 
 	start := max(lim.Timeout, residentStartTimeout)

@@ -7,6 +7,7 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/pool"
+	"github.com/moat-sandbox/moat/internal/wasmrewrite"
 	"github.com/tetratelabs/wazero"
 )
 
@@ -63,6 +64,10 @@ var (
 // host's process (pooled plugins, commands, scripts). A native plugin's is
 // empty.
 type wasmCode struct {
+	// src is what the module was loaded from, kept for a Template
+	// (LoadOptions.Like); nil otherwise.
+	src      []byte
+	lay      *wasmrewrite.Layout // its layout, kept with src
 	cm       wazero.CompiledModule
 	interpRT wazero.Runtime // the runtime of a script's Interpreter (cm is compiled there), or nil: the host's
 	hasInit  bool           // exports _initialize

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
@@ -131,10 +132,18 @@ type snapshotState struct {
 		org      string
 		manifest []byte
 	}
+	// code names the compiled module (globals and entry exported): an
+	// image restores only into instances of the same.
+	code   string
 	mu     sync.Mutex
 	img    *wasmsnap.Image
 	path   string // where img is kept on disk
 	failed error
+	// given: img is LoadOptions.ResidentImage, the only state an
+	// instance may start with (no capture, no cold start).
+	given bool
+	// park is a capture of a live instance in progress (CaptureResident).
+	park atomic.Pointer[residentPark]
 }
 
 // errParked unwinds a capture run from its park.
@@ -155,15 +164,34 @@ var entries sync.Map
 // its entry exported, code of its own (source, codeDigest), and the module
 // keeps the spec. A loader calls it before compileWasm.
 func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
-	source, globals, entry, err := ld.h.prepareSnapshot(ctx, ld.digest, ld.wasm, spec, ld.opts.FirstTime)
-	if err != nil {
-		return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
+	var s *snapshotState
+	if l := ld.like(); l != nil && l.code.snap != nil && sameEntry(&l.code.snap.spec, spec) {
+		// The Template's preparation: the same bytes, the same entry.
+		ld.source, ld.codeDigest = nil, l.code.snap.code
+		s = &snapshotState{spec: *spec, globals: l.code.snap.globals, code: ld.codeDigest}
+	} else {
+		source, globals, entry, err := ld.h.prepareSnapshot(ctx, ld.digest, ld.wasm, spec, ld.opts.FirstTime)
+		if err != nil {
+			return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
+		}
+		ld.source, ld.codeDigest = source, fmt.Sprintf("%s-snap%d", ld.digest, entry)
+		s = &snapshotState{spec: *spec, globals: globals, code: ld.codeDigest}
 	}
-	ld.source, ld.codeDigest = source, fmt.Sprintf("%s-snap%d", ld.digest, entry)
-	s := &snapshotState{spec: *spec, globals: globals}
 	s.scope.org, s.scope.manifest = ld.opts.Org, manifestBytes(ld.opts)
+	if ri := ld.opts.ResidentImage; ri != nil {
+		if err := ri.fits(s); err != nil {
+			return ld.fail(abi.CodeInvalidArgument, err, "resident image: %v", err)
+		}
+		s.img, s.given = ri.img, true
+	}
 	ld.m.code.snap = s
 	return nil
+}
+
+// sameEntry reports whether a and b find the same entry.
+func sameEntry(a, b *Snapshot) bool {
+	return a.FindMarker == b.FindMarker && a.EntryParams == b.EntryParams && slices.Equal(a.FindArgs, b.FindArgs) &&
+		fmt.Sprint(a.FindFixed) == fmt.Sprint(b.FindFixed)
 }
 
 // prepareSnapshot finds the entry of wasm (whose digest is digest) and

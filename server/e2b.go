@@ -35,6 +35,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -439,8 +440,8 @@ func (s *Server) e2bExtend(c echo.Context, d time.Duration) (*sessions.Info, err
 }
 
 // e2bConnect answers Sandbox.connect: a running sandbox's tokens again,
-// its timeout extended to the one given if that is later. (A paused one
-// would resume here; moat keeps none yet.)
+// its timeout extended to the one given if that is later; a paused one
+// resumes first, here (any replica: its image is in the store).
 func (s *Server) e2bConnect(c echo.Context) error {
 	var req struct {
 		Timeout *int `json:"timeout"`
@@ -452,6 +453,15 @@ func (s *Server) e2bConnect(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	p, id := principalOf(c), c.Param("id")
+	if _, err := s.sessions.Info(p, id); err != nil {
+		if _, rerr := s.sessions.Resume(c.Request().Context(), p, id, correlationID(c)); rerr != nil {
+			if errors.Is(rerr, sessions.ErrNotFound) || errors.Is(rerr, fs.ErrNotExist) {
+				return sessionProblem(err) // neither live nor paused
+			}
+			return sessionProblem(rerr)
+		}
+	}
 	in, err := s.e2bExtend(c, d)
 	if err != nil {
 		return err
@@ -459,20 +469,30 @@ func (s *Server) e2bConnect(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.e2bSandbox(in, true))
 }
 
-// errE2BNotYet is what pause and fork answer until sessions offer them.
-var errE2BNotYet = errors.New("not offered yet")
-
-// e2bPause pauses the caller's sandbox id. The sessions package does not
-// pause yet: this is where it plugs in.
-func (s *Server) e2bPause(_ context.Context, _ policy.Principal, _, _ string) error {
-	return errE2BNotYet
+// e2bPause pauses the caller's sandbox id: its image in the store
+// (Manager.Pause), resumed by connect on any replica.
+func (s *Server) e2bPause(ctx context.Context, p policy.Principal, id, correlation string) error {
+	return s.sessions.Pause(ctx, p, id, correlation)
 }
 
 // e2bFork makes count copies of the caller's sandbox id, each living
-// ttl (0: the default). The sessions package does not fork yet: this is
-// where it plugs in.
-func (s *Server) e2bFork(_ context.Context, _ policy.Principal, _, _ string, _ int, _ time.Duration) ([]*sessions.Info, error) {
-	return nil, errE2BNotYet
+// ttl (0: the parent's default).
+func (s *Server) e2bFork(ctx context.Context, p policy.Principal, id, correlation string, count int, ttl time.Duration) ([]*sessions.Info, error) {
+	copies, err := s.sessions.Fork(ctx, p, id, correlation, count)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sessions.Info, 0, len(copies))
+	for i := range copies {
+		in := &copies[i]
+		if ttl > 0 {
+			if in, err = s.sessions.SetTimeout(ctx, p, copies[i].ID, correlation, ttl); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, in)
+	}
+	return out, nil
 }
 
 func (s *Server) e2bPauseHandler(c echo.Context) error {
@@ -480,11 +500,14 @@ func (s *Server) e2bPauseHandler(c echo.Context) error {
 	if _, err := s.sessions.Info(p, id); err != nil {
 		return sessionProblem(err)
 	}
-	err := s.e2bPause(c.Request().Context(), p, id, correlationID(c))
-	if errors.Is(err, errE2BNotYet) {
-		return problem(http.StatusNotImplemented, "unimplemented", "moat does not pause sandboxes yet: the sandbox %s is still running; end it with kill, or extend it with setTimeout", id)
-	}
-	if err != nil {
+	if err := s.e2bPause(c.Request().Context(), p, id, correlationID(c)); err != nil {
+		// E2B's 409 means "already paused", which the SDK answers as
+		// false: a sandbox moat cannot capture (a JavaScript context, an
+		// open file) is a 400 that names why.
+		var se *sessions.Error
+		if errors.As(err, &se) && se.Code == "conflict" {
+			return problem(http.StatusBadRequest, "invalid_argument", "%s", se.Error())
+		}
 		return sessionProblem(err)
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -520,9 +543,6 @@ func (s *Server) e2bForkHandler(c echo.Context) error {
 		return sessionProblem(err)
 	}
 	ins, err := s.e2bFork(c.Request().Context(), p, id, correlationID(c), count, ttl)
-	if errors.Is(err, errE2BNotYet) {
-		return problem(http.StatusNotImplemented, "unimplemented", "moat does not fork sandboxes yet: create another and write its files, or run the setup code again")
-	}
 	if err != nil {
 		return sessionProblem(err)
 	}

@@ -106,9 +106,31 @@ func TestE2BControlPlane(t *testing.T) {
 	} {
 		e2bErrorOf(t, name, e2bDo(t, ts, "POST", "/sandboxes", ann, body), http.StatusBadRequest)
 	}
-	e2bErrorOf(t, "pause", e2bDo(t, ts, "POST", "/sandboxes/"+id+"/pause", ann, "{}"), http.StatusNotImplemented)
-	e2bErrorOf(t, "fork", e2bDo(t, ts, "POST", "/sandboxes/"+id+"/fork", ann, `{"count":2}`), http.StatusNotImplemented)
 	e2bErrorOf(t, "fork of 101", e2bDo(t, ts, "POST", "/sandboxes/"+id+"/fork", ann, `{"count":101}`), http.StatusBadRequest)
+	e2bErrorOf(t, "another org's fork", e2bDo(t, ts, "POST", "/sandboxes/"+id+"/fork", eve, `{"count":1}`), http.StatusNotFound)
+	e2bErrorOf(t, "another org's pause", e2bDo(t, ts, "POST", "/sandboxes/"+id+"/pause", eve, "{}"), http.StatusNotFound)
+	// Pause, then connect resumes; fork answers one entry per copy.
+	if r := e2bDo(t, ts, "POST", "/sandboxes/"+id+"/pause", ann, "{}"); r.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	e2bErrorOf(t, "get while paused", e2bDo(t, ts, "GET", "/sandboxes/"+id, ann, ""), http.StatusNotFound)
+	e2bErrorOf(t, "another org's connect to a paused one", e2bDo(t, ts, "POST", "/v2/sandboxes/"+id+"/connect", eve, "{}"), http.StatusNotFound)
+	if r := e2bDo(t, ts, "POST", "/v2/sandboxes/"+id+"/connect", ann, "{}"); r.status != http.StatusOK {
+		t.Fatalf("connect resumes: %d %s", r.status, r.body)
+	}
+	var forks []struct {
+		Sandbox struct {
+			ID string `json:"sandboxID"`
+		} `json:"sandbox"`
+	}
+	if r := e2bDo(t, ts, "POST", "/sandboxes/"+id+"/fork", ann, `{"count":2}`); r.status != http.StatusCreated || json.Unmarshal(r.body, &forks) != nil || len(forks) != 2 {
+		t.Fatalf("fork: %d %s", r.status, r.body)
+	}
+	for _, f := range forks {
+		if r := e2bDo(t, ts, "DELETE", "/sandboxes/"+f.Sandbox.ID, ann, ""); r.status != http.StatusNoContent {
+			t.Fatalf("kill a copy: %d %s", r.status, r.body)
+		}
+	}
 
 	// Timeout and connect: connect extends, never shortens.
 	if r := e2bDo(t, ts, "POST", "/sandboxes/"+id+"/timeout", ann, `{"timeout":600}`); r.status != http.StatusNoContent {
@@ -409,7 +431,7 @@ func TestE2BInterpreterRefusals(t *testing.T) {
 		"no token":                    {"POST", "/execute", "", `{"code":"1"}`, 404},
 		"another session's token":     {"POST", "/execute", server.E2BAccessToken(ts.Server, other, "acme", "ann"), `{"code":"1"}`, 404},
 		"per-run env_vars":            {"POST", "/execute", tok, `{"code":"1","env_vars":{"A":"1"}}`, 400},
-		"ruby":                        {"POST", "/execute", tok, `{"code":"1","language":"ruby"}`, 400},
+		"cobol":                       {"POST", "/execute", tok, `{"code":"1","language":"cobol"}`, 400},
 		"context and language":        {"POST", "/execute", tok, `{"code":"1","language":"python","context_id":"python"}`, 400},
 		"a context id with a path":    {"POST", "/execute", tok, `{"code":"1","context_id":"python-../../x"}`, 400},
 		"code past 1 MiB":             {"POST", "/execute", tok, `{"code":"` + strings.Repeat("x", 1<<20+70<<10) + `"}`, 413},

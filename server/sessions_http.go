@@ -50,6 +50,9 @@ type SessionsConfig struct {
 	Memory     policy.ByteSize `yaml:"memory"`
 	// MaxCommands bounds the commands a session runs at once (16).
 	MaxCommands int `yaml:"max_commands"`
+	// MaxImageBytes bounds a paused session's image in a shared store
+	// (1GiB; with database_url, where images are kept for every replica).
+	MaxImageBytes policy.ByteSize `yaml:"max_image_bytes"`
 }
 
 // SessionsDir is where the sessions' workspaces lie (sessions.dir, else
@@ -85,12 +88,25 @@ func (s *Server) startSessions() error {
 		DiskQuotaBytes: int64(c.DiskQuotaBytes), MaxFiles: int64(c.MaxFiles), MaxFileBytes: int64(c.MaxFileBytes),
 		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
 		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit, MaxCommands: c.MaxCommands,
-		OnCreate: s.sessionCreated, OnEnd: s.sessionEnded})
+		OnCreate: s.sessionCreated, OnEnd: s.sessionEnded,
+		Images: s.sessionImages(dir)})
 	if err != nil {
 		return err
 	}
 	s.sessions = m
 	return s.startReplicas()
+}
+
+// sessionImages is where paused sessions' images are kept: in the store
+// when replicas share one (database_url), so that any replica resumes
+// any session; else beside the workspaces (no session's code reaches
+// them: each sees its own workspace alone), where a single server reads
+// them fastest.
+func (s *Server) sessionImages(dir string) sessions.Images {
+	if s.cfg.DatabaseURL != "" {
+		return s.store.SessionImages(int64(s.cfg.Sessions.MaxImageBytes))
+	}
+	return sessions.DirImages(filepath.Join(dir, ".images"))
 }
 
 // sessionRoutes adds /v1/sessions to e.
@@ -105,6 +121,9 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	e.DELETE("/v1/sessions/:id", s.killSession, auth)
 	e.POST("/v1/sessions/:id/timeout", s.sessionTimeout, auth)
 	e.POST("/v1/sessions/:id/run", s.sessionRun, auth, run)
+	e.POST("/v1/sessions/:id/fork", s.forkSession, auth, run)
+	e.POST("/v1/sessions/:id/pause", s.pauseSession, auth, run)
+	e.POST("/v1/sessions/:id/resume", s.resumeSession, auth, run)
 	e.PUT("/v1/sessions/:id/files", s.sessionWriteFile, auth)
 	e.GET("/v1/sessions/:id/files", s.sessionReadFile, auth)
 	e.DELETE("/v1/sessions/:id/files", s.sessionRemoveFile, auth)
@@ -238,6 +257,43 @@ func (s *Server) sessionRun(c echo.Context) error {
 		return sessionProblem(err)
 	}
 	return c.JSON(http.StatusOK, res)
+}
+
+// forkSession makes count copies of a session ({"count": N}, default 1).
+func (s *Server) forkSession(c echo.Context) error {
+	req := struct {
+		Count *int `json:"count"`
+	}{}
+	if err := s.sessionBody(c, &req); err != nil {
+		return err
+	}
+	n := 1
+	if req.Count != nil {
+		n = *req.Count
+	}
+	out, err := s.sessions.Fork(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c), n)
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusCreated, map[string]any{"sessions": out})
+}
+
+// pauseSession writes a session to the image store and ends it.
+func (s *Server) pauseSession(c echo.Context) error {
+	if err := s.sessions.Pause(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c)); err != nil {
+		return sessionProblem(err)
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// resumeSession makes a paused session live again (a live one is
+// answered as it is).
+func (s *Server) resumeSession(c echo.Context) error {
+	in, err := s.sessions.Resume(c.Request().Context(), principalOf(c), c.Param("id"), correlationID(c))
+	if err != nil {
+		return sessionProblem(err)
+	}
+	return c.JSON(http.StatusOK, in)
 }
 
 func (s *Server) session(c echo.Context) (*sessions.Session, error) {

@@ -19,7 +19,7 @@ import (
 )
 
 // sessionRun runs code in a session's context and returns the result.
-func sessionRun(t *testing.T, ts *testServer, key, id, lang, code string) (response, map[string]any) {
+func sessionRun(t testing.TB, ts *testServer, key, id, lang, code string) (response, map[string]any) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"language": lang, "code": code})
 	r := ts.do(t, "POST", "/v1/sessions/"+id+"/run", key, strings.NewReader(string(body)), "Content-Type", "application/json")
@@ -36,7 +36,7 @@ func requireInterpreter(t *testing.T, r response) {
 	}
 }
 
-func newSession(t *testing.T, ts *testServer, key string) string {
+func newSession(t testing.TB, ts *testServer, key string) string {
 	t.Helper()
 	r := ts.do(t, "POST", "/v1/sessions", key, strings.NewReader(`{"env_vars": {"GREETING": "hi"}}`), "Content-Type", "application/json")
 	if r.status != http.StatusCreated {
@@ -335,5 +335,27 @@ func TestSessionsDirApart(t *testing.T) {
 		if !strings.Contains(err.Error(), "sessions.dir") {
 			t.Fatalf("the refusal does not name sessions.dir: %v", err)
 		}
+	}
+}
+
+// TestSessionRuby: a Ruby context keeps its local variables and methods,
+// its output apart and an exception's class, as the others do (started
+// cold: Ruby's interpreter has no resident snapshot). Its code does not
+// reach the workspace yet (Ruby's driver.Interpreter mounts no granted
+// directory): not tested here, said in the README.
+func TestSessionRuby(t *testing.T) {
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann")
+	id := newSession(t, ts, ann)
+	r, got := sessionRun(t, ts, ann, id, "ruby", "x = 1\ndef twice(n) = n * 2\nputs 'out'\n$stderr.puts 'err'\nnil")
+	requireInterpreter(t, r)
+	if r.status != http.StatusOK || got["stdout"] != "out\n" || got["stderr"] != "err\n" || got["result"] != nil {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	if r, got = sessionRun(t, ts, ann, id, "rb", "twice(x + 1)"); got["result"] != "4" {
+		t.Fatalf("twice(x + 1): %d %s", r.status, r.body)
+	}
+	if r, got = sessionRun(t, ts, ann, id, "ruby", "raise ArgumentError, 'no'"); got["error"] == nil || got["error"].(map[string]any)["name"] != "ArgumentError" {
+		t.Fatalf("an exception: %d %s", r.status, r.body)
 	}
 }

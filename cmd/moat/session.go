@@ -91,6 +91,8 @@ $MOAT_SERVER, else http://127.0.0.1:8080; --key-file, else $MOAT_API_KEY.`,
   moat session files put $S data.csv ./data.csv
   moat session files get $S out.txt > out.txt
   moat session files ls $S
+  K=$(moat session fork $S)                              # x is 21 in $K too
+  moat session pause $S && moat session resume $S
   moat session kill $S`,
 	}
 	pf := cmd.PersistentFlags()
@@ -215,7 +217,59 @@ $MOAT_SERVER, else http://127.0.0.1:8080; --key-file, else $MOAT_API_KEY.`,
 			return err
 		},
 	}
-	cmd.AddCommand(create, run, kill, list, sessionFilesCmd(client, path), sessionExecCmd(client, path))
+	var count int
+	fork := &cobra.Command{
+		Use:   "fork ID",
+		Short: "Copy a session (its contexts' variables and its files) and print the copies' ids",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			body, _ := json.Marshal(map[string]int{"count": count})
+			raw, err := c.do(cmd.Context(), http.MethodPost, path(args[0], "/fork"), bytes.NewReader(body), http.StatusCreated)
+			if err != nil {
+				return err
+			}
+			var out struct{ Sessions []struct{ ID string } }
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return err
+			}
+			for _, s := range out.Sessions {
+				fmt.Fprintln(cmd.OutOrStdout(), termSafe(s.ID))
+			}
+			return nil
+		},
+	}
+	fork.Flags().IntVar(&count, "count", 1, "how many copies (1 to 100; all must fit your organization's session limit)")
+	pause := &cobra.Command{
+		Use:   "pause ID",
+		Short: "Pause a session: it is kept as an image (memory, files) and ends until resumed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			_, err = c.do(cmd.Context(), http.MethodPost, path(args[0], "/pause"), nil, http.StatusNoContent)
+			return err
+		},
+	}
+	resume := &cobra.Command{
+		Use:   "resume ID",
+		Short: "Resume a paused session, with its variables and files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			_, err = c.do(cmd.Context(), http.MethodPost, path(args[0], "/resume"), nil, http.StatusOK)
+			return err
+		},
+	}
+	cmd.AddCommand(create, run, kill, list, fork, pause, resume, sessionFilesCmd(client, path), sessionExecCmd(client, path))
 	return cmd
 }
 

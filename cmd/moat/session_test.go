@@ -15,7 +15,7 @@ import (
 )
 
 // TestSessionCLI: moat session create, run (state kept between runs),
-// files put/get/ls/rm and kill against a real server on loopback; a run
+// files put/get/ls/rm, fork, pause, resume and kill against a real server on loopback; a run
 // whose code raises exits non-zero with the exception.
 func TestSessionCLI(t *testing.T) {
 	testenv.Slow(t, "the server compiles CPython on its first context (15 s); server's TestSessionLifecycle covers the routes under -short")
@@ -76,6 +76,23 @@ func TestSessionCLI(t *testing.T) {
 	}
 	if r = sh("files", "rm", id, "d"); r.code != 0 {
 		t.Fatalf("rm: %+v", r)
+	}
+	r = sh("fork", id)
+	kid := strings.TrimSpace(r.stdout)
+	if r.code != 0 || kid == "" {
+		t.Fatalf("fork: %+v", r)
+	}
+	if r = sh("run", kid, "x += 1\nx"); r.stdout != "22\n" {
+		t.Fatalf("the copy's x: %+v", r)
+	}
+	if r = sh("pause", id); r.code != 0 {
+		t.Fatalf("pause: %+v", r)
+	}
+	if r = sh("resume", id); r.code != 0 {
+		t.Fatalf("resume: %+v", r)
+	}
+	if r = sh("run", id, "x"); r.stdout != "21\n" {
+		t.Fatalf("the parent's x after the copy's x += 1, paused and resumed: %+v", r)
 	}
 	if r = sh("kill", id); r.code != 0 {
 		t.Fatalf("kill: %+v", r)

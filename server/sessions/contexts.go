@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,14 +40,18 @@ var replPython string
 //go:embed repl.js
 var replJavaScript string
 
+//go:embed repl.rb
+var replRuby string
+
 // Languages are the languages a context may run, by the name a request
 // gives, with their REPL's entry file.
 var Languages = map[string]struct{ file, src string }{
 	"python":     {"main.py", replPython},
 	"javascript": {"main.js", replJavaScript},
+	"ruby":       {"main.rb", replRuby},
 }
 
-var langAlias = map[string]string{"py": "python", "python3": "python", "js": "javascript", "node": "javascript"}
+var langAlias = map[string]string{"py": "python", "python3": "python", "js": "javascript", "node": "javascript", "rb": "ruby"}
 
 // LanguageOf returns the canonical name of a context language, or "".
 func LanguageOf(name string) string {
@@ -72,6 +77,91 @@ type codeContext struct {
 	runs atomic.Int64
 	mod  *host.Module
 	mu   sync.Mutex // one run at a time: the one instance's
+	// snap: the context's interpreter starts from an image (and may be
+	// captured into one); the session's variables go with each run.
+	snap bool
+	// depth is how many captures its state went through (fork.go).
+	depth int
+}
+
+// baseImages are the images new contexts start from: one per
+// organization and language, made from the top level of the first such
+// context (the REPL's imports, nothing of a workspace or of a session's
+// variables). Two organizations never share one, as two organizations'
+// plugins never share an image (host/snapshot.go, imageInputs).
+//
+// The image is made by a template: a context of no session, loaded with
+// an empty workspace of its own, which stays loaded for the Manager's
+// life so that the interpreter's machine code stays compiled for every
+// context (the host frees a module's code with its last module).
+type baseImages struct {
+	mu   sync.Mutex
+	base map[[2]string]*baseImage
+}
+
+type baseImage struct {
+	once     sync.Once
+	err      error
+	template *host.Module
+	img      *host.ResidentImage
+}
+
+// baseImage returns the image new contexts of org in lang start from,
+// made once.
+func (m *Manager) baseImage(ctx context.Context, h *host.Host, sp *languages.ScriptPlugin, sc host.Script, org, lang string) (*host.Module, *host.ResidentImage, error) {
+	b := &m.images
+	b.mu.Lock()
+	if b.base == nil {
+		b.base = map[[2]string]*baseImage{}
+	}
+	k := [2]string{org, lang}
+	bi := b.base[k]
+	if bi == nil {
+		bi = &baseImage{}
+		b.base[k] = bi
+	}
+	b.mu.Unlock()
+	bi.once.Do(func() {
+		dir, err := os.MkdirTemp(filepath.Join(m.cfg.Dir, ".repl"), "template-")
+		if err != nil {
+			bi.err = err
+			return
+		}
+		sc.Mounts = slices.Clone(sc.Mounts)
+		sc.Mounts[len(sc.Mounts)-1].HostDir = dir // the workspace's place, empty
+		mf, err := m.manifest("session-template-"+lang, lang)
+		if err != nil {
+			bi.err = err
+			return
+		}
+		mod, err := h.Load(context.WithoutCancel(ctx), sp.WASM, host.LoadOptions{Name: "session-template-" + lang, Manifest: mf, Script: &sc,
+			MaxIdle: 1, Org: org, LocalCode: true, Template: true})
+		if err != nil {
+			bi.err = err
+			return
+		}
+		bi.template, bi.img = mod, mod.ResidentImage(context.WithoutCancel(ctx))
+	})
+	if bi.err != nil {
+		b.mu.Lock()
+		if b.base[k] == bi { // the next context tries again
+			delete(b.base, k)
+		}
+		b.mu.Unlock()
+	}
+	return bi.template, bi.img, bi.err
+}
+
+// close closes the templates.
+func (b *baseImages) close(ctx context.Context) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, bi := range b.base {
+		if bi.template != nil {
+			_ = bi.template.Close(ctx)
+		}
+	}
+	b.base = nil
 }
 
 func (cc *codeContext) close(ctx context.Context) {
@@ -173,6 +263,9 @@ func (m *Manager) manifest(name, lang string) (*policy.Manifest, error) {
 		y += fmt.Sprintf("limits: {memory: %dMiB}\n", max(m.cfg.MemoryBytes>>20, 16))
 	}
 	y += fmt.Sprintf("actions:\n  - {name: run, timeout: %dms}\n", m.cfg.RunTimeout.Milliseconds())
+	if lang == "python" { // repl.py's park: fork and pause capture the context there
+		y += "  - {name: park, timeout: 30s}\n"
+	}
 	return policy.ParseManifest("moat.yaml", []byte(y))
 }
 
@@ -182,7 +275,7 @@ func (s *Session) Run(ctx context.Context, correlation string, req RunRequest) (
 	m := s.m
 	lang := LanguageOf(req.Language)
 	if lang == "" {
-		return nil, invalid("language: %q is not a context language; give python or javascript", req.Language)
+		return nil, invalid("language: %q is not a context language; give python, javascript or ruby", req.Language)
 	}
 	if len(req.Code) > MaxCodeBytes {
 		return nil, &Error{Code: "too_large", Session: s.id, Reason: fmt.Sprintf("code: %d bytes, at most %d", len(req.Code), MaxCodeBytes)}
@@ -204,7 +297,11 @@ func (s *Session) Run(ctx context.Context, correlation string, req RunRequest) (
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	in, _ := json.Marshal(map[string]string{"code": req.Code})
+	rq := map[string]any{"code": req.Code}
+	if cc.snap && len(s.env) > 0 {
+		rq["env"] = s.env
+	}
+	in, _ := json.Marshal(rq)
 	start := time.Now()
 	res, err := cc.mod.Invoke(ctx, host.Request{Action: "run", Input: in, Principal: s.owner, CorrelationID: correlation,
 		Limits: host.Limits{Timeout: timeout, MaxInputBytes: MaxCodeBytes + 1024, MaxOutputBytes: 16 << 20}})
@@ -247,7 +344,12 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 		}
 		return cc, nil
 	}
-	if len(s.contexts) >= m.cfg.MaxContexts {
+	pend := s.pending[name]
+	if pend != nil && pend.info.Language != lang {
+		s.mu.Unlock()
+		return nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("context %s runs %s, not %s; name another context", name, pend.info.Language, lang)}
+	}
+	if pend == nil && len(s.contexts)+len(s.pending) >= m.cfg.MaxContexts {
 		s.mu.Unlock()
 		return nil, &Error{Code: "resource_exhausted", Session: s.id, Reason: fmt.Sprintf("the session has %d contexts, the most it may have; run in one of them", len(s.contexts))}
 	}
@@ -267,21 +369,39 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if sc.Env == nil {
 		sc.Env = map[string]string{}
 	}
-	maps.Copy(sc.Env, s.env)
+	if sc.Snapshot == nil {
+		maps.Copy(sc.Env, s.env)
+	} // else the REPL sets them from its first run: an image holds the capture's environment
 	sc.Env["HOME"] = WorkspacePath
-	sc.Snapshot = nil // an image would be named by this session's workspace
 	sc.Mounts = append(append([]host.Mount(nil), sc.Mounts...), host.Mount{HostDir: s.dir, GuestPath: WorkspacePath, Granted: true,
 		MaxBytes: m.cfg.DiskQuotaBytes, MaxFiles: m.cfg.MaxFiles})
 	h := m.cfg.HostFor(s.owner.Org)
 	if h == nil {
 		return nil, errors.New("sessions: no host for the organization")
 	}
-	mod, err := h.Load(ctx, sp.WASM, host.LoadOptions{Name: modName, Manifest: mf, Script: &sc,
-		MaxIdle: 1, Org: s.owner.Org, LocalCode: true, CorrelationID: correlation})
+	opts := host.LoadOptions{Name: modName, Manifest: mf, Script: &sc,
+		MaxIdle: 1, Org: s.owner.Org, LocalCode: true, CorrelationID: correlation}
+	if sc.Snapshot != nil {
+		if opts.Like, opts.ResidentImage, err = m.baseImage(ctx, h, sp, sc, s.owner.Org, lang); err != nil {
+			return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
+		}
+	}
+	info := ContextInfo{Name: name, Language: lang, CreatedAt: time.Now().UTC()}
+	if pend != nil { // a copy's: it starts where the context it copies was
+		if sc.Snapshot == nil {
+			return nil, fmt.Errorf("session %s: context %s: the %s interpreter has no snapshot to start the copy from", s.id, name, lang)
+		}
+		opts.ResidentImage, info = pend.img, pend.info
+	}
+	mod, err := h.Load(ctx, sp.WASM, opts)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 	}
-	cc := &codeContext{info: ContextInfo{Name: name, Language: lang, CreatedAt: time.Now().UTC()}, mod: mod}
+	cc := &codeContext{info: info, mod: mod, snap: sc.Snapshot != nil}
+	if pend != nil {
+		cc.runs.Store(int64(pend.info.Runs))
+		cc.depth = pend.depth
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -291,6 +411,9 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if o := s.contexts[name]; o != nil { // made meanwhile by another run
 		_ = mod.Close(ctx)
 		return o, nil
+	}
+	if pend != nil {
+		delete(s.pending, name)
 	}
 	s.contexts[name] = cc
 	return cc, nil

@@ -3,10 +3,12 @@
 # notebook kernel's does. Each run's stdout and stderr are kept apart and
 # returned with the repr of a final expression (the notebook's result).
 import ast
+import gc
 import io
 import json
 import os
 import sys
+import time
 import traceback
 
 import moat
@@ -14,13 +16,26 @@ import moat
 _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _count = 0
 _HOME = "/home/user"
+_env_set = False
+_parked = None  # the op device a capture took out of the image (park)
 
 
 @moat.action("run")
 def run(inp):
-    global _count
+    global _count, _env_set, _parked
     _count += 1
+    if _parked is not None and moat._transport is not _parked:
+        # A copy's first run: the device the original had is held by the
+        # captured frames, which never run again; its 64 KiB buffer is
+        # let go (its descriptor is not closed: it may be this copy's).
+        _parked._buf = bytearray(0)
+        _parked = None
     req = json.loads(bytes(inp))
+    if not _env_set:
+        # The session's variables: not in the image every context starts
+        # from, so given with the runs, and set once.
+        os.environ.update(req.get("env") or {})
+        _env_set = True
     out, err = io.StringIO(), io.StringIO()
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
@@ -45,3 +60,31 @@ def run(inp):
         sys.stdout, sys.stderr = saved
     return json.dumps({"stdout": out.getvalue(), "stderr": err.getvalue(), "result": result,
                        "error": error, "execution_count": _count})
+
+
+@moat.action("park")
+def park(inp):
+    """Be captured for a fork or a pause (server/sessions/fork.go): between
+    runs, with nothing open that the image cannot carry. The token and the
+    address of the SDK's globals (where moat._resume runs in a copy) go on
+    stdout, then a clock read, where the host copies this instance. The op
+    device is closed in the image, not here: a copy opens its own."""
+    tok = bytes(inp).decode()
+    dev = moat._transport
+    ops = os.environ.get("MOAT_OPS")
+    # The files the code holds open (a descriptor WASI's fstat cannot tell
+    # apart from a free one, so the file objects are looked for).
+    for o in gc.get_objects():
+        # The op device's are the SDK's (one per capture the state went
+        # through: each copy opens its own, the old one never used again).
+        if isinstance(o, io.FileIO) and not o.closed and o.name != ops and o.fileno() > 2:
+            raise RuntimeError(f"the file {o.name!r} is open (descriptor {o.fileno()}); "
+                               "a copy of this context could not use it: close it, then fork or pause")
+    global _parked
+    moat._transport, _parked = None, dev
+    try:
+        os.write(1, ("%s %d\n" % (tok, id(vars(moat)))).encode())
+        time.time()
+    finally:
+        moat._transport, _parked = dev, None
+    return "parked"

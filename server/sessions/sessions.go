@@ -101,6 +101,8 @@ type Config struct {
 	// CommandOutputBytes what is kept of each one's output, CommandPids
 	// each one's processes and threads (commands.go; 0: the defaults).
 	MaxCommands, CommandOutputBytes, CommandPids int
+	// Images keeps paused sessions (pause.go); nil: pause is refused.
+	Images Images
 }
 
 func (c *Config) defaults() {
@@ -132,7 +134,7 @@ func (c *Config) defaults() {
 
 // Error is a refusal with the HTTP-ish code a caller maps it to.
 type Error struct {
-	Code    string // not_found, invalid_argument, resource_exhausted, too_large, conflict
+	Code    string // not_found, invalid_argument, resource_exhausted, too_large, conflict, unavailable
 	Session string
 	Reason  string
 	Err     error
@@ -161,12 +163,16 @@ func invalid(format string, args ...any) error {
 
 // Manager keeps the live sessions of one server.
 type Manager struct {
-	cfg  Config
-	mu   sync.Mutex
-	live map[string]*Session
-	stop chan struct{}
-	done chan struct{}
-	repl replBuilds
+	cfg    Config
+	mu     sync.Mutex
+	live   map[string]*Session
+	stop   chan struct{}
+	done   chan struct{}
+	repl   replBuilds
+	images baseImages
+	// reserved counts, per organization, the sessions a fork or a resume
+	// is making: they count against max_per_org before they are live.
+	reserved map[string]int
 }
 
 // New starts a Manager and its reaper of expired sessions.
@@ -208,8 +214,11 @@ type Session struct {
 	expires  time.Time
 	lastUsed time.Time
 	contexts map[string]*codeContext
-	nextCtx  atomic.Int64 // numbers the contexts' module names
-	cmds     commandTable // commands.go
+	// pending are the contexts of a copy (a fork, a resumed session) not
+	// run yet: each starts from its image on its first run.
+	pending map[string]*pendingContext
+	nextCtx atomic.Int64 // numbers the contexts' module names
+	cmds    commandTable // commands.go
 }
 
 // Info is what a session's owner sees of it.
@@ -286,7 +295,7 @@ func (m *Manager) Create(ctx context.Context, p policy.Principal, correlation st
 		env: opts.Env, meta: opts.Metadata, start: now, expires: now.Add(ttl), lastUsed: now, contexts: map[string]*codeContext{}}
 
 	m.mu.Lock()
-	n := 0
+	n := m.reserved[p.Org]
 	for _, o := range m.live {
 		if o.owner.Org == p.Org {
 			n++
@@ -442,6 +451,7 @@ func (m *Manager) Close(ctx context.Context) {
 	for _, s := range ss {
 		s.end(ctx, "", "shutdown", "the server stopped")
 	}
+	m.images.close(ctx)
 	m.repl.remove()
 }
 
@@ -494,7 +504,7 @@ func (s *Session) end(ctx context.Context, correlation, step, reason string) {
 	}
 	s.ended = true
 	ccs := s.contexts
-	s.contexts = nil
+	s.contexts, s.pending = nil, nil
 	s.mu.Unlock()
 	for _, cc := range ccs {
 		cc.close(ctx)
@@ -523,6 +533,9 @@ func (s *Session) info() *Info {
 		ci := cc.info
 		ci.Runs = int(cc.runs.Load())
 		in.Contexts = append(in.Contexts, ci)
+	}
+	for _, p := range s.pending {
+		in.Contexts = append(in.Contexts, p.info)
 	}
 	slices.SortFunc(in.Contexts, func(a, b ContextInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return in

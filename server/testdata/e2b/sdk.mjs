@@ -157,8 +157,29 @@ eq("other org list", (await Sandbox.list({ apiKey: other }).nextItems()).length,
 await rejects("a wrong key", Sandbox.list({ apiKey: "moat_not_a_key" }).nextItems(), (e) => e instanceof AuthenticationError);
 ok("other org refused");
 
-await rejects("pause", sbx.pause(), (e) => /501/.test(e.message));
-ok("pause not yet");
+// Fork and pause: a sandbox whose contexts are Python (a JavaScript
+// context cannot be captured, and pause names it: a 400, not a quiet false).
+await rejects("pause with a js context", sbx.pause(), (e) => /JavaScript|javascript|captured/.test(e.message));
+const base = await CodeSandbox.create({ timeoutMs: 120_000 });
+await base.runCode("x = 7");
+await base.files.write("note.txt", "kept");
+const copies = await Sandbox.fork(base.sandboxId, { count: 2 });
+eq("fork count", copies.length, 2);
+for (const c of copies) if (!(c instanceof Sandbox)) throw new Error("fork: " + c);
+const copy = await CodeSandbox.connect(copies[0].sandboxId);
+eq("copy has x", (await copy.runCode("x")).text, "7");
+await copy.runCode("x = 8");
+eq("parent keeps x", (await base.runCode("x")).text, "7");
+eq("copy has files", await copy.files.read("note.txt"), "kept");
+ok("fork");
+eq("pause", await base.pause(), true);
+eq("isRunning when paused", await base.isRunning(), false);
+const resumed = await CodeSandbox.connect(base.sandboxId);
+eq("resumed x", (await resumed.runCode("x")).text, "7");
+eq("resumed files", await resumed.files.read("note.txt"), "kept");
+ok("pause and resume");
+for (const c of copies) await c.kill();
+await resumed.kill();
 
 await sbx.kill();
 eq("isRunning after kill", await sbx.isRunning(), false);
