@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host/audit"
@@ -101,25 +100,10 @@ func (s *Server) auditMCP(c echo.Context, tool string, err error) {
 	p := principalOf(c)
 	module, action := "", ""
 	if path := c.Request().URL.Path; strings.HasPrefix(path, "/v1/modules/") || strings.HasPrefix(path, "/v1/confirmations/") {
-		module, action, _ = strings.Cut(label(tool), ".") // an action's tool: module.action
+		module, action, _ = strings.Cut(mcpserver.Label(tool), ".") // an action's tool: module.action
 	}
 	s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindMCP, Decision: decision, CorrelationID: correlationID(c),
-		Module: module, Action: action, User: p.User, Org: p.Org, Rule: "mcp tool " + label(tool),
+		Module: module, Action: action, User: p.User, Org: p.Org, Rule: "mcp tool " + mcpserver.Label(tool),
 		Reason: c.Request().Method + " " + c.Request().URL.Path + " answered " + strconv.Itoa(status),
-		Attrs:  map[string]string{"tool": label(tool), "client": label(c.Request().Header.Get(mcpserver.HeaderClient)), "status": strconv.Itoa(status)}})
-}
-
-// label is a caller's claim cut to a printable label of at most 128
-// bytes, fit for the audit trail.
-func label(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.IsPrint(r) {
-			return r
-		}
-		return -1
-	}, s)
-	if len(s) > 128 {
-		s = strings.ToValidUTF8(s[:128], "")
-	}
-	return s
+		Attrs:  map[string]string{"tool": mcpserver.Label(tool), "client": mcpserver.Label(c.Request().Header.Get(mcpserver.HeaderClient)), "status": strconv.Itoa(status)}})
 }

@@ -323,6 +323,12 @@ func clientName(req *mcp.CallToolRequest) string {
 	if info.Version != "" {
 		s += "/" + info.Version
 	}
+	return Label(s)
+}
+
+// Label is a caller's claim (a client's name, a tool's) cut to a label
+// fit for the audit trail: printable runes only, at most 128 bytes.
+func Label(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsPrint(r) {
 			return r
