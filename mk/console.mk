@@ -12,12 +12,12 @@ CONSOLE_EDITOR_OUT := server/console/editor.js
 CONSOLE_ESBUILD    := entry.mjs --bundle --minify --format=iife --target=es2020 --legal-comments=eof --log-level=warning
 
 .PHONY: console-editor console-editor-check
-console-editor: ## rebuild the console's editor bundle (CodeMirror) from the pinned npm packages
+console-editor: npm ## rebuild the console's editor bundle (CodeMirror) from the pinned npm packages
 	@echo "==> npm ci ($(CONSOLE_EDITOR)) and esbuild $(CONSOLE_EDITOR_OUT)"
 	@cd $(CONSOLE_EDITOR) && npm ci --no-audit --no-fund --loglevel=error && ./node_modules/.bin/esbuild $(CONSOLE_ESBUILD) --outfile=../editor.js
 	@cd server/console && sha256sum editor.js > editor/editor.js.sha256 && cat editor/editor.js.sha256
 
-console-editor-check: ## rebuild the editor bundle into a temp file and compare it with the committed one
+console-editor-check: npm ## rebuild the editor bundle into a temp file and compare it with the committed one
 	@echo "==> npm ci ($(CONSOLE_EDITOR)) and esbuild into a temp file"
 	@cd $(CONSOLE_EDITOR) && npm ci --no-audit --no-fund --loglevel=error && tmp=$$(mktemp -d) && \
 		./node_modules/.bin/esbuild $(CONSOLE_ESBUILD) --outfile=$$tmp/editor.js && \

@@ -9,9 +9,16 @@
 E2B_SDK := server/testdata/e2b
 
 .PHONY: e2b-sdk
-e2b-sdk: ## install the pinned E2B SDKs (npm e2b, @e2b/code-interpreter) the E2B API's test drives
+e2b-sdk: npm ## install the pinned E2B SDKs (npm e2b, @e2b/code-interpreter) the E2B API's test drives
 	@echo "==> npm ci ($(E2B_SDK))"
 	@cd $(E2B_SDK) && npm ci --no-audit --no-fund --loglevel=error
 
 TEST_SETUP += e2b-sdk
-TEST_APT_PACKAGES += npm
+
+# npm: the one node ships, when it ships one (NodeSource's nodejs does, and
+# conflicts with Debian's npm package), else Debian's.
+.PHONY: npm npm-apt
+npm:
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory npm-apt
+npm-apt:
+	$(call apt_install,npm)

@@ -9,6 +9,6 @@ MCP_CLIENT := testdata/mcpclient
 
 TEST_SETUP += mcp-client
 .PHONY: mcp-client
-mcp-client: ## install the pinned MCP client (TypeScript SDK) the MCP tests drive
+mcp-client: npm ## install the pinned MCP client (TypeScript SDK) the MCP tests drive
 	@echo "==> npm ci ($(MCP_CLIENT))"
 	@cd $(MCP_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
