@@ -100,6 +100,15 @@ func TestInspectMatchesModulesAPI(t *testing.T) {
 		var a, b any
 		json.Unmarshal(v, &a)
 		json.Unmarshal(c, &b)
+		if acts, ok := a.([]any); ok && k == "actions" {
+			// callable is the caller's (the API knows its key's roles;
+			// inspect has no caller): not part of the module's shape.
+			for _, act := range acts {
+				if m, ok := act.(map[string]any); ok {
+					delete(m, "callable")
+				}
+			}
+		}
 		if ab, _ := json.Marshal(a); string(ab) != string(must(json.Marshal(b))) {
 			t.Errorf("%q: GET /v1/modules/naming says %s, moat inspect --json %s", k, ab, must(json.Marshal(b)))
 		}
