@@ -146,7 +146,7 @@ func assertClean(t *testing.T, before map[int]bool) {
 	self, _ := os.Readlink("/proc/self/ns/pid")
 	suspect := func(pid int) bool {
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
-		return !before[pid] && err == nil && ns != self && !othersJob(pid)
+		return !before[pid] && err == nil && ns != self && !othersJob(pid) && !othersZombie(pid)
 	}
 	for pid := range jobProcs() {
 		// Another runner's job (another package's test binary under
@@ -162,6 +162,26 @@ func assertClean(t *testing.T, before map[int]bool) {
 			t.Errorf("process of a job uid left behind: pid %d %q", pid, cmdline)
 		}
 	}
+}
+
+// othersZombie reports whether pid has exited and waits for a parent
+// other than this test binary to reap it: another package's job (go test
+// -p 2), which runs nothing and holds nothing but its pid until its own
+// runner waits for it. A zombie of ours (a job this binary did not wait
+// for) stays suspect.
+func othersZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses,
+	// so the fields are read after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) >= 2 && f[0] == "Z" && f[1] != strconv.Itoa(os.Getpid())
 }
 
 func TestReadOutsideTree(t *testing.T) {
