@@ -375,7 +375,8 @@ func (s *Server) pageFiles(ctx context.Context, v store.ModuleVersion) (map[stri
 // (the route names it); then it is an invocation like any other
 // (authorized, rate-limited, confirmed and audited by the host), and an
 // audit decision with the page's name (attrs.page) and the invocation's
-// correlation id records that the page asked for it.
+// correlation id records that the page asked for it; every event of the
+// invocation itself carries attrs.page as well (audit.WithOrigin).
 func (s *Server) pageInvoke(c echo.Context) error {
 	p := principalOf(c)
 	v, mf, pg, err := s.openPage(c)
@@ -386,5 +387,8 @@ func (s *Server) pageInvoke(c echo.Context) error {
 	s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Allow,
 		CorrelationID: correlationID(c), Module: v.Name, Action: c.Param("action"), User: p.User, Org: p.Org,
 		Rule: fmt.Sprintf("manifest pages[%d]", i), Reason: "called from page " + pg.Name, Attrs: map[string]string{"page": pg.Name}})
+	// The invocation's own events (its end, its decisions, its ops) carry
+	// the page too: a reader of the trail needs no join to see it.
+	c.SetRequest(c.Request().WithContext(audit.WithOrigin(c.Request().Context(), "page", pg.Name)))
 	return s.invoke(c)
 }

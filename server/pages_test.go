@@ -219,7 +219,8 @@ func TestPagesAPI(t *testing.T) {
 	}
 
 	// An action called from a page: the invocation, and a decision
-	// naming the page under the same correlation id.
+	// naming the page under the same correlation id; the invocation's own
+	// event (and each op's) names the page too.
 	r = ts.do(t, "POST", "/v1/modules/notebook/pages/notes/actions/add", ann, strings.NewReader(`{"title":"from the page"}`), "X-Request-Id", "page-call-1")
 	if r.status != http.StatusOK {
 		t.Fatalf("page call: %d %s", r.status, r.body)
@@ -230,7 +231,10 @@ func TestPagesAPI(t *testing.T) {
 	var page, invocation bool
 	for _, e := range trail.Events {
 		page = page || e.Kind == "decision" && e.Attrs["page"] == "notes" && e.Action == "add" && e.User == "ann"
-		invocation = invocation || e.Kind == "invocation" && e.Action == "add" && e.User == "ann" && e.Code == "ok"
+		invocation = invocation || e.Kind == "invocation" && e.Action == "add" && e.User == "ann" && e.Code == "ok" && e.Attrs["page"] == "notes"
+		if e.Kind == "op" && e.Attrs["page"] != "notes" {
+			t.Errorf("an op of the page's call does not name the page: %+v", e)
+		}
 	}
 	if !page || !invocation {
 		t.Errorf("the audit trail of a page's call lacks the page (%v) or the invocation (%v): %s", page, invocation, r.body)

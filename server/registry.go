@@ -211,7 +211,8 @@ func (r *registry) scriptDir(digest string) string        { return filepath.Join
 // failed for a passing reason) is retried every second, by name: applying
 // a change means making the registry agree with what the store says now,
 // so late or repeated attempts are harmless. Every quarter hour it also
-// sweeps the store's orphan blobs (uploads that never got their version).
+// sweeps the store's orphan blobs (uploads that never got their version)
+// and its full rate buckets (store.RateSweep).
 func (r *registry) follow(ctx context.Context, changes <-chan store.ModuleChange) {
 	pending := map[modKey]bool{}
 	retry := time.NewTicker(time.Second)
@@ -245,6 +246,15 @@ func (r *registry) follow(ctx context.Context, changes <-chan store.ModuleChange
 				r.s.log.Warn("module blob sweep", "err", err)
 			} else if len(gone) > 0 {
 				r.s.log.Info("module blob sweep: removed uploads that never got their version", "count", len(gone))
+			}
+			// Rate buckets that are full again (per-address buckets of
+			// public routes, webhook replay keys): the same to RateTake
+			// as none, and without the sweep one row for every source
+			// address a public route ever saw.
+			if n, err := r.s.store.RateSweep(ctx, now); err != nil {
+				r.s.log.Warn("rate bucket sweep", "err", err)
+			} else if n > 0 {
+				r.s.log.Debug("rate bucket sweep: removed full buckets", "count", n)
 			}
 		}
 		for k := range pending {

@@ -222,6 +222,7 @@ func (s *Server) serveRoute(c echo.Context) (err error) {
 		return ref.problem(s.invocations, org)
 	}
 	defer release()
+	ctx = audit.WithOrigin(ctx, "route", rt.Route)
 	res, err := e.mod.Invoke(ctx, host.Request{Action: rt.Action, Input: input, Principal: call.principal, CorrelationID: correlationID(c)})
 	s.metrics.observeInvocation(module, rt.Action, start, err)
 	if err != nil {

@@ -180,6 +180,10 @@ func TestRoutes(t *testing.T) {
 	if n := strings.Count(string(r.body), `"action":"create_item"`); n != 1 {
 		t.Errorf("create_item ran %d times; want 1 (oversized bodies never reach it):\n%s", n, r.body)
 	}
+	// Its invocation event names the route it came through.
+	if !strings.Contains(string(r.body), `"route":"POST /items"`) {
+		t.Errorf("the invocation event of a route call does not name the route:\n%s", r.body)
+	}
 
 	// The audit trail: each call with its route and principal.
 	r = ts.do(t, "GET", "/v1/audit?kind=route&limit=100", ann, nil)

@@ -105,7 +105,7 @@ func TestUpgradeThroughBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	var outs [2]bytes.Buffer
-	var errs [2]bytes.Buffer
+	var errs [2]lockedBuffer
 	var cmds [2]*exec.Cmd
 	for i := range cmds {
 		cmds[i] = exec.Command(moatBin, "migrate", "--config", cfg)
@@ -114,7 +114,17 @@ func TestUpgradeThroughBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Both reach the lock and say they wait (however slowly a loaded
+	// machine starts them), and neither ends while it is held.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(errs[0].String(), "waiting for another moat") && strings.Contains(errs[1].String(), "waiting for another moat") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two migrates did not both wait for the lock within 60 s:\n%s\n%s", errs[0].String(), errs[1].String())
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
 	for i, c := range cmds {
 		if c.ProcessState != nil {
 			t.Fatalf("migrate %d ended while the lock was held", i)

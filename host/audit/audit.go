@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -151,6 +152,14 @@ func (l *Log) Record(ctx context.Context, e Event) {
 func (l *Log) record(ctx context.Context, e Event) {
 	if e.TaskID == "" {
 		e.TaskID = TaskOf(ctx)
+	}
+	if o, ok := ctx.Value(originKey{}).(origin); ok {
+		if _, set := e.Attrs[o.key]; !set {
+			attrs := make(map[string]string, len(e.Attrs)+1)
+			maps.Copy(attrs, e.Attrs)
+			attrs[o.key] = o.value
+			e.Attrs = attrs
+		}
 	}
 	e = store.ClampAuditEvent(e)
 	if e.ID == "" {
@@ -344,6 +353,21 @@ type taskKey struct{}
 // without any of them passing it along.
 func WithTask(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, taskKey{}, id)
+}
+
+// originKey is the context key of where a call came from.
+type originKey struct{}
+
+type origin struct{ key, value string }
+
+// WithOrigin marks ctx as the context of a call that came through a
+// person-facing surface — a page (key "page") or a route ("route"): every
+// event recorded under it, the invocation's own event, its decisions and
+// its ops, carries Attrs[key] = value (unless the event set that key
+// itself), so the trail says which page a person used without each layer
+// passing it along. One origin per context; an inner call replaces it.
+func WithOrigin(ctx context.Context, key, value string) context.Context {
+	return context.WithValue(ctx, originKey{}, origin{key, value})
 }
 
 // TaskOf is the task id WithTask put on ctx, or "".

@@ -20,6 +20,7 @@ type coreOnly struct {
 	driver.Backend
 	driver.AuditPruner
 	driver.KVBatcher
+	driver.RateSweeper
 }
 
 var _ driver.Backend = coreOnly{}
@@ -31,7 +32,7 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return coreOnly{b, b.(driver.AuditPruner), b.(driver.KVBatcher)}, nil
+		return coreOnly{b, b.(driver.AuditPruner), b.(driver.KVBatcher), b.(driver.RateSweeper)}, nil
 	})
 }
 

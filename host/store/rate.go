@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
 // MaxRateKeyLen bounds the key of a rate bucket.
@@ -52,4 +53,39 @@ func (s *Store) RateTake(ctx context.Context, key string, rate float64, burst in
 	}
 	wait := (1 - tokens) / rate * float64(time.Second)
 	return false, time.Duration(math.Ceil(max(wait, 1))), nil
+}
+
+// RateSweepBatch is the most buckets one statement of RateSweep deletes.
+const RateSweepBatch = 5000
+
+// RateSweep deletes the token buckets that are full again at now, in
+// batches of RateSweepBatch, and returns how many it deleted. A full
+// bucket and no bucket are the same to RateTake, so a sweep changes no
+// decision: it keeps the table to the buckets in use (per-address buckets
+// of public routes, webhook deliveries' replay keys) instead of one row
+// for every key ever taken. A backend without driver.RateSweeper keeps
+// its buckets (0, nil). ctx ends it between batches.
+func (s *Store) RateSweep(ctx context.Context, now time.Time) (int64, error) {
+	rs, ok := s.b.(driver.RateSweeper)
+	if !ok {
+		return 0, nil
+	}
+	at, okAt := nanos(now)
+	if !okAt {
+		return 0, abi.Errorf(abi.CodeInvalidArgument, "rate sweep: time %s is out of range", now)
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := rs.RateSweep(ctx, at, RateSweepBatch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("store: rate sweep: %w", err)
+		}
+		if n < RateSweepBatch {
+			return total, nil
+		}
+	}
 }

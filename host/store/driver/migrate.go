@@ -296,6 +296,19 @@ func LookupMigrator(scheme string) (MigrateFunc, bool) {
 	return f, ok
 }
 
+// RateSweeper is implemented by a backend that can delete the token
+// buckets of RateTake that are full again (store.RateSweep): a full bucket
+// and a missing one are the same to RateTake, so a sweep changes no
+// decision, and the table holds only buckets in use. Optional, like
+// AuditPruner; without it the buckets are kept.
+type RateSweeper interface {
+	// RateSweep deletes at most limit buckets whose full_at (when the
+	// bucket is full again, unix nanoseconds) is before now, and returns
+	// how many it deleted. A bucket taken from at the same moment is
+	// kept.
+	RateSweep(ctx context.Context, now int64, limit int) (int64, error)
+}
+
 // AuditPruner is what a backend implements for audit retention
 // (store.AuditPrune). It is separate from Backend so that adding it
 // touched no other contract; both backends of this repository implement

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,15 +97,33 @@ func (d *DB) ModuleWake(ctx context.Context) (<-chan struct{}, error) {
 // rateTake is one token-bucket step in one statement (see
 // driver.Backend.RateTake): $1 key, $2 rate per second, $3 burst, $4 now
 // (unix nanoseconds). In an UPDATE every expression reads the row as it
-// was; ON CONFLICT makes the first take of a new key race-free.
-const rateTake = `
-INSERT INTO rate_buckets AS b (key, tokens, updated_at, taken) VALUES ($1, $3::float8 - 1, $4, true)
+// was, so LEVEL is what the bucket holds after refilling, before taking,
+// and full_at (when the bucket is full again: store.RateSweep) is
+// computed from what the step leaves; ON CONFLICT makes the first take of
+// a new key race-free.
+var rateTake = strings.NewReplacer("LEVEL", `least($3::float8, b.tokens + greatest(0, $4::bigint - b.updated_at) * $2::float8 / 1e9::float8)`,
+	"TAKEN", `CASE WHEN least($3::float8, b.tokens + greatest(0, $4::bigint - b.updated_at) * $2::float8 / 1e9::float8) >= 1 THEN 1 ELSE 0 END`).Replace(`
+INSERT INTO rate_buckets AS b (key, tokens, updated_at, taken, full_at) VALUES ($1, $3::float8 - 1, $4, true, least(9e18, $4::bigint + 1e9 / $2::float8)::bigint)
 ON CONFLICT (key) DO UPDATE SET
-	tokens = least($3::float8, b.tokens + greatest(0, $4::bigint - b.updated_at) * $2::float8 / 1e9::float8)
-		- CASE WHEN least($3::float8, b.tokens + greatest(0, $4::bigint - b.updated_at) * $2::float8 / 1e9::float8) >= 1 THEN 1 ELSE 0 END,
-	taken = least($3::float8, b.tokens + greatest(0, $4::bigint - b.updated_at) * $2::float8 / 1e9::float8) >= 1,
-	updated_at = greatest(b.updated_at, $4::bigint)
-RETURNING taken, tokens`
+	tokens = LEVEL - TAKEN,
+	taken = LEVEL >= 1,
+	updated_at = greatest(b.updated_at, $4::bigint),
+	full_at = least(9e18, greatest(b.updated_at, $4::bigint) + ($3::float8 - (LEVEL - TAKEN)) * 1e9 / $2::float8)::bigint
+RETURNING taken, tokens`)
+
+// rateSweep deletes at most $2 buckets full before $1 (see
+// driver.RateSweeper), skipping rows a take holds: a bucket being taken
+// from is not full.
+const rateSweep = `DELETE FROM rate_buckets WHERE key IN (SELECT key FROM rate_buckets WHERE full_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// RateSweep implements driver.RateSweeper.
+func (d *DB) RateSweep(ctx context.Context, now int64, limit int) (int64, error) {
+	tag, err := d.pool.Exec(ctx, rateSweep, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
 
 // RateTake implements driver.Backend.
 func (d *DB) RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error) {

@@ -478,6 +478,15 @@ CREATE TABLE session_directory (
 );
 CREATE INDEX session_directory_owner ON session_directory (org, user_id, created_at, id);
 `},
+	{Name: "rate_buckets_full_at", SQL: `
+-- When each token bucket is full again (unix nanoseconds), so
+-- store.RateSweep deletes the full ones (a full bucket and no bucket are
+-- the same to RateTake). Rows from before get a day. An expand step: an
+-- older moat inserts with the default (never swept) and leaves full_at
+-- as it was when it takes.
+ALTER TABLE rate_buckets ADD COLUMN full_at bigint NOT NULL DEFAULT 9223372036854775807;
+UPDATE rate_buckets SET full_at = updated_at + 86400000000000;
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

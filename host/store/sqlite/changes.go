@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"strings"
 
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
@@ -63,15 +64,32 @@ func (d *DB) wake() {
 // rateTake is one token-bucket step in one statement (see
 // driver.Backend.RateTake): ?1 key, ?2 rate per second, ?3 burst, ?4 now
 // (unix nanoseconds). In an UPDATE every expression reads the row as it
-// was, so level is what the bucket holds after refilling, before taking.
-const rateTake = `
-INSERT INTO rate_buckets (key, tokens, updated_at, taken) VALUES (?1, ?3 - 1, ?4, 1)
+// was, so LEVEL is what the bucket holds after refilling, before taking,
+// and full_at (when the bucket is full again: store.RateSweep) is
+// computed from what the step leaves. Times past 9e18 stay there (REAL
+// arithmetic; a STRICT column takes the CAST).
+var rateTake = strings.NewReplacer("LEVEL", `min(?3, tokens + max(0, ?4 - updated_at) * ?2 / 1e9)`).Replace(`
+INSERT INTO rate_buckets (key, tokens, updated_at, taken, full_at) VALUES (?1, ?3 - 1, ?4, 1, CAST(min(9e18, ?4 + 1e9 / ?2) AS INTEGER))
 ON CONFLICT (key) DO UPDATE SET
-	tokens = min(?3, tokens + max(0, ?4 - updated_at) * ?2 / 1e9)
-		- (min(?3, tokens + max(0, ?4 - updated_at) * ?2 / 1e9) >= 1),
-	taken = min(?3, tokens + max(0, ?4 - updated_at) * ?2 / 1e9) >= 1,
-	updated_at = max(updated_at, ?4)
-RETURNING taken, tokens`
+	tokens = LEVEL - (LEVEL >= 1),
+	taken = LEVEL >= 1,
+	updated_at = max(updated_at, ?4),
+	full_at = CAST(min(9e18, max(updated_at, ?4) + (?3 - (LEVEL - (LEVEL >= 1))) * 1e9 / ?2) AS INTEGER)
+RETURNING taken, tokens`)
+
+// rateSweep deletes at most ?2 buckets full before ?1 (see
+// driver.RateSweeper): no index on full_at, which every take would
+// update; the sweep reads the table instead, rarely.
+const rateSweep = `DELETE FROM rate_buckets WHERE key IN (SELECT key FROM rate_buckets WHERE full_at < ?1 LIMIT ?2)`
+
+// RateSweep implements driver.RateSweeper.
+func (d *DB) RateSweep(ctx context.Context, now int64, limit int) (int64, error) {
+	r, err := d.w.ExecContext(ctx, rateSweep, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
 
 // RateTake implements driver.Backend.
 func (d *DB) RateTake(ctx context.Context, key string, rate float64, burst int, now int64) (ok bool, tokens float64, err error) {

@@ -620,6 +620,21 @@ CREATE TABLE session_directory (
 CREATE INDEX session_directory_owner ON session_directory (org, user_id, created_at, id);
 `,
 	},
+	{
+		Name: "rate_buckets_full_at",
+		// When each token bucket is full again (unix nanoseconds), so
+		// store.RateSweep can delete the buckets that are full: a full
+		// bucket and no bucket are the same to RateTake, and the table no
+		// longer grows with every address a public route ever saw. Rows
+		// from before get a day, longer than any refill moat sets. An
+		// expand step: a moat that predates it inserts buckets with the
+		// default, never swept, and leaves full_at as it was when it
+		// takes, so a bucket only it used is kept as before (MinReader 0).
+		SQL: `
+ALTER TABLE rate_buckets ADD COLUMN full_at INTEGER NOT NULL DEFAULT 9223372036854775807;
+UPDATE rate_buckets SET full_at = updated_at + 86400000000000;
+`,
+	},
 }
 
 // migrate reads the schema's version of db and, as o and migrating

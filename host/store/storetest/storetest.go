@@ -79,6 +79,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"WatchModules", "", su.testWatchModules},
 		{"RateTake", "", su.testRateTake},
 		{"RateTakeConcurrent", "", su.testRateTakeConcurrent},
+		{"RateSweep", "", su.testRateSweep},
 		{"OrgScoping", "", su.testOrgScoping},
 		{"CodeRoundTrip", "", su.testCodeRoundTrip},
 		{"CodeValidation", "", su.testCodeValidation},
