@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
@@ -59,8 +60,19 @@ type HTTPConfig struct {
 	WriteTimeout policy.Duration `yaml:"write_timeout"`
 	// MaxHeaderBytes bounds a request's header block. Default 64KiB.
 	MaxHeaderBytes policy.ByteSize `yaml:"max_header_bytes"`
+	// TrustedProxies are the networks (CIDR, or one address) of the
+	// proxies in front of the server — a Kubernetes ingress, a load
+	// balancer — whose X-Forwarded-For the server believes. A request
+	// from one of them is counted as coming from the address it names:
+	// the right-most X-Forwarded-For entry that is not itself a trusted
+	// proxy. That address is what a public route's per-address bucket,
+	// piston.allow and the audit trail's remote see. From any other peer
+	// the header is ignored (anyone can send it). Default none: behind a
+	// proxy without it every client is the proxy's one address.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 
 	allowedOrigins map[string]bool
+	trusted        []netip.Prefix
 }
 
 // AdmissionConfig bounds the work running at once, per organization and
@@ -183,6 +195,24 @@ func (h *HTTPConfig) validate(fail failFunc) error {
 			return fail(fmt.Sprintf("http.allowed_origins[%d]", i), "%q is not a web origin; write it like https://app.example.com or http://localhost:3000", o)
 		}
 		h.allowedOrigins[strings.ToLower(u.Scheme+"://"+u.Host)] = true
+	}
+	h.trusted = nil
+	for i, n := range h.TrustedProxies {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			a, aerr := netip.ParseAddr(n)
+			if aerr != nil || a.Zone() != "" {
+				return fail(fmt.Sprintf("http.trusted_proxies[%d]", i), "%q is not a network or an address; write it like 10.0.0.0/8, fd00::/8 or 192.0.2.7", n)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Unmap().Is4() && p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		if p.Bits() == 0 {
+			return fail(fmt.Sprintf("http.trusted_proxies[%d]", i), "%q trusts every address: any client could name any source in X-Forwarded-For; list the proxies' own networks", n)
+		}
+		h.trusted = append(h.trusted, p.Masked())
 	}
 	durations := []struct {
 		field    string

@@ -12,7 +12,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -130,7 +129,7 @@ func (s *Server) serveRoute(c echo.Context) (err error) {
 	if !ok {
 		return problem(http.StatusNotFound, "not_found", "a module's routes are under /m/{org}/{module}/")
 	}
-	call := &routeCall{org: org, module: module, remote: remoteSource(req)}
+	call := &routeCall{org: org, module: module, remote: s.remoteSource(req)}
 	// A request without a valid key pays its source address's token
 	// before the server does anything for it (a module's load included):
 	// an Authorization header alone, made up, buys nothing.
@@ -267,13 +266,13 @@ func splitModulePath(p string) (org, module, sub string, ok bool) {
 }
 
 // remoteSource is the source address of a request as its buckets count
-// it: the peer's IP address, an IPv6 one's /64.
-func remoteSource(req *http.Request) string {
-	ap, err := netip.ParseAddrPort(req.RemoteAddr)
-	if err != nil {
+// it: the client's IP address (the peer's, or behind a trusted proxy the
+// one it names: clientAddr), an IPv6 one's /64.
+func (s *Server) remoteSource(req *http.Request) string {
+	a := s.cfg.HTTP.clientAddr(req)
+	if !a.IsValid() {
 		return "unknown"
 	}
-	a := ap.Addr().Unmap()
 	if a.Is6() {
 		p, _ := a.Prefix(64)
 		return p.String()

@@ -244,6 +244,69 @@ func TestRoutePublicFlood(t *testing.T) {
 	}
 }
 
+// TestRoutePublicFloodBehindProxy: with the proxy's network in
+// http.trusted_proxies, the per-address bucket counts the client the
+// proxy names in X-Forwarded-For, so one flooding client behind the
+// ingress does not take every other client's turn; a peer outside the
+// list cannot choose its address by sending the header.
+func TestRoutePublicFloodBehindProxy(t *testing.T) {
+	ts, _ := routeServer(t, secretsKey(t), func(c *server.Config) {
+		c.Routes.AddressRate, c.Routes.AddressBurst = 0.01, 3
+		c.HTTP.TrustedProxies = []string{"127.0.0.1"}
+	})
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	get := func(c *http.Client, xff ...string) int {
+		req, _ := http.NewRequest("GET", ts.URL+"/m/acme/routes/public/1", nil)
+		for _, v := range xff {
+			req.Header.Add("X-Forwarded-For", v)
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	proxy, other := from("127.0.0.1"), from("127.0.0.2")
+	codes := map[int]int{}
+	for i := range 10 {
+		// What the client wrote left of the proxy's entry changes nothing.
+		codes[get(proxy, fmt.Sprintf("10.9.9.%d, 198.51.100.1", i))]++
+	}
+	if codes[200] != 3 || codes[429] != 7 {
+		t.Errorf("one client behind the proxy got %v; want 3 served and 7 refused", codes)
+	}
+	for _, tt := range []struct {
+		name   string
+		client *http.Client
+		xff    []string
+		want   int
+	}{
+		{"another client behind the proxy", proxy, []string{"198.51.100.2"}, 200},
+		{"the flooding client in a second header", proxy, []string{"203.0.113.9", "198.51.100.1"}, 429},
+		{"the flooding client with a port", proxy, []string{"198.51.100.1:4711"}, 429},
+		{"a trusted hop right of the client", proxy, []string{"198.51.100.1, 127.0.0.1"}, 429},
+		{"garbage ends the walk at the proxy", proxy, []string{"198.51.100.1, not-an-address"}, 200},
+	} {
+		if got := get(tt.client, tt.xff...); got != tt.want {
+			t.Errorf("%s: %d; want %d", tt.name, got, tt.want)
+		}
+	}
+	// An untrusted peer naming the flooding client is counted as itself:
+	// its own bucket, three turns, then refused.
+	codes = map[int]int{}
+	for range 4 {
+		codes[get(other, "198.51.100.2")]++
+	}
+	if codes[200] != 3 || codes[429] != 1 {
+		t.Errorf("an untrusted peer sending X-Forwarded-For got %v; want its own bucket (3 served, 1 refused)", codes)
+	}
+}
+
 // TestRouteWebhooks: each scheme's good signature runs the action as the
 // service user with the role webhook; a bad one is 401, a stale
 // timestamp too, a replay 409, and the action never runs for them.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -505,8 +504,7 @@ type pistonRuntime struct {
 // within the Piston principal's rate.
 func (s *Server) pistonGate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ap, err := netip.ParseAddrPort(c.Request().RemoteAddr)
-		if err != nil || !s.cfg.Piston.allowed(ap.Addr()) {
+		if a := s.cfg.HTTP.clientAddr(c.Request()); !a.IsValid() || !s.cfg.Piston.allowed(a) {
 			s.metrics.denials.WithLabelValues("piston_network").Inc()
 			return c.JSON(http.StatusForbidden, map[string]string{"message": "this address may not use the Piston API; the operator lists allowed networks in piston.allow"})
 		}
