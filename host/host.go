@@ -150,6 +150,11 @@ type Config struct {
 	// audited with the rule "host: family disabled"), whatever a
 	// module's grants.
 	Families map[string]any
+	// ObserveOp, when set, is called after every op a guest calls, with
+	// its family, outcome, latency and sizes (a server's per-family
+	// metrics). It runs on the guest's call path: it must be quick and
+	// must not block. Nil costs nothing (not even the clock read).
+	ObserveOp func(ops.Observation)
 }
 
 // Limits bound one invocation. They are the driver SPI's type too

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/ai"
@@ -207,6 +208,10 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 		return nil, abi.Errorf(abi.CodeUnknownOp, "no op %q in this host (ABI v%d)", op, abi.Version)
 	}
 	env := &inv.env
+	if observe := inv.m.host.cfg.ObserveOp; observe != nil {
+		start := time.Now()
+		defer func() { observe(inv.observation(o, start, len(req), len(reply), err)) }()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			if f, ok := r.(*transport.FaultError); ok {
@@ -257,6 +262,22 @@ func (m *Module) auditModelCall(ctx context.Context, e *ops.Env, o *ops.Op, mc *
 		}
 	}
 	m.host.audit.Record(ctx, ev)
+}
+
+// observation is what Config.ObserveOp is told of one op.
+func (inv *invocation) observation(o *ops.Op, start time.Time, reqBytes, replyBytes int, err error) ops.Observation {
+	ob := ops.Observation{Org: inv.env.Principal.Org, Module: inv.m.name, Op: o.Name, Family: o.Family(), Code: "ok",
+		Duration: time.Since(start), RequestBytes: reqBytes, ReplyBytes: replyBytes}
+	if err != nil {
+		ob.Code = string(abi.CodeOf(err))
+		if ob.Code == "" {
+			ob.Code = string(abi.CodeInternal)
+		}
+	}
+	if mc, ok := inv.env.ModelCall().(*ai.Evidence); ok && mc != nil {
+		ob.InputTokens, ob.OutputTokens = mc.Usage.InputTokens, mc.Usage.OutputTokens
+	}
+	return ob
 }
 
 // AllowOp implements ops.Gate: a family the embedder disabled

@@ -170,7 +170,7 @@ func TestServeBudget(t *testing.T) {
 	r := ts.do(t, "GET", "/metrics", "", nil, "Authorization", "Bearer "+metricsToken)
 	for _, want := range []string{
 		`moat_invocation_failures_total{code="resource_exhausted",layer="guest"} 1`,
-		`moat_invocations_total{action="fetch",module="budget",outcome="resource_exhausted"} 1`,
+		`moat_invocations_total{action="fetch",module="budget",org="acme",outcome="resource_exhausted"} 1`,
 	} {
 		if !strings.Contains(string(r.body), want) {
 			t.Errorf("metrics lack %s", want)

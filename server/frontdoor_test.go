@@ -437,7 +437,7 @@ func TestMetricsCardinality(t *testing.T) {
 	if n := strings.Count(series, "\n") + 1; n > 6 {
 		t.Errorf("%d series of moat_invocations_total after 300 made-up actions and 3 real ones; want at most 6", n)
 	}
-	if !strings.Contains(series, `action="_unknown",module="spin",outcome="no_such_action"} 300`) {
+	if !strings.Contains(series, `action="_unknown",module="spin",org="acme",outcome="no_such_action"} 300`) {
 		t.Errorf("the made-up actions are not counted under _unknown")
 	}
 	if strings.Contains(m, "made-up") || strings.Contains(m, "FOO1") || strings.ContainsAny(m, "\x1b\x00\r") {

@@ -36,7 +36,7 @@ func (s *Server) invoke(c echo.Context) error {
 	res, err := e.mod.Invoke(ctx, host.Request{
 		Action: action, Input: input, Principal: principalOf(c), CorrelationID: correlationID(c),
 	})
-	s.metrics.observeInvocation(e.version.Name, action, start, err)
+	s.metrics.observeInvocation(e.version.Org, e.version.Name, action, start, err)
 	if err != nil {
 		return logs.failed(fromHostError(err))
 	}
@@ -129,7 +129,7 @@ func (s *Server) confirm(c echo.Context) error {
 	}
 	start := time.Now()
 	res, err := e.mod.Confirm(ctx, host.ConfirmRequest{Token: token, Principal: p, CorrelationID: correlationID(c)})
-	s.metrics.observeInvocation(module, "confirm", start, err)
+	s.metrics.observeInvocation(p.Org, module, "confirm", start, err)
 	if err != nil {
 		return logs.failed(fromHostError(err))
 	}

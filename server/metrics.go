@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,6 +33,15 @@ type metrics struct {
 	// admissionRefusals counts requests admission refused, by kind
 	// (invocations, runs) and the setting that refused them.
 	admissionRefusals *prometheus.CounterVec
+	// The ops guests call (host.Config.ObserveOp), per family: counts by
+	// op and outcome, latency, the bytes that crossed the boundary, and
+	// model calls' tokens per organization.
+	ops       *prometheus.CounterVec
+	opSeconds *prometheus.HistogramVec
+	opBytes   *prometheus.CounterVec
+	aiTokens  *prometheus.CounterVec
+	opSeries  map[[3]string]opSeries
+	orgLabels *labelBound
 	// invocationLabels bounds the module and action names of the
 	// invocation metrics.
 	invocationLabels *labelBound
@@ -45,12 +55,18 @@ type metrics struct {
 	// as other anyway).
 	seriesMu   sync.RWMutex
 	httpSeries map[[3]string]httpSeries
-	invSeries  map[[2]string]*invocationSeries
+	invSeries  map[[3]string]*invocationSeries
 }
 
 type httpSeries struct {
 	requests prometheus.Counter
 	seconds  prometheus.Observer
+}
+
+type opSeries struct {
+	count            prometheus.Counter
+	seconds          prometheus.Observer
+	reqBytes, replyB prometheus.Counter
 }
 
 type invocationSeries struct {
@@ -75,17 +91,24 @@ func newMetrics(s *Server) *metrics {
 	m.requestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "moat_http_request_duration_seconds", Help: "HTTP request latency by route.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)}, []string{"route"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "moat_http_requests_in_flight", Help: "HTTP requests being served."})
-	m.invocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_invocations_total", Help: "Action invocations by module, action and outcome (ok or a moat error code)."}, []string{"module", "action", "outcome"})
+	m.invocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_invocations_total", Help: "Action invocations by organization, module, action and outcome (ok or a moat error code)."}, []string{"org", "module", "action", "outcome"})
 	m.invokeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "moat_invocation_duration_seconds", Help: "Invocation latency by module and action, policy checks included.",
-		Buckets: prometheus.ExponentialBuckets(0.00005, 2.5, 14)}, []string{"module", "action"})
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2.5, 14)}, []string{"org", "module", "action"})
 	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_invocation_failures_total", Help: "Failed invocations by layer (policy, request, guest, host) and code."}, []string{"layer", "code"})
 	m.denials = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_denials_total", Help: "Refused requests: unauthenticated, denied by policy, rate limited."}, []string{"code"})
 	m.uploads = prometheus.NewCounter(prometheus.CounterOpts{Name: "moat_module_uploads_total", Help: "Modules uploaded and loaded."})
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_runs_total", Help: "Code-execution jobs by language and status."}, []string{"language", "status"})
+	m.ops = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_ops_total", Help: "Ops guests called, by family, op and outcome (ok or a moat error code)."}, []string{"family", "op", "outcome"})
+	m.opSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "moat_op_duration_seconds", Help: "Op latency by family, policy checks included.",
+		Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}}, []string{"family"})
+	m.opBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_op_bytes_total", Help: "Bytes of op requests (from guests) and replies (to them), by family; for http, roughly what left the sandbox and what came back."}, []string{"family", "direction"})
+	m.aiTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_ai_tokens_total", Help: "Model tokens charged, by organization and kind (input, output)."}, []string{"org", "kind"})
 	m.admissionRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moat_admission_refusals_total", Help: "Invocations and runs refused for want of a slot, by kind and the setting that refused them."}, []string{"kind", "limit"})
 	m.invocationLabels = newLabelBound(s.cfg.Metrics.MaxSeries)
 	m.httpSeries = map[[3]string]httpSeries{}
-	m.invSeries = map[[2]string]*invocationSeries{}
+	m.invSeries = map[[3]string]*invocationSeries{}
+	m.opSeries = map[[3]string]opSeries{}
+	m.orgLabels = newLabelBound(s.cfg.Metrics.MaxSeries)
 	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "moat_http_connections_open", Help: "HTTP connections open (http.max_connections bounds them)."}, func() float64 {
 		if l := s.conns.Load(); l != nil {
 			return float64(l.count())
@@ -108,7 +131,7 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { _, w := a.stats(); return float64(w) }))
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.requestSeconds, m.inflight, m.invocations, m.invokeSeconds, m.failures, m.denials, m.uploads, m.runs, m.admissionRefusals,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		m.ops, m.opSeconds, m.opBytes, m.aiTokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	f(&poolCollector{s: s, max: s.cfg.Metrics.MaxSeries,
@@ -119,7 +142,7 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-func (m *metrics) observeInvocation(module, action string, start time.Time, err error) {
+func (m *metrics) observeInvocation(org, module, action string, start time.Time, err error) {
 	outcome := "ok"
 	if err != nil {
 		code := abi.CodeOf(err)
@@ -138,12 +161,12 @@ func (m *metrics) observeInvocation(module, action string, start time.Time, err 
 		}
 	}
 	if outcome != "ok" {
-		lv := m.invocationLabels.values(module, action)
-		m.invocations.WithLabelValues(lv[0], lv[1], outcome).Inc()
-		m.invokeSeconds.WithLabelValues(lv[0], lv[1]).Observe(time.Since(start).Seconds())
+		lv := m.invocationLabels.values(org, module, action)
+		m.invocations.WithLabelValues(lv[0], lv[1], lv[2], outcome).Inc()
+		m.invokeSeconds.WithLabelValues(lv[0], lv[1], lv[2]).Observe(time.Since(start).Seconds())
 		return
 	}
-	is := m.invocationOK(module, action)
+	is := m.invocationOK(org, module, action)
 	is.ok.Inc()
 	is.seconds.Observe(time.Since(start).Seconds())
 }
@@ -151,22 +174,56 @@ func (m *metrics) observeInvocation(module, action string, start time.Time, err 
 // invocationOK returns the series of module's action that a successful
 // invocation counts in. Only successes resolve them, so that no series of
 // outcome ok appears (at 0) for an action that never succeeded.
-func (m *metrics) invocationOK(module, action string) *invocationSeries {
-	k := [2]string{module, action}
+func (m *metrics) invocationOK(org, module, action string) *invocationSeries {
+	k := [3]string{org, module, action}
 	m.seriesMu.RLock()
 	is := m.invSeries[k]
 	m.seriesMu.RUnlock()
 	if is != nil {
 		return is
 	}
-	lv := m.invocationLabels.values(module, action)
-	is = &invocationSeries{ok: m.invocations.WithLabelValues(lv[0], lv[1], "ok"), seconds: m.invokeSeconds.WithLabelValues(lv[0], lv[1])}
+	lv := m.invocationLabels.values(org, module, action)
+	is = &invocationSeries{ok: m.invocations.WithLabelValues(lv[0], lv[1], lv[2], "ok"), seconds: m.invokeSeconds.WithLabelValues(lv[0], lv[1], lv[2])}
 	m.seriesMu.Lock()
 	if len(m.invSeries) < m.invocationLabels.max {
 		m.invSeries[k] = is
 	}
 	m.seriesMu.Unlock()
 	return is
+}
+
+// observeOp counts one op a guest called (host.Config.ObserveOp). Op
+// names and families are the host's own (a fixed table) and outcomes abi
+// codes, so their series are few and cached; organizations pass the label
+// bound.
+func (m *metrics) observeOp(o ops.Observation) {
+	family := o.Family
+	if family == "" {
+		family = "_none"
+	}
+	k := [3]string{family, o.Op, o.Code}
+	m.seriesMu.RLock()
+	os, ok := m.opSeries[k]
+	m.seriesMu.RUnlock()
+	if !ok {
+		lv := []string{labelValue(family), labelValue(o.Op), labelValue(o.Code)}
+		os = opSeries{count: m.ops.WithLabelValues(lv...), seconds: m.opSeconds.WithLabelValues(lv[0]),
+			reqBytes: m.opBytes.WithLabelValues(lv[0], "request"), replyB: m.opBytes.WithLabelValues(lv[0], "reply")}
+		m.seriesMu.Lock()
+		if len(m.opSeries) < 4096 {
+			m.opSeries[k] = os
+		}
+		m.seriesMu.Unlock()
+	}
+	os.count.Inc()
+	os.seconds.Observe(o.Duration.Seconds())
+	os.reqBytes.Add(float64(o.RequestBytes))
+	os.replyB.Add(float64(o.ReplyBytes))
+	if o.InputTokens > 0 || o.OutputTokens > 0 {
+		org := m.orgLabels.values(o.Org)[0]
+		m.aiTokens.WithLabelValues(org, "input").Add(float64(o.InputTokens))
+		m.aiTokens.WithLabelValues(org, "output").Add(float64(o.OutputTokens))
+	}
 }
 
 // observeRequest counts one HTTP request of route (a pattern of the

@@ -223,7 +223,7 @@ func (s *Server) serveRoute(c echo.Context) (err error) {
 	defer release()
 	ctx = audit.WithOrigin(ctx, "route", rt.Route)
 	res, err := e.mod.Invoke(ctx, host.Request{Action: rt.Action, Input: input, Principal: call.principal, CorrelationID: correlationID(c)})
-	s.metrics.observeInvocation(module, rt.Action, start, err)
+	s.metrics.observeInvocation(org, module, rt.Action, start, err)
 	if err != nil {
 		return fromHostError(err)
 	}

@@ -248,6 +248,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),
 			Families: families,
+			// s.metrics is made below, before any module loads.
+			ObserveOp: func(o ops.Observation) {
+				if m := s.metrics; m != nil {
+					m.observeOp(o)
+				}
+			},
 		})
 		if err != nil {
 			s.abort(ctx)

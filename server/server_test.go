@@ -340,8 +340,12 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	r := ts.do(t, "GET", "/metrics", "", nil, "Authorization", "Bearer "+metricsToken)
 	for _, want := range []string{
-		`moat_invocations_total{action="greet",module="hello-go",outcome="ok"} 1`,
-		`moat_invocation_duration_seconds_count{action="greet",module="hello-go"} 1`,
+		`moat_invocations_total{action="greet",module="hello-go",org="acme",outcome="ok"} 1`,
+		`moat_invocation_duration_seconds_count{action="greet",module="hello-go",org="acme"} 1`,
+		// greet reads its config and logs: one op each, counted by family.
+		`moat_ops_total{family="log",op="log.write",outcome="ok"} 1`,
+		`moat_op_duration_seconds_count{family="config"} 1`,
+		`moat_op_bytes_total{direction="request",family="log"} `,
 		`moat_denials_total{code="unauthenticated"} 1`,
 		`moat_pool_idle_instances{module="hello-go",org="acme"} 1`,
 		`moat_modules_loaded 1`,
