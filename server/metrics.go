@@ -139,6 +139,7 @@ func newMetrics(s *Server) *metrics {
 		idleMemory: prometheus.NewDesc("moat_pool_idle_memory_bytes", "Linear memory the pooled instances hold while idle, by organization and module (a resident interpreter's heap).",
 			[]string{"org", "module"}, nil),
 		loaded: prometheus.NewDesc("moat_modules_loaded", "Modules loaded, over all organizations.", nil, nil)})
+	f(newStateCollector(s))
 	return m
 }
 

@@ -349,6 +349,9 @@ func TestOpsEndpoints(t *testing.T) {
 		`moat_denials_total{code="unauthenticated"} 1`,
 		`moat_pool_idle_instances{module="hello-go",org="acme"} 1`,
 		`moat_modules_loaded 1`,
+		`moat_tasks{state="queued"} 0`,
+		`moat_task_queue_oldest_wait_seconds 0`,
+		`moat_cache_bytes{cache="compile"} `,
 		`moat_http_requests_total{method="POST",route="/v1/modules/:name/actions/:action",status="2xx"} 1`,
 	} {
 		if !strings.Contains(string(r.body), want) {

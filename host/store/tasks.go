@@ -620,3 +620,23 @@ func taskFromRow(r *driver.TaskRow) (*Task, error) {
 	}
 	return t, nil
 }
+
+// TaskStats is what the task queue holds at now, for the operator's
+// metrics: tasks by state (queued, running, done, failed, cancelled;
+// finished ones until TaskPrune removes them) and how long the oldest due
+// queued task has waited (0 when none waits). ok is false on a backend
+// without driver.TaskStatser.
+func (s *Store) TaskStats(ctx context.Context, now time.Time) (byState map[string]int64, oldestWait time.Duration, ok bool, err error) {
+	ts, ok := s.b.(driver.TaskStatser)
+	if !ok {
+		return nil, 0, false, nil
+	}
+	by, oldest, err := ts.TaskStats(ctx, now.UnixNano())
+	if err != nil {
+		return nil, 0, true, fmt.Errorf("store: task stats: %w", err)
+	}
+	if oldest > 0 {
+		oldestWait = max(0, time.Duration(now.UnixNano()-oldest))
+	}
+	return by, oldestWait, true, nil
+}

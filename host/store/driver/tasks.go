@@ -53,6 +53,16 @@ type TaskUpdate struct {
 	FinishedAt    int64
 }
 
+// TaskStatser is implemented by a backend that can count its tasks for
+// the operator's metrics (store.TaskStats). Optional: without it a
+// server exports no task gauges.
+type TaskStatser interface {
+	// TaskStats counts the tasks by state, and returns the earliest
+	// run_at (unix nanoseconds) of a queued task due at now, 0 when none
+	// is due.
+	TaskStats(ctx context.Context, now int64) (byState map[string]int64, oldestDue int64, err error)
+}
+
 // TaskBackend is the task queue and the schedule ticks of a backend. Its
 // atomicity holds across processes and replicas sharing one database:
 // an enqueue's idempotency key and quota, a claim (a task is claimed by

@@ -293,3 +293,32 @@ ON CONFLICT DO NOTHING`, t.Org, t.Module, schedule, tick, t.ID)
 	}
 	return fired, err
 }
+
+// TaskStats implements driver.TaskStatser.
+func (d *DB) TaskStats(ctx context.Context, now int64) (map[string]int64, int64, error) {
+	rows, err := d.pool.Query(ctx, `SELECT state, count(*) FROM tasks GROUP BY state`)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	by := map[string]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, 0, err
+		}
+		by[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	var oldest *int64
+	if err := d.pool.QueryRow(ctx, `SELECT min(run_at) FROM tasks WHERE state = 'queued' AND run_at <= $1`, now).Scan(&oldest); err != nil {
+		return nil, 0, err
+	}
+	if oldest == nil {
+		return by, 0, nil
+	}
+	return by, *oldest, nil
+}

@@ -300,3 +300,29 @@ ON CONFLICT DO NOTHING`, t.Org, t.Module, schedule, tick, t.ID)
 	}
 	return fired, err
 }
+
+// TaskStats implements driver.TaskStatser.
+func (d *DB) TaskStats(ctx context.Context, now int64) (map[string]int64, int64, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT state, count(*) FROM tasks GROUP BY state`)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	by := map[string]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, 0, err
+		}
+		by[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	var oldest sql.NullInt64
+	if err := d.r.QueryRowContext(ctx, `SELECT min(run_at) FROM tasks WHERE state = 'queued' AND run_at <= ?`, now).Scan(&oldest); err != nil {
+		return nil, 0, err
+	}
+	return by, oldest.Int64, nil
+}

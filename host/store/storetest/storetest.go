@@ -106,6 +106,7 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"DBMigrate", "db", su.testDBMigrate},
 		{"TaskContract", "tasks", su.testTaskContract},
 		{"TaskIdempotency", "tasks", su.testTaskIdempotency},
+		{"TaskStats", "tasks", su.testTaskStats},
 		{"TaskScoping", "tasks", su.testTaskScoping},
 		{"TaskRetries", "tasks", su.testTaskRetries},
 		{"TaskLease", "tasks", su.testTaskLease},

@@ -746,3 +746,29 @@ func clipStr(s string) string {
 	}
 	return s
 }
+
+// TaskStats counts the queue by state and says how long the oldest due
+// task has waited; a task not yet due does not count as waiting.
+func (su suite) testTaskStats(t *testing.T) {
+	ctx := context.Background()
+	s := su.open(t)
+	if by, wait, ok, err := s.TaskStats(ctx, time.Now()); err != nil || !ok || len(by) != 0 || wait != 0 {
+		t.Fatalf("an empty queue: %v, %v, %v, %v", by, wait, ok, err)
+	}
+	enqueue(t, s, newTask("a"))
+	enqueue(t, s, newTask("b"))
+	later := newTask("c")
+	later.RunAt = time.Now().Add(time.Hour)
+	enqueue(t, s, later)
+	claim(t, s, time.Now(), 1)
+	by, wait, _, err := s.TaskStats(ctx, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by[abi.TaskQueued] != 2 || by[abi.TaskRunning] != 1 {
+		t.Errorf("by state = %v; want 2 queued (one not due), 1 running", by)
+	}
+	if wait < 59*time.Second || wait > 2*time.Minute {
+		t.Errorf("the oldest due task waited %v a minute after it was enqueued", wait)
+	}
+}
