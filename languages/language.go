@@ -254,6 +254,16 @@ func All() []Language {
 	return out
 }
 
+// Names returns the canonical names of the registered languages, sorted,
+// without asking any language for its Info: Info may run a toolchain for
+// its version (javac -version takes over a second), and a command line's
+// help text, built by every moat process, must not start seven compilers.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return names()
+}
+
 func names() []string {
 	ns := make([]string, 0, len(byName))
 	for n := range byName {
