@@ -132,13 +132,17 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "==> building %s (%s, %s) in %s\n", mf.Name, info.Name, info.Toolchain, dir)
+	machine := toolchains.StateDir()
+	if machine != "" {
+		machine = filepath.Join(machine, info.Name)
+	}
 	if info.Name == "go" {
-		fmt.Fprintln(os.Stderr, "    (the first Go build on a machine also compiles the standard library for wasip1, about 20 s, once)")
+		fmt.Fprintln(os.Stderr, "    (the first Go build on a machine also compiles the standard library for wasip1, 40 s or more, once per machine: `moat toolchains warm go` does it ahead)")
 	}
 	began := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	wasm, err := pb.BuildPlugin(bctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir(), StateDir: state}, dir)
+	wasm, err := pb.BuildPlugin(bctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir(), StateDir: state, MachineStateDir: machine}, dir)
 	var ce *languages.CompileError
 	var le *languages.BuildLimitError
 	switch {
