@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
@@ -49,4 +50,54 @@ func TestGoSeedOncePerMachine(t *testing.T) {
 		}
 	}
 	t.Fatalf("no complete seed in the machine's state directory %s: %v", machine, seeds)
+}
+
+// TestRustSDKKeptOnce: a Rust plugin's build compiles the moat crate once
+// and keeps it (moat-sdk-KEY.rlib in the machine's state directory); a
+// rebuild reads it and compiles the plugin alone. A kept crate that is not
+// what its name says is no crate rustc links: the rebuild fails, which
+// shows the rebuild used the kept one rather than compiling its own.
+func TestRustSDKKeptOnce(t *testing.T) {
+	testenv.Slow(t, "two Rust plugin builds, the first compiling the SDK crate (20-30 s under load)")
+	l := needLanguage(t, "rust")
+	pb := l.(languages.PluginBuilder)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	machine := t.TempDir()
+	build := func(code string) (time.Duration, error) {
+		if err := os.WriteFile(filepath.Join(dir, "lib.rs"), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		work, err := os.MkdirTemp("", "moat-plugin-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(work)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		start := time.Now()
+		_, err = pb.BuildPlugin(ctx, languages.BuildEnv{WorkDir: work, StateDir: t.TempDir(), MachineStateDir: machine}, dir)
+		return time.Since(start), err
+	}
+	first, err := build("extern crate moat;\n#[no_mangle]\npub extern \"C\" fn f(a: i32) -> i32 { a + 1 }\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := filepath.Glob(filepath.Join(machine, "moat-sdk-*.rlib"))
+	if len(kept) != 1 {
+		t.Fatalf("kept SDK crates after the first build: %v, want one", kept)
+	}
+	second, err := build("extern crate moat;\n#[no_mangle]\npub extern \"C\" fn f(a: i32) -> i32 { a + 2 }\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first build %s (the SDK compiled), the rebuild after a one-line change %s", first, second)
+	if err := os.WriteFile(kept[0], []byte("not an rlib"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := build("extern crate moat;\n#[no_mangle]\npub extern \"C\" fn f(a: i32) -> i32 { a + 3 }\n"); err == nil {
+		t.Fatal("a rebuild over a broken kept SDK crate succeeded: the rebuild compiled the SDK again instead of reading the kept one")
+	}
 }
