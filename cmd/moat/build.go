@@ -137,7 +137,14 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 		machine = filepath.Join(machine, info.Name)
 	}
 	if info.Name == "go" {
-		fmt.Fprintln(os.Stderr, "    (the first Go build on a machine also compiles the standard library for wasip1, 40 s or more, once per machine: `moat toolchains warm go` does it ahead)")
+		// Once per machine when the toolchains' state is moat's to write
+		// (toolchains.StateDir), else once per data directory: the
+		// message says which.
+		where := "once per machine"
+		if machine == "" {
+			where = "once per data directory"
+		}
+		fmt.Fprintf(os.Stderr, "    (the first Go build also compiles the standard library for wasip1, 40 s or more, %s: `moat toolchains warm go` does it ahead)\n", where)
 	}
 	began := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, timeout)
