@@ -390,7 +390,10 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 		}
 		return c, nil
 	}
-	if who.firstTime != nil && !h.cachedCode(key, wasm) {
+	// The cache's file names hash the whole code (a SHA-256 of CPython's
+	// 26 MB): named once here, for the first-time check and for c.files.
+	files := h.cacheFiles(key, wasm)
+	if who.firstTime != nil && !allExist(files) {
 		defer who.firstTime("load")()
 	}
 	start := time.Now()
@@ -404,7 +407,7 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 		c.fromCache = c.err == nil && countFiles(h.cacheDir) == before && before > 0
 	}
 	c.took = time.Since(start)
-	c.files = h.cacheFiles(key, wasm)
+	c.files = files
 	close(c.done)
 	if c.err != nil {
 		err := c.err
@@ -422,11 +425,10 @@ type compileFor struct {
 	firstTime         func(stage string) func() // LoadOptions.FirstTime
 }
 
-// cachedCode reports whether the compilation cache holds the machine code
-// of key already (every file cacheFiles names exists): a compile of it then
-// reads, and is no first-time work.
-func (h *Host) cachedCode(key string, code []byte) bool {
-	files := h.cacheFiles(key, code)
+// allExist reports whether the compilation cache holds the machine code
+// cacheFiles named (every file exists): a compile of it then reads, and is
+// no first-time work.
+func allExist(files []string) bool {
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			return false

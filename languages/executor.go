@@ -54,6 +54,11 @@ type ExecutorConfig struct {
 	// StateDir holds the languages' persistent state (see
 	// BuildEnv.StateDir). Default: BuildCacheDir/state.
 	StateDir string
+	// MachineStateDir holds what the languages build from their
+	// toolchains alone, for every data directory of the machine (see
+	// BuildEnv.MachineStateDir; moat gives toolchains.StateDir()). Empty:
+	// StateDir keeps it, built again for each data directory.
+	MachineStateDir string
 	// ToolchainDir overrides toolchains.Dir().
 	ToolchainDir string
 	// Limits are the defaults for requests that leave a limit at zero.
@@ -418,7 +423,11 @@ func (e *Executor) buildNow(ctx context.Context, l Language, src Source, timeout
 	}
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	a, err := l.Build(bctx, BuildEnv{WorkDir: work, ToolchainDir: e.cfg.ToolchainDir, StateDir: state}, src)
+	env := BuildEnv{WorkDir: work, ToolchainDir: e.cfg.ToolchainDir, StateDir: state}
+	if e.cfg.MachineStateDir != "" {
+		env.MachineStateDir = filepath.Join(e.cfg.MachineStateDir, l.Info().Name)
+	}
+	a, err := l.Build(bctx, env, src)
 	if err != nil {
 		if ctx.Err() == nil && bctx.Err() != nil {
 			var le *BuildLimitError

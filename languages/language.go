@@ -145,6 +145,13 @@ type BuildEnv struct {
 	// across builds (Go keeps its warmed standard-library cache there).
 	// Only the trusted host writes it; builds may read it.
 	StateDir string
+	// MachineStateDir is the language's directory for what depends on the
+	// toolchain alone (Go's standard library built for wasip1, 40 s of
+	// CPU), kept by toolchain version and shared by every data directory
+	// of the machine, so that it is built once per machine rather than
+	// once per data directory. Only the trusted host writes it. Empty: the
+	// language keeps it in StateDir.
+	MachineStateDir string
 }
 
 // ArtifactKind says how an Artifact runs.
@@ -252,6 +259,16 @@ func All() []Language {
 		out = append(out, byName[n])
 	}
 	return out
+}
+
+// Names returns the canonical names of the registered languages, sorted,
+// without asking any language for its Info: Info may run a toolchain for
+// its version (javac -version takes over a second), and a command line's
+// help text, built by every moat process, must not start seven compilers.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return names()
 }
 
 func names() []string {

@@ -79,6 +79,46 @@ func InstallDir() (string, error) {
 	return "", fmt.Errorf("toolchains: no directory to install into: $HOME is not set (set $HOME, or $%s, or give --dir)", EnvDir)
 }
 
+// EnvStateDir names the environment variable that overrides StateDir.
+const EnvStateDir = "MOAT_TOOLCHAIN_STATE"
+
+// StateDir is where what is built from the toolchains alone is kept for
+// the whole machine, whatever the data directory: Go's standard library
+// for wasip1 (40 s of CPU to build), by toolchain version. It is
+// $MOAT_TOOLCHAIN_STATE, else the toolchains directory's state/, beside
+// the toolchains it is built from (one per machine, or per user whose
+// toolchains are their own), made when missing. It returns "" when there
+// is none or moat may not write it (toolchains root installed for every
+// user, read by another): the languages then keep it in the data
+// directory, built once per data directory as before.
+//
+// Only the trusted host writes it (jobs see the toolchains read-only and
+// never this directory); whoever may write it may replace the toolchains
+// themselves, so sharing it gives no one more than they had.
+func StateDir() string {
+	d := os.Getenv(EnvStateDir)
+	if d == "" {
+		tc := Dir()
+		if tc == "" {
+			return ""
+		}
+		d = filepath.Join(tc, "state")
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return ""
+	}
+	probe, err := os.CreateTemp(d, ".probe-")
+	if err != nil {
+		return ""
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	if abs, err := filepath.Abs(d); err == nil {
+		d = abs
+	}
+	return d
+}
+
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()

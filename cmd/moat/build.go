@@ -132,13 +132,24 @@ func buildPlugin(ctx context.Context, g *globalFlags, dir, out string, timeout t
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "==> building %s (%s, %s) in %s\n", mf.Name, info.Name, info.Toolchain, dir)
+	machine := toolchains.StateDir()
+	if machine != "" {
+		machine = filepath.Join(machine, info.Name)
+	}
 	if info.Name == "go" {
-		fmt.Fprintln(os.Stderr, "    (the first Go build on a machine also compiles the standard library for wasip1, about 20 s, once)")
+		// Once per machine when the toolchains' state is moat's to write
+		// (toolchains.StateDir), else once per data directory: the
+		// message says which.
+		where := "once per machine"
+		if machine == "" {
+			where = "once per data directory"
+		}
+		fmt.Fprintf(os.Stderr, "    (the first Go build also compiles the standard library for wasip1, 40 s or more, %s: `moat toolchains warm go` does it ahead)\n", where)
 	}
 	began := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	wasm, err := pb.BuildPlugin(bctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir(), StateDir: state}, dir)
+	wasm, err := pb.BuildPlugin(bctx, languages.BuildEnv{WorkDir: work, ToolchainDir: toolchains.Dir(), StateDir: state, MachineStateDir: machine}, dir)
 	var ce *languages.CompileError
 	var le *languages.BuildLimitError
 	switch {

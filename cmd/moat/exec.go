@@ -390,14 +390,11 @@ func withAudit(ctx context.Context, g *globalFlags, record func(a *audit.Log)) e
 	return nil
 }
 
-// languageNames are the names of the registered languages, sorted.
-func languageNames() []string {
-	var names []string
-	for _, l := range languages.All() {
-		names = append(names, l.Info().Name)
-	}
-	return names
-}
+// languageNames are the names of the registered languages, sorted. It
+// asks no language for its Info (languages.Names): the exec command's help
+// text is built by every moat process, and a language's Info may run its
+// toolchain for the version.
+func languageNames() []string { return languages.Names() }
 
 // addGrantFlags adds --dir, --file and --workdir.
 func addGrantFlags(fl *pflag.FlagSet, g *grantFlags) {

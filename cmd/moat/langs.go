@@ -17,6 +17,7 @@ import (
 	_ "github.com/moat-sandbox/moat/languages/all" // every language registers itself
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server"
+	"github.com/moat-sandbox/moat/toolchains"
 	"github.com/spf13/cobra"
 )
 
@@ -267,6 +268,7 @@ func newExecutor(cmd *cobra.Command, g *globalFlags) (*languages.Executor, func(
 	data := g.data()
 	ex, err := languages.NewExecutor(languages.ExecutorConfig{
 		Host: h, Audit: g.trail, BuildCacheDir: filepath.Join(data, "build-cache"), StateDir: filepath.Join(data, "lang-state"),
+		MachineStateDir: toolchains.StateDir(),
 	})
 	if err != nil {
 		g.closeHost(h)

@@ -180,7 +180,7 @@ confinement). --confine=strict refuses to start when a layer is missing;
 			cfg.NewExecutor = func(h *host.Host, trail *audit.Log) (server.Executor, error) {
 				return languages.NewExecutor(languages.ExecutorConfig{Host: h, Audit: trail, BuildCacheDir: filepath.Join(cfg.DataDir, "build-cache"),
 					BuildCacheMaxBytes: int64(cfg.BuildCacheBytes), StateDir: filepath.Join(cfg.DataDir, "lang-state"),
-					MaxCompileTimeout: max(maxCompile, languages.DefaultMaxCompileTimeout)})
+					MachineStateDir: toolchains.StateDir(), MaxCompileTimeout: max(maxCompile, languages.DefaultMaxCompileTimeout)})
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -152,6 +152,14 @@ func installToolchains(ctx context.Context, p *progress, dir string, provs []too
 		return nil
 	}
 	fmt.Fprintf(os.Stderr, "moat: toolchains in %s\n", dir)
+	// What install leaves to the first runs, said as it is: the Go
+	// standard library is built once per machine (toolchains.StateDir),
+	// an interpreter's machine code once per compile cache.
+	goOnce := "once per machine"
+	if toolchains.StateDir() == "" {
+		goOnce = "once per data directory"
+	}
+	fmt.Fprintf(os.Stderr, "moat: a language's first run still does its first-time work (Go's standard library, %s; an interpreter's machine code, once per data directory): `moat toolchains warm` does it now\n", goOnce)
 	for _, n := range notes {
 		fmt.Fprintf(os.Stderr, "moat: %s\n", n)
 	}

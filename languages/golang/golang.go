@@ -21,6 +21,8 @@
 // of other users link. So the cache is split by trust:
 //
 //   - the seed: a GOCACHE per toolchain version in the language's
+//     MachineStateDir (shared by every data directory of the machine:
+//     moat's is beside the toolchains, toolchains.StateDir), else its
 //     StateDir, filled once by moat itself building a fixed program that
 //     imports the commonly used standard packages (under the same
 //     confinement), then made read-only to jobs (owned by root, 0644, when
@@ -378,10 +380,17 @@ const seedTimeout = 10 * time.Minute
 
 // seed returns the read-only seed GOCACHE, building it on first use.
 func (l *Language) seed(ctx context.Context, env languages.BuildEnv, root, ver string) (string, error) {
-	if env.StateDir == "" {
+	keep := env.MachineStateDir
+	if keep == "" {
+		keep = env.StateDir
+	}
+	if keep == "" {
 		return "", errors.New("no state dir to keep the seed in")
 	}
-	dir := filepath.Join(env.StateDir, "gocache-"+ver+"-"+shortHash(warmProgram))
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(keep, "gocache-"+ver+"-"+shortHash(warmProgram))
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return dir, nil
 	}
@@ -462,7 +471,7 @@ func (l *Language) seed(ctx context.Context, env languages.BuildEnv, root, ver s
 		stage = dir + ".stage"
 	} else {
 		os.RemoveAll(dir + ".stage")
-		if stage, err = os.MkdirTemp(env.StateDir, ".seed-"); err != nil {
+		if stage, err = os.MkdirTemp(keep, ".seed-"); err != nil {
 			return "", err
 		}
 		defer os.RemoveAll(stage)

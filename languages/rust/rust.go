@@ -11,7 +11,10 @@ package rust
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,11 +199,81 @@ func (l *Language) BuildPlugin(ctx context.Context, env languages.BuildEnv, dir 
 	if err := guests.Write(filepath.Join(env.WorkDir, "moat-sdk"), "rust"); err != nil {
 		return nil, fmt.Errorf("rust: %w", err)
 	}
-	if _, _, err := l.rustc(ctx, env, "moat-sdk/src/lib.rs", "rlib", "moat", "libmoat.rlib", nil); err != nil {
+	if err := l.sdk(ctx, env); err != nil {
 		return nil, fmt.Errorf("rust: compiling the moat SDK crate: %w", err)
 	}
 	wasm, _, err := l.rustc(ctx, env, root, "cdylib", "main", "out.wasm", []string{"--extern", "moat=libmoat.rlib"})
 	return wasm, err
+}
+
+// sdk puts the moat crate, compiled (libmoat.rlib), into the work dir:
+// kept once compiled, per machine (env.MachineStateDir, else the data
+// directory's StateDir), under a key of rustc's version, the flags and the
+// crate's every file, so a plugin's rebuild compiles the plugin alone
+// (the SDK took most of every Rust plugin build's 28-34 s). Only the host
+// writes the kept copy, written whole (a rename) or not at all; a build
+// reads its own copy in its work dir.
+func (l *Language) sdk(ctx context.Context, env languages.BuildEnv) error {
+	keep := env.MachineStateDir
+	if keep == "" {
+		keep = env.StateDir
+	}
+	const out = "libmoat.rlib"
+	var kept string
+	if keep != "" {
+		key, err := sdkKey(filepath.Join(env.WorkDir, "moat-sdk"))
+		if err != nil {
+			return err
+		}
+		kept = filepath.Join(keep, "moat-sdk-"+key+".rlib")
+		if b, err := os.ReadFile(kept); err == nil {
+			return os.WriteFile(filepath.Join(env.WorkDir, out), b, 0o644)
+		}
+	}
+	rlib, _, err := l.rustc(ctx, env, "moat-sdk/src/lib.rs", "rlib", "moat", out, nil)
+	if err != nil || kept == "" {
+		return err
+	}
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		return nil // not kept: the next build compiles it again
+	}
+	tmp, err := os.CreateTemp(keep, ".moat-sdk-*")
+	if err != nil {
+		return nil
+	}
+	_, werr := tmp.Write(rlib)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Chmod(tmp.Name(), 0o644) != nil || os.Rename(tmp.Name(), kept) != nil {
+		os.Remove(tmp.Name())
+	}
+	return nil
+}
+
+// sdkKey names a compiled SDK crate: rustc's version, the flags, and the
+// path and bytes of each file of the crate's directory.
+func sdkKey(dir string) (string, error) {
+	v, err := version()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", v, strings.Join(flags, " "))
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(rel), len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 
 // rustc compiles the crate rooted at root (relative to the work dir) into
