@@ -18,11 +18,18 @@ import (
 // overrides and other non-printing characters. SafeLogAttr writes those
 // as Go escapes (\x7f, \u009b) in keys, strings and values printed with
 // fmt (a guest's JSON fields); a record without them is left as it was.
+// It also writes every duration with its unit ("took":"1.5ms", not the
+// JSON handler's bare nanoseconds).
 func SafeLogAttr(_ []string, a slog.Attr) slog.Attr {
 	if unsafeForLog(a.Key) {
 		a.Key = escapeForLog(a.Key)
 	}
 	switch a.Value.Kind() {
+	case slog.KindDuration:
+		// JSON handlers write a duration as integer nanoseconds: a
+		// reader (or an alert rule) of "took":1234567 must know the unit.
+		// As Go writes it ("1.234567ms"), every handler says it.
+		a.Value = slog.StringValue(a.Value.Duration().String())
 	case slog.KindString:
 		if s := a.Value.String(); unsafeForLog(s) {
 			a.Value = slog.StringValue(escapeForLog(s))

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server/sessions"
 )
@@ -66,4 +68,19 @@ func init() {
 // SessionOf is org/user's live session id.
 func SessionOf(s *Server, org, user, id string) (*sessions.Session, error) {
 	return s.sessions.Get(policy.Principal{Org: org, User: user}, id)
+}
+
+// MetricNames are the names of every metric s registers, whether or not
+// it has a series yet.
+func MetricNames(s *Server) []string {
+	ch := make(chan *prometheus.Desc, 256)
+	go func() { s.metrics.reg.Describe(ch); close(ch) }()
+	var names []string
+	re := regexp.MustCompile(`fqName: "([a-zA-Z_:][a-zA-Z0-9_:]*)"`)
+	for d := range ch {
+		if m := re.FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return names
 }
