@@ -8,9 +8,9 @@ import (
 	"regexp"
 
 	"connectrpc.com/connect"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server/sessions"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // SetBeforeCommit makes every upload of s call f after its load and before
