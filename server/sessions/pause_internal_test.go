@@ -3,17 +3,21 @@ package sessions
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -209,5 +213,51 @@ func TestWriteImageStreams(t *testing.T) {
 	m.cfg.DiskQuotaBytes = 10 << 10
 	if _, err := s.writeImage(io.Discard, st, 1<<20); err == nil || !strings.Contains(err.Error(), "disk_quota_bytes") {
 		t.Fatalf("past the quota: %v", err)
+	}
+}
+
+// TestPausedListing: Manager.Paused lists the caller's paused sessions
+// alone, from the images' headers: not another user's of the same
+// organization, nor another organization's, nor a file that is no image,
+// nor an image whose header names another id; an expired image is
+// deleted as it is met; a live session is not listed again.
+func TestPausedListing(t *testing.T) {
+	dir := t.TempDir()
+	images := DirImages(filepath.Join(dir, "images"))
+	m := &Manager{cfg: Config{DiskQuotaBytes: 1 << 20, MaxFiles: 100, Images: images}, live: map[string]*Session{}}
+	now := time.Now().UTC()
+	put := func(id, user, org string, expires time.Time, as string) {
+		t.Helper()
+		ws := t.TempDir()
+		s := &Session{m: m, id: id, owner: policy.Principal{User: user, Org: org}, dir: ws, start: now, expires: expires}
+		var buf bytes.Buffer
+		if _, err := s.writeImage(&buf, &sessionState{contexts: map[string]*pendingContext{}}, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if err := images.PutImage(context.Background(), org, as, &buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(time.Hour)
+	put("s1", "ann", "acme", later, "s1")
+	put("s2", "bob", "acme", later, "s2")
+	put("s3", "ann", "evil", later, "s3")
+	put("s4", "ann", "acme", now.Add(-time.Second), "s4")
+	put("s5", "ann", "acme", later, "s6") // a header naming another id
+	put("s7", "ann", "acme", later, "s7")
+	m.live["s7"] = &Session{id: "s7"}
+	orgDir := filepath.Join(dir, "images", host.SnapshotKey([]byte("acme")))
+	if err := os.WriteFile(filepath.Join(orgDir, "s8.img"), []byte("not an image"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Paused(context.Background(), policy.Principal{User: "ann", Org: "acme"})
+	if err != nil || len(got) != 1 || got[0].ID != "s1" || got[0].State != StatePaused {
+		t.Fatalf("ann's paused sessions: %+v %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(orgDir, "s4.img")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the expired image is still there: %v", err)
+	}
+	if got, _ := m.Paused(context.Background(), policy.Principal{User: "eve", Org: "other"}); len(got) != 0 {
+		t.Errorf("another organization's list: %+v", got)
 	}
 }
