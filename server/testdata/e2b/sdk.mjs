@@ -160,6 +160,8 @@ ok("other org refused");
 // Fork and pause: a sandbox whose contexts are Python (a JavaScript
 // context cannot be captured, and pause names it: a 400, not a quiet false).
 await rejects("pause with a js context", sbx.pause(), (e) => /JavaScript|javascript|captured/.test(e.message));
+await rejects("fork with a js context", Sandbox.fork(sbx.sandboxId, { count: 1 }), (e) => /javascript/.test(e.message) && /cannot be captured/.test(e.message));
+eq("the js context kept after the refusals", (await sbx.runCode("typeof y", { language: "js" })).text, "number");
 const base = await CodeSandbox.create({ timeoutMs: 120_000 });
 await base.runCode("x = 7");
 await base.files.write("note.txt", "kept");
