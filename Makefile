@@ -159,7 +159,7 @@ bench: deps ## benchmarks side by side with raw wazero, extism and plain os/exec
 	@$(GO) test -run '^$$' -bench 'GreetVsCeiling' -benchtime 5000x -count 1 -v ./server/ | grep -E '^cpu:|^Benchmark|ceiling:|in process:' | $(GO) run ./internal/benchtable
 	@echo "==> interpreted greets vs hello-go's on one server, in 10 alternating rounds (x-go: the median ratio of their times)"
 	@$(GO) test -run '^$$' -bench 'GreetInterleaved' -benchtime 10000x -count 1 ./server/ | grep -E '^Benchmark'
-	@echo "==> sessions over HTTP on loopback: create + first Python line (goal p50 <= 15 ms; E2B ~440 ms, Daytona ~110 ms), a run on a live context (<= 2 ms), fork"
+	@echo "==> sessions over HTTP on loopback: create + first Python line (goal p50 <= 15 ms; E2B ~440 ms, Daytona ~110 ms), a run on a live context (<= 2 ms), fork (<= 20 ms) and resume (<= 50 ms) of a 50 MiB heap, memory per idle session"
 	@$(GO) test -run '^$$' -bench 'Session' -benchtime 50x -count 1 ./server/ | grep -E '^Benchmark'
 
 # A fixture's first line may give wat2wasm flags: ";; wat2wasm: --debug-names".

@@ -197,7 +197,7 @@ func (h *Host) declaredPolicy(ctx context.Context, ld *loading, signer string) e
 	if err := h.openFileGrants(ctx, m, opts.CorrelationID, ld.noFileGrants); err != nil {
 		return err
 	}
-	if sc := m.code.script; sc != nil && sc.Resident && sc.Interpreter == nil {
+	if sc := m.code.script; sc != nil && sc.Resident { // a driver.Interpreter's (Ruby's) instances too
 		if err := h.openMountGrants(m, sc.Mounts); err != nil {
 			return err
 		}

@@ -56,6 +56,14 @@ func (ri *ResidentImage) Pages() uint32 { return ri.img.Pages }
 // and checksummed).
 func (ri *ResidentImage) MarshalBinary() ([]byte, error) { return ri.img.Marshal(), nil }
 
+// WriteTo writes what MarshalBinary returns to w, streamed: the image's
+// memory is not copied again (a paused session's image goes to its store
+// this way).
+func (ri *ResidentImage) WriteTo(w io.Writer) (int64, error) { return ri.img.WriteTo(w) }
+
+// MarshaledSize is the length of what MarshalBinary returns.
+func (ri *ResidentImage) MarshaledSize() int64 { return ri.img.MarshaledSize() }
+
 // maxResidentImageBytes bounds an image read back (UnmarshalResidentImage).
 const maxResidentImageBytes = 4 << 30
 

@@ -169,7 +169,10 @@ func (s *Server) e2bSandbox(in *sessions.Info, withToken bool) e2bSandboxJSON {
 	owner := policy.Principal{Org: in.Org, User: in.User}
 	started, end := in.StartedAt, in.ExpiresAt
 	out := e2bSandboxJSON{TemplateID: e2bTemplate, SandboxID: in.ID, ClientID: "moat", EnvdVersion: e2bEnvdVersion,
-		StartedAt: &started, EndAt: &end, State: "running", Metadata: in.Metadata}
+		StartedAt: &started, EndAt: &end, State: in.State, Metadata: in.Metadata}
+	if out.State == "" {
+		out.State = sessions.StateRunning
+	}
 	if withToken {
 		tok := s.e2bAccessToken(in.ID, owner)
 		out.EnvdAccessToken, out.TrafficAccessToken = tok, tok
@@ -250,6 +253,7 @@ func (s *Server) e2bBody(c echo.Context, v any) error {
 // nextToken; the next page's token in X-Next-Token).
 func (s *Server) e2bList(c echo.Context) error {
 	q := c.QueryParams()
+	wantState := []string{sessions.StateRunning, sessions.StatePaused}
 	if st := q.Get("state"); st != "" {
 		states := strings.Split(st, ",")
 		for _, x := range states {
@@ -257,9 +261,7 @@ func (s *Server) e2bList(c echo.Context) error {
 				return problem(http.StatusBadRequest, "invalid_argument", "state: %.32q; give running, paused or both (comma-separated)", x)
 			}
 		}
-		if !slices.Contains(states, "running") {
-			return c.JSON(http.StatusOK, []e2bSandboxJSON{}) // moat keeps no paused sandbox yet
-		}
+		wantState = states
 	}
 	want, err := e2bMetadataFilter(q.Get("metadata"))
 	if err != nil {
@@ -273,7 +275,11 @@ func (s *Server) e2bList(c echo.Context) error {
 		}
 		limit = n
 	}
-	all := s.sessions.List(principalOf(c))
+	all, err := s.sessionsOf(c)
+	if err != nil {
+		return err
+	}
+	all = slices.DeleteFunc(all, func(in sessions.Info) bool { return !slices.Contains(wantState, in.State) })
 	slices.SortFunc(all, e2bListOrder)
 	if t := q.Get("nextToken"); t != "" {
 		after, ok := e2bPageAfter(t)

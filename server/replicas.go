@@ -326,6 +326,7 @@ func (s *Server) sessionEnded(ctx context.Context, in sessions.Info) {
 	}
 	ctx = context.WithoutCancel(ctx)
 	if ok, err := s.store.SessionImages(0).HasImage(ctx, in.Org, in.ID); err == nil && ok {
+		in.State = sessions.StatePaused
 		info, _ := json.Marshal(in)
 		if err := s.store.SessionRecord(ctx, store.SessionEntry{ID: in.ID, Org: in.Org, User: in.User, Replica: "", Info: info, CreatedAt: in.StartedAt}); err != nil {
 			s.log.Warn("session directory: mark paused", "session", in.ID, "err", err)
@@ -440,9 +441,9 @@ func (s *Server) proxySession(c echo.Context, id string) (handled bool, err erro
 	return true, nil
 }
 
-// remoteSessions are the caller's sessions other replicas hold (as they
-// were made) and its paused ones, for GET /v1/sessions: local ones are
-// in have.
+// remoteSessions are the caller's sessions other replicas hold and its
+// paused ones (in their state now: running or paused), for GET
+// /v1/sessions and E2B's list: local ones are in have.
 func (s *Server) remoteSessions(c echo.Context, have []sessions.Info) []sessions.Info {
 	r := s.replicas
 	if r == nil || r.url.Load() == nil {
@@ -472,6 +473,12 @@ func (s *Server) remoteSessions(c echo.Context, have []sessions.Info) []sessions
 		}
 		var in sessions.Info
 		if json.Unmarshal(e.Info, &in) == nil && in.ID == e.ID {
+			// Its state now, not as it was recorded: the directory's
+			// entry names no replica while the session is paused.
+			in.State = sessions.StateRunning
+			if e.Replica == "" {
+				in.State = sessions.StatePaused
+			}
 			have = append(have, in)
 		}
 	}

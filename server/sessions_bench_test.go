@@ -2,7 +2,12 @@ package server_test
 
 import (
 	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,4 +167,57 @@ func BenchmarkSessionResume(b *testing.B) {
 			reportLatency(b, lat)
 		})
 	}
+}
+
+// BenchmarkSessionIdle measures what an idle session costs: b.N sessions,
+// each with one context that ran one line (Python's from its base image,
+// JavaScript's started cold), held live, and the process's resident
+// memory (VmRSS, after a GC) before and after, per session; and how many
+// such sessions 24 GiB would hold at that rate (issue 31's goal: ≥ 1000
+// Python, ≥ 10000 JavaScript). A bounded count, extrapolated:
+//
+//	go test -run '^$' -bench SessionIdle -benchtime 40x ./server/
+func BenchmarkSessionIdle(b *testing.B) {
+	for _, lang := range []struct{ name, code string }{{"python", "x = 1"}, {"javascript", "var x = 1"}} {
+		b.Run(lang.name, func(b *testing.B) {
+			ts := start(b, "", func(c *server.Config) { c.Sessions.MaxPerOrg = 1 << 20 })
+			key := ts.key(b, "acme", "bench")
+			warm := newSession(b, ts, key) // the REPL built, its image made
+			if r, _ := sessionRun(b, ts, key, warm, lang.name, lang.code); r.status != http.StatusOK {
+				b.Fatalf("first run: %d %s", r.status, r.body)
+			}
+			before := residentBytes(b)
+			b.ResetTimer()
+			for range b.N {
+				id := newSession(b, ts, key)
+				if r, _ := sessionRun(b, ts, key, id, lang.name, lang.code); r.status != http.StatusOK {
+					b.Fatalf("run: %d %s", r.status, r.body)
+				}
+			}
+			b.StopTimer()
+			per := float64(residentBytes(b)-before) / float64(b.N)
+			b.ReportMetric(per/(1<<20), "MiB/session")
+			if per > 0 {
+				b.ReportMetric(float64(24<<30)/per, "sessions/24GiB")
+			}
+		})
+	}
+}
+
+// residentBytes is the process's resident memory after a collection.
+func residentBytes(b *testing.B) int64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skip("no /proc/self/status: ", err)
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Skip("no VmRSS in /proc/self/status")
+	return 0
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -126,10 +127,21 @@ func TestSessionPauseResume(t *testing.T) {
 		if r := ts.do(t, "GET", "/v1/sessions/"+id, ann, nil); r.status != http.StatusNotFound {
 			t.Fatalf("a paused session's GET: %d", r.status)
 		}
+		// Listed, paused, to its owner alone (a single server: the
+		// images in a directory, no database).
+		if got := sessionStates(t, ts, ann); got[id] != "paused" {
+			t.Fatalf("the owner's list while paused: %v", got)
+		}
+		if got := sessionStates(t, ts, eve); len(got) != 0 {
+			t.Fatalf("another org's list: %v", got)
+		}
 		return ts.do(t, "POST", "/v1/sessions/"+id+"/resume", ann, nil)
 	}
 	if r := pauseResume(); r.status != http.StatusOK {
 		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	if got := sessionStates(t, ts, ann); got[id] != "running" || len(got) != 1 {
+		t.Fatalf("the owner's list after resume: %v", got)
 	}
 	if r, got := sessionRun(t, ts, ann, id, "python", "x += 1\nx, open('keep.txt').read()"); got == nil || got["result"] != "(42, 'kept')" {
 		t.Fatalf("after resume: %d %s", r.status, r.body)
@@ -166,4 +178,22 @@ func TestSessionPauseResume(t *testing.T) {
 	if r, got := sessionRun(t, ts, ann, id, "python", "x"); got == nil || got["result"] != "42" {
 		t.Fatalf("after the second resume: %d %s", r.status, r.body)
 	}
+}
+
+// sessionStates is GET /v1/sessions as key sees it: each session's state
+// by id.
+func sessionStates(t testing.TB, ts *testServer, key string) map[string]string {
+	t.Helper()
+	r := ts.do(t, "GET", "/v1/sessions", key, nil)
+	var got struct {
+		Sessions []struct{ ID, State string }
+	}
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &got) != nil {
+		t.Fatalf("GET /v1/sessions: %d %s", r.status, r.body)
+	}
+	out := map[string]string{}
+	for _, s := range got.Sessions {
+		out[s.ID] = s.State
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -50,8 +51,9 @@ type SessionsConfig struct {
 	Memory     policy.ByteSize `yaml:"memory"`
 	// MaxCommands bounds the commands a session runs at once (16).
 	MaxCommands int `yaml:"max_commands"`
-	// MaxImageBytes bounds a paused session's image in a shared store
-	// (1GiB; with database_url, where images are kept for every replica).
+	// MaxImageBytes bounds a paused session's image (1GiB), as it is
+	// written: in the directory beside the workspaces, or in the shared
+	// store with database_url, where images are kept for every replica.
 	MaxImageBytes policy.ByteSize `yaml:"max_image_bytes"`
 }
 
@@ -89,7 +91,7 @@ func (s *Server) startSessions() error {
 		RunTimeout: time.Duration(c.RunTimeout), MemoryBytes: int64(c.Memory),
 		HostFor: s.hostFor, Scripts: s.cfg.ScriptBuilder, Audit: s.audit, MaxCommands: c.MaxCommands,
 		OnCreate: s.sessionCreated, OnEnd: s.sessionEnded,
-		Images: s.sessionImages(dir)})
+		Images: s.sessionImages(dir), MaxImageBytes: int64(c.MaxImageBytes)})
 	if err != nil {
 		return err
 	}
@@ -196,7 +198,37 @@ func (s *Server) sessionBody(c echo.Context, v any) error {
 }
 
 func (s *Server) listSessions(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{"sessions": s.remoteSessions(c, s.sessions.List(principalOf(c)))})
+	all, err := s.sessionsOf(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"sessions": all})
+}
+
+// sessionsOf is every session of the caller, oldest first: those this
+// replica holds, those paused in its image directory (a single server's),
+// and those the session directory names (other replicas', and paused
+// ones in the shared store), each once, with its state now.
+func (s *Server) sessionsOf(c echo.Context) ([]sessions.Info, error) {
+	p := principalOf(c)
+	all := s.sessions.List(p)
+	paused, err := s.sessions.Paused(c.Request().Context(), p)
+	if err != nil {
+		return nil, problem(http.StatusServiceUnavailable, "unavailable", "the paused sessions could not be listed: %v; try again", err)
+	}
+	seen := map[string]bool{}
+	for _, in := range all {
+		seen[in.ID] = true
+	}
+	for _, in := range paused {
+		if !seen[in.ID] {
+			seen[in.ID] = true
+			all = append(all, in)
+		}
+	}
+	all = s.remoteSessions(c, all)
+	slices.SortStableFunc(all, func(a, b sessions.Info) int { return a.StartedAt.Compare(b.StartedAt) })
+	return all, nil
 }
 
 func (s *Server) getSession(c echo.Context) error {

@@ -33,6 +33,16 @@ func TestSessionPauseResumeReplicas(t *testing.T) {
 	if r := a.do(t, "POST", "/v1/sessions/"+id+"/pause", ann, nil); r.status/100 != 2 {
 		t.Fatalf("pause on A: %d %s", r.status, r.body)
 	}
+	// Either replica lists it, paused (the directory's state now, not
+	// the state it was made in); another organization does not see it.
+	for name, ts := range map[string]*testServer{"A": a, "B": b} {
+		if got := sessionStates(t, ts, ann); got[id] != "paused" {
+			t.Errorf("ann's list on %s while paused: %v", name, got)
+		}
+		if got := sessionStates(t, ts, eve); len(got) != 0 {
+			t.Errorf("eve's list on %s: %v", name, got)
+		}
+	}
 	if r := b.do(t, "POST", "/v1/sessions/"+id+"/resume", eve, nil); r.status != http.StatusNotFound {
 		t.Errorf("eve resumes ann's session through B: %d %s; want 404", r.status, r.body)
 	}
@@ -44,6 +54,9 @@ func TestSessionPauseResumeReplicas(t *testing.T) {
 	}
 	if r := b.do(t, "GET", "/v1/sessions/"+id+"/files?path=kept.txt", ann, nil); r.status != http.StatusOK || string(r.body) != "from A" {
 		t.Errorf("the file after resume on B: %d %s", r.status, r.body)
+	}
+	if got := sessionStates(t, a, ann); got[id] != "running" {
+		t.Errorf("ann's list on A after B resumed it: %v", got)
 	}
 	// B holds it now: A routes the call there.
 	if r, got := sessionRun(t, a, ann, id, "python", "x"); r.status != http.StatusOK || got["result"] != "41" {

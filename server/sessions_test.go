@@ -209,7 +209,10 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 }
 
-// TestSessionJavaScript: a JavaScript context keeps its globals too.
+// TestSessionJavaScript: a JavaScript context keeps its globals too; a
+// session holding one is neither forked nor paused (QuickJS's instance
+// cannot be captured): both are refused, naming the context, and the
+// session goes on with it, not a copy without it.
 func TestSessionJavaScript(t *testing.T) {
 	ts := start(t, "", nil)
 	ann := ts.key(t, "acme", "ann")
@@ -221,6 +224,18 @@ func TestSessionJavaScript(t *testing.T) {
 	}
 	if r, got = sessionRun(t, ts, ann, id, "js", "x + 1"); got["result"] != "2" {
 		t.Fatalf("x + 1: %d %s", r.status, r.body)
+	}
+	for _, op := range []string{"fork", "pause"} {
+		r := ts.do(t, "POST", "/v1/sessions/"+id+"/"+op, ann, strings.NewReader(`{"count": 1}`), "Content-Type", "application/json")
+		if r.status != http.StatusConflict || !strings.Contains(string(r.body), "context javascript runs javascript") || !strings.Contains(string(r.body), "cannot be captured") {
+			t.Fatalf("%s of a session with a JavaScript context: %d %s", op, r.status, r.body)
+		}
+	}
+	if got := sessionStates(t, ts, ann); len(got) != 1 || got[id] != "running" {
+		t.Fatalf("sessions after the refusals: %v", got)
+	}
+	if r, got = sessionRun(t, ts, ann, id, "js", "x"); got["result"] != "1" {
+		t.Fatalf("x after the refusals: %d %s", r.status, r.body)
 	}
 }
 
@@ -339,15 +354,17 @@ func TestSessionsDirApart(t *testing.T) {
 }
 
 // TestSessionRuby: a Ruby context keeps its local variables and methods,
-// its output apart and an exception's class, as the others do (started
-// cold: Ruby's interpreter has no resident snapshot). Its code does not
-// reach the workspace yet (Ruby's driver.Interpreter mounts no granted
-// directory): not tested here, said in the README.
+// its output apart and an exception's class, as the others do; it works
+// in the workspace (/home/user, its working directory), and sees its own
+// session's variables alone: a context of another organization's session,
+// started from an image, sees neither those variables nor a global the
+// first one set.
 func TestSessionRuby(t *testing.T) {
 	ts := start(t, "", nil)
 	ann := ts.key(t, "acme", "ann")
+	eve := ts.key(t, "evil", "eve")
 	id := newSession(t, ts, ann)
-	r, got := sessionRun(t, ts, ann, id, "ruby", "x = 1\ndef twice(n) = n * 2\nputs 'out'\n$stderr.puts 'err'\nnil")
+	r, got := sessionRun(t, ts, ann, id, "ruby", "x = 1\ndef twice(n) = n * 2\nputs 'out'\n$stderr.puts 'err'\n$leak = ENV['GREETING']\nnil")
 	requireInterpreter(t, r)
 	if r.status != http.StatusOK || got["stdout"] != "out\n" || got["stderr"] != "err\n" || got["result"] != nil {
 		t.Fatalf("first run: %d %s", r.status, r.body)
@@ -357,5 +374,19 @@ func TestSessionRuby(t *testing.T) {
 	}
 	if r, got = sessionRun(t, ts, ann, id, "ruby", "raise ArgumentError, 'no'"); got["error"] == nil || got["error"].(map[string]any)["name"] != "ArgumentError" {
 		t.Fatalf("an exception: %d %s", r.status, r.body)
+	}
+	if r, got = sessionRun(t, ts, ann, id, "ruby", "File.write('made.txt', 'by ruby'); [Dir.pwd, ENV['GREETING'], ENV['HOME']]"); got["result"] != `["/home/user", "hi", "/home/user"]` {
+		t.Fatalf("the workspace and the variables: %d %s", r.status, r.body)
+	}
+	if r := ts.do(t, "GET", "/v1/sessions/"+id+"/files?path=made.txt", ann, nil); r.status != http.StatusOK || string(r.body) != "by ruby" {
+		t.Fatalf("the file the code wrote, through the files API: %d %s", r.status, r.body)
+	}
+	r = ts.do(t, "POST", "/v1/sessions", eve, strings.NewReader(`{"env_vars": {"OTHER": "eve's"}}`), "Content-Type", "application/json")
+	if r.status != http.StatusCreated {
+		t.Fatalf("eve's session: %d %s", r.status, r.body)
+	}
+	other := r.json(t)["id"].(string)
+	if r, got = sessionRun(t, ts, eve, other, "ruby", "[ENV['GREETING'], ENV['OTHER'], $leak, Dir.children('.')]"); got["result"] != `[nil, "eve's", nil, []]` {
+		t.Fatalf("another org's context: %d %s", r.status, r.body)
 	}
 }

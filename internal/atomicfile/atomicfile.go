@@ -6,6 +6,7 @@
 package atomicfile
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -13,7 +14,16 @@ import (
 // Write writes data to path (mode 0600: moat's caches hold machine code,
 // guests' memory and builds, the host's alone). path's directory must
 // exist.
-func Write(path string, data []byte) (err error) {
+func Write(path string, data []byte) error {
+	return WriteFrom(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFrom is Write of what write writes, streamed to the temporary
+// file: nothing is renamed over path when write fails.
+func WriteFrom(path string, write func(io.Writer) error) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
@@ -23,7 +33,7 @@ func Write(path string, data []byte) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	_, err = f.Write(data)
+	err = write(f)
 	if err == nil {
 		err = f.Sync()
 	}

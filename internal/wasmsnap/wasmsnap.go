@@ -198,6 +198,81 @@ func (img *Image) Marshal() []byte {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
+// MarshaledSize is the length of what Marshal returns (and WriteTo
+// writes), computed without encoding the image.
+func (img *Image) MarshaledSize() int64 {
+	uv := func(v uint64) int64 { return int64(len(binary.AppendUvarint(nil, v))) }
+	n := int64(len(imageMagic)) + uv(uint64(len(img.Key))) + int64(len(img.Key)) + uv(uint64(img.Pages)) + uv(uint64(len(img.Globals)))
+	for _, g := range img.Globals {
+		n += uv(g)
+	}
+	n += uv(uint64(len(img.Values)))
+	for _, v := range img.Values {
+		n += uv(v)
+	}
+	n += uv(uint64(len(img.Runs)))
+	for _, r := range img.Runs {
+		n += uv(uint64(r.Off)) + uv(uint64(len(r.Data))) + int64(len(r.Data))
+	}
+	return n + 4
+}
+
+// WriteTo writes what Marshal returns to w without a copy of the image's
+// memory in between (a paused session's image is streamed to its store:
+// server/sessions/pause.go).
+func (img *Image) WriteTo(w io.Writer) (int64, error) {
+	crc := crc32.New(castagnoli)
+	cw := &countWriter{w: io.MultiWriter(w, crc)}
+	var b []byte
+	flush := func() {
+		if cw.err == nil && len(b) > 0 {
+			_, cw.err = cw.Write(b)
+		}
+		b = b[:0]
+	}
+	b = append(b, imageMagic...)
+	b = binary.AppendUvarint(b, uint64(len(img.Key)))
+	b = append(b, img.Key...)
+	b = binary.AppendUvarint(b, uint64(img.Pages))
+	b = binary.AppendUvarint(b, uint64(len(img.Globals)))
+	for _, g := range img.Globals {
+		b = binary.AppendUvarint(b, g)
+	}
+	b = binary.AppendUvarint(b, uint64(len(img.Values)))
+	for _, v := range img.Values {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendUvarint(b, uint64(len(img.Runs)))
+	for _, r := range img.Runs {
+		b = binary.AppendUvarint(b, uint64(r.Off))
+		b = binary.AppendUvarint(b, uint64(len(r.Data)))
+		flush()
+		if cw.err == nil {
+			_, cw.err = cw.Write(r.Data)
+		}
+	}
+	flush()
+	if cw.err == nil {
+		_, cw.err = w.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32()))
+		if cw.err == nil {
+			cw.n += 4
+		}
+	}
+	return cw.n, cw.err
+}
+
+type countWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // Unmarshal decodes what Marshal wrote; damage is an error. The image's
 // runs share b's memory: the caller does not change b after.
 func Unmarshal(b []byte) (*Image, error) {

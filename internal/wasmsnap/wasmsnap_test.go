@@ -152,3 +152,24 @@ func TestPrepareRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTo: WriteTo writes Marshal's bytes, and MarshaledSize is
+// their length, for images of every part's shape.
+func TestWriteTo(t *testing.T) {
+	for name, img := range map[string]*wasmsnap.Image{
+		"empty":  {},
+		"pages":  {Pages: 3, Key: "k"},
+		"global": {Pages: 1, Globals: []uint64{0, 1 << 40, 7}, Values: []uint64{300}},
+		"runs":   {Pages: 2, Runs: []wasmsnap.Run{{Off: 0, Data: []byte{1, 2, 3}}, {Off: 70000, Data: bytes.Repeat([]byte{9}, 1000)}}, Key: strings.Repeat("x", 200)},
+	} {
+		var buf bytes.Buffer
+		n, err := img.WriteTo(&buf)
+		want := img.Marshal()
+		if err != nil || n != int64(len(want)) || !bytes.Equal(buf.Bytes(), want) || img.MarshaledSize() != int64(len(want)) {
+			t.Errorf("%s: WriteTo wrote %d bytes (%v), MarshaledSize %d, Marshal %d; same bytes: %v", name, n, err, img.MarshaledSize(), len(want), bytes.Equal(buf.Bytes(), want))
+		}
+		if _, err := wasmsnap.Unmarshal(buf.Bytes()); err != nil {
+			t.Errorf("%s: what WriteTo wrote does not read back: %v", name, err)
+		}
+	}
+}

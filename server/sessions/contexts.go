@@ -82,6 +82,11 @@ type codeContext struct {
 	snap bool
 	// depth is how many captures its state went through (fork.go).
 	depth int
+	// envInRuns: the session's variables go with each run, not in the
+	// interpreter's environment, because its instance starts from an
+	// image another session's context made (Python's base image, Ruby's
+	// interpreter image: rubyInterpreter).
+	envInRuns bool
 }
 
 // baseImages are the images new contexts start from: one per
@@ -298,7 +303,7 @@ func (s *Session) Run(ctx context.Context, correlation string, req RunRequest) (
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	rq := map[string]any{"code": req.Code}
-	if cc.snap && len(s.env) > 0 {
+	if cc.envInRuns && len(s.env) > 0 {
 		rq["env"] = s.env
 	}
 	in, _ := json.Marshal(rq)
@@ -369,7 +374,11 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if sc.Env == nil {
 		sc.Env = map[string]string{}
 	}
-	if sc.Snapshot == nil {
+	if sc.Interpreter != nil {
+		sc.Interpreter = m.rubyInterpreter(s.owner.Org, lang, sc.Interpreter)
+	}
+	envInRuns := sc.Snapshot != nil || sc.Interpreter != nil
+	if !envInRuns {
 		maps.Copy(sc.Env, s.env)
 	} // else the REPL sets them from its first run: an image holds the capture's environment
 	sc.Env["HOME"] = WorkspacePath
@@ -397,7 +406,7 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if err != nil {
 		return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 	}
-	cc := &codeContext{info: info, mod: mod, snap: sc.Snapshot != nil}
+	cc := &codeContext{info: info, mod: mod, snap: sc.Snapshot != nil, envInRuns: envInRuns}
 	if pend != nil {
 		cc.runs.Store(int64(pend.info.Runs))
 		cc.depth = pend.depth

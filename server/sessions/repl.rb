@@ -9,10 +9,17 @@ require "stringio"
 
 $moat_count = 0
 $moat_binding = TOPLEVEL_BINDING
+$moat_env_set = false
 
 Moat.action("run") do |input|
   $moat_count += 1
   req = JSON.parse(input.text)
+  unless $moat_env_set
+    # The session's variables: not in the image every context of the
+    # organization starts from (rubyinterp.go), so given with the runs.
+    ENV.update(req["env"] || {})
+    $moat_env_set = true
+  end
   out, err = StringIO.new, StringIO.new
   saved = [$stdout, $stderr]
   $stdout, $stderr = out, err

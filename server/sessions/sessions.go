@@ -102,7 +102,10 @@ type Config struct {
 	// each one's processes and threads (commands.go; 0: the defaults).
 	MaxCommands, CommandOutputBytes, CommandPids int
 	// Images keeps paused sessions (pause.go); nil: pause is refused.
-	Images Images
+	// MaxImageBytes bounds one paused session's image as it is written
+	// (0: DefaultMaxImageBytes; sessions.max_image_bytes).
+	Images        Images
+	MaxImageBytes int64
 }
 
 func (c *Config) defaults() {
@@ -129,6 +132,7 @@ func (c *Config) defaults() {
 	def(&c.DiskQuotaBytes, DefaultDiskQuotaBytes)
 	def(&c.MaxFiles, DefaultMaxFiles)
 	def(&c.MaxFileBytes, DefaultMaxFileBytes)
+	def(&c.MaxImageBytes, DefaultMaxImageBytes)
 	c.commandDefaults()
 }
 
@@ -163,13 +167,14 @@ func invalid(format string, args ...any) error {
 
 // Manager keeps the live sessions of one server.
 type Manager struct {
-	cfg    Config
-	mu     sync.Mutex
-	live   map[string]*Session
-	stop   chan struct{}
-	done   chan struct{}
-	repl   replBuilds
-	images baseImages
+	cfg     Config
+	mu      sync.Mutex
+	live    map[string]*Session
+	stop    chan struct{}
+	done    chan struct{}
+	repl    replBuilds
+	images  baseImages
+	interps interpreters // rubyinterp.go
 	// reserved counts, per organization, the sessions a fork or a resume
 	// is making: they count against max_per_org before they are live.
 	reserved map[string]int
@@ -232,7 +237,16 @@ type Info struct {
 	IdleExpires time.Time         `json:"idle_expires_at"`
 	Contexts    []ContextInfo     `json:"contexts"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	// State is StateRunning (live on a replica) or StatePaused (an image
+	// in the store, resumed by POST .../resume or E2B's connect).
+	State string `json:"state"`
 }
+
+// The states a listed session is in.
+const (
+	StateRunning = "running"
+	StatePaused  = "paused"
+)
 
 var idPattern = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
 
@@ -528,7 +542,7 @@ func (s *Session) info() *Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := &Info{ID: s.id, User: s.owner.User, Org: s.owner.Org, Workspace: WorkspacePath, StartedAt: s.start,
-		ExpiresAt: s.expires, IdleExpires: s.lastUsed.Add(s.m.cfg.IdleTimeout), Metadata: s.meta, Contexts: []ContextInfo{}}
+		ExpiresAt: s.expires, IdleExpires: s.lastUsed.Add(s.m.cfg.IdleTimeout), Metadata: s.meta, Contexts: []ContextInfo{}, State: StateRunning}
 	for _, cc := range s.contexts {
 		ci := cc.info
 		ci.Runs = int(cc.runs.Load())

@@ -160,6 +160,8 @@ ok("other org refused");
 // Fork and pause: a sandbox whose contexts are Python (a JavaScript
 // context cannot be captured, and pause names it: a 400, not a quiet false).
 await rejects("pause with a js context", sbx.pause(), (e) => /JavaScript|javascript|captured/.test(e.message));
+await rejects("fork with a js context", Sandbox.fork(sbx.sandboxId, { count: 1 }), (e) => /javascript/.test(e.message) && /cannot be captured/.test(e.message));
+eq("the js context kept after the refusals", (await sbx.runCode("typeof y", { language: "js" })).text, "number");
 const base = await CodeSandbox.create({ timeoutMs: 120_000 });
 await base.runCode("x = 7");
 await base.files.write("note.txt", "kept");
@@ -174,6 +176,9 @@ eq("copy has files", await copy.files.read("note.txt"), "kept");
 ok("fork");
 eq("pause", await base.pause(), true);
 eq("isRunning when paused", await base.isRunning(), false);
+eq("list paused", (await Sandbox.list({ query: { state: ["paused"] } }).nextItems()).map((s) => [s.sandboxId, s.state]), [[base.sandboxId, "paused"]]);
+eq("list running leaves it out", (await Sandbox.list({ query: { state: ["running"] } }).nextItems()).some((s) => s.sandboxId === base.sandboxId), false);
+eq("other org list paused", (await Sandbox.list({ apiKey: other, query: { state: ["paused"] } }).nextItems()).length, 0);
 const resumed = await CodeSandbox.connect(base.sandboxId);
 eq("resumed x", (await resumed.runCode("x")).text, "7");
 eq("resumed files", await resumed.files.read("note.txt"), "kept");
