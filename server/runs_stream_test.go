@@ -86,9 +86,10 @@ func postSSE(t *testing.T, url, key, body string) []sseEvent {
 }
 
 // TestRunsStreamWASM: a WASM run of POST /v1/runs streams as a native one
-// does — the host hands its stdout writes on as the guest makes them, so
-// the first line (print, sleep 1 s, print) comes about a second before the
-// result — and a program printing without end is cut at max_output_bytes:
+// does, in CPython, QuickJS and CRuby (the Ruby driver's runtime) — the
+// host hands its stdout writes on as the guest makes them, so the first
+// line (print, wait 1 s, print) comes about a second before the result —
+// and a program printing without end is cut at max_output_bytes:
 // the events carry no more than the cap, and the run ends output-limit.
 func TestRunsStreamWASM(t *testing.T) {
 	testenv.Slow(t, "runs CPython, a second's sleep and a flood")
@@ -99,29 +100,35 @@ func TestRunsStreamWASM(t *testing.T) {
 	}
 	key := ts.key(t, "acme", "ann")
 	post := func(body string) []sseEvent { return postSSE(t, ts.URL+"/v1/runs", key, body) }
-	evs := post(`{"language":"python","files":[{"name":"main.py","content":"import time\nprint('one', flush=True)\ntime.sleep(1)\nprint('two')\n"}]}`)
-	// The chunks are the guest's writes (CPython's print writes the text,
-	// then the newline): joined, they are its output.
-	var joined string
-	var first time.Duration
-	for _, e := range evs[:len(evs)-1] {
-		if e.name != "stdout" {
-			t.Fatalf("events: %v", evs)
+	for _, tc := range []struct{ lang, file, code string }{
+		{"python", "main.py", "import time\nprint('one', flush=True)\ntime.sleep(1)\nprint('two')\n"},
+		{"javascript", "main.js", "console.log('one'); const t0 = Date.now(); while (Date.now() - t0 < 1000) {} console.log('two');"},
+		{"ruby", "main.rb", "puts 'one'\nsleep 1\nputs 'two'\n"},
+	} {
+		evs := post(`{"language":"` + tc.lang + `","files":[{"name":"` + tc.file + `","content":` + jsonString(tc.code) + `}]}`)
+		// The chunks are the guest's writes (CPython's print writes the
+		// text, then the newline): joined, they are its output.
+		var joined string
+		var first time.Duration
+		for _, e := range evs[:len(evs)-1] {
+			if e.name != "stdout" {
+				t.Fatalf("%s: events: %v", tc.lang, evs)
+			}
+			if joined += e.data["data"].(string); first == 0 && strings.HasPrefix(joined, "one\n") {
+				first = e.at
+			}
 		}
-		if joined += e.data["data"].(string); first == 0 && strings.HasPrefix(joined, "one\n") {
-			first = e.at
+		end := evs[len(evs)-1]
+		if joined != "one\ntwo\n" || end.name != "result" || end.data["stdout"] != joined || end.data["status"] != "ok" {
+			t.Fatalf("%s: events: %v", tc.lang, evs)
 		}
-	}
-	end := evs[len(evs)-1]
-	if joined != "one\ntwo\n" || end.name != "result" || end.data["stdout"] != joined || end.data["status"] != "ok" {
-		t.Fatalf("events: %v", evs)
-	}
-	if gap := end.at - first; gap < 700*time.Millisecond {
-		t.Fatalf("the first line came %v before the end: not streamed", gap)
+		if gap := end.at - first; gap < 700*time.Millisecond {
+			t.Fatalf("%s: the first line came %v before the end: not streamed", tc.lang, gap)
+		}
 	}
 
 	const limit = 64 << 10
-	evs = post(fmt.Sprintf(`{"language":"python","limits":{"max_output_bytes":%d},"files":[{"name":"main.py","content":"while True:\n    print('x' * 999, flush=True)\n"}]}`, limit))
+	evs := post(fmt.Sprintf(`{"language":"python","limits":{"max_output_bytes":%d},"files":[{"name":"main.py","content":"while True:\n    print('x' * 999, flush=True)\n"}]}`, limit))
 	streamed := 0
 	for _, e := range evs[:len(evs)-1] {
 		switch e.name {
