@@ -233,8 +233,9 @@ type RunRequest struct {
 	// Output, when set, is called with the run's stdout and stderr as the
 	// code prints them (the REPL hands a line on as it ends, and whatever
 	// is pending when the run ends or the code flushes), each stream at
-	// most the run's output limit: past it, the code's print raises. The
-	// result still holds all of it. b is not the callee's to keep.
+	// most MaxRunOutputBytes: past it, the code's print raises. The
+	// output is not kept: the result's Stdout and Stderr are empty. b is
+	// not the callee's to keep.
 	Output func(stream string, b []byte)
 }
 
@@ -313,7 +314,7 @@ func (s *Session) Run(ctx context.Context, correlation string, req RunRequest) (
 		rq["env"] = s.env
 	}
 	if req.Output != nil {
-		rq["stream"] = true // the REPL writes its output to fd 1 and 2 as well
+		rq["stream"] = true // the REPL writes the output to fd 1 and 2 instead of returning it
 	}
 	in, _ := json.Marshal(rq)
 	start := time.Now()
