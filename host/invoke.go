@@ -22,6 +22,15 @@ type Request struct {
 	CorrelationID string
 	// Limits override the module's for this call; zero fields keep them.
 	Limits Limits
+	// Output, when set, is called with what the guest writes to its WASI
+	// stdout or stderr during the call (stream "stdout" or "stderr"), as
+	// it writes it, instead of the host log: a session's code context
+	// streams a run's print output this way. At most MaxOutputBytes of
+	// each stream are handed on; past that the guest's writes fail
+	// (ErrOutputLimit). Calls come from the guest's goroutine, b is not
+	// the callee's to keep, and the guest waits while Output runs. An
+	// Extism plug-in's output is not forwarded.
+	Output func(stream string, b []byte)
 }
 
 // Result is a successful invocation's output. It is a copy: it stays valid
@@ -164,8 +173,16 @@ func (inst *instance) call(ctx context.Context, idx uint32, req *Request, lim Li
 	}
 	inst.stdout.begin(ctx, inst.env.Log)
 	inst.stderr.begin(ctx, inst.env.Log)
+	if req.Output != nil {
+		inst.stdout.forward(req.Output, lim.MaxOutputBytes)
+		inst.stderr.forward(req.Output, lim.MaxOutputBytes)
+	}
 	inst.mem.SetLimit(uint64(lim.MemoryLimitPages) * 65536)
 	defer func() {
+		if req.Output != nil {
+			inst.stdout.unforward()
+			inst.stderr.unforward()
+		}
 		inst.stdout.end()
 		inst.stderr.end()
 		if inst.res == nil {

@@ -68,9 +68,12 @@ type ExecRequest struct {
 	FilesOut []string
 	// Output, when set, is called with the run's output as the program
 	// writes it (stream "stdout" or "stderr"), bounded as the result's
-	// is: a native run streams; a WASM run's output is captured by the
-	// host and comes whole, in the result. Calls come from the run's
-	// goroutines, one stream at a time each.
+	// is (past MaxOutputBytes the run is stopped), native and WASM runs
+	// alike; the result still holds all of it. Calls come from the run's
+	// goroutines, one stream at a time each, and b is not the callee's to
+	// keep. A program's own buffering applies: CPython block-buffers a
+	// stdout that is not a terminal (print(..., flush=True), or
+	// PYTHONUNBUFFERED=1 in Env).
 	Output func(stream string, b []byte) `json:"-"`
 	// WorkFiles are written into a WASM run's scratch directory, its
 	// working directory, before it starts: data files a program opens by

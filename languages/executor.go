@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -515,7 +516,7 @@ func (e *Executor) run(ctx context.Context, l Language, a *Artifact, req ExecReq
 			return fmt.Errorf("a %s run gets no host directories; run it without --dir and --file", l.Info().Name)
 		}
 		began := time.Now()
-		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir, Scratch: scratch})
+		out, err := r.RunArtifact(ctx, RunEnv{Host: e.cfg.Host, Preparing: req.Preparing}, a, RunInput{Stdin: req.Stdin, Args: req.Args, Env: env, Limits: lim, SrcDir: srcDir, Scratch: scratch, Output: req.Output})
 		res.RunTime = time.Since(began)
 		if out != nil {
 			res.Stdout, res.Stderr, res.ExitCode, res.PeakMemory = out.Stdout, out.Stderr, out.ExitCode, out.PeakMemory
@@ -555,7 +556,7 @@ func (e *Executor) runWASM(ctx context.Context, l Language, a *Artifact, req Exe
 		who = AnonymousPrincipal
 	}
 	rr := host.RunRequest{
-		Stdin: bytes.NewReader(req.Stdin), Stdout: &stdout, Stderr: &stderr,
+		Stdin: bytes.NewReader(req.Stdin), Stdout: OutputTee(&stdout, "stdout", req.Output), Stderr: OutputTee(&stderr, "stderr", req.Output),
 		Args: append(append([]string{}, a.Args...), req.Args...), Env: env,
 		Principal: who, CorrelationID: req.CorrelationID,
 		Limits:  host.Limits{Timeout: lim.Timeout, MemoryLimitPages: pages(lim.MemoryBytes), MaxOutputBytes: int(lim.MaxOutputBytes)},
@@ -923,6 +924,33 @@ func runNativeStreaming(ctx context.Context, spec native.Spec, out func(string, 
 	}
 	res.Stdout, res.Stderr, res.Truncated = stdout.buf.Bytes(), stderr.buf.Bytes(), truncated.Load()
 	return res, nil
+}
+
+// OutputTee is buf, or, when out is set (a caller streaming the run,
+// ExecRequest.Output), a writer that keeps each write in buf and hands it
+// to out as the guest makes it. The host's output cap sits above it
+// (host.RunRequest.Stdout: at most MaxOutputBytes reach it, and the run is
+// stopped past them), so out sees what the result will hold and no more.
+// It does not copy: out must not keep b.
+func OutputTee(buf *bytes.Buffer, stream string, out func(string, []byte)) io.Writer {
+	if out == nil {
+		return buf
+	}
+	return &teeWriter{buf: buf, name: stream, out: out}
+}
+
+type teeWriter struct {
+	buf  *bytes.Buffer
+	name string
+	out  func(string, []byte)
+}
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	w.buf.Write(b)
+	if len(b) > 0 {
+		w.out(w.name, b)
+	}
+	return len(b), nil
 }
 
 // streamWriter keeps the first max bytes of a stream and hands each

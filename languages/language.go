@@ -341,6 +341,10 @@ type RunInput struct {
 	// directory (mounted at host.ScratchGuestPath under its quota; see
 	// host.OpenScratchFS for a runtime of the runner's own).
 	Scratch *host.Scratch
+	// Output, when set, is called with the run's output as the program
+	// writes it, within the output cap (ExecRequest.Output); the runner
+	// still returns all of it in RunOutput.
+	Output func(stream string, b []byte)
 }
 
 // RunOutput is what a run produced. Limits hit are returned as *host.Error

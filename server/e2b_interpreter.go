@@ -8,11 +8,13 @@ package server
 // name; a context made here is named for its language and a random
 // suffix ("python-3f9a..."), and started at once, as E2B starts a kernel.
 //
-// The run's output comes after the run, in one stdout and one stderr
-// line: package sessions returns a run's output when it ends (streaming
-// it as it is produced is the sessions part's, and plugs in here).
+// The run's output comes as the code prints it: a stdout or stderr line
+// for each line the REPL hands on (sessions.RunRequest.Output), before
+// the run's result and end_of_execution, as E2B's kernel streams them to
+// the SDK's onStdout and onStderr.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/moat-sandbox/moat/server/sessions"
 )
@@ -117,27 +120,49 @@ func (s *Server) e2bExecute(w http.ResponseWriter, r *http.Request) {
 		envdError(w, problem(http.StatusBadRequest, "invalid_argument", "language: %.32q; moat's code contexts run python and js (javascript)", lang))
 		return
 	}
-	res, err := sb.Session.Run(r.Context(), sb.Correlation, sessions.RunRequest{Language: lang, Code: req.Code, Context: req.ContextID})
+	// The lines go out as the code prints: the status line with the
+	// first (a refusal before any output is still an HTTP error), each
+	// line flushed before the code's print returns (backpressure: nothing
+	// queues here). A client that goes away ends the run as a timeout
+	// does (the context restarts with empty globals).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var mu sync.Mutex
+	started := false
+	enc := json.NewEncoder(w)
+	rc := http.NewResponseController(w)
+	line := func(l e2bLine) {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		if enc.Encode(l) != nil || rc.Flush() != nil {
+			cancel()
+		}
+	}
+	text := func(s string) *string { return &s }
+	output := func(stream string, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		line(e2bLine{Type: stream, Text: text(strings.ToValidUTF8(string(b), "\uFFFD"))})
+	}
+	res, err := sb.Session.Run(ctx, sb.Correlation, sessions.RunRequest{Language: lang, Code: req.Code, Context: req.ContextID, Output: output})
+	mu.Lock()
+	defer mu.Unlock()
 	var se *sessions.Error
-	if err != nil && (!errors.As(err, &se) || e2bRunRefused[se.Code]) {
+	if err != nil && !started && (!errors.As(err, &se) || e2bRunRefused[se.Code]) {
 		envdError(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	line := func(l e2bLine) { _ = enc.Encode(l) }
 	if err != nil { // the run failed: a timeout, the memory limit
-		line(e2bLine{Type: "error", Name: strings.ToUpper(se.Code[:1]) + se.Code[1:] + "Error", Value: se.Reason})
+		name, reason := "Error", err.Error()
+		if se != nil {
+			name, reason = strings.ToUpper(se.Code[:1])+se.Code[1:]+"Error", se.Reason
+		}
+		line(e2bLine{Type: "error", Name: name, Value: reason})
 		line(e2bLine{Type: "end_of_execution"})
 		return
-	}
-	text := func(s string) *string { return &s }
-	if res.Stdout != "" {
-		line(e2bLine{Type: "stdout", Text: text(res.Stdout)})
-	}
-	if res.Stderr != "" {
-		line(e2bLine{Type: "stderr", Text: text(res.Stderr)})
 	}
 	if res.Result != nil {
 		main := true

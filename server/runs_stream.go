@@ -8,11 +8,16 @@ import (
 
 // streamRun answers POST /v1/runs with server-sent events when the client
 // asks for them (Accept: text/event-stream; one job, not a batch): stdout
-// and stderr chunks as the program writes them — a native run's
-// (bash, python3 native) as produced, a WASM run's whole at its end, since
-// the host captures a WASM program's output — then "result", the RunResult
-// a JSON answer would be (its stdout and stderr too). A refusal comes as
-// an "error" event holding the problem, the status line having gone out.
+// and stderr chunks as the program writes them, native runs (bash,
+// python3 native) and WASM runs alike (the executor tees the guest's WASI
+// stdout and stderr to the stream, below the host's output cap: past
+// max_output_bytes the run is stopped, output-limit), then "result", the
+// RunResult a JSON answer would be (its stdout and stderr too). Each chunk
+// is written before the guest's write returns: a client reading slowly
+// slows the program (backpressure, no queue in the server), and one that
+// stops reading is dropped a write timeout later; one that goes away
+// cancels the run. A refusal comes as an "error" event holding the
+// problem, the status line having gone out.
 func (s *Server) streamRun(c echo.Context, r RunRequest, budget *responseBudget) error {
 	st := s.newSSE(c)
 	var mu sync.Mutex
@@ -36,7 +41,8 @@ func (s *Server) streamRun(c echo.Context, r RunRequest, budget *responseBudget)
 		_ = st.event("error", 0, p)
 		return nil
 	}
-	if !streamed { // a WASM run: its output, whole, before the result
+	if !streamed { // a run whose output did not stream (a runner that
+		// does not take ExecRequest.Output): whole, before the result
 		for _, o := range []struct{ name, text string }{{"stdout", res.Stdout}, {"stderr", res.Stderr}} {
 			if o.text != "" {
 				seq++

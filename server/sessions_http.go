@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -283,12 +284,48 @@ func (s *Server) sessionRun(c echo.Context) error {
 	if err != nil {
 		return sessionProblem(err)
 	}
-	res, err := sess.Run(c.Request().Context(), correlationID(c), sessions.RunRequest{Language: req.Language, Code: req.Code,
-		Context: req.Context, Timeout: time.Duration(req.Timeout) * time.Millisecond})
+	rr := sessions.RunRequest{Language: req.Language, Code: req.Code, Context: req.Context, Timeout: time.Duration(req.Timeout) * time.Millisecond}
+	if wantsSSE(c) {
+		return s.streamSessionRun(c, sess, rr)
+	}
+	res, err := sess.Run(c.Request().Context(), correlationID(c), rr)
 	if err != nil {
 		return sessionProblem(err)
 	}
 	return c.JSON(http.StatusOK, res)
+}
+
+// streamSessionRun answers a run with server-sent events (Accept:
+// text/event-stream): "stdout" and "stderr" chunks as the code prints
+// them ({"data": text}, or base64 with "encoding"), then "result", the
+// RunResult a JSON answer would be without its stdout and stderr (they
+// were the events), or "error", the problem. A chunk is written before
+// the code's print returns (backpressure: nothing queues in the server);
+// a client that goes away, or stops reading for a write timeout, ends the
+// run as a timeout does (the context restarts with empty globals).
+func (s *Server) streamSessionRun(c echo.Context, sess *sessions.Session, rr sessions.RunRequest) error {
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	st := s.newSSE(c)
+	var mu sync.Mutex
+	var seq int64
+	rr.Output = func(stream string, b []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		seq++
+		if err := st.event(stream, seq, chunkData(b)); err != nil {
+			cancel()
+		}
+	}
+	res, err := sess.Run(ctx, correlationID(c), rr)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		_ = st.event("error", 0, sessionProblem(err))
+		return nil
+	}
+	_ = st.event("result", 0, res)
+	return nil
 }
 
 // forkSession makes count copies of a session ({"count": N}, default 1).

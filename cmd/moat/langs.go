@@ -202,6 +202,22 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	if mibChanged(cmd.Flags().Changed, "disk") {
 		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
 	}
+	// Without --json the program's output goes to the terminal as it is
+	// written, native and WASM runs alike; what a runner did not stream
+	// is written after the run.
+	var streamed [2]int
+	var output func(string, []byte)
+	if !f.json {
+		output = func(stream string, b []byte) {
+			if stream == "stderr" {
+				streamed[1] += len(b)
+				os.Stderr.Write(b)
+				return
+			}
+			streamed[0] += len(b)
+			os.Stdout.Write(b)
+		}
+	}
 	res, err := ex.Exec(cmd.Context(), languages.ExecRequest{
 		Language: f.lang, Source: src, Stdin: stdin, Args: progArgs, Env: env,
 		Limits:        lim,
@@ -213,6 +229,7 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		WorkDir:       workDir,
 		FilesOut:      filesOut,
 		Preparing:     g.progress().preparer(lang.Info().Name),
+		Output:        output,
 	})
 	if err != nil {
 		return err
@@ -229,8 +246,12 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 			return err
 		}
 	} else {
-		os.Stdout.Write(res.Stdout)
-		os.Stderr.Write(res.Stderr)
+		if len(res.Stdout) > streamed[0] {
+			os.Stdout.Write(res.Stdout[streamed[0]:])
+		}
+		if len(res.Stderr) > streamed[1] {
+			os.Stderr.Write(res.Stderr[streamed[1]:])
+		}
 		if res.CompileOutput != "" && res.Status == languages.StatusCompileError {
 			fmt.Fprintln(os.Stderr, strings.TrimRight(res.CompileOutput, "\n"))
 		}

@@ -232,8 +232,8 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	defer cancel()
 	over := wasmlimit.NewOutputCap(cancel)
 	var stdout, stderr bytes.Buffer
-	out := over.Writer(&stdout, "stdout", lim.output)
-	errw := over.Writer(&stderr, "stderr", lim.output)
+	out := over.Writer(languages.OutputTee(&stdout, "stdout", in.Output), "stdout", lim.output)
+	errw := over.Writer(languages.OutputTee(&stderr, "stderr", in.Output), "stderr", lim.output)
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithArgs("ruby").

@@ -235,6 +235,13 @@ type RunRequest struct {
 	// named for it).
 	Context string
 	Timeout time.Duration
+	// Output, when set, is called with the run's stdout and stderr as the
+	// code prints them (the REPL hands a line on as it ends, and whatever
+	// is pending when the run ends or the code flushes), each stream at
+	// most MaxRunOutputBytes: past it, the code's print raises. The
+	// output is not kept: the result's Stdout and Stderr are empty. b is
+	// not the callee's to keep.
+	Output func(stream string, b []byte)
 }
 
 // RunResult is what a run printed and returned.
@@ -259,6 +266,11 @@ type RunError struct {
 	Value     string `json:"value"`
 	Traceback string `json:"traceback"`
 }
+
+// MaxRunOutputBytes bounds what one run answers with (its stdout, stderr
+// and result, as JSON) and, when it streams, each of its streamed stdout
+// and stderr: past it the code's print raises (host.ErrOutputLimit).
+const MaxRunOutputBytes = 16 << 20
 
 var contextName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
@@ -306,10 +318,13 @@ func (s *Session) Run(ctx context.Context, correlation string, req RunRequest) (
 	if cc.envInRuns && len(s.env) > 0 {
 		rq["env"] = s.env
 	}
+	if req.Output != nil {
+		rq["stream"] = true // the REPL writes the output to fd 1 and 2 instead of returning it
+	}
 	in, _ := json.Marshal(rq)
 	start := time.Now()
 	res, err := cc.mod.Invoke(ctx, host.Request{Action: "run", Input: in, Principal: s.owner, CorrelationID: correlation,
-		Limits: host.Limits{Timeout: timeout, MaxInputBytes: MaxCodeBytes + 1024, MaxOutputBytes: 16 << 20}})
+		Limits: host.Limits{Timeout: timeout, MaxInputBytes: MaxCodeBytes + 1024, MaxOutputBytes: MaxRunOutputBytes}, Output: req.Output})
 	dur := time.Since(start)
 	s.touch()
 	runs := cc.runs.Add(1)

@@ -4,8 +4,11 @@
 // assignments to undeclared names stay for the next run; let and const
 // are the run's own. console.log/info/debug go to stdout,
 // console.error/warn to stderr, and the completion value of the code (its
-// final expression) is the result.
+// final expression) is the result. A run whose caller streams it
+// ("stream": true) writes its lines to the real stdout and stderr as they
+// are logged instead of returning them.
 import * as moat from "./moat.js";
+import * as std from "qjs:std";
 
 let count = 0;
 const show = (v) => {
@@ -23,12 +26,29 @@ moat.action("run", (s) => {
   const req = JSON.parse(s);
   let out = "", err = "", result = null, error = null;
   const saved = globalThis.console;
+  // Streamed (the caller asked for it): each line goes to the real
+  // stdout or stderr as it is logged, where the host hands it on, and is
+  // not kept; past the run's output limit the write fails and this log
+  // and every later one of the run throw.
+  let cut = false;
+  const emit = (f, s) => {
+    if (cut) throw new Error("moat: this run's output passed its limit; nothing more is printed");
+    f.puts(s);
+    f.flush();
+    if (f.error()) {
+      cut = true;
+      f.clearerr();
+      throw new Error("moat: this run's output passed its limit; nothing more is printed");
+    }
+  };
+  const toOut = req.stream ? (a) => emit(std.out, line(a)) : (a) => { out += line(a); };
+  const toErr = req.stream ? (a) => emit(std.err, line(a)) : (a) => { err += line(a); };
   globalThis.console = {
-    log: (...a) => { out += line(a); },
-    info: (...a) => { out += line(a); },
-    debug: (...a) => { out += line(a); },
-    error: (...a) => { err += line(a); },
-    warn: (...a) => { err += line(a); },
+    log: (...a) => toOut(a),
+    info: (...a) => toOut(a),
+    debug: (...a) => toOut(a),
+    error: (...a) => toErr(a),
+    warn: (...a) => toErr(a),
   };
   try {
     const v = (0, eval)(req.code || "");

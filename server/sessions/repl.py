@@ -1,7 +1,9 @@
 # A session's code context (package server/sessions): one resident
 # CPython instance whose module namespace persists between runs, as a
 # notebook kernel's does. Each run's stdout and stderr are kept apart and
-# returned with the repr of a final expression (the notebook's result).
+# returned with the repr of a final expression (the notebook's result),
+# or, when the caller streams the run ("stream": true), written to the
+# real stdout and stderr as the code prints (_Streamed) and not returned.
 import ast
 import gc
 import io
@@ -20,6 +22,47 @@ _env_set = False
 _parked = None  # the op device a capture took out of the image (park)
 
 
+class _Streamed(io.TextIOBase):
+    """A run's sys.stdout or sys.stderr when its caller streams it: the
+    text goes to the real descriptor (the host hands it on as it is
+    written, host.Request.Output) a line at a time, or as the code
+    flushes, and is not kept. Past the run's output limit the host fails
+    the write, and this print and every later one of the run raise."""
+
+    def __init__(self, fd):
+        self._fd, self._pend, self._n, self._cut = fd, [], 0, False
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        if self._cut:
+            raise OSError("moat: this run's output passed its limit; nothing more is printed")
+        self._pend.append(s)
+        self._n += len(s)
+        if "\n" in s or self._n >= 8192:
+            self.flush()
+        return len(s)
+
+    def flush(self):
+        if not self._pend:
+            return
+        b = "".join(self._pend).encode("utf-8", "surrogateescape")
+        self._pend, self._n = [], 0
+        while b:
+            try:
+                n = os.write(self._fd, b)
+            except OSError:
+                n = 0
+            if n <= 0:
+                self._cut = True
+                raise OSError("moat: this run's output passed its limit; nothing more is printed")
+            b = b[n:]
+
+    def getvalue(self):
+        return ""
+
+
 @moat.action("run")
 def run(inp):
     global _count, _env_set, _parked
@@ -36,7 +79,10 @@ def run(inp):
         # from, so given with the runs, and set once.
         os.environ.update(req.get("env") or {})
         _env_set = True
-    out, err = io.StringIO(), io.StringIO()
+    if req.get("stream"):
+        out, err = _Streamed(1), _Streamed(2)
+    else:
+        out, err = io.StringIO(), io.StringIO()
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     result, error = None, None
@@ -58,6 +104,11 @@ def run(inp):
         error = {"name": type(e).__name__, "value": str(e), "traceback": traceback.format_exc()}
     finally:
         sys.stdout, sys.stderr = saved
+        for f in (out, err):
+            try:
+                f.flush()
+            except OSError:
+                pass
     return json.dumps({"stdout": out.getvalue(), "stderr": err.getvalue(), "result": result,
                        "error": error, "execution_count": _count})
 

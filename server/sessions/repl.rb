@@ -2,10 +2,38 @@
 # resident CRuby instance whose top-level binding persists between runs,
 # so local variables, methods and constants stay. Each run's $stdout and
 # $stderr are kept apart and returned with the inspect of the code's
-# value (nil: no result), as the Python REPL does.
+# value (nil: no result), as the Python REPL does; or, when the caller
+# streams the run ("stream": true), written to the real stdout and stderr
+# as the code writes them (MoatStreamed) and not returned.
 require "moat"
 require "json"
 require "stringio"
+
+# A run's $stdout or $stderr when its caller streams it: each write goes
+# to the real descriptor (the host hands it on as it is written) and is
+# not kept; past the run's output limit the write fails, and this write
+# and every later one of the run raise.
+class MoatStreamed < StringIO
+  def initialize(real)
+    super()
+    @real = real
+    @cut = false
+  end
+
+  def write(*args)
+    raise IOError, "moat: this run's output passed its limit; nothing more is printed" if @cut
+
+    s = args.join
+    begin
+      @real.write(s)
+      @real.flush
+    rescue SystemCallError, IOError
+      @cut = true
+      raise IOError, "moat: this run's output passed its limit; nothing more is printed"
+    end
+    s.bytesize
+  end
+end
 
 $moat_count = 0
 $moat_binding = TOPLEVEL_BINDING
@@ -20,7 +48,7 @@ Moat.action("run") do |input|
     ENV.update(req["env"] || {})
     $moat_env_set = true
   end
-  out, err = StringIO.new, StringIO.new
+  out, err = req["stream"] ? [MoatStreamed.new(STDOUT), MoatStreamed.new(STDERR)] : [StringIO.new, StringIO.new]
   saved = [$stdout, $stderr]
   $stdout, $stderr = out, err
   result, error = nil, nil

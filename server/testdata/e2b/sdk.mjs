@@ -42,6 +42,21 @@ eq("onStdout", seen, ["hi\n"]);
 ex = await sbx.runCode("1/0");
 eq("error", ex.error?.name, "ZeroDivisionError");
 ok("runCode python");
+// runCode's output as it is produced: the first line reaches onStdout
+// while the code still sleeps, a second before the run ends.
+const lines = [];
+const runBegan = performance.now();
+ex = await sbx.runCode("import time\nprint('one')\ntime.sleep(1)\nprint('two')", {
+  onStdout: (m) => lines.push([m.line, performance.now()]),
+});
+const runEnded = performance.now();
+eq("runCode streamed", lines.map((l) => l[0]), ["one\n", "two\n"]);
+eq("runCode stdout", ex.logs.stdout, ["one\n", "two\n"]);
+if (runEnded - lines[0][1] < 700) {
+  throw new Error(`runCode onStdout: the first line came ${(runEnded - lines[0][1]).toFixed(0)} ms before the end, not as produced`);
+}
+console.log(`runCode: first line after ${(lines[0][1] - runBegan).toFixed(0)} ms, end after ${(runEnded - runBegan).toFixed(0)} ms`);
+ok("runCode streams");
 const t0 = performance.now();
 for (let i = 0; i < 20; i++) await sbx.runCode("x");
 console.log(`runCode round trip on a live context: ${((performance.now() - t0) / 20).toFixed(1)} ms mean of 20`);
