@@ -1143,6 +1143,13 @@ func checkServerConfig(b *bundle) []string {
 			bad("cache_dir %s is not on a writable emptyDir", cfg.CacheDir)
 		}
 	}
+	// moat serve makes sessions.dir at start and refuses to start
+	// without it (the image's first run found it on the read-only root).
+	if dir := cfg.SessionsDir(); dir != "" {
+		if _, ok := writableDir(ps, c, dir); !ok {
+			bad("sessions.dir %s is not on a writable emptyDir: moat serve cannot make it on the read-only root and refuses to start", dir)
+		}
+	}
 	tmp := "/tmp"
 	for _, e := range c.Env {
 		if e.Name == "TMPDIR" {
