@@ -331,6 +331,9 @@ func TestChartMatchesHelm(t *testing.T) {
 		{"defaults", nil, nil},
 		{"values", []string{"replicas=5", "image.tag=1.2.3", "languages.warm={python,ruby}", "allowedHosts={moat.example.com}"},
 			map[string]any{"replicas": 5, "image": map[string]any{"tag": "1.2.3"}, "languages": map[string]any{"warm": []string{"python", "ruby"}}, "allowedHosts": []string{"moat.example.com"}}},
+		{"egress targets", []string{"networkPolicy.egressTargets[0].to[0].ipBlock.cidr=203.0.113.0/24", "networkPolicy.egressTargets[0].ports[0].port=443"},
+			map[string]any{"networkPolicy": map[string]any{"egressTargets": []any{map[string]any{
+				"to": []any{map[string]any{"ipBlock": map[string]any{"cidr": "203.0.113.0/24"}}}, "ports": []any{map[string]any{"port": 443}}}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "moat", chartDir, "--namespace", "moat"}

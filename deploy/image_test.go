@@ -389,7 +389,9 @@ func TestImage(t *testing.T) {
 				t.Errorf("%s: the image claims it, the test has no program for it", lang)
 				continue
 			}
+			start := time.Now()
 			res, status := postRun(t, base, key, lang, prog)
+			t.Logf("%s: first run in the container %s (compile %.0f ms)", lang, time.Since(start).Round(time.Millisecond), res.CompileTimeMS)
 			if status != http.StatusOK || res.Stdout != "hello from "+lang+"\n" {
 				t.Errorf("%s: HTTP %d, status %q, stdout %q, stderr %q, message %q; want hello from %s", lang, status, res.Status, res.Stdout, res.Stderr, res.Message, lang)
 			}
