@@ -173,6 +173,11 @@ func TestChecksCatchBreakage(t *testing.T) {
 			v := volume(b, "config")
 			v.ConfigMap.Items = append(v.ConfigMap.Items, corev1.KeyToPath{Key: "code-key", Path: "code-key"})
 		}, "code_key_file /etc/moat/code-key is not a file of a mounted Secret", "server config"},
+		{"sessions on the read-only root", editServer("dir: /var/lib/moat-sessions", "dir: /srv/sessions"), "sessions.dir /srv/sessions is not on a writable emptyDir", "server config"},
+		{"sessions not mounted", func(b *bundle) {
+			c := ctr(b)
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "sessions" })
+		}, "sessions.dir /var/lib/moat-sessions is not on a writable emptyDir", "server config"},
 		{"scratch on the read-only root", func(b *bundle) { env(b, "TMPDIR").Value = "/var/tmp" }, "TMPDIR /var/tmp (moat serve's scratch) is not on a writable emptyDir", "server config"},
 
 		// resources
@@ -180,7 +185,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"emptyDir unbounded", func(b *bundle) { volume(b, "tmp").EmptyDir.SizeLimit = nil }, "emptyDir tmp: no sizeLimit", "resources"},
 		{"emptyDirs past ephemeral storage", func(b *bundle) {
 			ctr(b).Resources.Limits[corev1.ResourceEphemeralStorage] = resource.MustParse("2Gi")
-		}, "the emptyDirs' sizeLimits add up to 5Gi, more than the ephemeral-storage limit 2Gi", "resources"},
+		}, "the emptyDirs' sizeLimits add up to 7Gi, more than the ephemeral-storage limit 2Gi", "resources"},
 
 		// selectors, spread, disruption
 		{"service selects nothing", func(b *bundle) {

@@ -287,7 +287,8 @@ func (s *Server) healthz(c echo.Context) error {
 }
 
 // readyz is 200 when the server takes traffic: modules loaded, store
-// readable, not shutting down.
+// readable, not shutting down; its body says which kernel layers and
+// languages this replica runs without (readiness.go).
 func (s *Server) readyz(c echo.Context) error {
 	if !s.ready.Load() {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "starting or shutting down"})
@@ -295,7 +296,7 @@ func (s *Server) readyz(c echo.Context) error {
 	if _, err := s.store.Modules(c.Request().Context(), "-"); err != nil {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "store: " + err.Error()})
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	return c.JSON(http.StatusOK, s.readyBody())
 }
 
 func (s *Server) whoami(c echo.Context) error {

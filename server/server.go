@@ -145,6 +145,9 @@ type Server struct {
 
 	// ai makes every host's model calls (nil: none configured).
 	ai *ai.Service
+
+	// confinement is what SetConfinement recorded, for /readyz.
+	confinement atomic.Pointer[Confinement]
 }
 
 // New opens the data directory, starts a host for each profile in use and

@@ -144,6 +144,7 @@ confinement). --confine=strict refuses to start when a layer is missing;
 			onConfined := func(rep *kernel.HostReport) {
 				warnConfinement(slog.Default(), "moat serve", rep)
 				if srv != nil {
+					srv.SetConfinement(rep.Applied, rep.Missing)
 					if err := srv.Store().AuditInsert(context.Background(), confinementEvents("moat serve", rep)); err != nil {
 						slog.Error("moat serve: audit the confinement", "err", err)
 					}

@@ -655,8 +655,9 @@ func probeWords(w []string) string {
 
 // ---- namespaces ----
 
-// probeTrue finds a binary that exits 0, for the namespace test children.
-func probeTrue() (string, error) {
+// probeTrue finds a binary that exits 0, for the namespace test children
+// (a variable: a test takes it away, as moat's image has none).
+var probeTrue = func() (string, error) {
 	for _, p := range []string{"/bin/true", "/usr/bin/true"} {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p, nil
@@ -667,10 +668,17 @@ func probeTrue() (string, error) {
 
 // probeChild starts true(1) with the clone flags (plus a user namespace
 // mapping 0 to the caller when CLONE_NEWUSER is among them) and waits.
+//
+// An image without true(1) (moat's own: no shell, no coreutils) still gets
+// an honest answer: the child then execs a path that does not exist. Go's
+// fork reports a failed clone or id mapping as the errno of that step, and
+// an exec failure in the child as the exec's errno, so ENOENT means the
+// child was cloned into its namespaces and got as far as execve.
 func probeChild(ctx context.Context, flags uintptr) error {
 	bin, err := probeTrue()
-	if err != nil {
-		return fmt.Errorf("no true(1) to start a test child: %w", err)
+	noTrue := err != nil
+	if noTrue {
+		bin = "/nonexistent/moat-probe-child"
 	}
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags}
@@ -678,7 +686,11 @@ func probeChild(ctx context.Context, flags uintptr) error {
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
 	}
-	return cmd.Run()
+	err = cmd.Run()
+	if noTrue && errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	return err
 }
 
 func probeReadInt(path string) (int, bool) {

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -556,5 +557,24 @@ func TestProbeSafelyRecovers(t *testing.T) {
 	out = probeSafely(context.Background(), []string{probeRoot}, func(context.Context) []LayerStatus { return nil })
 	if len(out) != 1 || out[0].Name != probeRoot || out[0].Missing != "not probed" {
 		t.Errorf("nothing returned: %+v", out)
+	}
+}
+
+// TestProbeChildWithoutTrue: in an image with no true(1) (moat's own), the
+// namespace probes still tell a clone that works from one that does not,
+// instead of reporting every namespace missing for want of a binary.
+func TestProbeChildWithoutTrue(t *testing.T) {
+	orig := probeTrue
+	t.Cleanup(func() { probeTrue = orig })
+	probeTrue = func() (string, error) { return "", errors.New("no true here") }
+	ctx := context.Background()
+	if err := probeChild(ctx, 0); err != nil {
+		t.Errorf("a plain child without true(1): %v, want nil (it reached execve)", err)
+	}
+	// A clone the kernel refuses is still an error: CLONE_NEWPID without
+	// privilege, or without a user namespace, is EPERM for a non-root
+	// caller; as root, an invalid flag combination stands in for it.
+	if err := probeChild(ctx, unix.CLONE_NEWUSER|unix.CLONE_FS); err == nil {
+		t.Error("a clone the kernel refuses (CLONE_NEWUSER|CLONE_FS, EINVAL): nil, want the clone's error")
 	}
 }
