@@ -95,6 +95,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/admin/secrets/:org", s.listSecrets, auth)
 	e.PUT("/v1/admin/secrets/:org/:name", s.putSecret, auth)
 	e.DELETE("/v1/admin/secrets/:org/:name", s.deleteSecret, auth)
+	s.keyRoutes(e, auth)
 
 	if s.cfg.Piston.Enabled {
 		p := s.cfg.Piston.Prefix
@@ -227,10 +228,17 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if errors.Is(err, errBadKey) {
 			return problem(http.StatusUnauthorized, "unauthenticated", "%v; `moat keys list` shows the valid keys", err)
 		}
+		if errors.Is(err, errExpiredKey) {
+			return problem(http.StatusUnauthorized, "unauthenticated", "%v", err)
+		}
 		if err != nil {
 			return err
 		}
+		if err := s.checkScope(c, key); err != nil {
+			return err
+		}
 		now := time.Now()
+		s.auth.use(key.ID, c.Request().RemoteAddr, now)
 		ctx := c.Request().Context()
 		if ok, wait, err := s.keyRate.take(ctx, key.ID, now); err != nil {
 			return rateUnavailable(err)

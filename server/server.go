@@ -182,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: log, store: st, audit: audit.New(st, slog.New(guestLogCapture{inner: log.Handler()})), hosts: map[string]*host.Host{}, exec: cfg.Executor,
-		auth:      newAuthenticator(st),
+		auth:      newAuthenticator(st, log),
 		keyRate:   newRateLimit(cfg.Limits.KeyRate, cfg.Limits.KeyBurst, shared, "key:"),
 		orgRate:   newRateLimit(cfg.Limits.OrgRate, cfg.Limits.OrgBurst, shared, "org:"),
 		piston:    newRateLimit(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst, shared, "piston:"),
@@ -472,6 +472,7 @@ func (s *Server) Close(ctx context.Context) error {
 		s.closeSessions(ctx)
 		s.deregisterReplica(ctx)
 		s.modules.closeAll(ctx)
+		s.auth.close(ctx)
 		err = errors.Join(s.closeHosts(ctx), s.audit.Close(ctx), s.store.Close())
 	})
 	return err
