@@ -67,3 +67,9 @@ func init() {
 func SessionOf(s *Server, org, user, id string) (*sessions.Session, error) {
 	return s.sessions.Get(policy.Principal{Org: org, User: user}, id)
 }
+
+// SecretOf reads the secret name of org through s's vault, as a grant
+// that injects it does.
+func SecretOf(ctx context.Context, s *Server, org, name string) ([]byte, error) {
+	return s.vault.Secret(ctx, org, name)
+}

@@ -206,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// One vault for every host: a request's injected secret is read in
 	// its caller's organization, whichever profile applies to it.
-	s.vault = secrets.NewVault(st, cfg.SecretsKey, vaultAudit{s})
+	s.vault = secrets.NewVault(st, cfg.SecretsKey, vaultAudit{s}).WithOldKeys(cfg.SecretsOldKeys...)
 	// One bound on native plugin workers for the whole server, whatever
 	// profile each organization's modules load under.
 	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
