@@ -80,6 +80,7 @@ for (const t of document.querySelectorAll(".tab")) {
     if (t.dataset.tab === "media") loadMedia();
     if (t.dataset.tab === "pages") loadPages();
     if (t.dataset.tab === "confirm") loadConfirmations();
+    if (t.dataset.tab === "keys") loadKeys();
   });
 }
 
@@ -279,9 +280,76 @@ async function loadAudit() {
   tb.replaceChildren();
   if (!r.ok) return;
   for (const e of r.data.events.reverse()) {
-    tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(e.time).toLocaleString()), el("td", {}, e.kind),
+    const row = el("tr", { class: "audit-row", title: "Show every field", tabIndex: 0 }, el("td", { class: "mono" }, new Date(e.time).toLocaleString()), el("td", {}, e.kind),
       el("td", { class: e.decision || "" }, e.decision || ""), el("td", {}, e.module || ""), el("td", {}, e.op || e.action || ""),
-      el("td", {}, e.user || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || "")));
+      el("td", {}, e.user || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || ""));
+    const detail = el("tr", { class: "audit-detail", hidden: true }, el("td", { colSpan: 8 }, el("pre", { class: "output mono" }, JSON.stringify(e, null, 2))));
+    const toggle = () => { detail.hidden = !detail.hidden; };
+    row.addEventListener("click", toggle);
+    row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") toggle(); });
+    tb.append(row, detail);
+  }
+}
+
+// --- keys ---
+// The secret of a new or rotated key is in that one answer; the console
+// shows it once, as text, and keeps it nowhere.
+function splitList(v) { return v.split(",").map((x) => x.trim()).filter(Boolean); }
+
+function showKeySecret(what, secret) {
+  $("#key-secret-what").textContent = what;
+  $("#key-secret").textContent = secret;
+  $("#key-secret-box").hidden = !secret;
+}
+
+$("#refresh-keys").addEventListener("click", () => loadKeys());
+$("#key-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("#key-error").textContent = "";
+  const body = {};
+  if ($("#key-name").value) body.name = $("#key-name").value;
+  if ($("#key-user").value) body.user = $("#key-user").value.trim();
+  if ($("#key-roles").value) body.roles = splitList($("#key-roles").value);
+  if ($("#key-scopes").value) body.scopes = splitList($("#key-scopes").value);
+  const days = parseInt($("#key-days").value, 10);
+  if (days > 0) body.expires_in_seconds = days * 86400;
+  const r = await api("POST", "/v1/keys", JSON.stringify(body), { "Content-Type": "application/json" });
+  if (!r.ok) { $("#key-error").textContent = problemText(r); return; }
+  ev.target.reset();
+  showKeySecret("Created " + r.data.id + ".", r.data.key);
+  await loadKeys();
+});
+
+async function loadKeys() {
+  const r = await api("GET", "/v1/keys");
+  const tb = $("#keys-all");
+  tb.replaceChildren();
+  if (!r.ok) { $("#key-error").textContent = problemText(r); return; }
+  const when = (t) => t ? new Date(t).toLocaleString() : "";
+  for (const k of r.data.keys) {
+    const actions = el("td", {});
+    if (k.status !== "revoked") {
+      const rotate = el("button", { class: "ghost small", type: "button", "data-rotate": k.id }, "Rotate");
+      rotate.addEventListener("click", async () => {
+        const res = await api("POST", "/v1/keys/" + encodeURIComponent(k.id) + "/rotate");
+        if (!res.ok) { $("#key-error").textContent = problemText(res); return; }
+        if (state.whoami && state.whoami.key_id === k.id) { state.key = res.data.key; sessionStorage.setItem("moat.key", res.data.key); }
+        showKeySecret("Rotated " + k.id + "; the old secret no longer works.", res.data.key);
+        await loadKeys();
+      });
+      const revoke = el("button", { class: "ghost small", type: "button", "data-revoke": k.id }, "Revoke");
+      revoke.addEventListener("click", async () => {
+        if (!confirm("Revoke " + k.id + (k.name ? " (" + k.name + ")" : "") + "? Every request with it is refused from now on.")) return;
+        const res = await api("DELETE", "/v1/keys/" + encodeURIComponent(k.id));
+        if (!res.ok) { $("#key-error").textContent = problemText(res); return; }
+        await loadKeys();
+      });
+      actions.append(rotate, " ", revoke);
+    }
+    tb.append(el("tr", { "data-key": k.id }, el("td", { class: "mono" }, k.id), el("td", {}, k.name), el("td", {}, k.user),
+      el("td", {}, k.roles.join(", ")), el("td", {}, k.scopes.length ? k.scopes.join(", ") : "all"),
+      el("td", { class: "state-" + k.status }, k.status), el("td", {}, when(k.expires_at)),
+      el("td", {}, k.last_used_at ? when(k.last_used_at) + " · " + k.last_used_addr : "never"), actions));
   }
 }
 
