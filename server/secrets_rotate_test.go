@@ -42,7 +42,11 @@ func TestSecretsRotateKeyReplicas(t *testing.T) {
 	}
 	pre.stop(t)
 
-	cfg := func(c *server.Config) { c.DatabaseURL = db; c.SecretsKey = newKey; c.SecretsOldKeys = []*secrets.Key{oldKey} }
+	cfg := func(c *server.Config) {
+		c.DatabaseURL = db
+		c.SecretsKey = newKey
+		c.SecretsOldKeys = []*secrets.Key{oldKey}
+	}
 	a, b := start(t, "", cfg), start(t, "", cfg)
 
 	var reads, failures atomic.Int64
