@@ -71,6 +71,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/modules/:name", s.getModule, auth)
 	e.DELETE("/v1/modules/:name", s.deleteModule, auth)
 	e.GET("/v1/modules/:name/versions", s.moduleVersions, auth)
+	e.POST("/v1/modules/:name/versions/:digest/restore", s.restoreVersion, auth)
 	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth, s.awaitModule, invocation)
 	e.GET("/v1/pages", s.listPages, auth)
 	e.GET(pageFileRoute, s.pageFileSigned) // a signed URL, no key: pages.go
