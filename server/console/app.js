@@ -112,6 +112,7 @@ function selectModule(name) {
   $("#module-name").textContent = m.name;
   $("#module-meta").textContent = m.kind + " · " + m.digest.slice(0, 16) + (m.signer ? " · signed by " + m.signer : "");
   showModulePages(name);
+  loadModuleManage(name);
   const sel = $("#action-select");
   sel.replaceChildren();
   for (const a of m.actions) {
@@ -227,6 +228,60 @@ $("#upload-form").addEventListener("submit", async (ev) => {
   const r = await api("POST", "/v1/modules", fd);
   $("#upload-status").textContent = r.ok ? "Uploaded " + r.data.name + " (" + r.data.digest.slice(0, 12) + ")" : problemText(r);
   if (r.ok) { ev.target.reset(); state.current = r.data.name; await loadModules(); selectModule(r.data.name); }
+});
+
+// An archive of a plugin's directory goes up as the request body with
+// its own type: the server unpacks it (bounded) and finds the plugin.
+$("#archive-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const f = ev.target.querySelector("input[type=file]").files[0];
+  if (!f) return;
+  const n = f.name.toLowerCase();
+  const type = n.endsWith(".zip") ? "application/zip" : n.endsWith(".gz") || n.endsWith(".tgz") ? "application/gzip" : "application/x-tar";
+  const r = await api("POST", "/v1/modules", f, { "Content-Type": type });
+  $("#archive-status").textContent = r.ok ? "Uploaded " + r.data.name + " (" + r.data.digest.slice(0, 12) + ")" : problemText(r);
+  if (r.ok) { ev.target.reset(); state.current = r.data.name; await loadModules(); selectModule(r.data.name); }
+});
+
+// --- a module's manifest, grants, versions, delete ---
+async function loadModuleManage(name) {
+  $("#module-manage-status").textContent = "";
+  const m = state.modules.find((x) => x.name === name);
+  const grants = $("#module-grants");
+  grants.replaceChildren();
+  for (const a of (m && m.actions) || []) {
+    grants.append(el("tr", {}, el("td", { class: "mono" }, a.name), el("td", {}, (a.roles || []).join(", ") || "any"),
+      el("td", {}, (a.permissions || []).join(", ")), el("td", {}, a.confirm ? "yes" : "")));
+  }
+  const r = await api("GET", "/v1/modules/" + encodeURIComponent(name) + "/versions");
+  const tb = $("#module-versions");
+  tb.replaceChildren();
+  $("#module-manifest").textContent = "";
+  if (!r.ok || state.current !== name) return;
+  for (const v of r.data.versions) {
+    if (v.current) $("#module-manifest").textContent = v.manifest || "(uploaded without a manifest)";
+    const cell = el("td", {});
+    if (v.current) cell.append("current");
+    else {
+      const b = el("button", { class: "ghost small", type: "button", "data-restore": v.digest }, "Roll back to this");
+      b.addEventListener("click", async () => {
+        const res = await api("POST", "/v1/modules/" + encodeURIComponent(name) + "/versions/" + v.digest + "/restore");
+        $("#module-manage-status").textContent = res.ok ? "Now at " + (v.version || v.digest.slice(0, 12)) + "." : problemText(res);
+        if (res.ok) { await loadModules(); selectModule(name); }
+      });
+      cell.append(b);
+    }
+    tb.append(el("tr", { "data-digest": v.digest }, el("td", {}, v.version || ""), el("td", { class: "mono" }, v.digest.slice(0, 16)),
+      el("td", {}, v.signed ? "yes" : ""), el("td", {}, new Date(v.uploaded_at).toLocaleString()), el("td", {}, v.uploaded_by), cell));
+  }
+}
+
+$("#module-delete").addEventListener("click", async () => {
+  const name = state.current;
+  if (!name || !confirm("Delete module " + name + " and every version of it? Its callers get 404 from now on.")) return;
+  const r = await api("DELETE", "/v1/modules/" + encodeURIComponent(name));
+  $("#module-manage-status").textContent = r.ok ? "" : problemText(r);
+  if (r.ok) { state.current = null; $("#module-detail").hidden = true; $("#module-empty").hidden = false; await loadModules(); }
 });
 
 // --- confirmations ---
