@@ -161,7 +161,8 @@ type authenticator struct {
 
 	used      map[string]keyUse // by key id: the latest use since the last write
 	lastTouch time.Time
-	touching  sync.WaitGroup
+	touching  sync.WaitGroup // background writes of uses; Add only under mu while !closed
+	closed    bool
 }
 
 type cachedKey struct {
@@ -243,12 +244,12 @@ func (a *authenticator) forget(id string) {
 	}
 }
 
-// used records a use of key id from addr; every touchEvery the uses
+// use records a use of key id from addr; every touchEvery the uses
 // gathered are written to the store, in the background.
 func (a *authenticator) use(id, addr string, now time.Time) {
 	a.mu.Lock()
 	a.used[id] = keyUse{at: now, addr: addr}
-	due := now.Sub(a.lastTouch) >= touchEvery
+	due := now.Sub(a.lastTouch) >= touchEvery && !a.closed
 	var batch map[string]keyUse
 	if due {
 		batch, a.used, a.lastTouch = a.used, map[string]keyUse{}, now
@@ -287,6 +288,9 @@ func (a *authenticator) write(ctx context.Context, batch map[string]keyUse) {
 
 // close waits for a background write of uses, then writes the rest.
 func (a *authenticator) close(ctx context.Context) {
+	a.mu.Lock()
+	a.closed = true // no background write starts from here on
+	a.mu.Unlock()
 	a.touching.Wait()
 	a.flush(ctx)
 }
