@@ -35,19 +35,27 @@ console's Keys page, for a key holding the permission key.manage.
 A key may be narrowed by scopes (--scope, repeatable): invoke, invoke:MODULE,
 run, audit:read, read, keys; without scopes it reaches all its roles allow.
 --expires makes it stop after a duration. A revoked key stops working within
-a second on every replica. Each operation is in the audit trail (kind api_key).`,
+a second on every replica. With --server, the same commands go over that
+server's API as the holder of $MOAT_API_KEY (or --key-file): the server
+checks the permission key.manage and that no key is wider than the caller's. Each operation is in the audit trail (kind api_key).`,
 		Example: `  moat keys create --org acme --user ann --role admin --name laptop
   moat keys create --config moat-server.yaml --org acme --user ann
   moat keys list --org acme
   moat keys create --org acme --user ci --role dev --scope invoke:hello --expires 720h
   moat keys revoke key_3f9a1c2b7d4e
-  moat keys rotate key_3f9a1c2b7d4e --grace 10m`,
+  moat keys rotate key_3f9a1c2b7d4e --grace 10m
+  MOAT_API_KEY=$ADMIN moat keys --server https://moat.example.com create --user ci --scope run`,
 	}
 	configFile := new(string)
 	cmd.PersistentFlags().StringVar(configFile, "config", "", "the server's configuration file (YAML): its data_dir or database_url")
+	cmd.PersistentFlags().StringVar(&keysServer, "server", "", "manage keys on this running server over its API (/v1/keys), as the holder of $"+envAPIKey+" or --key-file")
+	cmd.PersistentFlags().StringVar(&keysKeyFile, "key-file", "", "with --server: a file holding the API key (default $"+envAPIKey+")")
 	cmd.AddCommand(newKeysCreateCmd(g, configFile), newKeysListCmd(g, configFile), newKeysRevokeCmd(g, configFile), newKeysRotateCmd(g, configFile))
 	return cmd
 }
+
+// keysServer and keysKeyFile are moat keys' --server and --key-file.
+var keysServer, keysKeyFile string
 
 // openServerStore opens the store of the server configFile configures
 // (see serverConfig), and names it for messages.
@@ -80,6 +88,22 @@ func newKeysCreateCmd(g *globalFlags, configFile *string) *cobra.Command {
 		Short: "Create an API key and print it (once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if expires < 0 {
+				return usagef("--expires %s: give a positive duration, such as 720h", expires)
+			}
+			if rk, err := remoteKeys(keysServer, keysKeyFile); err != nil || rk != nil {
+				if err != nil {
+					return err
+				}
+				var roles, scopes []string
+				if cmd.Flags().Changed("role") {
+					roles = spec.Roles
+				}
+				if cmd.Flags().Changed("scope") {
+					scopes = spec.Scopes
+				}
+				return rk.create(cmd, spec.Org, spec.User, roles, scopes, spec.Name, expires)
+			}
 			if spec.Org == "" || spec.User == "" {
 				return usagef("give --org and --user: the key acts as that user of that organization")
 			}
@@ -88,9 +112,6 @@ func newKeysCreateCmd(g *globalFlags, configFile *string) *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			if expires < 0 {
-				return usagef("--expires %s: give a positive duration, such as 720h", expires)
-			}
 			if expires > 0 {
 				spec.ExpiresAt = time.Now().Add(expires)
 			}
@@ -129,6 +150,12 @@ func newKeysListCmd(g *globalFlags, configFile *string) *cobra.Command {
 		Short: "List API keys (never the keys themselves)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rk, err := remoteKeys(keysServer, keysKeyFile); err != nil || rk != nil {
+				if err != nil {
+					return err
+				}
+				return rk.list(cmd)
+			}
 			st, _, err := openServerStore(cmd, g, *configFile)
 			if err != nil {
 				return err
@@ -174,6 +201,12 @@ func newKeysRevokeCmd(g *globalFlags, configFile *string) *cobra.Command {
 		Short: "Revoke an API key by its id (see moat keys list)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rk, err := remoteKeys(keysServer, keysKeyFile); err != nil || rk != nil {
+				if err != nil {
+					return err
+				}
+				return rk.revoke(cmd, args[0])
+			}
 			st, where, err := openServerStore(cmd, g, *configFile)
 			if err != nil {
 				return err
@@ -201,6 +234,12 @@ func newKeysRotateCmd(g *globalFlags, configFile *string) *cobra.Command {
 		Short: "Give an API key a new secret and print it (once); the old one works for --grace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rk, err := remoteKeys(keysServer, keysKeyFile); err != nil || rk != nil {
+				if err != nil {
+					return err
+				}
+				return rk.rotate(cmd, args[0], grace)
+			}
 			st, where, err := openServerStore(cmd, g, *configFile)
 			if err != nil {
 				return err

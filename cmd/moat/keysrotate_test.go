@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"io"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/host/secrets"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/server"
 )
 
 // TestKeysRotateAndScopesCmd: moat keys create takes scopes and an
@@ -91,5 +95,61 @@ func TestSecretsRotateKeyCmd(t *testing.T) {
 	got, err := secrets.NewVault(st, newKey, nil).Secret(ctx, "acme", "github")
 	if err != nil || string(got) != value {
 		t.Errorf("under the new key alone: %q %v", got, err)
+	}
+}
+
+// TestKeysCmdOverAPI: moat keys --server manages keys through a running
+// server's /v1/keys as the holder of $MOAT_API_KEY, under the server's
+// checks (key.manage, nothing wider than the caller).
+func TestKeysCmdOverAPI(t *testing.T) {
+	cfg := server.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.CacheDir = os.Getenv("MOAT_CACHE_DIR")
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { hs.Close(); srv.Close(context.Background()) })
+	admin, _, err := server.CreateAPIKey(context.Background(), srv.Store(), server.NewAPIKey{Org: "acme", User: "ann", Roles: []string{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _, err := server.CreateAPIKey(context.Background(), srv.Store(), server.NewAPIKey{Org: "acme", User: "dan", Roles: []string{"dev"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func(key string, args ...string) result {
+		return moatEnv(t, []string{"MOAT_API_KEY=" + key}, append([]string{"keys", "--server", hs.URL}, args...)...)
+	}
+	r := keys(admin, "create", "--user", "ci", "--scope", "run", "--name", "ci", "--expires", "24h")
+	secret := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(secret, "moat_sk_") || !strings.Contains(r.stderr, "ci@acme") {
+		t.Fatalf("create: %+v", r)
+	}
+	list := keys(admin, "list")
+	id := regexp.MustCompile(`(?m)^(key_[0-9a-f]+)\s+acme\s+ci`).FindStringSubmatch(list.stdout)
+	if list.code != 0 || id == nil || !strings.Contains(list.stdout, "run") || strings.Contains(list.stdout, secret) {
+		t.Fatalf("list: %+v", list)
+	}
+	if r := keys(dev, "create", "--user", "dan"); r.code != 2 || !strings.Contains(r.stderr, "key.manage") {
+		t.Errorf("a key without the permission: %+v", r)
+	}
+	if r := keys(secret, "create", "--user", "x"); r.code != 2 || !strings.Contains(r.stderr, "scope") {
+		t.Errorf("a run-scoped key creating a key: %+v", r)
+	}
+	if r := keys(admin, "create", "--org", "globex", "--user", "x"); r.code != 2 || !strings.Contains(r.stderr, "--org globex") {
+		t.Errorf("another organization: %+v", r)
+	}
+	rot := keys(admin, "rotate", id[1])
+	if rot.code != 0 || !strings.HasPrefix(strings.TrimSpace(rot.stdout), "moat_sk_") {
+		t.Fatalf("rotate: %+v", rot)
+	}
+	if r := keys(admin, "revoke", id[1]); r.code != 0 {
+		t.Fatalf("revoke: %+v", r)
+	}
+	if l := keys(admin, "list"); !strings.Contains(l.stdout, "revoked") {
+		t.Errorf("list after revoke: %s", l.stdout)
 	}
 }
