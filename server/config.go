@@ -100,6 +100,14 @@ type Config struct {
 	// SecretsKey is the key itself, for programs embedding the server;
 	// moat serve sets it from $MOAT_SECRETS_KEY.
 	SecretsKey *secrets.Key `yaml:"-"`
+	// SecretsOldKeyFiles name files holding keys that open secrets but
+	// seal none (same format and mode as secrets_key_file): during a
+	// rotation of the secrets key, the key being retired (or, before
+	// the switch, the one coming in), so that every replica opens
+	// values under both while `moat secrets rotate-key` re-seals them.
+	SecretsOldKeyFiles []string `yaml:"secrets_old_key_files"`
+	// SecretsOldKeys are those keys, for programs embedding the server.
+	SecretsOldKeys []*secrets.Key `yaml:"-"`
 	// BuildCacheBytes bounds the code-execution build cache
 	// (DataDir/build-cache): past it, the least recently used builds are
 	// removed. Default 2GiB; every distinct submission is a build, so an
@@ -597,6 +605,18 @@ func (c *Config) validate(ix *yamlstrict.Index) error {
 			return fail("secrets_key_file", "%v", err)
 		}
 		c.SecretsKey = k
+	}
+	if len(c.SecretsOldKeyFiles) > 8 {
+		return fail("secrets_old_key_files", "%d files; a rotation needs one old key, at most 8", len(c.SecretsOldKeyFiles))
+	}
+	if len(c.SecretsOldKeyFiles) > 0 && len(c.SecretsOldKeys) == 0 {
+		for _, f := range c.SecretsOldKeyFiles {
+			k, err := secrets.LoadKeyFile(f)
+			if err != nil {
+				return fail("secrets_old_key_files", "%v", err)
+			}
+			c.SecretsOldKeys = append(c.SecretsOldKeys, k)
+		}
 	}
 	if c.CodeKey != "" {
 		if err := ValidateCodeKey(c.CodeKey); err != nil {

@@ -84,3 +84,9 @@ func MetricNames(s *Server) []string {
 	}
 	return names
 }
+
+// SecretOf reads the secret name of org through s's vault, as a grant
+// that injects it does.
+func SecretOf(ctx context.Context, s *Server, org, name string) ([]byte, error) {
+	return s.vault.Secret(ctx, org, name)
+}

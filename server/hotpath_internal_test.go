@@ -28,7 +28,7 @@ func TestKeyCacheRevocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAuthenticator(st)
+	a := newAuthenticator(st, nil)
 	a.ttl = 200 * time.Millisecond
 	for _, tc := range []struct {
 		name, token string

@@ -191,6 +191,9 @@ type VersionJSON struct {
 	Current    bool      `json:"current"`
 	UploadedBy string    `json:"uploaded_by"`
 	UploadedAt time.Time `json:"uploaded_at"`
+	// Manifest is the moat.yaml uploaded with the version (its grants,
+	// config and actions), as text; empty when none was.
+	Manifest string `json:"manifest,omitempty"`
 }
 
 func (s *Server) moduleVersions(c echo.Context) error {
@@ -208,7 +211,8 @@ func (s *Server) moduleVersions(c echo.Context) error {
 	}
 	out := make([]VersionJSON, len(vs))
 	for i, v := range vs {
-		out[i] = VersionJSON{Digest: v.Digest, Version: v.Version, Size: v.Size, Signed: v.Signature != nil, Current: v.Current, UploadedBy: v.UploadedBy, UploadedAt: v.UploadedAt}
+		out[i] = VersionJSON{Digest: v.Digest, Version: v.Version, Size: v.Size, Signed: v.Signature != nil, Current: v.Current, UploadedBy: v.UploadedBy, UploadedAt: v.UploadedAt,
+			Manifest: string(v.Manifest)}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"name": c.Param("name"), "versions": out})
 }

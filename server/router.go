@@ -71,6 +71,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/modules/:name", s.getModule, auth)
 	e.DELETE("/v1/modules/:name", s.deleteModule, auth)
 	e.GET("/v1/modules/:name/versions", s.moduleVersions, auth)
+	e.POST("/v1/modules/:name/versions/:digest/restore", s.restoreVersion, auth)
 	e.POST("/v1/modules/:name/actions/:action", s.invoke, auth, s.awaitModule, invocation)
 	e.GET("/v1/pages", s.listPages, auth)
 	e.GET(pageFileRoute, s.pageFileSigned) // a signed URL, no key: pages.go
@@ -95,6 +96,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/v1/admin/secrets/:org", s.listSecrets, auth)
 	e.PUT("/v1/admin/secrets/:org/:name", s.putSecret, auth)
 	e.DELETE("/v1/admin/secrets/:org/:name", s.deleteSecret, auth)
+	s.keyRoutes(e, auth)
 
 	if s.cfg.Piston.Enabled {
 		p := s.cfg.Piston.Prefix
@@ -227,10 +229,17 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if errors.Is(err, errBadKey) {
 			return problem(http.StatusUnauthorized, "unauthenticated", "%v; `moat keys list` shows the valid keys", err)
 		}
+		if errors.Is(err, errExpiredKey) {
+			return problem(http.StatusUnauthorized, "unauthenticated", "%v", err)
+		}
 		if err != nil {
 			return err
 		}
+		if err := s.checkScope(c, key); err != nil {
+			return err
+		}
 		now := time.Now()
+		s.auth.use(key.ID, c.Request().RemoteAddr, now)
 		ctx := c.Request().Context()
 		if ok, wait, err := s.keyRate.take(ctx, key.ID, now); err != nil {
 			return rateUnavailable(err)

@@ -185,7 +185,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: log, store: st, audit: audit.New(st, slog.New(guestLogCapture{inner: log.Handler()})), hosts: map[string]*host.Host{}, exec: cfg.Executor,
-		auth:      newAuthenticator(st),
+		auth:      newAuthenticator(st, log),
 		keyRate:   newRateLimit(cfg.Limits.KeyRate, cfg.Limits.KeyBurst, shared, "key:"),
 		orgRate:   newRateLimit(cfg.Limits.OrgRate, cfg.Limits.OrgBurst, shared, "org:"),
 		piston:    newRateLimit(cfg.Piston.Limits.Rate, cfg.Piston.Limits.Burst, shared, "piston:"),
@@ -209,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// One vault for every host: a request's injected secret is read in
 	// its caller's organization, whichever profile applies to it.
-	s.vault = secrets.NewVault(st, cfg.SecretsKey, vaultAudit{s})
+	s.vault = secrets.NewVault(st, cfg.SecretsKey, vaultAudit{s}).WithOldKeys(cfg.SecretsOldKeys...)
 	// One bound on native plugin workers for the whole server, whatever
 	// profile each organization's modules load under.
 	s.nativeWorkers = native.NewWorkerSlots(cfg.Modules.MaxNativeWorkers)
@@ -481,6 +481,7 @@ func (s *Server) Close(ctx context.Context) error {
 		s.closeSessions(ctx)
 		s.deregisterReplica(ctx)
 		s.modules.closeAll(ctx)
+		s.auth.close(ctx)
 		err = errors.Join(s.closeHosts(ctx), s.audit.Close(ctx), s.store.Close())
 	})
 	return err

@@ -57,6 +57,14 @@ func (s *Server) uploadModule(c echo.Context) error {
 	if up.name == "" {
 		up.name = c.QueryParam("name")
 	}
+	return s.storeVersion(c, up, "upload", http.StatusCreated)
+}
+
+// storeVersion loads the module up holds, checks it as every upload is
+// checked (manifest, signature, policy, rollback, quota), stores it as a
+// version and makes it current, answering status: an upload's, and a
+// restore of a stored version's (modules_restore.go), audited as op.
+func (s *Server) storeVersion(c echo.Context, up *upload, op string, status int) error {
 	p := principalOf(c)
 	ctx := c.Request().Context()
 	v := store.ModuleVersion{Org: p.Org, Name: up.name, Digest: host.Digest(up.wasm), Size: int64(len(up.wasm)),
@@ -82,7 +90,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 	defer s.modules.pin(v.Digest)()
 	m, err := s.modules.load(ctx, v, up.wasm, correlationID(c))
 	if err != nil {
-		s.auditModule(c, v, "upload", err)
+		s.auditModule(c, v, op, err)
 		var fe *policy.FileError
 		if errors.As(err, &fe) {
 			return problem(http.StatusBadRequest, "invalid_argument", "manifest: %v", err)
@@ -108,12 +116,12 @@ func (s *Server) uploadModule(c echo.Context) error {
 		m.Close(ctx)
 		var re *refusal
 		if errors.As(err, &re) {
-			s.auditModule(c, v, "upload", err)
+			s.auditModule(c, v, op, err)
 			return re.p
 		}
 		return err
 	}
-	s.auditModule(c, v, "upload", nil)
+	s.auditModule(c, v, op, nil)
 	for _, pv := range pruned {
 		s.audit.Record(ctx, audit.Event{Kind: audit.KindLoad, Decision: audit.Allow, CorrelationID: correlationID(c),
 			Module: pv.Name, User: p.User, Org: p.Org, Rule: "limits.module_quota",
@@ -123,7 +131,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 	}
 	s.metrics.uploads.Inc()
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/modules/"+v.Name)
-	return c.JSON(http.StatusCreated, describeModule(s.modules.get(p.Org, v.Name)))
+	return c.JSON(status, describeModule(s.modules.get(p.Org, v.Name)))
 }
 
 // commitUpload stores a loaded version and makes it current; the caller

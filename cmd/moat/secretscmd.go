@@ -50,11 +50,12 @@ which organization, which name; never the value).`,
   printf %s "$TOKEN" | moat secrets set --org acme github
   moat secrets set openai                     # the operator's own, for AI providers
   moat secrets list --org acme
-  moat secrets delete --org acme github`,
+  moat secrets delete --org acme github
+  moat secrets rotate-key --config moat-server.yaml   # re-seal under secrets_key_file`,
 	}
 	configFile := new(string)
 	cmd.PersistentFlags().StringVar(configFile, "config", "", "the server's configuration file (YAML): its data_dir or database_url, and secrets_key_file")
-	cmd.AddCommand(newSecretsSetCmd(g, configFile), newSecretsListCmd(g, configFile), newSecretsDeleteCmd(g, configFile))
+	cmd.AddCommand(newSecretsSetCmd(g, configFile), newSecretsListCmd(g, configFile), newSecretsDeleteCmd(g, configFile), newSecretsRotateKeyCmd(g, configFile))
 	return cmd
 }
 
@@ -262,4 +263,55 @@ func orgArg(org string) string {
 		return ""
 	}
 	return " --org " + org
+}
+
+func newSecretsRotateKeyCmd(g *globalFlags, configFile *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rotate-key",
+		Short: "Re-seal every stored secret under the server's key, opening each with its old keys",
+		Long: `Re-seals every secret in the store (every organization's and the operator's)
+under the secrets key the configuration gives (secrets_key_file or
+$MOAT_SECRETS_KEY), opening each with the key that sealed it among
+secrets_old_key_files. No plaintext is asked for. It is safe while replicas
+serve and resumable: each value is replaced only if no one set it meanwhile,
+values already under the key are skipped, and running it again after an
+interruption finishes the work.
+
+Rotating the key while replicas serve, in order:
+  1. make the new key readable everywhere: every replica keeps its key
+     and lists the new one in secrets_old_key_files (roll them);
+  2. switch: every replica's secrets_key_file is the new key, the old one
+     in secrets_old_key_files (roll them);
+  3. moat secrets rotate-key --config (this configuration: new key, old
+     key among the old ones);
+  4. drop the old key from secrets_old_key_files (roll them) and destroy it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.serverConfig(*configFile)
+			if err != nil {
+				return err
+			}
+			if cfg.SecretsKey == nil {
+				return usagef("%v", secrets.ErrNoKey)
+			}
+			st, err := store.Open(cmd.Context(), cfg.StoreLocation())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			log := audit.New(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			defer log.Close(cmd.Context())
+			start := time.Now()
+			r, err := secrets.Rotate(cmd.Context(), st, cfg.SecretsOldKeys, cfg.SecretsKey, operator(), log)
+			fmt.Fprintf(cmd.ErrOrStderr(), "re-sealed %d secrets under key %s in %s (%s)", r.Resealed, cfg.SecretsKey.ID(), time.Since(start).Round(time.Millisecond), storeName(cfg))
+			if r.Changed > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "; %d were set or deleted meanwhile and left as their writer sealed them (run it again to re-check)", r.Changed)
+			}
+			fmt.Fprintln(cmd.ErrOrStderr())
+			if err != nil {
+				return usagef("%v", err)
+			}
+			return nil
+		},
+	}
 }

@@ -74,6 +74,11 @@ const (
 	// moat mcp): Rule the tool, Attrs the tool, the client it said it
 	// was and the answer's status.
 	KindMCP = "mcp"
+	// KindAPIKey records an operation on an API key (moat serve's
+	// /v1/keys, moat keys): Rule create, revoke or rotate, Attrs the
+	// key's id, the roles and scopes it was given, who did it; never
+	// the key's secret.
+	KindAPIKey = "api_key"
 
 	Allow = "allow"
 	Deny  = "deny"

@@ -24,6 +24,26 @@ type Vault struct {
 	st    *store.Store
 	key   *Key // nil: no key configured (ErrNoKey)
 	audit Recorder
+	// old are keys that open values but seal none: the keys of a
+	// rotation under way (see Rotate), by ID.
+	old map[string]*Key
+}
+
+// WithOldKeys makes v open values sealed under any of keys as well as
+// under its own, and returns v; it seals under its own key only. Call it
+// before v is used. A rotation (Rotate) needs every replica to open
+// values under both the key it retires and the one it brings in.
+func (v *Vault) WithOldKeys(keys ...*Key) *Vault {
+	for _, k := range keys {
+		if k == nil || v.key != nil && k.ID() == v.key.ID() {
+			continue
+		}
+		if v.old == nil {
+			v.old = map[string]*Key{}
+		}
+		v.old[k.ID()] = k
+	}
+	return v
 }
 
 // NewVault returns the vault of st under key (nil: none configured, and
@@ -117,11 +137,14 @@ func (v *Vault) Secret(ctx context.Context, org, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if sec.KeyID != v.key.ID() {
-		return nil, fmt.Errorf("secrets: secret %s of %s was sealed under key %s, and this host holds key %s: start it with the key that sealed it, or set the secret again",
-			name, orgName(org), sec.KeyID, v.key.ID())
+	k := v.key
+	if sec.KeyID != k.ID() {
+		if k = v.old[sec.KeyID]; k == nil {
+			return nil, fmt.Errorf("secrets: secret %s of %s was sealed under key %s, and this host holds key %s: start it with the key that sealed it (as secrets_old_key_files during a rotation), or set the secret again",
+				name, orgName(org), sec.KeyID, v.key.ID())
+		}
 	}
-	return v.key.Open(org, name, sec.Ciphertext, sec.Nonce)
+	return k.Open(org, name, sec.Ciphertext, sec.Nonce)
 }
 
 func (v *Vault) record(ctx context.Context, who Actor, org, name, rule, reason string, attrs map[string]string) {

@@ -61,7 +61,7 @@ const (
 )
 
 // auditKinds are the valid values of AuditEvent.Kind.
-var auditKinds = []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task", "secret", "route", "session", "mcp"}
+var auditKinds = []string{"decision", "invocation", "op", "signature", "confirmation", "load", "confinement", "worker", "shared_code", "task", "secret", "route", "session", "mcp", "api_key"}
 
 // The range of times a unix nanosecond count can hold.
 var (

@@ -198,3 +198,61 @@ func fromSecretRow(r *driver.SecretRow) Secret {
 	return Secret{Org: r.Org, Name: r.Name, Ciphertext: r.Ciphertext, Nonce: r.Nonce, KeyID: r.KeyID,
 		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt), CreatedBy: r.CreatedBy, UpdatedBy: r.UpdatedBy}
 }
+
+// ErrSecretChanged is returned (wrapped) by SecretReseal when the secret
+// was set or deleted since it was read.
+var ErrSecretChanged = errors.New("the secret changed meanwhile")
+
+// SecretsNotUnder returns up to limit secrets, sealed values included,
+// that keyID did not seal, after (afterOrg, afterName) in (org, name)
+// byte order, every organization's and the operator's: the pages of a
+// key rotation (package host/secrets, Rotate).
+func (s *Store) SecretsNotUnder(ctx context.Context, keyID, afterOrg, afterName string, limit int) ([]Secret, error) {
+	sb, err := s.secretBackend()
+	if err != nil {
+		return nil, err
+	}
+	limit = min(max(limit, 1), 1000)
+	rows, err := sb.SecretsNotUnder(ctx, keyID, afterOrg, afterName, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: secret.not_under %s: %w", keyID, err)
+	}
+	out := make([]Secret, len(rows))
+	for i := range rows {
+		out[i] = fromSecretRow(&rows[i])
+	}
+	return out, nil
+}
+
+// SecretReseal stores sec's new sealing (Ciphertext, Nonce, KeyID) of an
+// unchanged value in place of the one read (oldKeyID, oldNonce): only
+// while the row is still that one, so a value set meanwhile (by a
+// replica, under either key) is never overwritten with an older one;
+// then it wraps ErrSecretChanged. UpdatedAt and UpdatedBy stay: the
+// value did not change.
+func (s *Store) SecretReseal(ctx context.Context, sec Secret, oldKeyID string, oldNonce []byte) error {
+	sb, err := s.secretBackend()
+	if err != nil {
+		return err
+	}
+	const op = "secret.reseal"
+	if err := checkSecretScope(op, sec.Org, sec.Name); err != nil {
+		return err
+	}
+	switch {
+	case len(sec.Ciphertext) == 0 || len(sec.Ciphertext) > maxSealedBytes:
+		return abi.Errorf(abi.CodeInvalidArgument, "%s %s: the sealed value is %d bytes; it must be 1 to %d", op, sec.Name, len(sec.Ciphertext), maxSealedBytes)
+	case len(sec.Nonce) != secretNonceSize:
+		return abi.Errorf(abi.CodeInvalidArgument, "%s %s: the nonce is %d bytes; it must be %d", op, sec.Name, len(sec.Nonce), secretNonceSize)
+	case sec.KeyID == "" || len(sec.KeyID) > maxSecretKeyID:
+		return abi.Errorf(abi.CodeInvalidArgument, "%s %s: the key id must be 1 to %d bytes", op, sec.Name, maxSecretKeyID)
+	}
+	err = sb.SecretReseal(ctx, driver.SecretRow{Org: sec.Org, Name: sec.Name, Ciphertext: sec.Ciphertext, Nonce: sec.Nonce, KeyID: sec.KeyID}, oldKeyID, oldNonce)
+	if errors.Is(err, driver.ErrConflict) {
+		return fmt.Errorf("store: %s org=%q %s: %w", op, sec.Org, sec.Name, ErrSecretChanged)
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s org=%q %s: %w", op, sec.Org, sec.Name, err)
+	}
+	return nil
+}

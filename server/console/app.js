@@ -80,6 +80,7 @@ for (const t of document.querySelectorAll(".tab")) {
     if (t.dataset.tab === "media") loadMedia();
     if (t.dataset.tab === "pages") loadPages();
     if (t.dataset.tab === "confirm") loadConfirmations();
+    if (t.dataset.tab === "keys") loadKeys();
   });
 }
 
@@ -111,6 +112,7 @@ function selectModule(name) {
   $("#module-name").textContent = m.name;
   $("#module-meta").textContent = m.kind + " · " + m.digest.slice(0, 16) + (m.signer ? " · signed by " + m.signer : "");
   showModulePages(name);
+  loadModuleManage(name);
   const sel = $("#action-select");
   sel.replaceChildren();
   for (const a of m.actions) {
@@ -228,6 +230,60 @@ $("#upload-form").addEventListener("submit", async (ev) => {
   if (r.ok) { ev.target.reset(); state.current = r.data.name; await loadModules(); selectModule(r.data.name); }
 });
 
+// An archive of a plugin's directory goes up as the request body with
+// its own type: the server unpacks it (bounded) and finds the plugin.
+$("#archive-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const f = ev.target.querySelector("input[type=file]").files[0];
+  if (!f) return;
+  const n = f.name.toLowerCase();
+  const type = n.endsWith(".zip") ? "application/zip" : n.endsWith(".gz") || n.endsWith(".tgz") ? "application/gzip" : "application/x-tar";
+  const r = await api("POST", "/v1/modules", f, { "Content-Type": type });
+  $("#archive-status").textContent = r.ok ? "Uploaded " + r.data.name + " (" + r.data.digest.slice(0, 12) + ")" : problemText(r);
+  if (r.ok) { ev.target.reset(); state.current = r.data.name; await loadModules(); selectModule(r.data.name); }
+});
+
+// --- a module's manifest, grants, versions, delete ---
+async function loadModuleManage(name) {
+  $("#module-manage-status").textContent = "";
+  const m = state.modules.find((x) => x.name === name);
+  const grants = $("#module-grants");
+  grants.replaceChildren();
+  for (const a of (m && m.actions) || []) {
+    grants.append(el("tr", {}, el("td", { class: "mono" }, a.name), el("td", {}, (a.roles || []).join(", ") || "any"),
+      el("td", {}, (a.permissions || []).join(", ")), el("td", {}, a.confirm ? "yes" : "")));
+  }
+  const r = await api("GET", "/v1/modules/" + encodeURIComponent(name) + "/versions");
+  const tb = $("#module-versions");
+  tb.replaceChildren();
+  $("#module-manifest").textContent = "";
+  if (!r.ok || state.current !== name) return;
+  for (const v of r.data.versions) {
+    if (v.current) $("#module-manifest").textContent = v.manifest || "(uploaded without a manifest)";
+    const cell = el("td", {});
+    if (v.current) cell.append("current");
+    else {
+      const b = el("button", { class: "ghost small", type: "button", "data-restore": v.digest }, "Roll back to this");
+      b.addEventListener("click", async () => {
+        const res = await api("POST", "/v1/modules/" + encodeURIComponent(name) + "/versions/" + v.digest + "/restore");
+        $("#module-manage-status").textContent = res.ok ? "Now at " + (v.version || v.digest.slice(0, 12)) + "." : problemText(res);
+        if (res.ok) { await loadModules(); selectModule(name); }
+      });
+      cell.append(b);
+    }
+    tb.append(el("tr", { "data-digest": v.digest }, el("td", {}, v.version || ""), el("td", { class: "mono" }, v.digest.slice(0, 16)),
+      el("td", {}, v.signed ? "yes" : ""), el("td", {}, new Date(v.uploaded_at).toLocaleString()), el("td", {}, v.uploaded_by), cell));
+  }
+}
+
+$("#module-delete").addEventListener("click", async () => {
+  const name = state.current;
+  if (!name || !confirm("Delete module " + name + " and every version of it? Its callers get 404 from now on.")) return;
+  const r = await api("DELETE", "/v1/modules/" + encodeURIComponent(name));
+  $("#module-manage-status").textContent = r.ok ? "" : problemText(r);
+  if (r.ok) { state.current = null; $("#module-detail").hidden = true; $("#module-empty").hidden = false; await loadModules(); }
+});
+
 // --- confirmations ---
 function saveTokens() { sessionStorage.setItem("moat.tokens", JSON.stringify(state.tokens)); }
 
@@ -279,9 +335,76 @@ async function loadAudit() {
   tb.replaceChildren();
   if (!r.ok) return;
   for (const e of r.data.events.reverse()) {
-    tb.append(el("tr", {}, el("td", { class: "mono" }, new Date(e.time).toLocaleString()), el("td", {}, e.kind),
+    const row = el("tr", { class: "audit-row", title: "Show every field", tabIndex: 0 }, el("td", { class: "mono" }, new Date(e.time).toLocaleString()), el("td", {}, e.kind),
       el("td", { class: e.decision || "" }, e.decision || ""), el("td", {}, e.module || ""), el("td", {}, e.op || e.action || ""),
-      el("td", {}, e.user || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || "")));
+      el("td", {}, e.user || ""), el("td", {}, e.code || ""), el("td", {}, e.reason || ""));
+    const detail = el("tr", { class: "audit-detail", hidden: true }, el("td", { colSpan: 8 }, el("pre", { class: "output mono" }, JSON.stringify(e, null, 2))));
+    const toggle = () => { detail.hidden = !detail.hidden; };
+    row.addEventListener("click", toggle);
+    row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") toggle(); });
+    tb.append(row, detail);
+  }
+}
+
+// --- keys ---
+// The secret of a new or rotated key is in that one answer; the console
+// shows it once, as text, and keeps it nowhere.
+function splitList(v) { return v.split(",").map((x) => x.trim()).filter(Boolean); }
+
+function showKeySecret(what, secret) {
+  $("#key-secret-what").textContent = what;
+  $("#key-secret").textContent = secret;
+  $("#key-secret-box").hidden = !secret;
+}
+
+$("#refresh-keys").addEventListener("click", () => loadKeys());
+$("#key-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("#key-error").textContent = "";
+  const body = {};
+  if ($("#key-name").value) body.name = $("#key-name").value;
+  if ($("#key-user").value) body.user = $("#key-user").value.trim();
+  if ($("#key-roles").value) body.roles = splitList($("#key-roles").value);
+  if ($("#key-scopes").value) body.scopes = splitList($("#key-scopes").value);
+  const days = parseInt($("#key-days").value, 10);
+  if (days > 0) body.expires_in_seconds = days * 86400;
+  const r = await api("POST", "/v1/keys", JSON.stringify(body), { "Content-Type": "application/json" });
+  if (!r.ok) { $("#key-error").textContent = problemText(r); return; }
+  ev.target.reset();
+  showKeySecret("Created " + r.data.id + ".", r.data.key);
+  await loadKeys();
+});
+
+async function loadKeys() {
+  const r = await api("GET", "/v1/keys");
+  const tb = $("#keys-all");
+  tb.replaceChildren();
+  if (!r.ok) { $("#key-error").textContent = problemText(r); return; }
+  const when = (t) => t ? new Date(t).toLocaleString() : "";
+  for (const k of r.data.keys) {
+    const actions = el("td", {});
+    if (k.status !== "revoked") {
+      const rotate = el("button", { class: "ghost small", type: "button", "data-rotate": k.id }, "Rotate");
+      rotate.addEventListener("click", async () => {
+        const res = await api("POST", "/v1/keys/" + encodeURIComponent(k.id) + "/rotate");
+        if (!res.ok) { $("#key-error").textContent = problemText(res); return; }
+        if (state.whoami && state.whoami.key_id === k.id) { state.key = res.data.key; sessionStorage.setItem("moat.key", res.data.key); }
+        showKeySecret("Rotated " + k.id + "; the old secret no longer works.", res.data.key);
+        await loadKeys();
+      });
+      const revoke = el("button", { class: "ghost small", type: "button", "data-revoke": k.id }, "Revoke");
+      revoke.addEventListener("click", async () => {
+        if (!confirm("Revoke " + k.id + (k.name ? " (" + k.name + ")" : "") + "? Every request with it is refused from now on.")) return;
+        const res = await api("DELETE", "/v1/keys/" + encodeURIComponent(k.id));
+        if (!res.ok) { $("#key-error").textContent = problemText(res); return; }
+        await loadKeys();
+      });
+      actions.append(rotate, " ", revoke);
+    }
+    tb.append(el("tr", { "data-key": k.id }, el("td", { class: "mono" }, k.id), el("td", {}, k.name), el("td", {}, k.user),
+      el("td", {}, k.roles.join(", ")), el("td", {}, k.scopes.length ? k.scopes.join(", ") : "all"),
+      el("td", { class: "state-" + k.status }, k.status), el("td", {}, when(k.expires_at)),
+      el("td", {}, k.last_used_at ? when(k.last_used_at) + " · " + k.last_used_addr : "never"), actions));
   }
 }
 

@@ -126,11 +126,19 @@ type ConfirmationRow struct {
 	CreatedAt, ExpiresAt, UsedAt         int64
 }
 
-// APIKeyRow is an API key as stored: Roles is a JSON array; times are
-// unix nanoseconds and RevokedAt is 0 while the key is valid.
+// APIKeyRow is an API key as stored: Roles and Scopes are JSON arrays;
+// times are unix nanoseconds, 0 for none (RevokedAt while the key is
+// valid, ExpiresAt for a key that does not expire, PrevUntil when no
+// previous secret is valid).
 type APIKeyRow struct {
 	ID, Hash, Org, User, Roles, Name string
 	CreatedAt, RevokedAt             int64
+	Scopes                           string
+	ExpiresAt                        int64
+	PrevHash                         string
+	PrevUntil                        int64
+	LastUsedAt                       int64
+	LastUsedAddr                     string
 }
 
 // ModuleRow is a module version as stored; UploadedAt is unix
@@ -241,6 +249,13 @@ type Backend interface {
 	APIKeyByHash(ctx context.Context, hash string) (*APIKeyRow, error)
 	APIKeys(ctx context.Context, org string) ([]APIKeyRow, error) // org "": every organization
 	APIKeyRevoke(ctx context.Context, id string, at int64) error  // keeps the first revocation
+	APIKeyByID(ctx context.Context, id string) (*APIKeyRow, error)
+	// APIKeyRotate replaces the hash of the valid key id from oldHash to
+	// newHash, keeping oldHash as prev_hash until prevUntil; a key whose
+	// hash is no longer oldHash (rotated meanwhile), or revoked: ErrConflict.
+	APIKeyRotate(ctx context.Context, id, oldHash, newHash string, prevUntil int64) error
+	// APIKeyTouch records the latest use of key id, keeping a later one.
+	APIKeyTouch(ctx context.Context, id string, at int64, addr string) error
 
 	// ModulePut stores v and makes it current, then deletes the
 	// versions plan picks, in one transaction serialized with every

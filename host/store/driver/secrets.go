@@ -26,4 +26,12 @@ type SecretBackend interface {
 	Secrets(ctx context.Context, org string) ([]SecretRow, error)
 	// SecretDelete deletes the row of (org, name), or reports ErrNotFound.
 	SecretDelete(ctx context.Context, org, name string) error
+	// SecretsNotUnder returns up to limit rows, with Ciphertext and
+	// Nonce, whose key_id is not keyID, after (afterOrg, afterName) in
+	// (org, name) order: a key rotation's pages.
+	SecretsNotUnder(ctx context.Context, keyID, afterOrg, afterName string, limit int) ([]SecretRow, error)
+	// SecretReseal replaces the sealed value of (r.Org, r.Name) with r's
+	// Ciphertext, Nonce and KeyID only while the row still has oldKeyID
+	// and oldNonce (no one set it meanwhile); otherwise ErrConflict.
+	SecretReseal(ctx context.Context, r SecretRow, oldKeyID string, oldNonce []byte) error
 }

@@ -487,6 +487,18 @@ CREATE INDEX session_directory_owner ON session_directory (org, user_id, created
 ALTER TABLE rate_buckets ADD COLUMN full_at bigint NOT NULL DEFAULT 9223372036854775807;
 UPDATE rate_buckets SET full_at = updated_at + 86400000000000;
 `},
+	{Name: "api_keys_scopes", SQL: `
+-- What an API key may reach, when it expires, the secret it had before
+-- its last rotation and until when, its latest recorded use (see the
+-- SQLite step of the same name). An expand step.
+ALTER TABLE api_keys ADD COLUMN scopes text NOT NULL DEFAULT '[]';
+ALTER TABLE api_keys ADD COLUMN expires_at bigint NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN prev_hash text NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN prev_until bigint NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN last_used_at bigint NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN last_used_addr text NOT NULL DEFAULT '';
+CREATE INDEX api_keys_prev_hash ON api_keys (prev_hash);
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

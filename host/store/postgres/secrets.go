@@ -80,3 +80,38 @@ func (d *DB) SecretDelete(ctx context.Context, org, name string) error {
 	}
 	return nil
 }
+
+// SecretsNotUnder implements driver.SecretBackend, in the byte order of
+// org and name (COLLATE "C"), so that the pages' bound means what Go's
+// string order means.
+func (d *DB) SecretsNotUnder(ctx context.Context, keyID, afterOrg, afterName string, limit int) ([]driver.SecretRow, error) {
+	rows, err := d.pool.Query(ctx, `SELECT org, name, ciphertext, nonce, key_id, created_at, updated_at, created_by, updated_by FROM secrets
+WHERE key_id <> $1 AND (org COLLATE "C", name COLLATE "C") > ($2 COLLATE "C", $3 COLLATE "C")
+ORDER BY org COLLATE "C", name COLLATE "C" LIMIT $4`, keyID, afterOrg, afterName, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []driver.SecretRow{}
+	for rows.Next() {
+		var r driver.SecretRow
+		if err := rows.Scan(&r.Org, &r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.CreatedAt, &r.UpdatedAt, &r.CreatedBy, &r.UpdatedBy); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// SecretReseal implements driver.SecretBackend.
+func (d *DB) SecretReseal(ctx context.Context, r driver.SecretRow, oldKeyID string, oldNonce []byte) error {
+	tag, err := d.pool.Exec(ctx, `UPDATE secrets SET ciphertext = $1, nonce = $2, key_id = $3 WHERE org = $4 AND name = $5 AND key_id = $6 AND nonce = $7`,
+		r.Ciphertext, r.Nonce, r.KeyID, r.Org, r.Name, oldKeyID, oldNonce)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return driver.ErrConflict
+	}
+	return nil
+}

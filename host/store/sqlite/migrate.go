@@ -635,6 +635,25 @@ ALTER TABLE rate_buckets ADD COLUMN full_at INTEGER NOT NULL DEFAULT 92233720368
 UPDATE rate_buckets SET full_at = updated_at + 86400000000000;
 `,
 	},
+	{
+		Name: "api_keys_scopes",
+		// What an API key may reach (scopes, a JSON array; '[]' for
+		// everything its roles allow), when it expires (0: never), the
+		// secret it had before its last rotation and until when that one
+		// is still accepted, and its latest recorded use. Additive (an
+		// expand step): a moat that predates it ignores the columns, so
+		// it accepts scoped and expired keys as whole ones; create such
+		// keys once every replica runs a moat that knows them.
+		SQL: `
+ALTER TABLE api_keys ADD COLUMN scopes TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE api_keys ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN prev_until INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN last_used_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN last_used_addr TEXT NOT NULL DEFAULT '';
+CREATE INDEX api_keys_prev_hash ON api_keys (prev_hash);
+`,
+	},
 }
 
 // migrate reads the schema's version of db and, as o and migrating

@@ -91,3 +91,37 @@ func (d *DB) SecretDelete(ctx context.Context, org, name string) error {
 	}
 	return nil
 }
+
+// SecretsNotUnder implements driver.SecretBackend.
+func (d *DB) SecretsNotUnder(ctx context.Context, keyID, afterOrg, afterName string, limit int) ([]driver.SecretRow, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT `+secretColumns+` FROM secrets WHERE key_id <> ? AND (org, name) > (?, ?) ORDER BY org, name LIMIT ?`,
+		keyID, afterOrg, afterName, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []driver.SecretRow{}
+	for rows.Next() {
+		var r driver.SecretRow
+		if err := rows.Scan(&r.Org, &r.Name, &r.Ciphertext, &r.Nonce, &r.KeyID, &r.CreatedAt, &r.UpdatedAt, &r.CreatedBy, &r.UpdatedBy); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// SecretReseal implements driver.SecretBackend.
+func (d *DB) SecretReseal(ctx context.Context, r driver.SecretRow, oldKeyID string, oldNonce []byte) error {
+	res, err := d.w.ExecContext(ctx, `UPDATE secrets SET ciphertext = ?, nonce = ?, key_id = ? WHERE org = ? AND name = ? AND key_id = ? AND nonce = ?`,
+		r.Ciphertext, r.Nonce, r.KeyID, r.Org, r.Name, oldKeyID, oldNonce)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return driver.ErrConflict
+	}
+	return nil
+}

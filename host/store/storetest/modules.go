@@ -183,6 +183,53 @@ func (su suite) testAPIKeys(t *testing.T) {
 	if err := s.APIKeyRevoke(ctx, "nope", at); !errors.Is(err, store.ErrAPIKeyNotFound) {
 		t.Errorf("revoke unknown: %v", err)
 	}
+	if err := s.APIKeyRotate(ctx, "k1", hash, strings.Repeat("ef", 32), time.Time{}); !errors.Is(err, store.ErrAPIKeyChanged) {
+		t.Errorf("rotating a revoked key: %v, want ErrAPIKeyChanged", err)
+	}
+
+	// Scopes, expiry, rotation (a compare-and-swap) and last use.
+	h1, h2, h3 := strings.Repeat("01", 32), strings.Repeat("02", 32), strings.Repeat("03", 32)
+	exp := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := s.APIKeyCreate(ctx, store.APIKey{ID: "k4", Hash: h1, Org: "acme", User: "ann", Scopes: []string{"invoke:hello", "audit:read"}, ExpiresAt: exp}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.APIKeyByID(ctx, "k4")
+	if err != nil || !slices.Equal(got.Scopes, []string{"invoke:hello", "audit:read"}) || !got.ExpiresAt.Equal(exp) || got.PrevHash != "" {
+		t.Fatalf("APIKeyByID = %+v, %v", got, err)
+	}
+	if !got.Expired(exp) || got.Expired(exp.Add(-time.Nanosecond)) {
+		t.Error("Expired is wrong at the edge")
+	}
+	if _, err := s.APIKeyByID(ctx, "nope"); !errors.Is(err, store.ErrAPIKeyNotFound) {
+		t.Errorf("APIKeyByID(unknown): %v", err)
+	}
+	grace := at.Add(time.Minute)
+	if err := s.APIKeyRotate(ctx, "k4", h1, h2, grace); err != nil {
+		t.Fatal(err)
+	}
+	// The second of two rotations that read h1 loses.
+	if err := s.APIKeyRotate(ctx, "k4", h1, h3, grace); !errors.Is(err, store.ErrAPIKeyChanged) {
+		t.Errorf("a rotation from a stale hash: %v, want ErrAPIKeyChanged", err)
+	}
+	for _, h := range []string{h1, h2} {
+		got, err := s.APIKeyByHash(ctx, h)
+		if err != nil || got.ID != "k4" || got.Hash != h2 || got.PrevHash != h1 || !got.PrevUntil.Equal(grace) {
+			t.Errorf("APIKeyByHash(%s…) after rotation = %+v, %v", h[:4], got, err)
+		}
+	}
+	if _, err := s.APIKeyByHash(ctx, h3); !errors.Is(err, store.ErrAPIKeyNotFound) {
+		t.Errorf("the losing rotation's hash was stored: %v", err)
+	}
+	used := at.Add(2 * time.Minute)
+	if err := s.APIKeyTouch(ctx, "k4", used, "192.0.2.1:5555"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.APIKeyTouch(ctx, "k4", at, "198.51.100.9:1"); err != nil { // older: kept out
+		t.Fatal(err)
+	}
+	if got, _ := s.APIKeyByID(ctx, "k4"); !got.LastUsedAt.Equal(used) || got.LastUsedAddr != "192.0.2.1:5555" {
+		t.Errorf("last use = %v %q, want %v 192.0.2.1:5555", got.LastUsedAt, got.LastUsedAddr, used)
+	}
 }
 
 func (su suite) testModuleVersions(t *testing.T) {
