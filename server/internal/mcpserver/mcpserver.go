@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -85,10 +86,14 @@ func NewHandler(o Options) http.Handler {
 			unauthorized(w, r, o, "send a moat API key as Authorization: Bearer <key>; create one with `moat keys create`")
 			return
 		}
-		c := &caller{api: o.API, key: key, version: o.Version, logger: logger, remoteAddr: r.RemoteAddr}
+		c := &caller{api: o.API, key: key, version: o.Version, logger: logger, remoteAddr: r.RemoteAddr, chargeOnce: true}
 		if status, err := c.build(r.Context()); err != nil {
 			if status == http.StatusUnauthorized {
 				unauthorized(w, r, o, err.Error())
+				return
+			}
+			if status == http.StatusTooManyRequests {
+				http.Error(w, err.Error(), status)
 				return
 			}
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -148,6 +153,28 @@ type caller struct {
 	logger     *slog.Logger
 	remoteAddr string
 	server     *mcp.Server
+	// chargeOnce: this caller serves one MCP request (/mcp, stateless),
+	// whose first API request takes the key's rate token; the others it
+	// makes carry Charged, and the API does not charge them again. A
+	// stdio session's callers charge every request (it lives on).
+	chargeOnce bool
+	charged    atomic.Bool
+	// languages caches GET /v1/languages for run_code (a stdio session
+	// asks once).
+	languages []language
+}
+
+type chargedKey struct{}
+
+// Charged is the API key whose rate token the MCP request that made this
+// in-process API request already took, or "". The API's authentication
+// does not charge such a request again, so an MCP request costs one token
+// however many API requests it takes (the tools' listing, a call, a
+// page's files). It is a context value: only code in this process can set
+// it, never a request from the network.
+func Charged(ctx context.Context) string {
+	k, _ := ctx.Value(chargedKey{}).(string)
+	return k
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -242,9 +269,15 @@ func (c *caller) do(ctx context.Context, method, path string, body []byte, clien
 		req.Header.Set(HeaderTool, tool)
 	}
 	req.RemoteAddr = c.remoteAddr
+	if c.charged.Load() {
+		req = req.WithContext(context.WithValue(ctx, chargedKey{}, c.key))
+	}
 	res, err := c.api(req)
 	if err != nil {
 		return nil, fmt.Errorf("mcp: %s %s: %w", method, path, err)
+	}
+	if c.chargeOnce && res.StatusCode != http.StatusUnauthorized && res.StatusCode != http.StatusTooManyRequests {
+		c.charged.Store(true)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer+1))
@@ -289,8 +322,32 @@ func (c *caller) build(ctx context.Context) (int, error) {
 	if err := json.Unmarshal(a.body, &list); err != nil {
 		return 0, fmt.Errorf("mcp: GET /v1/modules: %w", err)
 	}
+	var pages struct {
+		Pages []page `json:"pages"`
+	}
+	if err := c.getJSON(ctx, "/v1/pages", &pages); err != nil {
+		return 0, err
+	}
+	var who struct {
+		MayRunCode *bool `json:"may_run_code"`
+	}
+	if err := c.getJSON(ctx, "/v1/whoami", &who); err != nil {
+		return 0, err
+	}
+	// A page linked from a module's tools: its first the principal may
+	// open (MCP Apps links one UI to a tool).
+	ui := map[string]string{}
+	for _, p := range pages.Pages {
+		if _, ok := ui[p.Module]; !ok {
+			ui[p.Module] = p.uri()
+		}
+	}
+	caps := &mcp.ServerCapabilities{} // no logging: moat sends clients no log messages
+	if len(pages.Pages) > 0 {
+		caps.AddExtension(AppsExtension, map[string]any{"mimeTypes": []string{AppMIMEType}})
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "moat", Title: "moat sandbox", Version: c.version}, &mcp.ServerOptions{
-		Logger: c.logger,
+		Logger: c.logger, Capabilities: caps,
 		Instructions: "moat runs code in sandboxes. Each module.action tool is a deployed plugin action this key may call; " +
 			"run_code runs a program once; the session_* tools keep a sandbox with files and state between calls.",
 	})
@@ -302,14 +359,36 @@ func (c *caller) build(ctx context.Context) (int, error) {
 			if act.Callable == nil || !*act.Callable {
 				continue
 			}
-			c.addAction(s, m.Name, act)
+			c.addAction(s, m.Name, act, ui[m.Name])
 		}
 	}
-	c.addRunCode(s)
-	c.addSessionTools(s)
+	// run_code and the session tools only for a principal the profile's
+	// exec_roles allow (the rule of /v1/runs and /v1/sessions; a server
+	// before whoami said so: shown, and the API decides).
+	if who.MayRunCode == nil || *who.MayRunCode {
+		c.addRunCode(s)
+		c.addSessionTools(s)
+	}
+	c.addTaskTool(s)
+	c.addPages(s, pages.Pages)
 	c.addResources(s)
 	c.server = s
 	return 0, nil
+}
+
+// getJSON decodes the API's answer to GET path into v.
+func (c *caller) getJSON(ctx context.Context, path string, v any) error {
+	a, err := c.do(ctx, http.MethodGet, path, nil, "", "")
+	if err != nil {
+		return err
+	}
+	if a.status != http.StatusOK {
+		return fmt.Errorf("mcp: GET %s: %w", path, a.err())
+	}
+	if err := json.Unmarshal(a.body, v); err != nil {
+		return fmt.Errorf("mcp: GET %s: %w", path, err)
+	}
+	return nil
 }
 
 // clientName is the calling client's name and version, as it says, cut
