@@ -9,7 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -255,6 +258,7 @@ func TestMCPExecRoles(t *testing.T) {
 // TestMCPSessionFork: session_fork copies a session through the tools,
 // and another organization's key cannot fork it.
 func TestMCPSessionFork(t *testing.T) {
+	testenv.Slow(t, "a Python session and its fork")
 	ts := start(t, "", nil)
 	ann := ts.key(t, "acme", "ann")
 	eve := ts.key(t, "evil", "eve")
@@ -279,5 +283,56 @@ func TestMCPSessionFork(t *testing.T) {
 	}
 	if text, isErr := callText(t, mcpClient(t, ts, eve, nil), "session_fork", map[string]any{"session_id": id}); !isErr || !strings.Contains(text, "404") {
 		t.Errorf("eve of another organization forked it: %s", text)
+	}
+}
+
+// TestMCPProgressHTTP: over /mcp, a call with a progress token (a
+// session's run of 2.5 s) is answered as an event stream that carries
+// "running" and a beat while it runs, and outlives the write timeout (1 s
+// here) while it sends them; a request without one is one JSON document,
+// as before.
+func TestMCPProgressHTTP(t *testing.T) {
+	testenv.Slow(t, "a Python session's run of 2.5 s; TestMCPProgress covers progress on stdio under -short")
+	ts := start(t, "", func(c *server.Config) { c.HTTP.WriteTimeout = policy.Duration(time.Second) })
+	ann := ts.key(t, "acme", "ann")
+	heard := make(chan string, 64)
+	c := mcp.NewClient(&mcp.Implementation{Name: "progress-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { heard <- r.Params.Message }})
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{key: ann}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	id := newSession(t, ts, ann)
+	r, _ := sessionRun(t, ts, ann, id, "python", "import time")
+	requireInterpreter(t, r)
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "session_run",
+		Arguments: map[string]any{"session_id": id, "language": "python", "code": "time.sleep(2.5)\nprint('slept')"},
+		Meta:      mcp.Meta{"progressToken": "p1"}})
+	if err != nil {
+		t.Fatalf("session_run: %v", err)
+	}
+	text := ""
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text += tc.Text
+		}
+	}
+	if res.IsError || !strings.Contains(text, `slept`) {
+		t.Fatalf("session_run: %s", text)
+	}
+	var msgs []string
+	for len(heard) > 0 {
+		msgs = append(msgs, <-heard)
+	}
+	if len(msgs) < 3 || msgs[0] != "running session_run" || !strings.Contains(msgs[len(msgs)-1], "still running") {
+		t.Errorf("progress over /mcp: %q; want running and beats", msgs)
+	}
+
+	// Without a token: one JSON document.
+	r = ts.do(t, "POST", "/mcp", ann, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`),
+		"Content-Type", "application/json", "Accept", "application/json, text/event-stream", "Mcp-Protocol-Version", "2025-11-25")
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+		t.Errorf("tools/list without a token: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
 	}
 }

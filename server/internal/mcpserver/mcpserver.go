@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -60,11 +61,68 @@ type Options struct {
 	// moat API key.
 	AuthorizationServers []string
 	Logger               *slog.Logger
+	// WriteTimeout is how long a client may take to read each write of
+	// an event stream (the server's http.write_timeout); 0 leaves the
+	// connection's deadline as it is.
+	WriteTimeout time.Duration
 }
 
+// maxPeek bounds what of a request body is read to learn whether it asks
+// for progress: the SDK's own bound on a body (MaxRequestBodyBytes'
+// default). A longer body is passed on whole, and the SDK refuses it.
+const maxPeek = 4 << 20
+
+// asksProgress reports whether the request is one JSON-RPC request whose
+// params carry _meta.progressToken, and the client takes event streams.
+// The body is read (bounded) and put back.
+func asksProgress(r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil || !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	if err != nil || len(head) > maxPeek {
+		return false
+	}
+	var msg struct {
+		Params struct {
+			Meta struct {
+				ProgressToken any `json:"progressToken"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(head, &msg) == nil && msg.Params.Meta.ProgressToken != nil
+}
+
+// deadlineWriter moves the connection's write deadline on before each
+// write of an event stream, so a call that runs longer than the write
+// timeout keeps its stream while it sends progress, and a client that
+// stops reading is dropped a timeout later.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.timeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) Flush() { _ = w.rc.Flush() }
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // NewHandler returns the streamable HTTP handler of /mcp: stateless, each
-// answer one JSON document (the front door serves no event streams, so
-// progress notifications reach stdio clients only),
+// answer one JSON document, except a request that asks for progress (a
+// progressToken), answered as an event stream that carries the progress
+// notifications before the result (each write moving the connection's
+// write deadline on by Options.WriteTimeout, as the API's own streams do);
 // cross-origin requests refused (a browser page of another origin cannot
 // drive a local agent's tools), and no tools without a key (401, with
 // the WWW-Authenticate header that points at the resource metadata).
@@ -73,20 +131,22 @@ func NewHandler(o Options) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	streamable := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	server := func(r *http.Request) *mcp.Server {
 		c, _ := r.Context().Value(callerKey{}).(*caller)
 		if c == nil {
 			return nil
 		}
 		return c.server
-	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: logger})
+	}
+	streamable := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: logger})
+	streaming := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true, Logger: logger})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r)
 		if !ok {
 			unauthorized(w, r, o, "send a moat API key as Authorization: Bearer <key>; create one with `moat keys create`")
 			return
 		}
-		c := &caller{api: o.API, key: key, version: o.Version, logger: logger, remoteAddr: r.RemoteAddr, chargeOnce: true}
+		c := &caller{api: o.API, key: key, version: o.Version, logger: logger, remoteAddr: r.RemoteAddr, chargeOnce: true, writeTimeout: o.WriteTimeout}
 		if status, err := c.build(r.Context()); err != nil {
 			if status == http.StatusUnauthorized {
 				unauthorized(w, r, o, err.Error())
@@ -99,7 +159,12 @@ func NewHandler(o Options) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		streamable.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+		if asksProgress(r) {
+			streaming.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: o.WriteTimeout}, r)
+			return
+		}
+		streamable.ServeHTTP(w, r)
 	})
 	cop := http.NewCrossOriginProtection()
 	mux := http.NewServeMux()
@@ -159,6 +224,8 @@ type caller struct {
 	// stdio session's callers charge every request (it lives on).
 	chargeOnce bool
 	charged    atomic.Bool
+	// writeTimeout is /mcp's event streams' (Options.WriteTimeout).
+	writeTimeout time.Duration
 	// languages caches GET /v1/languages for run_code (a stdio session
 	// asks once).
 	languages []language

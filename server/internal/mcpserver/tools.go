@@ -95,7 +95,7 @@ func (c *caller) addAction(s *mcp.Server, mod string, a action, ui string) {
 			}
 			body = args.Input
 		}
-		stop := progress(ctx, req, name)
+		stop := c.progress(ctx, req, name)
 		ans, err := c.do(ctx, http.MethodPost, path, body, client, name)
 		stop()
 		if err != nil {
@@ -214,7 +214,7 @@ func (c *caller) addRunCode(s *mcp.Server) {
 			if err != nil {
 				return nil, err
 			}
-			stop := progress(ctx, req, "run_code")
+			stop := c.progress(ctx, req, "run_code")
 			ans, err := c.do(ctx, http.MethodPost, "/v1/runs", body, client, "run_code")
 			stop()
 			if err != nil {
@@ -374,7 +374,7 @@ func (c *caller) addSessionTools(s *mcp.Server) {
 				if err != nil {
 					return toolError("%s: %v", t.name, err), nil
 				}
-				stop := progress(ctx, req, t.name)
+				stop := c.progress(ctx, req, t.name)
 				ans, err := c.do(ctx, method, path, body, clientName(req), t.name)
 				stop()
 				if err != nil {
@@ -420,9 +420,11 @@ const progressEvery = 5 * time.Second
 
 // progress reports a call's progress to a client that asked for it (a
 // progress token): "running" at once, then a beat every progressEvery
-// until stop, so a client that resets its timeout on progress waits out
-// a long action or run rather than giving up on it.
-func progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop func()) {
+// (or half the event stream's write timeout, when that is shorter) until
+// stop, so a client that resets its timeout on progress waits out a long
+// action or run rather than giving up on it, and /mcp's stream outlives
+// its write deadline.
+func (c *caller) progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop func()) {
 	tok := req.Params.GetProgressToken()
 	if tok == nil || req.Session == nil {
 		return func() {}
@@ -433,7 +435,11 @@ func progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop 
 	send(0, "running "+what)
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(progressEvery)
+		every := progressEvery
+		if c.writeTimeout > 0 && c.writeTimeout/2 < every {
+			every = c.writeTimeout / 2
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		start := time.Now()
 		for n := 1; ; n++ {
