@@ -116,10 +116,13 @@ func TestMCPPages(t *testing.T) {
 	}
 }
 
-// TestMCPPageTitleMarkup: a page title holding markup is a title, as
-// text: resources/list carries it as it is, and it never enters a
-// document.
-func TestMCPPageTitleMarkup(t *testing.T) {
+// TestMCPPageHostile: a page title holding markup is a title, as text:
+// resources/list carries it as it is, and it never enters a document; a
+// page's script that closes its own tag stays inside it once inlined; a
+// tag naming a file that is not the page's (the plugin's code, its
+// manifest, a path out) is left as it is, and nothing of that file is
+// inlined.
+func TestMCPPageHostile(t *testing.T) {
 	ts := start(t, "", func(c *server.Config) { c.Profile = "dev" })
 	admin := ts.key(t, "acme", "root", "admin")
 	files := map[string]string{}
@@ -128,6 +131,8 @@ func TestMCPPageTitleMarkup(t *testing.T) {
 	}
 	const title = `<img src=x onerror="alert(1)"></title><script>`
 	files["moat.yaml"] = strings.Replace(files["moat.yaml"], "title: Notes,", "title: '"+title+"',", 1)
+	files["page.js"] = notebookPageJS + "\n// </script><script>alert(1)</SCRIPT>\n"
+	files["index.html"] += `<script src="main.js"></script><img src='moat.yaml'><link rel="stylesheet" href="../../v1/whoami">`
 	if r := ts.do(t, "POST", "/v1/modules", admin, pluginArchive(t, files), "Content-Type", "application/gzip"); r.status != http.StatusCreated {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}
@@ -137,8 +142,23 @@ func TestMCPPageTitleMarkup(t *testing.T) {
 		t.Fatalf("the page's resource: %+v", r)
 	}
 	read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: r.URI})
-	if err != nil || strings.Contains(read.Contents[0].Text, "onerror") {
-		t.Errorf("the title entered the document: %v %v", read, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := read.Contents[0].Text
+	if strings.Contains(doc, "onerror") {
+		t.Errorf("the title entered the document:\n%s", doc)
+	}
+	if !strings.Contains(doc, `// <\/script><script>alert(1)<\/SCRIPT>`) {
+		t.Errorf("the page's script closed its own tag once inlined:\n%s", doc)
+	}
+	for _, want := range []string{`<script src="main.js"></script>`, `<img src='moat.yaml'>`, `href="../../v1/whoami"`} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("a tag naming a file not the page's was changed (%s):\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "moat.action(") || strings.Contains(doc, "kind: moat") {
+		t.Errorf("a file not the page's was inlined:\n%s", doc)
 	}
 }
 
@@ -246,6 +266,7 @@ func TestMCPExecRoles(t *testing.T) {
 			{"POST", "/v1/runs", `{"language":"javascript","files":[{"name":"a.js","content":"1"}]}`},
 			{"POST", "/v1/sessions", `{}`},
 			{"GET", "/v1/sessions", ``},
+			{"POST", "/e2b/sandboxes", `{"templateID":"base"}`},
 		} {
 			r := ts.do(t, req.method, req.path, tc.key, strings.NewReader(req.body), "Content-Type", "application/json")
 			if r.status != tc.runs || !strings.Contains(string(r.body), "exec_roles") {

@@ -380,14 +380,19 @@ func (c *caller) build(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if a.status != http.StatusOK {
-		return a.status, a.err()
-	}
 	var list struct {
 		Modules []module `json:"modules"`
 	}
-	if err := json.Unmarshal(a.body, &list); err != nil {
-		return 0, fmt.Errorf("mcp: GET /v1/modules: %w", err)
+	switch a.status {
+	case http.StatusOK:
+		if err := json.Unmarshal(a.body, &list); err != nil {
+			return 0, fmt.Errorf("mcp: GET /v1/modules: %w", err)
+		}
+	case http.StatusForbidden:
+		// A key that may not list modules (a key scope, say) calls no
+		// action through MCP; it may still run code or read resources.
+	default:
+		return a.status, a.err()
 	}
 	var pages struct {
 		Pages []page `json:"pages"`
@@ -443,11 +448,15 @@ func (c *caller) build(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-// getJSON decodes the API's answer to GET path into v.
+// getJSON decodes the API's answer to GET path into v; a 403 (the key
+// may not read it) leaves v as it is.
 func (c *caller) getJSON(ctx context.Context, path string, v any) error {
 	a, err := c.do(ctx, http.MethodGet, path, nil, "", "")
 	if err != nil {
 		return err
+	}
+	if a.status == http.StatusForbidden {
+		return nil
 	}
 	if a.status != http.StatusOK {
 		return fmt.Errorf("mcp: GET %s: %w", path, a.err())

@@ -149,9 +149,9 @@ func (c *caller) pageDocument(ctx context.Context, p page, client string) (strin
 		switch elem {
 		case "script":
 			// The tag's own closing </script> follows it in the document.
-			return append([]byte("<script>"), closingRE["script"].ReplaceAll(body, []byte(`<\/script`))...)
+			return append([]byte("<script>"), escapeClosing("script", body)...)
 		case "link":
-			return append(append([]byte("<style>"), closingRE["style"].ReplaceAll(body, []byte(`<\/style`))...), "</style>"...)
+			return append(append([]byte("<style>"), escapeClosing("style", body)...), "</style>"...)
 		default: // img
 			typ := mime.TypeByExtension(path.Ext(file))
 			if typ == "" {
@@ -165,6 +165,14 @@ func (c *caller) pageDocument(ctx context.Context, p page, client string) (strin
 		return "", ferr
 	}
 	return strings.ToValidUTF8(string(out), "\uFFFD"), nil
+}
+
+// escapeClosing turns each </script (or </style) in an inlined file's
+// text into <\/script, so the file stays inside the one element it is put
+// in (in a script, "<\/" is still "</" to JavaScript's strings and
+// regular expressions).
+func escapeClosing(elem string, body []byte) []byte {
+	return closingRE[elem].ReplaceAllFunc(body, func(m []byte) []byte { return append([]byte(`<\/`), m[2:]...) })
 }
 
 var (
