@@ -40,7 +40,16 @@
     context: null,
     ready: ready,
     call: function (action, input) {
-      var args = typeof input === "string" ? JSON.parse(input) : (input === undefined ? {} : input);
+      var args = input === undefined ? {} : input;
+      if (typeof input === "string") {
+        // The console sends a string as the action's body; a tool takes
+        // JSON arguments, so the string must be JSON.
+        try { args = JSON.parse(input || "{}"); } catch (e) {
+          var bad = new Error("the input is not JSON: a page in an MCP host passes an action an object or JSON text");
+          bad.code = "invalid_argument";
+          return Promise.reject(bad);
+        }
+      }
       return request("tools/call", { name: page.module + "." + String(action), arguments: args }).then(function (r) {
         var text = ((r && r.content) || []).map(function (c) { return c.text || ""; }).join("");
         if (r && r.isError) {
