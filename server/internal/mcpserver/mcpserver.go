@@ -343,7 +343,11 @@ func (c *caller) do(ctx context.Context, method, path string, body []byte, clien
 	if err != nil {
 		return nil, fmt.Errorf("mcp: %s %s: %w", method, path, err)
 	}
-	if c.chargeOnce && res.StatusCode != http.StatusUnauthorized && res.StatusCode != http.StatusTooManyRequests {
+	// Only an answer of success is sure to have been charged: a refusal
+	// may come before the rate buckets are (a bad key, a key scope, the
+	// rate itself), and marking the MCP request charged then would let
+	// its next requests through free.
+	if c.chargeOnce && res.StatusCode/100 == 2 {
 		c.charged.Store(true)
 	}
 	defer res.Body.Close()
