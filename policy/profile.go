@@ -78,6 +78,12 @@ type Profile struct {
 	// DefaultExecLimits'. See ExecMaxima.
 	Exec ExecLimits `yaml:"exec,omitempty"`
 
+	// ExecRoles are the roles whose keys may run code of their own: POST
+	// /v1/runs, sessions (and E2B's sandboxes on them), and MCP's run_code
+	// and session tools, which AuthorizeExec decides alike. Empty: every
+	// key of the organization may, as before the setting existed.
+	ExecRoles []string `yaml:"exec_roles,omitempty"`
+
 	// File is the path the profile was read from, for messages.
 	File string `yaml:"-"`
 }
@@ -276,6 +282,9 @@ func (p *Profile) check(ix *index) error {
 	if p.RequireSignature && len(p.TrustedKeys) == 0 {
 		return ix.Errorf("require_signature", "true, but trusted_keys is empty, so no module could load; add a trusted key or set require_signature: false")
 	}
+	if err := checkTokens(ix, "exec_roles", "role", p.ExecRoles); err != nil {
+		return err
+	}
 	for _, role := range slices.Sorted(maps.Keys(p.RolePermissions)) {
 		path := "role_permissions." + role
 		if !tokenRE.MatchString(role) {
@@ -360,6 +369,28 @@ func isMinisignPublicKey(s string) bool {
 // IsSensitive reports whether op needs a confirmed invocation.
 func (p *Profile) IsSensitive(op string) bool {
 	return p != nil && slices.Contains(p.SensitiveOps, op)
+}
+
+// AuthorizeExec decides whether who may run code of its own (jobs and
+// sessions): one of ExecRoles, or anyone when the profile lists none. It
+// is the one rule behind the code-execution routes and behind whether an
+// MCP client is shown run_code and the session tools.
+func (p *Profile) AuthorizeExec(who Principal) error {
+	d := &DeniedError{Principal: who.User + "@" + who.Org}
+	if err := who.Validate(); err != nil {
+		d.Rule, d.Reason = "principal", err.Error()
+		return d
+	}
+	if p == nil || len(p.ExecRoles) == 0 || slices.ContainsFunc(p.ExecRoles, who.HasRole) {
+		return nil
+	}
+	has := "has no roles"
+	if len(who.Roles) > 0 {
+		has = fmt.Sprintf("has %v", who.Roles)
+	}
+	d.Rule = "profile " + p.Name + " exec_roles"
+	d.Reason = fmt.Sprintf("running code requires one of roles %v; %s %s", p.ExecRoles, d.Principal, has)
+	return d
 }
 
 // Permissions returns the permissions the roles hold together, sorted and

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host/audit"
@@ -55,6 +56,7 @@ func (s *Server) mcpRoutes(e *echo.Echo) {
 	h := echo.WrapHandler(mcpserver.NewHandler(mcpserver.Options{
 		API:     mcpserver.InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) })),
 		Version: "moat", Logger: s.log, AuthorizationServers: s.cfg.MCP.AuthorizationServers,
+		WriteTimeout: time.Duration(s.cfg.HTTP.WriteTimeout),
 	}))
 	if len(s.cfg.MCP.AuthorizationServers) > 0 {
 		e.GET(mcpserver.MetadataPath, h)

@@ -83,6 +83,7 @@ type PageJSON struct {
 	Name        string   `json:"name"`
 	Title       string   `json:"title"`
 	Entry       string   `json:"entry"`
+	Files       []string `json:"files,omitempty"`
 	Roles       []string `json:"roles,omitempty"`
 	Permissions []string `json:"permissions,omitempty"`
 }
@@ -161,7 +162,7 @@ func (s *Server) pagesOf(v store.ModuleVersion, p policy.Principal) []PageJSON {
 		if prof.AuthorizePage(mf, pg.Name, p) != nil {
 			continue
 		}
-		out = append(out, PageJSON{Module: v.Name, Name: pg.Name, Title: pg.Title, Entry: pg.Entry, Roles: pg.Roles, Permissions: pg.Permissions})
+		out = append(out, PageJSON{Module: v.Name, Name: pg.Name, Title: pg.Title, Entry: pg.Entry, Files: pg.Files, Roles: pg.Roles, Permissions: pg.Permissions})
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server/internal/mcpserver"
 )
@@ -90,7 +91,7 @@ func (s *Server) router() *echo.Echo {
 	e.POST("/v1/media/:id/url", s.mediaURL, auth)
 	e.DELETE(mediaRoute, s.deleteMedia, auth)
 	e.GET("/v1/languages", s.listLanguages, auth)
-	e.POST("/v1/runs", s.runs, auth, run)
+	e.POST("/v1/runs", s.runs, auth, s.mayExec, run)
 	s.sessionRoutes(e, auth, run)
 	s.mcpRoutes(e)
 	e.GET("/v1/admin/secrets/:org", s.listSecrets, auth)
@@ -241,17 +242,22 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		now := time.Now()
 		s.auth.use(key.ID, c.Request().RemoteAddr, now)
 		ctx := c.Request().Context()
-		if ok, wait, err := s.keyRate.take(ctx, key.ID, now); err != nil {
-			return rateUnavailable(err)
-		} else if !ok {
-			return rateLimited("API key", wait)
-		}
-		if ok, wait, err := s.orgRate.take(ctx, key.Org, now); err != nil {
-			s.keyRate.give(key.ID)
-			return rateUnavailable(err)
-		} else if !ok {
-			s.keyRate.give(key.ID)
-			return rateLimited("organization", wait)
+		// A request /mcp makes in process for an MCP request that already
+		// took this key's token is not charged again: one token per MCP
+		// request (mcpserver.Charged; a context value, never a header).
+		if k := mcpserver.Charged(ctx); k == "" || k != strings.TrimSpace(token) {
+			if ok, wait, err := s.keyRate.take(ctx, key.ID, now); err != nil {
+				return rateUnavailable(err)
+			} else if !ok {
+				return rateLimited("API key", wait)
+			}
+			if ok, wait, err := s.orgRate.take(ctx, key.Org, now); err != nil {
+				s.keyRate.give(key.ID)
+				return rateUnavailable(err)
+			} else if !ok {
+				s.keyRate.give(key.ID)
+				return rateLimited("organization", wait)
+			}
 		}
 		st := stateOf(c)
 		st.principal, st.keyID = policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles}, key.ID
@@ -314,5 +320,22 @@ func (s *Server) whoami(c echo.Context) error {
 	if roles == nil {
 		roles = []string{}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": stateOf(c).keyID})
+	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": stateOf(c).keyID,
+		"may_run_code": s.hostFor(p.Org).Profile().AuthorizeExec(p) == nil})
+}
+
+// mayExec admits a request of the code-execution routes (/v1/runs, the
+// sessions and E2B's sandboxes) from a principal the profile's exec_roles
+// allow: policy.Profile.AuthorizeExec, the rule that also decides whether
+// MCP lists run_code and the session tools (whoami's may_run_code).
+func (s *Server) mayExec(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p := principalOf(c)
+		if err := s.hostFor(p.Org).Profile().AuthorizeExec(p); err != nil {
+			s.audit.Record(c.Request().Context(), audit.Event{Kind: audit.KindDecision, Decision: audit.Deny, CorrelationID: correlationID(c),
+				User: p.User, Org: p.Org, Rule: "exec_roles", Reason: err.Error(), Code: "denied"})
+			return problem(http.StatusForbidden, "denied", "%v; an operator gives your key one of those roles (`moat keys create --role`)", err)
+		}
+		return next(c)
+	}
 }

@@ -117,7 +117,8 @@ func (s *Server) sessionRoutes(e *echo.Echo, auth, run echo.MiddlewareFunc) {
 	if s.sessions == nil {
 		return
 	}
-	auth = s.sessionAuth(auth) // a session another replica holds is routed there (replicas.go)
+	routed := s.sessionAuth(auth) // a session another replica holds is routed there (replicas.go)
+	auth = func(next echo.HandlerFunc) echo.HandlerFunc { return routed(s.mayExec(next)) }
 	e.POST("/v1/sessions", s.createSession, auth)
 	e.GET("/v1/sessions", s.listSessions, auth)
 	e.GET("/v1/sessions/:id", s.getSession, auth)

@@ -29,6 +29,8 @@ type mcpPlan struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Elicit    string            `json:"elicit,omitempty"`
 	Calls     []mcpCall         `json:"calls,omitempty"`
+	Resources bool              `json:"resources,omitempty"`
+	Reads     []string          `json:"reads,omitempty"`
 }
 
 type mcpCall struct {
@@ -37,12 +39,36 @@ type mcpCall struct {
 }
 
 type mcpOutcome struct {
-	Tools   []string `json:"tools"`
-	Results []struct {
+	Tools    []string                  `json:"tools"`
+	ToolMeta map[string]map[string]any `json:"toolMeta"`
+	Results  []struct {
 		IsError bool   `json:"isError"`
 		Text    string `json:"text"`
 	} `json:"results"`
-	Elicited []string `json:"elicited"`
+	Elicited  []string `json:"elicited"`
+	Resources []struct {
+		URI      string `json:"uri"`
+		MIMEType string `json:"mimeType"`
+		Title    string `json:"title"`
+	} `json:"resources"`
+	Reads []struct {
+		URI      string         `json:"uri"`
+		MIMEType string         `json:"mimeType"`
+		Text     string         `json:"text"`
+		Meta     map[string]any `json:"meta"`
+		Error    string         `json:"error"`
+	} `json:"reads"`
+}
+
+// requireMCPClient skips a test without node and the pinned SDK.
+func requireMCPClient(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Require(t, "node runs the MCP TypeScript SDK client (apt install nodejs)")
+	}
+	if _, err := os.Stat(filepath.Join(mcpClientDir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		testenv.Require(t, "the MCP TypeScript SDK in testdata/mcpclient (make mcp-client)")
+	}
 }
 
 // nodeMCP runs the TypeScript SDK's client with plan.
@@ -73,12 +99,7 @@ func nodeMCP(t *testing.T, plan mcpPlan) mcpOutcome {
 // holding markup is refused at upload.
 func TestMCPTypeScriptClient(t *testing.T) {
 	testenv.Slow(t, "six node processes of the MCP SDK against moat serve and moat mcp; server's TestMCP covers /mcp under -short")
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Require(t, "node runs the MCP TypeScript SDK client (apt install nodejs)")
-	}
-	if _, err := os.Stat(filepath.Join(mcpClientDir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		testenv.Require(t, "the MCP TypeScript SDK in testdata/mcpclient (make mcp-client)")
-	}
+	requireMCPClient(t)
 	t.Parallel()
 	data := t.TempDir()
 	key := func(org, user string, roles ...string) string {
@@ -199,6 +220,129 @@ actions:
 		res.Body.Close()
 		if res.StatusCode != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, res.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestMCPTypeScriptPages drives moat serve's /mcp and moat mcp with the
+// MCP TypeScript SDK (issue 32): a module's pages are MCP App resources
+// (ui://module/page, text/html;profile=mcp-app) of the people who may open
+// them — a user sees the page for everyone, an admin the admin page too,
+// another organization's admin neither — linked from the module's tools
+// by _meta.ui.resourceUri; reading one gives the page as one document
+// with no domains in its CSP; a forbidden page, another organization's,
+// a URI with .., and one whose title holds markup are handled as the
+// console would.
+func TestMCPTypeScriptPages(t *testing.T) {
+	testenv.Slow(t, "node processes of the MCP SDK against moat serve and moat mcp; server's TestMCPPages covers /mcp under -short")
+	requireMCPClient(t)
+	t.Parallel()
+	data := t.TempDir()
+	key := func(org, user string, roles ...string) string {
+		args := []string{"keys", "create", "--data", data, "--org", org, "--user", user}
+		for _, r := range roles {
+			args = append(args, "--role", r)
+		}
+		return strings.TrimSpace(moat(t, "", args...).stdout)
+	}
+	root, ann, carol := key("acme", "root", "admin"), key("acme", "ann", "user"), key("globex", "carol", "admin")
+	_, base := startServe(t, &bytes.Buffer{}, "--data", data, "--listen", "127.0.0.1:0")
+
+	src := t.TempDir()
+	files := map[string]string{
+		"moat.yaml": `name: board
+version: 0.1.0
+language: javascript
+kind: moat
+actions:
+  - {name: hello}
+pages:
+  - {name: main, title: "<b>Board</b>", entry: index.html, files: [app.js, app.css]}
+  - {name: admin, entry: admin.html, roles: [admin]}
+`,
+		"main.js":    `import * as moat from "./moat.js";` + "\n" + `moat.action("hello", () => JSON.stringify({hello: "world"}));` + "\n",
+		"index.html": `<!doctype html><link rel="stylesheet" href="app.css"><p id="out"></p><script src="moat-page.js"></script><script src="app.js"></script>`,
+		"app.js":     `moat.ready.then(() => moat.call("hello", {})).then((r) => { document.getElementById("out").textContent = r.hello; });`,
+		"app.css":    `p { color: teal }`,
+		"admin.html": `<!doctype html><p>admins only</p>`,
+	}
+	if err := os.MkdirAll(filepath.Join(src, "board"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(src, "board", name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out, err := api(base, root, "POST", "/v1/modules", dirArchive(t, src, "board"), "application/gzip"); err != nil || code != http.StatusCreated {
+		t.Fatalf("upload: %d %s %v", code, out, err)
+	}
+
+	const main, admin = "ui://board/main", "ui://board/admin"
+	reads := []string{main, admin, "ui://board/main/../admin", "ui://board/../board/admin"}
+	plan := func(k string) mcpPlan {
+		return mcpPlan{Transport: "http", URL: base + "/mcp", Key: k, Resources: true, Reads: reads}
+	}
+	stdio := func(k string) mcpPlan {
+		return mcpPlan{Transport: "stdio", Command: moatBin, Args: []string{"mcp", "--server", base},
+			Env: map[string]string{"MOAT_API_KEY": k, "PATH": os.Getenv("PATH")}, Resources: true, Reads: reads}
+	}
+	for _, tc := range []struct {
+		who        string
+		plan       mcpPlan
+		sees, read []string
+	}{
+		{"ann (user), /mcp", plan(ann), []string{main}, []string{main}},
+		{"root (admin), /mcp", plan(root), []string{main, admin}, []string{main, admin}},
+		{"carol of globex, /mcp", plan(carol), nil, nil},
+		{"ann (user), moat mcp", stdio(ann), []string{main}, []string{main}},
+	} {
+		o := nodeMCP(t, tc.plan)
+		var listed []string
+		for _, r := range o.Resources {
+			if strings.HasPrefix(r.URI, "ui://") {
+				listed = append(listed, r.URI)
+				if r.MIMEType != "text/html;profile=mcp-app" {
+					t.Errorf("%s: %s is %q", tc.who, r.URI, r.MIMEType)
+				}
+				if r.URI == main && r.Title != "<b>Board</b>" {
+					t.Errorf("%s: the title of %s is %q, want the manifest's text as it is", tc.who, main, r.Title)
+				}
+			}
+		}
+		slices.Sort(listed)
+		want := slices.Sorted(slices.Values(tc.sees))
+		if !slices.Equal(listed, want) {
+			t.Errorf("%s lists pages %v, want %v", tc.who, listed, want)
+		}
+		for _, r := range o.Reads {
+			may := slices.Contains(tc.read, r.URI)
+			if !may {
+				if r.Error == "" || !strings.Contains(r.Error, "not found") {
+					t.Errorf("%s read %s: %+v; want not found", tc.who, r.URI, r)
+				}
+				continue
+			}
+			if r.Error != "" || r.MIMEType != "text/html;profile=mcp-app" {
+				t.Errorf("%s read %s: %+v", tc.who, r.URI, r)
+				continue
+			}
+			if r.URI == main && (!strings.Contains(r.Text, "p { color: teal }") || !strings.Contains(r.Text, `moat.call("hello"`) ||
+				!strings.Contains(r.Text, "ui/initialize") || strings.Contains(r.Text, `src="app.js"`) || strings.Contains(r.Text, "<b>Board</b>")) {
+				t.Errorf("%s: the document of %s:\n%s", tc.who, main, r.Text)
+			}
+			ui, _ := r.Meta["ui"].(map[string]any)
+			if csp, _ := ui["csp"].(map[string]any); csp == nil || len(csp["connectDomains"].([]any)) != 0 {
+				t.Errorf("%s: %s's _meta %v; want a csp with no domains", tc.who, r.URI, r.Meta)
+			}
+		}
+		if len(tc.sees) > 0 {
+			ui, _ := o.ToolMeta["board.hello"]["ui"].(map[string]any)
+			if ui == nil || ui["resourceUri"] != main {
+				t.Errorf("%s: board.hello's _meta %v; want ui.resourceUri %s", tc.who, o.ToolMeta["board.hello"], main)
+			}
+		} else if slices.Contains(o.Tools, "board.hello") {
+			t.Errorf("%s sees board.hello", tc.who)
 		}
 	}
 }

@@ -3,8 +3,12 @@
 //   {"transport": "http", "url": ".../mcp", "key": "..."}
 //   {"transport": "stdio", "command": "moat", "args": ["mcp", ...], "env": {...}}
 // with "elicit": "accept" | "decline" | null (null: no elicitation
-// capability) and "calls": [{"name": ..., "arguments": {...}}]. Prints
-// {"tools": [...], "results": [{"isError", "text"}], "elicited": [...]}.
+// capability), "calls": [{"name": ..., "arguments": {...}}], and
+// "resources": true to list the resources (every page of the list) and
+// "reads": [uri, ...] to read some. Prints {"tools": [...], "toolMeta":
+// {name: _meta}, "results": [{"isError", "text"}], "elicited": [...],
+// "resources": [{"uri", "mimeType", "title"}], "reads": [{"uri",
+// "mimeType", "text", "meta", "error"}]}.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -39,5 +43,25 @@ for (const call of plan.calls || []) {
     results.push({ isError: true, text: "protocol error: " + e.message });
   }
 }
+const resources = [];
+if (plan.resources) {
+  let cursor;
+  do {
+    const r = await client.listResources(cursor ? { cursor } : {});
+    for (const x of r.resources) resources.push({ uri: x.uri, mimeType: x.mimeType, title: x.title });
+    cursor = r.nextCursor;
+  } while (cursor);
+}
+const reads = [];
+for (const uri of plan.reads || []) {
+  try {
+    const r = await client.readResource({ uri });
+    const c = r.contents[0] || {};
+    reads.push({ uri, mimeType: c.mimeType, text: c.text || "", meta: c._meta || null });
+  } catch (e) {
+    reads.push({ uri, error: e.message });
+  }
+}
 await client.close();
-console.log(JSON.stringify({ tools: tools.map((t) => t.name), results, elicited }));
+const toolMeta = Object.fromEntries(tools.map((t) => [t.name, t._meta || null]));
+console.log(JSON.stringify({ tools: tools.map((t) => t.name), toolMeta, results, elicited, resources, reads }));

@@ -24,6 +24,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -59,11 +61,68 @@ type Options struct {
 	// moat API key.
 	AuthorizationServers []string
 	Logger               *slog.Logger
+	// WriteTimeout is how long a client may take to read each write of
+	// an event stream (the server's http.write_timeout); 0 leaves the
+	// connection's deadline as it is.
+	WriteTimeout time.Duration
 }
 
+// maxPeek bounds what of a request body is read to learn whether it asks
+// for progress: the SDK's own bound on a body (MaxRequestBodyBytes'
+// default). A longer body is passed on whole, and the SDK refuses it.
+const maxPeek = 4 << 20
+
+// asksProgress reports whether the request is one JSON-RPC request whose
+// params carry _meta.progressToken, and the client takes event streams.
+// The body is read (bounded) and put back.
+func asksProgress(r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil || !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	if err != nil || len(head) > maxPeek {
+		return false
+	}
+	var msg struct {
+		Params struct {
+			Meta struct {
+				ProgressToken any `json:"progressToken"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(head, &msg) == nil && msg.Params.Meta.ProgressToken != nil
+}
+
+// deadlineWriter moves the connection's write deadline on before each
+// write of an event stream, so a call that runs longer than the write
+// timeout keeps its stream while it sends progress, and a client that
+// stops reading is dropped a timeout later.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.timeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) Flush() { _ = w.rc.Flush() }
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // NewHandler returns the streamable HTTP handler of /mcp: stateless, each
-// answer one JSON document (the front door serves no event streams, so
-// progress notifications reach stdio clients only),
+// answer one JSON document, except a request that asks for progress (a
+// progressToken), answered as an event stream that carries the progress
+// notifications before the result (each write moving the connection's
+// write deadline on by Options.WriteTimeout, as the API's own streams do);
 // cross-origin requests refused (a browser page of another origin cannot
 // drive a local agent's tools), and no tools without a key (401, with
 // the WWW-Authenticate header that points at the resource metadata).
@@ -72,29 +131,40 @@ func NewHandler(o Options) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	streamable := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	server := func(r *http.Request) *mcp.Server {
 		c, _ := r.Context().Value(callerKey{}).(*caller)
 		if c == nil {
 			return nil
 		}
 		return c.server
-	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: logger})
+	}
+	streamable := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: logger})
+	streaming := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true, Logger: logger})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r)
 		if !ok {
 			unauthorized(w, r, o, "send a moat API key as Authorization: Bearer <key>; create one with `moat keys create`")
 			return
 		}
-		c := &caller{api: o.API, key: key, version: o.Version, logger: logger, remoteAddr: r.RemoteAddr}
+		c := &caller{api: o.API, key: key, version: o.Version, logger: logger, remoteAddr: r.RemoteAddr, chargeOnce: true, writeTimeout: o.WriteTimeout}
 		if status, err := c.build(r.Context()); err != nil {
 			if status == http.StatusUnauthorized {
 				unauthorized(w, r, o, err.Error())
 				return
 			}
+			if status == http.StatusTooManyRequests {
+				http.Error(w, err.Error(), status)
+				return
+			}
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		streamable.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+		if asksProgress(r) {
+			streaming.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: o.WriteTimeout}, r)
+			return
+		}
+		streamable.ServeHTTP(w, r)
 	})
 	cop := http.NewCrossOriginProtection()
 	mux := http.NewServeMux()
@@ -148,6 +218,30 @@ type caller struct {
 	logger     *slog.Logger
 	remoteAddr string
 	server     *mcp.Server
+	// chargeOnce: this caller serves one MCP request (/mcp, stateless),
+	// whose first API request takes the key's rate token; the others it
+	// makes carry Charged, and the API does not charge them again. A
+	// stdio session's callers charge every request (it lives on).
+	chargeOnce bool
+	charged    atomic.Bool
+	// writeTimeout is /mcp's event streams' (Options.WriteTimeout).
+	writeTimeout time.Duration
+	// languages caches GET /v1/languages for run_code (a stdio session
+	// asks once).
+	languages []language
+}
+
+type chargedKey struct{}
+
+// Charged is the API key whose rate token the MCP request that made this
+// in-process API request already took, or "". The API's authentication
+// does not charge such a request again, so an MCP request costs one token
+// however many API requests it takes (the tools' listing, a call, a
+// page's files). It is a context value: only code in this process can set
+// it, never a request from the network.
+func Charged(ctx context.Context) string {
+	k, _ := ctx.Value(chargedKey{}).(string)
+	return k
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -242,9 +336,19 @@ func (c *caller) do(ctx context.Context, method, path string, body []byte, clien
 		req.Header.Set(HeaderTool, tool)
 	}
 	req.RemoteAddr = c.remoteAddr
+	if c.charged.Load() {
+		req = req.WithContext(context.WithValue(ctx, chargedKey{}, c.key))
+	}
 	res, err := c.api(req)
 	if err != nil {
 		return nil, fmt.Errorf("mcp: %s %s: %w", method, path, err)
+	}
+	// Only an answer of success is sure to have been charged: a refusal
+	// may come before the rate buckets are (a bad key, a key scope, the
+	// rate itself), and marking the MCP request charged then would let
+	// its next requests through free.
+	if c.chargeOnce && res.StatusCode/100 == 2 {
+		c.charged.Store(true)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer+1))
@@ -280,17 +384,46 @@ func (c *caller) build(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if a.status != http.StatusOK {
-		return a.status, a.err()
-	}
 	var list struct {
 		Modules []module `json:"modules"`
 	}
-	if err := json.Unmarshal(a.body, &list); err != nil {
-		return 0, fmt.Errorf("mcp: GET /v1/modules: %w", err)
+	switch a.status {
+	case http.StatusOK:
+		if err := json.Unmarshal(a.body, &list); err != nil {
+			return 0, fmt.Errorf("mcp: GET /v1/modules: %w", err)
+		}
+	case http.StatusForbidden:
+		// A key that may not list modules (a key scope, say) calls no
+		// action through MCP; it may still run code or read resources.
+	default:
+		return a.status, a.err()
+	}
+	var pages struct {
+		Pages []page `json:"pages"`
+	}
+	if err := c.getJSON(ctx, "/v1/pages", &pages); err != nil {
+		return 0, err
+	}
+	var who struct {
+		MayRunCode *bool `json:"may_run_code"`
+	}
+	if err := c.getJSON(ctx, "/v1/whoami", &who); err != nil {
+		return 0, err
+	}
+	// A page linked from a module's tools: its first the principal may
+	// open (MCP Apps links one UI to a tool).
+	ui := map[string]string{}
+	for _, p := range pages.Pages {
+		if _, ok := ui[p.Module]; !ok {
+			ui[p.Module] = p.uri()
+		}
+	}
+	caps := &mcp.ServerCapabilities{} // no logging: moat sends clients no log messages
+	if len(pages.Pages) > 0 {
+		caps.AddExtension(AppsExtension, map[string]any{"mimeTypes": []string{AppMIMEType}})
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "moat", Title: "moat sandbox", Version: c.version}, &mcp.ServerOptions{
-		Logger: c.logger,
+		Logger: c.logger, Capabilities: caps,
 		Instructions: "moat runs code in sandboxes. Each module.action tool is a deployed plugin action this key may call; " +
 			"run_code runs a program once; the session_* tools keep a sandbox with files and state between calls.",
 	})
@@ -302,14 +435,40 @@ func (c *caller) build(ctx context.Context) (int, error) {
 			if act.Callable == nil || !*act.Callable {
 				continue
 			}
-			c.addAction(s, m.Name, act)
+			c.addAction(s, m.Name, act, ui[m.Name])
 		}
 	}
-	c.addRunCode(s)
-	c.addSessionTools(s)
+	// run_code and the session tools only for a principal the profile's
+	// exec_roles allow (the rule of /v1/runs and /v1/sessions; a server
+	// before whoami said so: shown, and the API decides).
+	if who.MayRunCode == nil || *who.MayRunCode {
+		c.addRunCode(s)
+		c.addSessionTools(s)
+	}
+	c.addTaskTool(s)
+	c.addPages(s, pages.Pages)
 	c.addResources(s)
 	c.server = s
 	return 0, nil
+}
+
+// getJSON decodes the API's answer to GET path into v; a 403 (the key
+// may not read it) leaves v as it is.
+func (c *caller) getJSON(ctx context.Context, path string, v any) error {
+	a, err := c.do(ctx, http.MethodGet, path, nil, "", "")
+	if err != nil {
+		return err
+	}
+	if a.status == http.StatusForbidden {
+		return nil
+	}
+	if a.status != http.StatusOK {
+		return fmt.Errorf("mcp: GET %s: %w", path, a.err())
+	}
+	if err := json.Unmarshal(a.body, v); err != nil {
+		return fmt.Errorf("mcp: GET %s: %w", path, err)
+	}
+	return nil
 }
 
 // clientName is the calling client's name and version, as it says, cut

@@ -54,7 +54,7 @@ func preview(b []byte) string {
 // would with the same key: the host validates them against the input
 // schema, checks the roles and asks for a confirmation when the manifest
 // or a sensitive op says so.
-func (c *caller) addAction(s *mcp.Server, mod string, a action) {
+func (c *caller) addAction(s *mcp.Server, mod string, a action, ui string) {
 	name := mod + "." + a.Name
 	in, wrapped, _ := toolSchema(a.InputSchema)
 	desc := a.Description
@@ -67,6 +67,11 @@ func (c *caller) addAction(s *mcp.Server, mod string, a action) {
 	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: in,
 		Annotations: &mcp.ToolAnnotations{Title: name, DestructiveHint: ptr(a.Confirm), OpenWorldHint: ptr(true)},
 		Meta:        mcp.Meta{"moat/confirm": a.Confirm}}
+	if ui != "" {
+		// MCP Apps: the module's page shows this tool's results in a host
+		// that renders apps (a resource the principal may open: addPages).
+		tool.Meta["ui"] = map[string]any{"resourceUri": ui}
+	}
 	structured := false
 	if out, _, ok := toolSchema(a.OutputSchema); ok && len(a.OutputSchema) > 0 {
 		tool.OutputSchema, structured = out, true
@@ -90,7 +95,7 @@ func (c *caller) addAction(s *mcp.Server, mod string, a action) {
 			}
 			body = args.Input
 		}
-		stop := progress(ctx, req, name)
+		stop := c.progress(ctx, req, name)
 		ans, err := c.do(ctx, http.MethodPost, path, body, client, name)
 		stop()
 		if err != nil {
@@ -209,7 +214,7 @@ func (c *caller) addRunCode(s *mcp.Server) {
 			if err != nil {
 				return nil, err
 			}
-			stop := progress(ctx, req, "run_code")
+			stop := c.progress(ctx, req, "run_code")
 			ans, err := c.do(ctx, http.MethodPost, "/v1/runs", body, client, "run_code")
 			stop()
 			if err != nil {
@@ -221,25 +226,24 @@ func (c *caller) addRunCode(s *mcp.Server) {
 
 // extension is the file extension of a language (or alias) the server runs.
 func (c *caller) extension(ctx context.Context, lang, client string) (string, error) {
-	ans, err := c.do(ctx, http.MethodGet, "/v1/languages", nil, client, "")
-	if err != nil {
-		return "", err
-	}
-	if ans.status != http.StatusOK {
-		return "", ans.err()
-	}
-	var list struct {
-		Languages []struct {
-			Name       string   `json:"name"`
-			Aliases    []string `json:"aliases"`
-			Extensions []string `json:"extensions"`
-		} `json:"languages"`
-	}
-	if err := json.Unmarshal(ans.body, &list); err != nil {
-		return "", err
+	if c.languages == nil {
+		ans, err := c.do(ctx, http.MethodGet, "/v1/languages", nil, client, "")
+		if err != nil {
+			return "", err
+		}
+		if ans.status != http.StatusOK {
+			return "", ans.err()
+		}
+		var list struct {
+			Languages []language `json:"languages"`
+		}
+		if err := json.Unmarshal(ans.body, &list); err != nil {
+			return "", err
+		}
+		c.languages = list.Languages
 	}
 	var names []string
-	for _, l := range list.Languages {
+	for _, l := range c.languages {
 		names = append(names, l.Name)
 		if l.Name == lang || contains(l.Aliases, lang) {
 			if len(l.Extensions) > 0 {
@@ -249,6 +253,13 @@ func (c *caller) extension(ctx context.Context, lang, client string) (string, er
 		}
 	}
 	return "", fmt.Errorf("language %q is not one this server runs; use one of %s", lang, strings.Join(names, ", "))
+}
+
+// language is an entry of GET /v1/languages.
+type language struct {
+	Name       string   `json:"name"`
+	Aliases    []string `json:"aliases"`
+	Extensions []string `json:"extensions"`
 }
 
 func contains(l []string, s string) bool {
@@ -324,6 +335,12 @@ var sessionTools = []sessionTool{
 		request: func(args map[string]any) (string, string, []byte, error) {
 			return http.MethodGet, "/v1/sessions/" + escape(str(args, "session_id")) + "/files/list?path=" + queryEscape(str(args, "path")), nil, nil
 		}},
+	{name: "session_fork", title: "Fork a session", mutates: true,
+		desc:   "Copies a session: a new session with the same files and code contexts (their variables as they are now), which then goes its own way. Returns the new session (sessions[0].id).",
+		schema: `{"type":"object","properties":{"session_id":{"type":"string"}},"required":["session_id"],"additionalProperties":false}`,
+		request: func(args map[string]any) (string, string, []byte, error) {
+			return http.MethodPost, "/v1/sessions/" + escape(str(args, "session_id")) + "/fork", []byte("{}"), nil
+		}},
 	{name: "session_kill", title: "Kill a session", mutates: true,
 		desc:   "Ends a session and deletes its workspace.",
 		schema: `{"type":"object","properties":{"session_id":{"type":"string"}},"required":["session_id"],"additionalProperties":false}`,
@@ -357,7 +374,7 @@ func (c *caller) addSessionTools(s *mcp.Server) {
 				if err != nil {
 					return toolError("%s: %v", t.name, err), nil
 				}
-				stop := progress(ctx, req, t.name)
+				stop := c.progress(ctx, req, t.name)
 				ans, err := c.do(ctx, method, path, body, clientName(req), t.name)
 				stop()
 				if err != nil {
@@ -371,14 +388,43 @@ func (c *caller) addSessionTools(s *mcp.Server) {
 	}
 }
 
+// addTaskTool adds task_status: GET /v1/tasks/{id}, scoped as that route
+// is (the key's organization, and its user unless the key may read every
+// task), so an agent can follow a task an action enqueued. The go-sdk
+// v1.8.0 has no MCP tasks extension (SEP-2663); this is the documented
+// poll tool in its place.
+func (c *caller) addTaskTool(s *mcp.Server) {
+	s.AddTool(&mcp.Tool{Name: "task_status", InputSchema: json.RawMessage(`{"type":"object","properties":{"task_id":{"type":"string","description":"the id of a task an action enqueued (its output names it)"}},"required":["task_id"],"additionalProperties":false}`),
+		Description: "Reports a background task's state, attempts and result, as GET /v1/tasks/{id} does. Call it again until the task has finished.",
+		Annotations: &mcp.ToolAnnotations{Title: "Task status", ReadOnlyHint: true, OpenWorldHint: ptr(false)}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct {
+				TaskID string `json:"task_id"`
+			}
+			if err := objectArgs(req.Params.Arguments, &args); err != nil {
+				return toolError("task_status: %v", err), nil
+			}
+			if args.TaskID == "" || len(args.TaskID) > 128 {
+				return toolError("task_status: task_id must be a task's id (1 to 128 characters)"), nil
+			}
+			ans, err := c.do(ctx, http.MethodGet, "/v1/tasks/"+escape(args.TaskID), nil, clientName(req), "task_status")
+			if err != nil {
+				return nil, err
+			}
+			return jsonResult(ans), nil
+		})
+}
+
 // progressEvery is how often a call still running says so.
 const progressEvery = 5 * time.Second
 
 // progress reports a call's progress to a client that asked for it (a
 // progress token): "running" at once, then a beat every progressEvery
-// until stop, so a client that resets its timeout on progress waits out
-// a long action or run rather than giving up on it.
-func progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop func()) {
+// (or half the event stream's write timeout, when that is shorter) until
+// stop, so a client that resets its timeout on progress waits out a long
+// action or run rather than giving up on it, and /mcp's stream outlives
+// its write deadline.
+func (c *caller) progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop func()) {
 	tok := req.Params.GetProgressToken()
 	if tok == nil || req.Session == nil {
 		return func() {}
@@ -389,7 +435,11 @@ func progress(ctx context.Context, req *mcp.CallToolRequest, what string) (stop 
 	send(0, "running "+what)
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(progressEvery)
+		every := progressEvery
+		if c.writeTimeout > 0 && c.writeTimeout/2 < every {
+			every = c.writeTimeout / 2
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		start := time.Now()
 		for n := 1; ; n++ {
