@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -276,11 +275,10 @@ func (a *authenticator) flush(ctx context.Context) {
 
 func (a *authenticator) write(ctx context.Context, batch map[string]keyUse) {
 	for id, u := range batch {
-		addr := u.addr // the peer's address, never a header a client sets
-		if ap, err := netip.ParseAddrPort(addr); err == nil {
-			addr = ap.Addr().Unmap().String()
-		}
-		if err := a.st.APIKeyTouch(ctx, id, u.at, addr); err != nil && a.log != nil {
+		// The client's address (clientAddr: the peer's, or behind one of
+		// http.trusted_proxies the one it names; never a header from any
+		// other peer).
+		if err := a.st.APIKeyTouch(ctx, id, u.at, u.addr); err != nil && a.log != nil {
 			a.log.Debug("api key: recording its last use", "key", id, "err", err)
 		}
 	}

@@ -35,13 +35,13 @@ func TestKeyLastUseBatched(t *testing.T) {
 	a := newAuthenticator(st, nil)
 	start := time.Now()
 	for i := range 1000 {
-		a.use(key.ID, "192.0.2.7:4000", start.Add(time.Duration(i)*time.Millisecond))
+		a.use(key.ID, "192.0.2.7", start.Add(time.Duration(i)*time.Millisecond))
 	}
 	if at, _ := lastUse(); !at.IsZero() {
 		t.Fatalf("uses within a minute were written: %v", at)
 	}
 	later := a.lastTouch.Add(touchEvery)
-	a.use(key.ID, "[2001:db8::1]:443", later)
+	a.use(key.ID, "2001:db8::1", later)
 	a.mu.Lock()
 	a.closed = true // wait for the background write as close does, without its flush
 	a.mu.Unlock()
@@ -51,7 +51,7 @@ func TestKeyLastUseBatched(t *testing.T) {
 	}
 	a.closed = false
 	evenLater := later.Add(time.Second)
-	a.use(key.ID, "198.51.100.2:1", evenLater)
+	a.use(key.ID, "198.51.100.2", evenLater)
 	a.close(ctx)
 	if at, addr := lastUse(); at.UnixNano() != evenLater.UnixNano() || addr != "198.51.100.2" {
 		t.Errorf("after close: %v %q", at, addr)

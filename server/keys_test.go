@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/moat-sandbox/moat/host/store/postgres/pgtest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/server"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // keyAnswer is what create and rotate answer.
@@ -296,8 +298,15 @@ func TestKeyScopes(t *testing.T) {
 	if out, isErr := callText(t, cs, "tools.echo", map[string]any{"name": "x"}); isErr {
 		t.Errorf("an invoke key calling tools.echo over MCP: %s", out)
 	}
-	if out, isErr := callText(t, cs, "run_code", map[string]any{"language": "python", "code": "print(1)"}); !isErr || !strings.Contains(out, "scope") {
-		t.Errorf("an invoke key running code over MCP: error=%v %s", isErr, out)
+	// run_code is not even offered to it (whoami's may_run_code weighs
+	// the key's scopes), and a call by name is refused.
+	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(1)"}}); err == nil && !res.IsError {
+		t.Errorf("an invoke key ran code over MCP: %+v", res.Content)
+	}
+	for key, want := range map[string]string{invoke: `"may_run_code":false`, run: `"may_run_code":true`, admin: `"may_run_code":true`} {
+		if r := ts.do(t, "GET", "/v1/whoami", key, nil); !strings.Contains(string(r.body), want) {
+			t.Errorf("whoami: %s; want %s", r.body, want)
+		}
 	}
 }
 

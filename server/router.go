@@ -25,7 +25,8 @@ type reqState struct {
 	correlation string
 	principal   policy.Principal
 	keyID       string
-	body        []byte // the request body, read (and bounded) by admit
+	keyScopes   []string // the key's scopes (none: all its roles allow)
+	body        []byte   // the request body, read (and bounded) by admit
 	bodyRead    bool
 	// pending is the request's body while it may be unread (bodyDeadline):
 	// a response sent before its end closes the connection (beforeWrite).
@@ -240,7 +241,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		now := time.Now()
-		s.auth.use(key.ID, c.Request().RemoteAddr, now)
+		s.auth.use(key.ID, s.cfg.HTTP.clientAddr(c.Request()).String(), now)
 		ctx := c.Request().Context()
 		// A request /mcp makes in process for an MCP request that already
 		// took this key's token is not charged again: one token per MCP
@@ -260,7 +261,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		st := stateOf(c)
-		st.principal, st.keyID = policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles}, key.ID
+		st.principal, st.keyID, st.keyScopes = policy.Principal{User: key.User, Org: key.Org, Roles: key.Roles}, key.ID, key.Scopes
 		if tool := c.Request().Header.Get(mcpserver.HeaderTool); tool != "" {
 			err := next(c)
 			s.auditMCP(c, tool, err)
@@ -320,8 +321,12 @@ func (s *Server) whoami(c echo.Context) error {
 	if roles == nil {
 		roles = []string{}
 	}
+	// may_run_code is what MCP lists run_code and the session tools by:
+	// the profile's exec_roles and the key's scopes, the two checks the
+	// code-execution routes make.
+	scoped, _ := scopeAllows(stateOf(c).keyScopes, routeFamily{scope: ScopeRun})
 	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": stateOf(c).keyID,
-		"may_run_code": s.hostFor(p.Org).Profile().AuthorizeExec(p) == nil})
+		"may_run_code": scoped && s.hostFor(p.Org).Profile().AuthorizeExec(p) == nil})
 }
 
 // mayExec admits a request of the code-execution routes (/v1/runs, the
