@@ -254,6 +254,16 @@ func All() []Language {
 	return out
 }
 
+// Names returns every registered language's name, sorted. Unlike
+// All()[i].Info().Name it runs nothing: a language's Info may run its
+// toolchain for the version (javac alone is 0.3 CPU-seconds), and every
+// moat command lists the names in its --lang help at start-up.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	return names()
+}
+
 func names() []string {
 	ns := make([]string, 0, len(byName))
 	for n := range byName {

@@ -390,14 +390,11 @@ func withAudit(ctx context.Context, g *globalFlags, record func(a *audit.Log)) e
 	return nil
 }
 
-// languageNames are the names of the registered languages, sorted.
-func languageNames() []string {
-	var names []string
-	for _, l := range languages.All() {
-		names = append(names, l.Info().Name)
-	}
-	return names
-}
+// languageNames are the names of the registered languages, sorted,
+// without asking any language its Info: that would run every toolchain
+// for its version in every moat process, --help included (about 0.4
+// CPU-seconds each).
+func languageNames() []string { return languages.Names() }
 
 // addGrantFlags adds --dir, --file and --workdir.
 func addGrantFlags(fl *pflag.FlagSet, g *grantFlags) {
