@@ -114,7 +114,8 @@ test-only:
 # compile and link of the test binaries (docs/RATIONALE.md: the test tiers).
 check: deps ## the inner loop: go test -short ./..., the slow tests skip (make test runs everything)
 	@echo "==> go test -short ./... (the slow tests skip)"
-	@$(GOTEST) -short -timeout 15m ./...
+	@start=$$(date +%s); load=$$(cut -d' ' -f1 /proc/loadavg); $(GOTEST) -short -timeout 15m ./...; rc=$$?; \
+		echo "==> make check: $$(( $$(date +%s) - start )) s wall (load average $$load at the start, $$(cut -d' ' -f1 /proc/loadavg) at the end)"; exit $$rc
 
 vet:
 	@echo "==> go vet"

@@ -72,6 +72,7 @@ func TestRunFileGrants(t *testing.T) {
 // still opens the directories its profile grants (its Landlock layer
 // allows them), and a module uploaded later uses them as granted.
 func TestServeFileGrants(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	base := t.TempDir()
 	ro, rw := filepath.Join(base, "ro"), filepath.Join(base, "rw")
 	for _, d := range []string{ro, rw} {

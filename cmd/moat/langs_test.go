@@ -21,6 +21,7 @@ func needTool(t *testing.T, bin string) {
 }
 
 func TestLangs(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	r := moat(t, "", "langs", "--json")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -67,6 +68,7 @@ func TestLangs(t *testing.T) {
 // its exit code as moat's, a second run from the build cache, and a
 // compile error's message.
 func TestExecJava(t *testing.T) {
+	testenv.Slow(t, "javac and a JVM start in each of its three runs; moat exec through the binary is TestExecLang's, and Java under -short is languages/all's TestJavaThreads and TestJavaMainClass")
 	needTool(t, "/usr/bin/javac")
 	data := t.TempDir()
 	const code = `import java.util.Scanner;
@@ -93,6 +95,7 @@ public class Main {
 }
 
 func TestExecLang(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	needTool(t, "/usr/bin/clang-19")
 	data := t.TempDir()
 	const code = `#include <stdio.h>

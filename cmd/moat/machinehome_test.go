@@ -75,6 +75,7 @@ func treeDigest(dir string) (string, error) {
 // system home, and asserts which toolchains `moat toolchains list` finds
 // and whether python is offered.
 func TestMachineHomeNeverRead(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	poisoned := os.Getenv(moatdir.EnvSystemHome)
 	if !filepath.IsAbs(poisoned) || !strings.Contains(poisoned, "poisoned") {
 		t.Fatalf("TestMain did not point %s at the poisoned home (%q)", moatdir.EnvSystemHome, poisoned)

@@ -23,6 +23,7 @@ import (
 // strictly: no field of another name), moat audit --json is /v1/audit's
 // events, and moat audit takes --correlation-id as moat run does.
 func TestOneNaming(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	data := t.TempDir()
 	r := moat(t, "", "exec", "--data", data, "--lang", "javascript", "-e", `print("hi")`, "--json")
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
@@ -46,6 +47,7 @@ func TestOneNaming(t *testing.T) {
 // the manifest's version), and moat audit --json --since T --until T
 // answers what /v1/audit?since=T&until=T does.
 func TestInspectMatchesModulesAPI(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	data := t.TempDir()
 	key := strings.TrimSpace(moat(t, "", "keys", "create", "--data", data, "--org", "acme", "--user", "ann", "--role", "admin").stdout)
 	dir := filepath.Join(t.TempDir(), "naming")
@@ -220,6 +222,7 @@ func TestAuditTimeRange(t *testing.T) {
 // first names still work, on the same value, with a deprecation line, and
 // are gone from --help.
 func TestMiBFlagNames(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	for _, c := range []struct {
 		cmd   []string
 		names []string

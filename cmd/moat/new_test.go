@@ -114,6 +114,7 @@ func TestMakeExamplesUseMoatBuild(t *testing.T) {
 // syntax), unknown languages with a did-you-mean, and a directory that
 // holds anything are refused before a file is written.
 func TestNewRefuses(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	work := t.TempDir()
 	occupied := filepath.Join(work, "taken")
 	os.MkdirAll(occupied, 0o755)
@@ -155,6 +156,7 @@ func TestNewRefuses(t *testing.T) {
 // sources) runs without a build, even when its manifest is newer; with no
 // module and nothing to build from, moat run names moat build.
 func TestRunWithoutSources(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	dir := writeModule(t, "hello-go", testwasm.BuildGo(t, "./examples/hello-go", true))
 	time.Sleep(10 * time.Millisecond)
 	copyFile(t, filepath.Join(testwasm.RepoRoot(t), "examples", "hello-go", "moat.yaml"), filepath.Join(dir, "moat.yaml"))

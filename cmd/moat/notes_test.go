@@ -46,6 +46,7 @@ func moatIn(t *testing.T, dir string, args ...string) result {
 // under dev, which grants everything; under minimal, which grants none of
 // them, the plugin would be refused, naming each.
 func TestNotesPolicyCheck(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	root := testwasm.RepoRoot(t)
 	want := []string{"db notes ✓ granted", "ai small-chat ✓ granted", "knowledge notes ✓ granted", "tasks ✓ granted", "log, config ✓ always available"}
 	for _, plugin := range []string{"examples/notes/go/moat.yaml", "examples/notes/python"} {

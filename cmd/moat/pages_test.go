@@ -20,6 +20,7 @@ import (
 // check and moat inspect (text and --json) list with who may open it; a
 // page whose entry is missing is refused naming the page and the fix.
 func TestPagesListed(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	work := t.TempDir()
 	if r := moatIn(t, work, "new", "p", "--lang", "javascript"); r.code != 0 {
 		t.Fatalf("new: %+v", r)

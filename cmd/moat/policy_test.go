@@ -93,6 +93,7 @@ func TestSignedModules(t *testing.T) {
 // TestConfirmFlow: a confirm-required action prints a token and exit 4;
 // the token runs it once, for the same principal only.
 func TestConfirmFlow(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	data := t.TempDir()
 	plugin := helloPlugin(t, "")
 	manifest := filepath.Join(plugin, "moat.yaml")
@@ -127,6 +128,7 @@ func TestConfirmFlow(t *testing.T) {
 
 // TestPolicyCheck: a refusal is explained on one screen, with exit 3.
 func TestPolicyCheck(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	plugin := helloPlugin(t, "")
 	manifest := filepath.Join(plugin, "moat.yaml")
 	b, _ := os.ReadFile(manifest)

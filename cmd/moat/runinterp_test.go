@@ -59,6 +59,7 @@ func TestRunInterpretedPlugin(t *testing.T) {
 // it, and refuses it after one byte of a source file or the manifest
 // changes, or without the signature.
 func TestSignedScriptPlugin(t *testing.T) {
+	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	dir := t.TempDir()
 	plugin := filepath.Join(dir, "hello-js")
 	os.Mkdir(plugin, 0o755)
