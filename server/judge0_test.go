@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -371,7 +372,7 @@ func TestJudge0Hostile(t *testing.T) {
 	ts := start(t, "", func(c *server.Config) {
 		withJudge0(t)(c)
 		c.Limits.MaxRequestBytes = 256 << 10
-		c.Limits.Archive.MaxBytes, c.Limits.Archive.MaxEntryBytes = 1<<20, 1<<20
+		c.Limits.Archive.MaxBytes, c.Limits.Archive.MaxEntryBytes, c.Limits.Archive.MaxEntries = 1<<20, 1<<20, 16
 	})
 	key := ts.key(t, "acme", "ann", "dev")
 	judge0Langs(t, ts, key, 71)
@@ -400,6 +401,20 @@ func TestJudge0Hostile(t *testing.T) {
 		zw.Close()
 		return base64.StdEncoding.EncodeToString(buf.Bytes())
 	}
+	symlinkZip := func() string {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		h := &zip.FileHeader{Name: "data.txt"}
+		h.SetMode(os.ModeSymlink | 0o777)
+		w, _ := zw.CreateHeader(h)
+		w.Write([]byte("/etc/shadow"))
+		zw.Close()
+		return base64.StdEncoding.EncodeToString(buf.Bytes())
+	}()
+	manyFiles := map[string]string{}
+	for i := range 17 {
+		manyFiles[fmt.Sprintf("f%d.txt", i)] = "x"
+	}
 	for _, tc := range []struct {
 		name   string
 		r      response
@@ -415,7 +430,12 @@ func TestJudge0Hostile(t *testing.T) {
 		{"101 tests", post("/submissions", sub(map[string]any{"tests": make([]map[string]any, 101)})), 422, `"tests":["holds 101 tests`},
 		{"additional_files not a zip", post("/submissions", sub(map[string]any{"additional_files": base64.StdEncoding.EncodeToString([]byte("not a zip"))})), 422, `"additional_files":["is not a zip`},
 		{"additional_files zip bomb", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"a": strings.Repeat("0", 8<<20)})})), 422, `"additional_files":[`},
-		{"additional_files climbing", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"../x": "1"})})), 422, `"additional_files":[`},
+		{"additional_files climbing", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"../x": "1"})})), 422, `"additional_files":["\"../x\": climbs out`},
+		{"additional_files climbing inside", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"a/../../x": "1"})})), 422, `"additional_files":["\"a/../../x\": climbs out`},
+		{"additional_files absolute", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"/etc/cron.d/x": "1"})})), 422, `"additional_files":["\"/etc/cron.d/x\": is an absolute path`},
+		{"additional_files symlink", post("/submissions", sub(map[string]any{"additional_files": symlinkZip})), 422, `"additional_files":["\"data.txt\": is a symbolic link`},
+		{"additional_files too many", post("/submissions", sub(map[string]any{"additional_files": zipOf(manyFiles)})), 422, `"additional_files":["`},
+		{"additional_files the source's name", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"script.py": "print(666)"})})), 422, `"additional_files":["\"script.py\": the submission's source`},
 		{"memory over the maximum", post("/submissions", sub(map[string]any{"memory_limit": 1 << 30})), 422, `"memory_limit":["must be less than or equal to`},
 		{"negative cpu time", post("/submissions", sub(map[string]any{"cpu_time_limit": -1})), 422, `"cpu_time_limit":["must be greater than or equal to 0"]`},
 		{"language id a fraction", post("/submissions", sub(map[string]any{"language_id": 71.5})), 422, `"language_id":["language with id 71.5 doesn't exist"]`},
@@ -441,6 +461,24 @@ func TestJudge0Hostile(t *testing.T) {
 	}())
 	if r.status != 201 || !strings.Contains(string(r.body), `"status_id":3`) {
 		t.Errorf("additional_files: %d %s", r.status, r.body)
+	}
+	// A native run too (Perl, Bash): the files, in their directories, are
+	// in its working directory, which it may write.
+	for _, tc := range []struct {
+		id  int
+		src string
+	}{
+		{85, "open my $f, '<', 'data.txt' or die $!; my $a = <$f>; open my $g, '<', 'in/more.txt' or die $!; my $b = <$g>;\nopen my $w, '>', 'out.txt' or die $!; print $a . $b;"},
+		{46, "cat data.txt in/more.txt > out.txt && cat out.txt"},
+	} {
+		r := post("/submissions?wait=true&fields=stdout,stderr,status_id,message", map[string]any{"source_code": tc.src, "language_id": tc.id,
+			"additional_files": zipOf(map[string]string{"data.txt": "from the zip\n", "in/more.txt": "nested\n"}), "expected_output": "from the zip\nnested"})
+		if r.status == 422 && strings.Contains(string(r.body), "doesn't exist") {
+			continue // the language is not offered here
+		}
+		if r.status != 201 || !strings.Contains(string(r.body), `"status_id":3`) {
+			t.Errorf("additional_files, native language %d: %d %s", tc.id, r.status, r.body)
+		}
 	}
 	// Output that is not UTF-8, without base64: Judge0's error beside the token.
 	r = post("/submissions?wait=true", sub(map[string]any{"source_code": "import sys\nsys.stdout.buffer.write(b'\\xfe')"}))
