@@ -179,51 +179,6 @@ func jsonKeys(t *testing.T, b []byte) []string {
 	return keys
 }
 
-// TestJudge0Verdicts: each verdict's status id, in C and Python.
-func TestJudge0Verdicts(t *testing.T) {
-	testenv.Slow(t, "runs many programs through the executor")
-	ts := start(t, "", withJudge0(t))
-	key := ts.key(t, "acme", "ann", "dev")
-	judge0Langs(t, ts, key, 50, 71)
-	for _, tc := range []struct {
-		name     string
-		lang     int
-		src      string
-		expected string
-		want     int
-	}{
-		{"c accepted", 50, "#include <stdio.h>\nint main(void){puts(\"42\");return 0;}", "42", 3},
-		{"c accepted trailing whitespace", 50, "#include <stdio.h>\nint main(void){puts(\"1 \\n2  \\n\\n\");return 0;}", "1\n2", 3},
-		{"c wrong answer", 50, "#include <stdio.h>\nint main(void){puts(\"41\");return 0;}", "42", 4},
-		{"c wrong answer leading space", 50, "#include <stdio.h>\nint main(void){puts(\" 42\");return 0;}", "42", 4},
-		{"c time limit", 50, "int main(void){volatile int x=0;for(;;)x++;}", "", 5},
-		{"c compilation error", 50, "int main(void){ oops }", "", 6},
-		{"c sigsegv", 50, "int main(void){volatile int *p=(int*)0xFFFFFFF0u;*p=1;return 0;}", "", 7},
-		{"c sigfpe", 50, "#include <stdio.h>\nint main(int c,char**v){volatile int a=1,z=c-1;printf(\"%d\\n\",a/z);return 0;}", "", 9},
-		{"c nzec", 50, "int main(void){return 3;}", "", 11},
-		{"python accepted", 71, "print(6*7)", "42", 3},
-		{"python wrong answer", 71, "print(41)", "42", 4},
-		{"python nzec", 71, "raise SystemExit(2)", "", 11},
-		{"python exception nzec", 71, "1/0", "", 11},
-		{"python time limit", 71, "while True: pass", "", 5},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			body := map[string]any{"source_code": tc.src, "language_id": tc.lang, "cpu_time_limit": 2}
-			if tc.expected != "" {
-				body["expected_output"] = tc.expected
-			}
-			b, _ := json.Marshal(body)
-			r := ts.j0(t, "POST", "/submissions?wait=true&fields=status_id,stdout,stderr,compile_output,message,exit_code,exit_signal", key, string(b))
-			var got struct {
-				StatusID int `json:"status_id"`
-			}
-			if err := json.Unmarshal(r.body, &got); err != nil || r.status != 201 || got.StatusID != tc.want {
-				t.Errorf("%d %s; want status %d", r.status, r.body, tc.want)
-			}
-		})
-	}
-}
-
 // TestJudge0Tests: moat's extension, tests: in a Judge0 submission —
 // one compile, a status per test, the submission's status its first
 // failing test's.
