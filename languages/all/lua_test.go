@@ -2,9 +2,14 @@ package all_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
+	"github.com/moat-sandbox/moat/languages/nativepython"
 )
 
 // TestNativeScriptModules: a native script's sibling files load as
@@ -62,4 +67,69 @@ func TestWorkFilesEveryPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNativePythonDataPackages: numpy and pandas, from Debian's packages,
+// import and compute in a confined native run, with their numerical
+// libraries held to one thread; a program that asks OpenBLAS for 512
+// threads and starts 500 of its own is held at the process limit, and
+// the host is none the worse.
+func TestNativePythonDataPackages(t *testing.T) {
+	testenv.Slow(t, "imports numpy and pandas natively and holds a thread bomb: about 10 s")
+	needLanguage(t, "python3-native")
+	if why := testenv.NativePython(true); why != "" {
+		testenv.Require(t, why)
+	}
+	if !slices.ContainsFunc(nativepython.DataPackages(), func(p string) bool { return strings.HasPrefix(p, "pandas ") }) {
+		testenv.Require(t, "Debian's python3-pandas is not installed (make deps: apt-get install python3-pandas)")
+	}
+	e := newExecutor(t, "")
+	run := func(src string, lim languages.ExecLimits) *languages.ExecResult {
+		t.Helper()
+		res, err := e.Exec(context.Background(), languages.ExecRequest{Language: "python3-native",
+			Source: languages.Source{Main: "main.py", Files: []languages.File{{Name: "main.py", Content: []byte(src)}}}, Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := run(`import os, threading
+import numpy as np, pandas as pd
+a = np.arange(12, dtype=float).reshape(3, 4)
+df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
+print(int(a.sum()), int((a @ a.T).trace()), df.groupby("k")["v"].sum().to_dict(), os.environ["OPENBLAS_NUM_THREADS"], threading.active_count())
+`, languages.ExecLimits{Timeout: 30 * time.Second, MemoryBytes: 512 << 20})
+	if res.Status != languages.StatusOK || string(res.Stdout) != "66 506 {'a': 4, 'b': 2} 1 1\n" {
+		t.Fatalf("numpy and pandas: %s %q stderr %q %s", res.Status, res.Stdout, res.Stderr, res.Message)
+	}
+
+	began := time.Now()
+	res = run(`import os, threading
+os.environ["OPENBLAS_NUM_THREADS"] = "512"
+import numpy as np
+m = np.ones((100, 100))
+def work():
+    for _ in range(50):
+        m @ m
+for _ in range(500):
+    threading.Thread(target=work).start()
+print("all started")
+`, languages.ExecLimits{Timeout: 5 * time.Second, MemoryBytes: 512 << 20})
+	// What holds it (seen with moat exec): OpenBLAS takes what threads
+	// the process limit leaves it, each with its buffers, so the
+	// program's own threads soon cannot allocate under the address-space
+	// limit, and a thread start fails or hangs in the interpreter; the
+	// deadline ends it, or an error first on an idle machine.
+	switch res.Status {
+	case languages.StatusTimeout, languages.StatusRuntimeError, languages.StatusMemoryLimit:
+	default:
+		t.Fatalf("a thread bomb through numpy: %s %q stderr %.600q %s", res.Status, res.Stdout, res.Stderr, res.Message)
+	}
+	if strings.Contains(string(res.Stdout), "all started") {
+		t.Errorf("the bomb started its 500 threads: %q", res.Stdout)
+	}
+	if d := time.Since(began); d > 15*time.Second {
+		t.Errorf("the bomb took %v to end under a 5 s limit", d)
+	}
+	t.Logf("thread bomb: %s after %v: %s", res.Status, time.Since(began).Round(time.Millisecond), res.Message)
 }
