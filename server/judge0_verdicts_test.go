@@ -40,7 +40,10 @@ var judge0Want = map[int]string{
 // as Judge0 judges it), Time Limit Exceeded, a non-zero exit and an
 // uncaught error (NZEC, as Judge0 reports an interpreter's or a JVM's
 // exit status 1), a compilation error for the languages a compiler
-// checks, and the signals a program of the language can die of.
+// checks, the signals a program of the language can die of, and the
+// memory limit (Runtime Error (Other), as Judge0 reports the SIGKILL of
+// its cgroup's OOM killer) on each path: WASM (C, Python), the JVM's
+// heap, and a native process's cgroup (Perl).
 var judge0VerdictTable = []struct {
 	lang string
 	ids  []int // every Judge0 id of the language; the first is submitted
@@ -63,6 +66,7 @@ var judge0VerdictTable = []struct {
 		{"sigfpe", "#include <stdio.h>\nint main(int c,char**v){volatile int a=1,z=c-1;printf(\"%d\\n\",a/z);return 0;}", "", 0, 9},
 		{"sigabrt", "#include <stdlib.h>\nint main(void){abort();}", "", 0, 10},
 		{"nzec", "int main(void){return 3;}", "", 0, 11},
+		{"memory limit", "#include <stdlib.h>\n#include <string.h>\n#include <stdio.h>\nint main(void){long s=0;for(int i=0;i<400;i++){char *p=malloc(1<<20);if(!p)return 5;memset(p,i,1<<20);s+=p[i];}printf(\"%ld\\n\",s);}", "", 65536, 12},
 	}},
 	{"cpp", []int{54, 52, 53, 76}, []judge0Verdict{
 		{"accepted", "#include <iostream>\nint main(){int n;std::cin>>n;std::cout<<n*6<<std::endl;}", "42", 0, 3},
@@ -88,6 +92,7 @@ var judge0VerdictTable = []struct {
 		{"compilation error", "public class Main{public static void main(String[] a){ oops }}", "", 0, 6},
 		{"nzec", "public class Main{public static void main(String[] a){System.exit(3);}}", "", 0, 11},
 		{"exception nzec", "public class Main{public static void main(String[] a){throw new RuntimeException(\"boom\");}}", "", 0, 11},
+		{"memory limit", "import java.util.*;\npublic class Main{public static void main(String[] a){List<long[]> l=new ArrayList<>();for(int i=0;i<400;i++)l.add(new long[1<<17]);System.out.println(l.size());}}", "", 65536, 12},
 	}},
 	{"javascript", []int{93, 63}, []judge0Verdict{
 		{"accepted", "console.log(6*7)", "42", 0, 3},
@@ -108,6 +113,7 @@ var judge0VerdictTable = []struct {
 		{"time limit", "1 while 1;", "", 0, 5},
 		{"nzec", "exit 3;", "", 0, 11},
 		{"die nzec", "die 'boom';", "", 0, 11},
+		{"memory limit", "my @a; push @a, 'x' x (1<<20) for 1..400; print scalar(@a), \"\\n\";", "", 65536, 12},
 	}},
 	{"php", []int{68}, []judge0Verdict{
 		{"accepted", "<?php echo intval(fgets(STDIN))*6, \"\\n\";", "42", 0, 3},
@@ -122,6 +128,7 @@ var judge0VerdictTable = []struct {
 		{"time limit", "while True: pass", "", 0, 5},
 		{"nzec", "raise SystemExit(2)", "", 0, 11},
 		{"exception nzec", "1/0", "", 0, 11},
+		{"memory limit", "x = [bytearray(1 << 20) for _ in range(400)]\nprint(len(x))", "", 65536, 12},
 	}},
 	{"ruby", []int{72}, []judge0Verdict{
 		{"accepted", "puts gets.to_i * 6", "42", 0, 3},
