@@ -75,11 +75,13 @@ type ExecRequest struct {
 	// stdout that is not a terminal (print(..., flush=True), or
 	// PYTHONUNBUFFERED=1 in Env).
 	Output func(stream string, b []byte) `json:"-"`
-	// WorkFiles are written into a WASM run's scratch directory, its
-	// working directory, before it starts: data files a program opens by
-	// a relative name (Judge0's additional_files). Their names are
-	// checked as sources' are. A native run does not get them (its
-	// working directory is made by the launcher): give them as sources.
+	// WorkFiles are written into the run's working directory before it
+	// starts: data files a program opens by a relative name (Judge0's
+	// additional_files). A WASM run finds them in its scratch directory;
+	// a native run in its job dir, where they are copied as the job
+	// starts (host/native Spec.Seed). Their names are checked as
+	// sources' are; the program may change or remove them, and they
+	// count against the scratch limits.
 	WorkFiles []File
 	// Preparing, when set, is called as the job starts work a later job
 	// of the same language does not repeat, and the func it returns when

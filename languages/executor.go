@@ -735,6 +735,20 @@ func (e *Executor) runNative(ctx context.Context, l Language, a *Artifact, req E
 		spec.ReadOnly = []string{srcDir}
 	}
 	spec.ReadOnly = append(spec.ReadOnly, tune.ReadOnly...)
+	if len(req.WorkFiles) > 0 {
+		// Copied into the job dir as the job starts (its working
+		// directory, a tmpfs of its own), from a directory only moat
+		// wrote: names checked as sources' are, no links.
+		seed, err := os.MkdirTemp("", "moat-seed-")
+		if err != nil {
+			return fmt.Errorf("work files: %w", err)
+		}
+		defer os.RemoveAll(seed)
+		if err := WriteSource(seed, req.WorkFiles); err != nil {
+			return fmt.Errorf("work files: %w", err)
+		}
+		spec.Seed = seed
+	}
 	if err := nativeMounts(&spec, req); err != nil {
 		return err
 	}

@@ -4,6 +4,10 @@
 # MOAT_REQUIRE_TOOLS=1 without it).
 
 APT_PACKAGES += python3-numpy
+# pandas for python3-native runs (issue 33, item 4): numpy and pandas are
+# what Judge0's and Piston's users ask for most; the language holds their
+# numerical libraries to one thread (languages/nativepython).
+APT_PACKAGES += python3-pandas
 
 # Java, Perl, Lua and PHP (issue 33): Debian's OpenJDK (javac and java,
 # both confined natively: languages/java), perl, lua5.4 and the PHP CLI.

@@ -158,8 +158,18 @@ type unpacker struct {
 	compressed int64 // the upload's size, for the ratio
 	entries    int
 	inflated   int64
-	files      map[string][]byte // by base name
+	files      map[string][]byte // by base name, or by cleaned path (keepPaths)
 	paths      map[string]bool   // every entry's cleaned path
+	keepPaths  bool
+}
+
+// unpackZipTree is unpack of a zip that keys its files by their cleaned
+// paths ("data/in.txt"), not their base names: files a program finds
+// where the archive put them (Judge0's additional_files), under the same
+// refusals and limits.
+func unpackZipTree(body []byte, lim ArchiveLimits) (map[string][]byte, error) {
+	u := &unpacker{lim: lim, compressed: int64(len(body)), files: map[string][]byte{}, paths: map[string]bool{}, keepPaths: true}
+	return u.zip(body)
 }
 
 // unpack reads the regular files of a tar, tar.gz or zip archive (mt is
@@ -364,6 +374,10 @@ func (u *unpacker) read(name string, r io.Reader) ([]byte, error) {
 
 // add keeps a regular file by its base name.
 func (u *unpacker) add(name string, b []byte) error {
+	if u.keepPaths {
+		u.files[path.Clean(name)] = b // entry refused a second entry of the path
+		return nil
+	}
 	base := path.Base(name)
 	if _, dup := u.files[base]; dup {
 		return &ArchiveError{Entry: name, Reason: fmt.Sprintf("a second file named %s; the archive must hold one plugin", base)}

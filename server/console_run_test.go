@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,23 @@ func TestConsoleEditor(t *testing.T) {
 	if !editorLoaded {
 		t.Fatal("window.MoatEditor is not defined: /console/editor.js did not load or run")
 	}
+	// The languages added for Judge0's users are highlighted too (PHP
+	// is edited as plain text: see editor/entry.mjs).
+	var listed struct{ Languages []struct{ Name string } }
+	if err := json.Unmarshal(ts.do(t, "GET", "/v1/languages", key, nil).body, &listed); err != nil {
+		t.Fatal(err)
+	}
+	langTokens := map[string]*int{}
+	var highlighted chromedp.Tasks
+	for _, l := range listed.Languages {
+		if !slices.Contains([]string{"java", "typescript", "lua", "perl"}, l.Name) {
+			continue
+		}
+		n := new(int)
+		langTokens[l.Name] = n
+		highlighted = append(highlighted, setLang(l.Name),
+			chromedp.Evaluate(`[...`+shadow+`.querySelectorAll(".cm-line span[class]")].filter(s => getComputedStyle(s).color !== getComputedStyle(s.closest(".cm-line")).color).length`, n))
+	}
 	err = chromedp.Run(ctx,
 		chromedp.Poll(doc+` !== null && `+doc+`.length > 0`, nil, chromedp.WithPollingTimeout(10*time.Second)),
 		chromedp.Value("#run-language", &firstLang, chromedp.ByQuery),
@@ -151,6 +169,8 @@ func TestConsoleEditor(t *testing.T) {
 		// sheets, so this fails too when they are blocked).
 		chromedp.Evaluate(`[...`+shadow+`.querySelectorAll(".cm-line span[class]")].filter(s => getComputedStyle(s).color !== getComputedStyle(s.closest(".cm-line")).color).length`, &tokens),
 		shot("console-editor-hello.png"),
+		highlighted,
+		setLang("cpp"),
 		// Typed code is kept across a switch.
 		typeOver("#include <stdio.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); puts(\"typed\"); return 0; }"),
 		setLang("c"),
@@ -184,6 +204,11 @@ func TestConsoleEditor(t *testing.T) {
 	}
 	if tokens < 3 {
 		t.Errorf("%d highlighted tokens in the C++ hello world; want syntax highlighting", tokens)
+	}
+	for name, n := range langTokens {
+		if *n < 1 { // plain text has none; Lua's one-line hello world colours only its string
+			t.Errorf("no highlighted token in the %s hello world; want syntax highlighting", name)
+		}
 	}
 	want := "#include <stdio.h>\nint main(void) { fprintf(stderr, \"log line\\n\"); puts(\"typed\"); return 0; }"
 	if keptDoc != want {

@@ -152,3 +152,23 @@ func TestRunsUnknownLanguage(t *testing.T) {
 		}
 	}
 }
+
+// TestRunsNumpyPandas: POST /v1/runs runs a python3-native program that
+// uses Debian's numpy and pandas (issue 33, item 4).
+func TestRunsNumpyPandas(t *testing.T) {
+	testenv.Slow(t, "a server and pandas' import: about 8 s")
+	if why := testenv.NativePython(true); why != "" {
+		testenv.Require(t, why)
+	}
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/pandas"); err != nil {
+		testenv.Require(t, "Debian's python3-pandas is not installed (make deps)")
+	}
+	ts := start(t, "", withExecutor(t))
+	key := ts.key(t, "acme", "ann", "dev")
+	body, _ := json.Marshal(map[string]any{"language": "python3-native", "files": []map[string]string{{"name": "main.py",
+		"content": "import numpy as np, pandas as pd\ns = pd.Series(np.array([3, 1, 2]))\nprint(s.sort_values().tolist(), s.mean())\n"}}})
+	r := ts.do(t, "POST", "/v1/runs", key, strings.NewReader(string(body)), "Content-Type", "application/json")
+	if m := r.json(t); r.status != 200 || m["status"] != "ok" || m["stdout"] != "[1, 2, 3] 2.0\n" {
+		t.Fatalf("/v1/runs: %d %s", r.status, r.body)
+	}
+}

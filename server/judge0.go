@@ -576,7 +576,7 @@ func (s *Server) judge0Decode(p policy.Principal, r *judge0Request, b64 bool) (*
 		job.Args = *r.CommandLineArguments
 	}
 	if r.AdditionalFiles != nil && *r.AdditionalFiles != "" {
-		job.Files = s.judge0Files(*r.AdditionalFiles, bad)
+		job.Files = s.judge0Files(*r.AdditionalFiles, job.SourceName, bad)
 	}
 	if r.Tests != nil {
 		if n := len(r.Tests); n == 0 || n > MaxRunTests {
@@ -617,7 +617,7 @@ func (s *Server) judge0Decode(p policy.Principal, r *judge0Request, b64 bool) (*
 // limits uploads have (limits.archive): files the program finds beside
 // its source, as Judge0 unpacks them in its working directory. A name
 // that is the source's own is refused, not overwritten.
-func (s *Server) judge0Files(b64 string, bad j0Invalid) []languages.File {
+func (s *Server) judge0Files(b64, source string, bad j0Invalid) []languages.File {
 	raw, err := base64.StdEncoding.DecodeString(strings.NewReplacer("\n", "", "\r", "").Replace(b64))
 	if err != nil {
 		bad.add("additional_files", "is not base64: %v", err)
@@ -627,8 +627,15 @@ func (s *Server) judge0Files(b64 string, bad j0Invalid) []languages.File {
 		bad.add("additional_files", "is not a zip archive; send a base64-encoded .zip")
 		return nil
 	}
-	files, err := unpack("application/zip", raw, s.cfg.Limits.Archive)
-	if err != nil {
+	files, err := unpackZipTree(raw, s.cfg.Limits.Archive)
+	var ae *ArchiveError
+	switch {
+	case errors.As(err, &ae) && ae.Entry != "":
+		// The entry first, and the fix in a zip's terms, not a plugin's.
+		why := strings.Replace(ae.Reason, "archive the plugin directory with relative names", "zip the files with names relative to the working directory", 1)
+		bad.add("additional_files", "%s: %s", quoteName(ae.Entry), why)
+		return nil
+	case err != nil:
 		bad.add("additional_files", "%v", err)
 		return nil
 	}
@@ -639,6 +646,10 @@ func (s *Server) judge0Files(b64 string, bad j0Invalid) []languages.File {
 	slices.Sort(names)
 	out := make([]languages.File, 0, len(names))
 	for _, n := range names {
+		if strings.EqualFold(n, source) {
+			bad.add("additional_files", "%q: the submission's source is named so; rename the file in the zip", n)
+			return nil
+		}
 		out = append(out, languages.File{Name: n, Content: files[n]})
 	}
 	return out

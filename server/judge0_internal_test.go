@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/languages"
 )
 
 // TestJudgeOutput holds the comparison to Judge0's strip (isolate_job.rb):
@@ -62,3 +65,35 @@ func TestFitOutcome(t *testing.T) {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestJudge0JudgeTable: each outcome of the executor in Judge0's status,
+// as isolate_job.rb decides it — a compile stage that passed its time
+// limit is a Compilation Error with Judge0's compile_output, not a Time
+// Limit Exceeded.
+func TestJudge0JudgeTable(t *testing.T) {
+	exp := "42"
+	for _, tc := range []struct {
+		name    string
+		res     languages.ExecResult
+		want    int
+		compile string
+	}{
+		{"accepted", languages.ExecResult{Status: languages.StatusOK, Stdout: []byte("42\n"), RunTime: time.Millisecond}, j0Accepted, ""},
+		{"wrong answer", languages.ExecResult{Status: languages.StatusOK, Stdout: []byte("41\n"), RunTime: time.Millisecond}, j0WrongAnswer, ""},
+		{"run time limit", languages.ExecResult{Status: languages.StatusTimeout, RunTime: time.Second}, j0TLE, ""},
+		{"compile time limit", languages.ExecResult{Status: languages.StatusTimeout, Message: "compile stage: compile time limit 1m0s passed"}, j0CE, "Compilation time limit exceeded."},
+		{"compile error", languages.ExecResult{Status: languages.StatusCompileError, CompileOutput: "main.c:1: error"}, j0CE, "main.c:1: error"},
+		{"sigsegv", languages.ExecResult{Status: languages.StatusRuntimeError, Signal: "SIGSEGV", RunTime: time.Millisecond}, j0SIGSEGV, ""},
+		{"nzec", languages.ExecResult{Status: languages.StatusRuntimeError, ExitCode: 3, RunTime: time.Millisecond}, j0NZEC, ""},
+		{"wasm abort", languages.ExecResult{Status: languages.StatusRuntimeError, ExitCode: -1, Message: "_start: wasm error: unreachable", RunTime: time.Millisecond}, j0SIGABRT, ""},
+		{"rust panic", languages.ExecResult{Status: languages.StatusRuntimeError, ExitCode: -1, Message: "_start: wasm error: unreachable",
+			Stderr: []byte("thread 'main' panicked at 'index out of bounds', src/main.rs:2:1\n"), RunTime: time.Millisecond}, j0NZEC, ""},
+		{"memory", languages.ExecResult{Status: languages.StatusMemoryLimit, RunTime: time.Millisecond}, j0Other, ""},
+		{"output", languages.ExecResult{Status: languages.StatusOutputLimit, RunTime: time.Millisecond}, j0SIGXFSZ, ""},
+	} {
+		oc := judge0Judge(&tc.res, &exp)
+		if oc.StatusID != tc.want || string(oc.CompileOutput) != tc.compile {
+			t.Errorf("%s: status %d compile_output %q, want %d %q", tc.name, oc.StatusID, oc.CompileOutput, tc.want, tc.compile)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -178,51 +179,6 @@ func jsonKeys(t *testing.T, b []byte) []string {
 	return keys
 }
 
-// TestJudge0Verdicts: each verdict's status id, in C and Python.
-func TestJudge0Verdicts(t *testing.T) {
-	testenv.Slow(t, "runs many programs through the executor")
-	ts := start(t, "", withJudge0(t))
-	key := ts.key(t, "acme", "ann", "dev")
-	judge0Langs(t, ts, key, 50, 71)
-	for _, tc := range []struct {
-		name     string
-		lang     int
-		src      string
-		expected string
-		want     int
-	}{
-		{"c accepted", 50, "#include <stdio.h>\nint main(void){puts(\"42\");return 0;}", "42", 3},
-		{"c accepted trailing whitespace", 50, "#include <stdio.h>\nint main(void){puts(\"1 \\n2  \\n\\n\");return 0;}", "1\n2", 3},
-		{"c wrong answer", 50, "#include <stdio.h>\nint main(void){puts(\"41\");return 0;}", "42", 4},
-		{"c wrong answer leading space", 50, "#include <stdio.h>\nint main(void){puts(\" 42\");return 0;}", "42", 4},
-		{"c time limit", 50, "int main(void){volatile int x=0;for(;;)x++;}", "", 5},
-		{"c compilation error", 50, "int main(void){ oops }", "", 6},
-		{"c sigsegv", 50, "int main(void){volatile int *p=(int*)0xFFFFFFF0u;*p=1;return 0;}", "", 7},
-		{"c sigfpe", 50, "#include <stdio.h>\nint main(int c,char**v){volatile int a=1,z=c-1;printf(\"%d\\n\",a/z);return 0;}", "", 9},
-		{"c nzec", 50, "int main(void){return 3;}", "", 11},
-		{"python accepted", 71, "print(6*7)", "42", 3},
-		{"python wrong answer", 71, "print(41)", "42", 4},
-		{"python nzec", 71, "raise SystemExit(2)", "", 11},
-		{"python exception nzec", 71, "1/0", "", 11},
-		{"python time limit", 71, "while True: pass", "", 5},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			body := map[string]any{"source_code": tc.src, "language_id": tc.lang, "cpu_time_limit": 2}
-			if tc.expected != "" {
-				body["expected_output"] = tc.expected
-			}
-			b, _ := json.Marshal(body)
-			r := ts.j0(t, "POST", "/submissions?wait=true&fields=status_id,stdout,stderr,compile_output,message,exit_code,exit_signal", key, string(b))
-			var got struct {
-				StatusID int `json:"status_id"`
-			}
-			if err := json.Unmarshal(r.body, &got); err != nil || r.status != 201 || got.StatusID != tc.want {
-				t.Errorf("%d %s; want status %d", r.status, r.body, tc.want)
-			}
-		})
-	}
-}
-
 // TestJudge0Tests: moat's extension, tests: in a Judge0 submission —
 // one compile, a status per test, the submission's status its first
 // failing test's.
@@ -371,7 +327,7 @@ func TestJudge0Hostile(t *testing.T) {
 	ts := start(t, "", func(c *server.Config) {
 		withJudge0(t)(c)
 		c.Limits.MaxRequestBytes = 256 << 10
-		c.Limits.Archive.MaxBytes, c.Limits.Archive.MaxEntryBytes = 1<<20, 1<<20
+		c.Limits.Archive.MaxBytes, c.Limits.Archive.MaxEntryBytes, c.Limits.Archive.MaxEntries = 1<<20, 1<<20, 16
 	})
 	key := ts.key(t, "acme", "ann", "dev")
 	judge0Langs(t, ts, key, 71)
@@ -400,6 +356,20 @@ func TestJudge0Hostile(t *testing.T) {
 		zw.Close()
 		return base64.StdEncoding.EncodeToString(buf.Bytes())
 	}
+	symlinkZip := func() string {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		h := &zip.FileHeader{Name: "data.txt"}
+		h.SetMode(os.ModeSymlink | 0o777)
+		w, _ := zw.CreateHeader(h)
+		w.Write([]byte("/etc/shadow"))
+		zw.Close()
+		return base64.StdEncoding.EncodeToString(buf.Bytes())
+	}()
+	manyFiles := map[string]string{}
+	for i := range 17 {
+		manyFiles[fmt.Sprintf("f%d.txt", i)] = "x"
+	}
 	for _, tc := range []struct {
 		name   string
 		r      response
@@ -415,10 +385,17 @@ func TestJudge0Hostile(t *testing.T) {
 		{"101 tests", post("/submissions", sub(map[string]any{"tests": make([]map[string]any, 101)})), 422, `"tests":["holds 101 tests`},
 		{"additional_files not a zip", post("/submissions", sub(map[string]any{"additional_files": base64.StdEncoding.EncodeToString([]byte("not a zip"))})), 422, `"additional_files":["is not a zip`},
 		{"additional_files zip bomb", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"a": strings.Repeat("0", 8<<20)})})), 422, `"additional_files":[`},
-		{"additional_files climbing", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"../x": "1"})})), 422, `"additional_files":[`},
+		{"additional_files climbing", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"../x": "1"})})), 422, `"additional_files":["\"../x\": climbs out`},
+		{"additional_files climbing inside", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"a/../../x": "1"})})), 422, `"additional_files":["\"a/../../x\": climbs out`},
+		{"additional_files absolute", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"/etc/cron.d/x": "1"})})), 422, `"additional_files":["\"/etc/cron.d/x\": is an absolute path`},
+		{"additional_files symlink", post("/submissions", sub(map[string]any{"additional_files": symlinkZip})), 422, `"additional_files":["\"data.txt\": is a symbolic link`},
+		{"additional_files too many", post("/submissions", sub(map[string]any{"additional_files": zipOf(manyFiles)})), 422, `"additional_files":["`},
+		{"additional_files the source's name", post("/submissions", sub(map[string]any{"additional_files": zipOf(map[string]string{"script.py": "print(666)"})})), 422, `"additional_files":["\"script.py\": the submission's source`},
 		{"memory over the maximum", post("/submissions", sub(map[string]any{"memory_limit": 1 << 30})), 422, `"memory_limit":["must be less than or equal to`},
 		{"negative cpu time", post("/submissions", sub(map[string]any{"cpu_time_limit": -1})), 422, `"cpu_time_limit":["must be greater than or equal to 0"]`},
 		{"language id a fraction", post("/submissions", sub(map[string]any{"language_id": 71.5})), 422, `"language_id":["language with id 71.5 doesn't exist"]`},
+		{"kotlin (not offered)", post("/submissions", sub(map[string]any{"language_id": 78})), 422, `"language_id":["language with id 78 doesn't exist"]`},
+		{"scala (not offered)", post("/submissions", sub(map[string]any{"language_id": 81})), 422, `"language_id":["language with id 81 doesn't exist"]`},
 		{"language id text", post("/submissions", sub(map[string]any{"language_id": "seventy"})), 400, `{"error":"the body is not a Judge0 submission`},
 		{"not base64", ts.j0(t, "POST", "/submissions?base64_encoded=true", key, `{"source_code":"%%%","language_id":71}`), 422, `"source_code":["is not base64`},
 		{"compiler options", post("/submissions", sub(map[string]any{"compiler_options": "-fplugin=/tmp/x.so"})), 422, `"compiler_options":["setting compiler options is not allowed"]`},
@@ -441,6 +418,24 @@ func TestJudge0Hostile(t *testing.T) {
 	}())
 	if r.status != 201 || !strings.Contains(string(r.body), `"status_id":3`) {
 		t.Errorf("additional_files: %d %s", r.status, r.body)
+	}
+	// A native run too (Perl, Bash): the files, in their directories, are
+	// in its working directory, which it may write.
+	for _, tc := range []struct {
+		id  int
+		src string
+	}{
+		{85, "open my $f, '<', 'data.txt' or die $!; my $a = <$f>; open my $g, '<', 'in/more.txt' or die $!; my $b = <$g>;\nopen my $w, '>', 'out.txt' or die $!; print $a . $b;"},
+		{46, "cat data.txt in/more.txt > out.txt && cat out.txt"},
+	} {
+		r := post("/submissions?wait=true&fields=stdout,stderr,status_id,message", map[string]any{"source_code": tc.src, "language_id": tc.id,
+			"additional_files": zipOf(map[string]string{"data.txt": "from the zip\n", "in/more.txt": "nested\n"}), "expected_output": "from the zip\nnested"})
+		if r.status == 422 && strings.Contains(string(r.body), "doesn't exist") {
+			continue // the language is not offered here
+		}
+		if r.status != 201 || !strings.Contains(string(r.body), `"status_id":3`) {
+			t.Errorf("additional_files, native language %d: %d %s", tc.id, r.status, r.body)
+		}
 	}
 	// Output that is not UTF-8, without base64: Judge0's error beside the token.
 	r = post("/submissions?wait=true", sub(map[string]any{"source_code": "import sys\nsys.stdout.buffer.write(b'\\xfe')"}))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -288,7 +289,8 @@ func (s *Server) judge0Execute(ctx context.Context, p policy.Principal, corr str
 // Judge0 strips it). A WASM run has no signals; its traps take the
 // status of the signal a native program would have got: an access out of
 // its memory or the call stack exhausted SIGSEGV, a division by zero
-// SIGFPE, an unreachable (abort) SIGABRT.
+// SIGFPE, an unreachable (abort) SIGABRT — but a Rust panic's NZEC, as
+// natively.
 func judge0Judge(res *languages.ExecResult, expected *string) *judge0Outcome {
 	secs := res.RunTime.Seconds()
 	exit := res.ExitCode
@@ -307,7 +309,11 @@ func judge0Judge(res *languages.ExecResult, expected *string) *judge0Outcome {
 	case languages.StatusTimeout:
 		oc.StatusID, oc.Message = j0TLE, "Time limit exceeded"
 		if res.RunTime == 0 {
-			oc.Ran, oc.ExitCode, oc.Message = false, nil, res.Message // the compile stage's limit
+			// The compile stage's limit: Judge0 says Compilation Error,
+			// with its compile_output (isolate_job.rb's compile), and
+			// moat's reason names the bound.
+			oc.StatusID, oc.Ran, oc.ExitCode, oc.Message = j0CE, false, nil, res.Message
+			oc.CompileOutput = []byte("Compilation time limit exceeded.")
 		}
 	case languages.StatusMemoryLimit:
 		oc.StatusID, oc.Message = j0Other, "Memory limit exceeded: "+res.Message
@@ -317,6 +323,7 @@ func judge0Judge(res *languages.ExecResult, expected *string) *judge0Outcome {
 		sig(25)
 	case languages.StatusRuntimeError:
 		oc.StatusID, oc.Message = judge0Signal(res)
+		exit = res.ExitCode // judge0Signal gives a Rust panic its native status
 		switch oc.StatusID {
 		case j0SIGSEGV:
 			sig(11)
@@ -362,6 +369,11 @@ func judge0Signal(res *languages.ExecResult) (int, string) {
 			return j0SIGSEGV, res.Message
 		case strings.Contains(m, "divide by zero"), strings.Contains(m, "integer overflow"):
 			return j0SIGFPE, res.Message
+		case strings.Contains(m, "unreachable") && bytes.Contains(res.Stderr, []byte("panicked at")):
+			// A Rust panic: natively it unwinds and exits with status
+			// 101, which Judge0 reports as NZEC; in WASM it aborts.
+			res.ExitCode = 101
+			return j0NZEC, "Exited with error status 101"
 		case strings.Contains(m, "unreachable"):
 			return j0SIGABRT, res.Message
 		}

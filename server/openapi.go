@@ -27,21 +27,29 @@ var openAPIDoc []byte
 // pistonPaths are the document's Piston routes, at the default prefix.
 var pistonPaths = []string{"/api/v2/runtimes", "/api/v2/execute"}
 
+// judge0Paths are the document's Judge0 routes, at the default prefix.
+var judge0Paths = []string{"/judge0/about", "/judge0/version", "/judge0/statuses", "/judge0/languages", "/judge0/languages/all",
+	"/judge0/languages/{id}", "/judge0/config_info", "/judge0/submissions", "/judge0/submissions/batch", "/judge0/submissions/{token}"}
+
 // openAPI serves the document as this server is configured: the Piston
-// routes at their prefix, or not at all when they are off.
+// and Judge0 routes at their prefixes, or not at all when they are off.
 func (s *Server) openAPI(c echo.Context) error {
 	var doc map[string]any
 	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
 		return err
 	}
 	paths := doc["paths"].(map[string]any)
-	for _, p := range pistonPaths {
-		op := paths[p]
-		delete(paths, p)
-		if s.cfg.Piston.Enabled {
-			paths[s.cfg.Piston.Prefix+strings.TrimPrefix(p, "/api/v2")] = op
+	move := func(documented []string, defaultPrefix string, on bool, prefix string) {
+		for _, p := range documented {
+			op := paths[p]
+			delete(paths, p)
+			if on {
+				paths[prefix+strings.TrimPrefix(p, defaultPrefix)] = op
+			}
 		}
 	}
+	move(pistonPaths, "/api/v2", s.cfg.Piston.Enabled, s.cfg.Piston.Prefix)
+	move(judge0Paths, "/judge0", s.cfg.Judge0.Enabled, s.cfg.Judge0.Prefix)
 	return c.JSON(http.StatusOK, doc)
 }
 

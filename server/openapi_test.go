@@ -16,18 +16,26 @@ var echoParam = regexp.MustCompile(`:([a-z_]+)`)
 
 // TestOpenAPIMatchesRoutes walks the router's routes and the served
 // document: every route is documented with its method, and every
-// documented operation is routed, for both Piston settings.
+// documented operation is routed, for both Piston settings and both
+// Judge0 settings (each API at its configured prefix, or absent).
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for _, tt := range []struct {
-		name   string
-		piston bool
-		prefix string
-	}{{"piston off", false, ""}, {"piston on", true, "/api/v2"}, {"piston elsewhere", true, "/piston/api/v2"}} {
+		name         string
+		piston       bool
+		prefix       string
+		judge0       bool
+		judge0Prefix string
+	}{{"piston off", false, "", false, ""}, {"piston on", true, "/api/v2", false, ""}, {"piston elsewhere", true, "/piston/api/v2", false, ""},
+		{"judge0 on", false, "", true, ""}, {"judge0 elsewhere", true, "", true, "/grader/j0"}} {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := start(t, "", func(c *server.Config) {
 				c.Piston.Enabled = tt.piston
 				if tt.prefix != "" {
 					c.Piston.Prefix = tt.prefix
+				}
+				c.Judge0.Enabled = tt.judge0
+				if tt.judge0Prefix != "" {
+					c.Judge0.Prefix = tt.judge0Prefix
 				}
 			})
 			routed := map[string]bool{}
@@ -79,6 +87,13 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			hasPiston := slices.ContainsFunc(mapKeys(routed), func(k string) bool { return strings.HasSuffix(k, "/execute") })
 			if hasPiston != tt.piston {
 				t.Errorf("piston routes present = %v, want %v", hasPiston, tt.piston)
+			}
+			hasJudge0 := slices.ContainsFunc(mapKeys(documented), func(k string) bool { return strings.HasSuffix(k, "/submissions/{token}") })
+			if hasJudge0 != tt.judge0 {
+				t.Errorf("judge0 routes documented = %v, want %v", hasJudge0, tt.judge0)
+			}
+			if tt.judge0Prefix != "" && !documented["POST "+tt.judge0Prefix+"/submissions"] {
+				t.Errorf("judge0 routes not documented at %s", tt.judge0Prefix)
 			}
 		})
 	}

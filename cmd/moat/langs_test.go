@@ -94,6 +94,28 @@ public class Main {
 	}
 }
 
+// TestExecNumpyPandas: `moat exec --lang python3-native` imports
+// Debian's numpy and pandas (issue 33, item 4), with their numerical
+// libraries at one thread, and moat langs names them.
+func TestExecNumpyPandas(t *testing.T) {
+	testenv.Slow(t, "pandas' import in a confined run, and moat langs")
+	if why := testenv.NativePython(true); why != "" {
+		testenv.Require(t, why)
+	}
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/pandas"); err != nil {
+		testenv.Require(t, "Debian's python3-pandas is not installed (make deps)")
+	}
+	code := "import os\nimport numpy as np, pandas as pd\n" +
+		"df = pd.DataFrame({'x': np.arange(4)})\nprint(int(df['x'].sum()), np.linalg.det(np.eye(3)), os.environ['OPENBLAS_NUM_THREADS'])\n"
+	r := moat(t, "", "exec", "--data", t.TempDir(), "--lang", "python3-native", "--timeout", "30s", "-e", code)
+	if r.code != 0 || r.stdout != "6 1.0 1\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if l := moat(t, "", "langs"); !strings.Contains(l.stdout, "with numpy ") || !strings.Contains(l.stdout, ", pandas ") {
+		t.Errorf("moat langs does not name numpy and pandas:\n%s", l.stdout)
+	}
+}
+
 func TestExecLang(t *testing.T) {
 	t.Parallel() // its own data directory and moat processes; it mostly waits on them
 	needTool(t, "/usr/bin/clang-19")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHostileMounts: a directory shown at a guest path of the job's root
@@ -65,5 +67,50 @@ func TestHostileMounts(t *testing.T) {
 	given := Spec{Command: []string{"true"}, ReadOnly: []string{"/srv"}, Mounts: []Mount{{Source: ro, Target: "/srv/x"}}}
 	if _, err := Run(context.Background(), given); err == nil || !strings.Contains(err.Error(), "holds /srv") {
 		t.Errorf("a mount under a grant: %v, want a refusal", err)
+	}
+}
+
+// TestSeedHostile: a seed's files and directories land in the fresh job
+// dir, the job's own to write; a symlink or a FIFO in a seed refuses the
+// run (nothing is followed out of it), and so does a seed past the job
+// dir's bytes; a seed is for the fresh job dir only.
+func TestSeedHostile(t *testing.T) {
+	needRoot(t)
+	seed := t.TempDir()
+	os.MkdirAll(filepath.Join(seed, "sub"), 0o755)
+	os.WriteFile(filepath.Join(seed, "data.txt"), []byte("from the seed\n"), 0o644)
+	os.WriteFile(filepath.Join(seed, "sub", "more.txt"), []byte("nested\n"), 0o644)
+	r, err := Run(context.Background(), Spec{Command: []string{"/bin/sh", "-c", `read a < data.txt; read b < sub/more.txt; echo x >> data.txt; n=0; while read l; do n=$((n+1)); done < data.txt; echo "$a $b $n"`}, Seed: seed})
+	if err != nil || r.Status != StatusOK || string(r.Stdout) != "from the seed nested 2\n" {
+		t.Fatalf("seeded run: %v %+v stdout %q stderr %q", err, r, r.Stdout, r.Stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(seed, "data.txt")); string(b) != "from the seed\n" {
+		t.Errorf("the job's write reached the seed: %q", b)
+	}
+
+	link := t.TempDir()
+	os.Symlink("/etc/shadow", filepath.Join(link, "data.txt"))
+	fifo := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(fifo, "f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := t.TempDir()
+	os.WriteFile(filepath.Join(big, "big"), make([]byte, 2<<20), 0o644)
+	for name, spec := range map[string]Spec{
+		"symlink":       {Seed: link},
+		"fifo":          {Seed: fifo},
+		"over the disk": {Seed: big, DiskBytes: 1 << 20},
+	} {
+		spec.Command = []string{"/bin/cat", "data.txt"}
+		r, err := Run(context.Background(), spec)
+		if err == nil && r.Status != StatusRefused {
+			t.Errorf("%s: ran (%s, stdout %q); want a refusal", name, r.Status, r.Stdout)
+		}
+	}
+	for _, spec := range []Spec{{Seed: "rel"}, {Seed: seed, Dir: t.TempDir()}} {
+		spec.Command = []string{"true"}
+		if _, err := Run(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "seed") {
+			t.Errorf("seed %q dir %q: %v, want a refusal naming the seed", spec.Seed, spec.Dir, err)
+		}
 	}
 }

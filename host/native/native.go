@@ -137,6 +137,13 @@ type Spec struct {
 	// so a command such as "python3 main.py" finds its files. HOME and
 	// TMPDIR stay the job dir, the only place it may write.
 	WorkDir string `json:",omitempty"`
+	// Seed, when set, is a directory of regular files and directories
+	// copied into the fresh job dir before the command starts (the job's
+	// own, writable, counted against DiskBytes and DiskFiles): data files
+	// a program opens by a relative name. Only with the fresh job dir
+	// (Dir empty). Anything in it that is neither a file nor a directory
+	// refuses the run (kernel.RootSpec.Seed).
+	Seed string `json:",omitempty"`
 	// LongLived marks a supervised worker (ConfinedLauncher): Timeout is
 	// not its lifetime and no RLIMIT_CPU bounds its CPU seconds over its
 	// life; each invocation has its own deadline and the cgroup's CPU
@@ -320,6 +327,9 @@ func startIO(pool *Pool, spec Spec, extraFiles []*os.File, stdinR io.Reader, std
 	}
 	if err := CheckMounts(spec); err != nil {
 		return nil, err
+	}
+	if spec.Seed != "" && (spec.Dir != "" || !filepath.IsAbs(spec.Seed)) {
+		return nil, fmt.Errorf("native: seed %q: it must be an absolute path, and is for the fresh job dir (no Dir)", spec.Seed)
 	}
 	s := withDefaults(spec)
 	root := os.Geteuid() == 0
@@ -928,7 +938,7 @@ func checkEnv(env []string) error {
 func rootSpec(s Spec, dir string, root bool, uid, gid int) *kernel.RootSpec {
 	rs := &kernel.RootSpec{JobDir: dir, ScratchBytes: s.DiskBytes, Files: s.DiskFiles}
 	if s.Dir == "" {
-		rs.JobDirBytes = s.DiskBytes
+		rs.JobDirBytes, rs.Seed = s.DiskBytes, s.Seed
 	}
 	if root {
 		rs.UID, rs.GID = uid, gid

@@ -3,6 +3,7 @@ package child
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,22 @@ type RootSpec struct {
 	// Owner of the job dir's tmpfs: the job's uid and gid as seen in its
 	// user namespace.
 	UID, GID int
+	// Seed, when set, is a host directory whose files and directories
+	// are copied into the fresh job dir (JobDirBytes > 0) before the job
+	// starts, owned by UID and GID: the files a program opens by a
+	// relative name (Judge0's additional_files), in a working directory
+	// it may write, as a WASM run finds them in its scratch directory.
+	// Copied, not bound: what the job writes stays in its tmpfs, and what
+	// the seed holds counts against the job dir's bytes and names. It
+	// holds regular files and directories only; anything else (a
+	// symlink, a device, a FIFO) refuses the run, and so does a copy
+	// past the tmpfs's limits.
+	Seed string `json:"seed,omitempty"`
 }
+
+// maxSeedDepth bounds the directories a seed nests (the archive's names
+// are bounded by the caller; this bounds the child's recursion).
+const maxSeedDepth = 64
 
 // ScratchDirs are the fresh tmpfs a job gets in its own root.
 var ScratchDirs = []string{"/tmp", "/var/tmp", "/run", "/dev/shm"}
@@ -338,6 +354,16 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 		}
 	}()
 
+	// The seed is opened before the new root's tmpfs covers /tmp, where
+	// the caller made it: the descriptor still reaches it.
+	seed := -1
+	if rs.Seed != "" && rs.JobDirBytes > 0 {
+		if seed, err = unix.Open(rs.Seed, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("root: open the job dir's seed %s: %w", rs.Seed, err)
+		}
+		defer unix.Close(seed)
+	}
+
 	base := "/tmp"
 	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
 		base = rs.JobDir
@@ -390,6 +416,11 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 		if err := mountTmpfs(at(rs.JobDir), noexecFlags, rs.JobDirBytes, 0o700, rs.UID, rs.GID, rs.Files); err != nil {
 			return fmt.Errorf("root: job dir: %w", err)
 		}
+		if seed >= 0 {
+			if err := copySeed(seed, at(rs.JobDir), rs.UID, rs.GID, 0); err != nil {
+				return fmt.Errorf("root: job dir: seed: %w", err)
+			}
+		}
 	}
 	for _, b := range plan.binds {
 		dst := at(b.path)
@@ -435,4 +466,81 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 		return fmt.Errorf("root: read-only /: %w", err)
 	}
 	return nil
+}
+
+// copySeed copies the directory open at src into dst, which exists: its
+// regular files and directories, owned by uid and gid, nothing followed
+// (every open is O_NOFOLLOW, relative to its parent's descriptor), and
+// anything that is neither refused.
+func copySeed(src int, dst string, uid, gid, depth int) error {
+	if depth > maxSeedDepth {
+		return fmt.Errorf("%s: directories nest deeper than %d", dst, maxSeedDepth)
+	}
+	dup, err := unix.Dup(src)
+	if err != nil {
+		return err
+	}
+	dir := os.NewFile(uintptr(dup), dst)
+	entries, err := dir.ReadDir(-1)
+	dir.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == "." || name == ".." || strings.ContainsRune(name, '/') {
+			return fmt.Errorf("%q: not a name", name)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(src, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		to := filepath.Join(dst, name)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			fd, err := unix.Openat(src, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			err = os.Mkdir(to, 0o755)
+			if err == nil {
+				err = os.Lchown(to, uid, gid)
+			}
+			if err == nil {
+				err = copySeed(fd, to, uid, gid, depth+1)
+			}
+			unix.Close(fd)
+			if err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			if err := copySeedFile(src, name, to, uid, gid); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: neither a regular file nor a directory", to)
+		}
+	}
+	return nil
+}
+
+func copySeedFile(dirFD int, name, to string, uid, gid int) error {
+	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	in := os.NewFile(uintptr(fd), name)
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Chown(uid, gid)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -37,9 +37,14 @@ import { rust } from "@codemirror/lang-rust";
 import { go } from "@codemirror/lang-go";
 import { ruby } from "@codemirror/legacy-modes/mode/ruby";
 import { shell } from "@codemirror/legacy-modes/mode/shell";
+import { java } from "@codemirror/legacy-modes/mode/clike";
+import { lua } from "@codemirror/legacy-modes/mode/lua";
+import { perl } from "@codemirror/legacy-modes/mode/perl";
 
 // modes maps a moat language name (GET /v1/languages) to its CodeMirror
-// support. A language without one is edited as plain text.
+// support. A language without one is edited as plain text: PHP, whose
+// mode (@codemirror/lang-php) would bring HTML's, CSS's and its own
+// parsers into the bundle for one language.
 const modes = {
   python: () => python(),
   "python3-native": () => python(),
@@ -51,6 +56,10 @@ const modes = {
   go: () => go(),
   ruby: () => StreamLanguage.define(ruby),
   bash: () => StreamLanguage.define(shell),
+  typescript: () => javascript({ typescript: true }),
+  java: () => StreamLanguage.define(java),
+  lua: () => StreamLanguage.define(lua),
+  perl: () => StreamLanguage.define(perl),
 };
 
 function modeFor(name) {
