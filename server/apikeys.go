@@ -377,6 +377,18 @@ type routeFamily struct {
 	scope  string
 	module string
 	read   bool // a GET: the scope read reaches it too
+	// listing: a list of the organization's modules (GET /v1/modules,
+	// /v1/pages), which a key scoped to one module (invoke:M) may read
+	// too; the handler keeps to what its scopes reach (inScope).
+	listing bool
+}
+
+// inScope says whether a key with scopes reaches module m: what a
+// listing shows it (the modules and pages lists, and through them MCP's
+// tools), so a key scoped to one module sees that module, and only it.
+func inScope(scopes []string, m string) bool {
+	ok, _ := scopeAllows(scopes, routeFamily{scope: ScopeInvoke, module: m, read: true})
+	return ok
 }
 
 // scopeAllows says whether a key with scopes may make a request to the
@@ -393,6 +405,8 @@ func scopeAllows(scopes []string, f routeFamily) (bool, string) {
 		case sc == f.scope:
 			return true, ""
 		case f.scope == ScopeInvoke && f.module != "" && sc == ScopeInvoke+":"+f.module:
+			return true, ""
+		case f.scope == ScopeInvoke && f.listing && strings.HasPrefix(sc, ScopeInvoke+":"):
 			return true, ""
 		case f.scope == ScopeAuditRead && sc == ScopeRead:
 			return true, ""

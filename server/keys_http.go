@@ -352,7 +352,9 @@ func (s *Server) routeFamilyOf(c echo.Context, keyID string) routeFamily {
 		return inv(c.Param("name"))
 	case path == moduleRoute || path == moduleRouteRoot:
 		return inv(c.Param("module"))
-	case (path == "/v1/modules" || path == "/v1/pages") && get, strings.HasPrefix(path, "/v1/confirmations"):
+	case (path == "/v1/modules" || path == "/v1/pages") && get:
+		return routeFamily{scope: ScopeInvoke, read: get, listing: true}
+	case strings.HasPrefix(path, "/v1/confirmations"):
 		return inv("")
 	case path == "/v1/runs" || path == "/v1/languages" || path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"),
 		strings.HasPrefix(path, e2bAPIPrefix+"/"),

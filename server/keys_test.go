@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -253,8 +254,8 @@ func TestKeyScopes(t *testing.T) {
 	}
 	allowed := map[string][]string{ // by key: the routes it reaches; every other is 403
 		"invoke":       {"invoke", "module", "modules", "whoami", "confirmget"},
-		"invoke:tools": {"invoke", "module", "whoami"},
-		"invoke:other": {"whoami"},
+		"invoke:tools": {"invoke", "module", "modules", "whoami"},
+		"invoke:other": {"modules", "whoami"},
 		"audit:read":   {"audit", "whoami"},
 		"run":          {"runs", "sessions", "e2b", "judge0", "whoami"},
 		"read":         {"module", "modules", "audit", "sessions", "e2b", "judge0", "keys", "secrets", "tasks", "whoami", "confirmget"},
@@ -298,6 +299,37 @@ func TestKeyScopes(t *testing.T) {
 	if out, isErr := callText(t, cs, "tools.echo", map[string]any{"name": "x"}); isErr {
 		t.Errorf("an invoke key calling tools.echo over MCP: %s", out)
 	}
+	// A key scoped to one module lists that module alone, and over MCP
+	// sees its tools (and no others, no run_code).
+	if err := ts.upload(t, admin, tinyWasm(t), mcpManifest("hidden")); err.status != http.StatusCreated {
+		t.Fatalf("upload hidden: %d %s", err.status, err.body)
+	}
+	for key, want := range map[string][]string{invokeTools: {"tools"}, invokeOther: {}, invoke: {"hidden", "tools"}} {
+		r := ts.do(t, "GET", "/v1/modules", key, nil)
+		var list struct{ Modules []struct{ Name string } }
+		json.Unmarshal(r.body, &list)
+		var got []string
+		for _, m := range list.Modules {
+			got = append(got, m.Name)
+		}
+		slices.Sort(got)
+		if r.status != 200 || !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Errorf("GET /v1/modules with a key scoped %v: %d %v; want %v", want, r.status, got, want)
+		}
+	}
+	one := mcpClient(t, ts, invokeTools, nil)
+	tl, err := one.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []string
+	for _, tool := range tl.Tools {
+		tools = append(tools, tool.Name)
+	}
+	if !slices.Contains(tools, "tools.echo") || slices.ContainsFunc(tools, func(n string) bool { return strings.HasPrefix(n, "hidden.") || n == "run_code" }) {
+		t.Errorf("tools/list for a key scoped to invoke:tools: %v; want tools.* only", tools)
+	}
+
 	// run_code is not even offered to it (whoami's may_run_code weighs
 	// the key's scopes), and a call by name is refused.
 	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(1)"}}); err == nil && !res.IsError {

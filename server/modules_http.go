@@ -103,6 +103,8 @@ func (s *Server) listModules(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	scopes := stateOf(c).keyScopes
+	versions = slices.DeleteFunc(versions, func(v store.ModuleVersion) bool { return !inScope(scopes, v.Name) })
 	for _, v := range versions {
 		if s.modules.get(p.Org, v.Name) == nil {
 			s.modules.shared(p.Org, v.Name, "request") // start every load before waiting for one

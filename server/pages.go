@@ -176,8 +176,11 @@ func (s *Server) listPages(c echo.Context) error {
 		return err
 	}
 	out := []PageJSON{}
+	scopes := stateOf(c).keyScopes
 	for _, v := range versions {
-		out = append(out, s.pagesOf(v, p)...)
+		if inScope(scopes, v.Name) {
+			out = append(out, s.pagesOf(v, p)...)
+		}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"pages": out})
 }
