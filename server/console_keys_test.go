@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,17 +21,7 @@ func TestConsoleKeysInChromium(t *testing.T) {
 	admin := ts.key(t, "acme", "ann", "admin")
 	const hostile = `<img src=x onerror="document.title='pwned'">`
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
-		chromedp.WindowSize(1280, 900),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := browser(t, bin, 90*time.Second, chromedp.WindowSize(1280, 900))
 	var secret, rotated, table, afterRevoke, title, detail string
 	var imgs int
 	var png []byte

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -33,17 +32,7 @@ func TestConsoleMediaInChromium(t *testing.T) {
 	theirs := keep(t, ts.Store(), "globex", pngBytes(t, 50, 50))
 	in, _ := json.Marshal(map[string]any{"op": "media.put", "req": map[string]any{"data": pngBytes(t, 20, 10)}})
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
-		chromedp.WindowSize(1280, 900),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := browser(t, bin, 90*time.Second, chromedp.WindowSize(1280, 900))
 	var grid, links, outputIDs string
 	var loaded, outputLoaded bool
 	var png []byte

@@ -31,16 +31,7 @@ moat.log.warn(input, { input });
 for (let i = 0; i < 300; i++) moat.log.info("record " + i);
 print("logged");
 `)
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profileDir(t)),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := browser(t, bin, 90*time.Second)
 
 	const hostile = `<img src=x onerror="window.pwned=1"><script>window.pwned=2</script><svg onload="window.pwned=3"></svg>`
 	var output string
