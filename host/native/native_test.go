@@ -410,7 +410,18 @@ func TestMemoryLimit(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	testenv.Timing(t)
 	const timeout, quota = time.Second, 0.5
-	res := run(t, Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: timeout, CPUQuota: quota})
+	// The quota's bound means something only if the loop got the CPU it
+	// asked for: on a machine other cgroups keep busy (another test
+	// runner, a build) it may get a tenth of it, so a starved run is
+	// tried again, up to three times, before the lower bound fails.
+	var res *Result
+	for range 3 {
+		res = run(t, Spec{Command: []string{"sh", "-c", "while :; do :; done"}, Timeout: timeout, CPUQuota: quota})
+		if res.CPU >= 200*time.Millisecond {
+			break
+		}
+		t.Logf("the loop got %s of CPU in %s (a busy machine): again", res.CPU, res.Wall)
+	}
 	if res.Status != StatusTimeout {
 		t.Errorf("status %s, want timeout", res.Status)
 	}
