@@ -35,7 +35,7 @@ func TestConsoleModuleManageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bctx := browser(t, bin, 120*time.Second, chromedp.WindowSize(1280, 1200))
+	bctx := browser(t, bin, 180*time.Second, chromedp.WindowSize(1280, 1200))
 	var grants, manifest, versions, status, uploaded string
 	var png []byte
 	err := chromedp.Run(bctx,
@@ -52,7 +52,7 @@ func TestConsoleModuleManageInChromium(t *testing.T) {
 		chromedp.Text("#module-versions", &versions, chromedp.ByQuery),
 		chromedp.FullScreenshot(&png, 100),
 		chromedp.Click(`#module-versions button[data-restore="`+digests[0]+`"]`, chromedp.ByQuery),
-		chromedp.Poll(`document.querySelector("#module-manage-status").textContent.startsWith("Now at")`, nil, chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Poll(`document.querySelector("#module-manage-status").textContent.startsWith("Now at")`, nil, chromedp.WithPollingTimeout(60*time.Second)),
 		chromedp.Text("#module-manage-status", &status, chromedp.ByQuery),
 		// A script plugin as an archive.
 		chromedp.Evaluate(`document.querySelector("#tab-modules details.upload").open = true`, nil),
