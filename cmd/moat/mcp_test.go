@@ -102,13 +102,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	requireMCPClient(t)
 	t.Parallel()
 	data := t.TempDir()
-	key := func(org, user string, roles ...string) string {
-		args := []string{"keys", "create", "--data", data, "--org", org, "--user", user}
-		for _, r := range roles {
-			args = append(args, "--role", r)
-		}
-		return strings.TrimSpace(moat(t, "", args...).stdout)
-	}
+	key := func(org, user string, roles ...string) string { return dataKey(t, data, org, user, roles...) }
 	ann, bob, carol := key("acme", "ann", "admin"), key("acme", "bob"), key("globex", "carol", "admin")
 	_, base := startServe(t, &bytes.Buffer{}, "--data", data, "--listen", "127.0.0.1:0")
 
@@ -238,13 +232,7 @@ func TestMCPTypeScriptPages(t *testing.T) {
 	requireMCPClient(t)
 	t.Parallel()
 	data := t.TempDir()
-	key := func(org, user string, roles ...string) string {
-		args := []string{"keys", "create", "--data", data, "--org", org, "--user", user}
-		for _, r := range roles {
-			args = append(args, "--role", r)
-		}
-		return strings.TrimSpace(moat(t, "", args...).stdout)
-	}
+	key := func(org, user string, roles ...string) string { return dataKey(t, data, org, user, roles...) }
 	root, ann, carol := key("acme", "root", "admin"), key("acme", "ann", "user"), key("globex", "carol", "admin")
 	_, base := startServe(t, &bytes.Buffer{}, "--data", data, "--listen", "127.0.0.1:0")
 
@@ -345,4 +333,15 @@ pages:
 			t.Errorf("%s sees board.hello", tc.who)
 		}
 	}
+}
+
+// dataKey creates an API key of org/user with roles in the data
+// directory data through `moat keys create`, and returns it.
+func dataKey(t *testing.T, data, org, user string, roles ...string) string {
+	t.Helper()
+	args := []string{"keys", "create", "--data", data, "--org", org, "--user", user}
+	for _, r := range roles {
+		args = append(args, "--role", r)
+	}
+	return strings.TrimSpace(moat(t, "", args...).stdout)
 }
