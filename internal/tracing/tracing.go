@@ -232,6 +232,20 @@ func Setup(ctx context.Context) (shutdown func(context.Context) error, err error
 	}, nil
 }
 
+// Use makes tp the provider of moat's spans, for an embedder of host
+// that has its own (and for tests); nil turns traces off. Setup does it
+// from the OTEL_* variables for moat serve. It returns a func that puts
+// back what was in use before.
+func Use(tp trace.TracerProvider) (restore func()) {
+	prev := current.Load()
+	if tp == nil {
+		uninstall()
+	} else {
+		install(tp.Tracer(InstrumentationName))
+	}
+	return func() { current.Store(prev) }
+}
+
 func install(t trace.Tracer) { current.Store(&tracerHolder{t: t}) }
 
 func uninstall() { current.Store(nil) }
