@@ -215,7 +215,10 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 		defer func() { observe(inv.observation(o, start, len(req), len(reply), err)) }()
 	}
 	if tracing.On() {
-		defer inv.traceOp(ctx, o)(&err)
+		// A closure, not traceOp(...)(&err): taking err's address would
+		// move it to the heap on every op, traces on or off.
+		parent, span := inv.startOp(ctx, o)
+		defer func() { inv.endOp(o, parent, span, err) }()
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -239,28 +242,32 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 	return reply, err
 }
 
-// traceOp opens the op's span (tracing on only) under the invocation's,
+// startOp opens the op's span (tracing on only) under the invocation's,
 // and makes it the context of the op's own work (env.Context: an
-// outbound request, a model call) until the returned func ends it with
-// the op's outcome. The span carries the op's name and family, the
-// target as the audit trail writes it (a URL as scheme://host:port) and
-// the outcome's abi code: never the op's request or reply.
-func (inv *invocation) traceOp(ctx context.Context, o *ops.Op) func(*error) {
+// outbound request, a model call) until endOp ends it with the op's
+// outcome and puts parent back. The span carries the op's name and
+// family, the target as the audit trail writes it (a URL as
+// scheme://host:port) and the outcome's abi code: never the op's request
+// or reply.
+func (inv *invocation) startOp(ctx context.Context, o *ops.Op) (parent context.Context, span trace.Span) {
 	env := &inv.env
-	parent := env.Context
+	parent = env.Context
 	if parent == nil {
 		parent = ctx
 	}
 	sctx, span := tracing.Start(parent, "moat.op "+o.Name, trace.SpanKindInternal,
 		tracing.KeyOp.String(o.Name), tracing.KeyFamily.String(o.Family()), tracing.KeyModule.String(inv.m.name))
 	env.Context = sctx
-	return func(errp *error) {
-		env.Context = parent
-		if t := env.Target(); t != "" {
-			span.SetAttributes(tracing.KeyTarget.String(auditTarget(o, t)))
-		}
-		tracing.End(span, codeOf(*errp), *errp)
+	return parent, span
+}
+
+func (inv *invocation) endOp(o *ops.Op, parent context.Context, span trace.Span, err error) {
+	env := &inv.env
+	env.Context = parent
+	if t := env.Target(); t != "" {
+		span.SetAttributes(tracing.KeyTarget.String(auditTarget(o, t)))
 	}
+	tracing.End(span, codeOf(err), err)
 }
 
 // codeOf is err's abi code as a span's moat.code: "ok" for nil.
