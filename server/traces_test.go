@@ -119,6 +119,9 @@ func TestTraceOfOneRequest(t *testing.T) {
 	if r := ts.upload(t, ann, helloWasm(t), helloManifest(t)); r.status != http.StatusCreated {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}
+	if r := ts.do(t, "GET", "/healthz", "", nil, "X-Request-Id", "trace-probe-1"); r.status != http.StatusOK {
+		t.Fatalf("healthz: %d", r.status)
+	}
 	const marker = "Zebulon-guest-input-7f3a"
 	r := ts.do(t, "POST", "/v1/modules/hello-go/actions/greet", bob, strings.NewReader(marker), "X-Request-Id", "trace-greet-1")
 	if r.status != http.StatusOK || !strings.Contains(string(r.body), marker) {
@@ -137,6 +140,9 @@ func TestTraceOfOneRequest(t *testing.T) {
 
 	var mine []*tracepb.Span
 	for _, s := range spans {
+		if attrString(s, "moat.correlation_id") == "trace-probe-1" {
+			t.Errorf("a probe made span %s: probes make no traces", s.Name)
+		}
 		if attrString(s, "moat.correlation_id") == "trace-greet-1" {
 			mine = append(mine, s)
 		}
