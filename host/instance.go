@@ -15,11 +15,13 @@ import (
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/ops"
 	"github.com/moat-sandbox/moat/host/transport"
+	"github.com/moat-sandbox/moat/internal/tracing"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // instance is one live instantiation of a module with everything an
@@ -212,6 +214,12 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 		start := time.Now()
 		defer func() { observe(inv.observation(o, start, len(req), len(reply), err)) }()
 	}
+	if tracing.On() {
+		// A closure, not traceOp(...)(&err): taking err's address would
+		// move it to the heap on every op, traces on or off.
+		parent, span := inv.startOp(ctx, o)
+		defer func() { inv.endOp(o, parent, span, err) }()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			if f, ok := r.(*transport.FaultError); ok {
@@ -232,6 +240,49 @@ func (inv *invocation) Dispatch(ctx context.Context, op, req []byte) (reply []by
 		inv.m.auditOp(ctx, env, o.Name, audit.Allow, "grant", "", audit.NewID(), env.Target())
 	}
 	return reply, err
+}
+
+// startOp opens the op's span (tracing on only) under the invocation's,
+// and makes it the context of the op's own work (env.Context: an
+// outbound request, a model call) until endOp ends it with the op's
+// outcome and puts parent back. The span carries the op's name and
+// family, the target as the audit trail writes it (a URL as
+// scheme://host:port) and the outcome's abi code: never the op's request
+// or reply.
+func (inv *invocation) startOp(ctx context.Context, o *ops.Op) (parent context.Context, span trace.Span) {
+	env := &inv.env
+	parent = env.Context
+	if parent == nil {
+		parent = ctx
+	}
+	sctx, span := tracing.Start(parent, "moat.op "+o.Name, trace.SpanKindInternal,
+		tracing.KeyOp.String(o.Name), tracing.KeyFamily.String(o.Family()), tracing.KeyModule.String(inv.m.name))
+	env.Context = sctx
+	return parent, span
+}
+
+func (inv *invocation) endOp(o *ops.Op, parent context.Context, span trace.Span, err error) {
+	env := &inv.env
+	env.Context = parent
+	if t := env.Target(); t != "" {
+		span.SetAttributes(tracing.KeyTarget.String(auditTarget(o, t)))
+	}
+	tracing.End(span, codeOf(err), err)
+}
+
+// codeOf is err's abi code as a span's moat.code: "ok" for nil.
+func codeOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var he *Error
+	if errors.As(err, &he) && he.Code != "" {
+		return string(he.Code)
+	}
+	if c := abi.CodeOf(err); c != "" {
+		return string(c)
+	}
+	return string(abi.CodeInternal)
 }
 
 // auditModelCall records an op that made a model call (ai.*, or

@@ -10,8 +10,11 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/internal/tracing"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/tetratelabs/wazero/sys"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Request is one invocation of a plugin action.
@@ -50,6 +53,16 @@ func (m *Module) Invoke(ctx context.Context, req Request) (Result, error) {
 }
 
 func (m *Module) invoke(ctx context.Context, req Request, confirmed bool) (res Result, err error) {
+	if tracing.On() {
+		// The invocation's span, under the request's: the ops it
+		// makes are its children (traceOp). Names and the outcome's
+		// code only: never the input or the output.
+		ctx = tracing.WithCorrelation(ctx, req.CorrelationID)
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "moat.invoke", trace.SpanKindInternal, tracing.KeyModule.String(m.name),
+			tracing.KeyAction.String(req.Action), tracing.KeyOrg.String(req.Principal.Org), attribute.Bool("moat.confirmed", confirmed))
+		defer func() { tracing.End(span, codeOf(err), err) }()
+	}
 	fail := func(code abi.Code, err error, format string, args ...any) (Result, error) {
 		return Result{}, &Error{Module: m.name, Action: req.Action, Code: code, Reason: fmt.Sprintf(format, args...), Err: err}
 	}

@@ -53,6 +53,7 @@ type Evaluation struct {
 	targets        map[string][]httpTarget // the effective targets of each Targets capability, parsed once
 	addressTargets []string                // see AddressTargets
 	injections     []injecting             // the granted targets that inject headers (HTTPInjections)
+	propagating    []httpTarget            // the granted targets that opted in to the trace context (PropagatesTrace)
 	maxLimits      Limits                  // the granted maximums, for Report
 }
 

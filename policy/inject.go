@@ -267,3 +267,41 @@ func (e *Evaluation) injectionsFor(r httpTarget) []string {
 	}
 	return out
 }
+
+// parsePropagating reads the granted targets that opted in to the trace
+// context (propagate_trace). A wildcard is refused when the profile is
+// parsed; one in a profile built by hand is skipped here, so that the
+// trace context never goes to every server.
+func parsePropagating(granted HTTPCaps) []httpTarget {
+	var out []httpTarget
+	for _, s := range granted.PropagateTrace {
+		if !slices.Contains(granted.Targets, s) {
+			continue
+		}
+		if t, err := parseTarget(s); err == nil && !t.wild() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// PropagatesTrace reports whether a granted target that opted in to the
+// trace context (propagate_trace: true) covers rawURL: the outbound
+// client sends traceparent and tracestate on that hop, and on no other.
+// Like HTTPInjections, it does not decide whether the request is
+// allowed.
+func (e *Evaluation) PropagatesTrace(rawURL string) bool {
+	if e == nil || len(e.propagating) == 0 {
+		return false
+	}
+	dest, err := urlTarget(rawURL)
+	if err != nil {
+		return false
+	}
+	for _, t := range e.propagating {
+		if t.covers(dest) {
+			return true
+		}
+	}
+	return false
+}

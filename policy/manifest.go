@@ -215,13 +215,19 @@ func (c Collections) MarshalYAML() (any, error) {
 // list may be a mapping {url: TARGET, headers: {NAME: VALUE}}: the host
 // adds those headers to every request the target covers, and a value may
 // hold ${secret:NAME}, the operator's secret NAME of the calling
-// organization (see HeaderInjection). A manifest asks for URLs only.
+// organization (see HeaderInjection). The mapping may also say
+// propagate_trace: true: the host then sends the trace context
+// (traceparent, tracestate) of the op's span to that target, when traces
+// are on; to no other target, ever. A manifest asks for URLs only.
 type HTTPCaps struct {
 	Targets  []string
 	AllowAny bool
 	// Headers are the headers a profile's grant injects, by target (as
 	// written in Targets), then by header name. Profiles only.
 	Headers map[string]map[string]string
+	// PropagateTrace lists the targets (as written in Targets) whose
+	// grant opted in to receive the trace context. Profiles only.
+	PropagateTrace []string
 }
 
 // httpCapsObject is the mapping form of HTTPCaps.
@@ -236,8 +242,9 @@ type httpTargetItem httpTargetObject
 
 // httpTargetObject is a target with the headers a grant injects.
 type httpTargetObject struct {
-	URL     string            `yaml:"url"`
-	Headers map[string]string `yaml:"headers,omitempty"`
+	URL            string            `yaml:"url"`
+	Headers        map[string]string `yaml:"headers,omitempty"`
+	PropagateTrace bool              `yaml:"propagate_trace,omitempty"`
 }
 
 // UnmarshalYAML accepts a target or {url, headers}.
@@ -254,12 +261,12 @@ func (i *httpTargetItem) UnmarshalYAML(n *yaml.Node) error {
 		*i = httpTargetItem(o)
 		return nil
 	}
-	return newNodeError(n, "expected a target like https://api.example.com:443, or {url: https://api.example.com:443/, headers: {Authorization: \"Bearer ${secret:NAME}\"}}")
+	return newNodeError(n, "expected a target like https://api.example.com:443, or {url: https://api.example.com:443/, headers: {Authorization: \"Bearer ${secret:NAME}\"}, propagate_trace: true}")
 }
 
 // MarshalYAML writes a target alone, or the mapping when it has headers.
 func (i httpTargetItem) MarshalYAML() (any, error) {
-	if len(i.Headers) == 0 {
+	if len(i.Headers) == 0 && !i.PropagateTrace {
 		return i.URL, nil
 	}
 	return httpTargetObject(i), nil
@@ -275,13 +282,16 @@ func (h *HTTPCaps) fromItems(items []httpTargetItem, allowAny bool) {
 			}
 			h.Headers[it.URL] = it.Headers
 		}
+		if it.PropagateTrace {
+			h.PropagateTrace = append(h.PropagateTrace, it.URL)
+		}
 	}
 }
 
 func (h HTTPCaps) items() []httpTargetItem {
 	out := make([]httpTargetItem, len(h.Targets))
 	for i, t := range h.Targets {
-		out[i] = httpTargetItem{URL: t, Headers: h.Headers[t]}
+		out[i] = httpTargetItem{URL: t, Headers: h.Headers[t], PropagateTrace: slices.Contains(h.PropagateTrace, t)}
 	}
 	return out
 }

@@ -211,6 +211,7 @@ var manifestErrors = []struct {
 	{"http query", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [\"https://a.com:443/v1?x=1\"]\n", 4, "capabilities.http[0]", "has a query or fragment"},
 	{"http path without port", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [https://a.com/v1/]\n", 4, "capabilities.http[0]", "write https://a.com:443/v1/"},
 	{"http headers in a manifest", "name: a\nversion: 1.0.0\ncapabilities:\n  http:\n    - {url: \"https://a.com:443/\", headers: {Authorization: \"Bearer x\"}}\n", 5, "capabilities.http[0].headers", "a manifest asks for URLs only"},
+	{"http propagate_trace in a manifest", "name: a\nversion: 1.0.0\ncapabilities:\n  http:\n    - {url: \"https://a.com:443/\", propagate_trace: true}\n", 5, "capabilities.http[0].propagate_trace", "a manifest asks for URLs only"},
 	{"http upper case", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [https://API.example.com:443]\n", 4, "capabilities.http[0]", "lower case"},
 	{"http star host", "name: a\nversion: 1.0.0\ncapabilities:\n  http: [\"https://*:443\"]\n", 4, "capabilities.http[0]", "allows any server; if that is intended, use the mapping form and say so: http: {targets: [\"https://*:443\"], allow_any: true}"},
 	{"http star target in object", "name: a\nversion: 1.0.0\ncapabilities:\n  http:\n    targets: [\"*\"]\n", 5, "capabilities.http.targets[0]", "allow_any: true"},

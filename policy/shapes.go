@@ -176,7 +176,8 @@ func (targetsShape) zero(v any) bool { return len(v.(HTTPCaps).Targets) == 0 }
 
 func (targetsShape) union(a, b any) any {
 	x, y := a.(HTTPCaps), b.(HTTPCaps)
-	return HTTPCaps{Targets: mergeNames(x.Targets, y.Targets), AllowAny: x.AllowAny || y.AllowAny, Headers: mergeHeaders(x.Headers, y.Headers)}
+	return HTTPCaps{Targets: mergeNames(x.Targets, y.Targets), AllowAny: x.AllowAny || y.AllowAny, Headers: mergeHeaders(x.Headers, y.Headers),
+		PropagateTrace: mergeNames(x.PropagateTrace, y.PropagateTrace)}
 }
 
 func (targetsShape) check(ix *index, path string, k *capability, v any, grant bool) error {
@@ -210,6 +211,14 @@ func (targetsShape) check(ix *index, path string, k *capability, v any, grant bo
 		case has:
 			if err := checkInjected(ix, item+".headers", hs); err != nil {
 				return err
+			}
+		}
+		if slices.Contains(h.PropagateTrace, s) {
+			switch {
+			case !grant:
+				return ix.Errorf(item+".propagate_trace", "a manifest asks for URLs only: whether a server receives the trace context is the operator's choice, in the profile's grant; write the target alone, like %s", s)
+			case t.wild():
+				return ix.Errorf(item+".propagate_trace", "%s matches any server, so the trace context would go to every server; set propagate_trace under the target of the server that should receive it", s)
 			}
 		}
 	}
@@ -284,6 +293,7 @@ func (targetsShape) evaluate(ev *evaluator, k *capability, req any) any {
 	if k.Name == "http" {
 		e.addressTargets = addresses
 		e.injections = parseInjections(granted)
+		e.propagating = parsePropagating(granted)
 	}
 	return eff
 }

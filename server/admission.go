@@ -12,6 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // admission bounds one kind of work (invocations, runs) running at once:
@@ -266,7 +268,20 @@ func (s *Server) admit(adm *admission) echo.MiddlewareFunc {
 			st.body, st.bodyRead = body, true
 			c.Request().Body = io.NopCloser(bytes.NewReader(body))
 			p := principalOf(c)
+			var span trace.Span
+			if tracing.On() {
+				// A span for the wait for a turn: the time a request
+				// spent queued behind its organization's others.
+				_, span = tracing.Start(c.Request().Context(), "admission "+adm.kind, trace.SpanKindInternal, tracing.KeyOrg.String(p.Org))
+			}
 			release, ref := adm.acquire(c.Request().Context(), p.Org)
+			if span != nil {
+				code := "ok"
+				if ref != nil {
+					code = ref.knob(adm)
+				}
+				tracing.End(span, code, nil)
+			}
 			if ref != nil {
 				pr := ref.problem(adm, p.Org)
 				s.metrics.admissionRefusals.WithLabelValues(adm.kind, ref.knob(adm)).Inc()

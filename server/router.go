@@ -10,8 +10,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/moat-sandbox/moat/host/audit"
+	"github.com/moat-sandbox/moat/internal/tracing"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/server/internal/mcpserver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ctxState is the key of the request's *reqState on the echo context.
@@ -132,6 +136,11 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		st.hdr[0] = id
 		c.Response().Header()[HeaderRequestID] = st.hdr[0:1:1]
 		start := time.Now()
+		var span trace.Span
+		if tracing.On() && !probe(c.Path()) {
+			// The probes and scrapes every few seconds make no traces.
+			span = s.startRequestSpan(c, id)
+		}
 		s.metrics.inflight.Inc()
 		err := next(c)
 		if err != nil {
@@ -144,6 +153,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		took := time.Since(start)
+		if span != nil {
+			endRequestSpan(span, c.Request().Method, route, status)
+		}
 		s.metrics.observeRequest(route, methodLabel(c.Request().Method), statusClass(status), took)
 		// The access log: a line per request at info, so an operator
 		// sees the traffic at the default level; the probes and scrapes
@@ -163,6 +175,30 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return nil
 	}
+}
+
+// startRequestSpan opens the request's server span (tracing on only):
+// under the caller's own trace when it sent a traceparent, with the
+// correlation id in the context for every span below it. Its attributes
+// are the method, and at its end the route's pattern and the status:
+// never the path (a signed URL's, a module route's own segments), a
+// header or the body.
+func (s *Server) startRequestSpan(c echo.Context, id string) trace.Span {
+	r := c.Request()
+	ctx := tracing.WithCorrelation(tracing.Extract(r.Context(), r.Header), id)
+	ctx, span := tracing.Start(ctx, "HTTP "+methodLabel(r.Method), trace.SpanKindServer,
+		attribute.String("http.request.method", methodLabel(r.Method)))
+	c.SetRequest(r.WithContext(ctx))
+	return span
+}
+
+func endRequestSpan(span trace.Span, method, route string, status int) {
+	span.SetName(methodLabel(method) + " " + route)
+	span.SetAttributes(attribute.String("http.route", route), attribute.Int("http.response.status_code", status))
+	if status >= 500 {
+		span.SetStatus(codes.Error, statusClass(status))
+	}
+	span.End()
 }
 
 // probe says whether route is one a load balancer or a scraper calls

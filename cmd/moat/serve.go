@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/native"
+	"github.com/moat-sandbox/moat/internal/tracing"
 	"github.com/moat-sandbox/moat/languages"
 	_ "github.com/moat-sandbox/moat/languages/all"
 	"github.com/moat-sandbox/moat/policy"
@@ -185,6 +186,19 @@ confinement). --confine=strict refuses to start when a layer is missing;
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// Traces, when the OTEL_* variables ask for them (docs/OPERATIONS.md,
+			// Traces); flushed at shutdown.
+			stopTracing, err := tracing.Setup(ctx)
+			if err != nil {
+				return fmt.Errorf("moat serve: traces: %w", err)
+			}
+			defer func() {
+				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := stopTracing(fctx); err != nil {
+					slog.Warn("moat serve: flushing the last spans", "err", err)
+				}
+			}()
 			srv, err = server.New(ctx, cfg)
 			if err != nil {
 				return err

@@ -32,6 +32,9 @@ import (
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // SecretSource reads the operator's secrets; ops.SecretSource (the host's
@@ -325,8 +328,10 @@ func (s *Service) Complete(ctx context.Context, c Caller, req *abi.AICompleteReq
 	}
 	defer k.release()
 	start := time.Now()
-	text, usage, reported, err := p.complete(ctx, k.key, wire)
+	tctx, span := traceCall(ctx, op, k.ev)
+	text, usage, reported, err := p.complete(tctx, k.key, wire)
 	k.ev.Latency = time.Since(start)
+	endCall(span, usage, err)
 	if err != nil {
 		return nil, k.ev, k.failed(err, input, usage, reported)
 	}
@@ -473,8 +478,10 @@ func (s *Service) Embed(ctx context.Context, c Caller, req *abi.AIEmbedRequest) 
 	}
 	defer k.release()
 	start := time.Now()
-	vecs, usage, reported, err := p.embed(ctx, k.key, m.Model, req.Input, m.Dimensions)
+	tctx, span := traceCall(ctx, op, k.ev)
+	vecs, usage, reported, err := p.embed(tctx, k.key, m.Model, req.Input, m.Dimensions)
 	k.ev.Latency = time.Since(start)
+	endCall(span, usage, err)
 	if err != nil {
 		return nil, k.ev, k.failed(err, input, usage, reported)
 	}
@@ -485,4 +492,32 @@ func (s *Service) Embed(ctx context.Context, c Caller, req *abi.AIEmbedRequest) 
 	k.ev.Usage = usage
 	k.settle(usage.InputTokens)
 	return &abi.AIEmbedResponse{Vectors: vecs, Usage: usage, ModelCallID: k.ev.ModelCallID}, k.ev, nil
+}
+
+// traceCall opens a model call's client span (tracing on only), under the
+// op's: the model alias, the provider, the model call id the audit trail
+// records, and at its end the tokens the provider reported. Never a
+// prompt, a reply, a vector or the provider's key. The trace context is
+// not sent to the provider.
+func traceCall(ctx context.Context, op string, ev *Evidence) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return ctx, nil
+	}
+	return tracing.Start(ctx, "moat.ai "+op, trace.SpanKindClient, tracing.KeyModel.String(ev.Model),
+		tracing.KeyProvider.String(ev.Provider), attribute.String("moat.ai.model_call_id", ev.ModelCallID))
+}
+
+func endCall(span trace.Span, usage abi.AIUsage, err error) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", usage.InputTokens), attribute.Int64("gen_ai.usage.output_tokens", usage.OutputTokens))
+	code := "ok"
+	if err != nil {
+		code = string(abi.CodeOf(err))
+		if code == "" {
+			code = string(abi.CodeUnavailable)
+		}
+	}
+	tracing.End(span, code, err)
 }

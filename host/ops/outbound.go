@@ -15,8 +15,11 @@ import (
 
 	"github.com/moat-sandbox/moat/abi"
 	"github.com/moat-sandbox/moat/host/budget"
+	"github.com/moat-sandbox/moat/internal/tracing"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/policy/egress"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // HTTPClient is the http family's client, the one Outbound of a module:
@@ -176,12 +179,54 @@ type fetch struct {
 	used     [][]byte // the secret values injected so far, to scrub
 	injected []string // the headers injected into the current hop
 	started  time.Time
+	// Traces on only: the request's span, its last hop's destination
+	// (scheme://host:port) and whether a hop was sent the trace context.
+	span       trace.Span
+	dest       string
+	propagated bool
 }
 
 // Send sends req for the invocation env describes (see HTTPClient).
 func (c *HTTPClient) Send(env *Env, req *abi.HTTPFetchRequest, o FetchOptions) (*abi.HTTPFetchResponse, error) {
+	if !tracing.On() {
+		return c.send(env, req, o, nil)
+	}
+	// The request's client span, under the op's: every hop's
+	// traceparent (where a grant opts in, before) names it. It carries
+	// the last hop's destination as scheme://host:port, its status and
+	// whether the trace context was sent: never a path, a query, a
+	// header or a body.
+	ctx := env.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sctx, span := tracing.Start(ctx, "moat.outbound", trace.SpanKindClient)
+	env.Context = sctx
+	f := &fetch{span: span}
+	resp, err := c.send(env, req, o, f)
+	env.Context = ctx
+	if f.dest != "" {
+		span.SetAttributes(tracing.KeyTarget.String(f.dest))
+	}
+	span.SetAttributes(tracing.KeyPropagated.Bool(f.propagated))
+	if resp != nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.Status))
+	}
+	code := "ok"
+	if err != nil {
+		code = string(abi.CodeOf(err))
+	}
+	tracing.End(span, code, err)
+	return resp, err
+}
+
+func (c *HTTPClient) send(env *Env, req *abi.HTTPFetchRequest, o FetchOptions, traced *fetch) (*abi.HTTPFetchResponse, error) {
 	label := o.label(env)
 	f := &fetch{c: c, env: env, req: req, label: label, what: label + " " + redactURL(req.URL)}
+	if traced != nil {
+		f.span = traced.span
+		defer func() { traced.dest, traced.propagated = f.dest, f.propagated }()
+	}
 	if env.op != nil && env.op != httpOp {
 		f.via = env.op.Name
 	}
@@ -259,6 +304,9 @@ func (f *fetch) before(ctx context.Context, h *egress.Hop) error {
 	if h.N == 0 {
 		f.what = f.label + " " + h.Method + " " + h.Dest.String()
 	}
+	if f.span != nil {
+		f.dest = h.Dest.String()
+	}
 	f.injected, f.started = nil, time.Time{}
 	u := h.URL.String()
 	if f.holdsSecret(u) {
@@ -298,6 +346,13 @@ func (f *fetch) before(ctx context.Context, h *egress.Hop) error {
 		}
 		h.Header.Set(in.Name, v)
 		f.injected = append(f.injected, in.Name)
+	}
+	// The trace context goes only to a target whose grant opted in
+	// (propagate_trace), hop by hop: each hop's headers start again
+	// from the module's own, so a redirect elsewhere carries none of
+	// ours.
+	if f.span != nil && f.c.eval.PropagatesTrace(u) && tracing.Inject(ctx, h.Header) {
+		f.propagated = true
 	}
 	f.started = time.Now()
 	return nil

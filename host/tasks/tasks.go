@@ -28,7 +28,9 @@ import (
 	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/host/audit"
 	"github.com/moat-sandbox/moat/host/store"
+	"github.com/moat-sandbox/moat/internal/tracing"
 	"github.com/moat-sandbox/moat/policy"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrModuleGone is what a Config.Resolve returns (wrapped) for
@@ -239,6 +241,17 @@ var permanentCodes = map[abi.Code]bool{
 func (r *Runner) run(ctx context.Context, t store.Task) {
 	st := r.cfg.Store
 	log := r.log.With("task", t.ID, "org", t.Org, "module", t.Module, "action", t.Action, "attempt", t.Attempts)
+	if tracing.On() {
+		// The attempt's span: a root of its own (the request that
+		// enqueued the task ended long ago), tied to it by the
+		// correlation id every span of the attempt carries. The
+		// invocation's span and its ops' are its children.
+		ctx = tracing.WithCorrelation(ctx, t.CorrelationID)
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "moat.task.attempt", trace.SpanKindConsumer, tracing.KeyTaskID.String(t.ID),
+			tracing.KeyAttempt.Int(t.Attempts), tracing.KeyModule.String(t.Module), tracing.KeyAction.String(t.Action), tracing.KeyOrg.String(t.Org))
+		defer span.End()
+	}
 	// The attempt's own context: ended when the runner stops, or when
 	// the task is no longer ours (cancelled, or its lease lost).
 	actx, stop := context.WithCancel(ctx)
@@ -317,6 +330,13 @@ func (r *Runner) run(ctx context.Context, t store.Task) {
 	}
 	principal := policy.Principal{User: t.User, Org: t.Org, Roles: t.Roles}
 	res, err := m.Invoke(audit.WithTask(actx, t.ID), host.Request{Action: t.Action, Input: t.Input, Principal: principal, CorrelationID: t.CorrelationID})
+	if tracing.On() {
+		code := "ok"
+		if err != nil {
+			code = string(abi.CodeOf(err))
+		}
+		trace.SpanFromContext(ctx).SetAttributes(tracing.KeyCode.String(code))
+	}
 	if lostClaim.Load() {
 		log.Info("tasks: the task was cancelled or claimed by another runner during its attempt; its outcome is discarded")
 		return
