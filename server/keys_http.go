@@ -352,6 +352,8 @@ func (s *Server) routeFamilyOf(c echo.Context, keyID string) routeFamily {
 		return inv(c.Param("name"))
 	case path == moduleRoute || path == moduleRouteRoot:
 		return inv(c.Param("module"))
+	case strings.HasPrefix(path, "/v1/confirmations/id/"):
+		return routeFamily{read: get} // deciding another's request: a key without scopes
 	case (path == "/v1/modules" || path == "/v1/pages") && get, strings.HasPrefix(path, "/v1/confirmations"):
 		return inv("")
 	case path == "/v1/runs" || path == "/v1/languages" || path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"),

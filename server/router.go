@@ -83,6 +83,8 @@ func (s *Server) router() *echo.Echo {
 	e.POST("/v1/modules/:name/pages/:page/actions/:action", s.pageInvoke, auth, s.awaitModule, invocation)
 	e.GET("/v1/confirmations", s.pendingConfirmations, auth)
 	e.POST("/v1/confirmations/:token", s.confirm, auth, invocation)
+	e.GET("/v1/confirmations/:token", s.confirmationStatus, auth)
+	e.POST("/v1/confirmations/id/:id/:decision", s.decideConfirmation, auth, invocation)
 	e.GET("/v1/audit", s.auditQuery, auth)
 	e.GET("/v1/tasks", s.listTasks, auth)
 	e.GET("/v1/tasks/:id", s.getTask, auth)
