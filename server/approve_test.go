@@ -60,11 +60,11 @@ func TestConfirmationApproval(t *testing.T) {
 	bob := ts.key(t, "acme", "bob", "billing")            // requester
 	boss := ts.key(t, "acme", "boss", "admin", "billing") // an approver who asks itself
 	vic := ts.key(t, "acme", "vic", "viewer")             // neither
-	eve := ts.key(t, "globex", "eve", "admin")
+	eve := ts.key(t, "globex", "eve", "admin")            // another organization's approver
 	scoped, _, err := server.CreateAPIKey(context.Background(), ts.Store(), server.NewAPIKey{Org: "acme", User: "ann", Roles: []string{"admin"}, Scopes: []string{server.ScopeInvoke}})
 	if err != nil {
 		t.Fatal(err)
-	} // another organization's approver
+	}
 	wasm := helloWasm(t)
 	mf := renamed(t, "hello-billing", "    confirm: true\n    roles: [billing]\n")
 	if r := ts.upload(t, ann, wasm, mf); r.status != http.StatusCreated {
