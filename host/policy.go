@@ -364,17 +364,17 @@ func (m *Module) Decide(ctx context.Context, req DecideRequest) (Result, *store.
 		m.host.audit.Record(ctx, ev)
 		return Result{}, c, &Error{Module: m.name, Action: ev.Action, Code: code, Reason: reason, Err: err}
 	}
-	if c.Module != m.name {
-		// The server looks the module up by the confirmation's; a
-		// mismatch is a caller's bug, refused all the same.
-		ev.Reason = fmt.Sprintf("the confirmation is for module %s, not %s", c.Module, m.name)
-		m.host.audit.Record(ctx, ev)
-		return Result{}, c, &Error{Module: m.name, Action: c.Action, Code: abi.CodeDenied, Reason: ev.Reason}
-	}
 	if !req.Approve {
 		ev.Reason = fmt.Sprintf("denied by %s: %s", req.Approver.User, c.Summary)
 		m.host.audit.Record(ctx, ev)
 		return Result{}, c, nil
+	}
+	if c.Module != m.name {
+		// Another module has another binding, so the store refused it
+		// as stale already; this holds even if two had the same one.
+		ev.Reason = fmt.Sprintf("the confirmation is for module %s, not %s", c.Module, m.name)
+		m.host.audit.Record(ctx, ev)
+		return Result{}, c, &Error{Module: m.name, Action: c.Action, Code: abi.CodeDenied, Reason: ev.Reason}
 	}
 	ev.Decision, ev.Reason = audit.Allow, fmt.Sprintf("approved by %s: %s", req.Approver.User, c.Summary)
 	m.host.audit.Record(ctx, ev)
