@@ -225,7 +225,7 @@ func (m *Module) requestConfirmation(ctx context.Context, req *Request, summary,
 	c := store.Confirmation{
 		TokenHash: hashToken(token), Org: req.Principal.Org, User: req.Principal.User, Module: m.name, Action: req.Action,
 		Input: req.Input, InputSHA256: hex.EncodeToString(sum[:]), Summary: summary, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		Binding: m.Binding(),
+		Binding: m.Binding(), Roles: req.Principal.Roles,
 	}
 	if err := m.host.store.ConfirmationCreate(ctx, c); err != nil {
 		return &Error{Module: m.name, Action: req.Action, Code: abi.CodeUnavailable, Reason: "cannot store the confirmation", Err: err}
@@ -300,6 +300,87 @@ func (m *Module) Confirm(ctx context.Context, req ConfirmRequest) (Result, error
 		Action: c.Action, User: req.Principal.User, Org: req.Principal.Org, Rule: "confirmation token", Reason: "confirmed: " + c.Summary,
 		Attrs: map[string]string{"input_sha256": c.InputSHA256}})
 	return m.invoke(ctx, Request{Action: c.Action, Input: c.Input, Principal: req.Principal, CorrelationID: req.CorrelationID}, true)
+}
+
+// DecideRequest is an approver's decision on a pending confirmation of
+// its organization (four-eyes approval; see Module.Decide).
+type DecideRequest struct {
+	TokenHash     string           // the confirmation's token hash (the approver never holds the token)
+	Approver      policy.Principal // who decides
+	Approve       bool             // true: run the action; false: deny it
+	CorrelationID string
+}
+
+// Decide approves or denies, once, a confirmation another principal of the
+// approver's organization requested on this module. An approval runs the
+// action AS THE REQUESTER, with the roles it held when it asked (stored
+// with the confirmation), the input it asked with, on the module it asked
+// on: the approver lends its judgement, not its roles. Whether the
+// approver may decide at all (the server's confirm.approve permission) is
+// the caller's check; whether it may decide its own request is the
+// profile's confirm_self_approve. Both the requester and the approver are
+// in the audit event. The errors are Confirm's, and a refused self-approval
+// wraps store.ErrConfirmationSelf; an unknown confirmation and one of
+// another organization are the same store.ErrConfirmationNotFound.
+func (m *Module) Decide(ctx context.Context, req DecideRequest) (Result, *store.Confirmation, error) {
+	binding := m.Binding()
+	c, err := m.host.store.ConfirmationDecide(ctx, req.TokenHash, store.ConfirmationDecision{
+		Org: req.Approver.Org, Approver: req.Approver.User, Approve: req.Approve, Binding: binding,
+		AllowSelf: m.policy.profile.ConfirmSelfApprove, Now: time.Now().UTC(),
+	})
+	verb := "deny"
+	if req.Approve {
+		verb = "approve"
+	}
+	ev := audit.Event{Kind: audit.KindConfirmation, Decision: audit.Deny, CorrelationID: req.CorrelationID, Module: m.name,
+		User: req.Approver.User, Org: req.Approver.Org, Rule: "confirmation " + verb,
+		Attrs: map[string]string{"approver": req.Approver.User}}
+	if c != nil {
+		ev.Action, ev.User = c.Action, c.User
+		ev.Attrs["requester"], ev.Attrs["input_sha256"] = c.User, c.InputSHA256
+	}
+	if err != nil {
+		var reason string
+		code := abi.CodeDenied
+		switch {
+		case errors.Is(err, store.ErrConfirmationStale) && c != nil:
+			reason = fmt.Sprintf("module %s changed since the confirmation was requested (binding %s then, %s now): "+
+				"the request was for the code and manifest then; it is used up, the requester must invoke the action again",
+				c.Module, short(c.Binding), short(binding))
+			ev.Attrs["binding_requested"], ev.Attrs["binding_now"] = c.Binding, binding
+		case errors.Is(err, store.ErrConfirmationSelf):
+			reason = "you requested this confirmation; another approver of the organization must decide it (profile " +
+				m.policy.profile.Name + " does not set confirm_self_approve)"
+		case errors.Is(err, store.ErrConfirmationUsed):
+			reason = "the confirmation was already decided or used"
+		case errors.Is(err, store.ErrConfirmationExpired):
+			reason = "the confirmation has expired; the requester must invoke the action again"
+		case errors.Is(err, store.ErrConfirmationNotFound):
+			code, reason = abi.CodeNotFound, "no such confirmation in organization "+req.Approver.Org
+		default:
+			return Result{}, nil, &Error{Module: m.name, Code: abi.CodeUnavailable, Reason: "cannot read confirmations", Err: err}
+		}
+		ev.Reason = verb + " refused: " + reason
+		m.host.audit.Record(ctx, ev)
+		return Result{}, c, &Error{Module: m.name, Action: ev.Action, Code: code, Reason: reason, Err: err}
+	}
+	if !req.Approve {
+		ev.Reason = fmt.Sprintf("denied by %s: %s", req.Approver.User, c.Summary)
+		m.host.audit.Record(ctx, ev)
+		return Result{}, c, nil
+	}
+	if c.Module != m.name {
+		// Another module has another binding, so the store refused it
+		// as stale already; this holds even if two had the same one.
+		ev.Reason = fmt.Sprintf("the confirmation is for module %s, not %s", c.Module, m.name)
+		m.host.audit.Record(ctx, ev)
+		return Result{}, c, &Error{Module: m.name, Action: c.Action, Code: abi.CodeDenied, Reason: ev.Reason}
+	}
+	ev.Decision, ev.Reason = audit.Allow, fmt.Sprintf("approved by %s: %s", req.Approver.User, c.Summary)
+	m.host.audit.Record(ctx, ev)
+	requester := policy.Principal{Org: c.Org, User: c.User, Roles: c.Roles}
+	res, err := m.invoke(ctx, Request{Action: c.Action, Input: c.Input, Principal: requester, CorrelationID: req.CorrelationID}, true)
+	return res, c, err
 }
 
 // acquire takes a concurrency slot and a rate token for the invocation.

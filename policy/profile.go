@@ -39,6 +39,12 @@ type Profile struct {
 	// 10m).
 	ConfirmTTL Duration `yaml:"confirm_ttl,omitempty"`
 
+	// ConfirmSelfApprove lets an approver (a holder of the server's
+	// confirm.approve permission) approve or deny its own confirmations
+	// through the approvers' path. Off by default: four-eyes approval
+	// means a second person looks at what the first asked for.
+	ConfirmSelfApprove bool `yaml:"confirm_self_approve,omitempty"`
+
 	// SensitiveOps are ops that may run only within a confirmed
 	// invocation, whatever the action says.
 	SensitiveOps []string `yaml:"sensitive_ops,omitempty"`

@@ -3,8 +3,10 @@ package server
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -76,22 +78,201 @@ type ConfirmationJSON struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// pendingConfirmations lists the caller's own pending confirmations.
+// PermConfirmApprove lets its holder see every pending confirmation of its
+// organization and approve or deny it (four-eyes approval): held like
+// PermModuleUpload, by a role that role_permissions gives it, or by the
+// role admin while the profile gives it to no role.
+const PermConfirmApprove = "confirm.approve"
+
+// maxInputPreview bounds the bytes of a confirmation's input an approver
+// sees in a list; the input's SHA-256 names all of it.
+const maxInputPreview = 256
+
+// PendingConfirmationJSON is a pending confirmation as an approver sees it:
+// what would run, for whom, with which input (its hash and a bounded
+// preview). Never the token: an approver decides by ID.
+type PendingConfirmationJSON struct {
+	ConfirmationJSON
+	InputSHA256  string `json:"input_sha256"`
+	InputBytes   int    `json:"input_bytes"`
+	InputPreview string `json:"input_preview"` // at most 256 bytes of UTF-8 input; "" for binary input
+	Truncated    bool   `json:"input_truncated,omitempty"`
+}
+
+func confirmationJSON(cf *store.Confirmation) ConfirmationJSON {
+	return ConfirmationJSON{ID: cf.TokenHash[:16], Module: cf.Module, Action: cf.Action, User: cf.User,
+		Summary: cf.Summary, CreatedAt: cf.CreatedAt, ExpiresAt: cf.ExpiresAt}
+}
+
+// inputPreview is the first maxInputPreview bytes of a UTF-8 input, cut at
+// a rune boundary; binary input has none.
+func inputPreview(in []byte) (preview string, truncated bool) {
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	if len(in) <= maxInputPreview {
+		return string(in), false
+	}
+	cut := maxInputPreview
+	for cut > 0 && !utf8.RuneStart(in[cut]) {
+		cut--
+	}
+	return string(in[:cut]), true
+}
+
+// pendingConfirmations lists the caller's own pending confirmations, or
+// with ?all=1 every pending confirmation of its organization, which takes
+// PermConfirmApprove.
 func (s *Server) pendingConfirmations(c echo.Context) error {
 	p := principalOf(c)
+	all := false
+	switch v := c.QueryParam("all"); v {
+	case "", "0", "false":
+	case "1", "true":
+		all = true
+	default:
+		return problem(http.StatusBadRequest, "invalid_argument", "all=%q: use all=1 for every pending confirmation of the organization", v)
+	}
+	if all {
+		if err := s.mayManage(c, PermConfirmApprove, ""); err != nil {
+			return err
+		}
+	}
 	list, err := s.store.ConfirmationsPending(c.Request().Context(), p.Org, time.Now().UTC(), store.MaxConfirmationLimit)
 	if err != nil {
 		return err
 	}
+	if all {
+		out := []PendingConfirmationJSON{}
+		for i := range list {
+			cf := &list[i]
+			pv, cut := inputPreview(cf.Input)
+			out = append(out, PendingConfirmationJSON{ConfirmationJSON: confirmationJSON(cf), InputSHA256: cf.InputSHA256,
+				InputBytes: len(cf.Input), InputPreview: pv, Truncated: cut})
+		}
+		return c.JSON(http.StatusOK, map[string]any{"confirmations": out})
+	}
 	out := []ConfirmationJSON{}
-	for _, cf := range list {
-		if cf.User != p.User {
+	for i := range list {
+		if list[i].User != p.User {
 			continue
 		}
-		out = append(out, ConfirmationJSON{ID: cf.TokenHash[:16], Module: cf.Module, Action: cf.Action, User: cf.User,
-			Summary: cf.Summary, CreatedAt: cf.CreatedAt, ExpiresAt: cf.ExpiresAt})
+		out = append(out, confirmationJSON(&list[i]))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"confirmations": out})
+}
+
+// ConfirmationStatusJSON is what the holder of a token learns of its
+// confirmation: pending, or how and by whom it was decided.
+type ConfirmationStatusJSON struct {
+	ID        string     `json:"id"`
+	Module    string     `json:"module"`
+	Action    string     `json:"action"`
+	State     string     `json:"state"` // pending, expired, confirmed, approved, denied or stale
+	DecidedBy string     `json:"decided_by,omitempty"`
+	DecidedAt *time.Time `json:"decided_at,omitempty"`
+	ExpiresAt time.Time  `json:"expires_at"`
+}
+
+// confirmationStatus tells the holder of a token what became of its
+// confirmation, so that the tab that asked learns when an approver
+// decided (it polls). Only the requester's own confirmation is found.
+func (s *Server) confirmationStatus(c echo.Context) error {
+	p := principalOf(c)
+	sum := sha256.Sum256([]byte(c.Param("token")))
+	cf, err := s.store.ConfirmationGet(c.Request().Context(), p.Org, hex.EncodeToString(sum[:]))
+	if errors.Is(err, store.ErrConfirmationNotFound) || (err == nil && cf.User != p.User) {
+		return problem(http.StatusNotFound, "not_found", "no confirmation for this token in organization %s", p.Org)
+	}
+	if err != nil {
+		return err
+	}
+	out := ConfirmationStatusJSON{ID: cf.TokenHash[:16], Module: cf.Module, Action: cf.Action, State: "pending", ExpiresAt: cf.ExpiresAt}
+	switch {
+	case !cf.UsedAt.IsZero():
+		at := cf.UsedAt
+		out.State, out.DecidedBy, out.DecidedAt = cf.Decision, cf.DecidedBy, &at
+		if out.State == "" {
+			out.State = store.DecisionConfirmed // a row from before approvals
+		}
+	case !time.Now().Before(cf.ExpiresAt):
+		out.State = "expired"
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// DecisionJSON answers a denial.
+type DecisionJSON struct {
+	ID        string `json:"id"`
+	Decision  string `json:"decision"`
+	Requester string `json:"requester"`
+}
+
+// decideConfirmation approves or denies, as an approver (PermConfirmApprove),
+// a pending confirmation of its organization by its ID. An approval runs
+// the action as the requester (host.Module.Decide) and answers its output,
+// as confirm does; a denial answers a DecisionJSON. An ID of another
+// organization is a 404, as an unknown one is.
+func (s *Server) decideConfirmation(c echo.Context) error {
+	p := principalOf(c)
+	verb := c.Param("decision")
+	if verb != "approve" && verb != "deny" {
+		return problem(http.StatusNotFound, "not_found", "no such route: POST /v1/confirmations/id/{id}/approve or /deny")
+	}
+	if err := s.mayManage(c, PermConfirmApprove, ""); err != nil {
+		return err
+	}
+	logs, ctx, err := logsFor(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	notFound := problem(http.StatusNotFound, "not_found", "no pending confirmation %q in organization %s: it is unknown, decided or expired", clipAttr(id), p.Org)
+	if len(id) != 16 || !validHex(id) {
+		return notFound
+	}
+	list, err := s.store.ConfirmationsPending(ctx, p.Org, time.Now().UTC(), store.MaxConfirmationLimit)
+	if err != nil {
+		return err
+	}
+	var cf *store.Confirmation
+	for i := range list {
+		if strings.HasPrefix(list[i].TokenHash, id) {
+			cf = &list[i]
+			break
+		}
+	}
+	if cf == nil {
+		return notFound
+	}
+	e, err := s.modules.ensure(ctx, p.Org, cf.Module)
+	if e == nil && err == nil {
+		return problem(http.StatusNotFound, "not_found", "the module %s of this confirmation was deleted", cf.Module)
+	}
+	if err != nil {
+		return s.moduleProblem(p.Org, cf.Module, correlationID(c), e, err)
+	}
+	start := time.Now()
+	res, decided, err := e.mod.Decide(ctx, host.DecideRequest{TokenHash: cf.TokenHash, Approver: p, Approve: verb == "approve", CorrelationID: correlationID(c)})
+	if verb == "approve" {
+		s.metrics.observeInvocation(p.Org, cf.Module, "approve", start, err)
+	}
+	if err != nil {
+		return logs.failed(fromHostError(err))
+	}
+	if verb == "deny" {
+		return c.JSON(http.StatusOK, DecisionJSON{ID: id, Decision: decided.Decision, Requester: decided.User})
+	}
+	return logs.answer(c, res.Output)
+}
+
+func validHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && (s[i] < 'a' || s[i] > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // confirm runs the action a confirmation token stands for, once, for the

@@ -354,6 +354,8 @@ func (s *Server) routeFamilyOf(c echo.Context, keyID string) routeFamily {
 		return inv(c.Param("module"))
 	case (path == "/v1/modules" || path == "/v1/pages") && get:
 		return routeFamily{scope: ScopeInvoke, read: get, listing: true}
+	case strings.HasPrefix(path, "/v1/confirmations/id/"):
+		return routeFamily{read: get} // deciding another's request: a key without scopes
 	case strings.HasPrefix(path, "/v1/confirmations"):
 		return inv("")
 	case path == "/v1/runs" || path == "/v1/languages" || path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"),

@@ -87,6 +87,8 @@ func (s *Server) router() *echo.Echo {
 	e.POST("/v1/modules/:name/pages/:page/actions/:action", s.pageInvoke, auth, s.awaitModule, invocation)
 	e.GET("/v1/confirmations", s.pendingConfirmations, auth)
 	e.POST("/v1/confirmations/:token", s.confirm, auth, invocation)
+	e.GET("/v1/confirmations/:token", s.confirmationStatus, auth)
+	e.POST("/v1/confirmations/id/:id/:decision", s.decideConfirmation, auth, invocation)
 	e.GET("/v1/audit", s.auditQuery, auth)
 	e.GET("/v1/tasks", s.listTasks, auth)
 	e.GET("/v1/tasks/:id", s.getTask, auth)
@@ -361,8 +363,12 @@ func (s *Server) whoami(c echo.Context) error {
 	// the profile's exec_roles and the key's scopes, the two checks the
 	// code-execution routes make.
 	scoped, _ := scopeAllows(stateOf(c).keyScopes, routeFamily{scope: ScopeRun})
+	// may_approve is what the console shows the approvers' list by:
+	// confirm.approve, with a key the approve route admits (no scopes).
+	unscoped, _ := scopeAllows(stateOf(c).keyScopes, routeFamily{})
+	mayApprove, _, _ := s.holds(p, PermConfirmApprove)
 	return c.JSON(http.StatusOK, map[string]any{"user": p.User, "org": p.Org, "roles": roles, "key_id": stateOf(c).keyID,
-		"may_run_code": scoped && s.hostFor(p.Org).Profile().AuthorizeExec(p) == nil})
+		"may_run_code": scoped && s.hostFor(p.Org).Profile().AuthorizeExec(p) == nil, "may_approve": unscoped && mayApprove})
 }
 
 // mayExec admits a request of the code-execution routes (/v1/runs, the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -30,7 +31,28 @@ type Confirmation struct {
 	Summary              string
 	CreatedAt, ExpiresAt time.Time
 	UsedAt               time.Time // zero until used
+	// Roles are the requester's roles when it asked: an approved
+	// confirmation runs as the requester with these, never with the
+	// approver's roles, nor with roles the requester gained since.
+	Roles []string
+	// DecidedBy and Decision say who used the confirmation and how
+	// (ConfirmationUse: the requester, DecisionConfirmed;
+	// ConfirmationDecide: the approver, DecisionApproved or
+	// DecisionDenied; DecisionStale when the module had changed). Both
+	// are empty while unused, and on rows from before approvals.
+	DecidedBy, Decision string
 }
+
+// The decisions a used confirmation records.
+const (
+	DecisionConfirmed = "confirmed" // by the requester's own token
+	DecisionApproved  = "approved"  // by an approver of the organization
+	DecisionDenied    = "denied"    // by an approver of the organization
+	DecisionStale     = "stale"     // refused: the module changed since
+)
+
+// MaxConfirmationRoles bounds the roles stored with a confirmation.
+const MaxConfirmationRoles = 64
 
 // The errors of ConfirmationUse. They come wrapped; test with errors.Is.
 var (
@@ -42,6 +64,9 @@ var (
 	// was requested. The confirmation is used up, so that it can never
 	// run the new code.
 	ErrConfirmationStale = errors.New("the module changed since the confirmation was requested")
+	// ErrConfirmationSelf: an approver decided its own request while
+	// the profile does not allow it. The confirmation stays unused.
+	ErrConfirmationSelf = errors.New("an approver may not decide its own confirmation")
 )
 
 // Confirmation list limits.
@@ -107,6 +132,18 @@ func (s *Store) ConfirmationCreate(ctx context.Context, c Confirmation) (err err
 		return abi.Errorf(abi.CodeInvalidArgument, "confirmation expires_at %s is not after created_at %s", c.ExpiresAt, c.CreatedAt)
 	case !c.UsedAt.IsZero():
 		return abi.Errorf(abi.CodeInvalidArgument, "confirmation used_at is set; a new confirmation is unused")
+	case c.DecidedBy != "" || c.Decision != "":
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation decided_by or decision is set; a new confirmation is undecided")
+	case len(c.Roles) > MaxConfirmationRoles:
+		return abi.Errorf(abi.CodeInvalidArgument, "confirmation roles: %d roles, at most %d", len(c.Roles), MaxConfirmationRoles)
+	}
+	roles := c.Roles
+	if roles == nil {
+		roles = []string{}
+	}
+	rolesJSON, err := json.Marshal(roles)
+	if err != nil {
+		return fmt.Errorf("store: confirmation.create: roles: %w", err)
 	}
 	input := c.Input
 	if input == nil {
@@ -115,7 +152,7 @@ func (s *Store) ConfirmationCreate(ctx context.Context, c Confirmation) (err err
 	err = s.b.ConfirmationCreate(ctx, driver.ConfirmationRow{
 		TokenHash: c.TokenHash, Org: c.Org, User: c.User, Module: c.Module, Action: c.Action,
 		Input: input, InputSHA256: inputSum, Summary: c.Summary, Binding: c.Binding,
-		CreatedAt: created, ExpiresAt: expires,
+		CreatedAt: created, ExpiresAt: expires, Roles: string(rolesJSON),
 	}, created-int64(confirmationRetention), confirmationSweep)
 	switch {
 	case errors.Is(err, driver.ErrConflict):
@@ -131,6 +168,13 @@ func fromConfirmationRow(r *driver.ConfirmationRow) *Confirmation {
 		TokenHash: r.TokenHash, Org: r.Org, User: r.User, Module: r.Module, Action: r.Action,
 		Input: r.Input, InputSHA256: r.InputSHA256, Binding: r.Binding, Summary: r.Summary,
 		CreatedAt: fromNanos(r.CreatedAt), ExpiresAt: fromNanos(r.ExpiresAt),
+		DecidedBy: r.DecidedBy, Decision: r.Decision, Roles: []string{},
+	}
+	// A row the store wrote holds a JSON array; anything else reads as
+	// no roles, which grants the least.
+	_ = json.Unmarshal([]byte(r.Roles), &c.Roles)
+	if c.Roles == nil {
+		c.Roles = []string{}
 	}
 	if c.Input == nil {
 		c.Input = []byte{}
@@ -170,22 +214,107 @@ func (s *Store) ConfirmationUse(ctx context.Context, tokenHash, org, user, bindi
 		case usedAt >= r.ExpiresAt:
 			return fmt.Errorf("expired at %s: %w", fromNanos(r.ExpiresAt).Format(time.RFC3339Nano), ErrConfirmationExpired)
 		}
+		r.DecidedBy, r.Decision = user, DecisionConfirmed
+		if r.Binding != binding {
+			r.Decision = DecisionStale
+		}
 		return nil
 	})
+	return claimed(row, err, usedAt, binding, "confirmation.use")
+}
+
+// claimed turns the result of a claim into ConfirmationUse's and
+// ConfirmationDecide's.
+func claimed(row *driver.ConfirmationRow, err error, usedAt int64, binding, op string) (*Confirmation, error) {
 	switch {
 	case errors.Is(err, driver.ErrNotFound):
-		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationNotFound)
+		return nil, fmt.Errorf("store: %s: %w", op, ErrConfirmationNotFound)
 	case errors.Is(err, driver.ErrConflict):
-		return nil, fmt.Errorf("store: confirmation.use: %w", ErrConfirmationUsed)
+		return nil, fmt.Errorf("store: %s: %w", op, ErrConfirmationUsed)
 	case err != nil:
-		return nil, fmt.Errorf("store: confirmation.use: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", op, err)
 	}
 	c := fromConfirmationRow(row)
 	c.UsedAt = fromNanos(usedAt)
-	if c.Binding != binding {
-		return c, fmt.Errorf("store: confirmation.use: requested on module %s, used on %s: %w", short(c.Binding), short(binding), ErrConfirmationStale)
+	if c.Decision == DecisionStale {
+		return c, fmt.Errorf("store: %s: requested on module %s, used on %s: %w", op, short(c.Binding), short(binding), ErrConfirmationStale)
 	}
 	return c, nil
+}
+
+// ConfirmationDecision is an approver's decision on another principal's
+// confirmation (see ConfirmationDecide).
+type ConfirmationDecision struct {
+	Org      string // the approver's organization
+	Approver string // the approver's user
+	Approve  bool   // approve (run the action) or deny
+	// Binding is the module's binding now; an approval of a
+	// confirmation requested on another is used up as stale.
+	Binding string
+	// AllowSelf lets the approver decide its own request (the
+	// profile's confirm_self_approve).
+	AllowSelf bool
+	Now       time.Time
+}
+
+// ConfirmationDecide atomically uses the confirmation whose token hash is
+// tokenHash on an approver's decision d, and returns it with UsedAt,
+// DecidedBy and Decision set. Like ConfirmationUse it succeeds at most once
+// per confirmation across replicas: the row is locked, checked and claimed
+// in one transaction, so of two approvers (or an approver and the
+// requester's own token) exactly one wins and the other gets
+// ErrConfirmationUsed.
+//
+// The errors wrap ErrConfirmationNotFound (none, or one of another
+// organization: an approver cannot tell the two apart), ErrConfirmationSelf
+// (the approver requested it and AllowSelf is false; it stays unused),
+// ErrConfirmationUsed, ErrConfirmationExpired, or, for an approval,
+// ErrConfirmationStale (the binding differs; it is used up), checked in
+// that order. A denial needs no binding.
+func (s *Store) ConfirmationDecide(ctx context.Context, tokenHash string, d ConfirmationDecision) (*Confirmation, error) {
+	usedAt, ok := nanos(d.Now)
+	switch {
+	case !ok:
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmation decide: time %s is out of range", d.Now)
+	case d.Org == "" || d.Approver == "":
+		return nil, abi.Errorf(abi.CodeInvalidArgument, "confirmation decide: the approver's org and user must be set")
+	}
+	row, err := s.b.ConfirmationClaim(ctx, tokenHash, usedAt, func(r *driver.ConfirmationRow) error {
+		switch {
+		case r.Org != d.Org:
+			return driver.ErrNotFound
+		case r.User == d.Approver && !d.AllowSelf:
+			return fmt.Errorf("user %q requested it: %w", d.Approver, ErrConfirmationSelf)
+		case r.UsedAt != 0:
+			return fmt.Errorf("%s by %q at %s: %w", r.Decision, r.DecidedBy, fromNanos(r.UsedAt).Format(time.RFC3339Nano), ErrConfirmationUsed)
+		case usedAt >= r.ExpiresAt:
+			return fmt.Errorf("expired at %s: %w", fromNanos(r.ExpiresAt).Format(time.RFC3339Nano), ErrConfirmationExpired)
+		}
+		r.DecidedBy, r.Decision = d.Approver, DecisionDenied
+		if d.Approve {
+			r.Decision = DecisionApproved
+			if r.Binding != d.Binding {
+				r.Decision = DecisionStale
+			}
+		}
+		return nil
+	})
+	return claimed(row, err, usedAt, d.Binding, "confirmation.decide")
+}
+
+// ConfirmationGet returns the confirmation whose token hash is tokenHash,
+// used or not, if it belongs to org (ErrConfirmationNotFound otherwise).
+func (s *Store) ConfirmationGet(ctx context.Context, org, tokenHash string) (*Confirmation, error) {
+	row, err := s.b.ConfirmationGet(ctx, tokenHash)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		return nil, fmt.Errorf("store: confirmation.get: %w", ErrConfirmationNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("store: confirmation.get: %w", err)
+	case row.Org != org:
+		return nil, fmt.Errorf("store: confirmation.get: %w", ErrConfirmationNotFound)
+	}
+	return fromConfirmationRow(row), nil
 }
 
 // ConfirmationsPending lists the unexpired (ExpiresAt after now), unused

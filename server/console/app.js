@@ -60,7 +60,7 @@ async function signIn(key) {
   $("#whoami").textContent = r.data.user + "@" + r.data.org + roles;
   $("#signin").hidden = true; $("#app").hidden = false; $("#session").hidden = false;
   state.whoami = r.data;
-  await Promise.all([loadPages(), loadModules(), loadLanguages(), loadConfirmations()]);
+  await Promise.all([loadPages(), loadModules(), loadLanguages(), loadConfirmations(), loadApprovals()]);
 }
 
 $("#signin-form").addEventListener("submit", async (ev) => {
@@ -79,7 +79,7 @@ for (const t of document.querySelectorAll(".tab")) {
     if (t.dataset.tab === "tasks") loadTasks();
     if (t.dataset.tab === "media") loadMedia();
     if (t.dataset.tab === "pages") loadPages();
-    if (t.dataset.tab === "confirm") loadConfirmations();
+    if (t.dataset.tab === "confirm") { loadConfirmations(); loadApprovals(); }
     if (t.dataset.tab === "keys") loadKeys();
   });
 }
@@ -205,6 +205,9 @@ async function showResult(r) {
     $("#confirm-summary").textContent = c.summary + " (expires " + new Date(c.expires_at).toLocaleTimeString() + ")";
     box.hidden = false;
     $("#confirm-approve").onclick = async () => { const res = await approve(c.token); await showResult(res); };
+    box.dataset.token = c.token;
+    $("#confirm-approve").hidden = false;
+    $("#confirm-outcome").textContent = "Or wait: an approver of the organization may approve or deny it in their Confirmations tab.";
     loadConfirmations();
   }
   await showAudit(r.id);
@@ -316,8 +319,83 @@ async function loadConfirmations() {
       b.addEventListener("click", async () => { const res = await approve(token); out.hidden = false; out.textContent = res.ok ? outputOf(res) : problemText(res); });
       li.append(b, out);
     } else {
-      li.append(el("div", { class: "sub" }, "requested elsewhere: approve it where it was requested"));
+      li.append(el("div", { class: "sub" }, "requested elsewhere: approve it where it was requested, or wait for an approver"));
     }
+    ul.append(li);
+  }
+  await checkOutcomes(list);
+}
+
+// A token this tab holds whose confirmation left the pending list was
+// decided (here, by an approver, or expired): the tab asks the server
+// what became of it and says so, and polls while any is pending.
+const outcomeText = (st) => st.state === "approved" ? "approved by " + st.decided_by + " and run as you"
+  : st.state === "denied" ? "denied by " + st.decided_by
+  : st.state === "stale" ? "refused: the module changed before " + st.decided_by + " decided"
+  : st.state === "confirmed" ? "confirmed" : st.state;
+
+async function checkOutcomes(pending) {
+  for (const [t, c] of Object.entries(state.tokens)) {
+    if (pending.some((p) => p.module === c.module && p.action === c.action && p.expires_at === c.expires_at)) continue;
+    delete state.tokens[t]; saveTokens(); // before the await: a concurrent poll reports it once
+    const r = await api("GET", "/v1/confirmations/" + encodeURIComponent(t));
+    if (!r.ok) continue;
+    const text = c.module + " · " + c.action + ": " + outcomeText(r.data);
+    $("#outcomes").prepend(el("li", { class: "outcome", "data-state": r.data.state }, el("div", { class: "sub" }, text)));
+    const box = $("#confirm-box");
+    if (box.dataset.token === t) {
+      $("#confirm-outcome").textContent = "This request was " + outcomeText(r.data) + ".";
+      $("#confirm-approve").hidden = true;
+    }
+  }
+  clearTimeout(state.outcomePoll);
+  if (Object.keys(state.tokens).length) state.outcomePoll = setTimeout(loadConfirmations, 2000);
+}
+
+// A tab brought back to the front asks at once, whatever a background
+// tab's timers were throttled to.
+document.addEventListener("visibilitychange", () => { if (!document.hidden && state.key && Object.keys(state.tokens).length) loadConfirmations(); });
+
+// --- approvals (four-eyes) ---
+$("#refresh-approvals").addEventListener("click", () => loadApprovals());
+
+async function loadApprovals() {
+  // Only an approver asks: anyone else's request would be a refusal in
+  // the audit trail.
+  $("#approvals-card").hidden = !(state.whoami && state.whoami.may_approve);
+  if ($("#approvals-card").hidden) return;
+  const r = await api("GET", "/v1/confirmations?all=1");
+  if (!r.ok) return;
+  const ul = $("#approvals");
+  ul.replaceChildren();
+  const list = r.data.confirmations;
+  $("#no-approvals").hidden = list.length > 0;
+  for (const c of list) {
+    const mine = state.whoami && c.user === state.whoami.user;
+    const preview = c.input_preview !== "" ? c.input_preview + (c.input_truncated ? "…" : "") : "(" + c.input_bytes + " bytes, not text)";
+    const li = el("li", { class: "approval", "data-id": c.id },
+      el("div", { class: "name" }, c.module + " · " + c.action),
+      el("div", { class: "sub" }, "requested by " + c.user + " at " + new Date(c.created_at).toLocaleTimeString() + " · " + c.summary +
+        " · expires " + new Date(c.expires_at).toLocaleTimeString()),
+      el("div", { class: "sub" }, "input sha256 " + c.input_sha256.slice(0, 16) + "… (" + c.input_bytes + " bytes)"),
+      el("pre", { class: "output preview" }, preview));
+    const out = el("pre", { class: "output result", hidden: true });
+    const decide = async (verb) => {
+      const res = await api("POST", "/v1/confirmations/id/" + encodeURIComponent(c.id) + "/" + verb + "?logs=true");
+      out.hidden = false;
+      out.textContent = !res.ok ? problemText(res) : verb === "deny" ? "denied" : outputOf(res);
+      for (const b of li.querySelectorAll("button")) b.disabled = true;
+    };
+    if (mine) {
+      li.append(el("div", { class: "sub" }, "your own request: another approver decides it"));
+    } else {
+      const yes = el("button", { class: "primary small approve" }, "Approve and run as " + c.user);
+      const no = el("button", { class: "ghost small deny" }, "Deny");
+      yes.addEventListener("click", () => decide("approve"));
+      no.addEventListener("click", () => decide("deny"));
+      li.append(yes, no);
+    }
+    li.append(out);
     ul.append(li);
   }
 }

@@ -124,6 +124,10 @@ type ConfirmationRow struct {
 	Input                                []byte
 	InputSHA256, Summary, Binding        string
 	CreatedAt, ExpiresAt, UsedAt         int64
+	// Roles is a JSON array: the requester's roles at request time.
+	Roles string
+	// DecidedBy and Decision are set by the claim that used the row.
+	DecidedBy, Decision string
 }
 
 // APIKeyRow is an API key as stored: Roles and Scopes are JSON arrays;
@@ -190,8 +194,9 @@ type CodePlan func(all []CodeSize) (evict []string)
 type PrunePlan func(all []ModuleRow) (drop []int, err error)
 
 // ConfirmationCheck decides, inside ConfirmationClaim's transaction and
-// with the row locked, whether the claim may go ahead. An error aborts
-// the claim and leaves the row unchanged.
+// with the row locked, whether the claim may go ahead, and sets the
+// row's DecidedBy and Decision. An error aborts the claim and leaves the
+// row unchanged.
 type ConfirmationCheck func(c *ConfirmationRow) error
 
 // Backend runs the statements of one database: the host's own storage
@@ -238,9 +243,13 @@ type Backend interface {
 	ConfirmationCreate(ctx context.Context, c ConfirmationRow, sweepBefore int64, sweepLimit int) error
 	// ConfirmationClaim locks the row of tokenHash (ErrNotFound when
 	// there is none), passes it to check, and sets its UsedAt to
-	// usedAt if it is still unused (ErrConflict otherwise): at most
-	// one claim of a token ever succeeds, across processes.
+	// usedAt, and its DecidedBy and Decision to what check left in
+	// them, if it is still unused (ErrConflict otherwise): at most one
+	// claim of a token ever succeeds, across processes.
 	ConfirmationClaim(ctx context.Context, tokenHash string, usedAt int64, check ConfirmationCheck) (*ConfirmationRow, error)
+	// ConfirmationGet returns the row of tokenHash, used or not
+	// (ErrNotFound when there is none).
+	ConfirmationGet(ctx context.Context, tokenHash string) (*ConfirmationRow, error)
 	// ConfirmationsPending lists org's unused confirmations that
 	// expire after now, newest first.
 	ConfirmationsPending(ctx context.Context, org string, now int64, limit int) ([]ConfirmationRow, error)

@@ -8,10 +8,10 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
-const confirmationColumns = `token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, coalesce(used_at, 0), binding`
+const confirmationColumns = `token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, coalesce(used_at, 0), binding, roles, decided_by, decision`
 
 func confirmationDest(c *driver.ConfirmationRow) []any {
-	return []any{&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.UsedAt, &c.Binding}
+	return []any{&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &c.CreatedAt, &c.ExpiresAt, &c.UsedAt, &c.Binding, &c.Roles, &c.DecidedBy, &c.Decision}
 }
 
 // ConfirmationCreate implements driver.Backend.
@@ -26,10 +26,10 @@ DELETE FROM confirmations WHERE token_hash IN (
 			return err
 		}
 		tag, err := tx.Exec(ctx, `
-INSERT INTO confirmations (token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, binding)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+INSERT INTO confirmations (token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, binding, roles)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (token_hash) DO NOTHING`,
-			c.TokenHash, c.Org, c.User, c.Module, c.Action, c.Input, c.InputSHA256, c.Summary, c.CreatedAt, c.ExpiresAt, c.Binding)
+			c.TokenHash, c.Org, c.User, c.Module, c.Action, c.Input, c.InputSHA256, c.Summary, c.CreatedAt, c.ExpiresAt, c.Binding, c.Roles)
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func (d *DB) ConfirmationClaim(ctx context.Context, tokenHash string, usedAt int
 		if err := check(&c); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE confirmations SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL`, usedAt, tokenHash)
+		tag, err := tx.Exec(ctx, `UPDATE confirmations SET used_at = $1, decided_by = $2, decision = $3 WHERE token_hash = $4 AND used_at IS NULL`, usedAt, c.DecidedBy, c.Decision, tokenHash)
 		if err != nil {
 			return err
 		}
@@ -84,4 +84,13 @@ ORDER BY created_at DESC, token_hash DESC LIMIT $3`, org, now, limit)
 		return nil
 	})
 	return out, err
+}
+
+// ConfirmationGet implements driver.Backend.
+func (d *DB) ConfirmationGet(ctx context.Context, tokenHash string) (*driver.ConfirmationRow, error) {
+	var c driver.ConfirmationRow
+	if err := d.pool.QueryRow(ctx, `SELECT `+confirmationColumns+` FROM confirmations WHERE token_hash = $1`, tokenHash).Scan(confirmationDest(&c)...); err != nil {
+		return nil, notFound(err)
+	}
+	return &c, nil
 }

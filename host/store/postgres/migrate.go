@@ -499,6 +499,14 @@ ALTER TABLE api_keys ADD COLUMN last_used_at bigint NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN last_used_addr text NOT NULL DEFAULT '';
 CREATE INDEX api_keys_prev_hash ON api_keys (prev_hash);
 `},
+	{Name: "confirmation_approval", SQL: `
+-- Four-eyes approval: the requester's roles at request time, who decided
+-- a used confirmation and how (see the SQLite step of the same name). An
+-- expand step.
+ALTER TABLE confirmations ADD COLUMN roles text NOT NULL DEFAULT '[]';
+ALTER TABLE confirmations ADD COLUMN decided_by text NOT NULL DEFAULT '';
+ALTER TABLE confirmations ADD COLUMN decision text NOT NULL DEFAULT '';
+`},
 }
 
 // migrateLock is the advisory lock that serializes migrations of replicas

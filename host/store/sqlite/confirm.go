@@ -8,14 +8,14 @@ import (
 	"github.com/moat-sandbox/moat/host/store/driver"
 )
 
-const confirmationColumns = `token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, used_at, binding`
+const confirmationColumns = `token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, used_at, binding, roles, decided_by, decision`
 
 func scanConfirmation(r rowScanner) (*driver.ConfirmationRow, error) {
 	var (
 		c    driver.ConfirmationRow
 		used sql.NullInt64
 	)
-	if err := r.Scan(&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &c.CreatedAt, &c.ExpiresAt, &used, &c.Binding); err != nil {
+	if err := r.Scan(&c.TokenHash, &c.Org, &c.User, &c.Module, &c.Action, &c.Input, &c.InputSHA256, &c.Summary, &c.CreatedAt, &c.ExpiresAt, &used, &c.Binding, &c.Roles, &c.DecidedBy, &c.Decision); err != nil {
 		return nil, err
 	}
 	c.UsedAt = used.Int64
@@ -34,10 +34,10 @@ DELETE FROM confirmations WHERE token_hash IN (
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `
-INSERT INTO confirmations (token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, binding)
-VALUES (?, ?, ?, ?, ?, coalesce(?, x''), ?, ?, ?, ?, ?)
+INSERT INTO confirmations (token_hash, org, user_id, module, action, input, input_sha256, summary, created_at, expires_at, binding, roles)
+VALUES (?, ?, ?, ?, ?, coalesce(?, x''), ?, ?, ?, ?, ?, ?)
 ON CONFLICT (token_hash) DO NOTHING`,
-			c.TokenHash, c.Org, c.User, c.Module, c.Action, c.Input, c.InputSHA256, c.Summary, c.CreatedAt, c.ExpiresAt, c.Binding)
+			c.TokenHash, c.Org, c.User, c.Module, c.Action, c.Input, c.InputSHA256, c.Summary, c.CreatedAt, c.ExpiresAt, c.Binding, c.Roles)
 		if err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func (d *DB) ConfirmationClaim(ctx context.Context, tokenHash string, usedAt int
 		if err := check(c); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE confirmations SET used_at = ? WHERE token_hash = ? AND used_at IS NULL`, usedAt, tokenHash)
+		res, err := tx.ExecContext(ctx, `UPDATE confirmations SET used_at = ?, decided_by = ?, decision = ? WHERE token_hash = ? AND used_at IS NULL`, usedAt, c.DecidedBy, c.Decision, tokenHash)
 		if err != nil {
 			return err
 		}
@@ -103,4 +103,13 @@ ORDER BY created_at DESC, token_hash DESC LIMIT ?`, org, now, limit)
 		out = append(out, *c)
 	}
 	return out, rows.Err()
+}
+
+// ConfirmationGet implements driver.Backend.
+func (d *DB) ConfirmationGet(ctx context.Context, tokenHash string) (*driver.ConfirmationRow, error) {
+	c, err := scanConfirmation(d.r.QueryRowContext(ctx, `SELECT `+confirmationColumns+` FROM confirmations WHERE token_hash = ?`, tokenHash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, driver.ErrNotFound
+	}
+	return c, err
 }

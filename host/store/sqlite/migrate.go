@@ -654,6 +654,20 @@ ALTER TABLE api_keys ADD COLUMN last_used_addr TEXT NOT NULL DEFAULT '';
 CREATE INDEX api_keys_prev_hash ON api_keys (prev_hash);
 `,
 	},
+	{
+		Name: "confirmation_approval",
+		// Four-eyes approval: the roles the requester held when it asked
+		// (a JSON array; an approved action runs with them, not with the
+		// approver's), and who decided a used confirmation and how
+		// ('confirmed' by its own token, 'approved' or 'denied' by an
+		// approver; '' on rows from before). An expand step: a moat from
+		// before ignores the columns and confirms by token as it did.
+		SQL: `
+ALTER TABLE confirmations ADD COLUMN roles TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE confirmations ADD COLUMN decided_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE confirmations ADD COLUMN decision TEXT NOT NULL DEFAULT '';
+`,
+	},
 }
 
 // migrate reads the schema's version of db and, as o and migrating

@@ -72,6 +72,9 @@ func Run(t *testing.T, open func(t *testing.T) *store.Store) {
 		{"ConfirmationCreateValidation", "", su.testConfirmationCreateValidation},
 		{"ConfirmationCleanup", "", su.testConfirmationCleanup},
 		{"ConfirmationBinding", "", su.testConfirmationBinding},
+		{"ConfirmationDecide", "", su.testConfirmationDecide},
+		{"ConfirmationDecideRace", "", su.testConfirmationDecideRace},
+		{"ConfirmationRoles", "", su.testConfirmationRoles},
 		{"APIKeys", "", su.testAPIKeys},
 		{"ModuleVersions", "", su.testModuleVersions},
 		{"ModuleQuota", "", su.testModuleQuota},
@@ -170,6 +173,7 @@ func RunShared(t *testing.T, open func(t *testing.T, n int) []*store.Store) {
 	}{
 		{"KVQuota", "", testSharedKVQuota},
 		{"ConfirmationUse", "", testSharedConfirmationUse},
+		{"ConfirmationDecide", "", testSharedConfirmationDecide},
 		{"WatchModules", "", testSharedWatchModules},
 		{"RateTake", "", testSharedRateTake},
 		{"ModuleQuota", "", testSharedModuleQuota},
