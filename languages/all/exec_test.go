@@ -166,8 +166,8 @@ func TestHelloEveryLanguage(t *testing.T) {
 		name := l.Info().Name
 		t.Run(name, func(t *testing.T) {
 			needLanguage(t, name)
-			if name == "go" || name == "rust" || name == "assemblyscript" || name == "cpp" {
-				testenv.Slow(t, "a cold build of its hello world (2-6 CPU-s); c shows the compiled path")
+			if name == "go" || name == "rust" || name == "assemblyscript" || name == "cpp" || name == "kotlin" {
+				testenv.Slow(t, "a cold build of its hello world (2-8 CPU-s); c shows the compiled path")
 			}
 			res, err := e.Exec(context.Background(), helloRequest(name, hello(t, l)))
 			if err != nil {
@@ -343,6 +343,9 @@ func TestCompileErrors(t *testing.T) {
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			needLanguage(t, tc.lang)
+			if tc.lang == "kotlin" {
+				testenv.Slow(t, "kotlinc starts a JVM of its own: 6-8 CPU-s")
+			}
 			req := languages.ExecRequest{Language: tc.lang, Source: src(tc.file, tc.code), Limits: languages.ExecLimits{CompileTimeout: 5 * time.Minute}}
 			res, err := e.Exec(context.Background(), req)
 			if err != nil {

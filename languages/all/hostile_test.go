@@ -534,6 +534,9 @@ func TestHostile(t *testing.T) {
 			if tc.root {
 				testenv.Root(t, "needs root: a cgroup limit, a job uid or a file planted in /root")
 			}
+			if tc.lang == "kotlin" {
+				testenv.Slow(t, "kotlinc starts a JVM of its own: 6-8 CPU-s a row")
+			}
 			fx.connects.Store(0)
 			corr := "hostile-" + strconv.Itoa(i)
 			lim := tc.limits
