@@ -17,7 +17,8 @@ import (
 // lowercase, collections, data classes, coroutines) compiles and runs, a
 // compile error is reported with kotlinc's message, an exception is a
 // runtime error, and the run has java's JVM limits (its heap from the
-// memory limit; the options variables of a request are not read).
+// memory limit, its threads within java.Pids; the options variables of a
+// request are not read).
 func TestKotlin(t *testing.T) {
 	testenv.Slow(t, "each row is a kotlinc run (8 CPU-seconds) and a JVM start")
 	needLanguage(t, "kotlin")
@@ -28,6 +29,7 @@ func TestKotlin(t *testing.T) {
 		stdin  string
 		args   []string
 		limits languages.ExecLimits
+		root   bool // a cgroup limit
 
 		status  languages.Status
 		exit    int
@@ -67,8 +69,27 @@ fun main(args: Array<String>) = runBlocking {
 			limits: languages.ExecLimits{Timeout: time.Second}, status: languages.StatusTimeout, exit: -1, message: "1s"},
 		{name: "heap past the memory limit", files: file("main.kt", "fun main() {\n    val keep = ArrayList<ByteArray>()\n    while (true) keep.add(ByteArray(1 shl 20))\n}\n"),
 			limits: languages.ExecLimits{MemoryBytes: 128 << 20}, status: languages.StatusMemoryLimit, exit: 3, message: "128 MiB", stderr: java.OutOfMemory},
+		{name: "a thread bomb stops at the process limit", root: true, files: file("main.kt", `fun main() {
+    var n = 0
+    try {
+        while (true) {
+            val t = Thread { Thread.sleep(60000) }
+            t.isDaemon = true
+            t.start()
+            n++
+        }
+    } catch (e: Throwable) {
+        println("stopped after $n")
+        System.out.flush()
+        Runtime.getRuntime().halt(0)
+    }
+}
+`), limits: languages.ExecLimits{Timeout: 10 * time.Second}, status: languages.StatusOK, stdout: "stopped after "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.root {
+				testenv.Root(t, "the process limit of a native run is a cgroup's, which needs root")
+			}
 			lim := tc.limits
 			lim.CompileTimeout = 5 * time.Minute
 			res, err := e.Exec(context.Background(), languages.ExecRequest{Language: "kotlin", Source: languages.Source{Files: tc.files},
@@ -80,7 +101,15 @@ fun main(args: Array<String>) = runBlocking {
 			if res.Status != tc.status || res.ExitCode != tc.exit {
 				t.Fatalf("want status %s exit %d; got\n%s", tc.status, tc.exit, dump)
 			}
-			if tc.status != languages.StatusMemoryLimit && tc.status != languages.StatusTimeout && string(res.Stdout) != tc.stdout {
+			if tc.root {
+				// The JVM's own threads take part of java.Pids: the
+				// program gets the rest, and no more.
+				var n int
+				if _, err := fmt.Sscanf(string(res.Stdout), "stopped after %d", &n); err != nil || n < 16 || n >= java.Pids {
+					t.Errorf("a program started %d threads under a process limit of %d (err %v)\n%s", n, java.Pids, err, dump)
+				}
+				t.Logf("a program started %d threads of its own under the process limit of %d", n, java.Pids)
+			} else if tc.status != languages.StatusMemoryLimit && tc.status != languages.StatusTimeout && string(res.Stdout) != tc.stdout {
 				t.Errorf("stdout %q, want %q\n%s", res.Stdout, tc.stdout, dump)
 			}
 			for _, c := range []struct{ got, want string }{{string(res.Stderr), tc.stderr}, {res.Message, tc.message}, {res.CompileOutput, tc.compile}} {
