@@ -16,7 +16,7 @@ import (
 // TestKotlinRunsPistonJudge0 runs Kotlin through /v1/runs, Piston's
 // execute and Judge0's id 78 (Kotlin 1.3.70 there), as their clients
 // send it. Piston's compile limit is raised: its default, 10 s, is under
-// a cold kotlinc on a loaded machine (about 8 CPU-seconds).
+// a cold kotlinc on a loaded machine (6-8 CPU-seconds).
 func TestKotlinRunsPistonJudge0(t *testing.T) {
 	testenv.Slow(t, "three kotlinc runs")
 	j0 := withJudge0(t)

@@ -103,7 +103,7 @@ public class Main {
 // and environment, its exit code as moat's, a second run from the build
 // cache.
 func TestExecKotlin(t *testing.T) {
-	testenv.Slow(t, "a kotlinc run (about 8 CPU-seconds) and two JVM starts; Kotlin under -short is languages/all's TestKotlinMainClass")
+	testenv.Slow(t, "a kotlinc run (6-8 CPU-seconds) and two JVM starts; Kotlin under -short is languages/all's TestKotlinMainClass")
 	var list []struct {
 		Name      string
 		Available bool

@@ -20,7 +20,7 @@ import (
 // memory limit, its threads within java.Pids; the options variables of a
 // request are not read).
 func TestKotlin(t *testing.T) {
-	testenv.Slow(t, "each row is a kotlinc run (8 CPU-seconds) and a JVM start")
+	testenv.Slow(t, "each row is a kotlinc run (6-8 CPU-seconds) and a JVM start")
 	needLanguage(t, "kotlin")
 	e := newExecutor(t, "")
 	for _, tc := range []struct {
