@@ -713,7 +713,9 @@ func (e *Executor) runNative(ctx context.Context, l Language, a *Artifact, req E
 	}
 	cmd := make([]string, 0, len(command)+len(req.Args))
 	for _, c := range command {
-		if srcDir != "" && (c == "/src" || strings.HasPrefix(c, "/src/")) {
+		// "/src:" heads a JVM class path (kotlin's: its classes, then
+		// the standard library's jar).
+		if srcDir != "" && (c == "/src" || strings.HasPrefix(c, "/src/") || strings.HasPrefix(c, "/src:")) {
 			c = srcDir + strings.TrimPrefix(c, "/src")
 		}
 		cmd = append(cmd, c)

@@ -18,6 +18,7 @@ var warmSources = map[string]string{
 	"lua":            "print('ok')\n",
 	"php":            "<?php echo \"ok\\n\";\n",
 	"perl":           "print \"ok\\n\";\n",
+	"kotlin":         "fun main() {\n    println(\"ok\")\n}\n",
 	"java":           "public class Main { public static void main(String[] a) { System.out.println(\"ok\"); } }\n",
 }
 

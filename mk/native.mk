@@ -11,4 +11,6 @@ APT_PACKAGES += python3-pandas
 
 # Java, Perl, Lua and PHP (issue 33): Debian's OpenJDK (javac and java,
 # both confined natively: languages/java), perl, lua5.4 and the PHP CLI.
+# Kotlin (languages/kotlin) runs its compiler, which `make toolchains`
+# fetches from npm, and its programs on the same OpenJDK.
 APT_PACKAGES += openjdk-17-jdk-headless perl lua5.4 php8.2-cli

@@ -394,7 +394,6 @@ func TestJudge0Hostile(t *testing.T) {
 		{"memory over the maximum", post("/submissions", sub(map[string]any{"memory_limit": 1 << 30})), 422, `"memory_limit":["must be less than or equal to`},
 		{"negative cpu time", post("/submissions", sub(map[string]any{"cpu_time_limit": -1})), 422, `"cpu_time_limit":["must be greater than or equal to 0"]`},
 		{"language id a fraction", post("/submissions", sub(map[string]any{"language_id": 71.5})), 422, `"language_id":["language with id 71.5 doesn't exist"]`},
-		{"kotlin (not offered)", post("/submissions", sub(map[string]any{"language_id": 78})), 422, `"language_id":["language with id 78 doesn't exist"]`},
 		{"scala (not offered)", post("/submissions", sub(map[string]any{"language_id": 81})), 422, `"language_id":["language with id 81 doesn't exist"]`},
 		{"language id text", post("/submissions", sub(map[string]any{"language_id": "seventy"})), 400, `{"error":"the body is not a Judge0 submission`},
 		{"not base64", ts.j0(t, "POST", "/submissions?base64_encoded=true", key, `{"source_code":"%%%","language_id":71}`), 422, `"source_code":["is not base64`},

@@ -94,6 +94,15 @@ var judge0VerdictTable = []struct {
 		{"exception nzec", "public class Main{public static void main(String[] a){throw new RuntimeException(\"boom\");}}", "", 0, 11},
 		{"memory limit", "import java.util.*;\npublic class Main{public static void main(String[] a){List<long[]> l=new ArrayList<>();for(int i=0;i<400;i++)l.add(new long[1<<17]);System.out.println(l.size());}}", "", 65536, 12},
 	}},
+	{"kotlin", []int{78}, []judge0Verdict{
+		{"accepted", "fun main() {\n    println(readln().trim().toInt() * 6)\n}\n", "42", 0, 3},
+		{"wrong answer", "fun main() {\n    println(41)\n}\n", "42", 0, 4},
+		{"time limit", "fun main() {\n    var x = 0L\n    while (true) x++\n}\n", "", 0, 5},
+		{"compilation error", "fun main() { oops }\n", "", 0, 6},
+		{"nzec", "fun main() {\n    kotlin.system.exitProcess(3)\n}\n", "", 0, 11},
+		{"exception nzec", "fun main() {\n    throw RuntimeException(\"boom\")\n}\n", "", 0, 11},
+		{"memory limit", "fun main() {\n    val l = ArrayList<LongArray>()\n    repeat(400) { l.add(LongArray(1 shl 17)) }\n    println(l.size)\n}\n", "", 65536, 12},
+	}},
 	{"javascript", []int{93, 63}, []judge0Verdict{
 		{"accepted", "console.log(6*7)", "42", 0, 3},
 		{"wrong answer", "console.log(41)", "42", 0, 4},

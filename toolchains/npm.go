@@ -36,8 +36,8 @@ const EnvNPMRegistry = "MOAT_NPM_REGISTRY"
 const DefaultNPMRegistry = "https://registry.npmjs.org"
 
 // Bounds on what a download may be, whatever a registry sends: the
-// largest pinned tarball (binaryen) is about 25 MB, the largest unpacked
-// package about 100 MB.
+// largest pinned tarball (kotlin-compiler) is about 90 MB, 94 MB
+// unpacked in 130 files.
 const (
 	maxTarballBytes  = 256 << 20
 	maxUnpackedBytes = 1 << 30

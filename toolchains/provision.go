@@ -32,6 +32,11 @@ var (
 		"sha512-AAQIkhfbYXh4FBObwBrlO+5L+6Rp6OOMOjh6AdT0M+GLNLyrwKWgtW+EzmizNgx9CWDfTJPfDtKoZi62QESbtg=="}
 	npmLong = NPMPackage{"long", "5.3.2",
 		"sha512-mNAgZ1GmyNhD7AuqnTG3/VQ26o760+ZYBPKjPvugO8+nLbYfX6TVpJPseBvopbdY+qpZ/lKUnmEc1LeZYS3QAA=="}
+	// npmKotlin is JetBrains' whole Kotlin compiler distribution (about
+	// 90 MB; lib/kotlin-compiler.jar runs kotlinc-jvm on the JDK that
+	// java's entry installs); languages/kotlin.
+	npmKotlin = NPMPackage{"kotlin-compiler", "2.4.20",
+		"sha512-IF5IVM7LpPhA/ntHQQpaVt1yxpaaQovtEVYLyqWMuaLr0XelLPPm7/sM6HLhtcRjjjoSsK7I7lP2kzYJkMy73w=="}
 	npmWASIShim = NPMPackage{"@assemblyscript/wasi-shim", "0.1.0",
 		"sha512-fSLH7MdJHf2uDW5llA5VCF/CG62Jp2WkYGui9/3vIWs3jDhViGeQF7nMYLUjpigluM5fnq61I6obtCETy39FZw=="}
 )
@@ -48,6 +53,7 @@ var provisions = []Provision{
 	{Language: "bash", Apt: []string{"bash", "coreutils"}},
 	{Language: "python3-native", Apt: []string{"python3"}},
 	{Language: "java", Apt: []string{"openjdk-17-jdk-headless"}},
+	{Language: "kotlin", NPM: []NPMPackage{npmKotlin}, Apt: []string{"openjdk-17-jdk-headless"}},
 	{Language: "perl", Apt: []string{"perl"}},
 	{Language: "lua", Apt: []string{"lua5.4"}},
 	{Language: "php", Apt: []string{"php8.2-cli"}},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,7 +49,7 @@ func TestLangs(t *testing.T) {
 	}
 	for name, path := range map[string]string{"go": "compiled", "c": "compiled", "cpp": "compiled", "rust": "compiled",
 		"assemblyscript": "compiled", "bash": "native", "python3-native": "native", "java": "native",
-		"perl": "native", "lua": "native", "php": "native", "typescript": "interpreted"} {
+		"perl": "native", "lua": "native", "php": "native", "typescript": "interpreted", "kotlin": "native"} {
 		if got[name] != path {
 			t.Errorf("%s: path %q, want %q", name, got[name], path)
 		}
@@ -60,6 +61,9 @@ func TestLangs(t *testing.T) {
 	// A native language says why it is not WebAssembly.
 	if !strings.Contains(table.stdout, "\njava is native: no JVM runs as a WASI command") {
 		t.Errorf("moat langs does not say why java is native:\n%s", table.stdout)
+	}
+	if !strings.Contains(table.stdout, "\nkotlin is native: Kotlin compiles to JVM classes") {
+		t.Errorf("moat langs does not say why kotlin is native:\n%s", table.stdout)
 	}
 }
 
@@ -91,6 +95,35 @@ public class Main {
 	r := moat(t, "", "exec", "--data", data, "--lang", "java", "-e", "public class Main { public static void main(String[] a) { int x = \"s\"; } }")
 	if r.code != 1 || !strings.Contains(r.stdout+r.stderr, "incompatible types: String cannot be converted to int") {
 		t.Fatalf("compile error: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestExecKotlin: `moat exec --lang kotlin` end to end through the
+// binary: kotlinc confined, the facade class run with stdin, arguments
+// and environment, its exit code as moat's, a second run from the build
+// cache.
+func TestExecKotlin(t *testing.T) {
+	testenv.Slow(t, "a kotlinc run (6-8 CPU-seconds) and two JVM starts; Kotlin under -short is languages/all's TestKotlinMainClass")
+	var list []struct {
+		Name      string
+		Available bool
+	}
+	if r := moat(t, "", "langs", "--json"); json.Unmarshal([]byte(r.stdout), &list) != nil || !slices.Contains(list, struct {
+		Name      string
+		Available bool
+	}{"kotlin", true}) {
+		testenv.Require(t, "the Kotlin compiler is not installed: run `make toolchains`")
+	}
+	data := t.TempDir()
+	const code = "fun main(args: Array<String>) {\n    println(System.getenv(\"K\") + \"|\" + args[0] + \"|\" + readln())\n    kotlin.system.exitProcess(7)\n}\n"
+	for _, cached := range []string{"cached=false", "cached=true"} {
+		r := moat(t, "in\n", "exec", "--data", data, "--lang", "kotlin", "--env", "K=v", "-e", code, "--", "a1")
+		if r.code != 7 || r.stdout != "v|a1|in\n" {
+			t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "status=runtime-error exit=7 lang=kotlin@2.") || !strings.Contains(r.stderr, cached) {
+			t.Errorf("summary: %q, want %s", r.stderr, cached)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	_ "github.com/moat-sandbox/moat/languages/golang"
 	_ "github.com/moat-sandbox/moat/languages/java"
 	_ "github.com/moat-sandbox/moat/languages/javascript"
+	_ "github.com/moat-sandbox/moat/languages/kotlin"
 	_ "github.com/moat-sandbox/moat/languages/lua"
 	_ "github.com/moat-sandbox/moat/languages/nativepython"
 	_ "github.com/moat-sandbox/moat/languages/perl"

@@ -166,8 +166,8 @@ func TestHelloEveryLanguage(t *testing.T) {
 		name := l.Info().Name
 		t.Run(name, func(t *testing.T) {
 			needLanguage(t, name)
-			if name == "go" || name == "rust" || name == "assemblyscript" || name == "cpp" {
-				testenv.Slow(t, "a cold build of its hello world (2-6 CPU-s); c shows the compiled path")
+			if name == "go" || name == "rust" || name == "assemblyscript" || name == "cpp" || name == "kotlin" {
+				testenv.Slow(t, "a cold build of its hello world (2-8 CPU-s); c shows the compiled path")
 			}
 			res, err := e.Exec(context.Background(), helloRequest(name, hello(t, l)))
 			if err != nil {
@@ -229,7 +229,7 @@ func TestPeakMemory(t *testing.T) {
 func TestAliases(t *testing.T) {
 	for _, tc := range []struct{ alias, want string }{
 		{"golang", "go"}, {"C++", "cpp"}, {"rs", "rust"}, {"as", "assemblyscript"}, {"sh", "bash"}, {"C", "c"},
-		{"pynative", "python3-native"}, {"JDK", "java"}, {"pl", "perl"}, {"ts", "typescript"}, {"asc", "assemblyscript"}, {"lua5.4", "lua"}, {"PHP8", "php"},
+		{"pynative", "python3-native"}, {"JDK", "java"}, {"pl", "perl"}, {"ts", "typescript"}, {"asc", "assemblyscript"}, {"lua5.4", "lua"}, {"PHP8", "php"}, {"kt", "kotlin"},
 	} {
 		l, err := languages.Lookup(tc.alias)
 		if err != nil || l.Info().Name != tc.want {
@@ -338,10 +338,14 @@ func TestCompileErrors(t *testing.T) {
 		{"go", "main.go", "package main\nfunc main() { undefinedFn() }\n", "undefined: undefinedFn"},
 		{"assemblyscript", "main.ts", "let x: i32 = nope;\n", "nope"},
 		{"java", "Main.java", "public class Main { public static void main(String[] a) { nope(); } }\n", "cannot find symbol"},
+		{"kotlin", "main.kt", "fun main() { nope() }\n", "main.kt:1:14: error: unresolved reference"},
 		{"typescript", "main.ts", "let x: number = ;\n", "main.ts:1:17: error: Unexpected \";\""},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			needLanguage(t, tc.lang)
+			if tc.lang == "kotlin" {
+				testenv.Slow(t, "kotlinc starts a JVM of its own: 6-8 CPU-s")
+			}
 			req := languages.ExecRequest{Language: tc.lang, Source: src(tc.file, tc.code), Limits: languages.ExecLimits{CompileTimeout: 5 * time.Minute}}
 			res, err := e.Exec(context.Background(), req)
 			if err != nil {
@@ -385,6 +389,10 @@ func TestDenyRules(t *testing.T) {
 		{"perl", "main.pl", "require Socket;\n", "use:Socket", true},
 		{"perl", "main.pl", "use SocketX;\n", "use:Socket", false},
 		{"java", "Main.java", "import java.net.Socket;\nclass Main {}\n", "import:java.net", true},
+		{"kotlin", "main.kt", "import java.net.Socket\nfun main() {}\n", "import:java.net", true},
+		{"kotlin", "main.kt", "import java.net.*\nfun main() {}\n", "import:java.net", true},
+		{"kotlin", "main.kt", "import java.net.Socket as S\nfun main() {}\n", "import:java.net", true},
+		{"kotlin", "main.kt", "import java.netx.Socket\nfun main() {}\n", "import:java.net", false},
 		{"java", "Main.java", "import static java.net.InetAddress.getByName;\nclass Main {}\n", "import:java.net", true},
 		{"java", "Main.java", "import java.net.*;\nclass Main {}\n", "import:java.net", true},
 		{"java", "Main.java", "import java.nio.file.Files;\nclass Main {}\n", "import:java.net", false},

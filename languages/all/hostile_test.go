@@ -484,6 +484,21 @@ func hostileCases(fx *hostileFixture) []hostileCase {
 			limits: languages.ExecLimits{MemoryBytes: 96 << 20},
 			status: languages.StatusRuntimeError, exit: 1, stderr: []string{"java.lang.OutOfMemoryError: Cannot reserve 1048576 bytes of direct buffer memory"}, maxRun: 5 * time.Second},
 
+		// Kotlin: kotlinc and the JVM under the same layers as java's;
+		// what Kotlin adds to read is the compiler's lib/ (the standard
+		// library), which a program may read but not change.
+		{name: "kotlin read a world-readable file outside the grants", lang: "kotlin", files: file("main.kt",
+			`fun main() { println(java.io.File("`+filepath.Join(fx.secretDir, "secret.txt")+`").readText()) }`+"\n"),
+			status: languages.StatusRuntimeError, exit: 1, stderr: []string{"java.io.FileNotFoundException: " + filepath.Join(fx.secretDir, "secret.txt")}},
+		{name: "kotlin overwrite the standard library it runs with", lang: "kotlin", files: file("main.kt",
+			"fun main() {\n    val jar = java.io.File(Unit::class.java.protectionDomain.codeSource.location.toURI())\n    System.err.println(jar)\n    jar.writeText(\"pwned\")\n}\n"),
+			status: languages.StatusRuntimeError, exit: 1, stderr: []string{"kotlin-stdlib.jar", "java.io.FileNotFoundException"}},
+		{name: "kotlin exec a binary", lang: "kotlin", files: file("main.kt", "fun main() { ProcessBuilder(\"/usr/bin/id\").inheritIO().start().waitFor() }\n"),
+			status: languages.StatusRuntimeError, exit: 1, stderr: []string{"java.io.IOException: Cannot run program \"/usr/bin/id\"", "Permission denied"}},
+		{name: "kotlin tcp to a host loopback listener", lang: "kotlin", files: file("main.kt",
+			"fun main() { java.net.Socket(\"127.0.0.1\", "+fx.tcp[strings.LastIndex(fx.tcp, ":")+1:]+").close() }\n"),
+			status: languages.StatusRuntimeError, exit: 1, stderr: []string{"java.net."}, check: noConnect},
+
 		// Resource limits of a WASM language through the executor.
 		{name: "python memory growth past the limit", lang: "python", files: file("main.py", "b = bytearray(512 << 20)\n"),
 			limits: languages.ExecLimits{MemoryBytes: 64 << 20},
@@ -518,6 +533,9 @@ func TestHostile(t *testing.T) {
 			needLanguage(t, tc.lang)
 			if tc.root {
 				testenv.Root(t, "needs root: a cgroup limit, a job uid or a file planted in /root")
+			}
+			if tc.lang == "kotlin" {
+				testenv.Slow(t, "kotlinc starts a JVM of its own: 6-8 CPU-s a row")
 			}
 			fx.connects.Store(0)
 			corr := "hostile-" + strconv.Itoa(i)

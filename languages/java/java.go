@@ -109,6 +109,18 @@ func (j jdk) readOnly() []string {
 	return []string{j.etc}
 }
 
+// Runtime is the JDK's java launcher and the directories outside the
+// system ones a JVM must read (Debian's /etc/java-17-openjdk), for a
+// language that compiles to classes and runs them on this same JVM
+// (kotlin): one JDK, found one way, for every JVM language.
+func Runtime() (java string, readOnly []string, err error) {
+	j, err := findJDK()
+	if err != nil {
+		return "", nil, err
+	}
+	return j.java, j.readOnly(), nil
+}
+
 func (l *Language) version() string {
 	if !l.registered.Load() {
 		return "" // at init: no moat process runs javac just by starting
@@ -185,10 +197,12 @@ func (l *Language) Validate(src languages.Source, p languages.ValidationProfile)
 
 func isSource(name string) bool { return strings.EqualFold(path.Ext(name), ".java") }
 
-// stripComments blanks comments and the insides of string and character
+// StripComments blanks comments and the insides of string and character
 // literals, keeping line breaks, so the declarations found in a file are
-// code (a "class Foo" in a comment names nothing).
-func stripComments(s string) string {
+// code (a "class Foo" in a comment names nothing). Kotlin's comments and
+// literals have the same shape (its raw strings are Java's text blocks),
+// so languages/kotlin finds its declarations through it too.
+func StripComments(s string) string {
 	b := []byte(s)
 	out := make([]byte, len(b))
 	const (
@@ -269,7 +283,7 @@ func MainClass(src languages.Source) string {
 		if !isSource(f.Name) {
 			continue
 		}
-		code := stripComments(string(f.Content))
+		code := StripComments(string(f.Content))
 		for _, m := range typeRe.FindAllStringSubmatch(code, -1) {
 			if m[1] == "Main" {
 				return qualify(code, "Main")
@@ -277,7 +291,7 @@ func MainClass(src languages.Source) string {
 		}
 	}
 	entry := src.Entry()
-	code := stripComments(string(entry.Content))
+	code := StripComments(string(entry.Content))
 	if loc := mainRe.FindStringIndex(code); loc != nil {
 		var name string
 		for _, m := range typeRe.FindAllStringSubmatchIndex(code[:loc[0]], -1) {
@@ -305,7 +319,7 @@ func qualify(code, class string) string {
 // "solution.java" holding `public class Main` is the common case, so such
 // a file is compiled under its class's name (in its own directory).
 func sourceName(f languages.File) string {
-	m := publicRe.FindStringSubmatch(stripComments(string(f.Content)))
+	m := publicRe.FindStringSubmatch(StripComments(string(f.Content)))
 	if m == nil {
 		return f.Name
 	}

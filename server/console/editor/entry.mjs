@@ -37,7 +37,7 @@ import { rust } from "@codemirror/lang-rust";
 import { go } from "@codemirror/lang-go";
 import { ruby } from "@codemirror/legacy-modes/mode/ruby";
 import { shell } from "@codemirror/legacy-modes/mode/shell";
-import { java } from "@codemirror/legacy-modes/mode/clike";
+import { java, kotlin } from "@codemirror/legacy-modes/mode/clike";
 import { lua } from "@codemirror/legacy-modes/mode/lua";
 import { perl } from "@codemirror/legacy-modes/mode/perl";
 
@@ -58,6 +58,7 @@ const modes = {
   bash: () => StreamLanguage.define(shell),
   typescript: () => javascript({ typescript: true }),
   java: () => StreamLanguage.define(java),
+  kotlin: () => StreamLanguage.define(kotlin),
   lua: () => StreamLanguage.define(lua),
   perl: () => StreamLanguage.define(perl),
 };
