@@ -81,21 +81,21 @@ test-tools: ## install the Debian packages only the tests use (a browser, saniti
 	$(call apt_install,$(TEST_APT_PACKAGES))
 
 test: deps tools test-tools $(SETUP) $(TEST_SETUP) lint tidy test-only fuzz-smoke ## set up and run every test (and the linters: gofmt, go vet, staticcheck, go mod tidy)
-# Two packages at a time (-p 2), and the I/O-bound tests of a package side
-# by side (t.Parallel): the tests asserting a wall-clock or CPU bound take
-# testenv.Timing's lock instead, so no two of them overlap anywhere. At
-# -p 2 the suite keeps two cores 42% busy (25 CPU-minutes in 30 minutes of
-# wall, 2026-12-07); -p 3 took 15 minutes but three tests that share /tmp
-# or wait on a timer failed beside the third package (RATIONALE), so it
-# waits for them. go vet
+# Three packages at a time (-p 3), and the I/O-bound tests of a package
+# side by side (t.Parallel): the tests asserting a wall-clock or CPU bound
+# take testenv.Timing's lock instead, so no two of them overlap anywhere.
+# The suite mostly waits: at -p 2 it kept two cores 42% busy (25
+# CPU-minutes in 30 minutes of wall, 2026-12-07, over the 25-minute
+# budget); -p 3 took 15 minutes once three tests that shared /tmp or read
+# a trail before it was written were isolated (RATIONALE). go vet
 # ran just before (the vet target), so go test does not vet again. The
 # cgroup v2 VM test runs alone afterwards: its guest kernel is emulated
 # (TCG) and its native runs' limits are timed, so it cannot share the cores
 # with another package (with languages/all beside it, a memory-limit run
 # of its pool outlived its timeout).
-GOTEST := $(GO) test -count=1 -p 2
+GOTEST := $(GO) test -count=1 -p 3
 test-only:
-	@echo "==> go test ./... (two packages at a time; the timing tests one at a time under testenv.Timing's lock; builds Go guests for wasip1)"
+	@echo "==> go test ./... (three packages at a time; the timing tests one at a time under testenv.Timing's lock; builds Go guests for wasip1)"
 	@MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -timeout 30m $$($(GO) list ./... | grep -v -x github.com/moat-sandbox/moat/internal/vmtest)
 	@echo "==> go test ./internal/vmtest (alone: the cgroup v2 VM)"
 	@MOAT_REQUIRE_TOOLS=1 $(GOTEST) -vet=off -timeout 30m ./internal/vmtest/

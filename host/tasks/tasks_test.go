@@ -308,7 +308,16 @@ func TestTaskRetries(t *testing.T) {
 			t.Errorf("backoffs asked for attempts %v, want [1 2 1] (flaky's two failures, boom's first)", backoffs)
 		}
 		mu.Unlock()
-		ev, err := hosttest.Audit(h).Query(context.Background(), audit.Filter{CorrelationID: "corr-boom", Kind: audit.KindTask})
+		// The runner records a task's end in the store, then its audit
+		// event: wait for the event rather than read the trail once.
+		var ev []audit.Event
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			ev, err = hosttest.Audit(h).Query(context.Background(), audit.Filter{CorrelationID: "corr-boom", Kind: audit.KindTask})
+			if err != nil || len(ev) >= 2 || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil || len(ev) != 2 || ev[0].TaskID != boom || ev[1].TaskID != boom {
 			t.Fatalf("task events of boom = %+v, %v", ev, err)
 		}

@@ -229,6 +229,10 @@ func newScratchDirs(t *testing.T, before map[string]bool) []string {
 // gone after a run that timed out or ran out of memory.
 func TestScratchAndSleepHostile(t *testing.T) {
 	testenv.Timing(t)
+	// A temp dir of its own, as TestInterpretedArtifact's: under go test
+	// -p 3 another package's live moat-scratch- directories in the shared
+	// one would count as left behind by this test.
+	t.Setenv("TMPDIR", t.TempDir())
 	e := newExecutor(t, persistentDir(t, "build-cache"))
 	cases := []struct {
 		name, lang, file, code string
