@@ -361,7 +361,6 @@ func TestHostile(t *testing.T) {
 // between calls (like its globals), so the cap must hold across calls, not
 // per call.
 func TestHostilePooledTableStaysBounded(t *testing.T) {
-	t.Parallel()
 	h := newHost(t, nil)
 	m, err := h.Load(context.Background(), fixture(t, "hostile_plugin.wasm"), host.LoadOptions{Name: "pooled", MaxIdle: 1,
 		Limits: host.Limits{MaxTableElements: 100000}})

@@ -25,7 +25,8 @@ var compileCache string
 // the cores busy where one at a time left one idle. The ones that do not
 // assert a wall-clock bound (a deadline met within a slack, a cancel
 // within 300 ms, a fetch within its timeout: TestHostile, TestCancel,
-// TestMediaFetchHoldsMemory, and those under testenv.Timing), set an
+// TestMediaFetchHoldsMemory, and those under testenv.Timing), measure
+// the process's own heap (TestHostilePooledTableStaysBounded), set an
 // environment variable (TestAIGuest), register into the package-wide
 // driver table while the test runs (TestRegisterRefusesTakenKinds,
 // TestDriverKindFromTestFiles) or are a soak. go test runs those first,
