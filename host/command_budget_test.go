@@ -20,6 +20,7 @@ import (
 // refusal, and its first hit of each limit is a deny decision on the
 // audit trail under the run's correlation id, as for Module.Invoke.
 func TestRunBudget(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHost(t, nil)
 	// The module's own budget: 7 log records per run.

@@ -83,6 +83,7 @@ func TestRunCommand(t *testing.T) {
 }
 
 func TestRunRejectsPluginAndInvokeRejectsCommand(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	p := loadPlugin(t, h, host.LoadOptions{})
 	if _, err := p.Run(context.Background(), host.RunRequest{Principal: ann}); !errors.Is(err, host.ErrNoSuchAction) {

@@ -17,6 +17,7 @@ import (
 // closing the last frees it, so a server that replaces modules all day
 // does not keep every version it ever compiled.
 func TestCompiledReleased(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h, err := New(ctx, Config{DataDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

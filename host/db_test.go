@@ -120,6 +120,7 @@ func dbCall(m *host.Module, who policy.Principal, cid, cmd string) (map[string]a
 // model the profile does not grant is denied and the denial audited;
 // another user (scope: user) and another organization see nothing.
 func TestDBGoGuest(t *testing.T) {
+	t.Parallel()
 	bob := policy.Principal{User: "bob", Org: "acme"}
 	eve := policy.Principal{User: "ann", Org: "evil"}
 	dbHosts(t, func(t *testing.T, newHost func() *host.Host) {
@@ -246,6 +247,7 @@ func TestDBGoGuest(t *testing.T) {
 // migrate, and audited; each organization's copy of a module (loaded with
 // LoadOptions.Org) has its own models.
 func TestDBModelMigration(t *testing.T) {
+	t.Parallel()
 	dbHosts(t, func(t *testing.T, newHost func() *host.Host) {
 		h := newHost()
 		v1, err := loadDBGuest(t, h, dbManifest("1.0.0", notesV1))
@@ -323,6 +325,7 @@ func asHostError(err error, he **host.Error) bool {
 // and an unrequested one are denied, and both decisions are audited with
 // the model.
 func TestDBEveryTransport(t *testing.T) {
+	t.Parallel()
 	testenv.Slow(t, "the db ops on every transport; TestDBGoGuest keeps one")
 	h := policyHost(t, dbProfile)
 	ctx := context.Background()

@@ -179,6 +179,7 @@ func (secretSource) Secret(context.Context, string, string) ([]byte, error) {
 // that does not exist, or that its Validate refuses stops the host from
 // starting, saying why.
 func TestFamilyLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p, err := policy.ParseProfile("stamp.yaml", []byte("name: stamp\non_ungranted: deny_at_call\ndefault:\n  capabilities: {stamp: [ledger, diary]}\n"))
 	if err != nil {

@@ -113,6 +113,7 @@ func fsCall(t *testing.T, m *host.Module, cid, line string) string {
 // TestFileGrantsThroughAGuest drives every hostile case through a real Go
 // guest: what it reads, writes and is refused, and the errno it sees.
 func TestFileGrantsThroughAGuest(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	h := fileHost(t, base, host.Limits{})
 	m, err := loadFS(t, h, base, "[BASE/ro, BASE/rw:rw]")
@@ -243,6 +244,7 @@ func TestFileGrantsThroughAGuest(t *testing.T) {
 // from one invocation to the next; a write through one opened earlier is
 // audited in the invocation that writes.
 func TestFileGrantKeptDescriptor(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	h := fileHost(t, base, host.Limits{})
 	m, err := loadFS(t, h, base, "[BASE/rw:rw]")
@@ -267,6 +269,7 @@ func TestFileGrantKeptDescriptor(t *testing.T) {
 // TestFileGrantAuditBudget: changes are ops of the audit budget; past it
 // the guest sees EPERM, nothing more changes, and the trail says why.
 func TestFileGrantAuditBudget(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	h := fileHost(t, base, host.Limits{Budget: budget.Limits{AuditRows: 5}})
 	m, err := loadFS(t, h, base, "[BASE/rw:rw]")
@@ -298,6 +301,7 @@ func TestFileGrantAuditBudget(t *testing.T) {
 // out, and back, as fast as the host can, while the guest reads through
 // it: no read ever returns the file outside.
 func TestFileGrantSwapRace(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	must := func(err error) {
 		t.Helper()
@@ -353,6 +357,7 @@ func TestFileGrantSwapRace(t *testing.T) {
 // holding them, are never granted, even when the profile says so; nor a
 // directory that is not there.
 func TestFileGrantLoadRefusals(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	data := filepath.Join(base, "data")
 	must := func(err error) {
@@ -420,6 +425,7 @@ func TestFileGrantLoadRefusals(t *testing.T) {
 // and a directory made once no inode is left. Deleting frees it again,
 // and nothing of the failed writes is left but what fit.
 func TestFileGrantDiskFull(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		testenv.Require(t, "mounting a small tmpfs needs root")
 	}
@@ -459,6 +465,7 @@ func TestFileGrantDiskFull(t *testing.T) {
 // TestFileGrantCommand: a WASI command (Module.Run) gets the same
 // directories, and its changes are audited like a plugin's.
 func TestFileGrantCommand(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	h := fileHost(t, base, host.Limits{})
 	raw := strings.ReplaceAll("name: fscmd\nversion: 1.0.0\nkind: wasi-command\ncapabilities:\n  filesystem: [BASE/ro, BASE/rw:rw]\n", "BASE", base)
@@ -502,6 +509,7 @@ func TestFileGrantCommand(t *testing.T) {
 // the profile grants read-only loads (on_ungranted: deny_at_call) with the
 // directory read-only: its writes are EROFS.
 func TestFileGrantReadWriteRefusedAsReadOnly(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	p, err := policy.ParseProfile("files.yaml", []byte("name: files\non_ungranted: deny_at_call\ndefault:\n  capabilities:\n    filesystem: ["+base+"/rw]\n"))
 	if err != nil {
@@ -527,6 +535,7 @@ func TestFileGrantReadWriteRefusedAsReadOnly(t *testing.T) {
 // an open that must not follow a link, links and renames out of a grant
 // and between grants. Each byte is the errno the guest saw (WASI numbers).
 func TestFileGrantRawWASI(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	h := fileHost(t, base, host.Limits{})
 	raw := strings.ReplaceAll("name: fsraw\nversion: 1.0.0\nkind: wasi-command\ncapabilities:\n  filesystem: [BASE/ro, BASE/rw:rw]\n", "BASE", base)
@@ -563,6 +572,7 @@ func TestFileGrantRawWASI(t *testing.T) {
 // has no caller to answer for it: refused (EPERM) and audited; the same
 // change in an invocation is made.
 func TestFileGrantStartFunctions(t *testing.T) {
+	t.Parallel()
 	base := fileTree(t)
 	h := fileHost(t, base, host.Limits{})
 	raw := strings.ReplaceAll("name: fsinit\nversion: 1.0.0\nactions: [{name: mkdir}]\ncapabilities:\n  filesystem: [BASE/rw:rw]\n", "BASE", base)

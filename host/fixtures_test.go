@@ -14,6 +14,7 @@ import (
 // TestFixturesUpToDate: the committed .wasm fixtures are what their WAT
 // sources compile to, so a test never runs a stale binary.
 func TestFixturesUpToDate(t *testing.T) {
+	t.Parallel()
 	wat2wasm, err := exec.LookPath("wat2wasm")
 	if err != nil {
 		testenv.Require(t, "wat2wasm (apt package wabt) is not installed; `make tools` installs it")

@@ -13,6 +13,7 @@ import (
 // every one of them there after the load; ForgetCompiled removes them,
 // and the next load of the same bytes compiles again rather than failing.
 func TestForgetCompiled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h, err := New(ctx, Config{DataDir: t.TempDir(), CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -44,6 +44,7 @@ capabilities: {kv: true}
 // TestGoGuest drives the Go SDK fixture through every path, in order, on
 // one pooled module: each failure must leave the module serving.
 func TestGoGuest(t *testing.T) {
+	t.Parallel()
 	m := loadGoGuest(t, newHost(t, nil), "goguest")
 	if !m.Info().Reactor {
 		t.Fatal("a Go c-shared plugin should be a reactor")
@@ -99,6 +100,7 @@ func TestGoGuest(t *testing.T) {
 // TestKVScope: one organization never sees another's keys, a module never
 // sees another module's, and the data survives a restart of the host.
 func TestKVScope(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	newH := func() *host.Host {

@@ -44,6 +44,7 @@ func newHost(t testing.TB, buf io.Writer) *host.Host {
 // not as a bad module. The cache's directory is replaced by a file after
 // the host opened it, which refuses root too.
 func TestLoadCacheUnwritable(t *testing.T) {
+	t.Parallel()
 	cache := filepath.Join(t.TempDir(), "cache")
 	ctx := context.Background()
 	h, err := host.New(ctx, host.Config{DataDir: t.TempDir(), CacheDir: cache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -97,6 +98,7 @@ func invoke(m *host.Module, action, input string) (string, error) {
 }
 
 func TestInvokeWAT(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	m := loadPlugin(t, h, host.LoadOptions{Config: map[string]string{"greeting": "hi"}})
 	if got, want := m.Kind(), host.KindPlugin; got != want {
@@ -126,6 +128,7 @@ func TestInvokeWAT(t *testing.T) {
 // typed error naming the module, the action and the cause, and that the
 // same host and module still serve a good invoke afterwards.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	m := loadPlugin(t, h, host.LoadOptions{Limits: host.Limits{MemoryLimitPages: 64, MaxOutputBytes: 64 << 10, Timeout: time.Second}})
 	tests := []struct {
@@ -172,6 +175,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	tests := []struct {
 		name   string
@@ -207,6 +211,7 @@ func TestLoadErrors(t *testing.T) {
 }
 
 func TestPrincipalRequired(t *testing.T) {
+	t.Parallel()
 	m := loadPlugin(t, newHost(t, nil), host.LoadOptions{})
 	_, err := m.Invoke(context.Background(), host.Request{Action: "noop"})
 	if abi.CodeOf(err) != abi.CodeInvalidArgument || !strings.Contains(err.Error(), "principal org is empty") {
@@ -248,6 +253,7 @@ func TestCancel(t *testing.T) {
 // TestIsolation: a pooled instance keeps its state between calls (here, the
 // memory it grew to take a large input); a fresh instance never does.
 func TestIsolation(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	for _, tt := range []struct {
 		iso   host.Isolation
@@ -270,6 +276,7 @@ func TestIsolation(t *testing.T) {
 // TestGuestLog: log.write lands in the host log tagged with the module,
 // action, principal and correlation id.
 func TestGuestLog(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	m := loadPlugin(t, newHost(t, &logs), host.LoadOptions{})
 	if _, err := invoke(m, "log", `{"level":"warn","message":"disk almost full","fields":{"pct":93}}`); err != nil {
@@ -287,6 +294,7 @@ func TestGuestLog(t *testing.T) {
 }
 
 func TestConcurrentInvokes(t *testing.T) {
+	t.Parallel()
 	m := loadPlugin(t, newHost(t, nil), host.LoadOptions{})
 	errs := make(chan error, 16)
 	for g := 0; g < 16; g++ {
@@ -310,6 +318,7 @@ func TestConcurrentInvokes(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	m := loadPlugin(t, newHost(t, nil), host.LoadOptions{})
 	info := m.Info()
 	if info.Digest != host.Digest(fixture(t, "plugin.wasm")) || len(info.Digest) != 64 {
@@ -326,6 +335,7 @@ func TestInspect(t *testing.T) {
 // TestCompileCacheAcrossHosts: a second host on the same data directory
 // (as a second process would be) gets the machine code from the disk cache.
 func TestCompileCacheAcrossHosts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	var fromCache []bool
@@ -352,6 +362,7 @@ func TestCompileCacheAcrossHosts(t *testing.T) {
 // same directory reads the code back and must not say it is preparing
 // anything "once" again.
 func TestLoadFirstTime(t *testing.T) {
+	t.Parallel()
 	cache := filepath.Join(t.TempDir(), "cache")
 	ctx := context.Background()
 	for i, want := range []int{1, 0, 0} {

@@ -129,6 +129,7 @@ func httpEvents(t *testing.T, h *host.Host, corr string) []audit.Event {
 // (never the query), status and bytes under the invocation's correlation
 // id; the guest's bounds checked; no grant, no request.
 func TestHTTPFetch(t *testing.T) {
+	t.Parallel()
 	srv := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/echo":
@@ -220,6 +221,7 @@ func TestHTTPFetch(t *testing.T) {
 // refused with its code, audited with its rule, and the servers no grant
 // names get nothing.
 func TestHTTPFetchHostile(t *testing.T) {
+	t.Parallel()
 	forbidden := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "loopback") })
 	forbidden6 := serveOn(t, "[::1]:0", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "loopback v6") })
 	PF, PF6 := forbidden.port, forbidden6.port
@@ -451,6 +453,7 @@ func manyHeaders(n int) map[string]string {
 // server that transforms the value, base64 here) is shown too, as the
 // promise's edge.
 func TestHTTPSecretInjection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const acmeTok, globexTok = "s3cr3t-Token-ACME-0001", "globex-Token-value-0002"
 	var bSaw atomic.Value
@@ -744,6 +747,7 @@ func init() {
 // every hop is asked as http.fetch and audited with the op that sent it,
 // and its own bound applies.
 func TestOutboundForAnotherOp(t *testing.T) {
+	t.Parallel()
 	srv := serveOn(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/big") {
 			w.Write(make([]byte, 65))

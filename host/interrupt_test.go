@@ -30,6 +30,7 @@ func instrument(t testing.TB, wasm []byte) []byte {
 // and read back on the next load; a damaged file is rewritten, never
 // compiled, and another table cap is another file.
 func TestRewriteKept(t *testing.T) {
+	t.Parallel()
 	wasm, err := os.ReadFile("../testdata/interrupt_ops.wasm")
 	if err != nil {
 		t.Fatal(err)

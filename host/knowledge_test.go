@@ -20,6 +20,7 @@ import (
 // the profile does not grant is denied and audited, whichever op; another
 // organization and another module see none of it.
 func TestKnowledgeGuest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := policyHost(t, `
 name: test

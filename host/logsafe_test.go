@@ -13,6 +13,7 @@ import (
 // TestSafeLogAttrDurations: a duration carries its unit in both handlers,
 // in JSON too (slog's own JSON handler writes bare nanoseconds).
 func TestSafeLogAttrDurations(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		h    func(*bytes.Buffer) slog.Handler

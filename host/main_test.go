@@ -19,6 +19,19 @@ import (
 // TestLoadCacheUnwritable) keep a directory of their own.
 var compileCache string
 
+// Most of this package's tests call t.Parallel(): each starts hosts of
+// its own (its own data directory, store and audit trail) and mostly
+// waits on a guest, a server or a subprocess, so two side by side keep
+// the cores busy where one at a time left one idle. The ones that do not
+// assert a wall-clock bound (a deadline met within a slack, a cancel
+// within 300 ms, a fetch within its timeout: TestHostile, TestCancel,
+// TestMediaFetchHoldsMemory, and those under testenv.Timing), measure
+// the process's own heap (TestHostilePooledTableStaysBounded), set an
+// environment variable (TestAIGuest), register into the package-wide
+// driver table while the test runs (TestRegisterRefusesTakenKinds,
+// TestDriverKindFromTestFiles) or are a soak. go test runs those first,
+// one at a time, and the parallel ones after them.
+
 // TestMain lets this test binary serve as the confinement wrapper of the
 // native plugins its tests start (native.Spec.Wrapper's default: the
 // running executable, which must call kernel.ConfineMain first).

@@ -24,6 +24,7 @@ import (
 // nothing by the same id; a module without the media grant is denied and
 // audited.
 func TestMediaGuest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := policyHost(t, `
 name: test

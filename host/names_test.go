@@ -71,6 +71,7 @@ func sleb(v int64) []byte {
 // checked at load like a manifest's; one bad name refuses the module with
 // the name quoted (no raw control byte in the error either).
 func TestHostileActionNames(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	long := strings.Repeat("a", 65)
 	cases := []struct {
@@ -138,6 +139,7 @@ func TestHostileActionNames(t *testing.T) {
 // TestValidateActionName: the validator itself, with the module-name
 // rules beside it (one alphabet, checkName).
 func TestValidateActionName(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		s      string
 		action bool

@@ -68,8 +68,8 @@ actions: [{name: echo}, {name: ops}, {name: crash}, {name: probe}, {name: hang, 
 // restarts the worker (audited), and a caller that keeps crashing it is
 // backed off, not the plugin given up for everyone.
 func TestNativePlugin(t *testing.T) {
-	testenv.Timing(t)
 	requireNative(t)
+	testenv.Timing(t)
 	ctx := context.Background()
 	h := policyHost(t, `
 name: test
@@ -212,6 +212,7 @@ default:
 // granted). The directory's own permissions decide what the worker's uid
 // may write: moat never hands an operator's directory over.
 func TestNativePluginFileGrants(t *testing.T) {
+	t.Parallel()
 	requireNative(t)
 	// Not under /tmp (nor /var/tmp, /run, /dev/shm): a native worker's
 	// are tmpfs of its own, and a grant there is refused (see the end of

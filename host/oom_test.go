@@ -20,6 +20,7 @@ import (
 // instance, not one whose memory is full. A call that stays within the
 // limit keeps its instance.
 func TestFullInstanceIsDiscarded(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	m, err := h.Load(context.Background(), fixture(t, "hostile_hoard.wasm"), host.LoadOptions{Name: "hoard",
 		Limits: host.Limits{MemoryLimitPages: 64, Timeout: 5 * time.Second}})

@@ -72,6 +72,7 @@ func mustManifest(t *testing.T, yaml string) *policy.Manifest {
 }
 
 func TestNewOpFamily(t *testing.T) {
+	t.Parallel()
 	h := policyHost(t, `
 name: test
 on_ungranted: deny_at_call

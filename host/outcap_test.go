@@ -16,6 +16,7 @@ import (
 // truncated output into a success (it once did: the program ignored the
 // write error and returned before the host's cancellation reached it).
 func TestRunOutputCapCleanExit(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	m, err := h.Load(context.Background(), fixture(t, "hostile_outcap.wasm"), host.LoadOptions{Name: "outcap"})
 	if err != nil {

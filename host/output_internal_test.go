@@ -13,6 +13,7 @@ import (
 // (unforward) a write goes to the log writer again and never to the
 // caller — an abandoned instance cannot reach a finished request.
 func TestGuestStreamForward(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		limit  int

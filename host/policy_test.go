@@ -91,6 +91,7 @@ func auditEvents(t *testing.T, h *host.Host, f audit.Filter) []audit.Event {
 // permission is refused, and the refusal is in the audit trail under the
 // invocation's correlation id, with the rule that decided it.
 func TestRolesAndPermissions(t *testing.T) {
+	t.Parallel()
 	h := policyHost(t, baseProfile)
 	m, err := loadWithManifest(t, h, guestManifest)
 	if err != nil {
@@ -132,6 +133,7 @@ func TestRolesAndPermissions(t *testing.T) {
 // confirmation, and only once; another principal's, a replayed and an
 // expired token are refused.
 func TestConfirmation(t *testing.T) {
+	t.Parallel()
 	h := policyHost(t, baseProfile+"confirm_ttl: 300ms\n")
 	m, err := loadWithManifest(t, h, guestManifest)
 	if err != nil {
@@ -186,6 +188,7 @@ func TestConfirmation(t *testing.T) {
 // unconfirmed invocation, which then asks for a confirmation; the confirmed
 // run performs it.
 func TestSensitiveOp(t *testing.T) {
+	t.Parallel()
 	h := policyHost(t, baseProfile+"sensitive_ops: [kv.delete]\n")
 	m, err := loadWithManifest(t, h, guestManifest)
 	if err != nil {
@@ -217,6 +220,7 @@ func TestSensitiveOp(t *testing.T) {
 // op, and audited; a request the profile does not grant refuses the load
 // (on_ungranted: refuse) or is denied at call time (deny_at_call).
 func TestGrants(t *testing.T) {
+	t.Parallel()
 	h := policyHost(t, baseProfile)
 	noKV := strings.Replace(guestManifest, "capabilities: {kv: true}", "", 1)
 	m, err := loadWithManifest(t, h, noKV)
@@ -243,6 +247,7 @@ func TestGrants(t *testing.T) {
 }
 
 func TestLimitsFromManifest(t *testing.T) {
+	t.Parallel()
 	h := policyHost(t, baseProfile)
 	limited := guestManifest + "limits: {calls_per_minute: 2, disk: 1KiB}\n"
 	m, err := loadWithManifest(t, h, limited)
@@ -271,6 +276,7 @@ func TestLimitsFromManifest(t *testing.T) {
 // by a key the profile trusts; the same module unsigned, or signed by an
 // unknown key, is refused at load because kv is not granted to it.
 func TestTrustedOnlyGrant(t *testing.T) {
+	t.Parallel()
 	pubFile, privFile, err := policy.GenerateKey("")
 	if err != nil {
 		t.Fatal(err)

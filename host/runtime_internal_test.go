@@ -46,6 +46,7 @@ var _ moduleRuntime = (*upperRuntime)(nil)
 // signature rule, the policy, the limits, the audit) and invoked through
 // Module.Invoke's gate, granted and denied, with nothing of host changed.
 func TestLoaderTableExtension(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var rt *upperRuntime
 	upper := &loader{
@@ -134,6 +135,7 @@ func TestLoaderTableExtension(t *testing.T) {
 // directories goes once however often it is dropped (a failed load's
 // cleanup, then Close), so an instance still running keeps them open.
 func TestFileGrantsOwnerReleasedOnce(t *testing.T) {
+	t.Parallel()
 	fg := &fileGrants{refs: 1, owned: true}
 	if !fg.acquire() { // an instance's
 		t.Fatal("acquire refused while the module holds its reference")

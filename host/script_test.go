@@ -18,6 +18,7 @@ import (
 // only the host gives stays guest_error; so does every other failure,
 // with the last line of stderr as its reason.
 func TestScriptErrorCode(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil)
 	mf, err := policy.ParseManifest("moat.yaml", []byte("name: scripted\nversion: 1.0.0\nactions: [{name: act}]\n"))
 	if err != nil {

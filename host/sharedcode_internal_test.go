@@ -134,6 +134,7 @@ func sharedCodeEvents(t *testing.T, h *Host) []audit.Event {
 // maximum (testdata/hostile_plugin.wasm), and the Go guest's two
 // compiles (15 s each) are make test's.
 func TestCodeFileName(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// rewritten is what Load compiles for wasm under a table cap of
 	// 10000: its tables bounded, and the interrupt checks Load adds to
@@ -201,6 +202,7 @@ func TestCodeFileName(t *testing.T) {
 // refuses it (audited) and compiles; a host without a key neither fetches
 // nor stores.
 func TestSharedCodeAcrossHosts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := sharedStore(t)
 	wasm := pluginWasm(t)
@@ -274,6 +276,7 @@ func TestSharedCodeAcrossHosts(t *testing.T) {
 // artifacts with a valid MAC that wazero cannot use (a key holder's broken
 // or stale file) are removed and compiled over.
 func TestSharedCodeHostile(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	wasm := pluginWasm(t)
 	other, err := os.ReadFile("../testdata/abi2.wasm")
@@ -412,6 +415,7 @@ func TestSharedCodeHostile(t *testing.T) {
 // TestCodeKeyTooShort: a key shorter than MinCodeKeyBytes is refused at
 // New, naming the fix.
 func TestCodeKeyTooShort(t *testing.T) {
+	t.Parallel()
 	_, err := New(context.Background(), Config{DataDir: t.TempDir(), CodeKey: []byte("short")})
 	if err == nil || !strings.Contains(err.Error(), "5 bytes; give at least 32") {
 		t.Fatalf("New with a 5-byte code key: %v", err)
@@ -421,6 +425,7 @@ func TestCodeKeyTooShort(t *testing.T) {
 // TestSharedCodeStoreAway: a store that does not answer makes the load
 // compile here, not fail.
 func TestSharedCodeStoreAway(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir())
 	if err != nil {
@@ -440,6 +445,7 @@ func TestSharedCodeStoreAway(t *testing.T) {
 // TestLocalCode: a load with LocalCode neither stores its compiled code
 // nor runs what the store holds, on a host that shares code.
 func TestLocalCode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := sharedStore(t)
 	wasm := pluginWasm(t)

@@ -21,6 +21,7 @@ import (
 // granted target carries none), names the request's own client span
 // under the op's, and every span carries the correlation id.
 func TestTracePropagation(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracing.CorrelationProcessor{}), sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())

@@ -15,6 +15,7 @@ import (
 // records to it, flushes it when it closes, and leaves it open: the
 // embedder that opened it records to it and closes it.
 func TestConfigAuditIsTheCallers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := store.Open(ctx, dir)

@@ -90,9 +90,9 @@ func needRootCgroups(t *testing.T) {
 // neither clang nor its cgroup is left, run after run (it once left clang
 // frozen in its cgroup in 4 of 5 runs).
 func TestExecCompileBombLeavesNothing(t *testing.T) {
-	testenv.Timing(t)
 	needRootCgroups(t)
 	testenv.Require(t, langMissing("c"))
+	testenv.Timing(t)
 	data := t.TempDir()
 	before := jobLeftovers()
 	for run := range 3 {

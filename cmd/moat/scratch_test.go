@@ -25,8 +25,8 @@ import (
 // is left in the moat process's temporary directory, after a timeout
 // too.
 func TestExecScratchAndSleep(t *testing.T) {
-	testenv.Timing(t)
 	testenv.Require(t, langMissing("python"))
+	testenv.Timing(t)
 	tmp := t.TempDir() // the moat process's TMPDIR: its scratch directories are made there
 	out := t.TempDir()
 	run := func(t *testing.T, args ...string) result {

@@ -553,6 +553,7 @@ func TestExtismHTTPInFlight(t *testing.T) {
 // length becomes a reason of at most a few KiB (it travels into logs, the
 // audit trail and HTTP problem details), saying how much was cut.
 func TestExtismErrorReasonClipped(t *testing.T) {
+	t.Parallel()
 	const maxReason = 4 << 10 // the package's bound
 	ctx := context.Background()
 	h := newHost(t, nil, nil)

@@ -432,6 +432,7 @@ func manyHeaders(n, size int) map[string]string {
 // starts on the same pooled instance, whoever calls it, and no cookie is
 // ever sent back: there is no cookie jar, within an invocation either.
 func TestHTTPStateIsPerInvocation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := listen(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -494,6 +495,7 @@ func TestHTTPStateIsPerInvocation(t *testing.T) {
 // what the plug-in reads back (body and headers, through http_headers),
 // and a redirect to another host does not carry it.
 func TestEgressInjection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const tok = "extism-Secret-Value-42"
 	var saw atomic.Value

@@ -97,6 +97,7 @@ func TestStock(t *testing.T) {
 // TestDetect: an Extism plug-in is recognized by its imports, without a
 // manifest; a manifest that says otherwise is refused.
 func TestDetect(t *testing.T) {
+	t.Parallel()
 	wasm := buildPlugin(t, "stock")
 	h := newHost(t, nil, nil)
 	ctx := context.Background()
@@ -156,6 +157,7 @@ func mustLoad(t *testing.T, h *host.Host, wasm []byte) *host.Module {
 // caller's organization scoping the store, the grants deciding, and the
 // audit trail recording.
 func TestMoatOps(t *testing.T) {
+	t.Parallel()
 	wasm := buildPlugin(t, "moatops")
 	h := newHost(t, nil, nil)
 	ctx := context.Background()
@@ -232,6 +234,7 @@ config: {op: config.get}
 // TestCPlugin: an Extism plug-in in C (guests/extism/c/memo.c, Extism
 // kernel imports declared by hand) reaches moat's kv through moat_call.
 func TestCPlugin(t *testing.T) {
+	t.Parallel()
 	clang, err := exec.LookPath("clang-19")
 	if err != nil {
 		requireTool(t, "clang-19 is not installed; `make toolchains` installs it (apt packages clang-19, lld-19, wasi-libc)")
@@ -292,6 +295,7 @@ capabilities: {kv: true}
 // the extism go-sdk (what the Extism CLI runs) gives for the same
 // plug-in, function, input and config.
 func TestSameAsExtismSDK(t *testing.T) {
+	t.Parallel()
 	wasm := buildPlugin(t, "stock")
 	ctx := context.Background()
 	config := map[string]string{"greeting": "Bonjour"}
@@ -329,6 +333,7 @@ func TestSameAsExtismSDK(t *testing.T) {
 // turns the invocation into a confirmation request, and the confirmed
 // invocation runs it, once.
 func TestSensitiveOpConfirmation(t *testing.T) {
+	t.Parallel()
 	p := profile(t, "name: careful\nsensitive_ops: [kv.put]\ndefault: {capabilities: {kv: true}}\n")
 	h := newHost(t, p, nil)
 	ctx := context.Background()
@@ -369,6 +374,7 @@ func TestSensitiveOpConfirmation(t *testing.T) {
 // TestConcurrentCalls: concurrent invocations of a pooled module each get
 // an instance of their own and their own output.
 func TestConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	m, err := newHost(t, nil, nil).Load(context.Background(), buildPlugin(t, "stock"), host.LoadOptions{MaxIdle: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -402,6 +408,7 @@ func TestConcurrentCalls(t *testing.T) {
 // TestCloseWhileCalling: closing a module lets the call in flight end on
 // its own terms, and refuses later calls.
 func TestCloseWhileCalling(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m, err := newHost(t, nil, nil).Load(ctx, buildPlugin(t, "stock"), host.LoadOptions{})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // with wazero's DirFS (which follows links out of it) and without the
 // audit of its changes.
 func TestFileGrantsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHost(t, profile(t, "name: files\ndefault:\n  capabilities:\n    filesystem: ["+dir+"]\n"), nil)
 	_, err := h.Load(context.Background(), wasmFixture(t, "extism_noop.wasm"), host.LoadOptions{

@@ -24,6 +24,13 @@ import (
 // run, and not once per test.
 var cacheDir string
 
+// Most tests call t.Parallel(): each loads its own plug-ins into hosts
+// of its own and mostly waits on a call or a server. The ones that stay
+// sequential (go test runs them first, alone) measure what the whole
+// process allocated during a call (budget_test.go: a test beside them
+// would be counted as theirs), assert a deadline within a slack, give
+// each call a few seconds (TestStock: beside another test at load 30 a
+// 5 s call ran out of time) or take testenv.Timing.
 func TestMain(m *testing.M) {
 	d, err := os.MkdirTemp("", "moat-extism-cache-")
 	if err != nil {

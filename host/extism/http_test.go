@@ -23,6 +23,7 @@ import (
 // redirect to one, and a granted name that resolves to a loopback address
 // are refused before any byte reaches the server.
 func TestHTTPRequest(t *testing.T) {
+	t.Parallel()
 	var hitsA, hitsB atomic.Int32
 	var b *httptest.Server
 	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 // TestLoadRefuses: what an Extism plug-in may import is checked at load,
 // with the import named.
 func TestLoadRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h, err := host.New(ctx, host.Config{DataDir: t.TempDir()})
 	if err != nil {

@@ -54,6 +54,7 @@ func extismWithExports(names ...string) []byte {
 // terminal. One bad export refuses the plug-in, with or without a
 // manifest that maps only valid names.
 func TestHostileExportNames(t *testing.T) {
+	t.Parallel()
 	h := newHost(t, nil, nil)
 	cases := []struct {
 		name     string

@@ -27,6 +27,7 @@ func module(imports ...[2]string) []byte {
 }
 
 func TestRelink(t *testing.T) {
+	t.Parallel()
 	moves := map[string]string{EnvModule + "\x00http_request": httpModule}
 	many := [][2]string{{EnvModule, "http_request"}}
 	for i := range 20 { // an import section longer than 127 bytes: a two-byte size

@@ -64,10 +64,10 @@ func bombPNG(t testing.TB, w, h, depth int) []byte {
 // more than the bound is refused from its header, before any pixel is
 // allocated.
 func TestThumbnailMemoryBounded(t *testing.T) {
-	testenv.Timing(t)
 	if testing.Short() {
 		t.Skip("decodes 6 × 200 MB")
 	}
+	testenv.Timing(t)
 	const bound = 512 << 20
 	const margin = 96 << 20
 	for _, tt := range []struct {

@@ -79,15 +79,32 @@ var (
 	readsRequire = regexp.MustCompile(`(Getenv|LookupEnv)\("MOAT_REQUIRE_TOOLS"\)`)
 	rootCheck    = regexp.MustCompile(`Geteuid\(\) != 0`)
 	plainSkip    = regexp.MustCompile(`\b(t|b|tb)\.Skip(f|Now)?\(`)
+	takesTiming  = regexp.MustCompile(`^\ttestenv\.Timing\(t\)`)
+	// skipsAfter is a skip at a test's top level: Slow, Require, Root or
+	// -short's own; skipsInIf, one in the block of a top-level if.
+	skipsAfter = regexp.MustCompile(`^\t(testenv\.(Slow|Require|Root)\(|if testing\.Short\(\))`)
+	skipsInIf  = regexp.MustCompile(`^\t\ttestenv\.(Require|Root)\(`)
 )
 
 // violations returns, for one file's source, each line that decides a
 // skip for a missing tool or root without this package: a read of
-// MOAT_REQUIRE_TOOLS, or a root check whose next line skips.
+// MOAT_REQUIRE_TOOLS, or a root check whose next line skips; and each
+// skip a test decides after it took the timing lock (Timing's doc: the
+// lock is the machine's, so a test that takes it to skip waits for
+// nothing).
 func violations(name, src string) []string {
 	var out []string
 	lines := strings.Split(src, "\n")
+	timing := 0 // the line of the current function's Timing call, or 0
 	for i, l := range lines {
+		if strings.HasPrefix(l, "}") {
+			timing = 0
+		}
+		if takesTiming.MatchString(l) {
+			timing = i + 1
+		} else if timing > 0 && (skipsAfter.MatchString(l) || skipsInIf.MatchString(l) && strings.HasPrefix(lines[i-1], "\tif ")) {
+			out = append(out, fmt.Sprintf("%s:%d: skips after it took the timing lock (line %d): skip first, then call testenv.Timing", name, i+1, timing))
+		}
 		if readsRequire.MatchString(l) {
 			out = append(out, fmt.Sprintf("%s:%d: reads MOAT_REQUIRE_TOOLS itself: use testenv.Require (or testenv.Required), whose one meaning is =1", name, i+1))
 		}
@@ -99,7 +116,8 @@ func violations(name, src string) []string {
 }
 
 // TestEverySkipThroughRequire: no Go file of the repository but this
-// package's reads MOAT_REQUIRE_TOOLS or skips for want of root by itself.
+// package's reads MOAT_REQUIRE_TOOLS or skips for want of root by itself,
+// and no test skips after it took the timing lock.
 func TestEverySkipThroughRequire(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -151,6 +169,10 @@ func TestViolationsFound(t *testing.T) {
 		{"root skipf", "if cond && os.Geteuid() != 0 {\n\tt.Skipf(\"%s\", x)\n", "x.go:2: skips without root by itself"},
 		{"benchmark", "if os.Geteuid() != 0 {\n\tb.Skip(\"root\")\n", "x.go:2: skips without root by itself"},
 		{"helper", "if os.Geteuid() != 0 {\n\ttb.SkipNow()\n", "x.go:2: skips without root by itself"},
+		{"slow after timing", "func TestX(t *testing.T) {\n\ttestenv.Timing(t)\n\ttestenv.Slow(t, \"slow\")\n}\n", "x.go:3: skips after it took the timing lock (line 2)"},
+		{"short after timing", "func TestX(t *testing.T) {\n\ttestenv.Timing(t)\n\tif testing.Short() {\n\t\tt.Skip(\"x\")\n\t}\n}\n", "x.go:3: skips after it took the timing lock"},
+		{"tool after timing", "func TestX(t *testing.T) {\n\ttestenv.Timing(t)\n\tx := 1\n\ttestenv.Require(t, missing())\n}\n", "x.go:4: skips after it took the timing lock"},
+		{"root after timing", "func TestX(t *testing.T) {\n\ttestenv.Timing(t)\n\tif os.Geteuid() != 0 {\n\t\ttestenv.Require(t, \"root\")\n\t}\n}\n", "x.go:4: skips after it took the timing lock"},
 	} {
 		got := violations("x.go", c.src)
 		if len(got) != 1 || !strings.HasPrefix(got[0], c.want) {
@@ -161,6 +183,9 @@ func TestViolationsFound(t *testing.T) {
 		"testenv.Root(t, \"needs root\")\n",
 		"if os.Geteuid() != 0 {\n\ttestenv.Require(t, \"needs root\")\n}\n",
 		"if os.Geteuid() != 0 {\n\treturn // the job uid is our own\n}\n",
+		"func TestX(t *testing.T) {\n\ttestenv.Slow(t, \"slow\")\n\ttestenv.Timing(t)\n}\n",
+		"func TestX(t *testing.T) {\n\ttestenv.Timing(t)\n}\n\nfunc TestY(t *testing.T) {\n\ttestenv.Slow(t, \"slow\")\n}\n",
+		"func TestX(t *testing.T) {\n\ttestenv.Timing(t)\n\tif os.Getenv(\"HELPER\") != \"\" {\n\t\tt.Skip(\"the helper process\")\n\t}\n}\n",
 	} {
 		if got := violations("x.go", ok); len(got) != 0 {
 			t.Errorf("%q: %q, want none", ok, got)

@@ -7,8 +7,18 @@ import (
 	"testing"
 )
 
-// TimingLockName is the file, in os.TempDir(), whose lock Timing holds.
+// TimingLockName is the file, in os.TempDir(), whose lock Timing holds
+// unless EnvTimingLock names another.
 const TimingLockName = "moat-timing.lock"
+
+// EnvTimingLock is the variable naming the file whose lock Timing holds
+// instead of TimingLockName in os.TempDir(). `make check` sets it to a
+// file of its own run: the inner loop's timing tests then wait for one
+// another, not for every other test run on the machine (on a machine
+// shared by several engineers, TestDeadlineHostile once waited 8 minutes
+// for other worktrees' timing tests before it started, and its package
+// ran out of time). `make test`, CI's, leaves it unset.
+const EnvTimingLock = "MOAT_TIMING_LOCK"
 
 // timingMu serializes Timing within one test binary: flock belongs to the
 // open file description, so two descriptors of one process exclude each
@@ -28,8 +38,15 @@ var timingMu sync.Mutex
 // and the I/O-bound tests call t.Parallel(); the timing tests take this
 // lock instead, so at most one of them runs at once even across packages.
 // It is an flock on a file in os.TempDir() (which go test gives every
-// package the same), released by the kernel when the holder exits, so a
-// killed test binary never leaves it held.
+// package the same), or the one EnvTimingLock names, released by the
+// kernel when the holder exits, so a killed test binary never leaves it
+// held.
+//
+// A test skips before it calls Timing, never after (testenv.Slow, a
+// missing tool, -short): the lock is shared by every moat test binary on
+// the machine, other worktrees' too, so a test that takes it only to skip
+// can wait minutes for nothing while it holds one of go test's -p slots
+// (TestThumbnailMemoryBounded waited 266 s under make check to skip).
 //
 // Timing does not make a bound hold on an overloaded machine (another
 // user's build still competes); it removes the competition the suite
@@ -38,7 +55,10 @@ var timingMu sync.Mutex
 func Timing(t testing.TB) {
 	t.Helper()
 	timingMu.Lock()
-	path := filepath.Join(os.TempDir(), TimingLockName)
+	path := os.Getenv(EnvTimingLock)
+	if path == "" {
+		path = filepath.Join(os.TempDir(), TimingLockName)
+	}
 	// Open before create: with fs.protected_regular, O_CREAT on another
 	// user's file in a sticky /tmp fails even though it exists.
 	f, err := os.Open(path)

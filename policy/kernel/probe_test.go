@@ -413,12 +413,12 @@ func TestProbeUnprivileged(t *testing.T) {
 		probeTestUnprivilegedChecks(t)
 		return
 	}
-	// The child checks a time bound; the parent holds the lock for it (the
-	// child taking it too would wait for its parent).
-	testenv.Timing(t)
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
+	// The child checks a time bound; the parent holds the lock for it (the
+	// child taking it too would wait for its parent).
+	testenv.Timing(t)
 	// go test's work directory is private to root: copy the binary where
 	// uid 65534 can execute it.
 	dir, err := os.MkdirTemp("", "moat-probe-test-")
