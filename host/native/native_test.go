@@ -830,6 +830,16 @@ func TestPool(t *testing.T) {
 		// refused forks above.
 		{"clean-after-oom", Spec{Command: []string{"sh", "-c", "echo fine"}}, checkClean},
 		{"clean-after-forks", Spec{Command: []string{"sh", "-c", "echo fine"}}, checkClean},
+		// A recycled cgroup gets the next job's limits, not the last
+		// one's: after a job held to 64 MiB and 16 processes, a job
+		// with the defaults holds 120 MB and starts 30 processes.
+		{"tight-limits", Spec{Command: []string{"sh", "-c", "echo fine"}, MemoryBytes: 64 << 20, Pids: 16}, checkClean},
+		{"limits-reset", Spec{Command: []string{"sh", "-c", "for i in $(seq 1 30); do sleep 0.2 & done; head -c 120000000 /dev/zero | tail -c 120000000 | wc -c; wait"},
+			ExtraExec: []string{"/usr/bin/head", "/usr/bin/tail", "/usr/bin/wc", "/usr/bin/seq", "/usr/bin/sleep"}, Timeout: 15 * time.Second}, func(t *testing.T, r *Result) {
+			if r.Status != StatusOK || r.PidsLimitHit || strings.TrimSpace(string(r.Stdout)) != "120000000" {
+				t.Errorf("status %s, pids limit hit %v, stdout %q, stderr %q: a previous job's limits held this one", r.Status, r.PidsLimitHit, r.Stdout, r.Stderr)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
