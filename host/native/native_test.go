@@ -646,6 +646,7 @@ func BenchmarkSpawn(b *testing.B) {
 			if py {
 				needPython(b)
 			}
+			defer reportCPU(b)()
 			for b.Loop() {
 				if err := f(); err != nil {
 					b.Fatal(err)
@@ -661,6 +662,7 @@ func BenchmarkSpawn(b *testing.B) {
 	spaced := func(name string, f func() error) {
 		b.Run(name, func(b *testing.B) {
 			needPython(b)
+			defer reportCPU(b)()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				time.Sleep(spacing)
@@ -730,6 +732,27 @@ func BenchmarkSpawn(b *testing.B) {
 	spaced("native-python-spaced", native(wrapper, python, "-c", "pass"))
 	spaced("native-warm-python-spaced", warm(python, "-c", "pass"))
 	logCold("native-warm-python-spaced")
+}
+
+// reportCPU reports, when the returned func runs, the CPU time per
+// operation of this process (the runner: set-up, clean-up, the pool's
+// refills) and of its reaped children (the wrapper and the command):
+// figures a loaded machine inflates far less than wall time, so a change
+// to the runner shows in them when ns/op is noise.
+func reportCPU(b *testing.B) func() {
+	var self0, child0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &child0)
+	return func() {
+		var self1, child1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self1)
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &child1)
+		cpu := func(r0, r1 syscall.Rusage) float64 {
+			return float64(time.Duration(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()).Microseconds()) / float64(b.N)
+		}
+		b.ReportMetric(cpu(self0, self1), "runner-cpu-µs/op")
+		b.ReportMetric(cpu(child0, child1), "child-cpu-µs/op")
+	}
 }
 
 // waitWarm waits until the pool holds n idle wrappers.
