@@ -646,6 +646,7 @@ func BenchmarkSpawn(b *testing.B) {
 			if py {
 				needPython(b)
 			}
+			defer reportCPU(b)()
 			for b.Loop() {
 				if err := f(); err != nil {
 					b.Fatal(err)
@@ -661,6 +662,7 @@ func BenchmarkSpawn(b *testing.B) {
 	spaced := func(name string, f func() error) {
 		b.Run(name, func(b *testing.B) {
 			needPython(b)
+			defer reportCPU(b)()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				time.Sleep(spacing)
@@ -730,6 +732,27 @@ func BenchmarkSpawn(b *testing.B) {
 	spaced("native-python-spaced", native(wrapper, python, "-c", "pass"))
 	spaced("native-warm-python-spaced", warm(python, "-c", "pass"))
 	logCold("native-warm-python-spaced")
+}
+
+// reportCPU reports, when the returned func runs, the CPU time per
+// operation of this process (the runner: set-up, clean-up, the pool's
+// refills) and of its reaped children (the wrapper and the command):
+// figures a loaded machine inflates far less than wall time, so a change
+// to the runner shows in them when ns/op is noise.
+func reportCPU(b *testing.B) func() {
+	var self0, child0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &child0)
+	return func() {
+		var self1, child1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self1)
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &child1)
+		cpu := func(r0, r1 syscall.Rusage) float64 {
+			return float64(time.Duration(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()).Microseconds()) / float64(b.N)
+		}
+		b.ReportMetric(cpu(self0, self1), "runner-cpu-µs/op")
+		b.ReportMetric(cpu(child0, child1), "child-cpu-µs/op")
+	}
 }
 
 // waitWarm waits until the pool holds n idle wrappers.
@@ -830,6 +853,16 @@ func TestPool(t *testing.T) {
 		// refused forks above.
 		{"clean-after-oom", Spec{Command: []string{"sh", "-c", "echo fine"}}, checkClean},
 		{"clean-after-forks", Spec{Command: []string{"sh", "-c", "echo fine"}}, checkClean},
+		// A recycled cgroup gets the next job's limits, not the last
+		// one's: after a job held to 64 MiB and 16 processes, a job
+		// with the defaults holds 120 MB and starts 30 processes.
+		{"tight-limits", Spec{Command: []string{"sh", "-c", "echo fine"}, MemoryBytes: 64 << 20, Pids: 16}, checkClean},
+		{"limits-reset", Spec{Command: []string{"sh", "-c", "for i in $(seq 1 30); do sleep 0.2 & done; head -c 120000000 /dev/zero | tail -c 120000000 | wc -c; wait"},
+			ExtraExec: []string{"/usr/bin/head", "/usr/bin/tail", "/usr/bin/wc", "/usr/bin/seq", "/usr/bin/sleep"}, Timeout: 15 * time.Second}, func(t *testing.T, r *Result) {
+			if r.Status != StatusOK || r.PidsLimitHit || strings.TrimSpace(string(r.Stdout)) != "120000000" {
+				t.Errorf("status %s, pids limit hit %v, stdout %q, stderr %q: a previous job's limits held this one", r.Status, r.PidsLimitHit, r.Stdout, r.Stderr)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -42,7 +42,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	idle    []*warmWrapper
-	free    []*kernel.Cgroup // emptied job cgroups, for the next warm wrappers
+	free    []*kernel.Cgroup // job cgroups whose processes are gone, for the next warm wrappers (emptied and reset by startWarm)
 	filling int
 	closed  bool
 	failed  int // warm wrappers in a row found dead at their claim
@@ -107,7 +107,8 @@ func (p *Pool) Close() error {
 }
 
 // recycle takes back the cgroup of a finished warm job. On cgroup v1 it is
-// emptied and kept for a later warm wrapper rather than removed: removing
+// kept, its processes killed, for a later warm wrapper rather than
+// removed (the refill that takes it empties it and resets its limits): removing
 // and creating cgroups takes the kernel's cgroup mutex, which another
 // wrapper's join holds through its RCU grace period, so a job's cleanup
 // would wait on the refill that follows it. v2 has no such wait: there
@@ -122,9 +123,9 @@ func (p *Pool) recycle(cg *kernel.Cgroup) error {
 	if err := cg.Kill(); err != nil {
 		return cg.Destroy()
 	}
-	if cg.Empty() != nil || cg.Reset(warmLimits) != nil {
-		return cg.Destroy()
-	}
+	// Emptying its charges and resetting its limits wait for the refill
+	// that takes it (startWarm), off the job's path: the job's processes
+	// are gone, which is all Run must see before it returns.
 	p.mu.Lock()
 	if p.closed || len(p.free) >= p.size {
 		p.mu.Unlock()
@@ -258,7 +259,10 @@ func startWarm(wrapper string, recycled *kernel.Cgroup) (_ *warmWrapper, err err
 	root := os.Geteuid() == 0
 	attr := childAttr(root, os.Getuid(), os.Getgid(), true)
 	cg := recycled
-	if cg != nil && !root {
+	if cg != nil && (!root || cg.Empty() != nil || cg.Reset(warmLimits) != nil) {
+		// A recycled cgroup starts from nothing: the last job's page
+		// cache released, the default limits back, its counters
+		// restarted (the claim resets them again to the job's).
 		_ = cg.Destroy()
 		cg = nil
 	}
