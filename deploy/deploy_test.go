@@ -316,6 +316,7 @@ var checks = []check{
 	{"server config", checkServerConfig},
 	{"schema migration", checkMigrate},
 	{"containerfile", checkContainerfile},
+	{"traces", checkTraces},
 }
 
 // TestManifests decodes every manifest under deploy/ strictly and holds
