@@ -116,6 +116,9 @@ func TestChecksCatchBreakage(t *testing.T) {
 		}, "ServiceAccount moat: automountServiceAccountToken must be false", "service account"},
 		{"pod token mounted", func(b *bundle) { pod(b).AutomountServiceAccountToken = nil }, "pod automountServiceAccountToken must be false", "service account"},
 
+		// native jobs' /proc
+		{"native proc misspelt", func(b *bundle) { env(b, "MOAT_NATIVE_PROC").Value = "bound" }, `env MOAT_NATIVE_PROC: "bound", want bind`, "native proc"},
+
 		// traces (OTEL_*)
 		{"traces to zipkin", func(b *bundle) {
 			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4318"}, corev1.EnvVar{Name: "OTEL_TRACES_EXPORTER", Value: "zipkin"})

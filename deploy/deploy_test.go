@@ -317,6 +317,7 @@ var checks = []check{
 	{"schema migration", checkMigrate},
 	{"containerfile", checkContainerfile},
 	{"traces", checkTraces},
+	{"native proc", checkNativeProc},
 }
 
 // TestManifests decodes every manifest under deploy/ strictly and holds

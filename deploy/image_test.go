@@ -409,11 +409,21 @@ func TestImage(t *testing.T) {
 		// rather than inside the first run's compile limit.
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
-		start := time.Now()
-		if out, err := p.cmd(ctx, "exec", id, "/usr/local/bin/moat", "toolchains", "warm", "--config", "/etc/moat/server.yaml", "go").CombinedOutput(); err != nil {
-			t.Errorf("moat toolchains warm go in the container: %v\n%s", err, out)
+		// On a loaded machine the standard library alone can outlast the
+		// warm-up's own compile limit (60 s); what it built stays in the
+		// seed, so a second warm-up finishes it.
+		for try := 1; ; try++ {
+			start := time.Now()
+			out, err := p.cmd(ctx, "exec", id, "/usr/local/bin/moat", "toolchains", "warm", "--config", "/etc/moat/server.yaml", "go").CombinedOutput()
+			t.Logf("go: moat toolchains warm in the container %s (try %d): %v", time.Since(start).Round(time.Millisecond), try, err)
+			if err == nil {
+				break
+			}
+			if try == 2 {
+				t.Errorf("moat toolchains warm go in the container: %v\n%s", err, out)
+				break
+			}
 		}
-		t.Logf("go: moat toolchains warm in the container %s", time.Since(start).Round(time.Millisecond))
 		programs := map[string]RunProgram{
 			"javascript": {"main.js", `console.log("hello from " + "javascript")`},
 			"typescript": {"main.ts", `const who: string = "typescript"; console.log("hello from " + who)`},
