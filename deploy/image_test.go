@@ -457,6 +457,7 @@ func TestImage(t *testing.T) {
 	})
 
 	t.Run("hostile", func(t *testing.T) { checkHostileNative(t, p, runArgs) })
+	t.Run("no-proc-setting", func(t *testing.T) { checkNoProcSetting(t, p, runArgs) })
 
 	t.Run("plugins", func(t *testing.T) {
 		moat := extractMoat(t, p)
@@ -741,5 +742,55 @@ func checkHostileNative(t *testing.T, p podmanEnv, runArgs []string) {
 	// RLIMIT_NPROC (no job cgroup in a pod) stops it: 508 under podman.
 	if started, err := strconv.Atoi(got["forkbomb started"]); err != nil || started > 1024 {
 		t.Errorf("the fork bomb started %q processes: RLIMIT_NPROC must stop it near the job's pids bound", got["forkbomb started"])
+	}
+}
+
+// checkNoProcSetting runs the image without the Deployment's
+// MOAT_NATIVE_PROC=bind: a native job cannot have a /proc of its own
+// under the runtime's masks, so it is refused with the ways out named,
+// and the languages whose compilers are native jobs are unavailable;
+// never run with a layer fewer than the operator configured.
+func checkNoProcSetting(t *testing.T, p podmanEnv, runArgs []string) {
+	var args []string
+	for i := 0; i < len(runArgs); i++ {
+		if runArgs[i] == "-e" && i+1 < len(runArgs) && strings.HasPrefix(runArgs[i+1], "MOAT_NATIVE_PROC=") {
+			i++
+			continue
+		}
+		args = append(args, runArgs[i])
+	}
+	if len(args) != len(runArgs)-2 {
+		t.Fatalf("the Deployment sets no MOAT_NATIVE_PROC: %q", runArgs)
+	}
+	run := func(cmd ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := p.cmd(ctx, append(append(append([]string{"run", "--rm"}, args...), "-e", "MOAT_DATA=/tmp/moat-cli", p.image), cmd...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("exec", "--native", "--", "/usr/bin/clang-19", "--version")
+	if err == nil || !strings.Contains(out, "set MOAT_NATIVE_PROC=bind") {
+		t.Errorf("a native job without MOAT_NATIVE_PROC: %v\n%s\nwant a refusal naming the setting", err, out)
+	}
+	out, err = run("langs", "--json")
+	var langs []struct {
+		Name      string `json:"name"`
+		Available bool   `json:"available"`
+		Missing   string `json:"missing"`
+	}
+	if i := strings.IndexByte(out, '['); err != nil || i < 0 || json.Unmarshal([]byte(out[i:]), &langs) != nil {
+		t.Fatalf("moat langs --json: %v\n%s", err, out)
+	}
+	for _, l := range langs {
+		switch l.Name {
+		case "c", "cpp", "rust", "go":
+			if l.Available || !strings.Contains(l.Missing, "MOAT_NATIVE_PROC") {
+				t.Errorf("%s without MOAT_NATIVE_PROC: available %v (%s), want unavailable naming the setting", l.Name, l.Available, l.Missing)
+			}
+		case "python", "javascript":
+			if !l.Available {
+				t.Errorf("%s: unavailable (%s); a WASM language needs no native job", l.Name, l.Missing)
+			}
+		}
 	}
 }
