@@ -116,6 +116,29 @@ func TestChecksCatchBreakage(t *testing.T) {
 		}, "ServiceAccount moat: automountServiceAccountToken must be false", "service account"},
 		{"pod token mounted", func(b *bundle) { pod(b).AutomountServiceAccountToken = nil }, "pod automountServiceAccountToken must be false", "service account"},
 
+		// native jobs' /proc
+		{"native proc misspelt", func(b *bundle) { env(b, "MOAT_NATIVE_PROC").Value = "bound" }, `env MOAT_NATIVE_PROC: "bound", want bind`, "native proc"},
+
+		// traces (OTEL_*)
+		{"traces to zipkin", func(b *bundle) {
+			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4318"}, corev1.EnvVar{Name: "OTEL_TRACES_EXPORTER", Value: "zipkin"})
+		}, "moat exports traces over OTLP only", "traces"},
+		{"traces endpoint not a URL", func(b *bundle) {
+			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "collector:4318"})
+		}, "is not an http(s) URL of the collector", "traces"},
+		{"traces sampler misspelt", func(b *bundle) {
+			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4318"}, corev1.EnvVar{Name: "OTEL_TRACES_SAMPLER", Value: "ratio"})
+		}, `"ratio" is not a sampler the SDK knows`, "traces"},
+		{"traces variable misspelt", func(b *bundle) {
+			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_EXPORTER_ENDPOINT", Value: "http://collector:4318"})
+		}, "env OTEL_EXPORTER_ENDPOINT: not an OTEL_* variable", "traces"},
+		{"traces headers written", func(b *bundle) {
+			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://collector:4318"}, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", Value: "authorization=Bearer x"})
+		}, "take it from a Secret", "traces"},
+		{"traces with no collector", func(b *bundle) {
+			ctr(b).Env = append(ctr(b).Env, corev1.EnvVar{Name: "OTEL_SERVICE_NAME", Value: "moat"})
+		}, "name no collector", "traces"},
+
 		// command and probes
 		{"config not mounted", func(b *bundle) { ctr(b).Args = []string{"serve", "--config", "/etc/moat/other.yaml"} }, "--config /etc/moat/other.yaml is not a file of a mounted ConfigMap", "command"},
 		{"not moat serve", func(b *bundle) { ctr(b).Args = []string{"run", "x"} }, "want moat serve --config FILE", "command"},

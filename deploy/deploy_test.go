@@ -316,6 +316,8 @@ var checks = []check{
 	{"server config", checkServerConfig},
 	{"schema migration", checkMigrate},
 	{"containerfile", checkContainerfile},
+	{"traces", checkTraces},
+	{"native proc", checkNativeProc},
 }
 
 // TestManifests decodes every manifest under deploy/ strictly and holds

@@ -204,6 +204,9 @@ func Statuses() []LanguageStatus {
 				s.Available, s.Missing = false, err.Error()
 			}
 		}
+		if err := nativeUsable(s.Info); s.Available && err != nil {
+			s.Available, s.Missing = false, err.Error()
+		}
 		out = append(out, s)
 	}
 	return out
@@ -231,6 +234,9 @@ func (e *Executor) Exec(ctx context.Context, req ExecRequest) (*ExecResult, erro
 		if err := c.Available(); err != nil {
 			return nil, fmt.Errorf("exec %s: %w", info.Name, err)
 		}
+	}
+	if err := nativeUsable(info); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", info.Name, err)
 	}
 	lim := req.Limits.or(e.limits)
 
@@ -990,4 +996,16 @@ func (w *streamWriter) Write(b []byte) (int, error) {
 		w.out(w.name, b)
 	}
 	return n, nil
+}
+
+// nativeUsable is native.Usable for a language whose compiler or
+// interpreter runs as a native job (compiled and native languages), nil
+// for the others: where native jobs cannot be confined (a masked /proc
+// without MOAT_NATIVE_PROC=bind), such a language is unavailable, named
+// as such, never half-run.
+func nativeUsable(info Info) error {
+	if info.Path != PathCompiled && info.Path != PathNative {
+		return nil
+	}
+	return native.Usable()
 }

@@ -47,6 +47,11 @@ The layers:
   userns          user namespaces: without root, the door to the other namespaces.
   netns           network namespaces: a child with only loopback has zero egress
                   by construction.
+  procfs          a fresh /proc for each child's pid namespace; where a container
+                  runtime masks /proc, a child in a user namespace cannot mount one:
+                  native jobs are then refused, or with MOAT_NATIVE_PROC=bind get
+                  the pod's /proc bound (its pids are the pod's; Landlock still
+                  denies them every read of it).
   iptables        per-cgroup egress rules (-m cgroup --path) for children that
                   share the host network; the report names the backend.
   root            cgroups, iptables rules and dedicated uids need euid 0.

@@ -469,6 +469,9 @@ func startIO(pool *Pool, spec Spec, extraFiles []*os.File, stdinR io.Reader, std
 			ReadWrite: append([]string{dir}, s.ReadWrite...), Granted: s.Granted, Mounts: s.Mounts, ConnectTCP: ports},
 		StatusFD: 3 + len(extraFiles),
 	}
+	if err := procLayer(cs.Root, res); err != nil {
+		return nil, err
+	}
 	netLayer := "netns"
 	if allowNet {
 		netLayer = "egress(" + strings.Join(s.AllowNet, ",") + ")"

@@ -26,8 +26,8 @@ import (
 // LayerStatus is what Probe found out about one confinement layer.
 type LayerStatus struct {
 	// Name is one of ProbeLayerNames: "landlock", "landlock-net",
-	// "landlock-scope", "seccomp", "cgroup", "userns", "netns", "iptables",
-	// "root".
+	// "landlock-scope", "seccomp", "cgroup", "userns", "netns", "procfs",
+	// "iptables", "root".
 	Name      string `json:"name"`
 	Available bool   `json:"available"`
 	// Detail says what was found, e.g. "ABI 7 (filesystem, ...)" or
@@ -58,6 +58,7 @@ const (
 	probeCgroup        = "cgroup"
 	probeUserns        = "userns"
 	probeNetns         = "netns"
+	probeProcfs        = "procfs"
 	probeIptables      = "iptables"
 	probeRoot          = "root"
 )
@@ -66,7 +67,7 @@ const (
 // order.
 func ProbeLayerNames() []string {
 	return []string{probeLandlock, probeLandlockNet, probeLandlockScope, probeSeccomp,
-		probeCgroup, probeUserns, probeNetns, probeIptables, probeRoot}
+		probeCgroup, probeUserns, probeNetns, probeProcfs, probeIptables, probeRoot}
 }
 
 // probeBudget bounds a whole Probe; the layers are probed concurrently and
@@ -101,6 +102,7 @@ func Probe(ctx context.Context) ProbeResult {
 		{[]string{probeCgroup}, probeOne(probeCgroupLayer)},
 		{[]string{probeUserns}, probeOne(probeUsernsLayer)},
 		{[]string{probeNetns}, probeOne(probeNetnsLayer)},
+		{[]string{probeProcfs}, probeOne(probeProcfsLayer)},
 		{[]string{probeIptables}, probeOne(probeIptablesLayer)},
 		{[]string{probeRoot}, probeOne(probeRootLayer)},
 	}
@@ -165,6 +167,8 @@ var probeCosts = map[string]string{
 	probeUserns: "without root, children cannot get their own network, mount or pid namespaces",
 	probeNetns: "no zero-egress-by-construction for native children: egress control falls back to " +
 		"iptables per cgroup (root) or Landlock TCP rules (TCP only)",
+	probeProcfs: "native jobs (compilers, native languages and plugins) are refused, unless " + ProcEnv + "=bind gives them the pod's /proc: " +
+		"then its pids are the pod's (Landlock still denies them every read of it)",
 	probeIptables: "no per-cgroup egress filter: native children sharing the host network namespace " +
 		"can reach any address unless they get a netns",
 	probeRoot: "no cgroup limits, no iptables egress rules, children run as your uid instead of a dedicated one; " +

@@ -56,6 +56,12 @@ type RootSpec struct {
 	// symlink, a device, a FIFO) refuses the run, and so does a copy
 	// past the tmpfs's limits.
 	Seed string `json:"seed,omitempty"`
+	// ProcBind binds the caller's /proc (recursively: a runtime's masks
+	// stay) where a fresh proc cannot be mounted, in a user namespace
+	// under a masked /proc (kernel.NativeProc, MOAT_NATIVE_PROC=bind).
+	// The job keeps its own pid namespace but lists the caller's
+	// processes; the operator opts in to that.
+	ProcBind bool `json:"proc_bind,omitempty"`
 }
 
 // maxSeedDepth bounds the directories a seed nests (the archive's names
@@ -447,7 +453,14 @@ func buildRoot(fs ChildFS, rs *RootSpec) error {
 	if err := mkdir("/proc"); err != nil {
 		return err
 	}
-	if err := unix.Mount("proc", at("/proc"), "proc", noexecFlags, ""); err != nil {
+	if rs.ProcBind {
+		if err := unix.Mount("/proc", at("/proc"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("root: bind the pod's /proc: %w", err)
+		}
+	} else if err := unix.Mount("proc", at("/proc"), "proc", noexecFlags, ""); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("root: mount /proc: %w (in a user namespace the kernel mounts a new proc only while the old one is fully visible, and the container runtime masks parts of it: MOAT_NATIVE_PROC=bind binds the pod's /proc instead; moat doctor, procfs)", err)
+		}
 		return fmt.Errorf("root: mount /proc: %w", err)
 	}
 	if err := unix.Chdir(base); err != nil {
