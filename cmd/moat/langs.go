@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,6 +151,23 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		}
 		env[k] = v
 	}
+	lim := languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
+		MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)}
+	if mibChanged(cmd.Flags().Changed, "disk") {
+		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
+	}
+	job := &execJob{Lang: f.lang, Name: lang.Info().Name, Source: src, Args: progArgs, Env: env, Limits: lim,
+		Validation: languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny}, JSON: f.json}
+	// A WASM run without grants goes to this user's warm moat when one is
+	// up (execdaemon.go); without one, it runs here, and a warm moat is
+	// started for the next.
+	if daemonServes(g, f, lang) {
+		handled, err := execByDaemon(cmd.Context(), g, job, f.stdinFile)
+		if handled {
+			return err
+		}
+		defer startDaemon(g, job.Name)
+	}
 	stdin, err := readExecStdin(f.stdinFile)
 	if err != nil {
 		return err
@@ -196,69 +215,103 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		return err
 	}
 	defer closeHost()
+	return runExecJob(cmd.Context(), ex, job, stdin, execGrants{mounts: mounts, files: grantedFiles, workDir: workDir,
+		filesOut: filesOut, outRoot: outRoot, outDir: f.filesOut}, execStreams{stdout: cmd.OutOrStdout(), stderr: os.Stderr, progress: g.progress()})
+}
+
+// execJob is a --lang run as the command line asked for it: what
+// execByDaemon hands a warm moat, and what runExecJob runs.
+type execJob struct {
+	Lang       string                      `json:"lang"` // as given: a name or an alias
+	Name       string                      `json:"name"` // the language's name
+	Source     languages.Source            `json:"source"`
+	Args       []string                    `json:"args,omitempty"`
+	Env        map[string]string           `json:"env,omitempty"`
+	Limits     languages.ExecLimits        `json:"limits"`
+	Validation languages.ValidationProfile `json:"validation"`
+	JSON       bool                        `json:"json,omitempty"`
+}
+
+// execGrants are what a run is handed of the host's files (--dir, --file,
+// --workdir, --files-out): in process only.
+type execGrants struct {
+	mounts   []host.Mount
+	files    []string
+	workDir  string
+	filesOut []string
+	outRoot  *os.Root
+	outDir   string
+}
+
+// execStreams are where a run's output and moat's lines go: the process's
+// own streams, or in a warm moat the client's.
+type execStreams struct {
+	stdout, stderr io.Writer
+	progress       *progress
+}
+
+// runExecJob runs job on ex and reports it on out as `moat exec --lang`
+// does: the output as it is written, then the summary line (or the JSON
+// result), and the exit status as an error.
+func runExecJob(ctx context.Context, ex *languages.Executor, job *execJob, stdin []byte, gr execGrants, out execStreams) error {
 	correlation := newCorrelationID()
-	lim := languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
-		MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)}
-	if mibChanged(cmd.Flags().Changed, "disk") {
-		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
-	}
 	// Without --json the program's output goes to the terminal as it is
 	// written, native and WASM runs alike; what a runner did not stream
 	// is written after the run.
 	var streamed [2]int
 	var output func(string, []byte)
-	if !f.json {
+	if !job.JSON {
 		output = func(stream string, b []byte) {
 			if stream == "stderr" {
 				streamed[1] += len(b)
-				os.Stderr.Write(b)
+				out.stderr.Write(b)
 				return
 			}
 			streamed[0] += len(b)
-			os.Stdout.Write(b)
+			out.stdout.Write(b)
 		}
 	}
-	res, err := ex.Exec(cmd.Context(), languages.ExecRequest{
-		Language: f.lang, Source: src, Stdin: stdin, Args: progArgs, Env: env,
-		Limits:        lim,
-		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
+	res, err := ex.Exec(ctx, languages.ExecRequest{
+		Language: job.Lang, Source: job.Source, Stdin: stdin, Args: job.Args, Env: job.Env,
+		Limits:        job.Limits,
+		Validation:    job.Validation,
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
-		Mounts:        mounts,
-		Files:         grantedFiles,
-		WorkDir:       workDir,
-		FilesOut:      filesOut,
-		Preparing:     g.progress().preparer(lang.Info().Name),
+		Mounts:        gr.mounts,
+		Files:         gr.files,
+		WorkDir:       gr.workDir,
+		FilesOut:      gr.filesOut,
+		Preparing:     out.progress.preparer(job.Name),
 		Output:        output,
 	})
 	if err != nil {
 		return err
 	}
-	if outRoot != nil {
-		if err := copyFilesOut(outRoot, f.filesOut, res.Files); err != nil {
+	if gr.outRoot != nil {
+		if err := copyFilesOut(gr.outRoot, gr.outDir, res.Files); err != nil {
 			return err
 		}
 	}
-	if f.json {
-		enc := json.NewEncoder(cmd.OutOrStdout())
+	if job.JSON {
+		enc := json.NewEncoder(out.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(execResultJSON(res, correlation)); err != nil {
 			return err
 		}
 	} else {
 		if len(res.Stdout) > streamed[0] {
-			os.Stdout.Write(res.Stdout[streamed[0]:])
+			out.stdout.Write(res.Stdout[streamed[0]:])
 		}
 		if len(res.Stderr) > streamed[1] {
-			os.Stderr.Write(res.Stderr[streamed[1]:])
+			out.stderr.Write(res.Stderr[streamed[1]:])
 		}
 		if res.CompileOutput != "" && res.Status == languages.StatusCompileError {
-			fmt.Fprintln(os.Stderr, strings.TrimRight(res.CompileOutput, "\n"))
+			fmt.Fprintln(out.stderr, strings.TrimRight(res.CompileOutput, "\n"))
 		}
 		for _, v := range res.Violations {
-			fmt.Fprintf(os.Stderr, "moat: %s\n", termSafe(v.String()))
+			fmt.Fprintf(out.stderr, "moat: %s\n", termSafe(v.String()))
 		}
-		fmt.Fprintln(os.Stderr, langSummary(res, correlation))
+		fmt.Fprintln(out.stderr, langSummary(res, correlation))
 	}
 	switch res.Status {
 	case languages.StatusOK:
