@@ -127,7 +127,7 @@ func execByDaemon(ctx context.Context, g *globalFlags, job *execJob, stdinFile s
 		return true, err
 	}
 	if os.Getenv(envDaemonSay) != "" {
-		fmt.Fprintln(os.Stderr, "moat: run by the warm moat")
+		fmt.Fprintf(os.Stderr, "moat: run by the warm moat, pid %d\n", c.PeerPID())
 	}
 	if code != 0 {
 		return true, exitError{code: code}
@@ -190,7 +190,7 @@ func newExecDaemonCmd(g *globalFlags) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveExecDaemon(g, warm)
+			return serveExecDaemon(cmd.Context(), g, warm)
 		},
 	}
 	cmd.Flags().StringArrayVar(&warm, "warm", nil, "a language to load before the first job (repeatable)")
@@ -200,7 +200,7 @@ func newExecDaemonCmd(g *globalFlags) *cobra.Command {
 // serveExecDaemon is the daemon: it takes the socket (or exits, when
 // another daemon has it), loads the languages to warm, then serves jobs
 // until it has been idle for the idle time.
-func serveExecDaemon(g *globalFlags, warm []string) error {
+func serveExecDaemon(ctx context.Context, g *globalFlags, warm []string) error {
 	id, data, err := daemonIdentity(g)
 	if err != nil {
 		return err
@@ -218,6 +218,9 @@ func serveExecDaemon(g *globalFlags, warm []string) error {
 	}
 	defer os.Remove(sock)
 	defer l.Close()
+	// SIGTERM or SIGINT: no new job; those under way end first.
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
 	// The host lives as long as the daemon: a cobra command's context
 	// would end it with a signal the daemon does not take from clients.
 	cmd := &cobra.Command{}
@@ -236,7 +239,7 @@ func serveExecDaemon(g *globalFlags, warm []string) error {
 	if d, err := time.ParseDuration(os.Getenv(envDaemonIdle)); err == nil && d > 0 {
 		idle = d
 	}
-	srv := &execdaemon.Server{Identity: id, Idle: idle, Handle: func(ctx context.Context, b []byte, stdio [3]*os.File) int {
+	srv := &execdaemon.Server{Identity: id, Idle: idle, Socket: sock, Handle: func(ctx context.Context, b []byte, stdio [3]*os.File) int {
 		return handleDaemonJob(ctx, g, ex, b, stdio)
 	}}
 	srv.Serve(l)

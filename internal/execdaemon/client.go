@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -43,6 +44,22 @@ func Dial(socket string, id Identity) (*Client, error) {
 	}
 	c.SetDeadline(time.Time{})
 	return &Client{conn: c}, nil
+}
+
+// PeerPID is the daemon's process id (SO_PEERCRED), or -1: for a
+// message, and for tests that must end the daemon they started.
+func (c *Client) PeerPID() int {
+	raw, err := c.conn.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	pid := -1
+	raw.Control(func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
 }
 
 // Close ends the connection; a job still running is canceled.

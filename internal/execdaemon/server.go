@@ -31,6 +31,10 @@ type Server struct {
 	Idle time.Duration
 	// Handle runs a job.
 	Handle Handler
+	// Socket, when set, is the path the server listens on: when it is
+	// gone (the data directory was removed, another daemon took the
+	// name), no client can reach the server, and Serve returns.
+	Socket string
 
 	mu      sync.Mutex
 	active  int
@@ -95,7 +99,7 @@ func (s *Server) Serve(l *net.UnixListener) {
 		quiet, stale := s.active == 0 && time.Since(s.lastEnd) >= idle, s.stale
 		wake := s.lastEnd.Add(idle)
 		s.mu.Unlock()
-		if stale || quiet || s.Identity.Changed() {
+		if stale || quiet || s.Identity.Changed() || s.socketGone() {
 			return
 		}
 		// Wake at the idle deadline, and every few seconds to see
@@ -125,6 +129,14 @@ func (s *Server) Serve(l *net.UnixListener) {
 			s.mu.Unlock()
 		}()
 	}
+}
+
+func (s *Server) socketGone() bool {
+	if s.Socket == "" {
+		return false
+	}
+	_, err := os.Lstat(s.Socket)
+	return err != nil
 }
 
 // PeerUID is the uid of the process at the other end of c.
