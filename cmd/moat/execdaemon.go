@@ -41,13 +41,14 @@ const envDaemonIdle = "MOAT_DAEMON_IDLE"
 // ("moat: run by the warm moat, pid N"): the tests' way to tell.
 const envDaemonSay = "MOAT_DAEMON_SAY"
 
-// daemonServes says whether a --lang run may go to the warm moat: a WASM
-// language, no file of the host's handed to it (--dir, --file, --workdir,
-// --files-out: those are opened in process, never by another process),
-// no server configuration (--config: its store may be PostgreSQL, its
-// secrets another key), and the daemon not turned off.
-func daemonServes(g *globalFlags, f *execFlags, lang languages.Language) bool {
-	return !execdaemon.Off() && g.server == nil && lang.Info().Path != languages.PathNative &&
+// daemonServes says whether a --lang run may go to the warm moat: no
+// file of the host's handed to it (--dir, --file, --workdir, --files-out:
+// those are opened in process, never by another process), no server
+// configuration (--config: its store may be PostgreSQL, its secrets
+// another key), and the daemon not turned off. The daemon itself turns
+// away a native language's run (daemonAdmits), which then runs here.
+func daemonServes(g *globalFlags, f *execFlags) bool {
+	return !execdaemon.Off() && g.server == nil &&
 		len(f.grant.dirs) == 0 && len(f.grant.files) == 0 && f.grant.workDir == "" && f.filesOut == ""
 }
 
@@ -86,7 +87,7 @@ func daemonSocket(id execdaemon.Identity, data string) (string, error) {
 // execByDaemon hands job to the warm moat, when one is up: handled says
 // whether it did (err is then the run's outcome, as runExecJob's); when
 // not, the caller runs the job in process, as if there were no daemon.
-func execByDaemon(ctx context.Context, g *globalFlags, job *execJob, stdinFile string) (handled bool, err error) {
+func execByDaemon(ctx context.Context, g *globalFlags, job *execJob, eval, stdinFile string) (handled bool, err error) {
 	id, data, err := daemonIdentity(g)
 	if err != nil {
 		return false, nil
@@ -112,7 +113,7 @@ func execByDaemon(ctx context.Context, g *globalFlags, job *execJob, stdinFile s
 		defer fh.Close()
 		stdin = fh
 	}
-	b, err := json.Marshal(daemonJob{Job: job, StdinFile: stdinFile != ""})
+	b, err := json.Marshal(daemonJob{Job: job, Eval: eval, StdinFile: stdinFile != ""})
 	if err != nil {
 		return false, nil
 	}
@@ -139,16 +140,45 @@ func execByDaemon(ctx context.Context, g *globalFlags, job *execJob, stdinFile s
 // the client opened (read whatever it is) or the client's own stdin
 // (read unless it is a terminal).
 type daemonJob struct {
-	Job       *execJob `json:"job"`
-	StdinFile bool     `json:"stdin_file,omitempty"`
+	Job *execJob `json:"job"`
+	// Eval is -e CODE: the daemon names its file (main and the
+	// language's first extension), which the client would have to ask
+	// the language for.
+	Eval      string `json:"eval,omitempty"`
+	StdinFile bool   `json:"stdin_file,omitempty"`
+}
+
+// decodeDaemonJob is the job of a frame, its language looked up and, for
+// -e CODE, its file named, as execLang does in process. ok is false for a
+// malformed job and for a native language's: the daemon turns those away
+// unstarted, and the client runs them itself.
+func decodeDaemonJob(b []byte) (dj daemonJob, ok bool) {
+	if err := json.Unmarshal(b, &dj); err != nil || dj.Job == nil {
+		return dj, false
+	}
+	lang, err := languages.Lookup(dj.Job.Lang)
+	if err != nil {
+		return dj, false // in process, which says so as it does
+	}
+	info := lang.Info()
+	if info.Path == languages.PathNative {
+		return dj, false
+	}
+	dj.Job.Name = info.Name
+	if dj.Eval != "" {
+		dj.Job.Source.Files = []languages.File{{Name: "main" + firstExt(info.Name), Content: []byte(dj.Eval)}}
+	}
+	return dj, true
 }
 
 // startDaemon starts the warm moat of this user and settings, detached
 // (its own session, no terminal, its streams on /dev/null, / as its
 // working directory), to load lang and serve the next runs. A daemon
 // already there keeps the socket (execdaemon.Listen) and the new one
-// exits. Any failure is silent: the next run is in process again.
-func startDaemon(g *globalFlags, lang string) {
+// exits. env is the client's environment as it began (the daemon's
+// identity hashes it). Any failure is silent: the next run is in process
+// again.
+func startDaemon(g *globalFlags, lang string, env []string) {
 	id, data, err := daemonIdentity(g)
 	if err != nil {
 		return
@@ -174,6 +204,7 @@ func startDaemon(g *globalFlags, lang string) {
 	}
 	cmd := exec.Command(id.Binary, args...)
 	cmd.Dir = "/"
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err == nil {
 		cmd.Process.Release()
@@ -239,9 +270,11 @@ func serveExecDaemon(ctx context.Context, g *globalFlags, warm []string) error {
 	if d, err := time.ParseDuration(os.Getenv(envDaemonIdle)); err == nil && d > 0 {
 		idle = d
 	}
-	srv := &execdaemon.Server{Identity: id, Idle: idle, Socket: sock, Handle: func(ctx context.Context, b []byte, stdio [3]*os.File) int {
-		return handleDaemonJob(ctx, g, ex, b, stdio)
-	}}
+	srv := &execdaemon.Server{Identity: id, Idle: idle, Socket: sock,
+		Admit: func(b []byte) bool { _, ok := decodeDaemonJob(b); return ok },
+		Handle: func(ctx context.Context, b []byte, stdio [3]*os.File) int {
+			return handleDaemonJob(ctx, g, ex, b, stdio)
+		}}
 	srv.Serve(l)
 	return nil
 }
@@ -262,9 +295,9 @@ func handleDaemonJob(ctx context.Context, g *globalFlags, ex *languages.Executor
 		fmt.Fprintf(stderr, "moat: %s\n", oneLine(err))
 		return exitStatus(err)
 	}
-	var dj daemonJob
-	if err := json.Unmarshal(b, &dj); err != nil || dj.Job == nil {
-		return fail(fmt.Errorf("exec-daemon: a malformed job: %v", err))
+	dj, ok := decodeDaemonJob(b)
+	if !ok {
+		return fail(errors.New("exec-daemon: a malformed job"))
 	}
 	stdin, err := readDaemonStdin(stdio[0], dj.StdinFile)
 	if err != nil {

@@ -124,6 +124,10 @@ func TestExecDaemonServesAsInProcess(t *testing.T) {
 		t.Fatalf("first run: pid %d, exit %d, %q\n%s", pid, r.code, r.stdout, r.stderr)
 	}
 	daemon := h.warm(t, "--lang", "python", "-e", "print(1)")
+	csrc := filepath.Join(t.TempDir(), "main.c")
+	if err := os.WriteFile(csrc, []byte("#include <stdio.h>\nint main(int argc, char **argv) { printf(\"%d\\n\", argc); return 4; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		stdin string
@@ -139,6 +143,8 @@ func TestExecDaemonServesAsInProcess(t *testing.T) {
 		{"shadow", "", []string{"--lang", "python", "-e", "try:\n  open('/etc/shadow')\nexcept OSError as e:\n  print(type(e).__name__, e.errno)"}},
 		{"outside", "", []string{"--lang", "python", "-e", "import os\ntry:\n  print(os.listdir('/tmp'))\nexcept OSError as e:\n  print(type(e).__name__, e.errno)"}},
 		{"timeout", "", []string{"--lang", "python", "--timeout", "1s", "-e", "while True: pass"}},
+		{"c file", "", []string{"--lang", "c", csrc, "--", "x"}},
+		{"javascript", "", []string{"--lang", "javascript", "-e", "console.log(6*7)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want, _ := h.exec(t, true, tc.stdin, tc.args...)
@@ -224,6 +230,11 @@ func TestExecDaemonIsPerBinaryAndDataDir(t *testing.T) {
 	other := newDaemonHome(t, "1m")
 	if _, pid := other.exec(t, false, "", "--lang", "python", "-e", "print(1)"); pid != 0 {
 		t.Fatalf("another data directory's run went to pid %d", pid)
+	}
+	// A native language's run is turned away by the daemon, unstarted,
+	// and runs in process.
+	if r, pid := h.exec(t, false, "", "--lang", "bash", "-e", "echo hi"); pid != 0 || r.stdout != "hi\n" || r.code != 0 {
+		t.Fatalf("bash: pid %d, exit %d, %q\n%s", pid, r.code, r.stdout, r.stderr)
 	}
 	bin := filepath.Join(t.TempDir(), "moat")
 	copyFile(t, moatBin, bin)

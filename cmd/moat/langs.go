@@ -123,24 +123,10 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	if err != nil {
 		return usagef("--lang: %v", err)
 	}
-	var src languages.Source
-	if f.eval != "" {
-		src.Files = []languages.File{{Name: "main" + firstExt(lang.Info().Name), Content: []byte(f.eval)}}
-	} else {
-		// Files keep their names relative to the first file's directory, so
-		// `moat exec --lang c src/main.c src/lib/util.h` sends main.c and
-		// lib/util.h. Anything outside that directory is sent by base name.
-		base := filepath.Dir(files[0])
-		for _, p := range files {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return usagef("reading %s: %v", p, err)
-			}
-			name, err := filepath.Rel(base, p)
-			if err != nil || strings.HasPrefix(name, "..") {
-				name = filepath.Base(p)
-			}
-			src.Files = append(src.Files, languages.File{Name: filepath.ToSlash(name), Content: b})
+	var srcFiles []languages.File
+	if f.eval == "" {
+		if srcFiles, err = readSourceFiles(files); err != nil {
+			return err
 		}
 	}
 	env := map[string]string{}
@@ -156,17 +142,29 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	if mibChanged(cmd.Flags().Changed, "disk") {
 		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
 	}
-	job := &execJob{Lang: f.lang, Name: lang.Info().Name, Source: src, Args: progArgs, Env: env, Limits: lim,
+	job := &execJob{Lang: f.lang, Args: progArgs, Env: env, Limits: lim,
 		Validation: languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny}, JSON: f.json}
-	// A WASM run without grants goes to this user's warm moat when one is
-	// up (execdaemon.go); without one, it runs here, and a warm moat is
-	// started for the next.
-	if daemonServes(g, f, lang) {
-		handled, err := execByDaemon(cmd.Context(), g, job, f.stdinFile)
+	job.Source.Files = srcFiles
+	// A run without the host's files goes to this user's warm moat when
+	// one is up (execdaemon.go), before anything here asks the language
+	// for its Info (which may run its compiler for the version); without
+	// one, it runs here, and a warm moat is started for the next.
+	daemon := daemonServes(g, f)
+	if daemon {
+		handled, err := execByDaemon(cmd.Context(), g, job, f.eval, f.stdinFile)
 		if handled {
 			return err
 		}
-		defer startDaemon(g, job.Name)
+	}
+	job.Name = lang.Info().Name
+	if f.eval != "" {
+		job.Source.Files = []languages.File{{Name: "main" + firstExt(job.Name), Content: []byte(f.eval)}}
+	}
+	if daemon && lang.Info().Path != languages.PathNative {
+		// The environment as the client found it: newHost takes the
+		// secrets key out of it, and the daemon's identity hashes it.
+		env := os.Environ()
+		defer startDaemon(g, job.Name, env)
 	}
 	stdin, err := readExecStdin(f.stdinFile)
 	if err != nil {
@@ -330,6 +328,27 @@ func runExecJob(ctx context.Context, ex *languages.Executor, job *execJob, stdin
 	default:
 		return exitError{code: exitFailure}
 	}
+}
+
+// readSourceFiles reads the source files of a run. Files keep their names
+// relative to the first file's directory, so `moat exec --lang c
+// src/main.c src/lib/util.h` sends main.c and lib/util.h. Anything outside
+// that directory is sent by base name.
+func readSourceFiles(files []string) ([]languages.File, error) {
+	var out []languages.File
+	base := filepath.Dir(files[0])
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, usagef("reading %s: %v", p, err)
+		}
+		name, err := filepath.Rel(base, p)
+		if err != nil || strings.HasPrefix(name, "..") {
+			name = filepath.Base(p)
+		}
+		out = append(out, languages.File{Name: filepath.ToSlash(name), Content: b})
+	}
+	return out, nil
 }
 
 // newExecutor opens the host and an executor whose build cache and

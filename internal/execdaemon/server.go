@@ -31,6 +31,9 @@ type Server struct {
 	Idle time.Duration
 	// Handle runs a job.
 	Handle Handler
+	// Admit, when set, says whether the daemon takes a job: one it
+	// does not is answered unstarted, and the client runs it itself.
+	Admit func(job []byte) bool
 	// Socket, when set, is the path the server listens on: when it is
 	// gone (the data directory was removed, another daemon took the
 	// name), no client can reach the server, and Serve returns.
@@ -186,7 +189,7 @@ func (s *Server) serveConn(c *net.UnixConn) {
 			f.Close()
 		}
 	}()
-	if len(files) != 3 {
+	if len(files) != 3 || (s.Admit != nil && !s.Admit(req.Job)) {
 		return // not started: the client runs the job itself
 	}
 	c.SetDeadline(time.Time{})
