@@ -285,8 +285,16 @@ var daemonMu sync.Mutex
 
 // handleDaemonJob runs one client's job as `moat exec` would in process,
 // writing on the client's descriptors, and returns the exit status.
-func handleDaemonJob(ctx context.Context, g *globalFlags, ex *languages.Executor, b []byte, stdio [3]*os.File) int {
+func handleDaemonJob(ctx context.Context, g *globalFlags, ex *languages.Executor, b []byte, stdio [3]*os.File) (code int) {
 	stdout, stderr := stdio[1], stdio[2]
+	defer func() {
+		// As run does in process: one line for the user, and the daemon
+		// goes on serving the other clients' runs.
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "moat: internal error: %v (please report this)\n", r)
+			code = exitFailure
+		}
+	}()
 	fail := func(err error) int {
 		var exit exitError
 		if errors.As(err, &exit) {

@@ -265,3 +265,23 @@ func TestAnotherUIDIsRefused(t *testing.T) {
 		t.Fatal("another uid's job ran")
 	}
 }
+
+// TestServeEndsWhenItsBinaryIsReplaced: an upgrade replaces the binary on
+// disk; the daemon of the old one exits rather than serve on.
+func TestServeEndsWhenItsBinaryIsReplaced(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "moat")
+	if err := os.WriteFile(bin, []byte("old"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(bin)
+	id := Identity{Protocol: Protocol, Binary: bin, Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), Config: "a"}
+	_, done := daemon(t, id, time.Minute, func(context.Context, []byte, [3]*os.File) int { return 0 })
+	if err := os.WriteFile(bin, []byte("a newer moat"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the daemon of a replaced binary goes on serving")
+	}
+}
