@@ -159,9 +159,18 @@ func TestExecDaemonServesAsInProcess(t *testing.T) {
 				t.Fatalf("warm moat: exit %d\nstdout %q\nstderr %q\nin process: exit %d\nstdout %q\nstderr %q",
 					got.code, got.stdout, got.stderr, want.code, want.stdout, want.stderr)
 			}
+			// The run's events are in the data directory's store, as an
+			// in-process run's are, by the time the client exits.
+			if m := correlationID.FindStringSubmatch(got.stderr); m != nil {
+				if r := moat(t, "", "audit", "--data", h.data, "--correlation-id", m[1]); r.code != 0 || !strings.Contains(r.stdout, m[1]) {
+					t.Fatalf("no audit event of the warm moat's run %s: exit %d\n%s%s", m[1], r.code, r.stdout, r.stderr)
+				}
+			}
 		})
 	}
 }
+
+var correlationID = regexp.MustCompile(`correlation_id=([0-9a-f]+)`)
 
 var jsonNoise = regexp.MustCompile(`(?m)^\s*"(compile_time_ns|run_time_ns|run_time_ms|compile_time_ms|peak_memory_bytes|correlation_id|build_cached)".*\n`)
 

@@ -269,6 +269,8 @@ func TestAnotherUIDIsRefused(t *testing.T) {
 // TestServeEndsWhenItsBinaryIsReplaced: an upgrade replaces the binary on
 // disk; the daemon of the old one exits rather than serve on.
 func TestServeEndsWhenItsBinaryIsReplaced(t *testing.T) {
+	defer func(d time.Duration) { checkEvery = d }(checkEvery)
+	checkEvery = 100 * time.Millisecond
 	bin := filepath.Join(t.TempDir(), "moat")
 	if err := os.WriteFile(bin, []byte("old"), 0o755); err != nil {
 		t.Fatal(err)

@@ -86,6 +86,10 @@ func Listen(socket string) (*net.UnixListener, error) {
 
 var keepLock []*os.File
 
+// checkEvery is how often an idle server looks whether its binary was
+// replaced or its socket removed.
+var checkEvery = 5 * time.Second
+
 // Serve answers connections on l until the server has been idle for
 // Idle, or its binary was replaced (Identity.Changed), and returns once
 // the jobs under way have ended.
@@ -107,7 +111,7 @@ func (s *Server) Serve(l *net.UnixListener) {
 		}
 		// Wake at the idle deadline, and every few seconds to see
 		// whether the binary was replaced.
-		if max := time.Now().Add(5 * time.Second); wake.After(max) || !wake.After(time.Now()) {
+		if max := time.Now().Add(checkEvery); wake.After(max) || !wake.After(time.Now()) {
 			wake = max
 		}
 		l.SetDeadline(wake)
