@@ -118,7 +118,7 @@ func execByDaemon(ctx context.Context, g *globalFlags, job *execJob, eval, stdin
 		return false, nil
 	}
 	cancel := make(chan string, 1)
-	stop := context.AfterFunc(ctx, func() { cancel <- "a signal" })
+	stop := context.AfterFunc(ctx, func() { cancel <- context.Cause(ctx).Error() })
 	defer stop()
 	code, err := c.Run(b, [3]*os.File{stdin, os.Stdout, os.Stderr}, cancel)
 	if errors.Is(err, execdaemon.ErrUnavailable) {

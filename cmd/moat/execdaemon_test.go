@@ -188,6 +188,28 @@ func TestExecDaemonEndsItsRuns(t *testing.T) {
 	h := newDaemonHome(t, "4s")
 	h.exec(t, false, "", "--lang", "python", "-e", "print(1)")
 	daemon := h.warm(t, "--lang", "python", "-e", "print(1)")
+	// Ctrl-C (SIGINT) on the client ends the run as it ends one in
+	// process: the same exit status and message.
+	interrupted := func(inProcess bool) result {
+		cmd := exec.Command(moatBin, "exec", "--data", h.data, "--timeout", "2m", "--lang", "python", "-e", "while True: pass")
+		cmd.Env = h.env
+		if inProcess {
+			cmd.Env = append(append([]string{}, h.env...), "MOAT_NO_DAEMON=1")
+		}
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		return result{out.String(), servedBy.ReplaceAllString(errb.String(), ""), cmd.ProcessState.ExitCode()}
+	}
+	want, got := interrupted(true), interrupted(false)
+	if got.code != want.code || sameSummary(preparing.ReplaceAllString(got.stderr, "")) != sameSummary(preparing.ReplaceAllString(want.stderr, "")) {
+		t.Fatalf("Ctrl-C: warm moat exit %d %q; in process exit %d %q", got.code, got.stderr, want.code, want.stderr)
+	}
 	cmd := exec.Command(moatBin, "exec", "--data", h.data, "--timeout", "2m", "--lang", "python", "-e", "while True: pass")
 	cmd.Env = h.env
 	if err := cmd.Start(); err != nil {

@@ -67,7 +67,8 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Run hands the daemon job and the client's stdin, stdout and stderr,
 // and returns the exit status the daemon reports. A name sent on cancel
-// (a signal the client got) cancels the run. An error wrapping
+// (the cause of the client's cancellation, as the run's message should
+// say it: "interrupt signal received") cancels the run. An error wrapping
 // ErrUnavailable means the daemon did not start the job (the caller may
 // run it itself); any other, that it started it and ended without a
 // status.

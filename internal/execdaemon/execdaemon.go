@@ -196,7 +196,7 @@ type request struct {
 type event struct {
 	Started bool   `json:"started,omitempty"`
 	Exit    *int   `json:"exit,omitempty"`
-	Cancel  string `json:"cancel,omitempty"` // the signal's name
+	Cancel  string `json:"cancel,omitempty"` // why: the client's cause, its signal
 }
 
 func writeFrame(c *net.UnixConn, v any, fds []int) error {

@@ -212,7 +212,9 @@ func (s *Server) serveConn(c *net.UnixConn) {
 				return
 			}
 			if ev.Cancel != "" {
-				cancel(fmt.Errorf("the client got %s", ev.Cancel))
+				// The client's own cause (its signal), so the run's
+				// message reads as it would in the client's process.
+				cancel(errors.New(ev.Cancel))
 			}
 		}
 	}()
