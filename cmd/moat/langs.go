@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -121,24 +123,10 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	if err != nil {
 		return usagef("--lang: %v", err)
 	}
-	var src languages.Source
-	if f.eval != "" {
-		src.Files = []languages.File{{Name: "main" + firstExt(lang.Info().Name), Content: []byte(f.eval)}}
-	} else {
-		// Files keep their names relative to the first file's directory, so
-		// `moat exec --lang c src/main.c src/lib/util.h` sends main.c and
-		// lib/util.h. Anything outside that directory is sent by base name.
-		base := filepath.Dir(files[0])
-		for _, p := range files {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return usagef("reading %s: %v", p, err)
-			}
-			name, err := filepath.Rel(base, p)
-			if err != nil || strings.HasPrefix(name, "..") {
-				name = filepath.Base(p)
-			}
-			src.Files = append(src.Files, languages.File{Name: filepath.ToSlash(name), Content: b})
+	var srcFiles []languages.File
+	if f.eval == "" {
+		if srcFiles, err = readSourceFiles(files); err != nil {
+			return err
 		}
 	}
 	env := map[string]string{}
@@ -148,6 +136,35 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 			return usagef("--env %q: write it as NAME=value", kv)
 		}
 		env[k] = v
+	}
+	lim := languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
+		MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)}
+	if mibChanged(cmd.Flags().Changed, "disk") {
+		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
+	}
+	job := &execJob{Lang: f.lang, Args: progArgs, Env: env, Limits: lim,
+		Validation: languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny}, JSON: f.json}
+	job.Source.Files = srcFiles
+	// A run without the host's files goes to this user's warm moat when
+	// one is up (execdaemon.go), before anything here asks the language
+	// for its Info (which may run its compiler for the version); without
+	// one, it runs here, and a warm moat is started for the next.
+	daemon := daemonServes(g, f)
+	if daemon {
+		handled, err := execByDaemon(cmd.Context(), g, job, f.eval, f.stdinFile)
+		if handled {
+			return err
+		}
+	}
+	job.Name = lang.Info().Name
+	if f.eval != "" {
+		job.Source.Files = []languages.File{{Name: "main" + firstExt(job.Name), Content: []byte(f.eval)}}
+	}
+	if daemon && lang.Info().Path != languages.PathNative {
+		// The environment as the client found it: newHost takes the
+		// secrets key out of it, and the daemon's identity hashes it.
+		env := os.Environ()
+		defer startDaemon(g, job.Name, env)
 	}
 	stdin, err := readExecStdin(f.stdinFile)
 	if err != nil {
@@ -196,69 +213,103 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 		return err
 	}
 	defer closeHost()
+	return runExecJob(cmd.Context(), ex, job, stdin, execGrants{mounts: mounts, files: grantedFiles, workDir: workDir,
+		filesOut: filesOut, outRoot: outRoot, outDir: f.filesOut}, execStreams{stdout: cmd.OutOrStdout(), stderr: os.Stderr, progress: g.progress()})
+}
+
+// execJob is a --lang run as the command line asked for it: what
+// execByDaemon hands a warm moat, and what runExecJob runs.
+type execJob struct {
+	Lang       string                      `json:"lang"` // as given: a name or an alias
+	Name       string                      `json:"name"` // the language's name
+	Source     languages.Source            `json:"source"`
+	Args       []string                    `json:"args,omitempty"`
+	Env        map[string]string           `json:"env,omitempty"`
+	Limits     languages.ExecLimits        `json:"limits"`
+	Validation languages.ValidationProfile `json:"validation"`
+	JSON       bool                        `json:"json,omitempty"`
+}
+
+// execGrants are what a run is handed of the host's files (--dir, --file,
+// --workdir, --files-out): in process only.
+type execGrants struct {
+	mounts   []host.Mount
+	files    []string
+	workDir  string
+	filesOut []string
+	outRoot  *os.Root
+	outDir   string
+}
+
+// execStreams are where a run's output and moat's lines go: the process's
+// own streams, or in a warm moat the client's.
+type execStreams struct {
+	stdout, stderr io.Writer
+	progress       *progress
+}
+
+// runExecJob runs job on ex and reports it on out as `moat exec --lang`
+// does: the output as it is written, then the summary line (or the JSON
+// result), and the exit status as an error.
+func runExecJob(ctx context.Context, ex *languages.Executor, job *execJob, stdin []byte, gr execGrants, out execStreams) error {
 	correlation := newCorrelationID()
-	lim := languages.ExecLimits{Timeout: f.timeout, CompileTimeout: f.compileTimeout,
-		MemoryBytes: int64(f.memoryMB) << 20, MaxOutputBytes: int64(f.maxOutput)}
-	if mibChanged(cmd.Flags().Changed, "disk") {
-		lim.ScratchBytes = int64(f.diskMB) << 20 // else the executor's 64 MiB
-	}
 	// Without --json the program's output goes to the terminal as it is
 	// written, native and WASM runs alike; what a runner did not stream
 	// is written after the run.
 	var streamed [2]int
 	var output func(string, []byte)
-	if !f.json {
+	if !job.JSON {
 		output = func(stream string, b []byte) {
 			if stream == "stderr" {
 				streamed[1] += len(b)
-				os.Stderr.Write(b)
+				out.stderr.Write(b)
 				return
 			}
 			streamed[0] += len(b)
-			os.Stdout.Write(b)
+			out.stdout.Write(b)
 		}
 	}
-	res, err := ex.Exec(cmd.Context(), languages.ExecRequest{
-		Language: f.lang, Source: src, Stdin: stdin, Args: progArgs, Env: env,
-		Limits:        lim,
-		Validation:    languages.ValidationProfile{MaxSourceBytes: f.maxSource, Deny: f.deny},
+	res, err := ex.Exec(ctx, languages.ExecRequest{
+		Language: job.Lang, Source: job.Source, Stdin: stdin, Args: job.Args, Env: job.Env,
+		Limits:        job.Limits,
+		Validation:    job.Validation,
 		Principal:     localPrincipal(),
 		CorrelationID: correlation,
-		Mounts:        mounts,
-		Files:         grantedFiles,
-		WorkDir:       workDir,
-		FilesOut:      filesOut,
-		Preparing:     g.progress().preparer(lang.Info().Name),
+		Mounts:        gr.mounts,
+		Files:         gr.files,
+		WorkDir:       gr.workDir,
+		FilesOut:      gr.filesOut,
+		Preparing:     out.progress.preparer(job.Name),
 		Output:        output,
 	})
 	if err != nil {
 		return err
 	}
-	if outRoot != nil {
-		if err := copyFilesOut(outRoot, f.filesOut, res.Files); err != nil {
+	if gr.outRoot != nil {
+		if err := copyFilesOut(gr.outRoot, gr.outDir, res.Files); err != nil {
 			return err
 		}
 	}
-	if f.json {
-		enc := json.NewEncoder(cmd.OutOrStdout())
+	if job.JSON {
+		enc := json.NewEncoder(out.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(execResultJSON(res, correlation)); err != nil {
 			return err
 		}
 	} else {
 		if len(res.Stdout) > streamed[0] {
-			os.Stdout.Write(res.Stdout[streamed[0]:])
+			out.stdout.Write(res.Stdout[streamed[0]:])
 		}
 		if len(res.Stderr) > streamed[1] {
-			os.Stderr.Write(res.Stderr[streamed[1]:])
+			out.stderr.Write(res.Stderr[streamed[1]:])
 		}
 		if res.CompileOutput != "" && res.Status == languages.StatusCompileError {
-			fmt.Fprintln(os.Stderr, strings.TrimRight(res.CompileOutput, "\n"))
+			fmt.Fprintln(out.stderr, strings.TrimRight(res.CompileOutput, "\n"))
 		}
 		for _, v := range res.Violations {
-			fmt.Fprintf(os.Stderr, "moat: %s\n", termSafe(v.String()))
+			fmt.Fprintf(out.stderr, "moat: %s\n", termSafe(v.String()))
 		}
-		fmt.Fprintln(os.Stderr, langSummary(res, correlation))
+		fmt.Fprintln(out.stderr, langSummary(res, correlation))
 	}
 	switch res.Status {
 	case languages.StatusOK:
@@ -277,6 +328,27 @@ func execLang(cmd *cobra.Command, g *globalFlags, f *execFlags, args []string) e
 	default:
 		return exitError{code: exitFailure}
 	}
+}
+
+// readSourceFiles reads the source files of a run. Files keep their names
+// relative to the first file's directory, so `moat exec --lang c
+// src/main.c src/lib/util.h` sends main.c and lib/util.h. Anything outside
+// that directory is sent by base name.
+func readSourceFiles(files []string) ([]languages.File, error) {
+	var out []languages.File
+	base := filepath.Dir(files[0])
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, usagef("reading %s: %v", p, err)
+		}
+		name, err := filepath.Rel(base, p)
+		if err != nil || strings.HasPrefix(name, "..") {
+			name = filepath.Base(p)
+		}
+		out = append(out, languages.File{Name: filepath.ToSlash(name), Content: b})
+	}
+	return out, nil
 }
 
 // newExecutor opens the host and an executor whose build cache and

@@ -70,6 +70,9 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Setenv("MOAT_CACHE_DIR", cache)
+	// Every moat exec of these tests runs in process and starts no warm
+	// moat (execdaemon.go), but the daemon's own tests (execdaemon_test.go).
+	os.Setenv("MOAT_NO_DAEMON", "1")
 	if err := linkSelfAsMoat(moatBin); err != nil {
 		build := exec.Command("go", "build", "-o", moatBin, ".")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
