@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/moatdir"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/toolchains"
 )
@@ -69,7 +70,7 @@ func TestStateDirRefusesOthers(t *testing.T) {
 		if got := toolchains.StateDir(); got != "" {
 			t.Fatalf("StateDir() = %q for a directory of mode 0777, want \"\"", got)
 		}
-		if err := toolchains.OwnedDir(d); err == nil || !strings.Contains(err.Error(), "chmod go-w") {
+		if err := moatdir.OwnedDir(d); err == nil || !strings.Contains(err.Error(), "chmod go-w") {
 			t.Fatalf("OwnedDir = %v, want the fix named", err)
 		}
 		if err := os.Chmod(d, 0o770); err != nil {
@@ -98,7 +99,7 @@ func TestStateDirRefusesOthers(t *testing.T) {
 		if got := toolchains.StateDir(); got != "" {
 			t.Fatalf("StateDir() = %q for a directory uid 65534 owns, want \"\"", got)
 		}
-		if err := toolchains.OwnedDir(d); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		if err := moatdir.OwnedDir(d); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
 			t.Fatalf("OwnedDir = %v, want the owner named", err)
 		}
 	})

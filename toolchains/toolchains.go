@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 
 	"github.com/moat-sandbox/moat/internal/moatdir"
 )
@@ -99,7 +98,7 @@ const EnvStateDir = "MOAT_TOOLCHAIN_STATE"
 // reads from it (machine code it maps and runs, interpreter images it
 // restores) is trusted as moat's own, so the directory must be moat's
 // alone: owned by the user moat runs as and writable by no one else
-// (OwnedDir). One that is not, as a moat running as another user than
+// (moatdir.OwnedDir). One that is not, as a moat running as another user than
 // the toolchains' owner finds it, is not used: that moat keeps its state
 // in its data directory.
 func StateDir() string {
@@ -114,7 +113,7 @@ func StateDir() string {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return ""
 	}
-	if OwnedDir(d) != nil {
+	if moatdir.OwnedDir(d) != nil {
 		return ""
 	}
 	probe, err := os.CreateTemp(d, ".probe-")
@@ -127,28 +126,6 @@ func StateDir() string {
 		d = abs
 	}
 	return d
-}
-
-// OwnedDir returns nil when dir is a directory
-// owned by the user moat runs as and writable by no one else (neither
-// group nor others); else an error that says which. The per-machine state
-// is read back as trusted (machine code, interpreter images), so a
-// directory another user may write is as good as theirs.
-func OwnedDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by uid %d, which moat runs as", dir, st.Uid, os.Geteuid())
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%s is writable by others (mode %04o): chmod go-w it", dir, fi.Mode().Perm())
-	}
-	return nil
 }
 
 func isDir(p string) bool {

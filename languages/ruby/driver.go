@@ -65,11 +65,18 @@ var (
 
 // engineFor returns the engine of h's cache directory, making it once.
 // Engines live as long as the process: the compiled interpreter is the
-// expensive part, and a host is usually the process's only one.
+// expensive part, and a host is usually the process's only one. The
+// machine's cache, when the host has one, is its directory: the engine
+// keeps only what ruby.wasm, the machine's toolchain, makes alone (its
+// machine code, the image of CRuby's start), the same for every data
+// directory; a plugin's images are the host's, in its own cache.
 func engineFor(ctx context.Context, env driver.InterpreterEnv) (*engine, error) {
 	enginesMu.Lock()
 	defer enginesMu.Unlock()
-	dir := env.CacheDir
+	dir := env.MachineCacheDir
+	if dir == "" {
+		dir = env.CacheDir
+	}
 	if e, ok := engines[dir]; ok {
 		return e, nil
 	}
