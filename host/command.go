@@ -74,7 +74,7 @@ func (h *Host) CacheDir() string { return h.cacheDir }
 // (a driver.Interpreter; Ruby's, which runs commands in it too) shares
 // with the host: its compilation cache directory, its WASI and its sleep.
 func (h *Host) InterpreterEnv() driver.InterpreterEnv {
-	return driver.InterpreterEnv{CacheDir: h.cacheDir, InstantiateWASI: instantiateWASI, Nanosleep: nanosleep}
+	return driver.InterpreterEnv{CacheDir: h.cacheDir, MachineCacheDir: h.machineDir, InstantiateWASI: instantiateWASI, Nanosleep: nanosleep}
 }
 
 // Mount exposes HostDir at GuestPath inside a command's WASI filesystem.

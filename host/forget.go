@@ -10,14 +10,15 @@ import (
 )
 
 // cacheFiles are the files the compilation cache keeps for the code
-// compiled under key: the rewritten module (rewrite) and wazero's machine
-// code of it, named as codeshare.New proves it predicts.
-func (h *Host) cacheFiles(key string, code []byte) []string {
+// compiled under key: the rewritten module (rewrite; in the machine's
+// cache for the machine's toolchain) and wazero's machine code of it,
+// named as codeshare.New proves it predicts.
+func (h *Host) cacheFiles(key string, code []byte, toolchain bool) []string {
 	if h.cacheDir == "" {
 		return nil
 	}
 	fp := codeshare.CurrentFingerprint(h.cfg.DebugInfo, hostCloseOnContextDone)
-	return []string{filepath.Join(h.cacheDir, rewrittenDir, key+".wasm"), filepath.Join(h.cacheDir, fp.WazeroDir, fp.FileName(code))}
+	return []string{filepath.Join(h.codeDir(toolchain), rewrittenDir, key+".wasm"), filepath.Join(h.cacheDir, fp.WazeroDir, fp.FileName(code))}
 }
 
 // CacheFiles lists the files the host's compilation cache keeps for m's

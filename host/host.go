@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +82,15 @@ type Config struct {
 	// CacheDir holds compiled machine code, keyed by module content.
 	// Default: DataDir/cache.
 	CacheDir string
+	// MachineCacheDir, when set, keeps what loads of the machine's
+	// toolchain (LoadOptions.Toolchain: an interpreter's bytes, not a
+	// tenant's) make from those bytes alone, for every host of the
+	// machine whatever its data directory: their machine code, snapshot
+	// entries and command images (machinecache.go). moat gives
+	// toolchains.StateDir()/cache. It must be the host's alone: one
+	// another user owns or may write is not used (the error is logged),
+	// and everything stays in CacheDir.
+	MachineCacheDir string
 	// Store replaces the store the host would open in DataDir. The caller
 	// keeps ownership: Close does not close it. An embedder that reads
 	// the store itself (its tasks, its key-value data) opens it and hands
@@ -203,6 +213,9 @@ type Host struct {
 	audit     *audit.Log
 	share     *codeshare.Sharer // shared compiled code (Config.CodeKey; package host/internal/codeshare); nil: not shared
 	services  *ops.Services     // the op families' services (Config.Families)
+	// machineDir is Config.MachineCacheDir once checked; "" when unset
+	// or refused.
+	machineDir string
 }
 
 type compiled struct {
@@ -250,6 +263,11 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	h := &Host{cfg: cfg, log: cfg.Logger, store: cfg.Store, cacheDir: cfg.CacheDir, compiled: map[string]*compiled{}, profile: cfg.Profile}
 	if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("host: create cache dir %s: %w (set Config.CacheDir, or Config.DataDir, to a directory the host may create)", cfg.CacheDir, err)
+	}
+	if d, err := machineDirFor(cfg.MachineCacheDir); err != nil {
+		h.log.Warn("the machine's cache is not used: interpreters are compiled once per cache directory", "dir", cfg.MachineCacheDir, "err", err)
+	} else {
+		h.machineDir = d
 	}
 	if h.store == nil {
 		s, err := store.Open(ctx, cfg.DataDir)
@@ -392,19 +410,30 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 	}
 	// The cache's file names hash the whole code (a SHA-256 of CPython's
 	// 26 MB): named once here, for the first-time check and for c.files.
-	files := h.cacheFiles(key, wasm)
+	files := h.cacheFiles(key, wasm, who.toolchain)
+	// The machine's toolchain: wazero's file from the machine's cache
+	// when it has it, else into it once made (machinecache.go).
+	var machine string
+	if who.toolchain && h.machineDir != "" && len(files) == 2 {
+		if machine = h.machineCodeFile(files[1]); machine != "" {
+			shareFile(machine, files[1])
+		}
+	}
 	if who.firstTime != nil && !allExist(files) {
 		defer who.firstTime("load")()
 	}
 	start := time.Now()
-	if h.share != nil && !who.local {
-		var from codeshare.Source
-		c.cm, from, c.err = h.share.Compile(ctx, h.runtime, wasm, codeshare.For{Module: who.name, CorrelationID: who.correlation})
-		c.fromCache, c.fromStore = from == codeshare.FromDisk, from == codeshare.FromStore
-	} else {
-		before := countFiles(h.cacheDir)
-		c.cm, c.err = h.runtime.CompileModule(ctx, wasm)
-		c.fromCache = c.err == nil && countFiles(h.cacheDir) == before && before > 0
+	c.cm, c.fromCache, c.fromStore, c.err = h.compileCode(ctx, wasm, who)
+	if c.err != nil && machine != "" && strings.Contains(c.err.Error(), "compilationcache") {
+		// A torn or foreign file of the machine's cache (wazero checks
+		// its version and checksum): made again here, and shared anew.
+		h.log.Warn("the machine's compiled code is unusable: compiled again", "module", who.name, "file", machine, "err", c.err)
+		_ = os.Remove(files[1])
+		_ = os.Remove(machine)
+		c.cm, c.fromCache, c.fromStore, c.err = h.compileCode(ctx, wasm, who)
+	}
+	if c.err == nil && machine != "" {
+		shareFile(files[1], machine)
 	}
 	c.took = time.Since(start)
 	c.files = files
@@ -417,12 +446,27 @@ func (h *Host) compile(ctx context.Context, key string, wasm []byte, who compile
 	return c, nil
 }
 
+// compileCode compiles wasm in the host's runtime, through the code
+// shared by the store when the host shares it, and says where the code
+// came from.
+func (h *Host) compileCode(ctx context.Context, wasm []byte, who compileFor) (cm wazero.CompiledModule, fromCache, fromStore bool, err error) {
+	if h.share != nil && !who.local {
+		var from codeshare.Source
+		cm, from, err = h.share.Compile(ctx, h.runtime, wasm, codeshare.For{Module: who.name, CorrelationID: who.correlation})
+		return cm, from == codeshare.FromDisk, from == codeshare.FromStore, err
+	}
+	before := countFiles(h.cacheDir)
+	cm, err = h.runtime.CompileModule(ctx, wasm)
+	return cm, err == nil && countFiles(h.cacheDir) == before && before > 0, false, err
+}
+
 // compileFor names what a compilation is for, in logs and audit events,
 // and whether its code stays local (LoadOptions.LocalCode).
 type compileFor struct {
 	name, correlation string
 	local             bool
 	firstTime         func(stage string) func() // LoadOptions.FirstTime
+	toolchain         bool                      // LoadOptions.Toolchain
 }
 
 // allExist reports whether the compilation cache holds the machine code

@@ -47,9 +47,9 @@ const rewrittenDir = "rewritten"
 // trusted as much: both are the host's own, mode 0600 in a 0700
 // directory). A file that cannot be read or written costs the rewrite,
 // never the load.
-func (h *Host) rewrite(digest string, tableCap uint32, bounded []byte, lay *wasmrewrite.Layout) (code []byte, key string, err error) {
+func (h *Host) rewrite(digest string, tableCap uint32, bounded []byte, lay *wasmrewrite.Layout, toolchain bool) (code []byte, key string, err error) {
 	key = fmt.Sprintf("%s-tables%d-%s", digest, tableCap, wasmrewrite.DeadlineVersion)
-	path := filepath.Join(h.cacheDir, rewrittenDir, key+".wasm")
+	path := filepath.Join(h.codeDir(toolchain), rewrittenDir, key+".wasm")
 	if b, err := os.ReadFile(path); err == nil && len(b) >= len(bounded)+4 {
 		// A CRC-32C of the module ends the file: a torn or damaged file
 		// (not an attacker, who could edit wazero's files beside it as

@@ -45,7 +45,7 @@ func TestRewriteKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	digest := Digest(wasm)
-	code, key, err := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay)
+	code, key, err := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay, false)
 	if err != nil || !bytes.Equal(code, want) {
 		t.Fatalf("first rewrite: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestRewriteKept(t *testing.T) {
 	if err := os.WriteFile(path, marked, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay); !bytes.Equal(code, marked[:len(marked)-4]) {
+	if code, _, _ := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay, false); !bytes.Equal(code, marked[:len(marked)-4]) {
 		t.Fatal("the kept file was not read")
 	}
 	// Damaged: rewritten again, and the file repaired.
@@ -69,13 +69,13 @@ func TestRewriteKept(t *testing.T) {
 	if err := os.WriteFile(path, marked, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay); !bytes.Equal(code, want) {
+	if code, _, _ := h.rewrite(digest, wasmrewrite.DefaultMaxTableElements, bounded, lay, false); !bytes.Equal(code, want) {
 		t.Fatal("a damaged file was used")
 	}
 	if b, _ := os.ReadFile(path); !bytes.Equal(b[:len(b)-4], want) {
 		t.Error("the damaged file was not replaced")
 	}
-	if _, other, _ := h.rewrite(digest, 1000, bounded, lay); other == key {
+	if _, other, _ := h.rewrite(digest, 1000, bounded, lay, false); other == key {
 		t.Error("another table cap has the same key")
 	}
 }

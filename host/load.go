@@ -328,11 +328,11 @@ func compileWasm(ctx context.Context, ld *loading, interp driver.Interpreter) er
 			// Check for the end of the invocation at every loop header
 			// (interrupt.go). The compilation's key is what decides the bytes
 			// compiled: the module, its table cap and the rewrite's version.
-			code, key, err := h.rewrite(ld.codeDigest, tableCap, code, lay)
+			code, key, err := h.rewrite(ld.codeDigest, tableCap, code, lay, opts.Toolchain)
 			if err != nil {
 				return ld.fail(abi.CodeBadModule, err, "invalid WebAssembly: %v", err)
 			}
-			c, err := h.compile(ctx, key, code, compileFor{name: ld.name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime})
+			c, err := h.compile(ctx, key, code, compileFor{name: ld.name, correlation: opts.CorrelationID, local: opts.LocalCode, firstTime: opts.FirstTime, toolchain: opts.Toolchain})
 			if err != nil {
 				var pe *fs.PathError
 				switch {

@@ -124,6 +124,14 @@ type LoadOptions struct {
 	// database write of megabytes per run and evict the code of the
 	// modules replicas keep loading.
 	LocalCode bool
+	// Toolchain says the bytes are the machine's toolchain (an
+	// interpreter moat runs), not a tenant's: what the load makes from
+	// them alone, its machine code, snapshot entry and command image, is
+	// kept in Config.MachineCacheDir for every host of the machine
+	// (machinecache.go). A resident script's image, or one with file
+	// grants, stays in the host's cache directory: it may hold a
+	// tenant's state.
+	Toolchain bool
 	// FirstTime, when set, is called as the load starts work a later load
 	// of the same bytes on this machine does not repeat (compiling to
 	// machine code that the compilation cache does not hold yet, finding

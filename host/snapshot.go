@@ -142,6 +142,9 @@ type snapshotState struct {
 	// given: img is LoadOptions.ResidentImage, the only state an
 	// instance may start with (no capture, no cold start).
 	given bool
+	// toolchain: the module is the machine's toolchain
+	// (LoadOptions.Toolchain): its command image is the machine's.
+	toolchain bool
 	// park is a capture of a live instance in progress (CaptureResident).
 	park atomic.Pointer[residentPark]
 }
@@ -170,7 +173,7 @@ func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
 		ld.source, ld.codeDigest = nil, l.code.snap.code
 		s = &snapshotState{spec: *spec, globals: l.code.snap.globals, code: ld.codeDigest}
 	} else {
-		source, globals, entry, err := ld.h.prepareSnapshot(ctx, ld.digest, ld.wasm, spec, ld.opts.FirstTime)
+		source, globals, entry, err := ld.h.prepareSnapshot(ctx, ld.digest, ld.wasm, spec, ld.opts.FirstTime, ld.opts.Toolchain)
 		if err != nil {
 			return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
 		}
@@ -178,6 +181,7 @@ func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
 		s = &snapshotState{spec: *spec, globals: globals, code: ld.codeDigest}
 	}
 	s.scope.org, s.scope.manifest = ld.opts.Org, manifestBytes(ld.opts)
+	s.toolchain = ld.opts.Toolchain
 	if ri := ld.opts.ResidentImage; ri != nil {
 		if err := ri.fits(s); err != nil {
 			return ld.fail(abi.CodeInvalidArgument, err, "resident image: %v", err)
@@ -198,11 +202,11 @@ func sameEntry(a, b *Snapshot) bool {
 // makes it and the globals reachable from the host (wasmsnap.Prepare),
 // for a module loaded with a Snapshot. It returns the bytes to compile,
 // the number of globals and the entry.
-func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, spec *Snapshot, firstTime func(string) func()) ([]byte, int, uint32, error) {
+func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, spec *Snapshot, firstTime func(string) func(), toolchain bool) ([]byte, int, uint32, error) {
 	if spec.Probe == nil || spec.Key == "" || spec.FindMarker == "" || spec.EntryCall == nil || spec.EntryParams < 1 {
 		return nil, 0, 0, errors.New("a Snapshot needs a Key, a FindMarker, EntryParams, an EntryCall and a Probe")
 	}
-	path := filepath.Join(h.cacheDir, "snapshots", digest[:32]+"-"+SnapshotKey([]byte(spec.FindMarker), []byte(strings.Join(spec.FindArgs, "\x00")),
+	path := filepath.Join(h.codeDir(toolchain), "snapshots", digest[:32]+"-"+SnapshotKey([]byte(spec.FindMarker), []byte(strings.Join(spec.FindArgs, "\x00")),
 		[]byte(fmt.Sprint(spec.EntryParams, spec.FindFixed)))+".entry")
 	var entry uint32
 	memo := filepath.Base(path) // the same question for every host of the process
@@ -365,14 +369,31 @@ func (m *Module) imageKey() string {
 	return SnapshotKey(b)
 }
 
-// imagePath is where m's image is kept.
+// imagePath is where m's image is kept: in the machine's cache for a
+// command image of the machine's toolchain (machineImage), else in the
+// host's cache directory.
 func (m *Module) imagePath() string {
-	return filepath.Join(m.host.cacheDir, "snapshots", m.digest[:32]+"-"+m.imageKey()+".img")
+	return filepath.Join(m.imageDir(), m.digest[:32]+"-"+m.imageKey()+".img")
 }
 
-// clearImages says how to remove every image of the cache directory.
+// imageDir is the directory of m's image.
+func (m *Module) imageDir() string {
+	return filepath.Join(m.host.codeDir(m.machineImage()), "snapshots")
+}
+
+// machineImage reports whether m's image is the machine's: a command
+// image (no resident script's top level ran in it, no file grant was
+// mounted in it) of the machine's toolchain, made of the interpreter and
+// its own start alone, whatever the tenant; every other image may hold
+// a tenant's state and stays in the host's cache directory.
+func (m *Module) machineImage() bool {
+	s := m.code.snap
+	return s != nil && s.toolchain && s.spec.Resume == "" && m.code.script == nil && m.files == nil
+}
+
+// clearImages says how to remove every image of m's image directory.
 func (m *Module) clearImages() string {
-	return "rm -r " + filepath.Join(m.host.cacheDir, "snapshots")
+	return "rm -r " + m.imageDir()
 }
 
 // dropImage forgets img, which an instance failed to start from (cause),

@@ -642,7 +642,10 @@ func (e *Executor) module(ctx context.Context, l Language, wasm []byte, localCod
 	}
 	// The host says when the load does first-time work (FirstTime): a
 	// load its compilation cache answers is no "preparing".
-	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode, Snapshot: snap, FirstTime: preparing})
+	// An interpreter is the machine's toolchain (host.LoadOptions.Toolchain):
+	// its machine code and command image are made once per machine.
+	m, err := e.cfg.Host.Load(ctx, wasm, host.LoadOptions{Name: "exec-" + l.Info().Name, Isolation: host.IsolationFresh, LocalCode: localCode, Snapshot: snap, FirstTime: preparing,
+		Toolchain: !localCode})
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}

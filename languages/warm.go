@@ -43,3 +43,17 @@ func WarmRequest(name string) (req ExecRequest, ok bool) {
 	}
 	return ExecRequest{Language: info.Name, Source: Source{Files: []File{{Name: "main" + ext, Content: []byte(src)}}}}, true
 }
+
+// machineWarm are the languages whose first-time work is the machine's,
+// kept once for every data directory (toolchains.StateDir): an
+// interpreter's machine code and the image of its start (JavaScript's and
+// TypeScript's QuickJS, CPython, CRuby), Go's standard library for
+// wasip1. What any other language does on a first run is that program's
+// own build (a compiler started on its source), which no run of another
+// program can do ahead.
+var machineWarm = map[string]bool{"go": true, "javascript": true, "typescript": true, "python": true, "ruby": true}
+
+// WarmsMachine reports whether the language's warm run (WarmRequest)
+// prepares something for the whole machine rather than for one data
+// directory: `moat toolchains install` warms these.
+func WarmsMachine(name string) bool { return machineWarm[name] }

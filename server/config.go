@@ -190,6 +190,10 @@ type Config struct {
 	// artifacts on a host and records its native runs in that trail, and
 	// the server owns both.
 	NewExecutor func(*host.Host, *audit.Log) (Executor, error) `yaml:"-"`
+	// MachineCacheDir is every host's host.Config.MachineCacheDir: the
+	// interpreters' machine code and start images, kept once per machine
+	// (moat serve gives the toolchains' state, toolchains.StateDir).
+	MachineCacheDir string `yaml:"-"`
 	// ScriptBuilder builds uploaded interpreted plugins for their
 	// interpreters (bundle.ScriptBuilder); nil is bundle.Builder{}, the
 	// languages registered in package languages with the toolchains of

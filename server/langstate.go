@@ -147,9 +147,9 @@ func (ls *langStates) state(l *LanguageJSON) {
 func firstRun(l *LanguageJSON) string {
 	switch {
 	case l.Name == "go":
-		return "the first run builds Go's standard library for WASI (about 15 s; kept in the data directory for later starts), then compiles the program"
+		return "the first run builds Go's standard library for WASI (about 15 s, once per machine, or per data directory where the toolchains' state is not the server's own; `moat toolchains install` builds it ahead), then compiles the program"
 	case l.Path == languages.PathInterpreted:
-		return fmt.Sprintf("the first run compiles the interpreter WASM (%s) to machine code: seconds, or less when the compilation cache has it from an earlier start", l.Toolchain)
+		return fmt.Sprintf("the first run compiles the interpreter WASM (%s) to machine code and makes the image of its start: up to a minute, once per machine (per cache directory where the toolchains' state is not the server's own; `moat toolchains install` does it ahead), or less when the caches have it from an earlier start", l.Toolchain)
 	default:
 		return fmt.Sprintf("the first run starts %s and compiles its output to machine code: seconds", l.Toolchain)
 	}

@@ -178,3 +178,49 @@ func TestLanguagesWarm(t *testing.T) {
 		t.Errorf("warm: [python, pyton]: %v, want an error naming languages.warm[1] and suggesting python", err)
 	}
 }
+
+// TestRunsStreamPreparing: a streamed run that does first-time work (a
+// cold JavaScript: QuickJS compiled to machine code) past a second says so,
+// a "preparing" event naming the language, the stage and what the first
+// run does, and a "prepared" event with how long it took, before its
+// output and result: the client of a first run is not left waiting in
+// silence.
+func TestRunsStreamPreparing(t *testing.T) {
+	g := &gatedExecutor{entered: make(chan string, 8), release: make(chan struct{})}
+	ts := start(t, "", withGatedExecutor(g))
+	t.Cleanup(g.open)
+	key := ts.key(t, "acme", "ann")
+	done := make(chan []sseEvent, 1)
+	go func() {
+		done <- postSSE(t, ts.URL+"/v1/runs", key, `{"language":"javascript","files":[{"name":"main.js","content":"console.log('hi')"}]}`)
+	}()
+	if got := g.wait(t); !strings.HasPrefix(got, "javascript ") {
+		t.Fatalf("entered %q, want javascript's first-time work", got)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the second a quick step is silent for
+	g.open()
+	evs := <-done
+	var names []string
+	for _, e := range evs {
+		names = append(names, e.name)
+	}
+	if len(evs) < 3 || evs[0].name != "preparing" || evs[len(evs)-1].name != "result" {
+		t.Fatalf("events %v, want preparing first and result last", names)
+	}
+	if p := evs[0].data; p["language"] != "javascript" || p["stage"] == "" || !strings.Contains(p["first_run"].(string), "once per machine") {
+		t.Errorf("preparing event: %v", p)
+	}
+	prepared := false
+	for _, e := range evs {
+		if e.name == "prepared" {
+			_, ok := e.data["took_ms"].(float64)
+			prepared = ok && e.data["language"] == "javascript"
+		}
+	}
+	if !prepared {
+		t.Errorf("no prepared event with took_ms: %v", names)
+	}
+	if res := evs[len(evs)-1].data; res["stdout"] != "hi\n" {
+		t.Errorf("result: %v", res)
+	}
+}

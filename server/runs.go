@@ -304,6 +304,7 @@ func (s *Server) run(c echo.Context, r RunRequest, correlation string, budget *r
 	res, err := s.execute(c, info, languages.ExecRequest{
 		Language: info.Name, Source: src, Stdin: []byte(r.Stdin), Args: r.Args, Env: r.Env, Limits: lim,
 		Principal: principalOf(c), CorrelationID: correlation, FilesOut: r.FilesOut, Output: output,
+		Preparing: preparingEvents(info, output), // runs_stream.go
 	})
 	if err != nil {
 		return nil, err

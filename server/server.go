@@ -246,7 +246,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: profile %s: %w", name, err)
 		}
 		h, err := host.New(ctx, host.Config{
-			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, Store: st, Audit: s.audit, Logger: slog.New(guestLogCapture{inner: log.Handler()}), Profile: prof, NativeWorkers: nativeWorkers,
+			DataDir: cfg.DataDir, CacheDir: cfg.CacheDir, MachineCacheDir: cfg.MachineCacheDir, Store: st, Audit: s.audit, Logger: slog.New(guestLogCapture{inner: log.Handler()}), Profile: prof, NativeWorkers: nativeWorkers,
 			Limits: host.Limits{Timeout: time.Duration(cfg.Limits.InvocationTimeout),
 				MaxTableElements: uint32(cfg.Limits.MaxTableElements), Budget: cfg.Limits.Budget.Limits()},
 			CodeKey: []byte(cfg.CodeKey), CodeBudget: int64(cfg.Modules.SharedCodeBytes),

@@ -3,8 +3,11 @@ package toolchains_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/moatdir"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/toolchains"
 )
 
@@ -48,4 +51,56 @@ func TestStateDir(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStateDirRefusesOthers: the machine's state is read back as trusted
+// (machine code, interpreter images), so a directory another user may
+// write, or another user's, is not used: moat keeps its state in its data
+// directory instead (StateDir returns "").
+func TestStateDirRefusesOthers(t *testing.T) {
+	t.Run("writable by others", func(t *testing.T) {
+		d := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(toolchains.EnvStateDir, d)
+		if got := toolchains.StateDir(); got != "" {
+			t.Fatalf("StateDir() = %q for a directory of mode 0777, want \"\"", got)
+		}
+		if err := moatdir.OwnedDir(d); err == nil || !strings.Contains(err.Error(), "chmod go-w") {
+			t.Fatalf("OwnedDir = %v, want the fix named", err)
+		}
+		if err := os.Chmod(d, 0o770); err != nil {
+			t.Fatal(err)
+		}
+		if got := toolchains.StateDir(); got != "" {
+			t.Fatalf("StateDir() = %q for a group-writable directory, want \"\"", got)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if got := toolchains.StateDir(); got != d {
+			t.Fatalf("StateDir() = %q once the directory is the owner's alone, want %q", got, d)
+		}
+	})
+	t.Run("another user's", func(t *testing.T) {
+		testenv.Root(t, "chown to another user")
+		d := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(toolchains.EnvStateDir, d)
+		if got := toolchains.StateDir(); got != "" {
+			t.Fatalf("StateDir() = %q for a directory uid 65534 owns, want \"\"", got)
+		}
+		if err := moatdir.OwnedDir(d); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+			t.Fatalf("OwnedDir = %v, want the owner named", err)
+		}
+	})
 }

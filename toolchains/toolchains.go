@@ -94,7 +94,13 @@ const EnvStateDir = "MOAT_TOOLCHAIN_STATE"
 //
 // Only the trusted host writes it (jobs see the toolchains read-only and
 // never this directory); whoever may write it may replace the toolchains
-// themselves, so sharing it gives no one more than they had.
+// themselves, so sharing it gives no one more than they had. What moat
+// reads from it (machine code it maps and runs, interpreter images it
+// restores) is trusted as moat's own, so the directory must be moat's
+// alone: owned by the user moat runs as and writable by no one else
+// (moatdir.OwnedDir). One that is not, as a moat running as another user than
+// the toolchains' owner finds it, is not used: that moat keeps its state
+// in its data directory.
 func StateDir() string {
 	d := os.Getenv(EnvStateDir)
 	if d == "" {
@@ -105,6 +111,9 @@ func StateDir() string {
 		d = filepath.Join(tc, "state")
 	}
 	if err := os.MkdirAll(d, 0o755); err != nil {
+		return ""
+	}
+	if moatdir.OwnedDir(d) != nil {
 		return ""
 	}
 	probe, err := os.CreateTemp(d, ".probe-")

@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/internal/moatdir"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/internal/testwasm"
+	"github.com/moat-sandbox/moat/toolchains"
 )
 
 var moatBin string
@@ -94,10 +95,35 @@ func TestMain(m *testing.M) {
 // cache in their data directory (the default), as a first run would: for
 // tests that assert on compiling, on progress lines or on what a fresh
 // data directory holds, which the cache TestMain shares would answer from
-// another test's run.
+// another test's run. The machine's cache of the interpreters' code
+// would answer as well: they get a machine's state of their own
+// (freshMachineState).
 func noSharedCache(t *testing.T) {
 	t.Helper()
 	t.Setenv("MOAT_CACHE_DIR", "")
+	freshMachineState(t)
+}
+
+// freshMachineState gives the moat processes t starts a machine's state
+// of their own ($MOAT_TOOLCHAIN_STATE, a temp dir): no interpreter's
+// machine code or image another test made. Go's standard library and
+// Rust's SDK crate, which no such test looks at and which cost a minute
+// each, are the shared state's, linked. It returns the directory.
+func freshMachineState(t *testing.T) string {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if shared := toolchains.StateDir(); shared != "" {
+		for _, lang := range []string{"go", "rust"} {
+			if err := os.MkdirAll(filepath.Join(shared, lang), 0o755); err == nil {
+				_ = os.Symlink(filepath.Join(shared, lang), filepath.Join(state, lang))
+			}
+		}
+	}
+	t.Setenv(toolchains.EnvStateDir, state)
+	return state
 }
 
 type result struct {

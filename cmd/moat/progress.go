@@ -113,6 +113,10 @@ type timedStep struct {
 	wg    sync.WaitGroup
 }
 
+// progressEvery is how often a step still at work says so on a stderr
+// that is not a terminal.
+const progressEvery = 10 * time.Second
+
 // timed starts a step with no known total: "preparing go… 4s".
 func (p *progress) timed(label string) *timedStep {
 	s := &timedStep{p: p, label: label, began: time.Now(), stop: make(chan struct{})}
@@ -121,7 +125,24 @@ func (p *progress) timed(label string) *timedStep {
 		return s
 	}
 	if !p.tty {
+		// A log, not a terminal: a line now and one every progressEvery
+		// while it lasts, so a long step (an interpreter's compile in
+		// `make image`) says it is still at work, and for how long.
 		fmt.Fprintf(p.w, "moat: %s…\n", label)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			t := time.NewTicker(progressEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-s.stop:
+					return
+				case <-t.C:
+					fmt.Fprintf(p.w, "moat: %s… %s so far\n", label, time.Since(s.began).Truncate(time.Second))
+				}
+			}
+		}()
 		return s
 	}
 	s.wg.Add(1)

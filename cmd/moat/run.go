@@ -314,7 +314,7 @@ func newHost(ctx context.Context, g *globalFlags) (*host.Host, error) {
 	if origin == "" {
 		origin = cliOrigin
 	}
-	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, Logger: log, Profile: profile,
+	cfg := host.Config{DataDir: g.dataDir, CacheDir: cache.dir, MachineCacheDir: machineCacheDir(), Logger: log, Profile: profile,
 		Families: map[string]any{"tasks": &ops.TasksConfig{Origin: origin}}}
 	if s := g.server; s != nil {
 		return newServerHost(ctx, g, cfg, s)
@@ -564,7 +564,7 @@ func confineHost(g *globalFlags, f *runFlags, readOnly []string, b *bundle.Bundl
 		}
 	}
 	k = k.Merge(own)
-	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: []string{data, cache.dir}, MemoryBytes: hostMemory, Pids: 256,
+	rep, err := kernel.ConfineHost(kernel.HostConfinement{Mode: m, ReadOnly: readOnly, ReadWrite: append([]string{data, cache.dir}, machineStateDirs()...), MemoryBytes: hostMemory, Pids: 256,
 		ConnectTCP: k.ConnectTCP, ConnectAnyTCP: k.ConnectAnyTCP, GrantRead: k.Read, GrantWrite: k.Write})
 	if err != nil {
 		return err

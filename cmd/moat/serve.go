@@ -128,7 +128,8 @@ confinement). --confine=strict refuses to start when a layer is missing;
 				return err
 			}
 			cfg.CacheDir = cache.dir
-			cfg.Logger.Info("moat serve: compile cache", "dir", cache.dir, "from", cache.from)
+			cfg.MachineCacheDir = machineCacheDir()
+			cfg.Logger.Info("moat serve: compile cache", "dir", cache.dir, "from", cache.from, "machine", cfg.MachineCacheDir)
 			mode, err := kernel.ParseConfineMode(confine)
 			if err != nil {
 				return usagef("--confine: %v", err)
@@ -319,6 +320,9 @@ func prepareServeConfinement(cfg *server.Config, mode kernel.ConfineMode, hostMe
 	}
 	if cfg.CacheDir != "" { // resolved and made by the caller
 		readWrite = append(readWrite, cfg.CacheDir)
+	}
+	if state := toolchains.StateDir(); state != "" { // the machine's: Go's standard library, the interpreters' code
+		readWrite = append(readWrite, state)
 	}
 	// Modules arrive after start-up, so the kernel's connect rule covers
 	// every target the profiles could grant; each dial is still checked

@@ -63,7 +63,7 @@ func toolchainLangs(args []string) ([]toolchains.Provision, error) {
 
 func newToolchainsInstallCmd(g *globalFlags) *cobra.Command {
 	var dir string
-	var noApt bool
+	var noApt, noWarm bool
 	cmd := &cobra.Command{
 		Use:   "install [LANG...]",
 		Short: "Provision what the languages need (all of them when none is named)",
@@ -71,8 +71,18 @@ func newToolchainsInstallCmd(g *globalFlags) *cobra.Command {
 (--dir, else $MOAT_TOOLCHAINS, else ~/.local/share/moat/toolchains;
 /var/lib/moat/toolchains as root), checking each against its pinned checksum,
 and, as root, install the Debian packages they need with apt-get. Not root,
-it prints the apt-get command to run. Run it again any time: what is
-installed is kept.`,
+it prints the apt-get command to run.
+
+Then it does the languages' first-time work for the whole machine, so
+that no first run pays it (` + "`moat toolchains warm`" + ` redoes it): the
+interpreters' machine code and start images (JavaScript, TypeScript,
+Python, Ruby) and Go's standard library for wasip1, kept in the
+toolchains' state/ directory ($MOAT_TOOLCHAIN_STATE) for every data
+directory, with a progress line for each. --no-warm leaves it to the
+first runs.
+
+Run it again any time: what is installed and prepared is kept, and a run
+that was interrupted does what is left.`,
 		Example: `  moat toolchains install              every language
   moat toolchains install python ruby  only these
   sudo moat toolchains install         for every user of the machine, in /var/lib/moat`,
@@ -86,15 +96,22 @@ installed is kept.`,
 					return usagef("%v", err)
 				}
 			}
-			return installToolchains(cmd.Context(), g.progress(), dir, provs, !noApt)
+			if err := installToolchains(cmd.Context(), g.progress(), dir, provs, !noApt, !noWarm); err != nil {
+				return err
+			}
+			if noWarm {
+				return nil
+			}
+			return warmMachine(cmd, g, dir, args)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the toolchains directory to install into (default $MOAT_TOOLCHAINS, else moat's home's)")
 	cmd.Flags().BoolVar(&noApt, "no-apt", false, "do not install Debian packages, even as root (print what is missing)")
+	cmd.Flags().BoolVar(&noWarm, "no-warm", false, "do not prepare the languages' first-time work now (the first runs do it)")
 	return cmd
 }
 
-func installToolchains(ctx context.Context, p *progress, dir string, provs []toolchains.Provision, apt bool) error {
+func installToolchains(ctx context.Context, p *progress, dir string, provs []toolchains.Provision, apt, warm bool) error {
 	if home := moatdir.Home(); home != "" && filepath.Dir(dir) == home {
 		// The home may exist already, made 0700 with the data directory;
 		// its toolchains must be reachable by every user (root's, in
@@ -152,14 +169,16 @@ func installToolchains(ctx context.Context, p *progress, dir string, provs []too
 		return nil
 	}
 	fmt.Fprintf(os.Stderr, "moat: toolchains in %s\n", dir)
-	// What install leaves to the first runs, said as it is: the Go
-	// standard library is built once per machine (toolchains.StateDir),
-	// an interpreter's machine code once per compile cache.
-	goOnce := "once per machine"
-	if toolchains.StateDir() == "" {
-		goOnce = "once per data directory"
+	if !warm {
+		// What install leaves to the first runs, said as it is: once per
+		// machine when the toolchains' state is moat's to write
+		// (toolchains.StateDir), else once per data directory.
+		once := "once per machine"
+		if toolchains.StateDir() == "" {
+			once = "once per data directory"
+		}
+		fmt.Fprintf(os.Stderr, "moat: a language's first run still does its first-time work (Go's standard library, an interpreter's machine code and start image), %s: `moat toolchains warm` does it now\n", once)
 	}
-	fmt.Fprintf(os.Stderr, "moat: a language's first run still does its first-time work (Go's standard library, %s; an interpreter's machine code, once per data directory): `moat toolchains warm` does it now\n", goOnce)
 	for _, n := range notes {
 		fmt.Fprintf(os.Stderr, "moat: %s\n", n)
 	}
@@ -304,13 +323,16 @@ func newToolchainsWarmCmd(g *globalFlags) *cobra.Command {
 		Use:   "warm [LANG...]",
 		Short: "Do each language's first-time work now (Go's standard library, interpreter compiles), so first runs are fast",
 		Long: `Run a tiny program in each language named (every available one when none is),
-so the work a first run does once (building Go's standard library for WASI,
-compiling an interpreter WASM to machine code) lands in the caches now
-rather than in someone's first request: the build cache in the data
-directory, machine code in the compile cache (DATA/cache, or --cache-dir,
-cache_dir, $MOAT_CACHE_DIR). Give the server's --config to warm the caches
-of its data_dir and cache_dir, or the same --data and --cache-dir (or none)
-as the commands that will run the code.`,
+so the work a first run does once lands in the caches now rather than in
+someone's first request. What depends on the toolchains alone is kept once
+per machine, in the toolchains' state/ directory ($MOAT_TOOLCHAIN_STATE):
+Go's standard library for WASI, the interpreters' machine code and the
+images of their start (` + "`moat toolchains install`" + ` prepares these already).
+The rest is the data directory's: the build cache, and the compile cache
+(DATA/cache, or --cache-dir, cache_dir, $MOAT_CACHE_DIR) that links the
+machine's code in. Give the server's --config to warm the caches of its
+data_dir and cache_dir, or the same --data and --cache-dir (or none) as the
+commands that will run the code.`,
 		Example: `  moat toolchains warm
   moat toolchains warm go python --config /etc/moat/server.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -329,32 +351,101 @@ as the commands that will run the code.`,
 				}
 				names = append(names, l.Info().Name)
 			}
-			ex, closeHost, err := newExecutor(cmd, g)
-			if err != nil {
-				return err
-			}
-			defer closeHost()
-			p := g.progress()
-			var failed []string
-			for _, name := range names {
-				req, ok := languages.WarmRequest(name)
-				if !ok {
-					continue
-				}
-				step := p.timed("preparing " + name)
-				err := warmOne(cmd.Context(), ex, req)
-				step.end(err)
-				if err != nil {
-					failed = append(failed, name)
-				}
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("toolchains warm: %s failed (see above; `moat langs` says what is missing)", strings.Join(failed, ", "))
-			}
-			return nil
+			return warmLanguages(cmd, g, g.progress(), names, "")
 		},
 	}
 	return g.withServerConfig(cmd, "warm the caches of its data_dir")
+}
+
+// machineCacheDir is the hosts' host.Config.MachineCacheDir: the
+// interpreters' machine code and start images beside the toolchains
+// (toolchains.StateDir()/cache), once per machine; "" when there is no
+// state directory moat may use (then each cache directory has its own).
+func machineCacheDir() string {
+	if s := toolchains.StateDir(); s != "" {
+		return filepath.Join(s, "cache")
+	}
+	return ""
+}
+
+// machineStateDirs is the machine's state directory, for a Landlock
+// layer's writable directories; none when there is none.
+func machineStateDirs() []string {
+	if s := toolchains.StateDir(); s != "" {
+		return []string{s}
+	}
+	return nil
+}
+
+// warmMachine does, after an install into dir, the first-time work the
+// languages named (every available one when none is) keep for the whole
+// machine (languages.WarmsMachine), with a progress line for each. It runs
+// in a data directory of its own, removed after, when the machine's state
+// directory takes the work (then nothing of it is per data directory);
+// else in the data directory the commands use, as `moat toolchains warm`
+// does.
+func warmMachine(cmd *cobra.Command, g *globalFlags, dir string, args []string) error {
+	// The toolchains just installed, whatever the environment named.
+	if err := os.Setenv(toolchains.EnvDir, dir); err != nil {
+		return err
+	}
+	var names []string
+	for _, s := range languages.Statuses() {
+		if !s.Available || !languages.WarmsMachine(s.Name) {
+			continue
+		}
+		if len(args) > 0 && !slices.ContainsFunc(args, func(a string) bool {
+			l, err := languages.Lookup(a)
+			return err == nil && l.Info().Name == s.Name
+		}) {
+			continue
+		}
+		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	p := g.progress()
+	state := toolchains.StateDir()
+	if state != "" && g.dataDir == "" && g.server == nil {
+		tmp, err := os.MkdirTemp("", "moat-warm-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		g.dataDir = tmp
+	}
+	if state == "" {
+		fmt.Fprintf(os.Stderr, "moat: no state directory of moat's own beside the toolchains (see `moat toolchains --help`): preparing the languages for the data directory %s only\n", g.data())
+	}
+	return warmLanguages(cmd, g, p, names, " for the machine")
+}
+
+// warmLanguages runs each language's warm job (languages.WarmRequest),
+// a progress step each ("preparing python", then how long it took).
+func warmLanguages(cmd *cobra.Command, g *globalFlags, p *progress, names []string, what string) error {
+	ex, closeHost, err := newExecutor(cmd, g)
+	if err != nil {
+		return err
+	}
+	defer closeHost()
+	var failed []string
+	for _, name := range names {
+		req, ok := languages.WarmRequest(name)
+		if !ok {
+			continue
+		}
+		step := p.timed("preparing " + name + what)
+		err := warmOne(cmd.Context(), ex, req)
+		step.end(err)
+		if err != nil {
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("toolchains warm: %s failed (see above; `moat langs` says what is missing)", strings.Join(failed, ", "))
+	}
+	return nil
 }
 
 func warmOne(ctx context.Context, ex *languages.Executor, req languages.ExecRequest) error {

@@ -51,6 +51,12 @@ type InterpreterEnv struct {
 	// interpreter's runtime keeps its machine code there too, so it is
 	// compiled once per machine, not once per process.
 	CacheDir string
+	// MachineCacheDir, when set, is the machine's cache
+	// (host.Config.MachineCacheDir): an interpreter that is the
+	// machine's toolchain keeps its machine code and the image of its
+	// start there instead, once for every data directory. Nothing a
+	// tenant's code makes may go there.
+	MachineCacheDir string
 	// InstantiateWASI adds the host's WASI preview 1 to the
 	// interpreter's runtime: poll_oneoff bounded as the host's, the
 	// errno of each writing function named, so that a sleep or a refused

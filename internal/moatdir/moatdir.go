@@ -22,8 +22,10 @@
 package moatdir
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -115,4 +117,27 @@ func SystemToolchains() string {
 		return filepath.Join(s, "toolchains")
 	}
 	return ""
+}
+
+// OwnedDir returns nil when dir is a directory
+// owned by the user moat runs as and writable by no one else (neither
+// group nor others); else an error that says which. What moat keeps for the
+// whole machine (toolchains.StateDir: machine code, interpreter images)
+// is read back as trusted, so a directory another user may write is as
+// good as theirs; the host checks its Config.MachineCacheDir with it too.
+func OwnedDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not by uid %d, which moat runs as", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is writable by others (mode %04o): chmod go-w it", dir, fi.Mode().Perm())
+	}
+	return nil
 }

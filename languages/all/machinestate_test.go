@@ -2,12 +2,16 @@ package all_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/host"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/languages"
 )
@@ -99,5 +103,54 @@ func TestRustSDKKeptOnce(t *testing.T) {
 	}
 	if _, err := build("extern crate moat;\n#[no_mangle]\npub extern \"C\" fn f(a: i32) -> i32 { a + 3 }\n"); err == nil {
 		t.Fatal("a rebuild over a broken kept SDK crate succeeded: the rebuild compiled the SDK again instead of reading the kept one")
+	}
+}
+
+// TestInterpreterOncePerMachine: CPython's machine code, its snapshot
+// entry and the image of its start are made once per machine
+// (host.Config.MachineCacheDir): the first data directory's run compiles
+// (first-time work, stage "load"), a second fresh data directory's run
+// reports none, and the image is the machine's, not the data
+// directory's.
+func TestInterpreterOncePerMachine(t *testing.T) {
+	testenv.Slow(t, "python.wasm compiled to machine code into a fresh machine cache (30-60 s of CPU)")
+	needLanguage(t, "python")
+	ctx := context.Background()
+	machine := filepath.Join(t.TempDir(), "machine")
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range 2 {
+		data := t.TempDir()
+		h, err := host.New(ctx, host.Config{DataDir: data, MachineCacheDir: machine, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close(ctx) })
+		e, err := languages.NewExecutor(languages.ExecutorConfig{Host: h, BuildCacheDir: t.TempDir(), StateDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stages []string
+		res, err := e.Exec(ctx, languages.ExecRequest{Language: "python",
+			Source:    languages.Source{Files: []languages.File{{Name: "main.py", Content: []byte("print(6*7)\n")}}},
+			Preparing: func(stage string) func() { stages = append(stages, stage); return func() {} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(res.Stdout)) != "42" {
+			t.Fatalf("data dir %d: stdout %q (status %s, %s)", i+1, res.Stdout, res.Status, res.Stderr)
+		}
+		loads := slices.Contains(stages, "load")
+		switch {
+		case i == 0 && !loads:
+			t.Errorf("the machine's first python run reported no first-time load: %v", stages)
+		case i == 1 && loads:
+			t.Errorf("a second data directory's first python run did first-time work again: %v", stages)
+		}
+		if own, _ := filepath.Glob(filepath.Join(data, "cache", "snapshots", "*.img")); len(own) != 0 {
+			t.Errorf("data dir %d keeps an image of its own: %v", i+1, own)
+		}
+	}
+	if imgs, _ := filepath.Glob(filepath.Join(machine, "snapshots", "*.img")); len(imgs) != 1 {
+		t.Errorf("the machine's cache holds images %v, want CPython's start", imgs)
 	}
 }

@@ -5,9 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,11 +69,18 @@ var (
 
 // engineFor returns the engine of h's cache directory, making it once.
 // Engines live as long as the process: the compiled interpreter is the
-// expensive part, and a host is usually the process's only one.
+// expensive part, and a host is usually the process's only one. The
+// machine's cache, when the host has one, is its directory: the engine
+// keeps only what ruby.wasm, the machine's toolchain, makes alone (its
+// machine code, the image of CRuby's start), the same for every data
+// directory; a plugin's images are the host's, in its own cache.
 func engineFor(ctx context.Context, env driver.InterpreterEnv) (*engine, error) {
 	enginesMu.Lock()
 	defer enginesMu.Unlock()
-	dir := env.CacheDir
+	dir := env.MachineCacheDir
+	if dir == "" {
+		dir = env.CacheDir
+	}
 	if e, ok := engines[dir]; ok {
 		return e, nil
 	}
@@ -101,7 +112,11 @@ func (e *engine) compile(ctx context.Context, wasm []byte, preparing func(string
 		e.last, e.lastCM = wasm, cm
 		return cm, nil
 	}
-	if preparing != nil {
+	// First-time work only when the cache directory has never held this
+	// interpreter's machine code (compiledMarker): a later process reads
+	// it back in a second, and must not say it compiles "once" again.
+	marker := compiledMarker(e.cacheDir, key)
+	if _, err := os.Stat(marker); err != nil && preparing != nil {
 		defer preparing("load")()
 	}
 	// Its globals exported, so that a run can start from the snapshot
@@ -125,9 +140,37 @@ func (e *engine) compile(ctx context.Context, wasm []byte, preparing func(string
 	}
 	e.compiled[key] = cm
 	e.globals[cm], e.keys[cm] = globals, key
+	if err := os.MkdirAll(filepath.Dir(marker), 0o700); err == nil {
+		_ = os.WriteFile(marker, nil, 0o600)
+	}
 	e.last, e.lastCM = wasm, cm
 	return cm, nil
 }
+
+// compiledMarker is the file that says dir's compilation cache holds the
+// machine code of the interpreter whose bytes' digest is key, as this
+// build's wazero compiles it (wazero names its own files by a digest of
+// the prepared bytes that this package does not see).
+func compiledMarker(dir string, key [32]byte) string {
+	return filepath.Join(dir, "ruby-compiled", hex.EncodeToString(key[:16])+"-"+wazeroBuild())
+}
+
+// wazeroBuild names the wazero this binary was built with (its version
+// and go.sum hash): another compiles other code.
+var wazeroBuild = sync.OnceValue(func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/tetratelabs/wazero" {
+				if m.Replace != nil {
+					m = m.Replace
+				}
+				sum := sha256.Sum256([]byte(m.Version + " " + m.Sum))
+				return hex.EncodeToString(sum[:8])
+			}
+		}
+	}
+	return "unknown"
+})
 
 // instantiateImports provides rb-js-abi-host (every function traps: there
 // is no JavaScript engine) and canonical_abi (the handle table), with the
@@ -274,7 +317,7 @@ func (Language) RunArtifact(ctx context.Context, env languages.RunEnv, a *langua
 	setup, fromSnapshot := fromImage(argv, envs)
 	var img *wasmsnap.Image
 	if fromSnapshot && in.SrcDir != "" && in.Scratch != nil {
-		img = e.image(ctx, cm)
+		img = e.image(ctx, cm, env.Preparing)
 	}
 	if img != nil && uint64(img.Pages)*65536 <= lim.memory {
 		code, err = driveImage(rctx, e.rt, cm, mc, img, setup, a.Args[0])

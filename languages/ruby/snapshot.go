@@ -51,7 +51,9 @@ const imageSteps = "initialize(/src,scratch /),ruby-init(--disable-gems -EUTF-8 
 
 // image returns the image of cm, capturing it on first use; nil when the
 // capture failed, so that runs start cold.
-func (e *engine) image(ctx context.Context, cm wazero.CompiledModule) *wasmsnap.Image {
+// preparing, when set, is told of the capture: first-time work, once per
+// cache directory (the machine's, with a host that has one).
+func (e *engine) image(ctx context.Context, cm wazero.CompiledModule, preparing func(string) func()) *wasmsnap.Image {
 	e.mu.Lock()
 	key := e.keys[cm]
 	st, ok := e.images[cm]
@@ -71,6 +73,9 @@ func (e *engine) image(ctx context.Context, cm wazero.CompiledModule) *wasmsnap.
 	if img := wasmsnap.Load(path, globals); img != nil {
 		st.img = img
 		return img
+	}
+	if preparing != nil {
+		defer preparing("load")()
 	}
 	img, err := e.capture(ctx, cm, globals)
 	if err != nil {
