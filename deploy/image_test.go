@@ -108,14 +108,14 @@ func TestContainerfilesAgree(t *testing.T) {
 	if got := strings.Fields(string(m[1])); !slices.Equal(got, imageToolchainLanguages) {
 		t.Errorf("mk/image.mk: IMAGE_LANGUAGES %q, want %q (what Containerfile provisions)", got, imageToolchainLanguages)
 	}
-	if !strings.Contains(string(mk), "$(MOAT) toolchains install --no-apt --dir $(IMAGE_CONTEXT)/toolchains $(IMAGE_LANGUAGES)") {
-		t.Error("mk/image.mk: the interpreters must come from `$(MOAT) toolchains install --no-apt --dir $(IMAGE_CONTEXT)/toolchains $(IMAGE_LANGUAGES)`, as in Containerfile")
+	if !strings.Contains(string(mk), "$(MOAT) toolchains install --no-apt --no-warm --dir $(IMAGE_CONTEXT)/toolchains $(IMAGE_LANGUAGES)") {
+		t.Error("mk/image.mk: the interpreters must come from `$(MOAT) toolchains install --no-apt --no-warm --dir $(IMAGE_CONTEXT)/toolchains $(IMAGE_LANGUAGES)`, as in Containerfile")
 	}
 	cf, err := os.ReadFile("Containerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "toolchains install --no-apt --dir /toolchains " + strings.Join(imageToolchainLanguages, " "); !strings.Contains(string(cf), want) {
+	if want := "toolchains install --no-apt --no-warm --dir /toolchains " + strings.Join(imageToolchainLanguages, " "); !strings.Contains(string(cf), want) {
 		t.Errorf("Containerfile: want %q", want)
 	}
 	// The compilers: the same Debian packages, copied by the same script.

@@ -54,7 +54,9 @@ image: build ## build the OCI image $(IMAGE) with podman, FROM scratch (moat, mo
 	cp /etc/ssl/certs/ca-certificates.crt $$ctx/rootfs/etc/ssl/certs/; \
 	rm -rf $$ctx/rootfs/usr/share/zoneinfo; cp -a /usr/share/zoneinfo $$ctx/rootfs/usr/share/; \
 	chmod 1777 $$ctx/rootfs/tmp
-	@$(MOAT) toolchains install --no-apt --dir $(IMAGE_CONTEXT)/toolchains $(IMAGE_LANGUAGES)
+	@# --no-warm: a warm-up's state would be root's, which moat as uid 65532
+	@# refuses (moatdir.OwnedDir); a pod warms into its own data directory.
+	@$(MOAT) toolchains install --no-apt --no-warm --dir $(IMAGE_CONTEXT)/toolchains $(IMAGE_LANGUAGES)
 	@echo "==> podman build -f deploy/Containerfile.scratch -t $(IMAGE) $(IMAGE_CONTEXT)"
 	@old=$$(podman image inspect -f '{{.Id}}' $(IMAGE) 2>/dev/null || true); \
 	podman build -q -f deploy/Containerfile.scratch -t $(IMAGE) $(IMAGE_CONTEXT) >/dev/null; \

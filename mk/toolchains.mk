@@ -16,5 +16,11 @@ APT_PACKAGES += clang-19 lld-19 libclang-rt-19-dev-wasm32 wasi-libc libc++-19-de
 
 SETUP += toolchains
 .PHONY: toolchains
+# `make run` warms the languages as a user's install does (first runs under
+# a second); `make test` does not (--no-warm): its tests keep interpreters'
+# machine code in .toolchains/cache/wazero and test first runs themselves,
+# so a warm-up would be minutes of CPU on a clean clone for nothing.
+TOOLCHAINS_INSTALL_FLAGS ?=
+test: TOOLCHAINS_INSTALL_FLAGS = --no-warm
 toolchains: tools build ## provision compilers and interpreter WASMs into .toolchains (through bin/moat toolchains install)
-	@$(MOAT) toolchains install --no-apt --dir $(TOOLCHAINS_DIR)
+	@$(MOAT) toolchains install --no-apt $(TOOLCHAINS_INSTALL_FLAGS) --dir $(TOOLCHAINS_DIR)
