@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/atomicfile"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/policy"
@@ -144,6 +145,9 @@ type snapshotState struct {
 	given bool
 	// park is a capture of a live instance in progress (CaptureResident).
 	park atomic.Pointer[residentPark]
+	// interp, when set, enters copies in place of the entry, and the
+	// module has no image of its own (resumer.go).
+	interp driver.Resumer
 }
 
 // errParked unwinds a capture run from its park.
@@ -582,7 +586,7 @@ func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.I
 // capture's (the same mounts at the same guest paths in the same order,
 // nothing else); nil otherwise.
 func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasmsnap.Image {
-	if m.code.snap == nil || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
+	if m.code.snap == nil || m.code.snap.interp != nil || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
 		return nil
 	}
 	want := m.code.snap.spec.Mounts
