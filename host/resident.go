@@ -356,7 +356,7 @@ func (m *Module) residentShell(lim Limits) (*instance, context.CancelFunc) {
 // residentImage is the image m's resident instances start from (made on
 // first use by captureResident); nil: they start cold.
 func (m *Module) residentImage(ctx context.Context, lim Limits) *wasmsnap.Image {
-	if m.code.snap == nil || m.code.snap.spec.Resume == "" || m.code.snap.interp != nil {
+	if m.code.snap == nil || m.code.snap.spec.Resume == "" || !m.code.snap.ownImage() {
 		return nil
 	}
 	img := m.snapshotImage(ctx, m.captureResident)

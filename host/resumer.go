@@ -37,7 +37,7 @@ func (ld *loading) fromInterpreter() error {
 	if !ok || !sc.Resident || ld.m.code.snap != nil {
 		return nil
 	}
-	s := &snapshotState{spec: Snapshot{Resume: resumerSuffix}, globals: r.CaptureGlobals(ld.m.code.cm), code: ld.digest + resumerSuffix, interp: r}
+	s := &snapshotState{spec: Snapshot{Resume: resumerSuffix}, globals: r.CaptureGlobals(ld.m.code.cm), code: ld.digest + resumerSuffix, interp: r, recorded: -1}
 	s.scope.org, s.scope.manifest = ld.opts.Org, manifestBytes(ld.opts)
 	if ri := ld.opts.ResidentImage; ri != nil {
 		if err := ri.fits(s); err != nil {
@@ -75,4 +75,28 @@ func (s *snapshotState) enterCopy(ctx context.Context, mod api.Module, img *wasm
 func (m *Module) Capturable() bool {
 	s := m.code.snap
 	return s != nil && s.spec.Resume != "" && m.code.script != nil && m.code.script.Resident
+}
+
+// prepareNamed is prepareSnapshot for a Snapshot whose entry the module's
+// name section names (EntryName), with RecordName's argument recorded:
+// nothing is run to find them.
+func prepareNamed(wasm []byte, spec *Snapshot) ([]byte, int, uint32, error) {
+	if spec.Key == "" || spec.EntryCall == nil || spec.EntryParams < 1 || (spec.Probe == nil && !spec.CaptureOnly) {
+		return nil, 0, 0, errors.New("a Snapshot with an EntryName needs a Key, EntryParams, an EntryCall, and a Probe unless it is CaptureOnly")
+	}
+	entry, err := wasmsnap.FunctionIndex(wasm, spec.EntryName)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if spec.RecordName != "" {
+		fn, err := wasmsnap.FunctionIndex(wasm, spec.RecordName)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if wasm, err = wasmsnap.RecordParam(wasm, fn); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	out, globals, err := wasmsnap.Prepare(wasm, map[string]uint32{"run": entry})
+	return out, globals, entry, err
 }

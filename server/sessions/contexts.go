@@ -280,9 +280,7 @@ func (m *Manager) manifest(name, lang string) (*policy.Manifest, error) {
 		y += fmt.Sprintf("limits: {memory: %dMiB}\n", max(m.cfg.MemoryBytes>>20, 16))
 	}
 	y += fmt.Sprintf("actions:\n  - {name: run, timeout: %dms}\n", m.cfg.RunTimeout.Milliseconds())
-	if lang == "python" || lang == "ruby" { // the REPL's park: fork and pause capture the context there
-		y += "  - {name: park, timeout: 30s}\n"
-	}
+	y += "  - {name: park, timeout: 30s}\n" // the REPL's park: fork and pause capture the context there
 	return policy.ParseManifest("moat.yaml", []byte(y))
 }
 
@@ -392,7 +390,8 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if sc.Interpreter != nil {
 		sc.Interpreter = m.rubyInterpreter(s.owner.Org, lang, sc.Interpreter)
 	}
-	envInRuns := sc.Snapshot != nil || sc.Interpreter != nil
+	ownImage := sc.Snapshot != nil && !sc.Snapshot.CaptureOnly // JavaScript's instances start cold; only a live one is captured
+	envInRuns := ownImage || sc.Interpreter != nil
 	if !envInRuns {
 		maps.Copy(sc.Env, s.env)
 	} // else the REPL sets them from its first run: an image holds the capture's environment
@@ -405,7 +404,7 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	}
 	opts := host.LoadOptions{Name: modName, Manifest: mf, Script: &sc,
 		MaxIdle: 1, Org: s.owner.Org, LocalCode: true, CorrelationID: correlation}
-	if sc.Snapshot != nil {
+	if ownImage {
 		if opts.Like, opts.ResidentImage, err = m.baseImage(ctx, h, sp, sc, s.owner.Org, lang); err != nil {
 			return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 		}

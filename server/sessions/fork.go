@@ -33,13 +33,14 @@ import (
 // in the image is made again for the copy: the WASI descriptors (its
 // preopens are the same directories at the same guest paths, its own
 // workspace among them), the host's side of the instance (call channels,
-// op device), the random module's seed. Ruby's contexts are captured the
-// same way (repl.rb's park; the copy entered by the reactor's eval of
-// Moat.resume_copy: host/resumer.go). A context whose interpreter has no
-// such capture (JavaScript's QuickJS: see docs/RATIONALE.md, "Which
-// contexts fork and pause") cannot be captured, and a fork or a pause of
-// a session holding one is refused, naming it: never a copy that
-// silently lacks it.
+// op device), the random module's seed. Ruby's and JavaScript's contexts
+// are captured the same way (repl.rb's and repl.js's park; a Ruby copy
+// entered by the reactor's eval of Moat.resume_copy, host/resumer.go; a
+// JavaScript one by qjs's eval_buf, languages/javascript/capture.go). A
+// context whose interpreter has no such capture (see docs/RATIONALE.md,
+// "Which contexts fork and pause") cannot be captured, and a fork or a
+// pause of a session holding one is refused, naming it: never a copy
+// that silently lacks it.
 //
 // Each capture nests: the copy's interpreter is entered on top of the
 // captured frames, so a copy of a copy (or a session paused, resumed, run
@@ -101,7 +102,7 @@ func (s *Session) capture(ctx context.Context, correlation, step string) (*sessi
 		name := cc.info.Name
 		if !cc.snap {
 			release()
-			return nil, nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("%s: context %s runs %s, whose interpreter cannot be captured (only Python and Ruby contexts can be copied or paused; see docs/RATIONALE.md, \"Which contexts fork and pause\"): end that context first (E2B: removeCodeContext), then %s; or start a new session", step, name, cc.info.Language, step)}
+			return nil, nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("%s: context %s runs %s, whose interpreter cannot be captured (see docs/RATIONALE.md, \"Which contexts fork and pause\"): end that context first (E2B: removeCodeContext), then %s; or start a new session", step, name, cc.info.Language, step)}
 		}
 		if cc.depth >= MaxCaptureDepth {
 			release()

@@ -117,3 +117,67 @@ func TestSessionPauseResumeRuby(t *testing.T) {
 		t.Fatalf("on the second server: %d %s", r.status, r.body)
 	}
 }
+
+// TestSessionForkJavaScript: a JavaScript context's copies start with its
+// globals (var, functions, objects) and go on apart; a copy of a copy
+// too; pause and resume keep them; a promise behaves in a copy as in the
+// original; another organization's fork gets 404.
+func TestSessionForkJavaScript(t *testing.T) {
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann")
+	eve := ts.key(t, "evil", "eve")
+	id := newSession(t, ts, ann)
+	r, _ := sessionRun(t, ts, ann, id, "javascript", "var x = 1; function twice(n) { return n * 2; } var o = {list: [1, 2, 3]};")
+	requireInterpreter(t, r)
+	if r.status != http.StatusOK {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	run := func(sid, code string) map[string]any {
+		t.Helper()
+		r, got := sessionRun(t, ts, ann, sid, "javascript", code)
+		if r.status != http.StatusOK || got["error"] != nil {
+			t.Fatalf("%s in %s: %d %s", code, sid, r.status, r.body)
+		}
+		return got
+	}
+	if r, _ := forkSession(t, ts, eve, id, 1); r.status != http.StatusNotFound {
+		t.Fatalf("another org's fork: %d %s", r.status, r.body)
+	}
+	r, kids := forkSession(t, ts, ann, id, 2)
+	if r.status != http.StatusCreated || len(kids) != 2 {
+		t.Fatalf("fork 2: %d %s", r.status, r.body)
+	}
+	if got := run(kids[0], "x += 1; o.list.push(4); [x, twice(x), o.list.length]"); got["result"] != "[2,4,4]" {
+		t.Fatalf("the copy's state: %v", got["result"])
+	}
+	if got := run(id, "[x, o.list.length]"); got["result"] != "[1,3]" {
+		t.Fatalf("the parent after the copy's x += 1: %v", got["result"])
+	}
+	if got := run(kids[1], "x"); got["result"] != "1" {
+		t.Fatalf("the second copy: %v", got["result"])
+	}
+	if r, grand := forkSession(t, ts, ann, kids[0], 1); r.status != http.StatusCreated {
+		t.Fatalf("fork of a fork: %d %s", r.status, r.body)
+	} else if got := run(grand[0], "x * 10"); got["result"] != "20" {
+		t.Fatalf("the copy of the copy: %v", got["result"])
+	}
+	if r := ts.do(t, "POST", "/v1/sessions/"+kids[1]+"/pause", ann, nil); r.status != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	if r := ts.do(t, "POST", "/v1/sessions/"+kids[1]+"/resume", ann, nil); r.status != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	if got := run(kids[1], "[x, twice(21)]"); got["result"] != "[1,42]" {
+		t.Fatalf("after resume: %v", got["result"])
+	}
+	// A promise's callbacks run as they do in the original context (the
+	// REPL serves its runs from one job, so they wait in both alike).
+	var seen []any
+	for _, sid := range []string{id, kids[1]} {
+		run(sid, "var seen = 0; Promise.resolve(5).then((v) => { seen = v; }); null")
+		seen = append(seen, run(sid, "seen")["result"])
+	}
+	if seen[0] != seen[1] {
+		t.Errorf("a promise's callback: %v in the parent, %v in the resumed copy", seen[0], seen[1])
+	}
+}
