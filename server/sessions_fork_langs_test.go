@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/server/sessions"
 )
 
 // TestSessionForkRuby: a Ruby context's copies start with its local
@@ -179,5 +181,31 @@ func TestSessionForkJavaScript(t *testing.T) {
 	}
 	if seen[0] != seen[1] {
 		t.Errorf("a promise's callback: %v in the parent, %v in the resumed copy", seen[0], seen[1])
+	}
+}
+
+// TestSessionForkJavaScriptDepth: a JavaScript context's state goes
+// through at most sessions.MaxCaptureDepthJavaScript generations that
+// ran (each nests on qjs's small shadow stack); past them a fork is
+// refused by name, and the last copy still runs.
+func TestSessionForkJavaScriptDepth(t *testing.T) {
+	ts := start(t, "", nil)
+	ann := ts.key(t, "acme", "ann")
+	id := newSession(t, ts, ann)
+	r, _ := sessionRun(t, ts, ann, id, "javascript", "var x = 0; function deep(n) { return n == 0 ? 0 : 1 + deep(n - 1); }")
+	requireInterpreter(t, r)
+	for i := 1; i <= sessions.MaxCaptureDepthJavaScript; i++ {
+		r, kids := forkSession(t, ts, ann, id, 1)
+		if r.status != http.StatusCreated {
+			t.Fatalf("generation %d: %d %s", i, r.status, r.body)
+		}
+		ts.do(t, "DELETE", "/v1/sessions/"+id, ann, nil)
+		id = kids[0]
+		if r, got := sessionRun(t, ts, ann, id, "javascript", "x += 1; [x, deep(100)]"); got["result"] != fmt.Sprintf("[%d,100]", i) {
+			t.Fatalf("generation %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r, _ := forkSession(t, ts, ann, id, 1); r.status != http.StatusConflict || !strings.Contains(string(r.body), "copy of a copy") {
+		t.Fatalf("past the bound: %d %s", r.status, r.body)
 	}
 }
