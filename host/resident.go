@@ -283,6 +283,8 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	inst.mod = mod
 	go func() {
 		switch {
+		case img != nil && m.code.snap.interp != nil:
+			r.err = m.code.snap.enterCopy(actx, mod, img)
 		case img != nil:
 			r.err = m.enterImage(actx, mod, img, m.code.snap.spec.Resume)
 		case m.code.script.Interpreter != nil:
@@ -354,7 +356,7 @@ func (m *Module) residentShell(lim Limits) (*instance, context.CancelFunc) {
 // residentImage is the image m's resident instances start from (made on
 // first use by captureResident); nil: they start cold.
 func (m *Module) residentImage(ctx context.Context, lim Limits) *wasmsnap.Image {
-	if m.code.snap == nil || m.code.snap.spec.Resume == "" {
+	if m.code.snap == nil || m.code.snap.spec.Resume == "" || !m.code.snap.ownImage() {
 		return nil
 	}
 	img := m.snapshotImage(ctx, m.captureResident)

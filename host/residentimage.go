@@ -100,7 +100,7 @@ func (ri *ResidentImage) fits(s *snapshotState) error {
 // resident script with a Snapshot, or its capture failed).
 func (m *Module) ResidentImage(ctx context.Context) *ResidentImage {
 	s := m.code.snap
-	if s == nil || s.spec.Resume == "" || m.code.script == nil || !m.code.script.Resident {
+	if s == nil || s.spec.Resume == "" || m.code.script == nil || !m.code.script.Resident || (!s.ownImage() && !s.given) {
 		return nil
 	}
 	var img *wasmsnap.Image

@@ -94,6 +94,12 @@ var scriptLoader = &loader{
 		if err := compileWasm(ctx, ld, ld.opts.Script.Interpreter); err != nil {
 			return err
 		}
+		if err := ld.fromInterpreter(); err != nil {
+			return err
+		}
+		if err := ld.refuseImage(); err != nil {
+			return err
+		}
 		return ld.checkScript()
 	},
 	start: func(_ context.Context, ld *loading) (moduleRuntime, []string, error) {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/abi"
+	"github.com/moat-sandbox/moat/host/driver"
 	"github.com/moat-sandbox/moat/internal/atomicfile"
 	"github.com/moat-sandbox/moat/internal/wasmsnap"
 	"github.com/moat-sandbox/moat/policy"
@@ -120,6 +121,19 @@ type Snapshot struct {
 	// image is entered with (its serve loop); Args, Env and Mounts are
 	// then the Script's, with the op device.
 	Resume string
+	// EntryName, in place of the Find fields, names the entry in the
+	// module's name section (a build that keeps it: QuickJS's eval_buf).
+	EntryName string
+	// RecordName names a function whose first argument (an i32) the
+	// module records in a global of its own on every call
+	// (wasmsnap.RecordParam); the value it held at the capture follows
+	// the park line's numbers in EntryCall's park: QuickJS's JSContext,
+	// which no script can name.
+	RecordName string
+	// CaptureOnly: the module makes no image of its own; its instances
+	// start cold, and only a live one is captured (CaptureResident) and
+	// started from (LoadOptions.ResidentImage). Probe is then unused.
+	CaptureOnly bool
 }
 
 // snapshotState is a module's image, made once.
@@ -147,7 +161,18 @@ type snapshotState struct {
 	toolchain bool
 	// park is a capture of a live instance in progress (CaptureResident).
 	park atomic.Pointer[residentPark]
+	// interp, when set, enters copies in place of the entry, and the
+	// module has no image of its own (resumer.go).
+	interp driver.Resumer
+	// recorded is the index of the global holding RecordName's argument,
+	// or -1.
+	recorded int
 }
+
+// ownImage says whether the module makes an image of its own (from its
+// top level, or a command's park), rather than only capturing live
+// instances and starting from a given image.
+func (s *snapshotState) ownImage() bool { return s.interp == nil && !s.spec.CaptureOnly }
 
 // errParked unwinds a capture run from its park.
 var errParked = errors.New("parked for a snapshot")
@@ -171,14 +196,17 @@ func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
 	if l := ld.like(); l != nil && l.code.snap != nil && sameEntry(&l.code.snap.spec, spec) {
 		// The Template's preparation: the same bytes, the same entry.
 		ld.source, ld.codeDigest = nil, l.code.snap.code
-		s = &snapshotState{spec: *spec, globals: l.code.snap.globals, code: ld.codeDigest}
+		s = &snapshotState{spec: *spec, globals: l.code.snap.globals, code: ld.codeDigest, recorded: l.code.snap.recorded}
 	} else {
 		source, globals, entry, err := ld.h.prepareSnapshot(ctx, ld.digest, ld.wasm, spec, ld.opts.FirstTime, ld.opts.Toolchain)
 		if err != nil {
 			return ld.fail(abi.CodeBadModule, err, "snapshot: %v", err)
 		}
 		ld.source, ld.codeDigest = source, fmt.Sprintf("%s-snap%d", ld.digest, entry)
-		s = &snapshotState{spec: *spec, globals: globals, code: ld.codeDigest}
+		s = &snapshotState{spec: *spec, globals: globals, code: ld.codeDigest, recorded: -1}
+		if spec.RecordName != "" {
+			s.recorded = globals - 1 // RecordParam's, defined last
+		}
 	}
 	s.scope.org, s.scope.manifest = ld.opts.Org, manifestBytes(ld.opts)
 	s.toolchain = ld.opts.Toolchain
@@ -195,6 +223,7 @@ func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
 // sameEntry reports whether a and b find the same entry.
 func sameEntry(a, b *Snapshot) bool {
 	return a.FindMarker == b.FindMarker && a.EntryParams == b.EntryParams && slices.Equal(a.FindArgs, b.FindArgs) &&
+		a.EntryName == b.EntryName && a.RecordName == b.RecordName &&
 		fmt.Sprint(a.FindFixed) == fmt.Sprint(b.FindFixed)
 }
 
@@ -203,6 +232,9 @@ func sameEntry(a, b *Snapshot) bool {
 // for a module loaded with a Snapshot. It returns the bytes to compile,
 // the number of globals and the entry.
 func (h *Host) prepareSnapshot(ctx context.Context, digest string, wasm []byte, spec *Snapshot, firstTime func(string) func(), toolchain bool) ([]byte, int, uint32, error) {
+	if spec.EntryName != "" {
+		return prepareNamed(wasm, spec)
+	}
 	if spec.Probe == nil || spec.Key == "" || spec.FindMarker == "" || spec.EntryCall == nil || spec.EntryParams < 1 {
 		return nil, 0, 0, errors.New("a Snapshot needs a Key, a FindMarker, EntryParams, an EntryCall and a Probe")
 	}
@@ -581,7 +613,11 @@ func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.I
 	if fn == nil || !wasmsnap.EntrySignature(fn.Definition(), spec.EntryParams) {
 		return fmt.Errorf("the entry is missing or does not take %d ints", spec.EntryParams)
 	}
-	args := spec.EntryCall(at, img.Values)
+	park := img.Values
+	if r := m.code.snap.recorded; r >= 0 && r < len(img.Globals) {
+		park = append(slices.Clone(park), img.Globals[r])
+	}
+	args := spec.EntryCall(at, park)
 	if len(args) != spec.EntryParams {
 		return fmt.Errorf("the entry takes %d arguments, not %d", spec.EntryParams, len(args))
 	}
@@ -603,7 +639,7 @@ func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.I
 // capture's (the same mounts at the same guest paths in the same order,
 // nothing else); nil otherwise.
 func (m *Module) imageFor(ctx context.Context, req RunRequest, lim Limits) *wasmsnap.Image {
-	if m.code.snap == nil || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
+	if m.code.snap == nil || !m.code.snap.ownImage() || req.Entry == "" || req.FS != nil || req.Ops || m.files != nil || len(req.Entry) > maxEntryCode {
 		return nil
 	}
 	want := m.code.snap.spec.Mounts

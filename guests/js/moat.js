@@ -797,6 +797,20 @@ export function serve() {
   std.out.flush();
 }
 
+// _resumeCopy serves in an instance started from a copy of a live one (a
+// session's fork or pause: languages/javascript/capture.go), entered on
+// top of the copy's frames, which never run again. The device the copy
+// holds is the original's: kept, never closed (its descriptor number may
+// be this instance's own device, and a collected file closes its
+// descriptor), and a new one opened.
+const staleDevices = [];
+export function _resumeCopy() {
+  if (dev !== null) staleDevices.push(dev);
+  dev = null;
+  served = false;
+  serve();
+}
+
 // registered reports whether the script registered actions (the bootstrap
 // asks, after its top-level code).
 export function registered() {

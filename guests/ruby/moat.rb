@@ -88,6 +88,10 @@ module Moat
 
     def close = @f.close
 
+    # forget lets the descriptor go without closing it (a copy's: the
+    # number is the copy's own file, or none).
+    def forget = (@f.autoclose = false)
+
     # call sends {"op":op,"req":req} (req already JSON) and returns the
     # decoded reply.
     def call(op, req)
@@ -158,6 +162,20 @@ module Moat
     def before_snapshot
       @device&.close
       @device = nil
+    end
+
+    # resume_copy serves in an instance started from a copy of a live one
+    # (a session's fork or pause: languages/ruby/plugin.go), entered on
+    # top of the copy's frames, which never run again. The op device the
+    # copy holds is the original's: forgotten (its descriptor is not
+    # closed: the number may be this instance's own) and a new one
+    # opened; the random sequence is not the original's.
+    def resume_copy
+      @device&.forget
+      @device = nil
+      @served = true
+      Random.srand
+      serve_resident
     end
 
     # config is one value of the module's configuration, or default. The

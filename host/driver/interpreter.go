@@ -80,3 +80,25 @@ type ScriptError struct {
 }
 
 func (e *ScriptError) Error() string { return e.Message }
+
+// Resumer is an Interpreter whose live instances may be copied between
+// two calls and whose copies it can enter: a session's fork or pause of
+// a Ruby context (server/sessions). The host does the copying as it does
+// for a script with a Snapshot (host.Module.CaptureResident: the
+// instance's memory and the globals its compiled module exports, taken
+// at a clock read after the park line), restores a copy into a fresh
+// instance of the same compiled module, and asks the Resumer to enter it.
+// Only the entry is the interpreter's: the host cannot call a reactor's
+// eval itself, and knows no code to give it.
+type Resumer interface {
+	Interpreter
+	// CaptureGlobals is how many globals the module Compile returned
+	// exports to be copied (wasmsnap.Prepare's count); the host copies
+	// and restores that many.
+	CaptureGlobals(cm wazero.CompiledModule) int
+	// Resume enters mod, whose memory and globals the host restored from
+	// a copy (values are the numbers its park line gave), and serves its
+	// calls as Run's serve loop does, returning when the host stops the
+	// instance. The copy's frames below the entry never run again.
+	Resume(ctx context.Context, mod api.Module, values []uint64) error
+}

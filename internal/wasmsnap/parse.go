@@ -19,6 +19,19 @@ type module struct {
 	exportSection   [2]int // [start, end) of the whole section, or zero
 	insertExportsAt int    // where a new export section goes
 	bodies          []span // each function body, in its section
+	// For RecordParam and FunctionIndex (record.go).
+	sections      []section         // every section, in order
+	globalSection [2]int            // [start, end) of the global section, or zero
+	codeSection   [2]int            // [start, end) of the code section, or zero
+	typeParams    [][]byte          // each type's parameter types
+	funcTypes     []uint32          // each defined function's type
+	funcNames     map[string]uint32 // the name section's function names
+}
+
+type section struct {
+	id         byte
+	name       string // a custom section's
+	start, end int
 }
 
 type export struct {
@@ -116,7 +129,27 @@ func parse(wasm []byte) (*module, error) {
 			break
 		}
 		s := &reader{b: body}
+		sec := section{id: id, start: start, end: r.off}
 		switch id {
+		case 0:
+			sec.name = string(s.bytes(s.u32()))
+			if sec.name == "name" && s.err == nil {
+				m.readNames(s)
+			}
+			s.err = nil // a custom section's content is no reason to refuse the module
+		case 1:
+			for range s.u32() {
+				if s.byte() != 0x60 {
+					s.err = fmt.Errorf("a type that is not a function")
+					break
+				}
+				m.typeParams = append(m.typeParams, s.bytes(s.u32()))
+				s.bytes(s.u32())
+			}
+		case 3:
+			for range s.u32() {
+				m.funcTypes = append(m.funcTypes, s.u32())
+			}
 		case 2:
 			for range s.u32() {
 				s.bytes(s.u32())
@@ -139,6 +172,7 @@ func parse(wasm []byte) (*module, error) {
 				}
 			}
 		case 6:
+			m.globalSection = [2]int{start, r.off}
 			n := s.u32()
 			for range n {
 				s.byte() // value type
@@ -154,6 +188,7 @@ func parse(wasm []byte) (*module, error) {
 				m.exports = append(m.exports, export{name: name, kind: kind, index: s.u32()})
 			}
 		case 10:
+			m.codeSection = [2]int{start, r.off}
 			for range s.u32() {
 				from := s.off // DWARF may address the size field or what follows it
 				s.bytes(s.u32())
@@ -163,6 +198,7 @@ func parse(wasm []byte) (*module, error) {
 		if s.err != nil {
 			return nil, fmt.Errorf("wasmsnap: section %d: %w", id, s.err)
 		}
+		m.sections = append(m.sections, sec)
 		// A new export section goes after the sections that precede it
 		// in the specification's order (type 1 … global 6), before the
 		// rest (start 8 onwards, and data count 12, which sits between
@@ -221,4 +257,26 @@ func (m *module) withExports(add []export) ([]byte, error) {
 	out = append(out, m.wasm[:from]...)
 	out = append(out, section...)
 	return append(out, m.wasm[to:]...), nil
+}
+
+// readNames reads the name section's function names (subsection 1), at
+// most 1<<20 of them; a malformed one leaves the names read so far.
+func (m *module) readNames(r *reader) {
+	m.funcNames = map[string]uint32{}
+	for r.err == nil && r.off < len(r.b) {
+		id := r.byte()
+		sub := &reader{b: r.bytes(r.u32())}
+		if id != 1 || r.err != nil {
+			continue
+		}
+		for n := sub.u32(); n > 0 && n <= 1<<20 && sub.err == nil; n-- {
+			idx := sub.u32()
+			name := string(sub.bytes(sub.u32()))
+			if sub.err == nil {
+				if _, dup := m.funcNames[name]; !dup {
+					m.funcNames[name] = idx
+				}
+			}
+		}
+	}
 }

@@ -33,6 +33,7 @@ import (
 var (
 	_ languages.InterpreterProvider = Language{}
 	_ languages.ResidentDetector    = Language{}
+	_ driver.Resumer                = (*pluginInterpreter)(nil)
 )
 
 // ScriptInterpreter implements languages.InterpreterProvider.
@@ -121,6 +122,24 @@ func (p *pluginInterpreter) Run(ctx context.Context, mod api.Module, args []stri
 	}
 	return g.scriptStatus(g.eval(pluginServe))
 }
+
+// CaptureGlobals implements driver.Resumer: the globals Compile's
+// module exports (wasmsnap.Prepare's).
+func (p *pluginInterpreter) CaptureGlobals(wazero.CompiledModule) int { return p.globals }
+
+// Resume implements driver.Resumer: a copy of a live instance (a
+// session's fork or pause) is entered by the reactor's own eval, nested
+// on the copy's frames as a C extension's call into Ruby is, and serves
+// again (Moat.resume_copy: a device of its own, a new seed). Those frames
+// never run again; each copy nests once more (server/sessions bounds the
+// generations).
+func (p *pluginInterpreter) Resume(ctx context.Context, mod api.Module, _ []uint64) error {
+	ctx = context.WithValue(ctx, handlesKey{}, &handles{})
+	g := guest{ctx: ctx, mod: mod, realloc: mod.ExportedFunction(exportRealloc)}
+	return g.scriptStatus(g.eval(pluginResume))
+}
+
+var pluginResume = pluginRescue(`Moat.resume_copy`)
 
 // scriptStatus reads what a plugin wrapper evaluated to: "0", or why the
 // script failed.

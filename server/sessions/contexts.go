@@ -77,8 +77,8 @@ type codeContext struct {
 	runs atomic.Int64
 	mod  *host.Module
 	mu   sync.Mutex // one run at a time: the one instance's
-	// snap: the context's interpreter starts from an image (and may be
-	// captured into one); the session's variables go with each run.
+	// snap: the context's instance may be captured into an image and a
+	// copy started from it (host.Module.Capturable: Python's, Ruby's).
 	snap bool
 	// depth is how many captures its state went through (fork.go).
 	depth int
@@ -280,9 +280,7 @@ func (m *Manager) manifest(name, lang string) (*policy.Manifest, error) {
 		y += fmt.Sprintf("limits: {memory: %dMiB}\n", max(m.cfg.MemoryBytes>>20, 16))
 	}
 	y += fmt.Sprintf("actions:\n  - {name: run, timeout: %dms}\n", m.cfg.RunTimeout.Milliseconds())
-	if lang == "python" { // repl.py's park: fork and pause capture the context there
-		y += "  - {name: park, timeout: 30s}\n"
-	}
+	y += "  - {name: park, timeout: 30s}\n" // the REPL's park: fork and pause capture the context there
 	return policy.ParseManifest("moat.yaml", []byte(y))
 }
 
@@ -392,7 +390,8 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	if sc.Interpreter != nil {
 		sc.Interpreter = m.rubyInterpreter(s.owner.Org, lang, sc.Interpreter)
 	}
-	envInRuns := sc.Snapshot != nil || sc.Interpreter != nil
+	ownImage := sc.Snapshot != nil && !sc.Snapshot.CaptureOnly // JavaScript's instances start cold; only a live one is captured
+	envInRuns := ownImage || sc.Interpreter != nil
 	if !envInRuns {
 		maps.Copy(sc.Env, s.env)
 	} // else the REPL sets them from its first run: an image holds the capture's environment
@@ -405,23 +404,20 @@ func (s *Session) context(ctx context.Context, correlation, name, lang string) (
 	}
 	opts := host.LoadOptions{Name: modName, Manifest: mf, Script: &sc,
 		MaxIdle: 1, Org: s.owner.Org, LocalCode: true, CorrelationID: correlation}
-	if sc.Snapshot != nil {
+	if ownImage {
 		if opts.Like, opts.ResidentImage, err = m.baseImage(ctx, h, sp, sc, s.owner.Org, lang); err != nil {
 			return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 		}
 	}
 	info := ContextInfo{Name: name, Language: lang, CreatedAt: time.Now().UTC()}
-	if pend != nil { // a copy's: it starts where the context it copies was
-		if sc.Snapshot == nil {
-			return nil, fmt.Errorf("session %s: context %s: the %s interpreter has no snapshot to start the copy from", s.id, name, lang)
-		}
+	if pend != nil { // a copy's: it starts where the context it copies was (the host refuses a module that cannot)
 		opts.ResidentImage, info = pend.img, pend.info
 	}
 	mod, err := h.Load(ctx, sp.WASM, opts)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: start the %s context: %w", s.id, lang, err)
 	}
-	cc := &codeContext{info: info, mod: mod, snap: sc.Snapshot != nil, envInRuns: envInRuns}
+	cc := &codeContext{info: info, mod: mod, snap: mod.Capturable(), envInRuns: envInRuns}
 	if pend != nil {
 		cc.runs.Store(int64(pend.info.Runs))
 		cc.depth = pend.depth

@@ -33,23 +33,39 @@ import (
 // in the image is made again for the copy: the WASI descriptors (its
 // preopens are the same directories at the same guest paths, its own
 // workspace among them), the host's side of the instance (call channels,
-// op device), the random module's seed. A context whose interpreter has
-// no such capture (JavaScript's QuickJS, Ruby's CRuby: see docs/
-// RATIONALE.md, "Only Python contexts fork and pause") cannot be
-// captured, and a fork or a pause of a session holding one is refused,
-// naming it: never a copy that silently lacks it.
+// op device), the random module's seed. Ruby's and JavaScript's contexts
+// are captured the same way (repl.rb's and repl.js's park; a Ruby copy
+// entered by the reactor's eval of Moat.resume_copy, host/resumer.go; a
+// JavaScript one by qjs's eval_buf, languages/javascript/capture.go). A
+// context whose interpreter has no such capture (see docs/RATIONALE.md,
+// "Which contexts fork and pause") cannot be captured, and a fork or a
+// pause of a session holding one is refused, naming it: never a copy
+// that silently lacks it.
 //
 // Each capture nests: the copy's interpreter is entered on top of the
 // captured frames, so a copy of a copy (or a session paused, resumed, run
 // and paused again) is one level deeper, ~10 KiB of the interpreter's
 // shadow stack each (measured: a context ran out of it after ~60 pause,
-// resume and run cycles). MaxCaptureDepth bounds it at half that.
+// resume and run cycles). MaxCaptureDepth bounds it at half that. qjs's
+// shadow stack is 64 KiB in all (a fresh context recurses ~200 deep), and
+// each generation that ran takes some of it (measured: ~125 deep left
+// after 8, 25 after 20), so a JavaScript context's bound is
+// MaxCaptureDepthJavaScript.
 
 // Bounds of a fork.
 const (
-	MaxForkCount    = 100
-	MaxCaptureDepth = 32
+	MaxForkCount              = 100
+	MaxCaptureDepth           = 32
+	MaxCaptureDepthJavaScript = 8
 )
+
+// maxDepth is the most generations cc's state may go through.
+func (cc *codeContext) maxDepth() int {
+	if cc.info.Language == "javascript" {
+		return MaxCaptureDepthJavaScript
+	}
+	return MaxCaptureDepth
+}
 
 // pendingContext is a copy's context not run yet.
 type pendingContext struct {
@@ -99,9 +115,9 @@ func (s *Session) capture(ctx context.Context, correlation, step string) (*sessi
 		name := cc.info.Name
 		if !cc.snap {
 			release()
-			return nil, nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("%s: context %s runs %s, whose interpreter cannot be captured (only Python contexts can be copied or paused; see docs/RATIONALE.md, \"Only Python contexts fork and pause\"): end that context first (E2B: removeCodeContext), then %s; or start a new session", step, name, cc.info.Language, step)}
+			return nil, nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("%s: context %s runs %s, whose interpreter cannot be captured (see docs/RATIONALE.md, \"Which contexts fork and pause\"): end that context first (E2B: removeCodeContext), then %s; or start a new session", step, name, cc.info.Language, step)}
 		}
-		if cc.depth >= MaxCaptureDepth {
+		if cc.depth >= cc.maxDepth() {
 			release()
 			return nil, nil, &Error{Code: "conflict", Session: s.id, Reason: fmt.Sprintf("context %s is a copy of a copy %d times over, the most there may be (each nests its interpreter once more); fork an earlier session", name, cc.depth)}
 		}

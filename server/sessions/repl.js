@@ -64,3 +64,17 @@ moat.action("run", (s) => {
   }
   return JSON.stringify({ stdout: out, stderr: err, result, error, execution_count: count });
 });
+
+// Be captured for a fork or a pause (fork.go): between runs. The token
+// goes on stdout, then a clock read, where the host copies this instance
+// and lets the call go on; a copy is entered by moat._resumeCopy (through
+// qjs's eval_buf), on top of these frames, which never run again there.
+// A file the code holds open (std.open, os.open) is not in the copy: its
+// descriptor is this instance's, so the copy's reads and writes of it
+// fail.
+moat.action("park", (tok) => {
+  std.out.puts(tok + "\n");
+  std.out.flush();
+  Date.now();
+  return "parked";
+});

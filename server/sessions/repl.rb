@@ -68,3 +68,23 @@ Moat.action("run") do |input|
   JSON.generate({ "stdout" => out.string, "stderr" => err.string, "result" => result,
                   "error" => error, "execution_count" => $moat_count })
 end
+
+# Be captured for a fork or a pause (fork.go): between runs, with no file
+# the code opened still open (its descriptor is this instance's, and a
+# copy's instance has none). The token goes on stdout, then a clock read,
+# where the host copies this instance and lets the call go on; a copy is
+# entered by Moat.resume_copy, on top of these frames, which never run
+# again there.
+Moat.action("park") do |input|
+  tok = input.text
+  ops = ENV["MOAT_OPS"]
+  ObjectSpace.each_object(File) do |f|
+    next if f.closed? || f.fileno <= 2 || f.path == ops
+
+    raise IOError, "the file #{f.path.inspect} is open (descriptor #{f.fileno}); " \
+                   "a copy of this context could not use it: close it, then fork or pause"
+  end
+  STDOUT.syswrite("#{tok}\n")
+  Time.now
+  "parked"
+end

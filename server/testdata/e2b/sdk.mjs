@@ -172,11 +172,17 @@ eq("other org list", (await Sandbox.list({ apiKey: other }).nextItems()).length,
 await rejects("a wrong key", Sandbox.list({ apiKey: "moat_not_a_key" }).nextItems(), (e) => e instanceof AuthenticationError);
 ok("other org refused");
 
-// Fork and pause: a sandbox whose contexts are Python (a JavaScript
-// context cannot be captured, and pause names it: a 400, not a quiet false).
-await rejects("pause with a js context", sbx.pause(), (e) => /JavaScript|javascript|captured/.test(e.message));
-await rejects("fork with a js context", Sandbox.fork(sbx.sandboxId, { count: 1 }), (e) => /javascript/.test(e.message) && /cannot be captured/.test(e.message));
-eq("the js context kept after the refusals", (await sbx.runCode("typeof y", { language: "js" })).text, "number");
+// Fork and pause of a sandbox holding a JavaScript context (and its
+// Python one): the copy has both contexts' variables and goes on apart.
+const [jsCopyInfo] = await Sandbox.fork(sbx.sandboxId, { count: 1 });
+const jsCopy = await CodeSandbox.connect(jsCopyInfo.sandboxId);
+eq("the js copy has y", (await jsCopy.runCode("y += 1; y", { language: "js" })).text, "41");
+eq("the js parent keeps y", (await sbx.runCode("y", { language: "js" })).text, "40");
+eq("the js copy pauses", await jsCopy.pause(), true);
+const jsResumed = await CodeSandbox.connect(jsCopyInfo.sandboxId);
+eq("the js copy resumed has y", (await jsResumed.runCode("y * 2", { language: "js" })).text, "82");
+await jsResumed.kill();
+ok("fork and pause with a js context");
 const base = await CodeSandbox.create({ timeoutMs: 120_000 });
 await base.runCode("x = 7");
 await base.files.write("note.txt", "kept");
