@@ -246,8 +246,10 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 	s.path = path
 	img, err := wasmsnap.Open(path, s.globals)
 	if err == nil {
-		s.img = img
-		return img
+		// Read once into a sealed memfd, which every instance maps
+		// copy-on-write (enterImage); checked once, as it was read.
+		s.img = img.Shared()
+		return s.img
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		// Torn, truncated, of another format, or another image's copied
@@ -518,13 +520,16 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 		}
 		defer done()
 	}
-	actx := experimental.WithMemoryAllocator(ctx, newLimitedMemory(lim))
+	alloc := newLimitedMemory(lim)
+	alloc.UseMapping()
+	actx := experimental.WithMemoryAllocator(ctx, alloc)
 	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc.WithFSConfig(fsc))
 	if err != nil {
 		return 0, err
 	}
+	alloc.KeepWhile(mod)
 	defer mod.Close(context.Background())
-	err = m.enterImage(actx, mod, img, code)
+	err = m.enterImage(actx, mod, img, code, alloc)
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil
@@ -537,9 +542,11 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 // with status 0, or the entry returning), a *sys.ExitError for an exit
 // with another status (status 1 when the entry returned 0, C's NULL:
 // CPython's PyRun_StringFlags returns NULL with an exception the code
-// did not handle), or the trap.
-func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.Image, code string) error {
-	if err := img.Restore(mod); err != nil {
+// did not handle), or the trap. The image is mapped into mod's memory
+// copy-on-write when alloc is mapped (UseMapping, before instantiation)
+// and the image is shared (wasmsnap.Image.Shared), else copied.
+func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.Image, code string, alloc *limitedMemory) error {
+	if err := img.RestoreMapped(mod, alloc); err != nil {
 		return err
 	}
 	spec := m.code.snap.spec

@@ -348,13 +348,12 @@ func (ir *imageReader) contexts() ([]*host.ResidentImage, error) {
 	tr := io.TeeReader(ir.r, ir.sum)
 	var imgs []*host.ResidentImage
 	for _, c := range ir.h.Contexts {
-		b := make([]byte, c.Bytes)
-		if _, err := io.ReadFull(tr, b); err != nil {
-			return nil, ir.fail(err)
-		}
-		img, err := host.UnmarshalResidentImage(b)
+		// Streamed into the sealed file its instance maps; its own
+		// checksum is not computed: the session's covers it, and
+		// nothing read is used before that is checked (workspace).
+		img, err := host.ReadResidentImage(tr, c.Bytes, true)
 		if err != nil {
-			return nil, errBadImage
+			return nil, ir.fail(err)
 		}
 		imgs = append(imgs, img)
 	}
