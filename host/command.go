@@ -249,7 +249,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 	}
 	img := m.imageFor(ctx, req, lim)
 	if img != nil {
-		alloc.UseMapping() // the image mapped, not copied (enterImage)
+		alloc.UseMapping(uint64(img.Pages) * 65536) // the image mapped, not copied (enterImage)
 	}
 	runStart := time.Now()
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc))

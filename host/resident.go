@@ -265,7 +265,7 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	inst.stdout.begin(sctx, inst.env.Log)
 	inst.stderr.begin(sctx, inst.env.Log)
 	if img != nil {
-		inst.mem.UseMapping() // the image mapped, not copied (enterImage)
+		inst.mem.UseMapping(uint64(img.Pages) * 65536) // the image mapped, not copied (enterImage)
 	}
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
 	rt := m.host.runtime

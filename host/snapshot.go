@@ -521,7 +521,7 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 		defer done()
 	}
 	alloc := newLimitedMemory(lim)
-	alloc.UseMapping()
+	alloc.UseMapping(uint64(img.Pages) * 65536)
 	actx := experimental.WithMemoryAllocator(ctx, alloc)
 	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc.WithFSConfig(fsc))
 	if err != nil {

@@ -37,13 +37,52 @@ import (
 const maxReserve = 1 << 32
 
 // UseMapping makes the memories Allocate makes from now on mapped (above).
-// Call it before the instance is instantiated.
-func (a *Allocator) UseMapping() { a.mapped = true }
+// Call it before the instance is instantiated. restoring, when not zero,
+// says the instance's memory is restored from an image of that many
+// bytes right after instantiation, before any code of the guest runs:
+// its first grow is to the image's size and every byte is then the
+// image's (wasmsnap.RestoreMapped). What wazero writes before (the data
+// segments: 7 MB for CPython) is then never read, so it goes into a
+// scratch buffer reused between instances instead of pages made (a
+// fault each) and thrown away, and that first grow keeps none of it.
+func (a *Allocator) UseMapping(restoring uint64) { a.mapped, a.restoring = true, restoring }
+
+// scratch holds the buffers initial memories of restored instances are
+// written into (UseMapping): resident pages, so the data segments cost a
+// copy and no page faults.
+var scratch sync.Pool
+
+// initialScratch is the initial memory of size bytes of an instance
+// UseMapping says is restored at once; nil when it is not.
+func (m *memory) initialScratch(size uint64) []byte {
+	if m.res == nil || m.a.restoring <= size || size == 0 {
+		return nil
+	}
+	if b, ok := scratch.Get().(*[]byte); ok && uint64(cap(*b)) >= size {
+		m.scratch = b
+	} else {
+		m.scratch = &[]byte{}
+		*m.scratch = make([]byte, size)
+	}
+	return (*m.scratch)[:size:size]
+}
+
+// leaveScratch is the first grow of a memory on scratch: onto its
+// reservation, keeping nothing (the image is restored over it).
+func (m *memory) leaveScratch(size uint64) []byte {
+	buf := m.res.commit(size)
+	if buf == nil {
+		return nil
+	}
+	scratch.Put(m.scratch)
+	m.scratch = nil
+	return buf
+}
 
 // Mapped reports whether the instance's only memory is mapped, so that
 // MapPrivate can back it with a file.
 func (a *Allocator) Mapped() bool {
-	return len(a.mems) == 1 && a.mems[0].res != nil
+	return len(a.mems) == 1 && a.mems[0].res != nil && a.mems[0].scratch == nil
 }
 
 // KeepWhile keeps the address space of the memories mapped until owner
@@ -149,12 +188,6 @@ func (r *reservation) commit(size uint64) []byte {
 		}
 		if unix.Mprotect(r.all[r.committed:end], unix.PROT_READ|unix.PROT_WRITE) != nil {
 			return nil
-		}
-		if r.committed == 0 {
-			// The initial size, which wazero fills with the data
-			// segments at once (7 MB for CPython): its pages made in
-			// one call, not a fault each (Linux 5.14; else faulted).
-			_ = unix.Madvise(r.all[:end], unix.MADV_POPULATE_WRITE)
 		}
 		r.committed = end
 	}

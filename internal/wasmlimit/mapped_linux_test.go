@@ -43,13 +43,13 @@ func TestMapPrivate(t *testing.T) {
 	var allocs []*Allocator
 	for range 2 {
 		a := NewAllocator(8 * page)
-		a.UseMapping()
+		a.UseMapping(0)
 		m := a.Allocate(page, 16*page)
-		buf := m.Reallocate(page)
+		m.Reallocate(page)
 		if !a.Mapped() {
 			t.Fatal("the memory is not mapped")
 		}
-		buf = m.Reallocate(4 * page)
+		buf := m.Reallocate(4 * page)
 		if err := a.MapPrivate(int(f.Fd()), 4*page); err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestMapPrivateRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := NewAllocator(8 * page)
 			if tt.mapped {
-				a.UseMapping()
+				a.UseMapping(0)
 			}
 			m := a.Allocate(page, 16*page)
 			defer m.Free()
@@ -117,7 +117,7 @@ func TestMapPrivateRefusals(t *testing.T) {
 func TestMappedFreeKeptWhileOwned(t *testing.T) {
 	f := imageFile(t, 2*page)
 	a := NewAllocator(8 * page)
-	a.UseMapping()
+	a.UseMapping(0)
 	m := a.Allocate(page, 16*page)
 	buf := m.Reallocate(2 * page)
 	if err := a.MapPrivate(int(f.Fd()), 2*page); err != nil {
@@ -144,4 +144,34 @@ func TestMappedFreeKeptWhileOwned(t *testing.T) {
 		}
 	}
 	t.Fatal("the reservation was not unmapped once its owner was gone")
+}
+
+// TestMappedScratch: a memory restored at once (UseMapping's restoring)
+// starts on a scratch buffer, whatever an earlier instance left there,
+// and its first grow leaves it for zeroed pages of its reservation; the
+// limit counts it as any memory; it is not Mapped until it moved.
+func TestMappedScratch(t *testing.T) {
+	for round := range 3 {
+		a := NewAllocator(8 * page)
+		a.UseMapping(4 * page)
+		m := a.Allocate(2*page, 16*page)
+		init := m.Reallocate(2 * page)
+		if len(init) != 2*page || a.Mapped() || a.Size() != 2*page {
+			t.Fatalf("round %d: initial %d bytes, Mapped %v, Size %d", round, len(init), a.Mapped(), a.Size())
+		}
+		for i := range init {
+			init[i] = 0xaa // as the data segments would be
+		}
+		grown := m.Reallocate(4 * page)
+		if grown == nil || !a.Mapped() || a.Size() != 4*page {
+			t.Fatalf("round %d: the first grow: %d bytes, Mapped %v", round, len(grown), a.Mapped())
+		}
+		if bytes.Count(grown, []byte{0}) != len(grown) {
+			t.Fatalf("round %d: the grown memory holds the scratch's bytes", round)
+		}
+		if m.Reallocate(9*page) != nil || !a.Hit() {
+			t.Fatalf("round %d: a grow past the limit was granted", round)
+		}
+		m.Free()
+	}
 }

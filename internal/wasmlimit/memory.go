@@ -31,9 +31,10 @@ type Allocator struct {
 	initHit bool   // an initial size was over the limit
 	// mapped: the memories are reservations of address space that a
 	// file's pages can back copy-on-write (UseMapping, mapped_linux.go).
-	mapped bool
-	mems   []*memory
-	owned  bool // KeepWhile was called: unmapping waits for the owner
+	mapped    bool
+	restoring uint64 // UseMapping's: the image's bytes restored at once
+	mems      []*memory
+	owned     bool // KeepWhile was called: unmapping waits for the owner
 }
 
 // NewAllocator returns an Allocator with a limit of limit bytes.
@@ -81,6 +82,9 @@ type memory struct {
 	max  uint64       // the memory's own maximum, from wazero
 	init bool         // the initial allocation was made
 	res  *reservation // when mapped: the address space buf lies in
+	// scratch, when set, is the buffer the initial memory lies in
+	// (UseMapping's restoring): the first grow leaves it.
+	scratch *[]byte
 }
 
 // Reallocate implements experimental.LinearMemory: it grows the memory to
@@ -98,6 +102,10 @@ func (m *memory) Reallocate(size uint64) []byte {
 			a.hit, a.initHit = true, true
 		}
 		a.size, a.peak = total, max(a.peak, total)
+		if buf := m.initialScratch(size); buf != nil {
+			m.buf = buf
+			return buf
+		}
 		if m.res != nil {
 			if buf := m.res.commit(size); buf != nil {
 				m.buf = buf
@@ -125,7 +133,12 @@ func (m *memory) Reallocate(size uint64) []byte {
 	if m.res != nil {
 		// The reservation holds the memory's maximum: a grow commits
 		// pages in place, never copies.
-		buf := m.res.commit(size)
+		var buf []byte
+		if m.scratch != nil {
+			buf = m.leaveScratch(size)
+		} else {
+			buf = m.res.commit(size)
+		}
 		if buf == nil {
 			return nil
 		}
@@ -152,6 +165,7 @@ func (m *memory) Reallocate(size uint64) []byte {
 func (m *memory) Free() {
 	m.a.size -= uint64(len(m.buf))
 	m.buf = nil
+	m.scratch = nil // the guest may still run on it: the GC's to free
 	if m.res != nil {
 		m.res.free(m.a.owned)
 	}

@@ -72,7 +72,7 @@ func TestAllocator(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				a := NewAllocator(tt.limit)
 				if mapped {
-					a.UseMapping()
+					a.UseMapping(0)
 				}
 				var mems []experimental.LinearMemory
 				for _, m := range tt.mems {
