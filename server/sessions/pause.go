@@ -589,7 +589,9 @@ func (m *Manager) Resume(ctx context.Context, p policy.Principal, id, correlatio
 	if err != nil {
 		return nil, fmt.Errorf("session %s: resume: %w", id, err)
 	}
-	defer rc.Close()
+	// Closed after the answer: the last close of a file store's image,
+	// deleted below, frees its ~80 MB of page cache (~20 ms of CPU).
+	defer func() { go rc.Close() }()
 	ir, err := openImage(rc, max(m.cfg.MaxImageBytes, m.cfg.DiskQuotaBytes+maxContextImages*int64(m.cfg.MaxContexts)+maxImageHeader))
 	probe := &Session{m: m, id: id, owner: policy.Principal{User: p.User, Org: p.Org}}
 	refuse := func(err error) error {
