@@ -182,7 +182,7 @@ func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
 		if err := ri.fits(s); err != nil {
 			return ld.fail(abi.CodeInvalidArgument, err, "resident image: %v", err)
 		}
-		s.img, s.given = ri.img, true
+		s.img, s.given = ri.mapped(), true
 	}
 	ld.m.code.snap = s
 	return nil
@@ -272,12 +272,12 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 		m.host.log.Warn("no snapshot: instances of the module start cold", "module", m.name, "err", err)
 		return nil
 	}
-	s.img = img
+	s.img = img.Shared() // a sealed memfd every instance maps (enterImage)
 	m.host.log.Info("snapshot made", "module", m.name, "bytes", img.Bytes(), "pages", img.Pages, "took", time.Since(began).Round(time.Millisecond))
 	if wasmsnap.Save(path, img) == nil {
 		wasmsnap.Prune(filepath.Dir(path), maxImageBytes)
 	}
-	return img
+	return s.img
 }
 
 // imageInputs is everything an instance of m is built from before its

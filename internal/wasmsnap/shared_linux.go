@@ -149,27 +149,6 @@ func viewRuns(view []byte, runs []Run) []Run {
 	return out
 }
 
-// captureShared is Capture's copy of the memory's runs (spans of all)
-// into a shared memory; nil when none can be had.
-func captureShared(all []byte, spans [][2]int) (*sharedMem, []Run) {
-	sh, err := newSharedMem(len(all), func(sw *sharedWriter) error {
-		for _, s := range spans {
-			if err := sw.writeAt(all[s[0]:s[1]], s[0]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, nil
-	}
-	runs := make([]Run, len(spans))
-	for i, s := range spans {
-		runs[i] = Run{Off: uint32(s[0]), Data: sh.view[s[0]:s[1]:s[1]]}
-	}
-	return sh, runs
-}
-
 // ReadImage reads an image Marshal (or WriteTo) wrote, n bytes of r, into
 // a shared memory as it streams (RestoreMapped maps it; nothing of it is
 // copied into the Go heap). Damage is an error, as Unmarshal's; with

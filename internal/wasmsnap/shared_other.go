@@ -17,8 +17,6 @@ func (*sharedMem) fd() int { return -1 }
 // Shared returns img: no memory can be shared here.
 func (img *Image) Shared() *Image { return img }
 
-func captureShared([]byte, [][2]int) (*sharedMem, []Run) { return nil, nil }
-
 // ReadImage reads n bytes of r and decodes them (Unmarshal); checked is
 // ignored.
 func ReadImage(r io.Reader, n int64, checked bool) (*Image, error) {

@@ -119,14 +119,12 @@ func Capture(mod api.Module, globals int) (*Image, error) {
 		}
 		spans = append(spans, [2]int{start, min(i, len(all))})
 	}
-	// The runs copied once, into a sealed file that instances restored
-	// from the image map (shared_linux.go); into the heap without one.
-	if sh, runs := captureShared(all, spans); sh != nil {
-		img.mem, img.Runs = sh, runs
-	} else {
-		for _, sp := range spans {
-			img.Runs = append(img.Runs, Run{Off: uint32(sp[0]), Data: bytes.Clone(all[sp[0]:sp[1]])})
-		}
+	// Into the heap, whose pages are recycled: a fork's capture, the
+	// copy the request waits for. Into a memfd (a fault per new tmpfs
+	// page) it took half again as much CPU; the caller makes it Shared
+	// when instances are to map it (once, off the capture's path).
+	for _, sp := range spans {
+		img.Runs = append(img.Runs, Run{Off: uint32(sp[0]), Data: bytes.Clone(all[sp[0]:sp[1]])})
 	}
 	for i := range globals {
 		g := mod.ExportedGlobal(GlobalExport(i))
