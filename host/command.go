@@ -248,7 +248,7 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		mc = mc.WithFSConfig(fsc)
 	}
 	img := m.imageFor(ctx, req, lim)
-	if img != nil {
+	if img != nil && img.IsShared() {
 		alloc.UseMapping(uint64(img.Pages) * 65536) // the image mapped, not copied (enterImage)
 	}
 	runStart := time.Now()

@@ -264,8 +264,11 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	defer scancel()
 	inst.stdout.begin(sctx, inst.env.Log)
 	inst.stderr.begin(sctx, inst.env.Log)
-	if img != nil {
-		inst.mem.UseMapping(uint64(img.Pages) * 65536) // the image mapped, not copied (enterImage)
+	if img != nil && img.IsShared() {
+		// The image mapped, not copied (enterImage). A fork's capture
+		// is the heap's, copied into a heap memory as before: making
+		// its file cost a single copy's first run more than it saved.
+		inst.mem.UseMapping(uint64(img.Pages) * 65536)
 	}
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
 	rt := m.host.runtime

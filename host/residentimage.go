@@ -44,18 +44,6 @@ import (
 // and the compiled module they belong to.
 type ResidentImage struct {
 	img *wasmsnap.Image
-	// shared is img in a sealed memfd, made when a module is first
-	// loaded with it (mapped): a fork's capture stays a copy in the
-	// heap, and its copies' first runs pay for the file, once.
-	once   sync.Once
-	shared *wasmsnap.Image
-}
-
-// mapped is the image as instances map it (wasmsnap.Image.Shared), made
-// on first use.
-func (ri *ResidentImage) mapped() *wasmsnap.Image {
-	ri.once.Do(func() { ri.shared = ri.img.Shared() })
-	return ri.shared
 }
 
 // Bytes is the size of the image's memory contents.

@@ -182,7 +182,7 @@ func (ld *loading) fromSnapshot(ctx context.Context, spec *Snapshot) error {
 		if err := ri.fits(s); err != nil {
 			return ld.fail(abi.CodeInvalidArgument, err, "resident image: %v", err)
 		}
-		s.img, s.given = ri.mapped(), true
+		s.img, s.given = ri.img, true
 	}
 	ld.m.code.snap = s
 	return nil
@@ -521,7 +521,9 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 		defer done()
 	}
 	alloc := newLimitedMemory(lim)
-	alloc.UseMapping(uint64(img.Pages) * 65536)
+	if img.IsShared() {
+		alloc.UseMapping(uint64(img.Pages) * 65536)
+	}
 	actx := experimental.WithMemoryAllocator(ctx, alloc)
 	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc.WithFSConfig(fsc))
 	if err != nil {

@@ -74,6 +74,10 @@ type Run struct {
 	Data []byte
 }
 
+// IsShared reports whether the image's memory is a sealed file that
+// RestoreMapped maps (Shared, ReadImage); else it is copied.
+func (img *Image) IsShared() bool { return img.mem != nil }
+
 // Bytes is the size of the image's memory contents.
 func (img *Image) Bytes() int {
 	n := 0
