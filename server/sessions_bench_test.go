@@ -290,8 +290,21 @@ func BenchmarkSessionIdleCount(b *testing.B) {
 			began := time.Now()
 			for i := range n {
 				t0 := time.Now()
-				id := newSession(b, ts, key)
-				if r, _ := sessionRun(b, ts, key, id, lang.name, lang.code); r.status != http.StatusOK {
+				cr := ts.do(b, "POST", "/v1/sessions", key, strings.NewReader(`{}`), "Content-Type", "application/json")
+				for cr.status == http.StatusTooManyRequests {
+					time.Sleep(time.Second)
+					cr = ts.do(b, "POST", "/v1/sessions", key, strings.NewReader(`{}`), "Content-Type", "application/json")
+				}
+				if cr.status != http.StatusCreated {
+					b.Fatalf("session %d: create: %d %s", i, cr.status, cr.body)
+				}
+				id := cr.json(b)["id"].(string)
+				r, _ := sessionRun(b, ts, key, id, lang.name, lang.code)
+				for r.status == http.StatusTooManyRequests { // the key's request rate: its second
+					time.Sleep(time.Second)
+					r, _ = sessionRun(b, ts, key, id, lang.name, lang.code)
+				}
+				if r.status != http.StatusOK {
 					b.Fatalf("session %d: run: %d %s", i, r.status, r.body)
 				}
 				lat = append(lat, time.Since(t0))
