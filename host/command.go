@@ -248,13 +248,17 @@ func (m *Module) run(ctx context.Context, req RunRequest, lim Limits, confirmed 
 		mc = mc.WithFSConfig(fsc)
 	}
 	img := m.imageFor(ctx, req, lim)
+	if img != nil && img.IsShared() {
+		alloc.UseMapping(uint64(img.Pages) * 65536) // the image mapped, not copied (enterImage)
+	}
 	runStart := time.Now()
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(cctx, alloc))
 	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc)
 	switch {
 	case err != nil:
 	case img != nil:
-		err = m.enterImage(actx, mod, img, req.Entry)
+		alloc.KeepWhile(mod)
+		err = m.enterImage(actx, mod, img, req.Entry, alloc)
 	default:
 		err = startModule(actx, mod, abi.ExportStart)
 	}

@@ -264,6 +264,12 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 	defer scancel()
 	inst.stdout.begin(sctx, inst.env.Log)
 	inst.stderr.begin(sctx, inst.env.Log)
+	if img != nil && img.IsShared() {
+		// The image mapped, not copied (enterImage). A fork's capture
+		// is the heap's, copied into a heap memory as before: making
+		// its file cost a single copy's first run more than it saved.
+		inst.mem.UseMapping(uint64(img.Pages) * 65536)
+	}
 	actx := inst.sess.Attach(experimental.WithMemoryAllocator(lifetime, inst.mem))
 	rt := m.host.runtime
 	if m.code.interpRT != nil {
@@ -281,12 +287,13 @@ func (m *Module) startResident(ctx context.Context, lim Limits, img *wasmsnap.Im
 		return fail(abi.CodeTrap, err, "instantiation failed: %s", firstLine(err))
 	}
 	inst.mod = mod
+	inst.mem.KeepWhile(mod) // a mapped memory outlives a close while the guest runs
 	go func() {
 		switch {
 		case img != nil && m.code.snap.interp != nil:
 			r.err = m.code.snap.enterCopy(actx, mod, img)
 		case img != nil:
-			r.err = m.enterImage(actx, mod, img, m.code.snap.spec.Resume)
+			r.err = m.enterImage(actx, mod, img, m.code.snap.spec.Resume, inst.mem)
 		case m.code.script.Interpreter != nil:
 			r.err = m.code.script.Interpreter.Run(actx, mod, m.code.script.Args)
 		default:

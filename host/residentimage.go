@@ -77,6 +77,23 @@ func UnmarshalResidentImage(b []byte) (*ResidentImage, error) {
 	if err != nil {
 		return nil, err
 	}
+	return &ResidentImage{img: img.Shared()}, nil
+}
+
+// ReadResidentImage reads n bytes of r, what MarshalBinary or WriteTo
+// wrote, as they stream into the sealed file its instances map
+// (wasmsnap.ReadImage: nothing of the memory is copied into the heap). A
+// damaged or truncated image is an error; with checked, the caller has
+// a checksum of its own over these bytes and checks it before the image
+// is used, so the image's own is not computed again.
+func ReadResidentImage(r io.Reader, n int64, checked bool) (*ResidentImage, error) {
+	if n > maxResidentImageBytes {
+		return nil, fmt.Errorf("resident image: more than %d bytes", int64(maxResidentImageBytes))
+	}
+	img, err := wasmsnap.ReadImage(r, n, checked)
+	if err != nil {
+		return nil, err
+	}
 	return &ResidentImage{img: img}, nil
 }
 

@@ -282,8 +282,10 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 	s.path = path
 	img, err := wasmsnap.Open(path, s.globals)
 	if err == nil {
-		s.img = img
-		return img
+		// Read once into a sealed memfd, which every instance maps
+		// copy-on-write (enterImage); checked once, as it was read.
+		s.img = img.Shared()
+		return s.img
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		// Torn, truncated, of another format, or another image's copied
@@ -306,12 +308,12 @@ func (m *Module) snapshotImage(ctx context.Context, capture func(context.Context
 		m.host.log.Warn("no snapshot: instances of the module start cold", "module", m.name, "err", err)
 		return nil
 	}
-	s.img = img
+	s.img = img.Shared() // a sealed memfd every instance maps (enterImage)
 	m.host.log.Info("snapshot made", "module", m.name, "bytes", img.Bytes(), "pages", img.Pages, "took", time.Since(began).Round(time.Millisecond))
 	if wasmsnap.Save(path, img) == nil {
 		wasmsnap.Prune(filepath.Dir(path), maxImageBytes)
 	}
-	return img
+	return s.img
 }
 
 // imageInputs is everything an instance of m is built from before its
@@ -571,13 +573,18 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 		}
 		defer done()
 	}
-	actx := experimental.WithMemoryAllocator(ctx, newLimitedMemory(lim))
+	alloc := newLimitedMemory(lim)
+	if img.IsShared() {
+		alloc.UseMapping(uint64(img.Pages) * 65536)
+	}
+	actx := experimental.WithMemoryAllocator(ctx, alloc)
 	mod, err := m.host.runtime.InstantiateModule(actx, m.code.cm, mc.WithFSConfig(fsc))
 	if err != nil {
 		return 0, err
 	}
+	alloc.KeepWhile(mod)
 	defer mod.Close(context.Background())
-	err = m.enterImage(actx, mod, img, code)
+	err = m.enterImage(actx, mod, img, code, alloc)
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil
@@ -590,9 +597,11 @@ func (m *Module) runFromImage(ctx context.Context, img *wasmsnap.Image, code str
 // with status 0, or the entry returning), a *sys.ExitError for an exit
 // with another status (status 1 when the entry returned 0, C's NULL:
 // CPython's PyRun_StringFlags returns NULL with an exception the code
-// did not handle), or the trap.
-func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.Image, code string) error {
-	if err := img.Restore(mod); err != nil {
+// did not handle), or the trap. The image is mapped into mod's memory
+// copy-on-write when alloc is mapped (UseMapping, before instantiation)
+// and the image is shared (wasmsnap.Image.Shared), else copied.
+func (m *Module) enterImage(ctx context.Context, mod api.Module, img *wasmsnap.Image, code string, alloc *limitedMemory) error {
+	if err := img.RestoreMapped(mod, alloc); err != nil {
 		return err
 	}
 	spec := m.code.snap.spec

@@ -29,6 +29,12 @@ type Allocator struct {
 	peak    uint64 // the largest size granted
 	hit     bool   // a grow was refused (or the initial size was over) since SetLimit
 	initHit bool   // an initial size was over the limit
+	// mapped: the memories are reservations of address space that a
+	// file's pages can back copy-on-write (UseMapping, mapped_linux.go).
+	mapped    bool
+	restoring uint64 // UseMapping's: the image's bytes restored at once
+	mems      []*memory
+	owned     bool // KeepWhile was called: unmapping waits for the owner
 }
 
 // NewAllocator returns an Allocator with a limit of limit bytes.
@@ -60,15 +66,25 @@ func (a *Allocator) Peak() uint64 { return a.peak }
 func (a *Allocator) Allocate(capacity, max uint64) experimental.LinearMemory {
 	// capacity is wazero's hint (the memory's minimum unless the runtime
 	// reserves its maximum); never reserve past the limit for it.
-	return &memory{a: a, max: max, buf: make([]byte, 0, min(capacity, max, a.limit))}
+	m := &memory{a: a, max: max}
+	a.mems = append(a.mems, m)
+	if a.mapped && m.reserve() {
+		return m
+	}
+	m.buf = make([]byte, 0, min(capacity, max, a.limit))
+	return m
 }
 
 // memory is one linear memory of an Allocator's instance.
 type memory struct {
 	a    *Allocator
 	buf  []byte
-	max  uint64 // the memory's own maximum, from wazero
-	init bool   // the initial allocation was made
+	max  uint64       // the memory's own maximum, from wazero
+	init bool         // the initial allocation was made
+	res  *reservation // when mapped: the address space buf lies in
+	// scratch, when set, is the buffer the initial memory lies in
+	// (UseMapping's restoring): the first grow leaves it.
+	scratch *[]byte
 }
 
 // Reallocate implements experimental.LinearMemory: it grows the memory to
@@ -86,6 +102,18 @@ func (m *memory) Reallocate(size uint64) []byte {
 			a.hit, a.initHit = true, true
 		}
 		a.size, a.peak = total, max(a.peak, total)
+		if buf := m.initialScratch(size); buf != nil {
+			m.buf = buf
+			return buf
+		}
+		if m.res != nil {
+			if buf := m.res.commit(size); buf != nil {
+				m.buf = buf
+				return buf
+			}
+			m.res.release() // cannot commit: back to the Go heap
+			m.res = nil
+		}
 		if size <= uint64(cap(m.buf)) {
 			m.buf = m.buf[:size]
 		} else {
@@ -101,6 +129,22 @@ func (m *memory) Reallocate(size uint64) []byte {
 		// wazero checks the module's own maximum before it calls us; that
 		// maximum is the guest's, not the host's limit, so it is no hit.
 		return nil
+	}
+	if m.res != nil {
+		// The reservation holds the memory's maximum: a grow commits
+		// pages in place, never copies.
+		var buf []byte
+		if m.scratch != nil {
+			buf = m.leaveScratch(size)
+		} else {
+			buf = m.res.commit(size)
+		}
+		if buf == nil {
+			return nil
+		}
+		a.size, a.peak = total, max(a.peak, total)
+		m.buf = buf
+		return buf
 	}
 	a.size, a.peak = total, max(a.peak, total)
 	if size <= uint64(cap(m.buf)) {
@@ -121,4 +165,8 @@ func (m *memory) Reallocate(size uint64) []byte {
 func (m *memory) Free() {
 	m.a.size -= uint64(len(m.buf))
 	m.buf = nil
+	m.scratch = nil // the guest may still run on it: the GC's to free
+	if m.res != nil {
+		m.res.free(m.a.owned)
+	}
 }

@@ -64,55 +64,64 @@ func TestAllocator(t *testing.T) {
 			steps: []step{{size: 0, granted: true, size2: 0}, {size: page, hit: true, size2: 0}}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := NewAllocator(tt.limit)
-			var mems []experimental.LinearMemory
-			for _, m := range tt.mems {
-				mems = append(mems, a.Allocate(m[0], m[1]))
+		for _, mapped := range []bool{false, true} {
+			name := tt.name
+			if mapped {
+				name += " (mapped)" // the same limits on a reservation (mapped_linux.go)
 			}
-			last := make([][]byte, len(mems))
-			for i, s := range tt.steps {
-				if s.setLimit != 0 {
-					a.SetLimit(s.setLimit)
-				} else {
-					buf := mems[s.mem].Reallocate(s.size)
-					if got := buf != nil; got != s.granted {
-						t.Fatalf("step %d: Reallocate(%d) granted %v, want %v", i, s.size, got, s.granted)
+			t.Run(name, func(t *testing.T) {
+				a := NewAllocator(tt.limit)
+				if mapped {
+					a.UseMapping(0)
+				}
+				var mems []experimental.LinearMemory
+				for _, m := range tt.mems {
+					mems = append(mems, a.Allocate(m[0], m[1]))
+				}
+				last := make([][]byte, len(mems))
+				for i, s := range tt.steps {
+					if s.setLimit != 0 {
+						a.SetLimit(s.setLimit)
+					} else {
+						buf := mems[s.mem].Reallocate(s.size)
+						if got := buf != nil; got != s.granted {
+							t.Fatalf("step %d: Reallocate(%d) granted %v, want %v", i, s.size, got, s.granted)
+						}
+						if buf != nil {
+							if uint64(len(buf)) != s.size {
+								t.Fatalf("step %d: len %d, want %d", i, len(buf), s.size)
+							}
+							// Contents survive a grow, and the new tail is zero.
+							if prev := last[s.mem]; !bytes.Equal(buf[:len(prev)], prev) || bytes.Count(buf[len(prev):], []byte{0}) != len(buf)-len(prev) {
+								t.Fatalf("step %d: the memory's contents were not kept", i)
+							}
+							for j := range buf {
+								buf[j] = byte(i + j)
+							}
+							last[s.mem] = append([]byte(nil), buf...)
+						}
 					}
-					if buf != nil {
-						if uint64(len(buf)) != s.size {
-							t.Fatalf("step %d: len %d, want %d", i, len(buf), s.size)
-						}
-						// Contents survive a grow, and the new tail is zero.
-						if prev := last[s.mem]; !bytes.Equal(buf[:len(prev)], prev) || bytes.Count(buf[len(prev):], []byte{0}) != len(buf)-len(prev) {
-							t.Fatalf("step %d: the memory's contents were not kept", i)
-						}
-						for j := range buf {
-							buf[j] = byte(i + j)
-						}
-						last[s.mem] = append([]byte(nil), buf...)
+					if a.Hit() != s.hit {
+						t.Fatalf("step %d: Hit() = %v, want %v", i, a.Hit(), s.hit)
+					}
+					if a.Size() != s.size2 {
+						t.Fatalf("step %d: Size() = %d, want %d", i, a.Size(), s.size2)
 					}
 				}
-				if a.Hit() != s.hit {
-					t.Fatalf("step %d: Hit() = %v, want %v", i, a.Hit(), s.hit)
+				if a.InitialHit() != tt.initHit {
+					t.Errorf("InitialHit() = %v, want %v", a.InitialHit(), tt.initHit)
 				}
-				if a.Size() != s.size2 {
-					t.Fatalf("step %d: Size() = %d, want %d", i, a.Size(), s.size2)
+				if a.Peak() != tt.peak {
+					t.Errorf("Peak() = %d, want %d", a.Peak(), tt.peak)
 				}
-			}
-			if a.InitialHit() != tt.initHit {
-				t.Errorf("InitialHit() = %v, want %v", a.InitialHit(), tt.initHit)
-			}
-			if a.Peak() != tt.peak {
-				t.Errorf("Peak() = %d, want %d", a.Peak(), tt.peak)
-			}
-			for _, m := range mems {
-				m.Free()
-			}
-			if a.Size() != 0 {
-				t.Errorf("Size() after Free = %d, want 0", a.Size())
-			}
-		})
+				for _, m := range mems {
+					m.Free()
+				}
+				if a.Size() != 0 {
+					t.Errorf("Size() after Free = %d, want 0", a.Size())
+				}
+			})
+		}
 	}
 }
 

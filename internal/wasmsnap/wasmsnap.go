@@ -63,6 +63,9 @@ type Image struct {
 	// refuses an image found under another name (copied or renamed from
 	// another's: restored, it would be another module's state).
 	Key string
+	// mem, when set, is the memory as a sealed file the Runs lie in
+	// (Shared, shared_linux.go): RestoreMapped maps it.
+	mem *sharedMem
 }
 
 // Run is Data at offset Off of the memory.
@@ -70,6 +73,10 @@ type Run struct {
 	Off  uint32
 	Data []byte
 }
+
+// IsShared reports whether the image's memory is a sealed file that
+// RestoreMapped maps (Shared, ReadImage); else it is copied.
+func (img *Image) IsShared() bool { return img.mem != nil }
 
 // Bytes is the size of the image's memory contents.
 func (img *Image) Bytes() int {
@@ -104,6 +111,7 @@ func Capture(mod api.Module, globals int) (*Image, error) {
 	// 100 ms): a run is the non-zero blocks in a row.
 	var zero [zeroBlock]byte
 	isZero := func(b []byte) bool { return bytes.Equal(b, zero[:len(b)]) }
+	var spans [][2]int
 	for i := 0; i < len(all); {
 		if isZero(all[i:min(i+zeroBlock, len(all))]) {
 			i += zeroBlock
@@ -113,8 +121,14 @@ func Capture(mod api.Module, globals int) (*Image, error) {
 		for i < len(all) && !isZero(all[i:min(i+zeroBlock, len(all))]) {
 			i += zeroBlock
 		}
-		end := min(i, len(all))
-		img.Runs = append(img.Runs, Run{Off: uint32(start), Data: bytes.Clone(all[start:end])})
+		spans = append(spans, [2]int{start, min(i, len(all))})
+	}
+	// Into the heap, whose pages are recycled: a fork's capture, the
+	// copy the request waits for. Into a memfd (a fault per new tmpfs
+	// page) it took half again as much CPU; the caller makes it Shared
+	// when instances are to map it (once, off the capture's path).
+	for _, sp := range spans {
+		img.Runs = append(img.Runs, Run{Off: uint32(sp[0]), Data: bytes.Clone(all[sp[0]:sp[1]])})
 	}
 	for i := range globals {
 		g := mod.ExportedGlobal(GlobalExport(i))
@@ -130,7 +144,23 @@ func Capture(mod api.Module, globals int) (*Image, error) {
 // was captured from: the memory grown to the image's size, the runs
 // copied, the globals set. A grow the instance's memory limit refuses is
 // an error.
-func (img *Image) Restore(mod api.Module) error {
+func (img *Image) Restore(mod api.Module) error { return img.RestoreMapped(mod, nil) }
+
+// A Mapper backs an instance's memory with a file's pages copy-on-write
+// (wasmlimit.Allocator, with UseMapping, is one).
+type Mapper interface {
+	// Mapped reports whether the instance's memory can take a file.
+	Mapped() bool
+	// MapPrivate maps the first size bytes of the file fd over the
+	// first size bytes of the memory, copy-on-write.
+	MapPrivate(fd int, size uint64) error
+}
+
+// RestoreMapped is Restore into an instance whose memory m backs: when m
+// can take the image's file (a Shared image), the image is mapped, not
+// copied, and the instance holds only the pages it writes. Otherwise (m
+// nil, or the image in the heap) it copies, as Restore does.
+func (img *Image) RestoreMapped(mod api.Module, m Mapper) error {
 	mem := mod.Memory()
 	if mem == nil {
 		return errors.New("wasmsnap: the module has no memory")
@@ -139,6 +169,19 @@ func (img *Image) Restore(mod api.Module) error {
 		if _, ok := mem.Grow(img.Pages - have); !ok {
 			return fmt.Errorf("wasmsnap: cannot grow the memory to the image's %d pages (%d MiB)", img.Pages, img.Pages/16)
 		}
+	}
+	if img.mem != nil && m != nil && m.Mapped() {
+		size := uint64(img.Pages) * 65536
+		if err := m.MapPrivate(img.mem.fd(), size); err != nil {
+			return err
+		}
+		// Past the image (a memory larger to begin with): zero, as a
+		// fresh memory is, whatever the data segments wrote.
+		if all, ok := mem.Read(0, mem.Size()); ok {
+			clear(all[size:])
+		}
+		img.setGlobals(mod)
+		return nil
 	}
 	// The instance's own data segments were copied at instantiation;
 	// every byte they wrote that is zero in the image must be cleared.
@@ -155,6 +198,12 @@ func (img *Image) Restore(mod api.Module) error {
 		at = r.Off + uint32(len(r.Data))
 	}
 	clear(all[at:])
+	img.setGlobals(mod)
+	return nil
+}
+
+// setGlobals sets mod's mutable globals to the image's.
+func (img *Image) setGlobals(mod api.Module) {
 	for i, v := range img.Globals {
 		g, ok := mod.ExportedGlobal(GlobalExport(i)).(api.MutableGlobal)
 		if !ok {
@@ -162,7 +211,6 @@ func (img *Image) Restore(mod api.Module) error {
 		}
 		g.Set(v)
 	}
-	return nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -348,13 +348,12 @@ func (ir *imageReader) contexts() ([]*host.ResidentImage, error) {
 	tr := io.TeeReader(ir.r, ir.sum)
 	var imgs []*host.ResidentImage
 	for _, c := range ir.h.Contexts {
-		b := make([]byte, c.Bytes)
-		if _, err := io.ReadFull(tr, b); err != nil {
-			return nil, ir.fail(err)
-		}
-		img, err := host.UnmarshalResidentImage(b)
+		// Streamed into the sealed file its instance maps; its own
+		// checksum is not computed: the session's covers it, and
+		// nothing read is used before that is checked (workspace).
+		img, err := host.ReadResidentImage(tr, c.Bytes, true)
 		if err != nil {
-			return nil, errBadImage
+			return nil, ir.fail(err)
 		}
 		imgs = append(imgs, img)
 	}
@@ -590,7 +589,9 @@ func (m *Manager) Resume(ctx context.Context, p policy.Principal, id, correlatio
 	if err != nil {
 		return nil, fmt.Errorf("session %s: resume: %w", id, err)
 	}
-	defer rc.Close()
+	// Closed after the answer: the last close of a file store's image,
+	// deleted below, frees its ~80 MB of page cache (~20 ms of CPU).
+	defer func() { go rc.Close() }()
 	ir, err := openImage(rc, max(m.cfg.MaxImageBytes, m.cfg.DiskQuotaBytes+maxContextImages*int64(m.cfg.MaxContexts)+maxImageHeader))
 	probe := &Session{m: m, id: id, owner: policy.Principal{User: p.User, Org: p.Org}}
 	refuse := func(err error) error {
