@@ -269,8 +269,10 @@ async function loadModuleManage(name) {
       const b = el("button", { class: "ghost small", type: "button", "data-restore": v.digest }, "Roll back to this");
       b.addEventListener("click", async () => {
         const res = await api("POST", "/v1/modules/" + encodeURIComponent(name) + "/versions/" + v.digest + "/restore");
-        $("#module-manage-status").textContent = res.ok ? "Now at " + (v.version || v.digest.slice(0, 12)) + "." : problemText(res);
+        // Redrawn first (selectModule clears the status as it starts), then
+        // told: else the message would last only as long as the reload.
         if (res.ok) { await loadModules(); selectModule(name); }
+        $("#module-manage-status").textContent = res.ok ? "Now at " + (v.version || v.digest.slice(0, 12)) + "." : problemText(res);
       });
       cell.append(b);
     }
