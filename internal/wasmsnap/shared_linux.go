@@ -188,25 +188,10 @@ func ReadImage(r io.Reader, n int64, checked bool) (*Image, error) {
 		return nil, bad
 	}
 	img.Key = string(key)
-	img.Pages = uint32(min(u(), 1<<17))
-	if img.Pages > 65536 {
+	nr, ok := readCounts(img, u)
+	if !ok {
 		return nil, bad
 	}
-	ng := u()
-	if ng > 1<<16 {
-		return nil, bad
-	}
-	for range ng {
-		img.Globals = append(img.Globals, u())
-	}
-	nv := u()
-	if nv > 1<<10 {
-		return nil, bad
-	}
-	for range nv {
-		img.Values = append(img.Values, u())
-	}
-	nr := u()
 	if ferr != nil || nr > uint64(n) {
 		return nil, bad
 	}

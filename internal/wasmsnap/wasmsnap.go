@@ -348,25 +348,10 @@ func Unmarshal(b []byte) (*Image, error) {
 	key := make([]byte, nk)
 	_, _ = r.Read(key)
 	img.Key = string(key)
-	img.Pages = uint32(u())
-	if img.Pages > 65536 {
+	nr, ok := readCounts(img, u)
+	if !ok {
 		return nil, bad
 	}
-	ng := u()
-	if ng > 1<<16 {
-		return nil, bad
-	}
-	for range ng {
-		img.Globals = append(img.Globals, u())
-	}
-	nv := u()
-	if nv > 1<<10 {
-		return nil, bad
-	}
-	for range nv {
-		img.Values = append(img.Values, u())
-	}
-	nr := u()
 	end := uint64(img.Pages) * 65536
 	at := uint64(0)
 	for range nr {
@@ -426,4 +411,32 @@ func EntrySignature(fn api.FunctionDefinition, params int) bool {
 		}
 	}
 	return true
+}
+
+// readCounts reads what follows the key in an image's header, for
+// Unmarshal and ReadImage alike: the memory's pages, the globals and the
+// values, each count bounded before anything is appended, and the number
+// of runs (bounded by each caller against what it holds). A page count
+// past 32 bits is clamped before the conversion, so it fails the bound
+// rather than wrapping into one.
+func readCounts(img *Image, u func() uint64) (runs uint64, ok bool) {
+	img.Pages = uint32(min(u(), 1<<17))
+	if img.Pages > 65536 {
+		return 0, false
+	}
+	ng := u()
+	if ng > 1<<16 {
+		return 0, false
+	}
+	for range ng {
+		img.Globals = append(img.Globals, u())
+	}
+	nv := u()
+	if nv > 1<<10 {
+		return 0, false
+	}
+	for range nv {
+		img.Values = append(img.Values, u())
+	}
+	return u(), true
 }
