@@ -109,6 +109,16 @@ stdin: --stdin FILE, else moat's own stdin when it is not a terminal (up to
 on stderr (status, exit code, compile and run time, peak memory, whether the
 build was cached); --json prints the whole result as JSON on stdout instead.
 
+A warm moat: after the first --lang run of a WebAssembly language, moat
+leaves a process of yours running (moat exec-daemon, one per user, binary
+and data directory; its socket in the data directory, 0700, your uid
+only) that keeps the interpreter loaded, so the next runs answer in
+milliseconds instead of a second. It runs each job in a fresh instance,
+exactly as in process, and exits after 10 minutes without one
+(MOAT_DAEMON_IDLE=2m sooner) or when the binary is replaced. Runs with
+--dir, --file, --workdir, --files-out or --config, and native languages,
+always run in process. MOAT_NO_DAEMON=1 turns it off.
+
 Exit status: the program's own exit code; 124 on timeout; 125 at the memory
 limit; 1 for a compile error, an output flood, a kill or a refused
 confinement; 2 for bad usage or a refused submission (--lang: see the
