@@ -198,17 +198,6 @@ func raceDecide(t *testing.T, stores []*store.Store) {
 		}
 		close(start)
 		wg.Wait()
-		won := 0
-		for _, err := range errs {
-			switch {
-			case err == nil:
-				won++
-			case !errors.Is(err, store.ErrConfirmationUsed):
-				t.Errorf("round %d: loser's error = %v, want ErrConfirmationUsed", round, err)
-			}
-		}
-		if won != 1 {
-			t.Errorf("round %d: %d of %d decisions succeeded, want exactly 1", round, won, n)
-		}
+		oneWinner(t, round, n, errs, "decisions")
 	}
 }

@@ -103,18 +103,7 @@ func testSharedConfirmationUse(t *testing.T, open func(t *testing.T, n int) []*s
 		}
 		close(start)
 		wg.Wait()
-		won := 0
-		for _, err := range errs {
-			switch {
-			case err == nil:
-				won++
-			case !errors.Is(err, store.ErrConfirmationUsed):
-				t.Errorf("round %d: loser's error = %v, want ErrConfirmationUsed", round, err)
-			}
-		}
-		if won != 1 {
-			t.Errorf("round %d: %d of %d uses across handles succeeded, want exactly 1", round, won, n)
-		}
+		oneWinner(t, round, n, errs, "uses across handles")
 	}
 }
 
@@ -169,5 +158,25 @@ func testSharedModuleQuota(t *testing.T, open func(t *testing.T, n int) []*store
 	mods, err := stores[1].Modules(ctx, "acme")
 	if err != nil || len(mods) != 2 {
 		t.Errorf("Modules = %+v, %v; want both modules, each with a current version", mods, err)
+	}
+}
+
+// oneWinner checks a race of n single-use calls on one confirmation
+// (ConfirmationUse across handles, ConfirmationDecide across approvers):
+// exactly one succeeds, and every other one fails with
+// ErrConfirmationUsed.
+func oneWinner(t *testing.T, round, n int, errs []error, what string) {
+	t.Helper()
+	won := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrConfirmationUsed):
+			t.Errorf("round %d: loser's error = %v, want ErrConfirmationUsed", round, err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("round %d: %d of %d %s succeeded, want exactly 1", round, won, n, what)
 	}
 }
